@@ -1,0 +1,76 @@
+"""The asyncio side of the concurrency primitives the lock code is written against.
+
+``dislock._sync._compat`` offers the same names over threads and blocking calls,
+which is what lets ``tools/async_to_sync.py`` turn the asyncio modules of this
+package into the sync ones by dropping ``async``/``await``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+Event = asyncio.Event
+Worker = asyncio.Task[None]
+sleep = asyncio.sleep
+
+
+def spawn(target: Callable[[], Coroutine[Any, Any, None]], name: str) -> Worker:
+    """Run ``target`` concurrently (an asyncio task)."""
+    return asyncio.get_running_loop().create_task(target(), name=name)
+
+
+async def wait_event(event: Event, timeout: float) -> bool:
+    """Wait up to ``timeout`` seconds for ``event``; returns whether it is set."""
+    if event.is_set():
+        return True
+    try:
+        await asyncio.wait_for(event.wait(), timeout)
+    except asyncio.TimeoutError:
+        return False
+    return True
+
+
+async def stop_worker(worker: Worker, timeout: float) -> bool:
+    """Wait for ``worker`` to finish; cancel it after ``timeout``.
+
+    Returns whether it finished on its own.  A worker cancelled here may have
+    been mid-statement, so the caller must not trust what it last did.
+    """
+    try:
+        await asyncio.wait_for(asyncio.shield(worker), timeout)
+    except asyncio.TimeoutError:
+        worker.cancel()
+        try:
+            await worker
+        except asyncio.CancelledError:
+            pass
+        return False
+    except asyncio.CancelledError:
+        # We are being cancelled ourselves: never leave the worker behind.
+        worker.cancel()
+        raise
+    return True
+
+
+class Child:
+    """A command started in its own process group."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self._process = process
+        self.pid = process.pid
+
+    @classmethod
+    async def start(cls, argv: list[str], preexec_fn: Callable[[], None] | None) -> Child:
+        process = await asyncio.create_subprocess_exec(
+            *argv, start_new_session=True, preexec_fn=preexec_fn
+        )
+        return cls(process)
+
+    async def wait(self, timeout: float | None) -> int | None:
+        """The child's return code, or None if it is still running after ``timeout``."""
+        try:
+            return await asyncio.wait_for(self._process.wait(), timeout)
+        except asyncio.TimeoutError:
+            return None

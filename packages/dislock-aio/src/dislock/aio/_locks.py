@@ -1,0 +1,265 @@
+"""Schedule and lease locks as context managers, and ``acquire_locks``.
+
+The asyncio module ``dislock/aio/_locks.py`` is the hand-written source; the sync
+``dislock/_sync/_locks.py`` is generated from it by ``tools/async_to_sync.py``.
+Write the source so that dropping ``async``/``await`` (and the renames that tool
+lists) gives correct blocking code: concurrency goes through ``._compat``,
+decisions through ``dislock.core``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Iterable
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+from time import monotonic
+from types import TracebackType
+from typing import Union
+
+from psycopg import AsyncConnection
+from psycopg.rows import TupleRow
+
+from dislock.core import sql
+from dislock.core.config import LEASE, SCHEDULE, normalize_strategies
+from dislock.core.context import LeaseLossPolicy, LockContext
+from dislock.core.cron import next_boundary
+from dislock.core.dsn import connection_kwargs
+from dislock.core.errors import ConfigurationError, LeaseLostError, LockNotAcquiredError
+from dislock.core.lease import RENEWER_STOP_TIMEOUT, LeaseClock, LeaseSettings, raises_on_exit
+from dislock.core.supervision import jitter_delay
+
+from ._compat import Event, Worker, sleep, spawn, stop_worker, wait_event
+
+logger = logging.getLogger("dislock")
+
+
+async def connect(context: LockContext) -> AsyncConnection[TupleRow]:
+    """A connection for lock statements: autocommit, no prepared statements."""
+    return await AsyncConnection.connect(
+        context.url, **connection_kwargs(context.url, context.connect_timeout_seconds)
+    )
+
+
+class ScheduleLock:
+    """One start per schedule slot.
+
+    Entering claims the slot's row until ``next_run_time`` (or, without it, until
+    the next boundary of ``schedule`` on the database clock) and raises
+    ``LockNotAcquiredError`` if another owner already started in this slot.
+    Leaving does nothing: the slot stays taken until it ends.
+    """
+
+    def __init__(self, context: LockContext) -> None:
+        if context.next_run_time is None and context.schedule is None:
+            raise ConfigurationError(
+                "a schedule lock needs next_run_time or schedule in its LockContext"
+            )
+        self.context = context
+        self.key = sql.schedule_key(context.lock_key)
+        self.expires_at = context.next_run_time
+
+    async def __aenter__(self) -> ScheduleLock:
+        context = self.context
+        statements = sql.statements(tuple(context.table_parts))
+        async with await connect(context) as conn:
+            expires_at = context.next_run_time
+            if expires_at is None:
+                assert context.schedule is not None
+                cursor = await conn.execute(statements.now)
+                row = await cursor.fetchone()
+                assert row is not None
+                expires_at = next_boundary(context.schedule, row[0])
+            cursor = await conn.execute(
+                statements.acquire_until,
+                sql.acquire_until_params(self.key, context.owner, expires_at),
+            )
+            acquired = cursor.rowcount == 1
+        if not acquired:
+            raise LockNotAcquiredError(
+                f"schedule slot of {context.lock_key!r} ending {expires_at.isoformat()} "
+                "was already started by another owner"
+            )
+        self.expires_at = expires_at
+        logger.info("acquired schedule slot %s until %s", self.key, expires_at.isoformat())
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        return None
+
+
+class LeaseLock:
+    """One holder at a time, for as long as the block runs.
+
+    Entering inserts a row that expires ``run_ttl_seconds`` from now (or takes
+    over an expired one) and starts a renewer that extends it every
+    ``lease_interval_seconds``, guarded by the owner token.  ``lease_lost`` is set
+    as soon as the renewer can no longer vouch for the lease.  Leaving stops the
+    renewer and expires the row through a second connection, unless the lease was
+    lost (the row may belong to someone else by then).
+    """
+
+    def __init__(self, context: LockContext) -> None:
+        self.settings = LeaseSettings.from_context(context)
+        self.context = context
+        self.key = sql.lease_key(context.lock_key)
+        self.lease_lost = Event()
+        self._clock: LeaseClock | None = None
+        self._conn: AsyncConnection[TupleRow] | None = None
+        self._stop = Event()
+        self._worker: Worker | None = None
+
+    @property
+    def clock(self) -> LeaseClock | None:
+        """The lease's renewal bookkeeping while it is held."""
+        return self._clock
+
+    def is_lost(self) -> bool:
+        """Whether the lease is lost, counting a local deadline that passed while
+        a renewal was still waiting for the server."""
+        if self._clock is not None and self._clock.expired(monotonic()):
+            self.lease_lost.set()
+        return self.lease_lost.is_set()
+
+    async def __aenter__(self) -> LeaseLock:
+        if self._clock is not None:
+            raise RuntimeError("this LeaseLock is already held; create one per acquisition")
+        context = self.context
+        statements = sql.statements(tuple(context.table_parts))
+        conn = await connect(context)
+        try:
+            sent_at = monotonic()
+            cursor = await conn.execute(
+                statements.acquire_for,
+                sql.lease_params(self.key, context.owner, self.settings.ttl),
+            )
+            acquired = cursor.rowcount == 1
+        except BaseException:
+            await conn.close()
+            raise
+        if not acquired:
+            await conn.close()
+            raise LockNotAcquiredError(f"lease {self.key!r} is held by another owner")
+        self._conn = conn
+        self._clock = LeaseClock(self.settings, acquired_at=sent_at)
+        self._stop.clear()
+        self.lease_lost.clear()
+        self._worker = spawn(self._renew_until_stopped, f"dislock-renewer:{self.key}")
+        logger.info("acquired lease %s for %g s", self.key, self.settings.ttl)
+        return self
+
+    async def _renew_until_stopped(self) -> None:
+        clock, conn = self._clock, self._conn
+        assert clock is not None and conn is not None
+        statement = sql.statements(tuple(self.context.table_parts)).renew
+        params = sql.lease_params(self.key, self.context.owner, self.settings.ttl)
+        try:
+            while not await wait_event(self._stop, clock.delay_until_renewal(monotonic())):
+                sent_at = monotonic()
+                try:
+                    cursor = await conn.execute(statement, params)
+                    held = clock.renewed(
+                        sent_at=sent_at, now=monotonic(), rows=cursor.rowcount
+                    )
+                except Exception as exc:
+                    held = clock.failed(exc)
+                if not held:
+                    logger.warning("lease %s lost: %s", self.key, clock.lost_reason)
+                    self.lease_lost.set()
+                    return
+                logger.debug("renewed lease %s", self.key)
+        finally:
+            await conn.close()
+
+    async def _expire_row(self) -> None:
+        statement = sql.statements(tuple(self.context.table_parts)).release
+        try:
+            async with await connect(self.context) as conn:
+                await conn.execute(statement, sql.release_params(self.key, self.context.owner))
+        except Exception as exc:
+            logger.warning(
+                "could not release lease %s (it expires by itself within %g s): %s",
+                self.key,
+                self.settings.ttl,
+                exc,
+            )
+        else:
+            logger.info("released lease %s", self.key)
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        worker, clock = self._worker, self._clock
+        assert worker is not None and clock is not None, "LeaseLock exited without entering"
+        self._stop.set()
+        stopped = await stop_worker(worker, RENEWER_STOP_TIMEOUT)
+        if not stopped:
+            clock.failed(TimeoutError("the renewer did not stop in time"))
+        lost = self.is_lost() or clock.lost
+        if lost:
+            self.lease_lost.set()
+        else:
+            await self._expire_row()
+        self._worker = None
+        self._clock = None
+        self._conn = None
+        if lost and self.settings.policy is LeaseLossPolicy.CONTINUE:
+            logger.warning("lease %s was lost during the block (policy: continue)", self.key)
+        if raises_on_exit(self.settings.policy, lost=lost, block_failed=exc_type is not None):
+            raise LeaseLostError(
+                f"lease {self.key!r} was lost while the block ran: {clock.lost_reason}"
+            )
+
+
+Lock = Union[ScheduleLock, LeaseLock]
+
+
+@dataclass(frozen=True)
+class LockSession:
+    """What ``acquire_locks`` yields.
+
+    ``lease_lost`` is the lease's loss event, for work that wants to stop at a
+    safe point; it is None without a lease lock or under ``CONTINUE``.
+    """
+
+    locks: tuple[Lock, ...]
+    lease_lost: Event | None = None
+
+    @property
+    def lease(self) -> LeaseLock | None:
+        return next((lock for lock in self.locks if isinstance(lock, LeaseLock)), None)
+
+
+def build_locks(context: LockContext, strategies: str | Iterable[str]) -> list[Lock]:
+    """The locks for ``strategies``, in acquisition order (schedule first)."""
+    factories = {SCHEDULE: ScheduleLock, LEASE: LeaseLock}
+    return [factories[name](context) for name in normalize_strategies(strategies)]
+
+
+@asynccontextmanager
+async def acquire_locks(
+    context: LockContext, strategies: str | Iterable[str] = (SCHEDULE,)
+) -> AsyncIterator[LockSession]:
+    """Enter every lock of ``strategies`` in order, after the startup jitter, and
+    release them in reverse order on exit."""
+    locks = build_locks(context, strategies)
+    delay = jitter_delay(context.jitter_max_seconds)
+    if delay:
+        logger.debug("sleeping %.3f s of startup jitter", delay)
+        await sleep(delay)
+    async with AsyncExitStack() as stack:
+        for lock in locks:
+            await stack.enter_async_context(lock)
+        lease = next((lock for lock in locks if isinstance(lock, LeaseLock)), None)
+        watch = lease is not None and context.lease_loss_policy is LeaseLossPolicy.TERMINATE
+        yield LockSession(
+            locks=tuple(locks), lease_lost=lease.lease_lost if watch and lease else None
+        )

@@ -1,0 +1,6 @@
+"""The sans-I/O core of dislock: every decision, none of the I/O.
+
+The sync (``dislock._sync``), asyncio (``dislock.aio``) and command-line
+(``dislock.cli``) packages import from here and only add connections, threads,
+tasks and processes.  Nothing in this package opens a socket or sleeps.
+"""

@@ -1,0 +1,137 @@
+"""Validation rules shared by ``LockContext``, the locks and the CLI environment.
+
+Every rule raises ``ConfigurationError`` with one line naming the setting and the
+value it was given, so the same message reaches a Python caller and an operator.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+
+from dislock.core.errors import ConfigurationError
+
+SCHEDULE = "schedule"
+LEASE = "lease"
+STRATEGY_ORDER = (SCHEDULE, LEASE)
+"""Acquisition order: the schedule slot is taken first and so released last."""
+
+# PostgreSQL truncates longer identifiers silently, which could make two
+# configured names point at one table.
+MAX_IDENTIFIER_BYTES = 63
+
+MIN_DERIVED_INTERVAL = 1.0
+MAX_DERIVED_INTERVAL = 10.0
+DERIVED_INTERVAL_RATIO = 0.3
+
+
+def normalize_strategies(strategies: str | Iterable[str]) -> tuple[str, ...]:
+    """Validate lock strategies and put them in acquisition order.
+
+    Accepts ``"schedule,lease"`` or any iterable of names; duplicates collapse.
+    """
+    names = strategies.split(",") if isinstance(strategies, str) else list(strategies)
+    chosen: set[str] = set()
+    for raw in names:
+        if not isinstance(raw, str):
+            raise ConfigurationError(f"lock strategy must be a string, got {raw!r}")
+        name = raw.strip().lower()
+        if name not in STRATEGY_ORDER:
+            raise ConfigurationError(
+                f"unknown lock strategy {raw.strip()!r}: expected 'schedule', 'lease' "
+                "or 'schedule,lease'"
+            )
+        chosen.add(name)
+    if not chosen:
+        raise ConfigurationError("no lock strategy given: expected 'schedule', 'lease' or both")
+    return tuple(name for name in STRATEGY_ORDER if name in chosen)
+
+
+def positive_seconds(name: str, value: object) -> float:
+    """A finite number of seconds greater than zero."""
+    seconds = _finite_number(name, value)
+    if seconds <= 0:
+        raise ConfigurationError(f"{name} must be greater than 0, got {value!r}")
+    return seconds
+
+
+def non_negative_seconds(name: str, value: object) -> float:
+    """A finite number of seconds, zero allowed."""
+    seconds = _finite_number(name, value)
+    if seconds < 0:
+        raise ConfigurationError(f"{name} must not be negative, got {value!r}")
+    return seconds
+
+
+def _finite_number(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ConfigurationError(f"{name} must be a number of seconds, got {value!r}")
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise ConfigurationError(f"{name} must be a number of seconds, got {value!r}") from None
+    if not math.isfinite(seconds):
+        raise ConfigurationError(f"{name} must be a finite number of seconds, got {value!r}")
+    return seconds
+
+
+def derive_lease_interval(ttl_seconds: float) -> float:
+    """The default heartbeat: 30 % of the TTL, kept between 1 s and 10 s."""
+    return min(max(ttl_seconds * DERIVED_INTERVAL_RATIO, MIN_DERIVED_INTERVAL), MAX_DERIVED_INTERVAL)
+
+
+def check_interval(ttl_seconds: float, interval_seconds: float, *, interval_name: str) -> None:
+    """A heartbeat slower than the TTL would let the lease lapse between renewals."""
+    if interval_seconds > ttl_seconds:
+        raise ConfigurationError(
+            f"{interval_name} ({interval_seconds:g} s) must not exceed the lease TTL "
+            f"({ttl_seconds:g} s)"
+        )
+
+
+def check_table_parts(parts: Sequence[str]) -> tuple[str, ...]:
+    """``[table]`` or ``[schema, table]``; every part a usable identifier."""
+    if isinstance(parts, str) or not isinstance(parts, Sequence):
+        raise ConfigurationError(
+            f"table_parts must be a list like ['key_value'] or ['schema', 'key_value'], "
+            f"got {parts!r}"
+        )
+    result = tuple(parts)
+    if not 1 <= len(result) <= 2:
+        raise ConfigurationError(
+            f"table_parts must name a table or schema.table (1 or 2 parts), got {list(result)!r}"
+        )
+    for part in result:
+        check_identifier(part)
+    return result
+
+
+def check_identifier(part: object) -> str:
+    if not isinstance(part, str) or not part:
+        raise ConfigurationError(f"table name parts must be non-empty strings, got {part!r}")
+    if "\x00" in part:
+        raise ConfigurationError(f"table name part {part!r} contains a NUL character")
+    if len(part.encode()) > MAX_IDENTIFIER_BYTES:
+        raise ConfigurationError(
+            f"table name part {part!r} is longer than PostgreSQL's "
+            f"{MAX_IDENTIFIER_BYTES}-byte identifier limit"
+        )
+    return part
+
+
+def parse_table(value: str) -> tuple[str, ...]:
+    """``"key_value"`` or ``"schema.key_value"`` as table parts (names are taken
+    literally and quoted later, so they keep their case)."""
+    text = value.strip()
+    if not text:
+        raise ConfigurationError("table name is empty")
+    parts = text.split(".")
+    if len(parts) > 2:
+        raise ConfigurationError(f"table must be 'table' or 'schema.table', got {value!r}")
+    return check_table_parts(parts)
+
+
+def check_text(name: str, value: object) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigurationError(f"{name} must be a non-empty string, got {value!r}")
+    return value

@@ -1,0 +1,137 @@
+"""``LockContext``: everything a lock needs to know, validated once, at construction."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from dislock.core import config
+from dislock.core.dsn import parse_dsn, redact_dsn
+from dislock.core.errors import ConfigurationError
+
+LEASE_LOST_EXIT_CODE = 75
+"""Exit code of a wrapped command terminated because its lease was lost (EX_TEMPFAIL)."""
+
+
+class LeaseLossPolicy(str, enum.Enum):
+    """What happens when a lease stops being held while work is running."""
+
+    TERMINATE = "terminate"
+    """Stop a wrapped command (exit 75); raise ``LeaseLostError`` after a guarded block."""
+
+    CONTINUE = "continue"
+    """Only log the loss: the work runs to completion and is reported as usual."""
+
+    @classmethod
+    def parse(cls, value: object, *, name: str = "lease_loss_policy") -> LeaseLossPolicy:
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, str):
+            try:
+                return cls(value.strip().lower())
+            except ValueError:
+                pass
+        raise ConfigurationError(f"{name} must be 'terminate' or 'continue', got {value!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LockContext:
+    """Where the lock lives, who owns it and for how long.
+
+    Validated on construction: a bad value raises ``ConfigurationError`` (a
+    ``ValueError``) before any connection is opened.  ``url`` never appears in
+    ``repr``; a redacted description does.
+    """
+
+    url: str = field(repr=False)
+    """PostgreSQL URL or DSN."""
+    table_parts: Sequence[str]
+    """``["key_value"]`` or ``["schema", "key_value"]``; stored as a tuple."""
+    lock_key: str
+    """Logical lock name, shared by every process that must not run together."""
+    owner: str
+    """This holder's token, written to the row's ``value`` column (e.g. ``host:pid``)."""
+    next_run_time: datetime | None = None
+    """When the schedule slot ends (timezone-aware). Computed from ``schedule`` and the
+    database clock when left out."""
+    run_ttl_seconds: float | None = None
+    """Lease time-to-live: the row expires this long after the last renewal."""
+    lease_interval_seconds: float | None = None
+    """Heartbeat cadence of the lease renewer; at most the TTL."""
+    schedule: str | None = None
+    """Cron expression of the job; used for ``next_run_time`` when that is not given."""
+    jitter_max_seconds: float = 0.0
+    """Sleep a random time in ``[0, jitter_max_seconds]`` before acquiring."""
+    lease_loss_policy: LeaseLossPolicy = LeaseLossPolicy.TERMINATE
+    """``TERMINATE`` (default) or ``CONTINUE``."""
+    connect_timeout_seconds: float = 10.0
+    """Give up connecting after this long (unless the URL sets ``connect_timeout``)."""
+
+    def __post_init__(self) -> None:
+        parse_dsn(self.url)
+        _set(self, "table_parts", config.check_table_parts(self.table_parts))
+        config.check_text("lock_key", self.lock_key)
+        config.check_text("owner", self.owner)
+        if self.next_run_time is not None:
+            if not isinstance(self.next_run_time, datetime):
+                raise ConfigurationError(
+                    f"next_run_time must be a datetime, got {self.next_run_time!r}"
+                )
+            if self.next_run_time.tzinfo is None or self.next_run_time.utcoffset() is None:
+                raise ConfigurationError(
+                    "next_run_time must be timezone-aware (e.g. datetime.now(timezone.utc)); "
+                    f"got naive {self.next_run_time.isoformat()}"
+                )
+        if self.run_ttl_seconds is not None:
+            ttl = config.positive_seconds("run_ttl_seconds", self.run_ttl_seconds)
+            _set(self, "run_ttl_seconds", ttl)
+        if self.lease_interval_seconds is not None:
+            interval = config.positive_seconds(
+                "lease_interval_seconds", self.lease_interval_seconds
+            )
+            _set(self, "lease_interval_seconds", interval)
+            if self.run_ttl_seconds is not None:
+                config.check_interval(
+                    self.run_ttl_seconds, interval, interval_name="lease_interval_seconds"
+                )
+        if self.schedule is not None:
+            from dislock.core.cron import check_cron
+
+            _set(self, "schedule", check_cron(self.schedule))
+        _set(
+            self,
+            "jitter_max_seconds",
+            config.non_negative_seconds("jitter_max_seconds", self.jitter_max_seconds),
+        )
+        _set(self, "lease_loss_policy", LeaseLossPolicy.parse(self.lease_loss_policy))
+        _set(
+            self,
+            "connect_timeout_seconds",
+            config.positive_seconds("connect_timeout_seconds", self.connect_timeout_seconds),
+        )
+
+    def __repr__(self) -> str:
+        fields = ", ".join(
+            f"{name}={getattr(self, name)!r}"
+            for name in (
+                "table_parts",
+                "lock_key",
+                "owner",
+                "next_run_time",
+                "run_ttl_seconds",
+                "lease_interval_seconds",
+                "schedule",
+                "jitter_max_seconds",
+                "lease_loss_policy",
+            )
+        )
+        return f"LockContext(url={redact_dsn(self.url)!r}, {fields})"
+
+    __str__ = __repr__
+
+
+def _set(context: LockContext, name: str, value: object) -> None:
+    # Normalising a field of a frozen dataclass during __post_init__.
+    object.__setattr__(context, name, value)

@@ -1,0 +1,80 @@
+"""Database URLs: connection keyword arguments, and a display form without secrets.
+
+A DSN may carry a password in its userinfo, in ``password=`` or in a query
+parameter.  Nothing here ever returns it; error text from parsing is replaced
+too, because libpq's parse errors quote the offending string verbatim.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from psycopg.conninfo import conninfo_to_dict
+
+from dislock.core.errors import ConfigurationError
+
+_SHOWN_KEYS = ("user", "host", "port", "dbname")
+APPLICATION_NAME = "dislock"
+
+
+def parse_dsn(url: str) -> dict[str, Any]:
+    """Split a URL or ``key=value`` DSN into its parameters.
+
+    Raises ConfigurationError with a message that never repeats the input.
+    """
+    if not isinstance(url, str) or not url.strip():
+        raise ConfigurationError("database URL is empty")
+    try:
+        return conninfo_to_dict(url)
+    except Exception:
+        raise ConfigurationError(
+            "database URL cannot be parsed (contents not shown: they may hold a password)"
+        ) from None
+
+
+def redact_dsn(url: str) -> str:
+    """A human-readable description of ``url`` that contains no secret."""
+    try:
+        params = parse_dsn(url)
+    except ConfigurationError:
+        return "<unparseable database URL>"
+    shown = [f"{key}={params[key]}" for key in _SHOWN_KEYS if params.get(key)]
+    if params.get("password"):
+        shown.append("password=***")
+    return " ".join(shown) if shown else "<default libpq connection>"
+
+
+def secrets_in(url: str) -> list[str]:
+    """The secret strings ``url`` carries, for scrubbing them out of error text."""
+    try:
+        params = parse_dsn(url)
+    except ConfigurationError:
+        # Unparseable: the whole string may be a secret.
+        return [url] if url else []
+    found = [str(params[key]) for key in ("password", "sslpassword") if params.get(key)]
+    return [secret for secret in found if secret]
+
+
+def scrub(text: str, url: str) -> str:
+    """``text`` with every secret of ``url`` replaced by ``***``."""
+    for secret in sorted(secrets_in(url), key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
+
+
+def connection_kwargs(url: str, connect_timeout_seconds: float) -> dict[str, Any]:
+    """Keyword arguments for ``psycopg.[Async]Connection.connect``.
+
+    Autocommit keeps each lock operation in its own transaction, so ``NOW()`` is
+    the time of that statement; ``prepare_threshold=None`` keeps psycopg from
+    preparing statements, which PgBouncer in transaction pooling cannot route.
+    A timeout or application name already in the URL wins over our defaults.
+    """
+    params = parse_dsn(url)
+    kwargs: dict[str, Any] = {"autocommit": True, "prepare_threshold": None}
+    if "connect_timeout" not in params:
+        kwargs["connect_timeout"] = max(1, math.ceil(connect_timeout_seconds))
+    if "application_name" not in params:
+        kwargs["application_name"] = APPLICATION_NAME
+    return kwargs

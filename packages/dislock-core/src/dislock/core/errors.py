@@ -1,0 +1,28 @@
+"""The exception hierarchy every dislock distribution raises."""
+
+from __future__ import annotations
+
+
+class DislockError(Exception):
+    """Base class of every error dislock raises on purpose."""
+
+
+class ConfigurationError(DislockError, ValueError):
+    """A lock was configured with a missing, malformed or contradictory value.
+
+    It is also a ``ValueError`` so that callers validating input the usual way
+    catch it too.
+    """
+
+
+class LockNotAcquiredError(DislockError):
+    """Another owner holds the lock: the schedule slot or the lease is taken."""
+
+
+class LeaseLostError(DislockError):
+    """The lease stopped being held while the guarded block was running.
+
+    Raised on leaving a ``LeaseLock`` under ``LeaseLossPolicy.TERMINATE`` when
+    the block itself finished without an exception, so that work done on a lost
+    lease never looks like a clean success.
+    """

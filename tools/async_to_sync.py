@@ -41,10 +41,10 @@ DROPPED = {"async", "await"}
 
 
 def header(source: Path) -> str:
-    relative = source.relative_to(ROOT).as_posix()
+    relative = source.relative_to(SOURCE_DIR.parent.parent).as_posix()
     return (
-        f"# GENERATED from {relative} by tools/async_to_sync.py: do not edit.\n"
-        "# Change the asyncio source and run `hatch run generate`.\n"
+        f"# GENERATED from dislock-aio's {relative} by tools/async_to_sync.py: do not edit.\n"
+        "# Change the asyncio source, then run `hatch run generate`.\n"
     )
 
 
@@ -56,7 +56,7 @@ def unasync(text: str) -> str:
     for token in tokenize.generate_tokens(io.StringIO(text).readline):
         if token.type != tokenize.NAME:
             continue
-        (row, col), (end_row, end_col) = token.start, token.end
+        (row, col), (_, end_col) = token.start, token.end
         if token.string in DROPPED:
             line = lines[row - 1]
             # Take the keyword's trailing space with it.
@@ -87,7 +87,8 @@ def ruff(args: list[str], text: str, filename: Path) -> str:
 
 def ruff_format(text: str, filename: Path) -> str:
     # Renames can unsort imports and dropped keywords can shorten lines.
-    sorted_imports = ruff(["check", "--select", "I", "--fix", "--quiet", "--exit-zero"], text, filename)
+    isort = ["check", "--select", "I", "--fix", "--quiet", "--exit-zero"]
+    sorted_imports = ruff(isort, text, filename)
     return ruff(["format"], sorted_imports, filename)
 
 

@@ -161,9 +161,7 @@ class AioDriver(Driver):
     def run_with_locks(
         self, argv: Sequence[str], context: LockContext, strategies: Sequence[str]
     ) -> int:
-        return self.call(
-            dislock.aio.run_with_locks(argv, context=context, strategies=strategies)
-        )
+        return self.call(dislock.aio.run_with_locks(argv, context=context, strategies=strategies))
 
     def close(self) -> None:
         self._loop.call_soon_threadsafe(self._loop.stop)

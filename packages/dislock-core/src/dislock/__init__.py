@@ -16,15 +16,15 @@ from pkgutil import extend_path
 
 __path__ = extend_path(__path__, __name__)
 
-from importlib import import_module  # noqa: E402
-from typing import TYPE_CHECKING, Any  # noqa: E402
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
-from dislock.core.context import (  # noqa: E402
+from dislock.core.context import (
     LEASE_LOST_EXIT_CODE,
     LeaseLossPolicy,
     LockContext,
 )
-from dislock.core.errors import (  # noqa: E402
+from dislock.core.errors import (
     ConfigurationError,
     DislockError,
     LeaseLostError,

@@ -8,6 +8,7 @@ package into the sync ones by dropping ``async``/``await``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -42,10 +43,8 @@ async def stop_worker(worker: Worker, timeout: float) -> bool:
         await asyncio.wait_for(asyncio.shield(worker), timeout)
     except asyncio.TimeoutError:
         worker.cancel()
-        try:
+        with contextlib.suppress(asyncio.CancelledError):
             await worker
-        except asyncio.CancelledError:
-            pass
         return False
     except asyncio.CancelledError:
         # We are being cancelled ourselves: never leave the worker behind.

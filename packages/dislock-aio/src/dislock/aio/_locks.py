@@ -15,13 +15,12 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from time import monotonic
 from types import TracebackType
-from typing import Union
 
 from psycopg import AsyncConnection
 from psycopg.rows import TupleRow
 
 from dislock.core import sql
-from dislock.core.config import LEASE, SCHEDULE, normalize_strategies
+from dislock.core.config import SCHEDULE, normalize_strategies
 from dislock.core.context import LeaseLossPolicy, LockContext
 from dislock.core.cron import next_boundary
 from dislock.core.dsn import connection_kwargs
@@ -163,9 +162,7 @@ class LeaseLock:
                 sent_at = monotonic()
                 try:
                     cursor = await conn.execute(statement, params)
-                    held = clock.renewed(
-                        sent_at=sent_at, now=monotonic(), rows=cursor.rowcount
-                    )
+                    held = clock.renewed(sent_at=sent_at, now=monotonic(), rows=cursor.rowcount)
                 except Exception as exc:
                     held = clock.failed(exc)
                 if not held:
@@ -219,7 +216,7 @@ class LeaseLock:
             )
 
 
-Lock = Union[ScheduleLock, LeaseLock]
+Lock = ScheduleLock | LeaseLock
 
 
 @dataclass(frozen=True)
@@ -240,8 +237,10 @@ class LockSession:
 
 def build_locks(context: LockContext, strategies: str | Iterable[str]) -> list[Lock]:
     """The locks for ``strategies``, in acquisition order (schedule first)."""
-    factories = {SCHEDULE: ScheduleLock, LEASE: LeaseLock}
-    return [factories[name](context) for name in normalize_strategies(strategies)]
+    return [
+        ScheduleLock(context) if name == SCHEDULE else LeaseLock(context)
+        for name in normalize_strategies(strategies)
+    ]
 
 
 @asynccontextmanager

@@ -14,6 +14,7 @@ exited.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import logging
@@ -56,10 +57,8 @@ def _parent_death_signal() -> Callable[[], None] | None:
 
 def signal_group(pgid: int, signum: int) -> None:
     """Signal a process group that may already be gone."""
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signum)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 async def stop_group(child: Child, grace: float = KILL_GRACE) -> int:

@@ -77,7 +77,8 @@ def _finite_number(name: str, value: object) -> float:
 
 def derive_lease_interval(ttl_seconds: float) -> float:
     """The default heartbeat: 30 % of the TTL, kept between 1 s and 10 s."""
-    return min(max(ttl_seconds * DERIVED_INTERVAL_RATIO, MIN_DERIVED_INTERVAL), MAX_DERIVED_INTERVAL)
+    interval = ttl_seconds * DERIVED_INTERVAL_RATIO
+    return min(max(interval, MIN_DERIVED_INTERVAL), MAX_DERIVED_INTERVAL)
 
 
 def check_interval(ttl_seconds: float, interval_seconds: float, *, interval_name: str) -> None:

@@ -1,5 +1,5 @@
-# GENERATED from packages/dislock-aio/src/dislock/aio/_locks.py by tools/async_to_sync.py: do not edit.
-# Change the asyncio source and run `hatch run generate`.
+# GENERATED from dislock-aio's dislock/aio/_locks.py by tools/async_to_sync.py: do not edit.
+# Change the asyncio source, then run `hatch run generate`.
 """Schedule and lease locks as context managers, and ``acquire_locks``.
 
 The asyncio module ``dislock/aio/_locks.py`` is the hand-written source; the sync
@@ -17,13 +17,12 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from time import monotonic
 from types import TracebackType
-from typing import Union
 
 from psycopg import Connection
 from psycopg.rows import TupleRow
 
 from dislock.core import sql
-from dislock.core.config import LEASE, SCHEDULE, normalize_strategies
+from dislock.core.config import SCHEDULE, normalize_strategies
 from dislock.core.context import LeaseLossPolicy, LockContext
 from dislock.core.cron import next_boundary
 from dislock.core.dsn import connection_kwargs
@@ -219,7 +218,7 @@ class LeaseLock:
             )
 
 
-Lock = Union[ScheduleLock, LeaseLock]
+Lock = ScheduleLock | LeaseLock
 
 
 @dataclass(frozen=True)
@@ -240,8 +239,10 @@ class LockSession:
 
 def build_locks(context: LockContext, strategies: str | Iterable[str]) -> list[Lock]:
     """The locks for ``strategies``, in acquisition order (schedule first)."""
-    factories = {SCHEDULE: ScheduleLock, LEASE: LeaseLock}
-    return [factories[name](context) for name in normalize_strategies(strategies)]
+    return [
+        ScheduleLock(context) if name == SCHEDULE else LeaseLock(context)
+        for name in normalize_strategies(strategies)
+    ]
 
 
 @contextmanager

@@ -1,5 +1,5 @@
-# GENERATED from packages/dislock-aio/src/dislock/aio/_supervisor.py by tools/async_to_sync.py: do not edit.
-# Change the asyncio source and run `hatch run generate`.
+# GENERATED from dislock-aio's dislock/aio/_supervisor.py by tools/async_to_sync.py: do not edit.
+# Change the asyncio source, then run `hatch run generate`.
 """``run_with_locks``: run a command under locks, as a supervisor.
 
 The asyncio module ``dislock/aio/_supervisor.py`` is the hand-written source; the
@@ -16,6 +16,7 @@ exited.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import logging
@@ -58,10 +59,8 @@ def _parent_death_signal() -> Callable[[], None] | None:
 
 def signal_group(pgid: int, signum: int) -> None:
     """Signal a process group that may already be gone."""
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signum)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def stop_group(child: Child, grace: float = KILL_GRACE) -> int:

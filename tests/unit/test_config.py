@@ -1,0 +1,140 @@
+"""Configuration rules of dislock-core, without a database."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+
+from dislock import ConfigurationError, LeaseLossPolicy, LockContext
+from dislock.core.config import derive_lease_interval, normalize_strategies, parse_table
+
+URL = "postgresql://app:s3cr3t-pw@db.example:5432/app"
+
+
+def context(**overrides: Any) -> LockContext:
+    fields: dict[str, Any] = {
+        "url": URL,
+        "table_parts": ["key_value"],
+        "lock_key": "job",
+        "owner": "host:1",
+    }
+    fields.update(overrides)
+    return LockContext(**fields)
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        ("schedule", ("schedule",)),
+        ("lease", ("lease",)),
+        ("lease,schedule", ("schedule", "lease")),
+        (" Schedule , LEASE ", ("schedule", "lease")),
+        (("lease", "schedule", "lease"), ("schedule", "lease")),
+        (["lease"], ("lease",)),
+    ],
+)
+def test_normalize_strategies_puts_schedule_before_lease(given: Any, expected: Any) -> None:
+    assert normalize_strategies(given) == expected
+
+
+@pytest.mark.parametrize("given", ["", ",", "leases", "schedule,mutex", [], [3]])
+def test_normalize_strategies_rejects_unknown_and_empty(given: Any) -> None:
+    with pytest.raises(ConfigurationError):
+        normalize_strategies(given)
+
+
+@pytest.mark.parametrize(
+    ("ttl", "interval"), [(1.0, 1.0), (2.0, 1.0), (10.0, 3.0), (60.0, 10.0), (600.0, 10.0)]
+)
+def test_derived_interval_is_30_percent_clamped_to_1_and_10_seconds(
+    ttl: float, interval: float
+) -> None:
+    assert derive_lease_interval(ttl) == pytest.approx(interval)
+
+
+@pytest.mark.parametrize(
+    ("value", "parts"),
+    [("key_value", ("key_value",)), ("ops.locks", ("ops", "locks")), (" Locks ", ("Locks",))],
+)
+def test_parse_table(value: str, parts: tuple[str, ...]) -> None:
+    assert parse_table(value) == parts
+
+
+@pytest.mark.parametrize("value", ["", "a.b.c", "a.", ".b", "x" * 64])
+def test_parse_table_rejects(value: str) -> None:
+    with pytest.raises(ConfigurationError):
+        parse_table(value)
+
+
+def test_context_is_frozen_and_stores_table_parts_as_tuple() -> None:
+    ctx = context(table_parts=["public", "key_value"])
+    assert ctx.table_parts == ("public", "key_value")
+    with pytest.raises(AttributeError):
+        ctx.lock_key = "other"  # type: ignore[misc]
+
+
+def test_context_repr_and_str_never_show_the_password() -> None:
+    ctx = context()
+    for text in (repr(ctx), str(ctx)):
+        assert "s3cr3t-pw" not in text
+        assert "db.example" in text
+        assert "password=***" in text
+
+
+def test_context_with_unparseable_url_does_not_echo_it() -> None:
+    with pytest.raises(ConfigurationError) as raised:
+        context(url="postgresql//app:s3cr3t-pw@db")
+    assert "s3cr3t-pw" not in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"lock_key": ""}, "lock_key"),
+        ({"owner": "  "}, "owner"),
+        ({"table_parts": []}, "table_parts"),
+        ({"table_parts": "key_value"}, "table_parts"),
+        ({"table_parts": ["a", "b", "c"]}, "table_parts"),
+        ({"table_parts": ["bad\x00name"]}, "NUL"),
+        ({"run_ttl_seconds": 0}, "run_ttl_seconds"),
+        ({"run_ttl_seconds": -5}, "run_ttl_seconds"),
+        ({"run_ttl_seconds": math.nan}, "run_ttl_seconds"),
+        ({"run_ttl_seconds": "soon"}, "run_ttl_seconds"),
+        ({"run_ttl_seconds": True}, "run_ttl_seconds"),
+        ({"lease_interval_seconds": 0}, "lease_interval_seconds"),
+        ({"run_ttl_seconds": 5, "lease_interval_seconds": 6}, "must not exceed"),
+        ({"jitter_max_seconds": -1}, "jitter_max_seconds"),
+        ({"jitter_max_seconds": math.inf}, "jitter_max_seconds"),
+        ({"lease_loss_policy": "ignore"}, "lease_loss_policy"),
+        ({"schedule": "every day"}, "cron"),
+        ({"next_run_time": datetime(2030, 1, 1)}, "timezone-aware"),
+        ({"next_run_time": "2030-01-01"}, "next_run_time"),
+        ({"connect_timeout_seconds": 0}, "connect_timeout_seconds"),
+    ],
+)
+def test_context_rejects_bad_values_with_a_message_naming_them(
+    overrides: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        context(**overrides)
+
+
+def test_configuration_error_is_a_value_error() -> None:
+    with pytest.raises(ValueError, match="lock_key"):
+        context(lock_key="")
+
+
+def test_context_normalises_numbers_and_policy() -> None:
+    ctx = context(
+        run_ttl_seconds=60,
+        lease_interval_seconds="10",
+        jitter_max_seconds=0,
+        lease_loss_policy="CONTINUE",
+        next_run_time=datetime(2030, 1, 1, tzinfo=timezone(timedelta(hours=2))),
+    )
+    assert ctx.run_ttl_seconds == 60.0 and isinstance(ctx.run_ttl_seconds, float)
+    assert ctx.lease_interval_seconds == 10.0
+    assert ctx.lease_loss_policy is LeaseLossPolicy.CONTINUE

@@ -1,0 +1,121 @@
+"""Cron slots, the lease clock and the wrapper's decisions, without a database."""
+
+from __future__ import annotations
+
+import random
+import re
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from dislock import ConfigurationError, LeaseLossPolicy
+from dislock.core.cron import check_cron, next_boundary
+from dislock.core.lease import LeaseClock, LeaseSettings, raises_on_exit
+from dislock.core.supervision import check_command, default_owner, exit_status, jitter_delay
+
+UTC = timezone.utc
+SETTINGS = LeaseSettings(ttl=10.0, interval=3.0, policy=LeaseLossPolicy.TERMINATE)
+
+
+def test_next_boundary_is_strictly_after_now() -> None:
+    on_boundary = datetime(2030, 1, 1, 3, 0, tzinfo=UTC)
+    assert next_boundary("0 3 * * *", on_boundary) == datetime(2030, 1, 2, 3, 0, tzinfo=UTC)
+    just_before = on_boundary - timedelta(microseconds=1)
+    assert next_boundary("0 3 * * *", just_before) == on_boundary
+
+
+def test_next_boundary_ignores_the_session_time_zone() -> None:
+    instant = datetime(2030, 6, 1, 12, 7, 30, tzinfo=UTC)
+    plus14 = instant.astimezone(timezone(timedelta(hours=14)))
+    minus12 = instant.astimezone(timezone(timedelta(hours=-12)))
+    expected = datetime(2030, 6, 1, 12, 15, tzinfo=UTC)
+    for now in (instant, plus14, minus12):
+        assert next_boundary("*/15 * * * *", now) == expected
+
+
+def test_seconds_field_cron() -> None:
+    now = datetime(2030, 1, 1, 0, 0, 1, 500000, tzinfo=UTC)
+    assert next_boundary("* * * * * */2", now) == datetime(2030, 1, 1, 0, 0, 2, tzinfo=UTC)
+
+
+@pytest.mark.parametrize("expression", ["", "* * *", "61 * * * *", "every minute", None])
+def test_bad_cron_is_a_configuration_error(expression: object) -> None:
+    with pytest.raises(ConfigurationError):
+        check_cron(expression)
+
+
+def test_lease_clock_renewal_moves_the_deadline_from_the_send_time() -> None:
+    clock = LeaseClock(SETTINGS, acquired_at=100.0)
+    assert clock.deadline == 110.0
+    assert clock.delay_until_renewal(101.0) == pytest.approx(2.0)
+    assert clock.renewed(sent_at=103.0, now=103.2, rows=1)
+    assert clock.deadline == 113.0
+    assert clock.next_renewal == 106.0
+    assert not clock.lost
+
+
+def test_lease_clock_loses_on_zero_rows() -> None:
+    clock = LeaseClock(SETTINGS, acquired_at=100.0)
+    assert not clock.renewed(sent_at=103.0, now=103.1, rows=0)
+    assert clock.lost and "no longer ours" in (clock.lost_reason or "")
+
+
+def test_lease_clock_loses_on_a_renewal_returning_after_the_deadline() -> None:
+    clock = LeaseClock(SETTINGS, acquired_at=100.0)
+    assert not clock.renewed(sent_at=103.0, now=110.5, rows=1)
+    assert clock.lost and "after the local deadline" in (clock.lost_reason or "")
+    assert clock.deadline == 110.0  # a late success does not extend anything
+
+
+def test_lease_clock_loses_on_error_and_on_expiry() -> None:
+    clock = LeaseClock(SETTINGS, acquired_at=100.0)
+    assert not clock.failed(OSError("connection reset"))
+    assert "connection reset" in (clock.lost_reason or "")
+
+    idle = LeaseClock(SETTINGS, acquired_at=100.0)
+    assert not idle.expired(109.9)
+    assert idle.expired(110.0)
+    # The first reason is kept.
+    idle.failed(OSError("later"))
+    assert "deadline" in (idle.lost_reason or "")
+
+
+@pytest.mark.parametrize(
+    ("policy", "lost", "block_failed", "raises"),
+    [
+        (LeaseLossPolicy.TERMINATE, True, False, True),
+        (LeaseLossPolicy.TERMINATE, True, True, False),
+        (LeaseLossPolicy.TERMINATE, False, False, False),
+        (LeaseLossPolicy.CONTINUE, True, False, False),
+    ],
+)
+def test_lease_lost_error_only_when_terminating_after_a_clean_block(
+    policy: LeaseLossPolicy, lost: bool, block_failed: bool, raises: bool
+) -> None:
+    assert raises_on_exit(policy, lost=lost, block_failed=block_failed) is raises
+
+
+def test_exit_status_maps_signals_like_a_shell() -> None:
+    assert exit_status(0) == 0
+    assert exit_status(3) == 3
+    assert exit_status(-15) == 143
+
+
+def test_jitter_delay_stays_in_range() -> None:
+    rng = random.Random(7)
+    delays = [jitter_delay(2.0, rng) for _ in range(500)]
+    assert all(0.0 <= d <= 2.0 for d in delays)
+    assert max(delays) > 1.5 and min(delays) < 0.5
+    assert jitter_delay(0.0) == 0.0
+
+
+def test_default_owner_is_host_pid_and_unique() -> None:
+    first, second = default_owner(), default_owner()
+    assert re.fullmatch(r".+:\d+:[0-9a-f]{8}", first)
+    assert first != second
+
+
+@pytest.mark.parametrize("command", [[], "echo hi", None])
+def test_check_command_rejects_non_lists(command: object) -> None:
+    with pytest.raises(ConfigurationError):
+        check_command(command)  # type: ignore[arg-type]

@@ -1,0 +1,71 @@
+"""DSN handling and SQL composition, without a database."""
+
+from __future__ import annotations
+
+import pytest
+
+from dislock.core.dsn import connection_kwargs, redact_dsn, scrub
+from dislock.core.sql import create_table_sql, lease_key, schedule_key, statements
+
+SECRET = "pa55:w@rd"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://app:pa55%3Aw%40rd@db:5432/app",
+        f"host=db user=app password='{SECRET}' dbname=app",
+        "postgresql://app@db/app?password=pa55%3Aw%40rd",
+    ],
+)
+def test_redacted_dsn_and_scrubbed_text_hold_no_password(url: str) -> None:
+    assert SECRET not in redact_dsn(url)
+    assert "host=db" in redact_dsn(url)
+    assert scrub(f"failed: {SECRET} and again {SECRET}", url) == "failed: *** and again ***"
+
+
+def test_unparseable_dsn_is_never_shown() -> None:
+    assert redact_dsn("postgresql//x:secret@h") == "<unparseable database URL>"
+    assert "secret" not in scrub("bad dsn postgresql//x:secret@h", "postgresql//x:secret@h")
+
+
+def test_connection_kwargs_disable_prepares_and_autocommit() -> None:
+    kwargs = connection_kwargs("postgresql://db/app", 2.5)
+    assert kwargs == {
+        "autocommit": True,
+        "prepare_threshold": None,
+        "connect_timeout": 3,
+        "application_name": "dislock",
+    }
+
+
+def test_connection_kwargs_leave_url_settings_alone() -> None:
+    kwargs = connection_kwargs("postgresql://db/app?connect_timeout=30&application_name=x", 2)
+    assert "connect_timeout" not in kwargs
+    assert "application_name" not in kwargs
+
+
+def test_keys_are_prefixed_by_mode() -> None:
+    assert schedule_key("daily-report") == "cronjob-lock:schedule:daily-report"
+    assert lease_key("importer") == "cronjob-lock:lease:importer"
+
+
+def test_table_names_are_quoted_identifiers() -> None:
+    hostile = 'kv"; DROP TABLE users; --'
+    text = statements(("ops", hostile)).renew.as_string(None)
+    assert '"ops"."kv""; DROP TABLE users; --"' in text
+    assert create_table_sql(("key_value",)).startswith('CREATE TABLE IF NOT EXISTS "key_value"')
+
+
+def test_acquire_is_one_conditional_upsert() -> None:
+    text = statements(("key_value",)).acquire_for.as_string(None)
+    assert text.lstrip().startswith("INSERT INTO")
+    assert "ON CONFLICT (key) DO UPDATE" in text
+    assert "WHERE held.expire_at <= NOW()" in text
+    assert "SELECT" not in text
+
+
+def test_renewal_and_release_are_guarded_by_owner() -> None:
+    stmts = statements(("key_value",))
+    for statement in (stmts.renew, stmts.release):
+        assert "value = %(owner)s" in statement.as_string(None)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable, Iterator
 from typing import Any
 
 Event = asyncio.Event
@@ -73,3 +73,24 @@ class Child:
             return await asyncio.wait_for(self._process.wait(), timeout)
         except asyncio.TimeoutError:
             return None
+
+
+@contextlib.contextmanager
+def handling_signals(signals: Iterable[int], handler: Callable[[int], None]) -> Iterator[None]:
+    """Call ``handler(signum)`` for each of ``signals`` while the block runs.
+
+    Only a loop in the main thread can handle signals; elsewhere this does nothing.
+    """
+    loop = asyncio.get_running_loop()
+    installed: list[int] = []
+    for signum in signals:
+        try:
+            loop.add_signal_handler(signum, handler, signum)
+        except (RuntimeError, ValueError, NotImplementedError):
+            continue
+        installed.append(signum)
+    try:
+        yield
+    finally:
+        for signum in installed:
+            loop.remove_signal_handler(signum)

@@ -6,10 +6,13 @@ modules generated from the asyncio ones run unchanged here.
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from types import FrameType
 
 Event = threading.Event
 Worker = threading.Thread
@@ -55,3 +58,24 @@ class Child:
             return self._process.wait(timeout)
         except subprocess.TimeoutExpired:
             return None
+
+
+@contextlib.contextmanager
+def handling_signals(signals: Iterable[int], handler: Callable[[int], None]) -> Iterator[None]:
+    """Call ``handler(signum)`` for each of ``signals`` while the block runs.
+
+    Python runs signal handlers in the main thread only; elsewhere this does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        handler(signum)
+
+    previous = {signum: signal.signal(signum, on_signal) for signum in signals}
+    try:
+        yield
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old)

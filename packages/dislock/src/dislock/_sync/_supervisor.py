@@ -30,8 +30,8 @@ from dislock.core.context import LEASE_LOST_EXIT_CODE, LeaseLossPolicy, LockCont
 from dislock.core.errors import LeaseLostError
 from dislock.core.supervision import KILL_GRACE, POLL_INTERVAL, check_command, exit_status
 
-from ._compat import Child
-from ._locks import LockSession, acquire_locks
+from ._compat import Child, handling_signals
+from ._locks import LeaseLock, LockSession, acquire_locks
 
 logger = logging.getLogger("dislock")
 
@@ -76,26 +76,23 @@ def stop_group(child: Child, grace: float = KILL_GRACE) -> int:
     return code
 
 
-def supervise(argv: Sequence[str], session: LockSession, policy: LeaseLossPolicy) -> int:
+def supervise(
+    argv: Sequence[str],
+    session: LockSession,
+    policy: LeaseLossPolicy,
+    forward_signals: Iterable[int] = (),
+) -> int:
     """Run ``argv`` while ``session``'s locks are held; its exit status, or 75."""
     child = Child.start(list(argv), _parent_death_signal())
     lease = session.lease
+
+    def forward(signum: int) -> None:
+        logger.info("forwarding signal %d to process group %d", signum, child.pid)
+        signal_group(child.pid, signum)
+
     try:
-        while True:
-            code = child.wait(POLL_INTERVAL)
-            if code is not None:
-                return exit_status(code)
-            if lease is not None and lease.is_lost():
-                if policy is LeaseLossPolicy.TERMINATE:
-                    logger.error(
-                        "lease lost; terminating %s (pid %d, SIGKILL after %g s)",
-                        argv[0],
-                        child.pid,
-                        KILL_GRACE,
-                    )
-                    stop_group(child)
-                    return LEASE_LOST_EXIT_CODE
-                lease = None  # CONTINUE: the lock logged the loss; stop checking
+        with handling_signals(forward_signals, forward):
+            return _watch(child, argv, lease, policy)
     except BaseException:
         # Interrupted (KeyboardInterrupt, cancellation): never leave the command
         # running after its locks are released.
@@ -103,11 +100,32 @@ def supervise(argv: Sequence[str], session: LockSession, policy: LeaseLossPolicy
         raise
 
 
+def _watch(
+    child: Child, argv: Sequence[str], lease: LeaseLock | None, policy: LeaseLossPolicy
+) -> int:
+    while True:
+        code = child.wait(POLL_INTERVAL)
+        if code is not None:
+            return exit_status(code)
+        if lease is not None and lease.is_lost():
+            if policy is LeaseLossPolicy.TERMINATE:
+                logger.error(
+                    "lease lost; terminating %s (pid %d, SIGKILL after %g s)",
+                    argv[0],
+                    child.pid,
+                    KILL_GRACE,
+                )
+                stop_group(child)
+                return LEASE_LOST_EXIT_CODE
+            lease = None  # CONTINUE: the lock logged the loss; stop checking
+
+
 def run_with_locks(
     command: Sequence[str],
     *,
     context: LockContext,
     strategies: str | Iterable[str] = (SCHEDULE,),
+    forward_signals: Iterable[int] = (),
 ) -> int:
     """Acquire the locks, run ``command`` and return its exit status.
 
@@ -115,11 +133,16 @@ def run_with_locks(
     ``LEASE_LOST_EXIT_CODE`` (75) when the lease was lost under ``TERMINATE``.
     Raises ``LockNotAcquiredError`` when another owner holds a lock, without
     running the command.
+
+    ``forward_signals`` (e.g. ``dislock.core.supervision.FORWARDED_SIGNALS``) are
+    caught while the command runs and passed on to its process group, so that
+    the locks are released only once it has exited; this needs the main thread.
     """
     argv = check_command(command)
+    signals = tuple(forward_signals)
     try:
         with acquire_locks(context, strategies) as session:
-            return supervise(argv, session, context.lease_loss_policy)
+            return supervise(argv, session, context.lease_loss_policy, signals)
     except LeaseLostError as exc:
         logger.error("%s", exc)
         return LEASE_LOST_EXIT_CODE

@@ -1,0 +1,107 @@
+"""The ``dislock`` command: run a command under a PostgreSQL lock, from a crontab.
+
+    dislock URL_VARIABLE command [args...]
+
+Exit codes: the command's own; 0 also when another machine holds the lock; 1 on
+a runtime failure; 2 on bad configuration or usage; 75 when the lease was lost
+and the command was terminated.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Mapping, Sequence
+
+__version__ = "0.2.0"
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+
+USAGE = "usage: dislock URL_VARIABLE command [args...]   (dislock --help for details)"
+
+HELP = f"""\
+{USAGE.split("   ")[0]}
+
+Run COMMAND under a lock kept in PostgreSQL, so that the same crontab entry on
+many machines starts the job once per schedule slot, or runs one copy at a time.
+
+URL_VARIABLE is the NAME of the environment variable holding the database URL
+(e.g. DATABASE_URL), so that the password never appears in `ps` or cron logs.
+
+environment:
+  LOCK_KEY               required   name of the lock shared by every machine
+  LOCK_STRATEGY          schedule   schedule, lease, or schedule,lease
+  CRON_SCHEDULE          -          cron expression; required for schedule
+                                    (5 fields, or 6 with seconds last)
+  LOCK_TABLE             key_value  table, or schema.table
+  RUN_LOCK_TTL_SECONDS   60         lease time-to-live, in seconds
+  LOCK_LEASE_INTERVAL    derived    heartbeat, <= TTL; default 30 % of the TTL
+                                    kept within 1..10 s
+  LOCK_JITTER_SECONDS    0          sleep up to this long before locking
+  LOCK_ON_LEASE_LOSS     terminate  terminate (SIGTERM, SIGKILL after 10 s,
+                                    exit 75) or continue (log only)
+  CRONJOB_LOCK_LOG_LEVEL WARNING    DEBUG, INFO, WARNING, ERROR, CRITICAL
+
+exit status:
+  the command's own (128+n if signal n killed it)
+  0   also when another machine holds the lock (logged at INFO only)
+  1   runtime failure: database unreachable, table missing, ...
+  2   invalid configuration or usage
+  75  the lease was lost and the command was terminated
+
+The command runs in its own process group. TERM, INT, HUP, QUIT, USR1 and USR2
+sent to dislock are passed on to that group, and the lock is released once the
+command has exited. On Linux the command is killed if dislock itself dies.
+
+The lock table:
+  CREATE TABLE key_value (key text PRIMARY KEY, value text NOT NULL,
+                          expire_at timestamptz NOT NULL);
+"""
+
+logger = logging.getLogger("dislock")
+
+
+def _configure_logging(level: int) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("dislock: %(message)s"))
+    logger.handlers[:] = [handler]
+    logger.setLevel(level)
+    logger.propagate = False
+
+
+def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
+    """Entry point of the ``dislock`` console script; returns the exit status."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    env = os.environ if environ is None else environ
+
+    if args and args[0] in ("-h", "--help"):
+        sys.stdout.write(HELP)
+        return EXIT_OK
+    if args and args[0] == "--version":
+        print(f"dislock-cli {__version__}")
+        return EXIT_OK
+
+    # Deferred imports keep `--help` instant; the rest costs psycopg and no more.
+    from dislock.core.env import parse_log_level, read_wrapper_settings
+    from dislock.core.errors import ConfigurationError
+
+    level, level_warning = parse_log_level(env)
+    _configure_logging(level)
+    if level_warning:
+        logger.warning("%s", level_warning)
+
+    if not args:
+        print(f"dislock: error: no database URL variable and no command\n{USAGE}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        settings = read_wrapper_settings(args[0], args[1:], env)
+    except ConfigurationError as exc:
+        print(f"dislock: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+    from dislock.cli._run import run
+
+    return run(settings, debug=level <= logging.DEBUG)

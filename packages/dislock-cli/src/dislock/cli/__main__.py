@@ -1,0 +1,7 @@
+"""``python -m dislock.cli``: the same as the ``dislock`` command."""
+
+import sys
+
+from dislock.cli import main
+
+sys.exit(main())

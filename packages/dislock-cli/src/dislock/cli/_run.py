@@ -1,0 +1,59 @@
+"""One wrapped run: build the lock context, supervise the command, map outcomes to exit codes."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import traceback
+
+import psycopg
+
+from dislock._sync import run_with_locks
+from dislock.core.diagnosis import describe_database_error
+from dislock.core.dsn import scrub
+from dislock.core.env import WrapperSettings
+from dislock.core.errors import ConfigurationError, LockNotAcquiredError
+from dislock.core.supervision import FORWARDED_SIGNALS, default_owner
+
+logger = logging.getLogger("dislock")
+
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+
+
+def run(settings: WrapperSettings, *, debug: bool) -> int:
+    try:
+        context = settings.context(default_owner())
+        return run_with_locks(
+            settings.command,
+            context=context,
+            strategies=settings.strategies,
+            forward_signals=FORWARDED_SIGNALS,
+        )
+    except LockNotAcquiredError as exc:
+        # The expected outcome on every machine but one: quiet unless asked.
+        logger.info("not running %s: %s", settings.command[0], exc)
+        return 0
+    except ConfigurationError as exc:
+        print(f"dislock: error: {scrub(str(exc), settings.url)}", file=sys.stderr)
+        return EXIT_USAGE
+    except psycopg.Error as exc:
+        message = describe_database_error(exc, table_parts=settings.table_parts, url=settings.url)
+        _fail(message, exc, settings.url, debug)
+        return EXIT_FAILURE
+    except FileNotFoundError as exc:
+        _fail(f"cannot run {settings.command[0]!r}: command not found", exc, settings.url, debug)
+        return 127
+    except PermissionError as exc:
+        _fail(f"cannot run {settings.command[0]!r}: permission denied", exc, settings.url, debug)
+        return 126
+    except Exception as exc:
+        _fail(f"{type(exc).__name__}: {exc}", exc, settings.url, debug)
+        return EXIT_FAILURE
+
+
+def _fail(message: str, exc: BaseException, url: str, debug: bool) -> None:
+    print(f"dislock: error: {scrub(message, url)}", file=sys.stderr)
+    if debug:
+        trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        print(scrub(trace, url), file=sys.stderr, end="")

@@ -1,0 +1,47 @@
+"""One-line explanations of database failures, for operators reading cron mail.
+
+Errors are classified by SQLSTATE rather than by exception class so that the
+wording does not depend on the driver's class hierarchy; every message is
+scrubbed of the URL's secrets.
+"""
+
+from __future__ import annotations
+
+from dislock.core.dsn import redact_dsn, scrub
+from dislock.core.sql import create_table_sql
+
+_UNDEFINED_TABLE = "42P01"
+_UNDEFINED_COLUMN = "42703"
+_UNDEFINED_SCHEMA = "3F000"
+_INSUFFICIENT_PRIVILEGE = "42501"
+_READ_ONLY_TRANSACTION = "25006"
+
+
+def describe_database_error(error: BaseException, *, table_parts: tuple[str, ...], url: str) -> str:
+    """What went wrong, what to do about it, in one line and without secrets."""
+    table = ".".join(table_parts)
+    detail = " ".join(str(error).split()) or type(error).__name__
+    sqlstate = getattr(error, "sqlstate", None)
+    if sqlstate in (_UNDEFINED_TABLE, _UNDEFINED_SCHEMA):
+        message = (
+            f"lock table {table} does not exist; create it with: {create_table_sql(table_parts)}"
+        )
+    elif sqlstate == _UNDEFINED_COLUMN:
+        message = (
+            f"lock table {table} lacks a column dislock needs ({detail}); it must have "
+            "key text PRIMARY KEY, value text NOT NULL, expire_at timestamptz NOT NULL"
+        )
+    elif sqlstate == _INSUFFICIENT_PRIVILEGE:
+        message = (
+            f"permission denied on lock table {table} ({detail}); the role needs SELECT, "
+            "INSERT and UPDATE on it"
+        )
+    elif sqlstate == _READ_ONLY_TRANSACTION:
+        message = (
+            f"the database is read-only ({detail}); point the URL at the primary, not a replica"
+        )
+    elif sqlstate is None and type(error).__name__ in ("OperationalError", "ConnectionTimeout"):
+        message = f"cannot connect to the database ({redact_dsn(url)}): {detail}"
+    else:
+        message = f"{type(error).__name__}: {detail}"
+    return scrub(message, url)

@@ -1,0 +1,161 @@
+"""The command-line wrapper's configuration, read from environment variables.
+
+Every variable is checked before anything runs; a bad one raises
+``ConfigurationError`` with one line naming the variable and its value (the
+database URL excepted: it is never shown).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from dislock.core import config
+from dislock.core.context import LeaseLossPolicy, LockContext
+from dislock.core.dsn import parse_dsn
+from dislock.core.errors import ConfigurationError
+from dislock.core.supervision import check_command
+
+DEFAULT_TTL_SECONDS = 60.0
+DEFAULT_TABLE = "key_value"
+DEFAULT_STRATEGY = config.SCHEDULE
+LOG_LEVEL_VARIABLE = "CRONJOB_LOCK_LOG_LEVEL"
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+@dataclass(frozen=True)
+class WrapperSettings:
+    """Everything the wrapper needs, validated."""
+
+    url_variable: str
+    url: str
+    command: tuple[str, ...]
+    lock_key: str
+    strategies: tuple[str, ...]
+    table_parts: tuple[str, ...]
+    schedule: str | None
+    ttl_seconds: float | None
+    interval_seconds: float | None
+    jitter_seconds: float
+    policy: LeaseLossPolicy
+
+    def context(self, owner: str) -> LockContext:
+        return LockContext(
+            url=self.url,
+            table_parts=self.table_parts,
+            lock_key=self.lock_key,
+            owner=owner,
+            schedule=self.schedule,
+            run_ttl_seconds=self.ttl_seconds,
+            lease_interval_seconds=self.interval_seconds,
+            jitter_max_seconds=self.jitter_seconds,
+            lease_loss_policy=self.policy,
+        )
+
+
+def parse_log_level(environ: Mapping[str, str]) -> tuple[int, str | None]:
+    """The logging level, and a warning to log when the variable was unusable."""
+    raw = environ.get(LOG_LEVEL_VARIABLE, "").strip()
+    if not raw:
+        return logging.WARNING, None
+    if raw.upper() in LOG_LEVELS:
+        return logging.getLevelName(raw.upper()), None
+    return logging.WARNING, (
+        f"{LOG_LEVEL_VARIABLE}={raw!r} is not one of {', '.join(LOG_LEVELS)}; using WARNING"
+    )
+
+
+def _variable(environ: Mapping[str, str], name: str) -> str | None:
+    """A variable's value; set-but-blank counts as unset."""
+    value = environ.get(name)
+    return value if value is not None and value.strip() else None
+
+
+def read_wrapper_settings(
+    url_variable: str, command: Sequence[str], environ: Mapping[str, str]
+) -> WrapperSettings:
+    """Validate the wrapper's arguments and environment, in the order users fix them."""
+    if "://" in url_variable or "=" in url_variable:
+        raise ConfigurationError(
+            "the first argument must be the NAME of an environment variable holding the "
+            "database URL (e.g. DATABASE_URL), not the URL itself"
+        )
+    if not url_variable.strip():
+        raise ConfigurationError("the first argument (the database URL variable) is empty")
+    url = _variable(environ, url_variable)
+    if url is None:
+        raise ConfigurationError(f"environment variable {url_variable} is unset or empty")
+    try:
+        parse_dsn(url)
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"{url_variable}: {exc}") from None
+    argv = tuple(check_command(command))
+
+    lock_key = _variable(environ, "LOCK_KEY")
+    if lock_key is None:
+        raise ConfigurationError("LOCK_KEY is unset or empty: name the lock, e.g. LOCK_KEY=nightly")
+
+    raw_strategy = _variable(environ, "LOCK_STRATEGY") or DEFAULT_STRATEGY
+    try:
+        strategies = config.normalize_strategies(raw_strategy)
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"LOCK_STRATEGY={raw_strategy!r}: {exc}") from None
+
+    raw_table = _variable(environ, "LOCK_TABLE") or DEFAULT_TABLE
+    try:
+        table_parts = config.parse_table(raw_table)
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"LOCK_TABLE={raw_table!r}: {exc}") from None
+
+    schedule = None
+    if config.SCHEDULE in strategies:
+        raw_schedule = _variable(environ, "CRON_SCHEDULE")
+        if raw_schedule is None:
+            raise ConfigurationError(
+                "CRON_SCHEDULE is unset or empty, but the schedule strategy needs it "
+                "(e.g. CRON_SCHEDULE='0 3 * * *')"
+            )
+        from dislock.core.cron import check_cron
+
+        schedule = check_cron(raw_schedule, name="CRON_SCHEDULE")
+
+    ttl = interval = None
+    if config.LEASE in strategies:
+        raw_ttl = _variable(environ, "RUN_LOCK_TTL_SECONDS")
+        ttl = (
+            DEFAULT_TTL_SECONDS
+            if raw_ttl is None
+            else config.positive_seconds("RUN_LOCK_TTL_SECONDS", raw_ttl)
+        )
+        raw_interval = _variable(environ, "LOCK_LEASE_INTERVAL")
+        if raw_interval is None:
+            interval = config.derive_lease_interval(ttl)
+            if interval > ttl:
+                raise ConfigurationError(
+                    f"RUN_LOCK_TTL_SECONDS={raw_ttl!r} is shorter than the 1 s minimum "
+                    "heartbeat: set LOCK_LEASE_INTERVAL too"
+                )
+        else:
+            interval = config.positive_seconds("LOCK_LEASE_INTERVAL", raw_interval)
+            config.check_interval(ttl, interval, interval_name="LOCK_LEASE_INTERVAL")
+
+    raw_jitter = environ.get("LOCK_JITTER_SECONDS", "").strip()
+    jitter = config.non_negative_seconds("LOCK_JITTER_SECONDS", raw_jitter) if raw_jitter else 0.0
+
+    raw_policy = _variable(environ, "LOCK_ON_LEASE_LOSS") or LeaseLossPolicy.TERMINATE.value
+    policy = LeaseLossPolicy.parse(raw_policy, name="LOCK_ON_LEASE_LOSS")
+
+    return WrapperSettings(
+        url_variable=url_variable,
+        url=url,
+        command=argv,
+        lock_key=lock_key,
+        strategies=strategies,
+        table_parts=table_parts,
+        schedule=schedule,
+        ttl_seconds=ttl,
+        interval_seconds=interval,
+        jitter_seconds=jitter,
+        policy=policy,
+    )

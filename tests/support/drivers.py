@@ -9,16 +9,31 @@ and "run this command under locks" into its implementation's calls.
 from __future__ import annotations
 
 import asyncio
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
 import threading
 import time
+import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Coroutine, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
+from pathlib import Path
 from typing import Any, TypeVar
 
 import dislock
 import dislock.aio
-from dislock import LockContext
+from dislock import (
+    LEASE_LOST_EXIT_CODE,
+    ConfigurationError,
+    LeaseLossPolicy,
+    LeaseLostError,
+    LockContext,
+    LockNotAcquiredError,
+)
 
 T = TypeVar("T")
 
@@ -49,6 +64,9 @@ class Holding(ABC):
 
 class Driver(ABC):
     name: str
+    features: frozenset[str]
+    """What beyond locks and wrapped commands the implementation offers:
+    ``python-api`` (lock classes, ``next_run_time``, exceptions from a block)."""
 
     @abstractmethod
     def hold(self, context: LockContext, strategies: Sequence[str]) -> Holding:
@@ -63,6 +81,10 @@ class Driver(ABC):
         self, argv: Sequence[str], context: LockContext, strategies: Sequence[str]
     ) -> int:
         """The exit status ``run_with_locks`` returns."""
+
+    def is_owner_token(self, value: str, context: LockContext) -> bool:
+        """Whether a row's ``value`` is the token this driver wrote for ``context``."""
+        return value == context.owner
 
     def close(self) -> None:
         return None
@@ -86,6 +108,7 @@ class _SyncHolding(Holding):
 
 class SyncDriver(Driver):
     name = "sync"
+    features = frozenset({"python-api"})
 
     def hold(self, context: LockContext, strategies: Sequence[str]) -> Holding:
         manager = dislock.acquire_locks(context, strategies)
@@ -128,6 +151,7 @@ class AioDriver(Driver):
     """Runs the asyncio API on an event loop in a background thread."""
 
     name = "aio"
+    features = frozenset({"python-api"})
 
     def __init__(self) -> None:
         self._loop = asyncio.new_event_loop()
@@ -167,3 +191,121 @@ class AioDriver(Driver):
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(5)
         self._loop.close()
+
+
+class _CliHolding(Holding):
+    def __init__(
+        self, process: subprocess.Popen[str], release_file: Path, watches_loss: bool
+    ) -> None:
+        self._process = process
+        self._release_file = release_file
+        self._watches_loss = watches_loss
+
+    def lease_lost_event_set(self) -> bool | None:
+        if not self._watches_loss:
+            return None
+        return self._process.poll() == LEASE_LOST_EXIT_CODE
+
+    def release(self, error: BaseException | None = None) -> None:
+        if error is not None:
+            raise NotImplementedError("a wrapped command has no Python exception to propagate")
+        self._release_file.write_text("0")
+        _, stderr = self._process.communicate(timeout=30)
+        status = self._process.returncode
+        if status == LEASE_LOST_EXIT_CODE:
+            raise LeaseLostError(stderr)
+        if status != 0:
+            raise RuntimeError(f"dislock exited {status}: {stderr}")
+
+
+class CliDriver(Driver):
+    """Runs the ``dislock`` wrapper as a subprocess, configured through its environment."""
+
+    name = "cli"
+    features = frozenset({"wrapper"})
+    url_variable = "DISLOCK_TEST_DATABASE_URL"
+
+    def __init__(self) -> None:
+        self._tmp = Path(tempfile.mkdtemp(prefix="dislock-cli-driver-"))
+
+    @classmethod
+    def command(cls) -> list[str]:
+        return [sys.executable, "-m", "dislock.cli"]
+
+    @classmethod
+    def environment(cls, context: LockContext, strategies: Sequence[str]) -> dict[str, str]:
+        if context.next_run_time is not None:
+            raise NotImplementedError("the CLI computes slots from CRON_SCHEDULE only")
+        env = {
+            **os.environ,
+            cls.url_variable: context.url,
+            "LOCK_KEY": context.lock_key,
+            "LOCK_STRATEGY": ",".join(strategies),
+            "LOCK_TABLE": ".".join(context.table_parts),
+            "LOCK_JITTER_SECONDS": str(context.jitter_max_seconds),
+            "LOCK_ON_LEASE_LOSS": context.lease_loss_policy.value,
+            "CRONJOB_LOCK_LOG_LEVEL": "INFO",
+        }
+        optional = {
+            "CRON_SCHEDULE": context.schedule,
+            "RUN_LOCK_TTL_SECONDS": context.run_ttl_seconds,
+            "LOCK_LEASE_INTERVAL": context.lease_interval_seconds,
+        }
+        env.update({name: str(value) for name, value in optional.items() if value is not None})
+        return env
+
+    def hold(self, context: LockContext, strategies: Sequence[str]) -> Holding:
+        run = self._tmp / uuid.uuid4().hex
+        started, release = run.with_suffix(".started"), run.with_suffix(".release")
+        script = f'touch "{started}"; while [ ! -e "{release}" ]; do sleep 0.02; done'
+        process = subprocess.Popen(
+            [*self.command(), self.url_variable, "sh", "-c", script],
+            env=self.environment(context, strategies),
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        deadline = time.monotonic() + 30
+        while not started.exists():
+            if process.poll() is not None:
+                _, stderr = process.communicate()
+                _raise_for_status(process.returncode, stderr)
+            if time.monotonic() > deadline:
+                process.kill()
+                raise TimeoutError("dislock did not start the command")
+            time.sleep(0.01)
+        watches = "lease" in strategies and context.lease_loss_policy is LeaseLossPolicy.TERMINATE
+        return _CliHolding(process, release, watches)
+
+    def hold_lock(self, kind: str, context: LockContext) -> Holding:
+        raise NotImplementedError("the CLI has no lock classes")
+
+    def is_owner_token(self, value: str, context: LockContext) -> bool:
+        # The wrapper makes its own token: hostname:pid:nonce.
+        return (
+            re.fullmatch(rf"{re.escape(socket.gethostname())}:\d+:[0-9a-f]{{8}}", value) is not None
+        )
+
+    def run_with_locks(
+        self, argv: Sequence[str], context: LockContext, strategies: Sequence[str]
+    ) -> int:
+        result = subprocess.run(
+            [*self.command(), self.url_variable, *argv],
+            env=self.environment(context, strategies),
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        if result.returncode == 0 and "dislock: not running" in result.stderr:
+            raise LockNotAcquiredError(result.stderr)
+        if result.returncode in (1, 2):
+            _raise_for_status(result.returncode, result.stderr)
+        return result.returncode
+
+
+def _raise_for_status(status: int, stderr: str) -> None:
+    if status == 0:
+        raise LockNotAcquiredError(stderr)
+    if status == 2:
+        raise ConfigurationError(stderr)
+    raise RuntimeError(f"dislock exited {status}: {stderr}")

@@ -77,9 +77,7 @@ def statements(table_parts: tuple[str, ...]) -> Statements:
         now=sql.SQL("SELECT NOW()"),
         create_table=sql.SQL(
             "CREATE TABLE IF NOT EXISTS {table} ("
-            " key text PRIMARY KEY,"
-            " value text NOT NULL,"
-            " expire_at timestamptz NOT NULL)"
+            "key text PRIMARY KEY, value text NOT NULL, expire_at timestamptz NOT NULL)"
         ).format(table=table),
     )
 

@@ -1,0 +1,57 @@
+"""Fixtures for the wrapper's own tests: its environment and a way to run it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+DISLOCK = [sys.executable, "-m", "dislock.cli"]
+RunCli = Callable[..., subprocess.CompletedProcess[str]]
+
+
+@pytest.fixture
+def cli_env(database_url: str, lock_table: tuple[str, str]) -> dict[str, str]:
+    """A working environment for ``dislock DATABASE_URL …`` on this test's table."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("LOCK_", "CRON"))}
+    env.update(
+        DATABASE_URL=database_url,
+        LOCK_TABLE=".".join(lock_table),
+        LOCK_KEY=f"job-{uuid.uuid4().hex[:8]}",
+        CRON_SCHEDULE="0 0 1 1 *",
+    )
+    return env
+
+
+@pytest.fixture
+def run_cli() -> RunCli:
+    def run(
+        args: Sequence[str], env: Mapping[str, str], timeout: float = 60, **kwargs: Any
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*DISLOCK, *args],
+            env=dict(env),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            **kwargs,
+        )
+
+    return run
+
+
+def wait_for(path: Path, timeout: float = 20.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} did not appear")
+        time.sleep(0.02)

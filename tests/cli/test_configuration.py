@@ -1,0 +1,115 @@
+"""Bad configuration: exit 2 before anything runs, with one line naming the culprit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.cli.conftest import RunCli
+
+UNREACHABLE = "postgresql://app:hunter2-secret@127.0.0.1:1/app"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        ({"LOCK_KEY": None}, "LOCK_KEY is unset or empty"),
+        ({"LOCK_KEY": "  "}, "LOCK_KEY is unset or empty"),
+        ({"LOCK_STRATEGY": "mutex"}, "LOCK_STRATEGY='mutex'"),
+        ({"LOCK_STRATEGY": "schedule,"}, "LOCK_STRATEGY='schedule,'"),
+        ({"CRON_SCHEDULE": None}, "CRON_SCHEDULE is unset or empty"),
+        ({"CRON_SCHEDULE": "61 * * * *"}, "CRON_SCHEDULE is not a valid cron expression: '61"),
+        ({"CRON_SCHEDULE": "daily"}, "CRON_SCHEDULE is not a valid cron expression: 'daily'"),
+        ({"LOCK_STRATEGY": "lease", "RUN_LOCK_TTL_SECONDS": "abc"}, "RUN_LOCK_TTL_SECONDS"),
+        ({"LOCK_STRATEGY": "lease", "RUN_LOCK_TTL_SECONDS": "0"}, "greater than 0, got '0'"),
+        ({"LOCK_STRATEGY": "lease", "RUN_LOCK_TTL_SECONDS": "-5"}, "greater than 0, got '-5'"),
+        ({"LOCK_STRATEGY": "lease", "RUN_LOCK_TTL_SECONDS": "nan"}, "finite"),
+        ({"LOCK_STRATEGY": "lease", "LOCK_LEASE_INTERVAL": "61"}, "LOCK_LEASE_INTERVAL (61 s)"),
+        ({"LOCK_STRATEGY": "lease", "LOCK_LEASE_INTERVAL": "x"}, "LOCK_LEASE_INTERVAL"),
+        ({"LOCK_STRATEGY": "lease", "RUN_LOCK_TTL_SECONDS": "0.5"}, "set LOCK_LEASE_INTERVAL"),
+        ({"LOCK_JITTER_SECONDS": "abc"}, "LOCK_JITTER_SECONDS must be a number"),
+        ({"LOCK_JITTER_SECONDS": "-1"}, "LOCK_JITTER_SECONDS must not be negative, got '-1'"),
+        ({"LOCK_ON_LEASE_LOSS": "ignore"}, "LOCK_ON_LEASE_LOSS must be 'terminate' or 'continue'"),
+        ({"LOCK_TABLE": "a.b.c"}, "LOCK_TABLE='a.b.c'"),
+        ({"DATABASE_URL": None}, "DATABASE_URL is unset or empty"),
+        ({"DATABASE_URL": ""}, "DATABASE_URL is unset or empty"),
+        ({"DATABASE_URL": "postgresql//app:hunter2-secret@x"}, "DATABASE_URL: database URL"),
+    ],
+)
+def test_bad_variable_exits_2_without_running_the_command(
+    run_cli: RunCli,
+    cli_env: dict[str, str],
+    tmp_path: Path,
+    overrides: dict[str, str | None],
+    expected: str,
+) -> None:
+    env = {**cli_env, "DATABASE_URL": UNREACHABLE}
+    for name, value in overrides.items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
+    marker = tmp_path / "ran"
+    result = run_cli(["DATABASE_URL", "touch", str(marker)], env)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("dislock: error: ")
+    assert expected in lines[0]
+    assert "hunter2" not in result.stderr + result.stdout
+    assert not marker.exists()
+
+
+def test_url_given_instead_of_its_variable_is_refused_without_echoing_it(
+    run_cli: RunCli, cli_env: dict[str, str]
+) -> None:
+    result = run_cli([UNREACHABLE, "true"], cli_env)
+    assert result.returncode == 2
+    assert "NAME of an environment variable" in result.stderr
+    assert "hunter2" not in result.stderr
+
+
+@pytest.mark.parametrize("args", [[], ["DATABASE_URL"]])
+def test_missing_arguments_exit_2(
+    run_cli: RunCli, cli_env: dict[str, str], args: list[str]
+) -> None:
+    result = run_cli(args, cli_env)
+    assert result.returncode == 2
+    assert "usage: dislock" in result.stderr or "no command" in result.stderr
+
+
+def test_unknown_log_level_falls_back_to_warning_with_a_warning(
+    run_cli: RunCli, cli_env: dict[str, str]
+) -> None:
+    env = {**cli_env, "CRONJOB_LOCK_LOG_LEVEL": "loud"}
+    result = run_cli(["DATABASE_URL", "true"], env)
+    assert result.returncode == 0, result.stderr
+    assert "CRONJOB_LOCK_LOG_LEVEL='loud'" in result.stderr
+    assert "using WARNING" in result.stderr
+
+
+def test_help_documents_every_variable_and_exit_code(
+    run_cli: RunCli, cli_env: dict[str, str]
+) -> None:
+    result = run_cli(["--help"], cli_env)
+    assert result.returncode == 0
+    for word in (
+        "LOCK_KEY",
+        "LOCK_STRATEGY",
+        "CRON_SCHEDULE",
+        "LOCK_TABLE",
+        "RUN_LOCK_TTL_SECONDS",
+        "LOCK_LEASE_INTERVAL",
+        "LOCK_JITTER_SECONDS",
+        "LOCK_ON_LEASE_LOSS",
+        "CRONJOB_LOCK_LOG_LEVEL",
+        "75",
+    ):
+        assert word in result.stdout
+
+
+def test_version(run_cli: RunCli, cli_env: dict[str, str]) -> None:
+    result = run_cli(["--version"], cli_env)
+    assert result.returncode == 0
+    assert result.stdout.strip() == "dislock-cli 0.2.0"

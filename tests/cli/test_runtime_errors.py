@@ -1,0 +1,115 @@
+"""Runtime failures: exit 1, one line, no traceback, no password, no lock claimed."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from tests.cli.conftest import RunCli
+
+
+def assert_one_line_failure(result: Any, *expected: str) -> None:
+    assert result.returncode == 1, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    for text in expected:
+        assert text in lines[0]
+
+
+def test_unreachable_database(run_cli: RunCli, cli_env: dict[str, str], tmp_path: Path) -> None:
+    env = {**cli_env, "DATABASE_URL": "postgresql://app:hunter2-secret@127.0.0.1:1/app"}
+    marker = tmp_path / "ran"
+    result = run_cli(["DATABASE_URL", "touch", str(marker)], env)
+    assert_one_line_failure(result, "cannot connect to the database", "password=***")
+    assert "hunter2" not in result.stderr
+    assert not marker.exists()
+
+
+def test_missing_table_names_it_and_how_to_create_it(
+    run_cli: RunCli, cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    env = {**cli_env, "LOCK_TABLE": "no_such_locks"}
+    marker = tmp_path / "ran"
+    result = run_cli(["DATABASE_URL", "touch", str(marker)], env)
+    assert_one_line_failure(
+        result,
+        "lock table no_such_locks does not exist",
+        'CREATE TABLE IF NOT EXISTS "no_such_locks"',
+    )
+    assert not marker.exists()
+
+
+@pytest.fixture
+def restricted_url(db: psycopg.Connection[Any], database_url: str) -> Any:
+    """A role that may connect but has no rights on the lock table."""
+    role = f"r_{uuid.uuid4().hex[:8]}"
+    db.execute(
+        sql.SQL("CREATE ROLE {} LOGIN PASSWORD 'hunter2-secret'").format(sql.Identifier(role))
+    )
+    params = conninfo_to_dict(database_url)
+    params.update(user=role, password="hunter2-secret")
+    yield make_conninfo("", **params)
+    db.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+    db.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+def test_permission_denied(
+    run_cli: RunCli, cli_env: dict[str, str], restricted_url: str, tmp_path: Path
+) -> None:
+    env = {**cli_env, "DATABASE_URL": restricted_url}
+    marker = tmp_path / "ran"
+    result = run_cli(["DATABASE_URL", "touch", str(marker)], env)
+    assert_one_line_failure(result, "permission denied")
+    assert "hunter2" not in result.stderr
+    assert not marker.exists()
+
+
+def test_read_only_database_claims_nothing(
+    run_cli: RunCli, cli_env: dict[str, str], db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    params = conninfo_to_dict(cli_env["DATABASE_URL"])
+    params["options"] = "-c default_transaction_read_only=on"
+    env = {**cli_env, "DATABASE_URL": make_conninfo("", **params)}
+    marker = tmp_path / "ran"
+    result = run_cli(["DATABASE_URL", "touch", str(marker)], env)
+    assert_one_line_failure(result, "read-only")
+    assert not marker.exists()
+    table = sql.Identifier(*cli_env["LOCK_TABLE"].split("."))
+    count = db.execute(sql.SQL("SELECT count(*) FROM {}").format(table)).fetchone()
+    assert count == (0,)
+
+
+def test_debug_level_shows_the_traceback_but_still_no_password(
+    run_cli: RunCli, cli_env: dict[str, str]
+) -> None:
+    env = {
+        **cli_env,
+        "DATABASE_URL": "postgresql://app:hunter2-secret@127.0.0.1:1/app",
+        "CRONJOB_LOCK_LOG_LEVEL": "DEBUG",
+    }
+    result = run_cli(["DATABASE_URL", "true"], env)
+    assert result.returncode == 1
+    assert "Traceback" in result.stderr
+    assert "hunter2" not in result.stderr
+
+
+def test_command_not_found_exits_127_and_releases_the_lease(
+    run_cli: RunCli, cli_env: dict[str, str], db: psycopg.Connection[Any]
+) -> None:
+    env = {**cli_env, "LOCK_STRATEGY": "lease"}
+    result = run_cli(["DATABASE_URL", "no-such-command-dislock"], env)
+    assert result.returncode == 127
+    assert "command not found" in result.stderr
+    table = sql.Identifier(*cli_env["LOCK_TABLE"].split("."))
+    row = db.execute(
+        sql.SQL("SELECT expire_at <= NOW() FROM {} WHERE key = %s").format(table),
+        (f"cronjob-lock:lease:{cli_env['LOCK_KEY']}",),
+    ).fetchone()
+    assert row == (True,)

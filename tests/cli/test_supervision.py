@@ -1,0 +1,217 @@
+"""The wrapper as a supervisor: signals, process groups, parent death, exit codes."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from tests.cli.conftest import DISLOCK, RunCli, wait_for
+
+
+def lease_row(db: psycopg.Connection[Any], env: dict[str, str]) -> tuple[str, bool] | None:
+    table = sql.Identifier(*env["LOCK_TABLE"].split("."))
+    found = db.execute(
+        sql.SQL("SELECT value, expire_at <= NOW() FROM {} WHERE key = %s").format(table),
+        (f"cronjob-lock:lease:{env['LOCK_KEY']}",),
+    ).fetchone()
+    return None if found is None else (found[0], found[1])
+
+
+def steal_lease(db: psycopg.Connection[Any], env: dict[str, str]) -> None:
+    table = sql.Identifier(*env["LOCK_TABLE"].split("."))
+    db.execute(
+        sql.SQL(
+            "UPDATE {} SET value = 'thief', expire_at = NOW() + interval '1 hour' WHERE key = %s"
+        ).format(table),
+        (f"cronjob-lock:lease:{env['LOCK_KEY']}",),
+    )
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie awaiting its reaper counts as dead)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state not in ("Z", "X")
+
+
+def wait_dead(pid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+@pytest.fixture
+def lease_env(cli_env: dict[str, str]) -> dict[str, str]:
+    return {
+        **cli_env,
+        "LOCK_STRATEGY": "lease",
+        "RUN_LOCK_TTL_SECONDS": "2",
+        "LOCK_LEASE_INTERVAL": "0.3",
+    }
+
+
+def start(env: dict[str, str], script: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [*DISLOCK, "DATABASE_URL", "sh", "-c", script],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+@pytest.mark.parametrize(
+    "signum",
+    [
+        signal.SIGTERM,
+        signal.SIGINT,
+        signal.SIGHUP,
+        signal.SIGQUIT,
+        signal.SIGUSR1,
+        signal.SIGUSR2,
+    ],
+    ids=lambda s: signal.Signals(s).name,
+)
+def test_signal_is_forwarded_and_the_lock_released_after_the_child_exits(
+    lease_env: dict[str, str], db: psycopg.Connection[Any], tmp_path: Path, signum: int
+) -> None:
+    started, got = tmp_path / "started", tmp_path / "got"
+    name = signal.Signals(signum).name[3:]
+    # The child takes 1 s to wind down after the signal, then exits 7.
+    script = (
+        f"trap 'echo {name} > \"{got}\"; sleep 1; exit 7' {name}; "
+        f'touch "{started}"; while :; do sleep 0.05; done'
+    )
+    process = start(lease_env, script)
+    wait_for(started)
+    process.send_signal(signum)
+    wait_for(got, timeout=5)
+    assert got.read_text().strip() == name
+    time.sleep(0.3)
+    row = lease_row(db, lease_env)
+    assert process.poll() is None  # still waiting for the child
+    assert row is not None and row[1] is False  # and still holding the lease
+
+    _, stderr = process.communicate(timeout=10)
+    assert process.returncode == 7, stderr
+    row = lease_row(db, lease_env)
+    assert row is not None and row[1] is True  # released once the child was gone
+
+
+def test_lease_loss_kills_the_whole_process_group(
+    lease_env: dict[str, str], db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    started, grandchild = tmp_path / "started", tmp_path / "grandchild.pid"
+    script = f'sleep 600 & echo $! > "{grandchild}"; touch "{started}"; wait'
+    process = start(lease_env, script)
+    wait_for(started)
+    pid = int(grandchild.read_text())
+    assert alive(pid)
+    steal_lease(db, lease_env)
+    _, stderr = process.communicate(timeout=20)
+    assert process.returncode == 75, stderr
+    assert "lease lost" in stderr
+    assert wait_dead(pid, timeout=5)
+    assert lease_row(db, lease_env) == ("thief", False)  # the thief's row is untouched
+
+
+@pytest.mark.slow
+def test_child_ignoring_sigterm_is_killed_after_the_grace_period(
+    lease_env: dict[str, str], db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    started, child = tmp_path / "started", tmp_path / "child.pid"
+    script = f'trap "" TERM; echo $$ > "{child}"; touch "{started}"; while :; do sleep 0.05; done'
+    process = start(lease_env, script)
+    wait_for(started)
+    stolen_at = time.monotonic()
+    steal_lease(db, lease_env)
+    _, stderr = process.communicate(timeout=30)
+    elapsed = time.monotonic() - stolen_at
+    assert process.returncode == 75, stderr
+    assert elapsed >= 10.0  # SIGTERM was ignored; SIGKILL came after the grace period
+    assert wait_dead(int(child.read_text()), timeout=5)
+
+
+def test_child_dies_when_the_wrapper_is_killed(lease_env: dict[str, str], tmp_path: Path) -> None:
+    started, child = tmp_path / "started", tmp_path / "child.pid"
+    script = f'echo $$ > "{child}"; touch "{started}"; while :; do sleep 0.05; done'
+    process = start(lease_env, script)
+    wait_for(started)
+    pid = int(child.read_text())
+    process.kill()
+    process.communicate(timeout=10)
+    assert wait_dead(pid, timeout=5)
+
+
+@pytest.mark.parametrize(
+    ("script", "status"),
+    [("exit 0", 0), ("exit 42", 42), ("kill -TERM $$", 143), ("kill -KILL $$", 137)],
+)
+def test_exit_status_of_the_command_is_propagated(
+    run_cli: RunCli, lease_env: dict[str, str], script: str, status: int
+) -> None:
+    result = run_cli(["DATABASE_URL", "sh", "-c", script], lease_env)
+    assert result.returncode == status, result.stderr
+
+
+def test_lock_held_elsewhere_exits_0_quietly_and_logs_at_info(
+    run_cli: RunCli, cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    first = run_cli(["DATABASE_URL", "true"], cli_env)
+    assert first.returncode == 0
+    marker = tmp_path / "ran"
+    quiet = run_cli(["DATABASE_URL", "touch", str(marker)], cli_env)
+    assert quiet.returncode == 0
+    assert quiet.stderr == "" and quiet.stdout == ""
+    assert not marker.exists()
+
+    verbose = run_cli(
+        ["DATABASE_URL", "touch", str(marker)], {**cli_env, "CRONJOB_LOCK_LOG_LEVEL": "INFO"}
+    )
+    assert verbose.returncode == 0
+    assert "not running touch" in verbose.stderr
+    assert not marker.exists()
+
+
+def test_spec_examples_run_unchanged(run_cli: RunCli, cli_env: dict[str, str]) -> None:
+    base = {k: v for k, v in cli_env.items() if k not in ("LOCK_KEY", "CRON_SCHEDULE")}
+    examples = [
+        {"LOCK_KEY": "daily-report", "CRON_SCHEDULE": "0 3 * * *"},
+        {"LOCK_KEY": "importer", "LOCK_STRATEGY": "lease", "RUN_LOCK_TTL_SECONDS": "120"},
+        {
+            "LOCK_KEY": "etl",
+            "LOCK_STRATEGY": "schedule,lease",
+            "CRON_SCHEDULE": "*/15 * * * *",
+            "RUN_LOCK_TTL_SECONDS": "60",
+        },
+    ]
+    for example in examples:
+        result = run_cli(
+            ["DATABASE_URL", "python3", "-c", "print('worker ran')"], {**base, **example}
+        )
+        assert result.returncode == 0, result.stderr
+        assert result.stdout == "worker ran\n"
+
+
+def test_console_script(cli_env: dict[str, str]) -> None:
+    script = Path(sys.executable).parent / "dislock"
+    result = subprocess.run(
+        [str(script), "DATABASE_URL", "sh", "-c", "exit 5"],
+        env=cli_env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 5, result.stderr

@@ -12,6 +12,7 @@ from psycopg import sql
 
 from dislock import LockContext
 from tests.support.postgres import postgres_url
+from tests.support.rows import Rows
 
 
 @pytest.fixture(scope="session")
@@ -58,3 +59,8 @@ def make_context(database_url: str, lock_table: tuple[str, str]) -> Callable[...
         return LockContext(**fields)
 
     return make
+
+
+@pytest.fixture
+def rows(db: psycopg.Connection[Any], lock_table: tuple[str, str]) -> Rows:
+    return Rows(db, lock_table)

@@ -11,7 +11,9 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from dislock.core.sql import lease_key
 from tests.cli.conftest import RunCli
+from tests.support.rows import Rows
 
 
 def assert_one_line_failure(result: Any, *expected: str) -> None:
@@ -101,15 +103,11 @@ def test_debug_level_shows_the_traceback_but_still_no_password(
 
 
 def test_command_not_found_exits_127_and_releases_the_lease(
-    run_cli: RunCli, cli_env: dict[str, str], db: psycopg.Connection[Any]
+    run_cli: RunCli, cli_env: dict[str, str], rows: Rows
 ) -> None:
     env = {**cli_env, "LOCK_STRATEGY": "lease"}
     result = run_cli(["DATABASE_URL", "no-such-command-dislock"], env)
     assert result.returncode == 127
     assert "command not found" in result.stderr
-    table = sql.Identifier(*cli_env["LOCK_TABLE"].split("."))
-    row = db.execute(
-        sql.SQL("SELECT expire_at <= NOW() FROM {} WHERE key = %s").format(table),
-        (f"cronjob-lock:lease:{cli_env['LOCK_KEY']}",),
-    ).fetchone()
-    assert row == (True,)
+    row = rows.get(lease_key(cli_env["LOCK_KEY"]))
+    assert row is not None and row.expired

@@ -7,32 +7,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
-import psycopg
 import pytest
-from psycopg import sql
 
+from dislock.core.sql import lease_key
 from tests.cli.conftest import DISLOCK, RunCli, wait_for
-
-
-def lease_row(db: psycopg.Connection[Any], env: dict[str, str]) -> tuple[str, bool] | None:
-    table = sql.Identifier(*env["LOCK_TABLE"].split("."))
-    found = db.execute(
-        sql.SQL("SELECT value, expire_at <= NOW() FROM {} WHERE key = %s").format(table),
-        (f"cronjob-lock:lease:{env['LOCK_KEY']}",),
-    ).fetchone()
-    return None if found is None else (found[0], found[1])
-
-
-def steal_lease(db: psycopg.Connection[Any], env: dict[str, str]) -> None:
-    table = sql.Identifier(*env["LOCK_TABLE"].split("."))
-    db.execute(
-        sql.SQL(
-            "UPDATE {} SET value = 'thief', expire_at = NOW() + interval '1 hour' WHERE key = %s"
-        ).format(table),
-        (f"cronjob-lock:lease:{env['LOCK_KEY']}",),
-    )
+from tests.support.rows import Rows
 
 
 def alive(pid: int) -> bool:
@@ -85,7 +65,7 @@ def start(env: dict[str, str], script: str) -> subprocess.Popen[str]:
     ids=lambda s: signal.Signals(s).name,
 )
 def test_signal_is_forwarded_and_the_lock_released_after_the_child_exits(
-    lease_env: dict[str, str], db: psycopg.Connection[Any], tmp_path: Path, signum: int
+    lease_env: dict[str, str], rows: Rows, tmp_path: Path, signum: int
 ) -> None:
     started, got = tmp_path / "started", tmp_path / "got"
     name = signal.Signals(signum).name[3:]
@@ -100,18 +80,18 @@ def test_signal_is_forwarded_and_the_lock_released_after_the_child_exits(
     wait_for(got, timeout=5)
     assert got.read_text().strip() == name
     time.sleep(0.3)
-    row = lease_row(db, lease_env)
+    row = rows.get(lease_key(lease_env["LOCK_KEY"]))
     assert process.poll() is None  # still waiting for the child
-    assert row is not None and row[1] is False  # and still holding the lease
+    assert row is not None and not row.expired  # and still holding the lease
 
     _, stderr = process.communicate(timeout=10)
     assert process.returncode == 7, stderr
-    row = lease_row(db, lease_env)
-    assert row is not None and row[1] is True  # released once the child was gone
+    row = rows.get(lease_key(lease_env["LOCK_KEY"]))
+    assert row is not None and row.expired  # released once the child was gone
 
 
 def test_lease_loss_kills_the_whole_process_group(
-    lease_env: dict[str, str], db: psycopg.Connection[Any], tmp_path: Path
+    lease_env: dict[str, str], rows: Rows, tmp_path: Path
 ) -> None:
     started, grandchild = tmp_path / "started", tmp_path / "grandchild.pid"
     script = f'sleep 600 & echo $! > "{grandchild}"; touch "{started}"; wait'
@@ -119,24 +99,26 @@ def test_lease_loss_kills_the_whole_process_group(
     wait_for(started)
     pid = int(grandchild.read_text())
     assert alive(pid)
-    steal_lease(db, lease_env)
+    key = lease_key(lease_env["LOCK_KEY"])
+    rows.steal(key)
+    stolen = rows.get(key)
     _, stderr = process.communicate(timeout=20)
     assert process.returncode == 75, stderr
     assert "lease lost" in stderr
     assert wait_dead(pid, timeout=5)
-    assert lease_row(db, lease_env) == ("thief", False)  # the thief's row is untouched
+    assert rows.get(key) == stolen  # the thief's row is untouched
 
 
 @pytest.mark.slow
 def test_child_ignoring_sigterm_is_killed_after_the_grace_period(
-    lease_env: dict[str, str], db: psycopg.Connection[Any], tmp_path: Path
+    lease_env: dict[str, str], rows: Rows, tmp_path: Path
 ) -> None:
     started, child = tmp_path / "started", tmp_path / "child.pid"
     script = f'trap "" TERM; echo $$ > "{child}"; touch "{started}"; while :; do sleep 0.05; done'
     process = start(lease_env, script)
     wait_for(started)
     stolen_at = time.monotonic()
-    steal_lease(db, lease_env)
+    rows.steal(lease_key(lease_env["LOCK_KEY"]))
     _, stderr = process.communicate(timeout=30)
     elapsed = time.monotonic() - stolen_at
     assert process.returncode == 75, stderr

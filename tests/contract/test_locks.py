@@ -20,8 +20,8 @@ from dislock import (
     LockNotAcquiredError,
 )
 from dislock.core.sql import lease_key, schedule_key
-from tests.contract.conftest import Rows
 from tests.support.drivers import Driver
+from tests.support.rows import Rows
 
 MakeContext = Callable[..., LockContext]
 LEASE = {"run_ttl_seconds": 1.0, "lease_interval_seconds": 0.2}

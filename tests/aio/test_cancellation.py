@@ -1,0 +1,99 @@
+"""asyncio-only behaviour: cancelling the task that holds a lock."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import dislock.aio
+from dislock import LockContext
+from dislock.core.sql import lease_key
+from tests.support.rows import Rows
+
+MakeContext = Callable[..., LockContext]
+LEASE = {"run_ttl_seconds": 1.0, "lease_interval_seconds": 0.2}
+
+
+async def hold_until_cancelled(context: LockContext, entered: asyncio.Event) -> None:
+    async with dislock.aio.acquire_locks(context, ["lease"]):
+        entered.set()
+        await asyncio.sleep(3600)
+
+
+def other_tasks() -> set[asyncio.Task[Any]]:
+    return {task for task in asyncio.all_tasks() if task is not asyncio.current_task()}
+
+
+@pytest.mark.asyncio
+async def test_cancelling_the_holder_releases_the_lease_and_stops_the_renewer(
+    make_context: MakeContext, rows: Rows, caplog: pytest.LogCaptureFixture
+) -> None:
+    context = make_context(**LEASE)
+    entered = asyncio.Event()
+    holder = asyncio.create_task(hold_until_cancelled(context, entered))
+    await entered.wait()
+    await asyncio.sleep(0.5)  # a couple of renewals
+    assert any("dislock-renewer" in task.get_name() for task in other_tasks())
+
+    holder.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await holder
+
+    assert other_tasks() == set()
+    row = rows.get(lease_key(context.lock_key))
+    assert row is not None and row.expired
+    gc.collect()
+    assert not [r for r in caplog.records if "destroyed but it is pending" in r.getMessage()]
+
+
+@pytest.mark.asyncio
+async def test_cancelling_after_loss_leaves_the_new_owner_alone(
+    make_context: MakeContext, rows: Rows
+) -> None:
+    context = make_context(**LEASE)
+    entered = asyncio.Event()
+    holder = asyncio.create_task(hold_until_cancelled(context, entered))
+    await entered.wait()
+    key = lease_key(context.lock_key)
+    rows.steal(key)
+    stolen = rows.get(key)
+    await asyncio.sleep(0.6)  # the renewer notices
+
+    holder.cancel()
+    with pytest.raises(asyncio.CancelledError):  # not masked by LeaseLostError
+        await holder
+    assert other_tasks() == set()
+    assert rows.get(key) == stolen
+
+
+@pytest.mark.asyncio
+async def test_cancelling_a_wrapped_command_kills_it_and_releases(
+    make_context: MakeContext, rows: Rows, tmp_path: Any
+) -> None:
+    context = make_context(**LEASE)
+    started = tmp_path / "started"
+    runner = asyncio.create_task(
+        dislock.aio.run_with_locks(
+            ["sh", "-c", f'echo $$ > "{started}.pid"; touch "{started}"; exec sleep 600'],
+            context=context,
+            strategies=["lease"],
+        )
+    )
+    for _ in range(500):
+        if started.exists():
+            break
+        await asyncio.sleep(0.02)
+    pid = int((tmp_path / "started.pid").read_text())
+    runner.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await runner
+    assert other_tasks() == set()
+    row = rows.get(lease_key(context.lock_key))
+    assert row is not None and row.expired
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)

@@ -1,0 +1,59 @@
+"""Direct access to lock rows, as an operator or another process would have it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+
+@dataclass(frozen=True)
+class Row:
+    value: str
+    expire_at: datetime
+    expired: bool
+
+
+class Rows:
+    """Reads and tampers with lock rows directly, as another process could."""
+
+    def __init__(self, db: psycopg.Connection[Any], table: tuple[str, ...]) -> None:
+        self.db = db
+        self.table = sql.Identifier(*table)
+
+    def get(self, key: str) -> Row | None:
+        found = self.db.execute(
+            sql.SQL("SELECT value, expire_at, expire_at <= NOW() FROM {} WHERE key = %s").format(
+                self.table
+            ),
+            (key,),
+        ).fetchone()
+        return None if found is None else Row(*found)
+
+    def steal(self, key: str, thief: str = "thief", seconds: float = 3600) -> None:
+        """Take the row over as another owner would after it expired."""
+        self.db.execute(
+            sql.SQL(
+                "UPDATE {} SET value = %s, expire_at = NOW() + make_interval(secs => %s)"
+                " WHERE key = %s"
+            ).format(self.table),
+            (thief, seconds, key),
+        )
+
+    def expire(self, key: str) -> None:
+        """Make the row's time run out, as the end of its slot or TTL would."""
+        self.db.execute(
+            sql.SQL("UPDATE {} SET expire_at = NOW() - interval '1 second' WHERE key = %s").format(
+                self.table
+            ),
+            (key,),
+        )
+
+    def now(self) -> datetime:
+        row = self.db.execute("SELECT NOW()").fetchone()
+        assert row is not None
+        value: datetime = row[0]
+        return value

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+import dislock
+import dislock.cli
 from tests.cli.conftest import RunCli
 
 UNREACHABLE = "postgresql://app:hunter2-secret@127.0.0.1:1/app"
@@ -112,4 +114,5 @@ def test_help_documents_every_variable_and_exit_code(
 def test_version(run_cli: RunCli, cli_env: dict[str, str]) -> None:
     result = run_cli(["--version"], cli_env)
     assert result.returncode == 0
-    assert result.stdout.strip() == "dislock-cli 0.2.0"
+    assert result.stdout.strip() == f"dislock-cli {dislock.cli.__version__}"
+    assert dislock.cli.__version__ == dislock.__version__

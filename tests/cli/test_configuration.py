@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -116,3 +118,20 @@ def test_version(run_cli: RunCli, cli_env: dict[str, str]) -> None:
     assert result.returncode == 0
     assert result.stdout.strip() == f"dislock-cli {dislock.cli.__version__}"
     assert dislock.cli.__version__ == dislock.__version__
+
+
+def test_lease_only_run_imports_neither_croniter_nor_aio(cli_env: dict[str, str]) -> None:
+    code = (
+        "import sys\n"
+        "from dislock.cli import main\n"
+        "status = main(['DATABASE_URL', 'true'])\n"
+        "assert status == 0, status\n"
+        "loaded = [m for m in sys.modules if m.startswith(('croniter', 'dislock.aio'))]\n"
+        "assert not loaded, loaded\n"
+    )
+    env = {**cli_env, "LOCK_STRATEGY": "lease"}
+    env.pop("CRON_SCHEDULE")
+    result = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr

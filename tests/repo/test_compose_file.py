@@ -1,0 +1,53 @@
+"""docker-compose.tests.yml cannot run here (no Docker engine), so check what it says."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def load(name: str) -> Any:
+    return yaml.safe_load((ROOT / name).read_text())
+
+
+def readme_test_command() -> str:
+    match = re.search(r"^hatch test\b", (ROOT / "README.md").read_text(), re.MULTILINE)
+    assert match, "README.md documents no `hatch test` command"
+    return match.group(0)
+
+
+def test_compose_runs_the_readme_test_command_against_its_postgres() -> None:
+    compose = load("docker-compose.tests.yml")
+    services = compose["services"]
+    assert set(services) == {"postgres", "tests"}
+
+    postgres = services["postgres"]
+    assert re.fullmatch(r"postgres:\d+(\.\d+)?", postgres["image"])
+    assert "healthcheck" in postgres
+
+    tests = services["tests"]
+    assert re.fullmatch(r"python:3\.(1[0-9])(-slim)?", tests["image"])
+    assert tests["depends_on"]["postgres"]["condition"] == "service_healthy"
+    command = " ".join(tests["command"])
+    assert command.endswith(readme_test_command())
+    url = tests["environment"]["TEST_DATABASE_URL"]
+    assert re.match(r"postgresql://[^@]+@postgres:5432/", url)
+    password = postgres["environment"]["POSTGRES_PASSWORD"]
+    assert f":{password}@" in url
+
+
+def test_compose_postgres_is_the_version_of_the_second_ci_leg() -> None:
+    image = load("docker-compose.tests.yml")["services"]["postgres"]["image"]
+    ci = (ROOT / ".ci" / "run").read_text()
+    major = image.split(":")[1].split(".")[0]
+    assert f"/usr/lib/postgresql/{major}/bin" in ci
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert re.search(rf"^{readme_test_command()}$", ci, re.MULTILINE)

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Any
 
 
-def on_config(config: Any) -> Any:
-    root = Path(config.config_file_path).resolve().parent
+def on_startup(command: str, dirty: bool) -> None:
+    # on_startup, not on_config: mkdocstrings drops search paths that do not
+    # exist yet when its own on_config runs, which is before any hook's.
+    root = Path(__file__).resolve().parent.parent
     merged = root / "build" / "api-src"
     shutil.rmtree(merged, ignore_errors=True)
     for tree in sorted(root.glob("packages/*/src/dislock")):
         shutil.copytree(tree, merged / "dislock", dirs_exist_ok=True)
-    return config

@@ -55,6 +55,10 @@ class Holding(ABC):
         return bool(self.lease_lost_event_set())
 
     @abstractmethod
+    def fencing_token(self) -> int | None:
+        """The token the session hands to the work (None without fencing)."""
+
+    @abstractmethod
     def release(self, error: BaseException | None = None) -> None:
         """Leave the locks as a block would: normally, or with ``error`` raised in it.
 
@@ -99,9 +103,13 @@ ExitBlock = Callable[
 class _PythonHolding(Holding):
     """Locks entered through the Python API; ``exit_block`` is their ``__exit__``."""
 
-    def __init__(self, exit_block: ExitBlock, event: Any) -> None:
+    def __init__(self, exit_block: ExitBlock, event: Any, token: int | None) -> None:
         self._exit_block = exit_block
         self._event = event
+        self._token = token
+
+    def fencing_token(self) -> int | None:
+        return self._token
 
     def lease_lost_event_set(self) -> bool | None:
         return None if self._event is None else bool(self._event.is_set())
@@ -120,13 +128,13 @@ class SyncDriver(Driver):
     def hold(self, context: LockContext, strategies: Sequence[str]) -> Holding:
         manager = dislock.acquire_locks(context, strategies)
         session = manager.__enter__()
-        return _PythonHolding(manager.__exit__, session.lease_lost)
+        return _PythonHolding(manager.__exit__, session.lease_lost, session.fencing_token)
 
     def hold_lock(self, kind: str, context: LockContext) -> Holding:
         lock: dislock.ScheduleLock | dislock.LeaseLock
         lock = dislock.LeaseLock(context) if kind == "lease" else dislock.ScheduleLock(context)
         lock.__enter__()
-        return _PythonHolding(lock.__exit__, getattr(lock, "lease_lost", None))
+        return _PythonHolding(lock.__exit__, getattr(lock, "lease_lost", None), lock.fence)
 
     def run_with_locks(
         self, argv: Sequence[str], context: LockContext, strategies: Sequence[str]
@@ -151,7 +159,7 @@ class AioDriver(Driver):
     def hold(self, context: LockContext, strategies: Sequence[str]) -> Holding:
         manager = dislock.aio.acquire_locks(context, strategies)
         session = self.call(manager.__aenter__())
-        return _PythonHolding(self._exit_block(manager), session.lease_lost)
+        return _PythonHolding(self._exit_block(manager), session.lease_lost, session.fencing_token)
 
     def hold_lock(self, kind: str, context: LockContext) -> Holding:
         lock: dislock.aio.ScheduleLock | dislock.aio.LeaseLock
@@ -167,7 +175,7 @@ class AioDriver(Driver):
 
         lock = self.call(build())
         self.call(enter())
-        return _PythonHolding(self._exit_block(lock), getattr(lock, "lease_lost", None))
+        return _PythonHolding(self._exit_block(lock), getattr(lock, "lease_lost", None), lock.fence)
 
     def _exit_block(self, manager: AbstractAsyncContextManager[Any]) -> ExitBlock:
         def exit_block(
@@ -190,11 +198,20 @@ class AioDriver(Driver):
 
 class _CliHolding(Holding):
     def __init__(
-        self, process: subprocess.Popen[str], release_file: Path, watches_loss: bool
+        self,
+        process: subprocess.Popen[str],
+        release_file: Path,
+        watches_loss: bool,
+        token_file: Path,
     ) -> None:
         self._process = process
         self._release_file = release_file
         self._watches_loss = watches_loss
+        self._token_file = token_file
+
+    def fencing_token(self) -> int | None:
+        token = self._token_file.read_text().strip()
+        return int(token) if token else None
 
     def lease_lost_event_set(self) -> bool | None:
         if not self._watches_loss:
@@ -239,6 +256,7 @@ class CliDriver(Driver):
             "LOCK_TABLE": ".".join(context.table_parts),
             "LOCK_JITTER_SECONDS": str(context.jitter_max_seconds),
             "LOCK_ON_LEASE_LOSS": context.lease_loss_policy.value,
+            "LOCK_FENCING": "1" if context.fencing else "0",
             "CRONJOB_LOCK_LOG_LEVEL": "INFO",
         }
         optional = {
@@ -252,7 +270,11 @@ class CliDriver(Driver):
     def hold(self, context: LockContext, strategies: Sequence[str]) -> Holding:
         run = self._tmp / uuid.uuid4().hex
         started, release = run.with_suffix(".started"), run.with_suffix(".release")
-        script = f'touch "{started}"; while [ ! -e "{release}" ]; do sleep 0.02; done'
+        token = run.with_suffix(".token")
+        script = (
+            f'echo "$DISLOCK_FENCING_TOKEN" > "{token}"; touch "{started}";'
+            f' while [ ! -e "{release}" ]; do sleep 0.02; done'
+        )
         process = subprocess.Popen(
             [*self.command(), self.url_variable, "sh", "-c", script],
             env=self.environment(context, strategies),
@@ -269,7 +291,7 @@ class CliDriver(Driver):
                 raise TimeoutError("dislock did not start the command")
             time.sleep(0.01)
         watches = "lease" in strategies and context.lease_loss_policy is LeaseLossPolicy.TERMINATE
-        return _CliHolding(process, release, watches)
+        return _CliHolding(process, release, watches, token)
 
     def hold_lock(self, kind: str, context: LockContext) -> Holding:
         raise NotImplementedError("the CLI has no lock classes")

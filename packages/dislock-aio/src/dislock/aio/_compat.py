@@ -61,9 +61,11 @@ class Child:
         self.pid = process.pid
 
     @classmethod
-    async def start(cls, argv: list[str], preexec_fn: Callable[[], None] | None) -> Child:
+    async def start(
+        cls, argv: list[str], env: dict[str, str], preexec_fn: Callable[[], None] | None
+    ) -> Child:
         process = await asyncio.create_subprocess_exec(
-            *argv, start_new_session=True, preexec_fn=preexec_fn
+            *argv, env=env, start_new_session=True, preexec_fn=preexec_fn
         )
         return cls(process)
 

@@ -136,3 +136,19 @@ def check_text(name: str, value: object) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ConfigurationError(f"{name} must be a non-empty string, got {value!r}")
     return value
+
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("", "0", "false", "no", "off")
+
+
+def parse_flag(name: str, value: str) -> bool:
+    """An on/off setting: 1/true/yes/on or 0/false/no/off (empty is off)."""
+    text = value.strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise ConfigurationError(
+        f"{name} must be one of 1/true/yes/on or 0/false/no/off, got {value!r}"
+    )

@@ -68,6 +68,10 @@ class LockContext:
     """``TERMINATE`` (default) or ``CONTINUE``."""
     connect_timeout_seconds: float = 10.0
     """Give up connecting after this long (unless the URL sets ``connect_timeout``)."""
+    fencing: bool = False
+    """Hand out fencing tokens: each acquisition bumps and returns the row's ``fence``
+    column (``dislockctl init --fencing`` adds it). Off, the three-column table works
+    as it is and nothing extra is read or written."""
 
     def __post_init__(self) -> None:
         parse_dsn(self.url)
@@ -106,6 +110,8 @@ class LockContext:
             config.non_negative_seconds("jitter_max_seconds", self.jitter_max_seconds),
         )
         _set(self, "lease_loss_policy", LeaseLossPolicy.parse(self.lease_loss_policy))
+        if not isinstance(self.fencing, bool):
+            raise ConfigurationError(f"fencing must be True or False, got {self.fencing!r}")
         _set(
             self,
             "connect_timeout_seconds",
@@ -125,6 +131,7 @@ class LockContext:
                 "schedule",
                 "jitter_max_seconds",
                 "lease_loss_policy",
+                "fencing",
             )
         )
         return f"LockContext(url={redact_dsn(self.url)!r}, {fields})"

@@ -24,7 +24,13 @@ def describe_database_error(error: BaseException, *, table_parts: tuple[str, ...
     sqlstate = getattr(error, "sqlstate", None)
     if sqlstate in (_UNDEFINED_TABLE, _UNDEFINED_SCHEMA):
         message = (
-            f"lock table {table} does not exist; create it with: {create_table_sql(table_parts)}"
+            f"lock table {table} does not exist; create it with `dislockctl URL_VARIABLE init`"
+            f" or: {create_table_sql(table_parts)}"
+        )
+    elif sqlstate == _UNDEFINED_COLUMN and "fence" in detail:
+        message = (
+            f"lock table {table} has no fence column, which fencing tokens need; add it with "
+            "`dislockctl URL_VARIABLE init --fencing`"
         )
     elif sqlstate == _UNDEFINED_COLUMN:
         message = (

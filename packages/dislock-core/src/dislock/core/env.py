@@ -39,6 +39,7 @@ class WrapperSettings:
     interval_seconds: float | None
     jitter_seconds: float
     policy: LeaseLossPolicy
+    fencing: bool = False
 
     def context(self, owner: str) -> LockContext:
         return LockContext(
@@ -51,6 +52,7 @@ class WrapperSettings:
             lease_interval_seconds=self.interval_seconds,
             jitter_max_seconds=self.jitter_seconds,
             lease_loss_policy=self.policy,
+            fencing=self.fencing,
         )
 
 
@@ -72,10 +74,8 @@ def _variable(environ: Mapping[str, str], name: str) -> str | None:
     return value if value is not None and value.strip() else None
 
 
-def read_wrapper_settings(
-    url_variable: str, command: Sequence[str], environ: Mapping[str, str]
-) -> WrapperSettings:
-    """Validate the wrapper's arguments and environment, in the order users fix them."""
+def read_database_url(url_variable: str, environ: Mapping[str, str]) -> str:
+    """The URL held by the variable named ``url_variable``, checked to parse."""
     if "://" in url_variable or "=" in url_variable:
         raise ConfigurationError(
             "the first argument must be the NAME of an environment variable holding the "
@@ -90,6 +90,22 @@ def read_wrapper_settings(
         parse_dsn(url)
     except ConfigurationError as exc:
         raise ConfigurationError(f"{url_variable}: {exc}") from None
+    return url
+
+
+def read_table(environ: Mapping[str, str]) -> tuple[str, ...]:
+    raw_table = _variable(environ, "LOCK_TABLE") or DEFAULT_TABLE
+    try:
+        return config.parse_table(raw_table)
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"LOCK_TABLE={raw_table!r}: {exc}") from None
+
+
+def read_wrapper_settings(
+    url_variable: str, command: Sequence[str], environ: Mapping[str, str]
+) -> WrapperSettings:
+    """Validate the wrapper's arguments and environment, in the order users fix them."""
+    url = read_database_url(url_variable, environ)
     argv = tuple(check_command(command))
 
     lock_key = _variable(environ, "LOCK_KEY")
@@ -102,11 +118,7 @@ def read_wrapper_settings(
     except ConfigurationError as exc:
         raise ConfigurationError(f"LOCK_STRATEGY={raw_strategy!r}: {exc}") from None
 
-    raw_table = _variable(environ, "LOCK_TABLE") or DEFAULT_TABLE
-    try:
-        table_parts = config.parse_table(raw_table)
-    except ConfigurationError as exc:
-        raise ConfigurationError(f"LOCK_TABLE={raw_table!r}: {exc}") from None
+    table_parts = read_table(environ)
 
     schedule = None
     if config.SCHEDULE in strategies:
@@ -145,6 +157,7 @@ def read_wrapper_settings(
 
     raw_policy = _variable(environ, "LOCK_ON_LEASE_LOSS") or LeaseLossPolicy.TERMINATE.value
     policy = LeaseLossPolicy.parse(raw_policy, name="LOCK_ON_LEASE_LOSS")
+    fencing = config.parse_flag("LOCK_FENCING", environ.get("LOCK_FENCING", ""))
 
     return WrapperSettings(
         url_variable=url_variable,
@@ -158,4 +171,5 @@ def read_wrapper_settings(
         interval_seconds=interval,
         jitter_seconds=jitter,
         policy=policy,
+        fencing=fencing,
     )

@@ -14,9 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from psycopg import sql
+
+if TYPE_CHECKING:
+    from dislock.core.context import LockContext
 
 KEY_PREFIX = "cronjob-lock"
 
@@ -29,42 +32,58 @@ def lease_key(lock_key: str) -> str:
     return f"{KEY_PREFIX}:lease:{lock_key}"
 
 
+FENCE_COLUMN = "fence"
+
+
 @dataclass(frozen=True)
 class Statements:
     """The statements for one lock table."""
 
     table: sql.Identifier
     acquire_until: sql.Composed
-    """Params: key, owner, expire_at (timestamptz). One row affected when acquired."""
+    """Params: key, owner, expire_at (timestamptz). Returns one row, the fencing token
+    (NULL without fencing), when acquired; no row otherwise."""
     acquire_for: sql.Composed
-    """Params: key, owner, ttl (seconds). One row affected when acquired."""
+    """Params: key, owner, ttl (seconds). Returns like ``acquire_until``."""
     renew: sql.Composed
     """Params: key, owner, ttl. One row affected while the lease is still ours."""
     release: sql.Composed
     """Params: key, owner. Expires our row now; a row another owner took is untouched."""
     now: sql.SQL
     """The database clock (statement time)."""
-    create_table: sql.Composed
-    """The lock table, created if missing."""
 
 
 @lru_cache(maxsize=64)
-def statements(table_parts: tuple[str, ...]) -> Statements:
+def statements(table_parts: tuple[str, ...], fencing: bool = False) -> Statements:
+    """The statements for ``table_parts``; with ``fencing``, acquisitions also bump and
+    return the row's ``fence`` column, in the same statement."""
     table = sql.Identifier(*table_parts)
-    upsert = """
-        INSERT INTO {table} AS held (key, value, expire_at)
-        VALUES (%(key)s, %(owner)s, {expiry})
-        ON CONFLICT (key) DO UPDATE
-            SET value = EXCLUDED.value, expire_at = EXCLUDED.expire_at
-            WHERE held.expire_at <= NOW()
-    """
+    if fencing:
+        # A fresh row starts at 1; a taken-over row continues from its last token,
+        # so tokens only grow, across releases, expiries and forced releases.
+        columns = sql.SQL(", fence")
+        first_token = sql.SQL(", 1")
+        bump = sql.SQL(", fence = held.fence + 1")
+        token = sql.SQL("held.fence")
+    else:
+        columns = first_token = bump = sql.SQL("")
+        token = sql.SQL("NULL::bigint")
+    upsert = sql.SQL(
+        "INSERT INTO {table} AS held (key, value, expire_at{columns})"
+        " VALUES (%(key)s, %(owner)s, {expiry}{first_token})"
+        " ON CONFLICT (key) DO UPDATE"
+        " SET value = EXCLUDED.value, expire_at = EXCLUDED.expire_at{bump}"
+        " WHERE held.expire_at <= NOW()"
+        " RETURNING {token}"
+    )
+    parts = {"table": table, "columns": columns, "first_token": first_token, "bump": bump}
     lease_expiry = sql.SQL("NOW() + make_interval(secs => %(ttl)s)")
     return Statements(
         table=table,
-        acquire_until=sql.SQL(upsert).format(
-            table=table, expiry=sql.SQL("%(expire_at)s::timestamptz")
+        acquire_until=upsert.format(
+            expiry=sql.SQL("%(expire_at)s::timestamptz"), token=token, **parts
         ),
-        acquire_for=sql.SQL(upsert).format(table=table, expiry=lease_expiry),
+        acquire_for=upsert.format(expiry=lease_expiry, token=token, **parts),
         # A row whose TTL already ran out is not renewed, even if nobody took it.
         renew=sql.SQL(
             "UPDATE {table} SET expire_at = {expiry}"
@@ -75,11 +94,11 @@ def statements(table_parts: tuple[str, ...]) -> Statements:
             " WHERE key = %(key)s AND value = %(owner)s AND expire_at > NOW()"
         ).format(table=table),
         now=sql.SQL("SELECT NOW()"),
-        create_table=sql.SQL(
-            "CREATE TABLE IF NOT EXISTS {table} ("
-            "key text PRIMARY KEY, value text NOT NULL, expire_at timestamptz NOT NULL)"
-        ).format(table=table),
     )
+
+
+def statements_for(context: LockContext) -> Statements:
+    return statements(tuple(context.table_parts), context.fencing)
 
 
 def acquire_until_params(key: str, owner: str, expire_at: datetime) -> dict[str, Any]:
@@ -94,6 +113,20 @@ def release_params(key: str, owner: str) -> dict[str, Any]:
     return {"key": key, "owner": owner}
 
 
-def create_table_sql(table_parts: tuple[str, ...]) -> str:
+def create_table(table_parts: tuple[str, ...], *, fencing: bool = False) -> sql.Composed:
+    """The lock table, created if missing.
+
+    ``fillfactor`` leaves room in each page so that renewals, which only touch
+    the unindexed ``expire_at``, stay in-place (HOT) updates.
+    """
+    fence = sql.SQL(", fence bigint NOT NULL DEFAULT 0") if fencing else sql.SQL("")
+    return sql.SQL(
+        "CREATE TABLE IF NOT EXISTS {table} ("
+        "key text PRIMARY KEY, value text NOT NULL, expire_at timestamptz NOT NULL{fence})"
+        " WITH (fillfactor = 70)"
+    ).format(table=sql.Identifier(*table_parts), fence=fence)
+
+
+def create_table_sql(table_parts: tuple[str, ...], *, fencing: bool = False) -> str:
     """The DDL as plain text, for messages and for teams that apply DDL by hand."""
-    return statements(table_parts).create_table.as_string(None) + ";"
+    return create_table(table_parts, fencing=fencing).as_string(None) + ";"

@@ -7,7 +7,7 @@ import random
 import secrets
 import signal
 import socket
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from dislock.core.errors import ConfigurationError
 
@@ -38,6 +38,24 @@ def check_command(command: Sequence[str]) -> list[str]:
         if not isinstance(arg, (str, bytes, os.PathLike)):
             raise ConfigurationError(f"command arguments must be strings, got {arg!r}")
     return [os.fsdecode(arg) for arg in argv]
+
+
+LOCK_KEY_VARIABLE = "DISLOCK_LOCK_KEY"
+FENCING_TOKEN_VARIABLE = "DISLOCK_FENCING_TOKEN"
+
+
+def child_environment(
+    base: Mapping[str, str], lock_key: str, fencing_token: int | None
+) -> dict[str, str]:
+    """The wrapped command's environment: ours, plus the lock it runs under and, with
+    fencing, the token to pass along with whatever it writes."""
+    env = dict(base)
+    env[LOCK_KEY_VARIABLE] = lock_key
+    if fencing_token is None:
+        env.pop(FENCING_TOKEN_VARIABLE, None)  # never a stale token from an outer run
+    else:
+        env[FENCING_TOKEN_VARIABLE] = str(fencing_token)
+    return env
 
 
 def exit_status(returncode: int) -> int:

@@ -49,8 +49,10 @@ class Child:
         self.pid = process.pid
 
     @classmethod
-    def start(cls, argv: list[str], preexec_fn: Callable[[], None] | None) -> Child:
-        return cls(subprocess.Popen(argv, start_new_session=True, preexec_fn=preexec_fn))
+    def start(
+        cls, argv: list[str], env: dict[str, str], preexec_fn: Callable[[], None] | None
+    ) -> Child:
+        return cls(subprocess.Popen(argv, env=env, start_new_session=True, preexec_fn=preexec_fn))
 
     def wait(self, timeout: float | None) -> int | None:
         """The child's return code, or None if it is still running after ``timeout``."""

@@ -17,9 +17,11 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from time import monotonic
 from types import TracebackType
+from typing import Any
 
 from psycopg import Connection
 from psycopg.rows import TupleRow
+from psycopg.sql import Composed
 
 from dislock.core import sql
 from dislock.core.config import SCHEDULE, normalize_strategies
@@ -42,6 +44,15 @@ def connect(context: LockContext) -> Connection[TupleRow]:
     )
 
 
+def acquire(
+    conn: Connection[TupleRow], statement: Composed, params: dict[str, Any]
+) -> tuple[bool, int | None]:
+    """Run an acquiring upsert: whether it took the row, and the fencing token."""
+    cursor = conn.execute(statement, params)
+    row = cursor.fetchone()
+    return (False, None) if row is None else (True, row[0])
+
+
 class ScheduleLock:
     """One start per schedule slot.
 
@@ -59,10 +70,12 @@ class ScheduleLock:
         self.context = context
         self.key = sql.schedule_key(context.lock_key)
         self.expires_at = context.next_run_time
+        self.fence: int | None = None
+        """The fencing token of this acquisition (with ``LockContext.fencing``)."""
 
     def __enter__(self) -> ScheduleLock:
         context = self.context
-        statements = sql.statements(tuple(context.table_parts))
+        statements = sql.statements_for(context)
         with connect(context) as conn:
             expires_at = context.next_run_time
             if expires_at is None:
@@ -71,17 +84,18 @@ class ScheduleLock:
                 row = cursor.fetchone()
                 assert row is not None
                 expires_at = next_boundary(context.schedule, row[0])
-            cursor = conn.execute(
+            acquired, fence = acquire(
+                conn,
                 statements.acquire_until,
                 sql.acquire_until_params(self.key, context.owner, expires_at),
             )
-            acquired = cursor.rowcount == 1
         if not acquired:
             raise LockNotAcquiredError(
                 f"schedule slot of {context.lock_key!r} ending {expires_at.isoformat()} "
                 "was already started by another owner"
             )
         self.expires_at = expires_at
+        self.fence = fence
         logger.info("acquired schedule slot %s until %s", self.key, expires_at.isoformat())
         return self
 
@@ -110,6 +124,8 @@ class LeaseLock:
         self.context = context
         self.key = sql.lease_key(context.lock_key)
         self.lease_lost = Event()
+        self.fence: int | None = None
+        """The fencing token of this acquisition (with ``LockContext.fencing``)."""
         self._clock: LeaseClock | None = None
         self._conn: Connection[TupleRow] | None = None
         self._stop = Event()
@@ -131,15 +147,14 @@ class LeaseLock:
         if self._clock is not None:
             raise RuntimeError("this LeaseLock is already held; create one per acquisition")
         context = self.context
-        statements = sql.statements(tuple(context.table_parts))
         conn = connect(context)
         try:
             sent_at = monotonic()
-            cursor = conn.execute(
-                statements.acquire_for,
+            acquired, fence = acquire(
+                conn,
+                sql.statements_for(context).acquire_for,
                 sql.lease_params(self.key, context.owner, self.settings.ttl),
             )
-            acquired = cursor.rowcount == 1
         except BaseException:
             conn.close()
             raise
@@ -147,6 +162,7 @@ class LeaseLock:
             conn.close()
             raise LockNotAcquiredError(f"lease {self.key!r} is held by another owner")
         self._conn = conn
+        self.fence = fence
         self._clock = LeaseClock(self.settings, acquired_at=sent_at)
         self._stop.clear()
         self.lease_lost.clear()
@@ -157,7 +173,7 @@ class LeaseLock:
     def _renew_until_stopped(self) -> None:
         clock, conn = self._clock, self._conn
         assert clock is not None and conn is not None
-        statement = sql.statements(tuple(self.context.table_parts)).renew
+        statement = sql.statements_for(self.context).renew
         params = sql.lease_params(self.key, self.context.owner, self.settings.ttl)
         try:
             while not wait_event(self._stop, clock.delay_until_renewal(monotonic())):
@@ -176,7 +192,7 @@ class LeaseLock:
             conn.close()
 
     def _expire_row(self) -> None:
-        statement = sql.statements(tuple(self.context.table_parts)).release
+        statement = sql.statements_for(self.context).release
         try:
             with connect(self.context) as conn:
                 conn.execute(statement, sql.release_params(self.key, self.context.owner))
@@ -235,6 +251,12 @@ class LockSession:
     @property
     def lease(self) -> LeaseLock | None:
         return next((lock for lock in self.locks if isinstance(lock, LeaseLock)), None)
+
+    @property
+    def fencing_token(self) -> int | None:
+        """The token to pass along with writes (``LockContext.fencing``): the lease's,
+        or the schedule slot's when there is no lease; None without fencing."""
+        return self.locks[-1].fence if self.locks else None
 
 
 def build_locks(context: LockContext, strategies: str | Iterable[str]) -> list[Lock]:

@@ -28,7 +28,13 @@ from collections.abc import Callable, Iterable, Sequence
 from dislock.core.config import SCHEDULE
 from dislock.core.context import LEASE_LOST_EXIT_CODE, LeaseLossPolicy, LockContext
 from dislock.core.errors import LeaseLostError
-from dislock.core.supervision import KILL_GRACE, POLL_INTERVAL, check_command, exit_status
+from dislock.core.supervision import (
+    KILL_GRACE,
+    POLL_INTERVAL,
+    check_command,
+    child_environment,
+    exit_status,
+)
 
 from ._compat import Child, handling_signals
 from ._locks import LeaseLock, LockSession, acquire_locks
@@ -83,7 +89,8 @@ def supervise(
     forward_signals: Iterable[int] = (),
 ) -> int:
     """Run ``argv`` while ``session``'s locks are held; its exit status, or 75."""
-    child = Child.start(list(argv), _parent_death_signal())
+    env = child_environment(os.environ, session.locks[0].context.lock_key, session.fencing_token)
+    child = Child.start(list(argv), env, _parent_death_signal())
     lease = session.lease
 
     def forward(signum: int) -> None:
@@ -133,6 +140,9 @@ def run_with_locks(
     ``LEASE_LOST_EXIT_CODE`` (75) when the lease was lost under ``TERMINATE``.
     Raises ``LockNotAcquiredError`` when another owner holds a lock, without
     running the command.
+
+    The command's environment also holds ``DISLOCK_LOCK_KEY`` and, with
+    ``LockContext.fencing``, ``DISLOCK_FENCING_TOKEN``.
 
     ``forward_signals`` (e.g. ``dislock.core.supervision.FORWARDED_SIGNALS``) are
     caught while the command runs and passed on to its process group, so that

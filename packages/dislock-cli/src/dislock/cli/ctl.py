@@ -1,0 +1,237 @@
+"""``dislockctl``: look at, create and repair what the ``dislock`` wrapper relies on.
+
+    dislockctl URL_VARIABLE init [--fencing] [--print-sql]
+    dislockctl URL_VARIABLE ls [PREFIX] [--json]        (also: status)
+    dislockctl URL_VARIABLE release LOCK_KEY [--mode schedule|lease|all] [--owner TOKEN]
+    dislockctl URL_VARIABLE check
+
+Like the wrapper, it takes the NAME of the variable holding the database URL and
+reads ``LOCK_TABLE`` (or ``--table``); ``check`` reads every wrapper variable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # one line and exit 2, like the wrapper
+        self.exit(EXIT_USAGE, f"dislockctl: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="dislockctl",
+        description="Operator commands for dislock's lock table.",
+        epilog="Exit status: 0 done, 1 database failure, 2 bad usage or configuration.",
+    )
+    parser.add_argument("--version", action="version", version=f"dislockctl {_version()}")
+    parser.add_argument(
+        "url_variable",
+        metavar="URL_VARIABLE",
+        help="NAME of the environment variable holding the database URL (e.g. DATABASE_URL)",
+    )
+    parser.add_argument(
+        "--table",
+        help="lock table, 'table' or 'schema.table' (default: $LOCK_TABLE or key_value)",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    init = commands.add_parser("init", help="create the lock table (and schema) if missing")
+    init.add_argument("--fencing", action="store_true", help="add the fencing-token column")
+    init.add_argument(
+        "--print-sql", action="store_true", help="print the DDL instead of running it"
+    )
+
+    for name in ("ls", "status"):
+        listing = commands.add_parser(name, help="list lock rows with owners and expiry")
+        listing.add_argument("prefix", nargs="?", default="", help="only lock keys starting so")
+        listing.add_argument("--json", action="store_true", help="machine-readable output")
+
+    release = commands.add_parser(
+        "release", help="force-expire a stuck schedule slot or lease, saying what it removed"
+    )
+    release.add_argument("lock_key", metavar="LOCK_KEY")
+    release.add_argument("--mode", choices=("schedule", "lease", "all"), default="all")
+    release.add_argument(
+        "--owner", help="release only if this owner token still holds it (as shown by ls)"
+    )
+
+    commands.add_parser(
+        "check",
+        help="validate the wrapper's environment and show what it would do, acquiring nothing",
+    )
+    return parser
+
+
+def _version() -> str:
+    from dislock.cli import __version__
+
+    return __version__
+
+
+def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
+    try:
+        return _main(argv, environ)
+    except BrokenPipeError:
+        # `dislockctl ... ls | head`: the reader left; that is not an error.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
+
+
+def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> int:
+    args = build_parser().parse_args(argv)
+    env = os.environ if environ is None else environ
+
+    from dislock.core.env import read_database_url, read_table
+    from dislock.core.errors import ConfigurationError
+
+    try:
+        url = read_database_url(args.url_variable, env)
+        if args.table is not None:
+            from dislock.core.config import parse_table
+
+            table = parse_table(args.table)
+        else:
+            table = read_table(env)
+    except ConfigurationError as exc:
+        print(f"dislockctl: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+    if args.command == "init" and args.print_sql:
+        for statement in _init_sql(table, args.fencing):
+            print(statement)
+        return EXIT_OK
+
+    import psycopg
+
+    from dislock.core.diagnosis import describe_database_error
+    from dislock.core.dsn import connection_kwargs, scrub
+
+    try:
+        with psycopg.connect(url, **connection_kwargs(url, 10.0)) as conn:
+            if args.command == "init":
+                return _init(conn, table, args.fencing)
+            if args.command in ("ls", "status"):
+                return _list(conn, table, args.prefix, args.json)
+            if args.command == "release":
+                return _release(conn, table, args.lock_key, args.mode, args.owner)
+            return _check(conn, args.url_variable, env)
+    except ConfigurationError as exc:
+        print(f"dislockctl: error: {scrub(str(exc), url)}", file=sys.stderr)
+        return EXIT_USAGE
+    except psycopg.Error as exc:
+        message = describe_database_error(exc, table_parts=table, url=url)
+        print(f"dislockctl: error: {message}", file=sys.stderr)
+        return EXIT_FAILURE
+
+
+def _init_sql(table: tuple[str, ...], fencing: bool) -> list[str]:
+    from dislock.core.admin import init_statements
+
+    return [f"{s.as_string(None)};" for s in init_statements(table, fencing=fencing)]
+
+
+def _init(conn: Any, table: tuple[str, ...], fencing: bool) -> int:
+    from dislock.core.admin import init_statements
+
+    with conn.transaction():
+        for statement in init_statements(table, fencing=fencing):
+            conn.execute(statement)
+    extra = " with fencing tokens" if fencing else ""
+    print(f"lock table {'.'.join(table)} is ready{extra}")
+    return EXIT_OK
+
+
+def _list(conn: Any, table: tuple[str, ...], prefix: str, as_json: bool) -> int:
+    from dislock.core.admin import LockRow, list_params, list_query, render_json, render_table
+
+    rows = [
+        LockRow.from_row(row)
+        for row in conn.execute(list_query(table), list_params(prefix)).fetchall()
+    ]
+    if as_json:
+        print(render_json(rows))
+    elif rows:
+        print(render_table(rows))
+    else:
+        print(f"no locks in {'.'.join(table)}" + (f" starting with {prefix!r}" if prefix else ""))
+    return EXIT_OK
+
+
+def _release(conn: Any, table: tuple[str, ...], lock_key: str, mode: str, owner: str | None) -> int:
+    from dislock.core.admin import MODES, format_duration, release_keys, release_query, split_key
+
+    modes = MODES if mode == "all" else (mode,)
+    params: dict[str, Any] = {"keys": release_keys(lock_key, modes), "owner": owner}
+    released = conn.execute(release_query(table, owner_guard=owner is not None), params).fetchall()
+    if not released:
+        held_by = f" by {owner}" if owner else ""
+        print(f"nothing to release: no {' or '.join(modes)} lock on {lock_key!r} is held{held_by}")
+        return EXIT_OK
+    for key, value, remaining in released:
+        what, _ = split_key(key)
+        print(
+            f"released {what} {lock_key!r} held by {value} "
+            f"({format_duration(remaining)} were left); its holder notices at its next renewal"
+            if what == "lease"
+            else f"released {what} {lock_key!r} held by {value} "
+            f"({format_duration(remaining)} were left); the slot can be started again"
+        )
+    return EXIT_OK
+
+
+def _check(conn: Any, url_variable: str, env: Mapping[str, str]) -> int:
+    from dislock.core.admin import describe_expiry, state_query
+    from dislock.core.config import LEASE, SCHEDULE
+    from dislock.core.cron import next_boundary
+    from dislock.core.env import read_wrapper_settings
+    from dislock.core.sql import lease_key, schedule_key
+
+    settings = read_wrapper_settings(url_variable, ["true"], env)
+    table = ".".join(settings.table_parts)
+    now: datetime = conn.execute("SELECT NOW()").fetchone()[0]
+    print("configuration is valid")
+    print(f"  lock key        {settings.lock_key}")
+    print(f"  strategies      {','.join(settings.strategies)}")
+    print(f"  table           {table}")
+    if settings.schedule is not None:
+        boundary = next_boundary(settings.schedule, now)
+        print(f"  schedule        {settings.schedule}")
+        print(f"  slot ends       {boundary.isoformat()} (database clock, UTC)")
+    if settings.ttl_seconds is not None:
+        print(f"  lease TTL       {settings.ttl_seconds:g} s")
+        print(f"  heartbeat       {settings.interval_seconds:g} s")
+        print(f"  on lease loss   {settings.policy.value}")
+    print(f"  startup jitter  up to {settings.jitter_seconds:g} s")
+    print(f"  fencing         {'on' if settings.fencing else 'off'}")
+    print(f"  database now    {now.isoformat()}")
+    keys = {SCHEDULE: schedule_key(settings.lock_key), LEASE: lease_key(settings.lock_key)}
+    found = dict(
+        (key, (owner, remaining))
+        for key, owner, remaining in conn.execute(
+            state_query(settings.table_parts), {"keys": list(keys.values())}
+        ).fetchall()
+    )
+    print("lock state")
+    for strategy in settings.strategies:
+        owner, remaining = found.get(keys[strategy], (None, 0.0))
+        if owner is None or remaining <= 0:
+            state = "free: a run now would take it"
+        else:
+            state = f"held by {owner}, expires {describe_expiry(remaining)}: a run now would skip"
+        print(f"  {strategy:<14}  {state}")
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -198,6 +198,9 @@ def check_cli(tmp: Path, url: str) -> None:
     help_text = run([str(dislock), "--help"]).stdout
     if "LOCK_KEY" not in help_text:
         fail("dislock --help does not document LOCK_KEY")
+    ctl_help = run([str(tmp / "pipx-bin" / "dislockctl"), "--help"]).stdout
+    if not all(command in ctl_help for command in ("init", "ls", "release", "check")):
+        fail("dislockctl --help does not list its commands")
     env = {
         **os.environ,
         "DATABASE_URL": url,
@@ -212,7 +215,9 @@ def check_cli(tmp: Path, url: str) -> None:
     second = run([str(dislock), "DATABASE_URL", "sh", "-c", "echo ran twice"], env=env)
     if second.stdout:
         fail("the pipx-installed dislock ran the command twice in one slot")
-    say("pipx install dislock-cli: --help and a locked run work, a second start is skipped")
+    say(
+        "pipx install dislock-cli: dislock and dislockctl installed; a locked run works once a slot"
+    )
 
 
 def main() -> int:

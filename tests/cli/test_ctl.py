@@ -1,0 +1,213 @@
+"""dislockctl against a real PostgreSQL: init, ls, release, check."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from dislock.core.sql import lease_key, schedule_key
+from tests.cli.conftest import DISLOCK, wait_for
+from tests.support.rows import Rows
+
+CTL = [sys.executable, "-m", "dislock.cli.ctl"]
+Ctl = Callable[..., subprocess.CompletedProcess[str]]
+
+
+@pytest.fixture
+def ctl(cli_env: dict[str, str]) -> Ctl:
+    def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*CTL, "DATABASE_URL", *args],
+            env=cli_env if env is None else env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    return run
+
+
+def columns(db: psycopg.Connection[Any], schema: str, table: str) -> list[str]:
+    return [
+        name
+        for (name,) in db.execute(
+            "SELECT column_name FROM information_schema.columns"
+            " WHERE table_schema = %s AND table_name = %s ORDER BY ordinal_position",
+            (schema, table),
+        )
+    ]
+
+
+def test_init_creates_schema_and_table_idempotently(
+    ctl: Ctl, db: psycopg.Connection[Any], cli_env: dict[str, str]
+) -> None:
+    schema = f"ops_{uuid.uuid4().hex[:8]}"
+    try:
+        printed = ctl("--table", f"{schema}.locks", "init", "--print-sql")
+        assert printed.returncode == 0
+        assert f'CREATE SCHEMA IF NOT EXISTS "{schema}";' in printed.stdout
+        assert "fillfactor = 70" in printed.stdout
+        assert columns(db, schema, "locks") == []  # printing executes nothing
+
+        for _ in range(2):
+            result = ctl("--table", f"{schema}.locks", "init")
+            assert result.returncode == 0, result.stderr
+        assert columns(db, schema, "locks") == ["key", "value", "expire_at"]
+
+        fenced = ctl("--table", f"{schema}.locks", "init", "--fencing")
+        assert fenced.returncode == 0, fenced.stderr
+        assert columns(db, schema, "locks") == ["key", "value", "expire_at", "fence"]
+
+        # The wrapper works on what init made.
+        env = {**cli_env, "LOCK_TABLE": f"{schema}.locks", "LOCK_FENCING": "1"}
+        run = subprocess.run(
+            [*DISLOCK, "DATABASE_URL", "sh", "-c", "echo $DISLOCK_FENCING_TOKEN"],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert (run.returncode, run.stdout) == (0, "1\n"), run.stderr
+    finally:
+        db.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+@contextmanager
+def holding_lease(env: dict[str, str], workdir: Path) -> Iterator[subprocess.Popen[str]]:
+    """A wrapper holding this test's slot and lease until the block ends."""
+    script = f'touch "{workdir}/started"; while [ ! -e "{workdir}/stop" ]; do sleep 0.05; done'
+    process = subprocess.Popen(
+        [*DISLOCK, "DATABASE_URL", "sh", "-c", script],
+        env={
+            **env,
+            "LOCK_STRATEGY": "schedule,lease",
+            "RUN_LOCK_TTL_SECONDS": "5",
+            "LOCK_LEASE_INTERVAL": "0.3",
+        },
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for(workdir / "started")
+        yield process
+    finally:
+        (workdir / "stop").touch()
+        process.communicate(timeout=20)
+
+
+def test_ls_shows_owners_expiry_and_state(
+    ctl: Ctl, cli_env: dict[str, str], rows: Rows, tmp_path: Path
+) -> None:
+    with holding_lease(cli_env, tmp_path):
+        rows.db.execute(
+            sql.SQL("INSERT INTO {} VALUES (%s, 'gone:1:00', NOW() - interval '5 minutes')").format(
+                rows.table
+            ),
+            (lease_key("other-job"),),
+        )
+        table = ctl("ls")
+        assert table.returncode == 0, table.stderr
+        lines = table.stdout.splitlines()
+        assert lines[0].split() == ["LOCK", "KEY", "MODE", "OWNER", "EXPIRES", "FENCE", "STATE"]
+        key = cli_env["LOCK_KEY"]
+        held = [line for line in lines if line.startswith(key)]
+        assert len(held) == 2 and all(line.endswith("held") for line in held)
+        expired = [line for line in lines if line.startswith("other-job")]
+        assert len(expired) == 1 and "expired 5m0" in expired[0] and expired[0].endswith("expired")
+
+        listed = json.loads(ctl("ls", key, "--json").stdout)
+        assert {(entry["mode"], entry["held"]) for entry in listed} == {
+            ("schedule", True),
+            ("lease", True),
+        }
+        lease = next(entry for entry in listed if entry["mode"] == "lease")
+        assert 0 < lease["expires_in_seconds"] <= 5
+        assert lease["fence"] is None
+        assert ctl("ls", "no-such-prefix").stdout.startswith("no locks in")
+
+
+def test_release_lease_makes_its_holder_stop_with_75(
+    ctl: Ctl, cli_env: dict[str, str], rows: Rows, tmp_path: Path
+) -> None:
+    key = cli_env["LOCK_KEY"]
+    with holding_lease(cli_env, tmp_path) as holder:
+        owner = rows.get(lease_key(key))
+        assert owner is not None
+
+        wrong = ctl("release", key, "--mode", "lease", "--owner", "someone-else")
+        assert wrong.returncode == 0 and wrong.stdout.startswith("nothing to release")
+        still = rows.get(lease_key(key))
+        assert still is not None and still.value == owner.value and not still.expired
+
+        released = ctl("release", key, "--mode", "lease", "--owner", owner.value)
+        assert released.returncode == 0, released.stderr
+        assert f"released lease {key!r} held by {owner.value}" in released.stdout
+        assert holder.wait(timeout=20) == 75
+
+    slot = rows.get(schedule_key(key))
+    assert slot is not None and not slot.expired  # --mode lease left the slot alone
+    again = ctl("release", key)
+    assert f"released schedule {key!r}" in again.stdout
+    slot = rows.get(schedule_key(key))
+    assert slot is not None and slot.expired
+
+
+def test_check_reports_without_acquiring(ctl: Ctl, cli_env: dict[str, str], rows: Rows) -> None:
+    env = {**cli_env, "LOCK_STRATEGY": "schedule,lease", "CRON_SCHEDULE": "*/15 * * * *"}
+    result = ctl("check", env=env)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "configuration is valid" in out
+    assert "strategies      schedule,lease" in out
+    assert "heartbeat       10 s" in out  # derived from the 60 s default TTL
+    slot_line = next(line for line in out.splitlines() if "slot ends" in line)
+    slot_end = datetime.fromisoformat(slot_line.split()[2])
+    assert (
+        slot_end.minute % 15 == 0 and slot_end.second == 0 and slot_end.utcoffset() == timedelta(0)
+    )
+    assert out.count("free: a run now would take it") == 2
+    assert rows.get(schedule_key(cli_env["LOCK_KEY"])) is None
+    assert rows.get(lease_key(cli_env["LOCK_KEY"])) is None
+
+
+@pytest.mark.parametrize(
+    ("args", "env_overrides", "status", "message"),
+    [
+        (["check"], {"LOCK_STRATEGY": "mutex"}, 2, "LOCK_STRATEGY='mutex'"),
+        (["ls"], {"LOCK_TABLE": "no_such_table"}, 1, "dislockctl URL_VARIABLE init"),
+        (["ls"], {"DATABASE_URL": ""}, 2, "DATABASE_URL is unset or empty"),
+        (["release"], {}, 2, "LOCK_KEY"),
+        ([], {}, 2, "COMMAND"),
+    ],
+)
+def test_errors_are_one_line_with_the_documented_status(
+    ctl: Ctl,
+    cli_env: dict[str, str],
+    args: Sequence[str],
+    env_overrides: dict[str, str],
+    status: int,
+    message: str,
+) -> None:
+    result = ctl(*args, env={**cli_env, **env_overrides})
+    assert result.returncode == status
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0] and "Traceback" not in result.stderr
+
+
+def test_help_lists_every_command(ctl: Ctl) -> None:
+    result = subprocess.run([*CTL, "--help"], capture_output=True, text=True, check=False)
+    assert result.returncode == 0
+    for command in ("init", "ls", "status", "release", "check"):
+        assert command in result.stdout

@@ -67,17 +67,38 @@ def test_lease_clock_loses_on_a_renewal_returning_after_the_deadline() -> None:
     assert clock.deadline == 110.0  # a late success does not extend anything
 
 
-def test_lease_clock_loses_on_error_and_on_expiry() -> None:
+def test_lease_clock_retries_a_failed_renewal_until_the_deadline() -> None:
     clock = LeaseClock(SETTINGS, acquired_at=100.0)
-    assert not clock.failed(OSError("connection reset"))
-    assert "connection reset" in (clock.lost_reason or "")
+    assert clock.failed(OSError("connection reset"), now=103.0)  # still held
+    assert not clock.lost
+    assert clock.last_error == "OSError: connection reset"
+    # The next attempt comes sooner than a heartbeat: a quarter of what is left.
+    assert clock.delay_until_renewal(103.0) == pytest.approx(7.0 / 4)
+    assert clock.failed(OSError("again"), now=109.9)
+    assert clock.delay_until_renewal(109.9) == pytest.approx(0.05)  # never faster than that
+    assert clock.renewed(sent_at=109.95, now=110.0 - 1e-6, rows=1)  # made it in time
+    assert clock.deadline == pytest.approx(119.95)
 
+
+def test_lease_clock_loses_when_failures_reach_the_deadline() -> None:
+    clock = LeaseClock(SETTINGS, acquired_at=100.0)
+    assert clock.failed(OSError("down"), now=105.0)
+    assert not clock.failed(OSError("still down"), now=110.0)
+    assert clock.lost
+    assert "before the local deadline" in (clock.lost_reason or "")
+    assert "still down" in (clock.lost_reason or "")
+
+
+def test_lease_clock_expiry_and_forced_loss() -> None:
     idle = LeaseClock(SETTINGS, acquired_at=100.0)
     assert not idle.expired(109.9)
     assert idle.expired(110.0)
-    # The first reason is kept.
-    idle.failed(OSError("later"))
+    idle.lose("later")  # the first reason is kept
     assert "deadline" in (idle.lost_reason or "")
+
+    stuck = LeaseClock(SETTINGS, acquired_at=100.0)
+    stuck.lose("the renewer did not stop in time")
+    assert stuck.lost and not stuck.renewed(sent_at=101.0, now=101.1, rows=1)
 
 
 @pytest.mark.parametrize(

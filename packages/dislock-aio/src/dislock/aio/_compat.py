@@ -12,6 +12,9 @@ import contextlib
 from collections.abc import Callable, Coroutine, Iterable, Iterator
 from typing import Any
 
+CANCEL_GRACE = 1.0
+"""Seconds a cancelled worker gets to wind down before it is left behind."""
+
 Event = asyncio.Event
 Worker = asyncio.Task[None]
 sleep = asyncio.sleep
@@ -43,8 +46,9 @@ async def stop_worker(worker: Worker, timeout: float) -> bool:
         await asyncio.wait_for(asyncio.shield(worker), timeout)
     except asyncio.TimeoutError:
         worker.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await worker
+        # Cancelling a query sends a cancel request, which a dead network can
+        # hold up too: give it a moment, then leave the task to finish alone.
+        await asyncio.wait({worker}, timeout=CANCEL_GRACE)
         return False
     except asyncio.CancelledError:
         # We are being cancelled ourselves: never leave the worker behind.

@@ -21,6 +21,9 @@ from dislock.core.errors import ConfigurationError
 RENEWER_STOP_TIMEOUT = 3.0
 """Seconds a lock waits for its renewer to stop on exit."""
 
+RETRY_FLOOR = 0.05
+"""Shortest pause between two attempts at a failing renewal."""
+
 
 @dataclass(frozen=True)
 class LeaseSettings:
@@ -64,7 +67,9 @@ class LeaseClock:
         self.deadline = acquired_at + settings.ttl
         self.next_renewal = acquired_at + settings.interval
         self.lost_reason: str | None = None
+        self.last_error: str | None = None
         self.renewals = 0
+        self.failures = 0
 
     @property
     def lost(self) -> bool:
@@ -90,14 +95,39 @@ class LeaseClock:
         self.renewals += 1
         return True
 
-    def failed(self, error: BaseException) -> bool:
-        """Record a renewal that raised; the lease can no longer be vouched for."""
-        return self._lose(f"renewal failed: {type(error).__name__}: {error}".strip())
+    def failed(self, error: BaseException, *, now: float) -> bool:
+        """Record a renewal attempt that raised; returns whether the lease is still held.
+
+        A failed attempt is not a lost lease: the row stays ours on the server until
+        the deadline, so the attempt is retried (on a new connection if need be)
+        until then.  Only a passed deadline or a row that is no longer ours loses it.
+        """
+        self.last_error = f"{type(error).__name__}: {' '.join(str(error).split())}"
+        if self.lost:
+            return False
+        if now >= self.deadline:
+            return self._lose(
+                f"no renewal succeeded before the local deadline (last error: {self.last_error})"
+            )
+        self.failures += 1
+        self.next_renewal = now + self.retry_delay(now)
+        return True
+
+    def retry_delay(self, now: float) -> float:
+        """Retry soon enough to land several attempts before the deadline, never
+        faster than every 50 ms nor slower than the heartbeat."""
+        return min(self.settings.interval, max(RETRY_FLOOR, (self.deadline - now) / 4))
+
+    def lose(self, reason: str) -> None:
+        """Give the lease up for a reason found outside the renewals."""
+        self._lose(reason)
 
     def expired(self, now: float) -> bool:
-        """Whether the local deadline has passed (the row may be someone else's)."""
+        """Whether the lease is lost, a passed local deadline included (the row may
+        be someone else's by then)."""
         if not self.lost and now >= self.deadline:
-            self._lose("no renewal succeeded before the local deadline")
+            last = f" (last error: {self.last_error})" if self.last_error else ""
+            self._lose(f"no renewal succeeded before the local deadline{last}")
         return self.lost
 
     def _lose(self, reason: str) -> bool:

@@ -129,7 +129,7 @@ class LeaseLock:
         self._clock: LeaseClock | None = None
         self._conn: Connection[TupleRow] | None = None
         self._stop = Event()
-        self._worker: Worker | None = None
+        self._workers: tuple[Worker, ...] = ()
 
     @property
     def clock(self) -> LeaseClock | None:
@@ -140,7 +140,7 @@ class LeaseLock:
         """Whether the lease is lost, counting a local deadline that passed while
         a renewal was still waiting for the server."""
         if self._clock is not None and self._clock.expired(monotonic()):
-            self.lease_lost.set()
+            self._declare_lost()
         return self.lease_lost.is_set()
 
     def __enter__(self) -> LeaseLock:
@@ -166,30 +166,60 @@ class LeaseLock:
         self._clock = LeaseClock(self.settings, acquired_at=sent_at)
         self._stop.clear()
         self.lease_lost.clear()
-        self._worker = spawn(self._renew_until_stopped, f"dislock-renewer:{self.key}")
+        self._workers = (
+            spawn(self._renew_until_stopped, f"dislock-renewer:{self.key}"),
+            spawn(self._watch_deadline, f"dislock-deadline:{self.key}"),
+        )
         logger.info("acquired lease %s for %g s", self.key, self.settings.ttl)
         return self
 
     def _renew_until_stopped(self) -> None:
         clock, conn = self._clock, self._conn
-        assert clock is not None and conn is not None
+        assert clock is not None
         statement = sql.statements_for(self.context).renew
         params = sql.lease_params(self.key, self.context.owner, self.settings.ttl)
         try:
             while not wait_event(self._stop, clock.delay_until_renewal(monotonic())):
                 sent_at = monotonic()
                 try:
+                    if conn is None:
+                        conn = connect(self.context)
                     cursor = conn.execute(statement, params)
                     held = clock.renewed(sent_at=sent_at, now=monotonic(), rows=cursor.rowcount)
                 except Exception as exc:
-                    held = clock.failed(exc)
+                    held = clock.failed(exc, now=monotonic())
+                    if held:
+                        logger.warning(
+                            "renewal of lease %s failed, retrying until its deadline: %s",
+                            self.key,
+                            clock.last_error,
+                        )
+                    if conn is not None and (conn.broken or conn.closed):
+                        conn.close()
+                        conn = None  # reconnect on the next attempt
                 if not held:
-                    logger.warning("lease %s lost: %s", self.key, clock.lost_reason)
-                    self.lease_lost.set()
+                    self._declare_lost()
                     return
                 logger.debug("renewed lease %s", self.key)
         finally:
-            conn.close()
+            if conn is not None:
+                conn.close()
+
+    def _watch_deadline(self) -> None:
+        """Declare the lease lost when its local deadline passes, whatever the renewer
+        is doing: a renewal can hang on a dead network far longer than the TTL."""
+        clock = self._clock
+        assert clock is not None
+        while not wait_event(self._stop, max(0.0, clock.deadline - monotonic())):
+            if clock.expired(monotonic()):
+                self._declare_lost()
+                return
+
+    def _declare_lost(self) -> None:
+        if not self.lease_lost.is_set():
+            assert self._clock is not None
+            logger.warning("lease %s lost: %s", self.key, self._clock.lost_reason)
+            self.lease_lost.set()
 
     def _expire_row(self) -> None:
         statement = sql.statements_for(self.context).release
@@ -212,18 +242,20 @@ class LeaseLock:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        worker, clock = self._worker, self._clock
-        assert worker is not None and clock is not None, "LeaseLock exited without entering"
+        workers, clock = self._workers, self._clock
+        assert workers and clock is not None, "LeaseLock exited without entering"
         self._stop.set()
-        stopped = stop_worker(worker, RENEWER_STOP_TIMEOUT)
-        if not stopped:
-            clock.failed(TimeoutError("the renewer did not stop in time"))
-        lost = self.is_lost() or clock.lost
+        renewer, watchdog = workers
+        if not stop_worker(renewer, RENEWER_STOP_TIMEOUT):
+            # Still inside a statement: what it last did to the row is unknown.
+            clock.lose("the renewer did not stop in time")
+        stop_worker(watchdog, RENEWER_STOP_TIMEOUT)
+        lost = self.is_lost()
         if lost:
             self.lease_lost.set()
         else:
             self._expire_row()
-        self._worker = None
+        self._workers = ()
         self._clock = None
         self._conn = None
         if lost and self.settings.policy is LeaseLossPolicy.CONTINUE:

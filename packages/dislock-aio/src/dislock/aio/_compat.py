@@ -12,6 +12,12 @@ import contextlib
 from collections.abc import Callable, Coroutine, Iterable, Iterator
 from typing import Any
 
+from psycopg import AsyncConnection, AsyncCursor
+from psycopg.rows import TupleRow
+from psycopg.sql import Composed
+
+from dislock.core.errors import StatementTimeout
+
 CANCEL_GRACE = 1.0
 """Seconds a cancelled worker gets to wind down before it is left behind."""
 
@@ -34,6 +40,16 @@ async def wait_event(event: Event, timeout: float) -> bool:
     except asyncio.TimeoutError:
         return False
     return True
+
+
+async def execute_within(
+    conn: AsyncConnection[TupleRow], query: Composed, params: dict[str, Any], timeout: float
+) -> AsyncCursor[TupleRow]:
+    """Run one statement, cancelling it (on the server too) after ``timeout`` seconds."""
+    try:
+        return await asyncio.wait_for(conn.execute(query, params), timeout)
+    except asyncio.TimeoutError:
+        raise StatementTimeout(f"no answer within {timeout:.2f} s; cancelled") from None
 
 
 async def stop_worker(worker: Worker, timeout: float) -> bool:

@@ -26,11 +26,22 @@ from dislock.core.config import SCHEDULE, normalize_strategies
 from dislock.core.context import LeaseLossPolicy, LockContext
 from dislock.core.cron import next_boundary
 from dislock.core.dsn import connection_kwargs
-from dislock.core.errors import ConfigurationError, LeaseLostError, LockNotAcquiredError
-from dislock.core.lease import RENEWER_STOP_TIMEOUT, LeaseClock, LeaseSettings, raises_on_exit
+from dislock.core.errors import (
+    ConfigurationError,
+    LeaseLostError,
+    LockNotAcquiredError,
+    StatementTimeout,
+)
+from dislock.core.lease import (
+    RELEASE_TIMEOUT,
+    RENEWER_STOP_TIMEOUT,
+    LeaseClock,
+    LeaseSettings,
+    raises_on_exit,
+)
 from dislock.core.supervision import jitter_delay
 
-from ._compat import Event, Worker, sleep, spawn, stop_worker, wait_event
+from ._compat import Event, Worker, execute_within, sleep, spawn, stop_worker, wait_event
 
 logger = logging.getLogger("dislock")
 
@@ -182,7 +193,9 @@ class LeaseLock:
                 try:
                     if conn is None:
                         conn = await connect(self.context)
-                    cursor = await conn.execute(statement, params)
+                    cursor = await execute_within(
+                        conn, statement, params, clock.attempt_timeout(monotonic())
+                    )
                     held = clock.renewed(sent_at=sent_at, now=monotonic(), rows=cursor.rowcount)
                 except Exception as exc:
                     held = clock.failed(exc, now=monotonic())
@@ -192,7 +205,9 @@ class LeaseLock:
                             self.key,
                             clock.last_error,
                         )
-                    if conn is not None and (conn.broken or conn.closed):
+                    if conn is not None and (
+                        conn.broken or conn.closed or isinstance(exc, StatementTimeout)
+                    ):
                         await conn.close()
                         conn = None  # reconnect on the next attempt
                 if not held:
@@ -223,7 +238,12 @@ class LeaseLock:
         statement = sql.statements_for(self.context).release
         try:
             async with await connect(self.context) as conn:
-                await conn.execute(statement, sql.release_params(self.key, self.context.owner))
+                await execute_within(
+                    conn,
+                    statement,
+                    sql.release_params(self.key, self.context.owner),
+                    RELEASE_TIMEOUT,
+                )
         except Exception as exc:
             logger.warning(
                 "could not release lease %s (it expires by itself within %g s): %s",

@@ -26,3 +26,12 @@ class LeaseLostError(DislockError):
     the block itself finished without an exception, so that work done on a lost
     lease never looks like a clean success.
     """
+
+
+class StatementTimeout(DislockError, TimeoutError):
+    """A lock statement got no answer in time and was cancelled.
+
+    Renewals are bounded so that a row locked by someone else's transaction, or
+    a server that stopped answering, cannot hold the renewer past its deadline;
+    the attempt is retried until then.
+    """

@@ -24,6 +24,10 @@ RENEWER_STOP_TIMEOUT = 3.0
 RETRY_FLOOR = 0.05
 """Shortest pause between two attempts at a failing renewal."""
 
+RELEASE_TIMEOUT = 2.0
+"""Seconds the release on exit may take before it is cancelled (the row then
+expires by itself)."""
+
 
 @dataclass(frozen=True)
 class LeaseSettings:
@@ -112,6 +116,12 @@ class LeaseClock:
         self.failures += 1
         self.next_renewal = now + self.retry_delay(now)
         return True
+
+    def attempt_timeout(self, now: float) -> float:
+        """How long one renewal statement may take before it is cancelled: a
+        heartbeat, or what is left before the deadline if that is less (a row
+        locked by another transaction must not hold the renewer past it)."""
+        return max(RETRY_FLOOR, min(self.settings.interval, self.deadline - now))
 
     def retry_delay(self, now: float) -> float:
         """Retry soon enough to land several attempts before the deadline, never

@@ -85,23 +85,16 @@ def statements(table_parts: tuple[str, ...], fencing: bool = False) -> Statement
         ),
         acquire_for=upsert.format(expiry=lease_expiry, token=token, **parts),
         # A row whose TTL already ran out is not renewed, even if nobody took it.
-        # NOWAIT: a row locked by someone else's transaction fails the attempt at
-        # once (and it is retried) instead of blocking the renewer past its deadline.
-        renew=sql.SQL("UPDATE {table} SET expire_at = {expiry} WHERE key = ({mine})").format(
-            table=table, expiry=lease_expiry, mine=_owned_row(table)
-        ),
-        release=sql.SQL("UPDATE {table} SET expire_at = NOW() WHERE key = ({mine})").format(
-            table=table, mine=_owned_row(table)
-        ),
+        renew=sql.SQL(
+            "UPDATE {table} SET expire_at = {expiry}"
+            " WHERE key = %(key)s AND value = %(owner)s AND expire_at > NOW()"
+        ).format(table=table, expiry=lease_expiry),
+        release=sql.SQL(
+            "UPDATE {table} SET expire_at = NOW()"
+            " WHERE key = %(key)s AND value = %(owner)s AND expire_at > NOW()"
+        ).format(table=table),
         now=sql.SQL("SELECT NOW()"),
     )
-
-
-def _owned_row(table: sql.Identifier) -> sql.Composed:
-    return sql.SQL(
-        "SELECT key FROM {table} WHERE key = %(key)s AND value = %(owner)s"
-        " AND expire_at > NOW() FOR UPDATE NOWAIT"
-    ).format(table=table)
 
 
 def statements_for(context: LockContext) -> Statements:

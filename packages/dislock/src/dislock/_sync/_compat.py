@@ -13,6 +13,13 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from types import FrameType
+from typing import Any
+
+from psycopg import Connection, Cursor, errors
+from psycopg.rows import TupleRow
+from psycopg.sql import Composed
+
+from dislock.core.errors import StatementTimeout
 
 Event = threading.Event
 Worker = threading.Thread
@@ -29,6 +36,21 @@ def spawn(target: Callable[[], None], name: str) -> Worker:
 def wait_event(event: Event, timeout: float) -> bool:
     """Wait up to ``timeout`` seconds for ``event``; returns whether it is set."""
     return event.wait(timeout)
+
+
+def execute_within(
+    conn: Connection[TupleRow], query: Composed, params: dict[str, Any], timeout: float
+) -> Cursor[TupleRow]:
+    """Run one statement, cancelling it on the server after ``timeout`` seconds."""
+    timer = threading.Timer(timeout, conn.cancel_safe)
+    timer.daemon = True  # a cancel request stuck on a dead network must not block exit
+    timer.start()
+    try:
+        return conn.execute(query, params)
+    except errors.QueryCanceled:
+        raise StatementTimeout(f"no answer within {timeout:.2f} s; cancelled") from None
+    finally:
+        timer.cancel()
 
 
 def stop_worker(worker: Worker, timeout: float) -> bool:

@@ -1,0 +1,105 @@
+"""Many processes, one lock: the ledger must show no overlap and no lost start."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from tests.support import ledger
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def work_db(database_url: str, lock_table: tuple[str, str]) -> Any:
+    """A connection whose search_path is the test's schema, with the ledger in it."""
+    schema = lock_table[0]
+    with psycopg.connect(database_url, autocommit=True, options=f"-c search_path={schema}") as conn:
+        ledger.create(conn)
+        yield conn
+
+
+def run_workers(
+    count: int, mode: str, url: str, schema: str, keys: list[str], rounds: int, *extra: str
+) -> None:
+    workers = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tests.reliability.worker",
+                mode,
+                "--url",
+                url,
+                "--schema",
+                schema,
+                "--keys",
+                *keys,
+                "--rounds",
+                str(rounds),
+                "--holder",
+                f"w{n}",
+                *extra,
+            ],
+            cwd=ROOT,
+        )
+        for n in range(count)
+    ]
+    for worker in workers:
+        assert worker.wait(timeout=600) == 0
+
+
+def seed_counters(conn: psycopg.Connection[Any], keys: list[str]) -> None:
+    for key in keys:
+        conn.execute("INSERT INTO counters VALUES (%s, 0)", (key,))
+
+
+@pytest.mark.slow
+def test_lease_stress_has_no_overlap_and_loses_no_increment(
+    database_url: str, lock_table: tuple[str, str], work_db: psycopg.Connection[Any]
+) -> None:
+    keys, workers, rounds = ["alpha", "beta"], 8, 100
+    seed_counters(work_db, keys)
+    run_workers(workers, "lease", database_url, lock_table[0], keys, rounds)
+
+    assert ledger.unfinished(work_db) == 0
+    assert ledger.overlaps(work_db) == []
+    assert sum(ledger.counts(work_db).values()) == workers * rounds
+    assert ledger.counts(work_db) == {"alpha": workers * rounds // 2, "beta": workers * rounds // 2}
+
+
+def test_checker_catches_a_lock_without_its_expiry_guard(
+    database_url: str, lock_table: tuple[str, str], work_db: psycopg.Connection[Any]
+) -> None:
+    keys, workers, rounds = ["alpha"], 4, 25
+    seed_counters(work_db, keys)
+    run_workers(workers, "lease", database_url, lock_table[0], keys, rounds, "--broken")
+
+    assert ledger.overlaps(work_db), "the checker missed overlapping critical sections"
+    assert ledger.counts(work_db)["alpha"] < workers * rounds  # and increments were lost
+
+
+@pytest.mark.slow
+def test_schedule_race_one_start_per_slot_none_lost(
+    database_url: str, lock_table: tuple[str, str], work_db: psycopg.Connection[Any]
+) -> None:
+    workers, slots = 16, 100
+    work_db.execute("CREATE TABLE starts (slot_end timestamptz NOT NULL, holder text NOT NULL)")
+    start = float(int(time.time()) + 3)  # every worker is up before the first slot
+    run_workers(
+        workers, "schedule", database_url, lock_table[0], ["tick"], slots, "--start", str(start)
+    )
+
+    per_slot = work_db.execute(
+        "SELECT extract(epoch FROM slot_end)::bigint, count(*) FROM starts GROUP BY 1 ORDER BY 1"
+    ).fetchall()
+    assert all(count == 1 for _, count in per_slot), [row for row in per_slot if row[1] != 1]
+    # Slot k is fired just after second start+k and ends at start+k+1.
+    expected = list(range(int(start) + 2, int(start) + slots + 2))
+    assert [slot_end for slot_end, _ in per_slot] == expected

@@ -1,0 +1,116 @@
+"""A worker process for the stress tests: ``python -m tests.reliability.worker MODE ...``.
+
+``lease``: take a lease on one of the keys in turn, ``--rounds`` times, recording
+each critical section in the ledger and incrementing a plain counter inside it.
+``schedule``: at every second of a seconds-level cron, try to start the slot and
+record a start when the slot was won.
+``--broken`` acquires without the expiry guard, to prove the checker catches it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import random
+import time
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from dislock import LeaseLock, LockContext, LockNotAcquiredError, ScheduleLock
+
+
+def break_acquisition() -> None:
+    """Make lease acquisition ignore whether the row expired: everyone gets in."""
+    import dislock.core.sql as lock_sql
+
+    real = lock_sql.statements
+
+    def unguarded(table_parts: tuple[str, ...], fencing: bool = False) -> lock_sql.Statements:
+        statements = real(table_parts, fencing)
+        text = statements.acquire_for.as_string(None)
+        assert " WHERE held.expire_at <= NOW()" in text
+        broken = sql.SQL(text.replace(" WHERE held.expire_at <= NOW()", ""))
+        return dataclasses.replace(statements, acquire_for=broken)  # type: ignore[arg-type]
+
+    lock_sql.statements = unguarded  # type: ignore[assignment]
+
+
+def lease(args: argparse.Namespace, work: psycopg.Connection[Any]) -> None:
+    done = 0
+    while done < args.rounds:
+        key = args.keys[done % len(args.keys)]
+        context = LockContext(
+            url=args.url,
+            table_parts=[args.schema, "key_value"],
+            lock_key=key,
+            owner=f"{args.holder}:{done}",
+            run_ttl_seconds=5.0,
+            lease_interval_seconds=1.0,
+        )
+        try:
+            with LeaseLock(context):
+                row = work.execute(
+                    "INSERT INTO ledger (lock_key, holder, started)"
+                    " VALUES (%s, %s, clock_timestamp()) RETURNING id",
+                    (key, args.holder),
+                ).fetchone()
+                assert row is not None
+                counter = work.execute(
+                    "SELECT n FROM counters WHERE lock_key = %s", (key,)
+                ).fetchone()
+                assert counter is not None
+                time.sleep(0.002)  # widen the window a missing lock would open
+                work.execute(
+                    "UPDATE counters SET n = %s WHERE lock_key = %s", (counter[0] + 1, key)
+                )
+                work.execute("UPDATE ledger SET ended = clock_timestamp() WHERE id = %s", row)
+            done += 1
+        except LockNotAcquiredError:
+            time.sleep(random.uniform(0.01, 0.05))  # as a polite retry loop would
+
+
+def schedule(args: argparse.Namespace, work: psycopg.Connection[Any]) -> None:
+    context = LockContext(
+        url=args.url,
+        table_parts=[args.schema, "key_value"],
+        lock_key=args.keys[0],
+        owner=args.holder,
+        schedule="* * * * * *",  # croniter's 6-field form: every second
+    )
+    for slot in range(1, args.rounds + 1):
+        # Every machine's cron fires just after the boundary, in no fixed order.
+        time.sleep(max(0.0, args.start + slot + random.uniform(0.02, 0.08) - time.time()))
+        lock = ScheduleLock(context)
+        try:
+            with lock:
+                work.execute(
+                    "INSERT INTO starts (slot_end, holder) VALUES (%s, %s)",
+                    (lock.expires_at, args.holder),
+                )
+        except LockNotAcquiredError:
+            pass
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("mode", choices=("lease", "schedule"))
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--schema", required=True)
+    parser.add_argument("--keys", nargs="+", required=True)
+    parser.add_argument("--rounds", type=int, required=True)
+    parser.add_argument("--holder", required=True)
+    parser.add_argument("--start", type=float, default=0.0, help="epoch second of slot 0")
+    parser.add_argument("--broken", action="store_true")
+    args = parser.parse_args()
+    if args.broken:
+        break_acquisition()
+    with psycopg.connect(
+        args.url, autocommit=True, options=f"-c search_path={args.schema}"
+    ) as work:
+        (lease if args.mode == "lease" else schedule)(args, work)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,59 @@
+"""A loopback TCP proxy that can be told to stop forwarding: a network partition
+as the client sees it, with the connection still open and nothing coming back."""
+
+from __future__ import annotations
+
+import select
+import socket
+import threading
+
+
+class BlackholeProxy:
+    def __init__(self, upstream: tuple[str, int]) -> None:
+        self.upstream = upstream
+        self._listener = socket.socket()
+        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(64)
+        self.port: int = self._listener.getsockname()[1]
+        self._blackholed = threading.Event()
+        self._closed = threading.Event()
+        self._sockets: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def blackhole(self) -> None:
+        """From now on, swallow everything in both directions and connect nothing."""
+        self._blackholed.set()
+
+    def close(self) -> None:
+        self._closed.set()
+        self._listener.close()
+        for sock in self._sockets:
+            sock.close()
+
+    def _accept(self) -> None:
+        while not self._closed.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            self._sockets.append(client)
+            if self._blackholed.is_set():
+                continue  # accepted, never answered
+            server = socket.create_connection(self.upstream)
+            self._sockets.append(server)
+            threading.Thread(target=self._pump, args=(client, server), daemon=True).start()
+
+    def _pump(self, client: socket.socket, server: socket.socket) -> None:
+        peers = {client: server, server: client}
+        while not self._closed.is_set():
+            try:
+                readable, _, _ = select.select(list(peers), [], [], 0.1)
+                for sock in readable:
+                    data = sock.recv(65536)
+                    if not data:
+                        return
+                    if not self._blackholed.is_set():
+                        peers[sock].sendall(data)
+            except OSError:
+                return

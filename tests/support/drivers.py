@@ -91,6 +91,14 @@ class Driver(ABC):
         """Whether a row's ``value`` is the token this driver wrote for ``context``."""
         return value == context.owner
 
+    def renewals(self, holding: Holding) -> int:
+        """How many renewals the holding's lease has made (Python API only)."""
+        assert isinstance(holding, _PythonHolding) and holding.lease is not None
+        clock = holding.lease.clock
+        assert clock is not None
+        renewals: int = clock.renewals
+        return renewals
+
     def close(self) -> None:
         return None
 
@@ -103,10 +111,13 @@ ExitBlock = Callable[
 class _PythonHolding(Holding):
     """Locks entered through the Python API; ``exit_block`` is their ``__exit__``."""
 
-    def __init__(self, exit_block: ExitBlock, event: Any, token: int | None) -> None:
+    def __init__(
+        self, exit_block: ExitBlock, event: Any, token: int | None, lease: Any = None
+    ) -> None:
         self._exit_block = exit_block
         self._event = event
         self._token = token
+        self.lease = lease
 
     def fencing_token(self) -> int | None:
         return self._token
@@ -128,7 +139,9 @@ class SyncDriver(Driver):
     def hold(self, context: LockContext, strategies: Sequence[str]) -> Holding:
         manager = dislock.acquire_locks(context, strategies)
         session = manager.__enter__()
-        return _PythonHolding(manager.__exit__, session.lease_lost, session.fencing_token)
+        return _PythonHolding(
+            manager.__exit__, session.lease_lost, session.fencing_token, session.lease
+        )
 
     def hold_lock(self, kind: str, context: LockContext) -> Holding:
         lock: dislock.ScheduleLock | dislock.LeaseLock
@@ -159,7 +172,9 @@ class AioDriver(Driver):
     def hold(self, context: LockContext, strategies: Sequence[str]) -> Holding:
         manager = dislock.aio.acquire_locks(context, strategies)
         session = self.call(manager.__aenter__())
-        return _PythonHolding(self._exit_block(manager), session.lease_lost, session.fencing_token)
+        return _PythonHolding(
+            self._exit_block(manager), session.lease_lost, session.fencing_token, session.lease
+        )
 
     def hold_lock(self, kind: str, context: LockContext) -> Holding:
         lock: dislock.aio.ScheduleLock | dislock.aio.LeaseLock

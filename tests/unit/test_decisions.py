@@ -44,14 +44,18 @@ def test_bad_cron_is_a_configuration_error(expression: object) -> None:
         check_cron(expression)
 
 
-def test_lease_clock_renewal_moves_the_deadline_from_the_send_time() -> None:
+def test_lease_clock_deadline_is_the_ttl_from_the_send_time_less_a_margin() -> None:
     clock = LeaseClock(SETTINGS, acquired_at=100.0)
-    assert clock.deadline == 110.0
+    assert clock.deadline == 109.0  # TTL 10 s, less a margin of 10 % (at most 1 s)
     assert clock.delay_until_renewal(101.0) == pytest.approx(2.0)
     assert clock.renewed(sent_at=103.0, now=103.2, rows=1)
-    assert clock.deadline == 113.0
+    assert clock.deadline == 112.0
     assert clock.next_renewal == 106.0
     assert not clock.lost
+    short = LeaseClock(LeaseSettings(1.0, 0.2, LeaseLossPolicy.TERMINATE), acquired_at=0.0)
+    assert short.deadline == pytest.approx(0.9)
+    long = LeaseClock(LeaseSettings(600.0, 10.0, LeaseLossPolicy.TERMINATE), acquired_at=0.0)
+    assert long.deadline == 599.0
 
 
 def test_lease_clock_loses_on_zero_rows() -> None:
@@ -62,9 +66,9 @@ def test_lease_clock_loses_on_zero_rows() -> None:
 
 def test_lease_clock_loses_on_a_renewal_returning_after_the_deadline() -> None:
     clock = LeaseClock(SETTINGS, acquired_at=100.0)
-    assert not clock.renewed(sent_at=103.0, now=110.5, rows=1)
+    assert not clock.renewed(sent_at=103.0, now=109.5, rows=1)
     assert clock.lost and "after the local deadline" in (clock.lost_reason or "")
-    assert clock.deadline == 110.0  # a late success does not extend anything
+    assert clock.deadline == 109.0  # a late success does not extend anything
 
 
 def test_lease_clock_retries_a_failed_renewal_until_the_deadline() -> None:
@@ -73,17 +77,19 @@ def test_lease_clock_retries_a_failed_renewal_until_the_deadline() -> None:
     assert not clock.lost
     assert clock.last_error == "OSError: connection reset"
     # The next attempt comes sooner than a heartbeat: a quarter of what is left.
-    assert clock.delay_until_renewal(103.0) == pytest.approx(7.0 / 4)
-    assert clock.failed(OSError("again"), now=109.9)
-    assert clock.delay_until_renewal(109.9) == pytest.approx(0.05)  # never faster than that
-    assert clock.renewed(sent_at=109.95, now=110.0 - 1e-6, rows=1)  # made it in time
-    assert clock.deadline == pytest.approx(119.95)
+    assert clock.delay_until_renewal(103.0) == pytest.approx(6.0 / 4)
+    assert clock.attempt_timeout(103.0) == 3.0  # one heartbeat
+    assert clock.failed(OSError("again"), now=108.9)
+    assert clock.delay_until_renewal(108.9) == pytest.approx(0.05)  # never faster than that
+    assert clock.attempt_timeout(108.9) == pytest.approx(0.1)  # never past the deadline
+    assert clock.renewed(sent_at=108.95, now=109.0 - 1e-6, rows=1)  # made it in time
+    assert clock.deadline == pytest.approx(117.95)
 
 
 def test_lease_clock_loses_when_failures_reach_the_deadline() -> None:
     clock = LeaseClock(SETTINGS, acquired_at=100.0)
     assert clock.failed(OSError("down"), now=105.0)
-    assert not clock.failed(OSError("still down"), now=110.0)
+    assert not clock.failed(OSError("still down"), now=109.0)
     assert clock.lost
     assert "before the local deadline" in (clock.lost_reason or "")
     assert "still down" in (clock.lost_reason or "")
@@ -91,8 +97,8 @@ def test_lease_clock_loses_when_failures_reach_the_deadline() -> None:
 
 def test_lease_clock_expiry_and_forced_loss() -> None:
     idle = LeaseClock(SETTINGS, acquired_at=100.0)
-    assert not idle.expired(109.9)
-    assert idle.expired(110.0)
+    assert not idle.expired(108.9)
+    assert idle.expired(109.0)
     idle.lose("later")  # the first reason is kept
     assert "deadline" in (idle.lost_reason or "")
 

@@ -223,7 +223,7 @@ class LeaseLock:
         is doing: a renewal can hang on a dead network far longer than the TTL."""
         clock = self._clock
         assert clock is not None
-        while not await wait_event(self._stop, max(0.0, clock.deadline - monotonic())):
+        while not await wait_event(self._stop, clock.until_deadline(monotonic())):
             if clock.expired(monotonic()):
                 self._declare_lost()
                 return

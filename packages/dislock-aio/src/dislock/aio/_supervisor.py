@@ -22,6 +22,7 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Iterable, Sequence
+from time import monotonic
 
 from dislock.core.config import SCHEDULE
 from dislock.core.context import LEASE_LOST_EXIT_CODE, LeaseLossPolicy, LockContext
@@ -109,7 +110,11 @@ async def _watch(
     child: Child, argv: Sequence[str], lease: LeaseLock | None, policy: LeaseLossPolicy
 ) -> int:
     while True:
-        code = await child.wait(POLL_INTERVAL)
+        # Wake at the lease's deadline, not up to a poll interval after it: the
+        # command must be stopping before its row can expire on the server.
+        clock = lease.clock if lease is not None else None
+        timeout = POLL_INTERVAL if clock is None else clock.until_deadline(monotonic())
+        code = await child.wait(min(POLL_INTERVAL, max(timeout, 0.001)))
         if code is not None:
             return exit_status(code)
         if lease is not None and lease.is_lost():

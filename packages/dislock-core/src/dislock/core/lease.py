@@ -7,7 +7,9 @@ still ours).  It never reads a clock itself, which keeps it deterministic.
 The local deadline is conservative: a renewal *sent* at ``t`` makes the server
 set ``expire_at`` to its own ``NOW() + ttl`` with ``NOW()`` no earlier than
 ``t``, so until ``t + ttl`` on our monotonic clock nobody else can hold the row,
-whatever the wall clocks of either side say.
+whatever the wall clocks of either side say.  The deadline is set a margin
+earlier still, so that a wrapped command is already being stopped when the row
+becomes free on the server, not a moment after.
 """
 
 from __future__ import annotations
@@ -23,6 +25,10 @@ RENEWER_STOP_TIMEOUT = 3.0
 
 RETRY_FLOOR = 0.05
 """Shortest pause between two attempts at a failing renewal."""
+
+SAFETY_MARGIN_RATIO = 0.1
+SAFETY_MARGIN_MAX = 1.0
+"""The local deadline comes 10 % of the TTL (at most 1 s) before the row can expire."""
 
 RELEASE_TIMEOUT = 2.0
 """Seconds the release on exit may take before it is cancelled (the row then
@@ -68,7 +74,8 @@ class LeaseClock:
     def __init__(self, settings: LeaseSettings, *, acquired_at: float) -> None:
         """``acquired_at``: monotonic time just before the acquiring statement was sent."""
         self.settings = settings
-        self.deadline = acquired_at + settings.ttl
+        self.margin = min(settings.ttl * SAFETY_MARGIN_RATIO, SAFETY_MARGIN_MAX)
+        self.deadline = acquired_at + settings.ttl - self.margin
         self.next_renewal = acquired_at + settings.interval
         self.lost_reason: str | None = None
         self.last_error: str | None = None
@@ -78,6 +85,9 @@ class LeaseClock:
     @property
     def lost(self) -> bool:
         return self.lost_reason is not None
+
+    def until_deadline(self, now: float) -> float:
+        return max(0.0, self.deadline - now)
 
     def delay_until_renewal(self, now: float) -> float:
         return max(0.0, self.next_renewal - now)
@@ -94,7 +104,7 @@ class LeaseClock:
             return self._lose(
                 f"a renewal returned {now - self.deadline:.3f} s after the local deadline"
             )
-        self.deadline = sent_at + self.settings.ttl
+        self.deadline = sent_at + self.settings.ttl - self.margin
         self.next_renewal = sent_at + self.settings.interval
         self.renewals += 1
         return True

@@ -1,0 +1,104 @@
+"""Contract: faults every implementation must survive (or report) the same way."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from dislock import LeaseLostError, LockContext, LockNotAcquiredError
+from dislock.core.sql import lease_key, schedule_key
+from tests.support.drivers import Driver
+from tests.support.rows import Rows
+
+MakeContext = Callable[..., LockContext]
+TTL, INTERVAL = 1.5, 0.2
+
+
+def test_row_locked_by_another_transaction_loses_the_lease_by_its_deadline(
+    driver: Driver, make_context: MakeContext, rows: Rows, database_url: str
+) -> None:
+    context = make_context(run_ttl_seconds=TTL, lease_interval_seconds=INTERVAL)
+    held = driver.hold(context, ["lease"])
+    with psycopg.connect(database_url, prepare_threshold=None) as blocker:  # not autocommit
+        blocker.execute(
+            sql.SQL("SELECT * FROM {} WHERE key = %s FOR UPDATE").format(rows.table),
+            (lease_key(context.lock_key),),
+        )
+        blocked_at = time.monotonic()
+        assert held.wait_lease_lost(timeout=TTL + 2.0)
+        assert time.monotonic() - blocked_at <= TTL + 1.0  # the deadline fired, no hang
+        started = time.monotonic()
+        with pytest.raises(LeaseLostError):
+            held.release()
+        assert time.monotonic() - started < 8.0  # leaving does not wait for the blocker
+        blocker.rollback()
+
+
+@pytest.mark.needs("python-api")
+@pytest.mark.direct_postgres
+def test_terminated_backend_is_replaced_and_the_lease_kept(
+    driver: Driver, make_context: MakeContext, rows: Rows, db: psycopg.Connection[Any]
+) -> None:
+    context = make_context(run_ttl_seconds=2.0, lease_interval_seconds=0.2)
+    held = driver.hold(context, ["lease"])
+    before = rows.get(lease_key(context.lock_key))
+    killed = db.execute(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+        " WHERE application_name = 'dislock' AND pid <> pg_backend_pid()"
+    ).fetchone()
+    assert killed is not None and killed[0] >= 1
+    time.sleep(1.5)  # beyond several heartbeats: renewals went on over a new connection
+    after = rows.get(lease_key(context.lock_key))
+    assert held.lease_lost_event_set() is False
+    assert before is not None and after is not None
+    assert after.value == before.value and after.expire_at > before.expire_at
+    held.release()  # no LeaseLostError
+
+
+@pytest.mark.parametrize("zones", [("+14", "-12"), ("-12", "+14")])
+def test_session_time_zones_do_not_change_the_slot(
+    driver: Driver, make_context: MakeContext, rows: Rows, database_url: str, zones: Any
+) -> None:
+    def in_zone(offset: str) -> str:
+        params = conninfo_to_dict(database_url)
+        # POSIX zone names count the other way: Etc/GMT-14 is UTC+14.
+        posix = f"Etc/GMT{'-' if offset.startswith('+') else '+'}{offset[1:]}"
+        params["options"] = f"-c TimeZone={posix}"
+        return make_conninfo("", **params)
+
+    first = make_context(url=in_zone(zones[0]), schedule="*/5 * * * *")
+    driver.hold(first, ["schedule"]).release()
+    slot = rows.get(schedule_key(first.lock_key))
+    assert slot is not None
+    assert slot.expire_at.minute % 5 == 0 and slot.expire_at.second == 0
+    with pytest.raises(LockNotAcquiredError):  # the same slot, seen from the other zone
+        driver.hold(make_context(url=in_zone(zones[1]), schedule="*/5 * * * *"), ["schedule"])
+
+
+@pytest.mark.needs("python-api")
+@pytest.mark.slow
+def test_a_thousand_renewals_on_one_lease(
+    driver: Driver, make_context: MakeContext, rows: Rows
+) -> None:
+    """Also what PgBouncer in transaction mode sees (CI runs this suite through it):
+    far more executions than psycopg's auto-prepare threshold of five."""
+    context = make_context(run_ttl_seconds=1.0, lease_interval_seconds=0.005)
+    held = driver.hold(context, ["lease"])
+    deadline = time.monotonic() + 60
+    key = lease_key(context.lock_key)
+    first = rows.get(key)
+    renewed = 0
+    while renewed < 1000 and time.monotonic() < deadline:
+        time.sleep(0.5)
+        renewed = driver.renewals(held)
+    assert renewed >= 1000
+    assert held.lease_lost_event_set() is False
+    last = rows.get(key)
+    assert first is not None and last is not None and last.expire_at > first.expire_at
+    held.release()

@@ -1,0 +1,161 @@
+"""Outages of the server and the network, on a cluster of the test's own."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from dislock.core.sql import create_table_sql, lease_key
+from tests.cli.conftest import DISLOCK, wait_for
+from tests.support.cluster import Cluster
+from tests.support.proxy import BlackholeProxy
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def cluster() -> Iterator[Cluster]:
+    server = Cluster()
+    server.start()
+    with psycopg.connect(server.url, autocommit=True) as conn:
+        conn.execute(create_table_sql(("key_value",)))
+    yield server
+    server.destroy()
+
+
+def wrapper(
+    url: str, script: str, ttl: float, interval: float, key: str = "job"
+) -> subprocess.Popen[str]:
+    env = {
+        **os.environ,
+        "DATABASE_URL": url,
+        "LOCK_KEY": key,
+        "LOCK_STRATEGY": "lease",
+        "RUN_LOCK_TTL_SECONDS": str(ttl),
+        "LOCK_LEASE_INTERVAL": str(interval),
+    }
+    return subprocess.Popen(
+        [*DISLOCK, "DATABASE_URL", "sh", "-c", script], env=env, stderr=subprocess.PIPE, text=True
+    )
+
+
+def lease_row(url: str, key: str = "job") -> tuple[str, float] | None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT value, extract(epoch FROM expire_at)::float8 FROM key_value WHERE key = %s",
+            (lease_key(key),),
+        ).fetchone()
+    return None if row is None else (row[0], row[1])
+
+
+def test_restart_shorter_than_the_ttl_is_ridden_out(cluster: Cluster, tmp_path: Path) -> None:
+    started = tmp_path / "started"
+    # 8 s of work under a 5 s lease: it only finishes if renewals resume after the restart.
+    process = wrapper(cluster.url, f'touch "{started}"; sleep 8; exit 3', ttl=5.0, interval=0.5)
+    wait_for(started)
+    time.sleep(1.0)
+    cluster.restart_after(1.5)
+    _, stderr = process.communicate(timeout=30)
+    assert process.returncode == 3, stderr  # the command's own status, not 75
+    assert "retrying until its deadline" in stderr  # the outage was seen and ridden out
+
+
+def test_outage_longer_than_the_ttl_terminates_the_command(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    started = tmp_path / "started"
+    process = wrapper(cluster.url, f'touch "{started}"; sleep 60', ttl=2.0, interval=0.3)
+    wait_for(started)
+    cluster.stop()
+    stopped_at = time.monotonic()
+    try:
+        _, stderr = process.communicate(timeout=30)
+        assert process.returncode == 75, stderr  # never a clean success
+        assert time.monotonic() - stopped_at < 2.0 + 5.0
+    finally:
+        cluster.start()
+
+
+def test_sigkilled_holder_is_replaced_once_its_row_expires_and_not_before(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    ttl, interval = 2.0, 0.3
+    holder_script = textwrap.dedent(
+        f"""
+        import time
+        from dislock import LeaseLock, LockContext
+        context = LockContext(url={cluster.url!r}, table_parts=["key_value"], lock_key="job",
+                              owner="doomed", run_ttl_seconds={ttl},
+                              lease_interval_seconds={interval})
+        with LeaseLock(context):
+            open({str(tmp_path / "started")!r}, "w").close()
+            time.sleep(600)
+        """
+    )
+    holder = subprocess.Popen([sys.executable, "-c", holder_script])
+    wait_for(tmp_path / "started")
+    time.sleep(0.5)
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+    killed_at = time.time()
+    final = lease_row(cluster.url)
+    assert final is not None and final[0] == "doomed"
+    expiry = final[1]
+
+    from dislock import LeaseLock, LockContext, LockNotAcquiredError
+
+    context = LockContext(
+        url=cluster.url,
+        table_parts=["key_value"],
+        lock_key="job",
+        owner="successor",
+        run_ttl_seconds=30.0,
+        lease_interval_seconds=5.0,
+    )
+    while True:
+        try:
+            with LeaseLock(context):
+                row = lease_row(cluster.url)
+                break
+        except LockNotAcquiredError:
+            assert time.time() < killed_at + ttl + interval + 2.0, "never acquired"
+            time.sleep(0.05)
+    assert row is not None and row[0] == "successor"
+    acquired_at = row[1] - 30.0  # expire_at = the acquiring statement's NOW() + TTL
+    assert acquired_at >= expiry  # never before the dead holder's row expired
+    assert acquired_at - killed_at <= ttl + interval + 1.0
+
+
+def test_blackholed_connection_stops_the_command_before_the_row_expires(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    proxy = BlackholeProxy(("127.0.0.1", cluster.port))
+    try:
+        started, termed = tmp_path / "started", tmp_path / "termed"
+        script = (
+            f'trap \'date +%s.%N > "{termed}"; exit 0\' TERM; touch "{started}"; '
+            "while :; do sleep 0.05; done"
+        )
+        url = f"postgresql://postgres@127.0.0.1:{proxy.port}/postgres"
+        process = wrapper(url, script, ttl=3.0, interval=0.3)
+        wait_for(started)
+        time.sleep(1.0)
+        proxy.blackhole()
+        cut_at = time.monotonic()
+        _, stderr = process.communicate(timeout=30)
+        assert process.returncode == 75, stderr
+        assert time.monotonic() - cut_at < 3.0 + 6.0  # nothing waited on TCP timeouts
+        row = lease_row(cluster.url)  # straight to the server, around the proxy
+        assert row is not None
+        assert float(termed.read_text()) < row[1]  # stopping before the row was free
+    finally:
+        proxy.close()

@@ -111,3 +111,41 @@ def test_command_not_found_exits_127_and_releases_the_lease(
     assert "command not found" in result.stderr
     row = rows.get(lease_key(cli_env["LOCK_KEY"]))
     assert row is not None and row.expired
+
+
+def test_missing_column_claims_no_lock(
+    run_cli: RunCli, cli_env: dict[str, str], db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    schema = cli_env["LOCK_TABLE"].split(".")[0]
+    db.execute(
+        sql.SQL("CREATE TABLE {}.no_value (key text PRIMARY KEY, expire_at timestamptz)").format(
+            sql.Identifier(schema)
+        )
+    )
+    marker = tmp_path / "ran"
+    env = {**cli_env, "LOCK_TABLE": f"{schema}.no_value"}
+    result = run_cli(["DATABASE_URL", "touch", str(marker)], env)
+    assert_one_line_failure(result, "lacks a column dislock needs")
+    assert not marker.exists()
+    count = db.execute(
+        sql.SQL("SELECT count(*) FROM {}.no_value").format(sql.Identifier(schema))
+    ).fetchone()
+    assert count == (0,)
+
+
+def test_password_never_printed_even_at_debug_on_a_working_run(
+    run_cli: RunCli, cli_env: dict[str, str]
+) -> None:
+    params = conninfo_to_dict(cli_env["DATABASE_URL"])
+    params["password"] = "hunter2-secret"  # trust authentication ignores it
+    env = {
+        **cli_env,
+        "DATABASE_URL": make_conninfo("", **params),
+        "LOCK_STRATEGY": "schedule,lease",
+        "CRONJOB_LOCK_LOG_LEVEL": "DEBUG",
+    }
+    first = run_cli(["DATABASE_URL", "true"], env)
+    second = run_cli(["DATABASE_URL", "true"], env)  # the slot is taken: the skip is logged
+    assert first.returncode == 0 and second.returncode == 0
+    assert "acquired lease" in first.stderr and "not running" in second.stderr
+    assert "hunter2" not in first.stderr + second.stderr

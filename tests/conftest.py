@@ -23,8 +23,9 @@ def database_url() -> Iterator[str]:
 
 @pytest.fixture
 def db(database_url: str) -> Iterator[psycopg.Connection[Any]]:
-    """An autocommit connection for setting up and inspecting lock rows."""
-    with psycopg.connect(database_url, autocommit=True) as conn:
+    """An autocommit connection for setting up and inspecting lock rows (never
+    preparing statements, so that it works behind PgBouncer's transaction pooling)."""
+    with psycopg.connect(database_url, autocommit=True, prepare_threshold=None) as conn:
         yield conn
 
 

@@ -36,6 +36,7 @@ UNREACHABLE = "postgresql://app:hunter2-secret@127.0.0.1:1/app"
         ({"LOCK_JITTER_SECONDS": "-1"}, "LOCK_JITTER_SECONDS must not be negative, got '-1'"),
         ({"LOCK_ON_LEASE_LOSS": "ignore"}, "LOCK_ON_LEASE_LOSS must be 'terminate' or 'continue'"),
         ({"LOCK_TABLE": "a.b.c"}, "LOCK_TABLE='a.b.c'"),
+        ({"LOCK_FENCING": "maybe"}, "LOCK_FENCING must be one of"),
         ({"DATABASE_URL": None}, "DATABASE_URL is unset or empty"),
         ({"DATABASE_URL": ""}, "DATABASE_URL is unset or empty"),
         ({"DATABASE_URL": "postgresql//app:hunter2-secret@x"}, "DATABASE_URL: database URL"),
@@ -107,6 +108,7 @@ def test_help_documents_every_variable_and_exit_code(
         "LOCK_LEASE_INTERVAL",
         "LOCK_JITTER_SECONDS",
         "LOCK_ON_LEASE_LOSS",
+        "LOCK_FENCING",
         "CRONJOB_LOCK_LOG_LEVEL",
         "75",
     ):

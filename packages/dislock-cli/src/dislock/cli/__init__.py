@@ -43,6 +43,8 @@ environment:
   LOCK_JITTER_SECONDS    0          sleep up to this long before locking
   LOCK_ON_LEASE_LOSS     terminate  terminate (SIGTERM, SIGKILL after 10 s,
                                     exit 75) or continue (log only)
+  LOCK_FENCING           0          1: pass a fencing token to the command in
+                                    DISLOCK_FENCING_TOKEN (dislockctl init --fencing)
   CRONJOB_LOCK_LOG_LEVEL WARNING    DEBUG, INFO, WARNING, ERROR, CRITICAL
 
 exit status:
@@ -56,7 +58,7 @@ The command runs in its own process group. TERM, INT, HUP, QUIT, USR1 and USR2
 sent to dislock are passed on to that group, and the lock is released once the
 command has exited. On Linux the command is killed if dislock itself dies.
 
-The lock table:
+The lock table (or: dislockctl URL_VARIABLE init):
   CREATE TABLE key_value (key text PRIMARY KEY, value text NOT NULL,
                           expire_at timestamptz NOT NULL);
 """

@@ -97,3 +97,41 @@ async def test_cancelling_a_wrapped_command_kills_it_and_releases(
     assert row is not None and row.expired
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+@pytest.mark.asyncio
+async def test_forwarding_signals_gives_back_the_previous_handlers(
+    make_context: MakeContext,
+) -> None:
+    import signal
+
+    from dislock.core.supervision import FORWARDED_SIGNALS
+
+    def mine(signum: int, frame: object) -> None:
+        return None
+
+    previous = signal.signal(signal.SIGUSR1, mine)
+    try:
+        status = await dislock.aio.run_with_locks(
+            ["true"],
+            context=make_context(**LEASE),
+            strategies=["lease"],
+            forward_signals=FORWARDED_SIGNALS,
+        )
+        assert status == 0
+        assert signal.getsignal(signal.SIGUSR1) is mine
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+
+
+@pytest.mark.asyncio
+async def test_a_lease_lock_can_be_entered_again_with_a_fresh_event(
+    make_context: MakeContext, rows: Rows
+) -> None:
+    lock = dislock.aio.LeaseLock(make_context(**LEASE))
+    async with lock:
+        first = lock.lease_lost
+    async with lock:
+        assert lock.lease_lost is not first and not lock.lease_lost.is_set()
+    row = rows.get(lease_key(lock.context.lock_key))
+    assert row is not None and row.expired

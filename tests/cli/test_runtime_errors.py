@@ -11,7 +11,7 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from dislock.core.sql import lease_key
+from dislock.core.sql import lease_key, schedule_key
 from tests.cli.conftest import RunCli
 from tests.support.rows import Rows
 
@@ -102,15 +102,17 @@ def test_debug_level_shows_the_traceback_but_still_no_password(
     assert "hunter2" not in result.stderr
 
 
-def test_command_not_found_exits_127_and_releases_the_lease(
-    run_cli: RunCli, cli_env: dict[str, str], rows: Rows
+@pytest.mark.parametrize(("program", "status"), [("no-such-command-dislock", 127), ("/etc", 126)])
+def test_unrunnable_command_fails_before_taking_any_lock(
+    run_cli: RunCli, cli_env: dict[str, str], rows: Rows, program: str, status: int
 ) -> None:
-    env = {**cli_env, "LOCK_STRATEGY": "lease"}
-    result = run_cli(["DATABASE_URL", "no-such-command-dislock"], env)
-    assert result.returncode == 127
-    assert "command not found" in result.stderr
-    row = rows.get(lease_key(cli_env["LOCK_KEY"]))
-    assert row is not None and row.expired
+    env = {**cli_env, "LOCK_STRATEGY": "schedule,lease"}
+    result = run_cli(["DATABASE_URL", program], env)
+    assert result.returncode == status
+    assert ("command not found" if status == 127 else "permission denied") in result.stderr
+    # A typo in a crontab must not use up the slot for every machine.
+    assert rows.get(schedule_key(cli_env["LOCK_KEY"])) is None
+    assert rows.get(lease_key(cli_env["LOCK_KEY"])) is None
 
 
 def test_missing_column_claims_no_lock(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -12,6 +13,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from dislock import LeaseLostError, LockContext, LockNotAcquiredError
+from dislock.core.errors import StatementTimeout
 from dislock.core.sql import lease_key, schedule_key
 from tests.support.drivers import Driver
 from tests.support.rows import Rows
@@ -102,3 +104,32 @@ def test_a_thousand_renewals_on_one_lease(
     last = rows.get(key)
     assert first is not None and last is not None and last.expire_at > first.expire_at
     held.release()
+
+
+def test_acquisition_blocked_by_a_locked_row_gives_up_in_bounded_time(
+    driver: Driver, make_context: MakeContext, rows: Rows, database_url: str
+) -> None:
+    first = make_context(run_ttl_seconds=TTL, lease_interval_seconds=INTERVAL)
+    driver.hold(first, ["lease"]).release()  # the row exists, and is free
+    with psycopg.connect(database_url, prepare_threshold=None) as blocker:
+        blocker.execute(
+            sql.SQL("SELECT * FROM {} WHERE key = %s FOR UPDATE").format(rows.table),
+            (lease_key(first.lock_key),),
+        )
+        started = time.monotonic()
+        with pytest.raises((StatementTimeout, RuntimeError)):  # the CLI: exit 1
+            driver.hold(
+                make_context(run_ttl_seconds=TTL, lease_interval_seconds=INTERVAL), ["lease"]
+            )
+        assert time.monotonic() - started < 10.0
+        blocker.rollback()
+
+
+@pytest.mark.needs("python-api")
+def test_a_slot_that_already_ended_is_not_claimed(
+    driver: Driver, make_context: MakeContext, rows: Rows
+) -> None:
+    ended = make_context(next_run_time=rows.now() - timedelta(seconds=1))
+    with pytest.raises(LockNotAcquiredError, match="already ended"):
+        driver.hold(ended, ["schedule"])
+    assert rows.get(schedule_key(ended.lock_key)) is None

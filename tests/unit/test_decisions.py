@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from dislock import ConfigurationError, LeaseLossPolicy
-from dislock.core.cron import check_cron, next_boundary
+from dislock.core.cron import check_cron, next_boundary, slot_end
 from dislock.core.lease import LeaseClock, LeaseSettings, raises_on_exit
 from dislock.core.supervision import check_command, default_owner, exit_status, jitter_delay
 
@@ -146,3 +146,29 @@ def test_default_owner_is_host_pid_and_unique() -> None:
 def test_check_command_rejects_non_lists(command: object) -> None:
     with pytest.raises(ConfigurationError):
         check_command(command)  # type: ignore[arg-type]
+
+
+def test_heartbeat_never_lets_the_deadline_pass_between_renewals() -> None:
+    # interval == TTL is allowed, but renewing only at the TTL would be too late.
+    flat = LeaseClock(LeaseSettings(60.0, 60.0, LeaseLossPolicy.TERMINATE), acquired_at=0.0)
+    assert flat.deadline == 59.0
+    assert flat.next_renewal == 29.5  # half of what the deadline leaves
+    tiny = LeaseClock(LeaseSettings(1.0, 1.0, LeaseLossPolicy.TERMINATE), acquired_at=0.0)
+    assert tiny.next_renewal == pytest.approx(0.45)
+    usual = LeaseClock(LeaseSettings(60.0, 10.0, LeaseLossPolicy.TERMINATE), acquired_at=0.0)
+    assert usual.next_renewal == 10.0  # a sensible interval is kept as it is
+
+
+def test_a_start_just_before_a_boundary_belongs_to_the_slot_it_opens() -> None:
+    boundary = datetime(2030, 1, 1, 10, 0, tzinfo=UTC)
+    hourly = "0 * * * *"
+    early = boundary - timedelta(milliseconds=300)  # a host clock a little ahead
+    late = boundary + timedelta(milliseconds=300)
+    assert slot_end(hourly, early) == boundary + timedelta(hours=1)
+    assert slot_end(hourly, late) == boundary + timedelta(hours=1)
+    assert slot_end(hourly, boundary - timedelta(seconds=5)) == boundary  # really the old slot
+    # Per-second cron: the tolerance shrinks to a quarter of a slot.
+    assert slot_end("* * * * * *", boundary - timedelta(milliseconds=300)) == boundary
+    assert slot_end("* * * * * *", boundary - timedelta(milliseconds=100)) == boundary + timedelta(
+        seconds=1
+    )

@@ -65,6 +65,13 @@ def test_acquire_is_one_conditional_upsert() -> None:
     assert "SELECT" not in text
 
 
+def test_a_slot_is_only_claimed_while_it_lasts() -> None:
+    text = statements(("key_value",)).acquire_until.as_string(None)
+    assert text.lstrip().startswith("INSERT INTO")
+    assert "WHERE %(expire_at)s::timestamptz > NOW()" in text
+    assert "WHERE held.expire_at <= NOW()" in text
+
+
 def test_renewal_and_release_are_guarded_by_owner() -> None:
     stmts = statements(("key_value",))
     for statement in (stmts.renew, stmts.release):

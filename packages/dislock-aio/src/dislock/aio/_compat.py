@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 from collections.abc import Callable, Coroutine, Iterable, Iterator
 from typing import Any
 
@@ -104,15 +105,19 @@ def handling_signals(signals: Iterable[int], handler: Callable[[int], None]) -> 
     Only a loop in the main thread can handle signals; elsewhere this does nothing.
     """
     loop = asyncio.get_running_loop()
-    installed: list[int] = []
-    for signum in signals:
-        try:
-            loop.add_signal_handler(signum, handler, signum)
-        except (RuntimeError, ValueError, NotImplementedError):
-            continue
-        installed.append(signum)
+    previous: dict[int, Any] = {}
     try:
+        for signum in signals:
+            before = signal.getsignal(signum)
+            try:
+                loop.add_signal_handler(signum, handler, signum)
+            except (RuntimeError, ValueError, NotImplementedError):
+                continue
+            previous[signum] = before
         yield
     finally:
-        for signum in installed:
+        for signum, before in previous.items():
             loop.remove_signal_handler(signum)
+            # remove_signal_handler resets to the default; give back what was there.
+            if before is not None:
+                signal.signal(signum, before)

@@ -193,7 +193,7 @@ def _release(conn: Any, table: tuple[str, ...], lock_key: str, mode: str, owner:
 def _check(conn: Any, url_variable: str, env: Mapping[str, str]) -> int:
     from dislock.core.admin import describe_expiry, state_query
     from dislock.core.config import LEASE, SCHEDULE
-    from dislock.core.cron import next_boundary
+    from dislock.core.cron import slot_end
     from dislock.core.env import read_wrapper_settings
     from dislock.core.sql import lease_key, schedule_key
 
@@ -205,7 +205,7 @@ def _check(conn: Any, url_variable: str, env: Mapping[str, str]) -> int:
     print(f"  strategies      {','.join(settings.strategies)}")
     print(f"  table           {table}")
     if settings.schedule is not None:
-        boundary = next_boundary(settings.schedule, now)
+        boundary = slot_end(settings.schedule, now)
         print(f"  schedule        {settings.schedule}")
         print(f"  slot ends       {boundary.isoformat()} (database clock, UTC)")
     if settings.ttl_seconds is not None:

@@ -12,6 +12,11 @@ from datetime import datetime, timezone
 
 from dislock.core.errors import ConfigurationError
 
+EARLY_FIRE_TOLERANCE = 1.0
+"""A start this close before a boundary (at most a quarter of a slot) belongs to the
+slot that boundary opens: cron on a host whose clock runs a little ahead of the
+database's fires just before the boundary, by the database's clock."""
+
 
 def check_cron(expression: object, *, name: str = "schedule") -> str:
     """A cron expression croniter accepts (5 fields, or 6 with seconds)."""
@@ -35,3 +40,11 @@ def next_boundary(expression: str, now: datetime) -> datetime:
     if not isinstance(boundary, datetime):  # croniter's return type is loose
         raise TypeError(f"croniter returned {boundary!r}")
     return boundary.astimezone(timezone.utc)
+
+
+def slot_end(expression: str, now: datetime) -> datetime:
+    """When the slot a start at ``now`` (database clock) belongs to ends."""
+    first = next_boundary(expression, now)
+    second = next_boundary(expression, first)
+    tolerance = min(EARLY_FIRE_TOLERANCE, (second - first).total_seconds() / 4)
+    return second if (first - now).total_seconds() < tolerance else first

@@ -75,8 +75,11 @@ class LeaseClock:
         """``acquired_at``: monotonic time just before the acquiring statement was sent."""
         self.settings = settings
         self.margin = min(settings.ttl * SAFETY_MARGIN_RATIO, SAFETY_MARGIN_MAX)
+        # A heartbeat as slow as the TTL (allowed: interval <= TTL) would renew
+        # only after the deadline; at least two heartbeats fit in every lease.
+        self.cadence = min(settings.interval, (settings.ttl - self.margin) / 2)
         self.deadline = acquired_at + settings.ttl - self.margin
-        self.next_renewal = acquired_at + settings.interval
+        self.next_renewal = acquired_at + self.cadence
         self.lost_reason: str | None = None
         self.last_error: str | None = None
         self.renewals = 0
@@ -105,7 +108,7 @@ class LeaseClock:
                 f"a renewal returned {now - self.deadline:.3f} s after the local deadline"
             )
         self.deadline = sent_at + self.settings.ttl - self.margin
-        self.next_renewal = sent_at + self.settings.interval
+        self.next_renewal = sent_at + self.cadence
         self.renewals += 1
         return True
 
@@ -131,12 +134,12 @@ class LeaseClock:
         """How long one renewal statement may take before it is cancelled: a
         heartbeat, or what is left before the deadline if that is less (a row
         locked by another transaction must not hold the renewer past it)."""
-        return max(RETRY_FLOOR, min(self.settings.interval, self.deadline - now))
+        return max(RETRY_FLOOR, min(self.cadence, self.deadline - now))
 
     def retry_delay(self, now: float) -> float:
         """Retry soon enough to land several attempts before the deadline, never
         faster than every 50 ms nor slower than the heartbeat."""
-        return min(self.settings.interval, max(RETRY_FLOOR, (self.deadline - now) / 4))
+        return min(self.cadence, max(RETRY_FLOOR, (self.deadline - now) / 4))
 
     def lose(self, reason: str) -> None:
         """Give the lease up for a reason found outside the renewals."""

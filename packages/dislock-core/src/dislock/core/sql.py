@@ -70,20 +70,34 @@ def statements(table_parts: tuple[str, ...], fencing: bool = False) -> Statement
         token = sql.SQL("NULL::bigint")
     upsert = sql.SQL(
         "INSERT INTO {table} AS held (key, value, expire_at{columns})"
-        " VALUES (%(key)s, %(owner)s, {expiry}{first_token})"
+        " {row}"
         " ON CONFLICT (key) DO UPDATE"
         " SET value = EXCLUDED.value, expire_at = EXCLUDED.expire_at{bump}"
         " WHERE held.expire_at <= NOW()"
         " RETURNING {token}"
     )
-    parts = {"table": table, "columns": columns, "first_token": first_token, "bump": bump}
+    parts = {"table": table, "columns": columns, "bump": bump}
     lease_expiry = sql.SQL("NOW() + make_interval(secs => %(ttl)s)")
+    slot_end = sql.SQL("%(expire_at)s::timestamptz")
     return Statements(
         table=table,
+        # A slot that ended between computing it and claiming it (a slow start
+        # straddling a boundary, or a next_run_time in the past) is not claimed:
+        # it would be free at once and let a second start into the new slot.
         acquire_until=upsert.format(
-            expiry=sql.SQL("%(expire_at)s::timestamptz"), token=token, **parts
+            row=sql.SQL("SELECT %(key)s, %(owner)s, {end}{first_token} WHERE {end} > NOW()").format(
+                end=slot_end, first_token=first_token
+            ),
+            token=token,
+            **parts,
         ),
-        acquire_for=upsert.format(expiry=lease_expiry, token=token, **parts),
+        acquire_for=upsert.format(
+            row=sql.SQL("VALUES (%(key)s, %(owner)s, {expiry}{first_token})").format(
+                expiry=lease_expiry, first_token=first_token
+            ),
+            token=token,
+            **parts,
+        ),
         # A row whose TTL already ran out is not renewed, even if nobody took it.
         renew=sql.SQL(
             "UPDATE {table} SET expire_at = {expiry}"

@@ -97,9 +97,12 @@ def handling_signals(signals: Iterable[int], handler: Callable[[int], None]) -> 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         handler(signum)
 
-    previous = {signum: signal.signal(signum, on_signal) for signum in signals}
+    previous: dict[int, Any] = {}
     try:
+        for signum in signals:
+            previous[signum] = signal.signal(signum, on_signal)
         yield
     finally:
         for signum, old in previous.items():
-            signal.signal(signum, old)
+            # None: a handler installed outside Python, which cannot be put back.
+            signal.signal(signum, signal.SIG_DFL if old is None else old)

@@ -15,6 +15,7 @@ import logging
 from collections.abc import Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from functools import partial
 from time import monotonic
 from types import TracebackType
 from typing import Any
@@ -26,7 +27,7 @@ from psycopg.sql import Composed
 from dislock.core import sql
 from dislock.core.config import SCHEDULE, normalize_strategies
 from dislock.core.context import LeaseLossPolicy, LockContext
-from dislock.core.cron import next_boundary
+from dislock.core.cron import slot_end
 from dislock.core.dsn import connection_kwargs
 from dislock.core.errors import (
     ConfigurationError,
@@ -56,10 +57,14 @@ def connect(context: LockContext) -> Connection[TupleRow]:
 
 
 def acquire(
-    conn: Connection[TupleRow], statement: Composed, params: dict[str, Any]
+    conn: Connection[TupleRow], statement: Composed, params: dict[str, Any], timeout: float
 ) -> tuple[bool, int | None]:
-    """Run an acquiring upsert: whether it took the row, and the fencing token."""
-    cursor = conn.execute(statement, params)
+    """Run an acquiring upsert: whether it took the row, and the fencing token.
+
+    Bounded, so that a row locked by a stuck transaction cannot hold a start
+    (and the cron runs queueing behind it) indefinitely.
+    """
+    cursor = execute_within(conn, statement, params, timeout)
     row = cursor.fetchone()
     return (False, None) if row is None else (True, row[0])
 
@@ -94,16 +99,17 @@ class ScheduleLock:
                 cursor = conn.execute(statements.now)
                 row = cursor.fetchone()
                 assert row is not None
-                expires_at = next_boundary(context.schedule, row[0])
+                expires_at = slot_end(context.schedule, row[0])
             acquired, fence = acquire(
                 conn,
                 statements.acquire_until,
                 sql.acquire_until_params(self.key, context.owner, expires_at),
+                context.connect_timeout_seconds,
             )
         if not acquired:
             raise LockNotAcquiredError(
                 f"schedule slot of {context.lock_key!r} ending {expires_at.isoformat()} "
-                "was already started by another owner"
+                "was already started by another owner (or has already ended)"
             )
         self.expires_at = expires_at
         self.fence = fence
@@ -119,15 +125,26 @@ class ScheduleLock:
         return None
 
 
+@dataclass
+class _Held:
+    """One acquisition of a lease: what its workers share, and nothing older."""
+
+    clock: LeaseClock
+    stop: Event
+    lost: Event
+    workers: tuple[Worker, ...] = ()
+
+
 class LeaseLock:
     """One holder at a time, for as long as the block runs.
 
     Entering inserts a row that expires ``run_ttl_seconds`` from now (or takes
     over an expired one) and starts a renewer that extends it every
-    ``lease_interval_seconds``, guarded by the owner token.  ``lease_lost`` is set
-    as soon as the renewer can no longer vouch for the lease.  Leaving stops the
-    renewer and expires the row through a second connection, unless the lease was
-    lost (the row may belong to someone else by then).
+    ``lease_interval_seconds``, guarded by the owner token, and a watchdog that
+    declares the lease lost when its local deadline passes.  ``lease_lost`` is set
+    as soon as the lease can no longer be vouched for.  Leaving stops both and
+    expires the row through a second connection, unless the lease was lost (the
+    row may belong to someone else by then).
     """
 
     def __init__(self, context: LockContext) -> None:
@@ -135,62 +152,66 @@ class LeaseLock:
         self.context = context
         self.key = sql.lease_key(context.lock_key)
         self.lease_lost = Event()
+        """Set when the lease is lost; a fresh event for each acquisition."""
         self.fence: int | None = None
         """The fencing token of this acquisition (with ``LockContext.fencing``)."""
-        self._clock: LeaseClock | None = None
-        self._conn: Connection[TupleRow] | None = None
-        self._stop = Event()
-        self._workers: tuple[Worker, ...] = ()
+        self._held: _Held | None = None
 
     @property
     def clock(self) -> LeaseClock | None:
         """The lease's renewal bookkeeping while it is held."""
-        return self._clock
+        return None if self._held is None else self._held.clock
 
     def is_lost(self) -> bool:
         """Whether the lease is lost, counting a local deadline that passed while
         a renewal was still waiting for the server."""
-        if self._clock is not None and self._clock.expired(monotonic()):
-            self._declare_lost()
+        held = self._held
+        if held is not None and held.clock.expired(monotonic()):
+            self._declare_lost(held)
         return self.lease_lost.is_set()
 
     def __enter__(self) -> LeaseLock:
-        if self._clock is not None:
+        if self._held is not None:
             raise RuntimeError("this LeaseLock is already held; create one per acquisition")
         context = self.context
         conn = connect(context)
         try:
             sent_at = monotonic()
+            clock = LeaseClock(self.settings, acquired_at=sent_at)
             acquired, fence = acquire(
                 conn,
                 sql.statements_for(context).acquire_for,
                 sql.lease_params(self.key, context.owner, self.settings.ttl),
+                clock.attempt_timeout(sent_at),
             )
+            if acquired and clock.expired(monotonic()):
+                # Taken, but the answer came so late that the row may be free
+                # again already: hand it back rather than work on it.
+                self._expire_row(conn)
+                acquired = False
         except BaseException:
             conn.close()
             raise
         if not acquired:
             conn.close()
             raise LockNotAcquiredError(f"lease {self.key!r} is held by another owner")
-        self._conn = conn
         self.fence = fence
-        self._clock = LeaseClock(self.settings, acquired_at=sent_at)
-        self._stop.clear()
-        self.lease_lost.clear()
-        self._workers = (
-            spawn(self._renew_until_stopped, f"dislock-renewer:{self.key}"),
-            spawn(self._watch_deadline, f"dislock-deadline:{self.key}"),
+        held = _Held(clock=clock, stop=Event(), lost=Event())
+        self.lease_lost = held.lost
+        held.workers = (
+            spawn(partial(self._renew_until_stopped, held, conn), f"dislock-renewer:{self.key}"),
+            spawn(partial(self._watch_deadline, held), f"dislock-deadline:{self.key}"),
         )
+        self._held = held
         logger.info("acquired lease %s for %g s", self.key, self.settings.ttl)
         return self
 
-    def _renew_until_stopped(self) -> None:
-        clock, conn = self._clock, self._conn
-        assert clock is not None
+    def _renew_until_stopped(self, held: _Held, conn: Connection[TupleRow] | None) -> None:
+        clock = held.clock
         statement = sql.statements_for(self.context).renew
         params = sql.lease_params(self.key, self.context.owner, self.settings.ttl)
         try:
-            while not wait_event(self._stop, clock.delay_until_renewal(monotonic())):
+            while not wait_event(held.stop, clock.delay_until_renewal(monotonic())):
                 sent_at = monotonic()
                 try:
                     if conn is None:
@@ -198,10 +219,10 @@ class LeaseLock:
                     cursor = execute_within(
                         conn, statement, params, clock.attempt_timeout(monotonic())
                     )
-                    held = clock.renewed(sent_at=sent_at, now=monotonic(), rows=cursor.rowcount)
+                    alive = clock.renewed(sent_at=sent_at, now=monotonic(), rows=cursor.rowcount)
                 except Exception as exc:
-                    held = clock.failed(exc, now=monotonic())
-                    if held:
+                    alive = clock.failed(exc, now=monotonic())
+                    if alive:
                         logger.warning(
                             "renewal of lease %s failed, retrying until its deadline: %s",
                             self.key,
@@ -212,40 +233,38 @@ class LeaseLock:
                     ):
                         conn.close()
                         conn = None  # reconnect on the next attempt
-                if not held:
-                    self._declare_lost()
+                if not alive:
+                    self._declare_lost(held)
                     return
                 logger.debug("renewed lease %s", self.key)
         finally:
             if conn is not None:
                 conn.close()
 
-    def _watch_deadline(self) -> None:
+    def _watch_deadline(self, held: _Held) -> None:
         """Declare the lease lost when its local deadline passes, whatever the renewer
         is doing: a renewal can hang on a dead network far longer than the TTL."""
-        clock = self._clock
-        assert clock is not None
-        while not wait_event(self._stop, clock.until_deadline(monotonic())):
+        clock = held.clock
+        while not wait_event(held.stop, clock.until_deadline(monotonic())):
             if clock.expired(monotonic()):
-                self._declare_lost()
+                self._declare_lost(held)
                 return
 
-    def _declare_lost(self) -> None:
-        if not self.lease_lost.is_set():
-            assert self._clock is not None
-            logger.warning("lease %s lost: %s", self.key, self._clock.lost_reason)
-            self.lease_lost.set()
+    def _declare_lost(self, held: _Held) -> None:
+        if not held.lost.is_set():
+            logger.warning("lease %s lost: %s", self.key, held.clock.lost_reason)
+            held.lost.set()
 
-    def _expire_row(self) -> None:
+    def _expire_row(self, conn: Connection[TupleRow] | None = None) -> None:
+        """Expire our row now (owner-guarded), on ``conn`` or a connection of its own."""
         statement = sql.statements_for(self.context).release
+        params = sql.release_params(self.key, self.context.owner)
         try:
-            with connect(self.context) as conn:
-                execute_within(
-                    conn,
-                    statement,
-                    sql.release_params(self.key, self.context.owner),
-                    RELEASE_TIMEOUT,
-                )
+            if conn is not None:
+                execute_within(conn, statement, params, RELEASE_TIMEOUT)
+            else:
+                with connect(self.context) as own:
+                    execute_within(own, statement, params, RELEASE_TIMEOUT)
         except Exception as exc:
             logger.warning(
                 "could not release lease %s (it expires by itself within %g s): %s",
@@ -262,27 +281,27 @@ class LeaseLock:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        workers, clock = self._workers, self._clock
-        assert workers and clock is not None, "LeaseLock exited without entering"
-        self._stop.set()
-        renewer, watchdog = workers
-        if not stop_worker(renewer, RENEWER_STOP_TIMEOUT):
-            # Still inside a statement: what it last did to the row is unknown.
-            clock.lose("the renewer did not stop in time")
-        stop_worker(watchdog, RENEWER_STOP_TIMEOUT)
+        held = self._held
+        assert held is not None, "LeaseLock exited without entering"
+        # Judged as the block ends: a renewer slow to stop afterwards does not
+        # turn finished work into failed work.
         lost = self.is_lost()
-        if lost:
-            self.lease_lost.set()
-        else:
+        held.stop.set()
+        renewer, watchdog = held.workers
+        stopped = stop_worker(renewer, RENEWER_STOP_TIMEOUT)
+        stop_worker(watchdog, RENEWER_STOP_TIMEOUT)
+        self._held = None
+        if not stopped:
+            # Still inside a statement: what it last did to the row is unknown,
+            # so the row is left to expire rather than released.
+            logger.warning("lease %s: the renewer did not stop in time", self.key)
+        elif not lost and not held.clock.expired(monotonic()):
             self._expire_row()
-        self._workers = ()
-        self._clock = None
-        self._conn = None
         if lost and self.settings.policy is LeaseLossPolicy.CONTINUE:
             logger.warning("lease %s was lost during the block (policy: continue)", self.key)
         if raises_on_exit(self.settings.policy, lost=lost, block_failed=exc_type is not None):
             raise LeaseLostError(
-                f"lease {self.key!r} was lost while the block ran: {clock.lost_reason}"
+                f"lease {self.key!r} was lost while the block ran: {held.clock.lost_reason}"
             )
 
 

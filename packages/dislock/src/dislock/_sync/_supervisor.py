@@ -19,8 +19,10 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import errno
 import logging
 import os
+import shutil
 import signal
 import sys
 from collections.abc import Callable, Iterable, Sequence
@@ -64,6 +66,17 @@ def _parent_death_signal() -> Callable[[], None] | None:
     return die_with_parent
 
 
+def ensure_runnable(program: str) -> None:
+    """Raise FileNotFoundError or PermissionError now, as starting it later would."""
+    if os.sep in program:
+        if not os.path.exists(program):
+            raise FileNotFoundError(errno.ENOENT, "no such file", program)
+        if os.path.isdir(program) or not os.access(program, os.X_OK):
+            raise PermissionError(errno.EACCES, "not executable", program)
+    elif shutil.which(program) is None:
+        raise FileNotFoundError(errno.ENOENT, "command not found", program)
+
+
 def signal_group(pgid: int, signum: int) -> None:
     """Signal a process group that may already be gone."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -91,8 +104,10 @@ def supervise(
 ) -> int:
     """Run ``argv`` while ``session``'s locks are held; its exit status, or 75."""
     env = child_environment(os.environ, session.locks[0].context.lock_key, session.fencing_token)
-    child = Child.start(list(argv), env, _parent_death_signal())
     lease = session.lease
+    if lease is not None and lease.is_lost():
+        return LEASE_LOST_EXIT_CODE  # lost before the command could even start
+    child = Child.start(list(argv), env, _parent_death_signal())
 
     def forward(signum: int) -> None:
         logger.info("forwarding signal %d to process group %d", signum, child.pid)
@@ -103,8 +118,11 @@ def supervise(
             return _watch(child, argv, lease, policy)
     except BaseException:
         # Interrupted (KeyboardInterrupt, cancellation): never leave the command
-        # running after its locks are released.
-        stop_group(child)
+        # running after its locks are released, not even if interrupted again.
+        try:
+            stop_group(child)
+        finally:
+            signal_group(child.pid, signal.SIGKILL)
         raise
 
 
@@ -144,7 +162,8 @@ def run_with_locks(
     Returns the command's exit code (128+n if signal n killed it), or
     ``LEASE_LOST_EXIT_CODE`` (75) when the lease was lost under ``TERMINATE``.
     Raises ``LockNotAcquiredError`` when another owner holds a lock, without
-    running the command.
+    running the command, and FileNotFoundError or PermissionError, before taking
+    any lock, when the command cannot be run.
 
     The command's environment also holds ``DISLOCK_LOCK_KEY`` and, with
     ``LockContext.fencing``, ``DISLOCK_FENCING_TOKEN``.
@@ -154,6 +173,7 @@ def run_with_locks(
     the locks are released only once it has exited; this needs the main thread.
     """
     argv = check_command(command)
+    ensure_runnable(argv[0])  # before locking: a typo must not use up a schedule slot
     signals = tuple(forward_signals)
     try:
         with acquire_locks(context, strategies) as session:

@@ -15,6 +15,7 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from dislock.core.sql import lease_key, schedule_key
 from tests.cli.conftest import DISLOCK, wait_for
@@ -211,3 +212,47 @@ def test_help_lists_every_command(ctl: Ctl) -> None:
     assert result.returncode == 0
     for command in ("init", "ls", "status", "release", "check"):
         assert command in result.stdout
+
+
+def test_table_option_after_the_command(ctl: Ctl, cli_env: dict[str, str], rows: Rows) -> None:
+    env = {key: value for key, value in cli_env.items() if key != "LOCK_TABLE"}
+    result = ctl("ls", "--table", cli_env["LOCK_TABLE"], env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("no locks in")
+
+
+def test_init_on_an_existing_table_needs_no_ddl_rights(
+    ctl: Ctl, cli_env: dict[str, str], db: psycopg.Connection[Any]
+) -> None:
+    role = f"app_{uuid.uuid4().hex[:8]}"
+    schema = cli_env["LOCK_TABLE"].split(".")[0]
+    db.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
+    try:
+        db.execute(
+            sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(*map(sql.Identifier, (schema, role)))
+        )
+        params = conninfo_to_dict(cli_env["DATABASE_URL"])
+        params["user"] = role
+        env = {**cli_env, "DATABASE_URL": make_conninfo("", **params)}
+        existing = ctl("init", env=env)
+        assert existing.returncode == 0, existing.stderr
+        assert "already exists" in existing.stdout
+        fencing = ctl("init", "--fencing", env=env)  # would need ALTER TABLE
+        assert fencing.returncode == 1
+        assert "may not create the lock table" in fencing.stderr and "--print-sql" in fencing.stderr
+    finally:
+        db.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+        db.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+def test_check_reports_a_missing_fence_column(ctl: Ctl, cli_env: dict[str, str]) -> None:
+    result = ctl("check", env={**cli_env, "LOCK_FENCING": "1"})
+    assert result.returncode == 1
+    assert "init --fencing" in result.stderr
+
+
+def test_check_validates_before_connecting(ctl: Ctl, cli_env: dict[str, str]) -> None:
+    env = {**cli_env, "LOCK_STRATEGY": "mutex", "DATABASE_URL": "postgresql://x@127.0.0.1:1/x"}
+    result = ctl("check", env=env)
+    assert result.returncode == 2
+    assert "LOCK_STRATEGY='mutex'" in result.stderr

@@ -76,3 +76,13 @@ def test_renewal_and_release_are_guarded_by_owner() -> None:
     stmts = statements(("key_value",))
     for statement in (stmts.renew, stmts.release):
         assert "value = %(owner)s" in statement.as_string(None)
+
+
+def test_a_short_password_does_not_mangle_the_message() -> None:
+    from dislock.core.diagnosis import describe_database_error
+
+    error = OSError("connection failed: server closed the connection unexpectedly")
+    message = describe_database_error(
+        error, table_parts=("key_value",), url="postgresql://u:e@db.example/app"
+    )
+    assert "connection failed: server closed the connection unexpectedly" in message

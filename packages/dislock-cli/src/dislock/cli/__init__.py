@@ -48,7 +48,8 @@ environment:
   CRONJOB_LOCK_LOG_LEVEL WARNING    DEBUG, INFO, WARNING, ERROR, CRITICAL
 
 exit status:
-  the command's own (128+n if signal n killed it)
+  the command's own (128+n if signal n killed it; 127 not found, 126 not
+  executable, both reported before any lock is taken)
   0   also when another machine holds the lock (logged at INFO only)
   1   runtime failure: database unreachable, table missing, ...
   2   invalid configuration or usage
@@ -106,4 +107,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
 
     from dislock.cli._run import run
 
-    return run(settings, debug=level <= logging.DEBUG)
+    try:
+        return run(settings, debug=level <= logging.DEBUG)
+    except KeyboardInterrupt:  # Ctrl-C while sleeping the jitter or taking the lock
+        print("dislock: interrupted", file=sys.stderr)
+        return 128 + 2

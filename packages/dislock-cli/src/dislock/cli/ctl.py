@@ -16,7 +16,10 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dislock.core.env import WrapperSettings
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -40,25 +43,32 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="URL_VARIABLE",
         help="NAME of the environment variable holding the database URL (e.g. DATABASE_URL)",
     )
-    parser.add_argument(
-        "--table",
-        help="lock table, 'table' or 'schema.table' (default: $LOCK_TABLE or key_value)",
-    )
+    table_help = "lock table, 'table' or 'schema.table' (default: $LOCK_TABLE or key_value)"
+    parser.add_argument("--table", help=table_help)
+    # Accepted after the command too (`dislockctl DATABASE_URL ls --table ops.locks`).
+    table = _Parser(add_help=False)
+    table.add_argument("--table", default=argparse.SUPPRESS, help=table_help)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    init = commands.add_parser("init", help="create the lock table (and schema) if missing")
+    init = commands.add_parser(
+        "init", parents=[table], help="create the lock table (and schema) if missing"
+    )
     init.add_argument("--fencing", action="store_true", help="add the fencing-token column")
     init.add_argument(
         "--print-sql", action="store_true", help="print the DDL instead of running it"
     )
 
     for name in ("ls", "status"):
-        listing = commands.add_parser(name, help="list lock rows with owners and expiry")
+        listing = commands.add_parser(
+            name, parents=[table], help="list lock rows with owners and expiry"
+        )
         listing.add_argument("prefix", nargs="?", default="", help="only lock keys starting so")
         listing.add_argument("--json", action="store_true", help="machine-readable output")
 
     release = commands.add_parser(
-        "release", help="force-expire a stuck schedule slot or lease, saying what it removed"
+        "release",
+        parents=[table],
+        help="force-expire a stuck schedule slot or lease, saying what it removed",
     )
     release.add_argument("lock_key", metavar="LOCK_KEY")
     release.add_argument("--mode", choices=("schedule", "lease", "all"), default="all")
@@ -68,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     commands.add_parser(
         "check",
+        parents=[table],
         help="validate the wrapper's environment and show what it would do, acquiring nothing",
     )
     return parser
@@ -92,17 +103,19 @@ def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> int:
     args = build_parser().parse_args(argv)
     env = os.environ if environ is None else environ
 
-    from dislock.core.env import read_database_url, read_table
+    from dislock.core.env import read_database_url, read_table, read_wrapper_settings
     from dislock.core.errors import ConfigurationError
 
+    if args.table is not None:
+        env = {**env, "LOCK_TABLE": args.table}  # one source of truth for every command
     try:
         url = read_database_url(args.url_variable, env)
-        if args.table is not None:
-            from dislock.core.config import parse_table
-
-            table = parse_table(args.table)
-        else:
-            table = read_table(env)
+        table = read_table(env)
+        settings = (
+            read_wrapper_settings(args.url_variable, ["true"], env)
+            if args.command == "check"
+            else None
+        )
     except ConfigurationError as exc:
         print(f"dislockctl: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -113,6 +126,7 @@ def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> int:
         return EXIT_OK
 
     import psycopg
+    import psycopg.errors
 
     from dislock.core.diagnosis import describe_database_error
     from dislock.core.dsn import connection_kwargs, scrub
@@ -125,14 +139,29 @@ def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> int:
                 return _list(conn, table, args.prefix, args.json)
             if args.command == "release":
                 return _release(conn, table, args.lock_key, args.mode, args.owner)
-            return _check(conn, args.url_variable, env)
-    except ConfigurationError as exc:
-        print(f"dislockctl: error: {scrub(str(exc), url)}", file=sys.stderr)
-        return EXIT_USAGE
+            assert settings is not None
+            return _check(conn, settings)
+    except psycopg.errors.InsufficientPrivilege as exc:
+        if args.command != "init":
+            raise
+        detail = scrub(" ".join(str(exc).split()), url)
+        print(
+            f"dislockctl: error: this role may not create the lock table ({detail}); run init "
+            "as the table's owner, or apply `init --print-sql` through your migrations",
+            file=sys.stderr,
+        )
+        return EXIT_FAILURE
     except psycopg.Error as exc:
         message = describe_database_error(exc, table_parts=table, url=url)
         print(f"dislockctl: error: {message}", file=sys.stderr)
         return EXIT_FAILURE
+
+
+def _columns(conn: Any, table: tuple[str, ...]) -> list[str]:
+    from dislock.core.admin import columns_query
+
+    query, params = columns_query(table)
+    return [str(name) for (name,) in conn.execute(query, params).fetchall()]
 
 
 def _init_sql(table: tuple[str, ...], fencing: bool) -> list[str]:
@@ -144,6 +173,11 @@ def _init_sql(table: tuple[str, ...], fencing: bool) -> list[str]:
 def _init(conn: Any, table: tuple[str, ...], fencing: bool) -> int:
     from dislock.core.admin import init_statements
 
+    columns = _columns(conn, table)
+    if columns and (not fencing or "fence" in columns):
+        # Nothing to create: an application role without DDL rights gets here too.
+        print(f"lock table {'.'.join(table)} already exists" + (" with fencing" if fencing else ""))
+        return EXIT_OK
     with conn.transaction():
         for statement in init_statements(table, fencing=fencing):
             conn.execute(statement)
@@ -190,14 +224,25 @@ def _release(conn: Any, table: tuple[str, ...], lock_key: str, mode: str, owner:
     return EXIT_OK
 
 
-def _check(conn: Any, url_variable: str, env: Mapping[str, str]) -> int:
+def _check(conn: Any, settings: WrapperSettings) -> int:
+    from psycopg import sql
+
     from dislock.core.admin import describe_expiry, state_query
     from dislock.core.config import LEASE, SCHEDULE
     from dislock.core.cron import slot_end
-    from dislock.core.env import read_wrapper_settings
     from dislock.core.sql import lease_key, schedule_key
 
-    settings = read_wrapper_settings(url_variable, ["true"], env)
+    columns = _columns(conn, settings.table_parts)
+    missing = {"key", "value", "expire_at", *(["fence"] if settings.fencing else [])} - set(columns)
+    if not columns or missing:
+        # Let the usual diagnosis explain it, as the wrapper would meet it.
+        conn.execute(state_query(settings.table_parts), {"keys": []})
+        conn.execute(
+            sql.SQL("SELECT {} FROM {} LIMIT 0").format(
+                sql.SQL(", ").join(sql.Identifier(name) for name in sorted(missing)),
+                sql.Identifier(*settings.table_parts),
+            )
+        )
     table = ".".join(settings.table_parts)
     now: datetime = conn.execute("SELECT NOW()").fetchone()[0]
     print("configuration is valid")

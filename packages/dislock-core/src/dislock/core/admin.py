@@ -37,6 +37,17 @@ def init_statements(table_parts: tuple[str, ...], *, fencing: bool) -> list[sql.
     return statements
 
 
+def columns_query(table_parts: tuple[str, ...]) -> tuple[str, tuple[str]]:
+    """The lock table's column names, from the catalog (no rights on the table
+    needed); no rows if the table does not exist."""
+    return (
+        "SELECT attname FROM pg_attribute"
+        " WHERE attrelid = to_regclass(%s) AND attnum > 0 AND NOT attisdropped"
+        " ORDER BY attnum",
+        (sql.Identifier(*table_parts).as_string(None),),
+    )
+
+
 def list_query(table_parts: tuple[str, ...]) -> sql.Composed:
     """Every lock row whose lock key starts with %(prefix)s, on the database clock.
 

@@ -20,7 +20,9 @@ _READ_ONLY_TRANSACTION = "25006"
 def describe_database_error(error: BaseException, *, table_parts: tuple[str, ...], url: str) -> str:
     """What went wrong, what to do about it, in one line and without secrets."""
     table = ".".join(table_parts)
-    detail = " ".join(str(error).split()) or type(error).__name__
+    # Only the driver's own words can carry a secret (libpq quotes what it parsed);
+    # scrubbing just them keeps a short password from mangling the rest.
+    detail = scrub(" ".join(str(error).split()), url) or type(error).__name__
     sqlstate = getattr(error, "sqlstate", None)
     if sqlstate in (_UNDEFINED_TABLE, _UNDEFINED_SCHEMA):
         message = (
@@ -50,4 +52,4 @@ def describe_database_error(error: BaseException, *, table_parts: tuple[str, ...
         message = f"cannot connect to the database ({redact_dsn(url)}): {detail}"
     else:
         message = f"{type(error).__name__}: {detail}"
-    return scrub(message, url)
+    return message

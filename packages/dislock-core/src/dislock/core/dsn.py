@@ -8,6 +8,7 @@ too, because libpq's parse errors quote the offending string verbatim.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 from psycopg.conninfo import conninfo_to_dict
@@ -57,9 +58,14 @@ def secrets_in(url: str) -> list[str]:
 
 
 def scrub(text: str, url: str) -> str:
-    """``text`` with every secret of ``url`` replaced by ``***``."""
+    """``text`` with every secret of ``url`` replaced by ``***``.
+
+    Only whole occurrences count (not inside a longer run of letters and
+    digits), so that a short password such as ``e`` leaves words intact.
+    """
     for secret in sorted(secrets_in(url), key=len, reverse=True):
-        text = text.replace(secret, "***")
+        pattern = rf"(?<![A-Za-z0-9]){re.escape(secret)}(?![A-Za-z0-9])"
+        text = re.sub(pattern, "***", text)
     return text
 
 

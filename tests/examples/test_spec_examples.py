@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import sys
 import textwrap
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
-from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 pytestmark = pytest.mark.skipif(
@@ -147,20 +144,12 @@ asyncio.run(main())
 
 
 @pytest.fixture
-def example_url(db: psycopg.Connection[Any], database_url: str) -> Iterator[str]:
-    """The test database, with an unqualified ``key_value`` resolving to a fresh schema."""
-    schema = f"ex_{uuid.uuid4().hex[:10]}"
-    db.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
-    db.execute(
-        sql.SQL(
-            "CREATE TABLE {}.key_value (key text PRIMARY KEY, value text NOT NULL,"
-            " expire_at timestamptz NOT NULL)"
-        ).format(sql.Identifier(schema))
-    )
+def example_url(database_url: str, lock_table: tuple[str, str]) -> str:
+    """The test database, with the examples' unqualified ``key_value`` resolving to
+    this test's own table."""
     params = conninfo_to_dict(database_url)
-    params["options"] = f"-c search_path={schema}"
-    yield make_conninfo("", **params)
-    db.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+    params["options"] = f"-c search_path={lock_table[0]}"
+    return make_conninfo("", **params)
 
 
 def run_example(source: str, url: str, namespace: dict[str, Any]) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from dislock.core.errors import (
     DislockError,
     LeaseLostError,
     LockNotAcquiredError,
+    StatementTimeout,
 )
 
 __version__ = "0.2.0"
@@ -86,6 +87,7 @@ __all__ = [
     "LockNotAcquiredError",
     "LockSession",
     "ScheduleLock",
+    "StatementTimeout",
     "acquire_locks",
     "build_locks",
     "run_with_locks",

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import errno
 import logging
 import os
@@ -51,11 +50,9 @@ def _parent_death_signal() -> Callable[[], None] | None:
     """A pre-exec hook asking Linux to SIGKILL the child when this process dies."""
     if not sys.platform.startswith("linux"):
         return None
-    libc_name = ctypes.util.find_library("c")
-    if libc_name is None:
-        return None
-    # Resolved here, before fork: the child must only make the call.
-    prctl = ctypes.CDLL(libc_name, use_errno=True).prctl
+    # Resolved here, before fork: the child must only make the call.  The
+    # process's own symbols include libc's (no ldconfig lookup needed).
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
     parent = os.getpid()
 
     def die_with_parent() -> None:

@@ -30,6 +30,9 @@ SAFETY_MARGIN_RATIO = 0.1
 SAFETY_MARGIN_MAX = 1.0
 """The local deadline comes 10 % of the TTL (at most 1 s) before the row can expire."""
 
+ATTEMPT_FLOOR = 1.0
+"""A renewal statement is never cancelled sooner than this, deadline permitting."""
+
 RELEASE_TIMEOUT = 2.0
 """Seconds the release on exit may take before it is cancelled (the row then
 expires by itself)."""
@@ -132,9 +135,11 @@ class LeaseClock:
 
     def attempt_timeout(self, now: float) -> float:
         """How long one renewal statement may take before it is cancelled: a
-        heartbeat, or what is left before the deadline if that is less (a row
-        locked by another transaction must not hold the renewer past it)."""
-        return max(RETRY_FLOOR, min(self.cadence, self.deadline - now))
+        heartbeat (but never under a second, which a loaded server can need), or
+        what is left before the deadline if that is less: a row locked by another
+        transaction must not hold the renewer past it."""
+        remaining = self.deadline - now
+        return max(RETRY_FLOOR, min(remaining, max(self.cadence, ATTEMPT_FLOOR)))
 
     def retry_delay(self, now: float) -> float:
         """Retry soon enough to land several attempts before the deadline, never

@@ -22,8 +22,8 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -266,35 +266,47 @@ def race_rows(url: str, processes: int) -> list[Row]:
     ]
 
 
-def lease_scale_rows(url: str, leases: int) -> list[Row]:
+@asynccontextmanager
+async def many_leases(
+    url: str, table: str, leases: int, ttl: float, interval: float
+) -> AsyncIterator[None]:
+    """``leases`` asyncio leases held at once in this process."""
     import dislock.aio
     from dislock import LockContext
 
-    async def hold_all() -> int:
-        contexts = [
+    locks = [
+        dislock.aio.LeaseLock(
             LockContext(
                 url=url,
-                table_parts=["key_value"],
-                lock_key=f"scale-{n}",
+                table_parts=[table],
+                lock_key=f"{table}-{n}",
                 owner=f"bench:{n}",
-                run_ttl_seconds=30.0,
-                lease_interval_seconds=5.0,
+                run_ttl_seconds=ttl,
+                lease_interval_seconds=interval,
             )
-            for n in range(leases)
-        ]
-        locks = [dislock.aio.LeaseLock(context) for context in contexts]
-        for lock in locks:
-            await lock.__aenter__()
-        with psycopg.connect(url, autocommit=True) as conn:
-            row = conn.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'dislock'"
-            ).fetchone()
+        )
+        for n in range(leases)
+    ]
+    for lock in locks:
+        await lock.__aenter__()
+    try:
+        yield
+    finally:
         for lock in locks:
             await lock.__aexit__(None, None, None)
+
+
+def lease_scale_rows(url: str, leases: int) -> list[Row]:
+    async def connections_used() -> int:
+        async with many_leases(url, "key_value", leases, ttl=30.0, interval=5.0):
+            with psycopg.connect(url, autocommit=True) as conn:
+                row = conn.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'dislock'"
+                ).fetchone()
         assert row is not None
         return int(str(row[0]))
 
-    used = asyncio.run(hold_all())
+    used = asyncio.run(connections_used())
     return [
         Row(
             f"{leases} concurrent leases in one asyncio process: server connections",
@@ -308,42 +320,22 @@ def lease_scale_rows(url: str, leases: int) -> list[Row]:
 
 
 def hot_rows(url: str, leases: int, seconds: float) -> list[Row]:
-    import dislock.aio
-    from dislock import LockContext
-
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("DROP TABLE IF EXISTS hot_locks")
         conn.execute(create_table_sql(("hot_locks",)))
         conn.execute("SELECT pg_stat_reset()")
 
         async def renew_for_a_while() -> None:
-            locks = [
-                dislock.aio.LeaseLock(
-                    LockContext(
-                        url=url,
-                        table_parts=["hot_locks"],
-                        lock_key=f"hot-{n}",
-                        owner=f"bench:{n}",
-                        run_ttl_seconds=3.0,
-                        lease_interval_seconds=1.0,
-                    )
-                )
-                for n in range(leases)
-            ]
-            for lock in locks:
-                await lock.__aenter__()
-            await asyncio.sleep(seconds)
-            for lock in locks:
-                await lock.__aexit__(None, None, None)
+            async with many_leases(url, "hot_locks", leases, ttl=3.0, interval=1.0):
+                await asyncio.sleep(seconds)
 
-        size_before = conn.execute("SELECT pg_relation_size('hot_locks')").fetchone()
         asyncio.run(renew_for_a_while())
         time.sleep(0.6)
         stats = conn.execute(
             "SELECT n_tup_upd, n_tup_hot_upd, pg_relation_size('hot_locks')"
             " FROM pg_stat_user_tables WHERE relname = 'hot_locks'"
         ).fetchone()
-    assert stats is not None and size_before is not None
+    assert stats is not None
     updates, hot, size = (int(str(value)) for value in stats)
     share = hot / updates if updates else 0.0
     return [

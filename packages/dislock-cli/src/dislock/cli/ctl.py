@@ -230,6 +230,7 @@ def _check(conn: Any, settings: WrapperSettings) -> int:
     from dislock.core.admin import describe_expiry, state_query
     from dislock.core.config import LEASE, SCHEDULE
     from dislock.core.cron import slot_end
+    from dislock.core.lease import LeaseClock, LeaseSettings
     from dislock.core.sql import lease_key, schedule_key
 
     columns = _columns(conn, settings.table_parts)
@@ -253,9 +254,16 @@ def _check(conn: Any, settings: WrapperSettings) -> int:
         boundary = slot_end(settings.schedule, now)
         print(f"  schedule        {settings.schedule}")
         print(f"  slot ends       {boundary.isoformat()} (database clock, UTC)")
-    if settings.ttl_seconds is not None:
+    if settings.ttl_seconds is not None and settings.interval_seconds is not None:
+        lease = LeaseClock(
+            LeaseSettings(settings.ttl_seconds, settings.interval_seconds, settings.policy),
+            acquired_at=0.0,
+        )
         print(f"  lease TTL       {settings.ttl_seconds:g} s")
-        print(f"  heartbeat       {settings.interval_seconds:g} s")
+        heartbeat = f"  heartbeat       {settings.interval_seconds:g} s"
+        if lease.cadence < settings.interval_seconds:
+            heartbeat += f" (renews every {lease.cadence:g} s to stay ahead of its deadline)"
+        print(heartbeat)
         print(f"  on lease loss   {settings.policy.value}")
     print(f"  startup jitter  up to {settings.jitter_seconds:g} s")
     print(f"  fencing         {'on' if settings.fencing else 'off'}")

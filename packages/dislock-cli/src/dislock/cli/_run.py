@@ -9,6 +9,7 @@ import traceback
 import psycopg
 
 from dislock._sync import run_with_locks
+from dislock.cli import EXIT_FAILURE, EXIT_USAGE
 from dislock.core.diagnosis import describe_database_error
 from dislock.core.dsn import scrub
 from dislock.core.env import WrapperSettings
@@ -16,9 +17,6 @@ from dislock.core.errors import ConfigurationError, LockNotAcquiredError
 from dislock.core.supervision import FORWARDED_SIGNALS, default_owner
 
 logger = logging.getLogger("dislock")
-
-EXIT_FAILURE = 1
-EXIT_USAGE = 2
 
 
 def run(settings: WrapperSettings, *, debug: bool) -> int:

@@ -18,12 +18,10 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from dislock.cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, __version__
+
 if TYPE_CHECKING:
     from dislock.core.env import WrapperSettings
-
-EXIT_OK = 0
-EXIT_FAILURE = 1
-EXIT_USAGE = 2
 
 
 class _Parser(argparse.ArgumentParser):
@@ -37,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Operator commands for dislock's lock table.",
         epilog="Exit status: 0 done, 1 database failure, 2 bad usage or configuration.",
     )
-    parser.add_argument("--version", action="version", version=f"dislockctl {_version()}")
+    parser.add_argument("--version", action="version", version=f"dislockctl {__version__}")
     parser.add_argument(
         "url_variable",
         metavar="URL_VARIABLE",
@@ -82,12 +80,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="validate the wrapper's environment and show what it would do, acquiring nothing",
     )
     return parser
-
-
-def _version() -> str:
-    from dislock.cli import __version__
-
-    return __version__
 
 
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
@@ -212,14 +204,15 @@ def _release(conn: Any, table: tuple[str, ...], lock_key: str, mode: str, owner:
         held_by = f" by {owner}" if owner else ""
         print(f"nothing to release: no {' or '.join(modes)} lock on {lock_key!r} is held{held_by}")
         return EXIT_OK
+    consequence = {
+        "lease": "its holder notices at its next renewal",
+        "schedule": "the slot can be started again",
+    }
     for key, value, remaining in released:
         what, _ = split_key(key)
         print(
             f"released {what} {lock_key!r} held by {value} "
-            f"({format_duration(remaining)} were left); its holder notices at its next renewal"
-            if what == "lease"
-            else f"released {what} {lock_key!r} held by {value} "
-            f"({format_duration(remaining)} were left); the slot can be started again"
+            f"({format_duration(remaining)} were left); {consequence[what]}"
         )
     return EXIT_OK
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dislock.core import config
 from dislock.core.context import LeaseLossPolicy, LockContext
 from dislock.core.errors import ConfigurationError
 
@@ -57,13 +56,9 @@ class LeaseSettings:
             raise ConfigurationError(
                 f"a lease lock needs {' and '.join(missing)} in its LockContext"
             )
+        # LockContext has already checked the interval against the TTL.
         assert context.run_ttl_seconds is not None
         assert context.lease_interval_seconds is not None
-        config.check_interval(
-            context.run_ttl_seconds,
-            context.lease_interval_seconds,
-            interval_name="lease_interval_seconds",
-        )
         return cls(
             ttl=context.run_ttl_seconds,
             interval=context.lease_interval_seconds,
@@ -86,7 +81,6 @@ class LeaseClock:
         self.lost_reason: str | None = None
         self.last_error: str | None = None
         self.renewals = 0
-        self.failures = 0
 
     @property
     def lost(self) -> bool:
@@ -129,7 +123,6 @@ class LeaseClock:
             return self._lose(
                 f"no renewal succeeded before the local deadline (last error: {self.last_error})"
             )
-        self.failures += 1
         self.next_renewal = now + self.retry_delay(now)
         return True
 

@@ -32,14 +32,10 @@ def lease_key(lock_key: str) -> str:
     return f"{KEY_PREFIX}:lease:{lock_key}"
 
 
-FENCE_COLUMN = "fence"
-
-
 @dataclass(frozen=True)
 class Statements:
     """The statements for one lock table."""
 
-    table: sql.Identifier
     acquire_until: sql.Composed
     """Params: key, owner, expire_at (timestamptz). Returns one row, the fencing token
     (NULL without fencing), when acquired; no row otherwise."""
@@ -80,7 +76,6 @@ def statements(table_parts: tuple[str, ...], fencing: bool = False) -> Statement
     lease_expiry = sql.SQL("NOW() + make_interval(secs => %(ttl)s)")
     slot_end = sql.SQL("%(expire_at)s::timestamptz")
     return Statements(
-        table=table,
         # A slot that ended between computing it and claiming it (a slow start
         # straddling a boundary, or a next_run_time in the past) is not claimed:
         # it would be free at once and let a second start into the new slot.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -48,8 +49,6 @@ def run_cli() -> RunCli:
 
 
 def wait_for(path: Path, timeout: float = 20.0) -> None:
-    import time
-
     deadline = time.monotonic() + timeout
     while not path.exists():
         if time.monotonic() > deadline:

@@ -19,8 +19,8 @@ import threading
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Coroutine, Sequence
-from contextlib import AbstractAsyncContextManager
+from collections.abc import Callable, Coroutine, Iterator, Sequence
+from contextlib import AbstractAsyncContextManager, AbstractContextManager, contextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
@@ -99,6 +99,10 @@ class Driver(ABC):
         renewals: int = clock.renewals
         return renewals
 
+    def keep_connected(self, url: str) -> AbstractContextManager[None]:
+        """Enter ``keep_connected(url)`` for the ``with`` block (Python API only)."""
+        raise NotImplementedError(f"{self.name} has no keep_connected")
+
     def close(self) -> None:
         return None
 
@@ -154,6 +158,9 @@ class SyncDriver(Driver):
     ) -> int:
         return dislock.run_with_locks(argv, context=context, strategies=strategies)
 
+    def keep_connected(self, url: str) -> AbstractContextManager[None]:
+        return dislock.keep_connected(url)
+
 
 class AioDriver(Driver):
     """Runs the asyncio API on an event loop in a background thread."""
@@ -204,6 +211,15 @@ class AioDriver(Driver):
         self, argv: Sequence[str], context: LockContext, strategies: Sequence[str]
     ) -> int:
         return self.call(dislock.aio.run_with_locks(argv, context=context, strategies=strategies))
+
+    @contextmanager
+    def keep_connected(self, url: str) -> Iterator[None]:
+        manager = dislock.aio.keep_connected(url)
+        self.call(manager.__aenter__())
+        try:
+            yield
+        finally:
+            self.call(manager.__aexit__(None, None, None))
 
     def close(self) -> None:
         self._loop.call_soon_threadsafe(self._loop.stop)

@@ -52,7 +52,7 @@ def test_keys_are_prefixed_by_mode() -> None:
 
 def test_table_names_are_quoted_identifiers() -> None:
     hostile = 'kv"; DROP TABLE users; --'
-    text = statements(("ops", hostile)).renew.as_string(None)
+    text = statements(("ops", hostile)).renew_batch.as_string(None)
     assert '"ops"."kv""; DROP TABLE users; --"' in text
     assert create_table_sql(("key_value",)).startswith('CREATE TABLE IF NOT EXISTS "key_value"')
 
@@ -72,10 +72,19 @@ def test_a_slot_is_only_claimed_while_it_lasts() -> None:
     assert "WHERE held.expire_at <= NOW()" in text
 
 
-def test_renewal_and_release_are_guarded_by_owner() -> None:
+def test_renewal_and_release_are_guarded_by_owner_and_expiry() -> None:
     stmts = statements(("key_value",))
-    for statement in (stmts.renew, stmts.release):
-        assert "value = %(owner)s" in statement.as_string(None)
+    assert "held.value = batch.value" in stmts.renew_batch.as_string(None)
+    assert "value = %(owner)s" in stmts.release.as_string(None)
+    for statement in (stmts.renew_batch, stmts.release):
+        assert "expire_at > NOW()" in statement.as_string(None)
+
+
+def test_renewals_only_touch_expire_at() -> None:
+    # The HOT-update premise: no indexed column changes.
+    text = statements(("key_value",)).renew_batch.as_string(None)
+    assignments = text.split(" SET ")[1].split(" FROM ")[0]
+    assert assignments.startswith("expire_at =") and "," not in assignments.split("(")[0]
 
 
 def test_a_short_password_does_not_mangle_the_message() -> None:

@@ -41,6 +41,7 @@ _SYNC_NAMES = frozenset(
         "LockSession",
         "acquire_locks",
         "build_locks",
+        "keep_connected",
         "run_with_locks",
     }
 )
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
         ScheduleLock,
         acquire_locks,
         build_locks,
+        keep_connected,
         run_with_locks,
     )
 
@@ -90,5 +92,6 @@ __all__ = [
     "StatementTimeout",
     "acquire_locks",
     "build_locks",
+    "keep_connected",
     "run_with_locks",
 ]

@@ -3,9 +3,11 @@
 ``ScheduleLock``, ``LeaseLock``, ``acquire_locks``, ``build_locks`` and
 ``run_with_locks`` behave like their ``dislock`` namesakes, on
 ``psycopg.AsyncConnection``; the lease is renewed by an asyncio task and
-``LockSession.lease_lost`` is an ``asyncio.Event``.
+``LockSession.lease_lost`` is an ``asyncio.Event``.  The locks of one event loop
+share a connection per database; ``keep_connected`` keeps it open between locks.
 """
 
+from dislock.aio._hub import keep_connected
 from dislock.aio._locks import LeaseLock, LockSession, ScheduleLock, acquire_locks, build_locks
 from dislock.aio._supervisor import run_with_locks
 
@@ -15,5 +17,6 @@ __all__ = [
     "ScheduleLock",
     "acquire_locks",
     "build_locks",
+    "keep_connected",
     "run_with_locks",
 ]

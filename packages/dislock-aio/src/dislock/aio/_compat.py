@@ -10,21 +10,46 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import threading
+import weakref
 from collections.abc import Callable, Coroutine, Iterable, Iterator
 from typing import Any
 
 from psycopg import AsyncConnection, AsyncCursor
 from psycopg.rows import TupleRow
-from psycopg.sql import Composed
+from psycopg.sql import SQL, Composed
 
 from dislock.core.errors import StatementTimeout
-
-CANCEL_GRACE = 1.0
-"""Seconds a cancelled worker gets to wind down before it is left behind."""
+from dislock.core.lease import CANCEL_GRACE
 
 Event = asyncio.Event
+Lock = asyncio.Lock
 Worker = asyncio.Task[None]
 sleep = asyncio.sleep
+
+
+class Registry:
+    """The shared connections by URL, and the lock that guards taking and giving
+    one back (held only for dictionary work, never across I/O)."""
+
+    def __init__(self) -> None:
+        self.hubs: dict[str, Any] = {}
+        self.lock = threading.Lock()
+
+
+_registries: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Registry] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def local_registry() -> Registry:
+    """One registry per event loop, since an asyncio connection belongs to the
+    loop that opened it."""
+    loop = asyncio.get_running_loop()
+    registry = _registries.get(loop)
+    if registry is None:
+        registry = _registries[loop] = Registry()
+    return registry
 
 
 def spawn(target: Callable[[], Coroutine[Any, Any, None]], name: str) -> Worker:
@@ -44,13 +69,52 @@ async def wait_event(event: Event, timeout: float) -> bool:
 
 
 async def execute_within(
-    conn: AsyncConnection[TupleRow], query: Composed, params: dict[str, Any], timeout: float
+    conn: AsyncConnection[TupleRow], query: Composed | SQL, params: dict[str, Any], timeout: float
 ) -> AsyncCursor[TupleRow]:
     """Run one statement, cancelling it (on the server too) after ``timeout`` seconds."""
     try:
         return await asyncio.wait_for(conn.execute(query, params), timeout)
     except asyncio.TimeoutError:
         raise StatementTimeout(f"no answer within {timeout:.2f} s; cancelled") from None
+
+
+class Link:
+    """A connection shared by every lock of the event loop.
+
+    psycopg already runs one statement at a time on it and cancels the one whose
+    task is cancelled; what this adds is that a retired connection is closed only
+    once no statement is using it (closing it under a waiting task would leave
+    that task watching a file descriptor the next connection may reuse).
+    """
+
+    def __init__(self, conn: AsyncConnection[TupleRow]) -> None:
+        self.conn = conn
+        self.retired = False
+        self._users = 0
+
+    @classmethod
+    async def open(cls, url: str, kwargs: dict[str, Any]) -> Link:
+        return cls(await AsyncConnection.connect(url, **kwargs))
+
+    @property
+    def idle(self) -> bool:
+        return self._users == 0
+
+    async def execute(
+        self, query: Composed | SQL, params: dict[str, Any], timeout: float
+    ) -> AsyncCursor[TupleRow]:
+        self._users += 1
+        try:
+            return await execute_within(self.conn, query, params, timeout)
+        finally:
+            self._users -= 1
+            if self.retired and not self._users:
+                await self.conn.close()
+
+    async def retire(self) -> None:
+        self.retired = True
+        if not self._users:
+            await self.conn.close()
 
 
 async def stop_worker(worker: Worker, timeout: float) -> bool:

@@ -32,6 +32,10 @@ SAFETY_MARGIN_MAX = 1.0
 ATTEMPT_FLOOR = 1.0
 """A renewal statement is never cancelled sooner than this, deadline permitting."""
 
+CANCEL_GRACE = 1.0
+"""Seconds a cancelled statement gets to end before it is given up on (the cancel
+request can be lost on a dead network as well)."""
+
 RELEASE_TIMEOUT = 2.0
 """Seconds the release on exit may take before it is cancelled (the row then
 expires by itself)."""

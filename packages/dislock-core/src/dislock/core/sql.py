@@ -41,8 +41,9 @@ class Statements:
     (NULL without fencing), when acquired; no row otherwise."""
     acquire_for: sql.Composed
     """Params: key, owner, ttl (seconds). Returns like ``acquire_until``."""
-    renew: sql.Composed
-    """Params: key, owner, ttl. One row affected while the lease is still ours."""
+    renew_batch: sql.Composed
+    """Params: keys, owners, ttls (parallel arrays). Renews each listed lease that is
+    still ours and returns its ``(key, value)``; a lease missing from the answer is lost."""
     release: sql.Composed
     """Params: key, owner. Expires our row now; a row another owner took is untouched."""
     now: sql.SQL
@@ -93,11 +94,19 @@ def statements(table_parts: tuple[str, ...], fencing: bool = False) -> Statement
             token=token,
             **parts,
         ),
-        # A row whose TTL already ran out is not renewed, even if nobody took it.
-        renew=sql.SQL(
-            "UPDATE {table} SET expire_at = {expiry}"
-            " WHERE key = %(key)s AND value = %(owner)s AND expire_at > NOW()"
-        ).format(table=table, expiry=lease_expiry),
+        # Every lease a process holds in this table, in one statement.  The
+        # arrays join on (key, value) like ``WHERE (key, value) IN (...)`` would,
+        # and carry each lease's own TTL along.  A row whose TTL already ran out
+        # is not renewed, even if nobody took it.
+        renew_batch=sql.SQL(
+            "UPDATE {table} AS held"
+            " SET expire_at = NOW() + make_interval(secs => batch.ttl)"
+            " FROM unnest(%(keys)s::text[], %(owners)s::text[], %(ttls)s::float8[])"
+            " AS batch (key, value, ttl)"
+            " WHERE held.key = batch.key AND held.value = batch.value"
+            " AND held.expire_at > NOW()"
+            " RETURNING held.key, held.value"
+        ).format(table=table),
         release=sql.SQL(
             "UPDATE {table} SET expire_at = NOW()"
             " WHERE key = %(key)s AND value = %(owner)s AND expire_at > NOW()"
@@ -115,6 +124,7 @@ def acquire_until_params(key: str, owner: str, expire_at: datetime) -> dict[str,
 
 
 def lease_params(key: str, owner: str, ttl_seconds: float) -> dict[str, Any]:
+    """Parameters of ``acquire_for``."""
     return {"key": key, "owner": owner, "ttl": ttl_seconds}
 
 

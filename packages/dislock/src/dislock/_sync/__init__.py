@@ -2,11 +2,14 @@
 
 ``ScheduleLock``, ``LeaseLock``, ``acquire_locks``, ``build_locks`` and
 ``run_with_locks`` are blocking context managers and functions on
-``psycopg.Connection``; the lease is renewed by a daemon thread.  The modules
+``psycopg.Connection``.  The locks of a process share one connection per
+database and one renewer thread; ``keep_connected`` keeps that connection open
+between locks.  The modules
 here are generated from the asyncio ones in ``dislock.aio`` (see
 ``tools/async_to_sync.py``), apart from ``_compat``.
 """
 
+from dislock._sync._hub import keep_connected
 from dislock._sync._locks import LeaseLock, LockSession, ScheduleLock, acquire_locks, build_locks
 from dislock._sync._supervisor import run_with_locks
 
@@ -16,5 +19,6 @@ __all__ = [
     "ScheduleLock",
     "acquire_locks",
     "build_locks",
+    "keep_connected",
     "run_with_locks",
 ]

@@ -7,6 +7,7 @@ modules generated from the asyncio ones run unchanged here.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import subprocess
 import threading
@@ -17,13 +18,49 @@ from typing import Any
 
 from psycopg import Connection, Cursor, errors
 from psycopg.rows import TupleRow
-from psycopg.sql import Composed
+from psycopg.sql import SQL, Composed
 
 from dislock.core.errors import StatementTimeout
 
+STATEMENT_FLOOR = 0.05
+"""A statement that waited its turn still gets this long to run."""
+
 Event = threading.Event
+Lock = threading.Lock
 Worker = threading.Thread
 sleep = time.sleep
+
+
+class Registry:
+    """The shared connections by URL, and the lock that guards taking and giving
+    one back (held only for dictionary work, never across I/O)."""
+
+    def __init__(self) -> None:
+        self.hubs: dict[str, Any] = {}
+        self.lock = threading.Lock()
+
+
+_registry = Registry()
+_inherited: list[Registry] = []
+
+
+def local_registry() -> Registry:
+    """One registry for the whole process."""
+    return _registry
+
+
+def _forget_parent_connections() -> None:
+    # A forked child must open connections of its own: sharing the parent's
+    # socket would interleave two processes' statements.  The parent's objects
+    # are set aside, never closed (closing would end the parent's session), and
+    # the registry's lock, which another thread may have held at the fork, is
+    # replaced with the registry.
+    global _registry
+    _inherited.append(_registry)
+    _registry = Registry()
+
+
+os.register_at_fork(after_in_child=_forget_parent_connections)
 
 
 def spawn(target: Callable[[], None], name: str) -> Worker:
@@ -39,7 +76,7 @@ def wait_event(event: Event, timeout: float) -> bool:
 
 
 def execute_within(
-    conn: Connection[TupleRow], query: Composed, params: dict[str, Any], timeout: float
+    conn: Connection[TupleRow], query: Composed | SQL, params: dict[str, Any], timeout: float
 ) -> Cursor[TupleRow]:
     """Run one statement, cancelling it on the server after ``timeout`` seconds."""
     timer = threading.Timer(timeout, conn.cancel_safe)
@@ -51,6 +88,52 @@ def execute_within(
         raise StatementTimeout(f"no answer within {timeout:.2f} s; cancelled") from None
     finally:
         timer.cancel()
+
+
+class Link:
+    """A connection shared by every lock of the process, one statement at a time.
+
+    The lock matters for cancellation: a statement that runs too long is
+    cancelled with ``cancel_safe``, which cancels whatever the connection is
+    running, so nothing else may be running on it.  A retired connection is
+    closed only once no statement is using it: closing it under a running
+    statement would free libpq's connection while another thread reads from it.
+    """
+
+    def __init__(self, conn: Connection[TupleRow]) -> None:
+        self.conn = conn
+        self.retired = False
+        self._lock = threading.Lock()
+
+    @classmethod
+    def open(cls, url: str, kwargs: dict[str, Any]) -> Link:
+        return cls(Connection.connect(url, **kwargs))
+
+    @property
+    def idle(self) -> bool:
+        return not self._lock.locked()
+
+    def execute(
+        self, query: Composed | SQL, params: dict[str, Any], timeout: float
+    ) -> Cursor[TupleRow]:
+        started = time.monotonic()
+        if not self._lock.acquire(timeout=timeout):
+            raise StatementTimeout(f"the shared connection stayed busy for {timeout:.2f} s")
+        try:
+            left = max(STATEMENT_FLOOR, timeout - (time.monotonic() - started))
+            return execute_within(self.conn, query, params, left)
+        finally:
+            if self.retired:
+                self.conn.close()
+            self._lock.release()
+
+    def retire(self) -> None:
+        self.retired = True
+        if self._lock.acquire(blocking=False):
+            try:
+                self.conn.close()
+            finally:
+                self._lock.release()
 
 
 def stop_worker(worker: Worker, timeout: float) -> bool:

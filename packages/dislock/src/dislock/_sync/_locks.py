@@ -15,56 +15,40 @@ import logging
 from collections.abc import Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
-from functools import partial
 from time import monotonic
 from types import TracebackType
 from typing import Any
 
-from psycopg import Connection
-from psycopg.rows import TupleRow
 from psycopg.sql import Composed
 
 from dislock.core import sql
 from dislock.core.config import SCHEDULE, normalize_strategies
 from dislock.core.context import LeaseLossPolicy, LockContext
 from dislock.core.cron import slot_end
-from dislock.core.dsn import connection_kwargs
-from dislock.core.errors import (
-    ConfigurationError,
-    LeaseLostError,
-    LockNotAcquiredError,
-    StatementTimeout,
-)
-from dislock.core.lease import (
-    RELEASE_TIMEOUT,
-    RENEWER_STOP_TIMEOUT,
-    LeaseClock,
-    LeaseSettings,
-    raises_on_exit,
-)
+from dislock.core.errors import ConfigurationError, LeaseLostError, LockNotAcquiredError
+from dislock.core.lease import RELEASE_TIMEOUT, LeaseClock, LeaseSettings, raises_on_exit
+from dislock.core.renewal import Renewal
 from dislock.core.supervision import jitter_delay
 
-from ._compat import Event, Worker, execute_within, sleep, spawn, stop_worker, wait_event
+from ._compat import Event, sleep
+from ._hub import Hub, declare_lost, enter_hub, leave_hub
 
 logger = logging.getLogger("dislock")
 
 
-def connect(context: LockContext) -> Connection[TupleRow]:
-    """A connection for lock statements: autocommit, no prepared statements."""
-    return Connection.connect(
-        context.url, **connection_kwargs(context.url, context.connect_timeout_seconds)
-    )
+def _enter_hub(context: LockContext) -> Hub:
+    return enter_hub(context.url, context.connect_timeout_seconds)
 
 
 def acquire(
-    conn: Connection[TupleRow], statement: Composed, params: dict[str, Any], timeout: float
+    hub: Hub, statement: Composed, params: dict[str, Any], timeout: float
 ) -> tuple[bool, int | None]:
     """Run an acquiring upsert: whether it took the row, and the fencing token.
 
     Bounded, so that a row locked by a stuck transaction cannot hold a start
     (and the cron runs queueing behind it) indefinitely.
     """
-    cursor = execute_within(conn, statement, params, timeout)
+    cursor = hub.execute(statement, params, timeout)
     row = cursor.fetchone()
     return (False, None) if row is None else (True, row[0])
 
@@ -92,20 +76,25 @@ class ScheduleLock:
     def __enter__(self) -> ScheduleLock:
         context = self.context
         statements = sql.statements_for(context)
-        with connect(context) as conn:
+        timeout = context.connect_timeout_seconds
+        # The connection is given back at once: a slot needs nothing while the job runs.
+        hub = _enter_hub(context)
+        try:
             expires_at = context.next_run_time
             if expires_at is None:
                 assert context.schedule is not None
-                cursor = conn.execute(statements.now)
+                cursor = hub.execute(statements.now, {}, timeout)
                 row = cursor.fetchone()
                 assert row is not None
                 expires_at = slot_end(context.schedule, row[0])
             acquired, fence = acquire(
-                conn,
+                hub,
                 statements.acquire_until,
                 sql.acquire_until_params(self.key, context.owner, expires_at),
-                context.connect_timeout_seconds,
+                timeout,
             )
+        finally:
+            leave_hub(hub)
         if not acquired:
             raise LockNotAcquiredError(
                 f"schedule slot of {context.lock_key!r} ending {expires_at.isoformat()} "
@@ -127,24 +116,28 @@ class ScheduleLock:
 
 @dataclass
 class _Held:
-    """One acquisition of a lease: what its workers share, and nothing older."""
+    """One acquisition of a lease: its bookkeeping, and the hub renewing it."""
 
-    clock: LeaseClock
-    stop: Event
+    hub: Hub
+    renewal: Renewal
     lost: Event
-    workers: tuple[Worker, ...] = ()
+
+    @property
+    def clock(self) -> LeaseClock:
+        return self.renewal.clock
 
 
 class LeaseLock:
     """One holder at a time, for as long as the block runs.
 
     Entering inserts a row that expires ``run_ttl_seconds`` from now (or takes
-    over an expired one) and starts a renewer that extends it every
-    ``lease_interval_seconds``, guarded by the owner token, and a watchdog that
-    declares the lease lost when its local deadline passes.  ``lease_lost`` is set
-    as soon as the lease can no longer be vouched for.  Leaving stops both and
-    expires the row through a second connection, unless the lease was lost (the
-    row may belong to someone else by then).
+    over an expired one) and hands the lease to the process's renewer, which
+    extends it every ``lease_interval_seconds`` (guarded by the owner token)
+    together with every other lease the process holds on that database, over
+    one shared connection.  ``lease_lost`` is set as soon as the lease can no
+    longer be vouched for: a renewal found the row gone, or the lease's local
+    deadline passed without one succeeding.  Leaving expires the row, unless the
+    lease was lost (the row may belong to someone else by then).
     """
 
     def __init__(self, context: LockContext) -> None:
@@ -167,19 +160,19 @@ class LeaseLock:
         a renewal was still waiting for the server."""
         held = self._held
         if held is not None and held.clock.expired(monotonic()):
-            self._declare_lost(held)
+            declare_lost(self.key, held.clock, held.lost)
         return self.lease_lost.is_set()
 
     def __enter__(self) -> LeaseLock:
         if self._held is not None:
             raise RuntimeError("this LeaseLock is already held; create one per acquisition")
         context = self.context
-        conn = connect(context)
+        hub = _enter_hub(context)
         try:
             sent_at = monotonic()
             clock = LeaseClock(self.settings, acquired_at=sent_at)
             acquired, fence = acquire(
-                conn,
+                hub,
                 sql.statements_for(context).acquire_for,
                 sql.lease_params(self.key, context.owner, self.settings.ttl),
                 clock.attempt_timeout(sent_at),
@@ -187,84 +180,38 @@ class LeaseLock:
             if acquired and clock.expired(monotonic()):
                 # Taken, but the answer came so late that the row may be free
                 # again already: hand it back rather than work on it.
-                self._expire_row(conn)
+                self._expire_row(hub)
                 acquired = False
+            if not acquired:
+                raise LockNotAcquiredError(f"lease {self.key!r} is held by another owner")
         except BaseException:
-            conn.close()
+            leave_hub(hub)
             raise
-        if not acquired:
-            conn.close()
-            raise LockNotAcquiredError(f"lease {self.key!r} is held by another owner")
         self.fence = fence
-        held = _Held(clock=clock, stop=Event(), lost=Event())
-        self.lease_lost = held.lost
-        held.workers = (
-            spawn(partial(self._renew_until_stopped, held, conn), f"dislock-renewer:{self.key}"),
-            spawn(partial(self._watch_deadline, held), f"dislock-deadline:{self.key}"),
+        held = _Held(
+            hub=hub,
+            renewal=Renewal(
+                key=self.key,
+                owner=context.owner,
+                table_parts=tuple(context.table_parts),
+                clock=clock,
+            ),
+            lost=Event(),
         )
+        self.lease_lost = held.lost
         self._held = held
+        hub.register(held.renewal, held.lost)
         logger.info("acquired lease %s for %g s", self.key, self.settings.ttl)
         return self
 
-    def _renew_until_stopped(self, held: _Held, conn: Connection[TupleRow] | None) -> None:
-        clock = held.clock
-        statement = sql.statements_for(self.context).renew
-        params = sql.lease_params(self.key, self.context.owner, self.settings.ttl)
+    def _expire_row(self, hub: Hub) -> None:
+        """Expire our row now (owner-guarded)."""
         try:
-            while not wait_event(held.stop, clock.delay_until_renewal(monotonic())):
-                sent_at = monotonic()
-                try:
-                    if conn is None:
-                        conn = connect(self.context)
-                    cursor = execute_within(
-                        conn, statement, params, clock.attempt_timeout(monotonic())
-                    )
-                    alive = clock.renewed(sent_at=sent_at, now=monotonic(), rows=cursor.rowcount)
-                except Exception as exc:
-                    alive = clock.failed(exc, now=monotonic())
-                    if alive:
-                        logger.warning(
-                            "renewal of lease %s failed, retrying until its deadline: %s",
-                            self.key,
-                            clock.last_error,
-                        )
-                    if conn is not None and (
-                        conn.broken or conn.closed or isinstance(exc, StatementTimeout)
-                    ):
-                        conn.close()
-                        conn = None  # reconnect on the next attempt
-                if not alive:
-                    self._declare_lost(held)
-                    return
-                logger.debug("renewed lease %s", self.key)
-        finally:
-            if conn is not None:
-                conn.close()
-
-    def _watch_deadline(self, held: _Held) -> None:
-        """Declare the lease lost when its local deadline passes, whatever the renewer
-        is doing: a renewal can hang on a dead network far longer than the TTL."""
-        clock = held.clock
-        while not wait_event(held.stop, clock.until_deadline(monotonic())):
-            if clock.expired(monotonic()):
-                self._declare_lost(held)
-                return
-
-    def _declare_lost(self, held: _Held) -> None:
-        if not held.lost.is_set():
-            logger.warning("lease %s lost: %s", self.key, held.clock.lost_reason)
-            held.lost.set()
-
-    def _expire_row(self, conn: Connection[TupleRow] | None = None) -> None:
-        """Expire our row now (owner-guarded), on ``conn`` or a connection of its own."""
-        statement = sql.statements_for(self.context).release
-        params = sql.release_params(self.key, self.context.owner)
-        try:
-            if conn is not None:
-                execute_within(conn, statement, params, RELEASE_TIMEOUT)
-            else:
-                with connect(self.context) as own:
-                    execute_within(own, statement, params, RELEASE_TIMEOUT)
+            hub.execute(
+                sql.statements_for(self.context).release,
+                sql.release_params(self.key, self.context.owner),
+                RELEASE_TIMEOUT,
+            )
         except Exception as exc:
             logger.warning(
                 "could not release lease %s (it expires by itself within %g s): %s",
@@ -283,20 +230,19 @@ class LeaseLock:
     ) -> None:
         held = self._held
         assert held is not None, "LeaseLock exited without entering"
-        # Judged as the block ends: a renewer slow to stop afterwards does not
+        # Judged as the block ends: a renewal finishing afterwards does not
         # turn finished work into failed work.
         lost = self.is_lost()
-        held.stop.set()
-        renewer, watchdog = held.workers
-        stopped = stop_worker(renewer, RENEWER_STOP_TIMEOUT)
-        stop_worker(watchdog, RENEWER_STOP_TIMEOUT)
+        held.hub.unregister(held.renewal)
         self._held = None
-        if not stopped:
-            # Still inside a statement: what it last did to the row is unknown,
-            # so the row is left to expire rather than released.
-            logger.warning("lease %s: the renewer did not stop in time", self.key)
-        elif not lost and not held.clock.expired(monotonic()):
-            self._expire_row()
+        try:
+            # A renewal of this lease still in flight runs before the release on
+            # the shared connection, and one stuck on a retired connection finds
+            # the row expired (renewals skip expired rows): the release stands.
+            if not lost and not held.clock.expired(monotonic()):
+                self._expire_row(held.hub)
+        finally:
+            leave_hub(held.hub)
         if lost and self.settings.policy is LeaseLossPolicy.CONTINUE:
             logger.warning("lease %s was lost during the block (policy: continue)", self.key)
         if raises_on_exit(self.settings.policy, lost=lost, block_failed=exc_type is not None):
@@ -350,8 +296,14 @@ def acquire_locks(
         logger.debug("sleeping %.3f s of startup jitter", delay)
         sleep(delay)
     with ExitStack() as stack:
-        for lock in locks:
-            stack.enter_context(lock)
+        # One connection for all the acquisitions, even if a lock in the middle
+        # gives it back.
+        hub = _enter_hub(context)
+        try:
+            for lock in locks:
+                stack.enter_context(lock)
+        finally:
+            leave_hub(hub)
         lease = next((lock for lock in locks if isinstance(lock, LeaseLock)), None)
         watch = lease is not None and context.lease_loss_policy is LeaseLossPolicy.TERMINATE
         yield LockSession(

@@ -1,0 +1,304 @@
+"""One connection and one renewer per database, shared by every lock of the process.
+
+The asyncio module ``dislock/aio/_hub.py`` is the hand-written source; the sync
+``dislock/_sync/_hub.py`` is generated from it by ``tools/async_to_sync.py``.
+(With asyncio, "the process" means the event loop: a connection belongs to the
+loop that opened it.)
+
+Locks run their statements on the hub's connection, which is opened on first
+use and closed when the last lock (or ``keep_connected`` scope) using it
+leaves.  Leases register with the hub's renewer, which renews all of them with
+one statement per tick and table (see ``dislock.core.renewal``), and with its
+watchdog, which declares each lease lost at its own local deadline, even while a
+renewal hangs on a dead network.  A connection that fails or stops answering is
+retired and the next statement opens a new one.
+"""
+
+from __future__ import annotations
+
+import logging
+import select
+import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from functools import partial
+from time import monotonic
+from typing import Any
+
+from psycopg import AsyncCursor
+from psycopg.rows import TupleRow
+from psycopg.sql import SQL, Composed
+
+from dislock.core import sql
+from dislock.core.dsn import connection_kwargs, parse_dsn
+from dislock.core.errors import StatementTimeout
+from dislock.core.lease import CANCEL_GRACE, RENEWER_STOP_TIMEOUT, LeaseClock
+from dislock.core.renewal import Batch, Renewal, RenewalPlan
+
+from ._compat import Event, Link, Lock, Worker, local_registry, spawn, stop_worker
+from ._compat import wait_event as wait_event
+
+logger = logging.getLogger("dislock")
+
+DEFAULT_CONNECT_TIMEOUT = 10.0
+
+
+def declare_lost(key: str, clock: LeaseClock, lost: Event) -> None:
+    """Set a lease's loss event, logging the reason once."""
+    if not lost.is_set():
+        logger.warning("lease %s lost: %s", key, clock.lost_reason)
+        lost.set()
+
+
+def _answered_while_idle(link: Link) -> bool:
+    """Whether an idle connection has something to read: the server only speaks
+    unasked to say goodbye (an idle-session timeout, a terminated backend, a
+    restart), so the connection is not worth sending a statement on."""
+    if not link.idle:
+        return False
+    try:
+        readable, _, _ = select.select([link.conn.fileno()], [], [], 0)
+    except (OSError, ValueError):
+        return True
+    return bool(readable)
+
+
+def _leases(batch: Batch) -> str:
+    renewals = batch.renewals
+    return f"lease {renewals[0].key}" if len(renewals) == 1 else f"{len(renewals)} leases"
+
+
+class Hub:
+    """The shared connection to one database, and the renewer of its leases."""
+
+    def __init__(self, url: str, connect_timeout: float) -> None:
+        self.url = url
+        self.connect_timeout = connect_timeout
+        self.users = 0
+        """Locks and ``keep_connected`` scopes using the hub (guarded by the registry)."""
+        self.plan = RenewalPlan()
+        # Guards the plan and the worker bookkeeping, which lock threads and the
+        # workers share in the sync flavour; never held across I/O or a wait.
+        self._guard = threading.Lock()
+        self._lost_events: dict[Renewal, Event] = {}
+        self._link: Link | None = None
+        self._connecting = Lock()
+        self._renew_wake = Event()
+        self._watch_wake = Event()
+        self._renewer: Worker | None = None
+        self._watchdog: Worker | None = None
+        self._abandoned: list[Worker] = []
+        self._generation = 0
+        self._sending_since: float | None = None
+        self._sending_for = 0.0
+
+    # The shared connection.
+
+    async def execute(
+        self, statement: Composed | SQL, params: dict[str, Any], timeout: float
+    ) -> AsyncCursor[TupleRow]:
+        """Run one statement on the shared connection, cancelling it after ``timeout``."""
+        link = await self._usable_link()
+        try:
+            return await link.execute(statement, params, timeout)
+        except Exception as exc:
+            if isinstance(exc, StatementTimeout) or link.conn.broken or link.conn.closed:
+                await self._retire(link)
+            raise
+
+    async def connect(self) -> None:
+        """Open the shared connection now if it is not open."""
+        await self._usable_link()
+
+    async def _usable_link(self) -> Link:
+        link = self._link
+        if link is not None and self._usable(link):
+            return link
+        async with self._connecting:
+            link = self._link
+            if link is None or not self._usable(link):
+                if link is not None:
+                    await self._retire(link)
+                kwargs = connection_kwargs(self.url, self.connect_timeout)
+                link = self._link = await Link.open(self.url, kwargs)
+            return link
+
+    def _usable(self, link: Link) -> bool:
+        conn = link.conn
+        return not (link.retired or conn.closed or conn.broken or _answered_while_idle(link))
+
+    async def _retire(self, link: Link) -> None:
+        if self._link is link:
+            self._link = None
+        await link.retire()
+
+    # Leases.
+
+    def register(self, renewal: Renewal, lost: Event) -> None:
+        """Keep ``renewal`` alive until ``unregister``; set ``lost`` if it cannot be."""
+        with self._guard:
+            self._lost_events[renewal] = lost
+            self.plan.add(renewal)
+            if self._renewer is None:
+                self._start_renewer()
+            if self._watchdog is None:
+                self._watchdog = spawn(self._watch, "dislock-deadline")
+        self._renew_wake.set()
+        self._watch_wake.set()
+
+    def unregister(self, renewal: Renewal) -> None:
+        with self._guard:
+            self.plan.remove(renewal)
+            self._lost_events.pop(renewal, None)
+        self._renew_wake.set()
+        self._watch_wake.set()
+
+    def _start_renewer(self) -> None:
+        self._generation += 1
+        self._renewer = spawn(partial(self._renew, self._generation), "dislock-renewer")
+
+    def _declare(self, lost: list[Renewal]) -> None:
+        for renewal in lost:
+            with self._guard:
+                event = self._lost_events.get(renewal)
+            if event is not None:
+                declare_lost(renewal.key, renewal.clock, event)
+
+    async def _renew(self, generation: int) -> None:
+        while generation == self._generation:
+            self._renew_wake.clear()
+            with self._guard:
+                now = monotonic()
+                wait = self.plan.until_next(now)
+                if wait is None:  # nothing live left to renew; register() starts another
+                    self._renewer = None
+                    return
+                batches = self.plan.due(now)
+            if not batches:
+                await wait_event(self._renew_wake, wait)
+                continue
+            for batch in batches:
+                await self._send(batch)
+
+    async def _send(self, batch: Batch) -> None:
+        statement = sql.statements(batch.table_parts).renew_batch
+        sent_at = monotonic()
+        timeout = batch.timeout(sent_at)
+        self._sending_since, self._sending_for = sent_at, timeout
+        try:
+            cursor = await self.execute(statement, batch.params(), timeout)
+            renewed = [(str(key), str(value)) for key, value in await cursor.fetchall()]
+        except Exception as exc:
+            with self._guard:
+                lost = self.plan.failed(batch, exc, now=monotonic())
+            logger.warning(
+                "renewal of %s failed, retrying until %s: %s",
+                _leases(batch),
+                "its deadline" if len(batch.renewals) == 1 else "their deadlines",
+                batch.renewals[0].clock.last_error,
+            )
+        else:
+            with self._guard:
+                lost = self.plan.settle(batch, sent_at=sent_at, now=monotonic(), renewed=renewed)
+            logger.debug("renewed %s in %.1f ms", _leases(batch), (monotonic() - sent_at) * 1000)
+        finally:
+            self._sending_since = None
+        self._declare(lost)
+
+    async def _watch(self) -> None:
+        """Declare leases lost at their deadlines, whatever the renewer is doing,
+        and replace a renewer stuck in a statement that its cancellation could
+        not end (a dead network can swallow the cancel request too)."""
+        while True:
+            self._watch_wake.clear()
+            with self._guard:
+                now = monotonic()
+                lost = self.plan.expired(now)
+                wait = self.plan.until_deadline(now)
+                if wait is None:  # no live lease left; register() starts another
+                    self._watchdog = None
+            self._declare(lost)
+            if wait is None:
+                return
+            since = self._sending_since
+            if since is not None:
+                stuck_at = since + self._sending_for + CANCEL_GRACE
+                if now >= stuck_at:
+                    with self._guard:
+                        self._replace_stuck_renewer()
+                else:
+                    wait = min(wait, stuck_at - now)
+            await wait_event(self._watch_wake, wait)
+
+    def _replace_stuck_renewer(self) -> None:
+        logger.warning("the lease renewer is stuck in a statement; starting another")
+        self._sending_since = None
+        if self._renewer is not None:
+            self._abandoned.append(self._renewer)
+        link = self._link
+        if link is not None:
+            # Retired only: the stuck statement's thread closes it when it returns.
+            self._link = None
+            link.retired = True
+        self._start_renewer()
+
+    async def stop_workers(self) -> None:
+        """Wake the renewer and the watchdog (with nothing registered, they end) and
+        wait for them; a worker stuck in a statement is left behind."""
+        self._generation += 1
+        self._renew_wake.set()
+        self._watch_wake.set()
+        for worker in (self._renewer, self._watchdog, *self._abandoned):
+            if worker is not None:
+                await stop_worker(worker, RENEWER_STOP_TIMEOUT)
+        self._renewer = self._watchdog = None
+        self._abandoned.clear()
+
+    async def close(self) -> None:
+        await self.stop_workers()
+        link, self._link = self._link, None
+        if link is not None:
+            await link.retire()
+
+
+def enter_hub(url: str, connect_timeout: float = DEFAULT_CONNECT_TIMEOUT) -> Hub:
+    """The hub for ``url``, counted as used until ``leave_hub``."""
+    registry = local_registry()
+    with registry.lock:
+        hub: Hub | None = registry.hubs.get(url)
+        if hub is None:
+            hub = registry.hubs[url] = Hub(url, connect_timeout)
+        hub.users += 1
+        return hub
+
+
+async def leave_hub(hub: Hub) -> None:
+    """Stop using ``hub``; the last user closes its connection."""
+    registry = local_registry()
+    with registry.lock:
+        hub.users -= 1
+        if hub.users:
+            return
+        if registry.hubs.get(hub.url) is hub:
+            del registry.hubs[hub.url]
+    await hub.close()
+
+
+@asynccontextmanager
+async def keep_connected(
+    url: str, *, connect_timeout_seconds: float = DEFAULT_CONNECT_TIMEOUT
+) -> AsyncIterator[None]:
+    """Keep the shared connection to ``url`` open while the block runs.
+
+    Locks share one connection per database anyway while any of them is held;
+    between two locks it is closed.  Inside this block it stays open, so that a
+    lock taken and released many times costs two statements each time and no
+    new connection.  The URL must be the one the locks' ``LockContext`` uses.
+    """
+    parse_dsn(url)
+    hub = enter_hub(url, connect_timeout_seconds)
+    try:
+        await hub.connect()  # a bad URL or an unreachable server fails here, not later
+        yield
+    finally:
+        await leave_hub(hub)

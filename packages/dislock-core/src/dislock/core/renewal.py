@@ -1,0 +1,146 @@
+"""The process-wide renewer's decisions: which held leases to renew together, and when.
+
+A process renews every lease it holds on one database with a single statement
+per tick and table (``Statements.renew_batch``), over one shared connection,
+instead of one connection and one renewer per lease.  Only the statement is
+shared: each lease keeps its own ``LeaseClock``, so its deadline, its loss and
+its policy are exactly what they would be alone.  A batch that fails counts as
+a failed renewal for each lease in it; a lease missing from the answer has lost
+its row, and only that lease is lost.
+
+Like ``LeaseClock``, nothing here reads a clock or touches the network.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from dislock.core.lease import LeaseClock
+
+BATCH_WINDOW_RATIO = 0.5
+"""A lease due within half a heartbeat joins a batch that is being sent anyway.
+Renewing a little early is harmless (the deadline counts from the send), and it
+lines leases up, so that after one round a single statement serves them all."""
+
+
+class Renewal:
+    """One held lease, as the renewer sees it."""
+
+    __slots__ = ("clock", "key", "owner", "reported", "table_parts", "ttl")
+
+    def __init__(
+        self, *, key: str, owner: str, table_parts: tuple[str, ...], clock: LeaseClock
+    ) -> None:
+        self.key = key
+        self.owner = owner
+        self.ttl = clock.settings.ttl
+        self.table_parts = table_parts
+        self.clock = clock
+        self.reported = False
+        """Whether its loss has been handed out already (a loss is reported once)."""
+
+    def __repr__(self) -> str:
+        return f"Renewal({self.key!r}, owner={self.owner!r})"
+
+
+class Batch:
+    """The leases of one table renewed by one statement."""
+
+    __slots__ = ("renewals", "table_parts")
+
+    def __init__(self, table_parts: tuple[str, ...], renewals: list[Renewal]) -> None:
+        self.table_parts = table_parts
+        self.renewals = renewals
+
+    def params(self) -> dict[str, Any]:
+        """Parameters of ``Statements.renew_batch``: three parallel arrays."""
+        return {
+            "keys": [r.key for r in self.renewals],
+            "owners": [r.owner for r in self.renewals],
+            "ttls": [r.ttl for r in self.renewals],
+        }
+
+    def timeout(self, now: float) -> float:
+        """How long the statement may take: the most any lease in it allows.  A lease
+        whose deadline comes sooner is declared lost on time by the watchdog, and
+        cancelling the batch early would only cost the others a renewal."""
+        return max(r.clock.attempt_timeout(now) for r in self.renewals)
+
+
+class RenewalPlan:
+    """The leases one renewer keeps alive."""
+
+    def __init__(self) -> None:
+        # A dict keeps registration order, so batches list leases stably.
+        self._renewals: dict[Renewal, None] = {}
+
+    def __len__(self) -> int:
+        return len(self._renewals)
+
+    def add(self, renewal: Renewal) -> None:
+        self._renewals[renewal] = None
+
+    def remove(self, renewal: Renewal) -> None:
+        self._renewals.pop(renewal, None)
+
+    def __contains__(self, renewal: object) -> bool:
+        return renewal in self._renewals
+
+    def _live(self) -> Iterable[Renewal]:
+        return (r for r in self._renewals if not r.clock.lost)
+
+    def until_next(self, now: float) -> float | None:
+        """Seconds until the next renewal is due; None when nothing is left to renew."""
+        due = [r.clock.next_renewal for r in self._live()]
+        return max(0.0, min(due) - now) if due else None
+
+    def until_deadline(self, now: float) -> float | None:
+        """Seconds until the earliest local deadline; None when no lease is live."""
+        deadlines = [r.clock.deadline for r in self._live()]
+        return max(0.0, min(deadlines) - now) if deadlines else None
+
+    def due(self, now: float) -> list[Batch]:
+        """The statements to send now: nothing until some lease is due, then every
+        live lease that is due or nearly so, one batch per table."""
+        live = list(self._live())
+        if not any(r.clock.next_renewal <= now for r in live):
+            return []
+        batches: dict[tuple[str, ...], list[Renewal]] = {}
+        for r in live:
+            if r.clock.next_renewal <= now + r.clock.cadence * BATCH_WINDOW_RATIO:
+                batches.setdefault(r.table_parts, []).append(r)
+        return [Batch(table, renewals) for table, renewals in batches.items()]
+
+    def settle(
+        self, batch: Batch, *, sent_at: float, now: float, renewed: Iterable[tuple[str, str]]
+    ) -> list[Renewal]:
+        """Record a batch's answer (the ``(key, owner)`` pairs it renewed); returns
+        the leases lost by it."""
+        renewed = set(renewed)
+        for r in batch.renewals:
+            if r in self._renewals:
+                rows = 1 if (r.key, r.owner) in renewed else 0
+                r.clock.renewed(sent_at=sent_at, now=now, rows=rows)
+        return self._newly_lost(batch.renewals)
+
+    def failed(self, batch: Batch, error: BaseException, *, now: float) -> list[Renewal]:
+        """Record a batch that raised; returns the leases whose deadline it passed."""
+        for r in batch.renewals:
+            if r in self._renewals:
+                r.clock.failed(error, now=now)
+        return self._newly_lost(batch.renewals)
+
+    def expired(self, now: float) -> list[Renewal]:
+        """The leases whose local deadline has passed, not reported before."""
+        for r in self._renewals:
+            r.clock.expired(now)
+        return self._newly_lost(self._renewals)
+
+    def _newly_lost(self, renewals: Iterable[Renewal]) -> list[Renewal]:
+        lost = []
+        for r in renewals:
+            if r.clock.lost and not r.reported and r in self._renewals:
+                r.reported = True
+                lost.append(r)
+        return lost

@@ -10,10 +10,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import sys
 import threading
 import weakref
-from collections.abc import Callable, Coroutine, Iterable, Iterator
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator
+from typing import Any, TypeVar
 
 from psycopg import AsyncConnection, AsyncCursor
 from psycopg.rows import TupleRow
@@ -21,6 +22,8 @@ from psycopg.sql import SQL, Composed
 
 from dislock.core.errors import StatementTimeout
 from dislock.core.lease import CANCEL_GRACE
+
+T = TypeVar("T")
 
 Event = asyncio.Event
 Lock = asyncio.Lock
@@ -57,8 +60,8 @@ def spawn(target: Callable[[], Coroutine[Any, Any, None]], name: str) -> Worker:
     return asyncio.get_running_loop().create_task(target(), name=name)
 
 
-async def wait_event(event: Event, timeout: float) -> bool:
-    """Wait up to ``timeout`` seconds for ``event``; returns whether it is set."""
+async def wait_event(event: Event, timeout: float | None) -> bool:
+    """Wait up to ``timeout`` seconds (None: for ever) for ``event``; whether it is set."""
     if event.is_set():
         return True
     try:
@@ -66,16 +69,6 @@ async def wait_event(event: Event, timeout: float) -> bool:
     except asyncio.TimeoutError:
         return False
     return True
-
-
-async def execute_within(
-    conn: AsyncConnection[TupleRow], query: Composed | SQL, params: dict[str, Any], timeout: float
-) -> AsyncCursor[TupleRow]:
-    """Run one statement, cancelling it (on the server too) after ``timeout`` seconds."""
-    try:
-        return await asyncio.wait_for(conn.execute(query, params), timeout)
-    except asyncio.TimeoutError:
-        raise StatementTimeout(f"no answer within {timeout:.2f} s; cancelled") from None
 
 
 class Link:
@@ -91,6 +84,7 @@ class Link:
         self.conn = conn
         self.retired = False
         self._users = 0
+        self._rendered: dict[int, tuple[Composed | SQL, bytes]] = {}
 
     @classmethod
     async def open(cls, url: str, kwargs: dict[str, Any]) -> Link:
@@ -103,18 +97,47 @@ class Link:
     async def execute(
         self, query: Composed | SQL, params: dict[str, Any], timeout: float
     ) -> AsyncCursor[TupleRow]:
+        """Run one statement, cancelling it (on the server too) after ``timeout``
+        seconds, counting the wait for the connection."""
         self._users += 1
         try:
-            return await execute_within(self.conn, query, params, timeout)
+            return await _within(timeout, self.conn.execute(self._render(query), params))
+        except TimeoutError:
+            raise StatementTimeout(f"no answer within {timeout:.2f} s; cancelled") from None
         finally:
             self._users -= 1
             if self.retired and not self._users:
                 await self.conn.close()
 
+    def _render(self, query: Composed | SQL) -> bytes:
+        # The statements are built once per table (and kept alive by that
+        # cache); rendering them for this connection once saves every execution
+        # the walk over their parts.
+        rendered = self._rendered.get(id(query))
+        if rendered is None or rendered[0] is not query:
+            rendered = self._rendered[id(query)] = (query, query.as_bytes(self.conn))
+        return rendered[1]
+
     async def retire(self) -> None:
         self.retired = True
         if not self._users:
             await self.conn.close()
+
+
+if sys.version_info >= (3, 11):
+
+    async def _within(timeout: float, work: Awaitable[T]) -> T:
+        # asyncio.timeout runs the work in this task: no task per statement.
+        async with asyncio.timeout(timeout):
+            return await work
+
+else:
+
+    async def _within(timeout: float, work: Awaitable[T]) -> T:
+        try:
+            return await asyncio.wait_for(work, timeout)
+        except asyncio.TimeoutError:
+            raise TimeoutError from None
 
 
 async def stop_worker(worker: Worker, timeout: float) -> bool:

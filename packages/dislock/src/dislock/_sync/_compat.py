@@ -7,6 +7,7 @@ modules generated from the asyncio ones run unchanged here.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import signal
 import subprocess
@@ -21,6 +22,7 @@ from psycopg.rows import TupleRow
 from psycopg.sql import SQL, Composed
 
 from dislock.core.errors import StatementTimeout
+from dislock.core.lease import CANCEL_GRACE
 
 STATEMENT_FLOOR = 0.05
 """A statement that waited its turn still gets this long to run."""
@@ -70,24 +72,58 @@ def spawn(target: Callable[[], None], name: str) -> Worker:
     return worker
 
 
-def wait_event(event: Event, timeout: float) -> bool:
-    """Wait up to ``timeout`` seconds for ``event``; returns whether it is set."""
+def wait_event(event: Event, timeout: float | None) -> bool:
+    """Wait up to ``timeout`` seconds (None: for ever) for ``event``; whether it is set."""
     return event.wait(timeout)
 
 
-def execute_within(
-    conn: Connection[TupleRow], query: Composed | SQL, params: dict[str, Any], timeout: float
-) -> Cursor[TupleRow]:
-    """Run one statement, cancelling it on the server after ``timeout`` seconds."""
-    timer = threading.Timer(timeout, conn.cancel_safe)
-    timer.daemon = True  # a cancel request stuck on a dead network must not block exit
-    timer.start()
-    try:
-        return conn.execute(query, params)
-    except errors.QueryCanceled:
-        raise StatementTimeout(f"no answer within {timeout:.2f} s; cancelled") from None
-    finally:
-        timer.cancel()
+class _Canceller:
+    """Cancels the statement running on one connection once it overruns.
+
+    One thread per connection, started on first use and asleep unless a
+    statement runs long, rather than a timer thread per statement: starting a
+    thread costs more than the round trip of a lock statement.
+    """
+
+    def __init__(self, conn: Connection[TupleRow]) -> None:
+        self._conn = conn
+        self._cond = threading.Condition()
+        self._deadline: float | None = None
+        self._wakes_at = math.inf  # when the thread looks at the deadline next
+        self._closed = False
+        self._started = False
+
+    def arm(self, timeout: float) -> None:
+        with self._cond:
+            self._deadline = time.monotonic() + timeout
+            if not self._started:
+                self._started = True
+                threading.Thread(target=self._run, name="dislock-canceller", daemon=True).start()
+            elif self._deadline < self._wakes_at:
+                self._cond.notify()
+
+    def disarm(self) -> None:
+        # Waits for a cancel being sent, so that it cannot hit the next statement.
+        with self._cond:
+            self._deadline = None
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+
+    def _run(self) -> None:
+        with self._cond:
+            while not self._closed:
+                deadline = self._deadline
+                now = time.monotonic()
+                if deadline is not None and now >= deadline:
+                    self._deadline = None
+                    # A cancel request stuck on a dead network gives up after a while.
+                    self._conn.cancel_safe(timeout=CANCEL_GRACE)
+                    continue
+                self._wakes_at = math.inf if deadline is None else deadline
+                self._cond.wait(None if deadline is None else deadline - now)
 
 
 class Link:
@@ -104,6 +140,8 @@ class Link:
         self.conn = conn
         self.retired = False
         self._lock = threading.Lock()
+        self._canceller = _Canceller(conn)
+        self._rendered: dict[int, tuple[Composed | SQL, bytes]] = {}
 
     @classmethod
     def open(cls, url: str, kwargs: dict[str, Any]) -> Link:
@@ -116,24 +154,44 @@ class Link:
     def execute(
         self, query: Composed | SQL, params: dict[str, Any], timeout: float
     ) -> Cursor[TupleRow]:
+        """Run one statement, cancelling it on the server after ``timeout`` seconds
+        (counting the wait for the connection)."""
         started = time.monotonic()
         if not self._lock.acquire(timeout=timeout):
             raise StatementTimeout(f"the shared connection stayed busy for {timeout:.2f} s")
         try:
-            left = max(STATEMENT_FLOOR, timeout - (time.monotonic() - started))
-            return execute_within(self.conn, query, params, left)
+            self._canceller.arm(max(STATEMENT_FLOOR, timeout - (time.monotonic() - started)))
+            try:
+                return self.conn.execute(self._render(query), params)
+            finally:
+                self._canceller.disarm()
+        except errors.QueryCanceled:
+            raise StatementTimeout(f"no answer within {timeout:.2f} s; cancelled") from None
         finally:
             if self.retired:
-                self.conn.close()
+                self._close()
             self._lock.release()
+
+    def _render(self, query: Composed | SQL) -> bytes:
+        # The statements are built once per table (and kept alive by that
+        # cache); rendering them for this connection once saves every execution
+        # the walk over their parts.
+        rendered = self._rendered.get(id(query))
+        if rendered is None or rendered[0] is not query:
+            rendered = self._rendered[id(query)] = (query, query.as_bytes(self.conn))
+        return rendered[1]
 
     def retire(self) -> None:
         self.retired = True
         if self._lock.acquire(blocking=False):
             try:
-                self.conn.close()
+                self._close()
             finally:
                 self._lock.release()
+
+    def _close(self) -> None:
+        self._canceller.close()
+        self.conn.close()
 
 
 def stop_worker(worker: Worker, timeout: float) -> bool:

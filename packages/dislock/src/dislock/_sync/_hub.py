@@ -19,6 +19,7 @@ retired and the next statement opens a new one.
 from __future__ import annotations
 
 import logging
+import math
 import select
 import threading
 from collections.abc import Iterator
@@ -91,6 +92,9 @@ class Hub:
         self._watchdog: Worker | None = None
         self._abandoned: list[Worker] = []
         self._generation = 0
+        self._closing = False
+        self._renewer_wakes_at = math.inf
+        self._watchdog_wakes_at = math.inf
         self._sending_since: float | None = None
         self._sending_for = 0.0
 
@@ -145,15 +149,20 @@ class Hub:
                 self._start_renewer()
             if self._watchdog is None:
                 self._watchdog = spawn(self._watch, "dislock-deadline")
-        self._renew_wake.set()
-        self._watch_wake.set()
+            # Wake a worker only if it would sleep past what this lease needs:
+            # waking threads costs more than the statements of a short lock.
+            wake_renewer = renewal.clock.next_renewal < self._renewer_wakes_at
+            wake_watchdog = renewal.clock.deadline < self._watchdog_wakes_at
+        if wake_renewer:
+            self._renew_wake.set()
+        if wake_watchdog:
+            self._watch_wake.set()
 
     def unregister(self, renewal: Renewal) -> None:
+        # The workers find out when they next wake; nothing is due sooner.
         with self._guard:
             self.plan.remove(renewal)
             self._lost_events.pop(renewal, None)
-        self._renew_wake.set()
-        self._watch_wake.set()
 
     def _start_renewer(self) -> None:
         self._generation += 1
@@ -167,15 +176,17 @@ class Hub:
                 declare_lost(renewal.key, renewal.clock, event)
 
     def _renew(self, generation: int) -> None:
+        """Send the due batches, then sleep until the next lease is due (or for
+        ever, without leases; ``register`` wakes it).  It lives as long as the
+        hub, so that taking and releasing leases starts no worker each time."""
         while generation == self._generation:
             self._renew_wake.clear()
             with self._guard:
                 now = monotonic()
                 wait = self.plan.until_next(now)
-                if wait is None:  # nothing live left to renew; register() starts another
-                    self._renewer = None
-                    return
                 batches = self.plan.due(now)
+                if not batches:
+                    self._renewer_wakes_at = math.inf if wait is None else now + wait
             if not batches:
                 wait_event(self._renew_wake, wait)
                 continue
@@ -211,25 +222,21 @@ class Hub:
         """Declare leases lost at their deadlines, whatever the renewer is doing,
         and replace a renewer stuck in a statement that its cancellation could
         not end (a dead network can swallow the cancel request too)."""
-        while True:
+        while not self._closing:
             self._watch_wake.clear()
             with self._guard:
                 now = monotonic()
                 lost = self.plan.expired(now)
                 wait = self.plan.until_deadline(now)
-                if wait is None:  # no live lease left; register() starts another
-                    self._watchdog = None
-            self._declare(lost)
-            if wait is None:
-                return
-            since = self._sending_since
-            if since is not None:
-                stuck_at = since + self._sending_for + CANCEL_GRACE
-                if now >= stuck_at:
-                    with self._guard:
+                since = self._sending_since
+                if since is not None:
+                    stuck_at = since + self._sending_for + CANCEL_GRACE
+                    if now >= stuck_at:
                         self._replace_stuck_renewer()
-                else:
-                    wait = min(wait, stuck_at - now)
+                    else:
+                        wait = stuck_at - now if wait is None else min(wait, stuck_at - now)
+                self._watchdog_wakes_at = math.inf if wait is None else now + wait
+            self._declare(lost)
             wait_event(self._watch_wake, wait)
 
     def _replace_stuck_renewer(self) -> None:
@@ -245,8 +252,9 @@ class Hub:
         self._start_renewer()
 
     def stop_workers(self) -> None:
-        """Wake the renewer and the watchdog (with nothing registered, they end) and
-        wait for them; a worker stuck in a statement is left behind."""
+        """End the renewer and the watchdog and wait for them; a worker stuck in a
+        statement is left behind."""
+        self._closing = True
         self._generation += 1
         self._renew_wake.set()
         self._watch_wake.set()

@@ -10,7 +10,6 @@ record a start when the slot was won.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import random
 import time
 from typing import Any
@@ -32,7 +31,7 @@ def break_acquisition() -> None:
         text = statements.acquire_for.as_string(None)
         assert " WHERE held.expire_at <= NOW()" in text
         broken = sql.SQL(text.replace(" WHERE held.expire_at <= NOW()", ""))
-        return dataclasses.replace(statements, acquire_for=broken)  # type: ignore[arg-type]
+        return statements._replace(acquire_for=broken)  # type: ignore[arg-type]
 
     lock_sql.statements = unguarded  # type: ignore[assignment]
 

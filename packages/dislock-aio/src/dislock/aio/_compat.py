@@ -25,6 +25,9 @@ from dislock.core.lease import CANCEL_GRACE
 
 T = TypeVar("T")
 
+RENDERED_MAX = 256
+"""Statements a connection keeps rendered (a few per lock table in use)."""
+
 Event = asyncio.Event
 Lock = asyncio.Lock
 Worker = asyncio.Task[None]
@@ -115,6 +118,8 @@ class Link:
         # the walk over their parts.
         rendered = self._rendered.get(id(query))
         if rendered is None or rendered[0] is not query:
+            if len(self._rendered) >= RENDERED_MAX:
+                self._rendered.clear()
             rendered = self._rendered[id(query)] = (query, query.as_bytes(self.conn))
         return rendered[1]
 

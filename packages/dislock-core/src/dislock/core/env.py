@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from dislock.core import config
 from dislock.core.context import LeaseLossPolicy, LockContext
-from dislock.core.dsn import parse_dsn
+from dislock.core.dsn import parse_dsn, redact_dsn
 from dislock.core.errors import ConfigurationError
 from dislock.core.supervision import check_command
 
@@ -24,8 +24,7 @@ LOG_LEVEL_VARIABLE = "CRONJOB_LOCK_LOG_LEVEL"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
-@dataclass(frozen=True)
-class WrapperSettings:
+class WrapperSettings(NamedTuple):
     """Everything the wrapper needs, validated."""
 
     url_variable: str
@@ -40,6 +39,9 @@ class WrapperSettings:
     jitter_seconds: float
     policy: LeaseLossPolicy
     fencing: bool = False
+
+    def __repr__(self) -> str:
+        return f"WrapperSettings(url={redact_dsn(self.url)!r}, command={self.command!r}, ...)"
 
     def context(self, owner: str) -> LockContext:
         return LockContext(

@@ -14,7 +14,7 @@ becomes free on the server, not a moment after.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from dislock.core.context import LeaseLossPolicy, LockContext
 from dislock.core.errors import ConfigurationError
@@ -41,8 +41,7 @@ RELEASE_TIMEOUT = 2.0
 expires by itself)."""
 
 
-@dataclass(frozen=True)
-class LeaseSettings:
+class LeaseSettings(NamedTuple):
     """The lease-specific part of a LockContext, checked to be present."""
 
     ttl: float

@@ -11,10 +11,9 @@ update the row in place (a HOT update) instead of growing the table and index.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from psycopg import sql
 
@@ -32,8 +31,7 @@ def lease_key(lock_key: str) -> str:
     return f"{KEY_PREFIX}:lease:{lock_key}"
 
 
-@dataclass(frozen=True)
-class Statements:
+class Statements(NamedTuple):
     """The statements for one lock table."""
 
     acquire_until: sql.Composed

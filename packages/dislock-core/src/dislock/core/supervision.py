@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import random
-import secrets
 import signal
 import socket
 from collections.abc import Mapping, Sequence
@@ -73,4 +72,4 @@ def jitter_delay(max_seconds: float, rng: random.Random | None = None) -> float:
 def default_owner() -> str:
     """``hostname:pid:nonce`` — readable, and unique per run even where containers
     share hostnames and pid 1."""
-    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+    return f"{socket.gethostname()}:{os.getpid()}:{os.urandom(4).hex()}"

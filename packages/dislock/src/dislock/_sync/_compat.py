@@ -24,6 +24,9 @@ from psycopg.sql import SQL, Composed
 from dislock.core.errors import StatementTimeout
 from dislock.core.lease import CANCEL_GRACE
 
+RENDERED_MAX = 256
+"""Statements a connection keeps rendered (a few per lock table in use)."""
+
 STATEMENT_FLOOR = 0.05
 """A statement that waited its turn still gets this long to run."""
 
@@ -178,6 +181,8 @@ class Link:
         # the walk over their parts.
         rendered = self._rendered.get(id(query))
         if rendered is None or rendered[0] is not query:
+            if len(self._rendered) >= RENDERED_MAX:
+                self._rendered.clear()
             rendered = self._rendered[id(query)] = (query, query.as_bytes(self.conn))
         return rendered[1]
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from psycopg.conninfo import make_conninfo
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from dislock import LeaseLostError, LockContext
 from dislock.core.sql import lease_key
@@ -34,7 +34,7 @@ def tagged_url(database_url: str) -> str:
 
 def backends(db: psycopg.Connection[Any], url: str) -> list[int]:
     """The server processes of the connections opened with ``url``."""
-    name = psycopg.conninfo.conninfo_to_dict(url)["application_name"]
+    name = conninfo_to_dict(url)["application_name"]
     found = db.execute(
         "SELECT pid FROM pg_stat_activity WHERE application_name = %s ORDER BY pid", (name,)
     ).fetchall()

@@ -14,9 +14,11 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from dislock import LeaseLostError, LockContext
 from dislock.core.sql import create_table_sql, lease_key
 from tests.cli.conftest import DISLOCK, wait_for
 from tests.support.cluster import Cluster
+from tests.support.drivers import AioDriver, Driver, SyncDriver
 from tests.support.proxy import BlackholeProxy
 
 pytestmark = pytest.mark.slow
@@ -159,3 +161,47 @@ def test_blackholed_connection_stops_the_command_before_the_row_expires(
         assert float(termed.read_text()) < row[1]  # stopping before the row was free
     finally:
         proxy.close()
+
+
+@pytest.mark.parametrize("driver_class", [SyncDriver, AioDriver], ids=["sync", "aio"])
+def test_a_renewer_stuck_on_a_dead_connection_is_replaced(
+    cluster: Cluster, driver_class: type[Driver]
+) -> None:
+    """The shared connection goes silent (statements and their cancellation are
+    swallowed, new connections still get through): a lease taken afterwards on a
+    new connection is still renewed, so the renewer stuck on the old one was
+    replaced rather than waited for."""
+    proxy = BlackholeProxy(("127.0.0.1", cluster.port))
+    driver = driver_class()
+    ttl = 1.5
+    try:
+        url = f"postgresql://postgres@127.0.0.1:{proxy.port}/postgres"
+
+        def context(key: str) -> LockContext:
+            return LockContext(
+                url=url,
+                table_parts=["key_value"],
+                lock_key=key,
+                owner=f"owner-{key}",
+                run_ttl_seconds=ttl,
+                lease_interval_seconds=0.2,
+            )
+
+        first = driver.hold(context("first"), ["lease"])
+        proxy.cut_existing()
+        assert first.wait_lease_lost(timeout=ttl + 1.0)
+        second = driver.hold(context("second"), ["lease"])
+        acquired = lease_row(cluster.url, "second")
+        time.sleep(ttl + 1.5)  # lost by now without renewals
+        renewed = lease_row(cluster.url, "second")
+        assert second.lease_lost_event_set() is False
+        assert acquired is not None and renewed is not None and renewed[1] > acquired[1]
+        second.release()
+        with pytest.raises(LeaseLostError):
+            first.release()
+    finally:
+        proxy.close()
+        # The stuck statement fails once its socket closes, and then closes its
+        # connection: give that a moment before the event loop goes away.
+        time.sleep(0.5)
+        driver.close()

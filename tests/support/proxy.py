@@ -19,11 +19,19 @@ class BlackholeProxy:
         self._blackholed = threading.Event()
         self._closed = threading.Event()
         self._sockets: list[socket.socket] = []
+        self._cuts: list[threading.Event] = []
         threading.Thread(target=self._accept, daemon=True).start()
 
     def blackhole(self) -> None:
         """From now on, swallow everything in both directions and connect nothing."""
         self._blackholed.set()
+        self.cut_existing()
+
+    def cut_existing(self) -> None:
+        """Swallow everything on the connections open now; new ones still get through
+        (a NAT or firewall that forgot its state: old sockets hang, new ones work)."""
+        for cut in self._cuts:
+            cut.set()
 
     def close(self) -> None:
         self._closed.set()
@@ -42,18 +50,24 @@ class BlackholeProxy:
                 continue  # accepted, never answered
             server = socket.create_connection(self.upstream)
             self._sockets.append(server)
-            threading.Thread(target=self._pump, args=(client, server), daemon=True).start()
+            cut = threading.Event()
+            self._cuts.append(cut)
+            threading.Thread(target=self._pump, args=(client, server, cut), daemon=True).start()
 
-    def _pump(self, client: socket.socket, server: socket.socket) -> None:
+    def _pump(self, client: socket.socket, server: socket.socket, cut: threading.Event) -> None:
         peers = {client: server, server: client}
-        while not self._closed.is_set():
-            try:
+        try:
+            while not self._closed.is_set():
                 readable, _, _ = select.select(list(peers), [], [], 0.1)
                 for sock in readable:
                     data = sock.recv(65536)
                     if not data:
+                        # One side hung up: pass that on (unless cut off), as a
+                        # router would, rather than leave the other side waiting.
+                        if not cut.is_set():
+                            peers[sock].shutdown(socket.SHUT_WR)
                         return
-                    if not self._blackholed.is_set():
+                    if not cut.is_set():
                         peers[sock].sendall(data)
-            except OSError:
-                return
+        except OSError:
+            return

@@ -12,6 +12,7 @@ import contextlib
 import signal
 import sys
 import threading
+import time
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator
 from typing import Any, TypeVar
@@ -21,9 +22,18 @@ from psycopg.rows import TupleRow
 from psycopg.sql import SQL, Composed
 
 from dislock.core.errors import StatementTimeout
-from dislock.core.lease import CANCEL_GRACE
+from dislock.core.lease import CANCEL_GRACE, STUCK_AFTER
 
 T = TypeVar("T")
+
+
+class NotSent(StatementTimeout):
+    """The statement was not sent: the connection it waited for is stuck.  (psycopg
+    queues asyncio statements itself, so this side never raises it.)"""
+
+
+STATEMENT_FLOOR = 0.05
+"""A statement sent late still gets this long to run."""
 
 RENDERED_MAX = 256
 """Statements a connection keeps rendered (a few per lock table in use)."""
@@ -86,7 +96,7 @@ class Link:
     def __init__(self, conn: AsyncConnection[TupleRow]) -> None:
         self.conn = conn
         self.retired = False
-        self._users = 0
+        self._deadlines: list[float] = []  # of the statements using it now
         self._rendered: dict[int, tuple[Composed | SQL, bytes]] = {}
 
     @classmethod
@@ -95,21 +105,28 @@ class Link:
 
     @property
     def idle(self) -> bool:
-        return self._users == 0
+        return not self._deadlines
+
+    @property
+    def overdue(self) -> bool:
+        """Whether a statement on it outlived its cancellation: the connection is
+        presumed dead, and nothing more should queue behind it."""
+        return bool(self._deadlines) and time.monotonic() >= min(self._deadlines) + STUCK_AFTER
 
     async def execute(
         self, query: Composed | SQL, params: dict[str, Any], timeout: float
     ) -> AsyncCursor[TupleRow]:
         """Run one statement, cancelling it (on the server too) after ``timeout``
         seconds, counting the wait for the connection."""
-        self._users += 1
+        deadline = time.monotonic() + timeout
+        self._deadlines.append(deadline)
         try:
             return await _within(timeout, self.conn.execute(self._render(query), params))
         except TimeoutError:
             raise StatementTimeout(f"no answer within {timeout:.2f} s; cancelled") from None
         finally:
-            self._users -= 1
-            if self.retired and not self._users:
+            self._deadlines.remove(deadline)
+            if self.retired and not self._deadlines:
                 await self.conn.close()
 
     def _render(self, query: Composed | SQL) -> bytes:
@@ -125,7 +142,7 @@ class Link:
 
     async def retire(self) -> None:
         self.retired = True
-        if not self._users:
+        if not self._deadlines:
             await self.conn.close()
 
 

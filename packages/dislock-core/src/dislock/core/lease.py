@@ -36,6 +36,11 @@ CANCEL_GRACE = 1.0
 """Seconds a cancelled statement gets to end before it is given up on (the cancel
 request can be lost on a dead network as well)."""
 
+STUCK_AFTER = 0.1
+"""A statement still running this long after its cancellation was sent makes its
+connection suspect: further statements go to a new connection rather than queue
+behind it (a live server ends a cancelled statement within milliseconds)."""
+
 RELEASE_TIMEOUT = 2.0
 """Seconds the release on exit may take before it is cancelled (the row then
 expires by itself)."""

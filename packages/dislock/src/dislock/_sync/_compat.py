@@ -22,13 +22,22 @@ from psycopg.rows import TupleRow
 from psycopg.sql import SQL, Composed
 
 from dislock.core.errors import StatementTimeout
-from dislock.core.lease import CANCEL_GRACE
+from dislock.core.lease import CANCEL_GRACE, STUCK_AFTER
 
 RENDERED_MAX = 256
 """Statements a connection keeps rendered (a few per lock table in use)."""
 
 STATEMENT_FLOOR = 0.05
 """A statement that waited its turn still gets this long to run."""
+
+LOCK_POLL = 0.05
+"""How often a statement waiting for the shared connection checks that the one
+ahead of it is not stuck."""
+
+
+class NotSent(StatementTimeout):
+    """The statement was not sent: the connection it waited for is stuck."""
+
 
 Event = threading.Event
 Lock = threading.Lock
@@ -95,9 +104,12 @@ class _Canceller:
         self._wakes_at = math.inf  # when the thread looks at the deadline next
         self._closed = False
         self._started = False
+        self.overdue_at = math.inf
+        """When the statement being cancelled counts as stuck, if it has not ended."""
 
     def arm(self, timeout: float) -> None:
         with self._cond:
+            self.overdue_at = math.inf
             self._deadline = time.monotonic() + timeout
             if not self._started:
                 self._started = True
@@ -109,6 +121,7 @@ class _Canceller:
         # Waits for a cancel being sent, so that it cannot hit the next statement.
         with self._cond:
             self._deadline = None
+            self.overdue_at = math.inf
 
     def close(self) -> None:
         with self._cond:
@@ -122,8 +135,11 @@ class _Canceller:
                 now = time.monotonic()
                 if deadline is not None and now >= deadline:
                     self._deadline = None
-                    # A cancel request stuck on a dead network gives up after a while.
-                    self._conn.cancel_safe(timeout=CANCEL_GRACE)
+                    self.overdue_at = now + STUCK_AFTER
+                    # A cancel request stuck on a dead network gives up after a
+                    # while; the statement is then left to the hub (``overdue``).
+                    with contextlib.suppress(Exception):
+                        self._conn.cancel_safe(timeout=CANCEL_GRACE)
                     continue
                 self._wakes_at = math.inf if deadline is None else deadline
                 self._cond.wait(None if deadline is None else deadline - now)
@@ -154,14 +170,24 @@ class Link:
     def idle(self) -> bool:
         return not self._lock.locked()
 
+    @property
+    def overdue(self) -> bool:
+        """Whether the statement running on it outlived its cancellation: the
+        connection is presumed dead, and nothing more should queue behind it."""
+        return time.monotonic() >= self._canceller.overdue_at
+
     def execute(
         self, query: Composed | SQL, params: dict[str, Any], timeout: float
     ) -> Cursor[TupleRow]:
         """Run one statement, cancelling it on the server after ``timeout`` seconds
-        (counting the wait for the connection)."""
+        (counting the wait for the connection).  Raises ``NotSent`` if the
+        statement ahead of it turns out stuck, so that it can go elsewhere."""
         started = time.monotonic()
-        if not self._lock.acquire(timeout=timeout):
-            raise StatementTimeout(f"the shared connection stayed busy for {timeout:.2f} s")
+        while not self._lock.acquire(timeout=min(LOCK_POLL, timeout)):
+            if self.overdue:
+                raise NotSent("the shared connection is stuck in a statement")
+            if time.monotonic() - started >= timeout:
+                raise StatementTimeout(f"the shared connection stayed busy for {timeout:.2f} s")
         try:
             self._canceller.arm(max(STATEMENT_FLOOR, timeout - (time.monotonic() - started)))
             try:

@@ -38,7 +38,17 @@ from dislock.core.errors import StatementTimeout
 from dislock.core.lease import CANCEL_GRACE, RENEWER_STOP_TIMEOUT, LeaseClock
 from dislock.core.renewal import Batch, Renewal, RenewalPlan
 
-from ._compat import Event, Link, Lock, Worker, local_registry, spawn, stop_worker
+from ._compat import (
+    STATEMENT_FLOOR,
+    Event,
+    Link,
+    Lock,
+    NotSent,
+    Worker,
+    local_registry,
+    spawn,
+    stop_worker,
+)
 from ._compat import wait_event as wait_event
 
 logger = logging.getLogger("dislock")
@@ -104,9 +114,16 @@ class Hub:
         self, statement: Composed | SQL, params: dict[str, Any], timeout: float
     ) -> Cursor[TupleRow]:
         """Run one statement on the shared connection, cancelling it after ``timeout``."""
+        started = monotonic()
         link = self._usable_link()
         try:
             return link.execute(statement, params, timeout)
+        except NotSent:
+            # Never sent, so safe to send again: on a new connection, in the time left.
+            self._retire(link)
+            link = self._usable_link()
+            left = timeout - (monotonic() - started)
+            return link.execute(statement, params, max(left, STATEMENT_FLOOR))
         except Exception as exc:
             if isinstance(exc, StatementTimeout) or link.conn.broken or link.conn.closed:
                 self._retire(link)
@@ -131,7 +148,9 @@ class Hub:
 
     def _usable(self, link: Link) -> bool:
         conn = link.conn
-        return not (link.retired or conn.closed or conn.broken or _answered_while_idle(link))
+        return not (
+            link.retired or conn.closed or conn.broken or link.overdue or _answered_while_idle(link)
+        )
 
     def _retire(self, link: Link) -> None:
         if self._link is link:
@@ -205,10 +224,11 @@ class Hub:
             with self._guard:
                 lost = self.plan.failed(batch, exc, now=monotonic())
             logger.warning(
-                "renewal of %s failed, retrying until %s: %s",
+                "renewal of %s failed, retrying until %s: %s: %s",
                 _leases(batch),
                 "its deadline" if len(batch.renewals) == 1 else "their deadlines",
-                batch.renewals[0].clock.last_error,
+                type(exc).__name__,
+                " ".join(str(exc).split()),
             )
         else:
             with self._guard:
@@ -244,11 +264,8 @@ class Hub:
         self._sending_since = None
         if self._renewer is not None:
             self._abandoned.append(self._renewer)
-        link = self._link
-        if link is not None:
-            # Retired only: the stuck statement's thread closes it when it returns.
-            self._link = None
-            link.retired = True
+        # Its connection is overdue, so the next statement retires it and opens
+        # another; the stuck statement closes it if it ever returns.
         self._start_renewer()
 
     def stop_workers(self) -> None:

@@ -7,8 +7,10 @@ direct connection: PgBouncer's server connections are not the clients'.
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -123,3 +125,35 @@ def test_a_shared_connection_the_server_dropped_is_replaced(
         assert replacement != pid
     row = rows.get(lease_key(context.lock_key))
     assert row is not None and row.expired
+
+
+def test_a_forked_child_never_uses_the_parents_connection(
+    make_context: MakeContext,
+    rows: Rows,
+    db: psycopg.Connection[Any],
+    tagged_url: str,
+) -> None:
+    """Sync only: a child forked while the parent holds a lease takes its own locks
+    on its own connection, and the parent's session carries on untouched."""
+    import dislock
+
+    with dislock.LeaseLock(make_context(url=tagged_url, lock_key="parent", **LEASE)) as lock:
+        (parent_backend,) = backends(db, tagged_url)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads (3.12+)
+            child = os.fork()
+        if child == 0:  # pragma: no cover - runs in the child
+            code = 1
+            try:
+                with dislock.LeaseLock(make_context(url=tagged_url, lock_key="child", **LEASE)):
+                    code = 0
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(child, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        time.sleep(LEASE["run_ttl_seconds"])  # renewals went on in the parent
+        assert not lock.is_lost()
+        assert backends(db, tagged_url) == [parent_backend]
+    child_row, parent_row = rows.get(lease_key("child")), rows.get(lease_key("parent"))
+    assert child_row is not None and child_row.expired  # taken and released by the child
+    assert parent_row is not None and parent_row.expired

@@ -95,3 +95,18 @@ def test_a_short_password_does_not_mangle_the_message() -> None:
         error, table_parts=("key_value",), url="postgresql://u:e@db.example/app"
     )
     assert "connection failed: server closed the connection unexpectedly" in message
+
+
+def test_statements_are_rendered_once_per_connection() -> None:
+    from dislock.core.sql import Rendered
+
+    render = Rendered(None)
+    stmts = statements(("ops", "locks"))
+    first = render(stmts.release)
+    assert first == stmts.release.as_bytes(None) and b'"ops"."locks"' in first
+    assert render(stmts.release) is first  # not rendered again
+    other = statements(("ops", "other")).release
+    assert render(other) != first
+    for n in range(Rendered.LIMIT + 1):  # a bounded cache: it starts over when full
+        render(statements((f"t{n}",)).release)
+    assert len(render._by_id) <= Rendered.LIMIT

@@ -23,6 +23,7 @@ from psycopg.sql import SQL, Composed
 
 from dislock.core.errors import StatementTimeout
 from dislock.core.lease import CANCEL_GRACE, STUCK_AFTER
+from dislock.core.sql import Rendered
 
 T = TypeVar("T")
 
@@ -34,9 +35,6 @@ class NotSent(StatementTimeout):
 
 STATEMENT_FLOOR = 0.05
 """A statement sent late still gets this long to run."""
-
-RENDERED_MAX = 256
-"""Statements a connection keeps rendered (a few per lock table in use)."""
 
 Event = asyncio.Event
 Lock = asyncio.Lock
@@ -97,7 +95,7 @@ class Link:
         self.conn = conn
         self.retired = False
         self._deadlines: list[float] = []  # of the statements using it now
-        self._rendered: dict[int, tuple[Composed | SQL, bytes]] = {}
+        self._render = Rendered(conn)
 
     @classmethod
     async def open(cls, url: str, kwargs: dict[str, Any]) -> Link:
@@ -128,17 +126,6 @@ class Link:
             self._deadlines.remove(deadline)
             if self.retired and not self._deadlines:
                 await self.conn.close()
-
-    def _render(self, query: Composed | SQL) -> bytes:
-        # The statements are built once per table (and kept alive by that
-        # cache); rendering them for this connection once saves every execution
-        # the walk over their parts.
-        rendered = self._rendered.get(id(query))
-        if rendered is None or rendered[0] is not query:
-            if len(self._rendered) >= RENDERED_MAX:
-                self._rendered.clear()
-            rendered = self._rendered[id(query)] = (query, query.as_bytes(self.conn))
-        return rendered[1]
 
     async def retire(self) -> None:
         self.retired = True

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from psycopg import sql
 
 if TYPE_CHECKING:
+    from psycopg.abc import AdaptContext
+
     from dislock.core.context import LockContext
 
 KEY_PREFIX = "cronjob-lock"
@@ -111,6 +113,31 @@ def statements(table_parts: tuple[str, ...], fencing: bool = False) -> Statement
         ).format(table=table),
         now=sql.SQL("SELECT NOW()"),
     )
+
+
+class Rendered:
+    """The statements one connection has run, rendered to bytes for it once.
+
+    A statement is built once per table (and kept alive by ``statements``'s
+    cache); rendering it anew for every execution would walk its parts and quote
+    its identifiers each time.  The rendering depends on the connection's
+    encoding, hence one of these per connection.
+    """
+
+    LIMIT = 256
+    """Statements kept (a few per lock table in use); past it, the cache starts over."""
+
+    def __init__(self, context: AdaptContext | None) -> None:
+        self._context = context
+        self._by_id: dict[int, tuple[sql.Composable, bytes]] = {}
+
+    def __call__(self, query: sql.Composable) -> bytes:
+        found = self._by_id.get(id(query))
+        if found is None or found[0] is not query:  # an id reused by another object
+            if len(self._by_id) >= self.LIMIT:
+                self._by_id.clear()
+            found = self._by_id[id(query)] = (query, query.as_bytes(self._context))
+        return found[1]
 
 
 def statements_for(context: LockContext) -> Statements:

@@ -23,9 +23,7 @@ from psycopg.sql import SQL, Composed
 
 from dislock.core.errors import StatementTimeout
 from dislock.core.lease import CANCEL_GRACE, STUCK_AFTER
-
-RENDERED_MAX = 256
-"""Statements a connection keeps rendered (a few per lock table in use)."""
+from dislock.core.sql import Rendered
 
 STATEMENT_FLOOR = 0.05
 """A statement that waited its turn still gets this long to run."""
@@ -160,7 +158,7 @@ class Link:
         self.retired = False
         self._lock = threading.Lock()
         self._canceller = _Canceller(conn)
-        self._rendered: dict[int, tuple[Composed | SQL, bytes]] = {}
+        self._render = Rendered(conn)
 
     @classmethod
     def open(cls, url: str, kwargs: dict[str, Any]) -> Link:
@@ -200,17 +198,6 @@ class Link:
             if self.retired:
                 self._close()
             self._lock.release()
-
-    def _render(self, query: Composed | SQL) -> bytes:
-        # The statements are built once per table (and kept alive by that
-        # cache); rendering them for this connection once saves every execution
-        # the walk over their parts.
-        rendered = self._rendered.get(id(query))
-        if rendered is None or rendered[0] is not query:
-            if len(self._rendered) >= RENDERED_MAX:
-                self._rendered.clear()
-            rendered = self._rendered[id(query)] = (query, query.as_bytes(self.conn))
-        return rendered[1]
 
     def retire(self) -> None:
         self.retired = True

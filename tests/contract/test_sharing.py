@@ -43,6 +43,19 @@ def backends(db: psycopg.Connection[Any], url: str) -> list[int]:
     return [int(pid) for (pid,) in found]
 
 
+def settled_backends(
+    db: psycopg.Connection[Any], url: str, done: Callable[[list[int]], bool]
+) -> list[int]:
+    """The backends of ``url`` once ``done`` says so (a closed connection's server
+    process takes a moment to go), or as they are after a few seconds."""
+    deadline = time.monotonic() + 3.0
+    found = backends(db, url)
+    while not done(found) and time.monotonic() < deadline:
+        time.sleep(0.02)
+        found = backends(db, url)
+    return found
+
+
 def hold_leases(driver: Driver, make_context: MakeContext, url: str, count: int) -> list[Holding]:
     return [
         driver.hold(make_context(url=url, lock_key=f"shared-{n}", **LEASE), ["lease"])
@@ -68,7 +81,9 @@ def test_leases_of_one_process_share_one_connection(
         assert holding.lease_lost_event_set() is False
     for holding in held:
         holding.release()
-    assert backends(db, tagged_url) == []  # the last lock closed it
+    assert (
+        settled_backends(db, tagged_url, lambda found: not found) == []
+    )  # the last lock closed it
     for n in range(20):
         released = rows.get(lease_key(f"shared-{n}"))
         assert released is not None and released.expired
@@ -105,7 +120,7 @@ def test_keep_connected_serves_many_acquisitions_on_one_connection(
             slot = make_context(url=tagged_url, lock_key=f"slot-{n}", schedule="0 0 1 1 *")
             driver.hold(slot, ["schedule"]).release()
             assert backends(db, tagged_url) == pids
-    assert backends(db, tagged_url) == []
+    assert settled_backends(db, tagged_url, lambda found: not found) == []
 
 
 def test_a_shared_connection_the_server_dropped_is_replaced(
@@ -121,7 +136,7 @@ def test_a_shared_connection_the_server_dropped_is_replaced(
         db.execute("SELECT pg_terminate_backend(%s)", (pid,))
         time.sleep(0.2)  # the goodbye reaches the idle connection
         driver.hold(context, ["lease"]).release()  # no error: a new connection took over
-        (replacement,) = backends(db, tagged_url)
+        (replacement,) = settled_backends(db, tagged_url, lambda found: pid not in found)
         assert replacement != pid
     row = rows.get(lease_key(context.lock_key))
     assert row is not None and row.expired
@@ -153,7 +168,33 @@ def test_a_forked_child_never_uses_the_parents_connection(
         assert os.waitstatus_to_exitcode(status) == 0
         time.sleep(LEASE["run_ttl_seconds"])  # renewals went on in the parent
         assert not lock.is_lost()
-        assert backends(db, tagged_url) == [parent_backend]
+        assert settled_backends(db, tagged_url, lambda found: len(found) == 1) == [parent_backend]
     child_row, parent_row = rows.get(lease_key("child")), rows.get(lease_key("parent"))
     assert child_row is not None and child_row.expired  # taken and released by the child
     assert parent_row is not None and parent_row.expired
+
+
+def test_a_lease_whose_renewer_cannot_start_is_handed_back(
+    make_context: MakeContext,
+    rows: Rows,
+    db: psycopg.Connection[Any],
+    tagged_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Sync only: when no thread can be started (a process at its limits), entering
+    fails, the row just taken is released and the connection is not leaked."""
+    import dislock
+    import dislock._sync._hub as hub_module
+    from dislock._sync._compat import local_registry
+
+    def no_thread(target: Callable[[], None], name: str) -> None:
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(hub_module, "spawn", no_thread)
+    context = make_context(url=tagged_url, **LEASE)
+    with pytest.raises(RuntimeError, match="new thread"):
+        dislock.LeaseLock(context).__enter__()
+    row = rows.get(lease_key(context.lock_key))
+    assert row is not None and row.expired
+    assert settled_backends(db, tagged_url, lambda found: not found) == []
+    assert tagged_url not in local_registry().hubs

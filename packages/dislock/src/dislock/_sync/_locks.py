@@ -199,9 +199,15 @@ class LeaseLock:
             ),
             lost=Event(),
         )
+        try:
+            hub.register(held.renewal, held.lost)
+        except BaseException:  # e.g. no thread could be started: hand the row back
+            hub.unregister(held.renewal)
+            self._expire_row(hub)
+            leave_hub(hub)
+            raise
         self.lease_lost = held.lost
         self._held = held
-        hub.register(held.renewal, held.lost)
         logger.info("acquired lease %s for %g s", self.key, self.settings.ttl)
         return self
 

@@ -208,9 +208,9 @@ class Hub:
                 await wait_event(self._renew_wake, wait)
                 continue
             for batch in batches:
-                await self._send(batch)
+                await self._send(batch, generation)
 
-    async def _send(self, batch: Batch) -> None:
+    async def _send(self, batch: Batch, generation: int) -> None:
         statement = sql.statements(batch.table_parts).renew_batch
         sent_at = monotonic()
         timeout = batch.timeout(sent_at)
@@ -219,6 +219,8 @@ class Hub:
             cursor = await self.execute(statement, batch.params(), timeout)
             renewed = [(str(key), str(value)) for key, value in await cursor.fetchall()]
         except Exception as exc:
+            if generation != self._generation:
+                return  # replaced while stuck: its successor keeps the books now
             with self._guard:
                 lost = self.plan.failed(batch, exc, now=monotonic())
             logger.warning(
@@ -229,11 +231,12 @@ class Hub:
                 " ".join(str(exc).split()),
             )
         else:
+            if generation != self._generation:
+                return
             with self._guard:
                 lost = self.plan.settle(batch, sent_at=sent_at, now=monotonic(), renewed=renewed)
             logger.debug("renewed %s in %.1f ms", _leases(batch), (monotonic() - sent_at) * 1000)
-        finally:
-            self._sending_since = None
+        self._sending_since = None
         self._declare(lost)
 
     async def _watch(self) -> None:

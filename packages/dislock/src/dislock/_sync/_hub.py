@@ -210,9 +210,9 @@ class Hub:
                 wait_event(self._renew_wake, wait)
                 continue
             for batch in batches:
-                self._send(batch)
+                self._send(batch, generation)
 
-    def _send(self, batch: Batch) -> None:
+    def _send(self, batch: Batch, generation: int) -> None:
         statement = sql.statements(batch.table_parts).renew_batch
         sent_at = monotonic()
         timeout = batch.timeout(sent_at)
@@ -221,6 +221,8 @@ class Hub:
             cursor = self.execute(statement, batch.params(), timeout)
             renewed = [(str(key), str(value)) for key, value in cursor.fetchall()]
         except Exception as exc:
+            if generation != self._generation:
+                return  # replaced while stuck: its successor keeps the books now
             with self._guard:
                 lost = self.plan.failed(batch, exc, now=monotonic())
             logger.warning(
@@ -231,11 +233,12 @@ class Hub:
                 " ".join(str(exc).split()),
             )
         else:
+            if generation != self._generation:
+                return
             with self._guard:
                 lost = self.plan.settle(batch, sent_at=sent_at, now=monotonic(), renewed=renewed)
             logger.debug("renewed %s in %.1f ms", _leases(batch), (monotonic() - sent_at) * 1000)
-        finally:
-            self._sending_since = None
+        self._sending_since = None
         self._declare(lost)
 
     def _watch(self) -> None:

@@ -28,14 +28,6 @@ from dislock.core.sql import Rendered
 T = TypeVar("T")
 
 
-class NotSent(StatementTimeout):
-    """The statement was not sent: the connection it waited for is stuck.  (psycopg
-    queues asyncio statements itself, so this side never raises it.)"""
-
-
-STATEMENT_FLOOR = 0.05
-"""A statement sent late still gets this long to run."""
-
 Event = asyncio.Event
 Lock = asyncio.Lock
 Worker = asyncio.Task[None]

@@ -120,11 +120,12 @@ def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> int:
     import psycopg
     import psycopg.errors
 
+    from dislock.core.context import DEFAULT_CONNECT_TIMEOUT
     from dislock.core.diagnosis import describe_database_error
     from dislock.core.dsn import connection_kwargs, scrub
 
     try:
-        with psycopg.connect(url, **connection_kwargs(url, 10.0)) as conn:
+        with psycopg.connect(url, **connection_kwargs(url, DEFAULT_CONNECT_TIMEOUT)) as conn:
             if args.command == "init":
                 return _init(conn, table, args.fencing)
             if args.command in ("ls", "status"):

@@ -11,6 +11,9 @@ from dislock.core import config
 from dislock.core.dsn import parse_dsn, redact_dsn
 from dislock.core.errors import ConfigurationError
 
+DEFAULT_CONNECT_TIMEOUT = 10.0
+"""Seconds to wait for a connection, unless the URL or the caller says otherwise."""
+
 LEASE_LOST_EXIT_CODE = 75
 """Exit code of a wrapped command terminated because its lease was lost (EX_TEMPFAIL)."""
 
@@ -66,7 +69,7 @@ class LockContext:
     """Sleep a random time in ``[0, jitter_max_seconds]`` before acquiring."""
     lease_loss_policy: LeaseLossPolicy = LeaseLossPolicy.TERMINATE
     """``TERMINATE`` (default) or ``CONTINUE``."""
-    connect_timeout_seconds: float = 10.0
+    connect_timeout_seconds: float = DEFAULT_CONNECT_TIMEOUT
     """Give up connecting after this long (unless the URL sets ``connect_timeout``)."""
     fencing: bool = False
     """Hand out fencing tokens: each acquisition bumps and returns the row's ``fence``

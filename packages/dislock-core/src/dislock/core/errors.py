@@ -35,3 +35,9 @@ class StatementTimeout(DislockError, TimeoutError):
     a server that stopped answering, cannot hold the renewer past its deadline;
     the attempt is retried until then.
     """
+
+
+class NotSent(StatementTimeout):
+    """The statement was never sent: the shared connection it waited for is stuck
+    in another statement, so it may be sent again on a new connection.  (Internal:
+    asyncio statements queue inside psycopg, so only the sync side raises it.)"""

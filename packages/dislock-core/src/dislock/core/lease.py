@@ -36,6 +36,9 @@ CANCEL_GRACE = 1.0
 """Seconds a cancelled statement gets to end before it is given up on (the cancel
 request can be lost on a dead network as well)."""
 
+STATEMENT_FLOOR = 0.05
+"""A statement sent late (after waiting for the shared connection) still gets this long."""
+
 STUCK_AFTER = 0.1
 """A statement still running this long after its cancellation was sent makes its
 connection suspect: further statements go to a new connection rather than queue

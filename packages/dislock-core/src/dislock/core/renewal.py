@@ -27,14 +27,13 @@ lines leases up, so that after one round a single statement serves them all."""
 class Renewal:
     """One held lease, as the renewer sees it."""
 
-    __slots__ = ("clock", "key", "owner", "reported", "table_parts", "ttl")
+    __slots__ = ("clock", "key", "owner", "reported", "table_parts")
 
     def __init__(
         self, *, key: str, owner: str, table_parts: tuple[str, ...], clock: LeaseClock
     ) -> None:
         self.key = key
         self.owner = owner
-        self.ttl = clock.settings.ttl
         self.table_parts = table_parts
         self.clock = clock
         self.reported = False
@@ -58,7 +57,7 @@ class Batch:
         return {
             "keys": [r.key for r in self.renewals],
             "owners": [r.owner for r in self.renewals],
-            "ttls": [r.ttl for r in self.renewals],
+            "ttls": [r.clock.settings.ttl for r in self.renewals],
         }
 
     def timeout(self, now: float) -> float:
@@ -84,21 +83,16 @@ class RenewalPlan:
     def remove(self, renewal: Renewal) -> None:
         self._renewals.pop(renewal, None)
 
-    def __contains__(self, renewal: object) -> bool:
-        return renewal in self._renewals
-
     def _live(self) -> Iterable[Renewal]:
         return (r for r in self._renewals if not r.clock.lost)
 
     def until_next(self, now: float) -> float | None:
         """Seconds until the next renewal is due; None when nothing is left to renew."""
-        due = [r.clock.next_renewal for r in self._live()]
-        return max(0.0, min(due) - now) if due else None
+        return min((r.clock.delay_until_renewal(now) for r in self._live()), default=None)
 
     def until_deadline(self, now: float) -> float | None:
         """Seconds until the earliest local deadline; None when no lease is live."""
-        deadlines = [r.clock.deadline for r in self._live()]
-        return max(0.0, min(deadlines) - now) if deadlines else None
+        return min((r.clock.until_deadline(now) for r in self._live()), default=None)
 
     def due(self, now: float) -> list[Batch]:
         """The statements to send now: nothing until some lease is due, then every

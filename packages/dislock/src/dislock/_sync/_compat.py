@@ -21,20 +21,13 @@ from psycopg import Connection, Cursor, errors
 from psycopg.rows import TupleRow
 from psycopg.sql import SQL, Composed
 
-from dislock.core.errors import StatementTimeout
-from dislock.core.lease import CANCEL_GRACE, STUCK_AFTER
+from dislock.core.errors import NotSent, StatementTimeout
+from dislock.core.lease import CANCEL_GRACE, STATEMENT_FLOOR, STUCK_AFTER
 from dislock.core.sql import Rendered
-
-STATEMENT_FLOOR = 0.05
-"""A statement that waited its turn still gets this long to run."""
 
 LOCK_POLL = 0.05
 """How often a statement waiting for the shared connection checks that the one
 ahead of it is not stuck."""
-
-
-class NotSent(StatementTimeout):
-    """The statement was not sent: the connection it waited for is stuck."""
 
 
 Event = threading.Event

@@ -33,17 +33,16 @@ from psycopg.rows import TupleRow
 from psycopg.sql import SQL, Composed
 
 from dislock.core import sql
+from dislock.core.context import DEFAULT_CONNECT_TIMEOUT
 from dislock.core.dsn import connection_kwargs, parse_dsn
-from dislock.core.errors import StatementTimeout
-from dislock.core.lease import CANCEL_GRACE, RENEWER_STOP_TIMEOUT, LeaseClock
+from dislock.core.errors import NotSent, StatementTimeout
+from dislock.core.lease import CANCEL_GRACE, RENEWER_STOP_TIMEOUT, STATEMENT_FLOOR, LeaseClock
 from dislock.core.renewal import Batch, Renewal, RenewalPlan
 
 from ._compat import (
-    STATEMENT_FLOOR,
     Event,
     Link,
     Lock,
-    NotSent,
     Worker,
     local_registry,
     spawn,
@@ -52,8 +51,6 @@ from ._compat import (
 from ._compat import wait_event as wait_event
 
 logger = logging.getLogger("dislock")
-
-DEFAULT_CONNECT_TIMEOUT = 10.0
 
 
 def declare_lost(key: str, clock: LeaseClock, lost: Event) -> None:

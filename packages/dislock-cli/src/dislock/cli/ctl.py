@@ -4,6 +4,7 @@
     dislockctl URL_VARIABLE ls [PREFIX] [--json]        (also: status)
     dislockctl URL_VARIABLE release LOCK_KEY [--mode schedule|lease|all] [--owner TOKEN]
     dislockctl URL_VARIABLE check
+    dislockctl URL_VARIABLE serve [--listen HOST:PORT]
 
 Like the wrapper, it takes the NAME of the variable holding the database URL and
 reads ``LOCK_TABLE`` (or ``--table``); ``check`` reads every wrapper variable.
@@ -79,6 +80,18 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[table],
         help="validate the wrapper's environment and show what it would do, acquiring nothing",
     )
+
+    serve = commands.add_parser(
+        "serve",
+        parents=[table],
+        help="serve Prometheus metrics (/metrics) and a status page (/), read-only",
+    )
+    serve.add_argument(
+        "--listen",
+        metavar="HOST:PORT",
+        default="127.0.0.1:9655",
+        help="address to listen on (default: 127.0.0.1:9655, this machine only)",
+    )
     return parser
 
 
@@ -116,6 +129,11 @@ def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> int:
         for statement in _init_sql(table, args.fencing):
             print(statement)
         return EXIT_OK
+
+    if args.command == "serve":
+        from dislock.cli.serve import serve
+
+        return serve(url, table, args.listen)
 
     import psycopg
     import psycopg.errors

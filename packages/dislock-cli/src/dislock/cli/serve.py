@@ -1,0 +1,281 @@
+"""``dislockctl URL_VARIABLE serve``: the fleet's state as Prometheus metrics and a status page.
+
+A small read-only HTTP server.  Every request that needs the database reads one
+snapshot in a READ ONLY transaction on one kept connection; a database that does
+not answer is reported (``dislock_up 0``, a banner on the page), never a crash.
+What the snapshot means lives in ``dislock.core.fleet`` and ``fleet_page``;
+this module only does I/O.  The database URL appears in no response and no log
+line: errors are described with ``describe_database_error``, which scrubs it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import socket
+import sys
+import threading
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import FrameType
+from typing import Any
+
+import psycopg
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from dislock.cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
+from dislock.core.admin import columns_query, list_params, list_query, split_key
+from dislock.core.diagnosis import describe_database_error
+from dislock.core.dsn import connection_kwargs, scrub
+from dislock.core.errors import ConfigurationError
+from dislock.core.fleet import (
+    SCRAPE_CONNECT_TIMEOUT,
+    SCRAPE_STATEMENT_TIMEOUT_MS,
+    Family,
+    FleetSnapshot,
+    HeldLock,
+    KeyStatus,
+    group_locks,
+    metric_families,
+    parse_listen,
+)
+from dislock.core.fleet_page import render_page
+
+logger = logging.getLogger("dislock.serve")
+
+LOCK_WAIT_SECONDS = 10.0
+"""A request waits this long for the connection another request is using."""
+
+
+class FleetReader:
+    """Reads snapshots over one connection, reconnecting after a failure."""
+
+    def __init__(self, url: str, table: tuple[str, ...]) -> None:
+        self._url = url
+        self._table = table
+        self._conn: psycopg.Connection[Any] | None = None
+        self._lock = threading.Lock()
+        self._was_up: bool | None = None
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        if self._conn is None or self._conn.closed:
+            kwargs = connection_kwargs(self._url, SCRAPE_CONNECT_TIMEOUT)
+            kwargs["application_name"] = "dislockctl-serve"
+            self._conn = psycopg.connect(self._url, **kwargs)
+        return self._conn
+
+    def snapshot(self) -> FleetSnapshot:
+        if not self._lock.acquire(timeout=LOCK_WAIT_SECONDS):
+            self._report(False, "another request has been reading for too long")
+            return FleetSnapshot(datetime.now(timezone.utc), up=False)
+        try:
+            snapshot = self._read(self._connect())
+        except psycopg.Error as exc:
+            self.close()
+            self._report(
+                False, describe_database_error(exc, table_parts=self._table, url=self._url)
+            )
+            return FleetSnapshot(datetime.now(timezone.utc), up=False)
+        finally:
+            self._lock.release()
+        self._report(True, "")
+        return snapshot
+
+    def _read(self, conn: psycopg.Connection[Any]) -> FleetSnapshot:
+        with conn.transaction():
+            # One consistent, read-only view; a write here would be refused by
+            # the server itself, whatever the SQL said.
+            conn.execute(
+                "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY;"
+                f" SET LOCAL statement_timeout = {int(SCRAPE_STATEMENT_TIMEOUT_MS)}"
+            )
+            found = conn.execute("SELECT NOW()").fetchone()
+            assert found is not None
+            now: datetime = found[0]
+            rows = conn.execute(list_query(self._table), list_params("")).fetchall()
+        locks: list[tuple[str, HeldLock]] = []
+        for key, owner, _expire_at, seconds_left, _fence in rows:
+            mode, lock_key = split_key(key)
+            state = "held" if seconds_left > 0 else "expired"
+            locks.append((lock_key, HeldLock(mode, owner, state, float(seconds_left))))
+        grouped = group_locks(locks)
+        keys = tuple(KeyStatus(lock_key, locks=held) for lock_key, held in grouped.items())
+        return FleetSnapshot(now, up=True, keys=keys)
+
+    def check_tables(self) -> str | None:
+        """At start-up: what is missing, or None.  A database that does not answer
+        is not an error here: the server starts and reports it as down."""
+        try:
+            conn = self._connect()
+            query, params = columns_query(self._table)
+            if not conn.execute(query, params).fetchall():
+                return (
+                    f"lock table {'.'.join(self._table)} does not exist; create it with"
+                    " `dislockctl URL_VARIABLE init`"
+                )
+        except psycopg.Error as exc:
+            self.close()
+            self._report(
+                False, describe_database_error(exc, table_parts=self._table, url=self._url)
+            )
+        return None
+
+    def _report(self, up: bool, why: str) -> None:
+        if up != self._was_up:
+            if up:
+                logger.info("the database answers")
+            else:
+                logger.warning("the database did not answer: %s", scrub(why, self._url))
+        self._was_up = up
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(psycopg.Error):
+                conn.close()
+
+
+def prometheus_metric(family: Family) -> Metric:
+    """A ``dislock.core.fleet.Family`` as ``prometheus_client`` exposes it."""
+    metric: GaugeMetricFamily | CounterMetricFamily
+    if family.kind == "counter":
+        metric = CounterMetricFamily(family.name, family.documentation, labels=family.labels)
+    else:
+        metric = GaugeMetricFamily(family.name, family.documentation, labels=family.labels)
+    for labels, value in family.samples:
+        metric.add_metric(list(labels), value)
+    return metric
+
+
+class FleetCollector(Collector):
+    def __init__(self, reader: FleetReader) -> None:
+        self._reader = reader
+
+    def collect(self) -> Iterator[Metric]:
+        for family in metric_families(self._reader.snapshot()):
+            yield prometheus_metric(family)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    server_version = "dislockctl"
+    sys_version = ""
+
+    def do_GET(self) -> None:
+        self._answer(body=True)
+
+    def do_HEAD(self) -> None:
+        self._answer(body=False)
+
+    def _answer(self, *, body: bool) -> None:
+        path = self.path.split("?", 1)[0]
+        try:
+            if path == "/metrics":
+                status, kind, payload = (
+                    200,
+                    CONTENT_TYPE_LATEST,
+                    generate_latest(self.server.registry),
+                )
+            elif path == "/":
+                page = render_page(self.server.reader.snapshot())
+                status, kind, payload = 200, "text/html; charset=utf-8", page.encode()
+            elif path == "/healthz":
+                status, kind, payload = 200, "text/plain; charset=utf-8", b"ok\n"
+            else:
+                status, kind, payload = 404, "text/plain; charset=utf-8", b"not found\n"
+        except Exception as exc:  # a bug must not take the server down or leak details
+            logger.error("%s on %s: %s", type(exc).__name__, path, scrub(str(exc), self.server.url))
+            status, kind, payload = 500, "text/plain; charset=utf-8", b"internal error\n"
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(payload)))
+        self.send_header("Cache-Control", "no-store")
+        self.send_header("X-Content-Type-Options", "nosniff")
+        # No script, no external anything: the page is its own HTML and CSS.
+        self.send_header("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'")
+        self.end_headers()
+        if body:
+            self.wfile.write(payload)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # no access log: a scrape every 15 s is not news
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(
+        self, address: tuple[str, int], family: int, url: str, reader: FleetReader
+    ) -> None:
+        self.address_family = family
+        self.url = url
+        self.reader = reader
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(FleetCollector(reader))
+        super().__init__(address, _Handler)
+
+
+def _configure_logging() -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("dislockctl serve: %(message)s"))
+    logger.handlers[:] = [handler]
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+
+
+def serve(url: str, table: tuple[str, ...], listen: str) -> int:
+    """Serve until SIGTERM or SIGINT; the exit status."""
+    _configure_logging()
+    try:
+        host, port = parse_listen(listen)
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[
+            0
+        ][0]
+    except ConfigurationError as exc:
+        print(f"dislockctl: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except socket.gaierror as exc:
+        print(f"dislockctl: error: --listen {listen!r}: {exc.strerror}", file=sys.stderr)
+        return EXIT_USAGE
+
+    reader = FleetReader(url, table)
+    missing = reader.check_tables()
+    if missing is not None:
+        reader.close()
+        print(f"dislockctl: error: {missing}", file=sys.stderr)
+        return EXIT_FAILURE
+    try:
+        server = _Server((host, port), family, url, reader)
+    except OSError as exc:
+        reader.close()
+        print(
+            f"dislockctl: error: cannot listen on {listen}: {exc.strerror or exc}", file=sys.stderr
+        )
+        return EXIT_FAILURE
+
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    worker = threading.Thread(target=server.serve_forever, name="dislockctl-serve", daemon=True)
+    worker.start()
+    bound_host, bound_port = str(server.server_address[0]), int(server.server_address[1])
+    shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+    logger.info("listening on http://%s:%d/ (metrics at /metrics)", shown, bound_port)
+    try:
+        while not stop.wait(1.0):
+            pass
+    finally:
+        server.shutdown()
+        server.server_close()
+        reader.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    logger.info("stopped")
+    return EXIT_OK

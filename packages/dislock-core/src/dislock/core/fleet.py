@@ -1,0 +1,272 @@
+"""What ``dislockctl serve`` knows about a fleet, and the metrics it exposes.
+
+One read-only snapshot of the lock table (and the run history) becomes a
+``FleetSnapshot``: one ``KeyStatus`` per lock key.  From it come the Prometheus
+metric families (as plain data: ``dislock.cli.serve`` hands them to
+``prometheus_client``, which only the CLI depends on) and the status page's
+order of rows (``dislock.core.fleet_page`` renders it).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import NamedTuple
+
+from dislock.core.errors import ConfigurationError
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 9655
+"""Where ``serve`` listens unless told: loopback only; exposing it is a decision."""
+
+SCRAPE_CONNECT_TIMEOUT = 3.0
+"""Seconds a scrape waits for a connection: Prometheus gives up after 10 s by default."""
+
+SCRAPE_STATEMENT_TIMEOUT_MS = 5000
+"""A scrape's statements give up after this long: a slow database reads as down,
+not as a scrape that hangs until Prometheus gives up on it."""
+
+MISSED_WINDOW = timedelta(hours=24)
+"""``dislock_missed_slots`` counts the slots that ended in the last 24 hours in
+which no run of the key started."""
+
+FAILED_OUTCOMES = ("failed", "lost", "killed", "abandoned")
+"""Outcomes a person must look at; the status page lists these first."""
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """``HOST:PORT``, ``[IPV6]:PORT`` or a bare ``PORT`` (on loopback) into host and port.
+
+    An empty host is refused rather than read as "every interface": exposing the
+    fleet's state beyond this machine must be spelled out (``0.0.0.0:9655``).
+    """
+    raw = text.strip()
+    if not raw:
+        raise ConfigurationError("--listen is empty; give HOST:PORT, e.g. 127.0.0.1:9655")
+    if raw.isdigit():
+        host, port_text = DEFAULT_HOST, raw
+    elif raw.startswith("["):
+        inside, sep, rest = raw[1:].partition("]")
+        if not sep or not rest.startswith(":"):
+            raise ConfigurationError(f"--listen {raw!r}: expected [IPV6]:PORT, e.g. [::1]:9655")
+        host, port_text = inside, rest[1:]
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise ConfigurationError(f"--listen {raw!r}: {host!r} is not an IPv6 address") from None
+    else:
+        host, sep, port_text = raw.rpartition(":")
+        if not sep:
+            raise ConfigurationError(f"--listen {raw!r}: expected HOST:PORT, e.g. 127.0.0.1:9655")
+        if not host:
+            raise ConfigurationError(
+                f"--listen {raw!r} has no host; say 0.0.0.0:{port_text} to listen on every"
+                " interface, or 127.0.0.1:PORT for this machine only"
+            )
+        if ":" in host:
+            raise ConfigurationError(
+                f"--listen {raw!r}: write an IPv6 host in brackets, [::1]:9655"
+            )
+    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise ConfigurationError(f"--listen {raw!r}: the port must be a number from 0 to 65535")
+    return host, int(port_text)
+
+
+class HeldLock(NamedTuple):
+    """One row of the lock table, as the page and ``dislock_lock_held`` see it."""
+
+    mode: str
+    """``schedule`` or ``lease``."""
+    owner: str
+    state: str
+    """``held``, ``released`` (let go cleanly) or ``expired`` (its holder stopped renewing)."""
+    seconds_left: float
+    """Until it expires (negative: since it did)."""
+
+
+class LastRun(NamedTuple):
+    owner: str
+    host: str
+    started_at: datetime
+    ended_at: datetime | None
+    outcome: str
+    """``running``, ``ok``, ``failed``, ``lost``, ``killed`` or ``abandoned``."""
+    exit_code: int | None
+    duration_seconds: float | None
+
+
+class KeyStatus(NamedTuple):
+    """Everything known about one lock key at one moment."""
+
+    lock_key: str
+    locks: tuple[HeldLock, ...] = ()
+    paused_until: datetime | None = None
+    pause_reason: str | None = None
+    last_run: LastRun | None = None
+    last_success_at: datetime | None = None
+    runs_total: Mapping[str, int] = {}
+    schedule: str | None = None
+    next_slot: datetime | None = None
+    missed_slots: int | None = None
+
+    @property
+    def state(self) -> str:
+        """One word for the page: paused wins, then held, then how it was let go."""
+        if self.paused_until is not None:
+            return "paused"
+        states = {lock.state for lock in self.locks}
+        for state in ("held", "expired", "released"):
+            if state in states:
+                return state
+        return "free"
+
+    @property
+    def failing(self) -> bool:
+        return self.last_run is not None and self.last_run.outcome in FAILED_OUTCOMES
+
+
+class FleetSnapshot(NamedTuple):
+    """The fleet at ``now`` (database clock); ``up`` is False when the database did
+    not answer, and then ``keys`` is empty."""
+
+    now: datetime
+    up: bool
+    keys: tuple[KeyStatus, ...] = ()
+
+
+class Family(NamedTuple):
+    """One metric family, independent of any Prometheus library."""
+
+    name: str
+    kind: str
+    """``gauge`` or ``counter`` (named without its ``_total`` suffix)."""
+    documentation: str
+    labels: tuple[str, ...]
+    samples: tuple[tuple[tuple[str, ...], float], ...]
+
+
+RUN_OUTCOMES = ("ok", "failed", "lost", "killed")
+"""Finished outcomes ``dislock_runs_total`` always reports (zero if none), so that
+``increase()`` sees a key's first failure."""
+
+
+def _timestamp(value: datetime | None) -> float | None:
+    return None if value is None else value.timestamp()
+
+
+def metric_families(snapshot: FleetSnapshot) -> list[Family]:
+    """The exposition of a snapshot.  A key without any run has no run metrics
+    (a zero timestamp would read as "last succeeded in 1970")."""
+    up = Family(
+        "dislock_up",
+        "gauge",
+        "1 if the database answered this scrape, else 0.",
+        (),
+        (((), 1.0 if snapshot.up else 0.0),),
+    )
+    held: list[tuple[tuple[str, ...], float]] = []
+    paused: list[tuple[tuple[str, ...], float]] = []
+    starts: list[tuple[tuple[str, ...], float]] = []
+    successes: list[tuple[tuple[str, ...], float]] = []
+    durations: list[tuple[tuple[str, ...], float]] = []
+    runs: list[tuple[tuple[str, ...], float]] = []
+    missed: list[tuple[tuple[str, ...], float]] = []
+    for key in snapshot.keys:
+        name = key.lock_key
+        for lock in key.locks:
+            held.append(((name, lock.mode), 1.0 if lock.state == "held" else 0.0))
+        paused.append(((name,), 1.0 if key.paused_until is not None else 0.0))
+        if key.last_run is not None:
+            starts.append(((name,), key.last_run.started_at.timestamp()))
+            if key.last_run.duration_seconds is not None:
+                durations.append(((name,), key.last_run.duration_seconds))
+        success = _timestamp(key.last_success_at)
+        if success is not None:
+            successes.append(((name,), success))
+        if key.last_run is not None or key.runs_total:
+            outcomes = dict.fromkeys(RUN_OUTCOMES, 0) | dict(key.runs_total)
+            runs.extend(
+                ((name, outcome), float(count)) for outcome, count in sorted(outcomes.items())
+            )
+        if key.missed_slots is not None:
+            missed.append(((name,), float(key.missed_slots)))
+    window = int(MISSED_WINDOW.total_seconds() // 3600)
+    return [
+        up,
+        Family(
+            "dislock_lock_held",
+            "gauge",
+            "1 while the lock row of this key and mode is held, 0 once released or expired.",
+            ("key", "mode"),
+            tuple(held),
+        ),
+        Family(
+            "dislock_paused",
+            "gauge",
+            "1 while the key is paused fleet-wide.",
+            ("key",),
+            tuple(paused),
+        ),
+        Family(
+            "dislock_last_start_timestamp_seconds",
+            "gauge",
+            "When the key's latest recorded run started (database clock).",
+            ("key",),
+            tuple(starts),
+        ),
+        Family(
+            "dislock_last_success_timestamp_seconds",
+            "gauge",
+            "When the key's latest successful run (exit 0) ended (database clock).",
+            ("key",),
+            tuple(successes),
+        ),
+        Family(
+            "dislock_last_run_duration_seconds",
+            "gauge",
+            "How long the key's latest run took (so far, while it runs).",
+            ("key",),
+            tuple(durations),
+        ),
+        Family(
+            "dislock_runs",
+            "counter",
+            "Recorded runs of the key by outcome, over the history the table keeps.",
+            ("key", "outcome"),
+            tuple(runs),
+        ),
+        Family(
+            "dislock_missed_slots",
+            "gauge",
+            f"Schedule slots that ended in the last {window} h in which no run of the key started.",
+            ("key",),
+            tuple(missed),
+        ),
+    ]
+
+
+def page_order(keys: Iterable[KeyStatus]) -> list[KeyStatus]:
+    """Rows as a person wants them: the newest failures first, then keys that missed
+    slots, then the rest by name."""
+    keys = list(keys)
+    failing = sorted(
+        (key for key in keys if key.failing),
+        key=lambda key: key.last_run.started_at if key.last_run else datetime.min,
+        reverse=True,
+    )
+    rest = [key for key in keys if not key.failing]
+    missing = sorted((key for key in rest if key.missed_slots), key=lambda key: key.lock_key)
+    others = sorted((key for key in rest if not key.missed_slots), key=lambda key: key.lock_key)
+    return failing + missing + others
+
+
+def group_locks(rows: Sequence[tuple[str, HeldLock]]) -> dict[str, tuple[HeldLock, ...]]:
+    """Lock rows ``(lock_key, lock)`` grouped by key, schedule before lease."""
+    grouped: dict[str, list[HeldLock]] = {}
+    for lock_key, lock in rows:
+        grouped.setdefault(lock_key, []).append(lock)
+    return {
+        key: tuple(sorted(locks, key=lambda lock: lock.mode != "schedule"))
+        for key, locks in grouped.items()
+    }

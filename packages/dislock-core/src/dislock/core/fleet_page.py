@@ -1,0 +1,138 @@
+"""The status page ``dislockctl serve`` shows at ``/``: one HTML document, no assets.
+
+Plain server-rendered HTML with a little inline CSS; it reloads itself.  Every
+value that comes from the database (keys, owners, hosts, pause reasons) is
+escaped: a lock key is whatever a crontab said, and must not become markup.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from html import escape
+
+from dislock.core.admin import format_duration
+from dislock.core.fleet import MISSED_WINDOW, FleetSnapshot, KeyStatus, page_order
+
+REFRESH_SECONDS = 15
+
+_STYLE = """
+body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#1d2430;background:#f6f7f9}
+h1{font-size:1.3em;margin:0 0 .2em}
+p.meta{color:#5b6575;margin:0 0 1em}
+table{border-collapse:collapse;width:100%;background:#fff;box-shadow:0 1px 2px #0002}
+th,td{padding:.45em .7em;text-align:left;border-bottom:1px solid #e3e6eb;vertical-align:top}
+th{background:#eef1f5;font-weight:600;font-size:.9em;color:#3a4456}
+td.num{text-align:right;font-variant-numeric:tabular-nums}
+small{color:#6b7585}
+.badge{display:inline-block;padding:.05em .5em;border-radius:.8em;font-size:.85em;font-weight:600}
+.held{background:#dbeafe;color:#1e40af}.released,.free{background:#e5e7eb;color:#374151}
+.expired{background:#fde68a;color:#7c4a03}.paused{background:#ede9fe;color:#5b21b6}
+.ok{background:#dcfce7;color:#166534}.running{background:#dbeafe;color:#1e40af}
+.failed,.lost,.killed,.abandoned{background:#fee2e2;color:#991b1b}
+tr.failing td:first-child{box-shadow:inset 4px 0 #dc2626}
+.down{background:#fee2e2;color:#991b1b;padding:.8em 1em;border-radius:.3em;margin-bottom:1em}
+"""
+
+
+def _when(moment: datetime | None, now: datetime) -> str:
+    if moment is None:
+        return "-"
+    delta = (now - moment).total_seconds()
+    relative = f"{format_duration(delta)} ago" if delta >= 0 else f"in {format_duration(-delta)}"
+    stamp = moment.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return (
+        f'<span title="{escape(stamp)}">{escape(relative)}</span><br><small>{escape(stamp)}</small>'
+    )
+
+
+def _badge(word: str) -> str:
+    return f'<span class="badge {escape(word)}">{escape(word)}</span>'
+
+
+def _state_cell(key: KeyStatus, now: datetime) -> str:
+    parts = [_badge(key.state)]
+    if key.paused_until is not None:
+        reason = f": {key.pause_reason}" if key.pause_reason else ""
+        until = key.paused_until.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        parts.append(f"<small>until {escape(until)}{escape(reason)}</small>")
+    for lock in key.locks:
+        if lock.state == "held":
+            detail = f"{lock.mode} held by {lock.owner}, {format_duration(lock.seconds_left)} left"
+        elif lock.state == "expired":
+            detail = (
+                f"{lock.mode} abandoned by {lock.owner} {format_duration(-lock.seconds_left)} ago"
+            )
+        else:
+            detail = f"{lock.mode} released by {lock.owner}"
+        parts.append(f"<small>{escape(detail)}</small>")
+    return "<br>".join(parts)
+
+
+def _run_cells(key: KeyStatus, now: datetime) -> str:
+    run = key.last_run
+    if run is None:
+        return '<td>-</td><td>-</td><td>-</td><td class="num">-</td>'
+    outcome = _badge(run.outcome)
+    if run.exit_code is not None and run.outcome != "ok":
+        outcome += f" <small>exit {run.exit_code}</small>"
+    duration = "-" if run.duration_seconds is None else format_duration(run.duration_seconds)
+    where = f"{escape(run.host)}<br><small>{escape(run.owner)}</small>"
+    return (
+        f"<td>{_when(run.started_at, now)}</td><td>{where}</td>"
+        f'<td>{outcome}</td><td class="num">{escape(duration)}</td>'
+    )
+
+
+def _row(key: KeyStatus, now: datetime) -> str:
+    outcome = key.last_run.outcome if key.last_run else ""
+    classes = "failing" if key.failing else ""
+    missed = "-" if key.missed_slots is None else str(key.missed_slots)
+    schedule = f"<br><small><code>{escape(key.schedule)}</code></small>" if key.schedule else ""
+    return (
+        f'<tr class="{classes}" data-key="{escape(key.lock_key)}" data-state="{escape(key.state)}"'
+        f' data-outcome="{escape(outcome)}" data-missed="{escape(missed)}">'
+        f"<td><strong>{escape(key.lock_key)}</strong></td>"
+        f"<td>{_state_cell(key, now)}</td>"
+        f"{_run_cells(key, now)}"
+        f"<td>{_when(key.next_slot, now)}{schedule}</td>"
+        f'<td class="num">{escape(missed)}</td>'
+        "</tr>"
+    )
+
+
+def render_page(snapshot: FleetSnapshot, *, title: str = "dislock fleet") -> str:
+    """The whole page for ``snapshot``; ``title`` is shown as is (escaped)."""
+    now = snapshot.now
+    keys = page_order(snapshot.keys)
+    failing = sum(1 for key in keys if key.failing)
+    missed = sum(1 for key in keys if key.missed_slots)
+    paused = sum(1 for key in keys if key.paused_until is not None)
+    held = sum(1 for key in keys if key.state == "held")
+    stamp = now.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    if snapshot.up:
+        summary = (
+            f"{len(keys)} keys: {held} held, {failing} failing, {missed} missed slots,"
+            f" {paused} paused. Database clock {stamp}; reloads every {REFRESH_SECONDS} s."
+        )
+        banner = ""
+    else:
+        summary = f"Server clock {stamp}; reloads every {REFRESH_SECONDS} s."
+        banner = (
+            '<div class="down" id="down">The database did not answer; the server\'s log says'
+            " why. This page tries again at its next reload.</div>"
+        )
+    window = int(MISSED_WINDOW.total_seconds() // 3600)
+    rows = "\n".join(_row(key, now) for key in keys)
+    empty = '<tr><td colspan="8">no lock keys yet</td></tr>' if snapshot.up and not keys else ""
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="refresh" content="{REFRESH_SECONDS}">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{escape(title)}</title><style>{_STYLE}</style></head>
+<body><h1>{escape(title)}</h1><p class="meta">{escape(summary)}</p>{banner}
+<table id="keys"><thead><tr><th>lock key</th><th>state</th><th>last start</th><th>where</th>
+<th>outcome</th><th>duration</th><th>next slot</th><th>missed ({window} h)</th></tr></thead>
+<tbody>
+{rows}{empty}
+</tbody></table></body></html>
+"""

@@ -14,6 +14,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
+from psycopg import sql
+
 from dislock.core.errors import ConfigurationError
 
 DEFAULT_HOST = "127.0.0.1"
@@ -270,3 +272,129 @@ def group_locks(rows: Sequence[tuple[str, HeldLock]]) -> dict[str, tuple[HeldLoc
         key: tuple(sorted(locks, key=lambda lock: lock.mode != "schedule"))
         for key, locks in grouped.items()
     }
+
+
+RECENT_SECONDS = 60
+"""A history row is read again while its run started less than this long ago: a
+start statement that took its id earlier may commit a little later (history
+statements are cancelled after ``HISTORY_TIMEOUT``, well within this)."""
+
+
+class RunCounts:
+    """``dislock_runs_total``, kept by reading only what is new since the last scrape.
+
+    Counting a million history rows on every scrape would take most of the time a
+    scrape may take; instead the first scrape counts every finished run once, and
+    each later one reads the rows past ``floor`` (the newest run that started more
+    than ``RECENT_SECONDS`` ago: every row below it is committed) plus the runs it
+    saw unfinished.  A run is counted once, when it is first seen finished.  So the
+    totals only grow: pruning the history does not lower them, and they restart
+    from the table when ``serve`` restarts, which Prometheus reads as a reset.
+    """
+
+    def __init__(self) -> None:
+        self.totals: dict[tuple[str, str], int] = {}
+        self.floor: int | None = None
+        """Every run with an id up to this was seen (counted, or in ``pending``)."""
+        self.pending: set[int] = set()
+        """Runs at or below ``floor`` not finished when last seen."""
+        self._counted: set[int] = set()
+        """Finished runs above ``floor`` already counted."""
+
+    def absorb_initial(
+        self, floor: int, grouped: Sequence[tuple[str, str | None, int, Sequence[int] | None]]
+    ) -> None:
+        """The first scrape's census of the runs up to ``floor``: ``(lock_key, outcome,
+        count, ids of the unfinished)`` per key and outcome (outcome None: unfinished)."""
+        for lock_key, outcome, count, unfinished in grouped:
+            if outcome is None:
+                self.pending.update(unfinished or ())
+            else:
+                self.totals[lock_key, outcome] = self.totals.get((lock_key, outcome), 0) + count
+        self.floor = floor
+
+    def absorb(self, new_floor: int, rows: Iterable[tuple[int, str, str | None]]) -> None:
+        """Rows ``(id, lock_key, outcome)`` above the old floor or pending, read in the same
+        snapshot as ``new_floor``."""
+        for run_id, lock_key, outcome in rows:
+            if outcome is not None and run_id not in self._counted:
+                self.totals[lock_key, outcome] = self.totals.get((lock_key, outcome), 0) + 1
+                self.pending.discard(run_id)
+                self._counted.add(run_id)
+            elif outcome is None and run_id <= new_floor:
+                self.pending.add(run_id)
+        # Below the floor a finished run is never read again, so it need not be remembered.
+        self._counted = {run_id for run_id in self._counted if run_id > new_floor}
+        self.floor = max(new_floor, self.floor or 0)
+
+    def by_key(self) -> dict[str, dict[str, int]]:
+        found: dict[str, dict[str, int]] = {}
+        for (lock_key, outcome), count in self.totals.items():
+            found.setdefault(lock_key, {})[outcome] = count
+        return found
+
+
+# The statements of a scrape.  Each runs in the scrape's READ ONLY, REPEATABLE READ
+# transaction, so they all see one moment.
+
+
+def lock_rows_query(table_parts: tuple[str, ...]) -> sql.Composed:
+    """Every dislock row of the lock table (schedule, lease, pause): key, value and
+    seconds left on the database clock."""
+    return sql.SQL(
+        "SELECT key, value, EXTRACT(EPOCH FROM (expire_at - NOW()))::float8, expire_at"
+        " FROM {table} WHERE starts_with(key, %(prefix)s)"
+    ).format(table=sql.Identifier(*table_parts))
+
+
+def latest_runs_query(history: tuple[str, ...]) -> sql.Composed:
+    """Per lock key: its latest run and when its latest successful run ended.
+
+    The keys come from a skip scan of the ``(lock_key, started_at DESC)`` index (one
+    probe per key instead of reading every run), and each key's latest runs from the
+    same index.
+    """
+    return sql.SQL(
+        "WITH RECURSIVE keys AS ("
+        " (SELECT lock_key FROM {table} ORDER BY lock_key LIMIT 1)"
+        " UNION ALL"
+        " SELECT (SELECT h.lock_key FROM {table} AS h WHERE h.lock_key > keys.lock_key"
+        " ORDER BY h.lock_key LIMIT 1) FROM keys WHERE keys.lock_key IS NOT NULL)"
+        " SELECT keys.lock_key, last.owner, last.host, last.started_at, last.ended_at,"
+        " last.outcome, last.exit_code, last.cron,"
+        " EXTRACT(EPOCH FROM (COALESCE(last.ended_at, NOW()) - last.started_at))::float8,"
+        " success.ended_at"
+        " FROM keys CROSS JOIN LATERAL ("
+        " SELECT * FROM {table} AS h WHERE h.lock_key = keys.lock_key"
+        " ORDER BY h.started_at DESC LIMIT 1) AS last"
+        " LEFT JOIN LATERAL ("
+        " SELECT h.ended_at FROM {table} AS h WHERE h.lock_key = keys.lock_key"
+        " AND h.outcome = 'ok' ORDER BY h.started_at DESC LIMIT 1) AS success ON true"
+        " WHERE keys.lock_key IS NOT NULL"
+    ).format(table=sql.Identifier(*history))
+
+
+def floor_query(history: tuple[str, ...]) -> sql.Composed:
+    """``RunCounts.floor``: the id of the newest run that started more than
+    %(recent)s seconds ago (0 if none)."""
+    return sql.SQL(
+        "SELECT COALESCE((SELECT id FROM {table}"
+        " WHERE started_at < NOW() - make_interval(secs => %(recent)s)"
+        " ORDER BY started_at DESC LIMIT 1), 0)"
+    ).format(table=sql.Identifier(*history))
+
+
+def census_query(history: tuple[str, ...]) -> sql.Composed:
+    """The first scrape's count of the runs up to %(floor)s, for ``RunCounts.absorb_initial``."""
+    return sql.SQL(
+        "SELECT lock_key, outcome, count(*)::bigint,"
+        " array_agg(id) FILTER (WHERE outcome IS NULL)"
+        " FROM {table} WHERE id <= %(floor)s GROUP BY lock_key, outcome"
+    ).format(table=sql.Identifier(*history))
+
+
+def new_runs_query(history: tuple[str, ...]) -> sql.Composed:
+    """Runs past %(floor)s or among %(pending)s, for ``RunCounts.absorb``."""
+    return sql.SQL(
+        "SELECT id, lock_key, outcome FROM {table} WHERE id > %(floor)s OR id = ANY(%(pending)s)"
+    ).format(table=sql.Identifier(*history))

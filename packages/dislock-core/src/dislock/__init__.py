@@ -29,6 +29,7 @@ from dislock.core.errors import (
     DislockError,
     LeaseLostError,
     LockNotAcquiredError,
+    LockPausedError,
     StatementTimeout,
 )
 
@@ -87,6 +88,7 @@ __all__ = [
     "LeaseLostError",
     "LockContext",
     "LockNotAcquiredError",
+    "LockPausedError",
     "LockSession",
     "ScheduleLock",
     "StatementTimeout",

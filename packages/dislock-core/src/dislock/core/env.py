@@ -39,6 +39,8 @@ class WrapperSettings(NamedTuple):
     jitter_seconds: float
     policy: LeaseLossPolicy
     fencing: bool = False
+    history: bool = False
+    history_table: tuple[str, ...] | None = None
 
     def __repr__(self) -> str:
         return f"WrapperSettings(url={redact_dsn(self.url)!r}, command={self.command!r}, ...)"
@@ -55,6 +57,8 @@ class WrapperSettings(NamedTuple):
             jitter_max_seconds=self.jitter_seconds,
             lease_loss_policy=self.policy,
             fencing=self.fencing,
+            history=self.history,
+            history_table=self.history_table,
         )
 
 
@@ -101,6 +105,17 @@ def read_table(environ: Mapping[str, str]) -> tuple[str, ...]:
         return config.parse_table(raw_table)
     except ConfigurationError as exc:
         raise ConfigurationError(f"LOCK_TABLE={raw_table!r}: {exc}") from None
+
+
+def read_history_table(environ: Mapping[str, str]) -> tuple[str, ...] | None:
+    """``LOCK_HISTORY_TABLE``, or None for the default next to the lock table."""
+    raw = _variable(environ, "LOCK_HISTORY_TABLE")
+    if raw is None:
+        return None
+    try:
+        return config.parse_table(raw)
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"LOCK_HISTORY_TABLE={raw!r}: {exc}") from None
 
 
 def read_wrapper_settings(
@@ -160,6 +175,8 @@ def read_wrapper_settings(
     raw_policy = _variable(environ, "LOCK_ON_LEASE_LOSS") or LeaseLossPolicy.TERMINATE.value
     policy = LeaseLossPolicy.parse(raw_policy, name="LOCK_ON_LEASE_LOSS")
     fencing = config.parse_flag("LOCK_FENCING", environ.get("LOCK_FENCING", ""))
+    history = config.parse_flag("LOCK_HISTORY", environ.get("LOCK_HISTORY", ""))
+    history_table = read_history_table(environ)
 
     return WrapperSettings(
         url_variable=url_variable,
@@ -174,4 +191,6 @@ def read_wrapper_settings(
         jitter_seconds=jitter,
         policy=policy,
         fencing=fencing,
+        history=history,
+        history_table=history_table,
     )

@@ -33,19 +33,59 @@ def lease_key(lock_key: str) -> str:
     return f"{KEY_PREFIX}:lease:{lock_key}"
 
 
+def pause_key(lock_key: str) -> str:
+    """The row that pauses ``lock_key`` fleet-wide: ``value`` holds the reason and
+    ``expire_at`` the end of the pause (``dislockctl pause``)."""
+    return f"{KEY_PREFIX}:pause:{lock_key}"
+
+
+def pause_key_of(row_key: str) -> str:
+    """The pause row of a schedule or lease row's key."""
+    prefix, _, rest = row_key.partition(":")
+    _, _, lock_key = rest.partition(":")
+    return pause_key(lock_key) if prefix == KEY_PREFIX else f"{KEY_PREFIX}:pause:{row_key}"
+
+
+RELEASED_MARK = " (released)"
+"""Appended to ``value`` by a clean release, in the same update that ends the row.
+
+A released row and one whose holder stopped renewing both have ``expire_at`` in
+the past; only this tells them apart.  The three columns stay as 0.1.0 made them
+(a 0.1.0 acquisition takes the row over by ``expire_at <= NOW()`` alone), and
+``expire_at`` keeps the moment of the release.  (``'-infinity'`` would have
+marked it too, but psycopg cannot load it into a datetime: every reader of the
+row, 0.1.0's tools included, would fail on it.)"""
+
+FORCED_MARK = " (released by dislockctl)"
+"""Appended by ``dislockctl release`` instead of ``RELEASED_MARK``."""
+
+
+class Acquired(NamedTuple):
+    """The answer of an acquiring statement (always exactly one row)."""
+
+    acquired: bool
+    token: int | None
+    """The fencing token (None without fencing)."""
+    paused_for: str | None
+    """The reason of a live pause of the lock key; set only when one refused the start."""
+    paused_until: datetime | None
+
+
 class Statements(NamedTuple):
     """The statements for one lock table."""
 
     acquire_until: sql.Composed
-    """Params: key, owner, expire_at (timestamptz). Returns one row, the fencing token
-    (NULL without fencing), when acquired; no row otherwise."""
+    """Params: key, pause, owner, expire_at (timestamptz). Returns one row, an
+    ``Acquired``: whether it took the row, the fencing token (NULL without
+    fencing), and the reason and end of a live pause row that refused it."""
     acquire_for: sql.Composed
-    """Params: key, owner, ttl (seconds). Returns like ``acquire_until``."""
+    """Params: key, pause, owner, ttl (seconds). Returns like ``acquire_until``."""
     renew_batch: sql.Composed
     """Params: keys, owners, ttls (parallel arrays). Renews each listed lease that is
     still ours and returns its ``(key, value)``; a lease missing from the answer is lost."""
     release: sql.Composed
-    """Params: key, owner. Expires our row now; a row another owner took is untouched."""
+    """Params: key, owner. Expires our row now, marked released (``RELEASED_MARK``);
+    a row another owner took is untouched."""
     now: sql.SQL
     """The database clock (statement time)."""
 
@@ -65,13 +105,23 @@ def statements(table_parts: tuple[str, ...], fencing: bool = False) -> Statement
     else:
         columns = first_token = bump = sql.SQL("")
         token = sql.SQL("NULL::bigint")
+    # A live pause row of the lock key (``dislockctl pause``) keeps the row
+    # source empty, so nothing is inserted or taken over; its reason comes back
+    # in the same answer, which is always one row.  A pause costs no round trip.
     upsert = sql.SQL(
+        "WITH pause AS ("
+        " SELECT value, expire_at FROM {table}"
+        " WHERE key = %(pause)s AND expire_at > NOW()),"
+        " taken AS ("
         "INSERT INTO {table} AS held (key, value, expire_at{columns})"
         " {row}"
         " ON CONFLICT (key) DO UPDATE"
         " SET value = EXCLUDED.value, expire_at = EXCLUDED.expire_at{bump}"
         " WHERE held.expire_at <= NOW()"
-        " RETURNING {token}"
+        " RETURNING {token} AS token)"
+        " SELECT EXISTS (SELECT FROM taken), (SELECT token FROM taken),"
+        " pause.value, pause.expire_at"
+        " FROM (VALUES (1)) AS answer LEFT JOIN pause ON true"
     )
     parts = {"table": table, "columns": columns, "bump": bump}
     lease_expiry = sql.SQL("NOW() + make_interval(secs => %(ttl)s)")
@@ -81,16 +131,18 @@ def statements(table_parts: tuple[str, ...], fencing: bool = False) -> Statement
         # straddling a boundary, or a next_run_time in the past) is not claimed:
         # it would be free at once and let a second start into the new slot.
         acquire_until=upsert.format(
-            row=sql.SQL("SELECT %(key)s, %(owner)s, {end}{first_token} WHERE {end} > NOW()").format(
-                end=slot_end, first_token=first_token
-            ),
+            row=sql.SQL(
+                "SELECT %(key)s, %(owner)s, {end}{first_token}"
+                " WHERE {end} > NOW() AND NOT EXISTS (SELECT FROM pause)"
+            ).format(end=slot_end, first_token=first_token),
             token=token,
             **parts,
         ),
         acquire_for=upsert.format(
-            row=sql.SQL("VALUES (%(key)s, %(owner)s, {expiry}{first_token})").format(
-                expiry=lease_expiry, first_token=first_token
-            ),
+            row=sql.SQL(
+                "SELECT %(key)s, %(owner)s, {expiry}{first_token}"
+                " WHERE NOT EXISTS (SELECT FROM pause)"
+            ).format(expiry=lease_expiry, first_token=first_token),
             token=token,
             **parts,
         ),
@@ -108,9 +160,9 @@ def statements(table_parts: tuple[str, ...], fencing: bool = False) -> Statement
             " RETURNING held.key, held.value"
         ).format(table=table),
         release=sql.SQL(
-            "UPDATE {table} SET expire_at = NOW()"
+            "UPDATE {table} SET expire_at = NOW(), value = value || {mark}"
             " WHERE key = %(key)s AND value = %(owner)s AND expire_at > NOW()"
-        ).format(table=table),
+        ).format(table=table, mark=sql.Literal(RELEASED_MARK)),
         now=sql.SQL("SELECT NOW()"),
     )
 
@@ -145,12 +197,12 @@ def statements_for(context: LockContext) -> Statements:
 
 
 def acquire_until_params(key: str, owner: str, expire_at: datetime) -> dict[str, Any]:
-    return {"key": key, "owner": owner, "expire_at": expire_at}
+    return {"key": key, "pause": pause_key_of(key), "owner": owner, "expire_at": expire_at}
 
 
 def lease_params(key: str, owner: str, ttl_seconds: float) -> dict[str, Any]:
     """Parameters of ``acquire_for``."""
-    return {"key": key, "owner": owner, "ttl": ttl_seconds}
+    return {"key": key, "pause": pause_key_of(key), "owner": owner, "ttl": ttl_seconds}
 
 
 def release_params(key: str, owner: str) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from time import monotonic
 from dislock.core.config import SCHEDULE
 from dislock.core.context import LEASE_LOST_EXIT_CODE, LeaseLossPolicy, LockContext
 from dislock.core.errors import LeaseLostError
+from dislock.core.history import end_of_command
 from dislock.core.supervision import (
     KILL_GRACE,
     POLL_INTERVAL,
@@ -103,7 +104,9 @@ def supervise(
     env = child_environment(os.environ, session.locks[0].context.lock_key, session.fencing_token)
     lease = session.lease
     if lease is not None and lease.is_lost():
-        return LEASE_LOST_EXIT_CODE  # lost before the command could even start
+        # Lost before the command could even start.
+        session.run_end = end_of_command(None, LEASE_LOST_EXIT_CODE, lease_lost=True)
+        return LEASE_LOST_EXIT_CODE
     child = Child.start(list(argv), env, _parent_death_signal())
 
     def forward(signum: int) -> None:
@@ -112,7 +115,10 @@ def supervise(
 
     try:
         with handling_signals(forward_signals, forward):
-            return _watch(child, argv, lease, policy)
+            status = _watch(child, argv, lease, policy)
+        lost = lease is not None and lease.is_lost()
+        session.run_end = end_of_command(child.returncode, status, lease_lost=lost)
+        return status
     except BaseException:
         # Interrupted (KeyboardInterrupt, cancellation): never leave the command
         # running after its locks are released, not even if interrupted again.

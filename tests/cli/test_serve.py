@@ -22,10 +22,21 @@ from prometheus_client.parser import text_string_to_metric_families
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from tests.cli.conftest import DISLOCK
+from dislock.core.history import create_history
+from dislock.core.pause import pause_params, pause_statement
+from tests.cli.conftest import DISLOCK, wait_for
 
 CTL = [sys.executable, "-m", "dislock.cli.ctl"]
 LISTENING = re.compile(r"listening on (http://\S+/)")
+
+
+@pytest.fixture
+def cli_env(cli_env: dict[str, str], db: psycopg.Connection[Any]) -> dict[str, str]:
+    """The wrapper's environment with run history on, its table created."""
+    schema, table = cli_env["LOCK_TABLE"].split(".")
+    for statement in create_history((schema, f"{table}_history")):
+        db.execute(statement)
+    return {**cli_env, "LOCK_HISTORY": "1"}
 
 
 @dataclass
@@ -144,11 +155,12 @@ def test_serve_only_reads_and_leaks_no_password(
                 sql.Identifier(schema), sql.Identifier(role)
             )
         )
-        db.execute(
-            sql.SQL("GRANT SELECT ON {} TO {}").format(
-                sql.Identifier(schema, table), sql.Identifier(role)
+        for name in (table, f"{table}_history"):
+            db.execute(
+                sql.SQL("GRANT SELECT ON {} TO {}").format(
+                    sql.Identifier(schema, name), sql.Identifier(role)
+                )
             )
-        )
         assert run_job(cli_env, "true").returncode == 0
         params = conninfo_to_dict(cli_env["DATABASE_URL"])
         params.update(user=role, password=password)
@@ -256,3 +268,170 @@ def test_a_missing_lock_table_is_one_line_and_exit_1(cli_env: dict[str, str]) ->
     )
     assert result.returncode == 1, result.stderr
     assert result.stderr.count("\n") == 1 and "does not exist" in result.stderr
+
+
+def test_a_missing_history_table_is_one_line_and_exit_1(cli_env: dict[str, str]) -> None:
+    env = {**cli_env, "LOCK_HISTORY_TABLE": f"nowhere_{uuid.uuid4().hex[:8]}"}
+    result = subprocess.run(
+        [*CTL, "DATABASE_URL", "serve", "--listen", "127.0.0.1:0"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert "history table" in result.stderr and "init --history" in result.stderr
+
+
+@dataclass
+class Fleet:
+    """Lock keys that went through real runs, one per outcome."""
+
+    ok: str
+    failed: str
+    lost: str
+    abandoned: str
+    paused: str
+    missed: str
+    missed_expected: range
+
+
+def ctl(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*CTL, "DATABASE_URL", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def make_fleet(env: dict[str, str], db: psycopg.Connection[Any], tmp: Any) -> Fleet:
+    base = env["LOCK_KEY"]
+    fleet = Fleet(
+        *(f"{base}-{name}" for name in ("ok", "failed", "lost", "abandoned", "paused", "missed")),
+        missed_expected=range(0),
+    )
+    lease = {"LOCK_STRATEGY": "lease", "RUN_LOCK_TTL_SECONDS": "3", "LOCK_LEASE_INTERVAL": "1"}
+
+    assert run_job(env, "true", LOCK_KEY=fleet.ok, **lease).returncode == 0
+    assert run_job(env, "sh", "-c", "exit 3", LOCK_KEY=fleet.failed, **lease).returncode == 3
+
+    # Lost: an operator force-releases the lease while the command runs.
+    started = tmp / "lost-started"
+    holder = subprocess.Popen(
+        [*DISLOCK, "DATABASE_URL", "sh", "-c", f"touch {started}; sleep 60"],
+        env={**env, "LOCK_KEY": fleet.lost, **lease},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    wait_for(started)
+    assert ctl({**env, "LOCK_KEY": fleet.lost}, "release", fleet.lost).returncode == 0
+    assert holder.wait(timeout=60) == 75
+
+    # Abandoned: the wrapper dies (SIGKILL) and its lease runs out.
+    started = tmp / "abandoned-started"
+    doomed = subprocess.Popen(
+        [*DISLOCK, "DATABASE_URL", "sh", "-c", f"touch {started}; sleep 60"],
+        env={**env, "LOCK_KEY": fleet.abandoned, **lease},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    wait_for(started)
+    doomed.kill()
+    doomed.wait(timeout=30)
+
+    # Paused: it ran once, then an operator paused it; the next start is skipped.
+    assert run_job(env, "true", LOCK_KEY=fleet.paused, **lease).returncode == 0
+    schema, table = env["LOCK_TABLE"].split(".")
+    db.execute(
+        pause_statement((schema, table), for_interval=True),
+        pause_params(fleet.paused, "disk <full> & slow", seconds=3600),
+    )
+    skipped = run_job(env, "sh", "-c", "echo ran", LOCK_KEY=fleet.paused, **lease)
+    assert skipped.returncode == 0 and skipped.stdout == ""
+
+    # Missed: a run every minute, and then none for ten minutes (its run moved back
+    # in time, the way the clock would have moved on).
+    every_minute = {"LOCK_STRATEGY": "schedule", "CRON_SCHEDULE": "* * * * *"}
+    assert run_job(env, "true", LOCK_KEY=fleet.missed, **every_minute).returncode == 0
+    history = sql.Identifier(schema, f"{table}_history")
+    shifted = db.execute(
+        sql.SQL(
+            "UPDATE {} SET started_at = started_at - interval '10 minutes',"
+            " ended_at = ended_at - interval '10 minutes', slot_end = slot_end - interval '10 minutes'"
+            " WHERE lock_key = %s RETURNING slot_end, NOW()"
+        ).format(history),
+        (fleet.missed,),
+    ).fetchone()
+    assert shifted is not None
+    slot_end, now = shifted
+    # Every minute from the end of its slot to a minute (the grace) before now began
+    # a slot that nobody started; the scrape comes a little later, hence a range.
+    first = int((now.timestamp() - 60 - slot_end.timestamp()) // 60) + 1
+    fleet.missed_expected = range(first, first + 2)
+    time.sleep(3.5)  # the abandoned lease (TTL 3 s) runs out
+    return fleet
+
+
+def test_real_runs_become_metrics(
+    cli_env: dict[str, str], db: psycopg.Connection[Any], tmp_path: Any
+) -> None:
+    fleet = make_fleet(cli_env, db, tmp_path)
+    schema, table = cli_env["LOCK_TABLE"].split(".")
+    history = sql.Identifier(schema, f"{table}_history")
+    recorded = {
+        key: (started.timestamp(), ended.timestamp() if ended else None)
+        for key, started, ended in db.execute(
+            sql.SQL("SELECT lock_key, started_at, ended_at FROM {}").format(history)
+        )
+    }
+    with serving(cli_env) as served:
+        first = served.metrics()
+        # One more success after the first scrape: the counter moves on from there.
+        lease = {"LOCK_STRATEGY": "lease", "RUN_LOCK_TTL_SECONDS": "3"}
+        assert run_job(cli_env, "true", LOCK_KEY=fleet.ok, **lease).returncode == 0
+        second = served.metrics()
+
+    assert sample(first, "dislock_up") == 1.0
+    expected_runs = {
+        fleet.ok: "ok",
+        fleet.failed: "failed",
+        fleet.lost: "lease_lost",
+        fleet.paused: "ok",
+        fleet.missed: "ok",
+    }
+    for key, outcome in expected_runs.items():
+        for other in ("ok", "failed", "lease_lost", "killed"):
+            count = sample(first, "dislock_runs_total", key=key, outcome=other)
+            assert count == (1.0 if other == outcome else 0.0), (key, other, count)
+        assert sample(first, "dislock_last_start_timestamp_seconds", key=key) == pytest.approx(
+            recorded[key][0]
+        )
+        duration = sample(first, "dislock_last_run_duration_seconds", key=key)
+        assert duration is not None and 0 <= duration < 60
+    assert sample(second, "dislock_runs_total", key=fleet.ok, outcome="ok") == 2.0
+
+    # The abandoned run never ended: counted nowhere, its start still shown.
+    for outcome in ("ok", "failed", "lease_lost", "killed"):
+        assert sample(first, "dislock_runs_total", key=fleet.abandoned, outcome=outcome) == 0.0
+    assert sample(first, "dislock_last_start_timestamp_seconds", key=fleet.abandoned) is not None
+    assert sample(first, "dislock_last_run_duration_seconds", key=fleet.abandoned) is None
+
+    assert sample(first, "dislock_last_success_timestamp_seconds", key=fleet.ok) == pytest.approx(
+        recorded[fleet.ok][1]
+    )
+    for key in (fleet.failed, fleet.lost, fleet.abandoned):
+        assert sample(first, "dislock_last_success_timestamp_seconds", key=key) is None
+
+    assert sample(first, "dislock_paused", key=fleet.paused) == 1.0
+    assert sample(first, "dislock_paused", key=fleet.ok) == 0.0
+
+    assert sample(first, "dislock_missed_slots", key=fleet.missed) in fleet.missed_expected
+    assert sample(first, "dislock_missed_slots", key=fleet.ok) is None  # no schedule
+
+    assert sample(first, "dislock_lock_held", key=fleet.ok, mode="lease") == 0.0
+    assert sample(first, "dislock_lock_held", key=fleet.abandoned, mode="lease") == 0.0

@@ -132,8 +132,15 @@ def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> int:
 
     if args.command == "serve":
         from dislock.cli.serve import serve
+        from dislock.core.env import read_history_table
+        from dislock.core.history import history_table
 
-        return serve(url, table, args.listen)
+        try:
+            history = history_table(table, read_history_table(env))
+        except ConfigurationError as exc:
+            print(f"dislockctl: error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        return serve(url, table, history, args.listen)
 
     import psycopg
     import psycopg.errors

@@ -3,7 +3,7 @@
 A small read-only HTTP server.  Every request that needs the database reads one
 snapshot in a READ ONLY transaction on one kept connection; a database that does
 not answer is reported (``dislock_up 0``, a banner on the page), never a crash.
-What the snapshot means lives in ``dislock.core.fleet`` and ``fleet_page``;
+What the snapshot means lives in ``dislock.core.exporter`` and ``status_page``;
 this module only does I/O.  The database URL appears in no response and no log
 line: errors are described with ``describe_database_error``, which scrubs it.
 """
@@ -28,22 +28,32 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from dislock.cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
-from dislock.core.admin import columns_query, list_params, list_query, split_key
+from dislock.cli.fleet import Slot, missed_slots, schedule_slots, table_exists_query
+from dislock.core.cron import next_boundary
 from dislock.core.diagnosis import describe_database_error
 from dislock.core.dsn import connection_kwargs, scrub
 from dislock.core.errors import ConfigurationError
-from dislock.core.fleet import (
+from dislock.core.exporter import (
+    MISSED_WINDOW,
+    RECENT_SECONDS,
     SCRAPE_CONNECT_TIMEOUT,
     SCRAPE_STATEMENT_TIMEOUT_MS,
     Family,
     FleetSnapshot,
-    HeldLock,
-    KeyStatus,
-    group_locks,
+    LatestRow,
+    RunCounts,
+    build_snapshot,
+    census_query,
+    floor_query,
+    latest_runs_query,
+    lock_rows_query,
     metric_families,
+    new_runs_query,
     parse_listen,
+    window_starts_query,
 )
-from dislock.core.fleet_page import render_page
+from dislock.core.sql import KEY_PREFIX
+from dislock.core.status_page import render_page
 
 logger = logging.getLogger("dislock.serve")
 
@@ -52,14 +62,22 @@ LOCK_WAIT_SECONDS = 10.0
 
 
 class FleetReader:
-    """Reads snapshots over one connection, reconnecting after a failure."""
+    """Reads snapshots over one connection, reconnecting after a failure.
 
-    def __init__(self, url: str, table: tuple[str, ...]) -> None:
+    It keeps what is costly to recompute on every scrape: the run counts
+    (``RunCounts``) and each cron expression's slots in the missed-slot window.
+    """
+
+    def __init__(self, url: str, table: tuple[str, ...], history: tuple[str, ...]) -> None:
         self._url = url
         self._table = table
+        self._history = history
         self._conn: psycopg.Connection[Any] | None = None
         self._lock = threading.Lock()
         self._was_up: bool | None = None
+        self._counts = RunCounts()
+        self._slots: dict[str, list[Slot]] = {}
+        self._next: dict[str, datetime] = {}
 
     def _connect(self) -> psycopg.Connection[Any]:
         if self._conn is None or self._conn.closed:
@@ -96,27 +114,98 @@ class FleetReader:
             found = conn.execute("SELECT NOW()").fetchone()
             assert found is not None
             now: datetime = found[0]
-            rows = conn.execute(list_query(self._table), list_params("")).fetchall()
-        locks: list[tuple[str, HeldLock]] = []
-        for key, owner, _expire_at, seconds_left, _fence in rows:
-            mode, lock_key = split_key(key)
-            state = "held" if seconds_left > 0 else "expired"
-            locks.append((lock_key, HeldLock(mode, owner, state, float(seconds_left))))
-        grouped = group_locks(locks)
-        keys = tuple(KeyStatus(lock_key, locks=held) for lock_key, held in grouped.items())
-        return FleetSnapshot(now, up=True, keys=keys)
+            since = now - MISSED_WINDOW
+            lock_rows = conn.execute(
+                lock_rows_query(self._table), {"prefix": f"{KEY_PREFIX}:"}
+            ).fetchall()
+            latest = [
+                LatestRow(*row)
+                for row in conn.execute(latest_runs_query(self._history), {"since": since})
+            ]
+            starts = conn.execute(window_starts_query(self._history), {"since": since}).fetchall()
+            self._count_runs(conn)
+        missed, next_slots = self._schedules(latest, starts, since, now)
+        return build_snapshot(
+            now,
+            lock_rows,
+            latest,
+            runs_total=self._counts.by_key(),
+            missed=missed,
+            next_slots=next_slots,
+        )
+
+    def _count_runs(self, conn: psycopg.Connection[Any]) -> None:
+        found = conn.execute(floor_query(self._history), {"recent": RECENT_SECONDS}).fetchone()
+        assert found is not None
+        floor = int(found[0])
+        if self._counts.floor is None:  # the first scrape counts the history once
+            census = conn.execute(census_query(self._history), {"floor": floor}).fetchall()
+            self._counts.absorb_initial(floor, census)
+        params = {"floor": self._counts.floor, "pending": sorted(self._counts.pending)}
+        self._counts.absorb(floor, conn.execute(new_runs_query(self._history), params).fetchall())
+
+    def _schedules(
+        self,
+        latest: list[LatestRow],
+        starts: list[tuple[str, datetime, datetime | None]],
+        since: datetime,
+        now: datetime,
+    ) -> tuple[dict[str, int], dict[str, datetime]]:
+        """Missed slots and next slot of every key whose latest run had a schedule."""
+        by_key: dict[str, list[tuple[datetime, datetime | None]]] = {}
+        for lock_key, started_at, slot_end in starts:
+            by_key.setdefault(lock_key, []).append((started_at, slot_end))
+        missed: dict[str, int] = {}
+        next_slots: dict[str, datetime] = {}
+        for row in latest:
+            if row.cron is None:
+                continue
+            try:
+                slots = self._window_slots(row.cron, since, now)
+                next_slots[row.lock_key] = self._next_slot(row.cron, now)
+            except (ConfigurationError, ValueError):
+                continue  # an expression this version cannot read: no count rather than a wrong one
+            runs = by_key.get(row.lock_key, [])
+            if not row.ran_before_window:
+                # A job new within the window: the slots before its first run are not missed.
+                first = min((started for started, _ in runs), default=row.started_at)
+                slots = [slot for slot in slots if slot.end > first]
+            missed[row.lock_key] = len(missed_slots(slots, runs))
+        return missed, next_slots
+
+    def _window_slots(self, expression: str, since: datetime, now: datetime) -> list[Slot]:
+        """``schedule_slots(expression, since, now)``, extended from the last scrape's."""
+        known = self._slots.get(expression)
+        if known:
+            kept = [slot for slot in known if slot.start >= since]
+            kept += schedule_slots(expression, max(known[-1].end, since), now)
+        else:
+            kept = list(schedule_slots(expression, since, now))
+        self._slots[expression] = kept
+        return kept
+
+    def _next_slot(self, expression: str, now: datetime) -> datetime:
+        boundary = self._next.get(expression)
+        if boundary is None or boundary <= now:
+            boundary = self._next[expression] = next_boundary(expression, now)
+        return boundary
 
     def check_tables(self) -> str | None:
         """At start-up: what is missing, or None.  A database that does not answer
         is not an error here: the server starts and reports it as down."""
         try:
             conn = self._connect()
-            query, params = columns_query(self._table)
-            if not conn.execute(query, params).fetchall():
-                return (
-                    f"lock table {'.'.join(self._table)} does not exist; create it with"
-                    " `dislockctl URL_VARIABLE init`"
-                )
+            for table, what, create in (
+                (self._table, "lock table", "init"),
+                (self._history, "history table", "init --history"),
+            ):
+                query, params = table_exists_query(table)
+                found = conn.execute(query, params).fetchone()
+                if not found or not found[0]:
+                    return (
+                        f"{what} {'.'.join(table)} does not exist; create it with"
+                        f" `dislockctl URL_VARIABLE {create}`"
+                    )
         except psycopg.Error as exc:
             self.close()
             self._report(
@@ -140,7 +229,7 @@ class FleetReader:
 
 
 def prometheus_metric(family: Family) -> Metric:
-    """A ``dislock.core.fleet.Family`` as ``prometheus_client`` exposes it."""
+    """A ``dislock.core.exporter.Family`` as ``prometheus_client`` exposes it."""
     metric: GaugeMetricFamily | CounterMetricFamily
     if family.kind == "counter":
         metric = CounterMetricFamily(family.name, family.documentation, labels=family.labels)
@@ -227,7 +316,7 @@ def _configure_logging() -> None:
     logger.propagate = False
 
 
-def serve(url: str, table: tuple[str, ...], listen: str) -> int:
+def serve(url: str, table: tuple[str, ...], history: tuple[str, ...], listen: str) -> int:
     """Serve until SIGTERM or SIGINT; the exit status."""
     _configure_logging()
     try:
@@ -242,7 +331,7 @@ def serve(url: str, table: tuple[str, ...], listen: str) -> int:
         print(f"dislockctl: error: --listen {listen!r}: {exc.strerror}", file=sys.stderr)
         return EXIT_USAGE
 
-    reader = FleetReader(url, table)
+    reader = FleetReader(url, table, history)
     missing = reader.check_tables()
     if missing is not None:
         reader.close()

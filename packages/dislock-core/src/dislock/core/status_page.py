@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 from html import escape
 
 from dislock.core.admin import format_duration
-from dislock.core.fleet import MISSED_WINDOW, FleetSnapshot, KeyStatus, page_order
+from dislock.core.exporter import MISSED_WINDOW, FleetSnapshot, KeyStatus, page_order
 
 REFRESH_SECONDS = 15
 

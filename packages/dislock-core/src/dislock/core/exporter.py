@@ -4,7 +4,7 @@ One read-only snapshot of the lock table (and the run history) becomes a
 ``FleetSnapshot``: one ``KeyStatus`` per lock key.  From it come the Prometheus
 metric families (as plain data: ``dislock.cli.serve`` hands them to
 ``prometheus_client``, which only the CLI depends on) and the status page's
-order of rows (``dislock.core.fleet_page`` renders it).
+order of rows (``dislock.core.status_page`` renders it).
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ from typing import NamedTuple
 from psycopg import sql
 
 from dislock.core.errors import ConfigurationError
+from dislock.core.history import OUTCOMES
+from dislock.core.sql import FORCED_MARK, KEY_PREFIX, RELEASED_MARK
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 9655
@@ -30,10 +32,12 @@ SCRAPE_STATEMENT_TIMEOUT_MS = 5000
 not as a scrape that hangs until Prometheus gives up on it."""
 
 MISSED_WINDOW = timedelta(hours=24)
-"""``dislock_missed_slots`` counts the slots that ended in the last 24 hours in
-which no run of the key started."""
+"""``dislock_missed_slots`` counts the slots of the key's schedule that began in the
+last 24 hours (and at least a minute ago, ``dislock.cli.fleet.DEFAULT_GRACE``) in
+which no run of the key started: what ``dislockctl missed KEY --since 24h`` lists.
+A key that first ran within the window is judged from its first run's slot on."""
 
-FAILED_OUTCOMES = ("failed", "lost", "killed", "abandoned")
+FAILED_OUTCOMES = ("failed", "lease_lost", "killed", "abandoned")
 """Outcomes a person must look at; the status page lists these first."""
 
 
@@ -93,7 +97,8 @@ class LastRun(NamedTuple):
     started_at: datetime
     ended_at: datetime | None
     outcome: str
-    """``running``, ``ok``, ``failed``, ``lost``, ``killed`` or ``abandoned``."""
+    """``ok``, ``failed``, ``lease_lost``, ``killed`` (``dislock.core.history.OUTCOMES``),
+    or, with no end recorded, ``running`` or ``abandoned``."""
     exit_code: int | None
     duration_seconds: float | None
 
@@ -148,7 +153,7 @@ class Family(NamedTuple):
     samples: tuple[tuple[tuple[str, ...], float], ...]
 
 
-RUN_OUTCOMES = ("ok", "failed", "lost", "killed")
+RUN_OUTCOMES = OUTCOMES
 """Finished outcomes ``dislock_runs_total`` always reports (zero if none), so that
 ``increase()`` sees a key's first failure."""
 
@@ -241,7 +246,7 @@ def metric_families(snapshot: FleetSnapshot) -> list[Family]:
         Family(
             "dislock_missed_slots",
             "gauge",
-            f"Schedule slots that ended in the last {window} h in which no run of the key started.",
+            f"Schedule slots that began in the last {window} h in which no run of the key started.",
             ("key",),
             tuple(missed),
         ),
@@ -263,15 +268,105 @@ def page_order(keys: Iterable[KeyStatus]) -> list[KeyStatus]:
     return failing + missing + others
 
 
-def group_locks(rows: Sequence[tuple[str, HeldLock]]) -> dict[str, tuple[HeldLock, ...]]:
-    """Lock rows ``(lock_key, lock)`` grouped by key, schedule before lease."""
-    grouped: dict[str, list[HeldLock]] = {}
-    for lock_key, lock in rows:
-        grouped.setdefault(lock_key, []).append(lock)
-    return {
-        key: tuple(sorted(locks, key=lambda lock: lock.mode != "schedule"))
-        for key, locks in grouped.items()
-    }
+def lock_state(value: str, seconds_left: float) -> tuple[str, str]:
+    """The owner and state of a schedule or lease row: ``held``; ``released``, let go
+    cleanly (its value carries ``RELEASED_MARK`` or ``FORCED_MARK``); or ``expired``,
+    abandoned by a holder that stopped renewing."""
+    for mark in (RELEASED_MARK, FORCED_MARK):
+        if value.endswith(mark):
+            return value[: -len(mark)], "released" if seconds_left <= 0 else "held"
+    return value, "held" if seconds_left > 0 else "expired"
+
+
+class LatestRow(NamedTuple):
+    """A row of ``latest_runs_query``."""
+
+    lock_key: str
+    owner: str
+    host: str
+    started_at: datetime
+    ended_at: datetime | None
+    outcome: str | None
+    exit_code: int | None
+    cron: str | None
+    duration_seconds: float
+    last_success_at: datetime | None
+    modes: str
+    ran_before_window: bool
+
+
+def build_snapshot(
+    now: datetime,
+    lock_rows: Iterable[tuple[str, str, float, datetime]],
+    latest: Iterable[LatestRow],
+    *,
+    runs_total: Mapping[str, Mapping[str, int]],
+    missed: Mapping[str, int],
+    next_slots: Mapping[str, datetime],
+) -> FleetSnapshot:
+    """One ``KeyStatus`` per key found in the lock table or the history.
+
+    A latest run without an end is ``running`` while the lock it took (its lease if
+    it had one, else its schedule slot) is still held by its owner, ``abandoned``
+    once that lock expired: the rule ``dislockctl history`` applies.
+    """
+    locks: dict[str, list[HeldLock]] = {}
+    pauses: dict[str, tuple[str, datetime]] = {}
+    held_by: dict[tuple[str, str], str] = {}
+    for key, value, seconds_left, expire_at in lock_rows:
+        prefix, _, rest = key.partition(":")
+        mode, _, lock_key = rest.partition(":")
+        if prefix != KEY_PREFIX:
+            continue
+        if mode == "pause":
+            if seconds_left > 0:
+                pauses[lock_key] = (value, expire_at)
+            continue
+        if mode not in ("schedule", "lease"):
+            continue  # a kind of row this version does not know: not ours to judge
+        owner, state = lock_state(value, seconds_left)
+        locks.setdefault(lock_key, []).append(HeldLock(mode, owner, state, float(seconds_left)))
+        if state == "held":
+            held_by[lock_key, mode] = owner
+    runs = {row.lock_key: row for row in latest}
+    statuses = []
+    for lock_key in sorted(set(locks) | set(runs) | set(pauses)):
+        row = runs.get(lock_key)
+        last_run = None
+        if row is not None:
+            outcome = row.outcome
+            duration: float | None = row.duration_seconds
+            if row.ended_at is None:
+                mode = "lease" if "lease" in row.modes.split(",") else "schedule"
+                outcome = "running" if held_by.get((lock_key, mode)) == row.owner else "abandoned"
+                duration = duration if outcome == "running" else None
+            last_run = LastRun(
+                row.owner,
+                row.host,
+                row.started_at,
+                row.ended_at,
+                outcome or "?",
+                row.exit_code,
+                duration,
+            )
+        reason, until = pauses.get(lock_key, (None, None))
+        statuses.append(
+            KeyStatus(
+                lock_key,
+                locks=tuple(
+                    sorted(locks.get(lock_key, ()), key=lambda lock: lock.mode != "schedule")
+                ),
+                paused_until=until,
+                pause_reason=reason or None,
+                last_run=last_run,
+                last_success_at=row.last_success_at if row else None,
+                runs_total=dict(runs_total.get(lock_key, {})),
+                schedule=row.cron if row else None,
+                next_slot=next_slots.get(lock_key),
+                missed_slots=missed.get(lock_key),
+            )
+        )
+    return FleetSnapshot(now, up=True, keys=tuple(statuses))
 
 
 RECENT_SECONDS = 60
@@ -348,7 +443,8 @@ def lock_rows_query(table_parts: tuple[str, ...]) -> sql.Composed:
 
 
 def latest_runs_query(history: tuple[str, ...]) -> sql.Composed:
-    """Per lock key: its latest run and when its latest successful run ended.
+    """Per lock key: its latest run, when its latest successful run ended, and whether
+    it ran before %(since)s (the start of the missed-slot window).
 
     The keys come from a skip scan of the ``(lock_key, started_at DESC)`` index (one
     probe per key instead of reading every run), and each key's latest runs from the
@@ -363,7 +459,9 @@ def latest_runs_query(history: tuple[str, ...]) -> sql.Composed:
         " SELECT keys.lock_key, last.owner, last.host, last.started_at, last.ended_at,"
         " last.outcome, last.exit_code, last.cron,"
         " EXTRACT(EPOCH FROM (COALESCE(last.ended_at, NOW()) - last.started_at))::float8,"
-        " success.ended_at"
+        " success.ended_at, last.modes,"
+        " EXISTS (SELECT FROM {table} AS h WHERE h.lock_key = keys.lock_key"
+        " AND h.started_at < %(since)s)"
         " FROM keys CROSS JOIN LATERAL ("
         " SELECT * FROM {table} AS h WHERE h.lock_key = keys.lock_key"
         " ORDER BY h.started_at DESC LIMIT 1) AS last"
@@ -390,6 +488,15 @@ def census_query(history: tuple[str, ...]) -> sql.Composed:
         "SELECT lock_key, outcome, count(*)::bigint,"
         " array_agg(id) FILTER (WHERE outcome IS NULL)"
         " FROM {table} WHERE id <= %(floor)s GROUP BY lock_key, outcome"
+    ).format(table=sql.Identifier(*history))
+
+
+def window_starts_query(history: tuple[str, ...]) -> sql.Composed:
+    """The starts since %(since)s of runs with a schedule, for the missed-slot count
+    (``dislock.cli.fleet.missed_slots``), through the ``(started_at)`` index."""
+    return sql.SQL(
+        "SELECT lock_key, started_at, slot_end FROM {table}"
+        " WHERE started_at >= %(since)s AND cron IS NOT NULL"
     ).format(table=sql.Identifier(*history))
 
 

@@ -362,7 +362,8 @@ def make_fleet(env: dict[str, str], db: psycopg.Connection[Any], tmp: Any) -> Fl
     shifted = db.execute(
         sql.SQL(
             "UPDATE {} SET started_at = started_at - interval '10 minutes',"
-            " ended_at = ended_at - interval '10 minutes', slot_end = slot_end - interval '10 minutes'"
+            " ended_at = ended_at - interval '10 minutes',"
+            " slot_end = slot_end - interval '10 minutes'"
             " WHERE lock_key = %s RETURNING slot_end, NOW()"
         ).format(history),
         (fleet.missed,),

@@ -312,7 +312,12 @@ def ctl(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
 def make_fleet(env: dict[str, str], db: psycopg.Connection[Any], tmp: Any) -> Fleet:
     base = env["LOCK_KEY"]
     fleet = Fleet(
-        *(f"{base}-{name}" for name in ("ok", "failed", "lost", "abandoned", "paused", "missed")),
+        ok=f"{base}-ok",
+        failed=f"{base}-failed",
+        lost=f"{base}-lost",
+        abandoned=f"{base}-abandoned",
+        paused=f"{base}-paused",
+        missed=f"{base}-missed",
         missed_expected=range(0),
     )
     lease = {"LOCK_STRATEGY": "lease", "RUN_LOCK_TTL_SECONDS": "3", "LOCK_LEASE_INTERVAL": "1"}

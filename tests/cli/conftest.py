@@ -11,7 +11,10 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
+
+from dislock.core.history import create_history
 
 DISLOCK = [sys.executable, "-m", "dislock.cli"]
 RunCli = Callable[..., subprocess.CompletedProcess[str]]
@@ -28,6 +31,15 @@ def cli_env(database_url: str, lock_table: tuple[str, str]) -> dict[str, str]:
         CRON_SCHEDULE="0 0 1 1 *",
     )
     return env
+
+
+@pytest.fixture
+def history_env(cli_env: dict[str, str], db: psycopg.Connection[Any]) -> dict[str, str]:
+    """The wrapper's environment with run history on, its table created."""
+    schema, table = cli_env["LOCK_TABLE"].split(".")
+    for statement in create_history((schema, f"{table}_history")):
+        db.execute(statement)
+    return {**cli_env, "LOCK_HISTORY": "1"}
 
 
 @pytest.fixture

@@ -28,7 +28,7 @@ small{color:#6b7585}
 .held{background:#dbeafe;color:#1e40af}.released,.free{background:#e5e7eb;color:#374151}
 .expired{background:#fde68a;color:#7c4a03}.paused{background:#ede9fe;color:#5b21b6}
 .ok{background:#dcfce7;color:#166534}.running{background:#dbeafe;color:#1e40af}
-.failed,.lost,.killed,.abandoned{background:#fee2e2;color:#991b1b}
+.failed,.lease_lost,.killed,.abandoned{background:#fee2e2;color:#991b1b}
 tr.failing td:first-child{box-shadow:inset 4px 0 #dc2626}
 .down{background:#fee2e2;color:#991b1b;padding:.8em 1em;border-radius:.3em;margin-bottom:1em}
 """
@@ -46,7 +46,7 @@ def _when(moment: datetime | None, now: datetime) -> str:
 
 
 def _badge(word: str) -> str:
-    return f'<span class="badge {escape(word)}">{escape(word)}</span>'
+    return f'<span class="badge {escape(word)}">{escape(word.replace("_", " "))}</span>'
 
 
 def _state_cell(key: KeyStatus, now: datetime) -> str:

@@ -1,0 +1,202 @@
+"""Helpers for the ``dislockctl serve`` tests: run it, scrape it, and a fleet of real runs."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from prometheus_client.parser import text_string_to_metric_families
+from psycopg import sql
+
+from dislock.core.pause import pause_params, pause_statement
+from tests.cli.conftest import DISLOCK, wait_for
+
+CTL = [sys.executable, "-m", "dislock.cli.ctl"]
+LISTENING = re.compile(r"listening on (http://\S+/)")
+Metrics = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+@dataclass
+class Served:
+    base: str
+    process: subprocess.Popen[str]
+    log: list[str] = field(default_factory=list)
+
+    def get(self, path: str) -> tuple[int, str, str]:
+        """Status, content type and body of GET ``path``."""
+        try:
+            with urllib.request.urlopen(self.base + path.lstrip("/"), timeout=30) as answer:
+                return answer.status, answer.headers["Content-Type"], answer.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.headers["Content-Type"], exc.read().decode()
+
+    def metrics(self) -> Metrics:
+        """Every sample of /metrics, parsed back by prometheus_client: (name, labels) -> value."""
+        status, kind, body = self.get("/metrics")
+        assert status == 200 and kind.startswith("text/plain"), (status, kind)
+        return {
+            (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(body)
+            for sample in family.samples
+        }
+
+
+@contextmanager
+def serving(env: dict[str, str], *args: str) -> Iterator[Served]:
+    """``dislockctl DATABASE_URL serve`` on a free loopback port, stopped by SIGTERM at the
+    end, which must exit 0."""
+    process = subprocess.Popen(
+        [*CTL, "DATABASE_URL", "serve", "--listen", "127.0.0.1:0", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stderr is not None
+    served = Served("", process)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            line = process.stderr.readline()
+            if not line:
+                break
+            served.log.append(line)
+            found = LISTENING.search(line)
+            if found:
+                served.base = found.group(1)
+                break
+        assert served.base, f"serve did not start: {''.join(served.log)}"
+        yield served
+    finally:
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=30)
+        served.log += [out, err]
+    assert process.returncode == 0, "".join(served.log)
+
+
+def run_job(
+    env: dict[str, str], *command: str, **overrides: str
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*DISLOCK, "DATABASE_URL", *command],
+        env={**env, **overrides},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def sample(
+    metrics: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str
+) -> float | None:
+    return metrics.get((name, tuple(sorted(labels.items()))))
+
+
+@dataclass
+class Fleet:
+    """Lock keys that went through real runs, one per outcome."""
+
+    ok: str
+    failed: str
+    lost: str
+    abandoned: str
+    paused: str
+    missed: str
+    missed_expected: range
+
+
+def ctl(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*CTL, "DATABASE_URL", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def make_fleet(env: dict[str, str], db: psycopg.Connection[Any], tmp: Path) -> Fleet:
+    base = env["LOCK_KEY"]
+    fleet = Fleet(
+        ok=f"{base}-ok",
+        failed=f"{base}-failed",
+        lost=f"{base}-lost",
+        abandoned=f"{base}-abandoned",
+        paused=f"{base}-paused",
+        missed=f"{base}-missed",
+        missed_expected=range(0),
+    )
+    lease = {"LOCK_STRATEGY": "lease", "RUN_LOCK_TTL_SECONDS": "3", "LOCK_LEASE_INTERVAL": "1"}
+
+    assert run_job(env, "true", LOCK_KEY=fleet.ok, **lease).returncode == 0
+    assert run_job(env, "sh", "-c", "exit 3", LOCK_KEY=fleet.failed, **lease).returncode == 3
+
+    # Lost: an operator force-releases the lease while the command runs.
+    started = tmp / "lost-started"
+    holder = subprocess.Popen(
+        [*DISLOCK, "DATABASE_URL", "sh", "-c", f"touch {started}; sleep 60"],
+        env={**env, "LOCK_KEY": fleet.lost, **lease},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    wait_for(started)
+    assert ctl({**env, "LOCK_KEY": fleet.lost}, "release", fleet.lost).returncode == 0
+    assert holder.wait(timeout=60) == 75
+
+    # Abandoned: the wrapper dies (SIGKILL) and its lease runs out.
+    started = tmp / "abandoned-started"
+    doomed = subprocess.Popen(
+        [*DISLOCK, "DATABASE_URL", "sh", "-c", f"touch {started}; sleep 60"],
+        env={**env, "LOCK_KEY": fleet.abandoned, **lease},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    wait_for(started)
+    doomed.kill()
+    doomed.wait(timeout=30)
+
+    # Paused: it ran once, then an operator paused it; the next start is skipped.
+    assert run_job(env, "true", LOCK_KEY=fleet.paused, **lease).returncode == 0
+    schema, table = env["LOCK_TABLE"].split(".")
+    db.execute(
+        pause_statement((schema, table), for_interval=True),
+        pause_params(fleet.paused, "disk <full> & slow", seconds=3600),
+    )
+    skipped = run_job(env, "sh", "-c", "echo ran", LOCK_KEY=fleet.paused, **lease)
+    assert skipped.returncode == 0 and skipped.stdout == ""
+
+    # Missed: a run every minute, and then none for ten minutes (its run moved back
+    # in time, the way the clock would have moved on).
+    every_minute = {"LOCK_STRATEGY": "schedule", "CRON_SCHEDULE": "* * * * *"}
+    assert run_job(env, "true", LOCK_KEY=fleet.missed, **every_minute).returncode == 0
+    history = sql.Identifier(schema, f"{table}_history")
+    shifted = db.execute(
+        sql.SQL(
+            "UPDATE {} SET started_at = started_at - interval '10 minutes',"
+            " ended_at = ended_at - interval '10 minutes',"
+            " slot_end = slot_end - interval '10 minutes'"
+            " WHERE lock_key = %s RETURNING slot_end, NOW()"
+        ).format(history),
+        (fleet.missed,),
+    ).fetchone()
+    assert shifted is not None
+    slot_end, now = shifted
+    # Every minute from the end of its slot to a minute (the grace) before now began
+    # a slot that nobody started; the scrape comes a little later, hence a range.
+    first = int((now.timestamp() - 60 - slot_end.timestamp()) // 60) + 1
+    fleet.missed_expected = range(first, first + 2)
+    time.sleep(3.5)  # the abandoned lease (TTL 3 s) runs out
+    return fleet

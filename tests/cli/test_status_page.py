@@ -1,0 +1,119 @@
+"""The status page of ``dislockctl serve`` in a real browser (headless Chromium).
+
+The browser loads the page over HTTP, the test reads the rows back from the DOM
+it built, and takes the screenshot ``docs/operator.md`` shows (written to
+``$DISLOCK_SCREENSHOT`` when set:
+``DISLOCK_SCREENSHOT=docs/status-page.png hatch test tests/cli/test_status_page.py``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from tests.cli.serving import make_fleet, run_job, serving
+
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",  # we are root in CI; the sandbox refuses to start as root
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--hide-scrollbars",
+)
+
+
+def chromium() -> str:
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found is None:
+        pytest.skip("no Chromium on this machine (Debian: apt-get install chromium; .ci/run does)")
+    return found
+
+
+def browse(url: str, profile: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args, url],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=True,
+    )
+
+
+class Rows(HTMLParser):
+    """The ``<tr data-key=…>`` rows of the page, in order, and every tag seen."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: list[dict[str, str]] = []
+        self.tags: set[str] = set()
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.add(tag)
+        found = {name: value or "" for name, value in attrs}
+        if tag == "tr" and "data-key" in found:
+            self.rows.append(found)
+
+
+def test_the_page_in_a_browser(
+    history_env: dict[str, str], db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    fleet = make_fleet(history_env, db, tmp_path)
+    hostile = '<img src=x onerror="alert(1)"> & "friends"'
+    lease = {"LOCK_STRATEGY": "lease", "RUN_LOCK_TTL_SECONDS": "3"}
+    assert run_job(history_env, "true", LOCK_KEY=hostile, **lease).returncode == 0
+
+    screenshot = Path(os.environ.get("DISLOCK_SCREENSHOT") or tmp_path / "status-page.png")
+    with serving(history_env) as served:
+        dom = browse(served.base, tmp_path / "profile", "--dump-dom").stdout
+        browse(
+            served.base,
+            tmp_path / "profile",
+            f"--screenshot={screenshot.resolve()}",
+            "--window-size=1280,760",
+        )
+
+    page = Rows()
+    page.feed(dom)
+    rows = {row["data-key"]: row for row in page.rows}
+    order = [row["data-key"] for row in page.rows]
+    # The newest failures first (the abandoned run started last of the three),
+    # then the key that missed slots, then the rest by name.
+    assert order[:4] == [fleet.abandoned, fleet.lost, fleet.failed, fleet.missed], order
+    assert sorted(order[4:]) == order[4:]
+    assert set(order) == {
+        fleet.ok,
+        fleet.failed,
+        fleet.lost,
+        fleet.abandoned,
+        fleet.paused,
+        fleet.missed,
+        hostile,
+    }
+
+    assert rows[fleet.ok]["data-state"] == "released"
+    assert rows[fleet.ok]["data-outcome"] == "ok"
+    assert rows[fleet.failed]["data-outcome"] == "failed"
+    assert rows[fleet.lost]["data-outcome"] == "lease_lost"
+    assert rows[fleet.abandoned]["data-state"] == "expired"
+    assert rows[fleet.abandoned]["data-outcome"] == "abandoned"
+    assert rows[fleet.paused]["data-state"] == "paused"
+    assert rows[fleet.missed]["data-missed"] in {str(n) for n in fleet.missed_expected}
+    assert rows[fleet.ok]["data-missed"] == "-"
+    # The hostile key is text in the browser, not markup.
+    assert rows[hostile]["data-outcome"] == "ok"
+    assert "img" not in page.tags
+    assert "disk &lt;full&gt; &amp; slow" in dom  # the pause reason, escaped
+
+    image = screenshot.read_bytes()
+    assert image.startswith(b"\x89PNG\r\n\x1a\n") and len(image) > 10_000

@@ -46,6 +46,8 @@ environment:
   LOCK_FENCING           0          1: pass a fencing token to the command in
                                     DISLOCK_FENCING_TOKEN (dislockctl init --fencing)
   CRONJOB_LOCK_LOG_LEVEL WARNING    DEBUG, INFO, WARNING, ERROR, CRITICAL
+  DISLOCK_METRICS_TEXTFILE  -       after each run, write its metrics to this
+                                    node_exporter textfile (e.g. .../dislock.prom)
 
 exit status:
   the command's own (128+n if signal n killed it; 127 not found, 126 not
@@ -108,7 +110,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     from dislock.cli._run import run
 
     try:
-        return run(settings, debug=level <= logging.DEBUG)
+        textfile = env.get("DISLOCK_METRICS_TEXTFILE", "").strip() or None
+        return run(settings, debug=level <= logging.DEBUG, metrics_textfile=textfile)
     except KeyboardInterrupt:  # Ctrl-C while sleeping the jitter or taking the lock
         print("dislock: interrupted", file=sys.stderr)
         return 128 + 2

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 import traceback
 
 import psycopg
@@ -19,10 +20,11 @@ from dislock.core.supervision import FORWARDED_SIGNALS, default_owner
 logger = logging.getLogger("dislock")
 
 
-def run(settings: WrapperSettings, *, debug: bool) -> int:
+def run(settings: WrapperSettings, *, debug: bool, metrics_textfile: str | None = None) -> int:
     try:
         context = settings.context(default_owner())
-        return run_with_locks(
+        started = time.time()
+        status = run_with_locks(
             settings.command,
             context=context,
             strategies=settings.strategies,
@@ -48,6 +50,11 @@ def run(settings: WrapperSettings, *, debug: bool) -> int:
     except Exception as exc:
         _fail(f"{type(exc).__name__}: {exc}", exc, settings.url, debug)
         return EXIT_FAILURE
+    if metrics_textfile is not None:  # only runs that started their command get here
+        from dislock.cli.textfile import record
+
+        record(metrics_textfile, settings.lock_key, started, time.time(), status)
+    return status
 
 
 def _fail(message: str, exc: BaseException, url: str, debug: bool) -> None:

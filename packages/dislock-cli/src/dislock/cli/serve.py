@@ -16,18 +16,17 @@ import signal
 import socket
 import sys
 import threading
-from collections.abc import Iterator
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import FrameType
 from typing import Any
 
 import psycopg
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
-from prometheus_client.registry import Collector, CollectorRegistry
+from prometheus_client.registry import CollectorRegistry
 
 from dislock.cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
+from dislock.cli._prometheus import Families
 from dislock.cli.fleet import Slot, missed_slots, schedule_slots, table_exists_query
 from dislock.core.cron import next_boundary
 from dislock.core.diagnosis import describe_database_error
@@ -38,7 +37,6 @@ from dislock.core.exporter import (
     RECENT_SECONDS,
     SCRAPE_CONNECT_TIMEOUT,
     SCRAPE_STATEMENT_TIMEOUT_MS,
-    Family,
     FleetSnapshot,
     LatestRow,
     RunCounts,
@@ -228,27 +226,6 @@ class FleetReader:
                 conn.close()
 
 
-def prometheus_metric(family: Family) -> Metric:
-    """A ``dislock.core.exporter.Family`` as ``prometheus_client`` exposes it."""
-    metric: GaugeMetricFamily | CounterMetricFamily
-    if family.kind == "counter":
-        metric = CounterMetricFamily(family.name, family.documentation, labels=family.labels)
-    else:
-        metric = GaugeMetricFamily(family.name, family.documentation, labels=family.labels)
-    for labels, value in family.samples:
-        metric.add_metric(list(labels), value)
-    return metric
-
-
-class FleetCollector(Collector):
-    def __init__(self, reader: FleetReader) -> None:
-        self._reader = reader
-
-    def collect(self) -> Iterator[Metric]:
-        for family in metric_families(self._reader.snapshot()):
-            yield prometheus_metric(family)
-
-
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
     server_version = "dislockctl"
@@ -304,7 +281,7 @@ class _Server(ThreadingHTTPServer):
         self.url = url
         self.reader = reader
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(FleetCollector(reader))
+        self.registry.register(Families(lambda: metric_families(reader.snapshot())))
         super().__init__(address, _Handler)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import NamedTuple
 
 from psycopg import sql
@@ -505,3 +505,97 @@ def new_runs_query(history: tuple[str, ...]) -> sql.Composed:
     return sql.SQL(
         "SELECT id, lock_key, outcome FROM {table} WHERE id > %(floor)s OR id = ANY(%(pending)s)"
     ).format(table=sql.Identifier(*history))
+
+
+# The per-host alternative: the wrapper keeps its own runs' metrics in a file that
+# node_exporter's textfile collector reads (DISLOCK_METRICS_TEXTFILE).
+
+TEXTFILE_VARIABLE = "DISLOCK_METRICS_TEXTFILE"
+
+HOST_FAMILIES = (
+    "dislock_last_start_timestamp_seconds",
+    "dislock_last_success_timestamp_seconds",
+    "dislock_last_run_duration_seconds",
+    "dislock_runs",
+)
+"""The families a host's file holds: its own runs only (held locks, pauses and
+missed slots are fleet-wide facts, for ``serve``)."""
+
+
+class HostRecord(NamedTuple):
+    """One lock key's runs on this host, as its textfile keeps them."""
+
+    last_start: float
+    last_duration: float
+    last_success: float | None
+    runs: Mapping[str, int]
+
+
+def read_host_records(
+    samples: Iterable[tuple[str, Mapping[str, str], float]],
+) -> dict[str, HostRecord]:
+    """The records in a textfile, from its samples ``(name, labels, value)``; samples
+    this version did not write are left out (and so dropped on the next write)."""
+    values: dict[str, dict[str, float]] = {}
+    runs: dict[str, dict[str, int]] = {}
+    for name, labels, value in samples:
+        key = labels.get("key")
+        if key is None:
+            continue
+        if name == "dislock_runs_total" and "outcome" in labels:
+            runs.setdefault(key, {})[labels["outcome"]] = int(value)
+        elif name in HOST_FAMILIES:
+            values.setdefault(key, {})[name] = value
+    records = {}
+    for key, found in values.items():
+        if "dislock_last_start_timestamp_seconds" not in found:
+            continue
+        records[key] = HostRecord(
+            found["dislock_last_start_timestamp_seconds"],
+            found.get("dislock_last_run_duration_seconds", 0.0),
+            found.get("dislock_last_success_timestamp_seconds"),
+            runs.get(key, {}),
+        )
+    return records
+
+
+def record_run(
+    records: Mapping[str, HostRecord], lock_key: str, started: float, ended: float, outcome: str
+) -> dict[str, HostRecord]:
+    """``records`` with one more run of ``lock_key`` (times in seconds since the epoch)."""
+    previous = records.get(lock_key)
+    runs = dict(previous.runs) if previous else {}
+    runs[outcome] = runs.get(outcome, 0) + 1
+    success = ended if outcome == "ok" else (previous.last_success if previous else None)
+    return {**records, lock_key: HostRecord(started, max(0.0, ended - started), success, runs)}
+
+
+def host_families(records: Mapping[str, HostRecord]) -> list[Family]:
+    """The textfile's families: those of ``metric_families`` a host can know alone."""
+    epoch = datetime.fromtimestamp(0, tz=timezone.utc)
+    keys = tuple(
+        KeyStatus(
+            key,
+            last_run=LastRun(
+                "",
+                "",
+                epoch + timedelta(seconds=record.last_start),
+                None,
+                "",
+                None,
+                record.last_duration,
+            ),
+            last_success_at=(
+                None
+                if record.last_success is None
+                else epoch + timedelta(seconds=record.last_success)
+            ),
+            runs_total=record.runs,
+        )
+        for key, record in sorted(records.items())
+    )
+    return [
+        family
+        for family in metric_families(FleetSnapshot(epoch, up=True, keys=keys))
+        if family.name in HOST_FAMILIES
+    ]

@@ -90,9 +90,7 @@ class Run(NamedTuple):
         return data
 
 
-def runs_query(
-    history: tuple[str, ...], locks: tuple[str, ...], *, by_key: bool
-) -> sql.Composed:
+def runs_query(history: tuple[str, ...], locks: tuple[str, ...], *, by_key: bool) -> sql.Composed:
     """Runs started since %(since)s seconds ago (optionally of %(key)s), newest
     first, at most %(limit)s; a run without an end is ``running`` while the lock
     it took is still held by its owner (the lease when it had one, else the

@@ -14,7 +14,7 @@ from psycopg import sql
 from dislock import LockContext, LockNotAcquiredError, LockPausedError
 from dislock.core.history import create_history, history_table
 from dislock.core.pause import UNTIL_RESUMED, pause_params, pause_statement
-from dislock.core.sql import lease_key, schedule_key
+from dislock.core.sql import lease_key, pause_key, schedule_key
 from tests.support.drivers import Driver
 from tests.support.rows import Rows
 
@@ -93,7 +93,7 @@ def test_a_pause_does_not_stop_other_keys_and_ends_by_itself_or_on_resume(
     driver.hold(other, ["lease"]).release()
     with pytest.raises(LockNotAcquiredError, match="paused until 2"):
         driver.hold(paused, ["lease"])
-    Rows(db, lock_table).expire(pause_params(paused.lock_key, "")["key"])  # the hour is over
+    Rows(db, lock_table).expire(pause_key(paused.lock_key))  # the hour is over
     driver.hold(paused, ["lease"]).release()
 
     pause(db, lock_table, paused.lock_key, "again")
@@ -101,7 +101,7 @@ def test_a_pause_does_not_stop_other_keys_and_ends_by_itself_or_on_resume(
         driver.hold(paused, ["lease"])
     db.execute(
         sql.SQL("DELETE FROM {} WHERE key = %s").format(sql.Identifier(*lock_table)),
-        (pause_params(paused.lock_key, "")["key"],),
+        (pause_key(paused.lock_key),),
     )  # what `dislockctl resume` does
     driver.hold(paused, ["lease"]).release()
 

@@ -289,7 +289,10 @@ class CliDriver(Driver):
             "LOCK_ON_LEASE_LOSS": context.lease_loss_policy.value,
             "LOCK_FENCING": "1" if context.fencing else "0",
             "CRONJOB_LOCK_LOG_LEVEL": "INFO",
+            "LOCK_HISTORY": "1" if context.history else "0",
         }
+        if context.history_table is not None:
+            env["LOCK_HISTORY_TABLE"] = ".".join(context.history_table)
         optional = {
             "CRON_SCHEDULE": context.schedule,
             "RUN_LOCK_TTL_SECONDS": context.run_ttl_seconds,

@@ -182,35 +182,30 @@ def schedule_slots(
 def missed_slots(
     slots: Sequence[Slot], starts: Sequence[tuple[datetime, datetime | None]]
 ) -> list[Slot]:
-    """The slots in which none of ``starts`` (started_at, slot_end claimed) began.
+    """The slots (in order, back to back) in which none of ``starts``
+    (started_at, slot_end claimed) began.
 
-    A run belongs to a slot when it claimed that slot's end (schedule lock), or
-    else when it started inside the slot, counting a start up to
-    ``EARLY_FIRE_TOLERANCE`` early (a host clock a little ahead of the database).
+    A run belongs to the slot whose end it claimed (a schedule lock), or else to
+    the slot it started in, a start up to ``EARLY_FIRE_TOLERANCE`` early counting
+    for the next slot (a host clock a little ahead of the database's), as the
+    schedule lock itself counts it.
     """
+    from bisect import bisect_right
+
     from dislock.core.cron import EARLY_FIRE_TOLERANCE
 
-    claimed = {slot_end for _, slot_end in starts if slot_end is not None}
-    times = sorted(started for started, _ in starts)
     early = timedelta(seconds=EARLY_FIRE_TOLERANCE)
-    missed = []
-    for slot in slots:
-        if slot.end in claimed:
-            continue
-        if any(slot.start - early <= started < slot.end for started in _window(times, slot)):
-            continue
-        missed.append(slot)
-    return missed
-
-
-def _window(times: Sequence[datetime], slot: Slot) -> Iterator[datetime]:
-    # ``times`` is sorted; bisect to the slot rather than scan every run per slot.
-    from bisect import bisect_left
-
-    index = bisect_left(times, slot.start - timedelta(seconds=1))
-    while index < len(times) and times[index] < slot.end:
-        yield times[index]
-        index += 1
+    claimed = {slot_end for _, slot_end in starts if slot_end is not None}
+    beginnings = [slot.start for slot in slots]
+    covered = set()
+    for started, slot_end in starts:
+        if slot_end is None:
+            index = bisect_right(beginnings, started + early) - 1
+            if 0 <= index < len(slots) and started < slots[index].end:
+                covered.add(index)
+    return [
+        slot for index, slot in enumerate(slots) if index not in covered and slot.end not in claimed
+    ]
 
 
 def prune_query(history: tuple[str, ...]) -> sql.Composed:

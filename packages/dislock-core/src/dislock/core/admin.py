@@ -14,9 +14,24 @@ from typing import Any
 
 from psycopg import sql
 
-from dislock.core.sql import KEY_PREFIX, create_table, lease_key, schedule_key
+from dislock.core.sql import (
+    FORCED_MARK,
+    KEY_PREFIX,
+    RELEASED_MARK,
+    create_table,
+    lease_key,
+    pause_key,
+    schedule_key,
+)
 
 MODES = ("schedule", "lease")
+ROW_KINDS = (*MODES, "pause")
+
+STATES = ("held", "released", "expired", "ended", "paused")
+"""What ``ls`` says of a row: ``held`` (live), ``released`` (let go cleanly by its
+holder, or by ``dislockctl release``), ``expired`` (a lease whose holder stopped
+renewing: abandoned), ``ended`` (a schedule slot that is over, as slots end), and
+``paused`` (a live ``dislockctl pause``)."""
 
 
 def init_statements(table_parts: tuple[str, ...], *, fencing: bool) -> list[sql.Composed]:
@@ -60,6 +75,8 @@ def list_query(table_parts: tuple[str, ...]) -> sql.Composed:
         " (to_jsonb(held) ->> 'fence')::bigint"
         " FROM {table} AS held"
         " WHERE starts_with(key, %(schedule_prefix)s) OR starts_with(key, %(lease_prefix)s)"
+        # A pause that ran out is inert: not shown.
+        " OR (starts_with(key, %(pause_prefix)s) AND expire_at > NOW())"
         " ORDER BY key"
     ).format(table=sql.Identifier(*table_parts))
 
@@ -73,7 +90,11 @@ def state_query(table_parts: tuple[str, ...]) -> sql.Composed:
 
 
 def list_params(prefix: str) -> dict[str, Any]:
-    return {"schedule_prefix": schedule_key(prefix), "lease_prefix": lease_key(prefix)}
+    return {
+        "schedule_prefix": schedule_key(prefix),
+        "lease_prefix": lease_key(prefix),
+        "pause_prefix": pause_key(prefix),
+    }
 
 
 def release_query(table_parts: tuple[str, ...], *, owner_guard: bool) -> sql.Composed:
@@ -82,13 +103,13 @@ def release_query(table_parts: tuple[str, ...], *, owner_guard: bool) -> sql.Com
     guard = sql.SQL(" AND value = %(owner)s") if owner_guard else sql.SQL("")
     return sql.SQL(
         "WITH target AS ("
-        " SELECT key, expire_at FROM {table}"
+        " SELECT key, value, expire_at FROM {table}"
         " WHERE key = ANY(%(keys)s) AND expire_at > NOW(){guard} FOR UPDATE)"
-        " UPDATE {table} AS held SET expire_at = NOW() FROM target"
+        " UPDATE {table} AS held SET expire_at = NOW(), value = held.value || {mark} FROM target"
         " WHERE held.key = target.key"
-        " RETURNING held.key, held.value,"
+        " RETURNING held.key, target.value,"
         " EXTRACT(EPOCH FROM (target.expire_at - NOW()))::float8"
-    ).format(table=sql.Identifier(*table_parts), guard=guard)
+    ).format(table=sql.Identifier(*table_parts), guard=guard, mark=sql.Literal(FORCED_MARK))
 
 
 def release_keys(lock_key: str, modes: Sequence[str]) -> list[str]:
@@ -99,26 +120,52 @@ def release_keys(lock_key: str, modes: Sequence[str]) -> list[str]:
 class LockRow:
     key: str
     mode: str
+    """schedule, lease or pause."""
     lock_key: str
     owner: str
+    """The holder's token, without a release mark; a pause's reason."""
     expire_at: datetime
     expires_in_seconds: float
     fence: int | None
+    value: str = ""
+    """The ``value`` column as stored."""
 
     @property
     def held(self) -> bool:
-        return self.expires_in_seconds > 0
+        return self.expires_in_seconds > 0 and self.mode != "pause"
+
+    @property
+    def forced(self) -> bool:
+        """Released by ``dislockctl release`` rather than by its holder."""
+        return not self.held and self.value.endswith(FORCED_MARK)
+
+    @property
+    def state(self) -> str:
+        if self.mode == "pause":
+            return "paused"
+        if self.expires_in_seconds > 0:
+            return "held"
+        if self.value.endswith((RELEASED_MARK, FORCED_MARK)):
+            return "released"
+        return "ended" if self.mode == "schedule" else "expired"
 
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> LockRow:
-        key, owner, expire_at, expires_in, fence = row
+        key, value, expire_at, expires_in, fence = row
         mode, lock_key = split_key(key)
-        return cls(key, mode, lock_key, owner, expire_at, float(expires_in), fence)
+        owner = value
+        if expires_in <= 0:
+            owner = value.removesuffix(RELEASED_MARK).removesuffix(FORCED_MARK)
+        return cls(key, mode, lock_key, owner, expire_at, float(expires_in), fence, value)
 
     def as_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["expire_at"] = self.expire_at.isoformat()
         data["held"] = self.held
+        data["state"] = self.state
+        data["forced"] = self.forced
+        if self.mode == "pause":
+            data["reason"] = data.pop("owner")
         return data
 
 
@@ -126,7 +173,7 @@ def split_key(key: str) -> tuple[str, str]:
     """``cronjob-lock:<mode>:<lock_key>`` into its mode and lock key."""
     prefix, _, rest = key.partition(":")
     mode, _, lock_key = rest.partition(":")
-    if prefix != KEY_PREFIX or mode not in MODES:
+    if prefix != KEY_PREFIX or mode not in ROW_KINDS:
         return "?", key
     return mode, lock_key
 
@@ -150,16 +197,20 @@ def format_duration(seconds: float) -> str:
 
 
 def render_table(rows: Sequence[LockRow]) -> str:
-    """Rows as aligned columns; expired rows are marked."""
+    """Rows as aligned columns, each with its state (``STATES``)."""
+    from dislock.core.pause import describe_until
+
     headers = ("LOCK KEY", "MODE", "OWNER", "EXPIRES", "FENCE", "STATE")
     lines = [
         (
             row.lock_key,
             row.mode,
-            row.owner,
-            describe_expiry(row.expires_in_seconds),
+            "-" if row.mode == "pause" else row.owner,
+            describe_until(row.expire_at)
+            if row.mode == "pause"
+            else describe_expiry(row.expires_in_seconds),
             "-" if row.fence is None else str(row.fence),
-            "held" if row.held else "expired",
+            _describe_state(row),
         )
         for row in rows
     ]
@@ -168,6 +219,14 @@ def render_table(rows: Sequence[LockRow]) -> str:
         "  ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True)).rstrip()
         for cells in (headers, *lines)
     )
+
+
+def _describe_state(row: LockRow) -> str:
+    if row.mode == "pause":
+        return f"paused: {row.owner}" if row.owner else "paused"
+    if row.forced:
+        return "released (by dislockctl)"
+    return row.state
 
 
 def render_json(rows: Sequence[LockRow]) -> str:

@@ -177,6 +177,12 @@ def read_wrapper_settings(
     fencing = config.parse_flag("LOCK_FENCING", environ.get("LOCK_FENCING", ""))
     history = config.parse_flag("LOCK_HISTORY", environ.get("LOCK_HISTORY", ""))
     history_table = read_history_table(environ)
+    raw_schedule = _variable(environ, "CRON_SCHEDULE")
+    if history and schedule is None and raw_schedule is not None:
+        # A lease-only job's history still records its schedule, for `dislockctl missed`.
+        from dislock.core.cron import check_cron
+
+        schedule = check_cron(raw_schedule, name="CRON_SCHEDULE")
 
     return WrapperSettings(
         url_variable=url_variable,

@@ -141,7 +141,8 @@ def make_fleet(env: dict[str, str], db: psycopg.Connection[Any], tmp: Path) -> F
     )
     lease = {"LOCK_STRATEGY": "lease", "RUN_LOCK_TTL_SECONDS": "3", "LOCK_LEASE_INTERVAL": "1"}
 
-    assert run_job(env, "true", LOCK_KEY=fleet.ok, **lease).returncode == 0
+    # (A lease-only job records its CRON_SCHEDULE when it has one; this one has none.)
+    assert run_job(env, "true", LOCK_KEY=fleet.ok, CRON_SCHEDULE="", **lease).returncode == 0
     assert run_job(env, "sh", "-c", "exit 3", LOCK_KEY=fleet.failed, **lease).returncode == 3
 
     # Lost: an operator force-releases the lease while the command runs.

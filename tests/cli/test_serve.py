@@ -204,7 +204,8 @@ def test_real_runs_become_metrics(
         first = served.metrics()
         # One more success after the first scrape: the counter moves on from there.
         lease = {"LOCK_STRATEGY": "lease", "RUN_LOCK_TTL_SECONDS": "3"}
-        assert run_job(history_env, "true", LOCK_KEY=fleet.ok, **lease).returncode == 0
+        ok = {**lease, "LOCK_KEY": fleet.ok, "CRON_SCHEDULE": ""}
+        assert run_job(history_env, "true", **ok).returncode == 0
         second = served.metrics()
 
     assert sample(first, "dislock_up") == 1.0
@@ -243,6 +244,8 @@ def test_real_runs_become_metrics(
 
     assert sample(first, "dislock_missed_slots", key=fleet.missed) in fleet.missed_expected
     assert sample(first, "dislock_missed_slots", key=fleet.ok) is None  # no schedule
+    # A yearly schedule (the environment's CRON_SCHEDULE) began no slot in the window.
+    assert sample(first, "dislock_missed_slots", key=fleet.failed) == 0.0
 
     assert sample(first, "dislock_lock_held", key=fleet.ok, mode="lease") == 0.0
     assert sample(first, "dislock_lock_held", key=fleet.abandoned, mode="lease") == 0.0

@@ -106,10 +106,12 @@ def test_the_page_in_a_browser(
     assert rows[fleet.failed]["data-outcome"] == "failed"
     assert rows[fleet.lost]["data-outcome"] == "lease_lost"
     assert rows[fleet.abandoned]["data-state"] == "expired"
+    assert rows[fleet.lost]["data-state"] == "released"  # by dislockctl release
     assert rows[fleet.abandoned]["data-outcome"] == "abandoned"
     assert rows[fleet.paused]["data-state"] == "paused"
     assert rows[fleet.missed]["data-missed"] in {str(n) for n in fleet.missed_expected}
-    assert rows[fleet.ok]["data-missed"] == "-"
+    assert rows[fleet.ok]["data-missed"] == "-"  # no schedule
+    assert rows[fleet.failed]["data-missed"] == "0"
     # The hostile key is text in the browser, not markup.
     assert rows[hostile]["data-outcome"] == "ok"
     assert "img" not in page.tags

@@ -145,7 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = commands.add_parser(
         "serve",
-        parents=[table],
+        parents=[table, history_table],
         help="serve Prometheus metrics (/metrics) and a status page (/), read-only",
     )
     serve.add_argument(

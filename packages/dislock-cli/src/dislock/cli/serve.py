@@ -28,6 +28,7 @@ from prometheus_client.registry import CollectorRegistry
 from dislock.cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 from dislock.cli._prometheus import Families
 from dislock.cli.fleet import Slot, missed_slots, schedule_slots, table_exists_query
+from dislock.core.admin import LockRow, list_params, list_query
 from dislock.core.cron import next_boundary
 from dislock.core.diagnosis import describe_database_error
 from dislock.core.dsn import connection_kwargs, scrub
@@ -44,13 +45,11 @@ from dislock.core.exporter import (
     census_query,
     floor_query,
     latest_runs_query,
-    lock_rows_query,
     metric_families,
     new_runs_query,
     parse_listen,
     window_starts_query,
 )
-from dislock.core.sql import KEY_PREFIX
 from dislock.core.status_page import render_page
 
 logger = logging.getLogger("dislock.serve")
@@ -113,9 +112,10 @@ class FleetReader:
             assert found is not None
             now: datetime = found[0]
             since = now - MISSED_WINDOW
-            lock_rows = conn.execute(
-                lock_rows_query(self._table), {"prefix": f"{KEY_PREFIX}:"}
-            ).fetchall()
+            lock_rows = [
+                LockRow.from_row(row)
+                for row in conn.execute(list_query(self._table), list_params(""))
+            ]
             latest = [
                 LatestRow(*row)
                 for row in conn.execute(latest_runs_query(self._history), {"since": since})

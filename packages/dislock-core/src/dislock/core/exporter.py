@@ -16,9 +16,9 @@ from typing import NamedTuple
 
 from psycopg import sql
 
+from dislock.core.admin import MODES, LockRow
 from dislock.core.errors import ConfigurationError
 from dislock.core.history import OUTCOMES
-from dislock.core.sql import FORCED_MARK, KEY_PREFIX, RELEASED_MARK
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 9655
@@ -86,9 +86,12 @@ class HeldLock(NamedTuple):
     """``schedule`` or ``lease``."""
     owner: str
     state: str
-    """``held``, ``released`` (let go cleanly) or ``expired`` (its holder stopped renewing)."""
+    """As ``dislockctl ls`` says it (``dislock.core.admin.LockRow.state``): ``held``,
+    ``released``, ``expired`` (abandoned) or ``ended`` (a slot that is over)."""
     seconds_left: float
     """Until it expires (negative: since it did)."""
+    forced: bool = False
+    """Released by ``dislockctl release`` rather than by its holder."""
 
 
 class LastRun(NamedTuple):
@@ -123,7 +126,7 @@ class KeyStatus(NamedTuple):
         if self.paused_until is not None:
             return "paused"
         states = {lock.state for lock in self.locks}
-        for state in ("held", "expired", "released"):
+        for state in ("held", "expired", "released", "ended"):
             if state in states:
                 return state
         return "free"
@@ -268,16 +271,6 @@ def page_order(keys: Iterable[KeyStatus]) -> list[KeyStatus]:
     return failing + missing + others
 
 
-def lock_state(value: str, seconds_left: float) -> tuple[str, str]:
-    """The owner and state of a schedule or lease row: ``held``; ``released``, let go
-    cleanly (its value carries ``RELEASED_MARK`` or ``FORCED_MARK``); or ``expired``,
-    abandoned by a holder that stopped renewing."""
-    for mark in (RELEASED_MARK, FORCED_MARK):
-        if value.endswith(mark):
-            return value[: -len(mark)], "released" if seconds_left <= 0 else "held"
-    return value, "held" if seconds_left > 0 else "expired"
-
-
 class LatestRow(NamedTuple):
     """A row of ``latest_runs_query``."""
 
@@ -297,7 +290,7 @@ class LatestRow(NamedTuple):
 
 def build_snapshot(
     now: datetime,
-    lock_rows: Iterable[tuple[str, str, float, datetime]],
+    lock_rows: Iterable[LockRow],
     latest: Iterable[LatestRow],
     *,
     runs_total: Mapping[str, Mapping[str, int]],
@@ -313,21 +306,18 @@ def build_snapshot(
     locks: dict[str, list[HeldLock]] = {}
     pauses: dict[str, tuple[str, datetime]] = {}
     held_by: dict[tuple[str, str], str] = {}
-    for key, value, seconds_left, expire_at in lock_rows:
-        prefix, _, rest = key.partition(":")
-        mode, _, lock_key = rest.partition(":")
-        if prefix != KEY_PREFIX:
+    for lock in lock_rows:
+        if lock.mode == "pause":
+            if lock.expires_in_seconds > 0:
+                pauses[lock.lock_key] = (lock.owner, lock.expire_at)
             continue
-        if mode == "pause":
-            if seconds_left > 0:
-                pauses[lock_key] = (value, expire_at)
-            continue
-        if mode not in ("schedule", "lease"):
+        if lock.mode not in MODES:
             continue  # a kind of row this version does not know: not ours to judge
-        owner, state = lock_state(value, seconds_left)
-        locks.setdefault(lock_key, []).append(HeldLock(mode, owner, state, float(seconds_left)))
-        if state == "held":
-            held_by[lock_key, mode] = owner
+        locks.setdefault(lock.lock_key, []).append(
+            HeldLock(lock.mode, lock.owner, lock.state, lock.expires_in_seconds, lock.forced)
+        )
+        if lock.held:
+            held_by[lock.lock_key, lock.mode] = lock.owner
     runs = {row.lock_key: row for row in latest}
     statuses = []
     for lock_key in sorted(set(locks) | set(runs) | set(pauses)):
@@ -431,15 +421,6 @@ class RunCounts:
 
 # The statements of a scrape.  Each runs in the scrape's READ ONLY, REPEATABLE READ
 # transaction, so they all see one moment.
-
-
-def lock_rows_query(table_parts: tuple[str, ...]) -> sql.Composed:
-    """Every dislock row of the lock table (schedule, lease, pause): key, value and
-    seconds left on the database clock."""
-    return sql.SQL(
-        "SELECT key, value, EXTRACT(EPOCH FROM (expire_at - NOW()))::float8, expire_at"
-        " FROM {table} WHERE starts_with(key, %(prefix)s)"
-    ).format(table=sql.Identifier(*table_parts))
 
 
 def latest_runs_query(history: tuple[str, ...]) -> sql.Composed:

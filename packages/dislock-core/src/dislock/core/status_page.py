@@ -25,7 +25,7 @@ th{background:#eef1f5;font-weight:600;font-size:.9em;color:#3a4456}
 td.num{text-align:right;font-variant-numeric:tabular-nums}
 small{color:#6b7585}
 .badge{display:inline-block;padding:.05em .5em;border-radius:.8em;font-size:.85em;font-weight:600}
-.held{background:#dbeafe;color:#1e40af}.released,.free{background:#e5e7eb;color:#374151}
+.held{background:#dbeafe;color:#1e40af}.released,.ended,.free{background:#e5e7eb;color:#374151}
 .expired{background:#fde68a;color:#7c4a03}.paused{background:#ede9fe;color:#5b21b6}
 .ok{background:#dcfce7;color:#166534}.running{background:#dbeafe;color:#1e40af}
 .failed,.lease_lost,.killed,.abandoned{background:#fee2e2;color:#991b1b}

@@ -22,12 +22,11 @@ from types import FrameType
 from typing import Any
 
 import psycopg
-from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
-from prometheus_client.registry import CollectorRegistry
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from dislock.cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
-from dislock.cli._prometheus import Families
-from dislock.cli.fleet import Slot, missed_slots, schedule_slots, table_exists_query
+from dislock.cli._prometheus import Exposition
+from dislock.cli.fleet import DEFAULT_GRACE, Slot, missed_slots, schedule_slots, table_exists_query
 from dislock.core.admin import LockRow, list_params, list_query
 from dislock.core.cron import next_boundary
 from dislock.core.diagnosis import describe_database_error
@@ -41,6 +40,7 @@ from dislock.core.exporter import (
     FleetSnapshot,
     LatestRow,
     RunCounts,
+    WindowStarts,
     build_snapshot,
     census_query,
     floor_query,
@@ -73,7 +73,10 @@ class FleetReader:
         self._lock = threading.Lock()
         self._was_up: bool | None = None
         self._counts = RunCounts()
+        self._starts = WindowStarts()
+        self._missed: dict[str, tuple[tuple[Any, ...], int]] = {}
         self._slots: dict[str, list[Slot]] = {}
+        self._slots_version: dict[str, int] = {}
         self._next: dict[str, datetime] = {}
 
     def _connect(self) -> psycopg.Connection[Any]:
@@ -120,9 +123,8 @@ class FleetReader:
                 LatestRow(*row)
                 for row in conn.execute(latest_runs_query(self._history), {"since": since})
             ]
-            starts = conn.execute(window_starts_query(self._history), {"since": since}).fetchall()
-            self._count_runs(conn)
-        missed, next_slots = self._schedules(latest, starts, since, now)
+            self._follow_runs(conn, since)
+        missed, next_slots = self._schedules(latest, since, now)
         return build_snapshot(
             now,
             lock_rows,
@@ -132,27 +134,31 @@ class FleetReader:
             next_slots=next_slots,
         )
 
-    def _count_runs(self, conn: psycopg.Connection[Any]) -> None:
+    def _follow_runs(self, conn: psycopg.Connection[Any], since: datetime) -> None:
+        """Bring the run counts and the window's starts up to date, reading (after the
+        first scrape) only the runs that are new or were unfinished."""
         found = conn.execute(floor_query(self._history), {"recent": RECENT_SECONDS}).fetchone()
         assert found is not None
         floor = int(found[0])
         if self._counts.floor is None:  # the first scrape counts the history once
             census = conn.execute(census_query(self._history), {"floor": floor}).fetchall()
             self._counts.absorb_initial(floor, census)
+        if not self._starts.loaded:
+            for row in conn.execute(window_starts_query(self._history), {"since": since}):
+                self._starts.add(*row)
+            self._starts.loaded = True
         params = {"floor": self._counts.floor, "pending": sorted(self._counts.pending)}
-        self._counts.absorb(floor, conn.execute(new_runs_query(self._history), params).fetchall())
+        rows = conn.execute(new_runs_query(self._history), params).fetchall()
+        self._counts.absorb(floor, rows)
+        for run_id, lock_key, _, started_at, slot_end, scheduled in rows:
+            if scheduled and started_at >= since:
+                self._starts.add(run_id, lock_key, started_at, slot_end)
+        self._starts.trim(since)
 
     def _schedules(
-        self,
-        latest: list[LatestRow],
-        starts: list[tuple[str, datetime, datetime | None]],
-        since: datetime,
-        now: datetime,
+        self, latest: list[LatestRow], since: datetime, now: datetime
     ) -> tuple[dict[str, int], dict[str, datetime]]:
         """Missed slots and next slot of every key whose latest run had a schedule."""
-        by_key: dict[str, list[tuple[datetime, datetime | None]]] = {}
-        for lock_key, started_at, slot_end in starts:
-            by_key.setdefault(lock_key, []).append((started_at, slot_end))
         missed: dict[str, int] = {}
         next_slots: dict[str, datetime] = {}
         for row in latest:
@@ -163,23 +169,43 @@ class FleetReader:
                 next_slots[row.lock_key] = self._next_slot(row.cron, now)
             except (ConfigurationError, ValueError):
                 continue  # an expression this version cannot read: no count rather than a wrong one
-            runs = by_key.get(row.lock_key, [])
+            # Recounted only when the key's starts or its schedule's slots changed.
+            inputs = (
+                row.cron,
+                self._slots_version[row.cron],
+                self._starts.version(row.lock_key),
+                row.ran_before_window,
+            )
+            cached = self._missed.get(row.lock_key)
+            if cached is not None and cached[0] == inputs:
+                missed[row.lock_key] = cached[1]
+                continue
+            runs = self._starts.of(row.lock_key)
             if not row.ran_before_window:
                 # A job new within the window: the slots before its first run are not missed.
                 first = min((started for started, _ in runs), default=row.started_at)
                 slots = [slot for slot in slots if slot.end > first]
-            missed[row.lock_key] = len(missed_slots(slots, runs))
+            count = len(missed_slots(slots, runs))
+            self._missed[row.lock_key] = (inputs, count)
+            missed[row.lock_key] = count
         return missed, next_slots
 
     def _window_slots(self, expression: str, since: datetime, now: datetime) -> list[Slot]:
-        """``schedule_slots(expression, since, now)``, extended from the last scrape's."""
+        """``schedule_slots(expression, since, now)``, extended from the last scrape's:
+        a slot begins where the one before it ends, so none is new until the last
+        one known has ended (and its grace passed)."""
         known = self._slots.get(expression)
-        if known:
+        if known is None:
+            kept = list(schedule_slots(expression, since, now))
+        elif known and known[-1].end + DEFAULT_GRACE > now and known[0].start >= since:
+            return known
+        elif known:
             kept = [slot for slot in known if slot.start >= since]
             kept += schedule_slots(expression, max(known[-1].end, since), now)
         else:
             kept = list(schedule_slots(expression, since, now))
         self._slots[expression] = kept
+        self._slots_version[expression] = self._slots_version.get(expression, 0) + 1
         return kept
 
     def _next_slot(self, expression: str, now: datetime) -> datetime:
@@ -241,11 +267,8 @@ class _Handler(BaseHTTPRequestHandler):
         path = self.path.split("?", 1)[0]
         try:
             if path == "/metrics":
-                status, kind, payload = (
-                    200,
-                    CONTENT_TYPE_LATEST,
-                    generate_latest(self.server.registry),
-                )
+                families = metric_families(self.server.reader.snapshot())
+                status, kind, payload = 200, CONTENT_TYPE_LATEST, self.server.exposition(families)
             elif path == "/":
                 page = render_page(self.server.reader.snapshot())
                 status, kind, payload = 200, "text/html; charset=utf-8", page.encode()
@@ -280,8 +303,7 @@ class _Server(ThreadingHTTPServer):
         self.address_family = family
         self.url = url
         self.reader = reader
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(Families(lambda: metric_families(reader.snapshot())))
+        self.exposition = Exposition()
         super().__init__(address, _Handler)
 
 

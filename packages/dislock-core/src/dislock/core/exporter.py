@@ -12,7 +12,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from psycopg import sql
 
@@ -398,10 +398,10 @@ class RunCounts:
                 self.totals[lock_key, outcome] = self.totals.get((lock_key, outcome), 0) + count
         self.floor = floor
 
-    def absorb(self, new_floor: int, rows: Iterable[tuple[int, str, str | None]]) -> None:
-        """Rows ``(id, lock_key, outcome)`` above the old floor or pending, read in the same
-        snapshot as ``new_floor``."""
-        for run_id, lock_key, outcome in rows:
+    def absorb(self, new_floor: int, rows: Iterable[Sequence[Any]]) -> None:
+        """Rows ``(id, lock_key, outcome, ...)`` above the old floor or pending, read in
+        the same snapshot as ``new_floor``."""
+        for run_id, lock_key, outcome, *_ in rows:
             if outcome is not None and run_id not in self._counted:
                 self.totals[lock_key, outcome] = self.totals.get((lock_key, outcome), 0) + 1
                 self.pending.discard(run_id)
@@ -473,19 +473,58 @@ def census_query(history: tuple[str, ...]) -> sql.Composed:
 
 
 def window_starts_query(history: tuple[str, ...]) -> sql.Composed:
-    """The starts since %(since)s of runs with a schedule, for the missed-slot count
-    (``dislock.cli.fleet.missed_slots``), through the ``(started_at)`` index."""
+    """The first scrape's starts since %(since)s of runs with a schedule, for
+    ``WindowStarts``, through the ``(started_at)`` index."""
     return sql.SQL(
-        "SELECT lock_key, started_at, slot_end FROM {table}"
+        "SELECT id, lock_key, started_at, slot_end FROM {table}"
         " WHERE started_at >= %(since)s AND cron IS NOT NULL"
     ).format(table=sql.Identifier(*history))
 
 
 def new_runs_query(history: tuple[str, ...]) -> sql.Composed:
-    """Runs past %(floor)s or among %(pending)s, for ``RunCounts.absorb``."""
+    """Runs past %(floor)s or among %(pending)s, for ``RunCounts.absorb`` and
+    ``WindowStarts``: id, lock_key, outcome, started_at, slot_end, has a schedule."""
     return sql.SQL(
-        "SELECT id, lock_key, outcome FROM {table} WHERE id > %(floor)s OR id = ANY(%(pending)s)"
+        "SELECT id, lock_key, outcome, started_at, slot_end, cron IS NOT NULL FROM {table}"
+        " WHERE id > %(floor)s OR id = ANY(%(pending)s)"
     ).format(table=sql.Identifier(*history))
+
+
+class WindowStarts:
+    """Each key's scheduled run starts in the missed-slot window, kept across scrapes.
+
+    The first scrape reads the window (``window_starts_query``); later ones only add
+    the runs ``new_runs_query`` returns anyway, and drop those the window left.
+    ``version`` changes with a key's starts, so that its missed-slot count is only
+    recomputed when they (or its schedule's slots) changed.
+    """
+
+    def __init__(self) -> None:
+        self.loaded = False
+        self._by_key: dict[str, dict[int, tuple[datetime, datetime | None]]] = {}
+        self._versions: dict[str, int] = {}
+
+    def add(
+        self, run_id: int, lock_key: str, started_at: datetime, slot_end: datetime | None
+    ) -> None:
+        runs = self._by_key.setdefault(lock_key, {})
+        if run_id not in runs:
+            runs[run_id] = (started_at, slot_end)
+            self._versions[lock_key] = self._versions.get(lock_key, 0) + 1
+
+    def trim(self, since: datetime) -> None:
+        for lock_key, runs in self._by_key.items():
+            stale = [run_id for run_id, (started, _) in runs.items() if started < since]
+            for run_id in stale:
+                del runs[run_id]
+            if stale:
+                self._versions[lock_key] = self._versions.get(lock_key, 0) + 1
+
+    def of(self, lock_key: str) -> list[tuple[datetime, datetime | None]]:
+        return list(self._by_key.get(lock_key, {}).values())
+
+    def version(self, lock_key: str) -> int:
+        return self._versions.get(lock_key, 0)
 
 
 # The per-host alternative: the wrapper keeps its own runs' metrics in a file that

@@ -401,8 +401,11 @@ class RunCounts:
     def absorb(self, new_floor: int, rows: Iterable[Sequence[Any]]) -> None:
         """Rows ``(id, lock_key, outcome, ...)`` above the old floor or pending, read in
         the same snapshot as ``new_floor``."""
+        old_floor = self.floor or 0
         for run_id, lock_key, outcome, *_ in rows:
-            if outcome is not None and run_id not in self._counted:
+            # Below the old floor only a pending run is news; the rest was counted.
+            fresh = run_id > old_floor or run_id in self.pending
+            if outcome is not None and fresh and run_id not in self._counted:
                 self.totals[lock_key, outcome] = self.totals.get((lock_key, outcome), 0) + 1
                 self.pending.discard(run_id)
                 self._counted.add(run_id)

@@ -1,0 +1,156 @@
+"""The exporter's decisions without a database: listen addresses, run counting,
+window starts, metric families, the page's order and escaping, host textfiles."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from dislock.core.errors import ConfigurationError
+from dislock.core.exporter import (
+    FleetSnapshot,
+    HostRecord,
+    KeyStatus,
+    LastRun,
+    RunCounts,
+    WindowStarts,
+    host_families,
+    metric_families,
+    page_order,
+    parse_listen,
+    read_host_records,
+    record_run,
+)
+from dislock.core.status_page import render_page
+
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("127.0.0.1:9655", ("127.0.0.1", 9655)),
+        ("9655", ("127.0.0.1", 9655)),
+        ("0.0.0.0:0", ("0.0.0.0", 0)),
+        ("[::1]:9100", ("::1", 9100)),
+        ("localhost:80", ("localhost", 80)),
+    ],
+)
+def test_listen_addresses(text: str, expected: tuple[str, int]) -> None:
+    assert parse_listen(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text", ["", ":9655", "host", "h:65536", "h:-1", "[::1]9655", "[x]:1", "::1:2"]
+)
+def test_bad_listen_addresses(text: str) -> None:
+    with pytest.raises(ConfigurationError, match="--listen"):
+        parse_listen(text)
+
+
+def test_run_counts_count_each_run_once_and_follow_unfinished_ones() -> None:
+    counts = RunCounts()
+    counts.absorb_initial(
+        10, [("a", "ok", 7, None), ("a", None, 2, [3, 9]), ("b", "failed", 1, None)]
+    )
+    assert counts.pending == {3, 9}
+    # Above the floor: 11 finished, 12 running; pending 3 finished meanwhile.
+    counts.absorb(11, [(3, "a", "ok"), (9, "a", None), (11, "b", "ok"), (12, "a", None)])
+    assert counts.by_key() == {"a": {"ok": 8}, "b": {"failed": 1, "ok": 1}}
+    assert counts.pending == {9}
+    # The same rows again (as an overlapping read would give them): nothing counted twice.
+    counts.absorb(12, [(9, "a", None), (12, "a", "killed")])
+    counts.absorb(12, [(9, "a", None), (12, "a", "killed")])
+    assert counts.by_key()["a"] == {"ok": 8, "killed": 1}
+    # A floor that moved back (clock step) does not rewind.
+    counts.absorb(5, [])
+    assert counts.floor == 12
+
+
+def test_window_starts_change_version_only_when_they_change() -> None:
+    starts = WindowStarts()
+    starts.add(1, "a", NOW - timedelta(hours=2), None)
+    version = starts.version("a")
+    starts.add(1, "a", NOW - timedelta(hours=2), None)
+    assert starts.version("a") == version
+    starts.add(2, "a", NOW, NOW + timedelta(hours=1))
+    assert starts.version("a") > version and len(starts.of("a")) == 2
+    version = starts.version("a")
+    starts.trim(NOW - timedelta(hours=1))
+    assert starts.of("a") == [(NOW, NOW + timedelta(hours=1))]
+    assert starts.version("a") > version
+
+
+def run(outcome: str, minutes_ago: float, duration: float | None = 5.0) -> LastRun:
+    started = NOW - timedelta(minutes=minutes_ago)
+    return LastRun("web-1:1:ab", "web-1", started, None, outcome, 3, duration)
+
+
+def test_metric_families_of_a_snapshot() -> None:
+    keys = (
+        KeyStatus("fresh"),  # a lock row but no run yet
+        KeyStatus("nightly", last_run=run("failed", 5), runs_total={"ok": 4, "failed": 1}),
+    )
+    families = {family.name: family for family in metric_families(FleetSnapshot(NOW, True, keys))}
+    assert families["dislock_up"].samples == (((), 1.0),)
+    runs = dict(families["dislock_runs"].samples)
+    assert runs[("nightly", "ok")] == 4 and runs[("nightly", "lease_lost")] == 0
+    assert not any(labels[0] == "fresh" for labels in runs)  # no runs: no zero counters
+    starts = dict(families["dislock_last_start_timestamp_seconds"].samples)
+    assert starts == {("nightly",): (NOW - timedelta(minutes=5)).timestamp()}
+    assert families["dislock_last_success_timestamp_seconds"].samples == ()
+    down = metric_families(FleetSnapshot(NOW, False))
+    assert [f.samples for f in down if f.name == "dislock_up"] == [(((), 0.0),)]
+    assert all(not f.samples for f in down if f.name != "dislock_up")
+
+
+def test_the_newest_failures_come_first() -> None:
+    keys = [
+        KeyStatus("b-ok", last_run=run("ok", 1)),
+        KeyStatus("old-failure", last_run=run("failed", 90)),
+        KeyStatus("a-missed", last_run=run("ok", 3), missed_slots=2),
+        KeyStatus("new-failure", last_run=run("lease_lost", 2)),
+        KeyStatus("a-ok", last_run=run("ok", 1), missed_slots=0),
+    ]
+    assert [key.lock_key for key in page_order(keys)] == [
+        "new-failure",
+        "old-failure",
+        "a-missed",
+        "a-ok",
+        "b-ok",
+    ]
+
+
+def test_the_page_escapes_what_the_database_says() -> None:
+    hostile = KeyStatus(
+        "<script>alert(1)</script>",
+        paused_until=NOW + timedelta(hours=1),
+        pause_reason='"><img src=x>',
+        last_run=LastRun("<b>owner</b>", "<i>host</i>", NOW, None, "running", None, 1.0),
+        schedule="0 * * * *",
+    )
+    page = render_page(FleetSnapshot(NOW, True, (hostile,)), title="<t>")
+    for raw in ("<script>", "<img", "<b>owner", "<i>host", "<t>"):
+        assert raw not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert 'http-equiv="refresh"' in page and "<script" not in page
+    assert 'data-state="paused"' in page
+
+
+def test_host_records_round_trip_through_their_samples() -> None:
+    first = record_run({}, "nightly", 100.0, 160.0, "ok")
+    second = record_run(first, "nightly", 200.0, 230.0, "failed")
+    assert second["nightly"] == HostRecord(200.0, 30.0, 160.0, {"ok": 1, "failed": 1})
+    samples = [
+        (
+            family.name + ("_total" if family.kind == "counter" else ""),
+            dict(zip(family.labels, labels, strict=True)),
+            value,
+        )
+        for family in host_families(second)
+        for labels, value in family.samples
+    ]
+    again = read_host_records(samples)
+    assert again["nightly"].last_success == 160.0
+    assert again["nightly"].runs == {"ok": 1, "failed": 1, "lease_lost": 0, "killed": 0}

@@ -508,15 +508,15 @@ SERVE_FILL = """
 INSERT INTO {history} (lock_key, modes, slot_end, owner, host, pid, started_at, ended_at,
                        outcome, exit_code, cron)
 SELECT 'job-' || lpad(k::text, 4, '0'), 'schedule', slot + interval '1 hour',
-       'host-' || (k % 50) || ':' || r || ':0bad', 'host-' || (k % 50), r,
-       slot + make_interval(secs => k % 7), slot + make_interval(secs => 20 + k % 7 + r % 13),
-       CASE WHEN (k * r) % 97 = 0 THEN 'failed' WHEN (k * r) % 331 = 0 THEN 'lease_lost'
+       'host-' || (k %% 50) || ':' || r || ':0bad', 'host-' || (k %% 50), r,
+       slot + make_interval(secs => k %% 7), slot + make_interval(secs => 20 + k %% 7 + r %% 13),
+       CASE WHEN (k * r) %% 97 = 0 THEN 'failed' WHEN (k * r) %% 331 = 0 THEN 'lease_lost'
             ELSE 'ok' END,
-       CASE WHEN (k * r) % 97 = 0 THEN 3 WHEN (k * r) % 331 = 0 THEN 75 ELSE 0 END,
-       (k % 60) || ' * * * *'
+       CASE WHEN (k * r) %% 97 = 0 THEN 3 WHEN (k * r) %% 331 = 0 THEN 75 ELSE 0 END,
+       (k %% 60) || ' * * * *'
 FROM generate_series(1, %(keys)s) AS k, generate_series(1, %(runs)s) AS r,
      LATERAL (SELECT date_trunc('hour', NOW()) - make_interval(hours => r)
-                     + make_interval(mins => k % 60) AS slot) AS s
+                     + make_interval(mins => k %% 60) AS slot) AS s
 ORDER BY r DESC, k
 """
 

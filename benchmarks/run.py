@@ -504,6 +504,167 @@ def hot_rows(url: str, leases: int, seconds: float) -> list[Row]:
     ]
 
 
+def history_cycle(url: str, cycles: int, history: bool) -> float:
+    """Seconds per ``acquire_locks`` run (lease) on a warm connection, history on or off."""
+    from dislock import acquire_locks, keep_connected
+
+    context = cycle_context(url)
+    context = type(context)(**{**_fields(context), "lock_key": "bench-history", "history": history})
+    with keep_connected(url):
+        with acquire_locks(context, ["lease"]):
+            pass
+        started = time.perf_counter()
+        for _ in range(cycles):
+            with acquire_locks(context, ["lease"]):
+                pass
+        return (time.perf_counter() - started) / cycles
+
+
+def _fields(context: Any) -> dict[str, Any]:
+    import dataclasses
+
+    return {f.name: getattr(context, f.name) for f in dataclasses.fields(context)}
+
+
+HISTORY_ROWS = 1_000_000
+HISTORY_KEYS = 1_000
+
+
+def history_rows(url: str, cycles: int, rows: int) -> list[Row]:
+    """What recording costs a run, and how fast `history`/`missed` answer on a big table."""
+    from dislock.cli import fleet
+    from dislock.core.history import create_history
+
+    history = ("key_value_history",)
+    with psycopg.connect(url, autocommit=True, prepare_threshold=None) as conn:
+        conn.execute("DROP TABLE IF EXISTS key_value_history")
+        for statement in create_history(history):
+            conn.execute(statement)
+        rounds: dict[str, list[float]] = {"off": [], "on": []}
+        for _ in range(ROUNDS):
+            rounds["off"].append(history_cycle(url, cycles, False))
+            rounds["on"].append(history_cycle(url, cycles, True))
+        off, on = (statistics.median(rounds[k]) for k in rounds)
+        # The CLI, end to end: LOCK_HISTORY=1 against 0, interleaved.
+        ours = [str(Path(sys.executable).parent / "dislock")]
+
+        def env(flag: str) -> Callable[[], dict[str, str]]:
+            return lambda: {**wrapper_env(url, "lease"), "LOCK_HISTORY": flag}
+
+        cli = interleaved(
+            {
+                "off": ([*ours, "DATABASE_URL", "true"], env("0")),
+                "on": ([*ours, "DATABASE_URL", "true"], env("1")),
+            },
+            max(cycles // 10, 3),
+        )
+        cli_off, cli_on = median_ms(cli["off"]), median_ms(cli["on"])
+
+        # A big history: HISTORY_KEYS keys, hourly runs going back as far as
+        # `rows` needs, every tenth one failed.
+        conn.execute("TRUNCATE key_value_history")
+        conn.execute(
+            "INSERT INTO key_value_history (lock_key, modes, slot_end, owner, host, pid,"
+            " started_at, ended_at, outcome, exit_code, cron)"
+            " SELECT 'job-' || (n % %(keys)s), 'schedule',"
+            " date_trunc('hour', NOW()) - make_interval(hours => n / %(keys)s) + interval '1 hour',"
+            " 'host:1:ab', 'host-' || (n % 50), n,"
+            " date_trunc('hour', NOW()) - make_interval(hours => n / %(keys)s),"
+            " date_trunc('hour', NOW()) - make_interval(hours => n / %(keys)s) + interval '2 s',"
+            " CASE WHEN n % 10 = 0 THEN 'failed' ELSE 'ok' END,"
+            " CASE WHEN n % 10 = 0 THEN 1 ELSE 0 END, '0 * * * *'"
+            " FROM generate_series(0, %(rows)s - 1) AS n",
+            {"keys": HISTORY_KEYS, "rows": rows},
+        )
+        conn.execute("VACUUM ANALYZE key_value_history")
+        locks = ("key_value",)
+
+        def query_ms(run: Callable[[], object]) -> float:
+            run()  # warm the cache
+            samples = []
+            for _ in range(9):
+                started = time.perf_counter()
+                run()
+                samples.append(time.perf_counter() - started)
+            return median_ms(samples)
+
+        by_key = fleet.runs_query(history, locks, by_key=True)
+        every = fleet.runs_query(history, locks, by_key=False)
+        day = fleet.runs_params("job-7", timedelta_hours(24), 100)
+        key_ms = query_ms(lambda: conn.execute(by_key, day).fetchall())
+        all_ms = query_ms(
+            lambda: conn.execute(
+                every, fleet.runs_params(None, timedelta_hours(24), 100)
+            ).fetchall()
+        )
+
+        def missed() -> object:
+            (now,) = conn.execute("SELECT NOW()").fetchone()  # type: ignore[misc]
+            since = now - timedelta_hours(24)
+            starts = conn.execute(
+                fleet.starts_query(history), {"key": "job-7", "since": since}
+            ).fetchall()
+            slots = list(fleet.schedule_slots("0 * * * *", since, now))
+            return fleet.missed_slots(slots, [(s, e) for _, s, e in starts if s is not None])
+
+        missed_ms = query_ms(missed)
+        plans = {
+            "history KEY": conn.execute(b"EXPLAIN " + by_key.as_bytes(conn), day).fetchall(),
+            "history": conn.execute(
+                b"EXPLAIN " + every.as_bytes(conn),
+                fleet.runs_params(None, timedelta_hours(24), 100),
+            ).fetchall(),
+        }
+        for name, plan in plans.items():
+            print(f"EXPLAIN {name}:\n" + "\n".join(str(line[0]) for line in plan), file=sys.stderr)
+        conn.execute("DROP TABLE key_value_history")
+    index_used = all("key_value_history_" in str(plan) for plan in plans.values())
+    return [
+        Row(
+            "run history on: added time per run, `acquire_locks` lease run on a warm connection"
+            " (one INSERT as it starts, one UPDATE as it ends)",
+            f"{(on - off) * 1000:.3f} ms ({on * 1000:.3f} ms / {off * 1000:.3f} ms)",
+            "≤ 1 ms",
+            "met" if on - off <= 0.001 else "missed",
+        ),
+        Row(
+            "  same through the CLI, `LOCK_HISTORY=1` against `0` (medians of whole runs)",
+            f"{cli_on - cli_off:.1f} ms ({cli_on:.0f} ms / {cli_off:.0f} ms)",
+            "report",
+        ),
+        Row(
+            f"`history KEY` (24 h, 100 runs) with {rows:,} history rows",
+            f"{key_ms:.1f} ms",
+            "< 200 ms",
+            "met" if key_ms < 200 else "missed",
+        ),
+        Row(
+            f"`history` (every key, 24 h, newest 100) with {rows:,} rows",
+            f"{all_ms:.1f} ms",
+            "< 200 ms",
+            "met" if all_ms < 200 else "missed",
+        ),
+        Row(
+            f"`missed KEY` (hourly, 24 h) with {rows:,} rows",
+            f"{missed_ms:.1f} ms",
+            "< 200 ms",
+            "met" if missed_ms < 200 else "missed",
+        ),
+        Row(
+            "history queries use the history table's indexes (EXPLAIN)",
+            "yes" if index_used else "no",
+            "index scans",
+            "met" if index_used else "missed",
+        ),
+    ]
+
+
+def timedelta_hours(hours: float) -> Any:
+    from datetime import timedelta
+
+    return timedelta(hours=hours)
+
+
 READING = """## Reading the results
 
 - **The CLI against the floor.** The floor starts Python, imports psycopg, connects and runs
@@ -555,6 +716,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--no-write", action="store_true")
+    parser.add_argument(
+        "--only", choices=["history"], help="only these measures; prints, writes nothing"
+    )
     args = parser.parse_args()
     repeat = 1 if args.quick else 9
     # What pip does on install, so that our modules are not compiled on every
@@ -563,12 +727,16 @@ def main() -> int:
     with postgres_url("BENCH_DATABASE_URL") as url:
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(create_table_sql(("key_value",)))
+        if args.only == "history":
+            print(render(history_rows(url, 10 if args.quick else 200, HISTORY_ROWS), args.quick))
+            return 0
         rows = cli_rows(url, repeat)
         rows += import_rows(3 if args.quick else 15)
         rows += cycle_rows(url, 10 if args.quick else 150)
         rows += race_rows(url, 32)
         rows += lease_scale_rows(url, 50 if args.quick else 1000)
         rows += hot_rows(url, 50 if args.quick else 1000, 4.0 if args.quick else 300.0)
+        rows += history_rows(url, 10 if args.quick else 200, 10_000 if args.quick else HISTORY_ROWS)
     table = render(rows, args.quick)
     print(table)
     if not args.no_write:

@@ -156,6 +156,38 @@ def test_pause_and_resume_across_wrappers(
     assert ran.returncode == 0 and marker.exists(), ran.stderr
 
 
+def test_check_says_a_paused_key_would_skip(ctl: Ctl, cli_env: dict[str, str]) -> None:
+    key = cli_env["LOCK_KEY"]
+    assert "paused" not in ctl("check").stdout
+    assert ctl("pause", key, "--for", "90m", "--reason", "upgrade").returncode == 0
+    checked = ctl("check")
+    assert checked.returncode == 0, checked.stderr
+    assert "paused          for 1h29m" in checked.stdout or "for 1h30m" in checked.stdout
+    assert "upgrade: a run now would skip" in checked.stdout
+    assert "history         off" in checked.stdout
+
+
+def test_check_shows_the_history_table(ctl: Ctl, with_history: dict[str, str]) -> None:
+    checked = subprocess.run(
+        [*CTL, "DATABASE_URL", "check"],
+        env=with_history,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert checked.returncode == 0, checked.stderr
+    line = next(line for line in checked.stdout.splitlines() if "history" in line)
+    assert line.strip().endswith("key_value_history")
+    missing = subprocess.run(
+        [*CTL, "DATABASE_URL", "check"],
+        env={**with_history, "LOCK_HISTORY_TABLE": "nowhere"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert "nowhere (MISSING: dislockctl init --history" in missing.stdout
+
+
 def test_pause_until_a_time(ctl: Ctl, cli_env: dict[str, str], rows: Rows) -> None:
     key = cli_env["LOCK_KEY"]
     until = (datetime.now(timezone.utc) + timedelta(days=1)).replace(microsecond=0)

@@ -591,13 +591,13 @@ def history_rows(url: str, cycles: int, rows: int) -> list[Row]:
         conn.execute(
             "INSERT INTO key_value_history (lock_key, modes, slot_end, owner, host, pid,"
             " started_at, ended_at, outcome, exit_code, cron)"
-            " SELECT 'job-' || (n % %(keys)s), 'schedule',"
+            " SELECT 'job-' || (n %% %(keys)s), 'schedule',"
             " date_trunc('hour', NOW()) - make_interval(hours => n / %(keys)s) + interval '1 hour',"
-            " 'host:1:ab', 'host-' || (n % 50), n,"
+            " 'host:1:ab', 'host-' || (n %% 50), n,"
             " date_trunc('hour', NOW()) - make_interval(hours => n / %(keys)s),"
             " date_trunc('hour', NOW()) - make_interval(hours => n / %(keys)s) + interval '2 s',"
-            " CASE WHEN n % 10 = 0 THEN 'failed' ELSE 'ok' END,"
-            " CASE WHEN n % 10 = 0 THEN 1 ELSE 0 END, '0 * * * *'"
+            " CASE WHEN n %% 10 = 0 THEN 'failed' ELSE 'ok' END,"
+            " CASE WHEN n %% 10 = 0 THEN 1 ELSE 0 END, '0 * * * *'"
             " FROM generate_series(0, %(rows)s - 1) AS n",
             {"keys": HISTORY_KEYS, "rows": rows},
         )
@@ -760,7 +760,14 @@ def main() -> int:
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(create_table_sql(("key_value",)))
         if args.only == "history":
-            print(render(history_rows(url, 10 if args.quick else 200, HISTORY_ROWS), args.quick))
+            print(
+                render(
+                    history_rows(
+                        url, 10 if args.quick else 200, 10_000 if args.quick else HISTORY_ROWS
+                    ),
+                    args.quick,
+                )
+            )
             return 0
         rows = cli_rows(url, repeat)
         rows += import_rows(3 if args.quick else 15)

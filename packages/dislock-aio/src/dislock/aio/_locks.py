@@ -362,11 +362,11 @@ class _Recording:
         assert hub is not None
         try:
             if self.run_id is not None:
-                await self._record_end(hub, exc)
+                await self._record_end(hub, self.run_id, exc)
         finally:
             await leave_hub(hub)
 
-    async def _record_end(self, hub: Hub, exc: BaseException | None) -> None:
+    async def _record_end(self, hub: Hub, run_id: int, exc: BaseException | None) -> None:
         lease = self.session.lease
         lost = lease is not None and lease.is_lost()
         end = self.session.run_end
@@ -382,7 +382,7 @@ class _Recording:
         try:
             await hub.execute(
                 history.end_statement(self.table),
-                end.params(self.run_id or 0),
+                end.params(run_id),
                 history.HISTORY_TIMEOUT,
             )
         except Exception as error:

@@ -362,11 +362,11 @@ class _Recording:
         assert hub is not None
         try:
             if self.run_id is not None:
-                self._record_end(hub, exc)
+                self._record_end(hub, self.run_id, exc)
         finally:
             leave_hub(hub)
 
-    def _record_end(self, hub: Hub, exc: BaseException | None) -> None:
+    def _record_end(self, hub: Hub, run_id: int, exc: BaseException | None) -> None:
         lease = self.session.lease
         lost = lease is not None and lease.is_lost()
         end = self.session.run_end
@@ -382,7 +382,7 @@ class _Recording:
         try:
             hub.execute(
                 history.end_statement(self.table),
-                end.params(self.run_id or 0),
+                end.params(run_id),
                 history.HISTORY_TIMEOUT,
             )
         except Exception as error:

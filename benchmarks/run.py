@@ -504,20 +504,27 @@ def hot_rows(url: str, leases: int, seconds: float) -> list[Row]:
     ]
 
 
-def history_cycle(url: str, cycles: int, history: bool) -> float:
-    """Seconds per ``acquire_locks`` run (lease) on a warm connection, history on or off."""
+def history_cycles(url: str, cycles: int) -> tuple[list[float], list[float]]:
+    """Seconds per ``acquire_locks`` lease run on a warm connection, history off and
+    on, each run timed on its own and the two kinds alternated, so that the load
+    of a shared machine hits both alike and medians drop its spikes."""
     from dislock import acquire_locks, keep_connected
 
-    context = cycle_context(url)
-    context = type(context)(**{**_fields(context), "lock_key": "bench-history", "history": history})
+    base = _fields(cycle_context(url))
+    off = type(cycle_context(url))(**{**base, "lock_key": "bench-history-off"})
+    on = type(off)(**{**base, "lock_key": "bench-history-on", "history": True})
+    samples: tuple[list[float], list[float]] = ([], [])
     with keep_connected(url):
-        with acquire_locks(context, ["lease"]):
-            pass
-        started = time.perf_counter()
-        for _ in range(cycles):
+        for context in (off, on):  # warm-up
             with acquire_locks(context, ["lease"]):
                 pass
-        return (time.perf_counter() - started) / cycles
+        for n in range(cycles):
+            for which in (0, 1) if n % 2 else (1, 0):
+                started = time.perf_counter()
+                with acquire_locks((off, on)[which], ["lease"]):
+                    pass
+                samples[which].append(time.perf_counter() - started)
+    return samples
 
 
 def _fields(context: Any) -> dict[str, Any]:
@@ -540,11 +547,8 @@ def history_rows(url: str, cycles: int, rows: int) -> list[Row]:
         conn.execute("DROP TABLE IF EXISTS key_value_history")
         for statement in create_history(history):
             conn.execute(statement)
-        rounds: dict[str, list[float]] = {"off": [], "on": []}
-        for _ in range(ROUNDS):
-            rounds["off"].append(history_cycle(url, cycles, False))
-            rounds["on"].append(history_cycle(url, cycles, True))
-        off, on = (statistics.median(rounds[k]) for k in rounds)
+        off_samples, on_samples = history_cycles(url, cycles * ROUNDS)
+        off, on = statistics.median(off_samples), statistics.median(on_samples)
         # The CLI, end to end: LOCK_HISTORY=1 against 0, interleaved.
         ours = [str(Path(sys.executable).parent / "dislock")]
 
@@ -572,18 +576,14 @@ def history_rows(url: str, cycles: int, rows: int) -> list[Row]:
         checked, release = statements.acquire_for.as_bytes(conn), statements.release.as_bytes(conn)
         key = "cronjob-lock:lease:bench-pause"
 
-        def acquire_release(statement: bytes) -> float:
-            started = time.perf_counter()
-            for _ in range(cycles):
-                conn.execute(statement, sql.lease_params(key, "bench", 60.0)).fetchone()
+        pause_samples: tuple[list[float], list[float]] = ([], [])
+        for n in range(cycles * ROUNDS):
+            for which in (0, 1) if n % 2 else (1, 0):
+                started = time.perf_counter()
+                conn.execute((plain, checked)[which], sql.lease_params(key, "bench", 60.0))
                 conn.execute(release, sql.release_params(key, "bench"))
-            return (time.perf_counter() - started) / cycles
-
-        pause_rounds: dict[str, list[float]] = {"plain": [], "checked": []}
-        for _ in range(ROUNDS):
-            pause_rounds["plain"].append(acquire_release(plain))
-            pause_rounds["checked"].append(acquire_release(checked))
-        without_check, with_check = (statistics.median(pause_rounds[k]) for k in pause_rounds)
+                pause_samples[which].append(time.perf_counter() - started)
+        without_check, with_check = (statistics.median(samples) for samples in pause_samples)
 
         # A big history: HISTORY_KEYS keys, hourly runs going back as far as
         # `rows` needs, every tenth one failed.

@@ -350,6 +350,9 @@ class _Recording:
                 ".".join(self.table),
                 exc,
             )
+        except BaseException:  # interrupted: the exit stack will not call __aexit__
+            await leave_hub(self.hub)
+            raise
         return self
 
     async def __aexit__(
@@ -372,13 +375,10 @@ class _Recording:
         end = self.session.run_end
         if end is None:
             end = history.end_of_block(exc, lease_lost=lost)
-        elif (
-            lost
-            and end.outcome == "ok"
-            and self.context.lease_loss_policy is (LeaseLossPolicy.TERMINATE)
-        ):
-            # The lease went as the command ended: the wrapper will return 75.
-            end = history.RunEnd("lease_lost", LEASE_LOST_EXIT_CODE)
+        elif lost and end.outcome == "ok":
+            terminate = self.context.lease_loss_policy is LeaseLossPolicy.TERMINATE
+            if terminate:  # the lease went as the command ended: the wrapper returns 75
+                end = history.RunEnd("lease_lost", LEASE_LOST_EXIT_CODE)
         try:
             await hub.execute(
                 history.end_statement(self.table),

@@ -640,6 +640,16 @@ def history_rows(url: str, cycles: int, rows: int) -> list[Row]:
             return fleet.missed_slots(slots, [(s, e) for _, s, e in starts if s is not None])
 
         missed_ms = query_ms(missed)
+        # Per key: newest run and newest success (what an exporter reads per scrape).
+        conn.execute(
+            "INSERT INTO key_value SELECT 'cronjob-lock:schedule:job-' || n, 'host:1:ab',"
+            " NOW() + interval '1 hour' FROM generate_series(0, %s - 1) AS n"
+            " ON CONFLICT DO NOTHING",
+            (HISTORY_KEYS,),
+        )
+        latest = fleet.latest_query(history, locks)
+        latest_ms = query_ms(lambda: conn.execute(latest).fetchall())
+        conn.execute("DELETE FROM key_value WHERE key LIKE 'cronjob-lock:schedule:job-%%'")
         plans = {
             "history KEY": conn.execute(b"EXPLAIN " + by_key.as_bytes(conn), day).fetchall(),
             "history": conn.execute(
@@ -688,6 +698,12 @@ def history_rows(url: str, cycles: int, rows: int) -> list[Row]:
             f"{missed_ms:.1f} ms",
             "< 200 ms",
             "met" if missed_ms < 200 else "missed",
+        ),
+        Row(
+            f"newest run and newest success of each of {HISTORY_KEYS:,} keys"
+            f" (`dislock.cli.fleet.latest_query`) with {rows:,} rows",
+            f"{latest_ms:.1f} ms",
+            "report",
         ),
         Row(
             "history queries use the history table's indexes (EXPLAIN)",

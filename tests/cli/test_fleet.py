@@ -402,3 +402,33 @@ def test_slot_arithmetic() -> None:
     assert parse_duration("1h30m", name="x") == timedelta(minutes=90)
     with pytest.raises(ConfigurationError):
         parse_duration("1 fortnight", name="x")
+
+
+def test_latest_run_and_success_per_key(
+    ctl: Ctl, with_history: dict[str, str], run_cli: RunCli, db: psycopg.Connection[Any]
+) -> None:
+    """The per-key summary a fleet report (an exporter, a status page) reads."""
+    from dislock.cli.fleet import Latest, latest_query
+
+    env = {**with_history, **LEASE}
+    key = env["LOCK_KEY"]
+    assert run_cli(["DATABASE_URL", "true"], env).returncode == 0
+    assert run_cli(["DATABASE_URL", "sh", "-c", "exit 5"], env).returncode == 5
+    never = {**env, "LOCK_KEY": f"{key}-quiet", "LOCK_HISTORY": "0"}
+    assert run_cli(["DATABASE_URL", "true"], never).returncode == 0
+    schema, table = with_history["LOCK_TABLE"].split(".")
+    found = {
+        row.key: row
+        for row in (
+            Latest(*values)
+            for values in db.execute(
+                latest_query((schema, f"{table}_history"), (schema, table))
+            ).fetchall()
+        )
+    }
+    assert set(found) == {key, f"{key}-quiet"}
+    latest = found[key]
+    assert latest.outcome == "failed" and latest.duration_seconds is not None
+    assert latest.last_success_started_at is not None and latest.started_at is not None
+    assert latest.last_success_started_at < latest.started_at
+    assert found[f"{key}-quiet"].run_id is None and found[f"{key}-quiet"].outcome is None

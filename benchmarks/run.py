@@ -649,7 +649,7 @@ def history_rows(url: str, cycles: int, rows: int) -> list[Row]:
         )
         latest = fleet.latest_query(history, locks)
         latest_ms = query_ms(lambda: conn.execute(latest).fetchall())
-        conn.execute("DELETE FROM key_value WHERE key LIKE 'cronjob-lock:schedule:job-%%'")
+        conn.execute("DELETE FROM key_value WHERE key LIKE 'cronjob-lock:schedule:job-%'")
         plans = {
             "history KEY": conn.execute(b"EXPLAIN " + by_key.as_bytes(conn), day).fetchall(),
             "history": conn.execute(

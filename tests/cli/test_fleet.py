@@ -156,6 +156,38 @@ def test_pause_and_resume_across_wrappers(
     assert ran.returncode == 0 and marker.exists(), ran.stderr
 
 
+def test_check_says_a_paused_key_would_skip(ctl: Ctl, cli_env: dict[str, str]) -> None:
+    key = cli_env["LOCK_KEY"]
+    assert "paused" not in ctl("check").stdout
+    assert ctl("pause", key, "--for", "90m", "--reason", "upgrade").returncode == 0
+    checked = ctl("check")
+    assert checked.returncode == 0, checked.stderr
+    assert "paused          for 1h29m" in checked.stdout or "for 1h30m" in checked.stdout
+    assert "upgrade: a run now would skip" in checked.stdout
+    assert "history         off" in checked.stdout
+
+
+def test_check_shows_the_history_table(ctl: Ctl, with_history: dict[str, str]) -> None:
+    checked = subprocess.run(
+        [*CTL, "DATABASE_URL", "check"],
+        env=with_history,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert checked.returncode == 0, checked.stderr
+    line = next(line for line in checked.stdout.splitlines() if "history" in line)
+    assert line.strip().endswith("key_value_history")
+    missing = subprocess.run(
+        [*CTL, "DATABASE_URL", "check"],
+        env={**with_history, "LOCK_HISTORY_TABLE": "nowhere"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert "nowhere (MISSING: dislockctl init --history" in missing.stdout
+
+
 def test_pause_until_a_time(ctl: Ctl, cli_env: dict[str, str], rows: Rows) -> None:
     key = cli_env["LOCK_KEY"]
     until = (datetime.now(timezone.utc) + timedelta(days=1)).replace(microsecond=0)
@@ -370,3 +402,33 @@ def test_slot_arithmetic() -> None:
     assert parse_duration("1h30m", name="x") == timedelta(minutes=90)
     with pytest.raises(ConfigurationError):
         parse_duration("1 fortnight", name="x")
+
+
+def test_latest_run_and_success_per_key(
+    ctl: Ctl, with_history: dict[str, str], run_cli: RunCli, db: psycopg.Connection[Any]
+) -> None:
+    """The per-key summary a fleet report (an exporter, a status page) reads."""
+    from dislock.cli.fleet import Latest, latest_query
+
+    env = {**with_history, **LEASE}
+    key = env["LOCK_KEY"]
+    assert run_cli(["DATABASE_URL", "true"], env).returncode == 0
+    assert run_cli(["DATABASE_URL", "sh", "-c", "exit 5"], env).returncode == 5
+    never = {**env, "LOCK_KEY": f"{key}-quiet", "LOCK_HISTORY": "0"}
+    assert run_cli(["DATABASE_URL", "true"], never).returncode == 0
+    schema, table = with_history["LOCK_TABLE"].split(".")
+    found = {
+        row.key: row
+        for row in (
+            Latest(*values)
+            for values in db.execute(
+                latest_query((schema, f"{table}_history"), (schema, table))
+            ).fetchall()
+        )
+    }
+    assert set(found) == {key, f"{key}-quiet"}
+    latest = found[key]
+    assert latest.outcome == "failed" and latest.duration_seconds is not None
+    assert latest.last_success_started_at is not None and latest.started_at is not None
+    assert latest.last_success_started_at < latest.started_at
+    assert found[f"{key}-quiet"].run_id is None and found[f"{key}-quiet"].outcome is None

@@ -196,3 +196,22 @@ def test_a_history_that_cannot_be_written_does_not_stop_the_run(
         "SELECT to_regclass(%s)", (sql.Identifier(*history_table(lock_table)).as_string(None),)
     ).fetchone()
     assert found == (None,)
+
+
+def test_history_writes_commit_asynchronously_and_leave_the_session_as_it_was(
+    db: psycopg.Connection[Any], history: tuple[str, ...]
+) -> None:
+    """The history statements turn off synchronous_commit for their own transaction
+    only: the connection they share with lock statements stays durable."""
+    from dislock.core.history import RunEnd, end_statement, start_params, start_statement
+
+    params = start_params(
+        lock_key="k", modes=["lease"], slot_end=None, owner="o", host="h", pid=1, cron=None
+    )
+    row = db.execute(start_statement(history), params).fetchone()
+    assert row is not None
+    assert db.execute("SHOW synchronous_commit").fetchone() == ("on",)
+    db.execute(end_statement(history), RunEnd("ok", 0).params(row[0]))
+    assert db.execute("SHOW synchronous_commit").fetchone() == ("on",)
+    (run,) = runs(db, history, "k")
+    assert (run["outcome"], run["exit_code"], run["ordered"]) == ("ok", 0, True)

@@ -350,6 +350,9 @@ class _Recording:
                 ".".join(self.table),
                 exc,
             )
+        except BaseException:  # interrupted: the exit stack will not call __aexit__
+            await leave_hub(self.hub)
+            raise
         return self
 
     async def __aexit__(
@@ -362,27 +365,24 @@ class _Recording:
         assert hub is not None
         try:
             if self.run_id is not None:
-                await self._record_end(hub, exc)
+                await self._record_end(hub, self.run_id, exc)
         finally:
             await leave_hub(hub)
 
-    async def _record_end(self, hub: Hub, exc: BaseException | None) -> None:
+    async def _record_end(self, hub: Hub, run_id: int, exc: BaseException | None) -> None:
         lease = self.session.lease
         lost = lease is not None and lease.is_lost()
         end = self.session.run_end
         if end is None:
             end = history.end_of_block(exc, lease_lost=lost)
-        elif (
-            lost
-            and end.outcome == "ok"
-            and self.context.lease_loss_policy is (LeaseLossPolicy.TERMINATE)
-        ):
-            # The lease went as the command ended: the wrapper will return 75.
-            end = history.RunEnd("lease_lost", LEASE_LOST_EXIT_CODE)
+        elif lost and end.outcome == "ok":
+            terminate = self.context.lease_loss_policy is LeaseLossPolicy.TERMINATE
+            if terminate:  # the lease went as the command ended: the wrapper returns 75
+                end = history.RunEnd("lease_lost", LEASE_LOST_EXIT_CODE)
         try:
             await hub.execute(
                 history.end_statement(self.table),
-                end.params(self.run_id or 0),
+                end.params(run_id),
                 history.HISTORY_TIMEOUT,
             )
         except Exception as error:

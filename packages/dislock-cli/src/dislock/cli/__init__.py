@@ -45,6 +45,9 @@ environment:
                                     exit 75) or continue (log only)
   LOCK_FENCING           0          1: pass a fencing token to the command in
                                     DISLOCK_FENCING_TOKEN (dislockctl init --fencing)
+  LOCK_HISTORY           0          1: record each run in the history table
+                                    (dislockctl init --history)
+  LOCK_HISTORY_TABLE     derived    default: <LOCK_TABLE>_history
   CRONJOB_LOCK_LOG_LEVEL WARNING    DEBUG, INFO, WARNING, ERROR, CRITICAL
   DISLOCK_METRICS_TEXTFILE  -       after each run, write its metrics to this
                                     node_exporter textfile (e.g. .../dislock.prom)
@@ -52,7 +55,8 @@ environment:
 exit status:
   the command's own (128+n if signal n killed it; 127 not found, 126 not
   executable, both reported before any lock is taken)
-  0   also when another machine holds the lock (logged at INFO only)
+  0   also when another machine holds the lock, or the key is paused
+      (dislockctl pause; logged at INFO only)
   1   runtime failure: database unreachable, table missing, ...
   2   invalid configuration or usage
   75  the lease was lost and the command was terminated

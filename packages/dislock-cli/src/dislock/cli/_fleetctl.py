@@ -31,8 +31,11 @@ def read_request(
     from dislock.core.env import read_history_table
     from dislock.core.history import history_table
 
-    history = history_table(table, read_history_table(env))
     command = args.command
+    # Pauses live in the lock table: a history table name is not needed for them.
+    history = (
+        () if command in ("pause", "resume") else history_table(table, read_history_table(env))
+    )
     if command == "history":
         if args.prune_older_than is not None:
             if args.lock_key is not None:

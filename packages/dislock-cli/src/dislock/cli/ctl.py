@@ -364,11 +364,11 @@ def _release(conn: Any, table: tuple[str, ...], lock_key: str, mode: str, owner:
 def _check(conn: Any, settings: WrapperSettings) -> int:
     from psycopg import sql
 
-    from dislock.core.admin import describe_expiry, state_query
+    from dislock.core.admin import describe_expiry, format_duration, state_query
     from dislock.core.config import LEASE, SCHEDULE
     from dislock.core.cron import slot_end
     from dislock.core.lease import LeaseClock, LeaseSettings
-    from dislock.core.sql import lease_key, schedule_key
+    from dislock.core.sql import lease_key, pause_key, schedule_key
 
     columns = _columns(conn, settings.table_parts)
     missing = {"key", "value", "expire_at", *(["fence"] if settings.fencing else [])} - set(columns)
@@ -404,15 +404,33 @@ def _check(conn: Any, settings: WrapperSettings) -> int:
         print(f"  on lease loss   {settings.policy.value}")
     print(f"  startup jitter  up to {settings.jitter_seconds:g} s")
     print(f"  fencing         {'on' if settings.fencing else 'off'}")
+    if settings.history:
+        from dislock.core.history import history_table
+
+        runs = history_table(settings.table_parts, settings.history_table)
+        state = (
+            ""
+            if _columns(conn, runs)
+            else " (MISSING: dislockctl init --history; runs log a warning)"
+        )
+        print(f"  history         {'.'.join(runs)}{state}")
+    else:
+        print("  history         off")
     print(f"  database now    {now.isoformat()}")
     keys = {SCHEDULE: schedule_key(settings.lock_key), LEASE: lease_key(settings.lock_key)}
+    paused = pause_key(settings.lock_key)
     found = dict(
         (key, (owner, remaining))
         for key, owner, remaining in conn.execute(
-            state_query(settings.table_parts), {"keys": list(keys.values())}
+            state_query(settings.table_parts), {"keys": [*keys.values(), paused]}
         ).fetchall()
     )
     print("lock state")
+    reason, left = found.get(paused, ("", 0.0))
+    if left > 0:
+        why = f": {reason}" if reason else ""
+        span = "until resumed" if left > 100 * 365 * 86400 else f"for {format_duration(left)}"
+        print(f"  paused          {span}{why}: a run now would skip")
     for strategy in settings.strategies:
         owner, remaining = found.get(keys[strategy], (None, 0.0))
         if owner is None or remaining <= 0:

@@ -119,6 +119,56 @@ def runs_query(history: tuple[str, ...], locks: tuple[str, ...], *, by_key: bool
     ).format(history=sql.Identifier(*history), held=held, key_filter=key_filter)
 
 
+def latest_query(history: tuple[str, ...], locks: tuple[str, ...]) -> sql.Composed:
+    """Per lock key with a schedule or lease row: its newest run (id, started_at,
+    ended_at, outcome as ``runs_query`` derives it, duration_seconds, host) and its
+    newest successful run's start and end.  Each lookup is an index scan of
+    ``(lock_key, started_at DESC)``, so the cost grows with the number of keys,
+    not with the history's length (an exporter's scrape, a status page)."""
+    lease, slot = lease_key(""), schedule_key("")
+    held = sql.SQL(
+        "EXISTS (SELECT FROM {locks} AS l WHERE l.key ="
+        " (CASE WHEN position('lease' IN last.modes) > 0 THEN {lease} ELSE {slot} END)"
+        " || last.lock_key AND l.value = last.owner AND l.expire_at > NOW())"
+    ).format(locks=sql.Identifier(*locks), lease=sql.Literal(lease), slot=sql.Literal(slot))
+    return sql.SQL(
+        "SELECT keys.lock_key, last.id, last.started_at, last.ended_at,"
+        " CASE WHEN last.id IS NULL THEN NULL WHEN last.ended_at IS NOT NULL THEN last.outcome"
+        " WHEN {held} THEN 'running' ELSE 'abandoned' END,"
+        " EXTRACT(EPOCH FROM (last.ended_at - last.started_at))::float8, last.host,"
+        " ok.started_at, ok.ended_at"
+        " FROM (SELECT DISTINCT substr(key, length(CASE WHEN starts_with(key, {lease})"
+        " THEN {lease} ELSE {slot} END) + 1) AS lock_key FROM {locks}"
+        " WHERE starts_with(key, {lease}) OR starts_with(key, {slot})) AS keys"
+        " LEFT JOIN LATERAL (SELECT * FROM {history} AS h WHERE h.lock_key = keys.lock_key"
+        " ORDER BY h.started_at DESC LIMIT 1) AS last ON true"
+        " LEFT JOIN LATERAL (SELECT h.started_at, h.ended_at FROM {history} AS h"
+        " WHERE h.lock_key = keys.lock_key AND h.outcome = 'ok'"
+        " ORDER BY h.started_at DESC LIMIT 1) AS ok ON true"
+        " ORDER BY keys.lock_key"
+    ).format(
+        history=sql.Identifier(*history),
+        locks=sql.Identifier(*locks),
+        lease=sql.Literal(lease),
+        slot=sql.Literal(slot),
+        held=held,
+    )
+
+
+class Latest(NamedTuple):
+    """A row of ``latest_query``; the run fields are None for a key that never ran."""
+
+    key: str
+    run_id: int | None
+    started_at: datetime | None
+    ended_at: datetime | None
+    outcome: str | None
+    duration_seconds: float | None
+    host: str | None
+    last_success_started_at: datetime | None
+    last_success_ended_at: datetime | None
+
+
 def runs_params(key: str | None, since: timedelta, limit: int) -> dict[str, Any]:
     return {"key": key, "since": since.total_seconds(), "limit": limit}
 

@@ -92,14 +92,22 @@ def create_history(history: tuple[str, ...]) -> list[sql.Composed]:
     return statements
 
 
+# History is telemetry: its writes commit asynchronously (``synchronous_commit``
+# off for their own transaction only, set by the statement itself), so that a
+# run pays a round trip for them, not a wait for the WAL to reach the disk.  A
+# server crash can lose the last fraction of a second of history; lock rows are
+# written by other statements, durably as ever.
+_ASYNC_COMMIT = sql.SQL("(SELECT set_config('synchronous_commit', 'off', true)) AS async_commit")
+
+
 @lru_cache(maxsize=64)
 def start_statement(history: tuple[str, ...]) -> sql.Composed:
     """Params: see ``start_params``. Returns the run's id."""
     return sql.SQL(
         "INSERT INTO {} (lock_key, modes, slot_end, owner, host, pid, started_at, cron, cron_tz)"
-        " VALUES (%(lock_key)s, %(modes)s, %(slot_end)s, %(owner)s, %(host)s, %(pid)s, NOW(),"
-        " %(cron)s, %(cron_tz)s) RETURNING id"
-    ).format(sql.Identifier(*history))
+        " SELECT %(lock_key)s, %(modes)s, %(slot_end)s, %(owner)s, %(host)s, %(pid)s, NOW(),"
+        " %(cron)s, %(cron_tz)s FROM {async_commit} RETURNING id"
+    ).format(sql.Identifier(*history), async_commit=_ASYNC_COMMIT)
 
 
 @lru_cache(maxsize=64)
@@ -107,8 +115,8 @@ def end_statement(history: tuple[str, ...]) -> sql.Composed:
     """Params: id and the fields of a ``RunEnd``."""
     return sql.SQL(
         "UPDATE {} SET ended_at = NOW(), outcome = %(outcome)s, exit_code = %(exit_code)s,"
-        " signal = %(signal)s WHERE id = %(id)s"
-    ).format(sql.Identifier(*history))
+        " signal = %(signal)s FROM {async_commit} WHERE id = %(id)s"
+    ).format(sql.Identifier(*history), async_commit=_ASYNC_COMMIT)
 
 
 def start_params(

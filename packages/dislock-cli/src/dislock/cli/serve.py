@@ -26,7 +26,15 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from dislock.cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 from dislock.cli._prometheus import Exposition
-from dislock.cli.fleet import DEFAULT_GRACE, Slot, missed_slots, schedule_slots, table_exists_query
+from dislock.cli.fleet import (
+    DEFAULT_GRACE,
+    Latest,
+    Slot,
+    latest_query,
+    missed_slots,
+    schedule_slots,
+    table_exists_query,
+)
 from dislock.core.admin import LockRow, list_params, list_query
 from dislock.core.cron import next_boundary
 from dislock.core.diagnosis import describe_database_error
@@ -44,10 +52,10 @@ from dislock.core.exporter import (
     build_snapshot,
     census_query,
     floor_query,
-    latest_runs_query,
     metric_families,
     new_runs_query,
     parse_listen,
+    run_details_query,
     window_starts_query,
 )
 from dislock.core.status_page import render_page
@@ -119,10 +127,7 @@ class FleetReader:
                 LockRow.from_row(row)
                 for row in conn.execute(list_query(self._table), list_params(""))
             ]
-            latest = [
-                LatestRow(*row)
-                for row in conn.execute(latest_runs_query(self._history), {"since": since})
-            ]
+            latest = self._latest(conn, since)
             self._follow_runs(conn, since)
         missed, next_slots = self._schedules(latest, since, now)
         return build_snapshot(
@@ -133,6 +138,40 @@ class FleetReader:
             missed=missed,
             next_slots=next_slots,
         )
+
+    def _latest(self, conn: psycopg.Connection[Any], since: datetime) -> list[LatestRow]:
+        """Each key's latest run (``latest_query``, as ``dislockctl`` reads it), with
+        the details the page and the missed-slot count need."""
+        found = [Latest(*row) for row in conn.execute(latest_query(self._history, self._table))]
+        ids = [run.run_id for run in found if run.run_id is not None]
+        details = {
+            run_id: rest
+            for run_id, *rest in conn.execute(
+                run_details_query(self._history), {"ids": ids, "since": since}
+            )
+        }
+        latest = []
+        for run in found:
+            if run.run_id is None or run.run_id not in details:
+                continue  # never ran (or pruned in between): the lock rows tell its state
+            assert run.started_at is not None and run.outcome is not None
+            owner, exit_code, cron, ran_before = details[run.run_id]
+            latest.append(
+                LatestRow(
+                    run.key,
+                    owner,
+                    run.host or "",
+                    run.started_at,
+                    run.ended_at,
+                    run.outcome,
+                    exit_code,
+                    cron,
+                    run.duration_seconds,
+                    run.last_success_ended_at,
+                    ran_before,
+                )
+            )
+        return latest
 
     def _follow_runs(self, conn: psycopg.Connection[Any], since: datetime) -> None:
         """Bring the run counts and the window's starts up to date, reading (after the

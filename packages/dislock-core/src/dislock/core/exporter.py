@@ -272,19 +272,21 @@ def page_order(keys: Iterable[KeyStatus]) -> list[KeyStatus]:
 
 
 class LatestRow(NamedTuple):
-    """A row of ``latest_runs_query``."""
+    """A key's latest run: ``dislock.cli.fleet.latest_query``'s row (outcome derived
+    there: ``running`` or ``abandoned`` when no end was recorded) completed by
+    ``run_details_query``."""
 
     lock_key: str
     owner: str
     host: str
     started_at: datetime
     ended_at: datetime | None
-    outcome: str | None
+    outcome: str
     exit_code: int | None
     cron: str | None
-    duration_seconds: float
+    duration_seconds: float | None
+    """None while it runs (then it is counted up to ``now``) or once abandoned."""
     last_success_at: datetime | None
-    modes: str
     ran_before_window: bool
 
 
@@ -297,15 +299,9 @@ def build_snapshot(
     missed: Mapping[str, int],
     next_slots: Mapping[str, datetime],
 ) -> FleetSnapshot:
-    """One ``KeyStatus`` per key found in the lock table or the history.
-
-    A latest run without an end is ``running`` while the lock it took (its lease if
-    it had one, else its schedule slot) is still held by its owner, ``abandoned``
-    once that lock expired: the rule ``dislockctl history`` applies.
-    """
+    """One ``KeyStatus`` per key found in the lock table or the history."""
     locks: dict[str, list[HeldLock]] = {}
     pauses: dict[str, tuple[str, datetime]] = {}
-    held_by: dict[tuple[str, str], str] = {}
     for lock in lock_rows:
         if lock.mode == "pause":
             if lock.expires_in_seconds > 0:
@@ -316,26 +312,21 @@ def build_snapshot(
         locks.setdefault(lock.lock_key, []).append(
             HeldLock(lock.mode, lock.owner, lock.state, lock.expires_in_seconds, lock.forced)
         )
-        if lock.held:
-            held_by[lock.lock_key, lock.mode] = lock.owner
     runs = {row.lock_key: row for row in latest}
     statuses = []
     for lock_key in sorted(set(locks) | set(runs) | set(pauses)):
         row = runs.get(lock_key)
         last_run = None
         if row is not None:
-            outcome = row.outcome
-            duration: float | None = row.duration_seconds
-            if row.ended_at is None:
-                mode = "lease" if "lease" in row.modes.split(",") else "schedule"
-                outcome = "running" if held_by.get((lock_key, mode)) == row.owner else "abandoned"
-                duration = duration if outcome == "running" else None
+            duration = row.duration_seconds
+            if row.outcome == "running":
+                duration = max(0.0, (now - row.started_at).total_seconds())
             last_run = LastRun(
                 row.owner,
                 row.host,
                 row.started_at,
                 row.ended_at,
-                outcome or "?",
+                row.outcome,
                 row.exit_code,
                 duration,
             )
@@ -426,33 +417,16 @@ class RunCounts:
 # transaction, so they all see one moment.
 
 
-def latest_runs_query(history: tuple[str, ...]) -> sql.Composed:
-    """Per lock key: its latest run, when its latest successful run ended, and whether
-    it ran before %(since)s (the start of the missed-slot window).
-
-    The keys come from a skip scan of the ``(lock_key, started_at DESC)`` index (one
-    probe per key instead of reading every run), and each key's latest runs from the
-    same index.
-    """
+def run_details_query(history: tuple[str, ...]) -> sql.Composed:
+    """What the page and the missed-slot count need of the runs %(ids)s beyond
+    ``latest_query``: id, owner, exit code, cron expression, and whether the key ran
+    before %(since)s (the start of the missed-slot window): primary-key lookups and
+    one ``(lock_key, started_at)`` index probe per run."""
     return sql.SQL(
-        "WITH RECURSIVE keys AS ("
-        " (SELECT lock_key FROM {table} ORDER BY lock_key LIMIT 1)"
-        " UNION ALL"
-        " SELECT (SELECT h.lock_key FROM {table} AS h WHERE h.lock_key > keys.lock_key"
-        " ORDER BY h.lock_key LIMIT 1) FROM keys WHERE keys.lock_key IS NOT NULL)"
-        " SELECT keys.lock_key, last.owner, last.host, last.started_at, last.ended_at,"
-        " last.outcome, last.exit_code, last.cron,"
-        " EXTRACT(EPOCH FROM (COALESCE(last.ended_at, NOW()) - last.started_at))::float8,"
-        " success.ended_at, last.modes,"
-        " EXISTS (SELECT FROM {table} AS h WHERE h.lock_key = keys.lock_key"
-        " AND h.started_at < %(since)s)"
-        " FROM keys CROSS JOIN LATERAL ("
-        " SELECT * FROM {table} AS h WHERE h.lock_key = keys.lock_key"
-        " ORDER BY h.started_at DESC LIMIT 1) AS last"
-        " LEFT JOIN LATERAL ("
-        " SELECT h.ended_at FROM {table} AS h WHERE h.lock_key = keys.lock_key"
-        " AND h.outcome = 'ok' ORDER BY h.started_at DESC LIMIT 1) AS success ON true"
-        " WHERE keys.lock_key IS NOT NULL"
+        "SELECT h.id, h.owner, h.exit_code, h.cron,"
+        " EXISTS (SELECT FROM {table} AS p WHERE p.lock_key = h.lock_key"
+        " AND p.started_at < %(since)s)"
+        " FROM {table} AS h WHERE h.id = ANY(%(ids)s)"
     ).format(table=sql.Identifier(*history))
 
 

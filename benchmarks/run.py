@@ -521,6 +521,10 @@ ORDER BY r DESC, k
 """
 
 
+SERVE_SIZES = {False: (1000, 1000, 40), True: (100, 100, 5)}
+"""Keys, runs per key and scrapes of ``serve_rows``, full and quick."""
+
+
 def serve_rows(url: str, keys: int, runs: int, scrapes: int) -> list[Row]:
     """``dislockctl serve`` over a fleet of ``keys`` hourly jobs with ``runs`` runs each:
     the first scrape, then scrapes while runs keep landing (ten between two scrapes)."""
@@ -879,7 +883,7 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--no-write", action="store_true")
     parser.add_argument(
-        "--only", choices=["history"], help="only these measures; prints, writes nothing"
+        "--only", choices=["history", "serve"], help="only these measures; prints, writes nothing"
     )
     args = parser.parse_args()
     repeat = 1 if args.quick else 9
@@ -899,15 +903,16 @@ def main() -> int:
                 )
             )
             return 0
+        if args.only == "serve":
+            print(render(serve_rows(url, *SERVE_SIZES[args.quick]), args.quick))
+            return 0
         rows = cli_rows(url, repeat)
         rows += import_rows(3 if args.quick else 15)
         rows += cycle_rows(url, 10 if args.quick else 150)
         rows += race_rows(url, 32)
         rows += lease_scale_rows(url, 50 if args.quick else 1000)
         rows += hot_rows(url, 50 if args.quick else 1000, 4.0 if args.quick else 300.0)
-        rows += serve_rows(
-            url, 100 if args.quick else 1000, 100 if args.quick else 1000, 5 if args.quick else 40
-        )
+        rows += serve_rows(url, *SERVE_SIZES[args.quick])
         rows += history_rows(url, 10 if args.quick else 200, 10_000 if args.quick else HISTORY_ROWS)
     table = render(rows, args.quick)
     print(table)

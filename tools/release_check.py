@@ -9,7 +9,8 @@ Checks, each against freshly built wheels in a fresh virtualenv:
 
 * the wheels: each ships ``py.typed``, no two ship the same file (pip would
   silently overwrite it), all have one version and pin each other to it exactly;
-* ``pip install dislock``: the sync API takes a real lock; no aio or CLI code;
+* ``pip install dislock``: the sync API takes a real lock; no aio or CLI code (nor
+  ``prometheus_client``, which only the CLI needs);
 * ``pip install dislock-aio``: the async API takes a real lock and
   ``from dislock import LockContext`` works; the sync distribution is absent and
   its names fail with an ImportError naming ``pip install dislock``;
@@ -143,6 +144,7 @@ SYNC_STORY = """
     from dislock import LockContext, ScheduleLock, acquire_locks
     assert importlib.util.find_spec("dislock.aio") is None, "aio code installed"
     assert importlib.util.find_spec("dislock.cli") is None, "CLI code installed"
+    assert importlib.util.find_spec("prometheus_client") is None, "a CLI-only dependency installed"
     ctx = LockContext(url=os.environ["DATABASE_URL"], table_parts=["release_check_locks"],
                       lock_key="sync-story", owner="sync:1", schedule="0 0 1 1 *",
                       run_ttl_seconds=5, lease_interval_seconds=1)
@@ -156,6 +158,7 @@ AIO_STORY = """
     from dislock import LockContext
     from dislock.aio import LeaseLock
     assert importlib.util.find_spec("dislock._sync") is None, "sync distribution installed"
+    assert importlib.util.find_spec("prometheus_client") is None, "a CLI-only dependency installed"
     try:
         from dislock import ScheduleLock
     except ImportError as exc:
@@ -200,7 +203,7 @@ def check_cli(tmp: Path, url: str) -> None:
     if "LOCK_KEY" not in help_text:
         fail("dislock --help does not document LOCK_KEY")
     ctl_help = run([str(tmp / "pipx-bin" / "dislockctl"), "--help"]).stdout
-    if not all(command in ctl_help for command in ("init", "ls", "release", "check")):
+    if not all(command in ctl_help for command in ("init", "ls", "release", "check", "serve")):
         fail("dislockctl --help does not list its commands")
     env = {
         **os.environ,

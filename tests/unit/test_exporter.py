@@ -9,6 +9,7 @@ import pytest
 
 from dislock.core.errors import ConfigurationError
 from dislock.core.exporter import (
+    Family,
     FleetSnapshot,
     HostRecord,
     KeyStatus,
@@ -154,3 +155,26 @@ def test_host_records_round_trip_through_their_samples() -> None:
     again = read_host_records(samples)
     assert again["nightly"].last_success == 160.0
     assert again["nightly"].runs == {"ok": 1, "failed": 1, "lease_lost": 0, "killed": 0}
+
+
+def test_the_chunked_exposition_is_prometheus_clients_own() -> None:
+    from prometheus_client.exposition import generate_latest
+    from prometheus_client.registry import CollectorRegistry
+
+    from dislock.cli._prometheus import Exposition, Families
+
+    def whole(families: list[Family]) -> bytes:
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(Families(families.copy))
+        return generate_latest(registry)
+
+    keys = [
+        KeyStatus(f"job-{n:03d}", last_run=run("ok", n), runs_total={"ok": n}, missed_slots=0)
+        for n in range(250)
+    ]
+    exposition = Exposition()
+    families = metric_families(FleetSnapshot(NOW, True, tuple(keys)))
+    assert exposition(families) == whole(families)
+    keys[137] = keys[137]._replace(runs_total={"ok": 1000, "failed": 1})
+    changed = metric_families(FleetSnapshot(NOW, True, tuple(keys[:-5])))
+    assert exposition(changed) == whole(changed)

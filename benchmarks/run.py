@@ -839,11 +839,12 @@ READING = """## Reading the results
   only once its WAL is on disk, so two `SELECT 1` are not a floor any lock can reach; two
   single-row `UPDATE`s are. Sending the very same two statements by hand with psycopg shows
   what dislock adds on top of the statements themselves.
-- **`dislockctl serve`.** A scrape reads each key's latest run through the history's
-  `(lock_key, started_at)` index (a skip scan, one probe per key), and only the runs that are
-  new since the previous scrape; run counts and the missed-slot window are kept in the server,
-  so only its first scrape reads the whole history. Each metric family's text is rendered by
-  `prometheus_client` again only when its samples changed.
+- **`dislockctl serve`.** A scrape reads each key's latest run and latest success through the
+  history's `(lock_key, started_at)` index (a few probes per key, whatever the history's
+  length), and of the rest only the runs that are new since the previous scrape: run counts and
+  the missed-slot window are kept in the server, so only its first scrape reads the whole
+  history (and enumerates each schedule's slots of the last 24 hours). `prometheus_client`
+  renders the exposition in chunks of 100 samples, each again only when its samples changed.
 - **Scale.** Every lease of a process is renewed by one `UPDATE … FROM unnest(…)` per tick, over
   one connection; the renewal statement's latency is what a thousand leases cost per second.
 """

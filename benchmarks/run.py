@@ -699,7 +699,7 @@ def history_rows(url: str, cycles: int, rows: int) -> list[Row]:
         without_check, with_check = (statistics.median(samples) for samples in pause_samples)
 
         # A big history: HISTORY_KEYS keys, hourly runs going back as far as
-        # `rows` needs, every tenth one failed.
+        # `rows` needs, every tenth run of each key failed.
         conn.execute("TRUNCATE key_value_history")
         conn.execute(
             "INSERT INTO key_value_history (lock_key, modes, slot_end, owner, host, pid,"
@@ -709,8 +709,8 @@ def history_rows(url: str, cycles: int, rows: int) -> list[Row]:
             " 'host:1:ab', 'host-' || (n %% 50), n,"
             " date_trunc('hour', NOW()) - make_interval(hours => n / %(keys)s),"
             " date_trunc('hour', NOW()) - make_interval(hours => n / %(keys)s) + interval '2 s',"
-            " CASE WHEN n %% 10 = 0 THEN 'failed' ELSE 'ok' END,"
-            " CASE WHEN n %% 10 = 0 THEN 1 ELSE 0 END, '0 * * * *'"
+            " CASE WHEN (n / %(keys)s) %% 10 = 0 THEN 'failed' ELSE 'ok' END,"
+            " CASE WHEN (n / %(keys)s) %% 10 = 0 THEN 1 ELSE 0 END, '0 * * * *'"
             " FROM generate_series(0, %(rows)s - 1) AS n",
             {"keys": HISTORY_KEYS, "rows": rows},
         )

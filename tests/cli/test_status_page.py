@@ -106,7 +106,8 @@ def test_the_page_in_a_browser(
     assert rows[fleet.failed]["data-outcome"] == "failed"
     assert rows[fleet.lost]["data-outcome"] == "lease_lost"
     assert rows[fleet.abandoned]["data-state"] == "expired"
-    assert rows[fleet.lost]["data-state"] == "released"  # by dislockctl release
+    assert rows[fleet.lost]["data-state"] == "released"
+    assert "lease of" in dom and "released by dislockctl" in dom  # the lost key's lease
     assert rows[fleet.abandoned]["data-outcome"] == "abandoned"
     assert rows[fleet.paused]["data-state"] == "paused"
     assert rows[fleet.missed]["data-missed"] in {str(n) for n in fleet.missed_expected}

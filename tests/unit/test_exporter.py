@@ -178,3 +178,23 @@ def test_the_chunked_exposition_is_prometheus_clients_own() -> None:
     keys[137] = keys[137]._replace(runs_total={"ok": 1000, "failed": 1})
     changed = metric_families(FleetSnapshot(NOW, True, tuple(keys[:-5])))
     assert exposition(changed) == whole(changed)
+
+
+def test_the_page_says_how_each_lock_was_let_go() -> None:
+    from dislock.core.exporter import HeldLock
+    from dislock.core.pause import UNTIL_RESUMED
+
+    key = KeyStatus(
+        "etl",
+        locks=(
+            HeldLock("schedule", "web-1:1:aa", "ended", -30.0),
+            HeldLock("lease", "web-2:2:bb", "released", -5.0, forced=True),
+        ),
+        paused_until=UNTIL_RESUMED,
+        pause_reason="migration",
+    )
+    page = render_page(FleetSnapshot(NOW, True, (key,)))
+    assert "schedule slot of web-1:1:aa ended" in page
+    assert "lease of web-2:2:bb released by dislockctl" in page
+    assert "until resumed: migration" in page
+    assert KeyStatus("etl", locks=key.locks).state == "released"

@@ -12,6 +12,7 @@ from html import escape
 
 from dislock.core.admin import format_duration
 from dislock.core.exporter import MISSED_WINDOW, FleetSnapshot, KeyStatus, page_order
+from dislock.core.pause import UNTIL_RESUMED
 
 REFRESH_SECONDS = 15
 
@@ -53,15 +54,23 @@ def _state_cell(key: KeyStatus, now: datetime) -> str:
     parts = [_badge(key.state)]
     if key.paused_until is not None:
         reason = f": {key.pause_reason}" if key.pause_reason else ""
-        until = key.paused_until.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-        parts.append(f"<small>until {escape(until)}{escape(reason)}</small>")
+        if key.paused_until >= UNTIL_RESUMED:
+            until = "until resumed"
+        else:
+            until = "until " + key.paused_until.astimezone(timezone.utc).strftime(
+                "%Y-%m-%d %H:%M UTC"
+            )
+        parts.append(f"<small>{escape(until)}{escape(reason)}</small>")
     for lock in key.locks:
         if lock.state == "held":
             detail = f"{lock.mode} held by {lock.owner}, {format_duration(lock.seconds_left)} left"
         elif lock.state == "expired":
-            detail = (
-                f"{lock.mode} abandoned by {lock.owner} {format_duration(-lock.seconds_left)} ago"
-            )
+            ago = format_duration(-lock.seconds_left)
+            detail = f"{lock.mode} abandoned by {lock.owner} {ago} ago"
+        elif lock.state == "ended":
+            detail = f"{lock.mode} slot of {lock.owner} ended"
+        elif lock.forced:
+            detail = f"{lock.mode} of {lock.owner} released by dislockctl"
         else:
             detail = f"{lock.mode} released by {lock.owner}"
         parts.append(f"<small>{escape(detail)}</small>")

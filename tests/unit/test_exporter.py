@@ -198,3 +198,22 @@ def test_the_page_says_how_each_lock_was_let_go() -> None:
     assert "lease of web-2:2:bb released by dislockctl" in page
     assert "until resumed: migration" in page
     assert KeyStatus("etl", locks=key.locks).state == "released"
+
+
+def test_lock_held_is_one_sample_per_key_and_mode() -> None:
+    from dislock.core.exporter import HeldLock
+
+    key = KeyStatus(
+        "pool",
+        locks=(
+            HeldLock("lease", "a:1:x", "held", 10.0),
+            HeldLock("lease", "b:2:y", "held", 12.0),
+            HeldLock("lease", "c:3:z", "released", -1.0),
+            HeldLock("schedule", "a:1:x", "ended", -5.0),
+        ),
+    )
+    families = {f.name: f for f in metric_families(FleetSnapshot(NOW, True, (key,)))}
+    assert families["dislock_lock_held"].samples == (
+        (("pool", "lease"), 2.0),
+        (("pool", "schedule"), 0.0),
+    )

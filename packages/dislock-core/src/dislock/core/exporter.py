@@ -187,8 +187,11 @@ def metric_families(snapshot: FleetSnapshot) -> list[Family]:
     missed: list[tuple[tuple[str, ...], float]] = []
     for key in snapshot.keys:
         name = key.lock_key
+        # One sample per mode: an N-holder lease has a row per slot, and counts its held ones.
+        modes: dict[str, float] = {}
         for lock in key.locks:
-            held.append(((name, lock.mode), 1.0 if lock.state == "held" else 0.0))
+            modes[lock.mode] = modes.get(lock.mode, 0.0) + (1.0 if lock.state == "held" else 0.0)
+        held.extend(((name, mode), count) for mode, count in modes.items())
         paused.append(((name,), 1.0 if key.paused_until is not None else 0.0))
         if key.last_run is not None:
             starts.append(((name,), key.last_run.started_at.timestamp()))
@@ -210,7 +213,8 @@ def metric_families(snapshot: FleetSnapshot) -> list[Family]:
         Family(
             "dislock_lock_held",
             "gauge",
-            "1 while the lock row of this key and mode is held, 0 once released or expired.",
+            "1 while the key's lock of this mode is held, 0 once released or expired"
+            " (an N-holder lease: how many of its slots are held).",
             ("key", "mode"),
             tuple(held),
         ),

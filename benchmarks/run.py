@@ -733,6 +733,17 @@ READING = """## Reading the results
   only once its WAL is on disk, so two `SELECT 1` are not a floor any lock can reach; two
   single-row `UPDATE`s are. Sending the very same two statements by hand with psycopg shows
   what dislock adds on top of the statements themselves.
+- **Run history.** A run with `LOCK_HISTORY=1` sends two more statements (an `INSERT` as it
+  starts, an `UPDATE` as it ends), each committing asynchronously (`synchronous_commit` off for
+  its own transaction), so it pays two round trips and no WAL flush. The CLI comparison times
+  whole processes: differences of a few milliseconds either way are noise there. `history` and
+  `missed` read the `(lock_key, started_at DESC)` index (`history` without a key the
+  `(started_at)` one, backwards): `Index Scan using key_value_history_key_started … Index Cond:
+  ((lock_key = 'job-7') AND (started_at >= (now() - '24:00:00')))`, then `Limit`; whether a run
+  without an end is still running is a hashed subplan over the lock table's live rows.
+- **Pause check.** The acquiring statement reads the key's pause row in a CTE (a primary-key
+  lookup) and answers in the same round trip; the row compares it with the same upsert without
+  the check, sent by hand.
 - **Scale.** Every lease of a process is renewed by one `UPDATE … FROM unnest(…)` per tick, over
   one connection; the renewal statement's latency is what a thousand leases cost per second.
 """

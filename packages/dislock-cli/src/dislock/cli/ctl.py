@@ -39,7 +39,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="dislockctl",
         description="Operator commands for dislock's lock table.",
-        epilog="Exit status: 0 done, 1 database failure, 2 bad usage or configuration.",
+        epilog=(
+            "Exit status: 0 done, 1 database failure (also: release/resume of a key with "
+            "nothing to act on, missed slots found by missed), 2 bad usage or configuration."
+        ),
     )
     parser.add_argument("--version", action="version", version=f"dislockctl {__version__}")
     parser.add_argument(
@@ -113,7 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     history.add_argument("lock_key", metavar="LOCK_KEY", nargs="?", help="only this lock key")
     history.add_argument("--since", default="24h", help="how far back (default 24h)")
-    history.add_argument("--limit", type=_positive_int, default=100, help="at most N runs")
+    history.add_argument(
+        "--limit", type=_positive_int, default=100, help="at most N runs (default 100)"
+    )
     history.add_argument("--json", action="store_true", help="machine-readable output")
     history.add_argument(
         "--prune-older-than",

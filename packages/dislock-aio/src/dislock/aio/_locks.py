@@ -18,7 +18,7 @@ from typing import Any
 
 from psycopg.sql import Composed
 
-from dislock.core import sql
+from dislock.core import kinds, sql
 from dislock.core.config import SCHEDULE, normalize_strategies
 from dislock.core.context import LeaseLossPolicy, LockContext
 from dislock.core.cron import slot_end
@@ -288,10 +288,17 @@ class LockSession:
         return self.locks[-1].fence if self.locks else None
 
 
+_LOCK_CLASSES: dict[str, type[ScheduleLock] | type[LeaseLock]] = {
+    "ScheduleLock": ScheduleLock,
+    "LeaseLock": LeaseLock,
+}
+"""The classes named by ``dislock.core.kinds.KINDS``."""
+
+
 def build_locks(context: LockContext, strategies: str | Iterable[str]) -> list[Lock]:
     """The locks for ``strategies``, in acquisition order (schedule first)."""
     return [
-        ScheduleLock(context) if name == SCHEDULE else LeaseLock(context)
+        _LOCK_CLASSES[kinds.kind(name).lock_class](context)
         for name in normalize_strategies(strategies)
     ]
 

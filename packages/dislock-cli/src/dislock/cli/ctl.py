@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from dislock.cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, __version__
+from dislock.core.kinds import NAMES as MODES
 
 if TYPE_CHECKING:
     from dislock.core.env import WrapperSettings
@@ -69,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="force-expire a stuck schedule slot or lease, saying what it removed",
     )
     release.add_argument("lock_key", metavar="LOCK_KEY")
-    release.add_argument("--mode", choices=("schedule", "lease", "all"), default="all")
+    release.add_argument("--mode", choices=(*MODES, "all"), default="all")
     release.add_argument(
         "--owner", help="release only if this owner token still holds it (as shown by ls)"
     )
@@ -196,7 +197,14 @@ def _list(conn: Any, table: tuple[str, ...], prefix: str, as_json: bool) -> int:
 
 
 def _release(conn: Any, table: tuple[str, ...], lock_key: str, mode: str, owner: str | None) -> int:
-    from dislock.core.admin import MODES, format_duration, release_keys, release_query, split_key
+    from dislock.core.admin import (
+        MODES,
+        format_duration,
+        release_keys,
+        release_query,
+        released_text,
+        split_key,
+    )
 
     modes = MODES if mode == "all" else (mode,)
     params: dict[str, Any] = {"keys": release_keys(lock_key, modes), "owner": owner}
@@ -205,15 +213,11 @@ def _release(conn: Any, table: tuple[str, ...], lock_key: str, mode: str, owner:
         held_by = f" by {owner}" if owner else ""
         print(f"nothing to release: no {' or '.join(modes)} lock on {lock_key!r} is held{held_by}")
         return EXIT_OK
-    consequence = {
-        "lease": "its holder notices at its next renewal",
-        "schedule": "the slot can be started again",
-    }
     for key, value, remaining in released:
         what, _ = split_key(key)
         print(
             f"released {what} {lock_key!r} held by {value} "
-            f"({format_duration(remaining)} were left); {consequence[what]}"
+            f"({format_duration(remaining)} were left); {released_text(what)}"
         )
     return EXIT_OK
 
@@ -222,10 +226,9 @@ def _check(conn: Any, settings: WrapperSettings) -> int:
     from psycopg import sql
 
     from dislock.core.admin import describe_expiry, state_query
-    from dislock.core.config import LEASE, SCHEDULE
     from dislock.core.cron import slot_end
+    from dislock.core.kinds import kind
     from dislock.core.lease import LeaseClock, LeaseSettings
-    from dislock.core.sql import lease_key, schedule_key
 
     columns = _columns(conn, settings.table_parts)
     missing = {"key", "value", "expire_at", *(["fence"] if settings.fencing else [])} - set(columns)
@@ -262,7 +265,7 @@ def _check(conn: Any, settings: WrapperSettings) -> int:
     print(f"  startup jitter  up to {settings.jitter_seconds:g} s")
     print(f"  fencing         {'on' if settings.fencing else 'off'}")
     print(f"  database now    {now.isoformat()}")
-    keys = {SCHEDULE: schedule_key(settings.lock_key), LEASE: lease_key(settings.lock_key)}
+    keys = {name: kind(name).row_key(settings.lock_key) for name in settings.strategies}
     found = dict(
         (key, (owner, remaining))
         for key, owner, remaining in conn.execute(

@@ -14,9 +14,10 @@ from typing import Any
 
 from psycopg import sql
 
-from dislock.core.sql import KEY_PREFIX, create_table, lease_key, schedule_key
+from dislock.core import kinds
+from dislock.core.sql import create_table
 
-MODES = ("schedule", "lease")
+MODES = kinds.NAMES
 
 
 def init_statements(table_parts: tuple[str, ...], *, fencing: bool) -> list[sql.Composed]:
@@ -49,7 +50,9 @@ def columns_query(table_parts: tuple[str, ...]) -> tuple[str, tuple[str]]:
 
 
 def list_query(table_parts: tuple[str, ...]) -> sql.Composed:
-    """Every lock row whose lock key starts with %(prefix)s, on the database clock.
+    """Every lock row whose lock key starts with %(prefix)s, on the database clock:
+    the rows of every kind (%(prefixes)s) and the extra slots of N-holder leases
+    (their mode part matches %(slot_pattern)s).
 
     ``fence`` is read through ``to_jsonb`` so that one query serves tables with
     and without the fencing column.
@@ -59,7 +62,10 @@ def list_query(table_parts: tuple[str, ...]) -> sql.Composed:
         " EXTRACT(EPOCH FROM (expire_at - NOW()))::float8,"
         " (to_jsonb(held) ->> 'fence')::bigint"
         " FROM {table} AS held"
-        " WHERE starts_with(key, %(schedule_prefix)s) OR starts_with(key, %(lease_prefix)s)"
+        " WHERE EXISTS (SELECT FROM unnest(%(prefixes)s::text[]) AS p (prefix)"
+        " WHERE starts_with(key, p.prefix))"
+        " OR (key ~ %(slot_pattern)s"
+        " AND starts_with(regexp_replace(key, %(slot_pattern)s, ''), %(prefix)s))"
         " ORDER BY key"
     ).format(table=sql.Identifier(*table_parts))
 
@@ -73,7 +79,12 @@ def state_query(table_parts: tuple[str, ...]) -> sql.Composed:
 
 
 def list_params(prefix: str) -> dict[str, Any]:
-    return {"schedule_prefix": schedule_key(prefix), "lease_prefix": lease_key(prefix)}
+    slotted = "|".join(kind.mode for kind in kinds.KINDS if kind.renewed)
+    return {
+        "prefixes": [kind.row_key(prefix) for kind in kinds.KINDS],
+        "prefix": prefix,
+        "slot_pattern": f"^{kinds.KEY_PREFIX}:({slotted})#[0-9]+:",
+    }
 
 
 def release_query(table_parts: tuple[str, ...], *, owner_guard: bool) -> sql.Composed:
@@ -92,7 +103,7 @@ def release_query(table_parts: tuple[str, ...], *, owner_guard: bool) -> sql.Com
 
 
 def release_keys(lock_key: str, modes: Sequence[str]) -> list[str]:
-    return [schedule_key(lock_key) if mode == "schedule" else lease_key(lock_key) for mode in modes]
+    return [kinds.kind(mode).row_key(lock_key) for mode in modes]
 
 
 @dataclass(frozen=True)
@@ -123,12 +134,14 @@ class LockRow:
 
 
 def split_key(key: str) -> tuple[str, str]:
-    """``cronjob-lock:<mode>:<lock_key>`` into its mode and lock key."""
-    prefix, _, rest = key.partition(":")
-    mode, _, lock_key = rest.partition(":")
-    if prefix != KEY_PREFIX or mode not in MODES:
-        return "?", key
-    return mode, lock_key
+    """``cronjob-lock:<mode>:<lock_key>`` into its kind's name and lock key."""
+    found, lock_key, _ = kinds.parse_row_key(key)
+    return ("?", key) if found is None else (found.name, lock_key)
+
+
+def released_text(mode: str) -> str:
+    """What a forced release of a ``mode`` lock means, for the operator."""
+    return kinds.kind(mode).released_text
 
 
 def describe_expiry(seconds: float) -> str:

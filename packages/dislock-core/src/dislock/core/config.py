@@ -10,11 +10,13 @@ import math
 from collections.abc import Iterable, Sequence
 
 from dislock.core.errors import ConfigurationError
+from dislock.core.kinds import LEASE as LEASE
+from dislock.core.kinds import NAMES
+from dislock.core.kinds import SCHEDULE as SCHEDULE
 
-SCHEDULE = "schedule"
-LEASE = "lease"
-STRATEGY_ORDER = (SCHEDULE, LEASE)
-"""Acquisition order: the schedule slot is taken first and so released last."""
+STRATEGY_ORDER = NAMES
+"""Acquisition order (``dislock.core.kinds.KINDS``): the schedule slot is taken
+first and so released last."""
 
 # PostgreSQL truncates longer identifiers silently, which could make two
 # configured names point at one table.

@@ -17,20 +17,21 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from psycopg import sql
 
+from dislock.core.kinds import KEY_PREFIX as KEY_PREFIX
+from dislock.core.kinds import LEASE, SCHEDULE, kind
+
 if TYPE_CHECKING:
     from psycopg.abc import AdaptContext
 
     from dislock.core.context import LockContext
 
-KEY_PREFIX = "cronjob-lock"
-
 
 def schedule_key(lock_key: str) -> str:
-    return f"{KEY_PREFIX}:schedule:{lock_key}"
+    return kind(SCHEDULE).row_key(lock_key)
 
 
 def lease_key(lock_key: str) -> str:
-    return f"{KEY_PREFIX}:lease:{lock_key}"
+    return kind(LEASE).row_key(lock_key)
 
 
 class Statements(NamedTuple):

@@ -3,6 +3,7 @@
     dislockctl URL_VARIABLE init [--fencing] [--print-sql]
     dislockctl URL_VARIABLE ls [PREFIX] [--json]        (also: status)
     dislockctl URL_VARIABLE release LOCK_KEY [--mode schedule|lease|all] [--owner TOKEN]
+                                             [--slot N]
     dislockctl URL_VARIABLE check
 
 Like the wrapper, it takes the NAME of the variable holding the database URL and
@@ -28,6 +29,12 @@ if TYPE_CHECKING:
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> Any:  # one line and exit 2, like the wrapper
         self.exit(EXIT_USAGE, f"dislockctl: error: {message}\n")
+
+
+def _slot_number(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a slot number (1, 2, ...), got {text!r}")
+    return int(text)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -73,6 +80,11 @@ def build_parser() -> argparse.ArgumentParser:
     release.add_argument("--mode", choices=(*MODES, "all"), default="all")
     release.add_argument(
         "--owner", help="release only if this owner token still holds it (as shown by ls)"
+    )
+    release.add_argument(
+        "--slot",
+        type=_slot_number,
+        help="release only this slot of an N-holder lease (default: every slot)",
     )
 
     commands.add_parser(
@@ -132,7 +144,7 @@ def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> int:
             if args.command in ("ls", "status"):
                 return _list(conn, table, args.prefix, args.json)
             if args.command == "release":
-                return _release(conn, table, args.lock_key, args.mode, args.owner)
+                return _release(conn, table, args.lock_key, args.mode, args.owner, args.slot)
             assert settings is not None
             return _check(conn, settings)
     except psycopg.errors.InsufficientPrivilege as exc:
@@ -196,27 +208,33 @@ def _list(conn: Any, table: tuple[str, ...], prefix: str, as_json: bool) -> int:
     return EXIT_OK
 
 
-def _release(conn: Any, table: tuple[str, ...], lock_key: str, mode: str, owner: str | None) -> int:
-    from dislock.core.admin import (
-        MODES,
-        format_duration,
-        release_keys,
-        release_query,
-        released_text,
-        split_key,
-    )
+def _release(
+    conn: Any,
+    table: tuple[str, ...],
+    lock_key: str,
+    mode: str,
+    owner: str | None,
+    slot: int | None = None,
+) -> int:
+    from dislock.core.admin import format_duration, release_params, release_query, released_text
+    from dislock.core.kinds import parse_row_key
 
-    modes = MODES if mode == "all" else (mode,)
-    params: dict[str, Any] = {"keys": release_keys(lock_key, modes), "owner": owner}
+    modes = (
+        ("lease",) if slot is not None and mode == "all" else MODES if mode == "all" else (mode,)
+    )
+    params = release_params(table, lock_key, modes, slot=slot, owner=owner)
     released = conn.execute(release_query(table, owner_guard=owner is not None), params).fetchall()
     if not released:
         held_by = f" by {owner}" if owner else ""
-        print(f"nothing to release: no {' or '.join(modes)} lock on {lock_key!r} is held{held_by}")
+        which = f"slot {slot} of the lease" if slot is not None else " or ".join(modes)
+        print(f"nothing to release: no {which} lock on {lock_key!r} is held{held_by}")
         return EXIT_OK
-    for key, value, remaining in released:
-        what, _ = split_key(key)
+    for key, value, remaining, _ in released:
+        found, _, number = parse_row_key(key)
+        what = "?" if found is None else found.name
+        label = f"{what} slot {number}" if number > 1 or slot is not None else what
         print(
-            f"released {what} {lock_key!r} held by {value} "
+            f"released {label} {lock_key!r} held by {value} "
             f"({format_duration(remaining)} were left); {released_text(what)}"
         )
     return EXIT_OK

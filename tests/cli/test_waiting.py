@@ -197,3 +197,24 @@ def test_help_describes_waiting_slots_and_conflict_codes(
         "128+n",
     ):
         assert word in result.stdout
+
+
+def test_check_shows_the_waiting_settings(lease_env: dict[str, str]) -> None:
+    env = {
+        **lease_env,
+        "LOCK_WAIT_SECONDS": "30",
+        "LOCK_SLOTS": "4",
+        "LOCK_CONFLICT_EXIT_CODE": "3",
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "dislock.cli.ctl", "DATABASE_URL", "check"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "up to 30 s (LISTEN on a direct connection, else polling" in result.stdout
+    assert "4 holders at once" in result.stdout
+    assert "exit 3" in result.stdout

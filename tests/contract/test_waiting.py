@@ -7,6 +7,7 @@ marked ``direct_postgres``.
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -17,7 +18,7 @@ import pytest
 from dislock import ConfigurationError, LockContext, LockNotAcquiredError
 from dislock.core.kinds import kind
 from dislock.core.sql import lease_key, schedule_key
-from tests.support.drivers import Driver
+from tests.support.drivers import CliDriver, Driver
 from tests.support.rows import Rows
 
 MakeContext = Callable[..., LockContext]
@@ -145,6 +146,50 @@ def test_schedule_lease_takes_the_slot_once_then_waits_for_the_lease(
     with pytest.raises(LockNotAcquiredError):
         driver.run_with_locks(touch(tmp_path / "again"), context, ["schedule", "lease"])
     assert not (tmp_path / "again").exists()
+
+
+@pytest.mark.needs("wrapper")
+@pytest.mark.parametrize("wait", [0.0, 1.0])
+def test_conflict_exit_code_when_held_after_any_wait(
+    driver: Driver, make_context: MakeContext, tmp_path: Path, wait: float
+) -> None:
+    assert isinstance(driver, CliDriver)
+    holder = driver.hold(make_context(**LEASE), ["lease"])
+    marker = tmp_path / "ran"
+    context = make_context(**LEASE, wait_seconds=wait)
+    process = driver.start(touch(marker), context, ["lease"], {"LOCK_CONFLICT_EXIT_CODE": "3"})
+    _, stderr = process.communicate(timeout=60)
+    holder.release()
+    assert process.returncode == 3, stderr
+    assert not marker.exists()
+    # Unset, a conflict is still the quiet 0 of a cron job that had nothing to do.
+    plain = driver.start(touch(marker), make_context(**LEASE), ["lease"])
+    free_stderr = plain.communicate(timeout=60)[1]
+    assert plain.returncode == 0 and marker.exists(), free_stderr
+
+
+@pytest.mark.needs("wrapper")
+def test_a_signal_while_waiting_exits_128_plus_n_without_running(
+    driver: Driver, make_context: MakeContext, tmp_path: Path
+) -> None:
+    assert isinstance(driver, CliDriver)
+    holder = driver.hold(make_context(**LEASE), ["lease"])
+    marker = tmp_path / "ran"
+    process = driver.start(touch(marker), make_context(**LEASE, wait_seconds=60), ["lease"])
+    assert process.stderr is not None
+    seen = ""
+    while "waiting up to 60 s" not in seen:
+        line = process.stderr.readline()
+        assert line, seen
+        seen += line
+    process.send_signal(signal.SIGTERM)
+    try:
+        assert process.wait(timeout=20) == 128 + signal.SIGTERM
+    finally:
+        process.kill()
+        process.communicate()
+        holder.release()
+    assert not marker.exists()
 
 
 # --- N slots ------------------------------------------------------------------

@@ -337,6 +337,22 @@ class CliDriver(Driver):
             re.fullmatch(rf"{re.escape(socket.gethostname())}:\d+:[0-9a-f]{{8}}", value) is not None
         )
 
+    def start(
+        self,
+        argv: Sequence[str],
+        context: LockContext,
+        strategies: Sequence[str],
+        extra_env: dict[str, str] | None = None,
+    ) -> subprocess.Popen[str]:
+        """The wrapper running ``argv``, with ``extra_env`` on top of the context's
+        variables (e.g. ``LOCK_CONFLICT_EXIT_CODE``), its stderr piped."""
+        return subprocess.Popen(
+            [*self.command(), self.url_variable, *argv],
+            env={**self.environment(context, strategies), **(extra_env or {})},
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
     def run_with_locks(
         self, argv: Sequence[str], context: LockContext, strategies: Sequence[str]
     ) -> int:

@@ -281,6 +281,20 @@ def _check(conn: Any, settings: WrapperSettings) -> int:
         print(heartbeat)
         print(f"  on lease loss   {settings.policy.value}")
     print(f"  startup jitter  up to {settings.jitter_seconds:g} s")
+    if settings.wait_seconds > 0:
+        how = {
+            None: "LISTEN on a direct connection, else polling",
+            True: "LISTEN",
+            False: "polling",
+        }
+        print(
+            f"  wait            up to {settings.wait_seconds:g} s"
+            f" ({how[settings.wait_listen]}; polls every {settings.wait_poll_seconds:g} s)"
+        )
+    if settings.slots > 1:
+        print(f"  slots           {settings.slots} holders at once")
+    if settings.conflict_exit_code:
+        print(f"  when held       exit {settings.conflict_exit_code}")
     print(f"  fencing         {'on' if settings.fencing else 'off'}")
     print(f"  database now    {now.isoformat()}")
     keys = {name: kind(name).row_key(settings.lock_key) for name in settings.strategies}

@@ -66,7 +66,7 @@ def test_count_between_accepts_whole_numbers(value: Any, expected: int) -> None:
 
 @pytest.mark.parametrize("value", [0, 21, "0", "1.5", 2.0, True, None, "", "x", "1e3"])
 def test_count_between_rejects_the_rest(value: Any) -> None:
-    with pytest.raises(ConfigurationError, match="^N must be"):
+    with pytest.raises(ConfigurationError, match=r"^N must be"):
         count_between("N", value, 1, 20)
 
 

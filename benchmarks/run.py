@@ -658,6 +658,12 @@ def hot_rows(url: str, leases: int, seconds: float) -> list[Row]:
 
 READING = """## Reading the results
 
+- **Waiting.** The hand-over is timed from just before the holder's release to the moment the
+  waiting wrapper's command (`date +%s.%N`) runs: the release's `NOTIFY`, the waiter's wake-up
+  and upsert, and starting the command. With polling it is dominated by the time to the next
+  poll, on average a little over half the 0.5 s poll interval (the jitter spreads polls over
+  0.25 to 0.75 s). The 20 waiters and the 50 slot contenders are threads of one process, started
+  together; the time until all are done, against the work they did, is the hand-over overhead.
 - **The CLI against the floor.** The floor starts Python, imports psycopg, connects and runs
   `SELECT 1`; the wrapper does that too, then takes the lock, *starts the command*, waits for
   it and releases. Starting even `true` costs about 2.5 ms, most of it because the child is

@@ -65,7 +65,8 @@ class ScheduleLock:
     Entering claims the slot's row until ``next_run_time`` (or, without it, until
     the next boundary of ``schedule`` on the database clock) and raises
     ``LockNotAcquiredError`` if another owner already started in this slot.
-    Leaving does nothing: the slot stays taken until it ends.
+    Leaving does nothing: the slot stays taken until it ends.  A slot is never
+    waited for (``LockContext.wait_seconds`` applies to the lease alone).
     """
 
     def __init__(self, context: LockContext) -> None:
@@ -145,7 +146,13 @@ class LeaseLock:
     one shared connection.  ``lease_lost`` is set as soon as the lease can no
     longer be vouched for: a renewal found the row gone, or the lease's local
     deadline passed without one succeeding.  Leaving expires the row, unless the
-    lease was lost (the row may belong to someone else by then).
+    lease was lost (the row may belong to someone else by then), and wakes the
+    lease's waiters.
+
+    With ``LockContext.wait_seconds``, a lease held elsewhere is waited for (woken by
+    its release, or by polling) before ``LockNotAcquiredError``; with
+    ``LockContext.slots``, up to that many holders share it, each on a slot row of
+    its own (``key`` names it).
     """
 
     def __init__(self, context: LockContext) -> None:

@@ -487,7 +487,7 @@ def waiting_rows(url: str, trials: int) -> list[Row]:
             f"  same, polling every 0.5 s ± 50 % (PgBouncer transaction pooling): p50 / p99"
             f" ({len(poll)} trials)",
             f"{percentile_ms(poll, 0.5):.0f} ms / {percentile_ms(poll, 0.99):.0f} ms",
-            "about half the poll interval (250 ms) / at most 1.5 x it (750 ms)",
+            "report, against the poll interval (0.5 s ± 50 %)",
         ),
         Row(
             "20 waiters on one lease, each holding it 100 ms: waits min / p50 / max",

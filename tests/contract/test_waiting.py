@@ -267,3 +267,19 @@ def test_slots_without_a_lease_are_a_configuration_error(
 ) -> None:
     with pytest.raises(ConfigurationError, match="slots"):
         driver.hold(make_context(schedule=YEARLY, slots=2), ["schedule"])
+
+
+def test_no_lock_key_can_name_another_keys_slot(
+    driver: Driver, make_context: MakeContext, rows: Rows
+) -> None:
+    base = make_context().lock_key
+    holders = [driver.hold(make_context(**LEASE, slots=2), ["lease"]) for _ in range(2)]
+    # Keys that look like a slot of `base` are locks of their own.
+    others = [
+        driver.hold(make_context(**LEASE, lock_key=key), ["lease"])
+        for key in (f"{base}#2", f"lease#2:{base}", f"{base}:2")
+    ]
+    row = rows.get(kind("lease").row_key(base, 2))
+    assert row is not None and not row.expired
+    for holding in [*holders, *others]:
+        holding.release()

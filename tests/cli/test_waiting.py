@@ -218,3 +218,22 @@ def test_check_shows_the_waiting_settings(lease_env: dict[str, str]) -> None:
     assert "up to 30 s (LISTEN on a direct connection, else polling" in result.stdout
     assert "4 holders at once" in result.stdout
     assert "exit 3" in result.stdout
+
+
+@pytest.mark.usefixtures("held")
+def test_check_counts_held_slots(lease_env: dict[str, str]) -> None:
+    def check(**extra: str) -> str:
+        result = subprocess.run(
+            [sys.executable, "-m", "dislock.cli.ctl", "DATABASE_URL", "check"],
+            env={**lease_env, **extra},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    assert "1/2 slots held: a run now would take one" in check(LOCK_SLOTS="2")
+    assert "held by other-machine" in check()
+    assert "a run now would wait" in check(LOCK_WAIT_SECONDS="5")

@@ -297,20 +297,31 @@ def _check(conn: Any, settings: WrapperSettings) -> int:
         print(f"  when held       exit {settings.conflict_exit_code}")
     print(f"  fencing         {'on' if settings.fencing else 'off'}")
     print(f"  database now    {now.isoformat()}")
-    keys = {name: kind(name).row_key(settings.lock_key) for name in settings.strategies}
+    slots = {name: settings.slots if kind(name).renewed else 1 for name in settings.strategies}
+    keys = {
+        name: [kind(name).row_key(settings.lock_key, n) for n in range(1, slots[name] + 1)]
+        for name in settings.strategies
+    }
     found = dict(
         (key, (owner, remaining))
         for key, owner, remaining in conn.execute(
-            state_query(settings.table_parts), {"keys": list(keys.values())}
+            state_query(settings.table_parts),
+            {"keys": [key for group in keys.values() for key in group]},
         ).fetchall()
     )
+    busy = "wait" if settings.wait_seconds > 0 else "skip"
     print("lock state")
     for strategy in settings.strategies:
-        owner, remaining = found.get(keys[strategy], (None, 0.0))
-        if owner is None or remaining <= 0:
+        held = [found[key] for key in keys[strategy] if key in found and found[key][1] > 0]
+        if slots[strategy] > 1:
+            state = f"{len(held)}/{slots[strategy]} slots held: a run now would " + (
+                busy if len(held) == slots[strategy] else "take one"
+            )
+        elif not held:
             state = "free: a run now would take it"
         else:
-            state = f"held by {owner}, expires {describe_expiry(remaining)}: a run now would skip"
+            owner, remaining = held[0]
+            state = f"held by {owner}, expires {describe_expiry(remaining)}: a run now would {busy}"
         print(f"  {strategy:<14}  {state}")
     return EXIT_OK
 

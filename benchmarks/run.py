@@ -484,8 +484,8 @@ def waiting_rows(url: str, trials: int) -> list[Row]:
             "met" if p50 <= 20 else "missed",
         ),
         Row(
-            f"  same, polling only every 0.5 s ± 50 % (what a waiter behind PgBouncer does): p50 / p99"
-            f" ({len(poll)} trials)",
+            "  same, polling only every 0.5 s ± 50 % (what a waiter behind PgBouncer does):"
+            f" p50 / p99 ({len(poll)} trials)",
             f"{percentile_ms(poll, 0.5):.0f} ms / {percentile_ms(poll, 0.99):.0f} ms",
             "report, against the poll interval (0.5 s ± 50 %)",
         ),

@@ -450,7 +450,6 @@ def release_notify_cost(url: str, cycles: int) -> tuple[float, float]:
     from dislock.core.waiting import WAKE_CHANNEL
 
     statements = sql.statements(("key_value",))
-    assert statements.release_notify is not None
     variants: tuple[tuple[Any, dict[str, str]], ...] = (
         (statements.release, {}),
         (statements.release_notify, {"channel": WAKE_CHANNEL, "wake": "bench"}),

@@ -22,7 +22,7 @@ from dislock.core import kinds, sql
 from dislock.core.config import SCHEDULE, normalize_strategies
 from dislock.core.context import LeaseLossPolicy, LockContext
 from dislock.core.cron import slot_end
-from dislock.core.dsn import connection_kwargs
+from dislock.core.dsn import connection_kwargs, scrub
 from dislock.core.errors import ConfigurationError, LeaseLostError, LockNotAcquiredError
 from dislock.core.lease import RELEASE_TIMEOUT, LeaseClock, LeaseSettings, raises_on_exit
 from dislock.core.renewal import Renewal
@@ -246,7 +246,6 @@ class LeaseLock:
                 )
                 free = 0
             else:
-                assert statements.acquire_slot is not None
                 cursor = await hub.execute(
                     statements.acquire_slot,
                     sql.slot_params(self._slot_keys, context.owner, self.settings.ttl),
@@ -297,7 +296,10 @@ class LeaseLock:
                 try:
                     await listener.wait(delay)
                 except Exception as exc:
-                    logger.warning("stopped listening for releases, polling instead: %s", exc)
+                    logger.warning(
+                        "stopped listening for releases, polling instead: %s",
+                        scrub(str(exc), context.url),
+                    )
                     await listener.close()
                     listener = None
         finally:
@@ -318,14 +320,15 @@ class LeaseLock:
                 detect=context.wait_listen is None,
             )
         except Exception as exc:
-            logger.warning("cannot listen for releases, polling instead: %s", exc)
+            logger.warning(
+                "cannot listen for releases, polling instead: %s", scrub(str(exc), context.url)
+            )
             return None
 
     async def _expire_row(self, hub: Hub) -> None:
         """Expire our row now (owner-guarded), waking the lease's waiters."""
         context = self.context
         statement = sql.statements_for(context).release_notify
-        assert statement is not None
         try:
             await hub.execute(
                 statement,

@@ -49,12 +49,12 @@ class Statements(NamedTuple):
     """Params: key, owner. Expires our row now; a row another owner took is untouched."""
     now: sql.SQL
     """The database clock (statement time)."""
-    acquire_slot: sql.Composed | None = None
+    acquire_slot: sql.Composed
     """Params: keys (the slots' row keys, slot 1 first), owner, ttl. Takes the first
     free slot, in the same upsert as ``acquire_for``. Returns one row: the key taken
     (NULL if none), the fencing token, and how many slots it found free (to tell a
     full lease from a slot another holder took in the same instant)."""
-    release_notify: sql.Composed | None = None
+    release_notify: sql.Composed
     """Params: key, owner, channel, wake. Like ``release``, and wakes the lease's
     waiters (``NOTIFY`` on commit) when it released something."""
 
@@ -82,6 +82,8 @@ def statements(table_parts: tuple[str, ...], fencing: bool = False) -> Statement
         " WHERE held.expire_at <= NOW()"
         " RETURNING {token}"
     )
+    # ``_acquire_slot`` formats this same upsert: a placeholder added to it must be
+    # given there too (through ``parts``, ideally), so that slots keep every check.
     parts = {"table": table, "columns": columns, "bump": bump}
     lease_expiry = sql.SQL("NOW() + make_interval(secs => %(ttl)s)")
     slot_end = sql.SQL("%(expire_at)s::timestamptz")

@@ -24,7 +24,7 @@ from dislock.core import kinds, sql
 from dislock.core.config import SCHEDULE, normalize_strategies
 from dislock.core.context import LeaseLossPolicy, LockContext
 from dislock.core.cron import slot_end
-from dislock.core.dsn import connection_kwargs
+from dislock.core.dsn import connection_kwargs, scrub
 from dislock.core.errors import ConfigurationError, LeaseLostError, LockNotAcquiredError
 from dislock.core.lease import RELEASE_TIMEOUT, LeaseClock, LeaseSettings, raises_on_exit
 from dislock.core.renewal import Renewal
@@ -248,7 +248,6 @@ class LeaseLock:
                 )
                 free = 0
             else:
-                assert statements.acquire_slot is not None
                 cursor = hub.execute(
                     statements.acquire_slot,
                     sql.slot_params(self._slot_keys, context.owner, self.settings.ttl),
@@ -299,7 +298,10 @@ class LeaseLock:
                 try:
                     listener.wait(delay)
                 except Exception as exc:
-                    logger.warning("stopped listening for releases, polling instead: %s", exc)
+                    logger.warning(
+                        "stopped listening for releases, polling instead: %s",
+                        scrub(str(exc), context.url),
+                    )
                     listener.close()
                     listener = None
         finally:
@@ -320,14 +322,15 @@ class LeaseLock:
                 detect=context.wait_listen is None,
             )
         except Exception as exc:
-            logger.warning("cannot listen for releases, polling instead: %s", exc)
+            logger.warning(
+                "cannot listen for releases, polling instead: %s", scrub(str(exc), context.url)
+            )
             return None
 
     def _expire_row(self, hub: Hub) -> None:
         """Expire our row now (owner-guarded), waking the lease's waiters."""
         context = self.context
         statement = sql.statements_for(context).release_notify
-        assert statement is not None
         try:
             hub.execute(
                 statement,

@@ -432,3 +432,34 @@ def test_latest_run_and_success_per_key(
     assert latest.last_success_started_at is not None and latest.started_at is not None
     assert latest.last_success_started_at < latest.started_at
     assert found[f"{key}-quiet"].run_id is None and found[f"{key}-quiet"].outcome is None
+
+
+def test_runs_holding_any_slot_of_a_lease_show_as_running(
+    ctl: Ctl, with_history: dict[str, str]
+) -> None:
+    import dislock
+
+    def context(owner: str) -> dislock.LockContext:
+        return dislock.LockContext(
+            url=with_history["DATABASE_URL"],
+            table_parts=with_history["LOCK_TABLE"].split("."),
+            lock_key=with_history["LOCK_KEY"],
+            owner=owner,
+            run_ttl_seconds=30,
+            lease_interval_seconds=5,
+            slots=2,
+            history=True,
+        )
+
+    key = with_history["LOCK_KEY"]
+    with (
+        dislock.acquire_locks(context("first"), ["lease"]),
+        dislock.acquire_locks(context("second"), ["lease"]),  # slot 2
+    ):
+        runs = json.loads(ctl("history", key, "--json").stdout)
+        assert sorted((run["owner"], run["outcome"]) for run in runs) == [
+            ("first", "running"),
+            ("second", "running"),
+        ]
+    runs = json.loads(ctl("history", key, "--json").stdout)
+    assert [run["outcome"] for run in runs] == ["ok", "ok"]

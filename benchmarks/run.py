@@ -896,8 +896,8 @@ READING = """## Reading the results
   whole processes: differences of a few milliseconds either way are noise there. `history` and
   `missed` read the `(lock_key, started_at DESC)` index (`history` without a key the
   `(started_at)` one, backwards): `Index Scan using key_value_history_key_started … Index Cond:
-  ((lock_key = 'job-7') AND (started_at >= (now() - '24:00:00')))`, then `Limit`; whether a run
-  without an end is still running is a hashed subplan over the lock table's live rows.
+  ((lock_key = 'job-7') AND (started_at >= (now() - '24:00:00')))`, then `Limit`; the lock table is
+  read only for runs without an end (running or abandoned?).
 - **Pause check.** The acquiring statement reads the key's pause row in a CTE (a primary-key
   lookup) and answers in the same round trip; the row compares it with the same upsert without
   the check, sent by hand.

@@ -184,6 +184,25 @@ def test_check_reports_without_acquiring(ctl: Ctl, cli_env: dict[str, str], rows
 
 
 @pytest.mark.parametrize(
+    ("zone_env", "shown"),
+    [
+        ({"CRON_TZ": "America/New_York", "TZ": "Asia/Tokyo"}, "America/New_York (from CRON_TZ)"),
+        ({"TZ": "Etc/GMT+5"}, "Etc/GMT+5 (from TZ)"),
+    ],
+)
+def test_check_shows_the_zone_the_schedule_is_read_in(
+    ctl: Ctl, cli_env: dict[str, str], zone_env: dict[str, str], shown: str
+) -> None:
+    env = {**cli_env, "CRON_SCHEDULE": "0 9 * * *", **zone_env}
+    result = ctl("check", env=env)
+    assert result.returncode == 0, result.stderr
+    assert f"time zone       {shown}" in result.stdout
+    slot_line = next(line for line in result.stdout.splitlines() if "slot ends" in line)
+    local = datetime.fromisoformat(slot_line.split("; ")[1].split()[0])
+    assert (local.hour, local.minute) == (9, 0)
+
+
+@pytest.mark.parametrize(
     ("args", "env_overrides", "status", "message"),
     [
         (["check"], {"LOCK_STRATEGY": "mutex"}, 2, "LOCK_STRATEGY='mutex'"),

@@ -36,6 +36,8 @@ environment:
   LOCK_STRATEGY          schedule   schedule, lease, or schedule,lease
   CRON_SCHEDULE          -          cron expression; required for schedule
                                     (5 fields, or 6 with seconds last)
+  CRON_TZ                local zone IANA zone CRON_SCHEDULE is read in, like
+                                    cron: default TZ, else /etc/localtime
   LOCK_TABLE             key_value  table, or schema.table
   RUN_LOCK_TTL_SECONDS   60         lease time-to-live, in seconds
   LOCK_LEASE_INTERVAL    derived    heartbeat, <= TTL; default 30 % of the TTL

@@ -244,10 +244,13 @@ def _check(conn: Any, settings: WrapperSettings) -> int:
     print(f"  lock key        {settings.lock_key}")
     print(f"  strategies      {','.join(settings.strategies)}")
     print(f"  table           {table}")
-    if settings.schedule is not None:
-        boundary = slot_end(settings.schedule, now)
+    if settings.schedule is not None and settings.cron_zone is not None:
+        zone = settings.cron_zone
+        boundary = slot_end(settings.schedule, now, zone.tz)
         print(f"  schedule        {settings.schedule}")
-        print(f"  slot ends       {boundary.isoformat()} (database clock, UTC)")
+        print(f"  time zone       {zone.name} (from {zone.source})")
+        local = boundary.astimezone(zone.tz).isoformat()
+        print(f"  slot ends       {boundary.isoformat()} (database clock, UTC; {local} local)")
     if settings.ttl_seconds is not None and settings.interval_seconds is not None:
         lease = LeaseClock(
             LeaseSettings(settings.ttl_seconds, settings.interval_seconds, settings.policy),

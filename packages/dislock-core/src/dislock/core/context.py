@@ -5,11 +5,15 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, tzinfo
+from typing import TYPE_CHECKING
 
 from dislock.core import config
 from dislock.core.dsn import parse_dsn, redact_dsn
 from dislock.core.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from dislock.core.cron import CronZone
 
 DEFAULT_CONNECT_TIMEOUT = 10.0
 """Seconds to wait for a connection, unless the URL or the caller says otherwise."""
@@ -75,6 +79,13 @@ class LockContext:
     """Hand out fencing tokens: each acquisition bumps and returns the row's ``fence``
     column (``dislockctl init --fencing`` adds it). Off, the three-column table works
     as it is and nothing extra is read or written."""
+    cron_tz: str | tzinfo | None = None
+    """Time zone ``schedule`` is read in: an IANA name (``"Europe/Berlin"``) or a
+    ``tzinfo``. Default: the local zone (``TZ``, else ``/etc/localtime``), the zone
+    cron reads a crontab in. Stored as a ``tzinfo`` once a schedule is given; its
+    name is ``cron_zone.name``. Slots are still taken on the database clock."""
+    cron_zone: CronZone | None = field(default=None, init=False, repr=False, compare=False)
+    """The resolved zone, with the name to show and record (``None`` without a schedule)."""
 
     def __post_init__(self) -> None:
         parse_dsn(self.url)
@@ -107,6 +118,13 @@ class LockContext:
             from dislock.core.cron import check_cron
 
             _set(self, "schedule", check_cron(self.schedule))
+        if self.schedule is not None or self.cron_tz is not None:
+            # Only schedule users pay for reading the zone database.
+            from dislock.core.cron import load_zone, local_zone
+
+            zone = local_zone() if self.cron_tz is None else load_zone(self.cron_tz)
+            _set(self, "cron_zone", zone)
+            _set(self, "cron_tz", zone.tz)
         _set(
             self,
             "jitter_max_seconds",
@@ -132,6 +150,7 @@ class LockContext:
                 "run_ttl_seconds",
                 "lease_interval_seconds",
                 "schedule",
+                "cron_tz",
                 "jitter_max_seconds",
                 "lease_loss_policy",
                 "fencing",

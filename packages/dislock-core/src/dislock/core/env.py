@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from dislock.core import config
 from dislock.core.context import LeaseLossPolicy, LockContext
 from dislock.core.dsn import parse_dsn, redact_dsn
 from dislock.core.errors import ConfigurationError
 from dislock.core.supervision import check_command
+
+if TYPE_CHECKING:
+    from dislock.core.cron import CronZone
 
 DEFAULT_TTL_SECONDS = 60.0
 DEFAULT_TABLE = "key_value"
@@ -39,6 +42,8 @@ class WrapperSettings(NamedTuple):
     jitter_seconds: float
     policy: LeaseLossPolicy
     fencing: bool = False
+    cron_zone: CronZone | None = None
+    """The zone ``schedule`` is read in (``CRON_TZ``, else the local zone)."""
 
     def __repr__(self) -> str:
         return f"WrapperSettings(url={redact_dsn(self.url)!r}, command={self.command!r}, ...)"
@@ -55,6 +60,7 @@ class WrapperSettings(NamedTuple):
             jitter_max_seconds=self.jitter_seconds,
             lease_loss_policy=self.policy,
             fencing=self.fencing,
+            cron_tz=None if self.cron_zone is None else self.cron_zone.tz,
         )
 
 
@@ -122,7 +128,7 @@ def read_wrapper_settings(
 
     table_parts = read_table(environ)
 
-    schedule = None
+    schedule = zone = None
     if config.SCHEDULE in strategies:
         raw_schedule = _variable(environ, "CRON_SCHEDULE")
         if raw_schedule is None:
@@ -133,6 +139,7 @@ def read_wrapper_settings(
         from dislock.core.cron import check_cron
 
         schedule = check_cron(raw_schedule, name="CRON_SCHEDULE")
+        zone = read_cron_zone(environ)
 
     ttl = interval = None
     if config.LEASE in strategies:
@@ -174,4 +181,12 @@ def read_wrapper_settings(
         jitter_seconds=jitter,
         policy=policy,
         fencing=fencing,
+        cron_zone=zone,
     )
+
+
+def read_cron_zone(environ: Mapping[str, str]) -> CronZone:
+    """The zone cron reads the crontab in: ``CRON_TZ``, else ``TZ``, else the system zone."""
+    from dislock.core.cron import cron_zone
+
+    return cron_zone(environ)

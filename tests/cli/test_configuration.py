@@ -29,8 +29,29 @@ UNREACHABLE = "postgresql://app:hunter2-secret@127.0.0.1:1/app"
         ({"CRON_TZ": "Mars/Olympus"}, "CRON_TZ='Mars/Olympus' is not a known IANA time zone"),
         ({"CRON_TZ": None, "TZ": "Nowhere/Else"}, "TZ='Nowhere/Else' is not a known IANA"),
         ({"LOCK_STRATEGY": "lease", "RUN_LOCK_TTL_SECONDS": "abc"}, "RUN_LOCK_TTL_SECONDS"),
-        ({"LOCK_STRATEGY": "lease", "RUN_LOCK_TTL_SECONDS": "0"}, "greater than 0, got '0'"),
-        ({"LOCK_STRATEGY": "lease", "RUN_LOCK_TTL_SECONDS": "-5"}, "greater than 0, got '-5'"),
+        ({"LOCK_STRATEGY": "lease", "RUN_LOCK_TTL_SECONDS": "0"}, "at least 0.1 s, got '0'"),
+        ({"LOCK_STRATEGY": "lease", "RUN_LOCK_TTL_SECONDS": "-5"}, "at least 0.1 s, got '-5'"),
+        # The table (#18): each refused in one line naming the largest value.
+        (
+            {"LOCK_STRATEGY": "lease", "RUN_LOCK_TTL_SECONDS": "1e12"},
+            "RUN_LOCK_TTL_SECONDS must be at most 604800 s, got '1e12'",
+        ),
+        (
+            {"LOCK_STRATEGY": "lease", "LOCK_LEASE_INTERVAL": "1e12"},
+            "LOCK_LEASE_INTERVAL must be at most 604800 s, got '1e12'",
+        ),
+        ({"LOCK_JITTER_SECONDS": "1e9"}, "LOCK_JITTER_SECONDS must be at most 3600 s, got '1e9'"),
+        (
+            {"CRON_SCHEDULE": "*/5 * * * *", "LOCK_JITTER_SECONDS": "200"},
+            "LOCK_JITTER_SECONDS (200 s) must be at most half the shortest interval between the "
+            "fires of CRON_SCHEDULE (300 s), so at most 150 s",
+        ),
+        ({"LOCK_KEY": "k" * 3000}, "LOCK_KEY is 3000 bytes long; at most 2048 bytes"),
+        ({"LOCK_KEY": "é" * 1025}, "LOCK_KEY is 2050 bytes long"),
+        ({"LOCK_KEY": "two\nlines"}, "LOCK_KEY must not contain control or invisible characters"),
+        ({"LOCK_KEY": "tab\tbed"}, "(found '\\t' in 'tab\\tbed')"),
+        ({"LOCK_KEY": "rtl\u202eyek"}, "found '\\u202e'"),
+        ({"LOCK_TABLE": "lock\ntable"}, "contains control or invisible characters"),
         ({"LOCK_STRATEGY": "lease", "RUN_LOCK_TTL_SECONDS": "nan"}, "finite"),
         ({"LOCK_STRATEGY": "lease", "LOCK_LEASE_INTERVAL": "61"}, "LOCK_LEASE_INTERVAL (61 s)"),
         ({"LOCK_STRATEGY": "lease", "LOCK_LEASE_INTERVAL": "x"}, "LOCK_LEASE_INTERVAL"),

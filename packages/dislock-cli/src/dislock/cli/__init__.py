@@ -33,16 +33,19 @@ URL_VARIABLE is the NAME of the environment variable holding the database URL
 
 environment:
   LOCK_KEY               required   name of the lock shared by every machine
+                                    (at most 2048 bytes, no control characters)
   LOCK_STRATEGY          schedule   schedule, lease, or schedule,lease
   CRON_SCHEDULE          -          cron expression; required for schedule
-                                    (5 fields, or 6 with seconds last)
+                                    (5 fields, or 6 with seconds last; must fire)
   CRON_TZ                local zone IANA zone CRON_SCHEDULE is read in, like
                                     cron: default TZ, else /etc/localtime
   LOCK_TABLE             key_value  table, or schema.table
-  RUN_LOCK_TTL_SECONDS   60         lease time-to-live, in seconds
-  LOCK_LEASE_INTERVAL    derived    heartbeat, <= TTL; default 30 % of the TTL
-                                    kept within 1..10 s
-  LOCK_JITTER_SECONDS    0          sleep up to this long before locking
+  RUN_LOCK_TTL_SECONDS   60         lease time-to-live: 0.1 to 604800 s
+  LOCK_LEASE_INTERVAL    derived    heartbeat: 0.001 to 604800 s, <= TTL;
+                                    default 30 % of the TTL kept within 1..10 s
+  LOCK_JITTER_SECONDS    0          sleep up to this long before locking: 0 to
+                                    3600 s, and with a schedule at most half
+                                    its shortest interval
   LOCK_ON_LEASE_LOSS     terminate  terminate (SIGTERM, SIGKILL after 10 s,
                                     exit 75) or continue (log only)
   LOCK_FENCING           0          1: pass a fencing token to the command in

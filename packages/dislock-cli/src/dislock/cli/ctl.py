@@ -197,12 +197,13 @@ def _list(conn: Any, table: tuple[str, ...], prefix: str, as_json: bool) -> int:
 
 def _release(conn: Any, table: tuple[str, ...], lock_key: str, mode: str, owner: str | None) -> int:
     from dislock.core.admin import MODES, format_duration, release_keys, release_query, split_key
+    from dislock.core.bounds import escape
 
     modes = MODES if mode == "all" else (mode,)
     params: dict[str, Any] = {"keys": release_keys(lock_key, modes), "owner": owner}
     released = conn.execute(release_query(table, owner_guard=owner is not None), params).fetchall()
     if not released:
-        held_by = f" by {owner}" if owner else ""
+        held_by = f" by {escape(owner)}" if owner else ""
         print(f"nothing to release: no {' or '.join(modes)} lock on {lock_key!r} is held{held_by}")
         return EXIT_OK
     consequence = {
@@ -212,7 +213,7 @@ def _release(conn: Any, table: tuple[str, ...], lock_key: str, mode: str, owner:
     for key, value, remaining in released:
         what, _ = split_key(key)
         print(
-            f"released {what} {lock_key!r} held by {value} "
+            f"released {what} {lock_key!r} held by {escape(value)} "
             f"({format_duration(remaining)} were left); {consequence[what]}"
         )
     return EXIT_OK
@@ -222,6 +223,7 @@ def _check(conn: Any, settings: WrapperSettings) -> int:
     from psycopg import sql
 
     from dislock.core.admin import describe_expiry, state_query
+    from dislock.core.bounds import escape
     from dislock.core.config import LEASE, SCHEDULE
     from dislock.core.cron import slot_end
     from dislock.core.lease import LeaseClock, LeaseSettings
@@ -241,7 +243,7 @@ def _check(conn: Any, settings: WrapperSettings) -> int:
     table = ".".join(settings.table_parts)
     now: datetime = conn.execute("SELECT NOW()").fetchone()[0]
     print("configuration is valid")
-    print(f"  lock key        {settings.lock_key}")
+    print(f"  lock key        {escape(settings.lock_key)}")
     print(f"  strategies      {','.join(settings.strategies)}")
     print(f"  table           {table}")
     if settings.schedule is not None and settings.cron_zone is not None:
@@ -278,7 +280,8 @@ def _check(conn: Any, settings: WrapperSettings) -> int:
         if owner is None or remaining <= 0:
             state = "free: a run now would take it"
         else:
-            state = f"held by {owner}, expires {describe_expiry(remaining)}: a run now would skip"
+            expires = describe_expiry(remaining)
+            state = f"held by {escape(owner)}, expires {expires}: a run now would skip"
         print(f"  {strategy:<14}  {state}")
     return EXIT_OK
 

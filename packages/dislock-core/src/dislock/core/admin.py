@@ -14,6 +14,7 @@ from typing import Any
 
 from psycopg import sql
 
+from dislock.core.bounds import escape
 from dislock.core.sql import KEY_PREFIX, create_table, lease_key, schedule_key
 
 MODES = ("schedule", "lease")
@@ -154,9 +155,10 @@ def render_table(rows: Sequence[LockRow]) -> str:
     headers = ("LOCK KEY", "MODE", "OWNER", "EXPIRES", "FENCE", "STATE")
     lines = [
         (
-            row.lock_key,
+            # Rows written by other versions or by hand may hold control characters.
+            escape(row.lock_key),
             row.mode,
-            row.owner,
+            escape(row.owner),
             describe_expiry(row.expires_in_seconds),
             "-" if row.fence is None else str(row.fence),
             "held" if row.held else "expired",

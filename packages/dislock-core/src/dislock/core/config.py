@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
+from dislock.core.bounds import escape
 from dislock.core.errors import ConfigurationError
 
 SCHEDULE = "schedule"
@@ -112,6 +113,10 @@ def check_identifier(part: object) -> str:
         raise ConfigurationError(f"table name parts must be non-empty strings, got {part!r}")
     if "\x00" in part:
         raise ConfigurationError(f"table name part {part!r} contains a NUL character")
+    if escape(part) != part:
+        raise ConfigurationError(
+            f"table name part {part!r} contains control or invisible characters"
+        )
     if len(part.encode()) > MAX_IDENTIFIER_BYTES:
         raise ConfigurationError(
             f"table name part {part!r} is longer than PostgreSQL's "

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
 from typing import TYPE_CHECKING
 
-from dislock.core import config
+from dislock.core import bounds, config
 from dislock.core.dsn import parse_dsn, redact_dsn
 from dislock.core.errors import ConfigurationError
 
@@ -90,8 +90,8 @@ class LockContext:
     def __post_init__(self) -> None:
         parse_dsn(self.url)
         _set(self, "table_parts", config.check_table_parts(self.table_parts))
-        config.check_text("lock_key", self.lock_key)
-        config.check_text("owner", self.owner)
+        bounds.check_key("lock_key", self.lock_key)
+        bounds.check_key("owner", self.owner)
         if self.next_run_time is not None:
             if not isinstance(self.next_run_time, datetime):
                 raise ConfigurationError(
@@ -103,11 +103,11 @@ class LockContext:
                     f"got naive {self.next_run_time.isoformat()}"
                 )
         if self.run_ttl_seconds is not None:
-            ttl = config.positive_seconds("run_ttl_seconds", self.run_ttl_seconds)
+            ttl = bounds.check_number(bounds.TTL, self.run_ttl_seconds, name="run_ttl_seconds")
             _set(self, "run_ttl_seconds", ttl)
         if self.lease_interval_seconds is not None:
-            interval = config.positive_seconds(
-                "lease_interval_seconds", self.lease_interval_seconds
+            interval = bounds.check_number(
+                bounds.HEARTBEAT, self.lease_interval_seconds, name="lease_interval_seconds"
             )
             _set(self, "lease_interval_seconds", interval)
             if self.run_ttl_seconds is not None:
@@ -128,15 +128,26 @@ class LockContext:
         _set(
             self,
             "jitter_max_seconds",
-            config.non_negative_seconds("jitter_max_seconds", self.jitter_max_seconds),
+            bounds.check_number(bounds.JITTER, self.jitter_max_seconds, name="jitter_max_seconds"),
         )
+        if self.schedule is not None:
+            from dislock.core.cron import check_jitter
+
+            check_jitter(
+                self.schedule,
+                self.jitter_max_seconds,
+                jitter_name="jitter_max_seconds",
+                schedule_name="schedule",
+            )
         _set(self, "lease_loss_policy", LeaseLossPolicy.parse(self.lease_loss_policy))
         if not isinstance(self.fencing, bool):
             raise ConfigurationError(f"fencing must be True or False, got {self.fencing!r}")
         _set(
             self,
             "connect_timeout_seconds",
-            config.positive_seconds("connect_timeout_seconds", self.connect_timeout_seconds),
+            bounds.check_number(
+                bounds.CONNECT_TIMEOUT, self.connect_timeout_seconds, name="connect_timeout_seconds"
+            ),
         )
 
     def __repr__(self) -> str:

@@ -18,6 +18,7 @@ makes one slot end early.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone, tzinfo
@@ -55,9 +56,10 @@ def _valid(expression: object, name: str) -> str:
 
     if not isinstance(expression, str) or not expression.strip():
         raise ConfigurationError(f"{name} must be a cron expression, got {expression!r}")
-    if not croniter.is_valid(expression.strip()):
+    text = " ".join(expression.split())  # one line, whatever separated the fields
+    if not croniter.is_valid(text):
         raise ConfigurationError(f"{name} is not a valid cron expression: {expression!r}")
-    return expression.strip()
+    return text
 
 
 # ---------------------------------------------------------------------------
@@ -221,3 +223,39 @@ def slot_end(expression: str, now: datetime, tz: tzinfo = UTC) -> datetime:
     second = next_boundary(expression, first, tz)
     tolerance = min(EARLY_FIRE_TOLERANCE, (second - first).total_seconds() / 4)
     return second if (first - now).total_seconds() < tolerance else first
+
+
+JITTER_SAMPLE = 32
+"""Consecutive fires looked at to find a schedule's shortest interval."""
+
+
+def shortest_interval(expression: str, now: datetime | None = None) -> float:
+    """The shortest time between consecutive fires of ``expression``, in seconds,
+    over its next few fires (on the wall clock; DST only shortens one interval)."""
+    from croniter import croniter
+
+    start = (now or datetime.now(UTC)).astimezone(UTC)
+    fires = croniter(_valid(expression, "schedule"), start)
+    previous = fires.get_next(float)
+    shortest = math.inf
+    for _ in range(JITTER_SAMPLE):
+        current = fires.get_next(float)
+        shortest = min(shortest, current - previous)
+        previous = current
+    return shortest
+
+
+def check_jitter(
+    expression: str, jitter_seconds: float, *, jitter_name: str, schedule_name: str
+) -> None:
+    """A start-up delay must leave the start in the slot cron fired it for: at most
+    half the schedule's shortest interval."""
+    if jitter_seconds <= 0:
+        return
+    interval = shortest_interval(expression)
+    if jitter_seconds > interval / 2:
+        raise ConfigurationError(
+            f"{jitter_name} ({jitter_seconds:g} s) must be at most half the shortest "
+            f"interval between the fires of {schedule_name} ({interval:g} s), so at most "
+            f"{interval / 2:g} s"
+        )

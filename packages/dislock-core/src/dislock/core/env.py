@@ -11,7 +11,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
-from dislock.core import config
+from dislock.core import bounds, config
 from dislock.core.context import LeaseLossPolicy, LockContext
 from dislock.core.dsn import parse_dsn, redact_dsn
 from dislock.core.errors import ConfigurationError
@@ -119,6 +119,7 @@ def read_wrapper_settings(
     lock_key = _variable(environ, "LOCK_KEY")
     if lock_key is None:
         raise ConfigurationError("LOCK_KEY is unset or empty: name the lock, e.g. LOCK_KEY=nightly")
+    bounds.check_key("LOCK_KEY", lock_key)
 
     raw_strategy = _variable(environ, "LOCK_STRATEGY") or DEFAULT_STRATEGY
     try:
@@ -144,11 +145,7 @@ def read_wrapper_settings(
     ttl = interval = None
     if config.LEASE in strategies:
         raw_ttl = _variable(environ, "RUN_LOCK_TTL_SECONDS")
-        ttl = (
-            DEFAULT_TTL_SECONDS
-            if raw_ttl is None
-            else config.positive_seconds("RUN_LOCK_TTL_SECONDS", raw_ttl)
-        )
+        ttl = DEFAULT_TTL_SECONDS if raw_ttl is None else bounds.check_number(bounds.TTL, raw_ttl)
         raw_interval = _variable(environ, "LOCK_LEASE_INTERVAL")
         if raw_interval is None:
             interval = config.derive_lease_interval(ttl)
@@ -158,11 +155,17 @@ def read_wrapper_settings(
                     "heartbeat: set LOCK_LEASE_INTERVAL too"
                 )
         else:
-            interval = config.positive_seconds("LOCK_LEASE_INTERVAL", raw_interval)
+            interval = bounds.check_number(bounds.HEARTBEAT, raw_interval)
             config.check_interval(ttl, interval, interval_name="LOCK_LEASE_INTERVAL")
 
     raw_jitter = environ.get("LOCK_JITTER_SECONDS", "").strip()
-    jitter = config.non_negative_seconds("LOCK_JITTER_SECONDS", raw_jitter) if raw_jitter else 0.0
+    jitter = bounds.check_number(bounds.JITTER, raw_jitter) if raw_jitter else 0.0
+    if schedule is not None:
+        from dislock.core.cron import check_jitter
+
+        check_jitter(
+            schedule, jitter, jitter_name="LOCK_JITTER_SECONDS", schedule_name="CRON_SCHEDULE"
+        )
 
     raw_policy = _variable(environ, "LOCK_ON_LEASE_LOSS") or LeaseLossPolicy.TERMINATE.value
     policy = LeaseLossPolicy.parse(raw_policy, name="LOCK_ON_LEASE_LOSS")

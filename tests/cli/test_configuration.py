@@ -52,6 +52,7 @@ UNREACHABLE = "postgresql://app:hunter2-secret@127.0.0.1:1/app"
         ({"LOCK_KEY": "tab\tbed"}, "(found '\\t' in 'tab\\tbed')"),
         ({"LOCK_KEY": "rtl\u202eyek"}, "found '\\u202e'"),
         ({"LOCK_TABLE": "lock\ntable"}, "contains control or invisible characters"),
+        ({"LOCK_TABLE": "kv%s"}, "table name part 'kv%s' contains '%'"),
         ({"LOCK_STRATEGY": "lease", "RUN_LOCK_TTL_SECONDS": "nan"}, "finite"),
         ({"LOCK_STRATEGY": "lease", "LOCK_LEASE_INTERVAL": "61"}, "LOCK_LEASE_INTERVAL (61 s)"),
         ({"LOCK_STRATEGY": "lease", "LOCK_LEASE_INTERVAL": "x"}, "LOCK_LEASE_INTERVAL"),

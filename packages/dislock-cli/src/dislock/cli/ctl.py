@@ -26,7 +26,9 @@ if TYPE_CHECKING:
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> Any:  # one line and exit 2, like the wrapper
-        self.exit(EXIT_USAGE, f"dislockctl: error: {message}\n")
+        from dislock.core.bounds import escape  # argparse quotes stray arguments as they are
+
+        self.exit(EXIT_USAGE, f"dislockctl: error: {escape(message)}\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -108,6 +110,15 @@ def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> int:
             if args.command == "check"
             else None
         )
+        from dislock.core.bounds import check_utf8
+
+        for name, value in (
+            ("LOCK_KEY", getattr(args, "lock_key", None)),
+            ("PREFIX", getattr(args, "prefix", None)),
+            ("--owner", getattr(args, "owner", None)),
+        ):
+            if value is not None:
+                check_utf8(name, value)
     except ConfigurationError as exc:
         print(f"dislockctl: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

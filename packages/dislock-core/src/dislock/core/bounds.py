@@ -161,6 +161,18 @@ def check_key(name: str, value: object) -> str:
     return value
 
 
+def check_utf8(name: str, value: str) -> str:
+    """Text that can be sent to the database: command-line arguments and environment
+    variables that are not UTF-8 reach Python as lone surrogates."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ConfigurationError(
+            f"{name} is not valid UTF-8: {printable(value, limit=80)}"
+        ) from None
+    return value
+
+
 def printable(text: str, *, limit: int | None = None) -> str:
     """``text`` quoted for one line of output: control, format and separator characters
     escaped (``'a\\nb'``), shortened to about ``limit`` characters."""

@@ -117,6 +117,9 @@ def check_identifier(part: object) -> str:
         raise ConfigurationError(
             f"table name part {part!r} contains control or invisible characters"
         )
+    if "%" in part:
+        # psycopg reads % in a statement's text as a placeholder, quoted identifiers too.
+        raise ConfigurationError(f"table name part {part!r} contains '%', which is not supported")
     if len(part.encode()) > MAX_IDENTIFIER_BYTES:
         raise ConfigurationError(
             f"table name part {part!r} is longer than PostgreSQL's "

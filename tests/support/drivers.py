@@ -297,7 +297,7 @@ class CliDriver(Driver):
         }
         env.update({name: str(value) for name, value in optional.items() if value is not None})
         zone = getattr(context.cron_tz, "key", None)
-        if zone is not None:  # an IANA zone given to the context: the wrapper's CRON_TZ
+        if zone is not None and not zone.startswith("/"):  # the context's IANA zone
             env["CRON_TZ"] = zone
         return env
 

@@ -209,6 +209,26 @@ def test_zone_sources() -> None:
     assert load_zone(UTC).name == "UTC"
 
 
+@pytest.mark.parametrize(
+    ("value", "offset"),
+    [("UTC0", 0), ("JST-9", 9 * 60), ("EST5", -5 * 60), ("<+0530>-5:30", 5 * 60 + 30)],
+)
+def test_posix_tz_without_daylight_saving_is_a_fixed_offset(value: str, offset: int) -> None:
+    zone = local_zone({"TZ": value})
+    assert zone.name == value
+    assert datetime(2026, 7, 1, tzinfo=zone.tz).utcoffset() == timedelta(minutes=offset)
+
+
+def test_a_zone_file_by_path(tmp_path: object) -> None:
+    import pathlib
+
+    copy = pathlib.Path(str(tmp_path)) / "zone"
+    copy.write_bytes(pathlib.Path("/usr/share/zoneinfo/Asia/Tokyo").read_bytes())
+    zone = cron_zone({"TZ": f":{copy}"})
+    assert zone.name == str(copy)
+    assert datetime(2026, 1, 1, tzinfo=zone.tz).utcoffset() == timedelta(hours=9)
+
+
 def test_the_system_zone_comes_from_etc_localtime(tmp_path: object) -> None:
     import pathlib
 
@@ -230,6 +250,8 @@ def test_the_system_zone_comes_from_etc_localtime(tmp_path: object) -> None:
         ("Mars/Olympus", "CRON_TZ='Mars/Olympus' is not a known IANA time zone"),
         ("EST5EDT,M3.2.0,M11.1.0", "is not a known IANA time zone"),
         ("../../etc/passwd", "is not a known IANA time zone"),
+        ("/etc/passwd", "is not a known IANA time zone"),
+        ("UTC99", "is not a known IANA time zone"),
         ("Europe/Berlin\n", None),
     ],
 )

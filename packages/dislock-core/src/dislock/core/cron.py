@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone, tzinfo
 from typing import NamedTuple
@@ -106,14 +107,39 @@ def load_zone(value: object, *, name: str = "cron_tz", source: str = "argument")
     from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
     try:
-        tz = ZoneInfo(key)
+        if key.startswith("/"):  # a zone file by its path, as TZ allows (TZ=/etc/localtime)
+            with open(key, "rb") as file:
+                return CronZone(ZoneInfo.from_file(file, key=key), key, source)
+        tz: tzinfo = ZoneInfo(key)
     except (ZoneInfoNotFoundError, ValueError, OSError):
-        # POSIX rule strings (EST5EDT,M3.2.0,M11.1.0) are not read: name the zone instead.
+        fixed = _posix_fixed_offset(key)
+        if fixed is not None:
+            return CronZone(fixed, key, source)
+        # POSIX rules with daylight saving time (EST5EDT,M3.2.0,M11.1.0) are not
+        # read: the IANA name says the same and is what the zone database keeps.
         raise ConfigurationError(
             f"{name}={value!r} is not a known IANA time zone (e.g. Europe/Berlin, "
             "America/New_York, UTC)"
         ) from None
     return CronZone(tz, key, source)
+
+
+_POSIX_FIXED = re.compile(
+    r"(?:[A-Za-z]{3,}|<[A-Za-z0-9+-]{1,}>)([+-]?)(\d{1,2})(?::(\d{2}))?(?::(\d{2}))?"
+)
+
+
+def _posix_fixed_offset(text: str) -> tzinfo | None:
+    """A POSIX ``TZ`` without daylight saving time (``UTC0``, ``JST-9``, ``<+0530>-5:30``)
+    as a fixed offset; the offset counts hours west of Greenwich."""
+    match = _POSIX_FIXED.fullmatch(text)
+    if match is None:
+        return None
+    sign, hours, minutes, seconds = match.groups()
+    west = timedelta(hours=int(hours), minutes=int(minutes or 0), seconds=int(seconds or 0))
+    if west > timedelta(hours=24):
+        return None
+    return timezone(west if sign == "-" else -west, text)
 
 
 def system_zone(localtime: str = LOCALTIME) -> CronZone:

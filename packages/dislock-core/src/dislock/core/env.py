@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dislock.core import bounds, config
 from dislock.core.context import LeaseLossPolicy, LockContext
 from dislock.core.dsn import parse_dsn, redact_dsn
 from dislock.core.errors import ConfigurationError
 from dislock.core.supervision import check_command
+from dislock.core.waiting import DEFAULT_POLL_SECONDS, MAX_SLOTS, check_waiting
 
 if TYPE_CHECKING:
     from dislock.core.cron import CronZone
@@ -42,6 +43,11 @@ class WrapperSettings(NamedTuple):
     jitter_seconds: float
     policy: LeaseLossPolicy
     fencing: bool = False
+    wait_seconds: float = 0.0
+    wait_poll_seconds: float = DEFAULT_POLL_SECONDS
+    wait_listen: bool | None = None
+    slots: int = 1
+    conflict_exit_code: int = 0
     cron_zone: CronZone | None = None
     """The zone ``schedule`` is read in (``CRON_TZ``, else the local zone)."""
 
@@ -60,6 +66,10 @@ class WrapperSettings(NamedTuple):
             jitter_max_seconds=self.jitter_seconds,
             lease_loss_policy=self.policy,
             fencing=self.fencing,
+            wait_seconds=self.wait_seconds,
+            wait_poll_seconds=self.wait_poll_seconds,
+            wait_listen=self.wait_listen,
+            slots=self.slots,
             cron_tz=None if self.cron_zone is None else self.cron_zone.tz,
         )
 
@@ -170,6 +180,7 @@ def read_wrapper_settings(
     raw_policy = _variable(environ, "LOCK_ON_LEASE_LOSS") or LeaseLossPolicy.TERMINATE.value
     policy = LeaseLossPolicy.parse(raw_policy, name="LOCK_ON_LEASE_LOSS")
     fencing = config.parse_flag("LOCK_FENCING", environ.get("LOCK_FENCING", ""))
+    waiting = read_waiting(environ, strategies)
 
     return WrapperSettings(
         url_variable=url_variable,
@@ -185,7 +196,39 @@ def read_wrapper_settings(
         policy=policy,
         fencing=fencing,
         cron_zone=zone,
+        **waiting,
     )
+
+
+def read_waiting(environ: Mapping[str, str], strategies: Sequence[str]) -> dict[str, Any]:
+    """``LOCK_WAIT_SECONDS``, ``LOCK_WAIT_POLL_SECONDS``, ``LOCK_WAIT_LISTEN``,
+    ``LOCK_SLOTS`` and ``LOCK_CONFLICT_EXIT_CODE``, as ``WrapperSettings`` fields."""
+    raw_wait = _variable(environ, "LOCK_WAIT_SECONDS")
+    wait = 0.0 if raw_wait is None else config.non_negative_seconds("LOCK_WAIT_SECONDS", raw_wait)
+    raw_poll = _variable(environ, "LOCK_WAIT_POLL_SECONDS")
+    poll = (
+        DEFAULT_POLL_SECONDS
+        if raw_poll is None
+        else config.positive_seconds("LOCK_WAIT_POLL_SECONDS", raw_poll)
+    )
+    listen = config.parse_auto_flag("LOCK_WAIT_LISTEN", environ.get("LOCK_WAIT_LISTEN", ""))
+    raw_slots = _variable(environ, "LOCK_SLOTS")
+    slots = 1 if raw_slots is None else config.count_between("LOCK_SLOTS", raw_slots, 1, MAX_SLOTS)
+    raw_code = _variable(environ, "LOCK_CONFLICT_EXIT_CODE")
+    code = (
+        0 if raw_code is None else config.count_between("LOCK_CONFLICT_EXIT_CODE", raw_code, 0, 255)
+    )
+    try:
+        check_waiting(strategies, wait, slots)
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"LOCK_STRATEGY={','.join(strategies)!r}: {exc}") from None
+    return {
+        "wait_seconds": wait,
+        "wait_poll_seconds": poll,
+        "wait_listen": listen,
+        "slots": slots,
+        "conflict_exit_code": code,
+    }
 
 
 def read_cron_zone(environ: Mapping[str, str]) -> CronZone:

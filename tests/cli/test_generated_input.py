@@ -236,6 +236,12 @@ VALID: dict[str, st.SearchStrategy[str | None]] = {
     "LOCK_ON_LEASE_LOSS": st.sampled_from([None, "terminate", "CONTINUE"]),
     "LOCK_FENCING": st.sampled_from([None, "0", "no"]),
     "CRONJOB_LOCK_LOG_LEVEL": st.sampled_from([None, "INFO", "warning"]),
+    # A fresh key is never held, so a wait never waits.
+    "LOCK_WAIT_SECONDS": st.sampled_from([None, None, "0", "30"]),
+    "LOCK_WAIT_POLL_SECONDS": st.sampled_from([None, "0.5"]),
+    "LOCK_WAIT_LISTEN": st.sampled_from([None, "auto", "0"]),
+    "LOCK_SLOTS": st.sampled_from([None, None, "1", "3"]),
+    "LOCK_CONFLICT_EXIT_CODE": st.sampled_from([None, "0", "3"]),
 }
 # ... and what a user may type by accident, or on purpose.
 HOSTILE: dict[str, st.SearchStrategy[str]] = {
@@ -251,6 +257,11 @@ HOSTILE: dict[str, st.SearchStrategy[str]] = {
     "LOCK_ON_LEASE_LOSS": st.one_of(st.just("ignore"), odd_text),
     "LOCK_FENCING": st.one_of(st.sampled_from(["1", "yes", "maybe", "\n"]), odd_text),
     "CRONJOB_LOCK_LOG_LEVEL": st.one_of(st.sampled_from(["LOUD", "DEBUG"]), odd_text),
+    "LOCK_WAIT_SECONDS": numbers,
+    "LOCK_WAIT_POLL_SECONDS": numbers,
+    "LOCK_WAIT_LISTEN": st.one_of(st.sampled_from(["maybe", "2"]), odd_text),
+    "LOCK_SLOTS": st.one_of(numbers, st.sampled_from(["1001", "0", "2.5", "1e3"])),
+    "LOCK_CONFLICT_EXIT_CODE": st.one_of(numbers, st.sampled_from(["256", "-1", "x"])),
 }
 
 
@@ -360,6 +371,8 @@ CONTEXT_VALID: dict[str, st.SearchStrategy[Any]] = {
     "fencing": st.booleans(),
     "cron_tz": st.sampled_from([None, "UTC", "Europe/Berlin", timezone.utc]),
     "next_run_time": st.one_of(st.none(), st.datetimes(timezones=st.just(timezone.utc))),
+    "wait_seconds": st.sampled_from([0, 0.0, 5]),
+    "slots": st.sampled_from([1, 2]),
 }
 CONTEXT_HOSTILE: dict[str, st.SearchStrategy[Any]] = {
     "table_parts": st.one_of(st.lists(odd_text, max_size=3), _any_value(st.just(["kv"]))),
@@ -374,6 +387,9 @@ CONTEXT_HOSTILE: dict[str, st.SearchStrategy[Any]] = {
     "fencing": _any_value(st.just(1)),
     "cron_tz": _any_value(zones),
     "next_run_time": _any_value(st.datetimes()),
+    "wait_seconds": _any_value(st.floats(min_value=86400)),
+    "wait_poll_seconds": _any_value(st.floats(max_value=0)),
+    "slots": _any_value(st.integers(min_value=1001)),
 }
 
 

@@ -12,6 +12,7 @@ from dislock.cli import HELP
 from dislock.core.bounds import (
     BOUNDS,
     MAX_KEY_BYTES,
+    SLOTS,
     TTL,
     Bound,
     check_key,
@@ -20,6 +21,7 @@ from dislock.core.bounds import (
     printable,
 )
 from dislock.core.env import read_wrapper_settings
+from dislock.core.waiting import MAX_SLOTS
 
 DOCS = Path(__file__).parents[2] / "docs" / "cli.md"
 
@@ -30,12 +32,24 @@ def _flat(text: str) -> str:
 
 @pytest.mark.parametrize("bound", BOUNDS, ids=lambda bound: bound.field or bound.variable)
 def test_every_bound_is_documented(bound: Bound) -> None:
-    row = next((line for line in DOCS.read_text().splitlines() if f"`{bound.field}`" in line), None)
-    assert row is not None, f"docs/cli.md has no row for {bound.field}"
+    name = bound.field or bound.variable
+    row = next(
+        (
+            line
+            for line in DOCS.read_text().splitlines()
+            if line.startswith("| ") and f"`{name}`" in line and bound.describe() in line
+        ),
+        None,
+    )
+    assert row is not None, f"docs/cli.md's limits table has no row for {name}"
     assert bound.describe() in row and bound.doc in row
     if bound.variable is not None:
         assert f"`{bound.variable}`" in row
         assert bound.describe() in _flat(HELP), f"dislock --help lacks {bound.describe()}"
+
+
+def test_the_slots_bound_is_the_one_the_statement_uses() -> None:
+    assert SLOTS.high == MAX_SLOTS
 
 
 @pytest.mark.parametrize("bound", BOUNDS, ids=lambda bound: bound.field or bound.variable)

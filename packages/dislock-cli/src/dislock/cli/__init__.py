@@ -52,15 +52,18 @@ environment:
   LOCK_FENCING           0          1: pass a fencing token to the command in
                                     DISLOCK_FENCING_TOKEN (dislockctl init --fencing)
   LOCK_WAIT_SECONDS      0          wait up to this long for a lease held
-                                    elsewhere, then skip (needs lease; with
-                                    schedule,lease the slot is taken once and
-                                    the lease waited for)
-  LOCK_WAIT_POLL_SECONDS 0.5        poll cadence while waiting without LISTEN
+                                    elsewhere, then skip: 0 to 86400 s (needs
+                                    lease; with schedule,lease the slot is
+                                    taken once and the lease waited for)
+  LOCK_WAIT_POLL_SECONDS 0.5        poll cadence while waiting without LISTEN:
+                                    more than 0 to 3600 s
   LOCK_WAIT_LISTEN       auto       auto: woken by the release (LISTEN/NOTIFY)
                                     on a direct connection, polling behind a
                                     pooler such as PgBouncer; 1 always; 0 never
-  LOCK_SLOTS             1          up to N holders of the lease at once
-  LOCK_CONFLICT_EXIT_CODE 0         exit status when the lock is held elsewhere
+  LOCK_SLOTS             1          up to N holders of the lease at once: 1 to
+                                    1000
+  LOCK_CONFLICT_EXIT_CODE 0         exit status when the lock is held elsewhere:
+                                    0 to 255
   CRONJOB_LOCK_LOG_LEVEL WARNING    DEBUG, INFO, WARNING, ERROR, CRITICAL
 
 exit status:

@@ -81,7 +81,53 @@ CONNECT_TIMEOUT = Bound(
     low_open=True,
 )
 
-BOUNDS: tuple[Bound, ...] = (TTL, HEARTBEAT, JITTER, CONNECT_TIMEOUT)
+WAIT = Bound(
+    "LOCK_WAIT_SECONDS",
+    "wait_seconds",
+    0.0,
+    DAY,
+    "s",
+    "a run that would wait longer than a day for the one before it wants a schedule instead",
+)
+WAIT_POLL = Bound(
+    "LOCK_WAIT_POLL_SECONDS",
+    "wait_poll_seconds",
+    0.0,
+    3600.0,
+    "s",
+    "polling less than hourly is not waiting",
+    low_open=True,
+)
+SLOTS = Bound(
+    "LOCK_SLOTS",
+    "slots",
+    1,
+    1000,
+    "",
+    "more holders than this at once is not a lock any more; it also bounds the array the "
+    "slot-taking statement is sent",
+    integer=True,
+)
+CONFLICT_EXIT_CODE = Bound(
+    "LOCK_CONFLICT_EXIT_CODE",
+    None,
+    0,
+    255,
+    "",
+    "an exit status is one byte",
+    integer=True,
+)
+
+BOUNDS: tuple[Bound, ...] = (
+    TTL,
+    HEARTBEAT,
+    JITTER,
+    CONNECT_TIMEOUT,
+    WAIT,
+    WAIT_POLL,
+    SLOTS,
+    CONFLICT_EXIT_CODE,
+)
 """Every numeric setting. Other settings add their entry here and check with it."""
 
 MAX_KEY_BYTES = 2048
@@ -119,6 +165,11 @@ def check_number(bound: Bound, value: object, *, name: str | None = None) -> flo
         raise ConfigurationError(
             f"{label} must be greater than {_number(bound.low)}, got {shown(value)}"
         )
+    if bound.integer and not bound.low <= number <= bound.high:
+        raise ConfigurationError(
+            f"{label} must be between {_number(bound.low)} and {_number(bound.high)}, "
+            f"got {shown(value)}"
+        )
     if number < bound.low:
         if bound.low == 0:
             raise ConfigurationError(f"{label} must not be negative, got {shown(value)}")
@@ -130,6 +181,11 @@ def check_number(bound: Bound, value: object, *, name: str | None = None) -> flo
             f"{label} must be at most {_number(bound.high)}{unit}, got {shown(value)}"
         )
     return number
+
+
+def check_count(bound: Bound, value: object, *, name: str | None = None) -> int:
+    """A whole number within ``bound`` (an int, or its decimal text)."""
+    return int(check_number(bound, value.strip() if isinstance(value, str) else value, name=name))
 
 
 # Control characters break the one-line-per-lock output of `dislockctl ls` and the

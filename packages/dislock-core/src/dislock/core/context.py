@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from dislock.core import bounds, config
 from dislock.core.dsn import parse_dsn, redact_dsn
 from dislock.core.errors import ConfigurationError
-from dislock.core.waiting import DEFAULT_POLL_SECONDS, MAX_SLOTS
+from dislock.core.waiting import DEFAULT_POLL_SECONDS
 
 if TYPE_CHECKING:
     from dislock.core.cron import CronZone
@@ -163,17 +163,21 @@ class LockContext:
         self._check_waiting()
 
     def _check_waiting(self) -> None:
-        _set(self, "wait_seconds", config.non_negative_seconds("wait_seconds", self.wait_seconds))
+        _set(
+            self,
+            "wait_seconds",
+            bounds.check_number(bounds.WAIT, self.wait_seconds, name="wait_seconds"),
+        )
         _set(
             self,
             "wait_poll_seconds",
-            config.positive_seconds("wait_poll_seconds", self.wait_poll_seconds),
+            bounds.check_number(bounds.WAIT_POLL, self.wait_poll_seconds, name="wait_poll_seconds"),
         )
         if self.wait_listen is not None and not isinstance(self.wait_listen, bool):
             raise ConfigurationError(
                 f"wait_listen must be True, False or None, got {self.wait_listen!r}"
             )
-        _set(self, "slots", config.count_between("slots", self.slots, 1, MAX_SLOTS))
+        _set(self, "slots", bounds.check_count(bounds.SLOTS, self.slots, name="slots"))
 
     def __repr__(self) -> str:
         fields = ", ".join(

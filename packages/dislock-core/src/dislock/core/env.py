@@ -16,7 +16,7 @@ from dislock.core.context import LeaseLossPolicy, LockContext
 from dislock.core.dsn import parse_dsn, redact_dsn
 from dislock.core.errors import ConfigurationError
 from dislock.core.supervision import check_command
-from dislock.core.waiting import DEFAULT_POLL_SECONDS, MAX_SLOTS, check_waiting
+from dislock.core.waiting import DEFAULT_POLL_SECONDS, check_waiting
 
 if TYPE_CHECKING:
     from dislock.core.cron import CronZone
@@ -204,20 +204,18 @@ def read_waiting(environ: Mapping[str, str], strategies: Sequence[str]) -> dict[
     """``LOCK_WAIT_SECONDS``, ``LOCK_WAIT_POLL_SECONDS``, ``LOCK_WAIT_LISTEN``,
     ``LOCK_SLOTS`` and ``LOCK_CONFLICT_EXIT_CODE``, as ``WrapperSettings`` fields."""
     raw_wait = _variable(environ, "LOCK_WAIT_SECONDS")
-    wait = 0.0 if raw_wait is None else config.non_negative_seconds("LOCK_WAIT_SECONDS", raw_wait)
+    wait = 0.0 if raw_wait is None else bounds.check_number(bounds.WAIT, raw_wait)
     raw_poll = _variable(environ, "LOCK_WAIT_POLL_SECONDS")
     poll = (
         DEFAULT_POLL_SECONDS
         if raw_poll is None
-        else config.positive_seconds("LOCK_WAIT_POLL_SECONDS", raw_poll)
+        else bounds.check_number(bounds.WAIT_POLL, raw_poll)
     )
     listen = config.parse_auto_flag("LOCK_WAIT_LISTEN", environ.get("LOCK_WAIT_LISTEN", ""))
     raw_slots = _variable(environ, "LOCK_SLOTS")
-    slots = 1 if raw_slots is None else config.count_between("LOCK_SLOTS", raw_slots, 1, MAX_SLOTS)
+    slots = 1 if raw_slots is None else bounds.check_count(bounds.SLOTS, raw_slots)
     raw_code = _variable(environ, "LOCK_CONFLICT_EXIT_CODE")
-    code = (
-        0 if raw_code is None else config.count_between("LOCK_CONFLICT_EXIT_CODE", raw_code, 0, 255)
-    )
+    code = 0 if raw_code is None else bounds.check_count(bounds.CONFLICT_EXIT_CODE, raw_code)
     try:
         check_waiting(strategies, wait, slots)
     except ConfigurationError as exc:

@@ -140,7 +140,8 @@ def test_history_records_each_run_with_its_outcome(
         assert run["host"] == socket.gethostname() and run["pid"] > 0
         assert driver.is_owner_token(run["owner"], context)
         assert run["started_at"] >= before and run["ordered"]
-        assert run["cron"] == "* * * * * */1" and run["cron_tz"] is None
+        assert context.cron_zone is not None  # the zone the schedule is read in
+        assert run["cron"] == "* * * * * */1" and run["cron_tz"] == context.cron_zone.name
 
 
 def test_history_records_the_schedule_slot(

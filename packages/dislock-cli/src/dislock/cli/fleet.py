@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator, Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, timezone, tzinfo
 from typing import Any, NamedTuple
 
 from psycopg import sql
@@ -217,17 +217,21 @@ class Slot(NamedTuple):
 
 
 def schedule_slots(
-    expression: str, since: datetime, now: datetime, grace: timedelta = DEFAULT_GRACE
+    expression: str,
+    since: datetime,
+    now: datetime,
+    grace: timedelta = DEFAULT_GRACE,
+    tz: tzinfo = timezone.utc,
 ) -> Iterator[Slot]:
-    """The slots of ``expression`` that began at or after ``since`` and at least
-    ``grace`` before ``now`` (UTC boundaries, as the locks compute them)."""
+    """The slots of ``expression`` (read on the wall clock of ``tz``, as the locks
+    read it) that began at or after ``since`` and at least ``grace`` before ``now``."""
     from dislock.core.cron import next_boundary
 
-    start = next_boundary(expression, since - timedelta(microseconds=1))
+    start = next_boundary(expression, since - timedelta(microseconds=1), tz)
     for _ in range(MAX_SLOTS):
         if start + grace > now:
             return
-        end = next_boundary(expression, start)
+        end = next_boundary(expression, start, tz)
         yield Slot(start, end)
         start = end
     raise ConfigurationError(

@@ -399,6 +399,14 @@ def test_slot_arithmetic() -> None:
     late = slots[2].start + timedelta(minutes=9)
     missing = missed_slots(slots, [(early, None), (late, None), (slots[4].start, slots[5].end)])
     assert [s.start.minute for s in missing] == [0, 30, 40, 0]
+    from zoneinfo import ZoneInfo
+
+    berlin = list(
+        schedule_slots(
+            "0 3 * * *", now - timedelta(days=2), now, timedelta(0), ZoneInfo("Europe/Berlin")
+        )
+    )
+    assert [slot.start.hour for slot in berlin] == [2, 2]  # 03:00 in Berlin is 02:00 UTC in winter
     assert parse_duration("1h30m", name="x") == timedelta(minutes=90)
     with pytest.raises(ConfigurationError):
         parse_duration("1 fortnight", name="x")
@@ -432,3 +440,59 @@ def test_latest_run_and_success_per_key(
     assert latest.last_success_started_at is not None and latest.started_at is not None
     assert latest.last_success_started_at < latest.started_at
     assert found[f"{key}-quiet"].run_id is None and found[f"{key}-quiet"].outcome is None
+
+
+def test_runs_holding_any_slot_of_a_lease_show_as_running(
+    ctl: Ctl, with_history: dict[str, str]
+) -> None:
+    import dislock
+
+    def context(owner: str) -> dislock.LockContext:
+        return dislock.LockContext(
+            url=with_history["DATABASE_URL"],
+            table_parts=with_history["LOCK_TABLE"].split("."),
+            lock_key=with_history["LOCK_KEY"],
+            owner=owner,
+            run_ttl_seconds=30,
+            lease_interval_seconds=5,
+            slots=2,
+            history=True,
+        )
+
+    key = with_history["LOCK_KEY"]
+    with (
+        dislock.acquire_locks(context("first"), ["lease"]),
+        dislock.acquire_locks(context("second"), ["lease"]),  # slot 2
+    ):
+        runs = json.loads(ctl("history", key, "--json").stdout)
+        assert sorted((run["owner"], run["outcome"]) for run in runs) == [
+            ("first", "running"),
+            ("second", "running"),
+        ]
+    runs = json.loads(ctl("history", key, "--json").stdout)
+    assert [run["outcome"] for run in runs] == ["ok", "ok"]
+
+
+def test_missed_reads_the_schedule_in_its_recorded_zone(
+    ctl: Ctl, with_history: dict[str, str], run_cli: RunCli, db: psycopg.Connection[Any]
+) -> None:
+    env = {
+        **with_history,
+        "LOCK_STRATEGY": "schedule",
+        "CRON_SCHEDULE": "0 * * * *",
+        "CRON_TZ": "Asia/Kolkata",  # UTC+05:30: its hours start at :30 UTC
+    }
+    ran = run_cli(["DATABASE_URL", "true"], env)
+    assert ran.returncode == 0, ran.stderr
+    (run,) = json.loads(ctl("history", env["LOCK_KEY"], "--json").stdout)
+    assert run["cron_tz"] == "Asia/Kolkata"
+    report = json.loads(ctl("missed", env["LOCK_KEY"], "--since", "3h", "--json").stdout)
+    assert report["tz"] == "Asia/Kolkata"
+    starts = [datetime.fromisoformat(slot["slot_start"]) for slot in report["missed"]]
+    assert starts and all(start.minute == 30 for start in starts)
+    utc = json.loads(
+        ctl("missed", env["LOCK_KEY"], "--since", "3h", "--tz", "UTC", "--json").stdout
+    )
+    assert all(datetime.fromisoformat(s["slot_start"]).minute == 0 for s in utc["missed"])
+    bad = ctl("missed", env["LOCK_KEY"], "--tz", "Mars/Olympus")
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1

@@ -140,7 +140,8 @@ def test_history_records_each_run_with_its_outcome(
         assert run["host"] == socket.gethostname() and run["pid"] > 0
         assert driver.is_owner_token(run["owner"], context)
         assert run["started_at"] >= before and run["ordered"]
-        assert run["cron"] == "* * * * * */1" and run["cron_tz"] is None
+        assert context.cron_zone is not None  # the zone the schedule is read in
+        assert run["cron"] == "* * * * * */1" and run["cron_tz"] == context.cron_zone.name
 
 
 def test_history_records_the_schedule_slot(
@@ -215,3 +216,26 @@ def test_history_writes_commit_asynchronously_and_leave_the_session_as_it_was(
     assert db.execute("SHOW synchronous_commit").fetchone() == ("on",)
     (run,) = runs(db, history, "k")
     assert (run["outcome"], run["exit_code"], run["ordered"]) == ("ok", 0, True)
+
+
+def test_a_pause_is_not_waited_for_and_stops_every_slot(
+    driver: Driver,
+    make_context: MakeContext,
+    db: psycopg.Connection[Any],
+    lock_table: tuple[str, str],
+    rows: Rows,
+) -> None:
+    """A paused key is refused at once, even to a run that would wait for the lease,
+    and whichever slot of an N-holder lease would have been free."""
+    import time
+
+    waiting = make_context(wait_seconds=30.0, **LEASE)
+    slotted = make_context(slots=3, **LEASE)
+    pause(db, lock_table, waiting.lock_key, "maintenance")
+    started = time.monotonic()
+    with pytest.raises(LockNotAcquiredError, match="maintenance"):
+        driver.hold(waiting, ["lease"])
+    assert time.monotonic() - started < 20  # not the 30 s wait (generous: a loaded machine)
+    with pytest.raises(LockNotAcquiredError, match="paused until resumed: maintenance"):
+        driver.hold(slotted, ["lease"])
+    assert rows.get(lease_key(waiting.lock_key)) is None

@@ -19,6 +19,8 @@ class Request(NamedTuple):
     prune: timedelta | None = None
     grace: timedelta | None = None
     schedule: str | None = None
+    zone: Any = None
+    """The CronZone of ``--tz`` (None: the one recorded with the runs, else CRON_TZ/local)."""
     pause_for: timedelta | None = None
     pause_until: datetime | None = None
 
@@ -52,11 +54,17 @@ def read_request(
             from dislock.core.cron import check_cron
 
             schedule = check_cron(args.schedule, name="--schedule")
+        zone = None
+        if args.tz is not None:
+            from dislock.core.cron import load_zone
+
+            zone = load_zone(args.tz, name="--tz")
         return Request(
             history,
             since=parse_duration(args.since, name="--since"),
             grace=_grace(args.grace),
             schedule=schedule,
+            zone=zone,
         )
     if command == "pause":
         from dislock.core.config import check_text
@@ -217,7 +225,9 @@ def _missed(conn: Any, table: tuple[str, ...], request: Request, key: str, as_js
     from dislock.core.errors import ConfigurationError
 
     assert request.since is not None and request.grace is not None
-    schedule = request.schedule
+    from dislock.core.cron import cron_zone, load_zone
+
+    schedule, zone = request.schedule, request.zone
     if schedule is None:
         recorded = conn.execute(schedule_query(request.history), {"key": key}).fetchone()
         if recorded is None:
@@ -226,12 +236,24 @@ def _missed(conn: Any, table: tuple[str, ...], request: Request, key: str, as_js
             _error(f"no run of {key!r} recorded a schedule: pass --schedule CRON")
             return EXIT_USAGE
         schedule = str(recorded[0])
+        if zone is None and recorded[1] is not None:
+            try:
+                zone = load_zone(recorded[1], name="the recorded cron_tz")
+            except ConfigurationError as exc:
+                _error(f"{exc}; pass --tz")
+                return EXIT_USAGE
+    if zone is None:
+        try:
+            zone = cron_zone()  # as the wrapper on this machine would read it
+        except ConfigurationError as exc:
+            _error(str(exc))
+            return EXIT_USAGE
     (now,) = conn.execute("SELECT NOW()").fetchone()
     since = now - request.since
     rows = conn.execute(starts_query(request.history), {"key": key, "since": since}).fetchall()
     starts = [(started, slot_end) for _, started, slot_end in rows if started is not None]
     try:
-        slots = list(schedule_slots(schedule, since, now, request.grace))
+        slots = list(schedule_slots(schedule, since, now, request.grace, zone.tz))
     except ConfigurationError as exc:
         _error(str(exc))
         return EXIT_USAGE
@@ -242,6 +264,7 @@ def _missed(conn: Any, table: tuple[str, ...], request: Request, key: str, as_js
                 {
                     "key": key,
                     "schedule": schedule,
+                    "tz": zone.name,
                     "since": since.isoformat(),
                     "until": now.isoformat(),
                     "slots": len(slots),
@@ -254,7 +277,8 @@ def _missed(conn: Any, table: tuple[str, ...], request: Request, key: str, as_js
         if missed:
             print(render_missed(missed))
         print(
-            f"{len(missed)} of {len(slots)} slot(s) of {schedule!r} since {since:%Y-%m-%d %H:%M:%S}"
+            f"{len(missed)} of {len(slots)} slot(s) of {schedule!r} ({zone.name})"
+            f" since {since:%Y-%m-%d %H:%M:%S}"
             f" UTC had no run of {key!r}" + ("" if missed else ": none missed")
         )
     return EXIT_FAILURE if missed else EXIT_OK

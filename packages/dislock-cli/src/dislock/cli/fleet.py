@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator, Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, timezone, tzinfo
 from typing import Any, NamedTuple
 
 from psycopg import sql
@@ -90,20 +90,30 @@ class Run(NamedTuple):
         return data
 
 
+def _still_held(run: str, locks: tuple[str, ...]) -> sql.Composed:
+    """Whether the run ``run`` (an alias) still holds a lock of its key: its lease
+    (or a slot of an N-holder lease, ``cronjob-lock:lease#<n>:<key>``) when it took
+    one, else its schedule slot, with its owner token and not expired.  Evaluated
+    only for runs without an end."""
+    return sql.SQL(
+        "EXISTS (SELECT FROM {locks} AS l WHERE l.value = {run}.owner AND l.expire_at > NOW()"
+        " AND starts_with(l.key, CASE WHEN position('lease' IN {run}.modes) > 0"
+        " THEN {lease} ELSE {slot} END)"
+        " AND right(l.key, length({run}.lock_key) + 1) = ':' || {run}.lock_key)"
+    ).format(
+        locks=sql.Identifier(*locks),
+        run=sql.Identifier(run),
+        lease=sql.Literal(lease_key("").rstrip(":")),
+        slot=sql.Literal(schedule_key("")),
+    )
+
+
 def runs_query(history: tuple[str, ...], locks: tuple[str, ...], *, by_key: bool) -> sql.Composed:
     """Runs started since %(since)s seconds ago (optionally of %(key)s), newest
     first, at most %(limit)s; a run without an end is ``running`` while the lock
     it took is still held by its owner (the lease when it had one, else the
     schedule slot), ``abandoned`` once that lock expired."""
-    held = sql.SQL(
-        "EXISTS (SELECT FROM {locks} AS l WHERE l.key ="
-        " (CASE WHEN position('lease' IN h.modes) > 0 THEN {lease} ELSE {slot} END)"
-        " || h.lock_key AND l.value = h.owner AND l.expire_at > NOW())"
-    ).format(
-        locks=sql.Identifier(*locks),
-        lease=sql.Literal(lease_key("")),
-        slot=sql.Literal(schedule_key("")),
-    )
+    held = _still_held("h", locks)
     key_filter = sql.SQL(" AND h.lock_key = %(key)s") if by_key else sql.SQL("")
     return sql.SQL(
         "SELECT h.id, h.lock_key, h.modes, h.slot_end, h.owner, h.host, h.pid,"
@@ -126,11 +136,7 @@ def latest_query(history: tuple[str, ...], locks: tuple[str, ...]) -> sql.Compos
     ``(lock_key, started_at DESC)``, so the cost grows with the number of keys,
     not with the history's length (an exporter's scrape, a status page)."""
     lease, slot = lease_key(""), schedule_key("")
-    held = sql.SQL(
-        "EXISTS (SELECT FROM {locks} AS l WHERE l.key ="
-        " (CASE WHEN position('lease' IN last.modes) > 0 THEN {lease} ELSE {slot} END)"
-        " || last.lock_key AND l.value = last.owner AND l.expire_at > NOW())"
-    ).format(locks=sql.Identifier(*locks), lease=sql.Literal(lease), slot=sql.Literal(slot))
+    held = _still_held("last", locks)
     return sql.SQL(
         "SELECT keys.lock_key, last.id, last.started_at, last.ended_at,"
         " CASE WHEN last.id IS NULL THEN NULL WHEN last.ended_at IS NOT NULL THEN last.outcome"
@@ -211,17 +217,21 @@ class Slot(NamedTuple):
 
 
 def schedule_slots(
-    expression: str, since: datetime, now: datetime, grace: timedelta = DEFAULT_GRACE
+    expression: str,
+    since: datetime,
+    now: datetime,
+    grace: timedelta = DEFAULT_GRACE,
+    tz: tzinfo = timezone.utc,
 ) -> Iterator[Slot]:
-    """The slots of ``expression`` that began at or after ``since`` and at least
-    ``grace`` before ``now`` (UTC boundaries, as the locks compute them)."""
+    """The slots of ``expression`` (read on the wall clock of ``tz``, as the locks
+    read it) that began at or after ``since`` and at least ``grace`` before ``now``."""
     from dislock.core.cron import next_boundary
 
-    start = next_boundary(expression, since - timedelta(microseconds=1))
+    start = next_boundary(expression, since - timedelta(microseconds=1), tz)
     for _ in range(MAX_SLOTS):
         if start + grace > now:
             return
-        end = next_boundary(expression, start)
+        end = next_boundary(expression, start, tz)
         yield Slot(start, end)
         start = end
     raise ConfigurationError(

@@ -21,7 +21,7 @@ The table (one per lock table, ``<table>_history`` unless named otherwise)::
     exit_code   integer           the command's status (128+n when signal n killed it)
     signal      integer           the signal that killed it
     cron        text              the cron expression, when there is one
-    cron_tz     text              the cron expression's time zone (NULL: UTC)
+    cron_tz     text              the zone the cron expression is read in
 
 It is indexed on ``(lock_key, started_at DESC)`` (one key's runs, newest
 first; the missed-slot check) and ``(started_at)`` (every key's, and pruning).

@@ -17,20 +17,21 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from psycopg import sql
 
+from dislock.core.kinds import KEY_PREFIX as KEY_PREFIX
+from dislock.core.kinds import LEASE, SCHEDULE, kind
+
 if TYPE_CHECKING:
     from psycopg.abc import AdaptContext
 
     from dislock.core.context import LockContext
 
-KEY_PREFIX = "cronjob-lock"
-
 
 def schedule_key(lock_key: str) -> str:
-    return f"{KEY_PREFIX}:schedule:{lock_key}"
+    return kind(SCHEDULE).row_key(lock_key)
 
 
 def lease_key(lock_key: str) -> str:
-    return f"{KEY_PREFIX}:lease:{lock_key}"
+    return kind(LEASE).row_key(lock_key)
 
 
 def pause_key(lock_key: str) -> str:
@@ -88,6 +89,15 @@ class Statements(NamedTuple):
     a row another owner took is untouched."""
     now: sql.SQL
     """The database clock (statement time)."""
+    acquire_slot: sql.Composed
+    """Params: keys (the slots' row keys, slot 1 first), pause, owner, ttl. Takes the
+    first free slot, in the same upsert as ``acquire_for``. Returns one row: the key
+    taken (NULL if none), the fencing token, how many slots it found free (to tell a
+    full lease from a slot another holder took in the same instant), and the reason
+    and end of a live pause that refused it."""
+    release_notify: sql.Composed
+    """Params: key, owner, channel, wake. Like ``release`` (marked released), and wakes the lease's
+    waiters (``NOTIFY`` on commit) when it released something."""
 
 
 @lru_cache(maxsize=64)
@@ -106,23 +116,29 @@ def statements(table_parts: tuple[str, ...], fencing: bool = False) -> Statement
         columns = first_token = bump = sql.SQL("")
         token = sql.SQL("NULL::bigint")
     # A live pause row of the lock key (``dislockctl pause``) keeps the row
-    # source empty, so nothing is inserted or taken over; its reason comes back
-    # in the same answer, which is always one row.  A pause costs no round trip.
+    # source empty (every row source below says ``NOT EXISTS (SELECT FROM
+    # pause)``), so nothing is inserted or taken over; its reason comes back in
+    # the same answer, which is always one row.  A pause costs no round trip.
+    pause = sql.SQL(
+        "pause AS (SELECT value, expire_at FROM {table}"
+        " WHERE key = %(pause)s AND expire_at > NOW())"
+    ).format(table=table)
     upsert = sql.SQL(
-        "WITH pause AS ("
-        " SELECT value, expire_at FROM {table}"
-        " WHERE key = %(pause)s AND expire_at > NOW()),"
-        " taken AS ("
         "INSERT INTO {table} AS held (key, value, expire_at{columns})"
         " {row}"
         " ON CONFLICT (key) DO UPDATE"
         " SET value = EXCLUDED.value, expire_at = EXCLUDED.expire_at{bump}"
         " WHERE held.expire_at <= NOW()"
-        " RETURNING {token} AS token)"
+        " RETURNING {token}"
+    )
+    answer = sql.SQL(
+        "WITH {pause}, taken (token) AS ({upsert})"
         " SELECT EXISTS (SELECT FROM taken), (SELECT token FROM taken),"
         " pause.value, pause.expire_at"
         " FROM (VALUES (1)) AS answer LEFT JOIN pause ON true"
     )
+    # ``_acquire_slot`` formats this same upsert: a placeholder added to it must be
+    # given there too (through ``parts``, ideally), so that slots keep every check.
     parts = {"table": table, "columns": columns, "bump": bump}
     lease_expiry = sql.SQL("NOW() + make_interval(secs => %(ttl)s)")
     slot_end = sql.SQL("%(expire_at)s::timestamptz")
@@ -130,21 +146,27 @@ def statements(table_parts: tuple[str, ...], fencing: bool = False) -> Statement
         # A slot that ended between computing it and claiming it (a slow start
         # straddling a boundary, or a next_run_time in the past) is not claimed:
         # it would be free at once and let a second start into the new slot.
-        acquire_until=upsert.format(
-            row=sql.SQL(
-                "SELECT %(key)s, %(owner)s, {end}{first_token}"
-                " WHERE {end} > NOW() AND NOT EXISTS (SELECT FROM pause)"
-            ).format(end=slot_end, first_token=first_token),
-            token=token,
-            **parts,
+        acquire_until=answer.format(
+            pause=pause,
+            upsert=upsert.format(
+                row=sql.SQL(
+                    "SELECT %(key)s, %(owner)s, {end}{first_token}"
+                    " WHERE {end} > NOW() AND NOT EXISTS (SELECT FROM pause)"
+                ).format(end=slot_end, first_token=first_token),
+                token=token,
+                **parts,
+            ),
         ),
-        acquire_for=upsert.format(
-            row=sql.SQL(
-                "SELECT %(key)s, %(owner)s, {expiry}{first_token}"
-                " WHERE NOT EXISTS (SELECT FROM pause)"
-            ).format(expiry=lease_expiry, first_token=first_token),
-            token=token,
-            **parts,
+        acquire_for=answer.format(
+            pause=pause,
+            upsert=upsert.format(
+                row=sql.SQL(
+                    "SELECT %(key)s, %(owner)s, {expiry}{first_token}"
+                    " WHERE NOT EXISTS (SELECT FROM pause)"
+                ).format(expiry=lease_expiry, first_token=first_token),
+                token=token,
+                **parts,
+            ),
         ),
         # Every lease a process holds in this table, in one statement.  The
         # arrays join on (key, value) like ``WHERE (key, value) IN (...)`` would,
@@ -164,7 +186,50 @@ def statements(table_parts: tuple[str, ...], fencing: bool = False) -> Statement
             " WHERE key = %(key)s AND value = %(owner)s AND expire_at > NOW()"
         ).format(table=table, mark=sql.Literal(RELEASED_MARK)),
         now=sql.SQL("SELECT NOW()"),
+        acquire_slot=_acquire_slot(upsert, pause, parts, table, first_token, token, lease_expiry),
+        release_notify=sql.SQL(
+            "UPDATE {table} SET expire_at = NOW(), value = value || {mark}"
+            " WHERE key = %(key)s AND value = %(owner)s AND expire_at > NOW()"
+            " RETURNING pg_notify(%(channel)s, %(wake)s)"
+        ).format(table=table, mark=sql.Literal(RELEASED_MARK)),
     )
+
+
+def _acquire_slot(
+    upsert: sql.SQL,
+    pause: sql.Composable,
+    parts: dict[str, sql.Composable],
+    table: sql.Identifier,
+    first_token: sql.Composable,
+    token: sql.Composable,
+    expiry: sql.Composable,
+) -> sql.Composed:
+    """``acquire_for`` over the first of several rows that is free, in one statement.
+
+    It is the same upsert (anything added to it for every acquisition applies to
+    slots too), fed the lowest-numbered slot that looks free.  Two holders picking
+    the same slot at once cannot both get it: the upsert's own condition decides,
+    and the loser learns from ``free`` that another slot may be left.
+    """
+    taking = upsert.format(
+        row=sql.SQL(
+            "SELECT free.key, %(owner)s, {expiry}{first_token} FROM free"
+            " WHERE NOT EXISTS (SELECT FROM pause) ORDER BY free.n LIMIT 1"
+        ).format(expiry=expiry, first_token=first_token),
+        token=sql.SQL("held.key, {token}").format(token=token),
+        **parts,
+    )
+    # Answers: the key taken (NULL if none), the token, how many slots looked
+    # free, and the reason and end of a live pause (which took nothing).
+    return sql.SQL(
+        "WITH {pause}, free AS ("
+        " SELECT slot.key, slot.n FROM unnest(%(keys)s::text[]) WITH ORDINALITY AS slot (key, n)"
+        " WHERE NOT EXISTS (SELECT FROM {table} AS held"
+        " WHERE held.key = slot.key AND held.expire_at > NOW())),"
+        " taken (key, token) AS ({taking})"
+        " SELECT taken.key, taken.token, (SELECT count(*) FROM free), pause.value, pause.expire_at"
+        " FROM (SELECT) AS one LEFT JOIN taken ON true LEFT JOIN pause ON true"
+    ).format(pause=pause, table=table, taking=taking)
 
 
 class Rendered:
@@ -207,6 +272,15 @@ def lease_params(key: str, owner: str, ttl_seconds: float) -> dict[str, Any]:
 
 def release_params(key: str, owner: str) -> dict[str, Any]:
     return {"key": key, "owner": owner}
+
+
+def release_notify_params(key: str, owner: str, channel: str, wake: str) -> dict[str, Any]:
+    return {"key": key, "owner": owner, "channel": channel, "wake": wake}
+
+
+def slot_params(keys: list[str], owner: str, ttl_seconds: float) -> dict[str, Any]:
+    """Parameters of ``acquire_slot`` (``keys[0]`` is the plain lease row)."""
+    return {"keys": keys, "pause": pause_key_of(keys[0]), "owner": owner, "ttl": ttl_seconds}
 
 
 def create_table(table_parts: tuple[str, ...], *, fencing: bool = False) -> sql.Composed:

@@ -21,6 +21,8 @@ def test_lock_rows_become_metrics_and_page_rows(history_env: dict[str, str]) -> 
     lease_key = f"{key}-lease"
     assert run_job(history_env, "true").returncode == 0  # schedule: held until the slot ends
     assert run_job(history_env, "true", LOCK_KEY=lease_key, LOCK_STRATEGY="lease").returncode == 0
+    zoned = f"{key}-zoned"
+    assert run_job(history_env, "true", LOCK_KEY=zoned, CRON_TZ="Asia/Kolkata").returncode == 0
     with serving(history_env) as served:
         metrics = served.metrics()
         assert sample(metrics, "dislock_up") == 1.0
@@ -33,6 +35,10 @@ def test_lock_rows_become_metrics_and_page_rows(history_env: dict[str, str]) -> 
         assert f'data-key="{key}" data-state="held"' in page
         assert f'data-key="{lease_key}"' in page
         assert '<meta http-equiv="refresh"' in page
+        # The next slot is read in the zone the run recorded: new year in India is
+        # 18:30 UTC the day before.
+        row = page[page.index(f'data-key="{zoned}"') :].split("</tr>", 1)[0]
+        assert "18:30:00 UTC" in row and "(Asia/Kolkata)" in row
         assert served.get("/healthz")[:2] == (200, "text/plain; charset=utf-8")
         assert served.get("/nowhere")[0] == 404
 

@@ -16,7 +16,7 @@ import signal
 import socket
 import sys
 import threading
-from datetime import datetime, timezone
+from datetime import datetime, timezone, tzinfo
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import FrameType
 from typing import Any
@@ -36,7 +36,7 @@ from dislock.cli.fleet import (
     table_exists_query,
 )
 from dislock.core.admin import LockRow, list_params, list_query
-from dislock.core.cron import next_boundary
+from dislock.core.cron import UTC, load_zone, next_boundary
 from dislock.core.diagnosis import describe_database_error
 from dislock.core.dsn import connection_kwargs, scrub
 from dislock.core.errors import ConfigurationError
@@ -83,9 +83,10 @@ class FleetReader:
         self._counts = RunCounts()
         self._starts = WindowStarts()
         self._missed: dict[str, tuple[tuple[Any, ...], int]] = {}
-        self._slots: dict[str, list[Slot]] = {}
-        self._slots_version: dict[str, int] = {}
-        self._next: dict[str, datetime] = {}
+        # Per schedule: (cron expression, the zone it is read in).
+        self._slots: dict[tuple[str, str], list[Slot]] = {}
+        self._slots_version: dict[tuple[str, str], int] = {}
+        self._next: dict[tuple[str, str], datetime] = {}
 
     def _connect(self) -> psycopg.Connection[Any]:
         if self._conn is None or self._conn.closed:
@@ -155,7 +156,7 @@ class FleetReader:
             if run.run_id is None or run.run_id not in details:
                 continue  # never ran (or pruned in between): the lock rows tell its state
             assert run.started_at is not None and run.outcome is not None
-            owner, exit_code, cron, ran_before = details[run.run_id]
+            owner, exit_code, cron, cron_tz, ran_before = details[run.run_id]
             latest.append(
                 LatestRow(
                     run.key,
@@ -166,6 +167,7 @@ class FleetReader:
                     run.outcome,
                     exit_code,
                     cron,
+                    cron_tz,
                     run.duration_seconds,
                     run.last_success_ended_at,
                     ran_before,
@@ -203,15 +205,18 @@ class FleetReader:
         for row in latest:
             if row.cron is None:
                 continue
+            # The zone the wrapper read it in (none recorded: UTC, as before zones were).
+            schedule = (row.cron, row.cron_tz or "UTC")
             try:
-                slots = self._window_slots(row.cron, since, now)
-                next_slots[row.lock_key] = self._next_slot(row.cron, now)
+                tz = load_zone(row.cron_tz).tz if row.cron_tz else UTC
+                slots = self._window_slots(schedule, tz, since, now)
+                next_slots[row.lock_key] = self._next_slot(schedule, tz, now)
             except (ConfigurationError, ValueError):
-                continue  # an expression this version cannot read: no count rather than a wrong one
+                continue  # a schedule this version cannot read: no count rather than a wrong one
             # Recounted only when the key's starts or its schedule's slots changed.
             inputs = (
-                row.cron,
-                self._slots_version[row.cron],
+                schedule,
+                self._slots_version[schedule],
                 self._starts.version(row.lock_key),
                 row.ran_before_window,
             )
@@ -229,28 +234,30 @@ class FleetReader:
             missed[row.lock_key] = count
         return missed, next_slots
 
-    def _window_slots(self, expression: str, since: datetime, now: datetime) -> list[Slot]:
-        """``schedule_slots(expression, since, now)``, extended from the last scrape's:
-        a slot begins where the one before it ends, so none is new until the last
-        one known has ended (and its grace passed)."""
-        known = self._slots.get(expression)
-        if known is None:
-            kept = list(schedule_slots(expression, since, now))
-        elif known and known[-1].end + DEFAULT_GRACE > now and known[0].start >= since:
+    def _window_slots(
+        self, schedule: tuple[str, str], tz: tzinfo, since: datetime, now: datetime
+    ) -> list[Slot]:
+        """``schedule_slots(expression, since, now, tz=tz)``, extended from the last
+        scrape's: a slot begins where the one before it ends, so none is new until
+        the last one known has ended (and its grace passed)."""
+        expression = schedule[0]
+        known = self._slots.get(schedule)
+        if known and known[-1].end + DEFAULT_GRACE > now and known[0].start >= since:
             return known
-        elif known:
+        if known:
             kept = [slot for slot in known if slot.start >= since]
-            kept += schedule_slots(expression, max(known[-1].end, since), now)
+            start = max(known[-1].end, since)
+            kept += schedule_slots(expression, start, now, DEFAULT_GRACE, tz)
         else:
-            kept = list(schedule_slots(expression, since, now))
-        self._slots[expression] = kept
-        self._slots_version[expression] = self._slots_version.get(expression, 0) + 1
+            kept = list(schedule_slots(expression, since, now, DEFAULT_GRACE, tz))
+        self._slots[schedule] = kept
+        self._slots_version[schedule] = self._slots_version.get(schedule, 0) + 1
         return kept
 
-    def _next_slot(self, expression: str, now: datetime) -> datetime:
-        boundary = self._next.get(expression)
+    def _next_slot(self, schedule: tuple[str, str], tz: tzinfo, now: datetime) -> datetime:
+        boundary = self._next.get(schedule)
         if boundary is None or boundary <= now:
-            boundary = self._next[expression] = next_boundary(expression, now)
+            boundary = self._next[schedule] = next_boundary(schedule[0], now, tz)
         return boundary
 
     def check_tables(self) -> str | None:

@@ -291,10 +291,18 @@ class LatestRow(NamedTuple):
     outcome: str
     exit_code: int | None
     cron: str | None
+    cron_tz: str | None
+    """The zone its cron expression was read in (None: UTC, from before zones)."""
     duration_seconds: float | None
     """None while it runs (then it is counted up to ``now``) or once abandoned."""
     last_success_at: datetime | None
     ran_before_window: bool
+
+
+def _schedule_text(row: LatestRow) -> str | None:
+    if row.cron is None or row.cron_tz in (None, "UTC"):
+        return row.cron
+    return f"{row.cron} ({row.cron_tz})"
 
 
 def build_snapshot(
@@ -349,7 +357,7 @@ def build_snapshot(
                 last_run=last_run,
                 last_success_at=row.last_success_at if row else None,
                 runs_total=dict(runs_total.get(lock_key, {})),
-                schedule=row.cron if row else None,
+                schedule=_schedule_text(row) if row else None,
                 next_slot=next_slots.get(lock_key),
                 missed_slots=missed.get(lock_key),
             )
@@ -426,11 +434,11 @@ class RunCounts:
 
 def run_details_query(history: tuple[str, ...]) -> sql.Composed:
     """What the page and the missed-slot count need of the runs %(ids)s beyond
-    ``latest_query``: id, owner, exit code, cron expression, and whether the key ran
+    ``latest_query``: id, owner, exit code, cron expression and zone, whether the key ran
     before %(since)s (the start of the missed-slot window): primary-key lookups and
     one ``(lock_key, started_at)`` index probe per run."""
     return sql.SQL(
-        "SELECT h.id, h.owner, h.exit_code, h.cron,"
+        "SELECT h.id, h.owner, h.exit_code, h.cron, h.cron_tz,"
         " EXISTS (SELECT FROM {table} AS p WHERE p.lock_key = h.lock_key"
         " AND p.started_at < %(since)s)"
         " FROM {table} AS h WHERE h.id = ANY(%(ids)s)"

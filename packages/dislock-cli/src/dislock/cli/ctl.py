@@ -226,6 +226,7 @@ def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> int:
             ("LOCK_KEY", getattr(args, "lock_key", None)),
             ("PREFIX", getattr(args, "prefix", None)),
             ("--owner", getattr(args, "owner", None)),
+            ("--reason", getattr(args, "reason", None)),
         ):
             if value is not None:
                 check_utf8(name, value)

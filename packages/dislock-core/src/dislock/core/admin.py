@@ -285,7 +285,7 @@ def render_table(rows: Sequence[LockRow]) -> str:
 
 def _describe_state(row: LockRow) -> str:
     if row.mode == PAUSE:
-        return f"paused: {row.owner}" if row.owner else "paused"
+        return f"paused: {escape(row.owner)}" if row.owner else "paused"
     if row.forced:
         return "released (by dislockctl)"
     return row.state

@@ -87,6 +87,7 @@ class FleetReader:
         self._slots: dict[tuple[str, str], list[Slot]] = {}
         self._slots_version: dict[tuple[str, str], int] = {}
         self._next: dict[tuple[str, str], datetime] = {}
+        self._zones: dict[str, tzinfo] = {}
 
     def _connect(self) -> psycopg.Connection[Any]:
         if self._conn is None or self._conn.closed:
@@ -208,7 +209,7 @@ class FleetReader:
             # The zone the wrapper read it in (none recorded: UTC, as before zones were).
             schedule = (row.cron, row.cron_tz or "UTC")
             try:
-                tz = load_zone(row.cron_tz).tz if row.cron_tz else UTC
+                tz = self._zone(row.cron_tz)
                 slots = self._window_slots(schedule, tz, since, now)
                 next_slots[row.lock_key] = self._next_slot(schedule, tz, now)
             except (ConfigurationError, ValueError):
@@ -233,6 +234,14 @@ class FleetReader:
             self._missed[row.lock_key] = (inputs, count)
             missed[row.lock_key] = count
         return missed, next_slots
+
+    def _zone(self, name: str | None) -> tzinfo:
+        if name is None:
+            return UTC
+        found = self._zones.get(name)
+        if found is None:
+            found = self._zones[name] = load_zone(name, name="the recorded cron_tz").tz
+        return found
 
     def _window_slots(
         self, schedule: tuple[str, str], tz: tzinfo, since: datetime, now: datetime

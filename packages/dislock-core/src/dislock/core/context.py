@@ -10,6 +10,7 @@ from datetime import datetime
 from dislock.core import config
 from dislock.core.dsn import parse_dsn, redact_dsn
 from dislock.core.errors import ConfigurationError
+from dislock.core.patience import DEFAULT_CONNECT_PATIENCE
 
 DEFAULT_CONNECT_TIMEOUT = 10.0
 """Seconds to wait for a connection, unless the URL or the caller says otherwise."""
@@ -71,6 +72,10 @@ class LockContext:
     """``TERMINATE`` (default) or ``CONTINUE``."""
     connect_timeout_seconds: float = DEFAULT_CONNECT_TIMEOUT
     """Give up connecting after this long (unless the URL sets ``connect_timeout``)."""
+    connect_patience_seconds: float = DEFAULT_CONNECT_PATIENCE
+    """Keep retrying a refused connection (too many connections, a server starting up or
+    restarting) this long, with jittered backoff, before reporting it; for a schedule
+    lock never past the end of the slot. 0: report the first refusal."""
     fencing: bool = False
     """Hand out fencing tokens: each acquisition bumps and returns the row's ``fence``
     column (``dislockctl init --fencing`` adds it). Off, the three-column table works
@@ -119,6 +124,11 @@ class LockContext:
             self,
             "connect_timeout_seconds",
             config.positive_seconds("connect_timeout_seconds", self.connect_timeout_seconds),
+        )
+        _set(
+            self,
+            "connect_patience_seconds",
+            config.non_negative_seconds("connect_patience_seconds", self.connect_patience_seconds),
         )
 
     def __repr__(self) -> str:

@@ -15,6 +15,7 @@ from dislock.core import config
 from dislock.core.context import LeaseLossPolicy, LockContext
 from dislock.core.dsn import parse_dsn, redact_dsn
 from dislock.core.errors import ConfigurationError
+from dislock.core.patience import DEFAULT_CONNECT_PATIENCE
 from dislock.core.supervision import check_command
 
 DEFAULT_TTL_SECONDS = 60.0
@@ -39,6 +40,7 @@ class WrapperSettings(NamedTuple):
     jitter_seconds: float
     policy: LeaseLossPolicy
     fencing: bool = False
+    connect_patience_seconds: float = DEFAULT_CONNECT_PATIENCE
 
     def __repr__(self) -> str:
         return f"WrapperSettings(url={redact_dsn(self.url)!r}, command={self.command!r}, ...)"
@@ -55,6 +57,7 @@ class WrapperSettings(NamedTuple):
             jitter_max_seconds=self.jitter_seconds,
             lease_loss_policy=self.policy,
             fencing=self.fencing,
+            connect_patience_seconds=self.connect_patience_seconds,
         )
 
 
@@ -160,6 +163,12 @@ def read_wrapper_settings(
     raw_policy = _variable(environ, "LOCK_ON_LEASE_LOSS") or LeaseLossPolicy.TERMINATE.value
     policy = LeaseLossPolicy.parse(raw_policy, name="LOCK_ON_LEASE_LOSS")
     fencing = config.parse_flag("LOCK_FENCING", environ.get("LOCK_FENCING", ""))
+    raw_patience = _variable(environ, "LOCK_CONNECT_PATIENCE_SECONDS")
+    patience = (
+        DEFAULT_CONNECT_PATIENCE
+        if raw_patience is None
+        else config.non_negative_seconds("LOCK_CONNECT_PATIENCE_SECONDS", raw_patience)
+    )
 
     return WrapperSettings(
         url_variable=url_variable,
@@ -174,4 +183,5 @@ def read_wrapper_settings(
         jitter_seconds=jitter,
         policy=policy,
         fencing=fencing,
+        connect_patience_seconds=patience,
     )

@@ -223,7 +223,7 @@ def test_group_members_left_behind_are_stopped_before_the_lease_is_released(
     # The command's own process exits at once, leaving a helper that takes
     # 1 s to wind down after SIGTERM: the lease is held until it is gone.
     helper, got, program = tmp_path / "helper.pid", tmp_path / "got", tmp_path / "helper.sh"
-    program.write_text(f'trap \'touch "{got}"; sleep 1; exit 0\' TERM\nsleep 600 & wait\n')
+    program.write_text(f"trap 'touch \"{got}\"; sleep 1; exit 0' TERM\nsleep 600 & wait\n")
     script = f'sh "{program}" & echo $! > "{helper}"; sleep 0.3; exit 3'
     process = start(lease_env, script)
     wait_for(got, timeout=20)
@@ -259,7 +259,7 @@ def test_a_process_that_leaves_the_group_escapes(lease_env: dict[str, str], tmp_
     # with it the wrapper's reach; a systemd scope or cgroup contains it.
     escaped = tmp_path / "escaped.pid"
     script = (
-        f'setsid -f sh -c \'echo $$ > "{escaped}"; exec sleep 600\' </dev/null >/dev/null 2>&1; '
+        f"setsid -f sh -c 'echo $$ > \"{escaped}\"; exec sleep 600' </dev/null >/dev/null 2>&1; "
         f'while [ ! -s "{escaped}" ]; do sleep 0.02; done'
     )
     process = start(lease_env, script)

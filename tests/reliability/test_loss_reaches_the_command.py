@@ -13,7 +13,7 @@ import asyncio
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +47,7 @@ while True:
 
 
 @pytest.fixture
-def loss_times(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[float]]:
+def loss_times(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     """Wall-clock times at which the lock code declared a lease lost."""
     times: list[float] = []
     for module in (dislock._sync._hub, dislock._sync._locks, dislock.aio._hub, dislock.aio._locks):
@@ -59,7 +59,7 @@ def loss_times(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[float]]:
             _original(key, clock, lost)
 
         monkeypatch.setattr(module, "declare_lost", recording)
-    yield times
+    return times
 
 
 def wait_for(path: Path, timeout: float = 30.0) -> None:
@@ -96,12 +96,17 @@ def test_sync_command_gets_sigterm_within_50_ms_of_the_loss(
         rows.steal(lease_key(ctx.lock_key))
 
     thief = threading.Thread(target=steal)
-    code = None
-    with pytest.raises(LeaseLostError), dislock.acquire_locks(ctx, ["lease"]) as session:
-        thief.start()
-        code = sync_supervise(argv, session, LeaseLossPolicy.TERMINATE)
+    codes: list[int] = []
+
+    def run() -> None:
+        with dislock.acquire_locks(ctx, ["lease"]) as session:
+            thief.start()
+            codes.append(sync_supervise(argv, session, LeaseLossPolicy.TERMINATE))
+
+    with pytest.raises(LeaseLostError):
+        run()
     thief.join()
-    assert code == LEASE_LOST_EXIT_CODE
+    assert codes == [LEASE_LOST_EXIT_CODE]
     measured = latency(loss_times, term)
     print(f"sync: SIGTERM {measured * 1000:.1f} ms after the loss")
     assert 0 <= measured < BOUND

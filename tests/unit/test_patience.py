@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 import pytest
 
@@ -108,7 +109,12 @@ def test_a_schedule_slot_bounds_the_patience() -> None:
 
 
 def test_lock_context_validates_the_patience() -> None:
-    fields = {"url": "postgresql://h/db", "table_parts": ["t"], "lock_key": "k", "owner": "o"}
+    fields: dict[str, Any] = {
+        "url": "postgresql://h/db",
+        "table_parts": ["t"],
+        "lock_key": "k",
+        "owner": "o",
+    }
     assert LockContext(**fields).connect_patience_seconds == DEFAULT_CONNECT_PATIENCE
     assert LockContext(**fields, connect_patience_seconds=0).connect_patience_seconds == 0
     for bad in (-1, float("nan"), "soon", True):

@@ -117,6 +117,7 @@ def test_lock_context_validates_the_patience() -> None:
     }
     assert LockContext(**fields).connect_patience_seconds == DEFAULT_CONNECT_PATIENCE
     assert LockContext(**fields, connect_patience_seconds=0).connect_patience_seconds == 0
+    bad: Any
     for bad in (-1, float("nan"), "soon", True):
         with pytest.raises(ConfigurationError, match="connect_patience_seconds"):
             LockContext(**fields, connect_patience_seconds=bad)

@@ -640,6 +640,11 @@ READING = """## Reading the results
   could use `vfork`, about 0.6 ms); dislock's own imports add about 3 ms. A schedule run also
   imports croniter (about 5 ms) and reads the database clock. dislock 0.1.0 runs the same
   command, so that ratio compares like with like.
+- **The herd.** Every machine's crontab fires in the same second; here 200 asyncio event loops
+  in one process (each its own connection, as separate hosts would have) race one lock through a
+  role whose `CONNECTION LIMIT` is 20. Refused connections are retried with jittered exponential
+  backoff (`connect_patience_seconds`), so no machine fails; with the patience set to 0, most of
+  them fail with `too many connections for role`.
 - **Warm cycles.** Taking and releasing a lock are two writes, and PostgreSQL commits a write
   only once its WAL is on disk, so two `SELECT 1` are not a floor any lock can reach; two
   single-row `UPDATE`s are. Sending the very same two statements by hand with psycopg shows

@@ -94,6 +94,7 @@ class Guard:
         """A guard, or None where no POSIX shell can be started."""
         if sys.platform == "win32" or not os.path.exists(_GUARD_SHELL):
             return None
+        _reap_guards()
         read, write = os.pipe()  # not inherited by anything but the guard's stdin
         try:
             process = subprocess.Popen(
@@ -118,11 +119,19 @@ class Guard:
         with contextlib.suppress(OSError):  # a guard killed by someone else
             os.write(self._pipe, b"done\n")
         os.close(self._pipe)
-        try:
-            self._process.wait(1.0)
-        except subprocess.TimeoutExpired:
-            self._process.kill()
-            self._process.wait()
+        # Not waited for: on a busy machine the guard may not even have started
+        # yet, and the wrapper's exit must not queue behind it.  It exits as soon
+        # as it reads "done", and is reaped later (or by init once we are gone).
+        _reap_guards()
+        if self._process.poll() is None:
+            _guards_to_reap.append(self._process)
+
+
+_guards_to_reap: list[subprocess.Popen[bytes]] = []
+
+
+def _reap_guards() -> None:
+    _guards_to_reap[:] = [process for process in _guards_to_reap if process.poll() is None]
 
 
 def ensure_runnable(program: str) -> None:
@@ -227,6 +236,8 @@ async def supervise(
             guard.stand_down()
         raise
     if guard is not None:
+        # (Dying in the microseconds before this line would leave the command
+        # unguarded: the guard reads end-of-file before any group to kill.)
         guard.watch(child.pid)
 
     def forward(signum: int) -> None:
@@ -236,7 +247,7 @@ async def supervise(
     try:
         with handling_signals(forward_signals, forward):
             code = await _watch(child, argv, lease, policy)
-        await clear_group(child.pid)
+            await clear_group(child.pid)
         return code
     except BaseException:
         # Interrupted (KeyboardInterrupt, cancellation): never leave the command

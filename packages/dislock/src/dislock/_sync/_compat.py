@@ -41,7 +41,8 @@ class Event(threading.Event):
 
     def link(self, other: threading.Event) -> None:
         """Set ``other`` whenever this event is set (now, if it is already)."""
-        self._linked.append(other)
+        if not any(linked is other for linked in self._linked):
+            self._linked.append(other)
         if self.is_set():
             other.set()
 

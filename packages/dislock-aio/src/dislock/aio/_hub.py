@@ -32,7 +32,7 @@ from psycopg.sql import SQL, Composed
 
 from dislock.core import sql
 from dislock.core.context import DEFAULT_CONNECT_TIMEOUT
-from dislock.core.dsn import connection_kwargs, parse_dsn
+from dislock.core.dsn import connection_kwargs, parse_dsn, scrub
 from dislock.core.errors import NotSent, StatementTimeout
 from dislock.core.lease import CANCEL_GRACE, RENEWER_STOP_TIMEOUT, STATEMENT_FLOOR, LeaseClock
 from dislock.core.patience import ConnectPatience
@@ -148,7 +148,9 @@ class Hub:
                 if delay is None:
                     raise
                 logger.info(
-                    "connection refused, retrying in %.2f s: %s", delay, " ".join(str(exc).split())
+                    "connection refused, retrying in %.2f s: %s",
+                    delay,
+                    scrub(" ".join(str(exc).split()), self.url),
                 )
             await sleep(delay)
 

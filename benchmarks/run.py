@@ -808,7 +808,7 @@ def history_cycles(url: str, cycles: int) -> tuple[list[float], list[float]]:
 def _fields(context: Any) -> dict[str, Any]:
     import dataclasses
 
-    return {f.name: getattr(context, f.name) for f in dataclasses.fields(context)}
+    return {f.name: getattr(context, f.name) for f in dataclasses.fields(context) if f.init}
 
 
 HISTORY_ROWS = 1_000_000

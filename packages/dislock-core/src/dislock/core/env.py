@@ -15,6 +15,7 @@ from dislock.core import bounds, config
 from dislock.core.context import LeaseLossPolicy, LockContext
 from dislock.core.dsn import parse_dsn, redact_dsn
 from dislock.core.errors import ConfigurationError
+from dislock.core.patience import DEFAULT_CONNECT_PATIENCE
 from dislock.core.supervision import check_command
 from dislock.core.waiting import DEFAULT_POLL_SECONDS, check_waiting
 
@@ -52,6 +53,7 @@ class WrapperSettings(NamedTuple):
     conflict_exit_code: int = 0
     cron_zone: CronZone | None = None
     """The zone ``schedule`` is read in (``CRON_TZ``, else the local zone)."""
+    connect_patience_seconds: float = DEFAULT_CONNECT_PATIENCE
 
     def __repr__(self) -> str:
         return f"WrapperSettings(url={redact_dsn(self.url)!r}, command={self.command!r}, ...)"
@@ -75,6 +77,7 @@ class WrapperSettings(NamedTuple):
             wait_listen=self.wait_listen,
             slots=self.slots,
             cron_tz=None if self.cron_zone is None else self.cron_zone.tz,
+            connect_patience_seconds=self.connect_patience_seconds,
         )
 
 
@@ -204,6 +207,12 @@ def read_wrapper_settings(
 
         schedule = check_cron(raw_schedule, name="CRON_SCHEDULE")
     waiting = read_waiting(environ, strategies)
+    raw_patience = _variable(environ, "LOCK_CONNECT_PATIENCE_SECONDS")
+    patience = (
+        DEFAULT_CONNECT_PATIENCE
+        if raw_patience is None
+        else bounds.check_number(bounds.CONNECT_PATIENCE, raw_patience)
+    )
 
     return WrapperSettings(
         url_variable=url_variable,
@@ -221,6 +230,7 @@ def read_wrapper_settings(
         history=history,
         history_table=history_table,
         cron_zone=zone,
+        connect_patience_seconds=patience,
         **waiting,
     )
 

@@ -70,3 +70,15 @@ def default_owner() -> str:
     """``hostname:pid:nonce`` — readable, and unique per run even where containers
     share hostnames and pid 1."""
     return f"{socket.gethostname()}:{os.getpid()}:{os.urandom(4).hex()}"
+
+
+def runs_in_group(stat: bytes, pgid: int) -> bool:
+    """Whether a Linux ``/proc/PID/stat`` line is that of a process of group
+    ``pgid`` that still runs: a zombie (or a process being torn down) has exited
+    and runs nothing, though ``kill(-pgid, 0)`` still finds it until it is reaped."""
+    # The command name (field 2) is in parentheses and may hold anything, spaces
+    # and parentheses included: the fields that follow are read after the last ")".
+    fields = stat[stat.rfind(b")") + 1 :].split()
+    if len(fields) < 3 or not fields[2].isdigit():
+        return False
+    return int(fields[2]) == pgid and fields[0] not in (b"Z", b"X", b"x")

@@ -47,6 +47,7 @@ from dislock.core.supervision import (
     check_command,
     child_environment,
     exit_status,
+    runs_in_group,
 )
 
 from ._compat import Child, handling_signals, interrupting, sleep
@@ -168,7 +169,32 @@ def group_alive(pgid: int) -> bool:
         return False
     except PermissionError:
         return True  # a member we may not signal (setuid): still running
-    return True
+    # kill() also finds zombies.  A member whose parent died (sh killed while its
+    # ``sleep`` ran) is reparented to init, and some inits reap only every second
+    # or so: counted as alive, that zombie would hold up the stop by as long.
+    return _group_runs(pgid)
+
+
+def _group_runs(pgid: int) -> bool:
+    """Whether a process of the group that is not a zombie is left, as ``/proc``
+    tells on Linux; elsewhere, presumed so."""
+    if not sys.platform.startswith("linux"):
+        return True
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return True
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as stat:
+                line = stat.read()
+        except OSError:  # gone meanwhile
+            continue
+        if runs_in_group(line, pgid):
+            return True
+    return False
 
 
 def _group_gone(pgid: int, timeout: float) -> bool:

@@ -7,8 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from dislock.core.errors import ConfigurationError
-from dislock.core.exporter import (
+from dislock.cli.exporter import (
     Family,
     FleetSnapshot,
     HostRecord,
@@ -23,7 +22,8 @@ from dislock.core.exporter import (
     read_host_records,
     record_run,
 )
-from dislock.core.status_page import render_page
+from dislock.cli.status_page import render_page
+from dislock.core.errors import ConfigurationError
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
 
@@ -181,7 +181,7 @@ def test_the_chunked_exposition_is_prometheus_clients_own() -> None:
 
 
 def test_the_page_says_how_each_lock_was_let_go() -> None:
-    from dislock.core.exporter import HeldLock
+    from dislock.cli.exporter import HeldLock
     from dislock.core.pause import UNTIL_RESUMED
 
     key = KeyStatus(
@@ -201,7 +201,7 @@ def test_the_page_says_how_each_lock_was_let_go() -> None:
 
 
 def test_lock_held_is_one_sample_per_key_and_mode() -> None:
-    from dislock.core.exporter import HeldLock
+    from dislock.cli.exporter import HeldLock
 
     key = KeyStatus(
         "pool",

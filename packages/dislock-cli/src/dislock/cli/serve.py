@@ -3,7 +3,7 @@
 A small read-only HTTP server.  Every request that needs the database reads one
 snapshot in a READ ONLY transaction on one kept connection; a database that does
 not answer is reported (``dislock_up 0``, a banner on the page), never a crash.
-What the snapshot means lives in ``dislock.core.exporter`` and ``status_page``;
+What the snapshot means lives in ``dislock.cli.exporter`` and ``status_page``;
 this module only does I/O.  The database URL appears in no response and no log
 line: errors are described with ``describe_database_error``, which scrubs it.
 """
@@ -26,21 +26,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from dislock.cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 from dislock.cli._prometheus import Exposition
-from dislock.cli.fleet import (
-    DEFAULT_GRACE,
-    Latest,
-    Slot,
-    latest_query,
-    missed_slots,
-    schedule_slots,
-    table_exists_query,
-)
-from dislock.core.admin import LockRow, list_params, list_query
-from dislock.core.cron import UTC, load_zone, next_boundary
-from dislock.core.diagnosis import describe_database_error
-from dislock.core.dsn import connection_kwargs, scrub
-from dislock.core.errors import ConfigurationError
-from dislock.core.exporter import (
+from dislock.cli.exporter import (
     MISSED_WINDOW,
     RECENT_SECONDS,
     SCRAPE_CONNECT_TIMEOUT,
@@ -58,7 +44,21 @@ from dislock.core.exporter import (
     run_details_query,
     window_starts_query,
 )
-from dislock.core.status_page import render_page
+from dislock.cli.fleet import (
+    DEFAULT_GRACE,
+    Latest,
+    Slot,
+    latest_query,
+    missed_slots,
+    schedule_slots,
+    table_exists_query,
+)
+from dislock.cli.status_page import render_page
+from dislock.core.admin import LockRow, list_params, list_query
+from dislock.core.cron import UTC, load_zone, next_boundary
+from dislock.core.diagnosis import describe_database_error
+from dislock.core.dsn import connection_kwargs, scrub
+from dislock.core.errors import ConfigurationError
 
 logger = logging.getLogger("dislock.serve")
 

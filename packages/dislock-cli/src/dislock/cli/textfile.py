@@ -20,8 +20,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
 from dislock.cli._prometheus import Families
+from dislock.cli.exporter import host_families, read_host_records, record_run
 from dislock.core.context import LEASE_LOST_EXIT_CODE
-from dislock.core.exporter import host_families, read_host_records, record_run
 from dislock.core.history import end_of_command
 
 logger = logging.getLogger("dislock")

@@ -4,7 +4,7 @@ One read-only snapshot of the lock table (and the run history) becomes a
 ``FleetSnapshot``: one ``KeyStatus`` per lock key.  From it come the Prometheus
 metric families (as plain data: ``dislock.cli.serve`` hands them to
 ``prometheus_client``, which only the CLI depends on) and the status page's
-order of rows (``dislock.core.status_page`` renders it).  Also here: the scrape's
+order of rows (``dislock.cli.status_page`` renders it).  Also here: the scrape's
 statements, the state a server keeps between scrapes so that it does not reread
 the whole history each time (``RunCounts``, ``WindowStarts``), and the records of
 the per-host textfile the wrapper writes (``DISLOCK_METRICS_TEXTFILE``).

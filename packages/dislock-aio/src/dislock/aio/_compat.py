@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-import sys
 import threading
 import time
 import weakref
@@ -69,7 +68,7 @@ async def wait_event(event: Event, timeout: float | None) -> bool:
         return True
     try:
         await asyncio.wait_for(event.wait(), timeout)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         return False
     return True
 
@@ -125,20 +124,10 @@ class Link:
             await self.conn.close()
 
 
-if sys.version_info >= (3, 11):
-
-    async def _within(timeout: float, work: Awaitable[T]) -> T:
-        # asyncio.timeout runs the work in this task: no task per statement.
-        async with asyncio.timeout(timeout):
-            return await work
-
-else:
-
-    async def _within(timeout: float, work: Awaitable[T]) -> T:
-        try:
-            return await asyncio.wait_for(work, timeout)
-        except asyncio.TimeoutError:
-            raise TimeoutError from None
+async def _within(timeout: float, work: Awaitable[T]) -> T:
+    # asyncio.timeout runs the work in this task: no task per statement.
+    async with asyncio.timeout(timeout):
+        return await work
 
 
 async def stop_worker(worker: Worker, timeout: float) -> bool:
@@ -149,7 +138,7 @@ async def stop_worker(worker: Worker, timeout: float) -> bool:
     """
     try:
         await asyncio.wait_for(asyncio.shield(worker), timeout)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         worker.cancel()
         # Cancelling a query sends a cancel request, which a dead network can
         # hold up too: give it a moment, then leave the task to finish alone.
@@ -182,7 +171,7 @@ class Child:
         """The child's return code, or None if it is still running after ``timeout``."""
         try:
             return await asyncio.wait_for(self._process.wait(), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return None
 
 

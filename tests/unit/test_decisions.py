@@ -172,3 +172,44 @@ def test_a_start_just_before_a_boundary_belongs_to_the_slot_it_opens() -> None:
     assert slot_end("* * * * * *", boundary - timedelta(milliseconds=100)) == boundary + timedelta(
         seconds=1
     )
+
+
+@pytest.mark.parametrize(
+    "expression", ["0 3 * * *", "*/5 * * * *", "* * * * *", "* * * * * */2", "0 0 29 2 *"]
+)
+def test_slot_candidates_pick_what_slot_end_computes(expression: str) -> None:
+    # The schedule lock lets the database pick among these by its NOW(): the pick
+    # must be slot_end's answer wherever the database clock is covered, and None
+    # (read the clock instead) elsewhere, never another slot.
+    from dislock.core.cron import SlotCandidates
+
+    local = datetime(2030, 3, 1, 2, 59, 59, 400000, tzinfo=UTC)
+    candidates = SlotCandidates.around(expression, local)
+    assert len(candidates.ends) == SlotCandidates.COUNT
+    rng = random.Random(expression)
+    offsets = [rng.uniform(-5, 30) for _ in range(300)]
+    # The edges: on boundaries, and within the early-fire tolerance before them.
+    offsets += [(end - local).total_seconds() + d for end in candidates.ends for d in (0, -0.5)]
+    covered = 0
+    for offset in offsets:
+        db_now = local + timedelta(seconds=offset)
+        picked = candidates.pick(db_now)
+        if picked is None:
+            assert db_now < candidates.covered_from or db_now > candidates.latest_starts[-1]
+        else:
+            covered += 1
+            assert picked == slot_end(expression, db_now), (expression, db_now)
+    assert covered > 0
+
+
+def test_slot_candidates_cover_the_local_clock() -> None:
+    from dislock.core.cron import SlotCandidates
+
+    local = datetime(2030, 3, 1, 12, 0, 30, tzinfo=UTC)
+    for expression in ("* * * * *", "* * * * * *", "0 3 * * *"):
+        candidates = SlotCandidates.around(expression, local)
+        assert candidates.covered_from == local - timedelta(seconds=SlotCandidates.BEHIND)
+        for offset in (-SlotCandidates.BEHIND, 0.0, 0.5, 1.0):
+            db_now = local + timedelta(seconds=offset)
+            assert candidates.pick(db_now) == slot_end(expression, db_now)
+        assert candidates.pick(local - timedelta(seconds=SlotCandidates.BEHIND + 1)) is None

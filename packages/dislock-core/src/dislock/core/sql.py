@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from psycopg.abc import AdaptContext
 
     from dislock.core.context import LockContext
+    from dislock.core.cron import SlotCandidates
 
 KEY_PREFIX = "cronjob-lock"
 
@@ -50,11 +51,9 @@ class Statements(NamedTuple):
     """The database clock (statement time)."""
 
 
-@lru_cache(maxsize=64)
-def statements(table_parts: tuple[str, ...], fencing: bool = False) -> Statements:
-    """The statements for ``table_parts``; with ``fencing``, acquisitions also bump and
-    return the row's ``fence`` column, in the same statement."""
-    table = sql.Identifier(*table_parts)
+def _upsert(table: sql.Identifier, fencing: bool) -> tuple[sql.SQL, dict[str, Any], sql.SQL]:
+    """The acquiring upsert, its ``{row}`` left open, the other parts to format it
+    with, and the fencing column's first value (to append to the row)."""
     if fencing:
         # A fresh row starts at 1; a taken-over row continues from its last token,
         # so tokens only grow, across releases, expiries and forced releases.
@@ -73,7 +72,15 @@ def statements(table_parts: tuple[str, ...], fencing: bool = False) -> Statement
         " WHERE held.expire_at <= NOW()"
         " RETURNING {token}"
     )
-    parts = {"table": table, "columns": columns, "bump": bump}
+    return upsert, {"table": table, "columns": columns, "bump": bump, "token": token}, first_token
+
+
+@lru_cache(maxsize=64)
+def statements(table_parts: tuple[str, ...], fencing: bool = False) -> Statements:
+    """The statements for ``table_parts``; with ``fencing``, acquisitions also bump and
+    return the row's ``fence`` column, in the same statement."""
+    table = sql.Identifier(*table_parts)
+    upsert, parts, first_token = _upsert(table, fencing)
     lease_expiry = sql.SQL("NOW() + make_interval(secs => %(ttl)s)")
     slot_end = sql.SQL("%(expire_at)s::timestamptz")
     return Statements(
@@ -84,14 +91,12 @@ def statements(table_parts: tuple[str, ...], fencing: bool = False) -> Statement
             row=sql.SQL("SELECT %(key)s, %(owner)s, {end}{first_token} WHERE {end} > NOW()").format(
                 end=slot_end, first_token=first_token
             ),
-            token=token,
             **parts,
         ),
         acquire_for=upsert.format(
             row=sql.SQL("VALUES (%(key)s, %(owner)s, {expiry}{first_token})").format(
                 expiry=lease_expiry, first_token=first_token
             ),
-            token=token,
             **parts,
         ),
         # Every lease a process holds in this table, in one statement.  The
@@ -148,6 +153,15 @@ def acquire_until_params(key: str, owner: str, expire_at: datetime) -> dict[str,
     return {"key": key, "owner": owner, "expire_at": expire_at}
 
 
+def acquire_slot_params(key: str, owner: str, candidates: SlotCandidates) -> dict[str, Any]:
+    """Parameters of ``acquire_slot``."""
+    params: dict[str, Any] = {"key": key, "owner": owner, "covered_from": candidates.covered_from}
+    for i, (end, latest) in enumerate(zip(candidates.ends, candidates.latest_starts, strict=True)):
+        params[f"end_{i}"] = end
+        params[f"latest_{i}"] = latest
+    return params
+
+
 def lease_params(key: str, owner: str, ttl_seconds: float) -> dict[str, Any]:
     """Parameters of ``acquire_for``."""
     return {"key": key, "owner": owner, "ttl": ttl_seconds}
@@ -174,3 +188,37 @@ def create_table(table_parts: tuple[str, ...], *, fencing: bool = False) -> sql.
 def create_table_sql(table_parts: tuple[str, ...], *, fencing: bool = False) -> str:
     """The DDL as plain text, for messages and for teams that apply DDL by hand."""
     return create_table(table_parts, fencing=fencing).as_string(None) + ";"
+
+
+@lru_cache(maxsize=64)
+def acquire_slot(table_parts: tuple[str, ...], fencing: bool = False) -> sql.Composed:
+    """``acquire_until`` for a slot picked by the database clock, in one statement.
+
+    Params: ``acquire_slot_params``.  Returns one row: the slot's end (NULL when
+    ``NOW()`` is outside the candidates: read the clock and use ``acquire_until``),
+    the fencing token, and whether the row was taken.  What it writes is what
+    ``acquire_until`` writes for that end.  Scalar parameters and a CASE rather
+    than arrays: a new server session (every cron run has one) plans this
+    statement without loading the array machinery.
+    """
+    from dislock.core.cron import SlotCandidates
+
+    upsert, parts, first_token = _upsert(sql.Identifier(*table_parts), fencing)
+    taken = upsert.format(
+        row=sql.SQL(
+            "SELECT %(key)s, %(owner)s, slot.slot_end{first_token}"
+            " FROM slot WHERE slot.slot_end IS NOT NULL"
+        ).format(first_token=first_token),
+        **parts,
+    )
+    choices = sql.SQL("").join(
+        sql.SQL(" WHEN NOW() <= {latest}::timestamptz THEN {end}::timestamptz").format(
+            latest=sql.Placeholder(f"latest_{i}"), end=sql.Placeholder(f"end_{i}")
+        )
+        for i in range(SlotCandidates.COUNT)
+    )
+    return sql.SQL(
+        "WITH slot AS (SELECT CASE WHEN NOW() < %(covered_from)s::timestamptz THEN NULL"
+        "{choices} END AS slot_end), taken AS ({taken})"
+        " SELECT slot.slot_end, (SELECT * FROM taken), EXISTS (SELECT FROM taken) FROM slot"
+    ).format(choices=choices, taken=taken)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Iterator
 from contextlib import ExitStack, contextmanager
+from datetime import datetime, timezone
 from time import monotonic
 from types import TracebackType
 from typing import Any
@@ -23,7 +24,7 @@ from psycopg.sql import Composed
 from dislock.core import sql
 from dislock.core.config import SCHEDULE, normalize_strategies
 from dislock.core.context import LeaseLossPolicy, LockContext
-from dislock.core.cron import slot_end
+from dislock.core.cron import SlotCandidates, slot_end
 from dislock.core.errors import ConfigurationError, LeaseLostError, LockNotAcquiredError
 from dislock.core.lease import RELEASE_TIMEOUT, LeaseClock, LeaseSettings, raises_on_exit
 from dislock.core.renewal import Renewal
@@ -80,18 +81,34 @@ class ScheduleLock:
         hub = _enter_hub(context)
         try:
             expires_at = context.next_run_time
+            claimed = False
             if expires_at is None:
                 assert context.schedule is not None
-                cursor = hub.execute(statements.now, {}, timeout)
-                row = cursor.fetchone()
-                assert row is not None
-                expires_at = slot_end(context.schedule, row[0])
-            acquired, fence = acquire(
-                hub,
-                statements.acquire_until,
-                sql.acquire_until_params(self.key, context.owner, expires_at),
-                timeout,
-            )
+                # No round trip for the database clock: the acquiring statement
+                # picks the slot by its NOW() among the ends around the local clock.
+                candidates = SlotCandidates.around(context.schedule, datetime.now(timezone.utc))
+                cursor = hub.execute(
+                    sql.acquire_slot(tuple(context.table_parts), context.fencing),
+                    sql.acquire_slot_params(self.key, context.owner, candidates),
+                    timeout,
+                )
+                picked = cursor.fetchone()
+                assert picked is not None
+                expires_at, fence, acquired = picked
+                claimed = expires_at is not None
+                if expires_at is None:
+                    # The database clock is far from ours: read it, then claim.
+                    cursor = hub.execute(statements.now, {}, timeout)
+                    row = cursor.fetchone()
+                    assert row is not None
+                    expires_at = slot_end(context.schedule, row[0])
+            if not claimed:
+                acquired, fence = acquire(
+                    hub,
+                    statements.acquire_until,
+                    sql.acquire_until_params(self.key, context.owner, expires_at),
+                    timeout,
+                )
         finally:
             leave_hub(hub)
         if not acquired:

@@ -1,0 +1,83 @@
+"""A schedule slot picked by the database clock inside the acquiring statement.
+
+``ScheduleLock`` sends the slot ends around the local clock along with its upsert
+(``dislock.core.sql.acquire_slot``) instead of reading ``NOW()`` first; these
+tests check the statement against a real server, and the fallback round trip
+when the server's clock is outside what was sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import psycopg
+import pytest
+
+from dislock import LockContext, LockNotAcquiredError, ScheduleLock
+from dislock.core import sql
+from dislock.core.cron import SlotCandidates, slot_end
+from tests.support.rows import Rows
+
+MakeContext = Callable[..., LockContext]
+
+
+def _pick(
+    db: psycopg.Connection[Any], table: tuple[str, str], key: str, candidates: SlotCandidates
+) -> tuple[Any, ...]:
+    row = db.execute(
+        sql.acquire_slot(table).as_string(db),
+        sql.acquire_slot_params(key, "me", candidates),
+    ).fetchone()
+    assert row is not None
+    return tuple(row)
+
+
+def test_the_statement_claims_the_slot_of_the_database_clock(
+    db: psycopg.Connection[Any], lock_table: tuple[str, str], rows: Rows
+) -> None:
+    before = rows.now()
+    candidates = SlotCandidates.around("* * * * * */2", datetime.now(timezone.utc))
+    end, token, taken = _pick(db, lock_table, "k", candidates)
+    after = rows.now()
+    assert taken is True and token is None
+    assert end in {slot_end("* * * * * */2", before), slot_end("* * * * * */2", after)}
+    row = rows.get("k")
+    assert row is not None and row.value == "me" and row.expire_at == end
+    # The same slot again: picked, not taken, the row untouched.
+    again_end, _, again_taken = _pick(db, lock_table, "k", candidates)
+    if again_end == end:  # (unless the 2-second slot ended in between)
+        assert again_taken is False
+        assert rows.get("k") == row
+
+
+def test_a_database_clock_outside_the_candidates_picks_nothing_and_writes_nothing(
+    db: psycopg.Connection[Any], lock_table: tuple[str, str], rows: Rows
+) -> None:
+    for far in (timedelta(days=1), timedelta(days=-1)):
+        candidates = SlotCandidates.around("*/5 * * * *", datetime.now(timezone.utc) + far)
+        assert _pick(db, lock_table, "k", candidates) == (None, None, False)
+    assert rows.get("k") is None
+
+
+def test_schedule_lock_reads_the_clock_when_ours_is_far_off(
+    make_context: MakeContext, rows: Rows, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As if the local clock ran a day ahead of the database's.
+    around = SlotCandidates.around
+
+    def skewed(expression: str, local_now: datetime) -> SlotCandidates:
+        return around(expression, local_now + timedelta(days=1))
+
+    monkeypatch.setattr(SlotCandidates, "around", skewed)
+    context = make_context(schedule="*/5 * * * *")
+    before = rows.now()
+    with ScheduleLock(context) as lock:
+        assert lock.expires_at == slot_end("*/5 * * * *", before) or lock.expires_at == slot_end(
+            "*/5 * * * *", rows.now()
+        )
+    row = rows.get(sql.schedule_key(context.lock_key))
+    assert row is not None and row.value == context.owner and row.expire_at == lock.expires_at
+    with pytest.raises(LockNotAcquiredError):
+        ScheduleLock(make_context(schedule="*/5 * * * *", owner="other")).__enter__()

@@ -95,16 +95,17 @@ def test_lease_clock_loses_when_failures_reach_the_deadline() -> None:
     assert "still down" in (clock.lost_reason or "")
 
 
-def test_lease_clock_expiry_and_forced_loss() -> None:
+def test_lease_clock_expiry_and_a_lost_lease_stays_lost() -> None:
     idle = LeaseClock(SETTINGS, acquired_at=100.0)
     assert not idle.expired(108.9)
     assert idle.expired(109.0)
-    idle.lose("later")  # the first reason is kept
+    assert not idle.renewed(sent_at=109.0, now=109.1, rows=0)  # the first reason is kept
     assert "deadline" in (idle.lost_reason or "")
 
-    stuck = LeaseClock(SETTINGS, acquired_at=100.0)
-    stuck.lose("the renewer did not stop in time")
-    assert stuck.lost and not stuck.renewed(sent_at=101.0, now=101.1, rows=1)
+    taken = LeaseClock(SETTINGS, acquired_at=100.0)
+    assert not taken.renewed(sent_at=101.0, now=101.1, rows=0)
+    assert taken.lost and not taken.renewed(sent_at=102.0, now=102.1, rows=1)
+    assert "no longer ours" in (taken.lost_reason or "")
 
 
 @pytest.mark.parametrize(

@@ -26,7 +26,7 @@ from dislock.core.cron import SlotCandidates, slot_end
 from dislock.core.errors import ConfigurationError, LeaseLostError, LockNotAcquiredError
 from dislock.core.lease import RELEASE_TIMEOUT, LeaseClock, LeaseSettings, raises_on_exit
 from dislock.core.renewal import Renewal
-from dislock.core.supervision import jitter_delay
+from dislock.core.supervision import LOSS_LOGGER, jitter_delay
 
 from ._compat import Event, sleep
 from ._hub import Hub, declare_lost, enter_hub, leave_hub
@@ -266,10 +266,13 @@ class LeaseLock:
         finally:
             await leave_hub(held.hub)
         if lost and self.settings.policy is LeaseLossPolicy.CONTINUE:
-            logger.warning("lease %s was lost during the block (policy: continue)", self.key)
+            logging.getLogger(LOSS_LOGGER).warning(
+                "lease %s was lost during the block (policy: continue)", self.key
+            )
         if raises_on_exit(self.settings.policy, lost=lost, block_failed=exc_type is not None):
             raise LeaseLostError(
-                f"lease {self.key!r} was lost while the block ran: {held.clock.lost_reason}"
+                f"lease {self.key!r} was lost while the block ran: {held.clock.lost_reason}",
+                reason=held.clock.lost_reason,
             )
 
 

@@ -73,3 +73,14 @@ def default_owner() -> str:
     """``hostname:pid:nonce`` — readable, and unique per run even where containers
     share hostnames and pid 1."""
     return f"{socket.gethostname()}:{os.getpid()}:{os.urandom(4).hex()}"
+
+
+LOSS_LOGGER = "dislock.lease"
+"""The logger of the locks' own notes on a lost lease (for Python callers); the
+wrapper reports a loss itself, in one line (``lease_loss_line``), and shows these
+only at ``DEBUG``."""
+
+
+def lease_loss_line(lock_key: str, reason: str | None, consequence: str) -> str:
+    """What the wrapper says when a lease is lost: one line, for the operator."""
+    return f"lease lost for lock {lock_key!r}: {reason or 'unknown reason'}; {consequence}"

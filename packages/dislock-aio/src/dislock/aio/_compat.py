@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-import threading
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator
@@ -22,6 +21,7 @@ from psycopg.sql import SQL, Composed
 
 from dislock.core.errors import StatementTimeout
 from dislock.core.lease import CANCEL_GRACE, STUCK_AFTER
+from dislock.core.sharing import Registry
 from dislock.core.sql import Rendered
 
 T = TypeVar("T")
@@ -31,15 +31,6 @@ Event = asyncio.Event
 Lock = asyncio.Lock
 Worker = asyncio.Task[None]
 sleep = asyncio.sleep
-
-
-class Registry:
-    """The shared connections by URL, and the lock that guards taking and giving
-    one back (held only for dictionary work, never across I/O)."""
-
-    def __init__(self) -> None:
-        self.hubs: dict[str, Any] = {}
-        self.lock = threading.Lock()
 
 
 _registries: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Registry] = (

@@ -37,6 +37,15 @@ def wrappers() -> dict[str, list[str]]:
     return {"0.1.0": [str(old_python), "-m", "dislock"], "0.2.0": DISLOCK}
 
 
+@pytest.fixture(params=PAIRS, ids=[f"{holder}-holds" for holder, _ in PAIRS])
+def versions(
+    request: pytest.FixtureRequest, wrappers: dict[str, list[str]]
+) -> tuple[list[str], list[str]]:
+    """The commands of the version holding the lock and of the one contending for it."""
+    holder, contender = request.param
+    return wrappers[holder], wrappers[contender]
+
+
 @pytest.fixture
 def fleet_env(cli_env: dict[str, str]) -> dict[str, str]:
     # CRON_SCHEDULE is yearly (cli_env): no slot boundary falls inside a test.
@@ -80,62 +89,47 @@ def ran(wrapper: Sequence[str], env: dict[str, str], tmp: Path) -> bool:
     return marker.exists()
 
 
-@pytest.mark.parametrize(("holder", "contender"), PAIRS)
 def test_a_lease_held_by_one_version_keeps_the_other_out(
-    wrappers: dict[str, list[str]],
-    fleet_env: dict[str, str],
-    rows: Rows,
-    tmp_path: Path,
-    holder: str,
-    contender: str,
+    versions: tuple[list[str], list[str]], fleet_env: dict[str, str], rows: Rows, tmp_path: Path
 ) -> None:
+    holder, contender = versions
     env = {**fleet_env, "LOCK_STRATEGY": "lease"}
     key = lease_key(env["LOCK_KEY"])
-    held = Holder(wrappers[holder], env, tmp_path)
+    held = Holder(holder, env, tmp_path)
     try:
         row = rows.get(key)
         assert row is not None and not row.expired
-        assert not ran(wrappers[contender], env, tmp_path)
+        assert not ran(contender, env, tmp_path)
         after = rows.get(key)
         assert after is not None and after.value == row.value and not after.expired
     finally:
         held.stop()
     # Released on exit by either version: the other one runs now.
-    assert ran(wrappers[contender], env, tmp_path)
+    assert ran(contender, env, tmp_path)
 
 
-@pytest.mark.parametrize(("holder", "contender"), PAIRS)
 def test_a_slot_started_by_one_version_is_not_started_again_by_the_other(
-    wrappers: dict[str, list[str]],
-    fleet_env: dict[str, str],
-    rows: Rows,
-    tmp_path: Path,
-    holder: str,
-    contender: str,
+    versions: tuple[list[str], list[str]], fleet_env: dict[str, str], rows: Rows, tmp_path: Path
 ) -> None:
+    holder, contender = versions
     env = {**fleet_env, "LOCK_STRATEGY": "schedule"}
     key = schedule_key(env["LOCK_KEY"])
-    assert ran(wrappers[holder], env, tmp_path)  # the first machine runs the job
+    assert ran(holder, env, tmp_path)  # the first machine runs the job
     row = rows.get(key)
     assert row is not None and not row.expired
-    assert not ran(wrappers[contender], env, tmp_path)  # the next one, in the same slot, not
+    assert not ran(contender, env, tmp_path)  # the next one, in the same slot, not
     assert rows.get(key) == row
 
 
-@pytest.mark.parametrize(("holder", "contender"), PAIRS)
 def test_a_run_into_the_next_slot_keeps_the_other_version_out_by_its_lease(
-    wrappers: dict[str, list[str]],
-    fleet_env: dict[str, str],
-    rows: Rows,
-    tmp_path: Path,
-    holder: str,
-    contender: str,
+    versions: tuple[list[str], list[str]], fleet_env: dict[str, str], rows: Rows, tmp_path: Path
 ) -> None:
+    holder, contender = versions
     env = {**fleet_env, "LOCK_STRATEGY": "schedule,lease"}
-    held = Holder(wrappers[holder], env, tmp_path)
+    held = Holder(holder, env, tmp_path)
     try:
-        assert not ran(wrappers[contender], env, tmp_path)  # same slot
+        assert not ran(contender, env, tmp_path)  # same slot
         rows.expire(schedule_key(env["LOCK_KEY"]))  # as if the next slot had begun
-        assert not ran(wrappers[contender], env, tmp_path)  # the run still going holds the lease
+        assert not ran(contender, env, tmp_path)  # the run still going holds the lease
     finally:
         held.stop()

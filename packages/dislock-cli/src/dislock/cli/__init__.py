@@ -30,6 +30,9 @@ many machines starts the job once per schedule slot, or runs one copy at a time.
 
 URL_VARIABLE is the NAME of the environment variable holding the database URL
 (e.g. DATABASE_URL), so that the password never appears in `ps` or cron logs.
+In a crontab, set it on a line of its own above the jobs (crontab has no
+`export`): DATABASE_URL=postgresql://...  Never on the job line itself, where
+`ps` and the subject of cron's mail would show the password.
 
 environment:
   LOCK_KEY               required   name of the lock shared by every machine

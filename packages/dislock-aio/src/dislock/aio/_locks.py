@@ -79,28 +79,29 @@ class ScheduleLock:
         hub = _enter_hub(context)
         try:
             expires_at = context.next_run_time
-            claimed = False
+            acquired, fence = False, None
             if expires_at is None:
                 assert context.schedule is not None
-                # No round trip for the database clock: the acquiring statement
-                # picks the slot by its NOW() among the ends around the local clock.
+                # No round trip for the database clock first: the acquiring
+                # statement picks the slot by its NOW() among the ends around the
+                # local clock.
                 candidates = SlotCandidates.around(context.schedule, datetime.now(timezone.utc))
                 cursor = await hub.execute(
                     sql.acquire_slot(tuple(context.table_parts), context.fencing),
                     sql.acquire_slot_params(self.key, context.owner, candidates),
                     timeout,
                 )
-                picked = await cursor.fetchone()
-                assert picked is not None
-                expires_at, fence, acquired = picked
-                claimed = expires_at is not None
-                if expires_at is None:
-                    # The database clock is far from ours: read it, then claim.
+                taken = await cursor.fetchone()
+                if taken is not None:
+                    acquired, (fence, expires_at) = True, taken
+                else:
+                    # Someone else's slot, or a database clock far from ours:
+                    # read it and claim the slot as computed from it.
                     cursor = await hub.execute(statements.now, {}, timeout)
                     row = await cursor.fetchone()
                     assert row is not None
                     expires_at = slot_end(context.schedule, row[0])
-            if not claimed:
+            if not acquired:
                 acquired, fence = await acquire(
                     hub,
                     statements.acquire_until,

@@ -194,31 +194,32 @@ def create_table_sql(table_parts: tuple[str, ...], *, fencing: bool = False) -> 
 def acquire_slot(table_parts: tuple[str, ...], fencing: bool = False) -> sql.Composed:
     """``acquire_until`` for a slot picked by the database clock, in one statement.
 
-    Params: ``acquire_slot_params``.  Returns one row: the slot's end (NULL when
-    ``NOW()`` is outside the candidates: read the clock and use ``acquire_until``),
-    the fencing token, and whether the row was taken.  What it writes is what
-    ``acquire_until`` writes for that end.  Scalar parameters and a CASE rather
-    than arrays: a new server session (every cron run has one) plans this
-    statement without loading the array machinery.
+    Params: ``acquire_slot_params``.  Returns one row when it took the slot: the
+    fencing token (NULL without fencing) and the slot's end.  No row means the
+    slot is someone else's *or* ``NOW()`` was outside the candidates; the caller
+    tells them apart by reading the clock.  What it writes is what
+    ``acquire_until`` writes for that end.  One plain upsert with scalar
+    parameters and a CASE (no CTE, no arrays): a new server session, which every
+    cron run has, plans it fastest.
     """
     from dislock.core.cron import SlotCandidates
 
     upsert, parts, first_token = _upsert(sql.Identifier(*table_parts), fencing)
-    taken = upsert.format(
-        row=sql.SQL(
-            "SELECT %(key)s, %(owner)s, slot.slot_end{first_token}"
-            " FROM slot WHERE slot.slot_end IS NOT NULL"
-        ).format(first_token=first_token),
-        **parts,
-    )
     choices = sql.SQL("").join(
         sql.SQL(" WHEN NOW() <= {latest}::timestamptz THEN {end}::timestamptz").format(
             latest=sql.Placeholder(f"latest_{i}"), end=sql.Placeholder(f"end_{i}")
         )
         for i in range(SlotCandidates.COUNT)
     )
-    return sql.SQL(
-        "WITH slot AS (SELECT CASE WHEN NOW() < %(covered_from)s::timestamptz THEN NULL"
-        "{choices} END AS slot_end), taken AS ({taken})"
-        " SELECT slot.slot_end, (SELECT * FROM taken), EXISTS (SELECT FROM taken) FROM slot"
-    ).format(choices=choices, taken=taken)
+    pick = sql.SQL(
+        "(SELECT CASE WHEN NOW() < %(covered_from)s::timestamptz THEN NULL{choices} END"
+        " AS slot_end) AS slot"
+    ).format(choices=choices)
+    parts = {**parts, "token": sql.SQL("{token}, held.expire_at").format(token=parts["token"])}
+    return upsert.format(
+        row=sql.SQL(
+            "SELECT %(key)s, %(owner)s, slot.slot_end{first_token}"
+            " FROM {pick} WHERE slot.slot_end IS NOT NULL"
+        ).format(first_token=first_token, pick=pick),
+        **parts,
+    )

@@ -1,7 +1,7 @@
 """A schedule slot picked by the database clock inside the acquiring statement.
 
 ``ScheduleLock`` sends the slot ends around the local clock along with its upsert
-(``dislock.core.sql.acquire_slot``) instead of reading ``NOW()`` first; these
+(``Statements.acquire_by_clock``) instead of reading ``NOW()`` first; these
 tests check the statement against a real server, and the fallback round trip
 when the server's clock is outside what was sent.
 """
@@ -9,7 +9,7 @@ when the server's clock is outside what was sent.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, timezone, tzinfo
 from typing import Any
 
 import psycopg
@@ -28,8 +28,8 @@ def _claim(
 ) -> tuple[Any, ...] | None:
     """Run the statement; its row (token, slot end) if it took the slot."""
     row = db.execute(
-        sql.acquire_slot(table).as_string(db),
-        sql.acquire_slot_params(key, "me", candidates),
+        sql.statements(table).acquire_by_clock.as_string(db),
+        sql.acquire_by_clock_params(key, "me", candidates),
     ).fetchone()
     return None if row is None else tuple(row)
 
@@ -69,17 +69,25 @@ def test_schedule_lock_reads_the_clock_when_ours_is_far_off(
     # As if the local clock ran a day ahead of the database's.
     around = SlotCandidates.around
 
-    def skewed(expression: str, local_now: datetime) -> SlotCandidates:
-        return around(expression, local_now + timedelta(days=1))
+    def skewed(expression: str, local_now: datetime, tz: tzinfo = timezone.utc) -> SlotCandidates:
+        return around(expression, local_now + timedelta(days=1), tz)
 
     monkeypatch.setattr(SlotCandidates, "around", skewed)
-    context = make_context(schedule="*/5 * * * *")
+    context = make_context(schedule="0 3 * * *", cron_tz="Asia/Tokyo")
+    assert context.cron_zone is not None
+    tokyo = context.cron_zone.tz
     before = rows.now()
     with ScheduleLock(context) as lock:
-        assert lock.expires_at == slot_end("*/5 * * * *", before) or lock.expires_at == slot_end(
-            "*/5 * * * *", rows.now()
-        )
+        after = rows.now()
+    # 03:00 in Tokyo, from the database clock read when ours was found far off.
+    assert lock.expires_at in {
+        slot_end("0 3 * * *", before, tokyo),
+        slot_end("0 3 * * *", after, tokyo),
+    }
+    assert lock.expires_at is not None and lock.expires_at.astimezone(tokyo).hour == 3
     row = rows.get(sql.schedule_key(context.lock_key))
     assert row is not None and row.value == context.owner and row.expire_at == lock.expires_at
     with pytest.raises(LockNotAcquiredError):
-        ScheduleLock(make_context(schedule="*/5 * * * *", owner="other")).__enter__()
+        ScheduleLock(
+            make_context(schedule="0 3 * * *", cron_tz="Asia/Tokyo", owner="o")
+        ).__enter__()

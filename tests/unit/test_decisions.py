@@ -176,19 +176,35 @@ def test_a_start_just_before_a_boundary_belongs_to_the_slot_it_opens() -> None:
 
 
 @pytest.mark.parametrize(
-    "expression", ["0 3 * * *", "*/5 * * * *", "* * * * *", "* * * * * */2", "0 0 29 2 *"]
+    ("expression", "zone", "local"),
+    [
+        ("0 3 * * *", "UTC", datetime(2030, 3, 1, 2, 59, 59, 400000, tzinfo=UTC)),
+        ("*/5 * * * *", "UTC", datetime(2030, 3, 1, 2, 59, 59, 400000, tzinfo=UTC)),
+        ("* * * * *", "UTC", datetime(2030, 3, 1, 2, 59, 59, 400000, tzinfo=UTC)),
+        ("* * * * * */2", "UTC", datetime(2030, 3, 1, 2, 59, 59, 400000, tzinfo=UTC)),
+        ("0 0 29 2 *", "UTC", datetime(2030, 3, 1, 2, 59, 59, 400000, tzinfo=UTC)),
+        # Berlin springs forward at 01:00 UTC on 31 March 2030 (02:00 -> 03:00 local)
+        # and falls back at 01:00 UTC on 27 October 2030 (03:00 -> 02:00 local).
+        ("30 2 * * *", "Europe/Berlin", datetime(2030, 3, 31, 0, 59, 58, tzinfo=UTC)),
+        ("*/15 * * * *", "Europe/Berlin", datetime(2030, 10, 27, 0, 59, 58, tzinfo=UTC)),
+        ("0 2 * * *", "Europe/Berlin", datetime(2030, 10, 27, 0, 59, 58, tzinfo=UTC)),
+    ],
 )
-def test_slot_candidates_pick_what_slot_end_computes(expression: str) -> None:
+def test_slot_candidates_pick_what_slot_end_computes(
+    expression: str, zone: str, local: datetime
+) -> None:
     # The schedule lock lets the database pick among these by its NOW(): the pick
     # must be slot_end's answer wherever the database clock is covered, and None
     # (read the clock instead) elsewhere, never another slot.
+    from zoneinfo import ZoneInfo
+
     from dislock.core.cron import SlotCandidates
 
-    local = datetime(2030, 3, 1, 2, 59, 59, 400000, tzinfo=UTC)
-    candidates = SlotCandidates.around(expression, local)
+    tz = ZoneInfo(zone)
+    candidates = SlotCandidates.around(expression, local, tz)
     assert len(candidates.ends) == SlotCandidates.COUNT
     rng = random.Random(expression)
-    offsets = [rng.uniform(-5, 30) for _ in range(300)]
+    offsets = [rng.uniform(-5, 30) for _ in range(200)]
     # The edges: on boundaries, and within the early-fire tolerance before them.
     offsets += [(end - local).total_seconds() + d for end in candidates.ends for d in (0, -0.5)]
     covered = 0
@@ -199,7 +215,7 @@ def test_slot_candidates_pick_what_slot_end_computes(expression: str) -> None:
             assert db_now < candidates.covered_from or db_now > candidates.latest_starts[-1]
         else:
             covered += 1
-            assert picked == slot_end(expression, db_now), (expression, db_now)
+            assert picked == slot_end(expression, db_now, tz), (expression, db_now)
     assert covered > 0
 
 

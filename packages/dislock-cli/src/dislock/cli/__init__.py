@@ -2,7 +2,8 @@
 
     dislock URL_VARIABLE command [args...]
 
-Exit codes: the command's own; 0 also when another machine holds the lock; 1 on
+Exit codes: the command's own; 0 (or LOCK_CONFLICT_EXIT_CODE) when another
+machine holds the lock; 128+n on signal n before the command started; 1 on
 a runtime failure; 2 on bad configuration or usage; 75 when the lease was lost
 and the command was terminated.
 """
@@ -36,24 +37,44 @@ In a crontab, set it on a line of its own above the jobs (crontab has no
 
 environment:
   LOCK_KEY               required   name of the lock shared by every machine
+                                    (at most 2048 bytes, no control characters)
   LOCK_STRATEGY          schedule   schedule, lease, or schedule,lease
   CRON_SCHEDULE          -          cron expression; required for schedule
-                                    (5 fields, or 6 with seconds last)
+                                    (5 fields, or 6 with seconds last; must fire)
+  CRON_TZ                local zone IANA zone CRON_SCHEDULE is read in, like
+                                    cron: default TZ, else /etc/localtime
   LOCK_TABLE             key_value  table, or schema.table
-  RUN_LOCK_TTL_SECONDS   60         lease time-to-live, in seconds
-  LOCK_LEASE_INTERVAL    derived    heartbeat, <= TTL; default 30 % of the TTL
-                                    kept within 1..10 s
-  LOCK_JITTER_SECONDS    0          sleep up to this long before locking
+  RUN_LOCK_TTL_SECONDS   60         lease time-to-live: 0.1 to 604800 s
+  LOCK_LEASE_INTERVAL    derived    heartbeat: 0.001 to 604800 s, <= TTL;
+                                    default 30 % of the TTL kept within 1..10 s
+  LOCK_JITTER_SECONDS    0          sleep up to this long before locking: 0 to
+                                    3600 s, and with a schedule at most half
+                                    its shortest interval
   LOCK_ON_LEASE_LOSS     terminate  terminate (SIGTERM, SIGKILL after 10 s,
                                     exit 75) or continue (log only)
   LOCK_FENCING           0          1: pass a fencing token to the command in
                                     DISLOCK_FENCING_TOKEN (dislockctl init --fencing)
+  LOCK_WAIT_SECONDS      0          wait up to this long for a lease held
+                                    elsewhere, then skip: 0 to 86400 s (needs
+                                    lease; with schedule,lease the slot is
+                                    taken once and the lease waited for)
+  LOCK_WAIT_POLL_SECONDS 0.5        poll cadence while waiting without LISTEN:
+                                    more than 0 to 3600 s
+  LOCK_WAIT_LISTEN       auto       auto: woken by the release (LISTEN/NOTIFY)
+                                    on a direct connection, polling behind a
+                                    pooler such as PgBouncer; 1 always; 0 never
+  LOCK_SLOTS             1          up to N holders of the lease at once: 1 to
+                                    1000
+  LOCK_CONFLICT_EXIT_CODE 0         exit status when the lock is held elsewhere:
+                                    0 to 255
   CRONJOB_LOCK_LOG_LEVEL WARNING    DEBUG, INFO, WARNING, ERROR, CRITICAL
 
 exit status:
   the command's own (128+n if signal n killed it; 127 not found, 126 not
   executable, both reported before any lock is taken)
-  0   also when another machine holds the lock (logged at INFO only)
+  0   also when another machine holds the lock (logged at INFO only), after
+      any wait; LOCK_CONFLICT_EXIT_CODE sets another status for this case
+  128+n  signal n arrived before the command started (jitter or wait)
   1   runtime failure: database unreachable, table missing, ...
   2   invalid configuration or usage
   75  the lease was lost and the command was terminated

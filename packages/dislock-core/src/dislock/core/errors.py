@@ -45,3 +45,16 @@ class NotSent(StatementTimeout):
     """The statement was never sent: the shared connection it waited for is stuck
     in another statement, so it may be sent again on a new connection.  (Internal:
     asyncio statements queue inside psycopg, so only the sync side raises it.)"""
+
+
+class Interrupted(KeyboardInterrupt):
+    """A signal ended the wait for the locks, before the command started.
+
+    A ``KeyboardInterrupt`` (not a ``DislockError``), so that psycopg cancels a
+    statement it interrupts and no ``except Exception`` in the lock code swallows
+    it; ``run_with_locks`` returns 128 + ``signum`` for it.
+    """
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum

@@ -17,21 +17,22 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from psycopg import sql
 
+from dislock.core.kinds import KEY_PREFIX as KEY_PREFIX
+from dislock.core.kinds import LEASE, SCHEDULE, kind
+
 if TYPE_CHECKING:
     from psycopg.abc import AdaptContext
 
     from dislock.core.context import LockContext
     from dislock.core.cron import SlotCandidates
 
-KEY_PREFIX = "cronjob-lock"
-
 
 def schedule_key(lock_key: str) -> str:
-    return f"{KEY_PREFIX}:schedule:{lock_key}"
+    return kind(SCHEDULE).row_key(lock_key)
 
 
 def lease_key(lock_key: str) -> str:
-    return f"{KEY_PREFIX}:lease:{lock_key}"
+    return kind(LEASE).row_key(lock_key)
 
 
 class Statements(NamedTuple):
@@ -49,11 +50,27 @@ class Statements(NamedTuple):
     """Params: key, owner. Expires our row now; a row another owner took is untouched."""
     now: sql.SQL
     """The database clock (statement time)."""
+    acquire_slot: sql.Composed
+    """Params: keys (the slots' row keys, slot 1 first), owner, ttl. Takes the first
+    free slot, in the same upsert as ``acquire_for``. Returns one row: the key taken
+    (NULL if none), the fencing token, and how many slots it found free (to tell a
+    full lease from a slot another holder took in the same instant)."""
+    release_notify: sql.Composed
+    """Params: key, owner, channel, wake. Like ``release``, and wakes the lease's
+    waiters (``NOTIFY`` on commit) when it released something."""
+    acquire_by_clock: sql.Composed
+    """Params: ``acquire_by_clock_params``. ``acquire_until`` for a schedule slot that
+    the database clock picks among candidates (``dislock.core.cron.SlotCandidates``),
+    in one statement. Returns one row when it took the slot: the fencing token and
+    the slot's end. No row: the slot is someone else's *or* ``NOW()`` was outside the
+    candidates; reading the clock tells which."""
 
 
-def _upsert(table: sql.Identifier, fencing: bool) -> tuple[sql.SQL, dict[str, Any], sql.SQL]:
-    """The acquiring upsert, its ``{row}`` left open, the other parts to format it
-    with, and the fencing column's first value (to append to the row)."""
+@lru_cache(maxsize=64)
+def statements(table_parts: tuple[str, ...], fencing: bool = False) -> Statements:
+    """The statements for ``table_parts``; with ``fencing``, acquisitions also bump and
+    return the row's ``fence`` column, in the same statement."""
+    table = sql.Identifier(*table_parts)
     if fencing:
         # A fresh row starts at 1; a taken-over row continues from its last token,
         # so tokens only grow, across releases, expiries and forced releases.
@@ -72,15 +89,9 @@ def _upsert(table: sql.Identifier, fencing: bool) -> tuple[sql.SQL, dict[str, An
         " WHERE held.expire_at <= NOW()"
         " RETURNING {token}"
     )
-    return upsert, {"table": table, "columns": columns, "bump": bump, "token": token}, first_token
-
-
-@lru_cache(maxsize=64)
-def statements(table_parts: tuple[str, ...], fencing: bool = False) -> Statements:
-    """The statements for ``table_parts``; with ``fencing``, acquisitions also bump and
-    return the row's ``fence`` column, in the same statement."""
-    table = sql.Identifier(*table_parts)
-    upsert, parts, first_token = _upsert(table, fencing)
+    # ``_acquire_slot`` formats this same upsert: a placeholder added to it must be
+    # given there too (through ``parts``, ideally), so that slots keep every check.
+    parts = {"table": table, "columns": columns, "bump": bump}
     lease_expiry = sql.SQL("NOW() + make_interval(secs => %(ttl)s)")
     slot_end = sql.SQL("%(expire_at)s::timestamptz")
     return Statements(
@@ -91,12 +102,14 @@ def statements(table_parts: tuple[str, ...], fencing: bool = False) -> Statement
             row=sql.SQL("SELECT %(key)s, %(owner)s, {end}{first_token} WHERE {end} > NOW()").format(
                 end=slot_end, first_token=first_token
             ),
+            token=token,
             **parts,
         ),
         acquire_for=upsert.format(
             row=sql.SQL("VALUES (%(key)s, %(owner)s, {expiry}{first_token})").format(
                 expiry=lease_expiry, first_token=first_token
             ),
+            token=token,
             **parts,
         ),
         # Every lease a process holds in this table, in one statement.  The
@@ -117,6 +130,80 @@ def statements(table_parts: tuple[str, ...], fencing: bool = False) -> Statement
             " WHERE key = %(key)s AND value = %(owner)s AND expire_at > NOW()"
         ).format(table=table),
         now=sql.SQL("SELECT NOW()"),
+        acquire_slot=_acquire_slot(upsert, parts, table, first_token, token, lease_expiry),
+        release_notify=sql.SQL(
+            "UPDATE {table} SET expire_at = NOW()"
+            " WHERE key = %(key)s AND value = %(owner)s AND expire_at > NOW()"
+            " RETURNING pg_notify(%(channel)s, %(wake)s)"
+        ).format(table=table),
+        acquire_by_clock=_acquire_by_clock(upsert, parts, first_token, token),
+    )
+
+
+def _acquire_slot(
+    upsert: sql.SQL,
+    parts: dict[str, sql.Composable],
+    table: sql.Identifier,
+    first_token: sql.Composable,
+    token: sql.Composable,
+    expiry: sql.Composable,
+) -> sql.Composed:
+    """``acquire_for`` over the first of several rows that is free, in one statement.
+
+    It is the same upsert (anything added to it for every acquisition applies to
+    slots too), fed the lowest-numbered slot that looks free.  Two holders picking
+    the same slot at once cannot both get it: the upsert's own condition decides,
+    and the loser learns from ``free`` that another slot may be left.
+    """
+    taking = upsert.format(
+        row=sql.SQL(
+            "SELECT free.key, %(owner)s, {expiry}{first_token} FROM free ORDER BY free.n LIMIT 1"
+        ).format(expiry=expiry, first_token=first_token),
+        token=sql.SQL("held.key, {token}").format(token=token),
+        **parts,
+    )
+    return sql.SQL(
+        "WITH free AS ("
+        " SELECT slot.key, slot.n FROM unnest(%(keys)s::text[]) WITH ORDINALITY AS slot (key, n)"
+        " WHERE NOT EXISTS (SELECT FROM {table} AS held"
+        " WHERE held.key = slot.key AND held.expire_at > NOW())),"
+        " taken (key, token) AS ({taking})"
+        " SELECT taken.key, taken.token, (SELECT count(*) FROM free)"
+        " FROM (SELECT) AS one LEFT JOIN taken ON true"
+    ).format(table=table, taking=taking)
+
+
+def _acquire_by_clock(
+    upsert: sql.SQL,
+    parts: dict[str, sql.Composable],
+    first_token: sql.Composable,
+    token: sql.Composable,
+) -> sql.Composed:
+    """The same upsert as ``acquire_until``, its end picked by ``NOW()``.
+
+    A CASE over scalar parameters, and no CTE: a new server session, which every
+    cron run has, plans this faster than a ``SELECT NOW()`` followed by
+    ``acquire_until``, and the round trip is saved.
+    """
+    from dislock.core.cron import SlotCandidates
+
+    choices = sql.SQL("").join(
+        sql.SQL(" WHEN NOW() <= {latest}::timestamptz THEN {end}::timestamptz").format(
+            latest=sql.Placeholder(f"latest_{i}"), end=sql.Placeholder(f"end_{i}")
+        )
+        for i in range(SlotCandidates.COUNT)
+    )
+    pick = sql.SQL(
+        "(SELECT CASE WHEN NOW() < %(covered_from)s::timestamptz THEN NULL{choices} END"
+        " AS slot_end) AS slot"
+    ).format(choices=choices)
+    return upsert.format(
+        row=sql.SQL(
+            "SELECT %(key)s, %(owner)s, slot.slot_end{first_token}"
+            " FROM {pick} WHERE slot.slot_end IS NOT NULL"
+        ).format(first_token=first_token, pick=pick),
+        token=sql.SQL("{token}, held.expire_at").format(token=token),
+        **parts,
     )
 
 
@@ -153,8 +240,8 @@ def acquire_until_params(key: str, owner: str, expire_at: datetime) -> dict[str,
     return {"key": key, "owner": owner, "expire_at": expire_at}
 
 
-def acquire_slot_params(key: str, owner: str, candidates: SlotCandidates) -> dict[str, Any]:
-    """Parameters of ``acquire_slot``."""
+def acquire_by_clock_params(key: str, owner: str, candidates: SlotCandidates) -> dict[str, Any]:
+    """Parameters of ``acquire_by_clock``."""
     params: dict[str, Any] = {"key": key, "owner": owner, "covered_from": candidates.covered_from}
     for i, (end, latest) in enumerate(zip(candidates.ends, candidates.latest_starts, strict=True)):
         params[f"end_{i}"] = end
@@ -169,6 +256,15 @@ def lease_params(key: str, owner: str, ttl_seconds: float) -> dict[str, Any]:
 
 def release_params(key: str, owner: str) -> dict[str, Any]:
     return {"key": key, "owner": owner}
+
+
+def release_notify_params(key: str, owner: str, channel: str, wake: str) -> dict[str, Any]:
+    return {"key": key, "owner": owner, "channel": channel, "wake": wake}
+
+
+def slot_params(keys: list[str], owner: str, ttl_seconds: float) -> dict[str, Any]:
+    """Parameters of ``acquire_slot``."""
+    return {"keys": keys, "owner": owner, "ttl": ttl_seconds}
 
 
 def create_table(table_parts: tuple[str, ...], *, fencing: bool = False) -> sql.Composed:
@@ -188,38 +284,3 @@ def create_table(table_parts: tuple[str, ...], *, fencing: bool = False) -> sql.
 def create_table_sql(table_parts: tuple[str, ...], *, fencing: bool = False) -> str:
     """The DDL as plain text, for messages and for teams that apply DDL by hand."""
     return create_table(table_parts, fencing=fencing).as_string(None) + ";"
-
-
-@lru_cache(maxsize=64)
-def acquire_slot(table_parts: tuple[str, ...], fencing: bool = False) -> sql.Composed:
-    """``acquire_until`` for a slot picked by the database clock, in one statement.
-
-    Params: ``acquire_slot_params``.  Returns one row when it took the slot: the
-    fencing token (NULL without fencing) and the slot's end.  No row means the
-    slot is someone else's *or* ``NOW()`` was outside the candidates; the caller
-    tells them apart by reading the clock.  What it writes is what
-    ``acquire_until`` writes for that end.  One plain upsert with scalar
-    parameters and a CASE (no CTE, no arrays): a new server session, which every
-    cron run has, plans it fastest.
-    """
-    from dislock.core.cron import SlotCandidates
-
-    upsert, parts, first_token = _upsert(sql.Identifier(*table_parts), fencing)
-    choices = sql.SQL("").join(
-        sql.SQL(" WHEN NOW() <= {latest}::timestamptz THEN {end}::timestamptz").format(
-            latest=sql.Placeholder(f"latest_{i}"), end=sql.Placeholder(f"end_{i}")
-        )
-        for i in range(SlotCandidates.COUNT)
-    )
-    pick = sql.SQL(
-        "(SELECT CASE WHEN NOW() < %(covered_from)s::timestamptz THEN NULL{choices} END"
-        " AS slot_end) AS slot"
-    ).format(choices=choices)
-    parts = {**parts, "token": sql.SQL("{token}, held.expire_at").format(token=parts["token"])}
-    return upsert.format(
-        row=sql.SQL(
-            "SELECT %(key)s, %(owner)s, slot.slot_end{first_token}"
-            " FROM {pick} WHERE slot.slot_end IS NOT NULL"
-        ).format(first_token=first_token, pick=pick),
-        **parts,
-    )

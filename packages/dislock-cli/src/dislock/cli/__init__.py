@@ -94,14 +94,15 @@ logger = logging.getLogger("dislock")
 def _configure_logging(level: int) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("dislock: %(message)s"))
+    if level > logging.DEBUG:
+        # The wrapper reports a lost lease in one line of its own; the locks' notes
+        # on it (worded for Python callers) only when debugging.
+        from dislock.core.supervision import LOSS_LOGGER
+
+        handler.addFilter(lambda record: record.name != LOSS_LOGGER)
     logger.handlers[:] = [handler]
     logger.setLevel(level)
     logger.propagate = False
-    # The wrapper reports a lost lease in one line of its own; the locks' notes
-    # on it (worded for Python callers) only when debugging.
-    from dislock.core.supervision import LOSS_LOGGER
-
-    logging.getLogger(LOSS_LOGGER).setLevel(level if level <= logging.DEBUG else logging.CRITICAL)
 
 
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:

@@ -25,13 +25,16 @@ MakeContext = Callable[..., LockContext]
 
 def _claim(
     db: psycopg.Connection[Any], table: tuple[str, str], key: str, candidates: SlotCandidates
-) -> tuple[Any, ...] | None:
-    """Run the statement; its row (token, slot end) if it took the slot."""
+) -> tuple[bool, Any]:
+    """Run the statement: whether it took the slot, and the slot end it picked."""
     row = db.execute(
         sql.statements(table).acquire_by_clock.as_string(db),
         sql.acquire_by_clock_params(key, "me", candidates),
     ).fetchone()
-    return None if row is None else tuple(row)
+    assert row is not None  # always one row
+    taken, token, paused_for, paused_until, end = row
+    assert token is None and paused_for is None and paused_until is None
+    return taken, end
 
 
 def test_the_statement_claims_the_slot_of_the_database_clock(
@@ -39,27 +42,25 @@ def test_the_statement_claims_the_slot_of_the_database_clock(
 ) -> None:
     before = rows.now()
     candidates = SlotCandidates.around("* * * * * */2", datetime.now(timezone.utc))
-    taken = _claim(db, lock_table, "k", candidates)
+    taken, end = _claim(db, lock_table, "k", candidates)
     after = rows.now()
-    assert taken is not None
-    token, end = taken
-    assert token is None  # no fencing on this table
+    assert taken is True
     assert end in {slot_end("* * * * * */2", before), slot_end("* * * * * */2", after)}
     row = rows.get("k")
     assert row is not None and row.value == "me" and row.expire_at == end
     # Within the same slot, another claim takes nothing and leaves the row alone.
-    again = _claim(db, lock_table, "k", candidates)
-    if rows.now() < end:  # (unless the 2-second slot ended in between)
-        assert again is None
+    again, again_end = _claim(db, lock_table, "k", candidates)
+    if again_end == end:  # (unless the 2-second slot ended in between)
+        assert again is False
         assert rows.get("k") == row
 
 
-def test_a_database_clock_outside_the_candidates_takes_nothing(
+def test_a_database_clock_outside_the_candidates_picks_and_takes_nothing(
     db: psycopg.Connection[Any], lock_table: tuple[str, str], rows: Rows
 ) -> None:
     for far in (timedelta(days=1), timedelta(days=-1)):
         candidates = SlotCandidates.around("*/5 * * * *", datetime.now(timezone.utc) + far)
-        assert _claim(db, lock_table, "k", candidates) is None
+        assert _claim(db, lock_table, "k", candidates) == (False, None)
     assert rows.get("k") is None
 
 

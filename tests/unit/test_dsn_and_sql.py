@@ -57,17 +57,19 @@ def test_table_names_are_quoted_identifiers() -> None:
     assert create_table_sql(("key_value",)).startswith('CREATE TABLE IF NOT EXISTS "key_value"')
 
 
-def test_acquire_is_one_conditional_upsert() -> None:
+def test_acquire_is_one_conditional_upsert_that_checks_the_pause() -> None:
     text = statements(("key_value",)).acquire_for.as_string(None)
-    assert text.lstrip().startswith("INSERT INTO")
-    assert "ON CONFLICT (key) DO UPDATE" in text
+    assert text.count(";") == 0 and text.startswith("WITH pause AS (")
+    assert "INSERT INTO" in text and "ON CONFLICT (key) DO UPDATE" in text
     assert "WHERE held.expire_at <= NOW()" in text
-    assert "SELECT" not in text
+    assert "WHERE NOT EXISTS (SELECT FROM pause)" in text
+    # No read of the lock row itself comes first: the upsert decides.
+    assert text.count("SELECT value, expire_at FROM") == 1 and "key = %(pause)s" in text
 
 
 def test_a_slot_is_only_claimed_while_it_lasts() -> None:
     text = statements(("key_value",)).acquire_until.as_string(None)
-    assert text.lstrip().startswith("INSERT INTO")
+    assert "NOT EXISTS (SELECT FROM pause)" in text
     assert "WHERE %(expire_at)s::timestamptz > NOW()" in text
     assert "WHERE held.expire_at <= NOW()" in text
 

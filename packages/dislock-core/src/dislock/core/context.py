@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from dislock.core import bounds, config
 from dislock.core.dsn import parse_dsn, redact_dsn
 from dislock.core.errors import ConfigurationError
+from dislock.core.patience import DEFAULT_CONNECT_PATIENCE
 from dislock.core.waiting import DEFAULT_POLL_SECONDS
 
 if TYPE_CHECKING:
@@ -76,10 +77,22 @@ class LockContext:
     """``TERMINATE`` (default) or ``CONTINUE``."""
     connect_timeout_seconds: float = DEFAULT_CONNECT_TIMEOUT
     """Give up connecting after this long (unless the URL sets ``connect_timeout``)."""
+    connect_patience_seconds: float = DEFAULT_CONNECT_PATIENCE
+    """Keep retrying a refused connection (too many connections, a server starting up or
+    restarting) this long, with jittered backoff, before reporting it; for a schedule
+    lock never past the end of the slot. 0: report the first refusal."""
     fencing: bool = False
     """Hand out fencing tokens: each acquisition bumps and returns the row's ``fence``
     column (``dislockctl init --fencing`` adds it). Off, the three-column table works
     as it is and nothing extra is read or written."""
+    history: bool = False
+    """Record each run of ``acquire_locks`` or ``run_with_locks`` that gets its locks
+    in the history table (``dislockctl init --history``): one statement as it
+    starts, one as it ends (a lock class entered on its own records nothing).  A
+    failing history write is logged at WARNING and never fails the run."""
+    history_table: Sequence[str] | None = None
+    """The history table, like ``table_parts``; default: ``<table>_history`` next
+    to the lock table."""
     wait_seconds: float = 0.0
     """Wait up to this long for a lease held elsewhere before giving up (0: give up at
     once). Woken by the holder's release (``LISTEN``/``NOTIFY``), or by polling."""
@@ -153,11 +166,24 @@ class LockContext:
         _set(self, "lease_loss_policy", LeaseLossPolicy.parse(self.lease_loss_policy))
         if not isinstance(self.fencing, bool):
             raise ConfigurationError(f"fencing must be True or False, got {self.fencing!r}")
+        if not isinstance(self.history, bool):
+            raise ConfigurationError(f"history must be True or False, got {self.history!r}")
+        if self.history_table is not None:
+            _set(self, "history_table", config.check_table_parts(self.history_table))
         _set(
             self,
             "connect_timeout_seconds",
             bounds.check_number(
                 bounds.CONNECT_TIMEOUT, self.connect_timeout_seconds, name="connect_timeout_seconds"
+            ),
+        )
+        _set(
+            self,
+            "connect_patience_seconds",
+            bounds.check_number(
+                bounds.CONNECT_PATIENCE,
+                self.connect_patience_seconds,
+                name="connect_patience_seconds",
             ),
         )
         self._check_waiting()
@@ -194,6 +220,8 @@ class LockContext:
                 "jitter_max_seconds",
                 "lease_loss_policy",
                 "fencing",
+                "history",
+                "history_table",
                 "wait_seconds",
                 "slots",
             )

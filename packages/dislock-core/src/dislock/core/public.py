@@ -17,6 +17,7 @@ from dislock.core.errors import ConfigurationError as ConfigurationError
 from dislock.core.errors import DislockError as DislockError
 from dislock.core.errors import LeaseLostError as LeaseLostError
 from dislock.core.errors import LockNotAcquiredError as LockNotAcquiredError
+from dislock.core.errors import LockPausedError as LockPausedError
 from dislock.core.errors import StatementTimeout as StatementTimeout
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "LeaseLostError",
     "LockContext",
     "LockNotAcquiredError",
+    "LockPausedError",
     "StatementTimeout",
 ]
 

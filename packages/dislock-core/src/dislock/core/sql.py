@@ -35,35 +35,76 @@ def lease_key(lock_key: str) -> str:
     return kind(LEASE).row_key(lock_key)
 
 
+def pause_key(lock_key: str) -> str:
+    """The row that pauses ``lock_key`` fleet-wide: ``value`` holds the reason and
+    ``expire_at`` the end of the pause (``dislockctl pause``)."""
+    return f"{KEY_PREFIX}:pause:{lock_key}"
+
+
+def pause_key_of(row_key: str) -> str:
+    """The pause row of a schedule or lease row's key."""
+    prefix, _, rest = row_key.partition(":")
+    _, _, lock_key = rest.partition(":")
+    return pause_key(lock_key) if prefix == KEY_PREFIX else f"{KEY_PREFIX}:pause:{row_key}"
+
+
+RELEASED_MARK = " (released)"
+"""Appended to ``value`` by a clean release, in the same update that ends the row.
+
+A released row and one whose holder stopped renewing both have ``expire_at`` in
+the past; only this tells them apart.  The three columns stay as 0.1.0 made them
+(a 0.1.0 acquisition takes the row over by ``expire_at <= NOW()`` alone), and
+``expire_at`` keeps the moment of the release.  (``'-infinity'`` would have
+marked it too, but psycopg cannot load it into a datetime: every reader of the
+row, 0.1.0's tools included, would fail on it.)"""
+
+FORCED_MARK = " (released by dislockctl)"
+"""Appended by ``dislockctl release`` instead of ``RELEASED_MARK``."""
+
+
+class Acquired(NamedTuple):
+    """The answer of an acquiring statement (always exactly one row)."""
+
+    acquired: bool
+    token: int | None
+    """The fencing token (None without fencing)."""
+    paused_for: str | None
+    """The reason of a live pause of the lock key; set only when one refused the start."""
+    paused_until: datetime | None
+
+
 class Statements(NamedTuple):
     """The statements for one lock table."""
 
     acquire_until: sql.Composed
-    """Params: key, owner, expire_at (timestamptz). Returns one row, the fencing token
-    (NULL without fencing), when acquired; no row otherwise."""
+    """Params: key, pause, owner, expire_at (timestamptz). Returns one row, an
+    ``Acquired``: whether it took the row, the fencing token (NULL without
+    fencing), and the reason and end of a live pause row that refused it."""
     acquire_for: sql.Composed
-    """Params: key, owner, ttl (seconds). Returns like ``acquire_until``."""
+    """Params: key, pause, owner, ttl (seconds). Returns like ``acquire_until``."""
     renew_batch: sql.Composed
     """Params: keys, owners, ttls (parallel arrays). Renews each listed lease that is
     still ours and returns its ``(key, value)``; a lease missing from the answer is lost."""
     release: sql.Composed
-    """Params: key, owner. Expires our row now; a row another owner took is untouched."""
+    """Params: key, owner. Expires our row now, marked released (``RELEASED_MARK``);
+    a row another owner took is untouched."""
     now: sql.SQL
     """The database clock (statement time)."""
     acquire_slot: sql.Composed
-    """Params: keys (the slots' row keys, slot 1 first), owner, ttl. Takes the first
-    free slot, in the same upsert as ``acquire_for``. Returns one row: the key taken
-    (NULL if none), the fencing token, and how many slots it found free (to tell a
-    full lease from a slot another holder took in the same instant)."""
+    """Params: keys (the slots' row keys, slot 1 first), pause, owner, ttl. Takes the
+    first free slot, in the same upsert as ``acquire_for``. Returns one row: the key
+    taken (NULL if none), the fencing token, how many slots it found free (to tell a
+    full lease from a slot another holder took in the same instant), and the reason
+    and end of a live pause that refused it."""
     release_notify: sql.Composed
-    """Params: key, owner, channel, wake. Like ``release``, and wakes the lease's
+    """Params: key, owner, channel, wake. Like ``release`` (marked released), and wakes the lease's
     waiters (``NOTIFY`` on commit) when it released something."""
     acquire_by_clock: sql.Composed
-    """Params: ``acquire_by_clock_params``. ``acquire_until`` for a schedule slot that
-    the database clock picks among candidates (``dislock.core.cron.SlotCandidates``),
-    in one statement. Returns one row when it took the slot: the fencing token and
-    the slot's end. No row: the slot is someone else's *or* ``NOW()`` was outside the
-    candidates; reading the clock tells which."""
+    """Params: ``acquire_by_clock_params`` (key, pause, owner and the candidates of
+    ``dislock.core.cron.SlotCandidates``). ``acquire_until`` for the schedule slot
+    that ``NOW()`` picks among the candidates, in one statement. Returns one row: an
+    ``Acquired``, then the slot's end, NULL when ``NOW()`` was outside the
+    candidates (then nothing was taken: read the clock, use ``acquire_until``)."""
 
 
 @lru_cache(maxsize=64)
@@ -81,6 +122,14 @@ def statements(table_parts: tuple[str, ...], fencing: bool = False) -> Statement
     else:
         columns = first_token = bump = sql.SQL("")
         token = sql.SQL("NULL::bigint")
+    # A live pause row of the lock key (``dislockctl pause``) keeps the row
+    # source empty (every row source below says ``NOT EXISTS (SELECT FROM
+    # pause)``), so nothing is inserted or taken over; its reason comes back in
+    # the same answer, which is always one row.  A pause costs no round trip.
+    pause = sql.SQL(
+        "pause AS (SELECT value, expire_at FROM {table}"
+        " WHERE key = %(pause)s AND expire_at > NOW())"
+    ).format(table=table)
     upsert = sql.SQL(
         "INSERT INTO {table} AS held (key, value, expire_at{columns})"
         " {row}"
@@ -88,6 +137,12 @@ def statements(table_parts: tuple[str, ...], fencing: bool = False) -> Statement
         " SET value = EXCLUDED.value, expire_at = EXCLUDED.expire_at{bump}"
         " WHERE held.expire_at <= NOW()"
         " RETURNING {token}"
+    )
+    answer = sql.SQL(
+        "WITH {pause}, taken (token) AS ({upsert})"
+        " SELECT EXISTS (SELECT FROM taken), (SELECT token FROM taken),"
+        " pause.value, pause.expire_at"
+        " FROM (VALUES (1)) AS answer LEFT JOIN pause ON true"
     )
     # ``_acquire_slot`` formats this same upsert: a placeholder added to it must be
     # given there too (through ``parts``, ideally), so that slots keep every check.
@@ -98,19 +153,27 @@ def statements(table_parts: tuple[str, ...], fencing: bool = False) -> Statement
         # A slot that ended between computing it and claiming it (a slow start
         # straddling a boundary, or a next_run_time in the past) is not claimed:
         # it would be free at once and let a second start into the new slot.
-        acquire_until=upsert.format(
-            row=sql.SQL("SELECT %(key)s, %(owner)s, {end}{first_token} WHERE {end} > NOW()").format(
-                end=slot_end, first_token=first_token
+        acquire_until=answer.format(
+            pause=pause,
+            upsert=upsert.format(
+                row=sql.SQL(
+                    "SELECT %(key)s, %(owner)s, {end}{first_token}"
+                    " WHERE {end} > NOW() AND NOT EXISTS (SELECT FROM pause)"
+                ).format(end=slot_end, first_token=first_token),
+                token=token,
+                **parts,
             ),
-            token=token,
-            **parts,
         ),
-        acquire_for=upsert.format(
-            row=sql.SQL("VALUES (%(key)s, %(owner)s, {expiry}{first_token})").format(
-                expiry=lease_expiry, first_token=first_token
+        acquire_for=answer.format(
+            pause=pause,
+            upsert=upsert.format(
+                row=sql.SQL(
+                    "SELECT %(key)s, %(owner)s, {expiry}{first_token}"
+                    " WHERE NOT EXISTS (SELECT FROM pause)"
+                ).format(expiry=lease_expiry, first_token=first_token),
+                token=token,
+                **parts,
             ),
-            token=token,
-            **parts,
         ),
         # Every lease a process holds in this table, in one statement.  The
         # arrays join on (key, value) like ``WHERE (key, value) IN (...)`` would,
@@ -126,22 +189,60 @@ def statements(table_parts: tuple[str, ...], fencing: bool = False) -> Statement
             " RETURNING held.key, held.value"
         ).format(table=table),
         release=sql.SQL(
-            "UPDATE {table} SET expire_at = NOW()"
+            "UPDATE {table} SET expire_at = NOW(), value = value || {mark}"
             " WHERE key = %(key)s AND value = %(owner)s AND expire_at > NOW()"
-        ).format(table=table),
+        ).format(table=table, mark=sql.Literal(RELEASED_MARK)),
         now=sql.SQL("SELECT NOW()"),
-        acquire_slot=_acquire_slot(upsert, parts, table, first_token, token, lease_expiry),
+        acquire_slot=_acquire_slot(upsert, pause, parts, table, first_token, token, lease_expiry),
         release_notify=sql.SQL(
-            "UPDATE {table} SET expire_at = NOW()"
+            "UPDATE {table} SET expire_at = NOW(), value = value || {mark}"
             " WHERE key = %(key)s AND value = %(owner)s AND expire_at > NOW()"
             " RETURNING pg_notify(%(channel)s, %(wake)s)"
-        ).format(table=table),
-        acquire_by_clock=_acquire_by_clock(upsert, parts, first_token, token),
+        ).format(table=table, mark=sql.Literal(RELEASED_MARK)),
+        acquire_by_clock=_acquire_by_clock(upsert, pause, parts, first_token, token),
     )
+
+
+def _acquire_by_clock(
+    upsert: sql.SQL,
+    pause: sql.Composable,
+    parts: dict[str, sql.Composable],
+    first_token: sql.Composable,
+    token: sql.Composable,
+) -> sql.Composed:
+    """``acquire_until``'s upsert, its slot end picked by ``NOW()`` from scalar
+    candidates with a CASE (no arrays: a new server session, which every cron run
+    has, plans it fastest); the round trip that reads the clock is saved."""
+    from dislock.core.cron import SlotCandidates
+
+    choices = sql.SQL("").join(
+        sql.SQL(" WHEN NOW() <= {latest}::timestamptz THEN {end}::timestamptz").format(
+            latest=sql.Placeholder(f"latest_{i}"), end=sql.Placeholder(f"end_{i}")
+        )
+        for i in range(SlotCandidates.COUNT)
+    )
+    taking = upsert.format(
+        row=sql.SQL(
+            "SELECT %(key)s, %(owner)s, slot.slot_end{first_token} FROM slot"
+            " WHERE slot.slot_end IS NOT NULL AND NOT EXISTS (SELECT FROM pause)"
+        ).format(first_token=first_token),
+        token=token,
+        **parts,
+    )
+    return sql.SQL(
+        "WITH {pause},"
+        " slot AS (SELECT CASE WHEN NOW() < %(covered_from)s::timestamptz THEN NULL{choices}"
+        " END AS slot_end),"
+        " taken (token) AS ({taking})"
+        " SELECT EXISTS (SELECT FROM taken), (SELECT token FROM taken),"
+        " pause.value, pause.expire_at, slot.slot_end"
+        " FROM slot LEFT JOIN pause ON true"
+    ).format(pause=pause, choices=choices, taking=taking)
 
 
 def _acquire_slot(
     upsert: sql.SQL,
+    pause: sql.Composable,
     parts: dict[str, sql.Composable],
     table: sql.Identifier,
     first_token: sql.Composable,
@@ -157,54 +258,23 @@ def _acquire_slot(
     """
     taking = upsert.format(
         row=sql.SQL(
-            "SELECT free.key, %(owner)s, {expiry}{first_token} FROM free ORDER BY free.n LIMIT 1"
+            "SELECT free.key, %(owner)s, {expiry}{first_token} FROM free"
+            " WHERE NOT EXISTS (SELECT FROM pause) ORDER BY free.n LIMIT 1"
         ).format(expiry=expiry, first_token=first_token),
         token=sql.SQL("held.key, {token}").format(token=token),
         **parts,
     )
+    # Answers: the key taken (NULL if none), the token, how many slots looked
+    # free, and the reason and end of a live pause (which took nothing).
     return sql.SQL(
-        "WITH free AS ("
+        "WITH {pause}, free AS ("
         " SELECT slot.key, slot.n FROM unnest(%(keys)s::text[]) WITH ORDINALITY AS slot (key, n)"
         " WHERE NOT EXISTS (SELECT FROM {table} AS held"
         " WHERE held.key = slot.key AND held.expire_at > NOW())),"
         " taken (key, token) AS ({taking})"
-        " SELECT taken.key, taken.token, (SELECT count(*) FROM free)"
-        " FROM (SELECT) AS one LEFT JOIN taken ON true"
-    ).format(table=table, taking=taking)
-
-
-def _acquire_by_clock(
-    upsert: sql.SQL,
-    parts: dict[str, sql.Composable],
-    first_token: sql.Composable,
-    token: sql.Composable,
-) -> sql.Composed:
-    """The same upsert as ``acquire_until``, its end picked by ``NOW()``.
-
-    A CASE over scalar parameters, and no CTE: a new server session, which every
-    cron run has, plans this faster than a ``SELECT NOW()`` followed by
-    ``acquire_until``, and the round trip is saved.
-    """
-    from dislock.core.cron import SlotCandidates
-
-    choices = sql.SQL("").join(
-        sql.SQL(" WHEN NOW() <= {latest}::timestamptz THEN {end}::timestamptz").format(
-            latest=sql.Placeholder(f"latest_{i}"), end=sql.Placeholder(f"end_{i}")
-        )
-        for i in range(SlotCandidates.COUNT)
-    )
-    pick = sql.SQL(
-        "(SELECT CASE WHEN NOW() < %(covered_from)s::timestamptz THEN NULL{choices} END"
-        " AS slot_end) AS slot"
-    ).format(choices=choices)
-    return upsert.format(
-        row=sql.SQL(
-            "SELECT %(key)s, %(owner)s, slot.slot_end{first_token}"
-            " FROM {pick} WHERE slot.slot_end IS NOT NULL"
-        ).format(first_token=first_token, pick=pick),
-        token=sql.SQL("{token}, held.expire_at").format(token=token),
-        **parts,
-    )
+        " SELECT taken.key, taken.token, (SELECT count(*) FROM free), pause.value, pause.expire_at"
+        " FROM (SELECT) AS one LEFT JOIN taken ON true LEFT JOIN pause ON true"
+    ).format(pause=pause, table=table, taking=taking)
 
 
 class Rendered:
@@ -237,12 +307,17 @@ def statements_for(context: LockContext) -> Statements:
 
 
 def acquire_until_params(key: str, owner: str, expire_at: datetime) -> dict[str, Any]:
-    return {"key": key, "owner": owner, "expire_at": expire_at}
+    return {"key": key, "pause": pause_key_of(key), "owner": owner, "expire_at": expire_at}
 
 
 def acquire_by_clock_params(key: str, owner: str, candidates: SlotCandidates) -> dict[str, Any]:
     """Parameters of ``acquire_by_clock``."""
-    params: dict[str, Any] = {"key": key, "owner": owner, "covered_from": candidates.covered_from}
+    params: dict[str, Any] = {
+        "key": key,
+        "pause": pause_key_of(key),
+        "owner": owner,
+        "covered_from": candidates.covered_from,
+    }
     for i, (end, latest) in enumerate(zip(candidates.ends, candidates.latest_starts, strict=True)):
         params[f"end_{i}"] = end
         params[f"latest_{i}"] = latest
@@ -251,7 +326,7 @@ def acquire_by_clock_params(key: str, owner: str, candidates: SlotCandidates) ->
 
 def lease_params(key: str, owner: str, ttl_seconds: float) -> dict[str, Any]:
     """Parameters of ``acquire_for``."""
-    return {"key": key, "owner": owner, "ttl": ttl_seconds}
+    return {"key": key, "pause": pause_key_of(key), "owner": owner, "ttl": ttl_seconds}
 
 
 def release_params(key: str, owner: str) -> dict[str, Any]:
@@ -263,8 +338,8 @@ def release_notify_params(key: str, owner: str, channel: str, wake: str) -> dict
 
 
 def slot_params(keys: list[str], owner: str, ttl_seconds: float) -> dict[str, Any]:
-    """Parameters of ``acquire_slot``."""
-    return {"keys": keys, "owner": owner, "ttl": ttl_seconds}
+    """Parameters of ``acquire_slot`` (``keys[0]`` is the plain lease row)."""
+    return {"keys": keys, "pause": pause_key_of(keys[0]), "owner": owner, "ttl": ttl_seconds}
 
 
 def create_table(table_parts: tuple[str, ...], *, fencing: bool = False) -> sql.Composed:

@@ -83,7 +83,13 @@ def main() -> int:
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(create_table_sql(("key_value",)))
         workers = args.workers
-        race("Schedule mode: everyone fires at 03:00, one starts", schedule_worker, url, workers)
+        race(
+            "Schedule mode (0 3 * * *): everyone fires at once, as cron on every machine"
+            " would; one starts the slot, which lasts until the next 03:00",
+            schedule_worker,
+            url,
+            workers,
+        )
         race("Lease mode: one runs at a time, the rest skip", lease_worker, url, workers)
         race("Lease mode again: the lease was released, one wins again", lease_worker, url, workers)
         with psycopg.connect(url, autocommit=True) as conn:

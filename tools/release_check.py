@@ -185,10 +185,10 @@ def check_cli(tmp: Path, url: str) -> None:
         "PIPX_HOME": str(tmp / "pipx-home"),
         "PIPX_BIN_DIR": str(tmp / "pipx-bin"),
         "PIPX_MAN_DIR": str(tmp / "pipx-man"),
-        # pipx may install with uv, whose cache is shared by every build on the machine
-        # and keeps the first wheel it saw of dislock-core 0.2.0: these wheels have the
-        # same name and version at every build, so a cached one would be stale.
+        # Fresh caches: the wheels are rebuilt under the same name and version
+        # each time, and a cached one (pipx may install with uv) would be stale.
         "UV_CACHE_DIR": str(tmp / "uv-cache"),
+        "PIP_CACHE_DIR": str(tmp / "pip-cache"),
     }
     run(
         [

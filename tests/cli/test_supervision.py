@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -106,9 +107,35 @@ def test_lease_loss_kills_the_whole_process_group(
     stolen = rows.get(key)
     _, stderr = process.communicate(timeout=20)
     assert process.returncode == 75, stderr
-    assert "lease lost" in stderr
+    # One line, in the operator's terms: which lock, why, what happened to the command.
+    assert stderr.count("\n") == 1, stderr
+    assert re.fullmatch(
+        rf"dislock: lease lost for lock '{lease_env['LOCK_KEY']}': the lock row is no longer"
+        r" ours \(.*\); terminating sh \(pid \d+, SIGKILL after 10 s\), exit 75\n",
+        stderr,
+    ), stderr
     assert wait_dead(pid, timeout=5)
     assert rows.get(key) == stolen  # the thief's row is untouched
+
+
+def test_lease_loss_under_continue_is_one_line_and_the_command_finishes(
+    lease_env: dict[str, str], rows: Rows, tmp_path: Path
+) -> None:
+    started, finish = tmp_path / "started", tmp_path / "finish"
+    script = f'touch "{started}"; while [ ! -e "{finish}" ]; do sleep 0.05; done; exit 4'
+    process = start({**lease_env, "LOCK_ON_LEASE_LOSS": "continue"}, script)
+    wait_for(started)
+    rows.steal(lease_key(lease_env["LOCK_KEY"]))
+    time.sleep(2.5)  # past the TTL: the loss has been seen
+    assert process.poll() is None  # still running
+    finish.touch()
+    _, stderr = process.communicate(timeout=20)
+    assert process.returncode == 4, stderr
+    assert re.fullmatch(
+        rf"dislock: lease lost for lock '{lease_env['LOCK_KEY']}': .*;"
+        r" sh keeps running \(lease loss policy: continue\)\n",
+        stderr,
+    ), stderr
 
 
 @pytest.mark.slow

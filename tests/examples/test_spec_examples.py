@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -10,10 +9,6 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
-
-pytestmark = pytest.mark.skipif(
-    sys.version_info < (3, 11), reason="the examples import datetime.UTC (Python 3.11+)"
-)
 
 SPEC_URL = "postgresql://user:pass@localhost:5432/app"
 

@@ -8,6 +8,7 @@ runs the server as an unprivileged user of its own.
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import warnings
 from collections.abc import Iterator
@@ -36,3 +37,5 @@ def postgres_url(variable: str = "TEST_DATABASE_URL") -> Iterator[str]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             server.cleanup()
+        # cleanup() deletes the data directory but not the one made for it here.
+        shutil.rmtree(parent, ignore_errors=True)

@@ -95,16 +95,17 @@ def test_lease_clock_loses_when_failures_reach_the_deadline() -> None:
     assert "still down" in (clock.lost_reason or "")
 
 
-def test_lease_clock_expiry_and_forced_loss() -> None:
+def test_lease_clock_expiry_and_a_lost_lease_stays_lost() -> None:
     idle = LeaseClock(SETTINGS, acquired_at=100.0)
     assert not idle.expired(108.9)
     assert idle.expired(109.0)
-    idle.lose("later")  # the first reason is kept
+    assert not idle.renewed(sent_at=109.0, now=109.1, rows=0)  # the first reason is kept
     assert "deadline" in (idle.lost_reason or "")
 
-    stuck = LeaseClock(SETTINGS, acquired_at=100.0)
-    stuck.lose("the renewer did not stop in time")
-    assert stuck.lost and not stuck.renewed(sent_at=101.0, now=101.1, rows=1)
+    taken = LeaseClock(SETTINGS, acquired_at=100.0)
+    assert not taken.renewed(sent_at=101.0, now=101.1, rows=0)
+    assert taken.lost and not taken.renewed(sent_at=102.0, now=102.1, rows=1)
+    assert "no longer ours" in (taken.lost_reason or "")
 
 
 @pytest.mark.parametrize(
@@ -172,3 +173,60 @@ def test_a_start_just_before_a_boundary_belongs_to_the_slot_it_opens() -> None:
     assert slot_end("* * * * * *", boundary - timedelta(milliseconds=100)) == boundary + timedelta(
         seconds=1
     )
+
+
+@pytest.mark.parametrize(
+    ("expression", "zone", "local"),
+    [
+        ("0 3 * * *", "UTC", datetime(2030, 3, 1, 2, 59, 59, 400000, tzinfo=UTC)),
+        ("*/5 * * * *", "UTC", datetime(2030, 3, 1, 2, 59, 59, 400000, tzinfo=UTC)),
+        ("* * * * *", "UTC", datetime(2030, 3, 1, 2, 59, 59, 400000, tzinfo=UTC)),
+        ("* * * * * */2", "UTC", datetime(2030, 3, 1, 2, 59, 59, 400000, tzinfo=UTC)),
+        ("0 0 29 2 *", "UTC", datetime(2030, 3, 1, 2, 59, 59, 400000, tzinfo=UTC)),
+        # Berlin springs forward at 01:00 UTC on 31 March 2030 (02:00 -> 03:00 local)
+        # and falls back at 01:00 UTC on 27 October 2030 (03:00 -> 02:00 local).
+        ("30 2 * * *", "Europe/Berlin", datetime(2030, 3, 31, 0, 59, 58, tzinfo=UTC)),
+        ("*/15 * * * *", "Europe/Berlin", datetime(2030, 10, 27, 0, 59, 58, tzinfo=UTC)),
+        ("0 2 * * *", "Europe/Berlin", datetime(2030, 10, 27, 0, 59, 58, tzinfo=UTC)),
+    ],
+)
+def test_slot_candidates_pick_what_slot_end_computes(
+    expression: str, zone: str, local: datetime
+) -> None:
+    # The schedule lock lets the database pick among these by its NOW(): the pick
+    # must be slot_end's answer wherever the database clock is covered, and None
+    # (read the clock instead) elsewhere, never another slot.
+    from zoneinfo import ZoneInfo
+
+    from dislock.core.cron import SlotCandidates
+
+    tz = ZoneInfo(zone)
+    candidates = SlotCandidates.around(expression, local, tz)
+    assert len(candidates.ends) == SlotCandidates.COUNT
+    rng = random.Random(expression)
+    offsets = [rng.uniform(-5, 30) for _ in range(200)]
+    # The edges: on boundaries, and within the early-fire tolerance before them.
+    offsets += [(end - local).total_seconds() + d for end in candidates.ends for d in (0, -0.5)]
+    covered = 0
+    for offset in offsets:
+        db_now = local + timedelta(seconds=offset)
+        picked = candidates.pick(db_now)
+        if picked is None:
+            assert db_now < candidates.covered_from or db_now > candidates.latest_starts[-1]
+        else:
+            covered += 1
+            assert picked == slot_end(expression, db_now, tz), (expression, db_now)
+    assert covered > 0
+
+
+def test_slot_candidates_cover_the_local_clock() -> None:
+    from dislock.core.cron import SlotCandidates
+
+    local = datetime(2030, 3, 1, 12, 0, 30, tzinfo=UTC)
+    for expression in ("* * * * *", "* * * * * *", "0 3 * * *"):
+        candidates = SlotCandidates.around(expression, local)
+        assert candidates.covered_from == local - timedelta(seconds=SlotCandidates.BEHIND)
+        for offset in (-SlotCandidates.BEHIND, 0.0, 0.5, 1.0):
+            db_now = local + timedelta(seconds=offset)
+            assert candidates.pick(db_now) == slot_end(expression, db_now)
+        assert candidates.pick(local - timedelta(seconds=SlotCandidates.BEHIND + 1)) is None

@@ -9,61 +9,52 @@ resolved on first use so that an async-only install never imports them.
 
 from __future__ import annotations
 
-# Editable installs put every member's ``src`` directory on sys.path; extend_path
-# lets ``dislock.aio`` and friends be found there although this __init__ lives
-# only in dislock-core's tree.
-from pkgutil import extend_path
+import sys as _sys
+from os.path import isdir as _isdir
+from os.path import join as _join
 
-__path__ = extend_path(__path__, __name__)
+# Editable installs put every member's ``src`` directory on sys.path: add their
+# ``dislock`` directories to this package's path, so that ``dislock.aio`` and
+# friends are found there although this __init__ lives only in dislock-core's
+# tree.  (pkgutil.extend_path does this and more; importing and running it costs
+# every cron run of the wrapper most of a millisecond.)
+__path__ = [
+    *__path__,
+    *(
+        portion
+        for portion in (_join(entry, __name__) for entry in _sys.path if isinstance(entry, str))
+        if portion not in __path__ and _isdir(portion)
+    ),
+]
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from importlib import import_module as _import_module
+from typing import TYPE_CHECKING
 
-from dislock.core.context import (
-    LEASE_LOST_EXIT_CODE,
-    LeaseLossPolicy,
-    LockContext,
-)
-from dislock.core.errors import (
-    ConfigurationError,
-    DislockError,
-    LeaseLostError,
-    LockNotAcquiredError,
-    LockPausedError,
-    StatementTimeout,
-)
+from dislock.core.public import *  # noqa: F403  (the core names, imported eagerly)
+from dislock.core.public import CORE_NAMES as _CORE_NAMES
+from dislock.core.public import LOCK_NAMES as _LOCK_NAMES
 
 __version__ = "0.2.0"
 
-_SYNC_NAMES = frozenset(
-    {
-        "ScheduleLock",
-        "LeaseLock",
-        "LockSession",
-        "acquire_locks",
-        "build_locks",
-        "keep_connected",
-        "run_with_locks",
-    }
-)
+__all__ = [*_CORE_NAMES, *_LOCK_NAMES]
 
 if TYPE_CHECKING:
-    from dislock._sync import (
-        LeaseLock,
-        LockSession,
-        ScheduleLock,
-        acquire_locks,
-        build_locks,
-        keep_connected,
-        run_with_locks,
-    )
+    # For type checkers, which cannot follow __getattr__ (tests/unit/test_namespace.py
+    # checks that these are the LOCK_NAMES).
+    from dislock._sync import LeaseLock as LeaseLock
+    from dislock._sync import LockSession as LockSession
+    from dislock._sync import ScheduleLock as ScheduleLock
+    from dislock._sync import acquire_locks as acquire_locks
+    from dislock._sync import build_locks as build_locks
+    from dislock._sync import keep_connected as keep_connected
+    from dislock._sync import run_with_locks as run_with_locks
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     # PEP 562: the sync API lives in another distribution, imported on first use.
-    if name in _SYNC_NAMES:
+    if name in _LOCK_NAMES:
         try:
-            _sync = import_module("dislock._sync")
+            _sync = _import_module("dislock._sync")
         except ModuleNotFoundError as exc:
             if exc.name not in ("dislock._sync", "dislock"):
                 raise
@@ -76,24 +67,5 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | _SYNC_NAMES)
-
-
-__all__ = [
-    "LEASE_LOST_EXIT_CODE",
-    "ConfigurationError",
-    "DislockError",
-    "LeaseLock",
-    "LeaseLossPolicy",
-    "LeaseLostError",
-    "LockContext",
-    "LockNotAcquiredError",
-    "LockPausedError",
-    "LockSession",
-    "ScheduleLock",
-    "StatementTimeout",
-    "acquire_locks",
-    "build_locks",
-    "keep_connected",
-    "run_with_locks",
-]
+    # The public names and the module's own dunders; not the helpers above.
+    return sorted({*__all__, *(name for name in globals() if name.startswith("__"))})

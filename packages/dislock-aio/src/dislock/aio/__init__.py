@@ -5,18 +5,19 @@
 ``psycopg.AsyncConnection``; the lease is renewed by an asyncio task and
 ``LockSession.lease_lost`` is an ``asyncio.Event``.  The locks of one event loop
 share a connection per database; ``keep_connected`` keeps it open between locks.
+``LockContext``, ``LeaseLossPolicy``, ``LEASE_LOST_EXIT_CODE`` and the errors are
+exported here too, so that asyncio code needs no other import.
 """
 
-from dislock.aio._hub import keep_connected
-from dislock.aio._locks import LeaseLock, LockSession, ScheduleLock, acquire_locks, build_locks
-from dislock.aio._supervisor import run_with_locks
+from dislock.aio._hub import keep_connected as keep_connected
+from dislock.aio._locks import LeaseLock as LeaseLock
+from dislock.aio._locks import LockSession as LockSession
+from dislock.aio._locks import ScheduleLock as ScheduleLock
+from dislock.aio._locks import acquire_locks as acquire_locks
+from dislock.aio._locks import build_locks as build_locks
+from dislock.aio._supervisor import run_with_locks as run_with_locks
+from dislock.core.public import *  # noqa: F403  (the core names)
+from dislock.core.public import CORE_NAMES as _CORE_NAMES
+from dislock.core.public import LOCK_NAMES as _LOCK_NAMES
 
-__all__ = [
-    "LeaseLock",
-    "LockSession",
-    "ScheduleLock",
-    "acquire_locks",
-    "build_locks",
-    "keep_connected",
-    "run_with_locks",
-]
+__all__ = [*_CORE_NAMES, *_LOCK_NAMES]

@@ -10,8 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-import sys
-import threading
 import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Iterator
@@ -23,6 +21,7 @@ from psycopg.sql import SQL, Composed, Identifier
 
 from dislock.core.errors import Interrupted, StatementTimeout
 from dislock.core.lease import CANCEL_GRACE, STUCK_AFTER
+from dislock.core.sharing import Registry
 from dislock.core.sql import Rendered
 
 T = TypeVar("T")
@@ -32,15 +31,6 @@ Event = asyncio.Event
 Lock = asyncio.Lock
 Worker = asyncio.Task[None]
 sleep = asyncio.sleep
-
-
-class Registry:
-    """The shared connections by URL, and the lock that guards taking and giving
-    one back (held only for dictionary work, never across I/O)."""
-
-    def __init__(self) -> None:
-        self.hubs: dict[str, Any] = {}
-        self.lock = threading.Lock()
 
 
 _registries: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Registry] = (
@@ -69,7 +59,7 @@ async def wait_event(event: Event, timeout: float | None) -> bool:
         return True
     try:
         await asyncio.wait_for(event.wait(), timeout)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         return False
     return True
 
@@ -125,20 +115,10 @@ class Link:
             await self.conn.close()
 
 
-if sys.version_info >= (3, 11):
-
-    async def _within(timeout: float, work: Awaitable[T]) -> T:
-        # asyncio.timeout runs the work in this task: no task per statement.
-        async with asyncio.timeout(timeout):
-            return await work
-
-else:
-
-    async def _within(timeout: float, work: Awaitable[T]) -> T:
-        try:
-            return await asyncio.wait_for(work, timeout)
-        except asyncio.TimeoutError:
-            raise TimeoutError from None
+async def _within(timeout: float, work: Awaitable[T]) -> T:
+    # asyncio.timeout runs the work in this task: no task per statement.
+    async with asyncio.timeout(timeout):
+        return await work
 
 
 async def stop_worker(worker: Worker, timeout: float) -> bool:
@@ -149,7 +129,7 @@ async def stop_worker(worker: Worker, timeout: float) -> bool:
     """
     try:
         await asyncio.wait_for(asyncio.shield(worker), timeout)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         worker.cancel()
         # Cancelling a query sends a cancel request, which a dead network can
         # hold up too: give it a moment, then leave the task to finish alone.
@@ -188,7 +168,7 @@ class Child:
         """The child's return code, or None if it is still running after ``timeout``."""
         try:
             return await asyncio.wait_for(self._process.wait(), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return None
 
     async def wait_or(self, event: Event, timeout: float | None) -> int | None:

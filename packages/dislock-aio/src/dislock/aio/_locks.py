@@ -25,14 +25,14 @@ from psycopg.sql import Composed
 from dislock.core import history, kinds, sql
 from dislock.core.config import SCHEDULE, normalize_strategies
 from dislock.core.context import LEASE_LOST_EXIT_CODE, LeaseLossPolicy, LockContext
-from dislock.core.cron import slot_end
+from dislock.core.cron import SlotCandidates, slot_end
 from dislock.core.dsn import connection_kwargs, scrub
 from dislock.core.errors import ConfigurationError, LeaseLostError, LockNotAcquiredError
 from dislock.core.lease import RELEASE_TIMEOUT, LeaseClock, LeaseSettings, raises_on_exit
 from dislock.core.patience import slot_patience
 from dislock.core.pause import paused_error
 from dislock.core.renewal import Renewal
-from dislock.core.supervision import jitter_delay
+from dislock.core.supervision import LOSS_LOGGER, jitter_delay
 from dislock.core.waiting import (
     WAKE_CHANNEL,
     WaitPlan,
@@ -108,19 +108,39 @@ class ScheduleLock:
         try:
             await hub.connect_patiently(partial(_schedule_patience, context))
             expires_at = context.next_run_time
+            answer: sql.Acquired | None = None
             if expires_at is None:
                 zone = context.cron_zone  # resolved with the schedule
                 assert context.schedule is not None and zone is not None
-                cursor = await hub.execute(statements.now, {}, timeout)
+                # No round trip for the database clock first: the acquiring
+                # statement picks the slot by its NOW() among the ends around the
+                # local clock.
+                candidates = SlotCandidates.around(
+                    context.schedule, datetime.now(timezone.utc), zone.tz
+                )
+                cursor = await hub.execute(
+                    statements.acquire_by_clock,
+                    sql.acquire_by_clock_params(self.key, context.owner, candidates),
+                    timeout,
+                )
                 row = await cursor.fetchone()
-                assert row is not None
-                expires_at = slot_end(context.schedule, row[0], zone.tz)
-            answer = await acquire(
-                hub,
-                statements.acquire_until,
-                sql.acquire_until_params(self.key, context.owner, expires_at),
-                timeout,
-            )
+                assert row is not None, "an acquiring statement answers one row"
+                answer = sql.Acquired(bool(row[0]), row[1], row[2], row[3])
+                expires_at = row[4]
+                if expires_at is None:
+                    # The database clock is far from ours: read it, then claim.
+                    cursor = await hub.execute(statements.now, {}, timeout)
+                    row = await cursor.fetchone()
+                    assert row is not None
+                    expires_at = slot_end(context.schedule, row[0], zone.tz)
+                    answer = None
+            if answer is None:
+                answer = await acquire(
+                    hub,
+                    statements.acquire_until,
+                    sql.acquire_until_params(self.key, context.owner, expires_at),
+                    timeout,
+                )
         finally:
             await leave_hub(hub)
         if answer.paused_until is not None:
@@ -400,10 +420,13 @@ class LeaseLock:
         finally:
             await leave_hub(held.hub)
         if lost and self.settings.policy is LeaseLossPolicy.CONTINUE:
-            logger.warning("lease %s was lost during the block (policy: continue)", self.key)
+            logging.getLogger(LOSS_LOGGER).warning(
+                "lease %s was lost during the block (policy: continue)", self.key
+            )
         if raises_on_exit(self.settings.policy, lost=lost, block_failed=exc_type is not None):
             raise LeaseLostError(
-                f"lease {self.key!r} was lost while the block ran: {held.clock.lost_reason}"
+                f"lease {self.key!r} was lost while the block ran: {held.clock.lost_reason}",
+                reason=held.clock.lost_reason,
             )
 
 

@@ -45,6 +45,7 @@ from dislock.core.supervision import (
     check_command,
     child_environment,
     exit_status,
+    lease_loss_line,
     runs_in_group,
 )
 
@@ -254,6 +255,7 @@ async def supervise(
     lease = session.lease
     if lease is not None and lease.is_lost():
         # Lost before the command could even start.
+        _report_loss(lease, f"not starting {argv[0]}, exit {LEASE_LOST_EXIT_CODE}")
         session.run_end = end_of_command(None, LEASE_LOST_EXIT_CODE, lease_lost=True)
         return LEASE_LOST_EXIT_CODE
     guard = Guard.start()
@@ -311,15 +313,22 @@ async def _watch(
             return exit_status(code)
         if lease is not None and lease.is_lost():
             if policy is LeaseLossPolicy.TERMINATE:
-                logger.error(
-                    "lease lost; terminating %s (pid %d, SIGKILL after %g s)",
-                    argv[0],
-                    child.pid,
-                    KILL_GRACE,
+                _report_loss(
+                    lease,
+                    f"terminating {argv[0]} (pid {child.pid}, SIGKILL after {KILL_GRACE:g} s),"
+                    f" exit {LEASE_LOST_EXIT_CODE}",
                 )
                 await stop_group(child)
                 return LEASE_LOST_EXIT_CODE
-            lease = None  # CONTINUE: the lock logged the loss; stop checking
+            _report_loss(lease, f"{argv[0]} keeps running (lease loss policy: continue)")
+            lease = None  # CONTINUE: stop checking
+
+
+def _report_loss(lease: LeaseLock, consequence: str) -> None:
+    """The one line that says a lease was lost and what happens to the command."""
+    clock = lease.clock
+    reason = clock.lost_reason if clock is not None else None
+    logger.error("%s", lease_loss_line(lease.context.lock_key, reason, consequence))
 
 
 async def run_with_locks(
@@ -349,16 +358,24 @@ async def run_with_locks(
     argv = check_command(command)
     ensure_runnable(argv[0])  # before locking: a typo must not use up a schedule slot
     signals = tuple(forward_signals)
+    status: int | None = None
     try:
         async with AsyncExitStack() as stack:
             # Until the command starts, the same signals end the wait for the
             # locks at once: nothing runs yet that they could be passed on to.
             async with interrupting(signals):
                 session = await stack.enter_async_context(acquire_locks(context, strategies))
-            return await supervise(argv, session, context.lease_loss_policy, signals)
+            status = await supervise(argv, session, context.lease_loss_policy, signals)
     except LeaseLostError as exc:
-        logger.error("%s", exc)
+        if status == LEASE_LOST_EXIT_CODE:
+            logger.debug("%s", exc)  # supervise has said so, in one line
+        else:  # lost after the command had exited
+            logger.error(
+                "%s", lease_loss_line(context.lock_key, exc.reason, f"exit {LEASE_LOST_EXIT_CODE}")
+            )
         return LEASE_LOST_EXIT_CODE
     except Interrupted as exc:
         logger.info("signal %d before %s started; not running it", exc.signum, argv[0])
         return 128 + exc.signum
+    assert status is not None
+    return status

@@ -31,6 +31,9 @@ many machines starts the job once per schedule slot, or runs one copy at a time.
 
 URL_VARIABLE is the NAME of the environment variable holding the database URL
 (e.g. DATABASE_URL), so that the password never appears in `ps` or cron logs.
+In a crontab, set it on a line of its own above the jobs (crontab has no
+`export`): DATABASE_URL=postgresql://...  Never on the job line itself, where
+`ps` and the subject of cron's mail would show the password.
 
 environment:
   LOCK_KEY               required   name of the lock shared by every machine
@@ -104,6 +107,12 @@ logger = logging.getLogger("dislock")
 def _configure_logging(level: int) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("dislock: %(message)s"))
+    if level > logging.DEBUG:
+        # The wrapper reports a lost lease in one line of its own; the locks' notes
+        # on it (worded for Python callers) only when debugging.
+        from dislock.core.supervision import LOSS_LOGGER
+
+        handler.addFilter(lambda record: record.name != LOSS_LOGGER)
     logger.handlers[:] = [handler]
     logger.setLevel(level)
     logger.propagate = False

@@ -285,3 +285,54 @@ def check_jitter(
             f"interval between the fires of {schedule_name} ({interval:g} s), so at most "
             f"{interval / 2:g} s"
         )
+
+
+class SlotCandidates:
+    """The slot ends a start could belong to, for a database clock near the local one.
+
+    A schedule lock would otherwise read the database clock first and compute its
+    slot from that: a round trip more on every cron run.  Instead the next few
+    boundaries after ``covered_from`` (a little before the local clock) travel with
+    the acquiring statement, each with the latest start that still belongs to it
+    (``slot_end``'s early-fire tolerance before it), and the statement picks the
+    first end whose latest start its ``NOW()`` has not passed.  That is
+    ``slot_end(NOW())`` whenever ``NOW()`` falls between ``covered_from`` and the
+    last latest start; outside, nothing is picked and the caller reads the clock.
+    """
+
+    __slots__ = ("covered_from", "ends", "latest_starts")
+
+    COUNT = 4
+    """Ends sent along: a fixed number, so that the statement's text is fixed."""
+    BEHIND = 2.0
+    """Seconds the database clock may lag the local one and still be covered (it is
+    read later than ours, by the statement, so it lags only by clock skew)."""
+
+    def __init__(
+        self, covered_from: datetime, ends: list[datetime], latest_starts: list[datetime]
+    ) -> None:
+        self.covered_from = covered_from
+        self.ends = ends
+        self.latest_starts = latest_starts
+
+    @classmethod
+    def around(cls, expression: str, local_now: datetime, tz: tzinfo = UTC) -> SlotCandidates:
+        """The candidates for a start near ``local_now``, reading ``expression`` in ``tz``
+        (the boundaries are ``next_boundary``'s, one after the other)."""
+        start = local_now.astimezone(UTC) - timedelta(seconds=cls.BEHIND)
+        found = [next_boundary(expression, start, tz)]
+        while len(found) <= cls.COUNT:  # one more: the last end's tolerance needs it
+            found.append(next_boundary(expression, found[-1], tz))
+        ends = found[:-1]
+        latest = [
+            end - timedelta(seconds=min(EARLY_FIRE_TOLERANCE, (after - end).total_seconds() / 4))
+            for end, after in zip(ends, found[1:], strict=True)
+        ]
+        return cls(start, ends, latest)
+
+    def pick(self, now: datetime) -> datetime | None:
+        """What the statement picks for a database clock at ``now`` (None: not covered)."""
+        if now < self.covered_from:
+            return None
+        chances = zip(self.ends, self.latest_starts, strict=True)
+        return next((end for end, latest in chances if now <= latest), None)

@@ -41,8 +41,12 @@ class LeaseLostError(DislockError):
 
     Raised on leaving a ``LeaseLock`` under ``LeaseLossPolicy.TERMINATE`` when
     the block itself finished without an exception, so that work done on a lost
-    lease never looks like a clean success.
+    lease never looks like a clean success.  ``reason`` says why it was lost.
     """
+
+    def __init__(self, message: str, *, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class StatementTimeout(DislockError, TimeoutError):

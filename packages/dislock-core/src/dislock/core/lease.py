@@ -150,10 +150,6 @@ class LeaseClock:
         faster than every 50 ms nor slower than the heartbeat."""
         return min(self.cadence, max(RETRY_FLOOR, (self.deadline - now) / 4))
 
-    def lose(self, reason: str) -> None:
-        """Give the lease up for a reason found outside the renewals."""
-        self._lose(reason)
-
     def expired(self, now: float) -> bool:
         """Whether the lease is lost, a passed local deadline included (the row may
         be someone else's by then)."""

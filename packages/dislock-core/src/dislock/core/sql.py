@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from psycopg.abc import AdaptContext
 
     from dislock.core.context import LockContext
+    from dislock.core.cron import SlotCandidates
 
 
 def schedule_key(lock_key: str) -> str:
@@ -98,6 +99,12 @@ class Statements(NamedTuple):
     release_notify: sql.Composed
     """Params: key, owner, channel, wake. Like ``release`` (marked released), and wakes the lease's
     waiters (``NOTIFY`` on commit) when it released something."""
+    acquire_by_clock: sql.Composed
+    """Params: ``acquire_by_clock_params`` (key, pause, owner and the candidates of
+    ``dislock.core.cron.SlotCandidates``). ``acquire_until`` for the schedule slot
+    that ``NOW()`` picks among the candidates, in one statement. Returns one row: an
+    ``Acquired``, then the slot's end, NULL when ``NOW()`` was outside the
+    candidates (then nothing was taken: read the clock, use ``acquire_until``)."""
 
 
 @lru_cache(maxsize=64)
@@ -192,7 +199,45 @@ def statements(table_parts: tuple[str, ...], fencing: bool = False) -> Statement
             " WHERE key = %(key)s AND value = %(owner)s AND expire_at > NOW()"
             " RETURNING pg_notify(%(channel)s, %(wake)s)"
         ).format(table=table, mark=sql.Literal(RELEASED_MARK)),
+        acquire_by_clock=_acquire_by_clock(upsert, pause, parts, first_token, token),
     )
+
+
+def _acquire_by_clock(
+    upsert: sql.SQL,
+    pause: sql.Composable,
+    parts: dict[str, sql.Composable],
+    first_token: sql.Composable,
+    token: sql.Composable,
+) -> sql.Composed:
+    """``acquire_until``'s upsert, its slot end picked by ``NOW()`` from scalar
+    candidates with a CASE (no arrays: a new server session, which every cron run
+    has, plans it fastest); the round trip that reads the clock is saved."""
+    from dislock.core.cron import SlotCandidates
+
+    choices = sql.SQL("").join(
+        sql.SQL(" WHEN NOW() <= {latest}::timestamptz THEN {end}::timestamptz").format(
+            latest=sql.Placeholder(f"latest_{i}"), end=sql.Placeholder(f"end_{i}")
+        )
+        for i in range(SlotCandidates.COUNT)
+    )
+    taking = upsert.format(
+        row=sql.SQL(
+            "SELECT %(key)s, %(owner)s, slot.slot_end{first_token} FROM slot"
+            " WHERE slot.slot_end IS NOT NULL AND NOT EXISTS (SELECT FROM pause)"
+        ).format(first_token=first_token),
+        token=token,
+        **parts,
+    )
+    return sql.SQL(
+        "WITH {pause},"
+        " slot AS (SELECT CASE WHEN NOW() < %(covered_from)s::timestamptz THEN NULL{choices}"
+        " END AS slot_end),"
+        " taken (token) AS ({taking})"
+        " SELECT EXISTS (SELECT FROM taken), (SELECT token FROM taken),"
+        " pause.value, pause.expire_at, slot.slot_end"
+        " FROM slot LEFT JOIN pause ON true"
+    ).format(pause=pause, choices=choices, taking=taking)
 
 
 def _acquire_slot(
@@ -263,6 +308,20 @@ def statements_for(context: LockContext) -> Statements:
 
 def acquire_until_params(key: str, owner: str, expire_at: datetime) -> dict[str, Any]:
     return {"key": key, "pause": pause_key_of(key), "owner": owner, "expire_at": expire_at}
+
+
+def acquire_by_clock_params(key: str, owner: str, candidates: SlotCandidates) -> dict[str, Any]:
+    """Parameters of ``acquire_by_clock``."""
+    params: dict[str, Any] = {
+        "key": key,
+        "pause": pause_key_of(key),
+        "owner": owner,
+        "covered_from": candidates.covered_from,
+    }
+    for i, (end, latest) in enumerate(zip(candidates.ends, candidates.latest_starts, strict=True)):
+        params[f"end_{i}"] = end
+        params[f"latest_{i}"] = latest
+    return params
 
 
 def lease_params(key: str, owner: str, ttl_seconds: float) -> dict[str, Any]:

@@ -82,3 +82,14 @@ def runs_in_group(stat: bytes, pgid: int) -> bool:
     if len(fields) < 3 or not fields[2].isdigit():
         return False
     return int(fields[2]) == pgid and fields[0] not in (b"Z", b"X", b"x")
+
+
+LOSS_LOGGER = "dislock.lease"
+"""The logger of the locks' own notes on a lost lease (for Python callers); the
+wrapper reports a loss itself, in one line (``lease_loss_line``), and shows these
+only at ``DEBUG``."""
+
+
+def lease_loss_line(lock_key: str, reason: str | None, consequence: str) -> str:
+    """What the wrapper says when a lease is lost: one line, for the operator."""
+    return f"lease lost for lock {lock_key!r}: {reason or 'unknown reason'}; {consequence}"

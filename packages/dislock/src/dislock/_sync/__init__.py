@@ -9,16 +9,15 @@ here are generated from the asyncio ones in ``dislock.aio`` (see
 ``tools/async_to_sync.py``), apart from ``_compat``.
 """
 
-from dislock._sync._hub import keep_connected
-from dislock._sync._locks import LeaseLock, LockSession, ScheduleLock, acquire_locks, build_locks
-from dislock._sync._supervisor import run_with_locks
+from dislock._sync._hub import keep_connected as keep_connected
+from dislock._sync._locks import LeaseLock as LeaseLock
+from dislock._sync._locks import LockSession as LockSession
+from dislock._sync._locks import ScheduleLock as ScheduleLock
+from dislock._sync._locks import acquire_locks as acquire_locks
+from dislock._sync._locks import build_locks as build_locks
+from dislock._sync._supervisor import run_with_locks as run_with_locks
+from dislock.core.public import *  # noqa: F403  (the core names)
+from dislock.core.public import CORE_NAMES as _CORE_NAMES
+from dislock.core.public import LOCK_NAMES as _LOCK_NAMES
 
-__all__ = [
-    "LeaseLock",
-    "LockSession",
-    "ScheduleLock",
-    "acquire_locks",
-    "build_locks",
-    "keep_connected",
-    "run_with_locks",
-]
+__all__ = [*_CORE_NAMES, *_LOCK_NAMES]

@@ -23,6 +23,7 @@ from psycopg.sql import SQL, Composed, Identifier
 
 from dislock.core.errors import Interrupted, NotSent, StatementTimeout
 from dislock.core.lease import CANCEL_GRACE, STATEMENT_FLOOR, STUCK_AFTER
+from dislock.core.sharing import Registry
 from dislock.core.sql import Rendered
 
 LOCK_POLL = 0.05
@@ -55,15 +56,6 @@ class Event(threading.Event):
 Lock = threading.Lock
 Worker = threading.Thread
 sleep = time.sleep
-
-
-class Registry:
-    """The shared connections by URL, and the lock that guards taking and giving
-    one back (held only for dictionary work, never across I/O)."""
-
-    def __init__(self) -> None:
-        self.hubs: dict[str, Any] = {}
-        self.lock = threading.Lock()
 
 
 _registry = Registry()

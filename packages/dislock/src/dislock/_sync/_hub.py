@@ -39,6 +39,7 @@ from dislock.core.errors import NotSent, StatementTimeout
 from dislock.core.lease import CANCEL_GRACE, RENEWER_STOP_TIMEOUT, STATEMENT_FLOOR, LeaseClock
 from dislock.core.patience import ConnectPatience
 from dislock.core.renewal import Batch, Renewal, RenewalPlan
+from dislock.core.supervision import LOSS_LOGGER
 
 from ._compat import (
     Event,
@@ -53,12 +54,13 @@ from ._compat import (
 from ._compat import wait_event as wait_event
 
 logger = logging.getLogger("dislock")
+loss_logger = logging.getLogger(LOSS_LOGGER)
 
 
 def declare_lost(key: str, clock: LeaseClock, lost: Event) -> None:
     """Set a lease's loss event, logging the reason once."""
     if not lost.is_set():
-        logger.warning("lease %s lost: %s", key, clock.lost_reason)
+        loss_logger.warning("lease %s lost: %s", key, clock.lost_reason)
         lost.set()
 
 

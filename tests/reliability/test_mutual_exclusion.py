@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -91,10 +90,16 @@ def test_schedule_race_one_start_per_slot_none_lost(
 ) -> None:
     workers, slots = 16, 100
     work_db.execute("CREATE TABLE starts (slot_end timestamptz NOT NULL, holder text NOT NULL)")
-    start = float(int(time.time()) + 3)  # every worker is up before the first slot
+    work_db.execute("CREATE TABLE ready (at timestamptz NOT NULL DEFAULT clock_timestamp())")
+    # The workers agree on slot 0 once all of them are up (see worker.agreed_start).
     run_workers(
-        workers, "schedule", database_url, lock_table[0], ["tick"], slots, "--start", str(start)
+        workers, "schedule", database_url, lock_table[0], ["tick"], slots, "--workers", str(workers)
     )
+    row = work_db.execute(
+        "SELECT ceil(extract(epoch FROM max(at)))::float8 + 1 FROM ready"
+    ).fetchone()
+    assert row is not None
+    start = float(row[0])
 
     per_slot = work_db.execute(
         "SELECT extract(epoch FROM slot_end)::bigint, count(*) FROM starts GROUP BY 1 ORDER BY 1"

@@ -70,7 +70,24 @@ def lease(args: argparse.Namespace, work: psycopg.Connection[Any]) -> None:
             time.sleep(random.uniform(0.01, 0.05))  # as a polite retry loop would
 
 
+def agreed_start(work: psycopg.Connection[Any], workers: int) -> float:
+    """Slot 0's epoch second, once every worker is up: the second after the last one
+    said so (the same answer for all of them), however long a loaded machine took
+    to start them."""
+    work.execute("INSERT INTO ready DEFAULT VALUES")
+    while True:
+        row = work.execute(
+            "SELECT count(*), ceil(extract(epoch FROM max(at)))::float8 + 1 FROM ready"
+        ).fetchone()
+        assert row is not None
+        if row[0] >= workers:
+            return float(row[1])
+        time.sleep(0.02)
+
+
 def schedule(args: argparse.Namespace, work: psycopg.Connection[Any]) -> None:
+    if args.workers:
+        args.start = agreed_start(work, args.workers)
     context = LockContext(
         url=args.url,
         table_parts=[args.schema, "key_value"],
@@ -101,6 +118,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, required=True)
     parser.add_argument("--holder", required=True)
     parser.add_argument("--start", type=float, default=0.0, help="epoch second of slot 0")
+    parser.add_argument(
+        "--workers", type=int, default=0, help="agree on --start once this many are up"
+    )
     parser.add_argument("--broken", action="store_true")
     args = parser.parse_args()
     if args.broken:

@@ -41,3 +41,13 @@ class NotSent(StatementTimeout):
     """The statement was never sent: the shared connection it waited for is stuck
     in another statement, so it may be sent again on a new connection.  (Internal:
     asyncio statements queue inside psycopg, so only the sync side raises it.)"""
+
+
+class NotReplicatedError(DislockError):
+    """A lock statement committed on the primary, but synchronous replication never
+    confirmed it (the server's wait for its standbys was cancelled).
+
+    A failover could lose such a row, so it is not a success: an acquisition is
+    handed back and raises this; a renewal counts as a failed attempt and is
+    retried until the lease's deadline.
+    """

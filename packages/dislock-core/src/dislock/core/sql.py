@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from psycopg import sql
 
+from dislock.core.failover import lock_delay, timeline_returned
+
 if TYPE_CHECKING:
     from psycopg.abc import AdaptContext
 
@@ -38,7 +40,8 @@ class Statements(NamedTuple):
 
     acquire_until: sql.Composed
     """Params: key, owner, expire_at (timestamptz). Returns one row, the fencing token
-    (NULL without fencing), when acquired; no row otherwise."""
+    (NULL without fencing) and the server's timeline, when acquired; no row otherwise
+    (also during a lock delay after a failover, see ``dislock.core.failover``)."""
     acquire_for: sql.Composed
     """Params: key, owner, ttl (seconds). Returns like ``acquire_until``."""
     renew_batch: sql.Composed
@@ -66,32 +69,39 @@ def statements(table_parts: tuple[str, ...], fencing: bool = False) -> Statement
         columns = first_token = bump = sql.SQL("")
         token = sql.SQL("NULL::bigint")
     upsert = sql.SQL(
-        "INSERT INTO {table} AS held (key, value, expire_at{columns})"
+        "{delay}INSERT INTO {table} AS held (key, value, expire_at{columns})"
         " {row}"
         " ON CONFLICT (key) DO UPDATE"
         " SET value = EXCLUDED.value, expire_at = EXCLUDED.expire_at{bump}"
         " WHERE held.expire_at <= NOW()"
-        " RETURNING {token}"
+        " RETURNING {token}, {timeline}"
     )
-    parts = {"table": table, "columns": columns, "bump": bump}
+    parts: dict[str, sql.Composable] = {"table": table, "columns": columns, "bump": bump}
     lease_expiry = sql.SQL("NOW() + make_interval(secs => %(ttl)s)")
+    # After a failover, no one takes a missing or expired row for a while (see
+    # dislock.core.failover); the fragment also returns the server's timeline.
+    slot_delay, slot_calm = lock_delay(table, sql.SQL("0"))
+    lease_delay, lease_calm = lock_delay(table, sql.SQL("%(ttl)s"))
+    parts["timeline"] = timeline_returned()
     slot_end = sql.SQL("%(expire_at)s::timestamptz")
     return Statements(
         # A slot that ended between computing it and claiming it (a slow start
         # straddling a boundary, or a next_run_time in the past) is not claimed:
         # it would be free at once and let a second start into the new slot.
         acquire_until=upsert.format(
-            row=sql.SQL("SELECT %(key)s, %(owner)s, {end}{first_token} WHERE {end} > NOW()").format(
-                end=slot_end, first_token=first_token
-            ),
+            row=sql.SQL(
+                "SELECT %(key)s, %(owner)s, {end}{first_token} WHERE {end} > NOW() AND {calm}"
+            ).format(end=slot_end, first_token=first_token, calm=slot_calm),
             token=token,
+            delay=slot_delay,
             **parts,
         ),
         acquire_for=upsert.format(
-            row=sql.SQL("VALUES (%(key)s, %(owner)s, {expiry}{first_token})").format(
-                expiry=lease_expiry, first_token=first_token
+            row=sql.SQL("SELECT %(key)s, %(owner)s, {expiry}{first_token} WHERE {calm}").format(
+                expiry=lease_expiry, first_token=first_token, calm=lease_calm
             ),
             token=token,
+            delay=lease_delay,
             **parts,
         ),
         # Every lease a process holds in this table, in one statement.  The

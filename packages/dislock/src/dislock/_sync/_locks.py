@@ -24,7 +24,12 @@ from dislock.core import sql
 from dislock.core.config import SCHEDULE, normalize_strategies
 from dislock.core.context import LeaseLossPolicy, LockContext
 from dislock.core.cron import slot_end
-from dislock.core.errors import ConfigurationError, LeaseLostError, LockNotAcquiredError
+from dislock.core.errors import (
+    ConfigurationError,
+    LeaseLostError,
+    LockNotAcquiredError,
+    NotReplicatedError,
+)
 from dislock.core.lease import RELEASE_TIMEOUT, LeaseClock, LeaseSettings, raises_on_exit
 from dislock.core.renewal import Renewal
 from dislock.core.supervision import jitter_delay
@@ -40,16 +45,40 @@ def _enter_hub(context: LockContext) -> Hub:
 
 
 def acquire(
-    hub: Hub, statement: Composed, params: dict[str, Any], timeout: float
+    hub: Hub,
+    statement: Composed,
+    params: dict[str, Any],
+    timeout: float,
+    *,
+    hand_back: Composed | None = None,
 ) -> tuple[bool, int | None]:
     """Run an acquiring upsert: whether it took the row, and the fencing token.
 
     Bounded, so that a row locked by a stuck transaction cannot hold a start
-    (and the cron runs queueing behind it) indefinitely.
+    (and the cron runs queueing behind it) indefinitely.  A row that synchronous
+    replication did not confirm is handed back with ``hand_back`` (the release
+    statement, owner-guarded) before ``NotReplicatedError`` is raised: a
+    failover could lose it while the work runs.
     """
-    cursor = hub.execute(statement, params, timeout)
+    try:
+        cursor = hub.execute(statement, params, timeout)
+    except NotReplicatedError as exc:
+        if hand_back is not None:
+            try:
+                hub.execute(
+                    hand_back, sql.release_params(params["key"], params["owner"]), RELEASE_TIMEOUT
+                )
+            except Exception as error:  # unconfirmed too, most likely: it still expired here
+                logger.debug("handing back %s: %s", params["key"], error)
+        raise NotReplicatedError(
+            f"{params['key']!r} was not acquired (handed back): {exc}"
+        ) from None
     row = cursor.fetchone()
-    return (False, None) if row is None else (True, row[0])
+    if row is None:
+        return (False, None)
+    if len(row) > 1:
+        hub.note_timeline(row[1])
+    return (True, row[0])
 
 
 class ScheduleLock:
@@ -91,6 +120,7 @@ class ScheduleLock:
                 statements.acquire_until,
                 sql.acquire_until_params(self.key, context.owner, expires_at),
                 timeout,
+                hand_back=statements.release,
             )
         finally:
             leave_hub(hub)
@@ -177,6 +207,7 @@ class LeaseLock:
                 sql.statements_for(context).acquire_for,
                 sql.lease_params(self.key, context.owner, self.settings.ttl),
                 clock.attempt_timeout(sent_at),
+                hand_back=sql.statements_for(context).release,
             )
             if acquired and clock.expired(monotonic()):
                 # Taken, but the answer came so late that the row may be free

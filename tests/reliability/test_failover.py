@@ -266,3 +266,12 @@ def test_dislockctl_check_refuses_a_standby(pair: Pair) -> None:
         env=env, capture_output=True, text=True, timeout=60,
     )
     assert both.returncode == 0, both.stderr
+
+
+def test_the_wrapper_on_a_standby_fails_with_one_line(pair: Pair, tmp_path: Path) -> None:
+    run = dislock(pair.standby.url, tmp_path / "never", 1.0)
+    _, stderr = run.communicate(timeout=60)
+    assert run.returncode == 1
+    assert stderr.count("\n") == 1, stderr
+    assert "read-only" in stderr and "point the URL at the primary" in stderr
+    assert not (tmp_path / "never").exists()

@@ -42,9 +42,7 @@ def new_timeline(db: psycopg.Connection[Any], table: tuple[str, str]) -> None:
 
 
 def lease(make_context: Callable[..., LockContext], key: str, ttl: float = 2.0) -> LeaseLock:
-    return LeaseLock(
-        make_context(lock_key=key, run_ttl_seconds=ttl, lease_interval_seconds=0.3)
-    )
+    return LeaseLock(make_context(lock_key=key, run_ttl_seconds=ttl, lease_interval_seconds=0.3))
 
 
 def test_the_first_lock_records_the_timeline_and_starts_no_delay(
@@ -79,7 +77,11 @@ def test_a_new_timeline_keeps_missing_and_expired_rows_for_the_longest_ttl(
         slot = make_context(
             lock_key="slot", next_run_time=datetime.now(timezone.utc) + timedelta(hours=1)
         )
-        for lock in (lease(make_context, "fresh"), lease(make_context, "short"), ScheduleLock(slot)):
+        for lock in (
+            lease(make_context, "fresh"),
+            lease(make_context, "short"),
+            ScheduleLock(slot),
+        ):
             with pytest.raises(LockNotAcquiredError):
                 lock.__enter__()
         value, left = metadata(db, lock_table)[TIMELINE_KEY]

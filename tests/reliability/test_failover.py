@@ -114,7 +114,9 @@ def warm_up(pair: Pair, tmp_path: Path) -> None:
     assert {TIMELINE_KEY, LONGEST_TTL_KEY} <= keys
 
 
-def report(setup: str, holder: tuple[float, float] | None, contender: tuple[float, float] | None) -> float:
+def report(
+    setup: str, holder: tuple[float, float] | None, contender: tuple[float, float] | None
+) -> float:
     measured = overlap(holder, contender)
     print(f"\n[failover] {setup}: holder {holder}, contender {contender}, overlap {measured:.3f} s")
     return measured
@@ -140,7 +142,12 @@ def test_a_replicated_lease_survives_failover_and_nobody_else_runs(
     assert holder.returncode == 0, stderr  # its own status: the lease was never lost
     assert "reconnected to a server on timeline 2" in stderr
     assert contender_started is not None, "the contender never ran"
-    assert report(f"{replication}, row replicated", interval(holder_record), interval(contender_record)) == 0.0
+    assert (
+        report(
+            f"{replication}, row replicated", interval(holder_record), interval(contender_record)
+        )
+        == 0.0
+    )
 
 
 @pytest.mark.parametrize("holder_url", ["both hosts", "old primary only"])
@@ -165,12 +172,12 @@ def test_a_lost_row_is_not_taken_over_before_its_holder_stopped(
     promoted_at = time.time()
     contender_started, _ = contend(pair.url(), contender_record, until=time.time() + 40)
     _, stderr = holder.communicate(timeout=60)
+    setup = f"async, row not replicated, holder URL: {holder_url}"
+    assert report(setup, interval(holder_record), interval(contender_record)) == 0.0
     assert holder.returncode == 75, stderr  # terminated: the lease was lost
     assert contender_started is not None, "the contender never ran"
     # The lock delay: nobody took the missing row for one TTL after promotion.
     assert contender_started >= promoted_at + TTL - 0.5
-    setup = f"async, row not replicated, holder URL: {holder_url}"
-    assert report(setup, interval(holder_record), interval(contender_record)) == 0.0
 
 
 @pytest.mark.parametrize("mode", ["on", "remote_apply"])
@@ -193,14 +200,23 @@ def test_an_acquisition_synchronous_replication_did_not_confirm_is_handed_back(
     assert "was not acquired (handed back)" in stderr
     assert "no synchronous standby confirmed it" in stderr
     assert not holder_record.exists()  # the command never ran
-    rows = pair.sql(pair.primary, "SELECT expire_at <= NOW() FROM key_value WHERE key LIKE '%lease:job'")
+    rows = pair.sql(
+        pair.primary, "SELECT expire_at <= NOW() FROM key_value WHERE key LIKE '%lease:job'"
+    )
     assert rows == [(True,)]  # handed back on the primary
     if mode == "on":
         pair.standby.start()
     pair.fail_over()
     contender_started, _ = contend(pair.url(), contender_record, until=time.time() + 40)
     assert contender_started is not None
-    assert report(f"sync {mode}, standby not confirming", interval(holder_record), interval(contender_record)) == 0.0
+    assert (
+        report(
+            f"sync {mode}, standby not confirming",
+            interval(holder_record),
+            interval(contender_record),
+        )
+        == 0.0
+    )
 
 
 def test_renewals_synchronous_replication_did_not_confirm_count_as_failures(
@@ -223,7 +239,12 @@ def test_renewals_synchronous_replication_did_not_confirm_count_as_failures(
     pair.fail_over()
     contender_started, _ = contend(pair.url(), contender_record, until=time.time() + 40)
     assert contender_started is not None
-    assert report("sync on, standby lost while held", interval(holder_record), interval(contender_record)) == 0.0
+    assert (
+        report(
+            "sync on, standby lost while held", interval(holder_record), interval(contender_record)
+        )
+        == 0.0
+    )
 
 
 def test_a_restart_of_a_single_server_starts_no_lock_delay(tmp_path: Path) -> None:
@@ -254,7 +275,10 @@ def test_dislockctl_check_refuses_a_standby(pair: Pair) -> None:
     }
     standby = subprocess.run(
         [sys.executable, "-m", "dislock.cli.ctl", "DATABASE_URL", "check"],
-        env=env, capture_output=True, text=True, timeout=60,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert standby.returncode == 1
     assert standby.stdout == ""
@@ -263,7 +287,10 @@ def test_dislockctl_check_refuses_a_standby(pair: Pair) -> None:
     env["DATABASE_URL"] = pair.url()
     both = subprocess.run(
         [sys.executable, "-m", "dislock.cli.ctl", "DATABASE_URL", "check"],
-        env=env, capture_output=True, text=True, timeout=60,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert both.returncode == 0, both.stderr
 
@@ -275,3 +302,43 @@ def test_the_wrapper_on_a_standby_fails_with_one_line(pair: Pair, tmp_path: Path
     assert stderr.count("\n") == 1, stderr
     assert "read-only" in stderr and "point the URL at the primary" in stderr
     assert not (tmp_path / "never").exists()
+
+
+@pytest.mark.parametrize("flavour", ["sync", "aio"])
+def test_both_flavours_hand_back_an_unconfirmed_acquisition(pair: Pair, flavour: str) -> None:
+    """The asyncio flavour cancels its statement differently (the task, not a
+    cancel thread): the server's warning arrives all the same."""
+    import asyncio
+
+    from dislock import LockContext, NotReplicatedError
+    from dislock import LeaseLock as SyncLeaseLock
+    from dislock.aio import LeaseLock as AioLeaseLock
+
+    pair.set_primary(synchronous_standby_names="standby1", synchronous_commit="on")
+    pair.standby.stop()
+    context = LockContext(
+        url=pair.url(),
+        table_parts=["key_value"],
+        lock_key=f"api-{flavour}",
+        owner="unconfirmed",
+        run_ttl_seconds=TTL,
+        lease_interval_seconds=INTERVAL,
+    )
+    if flavour == "sync":
+        with pytest.raises(NotReplicatedError, match="handed back"):
+            with SyncLeaseLock(context):
+                pytest.fail("the block ran")
+    else:
+
+        async def take() -> None:
+            async with AioLeaseLock(context):
+                pytest.fail("the block ran")
+
+        with pytest.raises(NotReplicatedError, match="handed back"):
+            asyncio.run(take())
+    rows = pair.sql(
+        pair.primary,
+        "SELECT value, expire_at <= NOW() FROM key_value WHERE key = %s",
+        (f"cronjob-lock:lease:api-{flavour}",),
+    )
+    assert rows == [("unconfirmed", True)]

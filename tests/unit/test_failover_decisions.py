@@ -30,7 +30,9 @@ def test_without_source_locations_the_english_message_is_recognised() -> None:
 
 
 def test_other_notices_are_not_about_replication() -> None:
-    assert not not_replicated(severity="NOTICE", source_function=SYNCREP_FUNCTION, message=CANCELLED)
+    assert not not_replicated(
+        severity="NOTICE", source_function=SYNCREP_FUNCTION, message=CANCELLED
+    )
     assert not not_replicated(
         severity="WARNING", source_function="ExecInsert", message="synchronous replication"
     )
@@ -65,6 +67,8 @@ def test_both_acquisitions_carry_the_lock_delay_and_renewals_do_not() -> None:
         text = statement.as_string(None)
         assert "pg_walfile_name(pg_current_wal_lsn())" in text
         assert "(SELECT calm FROM dislock_calm)" in text
-        assert text.rstrip().endswith("RETURNING held.fence, (SELECT timeline FROM dislock_history)")
+        assert text.rstrip().endswith(
+            "RETURNING held.fence, (SELECT timeline FROM dislock_history)"
+        )
     for statement in (stmts.renew_batch, stmts.release):
         assert "dislock_" not in statement.as_string(None)

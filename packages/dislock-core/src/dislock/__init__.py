@@ -29,6 +29,7 @@ from dislock.core.errors import (
     DislockError,
     LeaseLostError,
     LockNotAcquiredError,
+    NotReplicatedError,
     StatementTimeout,
 )
 
@@ -88,6 +89,7 @@ __all__ = [
     "LockContext",
     "LockNotAcquiredError",
     "LockSession",
+    "NotReplicatedError",
     "ScheduleLock",
     "StatementTimeout",
     "acquire_locks",

@@ -92,7 +92,7 @@ class Link:
         # Notices arrive for the statement running, but psycopg's own queue would
         # let the next statement start before this one looks: one at a time here.
         self._serial = asyncio.Lock()
-        self._unreplicated: str | None = None
+        self._unreplicated: list[str] = []  # what the running statement was told
         conn.add_notice_handler(self._notice)
 
     def _notice(self, diag: Any) -> None:
@@ -101,7 +101,7 @@ class Link:
             source_function=diag.source_function,
             message=diag.message_primary,
         ):
-            self._unreplicated = diag.message_primary or ""
+            self._unreplicated.append(diag.message_primary or "")
 
     @classmethod
     async def open(cls, url: str, kwargs: dict[str, Any]) -> Link:
@@ -144,13 +144,12 @@ class Link:
         self, query: Composed | SQL, params: dict[str, Any], unreplicated: list[str]
     ) -> AsyncCursor[TupleRow]:
         async with self._serial:
-            self._unreplicated = None
+            self._unreplicated.clear()
             try:
                 return await self.conn.execute(self._render(query), params)
             finally:
                 # Also when cancelled: psycopg reads the statement's end first.
-                if self._unreplicated is not None:
-                    unreplicated.append(self._unreplicated)
+                unreplicated.extend(self._unreplicated)
 
     async def retire(self) -> None:
         self.retired = True

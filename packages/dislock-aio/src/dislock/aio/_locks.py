@@ -68,7 +68,9 @@ async def acquire(
                 )
             except Exception as error:  # unconfirmed too, most likely: it still expired here
                 logger.debug("handing back %s: %s", params["key"], error)
-        raise NotReplicatedError(f"{params['key']!r} was not acquired (handed back): {exc}") from None
+        raise NotReplicatedError(
+            f"{params['key']!r} was not acquired (handed back): {exc}"
+        ) from None
     row = await cursor.fetchone()
     if row is None:
         return (False, None)

@@ -309,7 +309,9 @@ def _print_lock_delay(conn: Any, table: tuple[str, ...]) -> None:
     if recorded != current:
         line += f" (recorded {recorded}: the next lock taken starts a lock delay after failover)"
     elif remaining > 0:
-        line += f"; lock delay after failover: no takeover until it ends {describe_expiry(remaining)}"
+        line += (
+            f"; lock delay after failover: no takeover until it ends {describe_expiry(remaining)}"
+        )
     print(line)
 
 

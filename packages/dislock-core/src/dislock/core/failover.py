@@ -79,7 +79,7 @@ def unconfirmed(message: str | None) -> NotReplicatedError:
     )
 
 
-def lock_delay(table: sql.Identifier, ttl: sql.Composable) -> tuple[sql.Composed, sql.Composed]:
+def lock_delay(table: sql.Identifier, ttl: sql.Composable) -> tuple[sql.Composed, sql.SQL]:
     """The lock-delay fragment of an acquiring upsert on ``table``.
 
     Returns ``(prefix, calm)``: ``prefix`` is a ``WITH`` clause to put before the

@@ -87,13 +87,15 @@ def overlap(a: tuple[float, float] | None, b: tuple[float, float] | None) -> flo
     return max(0.0, min(a[1], b[1]) - max(a[0], b[0]))
 
 
-def contend(url: str, record: Path, until: float) -> tuple[float | None, list[str]]:
+def contend(
+    url: str, record: Path, until: float, seconds: float = 0.5
+) -> tuple[float | None, list[str]]:
     """Start a contender every 0.3 s until one runs its command (or ``until``
     passes); returns when the running one was started, and every attempt's stderr."""
     outputs = []
     while time.time() < until:
         started = time.time()
-        attempt = dislock(url, record, 0.5)
+        attempt = dislock(url, record, seconds)
         _, stderr = attempt.communicate(timeout=60)
         outputs.append(stderr)
         if record.exists():
@@ -342,3 +344,26 @@ def test_both_flavours_hand_back_an_unconfirmed_acquisition(pair: Pair, flavour:
         (f"cronjob-lock:lease:api-{flavour}",),
     )
     assert rows == [("unconfirmed", True)]
+
+
+def test_split_brain_without_fencing_lets_both_sides_grant_the_lease(
+    pair: Pair, tmp_path: Path
+) -> None:
+    """What fencing the old primary prevents, measured: it restarts unfenced on
+    its old timeline, its holder renews there, and the promoted standby grants
+    the same lease once the lock delay is over.  dislock cannot see this (two
+    servers, each consistent); docs/guarantees.md says to fence."""
+    warm_up(pair, tmp_path)
+    old_primary = pair.primary
+    holder_record, contender_record = tmp_path / "holder", tmp_path / "contender"
+    holder = dislock(pair.url(both=False), holder_record, seconds=20.0)
+    wait_for(holder_record)
+    pair.wait_streaming()
+    pair.fail_over()
+    old_primary.start()  # back as a primary on timeline 1, nobody fenced it
+    contender_started, _ = contend(pair.primary.url, contender_record, time.time() + 30, 3.0)
+    _, stderr = holder.communicate(timeout=60)
+    assert holder.returncode == 0, stderr  # renewed on the old primary throughout
+    assert contender_started is not None
+    measured = report("split brain, old primary unfenced", interval(holder_record), interval(contender_record))
+    assert measured > 2.0  # the contender's whole run overlapped the holder's

@@ -3,7 +3,9 @@
 Every lock operation is a single statement in its own (autocommit) transaction,
 so ``NOW()`` is the time that statement started.  Acquisition is one atomic
 upsert: it inserts a missing row, or takes over a row whose ``expire_at`` has
-passed, and touches nothing otherwise; no SELECT comes first.
+passed, and touches nothing otherwise; no SELECT comes first.  Its ``WITH``
+clause, the lock delay after a failover (``dislock.core.failover``), rides
+along in the same statement.
 
 Renewals only change ``expire_at``, a column no index covers, so PostgreSQL can
 update the row in place (a HOT update) instead of growing the table and index.

@@ -51,9 +51,7 @@ def test_check_shows_the_timeline_and_a_running_lock_delay(
     line = next(line for line in recorded.stdout.splitlines() if "timeline" in line)
     assert line.split()[1].isdigit() and "lock delay" not in line
     table = sql.Identifier(*lock_table)
-    db.execute(
-        sql.SQL("UPDATE {} SET value = '999' WHERE key = %s").format(table), (TIMELINE_KEY,)
-    )
+    db.execute(sql.SQL("UPDATE {} SET value = '999' WHERE key = %s").format(table), (TIMELINE_KEY,))
     changed = check(cli_env)
     assert "(recorded 999: the next lock taken starts a lock delay" in changed.stdout
     timeline = db.execute(CURRENT_TIMELINE).fetchone()

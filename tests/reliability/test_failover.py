@@ -312,8 +312,8 @@ def test_both_flavours_hand_back_an_unconfirmed_acquisition(pair: Pair, flavour:
     cancel thread): the server's warning arrives all the same."""
     import asyncio
 
-    from dislock import LockContext, NotReplicatedError
     from dislock import LeaseLock as SyncLeaseLock
+    from dislock import LockContext, NotReplicatedError
     from dislock.aio import LeaseLock as AioLeaseLock
 
     pair.set_primary(synchronous_standby_names="standby1", synchronous_commit="on")
@@ -327,9 +327,8 @@ def test_both_flavours_hand_back_an_unconfirmed_acquisition(pair: Pair, flavour:
         lease_interval_seconds=INTERVAL,
     )
     if flavour == "sync":
-        with pytest.raises(NotReplicatedError, match="handed back"):
-            with SyncLeaseLock(context):
-                pytest.fail("the block ran")
+        with pytest.raises(NotReplicatedError, match="handed back"), SyncLeaseLock(context):
+            pytest.fail("the block ran")
     else:
 
         async def take() -> None:
@@ -365,5 +364,7 @@ def test_split_brain_without_fencing_lets_both_sides_grant_the_lease(
     _, stderr = holder.communicate(timeout=60)
     assert holder.returncode == 0, stderr  # renewed on the old primary throughout
     assert contender_started is not None
-    measured = report("split brain, old primary unfenced", interval(holder_record), interval(contender_record))
+    measured = report(
+        "split brain, old primary unfenced", interval(holder_record), interval(contender_record)
+    )
     assert measured > 2.0  # the contender's whole run overlapped the holder's

@@ -288,6 +288,10 @@ class CliDriver(Driver):
             "LOCK_JITTER_SECONDS": str(context.jitter_max_seconds),
             "LOCK_ON_LEASE_LOSS": context.lease_loss_policy.value,
             "LOCK_FENCING": "1" if context.fencing else "0",
+            "LOCK_WAIT_SECONDS": str(context.wait_seconds),
+            "LOCK_WAIT_POLL_SECONDS": str(context.wait_poll_seconds),
+            "LOCK_WAIT_LISTEN": {None: "auto", True: "1", False: "0"}[context.wait_listen],
+            "LOCK_SLOTS": str(context.slots),
             "CRONJOB_LOCK_LOG_LEVEL": "INFO",
         }
         optional = {
@@ -331,6 +335,22 @@ class CliDriver(Driver):
         # The wrapper makes its own token: hostname:pid:nonce.
         return (
             re.fullmatch(rf"{re.escape(socket.gethostname())}:\d+:[0-9a-f]{{8}}", value) is not None
+        )
+
+    def start(
+        self,
+        argv: Sequence[str],
+        context: LockContext,
+        strategies: Sequence[str],
+        extra_env: dict[str, str] | None = None,
+    ) -> subprocess.Popen[str]:
+        """The wrapper running ``argv``, with ``extra_env`` on top of the context's
+        variables (e.g. ``LOCK_CONFLICT_EXIT_CODE``), its stderr piped."""
+        return subprocess.Popen(
+            [*self.command(), self.url_variable, *argv],
+            env={**self.environment(context, strategies), **(extra_env or {})},
+            stderr=subprocess.PIPE,
+            text=True,
         )
 
     def run_with_locks(

@@ -46,3 +46,17 @@ def unfinished(conn: psycopg.Connection[Any]) -> int:
 
 def counts(conn: psycopg.Connection[Any]) -> dict[str, int]:
     return {str(key): int(n) for key, n in conn.execute("SELECT lock_key, n FROM counters")}
+
+
+def max_concurrent(conn: psycopg.Connection[Any], lock_key: str) -> int:
+    """The most sections of ``lock_key`` ever open at one instant (the peak is at
+    some section's start): 1 for a lock, at most N for an N-slot lease."""
+    row = conn.execute(
+        "SELECT coalesce(max(open), 0) FROM ("
+        " SELECT count(*) AS open FROM ledger a JOIN ledger b"
+        " ON a.lock_key = b.lock_key AND b.started <= a.started AND a.started < b.ended"
+        " WHERE a.lock_key = %s GROUP BY a.id) AS at_start",
+        (lock_key,),
+    ).fetchone()
+    assert row is not None
+    return int(row[0])

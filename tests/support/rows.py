@@ -57,3 +57,14 @@ class Rows:
         assert row is not None
         value: datetime = row[0]
         return value
+
+    def plant(self, key: str, owner: str, seconds: float) -> None:
+        """A row another holder wrote and then left behind (crashed): it expires in
+        ``seconds`` and nothing renews or releases it."""
+        self.db.execute(
+            sql.SQL(
+                "INSERT INTO {} (key, value, expire_at)"
+                " VALUES (%s, %s, NOW() + make_interval(secs => %s))"
+            ).format(self.table),
+            (key, owner, seconds),
+        )

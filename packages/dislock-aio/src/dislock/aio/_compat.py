@@ -14,14 +14,14 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Iterator
 from typing import Any, TypeVar
 
 from psycopg import AsyncConnection, AsyncCursor
 from psycopg.rows import TupleRow
-from psycopg.sql import SQL, Composed
+from psycopg.sql import SQL, Composed, Identifier
 
-from dislock.core.errors import StatementTimeout
+from dislock.core.errors import Interrupted, StatementTimeout
 from dislock.core.failover import not_replicated, unconfirmed
 from dislock.core.lease import CANCEL_GRACE, STUCK_AFTER
 from dislock.core.sql import Rendered
@@ -241,3 +241,82 @@ def handling_signals(signals: Iterable[int], handler: Callable[[int], None]) -> 
             # remove_signal_handler resets to the default; give back what was there.
             if before is not None:
                 signal.signal(signum, before)
+
+
+class Listener:
+    """A direct connection of its own that ``LISTEN``s for released leases.
+
+    Only a direct connection hears a ``NOTIFY``: behind a pooler in transaction
+    mode the ``LISTEN`` lands on whichever server connection ran it, and that one
+    is soon serving someone else.  A pooler shows itself by answering the startup
+    with a backend process id of its own making, which ``open`` compares with the
+    one the server reports.
+    """
+
+    def __init__(self, conn: AsyncConnection[TupleRow], wake: str) -> None:
+        self.conn = conn
+        self.wake = wake
+
+    @classmethod
+    async def open(
+        cls, url: str, kwargs: dict[str, Any], channel: str, wake: str, *, detect: bool
+    ) -> Listener | None:
+        """A listening connection; None when ``detect`` finds a pooler in between."""
+        conn = await AsyncConnection.connect(url, **kwargs)
+        try:
+            if detect:
+                cursor = await conn.execute("SELECT pg_backend_pid()")
+                row = await cursor.fetchone()
+                if row is None or row[0] != conn.info.backend_pid:
+                    await conn.close()
+                    return None
+            await conn.execute(SQL("LISTEN {}").format(Identifier(channel)))
+        except BaseException:
+            await conn.close()
+            raise
+        return cls(conn, wake)
+
+    async def wait(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` for a release of our lease; whether one came."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            async for notify in self.conn.notifies(timeout=left):
+                if notify.payload == self.wake:
+                    return True
+
+    async def close(self) -> None:
+        with contextlib.suppress(Exception):
+            await self.conn.close()
+
+
+@contextlib.asynccontextmanager
+async def interrupting(signals: Iterable[int]) -> AsyncIterator[None]:
+    """End the block at once with ``Interrupted(signum)`` when one of ``signals`` arrives.
+
+    The current task is cancelled, and the cancellation turned into
+    ``Interrupted`` on its way out; only a loop in the main thread can do this.
+    """
+    task = asyncio.current_task()
+    fired: list[int] = []
+
+    def on_signal(signum: int) -> None:
+        if not fired and task is not None:
+            fired.append(signum)
+            task.cancel()
+
+    with handling_signals(signals, on_signal):
+        try:
+            yield
+            if fired:
+                # The signal came as the block ended: take the cancellation now,
+                # rather than let it hit the next await of whoever runs after.
+                await asyncio.sleep(0)
+        except asyncio.CancelledError:
+            if not fired:
+                raise
+            if task is not None and hasattr(task, "uncancel"):
+                task.uncancel()
+            raise Interrupted(fired[0]) from None

@@ -18,10 +18,11 @@ from typing import Any
 
 from psycopg.sql import Composed
 
-from dislock.core import sql
+from dislock.core import kinds, sql
 from dislock.core.config import SCHEDULE, normalize_strategies
 from dislock.core.context import LeaseLossPolicy, LockContext
 from dislock.core.cron import slot_end
+from dislock.core.dsn import connection_kwargs, scrub
 from dislock.core.errors import (
     ConfigurationError,
     LeaseLostError,
@@ -31,8 +32,16 @@ from dislock.core.errors import (
 from dislock.core.lease import RELEASE_TIMEOUT, LeaseClock, LeaseSettings, raises_on_exit
 from dislock.core.renewal import Renewal
 from dislock.core.supervision import jitter_delay
+from dislock.core.waiting import (
+    WAKE_CHANNEL,
+    WaitPlan,
+    check_waiting,
+    slot_keys,
+    slot_retry,
+    wake_token,
+)
 
-from ._compat import Event, sleep
+from ._compat import Event, Listener, sleep
 from ._hub import Hub, declare_lost, enter_hub, leave_hub
 
 logger = logging.getLogger("dislock")
@@ -62,12 +71,7 @@ async def acquire(
         cursor = await hub.execute(statement, params, timeout)
     except NotReplicatedError as exc:
         if hand_back is not None:
-            try:
-                await hub.execute(
-                    hand_back, sql.release_params(params["key"], params["owner"]), RELEASE_TIMEOUT
-                )
-            except Exception as error:  # unconfirmed too, most likely: it still expired here
-                logger.debug("handing back %s: %s", params["key"], error)
+            await _hand_back(hub, hand_back, [params["key"]], params["owner"])
         raise NotReplicatedError(
             f"{params['key']!r} was not acquired (handed back): {exc}"
         ) from None
@@ -79,13 +83,24 @@ async def acquire(
     return (True, row[0])
 
 
+async def _hand_back(hub: Hub, release: Composed, keys: list[str], owner: str) -> None:
+    """Expire our rows of ``keys`` (owner-guarded), best effort: an acquisition
+    synchronous replication did not confirm."""
+    for key in keys:
+        try:
+            await hub.execute(release, sql.release_params(key, owner), RELEASE_TIMEOUT)
+        except Exception as error:  # unconfirmed too, most likely: it still expired here
+            logger.debug("handing back %s: %s", key, error)
+
+
 class ScheduleLock:
     """One start per schedule slot.
 
     Entering claims the slot's row until ``next_run_time`` (or, without it, until
     the next boundary of ``schedule`` on the database clock) and raises
     ``LockNotAcquiredError`` if another owner already started in this slot.
-    Leaving does nothing: the slot stays taken until it ends.
+    Leaving does nothing: the slot stays taken until it ends.  A slot is never
+    waited for (``LockContext.wait_seconds`` applies to the lease alone).
     """
 
     def __init__(self, context: LockContext) -> None:
@@ -166,13 +181,21 @@ class LeaseLock:
     one shared connection.  ``lease_lost`` is set as soon as the lease can no
     longer be vouched for: a renewal found the row gone, or the lease's local
     deadline passed without one succeeding.  Leaving expires the row, unless the
-    lease was lost (the row may belong to someone else by then).
+    lease was lost (the row may belong to someone else by then), and wakes the
+    lease's waiters.
+
+    With ``LockContext.wait_seconds``, a lease held elsewhere is waited for (woken by
+    its release, or by polling) before ``LockNotAcquiredError``; with
+    ``LockContext.slots``, up to that many holders share it, each on a slot row of
+    its own (``key`` names it).
     """
 
     def __init__(self, context: LockContext) -> None:
         self.settings = LeaseSettings.from_context(context)
         self.context = context
         self.key = sql.lease_key(context.lock_key)
+        """The row held: the lease's, or with ``LockContext.slots`` the slot's taken."""
+        self._slot_keys = slot_keys(context.lock_key, context.slots)
         self.lease_lost = Event()
         """Set when the lease is lost; a fresh event for each acquisition."""
         self.fence: int | None = None
@@ -198,25 +221,15 @@ class LeaseLock:
         context = self.context
         hub = _enter_hub(context)
         try:
-            sent_at = monotonic()
-            clock = LeaseClock(self.settings, acquired_at=sent_at)
-            acquired, fence = await acquire(
-                hub,
-                sql.statements_for(context).acquire_for,
-                sql.lease_params(self.key, context.owner, self.settings.ttl),
-                clock.attempt_timeout(sent_at),
-                hand_back=sql.statements_for(context).release,
-            )
-            if acquired and clock.expired(monotonic()):
-                # Taken, but the answer came so late that the row may be free
-                # again already: hand it back rather than work on it.
-                await self._expire_row(hub)
-                acquired = False
-            if not acquired:
-                raise LockNotAcquiredError(f"lease {self.key!r} is held by another owner")
+            taken = await self._attempt(hub)
+            if taken is None and context.wait_seconds > 0:
+                taken = await self._wait(hub)
+            if taken is None:
+                raise LockNotAcquiredError(self._held_elsewhere())
         except BaseException:
             await leave_hub(hub)
             raise
+        clock, fence = taken
         self.fence = fence
         held = _Held(
             hub=hub,
@@ -240,12 +253,134 @@ class LeaseLock:
         logger.info("acquired lease %s for %g s", self.key, self.settings.ttl)
         return self
 
+    def _held_elsewhere(self) -> str:
+        context = self.context
+        waited = f" (waited {context.wait_seconds:g} s)" if context.wait_seconds > 0 else ""
+        if context.slots > 1:
+            lease = sql.lease_key(context.lock_key)
+            return f"all {context.slots} slots of lease {lease!r} are held{waited}"
+        return f"lease {self.key!r} is held by another owner{waited}"
+
+    async def _attempt(self, hub: Hub) -> tuple[LeaseClock, int | None] | None:
+        """One try at the lease (or at a free slot of it): its clock and fencing
+        token when taken."""
+        context = self.context
+        statements = sql.statements_for(context)
+        attempts = 0
+        while True:
+            attempts += 1
+            sent_at = monotonic()
+            clock = LeaseClock(self.settings, acquired_at=sent_at)
+            if context.slots == 1:
+                self.key = sql.lease_key(context.lock_key)
+                acquired, fence = await acquire(
+                    hub,
+                    statements.acquire_for,
+                    sql.lease_params(self.key, context.owner, self.settings.ttl),
+                    clock.attempt_timeout(sent_at),
+                    hand_back=statements.release,
+                )
+                free = 0
+            else:
+                try:
+                    cursor = await hub.execute(
+                        statements.acquire_slot,
+                        sql.slot_params(self._slot_keys, context.owner, self.settings.ttl),
+                        clock.attempt_timeout(sent_at),
+                    )
+                except NotReplicatedError as exc:
+                    # Which slot it took is unknown: every slot row of ours goes back.
+                    await _hand_back(hub, statements.release, self._slot_keys, context.owner)
+                    raise NotReplicatedError(
+                        f"no slot of {context.lock_key!r} was acquired (handed back): {exc}"
+                    ) from None
+                row = await cursor.fetchone()
+                assert row is not None
+                key, fence, free = row
+                acquired = key is not None
+                if acquired:
+                    self.key = str(key)
+            if acquired and clock.expired(monotonic()):
+                # Taken, but the answer came so late that the row may be free
+                # again already: hand it back rather than work on it.
+                await self._expire_row(hub)
+                acquired = False
+            if acquired:
+                return clock, fence
+            if not slot_retry(free=free, attempts=attempts, slots=context.slots):
+                return None
+
+    async def _wait(self, hub: Hub) -> tuple[LeaseClock, int | None] | None:
+        """Try again whenever the lease may have been released, until the wait is over."""
+        context = self.context
+        plan = WaitPlan(
+            context.wait_seconds, started_at=monotonic(), poll_seconds=context.wait_poll_seconds
+        )
+        listener = await self._listen()
+        logger.info(
+            "lease %s is held; waiting up to %g s (%s)",
+            sql.lease_key(context.lock_key),
+            context.wait_seconds,
+            "woken by releases" if listener is not None else "polling",
+        )
+        try:
+            while True:
+                # A release between the last try and the LISTEN would be missed:
+                # so the LISTEN comes first, then the try.
+                taken = await self._attempt(hub)
+                if taken is not None:
+                    return taken
+                delay = plan.next_delay(monotonic(), listening=listener is not None)
+                if delay is None:
+                    return None
+                if listener is None:
+                    await sleep(delay)
+                    continue
+                try:
+                    await listener.wait(delay)
+                except Exception as exc:
+                    logger.warning(
+                        "stopped listening for releases, polling instead: %s",
+                        scrub(str(exc), context.url),
+                    )
+                    await listener.close()
+                    listener = None
+        finally:
+            if listener is not None:
+                await listener.close()
+
+    async def _listen(self) -> Listener | None:
+        """A connection woken by releases of this lease, unless only polling can work."""
+        context = self.context
+        if context.wait_listen is False:
+            return None
+        try:
+            return await Listener.open(
+                context.url,
+                connection_kwargs(context.url, context.connect_timeout_seconds),
+                WAKE_CHANNEL,
+                wake_token(context.table_parts, context.lock_key),
+                detect=context.wait_listen is None,
+            )
+        except Exception as exc:
+            logger.warning(
+                "cannot listen for releases, polling instead: %s", scrub(str(exc), context.url)
+            )
+            return None
+
     async def _expire_row(self, hub: Hub) -> None:
-        """Expire our row now (owner-guarded)."""
+        """Expire our row now (owner-guarded), waking the lease's waiters."""
+        context = self.context
+        statement = sql.statements_for(context).release_notify
         try:
             await hub.execute(
-                sql.statements_for(self.context).release,
-                sql.release_params(self.key, self.context.owner),
+                statement,
+                sql.release_notify_params(
+                    self.key,
+                    context.owner,
+                    WAKE_CHANNEL,
+                    wake_token(context.table_parts, context.lock_key),
+                ),
                 RELEASE_TIMEOUT,
             )
         except Exception as exc:
@@ -319,12 +454,18 @@ class LockSession:
         return self.locks[-1].fence if self.locks else None
 
 
+_LOCK_CLASSES: dict[str, type[ScheduleLock] | type[LeaseLock]] = {
+    "ScheduleLock": ScheduleLock,
+    "LeaseLock": LeaseLock,
+}
+"""The classes named by ``dislock.core.kinds.KINDS``."""
+
+
 def build_locks(context: LockContext, strategies: str | Iterable[str]) -> list[Lock]:
     """The locks for ``strategies``, in acquisition order (schedule first)."""
-    return [
-        ScheduleLock(context) if name == SCHEDULE else LeaseLock(context)
-        for name in normalize_strategies(strategies)
-    ]
+    names = normalize_strategies(strategies)
+    check_waiting(names, context.wait_seconds, context.slots)
+    return [_LOCK_CLASSES[kinds.kind(name).lock_class](context) for name in names]
 
 
 @asynccontextmanager

@@ -23,11 +23,12 @@ import shutil
 import signal
 import sys
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import AsyncExitStack
 from time import monotonic
 
 from dislock.core.config import SCHEDULE
 from dislock.core.context import LEASE_LOST_EXIT_CODE, LeaseLossPolicy, LockContext
-from dislock.core.errors import LeaseLostError
+from dislock.core.errors import Interrupted, LeaseLostError
 from dislock.core.supervision import (
     KILL_GRACE,
     POLL_INTERVAL,
@@ -36,7 +37,7 @@ from dislock.core.supervision import (
     exit_status,
 )
 
-from ._compat import Child, handling_signals
+from ._compat import Child, handling_signals, interrupting
 from ._locks import LeaseLock, LockSession, acquire_locks
 
 logger = logging.getLogger("dislock")
@@ -166,13 +167,22 @@ async def run_with_locks(
     ``forward_signals`` (e.g. ``dislock.core.supervision.FORWARDED_SIGNALS``) are
     caught while the command runs and passed on to its process group, so that
     the locks are released only once it has exited; this needs the main thread.
+    Before the command starts (during the jitter, or while waiting for a lock),
+    one of them ends the wait at once and 128 + its number is returned.
     """
     argv = check_command(command)
     ensure_runnable(argv[0])  # before locking: a typo must not use up a schedule slot
     signals = tuple(forward_signals)
     try:
-        async with acquire_locks(context, strategies) as session:
+        async with AsyncExitStack() as stack:
+            # Until the command starts, the same signals end the wait for the
+            # locks at once: nothing runs yet that they could be passed on to.
+            async with interrupting(signals):
+                session = await stack.enter_async_context(acquire_locks(context, strategies))
             return await supervise(argv, session, context.lease_loss_policy, signals)
     except LeaseLostError as exc:
         logger.error("%s", exc)
         return LEASE_LOST_EXIT_CODE
+    except Interrupted as exc:
+        logger.info("signal %d before %s started; not running it", exc.signum, argv[0])
+        return 128 + exc.signum

@@ -2,7 +2,8 @@
 
     dislock URL_VARIABLE command [args...]
 
-Exit codes: the command's own; 0 also when another machine holds the lock; 1 on
+Exit codes: the command's own; 0 (or LOCK_CONFLICT_EXIT_CODE) when another
+machine holds the lock; 128+n on signal n before the command started; 1 on
 a runtime failure; 2 on bad configuration or usage; 75 when the lease was lost
 and the command was terminated.
 """
@@ -45,12 +46,24 @@ environment:
                                     exit 75) or continue (log only)
   LOCK_FENCING           0          1: pass a fencing token to the command in
                                     DISLOCK_FENCING_TOKEN (dislockctl init --fencing)
+  LOCK_WAIT_SECONDS      0          wait up to this long for a lease held
+                                    elsewhere, then skip (needs lease; with
+                                    schedule,lease the slot is taken once and
+                                    the lease waited for)
+  LOCK_WAIT_POLL_SECONDS 0.5        poll cadence while waiting without LISTEN
+  LOCK_WAIT_LISTEN       auto       auto: woken by the release (LISTEN/NOTIFY)
+                                    on a direct connection, polling behind a
+                                    pooler such as PgBouncer; 1 always; 0 never
+  LOCK_SLOTS             1          up to N holders of the lease at once
+  LOCK_CONFLICT_EXIT_CODE 0         exit status when the lock is held elsewhere
   CRONJOB_LOCK_LOG_LEVEL WARNING    DEBUG, INFO, WARNING, ERROR, CRITICAL
 
 exit status:
   the command's own (128+n if signal n killed it; 127 not found, 126 not
   executable, both reported before any lock is taken)
-  0   also when another machine holds the lock (logged at INFO only)
+  0   also when another machine holds the lock (logged at INFO only), after
+      any wait; LOCK_CONFLICT_EXIT_CODE sets another status for this case
+  128+n  signal n arrived before the command started (jitter or wait)
   1   runtime failure: database unreachable, table missing, ...
   2   invalid configuration or usage
   75  the lease was lost and the command was terminated

@@ -31,7 +31,7 @@ def run(settings: WrapperSettings, *, debug: bool) -> int:
     except LockNotAcquiredError as exc:
         # The expected outcome on every machine but one: quiet unless asked.
         logger.info("not running %s: %s", settings.command[0], exc)
-        return 0
+        return settings.conflict_exit_code
     except ConfigurationError as exc:
         print(f"dislock: error: {scrub(str(exc), settings.url)}", file=sys.stderr)
         return EXIT_USAGE

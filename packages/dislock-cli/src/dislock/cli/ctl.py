@@ -3,6 +3,7 @@
     dislockctl URL_VARIABLE init [--fencing] [--print-sql]
     dislockctl URL_VARIABLE ls [PREFIX] [--json]        (also: status)
     dislockctl URL_VARIABLE release LOCK_KEY [--mode schedule|lease|all] [--owner TOKEN]
+                                             [--slot N]
     dislockctl URL_VARIABLE check
 
 Like the wrapper, it takes the NAME of the variable holding the database URL and
@@ -19,6 +20,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from dislock.cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, __version__
+from dislock.core.kinds import NAMES as MODES
 
 if TYPE_CHECKING:
     from dislock.core.env import WrapperSettings
@@ -27,6 +29,12 @@ if TYPE_CHECKING:
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> Any:  # one line and exit 2, like the wrapper
         self.exit(EXIT_USAGE, f"dislockctl: error: {message}\n")
+
+
+def _slot_number(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a slot number (1, 2, ...), got {text!r}")
+    return int(text)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -69,9 +77,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="force-expire a stuck schedule slot or lease, saying what it removed",
     )
     release.add_argument("lock_key", metavar="LOCK_KEY")
-    release.add_argument("--mode", choices=("schedule", "lease", "all"), default="all")
+    release.add_argument("--mode", choices=(*MODES, "all"), default="all")
     release.add_argument(
         "--owner", help="release only if this owner token still holds it (as shown by ls)"
+    )
+    release.add_argument(
+        "--slot",
+        type=_slot_number,
+        help="release only this slot of an N-holder lease (default: every slot)",
     )
 
     commands.add_parser(
@@ -131,7 +144,7 @@ def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> int:
             if args.command in ("ls", "status"):
                 return _list(conn, table, args.prefix, args.json)
             if args.command == "release":
-                return _release(conn, table, args.lock_key, args.mode, args.owner)
+                return _release(conn, table, args.lock_key, args.mode, args.owner, args.slot)
             assert settings is not None
             return _check(conn, settings)
     except psycopg.errors.InsufficientPrivilege as exc:
@@ -195,25 +208,34 @@ def _list(conn: Any, table: tuple[str, ...], prefix: str, as_json: bool) -> int:
     return EXIT_OK
 
 
-def _release(conn: Any, table: tuple[str, ...], lock_key: str, mode: str, owner: str | None) -> int:
-    from dislock.core.admin import MODES, format_duration, release_keys, release_query, split_key
+def _release(
+    conn: Any,
+    table: tuple[str, ...],
+    lock_key: str,
+    mode: str,
+    owner: str | None,
+    slot: int | None = None,
+) -> int:
+    from dislock.core.admin import format_duration, release_params, release_query, released_text
+    from dislock.core.kinds import parse_row_key
 
-    modes = MODES if mode == "all" else (mode,)
-    params: dict[str, Any] = {"keys": release_keys(lock_key, modes), "owner": owner}
+    modes = (
+        ("lease",) if slot is not None and mode == "all" else MODES if mode == "all" else (mode,)
+    )
+    params = release_params(table, lock_key, modes, slot=slot, owner=owner)
     released = conn.execute(release_query(table, owner_guard=owner is not None), params).fetchall()
     if not released:
         held_by = f" by {owner}" if owner else ""
-        print(f"nothing to release: no {' or '.join(modes)} lock on {lock_key!r} is held{held_by}")
+        which = f"slot {slot} of the lease" if slot is not None else " or ".join(modes)
+        print(f"nothing to release: no {which} lock on {lock_key!r} is held{held_by}")
         return EXIT_OK
-    consequence = {
-        "lease": "its holder notices at its next renewal",
-        "schedule": "the slot can be started again",
-    }
-    for key, value, remaining in released:
-        what, _ = split_key(key)
+    for key, value, remaining, _ in released:
+        found, _, number = parse_row_key(key)
+        what = "?" if found is None else found.name
+        label = f"{what} slot {number}" if number > 1 or slot is not None else what
         print(
-            f"released {what} {lock_key!r} held by {value} "
-            f"({format_duration(remaining)} were left); {consequence[what]}"
+            f"released {label} {lock_key!r} held by {value} "
+            f"({format_duration(remaining)} were left); {released_text(what)}"
         )
     return EXIT_OK
 
@@ -222,10 +244,9 @@ def _check(conn: Any, settings: WrapperSettings) -> int:
     from psycopg import sql
 
     from dislock.core.admin import describe_expiry, state_query
-    from dislock.core.config import LEASE, SCHEDULE
     from dislock.core.cron import slot_end
+    from dislock.core.kinds import kind
     from dislock.core.lease import LeaseClock, LeaseSettings
-    from dislock.core.sql import lease_key, schedule_key
 
     refusal = _refuses_writes(conn)
     if refusal:
@@ -264,23 +285,48 @@ def _check(conn: Any, settings: WrapperSettings) -> int:
         print(heartbeat)
         print(f"  on lease loss   {settings.policy.value}")
     print(f"  startup jitter  up to {settings.jitter_seconds:g} s")
+    if settings.wait_seconds > 0:
+        how = {
+            None: "LISTEN on a direct connection, else polling",
+            True: "LISTEN",
+            False: "polling",
+        }
+        print(
+            f"  wait            up to {settings.wait_seconds:g} s"
+            f" ({how[settings.wait_listen]}; polls every {settings.wait_poll_seconds:g} s)"
+        )
+    if settings.slots > 1:
+        print(f"  slots           {settings.slots} holders at once")
+    if settings.conflict_exit_code:
+        print(f"  when held       exit {settings.conflict_exit_code}")
     print(f"  fencing         {'on' if settings.fencing else 'off'}")
     print(f"  database now    {now.isoformat()}")
     _print_lock_delay(conn, settings.table_parts)
-    keys = {SCHEDULE: schedule_key(settings.lock_key), LEASE: lease_key(settings.lock_key)}
+    slots = {name: settings.slots if kind(name).renewed else 1 for name in settings.strategies}
+    keys = {
+        name: [kind(name).row_key(settings.lock_key, n) for n in range(1, slots[name] + 1)]
+        for name in settings.strategies
+    }
     found = dict(
         (key, (owner, remaining))
         for key, owner, remaining in conn.execute(
-            state_query(settings.table_parts), {"keys": list(keys.values())}
+            state_query(settings.table_parts),
+            {"keys": [key for group in keys.values() for key in group]},
         ).fetchall()
     )
+    busy = "wait" if settings.wait_seconds > 0 else "skip"
     print("lock state")
     for strategy in settings.strategies:
-        owner, remaining = found.get(keys[strategy], (None, 0.0))
-        if owner is None or remaining <= 0:
+        held = [found[key] for key in keys[strategy] if key in found and found[key][1] > 0]
+        if slots[strategy] > 1:
+            state = f"{len(held)}/{slots[strategy]} slots held: a run now would " + (
+                busy if len(held) == slots[strategy] else "take one"
+            )
+        elif not held:
             state = "free: a run now would take it"
         else:
-            state = f"held by {owner}, expires {describe_expiry(remaining)}: a run now would skip"
+            owner, remaining = held[0]
+            state = f"held by {owner}, expires {describe_expiry(remaining)}: a run now would {busy}"
         print(f"  {strategy:<14}  {state}")
     return EXIT_OK
 

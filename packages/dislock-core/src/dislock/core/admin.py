@@ -14,9 +14,10 @@ from typing import Any
 
 from psycopg import sql
 
-from dislock.core.sql import KEY_PREFIX, create_table, lease_key, schedule_key
+from dislock.core import kinds
+from dislock.core.sql import create_table
 
-MODES = ("schedule", "lease")
+MODES = kinds.NAMES
 
 
 def init_statements(table_parts: tuple[str, ...], *, fencing: bool) -> list[sql.Composed]:
@@ -49,7 +50,9 @@ def columns_query(table_parts: tuple[str, ...]) -> tuple[str, tuple[str]]:
 
 
 def list_query(table_parts: tuple[str, ...]) -> sql.Composed:
-    """Every lock row whose lock key starts with %(prefix)s, on the database clock.
+    """Every lock row whose lock key starts with %(prefix)s, on the database clock:
+    the rows of every kind (%(prefixes)s) and the extra slots of N-holder leases
+    (their mode part matches %(slot_pattern)s).
 
     ``fence`` is read through ``to_jsonb`` so that one query serves tables with
     and without the fencing column.
@@ -59,7 +62,10 @@ def list_query(table_parts: tuple[str, ...]) -> sql.Composed:
         " EXTRACT(EPOCH FROM (expire_at - NOW()))::float8,"
         " (to_jsonb(held) ->> 'fence')::bigint"
         " FROM {table} AS held"
-        " WHERE starts_with(key, %(schedule_prefix)s) OR starts_with(key, %(lease_prefix)s)"
+        " WHERE EXISTS (SELECT FROM unnest(%(prefixes)s::text[]) AS p (prefix)"
+        " WHERE starts_with(key, p.prefix))"
+        " OR (key ~ %(slot_pattern)s"
+        " AND starts_with(regexp_replace(key, %(slot_pattern)s, ''), %(prefix)s))"
         " ORDER BY key"
     ).format(table=sql.Identifier(*table_parts))
 
@@ -72,27 +78,69 @@ def state_query(table_parts: tuple[str, ...]) -> sql.Composed:
     ).format(table=sql.Identifier(*table_parts))
 
 
+def _slot_pattern(modes: Sequence[str]) -> str | None:
+    """A regular expression matching the mode part of slot rows 2..N of ``modes``."""
+    slotted = [kinds.kind(mode).mode for mode in modes if kinds.kind(mode).renewed]
+    return f"^{kinds.KEY_PREFIX}:({'|'.join(slotted)})#[0-9]+:" if slotted else None
+
+
 def list_params(prefix: str) -> dict[str, Any]:
-    return {"schedule_prefix": schedule_key(prefix), "lease_prefix": lease_key(prefix)}
+    return {
+        "prefixes": [kind.row_key(prefix) for kind in kinds.KINDS],
+        "prefix": prefix,
+        "slot_pattern": _slot_pattern(kinds.NAMES),
+    }
 
 
 def release_query(table_parts: tuple[str, ...], *, owner_guard: bool) -> sql.Composed:
-    """Force-expire held rows among %(keys)s (optionally only if %(owner)s holds them),
-    returning what was released and how long it had left."""
+    """Force-expire held rows among %(keys)s, and with %(slot_pattern)s every slot row
+    of %(lock_key)s (optionally only if %(owner)s holds them), returning what was
+    released and how long it had left.  Waiters of the lease are woken (the
+    %(wake)s payload on %(channel)s), as by a holder's own release."""
     guard = sql.SQL(" AND value = %(owner)s") if owner_guard else sql.SQL("")
     return sql.SQL(
         "WITH target AS ("
         " SELECT key, expire_at FROM {table}"
-        " WHERE key = ANY(%(keys)s) AND expire_at > NOW(){guard} FOR UPDATE)"
+        " WHERE (key = ANY(%(keys)s) OR (key ~ %(slot_pattern)s"
+        " AND regexp_replace(key, %(slot_pattern)s, '') = %(lock_key)s))"
+        " AND expire_at > NOW(){guard} FOR UPDATE)"
         " UPDATE {table} AS held SET expire_at = NOW() FROM target"
         " WHERE held.key = target.key"
         " RETURNING held.key, held.value,"
-        " EXTRACT(EPOCH FROM (target.expire_at - NOW()))::float8"
+        " EXTRACT(EPOCH FROM (target.expire_at - NOW()))::float8,"
+        " pg_notify(%(channel)s, %(wake)s)"
     ).format(table=sql.Identifier(*table_parts), guard=guard)
 
 
 def release_keys(lock_key: str, modes: Sequence[str]) -> list[str]:
-    return [schedule_key(lock_key) if mode == "schedule" else lease_key(lock_key) for mode in modes]
+    return [kinds.kind(mode).row_key(lock_key) for mode in modes]
+
+
+def release_params(
+    table_parts: tuple[str, ...],
+    lock_key: str,
+    modes: Sequence[str],
+    *,
+    slot: int | None = None,
+    owner: str | None = None,
+) -> dict[str, Any]:
+    """Parameters of ``release_query``: the rows of ``modes``, every slot of a lease
+    unless ``slot`` names one."""
+    from dislock.core.waiting import WAKE_CHANNEL, wake_token
+
+    if slot is None:
+        keys, pattern = release_keys(lock_key, modes), _slot_pattern(modes)
+    else:
+        keys = [kinds.kind(mode).row_key(lock_key, slot) for mode in modes]
+        pattern = None
+    return {
+        "keys": keys,
+        "slot_pattern": pattern,
+        "lock_key": lock_key,
+        "owner": owner,
+        "channel": WAKE_CHANNEL,
+        "wake": wake_token(table_parts, lock_key),
+    }
 
 
 @dataclass(frozen=True)
@@ -104,6 +152,8 @@ class LockRow:
     expire_at: datetime
     expires_in_seconds: float
     fence: int | None
+    slot: int = 1
+    """Which slot of an N-holder lease the row is (1 for every other row)."""
 
     @property
     def held(self) -> bool:
@@ -112,8 +162,9 @@ class LockRow:
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> LockRow:
         key, owner, expire_at, expires_in, fence = row
-        mode, lock_key = split_key(key)
-        return cls(key, mode, lock_key, owner, expire_at, float(expires_in), fence)
+        found, lock_key, slot = kinds.parse_row_key(key)
+        mode = "?" if found is None else found.name
+        return cls(key, mode, lock_key, owner, expire_at, float(expires_in), fence, slot)
 
     def as_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -123,12 +174,14 @@ class LockRow:
 
 
 def split_key(key: str) -> tuple[str, str]:
-    """``cronjob-lock:<mode>:<lock_key>`` into its mode and lock key."""
-    prefix, _, rest = key.partition(":")
-    mode, _, lock_key = rest.partition(":")
-    if prefix != KEY_PREFIX or mode not in MODES:
-        return "?", key
-    return mode, lock_key
+    """``cronjob-lock:<mode>:<lock_key>`` into its kind's name and lock key."""
+    found, lock_key, _ = kinds.parse_row_key(key)
+    return ("?", key) if found is None else (found.name, lock_key)
+
+
+def released_text(mode: str) -> str:
+    """What a forced release of a ``mode`` lock means, for the operator."""
+    return kinds.kind(mode).released_text
 
 
 def describe_expiry(seconds: float) -> str:
@@ -150,24 +203,40 @@ def format_duration(seconds: float) -> str:
 
 
 def render_table(rows: Sequence[LockRow]) -> str:
-    """Rows as aligned columns; expired rows are marked."""
+    """Rows as aligned columns; expired rows are marked.  The slots of an N-holder
+    lease come together under one line saying how many are held (of the slots
+    that have rows: a slot gets its row the first time it is taken)."""
     headers = ("LOCK KEY", "MODE", "OWNER", "EXPIRES", "FENCE", "STATE")
-    lines = [
-        (
-            row.lock_key,
-            row.mode,
-            row.owner,
-            describe_expiry(row.expires_in_seconds),
-            "-" if row.fence is None else str(row.fence),
-            "held" if row.held else "expired",
-        )
-        for row in rows
-    ]
+    lines: list[tuple[str, ...]] = []
+    for group in _grouped(rows):
+        first = group[0]
+        if len(group) > 1 or first.slot > 1:
+            held = sum(row.held for row in group)
+            lines.append((first.lock_key, first.mode, "", "", "", f"{held}/{len(group)} held"))
+        for row in group:
+            lines.append(
+                (
+                    row.lock_key if len(group) == 1 and row.slot == 1 else f"  slot {row.slot}",
+                    row.mode,
+                    row.owner,
+                    describe_expiry(row.expires_in_seconds),
+                    "-" if row.fence is None else str(row.fence),
+                    "held" if row.held else "expired",
+                )
+            )
     widths = [max(len(cells[i]) for cells in (headers, *lines)) for i in range(len(headers))]
     return "\n".join(
         "  ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True)).rstrip()
         for cells in (headers, *lines)
     )
+
+
+def _grouped(rows: Sequence[LockRow]) -> list[list[LockRow]]:
+    """Rows by (lock key, mode) in the order first seen, each group's slots in order."""
+    groups: dict[tuple[str, str], list[LockRow]] = {}
+    for row in rows:
+        groups.setdefault((row.lock_key, row.mode), []).append(row)
+    return [sorted(group, key=lambda row: row.slot) for group in groups.values()]
 
 
 def render_json(rows: Sequence[LockRow]) -> str:

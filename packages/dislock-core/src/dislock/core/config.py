@@ -10,11 +10,13 @@ import math
 from collections.abc import Iterable, Sequence
 
 from dislock.core.errors import ConfigurationError
+from dislock.core.kinds import LEASE as LEASE
+from dislock.core.kinds import NAMES
+from dislock.core.kinds import SCHEDULE as SCHEDULE
 
-SCHEDULE = "schedule"
-LEASE = "lease"
-STRATEGY_ORDER = (SCHEDULE, LEASE)
-"""Acquisition order: the schedule slot is taken first and so released last."""
+STRATEGY_ORDER = NAMES
+"""Acquisition order (``dislock.core.kinds.KINDS``): the schedule slot is taken
+first and so released last."""
 
 # PostgreSQL truncates longer identifiers silently, which could make two
 # configured names point at one table.
@@ -152,3 +154,28 @@ def parse_flag(name: str, value: str) -> bool:
     raise ConfigurationError(
         f"{name} must be one of 1/true/yes/on or 0/false/no/off, got {value!r}"
     )
+
+
+def count_between(name: str, value: object, low: int, high: int) -> int:
+    """A whole number within ``[low, high]`` (an int, or its decimal text)."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ConfigurationError(f"{name} must be a whole number, got {value!r}")
+    try:
+        number = int(value.strip()) if isinstance(value, str) else value
+    except ValueError:
+        raise ConfigurationError(f"{name} must be a whole number, got {value!r}") from None
+    if not low <= number <= high:
+        raise ConfigurationError(f"{name} must be between {low} and {high}, got {value!r}")
+    return number
+
+
+def parse_auto_flag(name: str, value: str) -> bool | None:
+    """``auto`` (or empty) as None, else an on/off setting like ``parse_flag``."""
+    if value.strip().lower() in ("", "auto"):
+        return None
+    try:
+        return parse_flag(name, value)
+    except ConfigurationError:
+        raise ConfigurationError(
+            f"{name} must be auto, 1/true/yes/on or 0/false/no/off, got {value!r}"
+        ) from None

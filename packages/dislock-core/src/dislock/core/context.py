@@ -10,6 +10,7 @@ from datetime import datetime
 from dislock.core import config
 from dislock.core.dsn import parse_dsn, redact_dsn
 from dislock.core.errors import ConfigurationError
+from dislock.core.waiting import DEFAULT_POLL_SECONDS, MAX_SLOTS
 
 DEFAULT_CONNECT_TIMEOUT = 10.0
 """Seconds to wait for a connection, unless the URL or the caller says otherwise."""
@@ -75,6 +76,16 @@ class LockContext:
     """Hand out fencing tokens: each acquisition bumps and returns the row's ``fence``
     column (``dislockctl init --fencing`` adds it). Off, the three-column table works
     as it is and nothing extra is read or written."""
+    wait_seconds: float = 0.0
+    """Wait up to this long for a lease held elsewhere before giving up (0: give up at
+    once). Woken by the holder's release (``LISTEN``/``NOTIFY``), or by polling."""
+    wait_poll_seconds: float = DEFAULT_POLL_SECONDS
+    """While waiting without ``LISTEN``: try again about this often (jittered)."""
+    wait_listen: bool | None = None
+    """While waiting: ``LISTEN`` for releases (True), poll only (False), or find out
+    (None: ``LISTEN`` unless the connection goes through a pooler such as PgBouncer)."""
+    slots: int = 1
+    """How many holders a lease admits at once (a semaphore); 1 is a plain lease."""
 
     def __post_init__(self) -> None:
         parse_dsn(self.url)
@@ -120,6 +131,20 @@ class LockContext:
             "connect_timeout_seconds",
             config.positive_seconds("connect_timeout_seconds", self.connect_timeout_seconds),
         )
+        self._check_waiting()
+
+    def _check_waiting(self) -> None:
+        _set(self, "wait_seconds", config.non_negative_seconds("wait_seconds", self.wait_seconds))
+        _set(
+            self,
+            "wait_poll_seconds",
+            config.positive_seconds("wait_poll_seconds", self.wait_poll_seconds),
+        )
+        if self.wait_listen is not None and not isinstance(self.wait_listen, bool):
+            raise ConfigurationError(
+                f"wait_listen must be True, False or None, got {self.wait_listen!r}"
+            )
+        _set(self, "slots", config.count_between("slots", self.slots, 1, MAX_SLOTS))
 
     def __repr__(self) -> str:
         fields = ", ".join(
@@ -135,6 +160,8 @@ class LockContext:
                 "jitter_max_seconds",
                 "lease_loss_policy",
                 "fencing",
+                "wait_seconds",
+                "slots",
             )
         )
         return f"LockContext(url={redact_dsn(self.url)!r}, {fields})"

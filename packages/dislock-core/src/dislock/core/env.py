@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from dislock.core import config
 from dislock.core.context import LeaseLossPolicy, LockContext
 from dislock.core.dsn import parse_dsn, redact_dsn
 from dislock.core.errors import ConfigurationError
 from dislock.core.supervision import check_command
+from dislock.core.waiting import DEFAULT_POLL_SECONDS, MAX_SLOTS, check_waiting
 
 DEFAULT_TTL_SECONDS = 60.0
 DEFAULT_TABLE = "key_value"
@@ -39,6 +40,11 @@ class WrapperSettings(NamedTuple):
     jitter_seconds: float
     policy: LeaseLossPolicy
     fencing: bool = False
+    wait_seconds: float = 0.0
+    wait_poll_seconds: float = DEFAULT_POLL_SECONDS
+    wait_listen: bool | None = None
+    slots: int = 1
+    conflict_exit_code: int = 0
 
     def __repr__(self) -> str:
         return f"WrapperSettings(url={redact_dsn(self.url)!r}, command={self.command!r}, ...)"
@@ -55,6 +61,10 @@ class WrapperSettings(NamedTuple):
             jitter_max_seconds=self.jitter_seconds,
             lease_loss_policy=self.policy,
             fencing=self.fencing,
+            wait_seconds=self.wait_seconds,
+            wait_poll_seconds=self.wait_poll_seconds,
+            wait_listen=self.wait_listen,
+            slots=self.slots,
         )
 
 
@@ -160,6 +170,7 @@ def read_wrapper_settings(
     raw_policy = _variable(environ, "LOCK_ON_LEASE_LOSS") or LeaseLossPolicy.TERMINATE.value
     policy = LeaseLossPolicy.parse(raw_policy, name="LOCK_ON_LEASE_LOSS")
     fencing = config.parse_flag("LOCK_FENCING", environ.get("LOCK_FENCING", ""))
+    waiting = read_waiting(environ, strategies)
 
     return WrapperSettings(
         url_variable=url_variable,
@@ -174,4 +185,36 @@ def read_wrapper_settings(
         jitter_seconds=jitter,
         policy=policy,
         fencing=fencing,
+        **waiting,
     )
+
+
+def read_waiting(environ: Mapping[str, str], strategies: Sequence[str]) -> dict[str, Any]:
+    """``LOCK_WAIT_SECONDS``, ``LOCK_WAIT_POLL_SECONDS``, ``LOCK_WAIT_LISTEN``,
+    ``LOCK_SLOTS`` and ``LOCK_CONFLICT_EXIT_CODE``, as ``WrapperSettings`` fields."""
+    raw_wait = _variable(environ, "LOCK_WAIT_SECONDS")
+    wait = 0.0 if raw_wait is None else config.non_negative_seconds("LOCK_WAIT_SECONDS", raw_wait)
+    raw_poll = _variable(environ, "LOCK_WAIT_POLL_SECONDS")
+    poll = (
+        DEFAULT_POLL_SECONDS
+        if raw_poll is None
+        else config.positive_seconds("LOCK_WAIT_POLL_SECONDS", raw_poll)
+    )
+    listen = config.parse_auto_flag("LOCK_WAIT_LISTEN", environ.get("LOCK_WAIT_LISTEN", ""))
+    raw_slots = _variable(environ, "LOCK_SLOTS")
+    slots = 1 if raw_slots is None else config.count_between("LOCK_SLOTS", raw_slots, 1, MAX_SLOTS)
+    raw_code = _variable(environ, "LOCK_CONFLICT_EXIT_CODE")
+    code = (
+        0 if raw_code is None else config.count_between("LOCK_CONFLICT_EXIT_CODE", raw_code, 0, 255)
+    )
+    try:
+        check_waiting(strategies, wait, slots)
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"LOCK_STRATEGY={','.join(strategies)!r}: {exc}") from None
+    return {
+        "wait_seconds": wait,
+        "wait_poll_seconds": poll,
+        "wait_listen": listen,
+        "slots": slots,
+        "conflict_exit_code": code,
+    }

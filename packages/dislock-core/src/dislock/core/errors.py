@@ -51,3 +51,16 @@ class NotReplicatedError(DislockError):
     handed back and raises this; a renewal counts as a failed attempt and is
     retried until the lease's deadline.
     """
+
+
+class Interrupted(KeyboardInterrupt):
+    """A signal ended the wait for the locks, before the command started.
+
+    A ``KeyboardInterrupt`` (not a ``DislockError``), so that psycopg cancels a
+    statement it interrupts and no ``except Exception`` in the lock code swallows
+    it; ``run_with_locks`` returns 128 + ``signum`` for it.
+    """
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum

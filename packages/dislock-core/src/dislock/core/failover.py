@@ -82,8 +82,9 @@ def unconfirmed(message: str | None) -> NotReplicatedError:
 def lock_delay(table: sql.Identifier, ttl: sql.Composable) -> tuple[sql.Composed, sql.SQL]:
     """The lock-delay fragment of an acquiring upsert on ``table``.
 
-    Returns ``(prefix, calm)``: ``prefix`` is a ``WITH`` clause to put before the
-    ``INSERT``, ``calm`` a condition for its row source (an acquisition with no
+    Returns ``(ctes, calm)``: ``ctes`` are common table expressions for the
+    statement's ``WITH`` clause (before the ``INSERT``), ``calm`` a condition for
+    its row source (an acquisition with no
     candidate row neither inserts nor takes over anything).  ``ttl`` is the
     acquisition's own TTL in seconds (``0`` for a schedule slot).
 
@@ -92,8 +93,8 @@ def lock_delay(table: sql.Identifier, ttl: sql.Composable) -> tuple[sql.Composed
     timeline changes or a longer TTL appears, and only when their guard holds,
     so acquisitions of different keys never queue on them.
     """
-    prefix = sql.SQL(
-        "WITH dislock_history AS (SELECT {timeline} AS timeline),"
+    ctes = sql.SQL(
+        "dislock_history AS (SELECT {timeline} AS timeline),"
         " dislock_seen AS ("
         "SELECT value::int8 AS timeline, expire_at AS delay_ends"
         " FROM {table} WHERE key = {timeline_key}),"
@@ -121,7 +122,6 @@ def lock_delay(table: sql.Identifier, ttl: sql.Composable) -> tuple[sql.Composed
         " dislock_calm AS (SELECT NOT EXISTS ("
         "SELECT FROM dislock_seen s, dislock_history h"
         " WHERE s.timeline <> h.timeline OR NOW() < s.delay_ends) AS calm)"
-        " "
     ).format(
         timeline=TIMELINE,
         table=table,
@@ -129,7 +129,7 @@ def lock_delay(table: sql.Identifier, ttl: sql.Composable) -> tuple[sql.Composed
         ttl_key=sql.Literal(LONGEST_TTL_KEY),
         ttl=ttl,
     )
-    return prefix, sql.SQL("(SELECT calm FROM dislock_calm)")
+    return ctes, sql.SQL("(SELECT calm FROM dislock_calm)")
 
 
 def timeline_returned() -> sql.SQL:

@@ -20,21 +20,21 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from psycopg import sql
 
 from dislock.core.failover import lock_delay, timeline_returned
+from dislock.core.kinds import KEY_PREFIX as KEY_PREFIX
+from dislock.core.kinds import LEASE, SCHEDULE, kind
 
 if TYPE_CHECKING:
     from psycopg.abc import AdaptContext
 
     from dislock.core.context import LockContext
 
-KEY_PREFIX = "cronjob-lock"
-
 
 def schedule_key(lock_key: str) -> str:
-    return f"{KEY_PREFIX}:schedule:{lock_key}"
+    return kind(SCHEDULE).row_key(lock_key)
 
 
 def lease_key(lock_key: str) -> str:
-    return f"{KEY_PREFIX}:lease:{lock_key}"
+    return kind(LEASE).row_key(lock_key)
 
 
 class Statements(NamedTuple):
@@ -53,6 +53,14 @@ class Statements(NamedTuple):
     """Params: key, owner. Expires our row now; a row another owner took is untouched."""
     now: sql.SQL
     """The database clock (statement time)."""
+    acquire_slot: sql.Composed
+    """Params: keys (the slots' row keys, slot 1 first), owner, ttl. Takes the first
+    free slot, in the same upsert as ``acquire_for``. Returns one row: the key taken
+    (NULL if none), the fencing token, and how many slots it found free (to tell a
+    full lease from a slot another holder took in the same instant)."""
+    release_notify: sql.Composed
+    """Params: key, owner, channel, wake. Like ``release``, and wakes the lease's
+    waiters (``NOTIFY`` on commit) when it released something."""
 
 
 @lru_cache(maxsize=64)
@@ -78,12 +86,16 @@ def statements(table_parts: tuple[str, ...], fencing: bool = False) -> Statement
         " WHERE held.expire_at <= NOW()"
         " RETURNING {token}, {timeline}"
     )
+    # ``_acquire_slot`` formats this same upsert: a placeholder added to it must be
+    # given there too (through ``parts``, ideally), so that slots keep every check.
     parts: dict[str, sql.Composable] = {"table": table, "columns": columns, "bump": bump}
     lease_expiry = sql.SQL("NOW() + make_interval(secs => %(ttl)s)")
     # After a failover, no one takes a missing or expired row for a while (see
     # dislock.core.failover); the fragment also returns the server's timeline.
-    slot_delay, slot_calm = lock_delay(table, sql.SQL("0"))
-    lease_delay, lease_calm = lock_delay(table, sql.SQL("%(ttl)s"))
+    slot_ctes, slot_calm = lock_delay(table, sql.SQL("0"))
+    lease_ctes, lease_calm = lock_delay(table, sql.SQL("%(ttl)s"))
+    slot_delay = sql.SQL("WITH {} ").format(slot_ctes)
+    lease_delay = sql.SQL("WITH {} ").format(lease_ctes)
     parts["timeline"] = timeline_returned()
     slot_end = sql.SQL("%(expire_at)s::timestamptz")
     return Statements(
@@ -124,7 +136,53 @@ def statements(table_parts: tuple[str, ...], fencing: bool = False) -> Statement
             " WHERE key = %(key)s AND value = %(owner)s AND expire_at > NOW()"
         ).format(table=table),
         now=sql.SQL("SELECT NOW()"),
+        acquire_slot=_acquire_slot(
+            upsert, parts, table, first_token, token, lease_expiry, (lease_ctes, lease_calm)
+        ),
+        release_notify=sql.SQL(
+            "UPDATE {table} SET expire_at = NOW()"
+            " WHERE key = %(key)s AND value = %(owner)s AND expire_at > NOW()"
+            " RETURNING pg_notify(%(channel)s, %(wake)s)"
+        ).format(table=table),
     )
+
+
+def _acquire_slot(
+    upsert: sql.SQL,
+    parts: dict[str, sql.Composable],
+    table: sql.Identifier,
+    first_token: sql.Composable,
+    token: sql.Composable,
+    expiry: sql.Composable,
+    delay: tuple[sql.Composable, sql.Composable],
+) -> sql.Composed:
+    """``acquire_for`` over the first of several rows that is free, in one statement.
+
+    It is the same upsert (anything added to it for every acquisition applies to
+    slots too), fed the lowest-numbered slot that looks free.  Two holders picking
+    the same slot at once cannot both get it: the upsert's own condition decides,
+    and the loser learns from ``free`` that another slot may be left.  The lock
+    delay's common table expressions go to the top (PostgreSQL allows
+    data-modifying ones only there), and during a delay no slot counts as free.
+    """
+    ctes, calm = delay
+    taking = upsert.format(
+        row=sql.SQL(
+            "SELECT free.key, %(owner)s, {expiry}{first_token} FROM free ORDER BY free.n LIMIT 1"
+        ).format(expiry=expiry, first_token=first_token),
+        token=sql.SQL("held.key, {token}").format(token=token),
+        delay=sql.SQL(""),
+        **parts,
+    )
+    return sql.SQL(
+        "WITH {ctes}, free AS ("
+        " SELECT slot.key, slot.n FROM unnest(%(keys)s::text[]) WITH ORDINALITY AS slot (key, n)"
+        " WHERE NOT EXISTS (SELECT FROM {table} AS held"
+        " WHERE held.key = slot.key AND held.expire_at > NOW()) AND {calm}),"
+        " taken (key, token, timeline) AS ({taking})"
+        " SELECT taken.key, taken.token, (SELECT count(*) FROM free)"
+        " FROM (SELECT) AS one LEFT JOIN taken ON true"
+    ).format(ctes=ctes, table=table, taking=taking, calm=calm)
 
 
 class Rendered:
@@ -167,6 +225,15 @@ def lease_params(key: str, owner: str, ttl_seconds: float) -> dict[str, Any]:
 
 def release_params(key: str, owner: str) -> dict[str, Any]:
     return {"key": key, "owner": owner}
+
+
+def release_notify_params(key: str, owner: str, channel: str, wake: str) -> dict[str, Any]:
+    return {"key": key, "owner": owner, "channel": channel, "wake": wake}
+
+
+def slot_params(keys: list[str], owner: str, ttl_seconds: float) -> dict[str, Any]:
+    """Parameters of ``acquire_slot``."""
+    return {"keys": keys, "owner": owner, "ttl": ttl_seconds}
 
 
 def create_table(table_parts: tuple[str, ...], *, fencing: bool = False) -> sql.Composed:

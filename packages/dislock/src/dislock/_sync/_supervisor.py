@@ -25,11 +25,12 @@ import shutil
 import signal
 import sys
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import ExitStack
 from time import monotonic
 
 from dislock.core.config import SCHEDULE
 from dislock.core.context import LEASE_LOST_EXIT_CODE, LeaseLossPolicy, LockContext
-from dislock.core.errors import LeaseLostError
+from dislock.core.errors import Interrupted, LeaseLostError
 from dislock.core.supervision import (
     KILL_GRACE,
     POLL_INTERVAL,
@@ -38,7 +39,7 @@ from dislock.core.supervision import (
     exit_status,
 )
 
-from ._compat import Child, handling_signals
+from ._compat import Child, handling_signals, interrupting
 from ._locks import LeaseLock, LockSession, acquire_locks
 
 logger = logging.getLogger("dislock")
@@ -168,13 +169,22 @@ def run_with_locks(
     ``forward_signals`` (e.g. ``dislock.core.supervision.FORWARDED_SIGNALS``) are
     caught while the command runs and passed on to its process group, so that
     the locks are released only once it has exited; this needs the main thread.
+    Before the command starts (during the jitter, or while waiting for a lock),
+    one of them ends the wait at once and 128 + its number is returned.
     """
     argv = check_command(command)
     ensure_runnable(argv[0])  # before locking: a typo must not use up a schedule slot
     signals = tuple(forward_signals)
     try:
-        with acquire_locks(context, strategies) as session:
+        with ExitStack() as stack:
+            # Until the command starts, the same signals end the wait for the
+            # locks at once: nothing runs yet that they could be passed on to.
+            with interrupting(signals):
+                session = stack.enter_context(acquire_locks(context, strategies))
             return supervise(argv, session, context.lease_loss_policy, signals)
     except LeaseLostError as exc:
         logger.error("%s", exc)
         return LEASE_LOST_EXIT_CODE
+    except Interrupted as exc:
+        logger.info("signal %d before %s started; not running it", exc.signum, argv[0])
+        return 128 + exc.signum

@@ -1,0 +1,89 @@
+"""The kinds of lock dislock knows, in one table: name, row key, statements, class, operator text.
+
+Everything that used to compare strategy names (validation, the lock classes a
+strategy builds, the rows ``dislockctl`` lists and releases, the text it prints)
+reads this table instead, so that a new kind is one entry here plus its lock
+class.  The row keys are shared with dislock 0.1.0 on one table and never change:
+``cronjob-lock:schedule:<key>`` and ``cronjob-lock:lease:<key>``.  Slots 2..N of
+a lease with ``LockContext.slots`` live in ``cronjob-lock:lease#<n>:<key>``: the
+slot number sits in the mode part, so no lock key (whatever it contains) can
+name another key's slot, and slot 1 stays the plain lease row.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+KEY_PREFIX = "cronjob-lock"
+
+SCHEDULE = "schedule"
+LEASE = "lease"
+
+
+class LockKind(NamedTuple):
+    """One kind of lock."""
+
+    name: str
+    """The strategy name (``LOCK_STRATEGY``, ``acquire_locks(strategies=...)``, ``--mode``)."""
+    mode: str
+    """The mode part of its row keys: ``cronjob-lock:<mode>:<lock key>``."""
+    acquire: str
+    """The field of ``dislock.core.sql.Statements`` that takes it."""
+    lock_class: str
+    """The name of its lock class in ``dislock`` and ``dislock.aio``."""
+    renewed: bool
+    """Held while the work runs (renewed, released on exit), or taken once and left."""
+    can_wait: bool
+    """Whether waiting for it while someone else holds it makes sense."""
+    released_text: str
+    """What ``dislockctl release`` tells the operator a forced release means."""
+
+    def row_key(self, lock_key: str, slot: int = 1) -> str:
+        mode = self.mode if slot == 1 else f"{self.mode}#{slot}"
+        return f"{KEY_PREFIX}:{mode}:{lock_key}"
+
+
+KINDS: tuple[LockKind, ...] = (
+    LockKind(
+        name=SCHEDULE,
+        mode="schedule",
+        acquire="acquire_until",
+        lock_class="ScheduleLock",
+        renewed=False,
+        can_wait=False,
+        released_text="the slot can be started again",
+    ),
+    LockKind(
+        name=LEASE,
+        mode="lease",
+        acquire="acquire_for",
+        lock_class="LeaseLock",
+        renewed=True,
+        can_wait=True,
+        released_text="its holder notices at its next renewal",
+    ),
+)
+"""In acquisition order: a schedule slot is taken first and so released last."""
+
+NAMES: tuple[str, ...] = tuple(kind.name for kind in KINDS)
+BY_NAME: dict[str, LockKind] = {kind.name: kind for kind in KINDS}
+_BY_MODE: dict[str, LockKind] = {kind.mode: kind for kind in KINDS}
+
+
+def kind(name: str) -> LockKind:
+    return BY_NAME[name]
+
+
+def parse_row_key(key: str) -> tuple[LockKind | None, str, int]:
+    """A row key as its kind (None if not dislock's), lock key and slot number."""
+    prefix, _, rest = key.partition(":")
+    mode, _, lock_key = rest.partition(":")
+    base, hash_, number = mode.partition("#")
+    found = _BY_MODE.get(base) if prefix == KEY_PREFIX else None
+    if found is None:
+        return None, key, 1
+    if not hash_:
+        return found, lock_key, 1
+    if not number.isdigit() or not found.renewed or int(number) < 2:
+        return None, key, 1
+    return found, lock_key, int(number)

@@ -1,0 +1,108 @@
+"""Waiting for a lease held elsewhere, and N-holder leases: the decisions, without I/O.
+
+A waiter tries the lease, and while it is held, waits for the next try: woken
+by the holder's release through ``LISTEN``/``NOTIFY`` on a direct connection
+(the release statement itself sends the notification), or, where ``LISTEN``
+cannot work (PgBouncer in transaction pooling hands each statement to whichever
+server connection is free, so a notification reaches nobody), by jittered
+polling.  Polling also runs, more slowly, beside ``LISTEN``: a holder that died
+never sends its release, and its row simply expires.
+
+Every delay ``WaitPlan`` hands out ends by the wait's deadline, so the jitter
+never stretches a wait past what the user set; the last try happens at it.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterable, Sequence
+
+from dislock.core import kinds
+from dislock.core.errors import ConfigurationError
+
+WAKE_CHANNEL = "dislock_release"
+"""The ``NOTIFY`` channel of every release; the payload says which lease."""
+
+DEFAULT_POLL_SECONDS = 0.5
+"""Cadence of the tries when nothing can wake the waiter (``wait_poll_seconds``)."""
+
+SAFETY_POLL_SECONDS = 2.0
+"""Cadence of the tries while ``LISTEN`` is on: only a holder that died, whose row
+expires without a release, is found this way."""
+
+POLL_JITTER = 0.5
+"""Each delay is the cadence times a random factor in [1 - this, 1 + this], so that
+waiters that started together do not try together for ever."""
+
+MAX_SLOTS = 1000
+"""More holders than this at once is not a lock any more; it also bounds the
+array the slot-taking statement is sent."""
+
+
+def wake_token(table_parts: Sequence[str], lock_key: str) -> str:
+    """The notification payload that wakes the waiters of ``lock_key`` in this table:
+    a fixed-length digest (payloads are limited to 8000 bytes, lock keys are not)."""
+    import hashlib  # only waiters and releases need it, not every start-up
+
+    text = "\x00".join([*table_parts, kinds.kind(kinds.LEASE).row_key(lock_key)])
+    return hashlib.md5(text.encode(), usedforsecurity=False).hexdigest()
+
+
+def slot_keys(lock_key: str, slots: int) -> list[str]:
+    """The row keys of a lease's slots, slot 1 first (the plain lease row, so that
+    one slot is exactly the lease dislock 0.1.0 takes)."""
+    lease = kinds.kind(kinds.LEASE)
+    return [lease.row_key(lock_key, slot) for slot in range(1, slots + 1)]
+
+
+def slot_retry(*, free: int, attempts: int, slots: int) -> bool:
+    """Whether to send the slot-taking statement again at once after it took
+    nothing: it found ``free`` slots but another holder took the one it picked
+    in the same instant, so the next free one may still be there.  Each retry
+    follows someone else's success, so at most ``slots`` attempts are needed."""
+    return free > 1 and attempts < slots
+
+
+def check_waiting(strategies: Iterable[str], wait_seconds: float, slots: int) -> None:
+    """Waiting and slots belong to a kind that is held while the work runs; a
+    schedule slot alone is taken once or not at all."""
+    chosen = [kinds.kind(name) for name in strategies]
+    if wait_seconds > 0 and not any(kind.can_wait for kind in chosen):
+        raise ConfigurationError(
+            f"waiting ({wait_seconds:g} s) needs the lease strategy: a schedule slot is "
+            "taken once or skipped; use 'schedule,lease' to wait for the lease"
+        )
+    if slots > 1 and not any(kind.renewed for kind in chosen):
+        raise ConfigurationError(
+            f"{slots} slots need the lease strategy: a schedule slot has one start"
+        )
+
+
+class WaitPlan:
+    """When a waiter tries next, and when it gives up; reads no clock itself."""
+
+    __slots__ = ("_random", "deadline", "poll_seconds")
+
+    def __init__(
+        self,
+        wait_seconds: float,
+        *,
+        started_at: float,
+        poll_seconds: float = DEFAULT_POLL_SECONDS,
+        rand: Callable[[], float] = random.random,
+    ) -> None:
+        self.deadline = started_at + wait_seconds
+        self.poll_seconds = poll_seconds
+        self._random = rand
+
+    def cadence(self, *, listening: bool) -> float:
+        return max(self.poll_seconds, SAFETY_POLL_SECONDS) if listening else self.poll_seconds
+
+    def next_delay(self, now: float, *, listening: bool) -> float | None:
+        """Seconds to wait (for a wake-up, or at most) before the next try; None when
+        the wait is over and the lock is to be skipped."""
+        left = self.deadline - now
+        if left <= 0:
+            return None
+        factor = 1.0 + POLL_JITTER * (2.0 * self._random() - 1.0)
+        return min(self.cadence(listening=listening) * factor, left)

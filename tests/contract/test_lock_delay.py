@@ -132,3 +132,24 @@ def test_metadata_rows_are_not_listed_as_locks(
     keys = [row[0] for row in db.execute(list_query(lock_table), list_params("")).fetchall()]
     assert keys == ["cronjob-lock:lease:listed"]
     assert set(metadata(db, lock_table)) == {TIMELINE_KEY, LONGEST_TTL_KEY}
+
+
+def test_no_slot_of_an_n_holder_lease_is_free_during_the_delay(
+    make_context: Callable[..., LockContext],
+    db: psycopg.Connection[Any],
+    lock_table: tuple[str, str],
+    rows: Rows,
+) -> None:
+    def slotted() -> LeaseLock:
+        return LeaseLock(
+            make_context(lock_key="n", run_ttl_seconds=2.0, lease_interval_seconds=0.3, slots=3)
+        )
+
+    with slotted():
+        pass
+    new_timeline(db, lock_table)
+    with pytest.raises(LockNotAcquiredError):
+        slotted().__enter__()
+    rows.expire(TIMELINE_KEY)
+    with slotted() as lock:
+        assert lock.key.startswith("cronjob-lock:lease:n")

@@ -108,6 +108,24 @@ def holding_lease(env: dict[str, str], workdir: Path) -> Iterator[subprocess.Pop
         process.communicate(timeout=20)
 
 
+def test_keys_and_owners_with_control_characters_print_escaped(ctl: Ctl, rows: Rows) -> None:
+    """Rows another version (or a hand) wrote: each still prints on one line."""
+    for key, owner in ((schedule_key("two\nlines"), "own\ter"), (lease_key("rtl\u202eyek"), "o")):
+        rows.db.execute(
+            sql.SQL("INSERT INTO {} VALUES (%s, %s, NOW() + interval '1 hour')").format(rows.table),
+            (key, owner),
+        )
+    listing = ctl("ls")
+    assert listing.returncode == 0, listing.stderr
+    lines = listing.stdout.splitlines()
+    assert len(lines) == 3, listing.stdout
+    assert lines[1].startswith("rtl\\u202eyek  lease")
+    assert lines[2].startswith("two\\nlines") and "own\\ter" in lines[2]
+    released = ctl("release", "two\nlines", "--owner", "own\ter")
+    assert released.returncode == 0, released.stderr
+    assert released.stdout.count("\n") == 1 and "held by own\\ter" in released.stdout
+
+
 def test_ls_shows_owners_expiry_and_state(
     ctl: Ctl, cli_env: dict[str, str], rows: Rows, tmp_path: Path
 ) -> None:
@@ -181,6 +199,25 @@ def test_check_reports_without_acquiring(ctl: Ctl, cli_env: dict[str, str], rows
     assert out.count("free: a run now would take it") == 2
     assert rows.get(schedule_key(cli_env["LOCK_KEY"])) is None
     assert rows.get(lease_key(cli_env["LOCK_KEY"])) is None
+
+
+@pytest.mark.parametrize(
+    ("zone_env", "shown"),
+    [
+        ({"CRON_TZ": "America/New_York", "TZ": "Asia/Tokyo"}, "America/New_York (from CRON_TZ)"),
+        ({"TZ": "Etc/GMT+5"}, "Etc/GMT+5 (from TZ)"),
+    ],
+)
+def test_check_shows_the_zone_the_schedule_is_read_in(
+    ctl: Ctl, cli_env: dict[str, str], zone_env: dict[str, str], shown: str
+) -> None:
+    env = {**cli_env, "CRON_SCHEDULE": "0 9 * * *", **zone_env}
+    result = ctl("check", env=env)
+    assert result.returncode == 0, result.stderr
+    assert f"time zone       {shown}" in result.stdout
+    slot_line = next(line for line in result.stdout.splitlines() if "slot ends" in line)
+    local = datetime.fromisoformat(slot_line.split("; ")[1].split()[0])
+    assert (local.hour, local.minute) == (9, 0)
 
 
 @pytest.mark.parametrize(

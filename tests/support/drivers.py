@@ -300,6 +300,9 @@ class CliDriver(Driver):
             "LOCK_LEASE_INTERVAL": context.lease_interval_seconds,
         }
         env.update({name: str(value) for name, value in optional.items() if value is not None})
+        zone = getattr(context.cron_tz, "key", None)
+        if zone is not None and not zone.startswith("/"):  # the context's IANA zone
+            env["CRON_TZ"] = zone
         return env
 
     def hold(self, context: LockContext, strategies: Sequence[str]) -> Holding:

@@ -113,6 +113,27 @@ def test_context_with_unparseable_url_does_not_echo_it() -> None:
         ({"next_run_time": datetime(2030, 1, 1)}, "timezone-aware"),
         ({"next_run_time": "2030-01-01"}, "next_run_time"),
         ({"connect_timeout_seconds": 0}, "connect_timeout_seconds"),
+        (
+            {"run_ttl_seconds": 1e12},
+            "run_ttl_seconds must be at most 604800 s, got 1000000000000.0",
+        ),
+        ({"lease_interval_seconds": 0.0001}, "lease_interval_seconds must be at least 0.001 s"),
+        (
+            {"jitter_max_seconds": 1e9},
+            "jitter_max_seconds must be at most 3600 s, got 1000000000.0",
+        ),
+        (
+            {"schedule": "* * * * *", "jitter_max_seconds": 45},
+            r"jitter_max_seconds \(45 s\) must be at most half .* schedule \(60 s\)",
+        ),
+        ({"connect_timeout_seconds": 1e6}, "connect_timeout_seconds must be at most 3600 s"),
+        ({"lock_key": "k" * 2049}, "lock_key is 2049 bytes long; at most 2048 bytes"),
+        ({"lock_key": "a\nb"}, "lock_key must not contain control"),
+        ({"lock_key": "bad\udcffbytes"}, "lock_key must not contain control"),
+        ({"owner": "host\r1"}, "owner must not contain control"),
+        ({"schedule": "0 0 30 2 *"}, "schedule never fires: '0 0 30 2 \\*'"),
+        ({"schedule": "0 3 * * *", "cron_tz": "Mars/Base"}, "cron_tz='Mars/Base' is not a known"),
+        ({"cron_tz": 5}, "cron_tz must be an IANA time zone name"),
     ],
 )
 def test_context_rejects_bad_values_with_a_message_naming_them(

@@ -34,28 +34,36 @@ URL_VARIABLE is the NAME of the environment variable holding the database URL
 
 environment:
   LOCK_KEY               required   name of the lock shared by every machine
+                                    (at most 2048 bytes, no control characters)
   LOCK_STRATEGY          schedule   schedule, lease, or schedule,lease
   CRON_SCHEDULE          -          cron expression; required for schedule
-                                    (5 fields, or 6 with seconds last)
+                                    (5 fields, or 6 with seconds last; must fire)
+  CRON_TZ                local zone IANA zone CRON_SCHEDULE is read in, like
+                                    cron: default TZ, else /etc/localtime
   LOCK_TABLE             key_value  table, or schema.table
-  RUN_LOCK_TTL_SECONDS   60         lease time-to-live, in seconds
-  LOCK_LEASE_INTERVAL    derived    heartbeat, <= TTL; default 30 % of the TTL
-                                    kept within 1..10 s
-  LOCK_JITTER_SECONDS    0          sleep up to this long before locking
+  RUN_LOCK_TTL_SECONDS   60         lease time-to-live: 0.1 to 604800 s
+  LOCK_LEASE_INTERVAL    derived    heartbeat: 0.001 to 604800 s, <= TTL;
+                                    default 30 % of the TTL kept within 1..10 s
+  LOCK_JITTER_SECONDS    0          sleep up to this long before locking: 0 to
+                                    3600 s, and with a schedule at most half
+                                    its shortest interval
   LOCK_ON_LEASE_LOSS     terminate  terminate (SIGTERM, SIGKILL after 10 s,
                                     exit 75) or continue (log only)
   LOCK_FENCING           0          1: pass a fencing token to the command in
                                     DISLOCK_FENCING_TOKEN (dislockctl init --fencing)
   LOCK_WAIT_SECONDS      0          wait up to this long for a lease held
-                                    elsewhere, then skip (needs lease; with
-                                    schedule,lease the slot is taken once and
-                                    the lease waited for)
-  LOCK_WAIT_POLL_SECONDS 0.5        poll cadence while waiting without LISTEN
+                                    elsewhere, then skip: 0 to 86400 s (needs
+                                    lease; with schedule,lease the slot is
+                                    taken once and the lease waited for)
+  LOCK_WAIT_POLL_SECONDS 0.5        poll cadence while waiting without LISTEN:
+                                    more than 0 to 3600 s
   LOCK_WAIT_LISTEN       auto       auto: woken by the release (LISTEN/NOTIFY)
                                     on a direct connection, polling behind a
                                     pooler such as PgBouncer; 1 always; 0 never
-  LOCK_SLOTS             1          up to N holders of the lease at once
-  LOCK_CONFLICT_EXIT_CODE 0         exit status when the lock is held elsewhere
+  LOCK_SLOTS             1          up to N holders of the lease at once: 1 to
+                                    1000
+  LOCK_CONFLICT_EXIT_CODE 0         exit status when the lock is held elsewhere:
+                                    0 to 255
   CRONJOB_LOCK_LOG_LEVEL WARNING    DEBUG, INFO, WARNING, ERROR, CRITICAL
 
 exit status:

@@ -28,7 +28,9 @@ if TYPE_CHECKING:
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> Any:  # one line and exit 2, like the wrapper
-        self.exit(EXIT_USAGE, f"dislockctl: error: {message}\n")
+        from dislock.core.bounds import escape  # argparse quotes stray arguments as they are
+
+        self.exit(EXIT_USAGE, f"dislockctl: error: {escape(message)}\n")
 
 
 def _slot_number(text: str) -> int:
@@ -121,6 +123,15 @@ def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> int:
             if args.command == "check"
             else None
         )
+        from dislock.core.bounds import check_utf8
+
+        for name, value in (
+            ("LOCK_KEY", getattr(args, "lock_key", None)),
+            ("PREFIX", getattr(args, "prefix", None)),
+            ("--owner", getattr(args, "owner", None)),
+        ):
+            if value is not None:
+                check_utf8(name, value)
     except ConfigurationError as exc:
         print(f"dislockctl: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -217,6 +228,7 @@ def _release(
     slot: int | None = None,
 ) -> int:
     from dislock.core.admin import format_duration, release_params, release_query, released_text
+    from dislock.core.bounds import escape
     from dislock.core.kinds import parse_row_key
 
     modes = (
@@ -225,7 +237,7 @@ def _release(
     params = release_params(table, lock_key, modes, slot=slot, owner=owner)
     released = conn.execute(release_query(table, owner_guard=owner is not None), params).fetchall()
     if not released:
-        held_by = f" by {owner}" if owner else ""
+        held_by = f" by {escape(owner)}" if owner else ""
         which = f"slot {slot} of the lease" if slot is not None else " or ".join(modes)
         print(f"nothing to release: no {which} lock on {lock_key!r} is held{held_by}")
         return EXIT_OK
@@ -234,7 +246,7 @@ def _release(
         what = "?" if found is None else found.name
         label = f"{what} slot {number}" if number > 1 or slot is not None else what
         print(
-            f"released {label} {lock_key!r} held by {value} "
+            f"released {label} {lock_key!r} held by {escape(value)} "
             f"({format_duration(remaining)} were left); {released_text(what)}"
         )
     return EXIT_OK
@@ -244,6 +256,7 @@ def _check(conn: Any, settings: WrapperSettings) -> int:
     from psycopg import sql
 
     from dislock.core.admin import describe_expiry, state_query
+    from dislock.core.bounds import escape
     from dislock.core.cron import slot_end
     from dislock.core.kinds import kind
     from dislock.core.lease import LeaseClock, LeaseSettings
@@ -266,13 +279,16 @@ def _check(conn: Any, settings: WrapperSettings) -> int:
     table = ".".join(settings.table_parts)
     now: datetime = conn.execute("SELECT NOW()").fetchone()[0]
     print("configuration is valid")
-    print(f"  lock key        {settings.lock_key}")
+    print(f"  lock key        {escape(settings.lock_key)}")
     print(f"  strategies      {','.join(settings.strategies)}")
     print(f"  table           {table}")
-    if settings.schedule is not None:
-        boundary = slot_end(settings.schedule, now)
+    if settings.schedule is not None and settings.cron_zone is not None:
+        zone = settings.cron_zone
+        boundary = slot_end(settings.schedule, now, zone.tz)
         print(f"  schedule        {settings.schedule}")
-        print(f"  slot ends       {boundary.isoformat()} (database clock, UTC)")
+        print(f"  time zone       {zone.name} (from {zone.source})")
+        local = boundary.astimezone(zone.tz).isoformat()
+        print(f"  slot ends       {boundary.isoformat()} (database clock, UTC; {local} local)")
     if settings.ttl_seconds is not None and settings.interval_seconds is not None:
         lease = LeaseClock(
             LeaseSettings(settings.ttl_seconds, settings.interval_seconds, settings.policy),
@@ -326,7 +342,8 @@ def _check(conn: Any, settings: WrapperSettings) -> int:
             state = "free: a run now would take it"
         else:
             owner, remaining = held[0]
-            state = f"held by {owner}, expires {describe_expiry(remaining)}: a run now would {busy}"
+            expires = describe_expiry(remaining)
+            state = f"held by {escape(owner)}, expires {expires}: a run now would {busy}"
         print(f"  {strategy:<14}  {state}")
     return EXIT_OK
 

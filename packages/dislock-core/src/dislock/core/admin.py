@@ -15,6 +15,7 @@ from typing import Any
 from psycopg import sql
 
 from dislock.core import kinds
+from dislock.core.bounds import escape
 from dislock.core.sql import create_table
 
 MODES = kinds.NAMES
@@ -212,13 +213,18 @@ def render_table(rows: Sequence[LockRow]) -> str:
         first = group[0]
         if len(group) > 1 or first.slot > 1:
             held = sum(row.held for row in group)
-            lines.append((first.lock_key, first.mode, "", "", "", f"{held}/{len(group)} held"))
+            lines.append(
+                (escape(first.lock_key), first.mode, "", "", "", f"{held}/{len(group)} held")
+            )
         for row in group:
             lines.append(
                 (
-                    row.lock_key if len(group) == 1 and row.slot == 1 else f"  slot {row.slot}",
+                    # Rows written by other versions or by hand may hold control characters.
+                    escape(row.lock_key)
+                    if len(group) == 1 and row.slot == 1
+                    else f"  slot {row.slot}",
                     row.mode,
-                    row.owner,
+                    escape(row.owner),
                     describe_expiry(row.expires_in_seconds),
                     "-" if row.fence is None else str(row.fence),
                     "held" if row.held else "expired",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
+from dislock.core.bounds import escape
 from dislock.core.errors import ConfigurationError
 from dislock.core.kinds import LEASE as LEASE
 from dislock.core.kinds import NAMES
@@ -114,6 +115,13 @@ def check_identifier(part: object) -> str:
         raise ConfigurationError(f"table name parts must be non-empty strings, got {part!r}")
     if "\x00" in part:
         raise ConfigurationError(f"table name part {part!r} contains a NUL character")
+    if escape(part) != part:
+        raise ConfigurationError(
+            f"table name part {part!r} contains control or invisible characters"
+        )
+    if "%" in part:
+        # psycopg reads % in a statement's text as a placeholder, quoted identifiers too.
+        raise ConfigurationError(f"table name part {part!r} contains '%', which is not supported")
     if len(part.encode()) > MAX_IDENTIFIER_BYTES:
         raise ConfigurationError(
             f"table name part {part!r} is longer than PostgreSQL's "

@@ -5,12 +5,16 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, tzinfo
+from typing import TYPE_CHECKING
 
-from dislock.core import config
+from dislock.core import bounds, config
 from dislock.core.dsn import parse_dsn, redact_dsn
 from dislock.core.errors import ConfigurationError
-from dislock.core.waiting import DEFAULT_POLL_SECONDS, MAX_SLOTS
+from dislock.core.waiting import DEFAULT_POLL_SECONDS
+
+if TYPE_CHECKING:
+    from dislock.core.cron import CronZone
 
 DEFAULT_CONNECT_TIMEOUT = 10.0
 """Seconds to wait for a connection, unless the URL or the caller says otherwise."""
@@ -86,12 +90,19 @@ class LockContext:
     (None: ``LISTEN`` unless the connection goes through a pooler such as PgBouncer)."""
     slots: int = 1
     """How many holders a lease admits at once (a semaphore); 1 is a plain lease."""
+    cron_tz: str | tzinfo | None = None
+    """Time zone ``schedule`` is read in: an IANA name (``"Europe/Berlin"``) or a
+    ``tzinfo``. Default: the local zone (``TZ``, else ``/etc/localtime``), the zone
+    cron reads a crontab in. Stored as a ``tzinfo`` once a schedule is given; its
+    name is ``cron_zone.name``. Slots are still taken on the database clock."""
+    cron_zone: CronZone | None = field(default=None, init=False, repr=False, compare=False)
+    """The resolved zone, with the name to show and record (``None`` without a schedule)."""
 
     def __post_init__(self) -> None:
         parse_dsn(self.url)
         _set(self, "table_parts", config.check_table_parts(self.table_parts))
-        config.check_text("lock_key", self.lock_key)
-        config.check_text("owner", self.owner)
+        bounds.check_key("lock_key", self.lock_key)
+        bounds.check_key("owner", self.owner)
         if self.next_run_time is not None:
             if not isinstance(self.next_run_time, datetime):
                 raise ConfigurationError(
@@ -103,11 +114,11 @@ class LockContext:
                     f"got naive {self.next_run_time.isoformat()}"
                 )
         if self.run_ttl_seconds is not None:
-            ttl = config.positive_seconds("run_ttl_seconds", self.run_ttl_seconds)
+            ttl = bounds.check_number(bounds.TTL, self.run_ttl_seconds, name="run_ttl_seconds")
             _set(self, "run_ttl_seconds", ttl)
         if self.lease_interval_seconds is not None:
-            interval = config.positive_seconds(
-                "lease_interval_seconds", self.lease_interval_seconds
+            interval = bounds.check_number(
+                bounds.HEARTBEAT, self.lease_interval_seconds, name="lease_interval_seconds"
             )
             _set(self, "lease_interval_seconds", interval)
             if self.run_ttl_seconds is not None:
@@ -118,33 +129,55 @@ class LockContext:
             from dislock.core.cron import check_cron
 
             _set(self, "schedule", check_cron(self.schedule))
+        if self.schedule is not None or self.cron_tz is not None:
+            # Only schedule users pay for reading the zone database.
+            from dislock.core.cron import load_zone, local_zone
+
+            zone = local_zone() if self.cron_tz is None else load_zone(self.cron_tz)
+            _set(self, "cron_zone", zone)
+            _set(self, "cron_tz", zone.tz)
         _set(
             self,
             "jitter_max_seconds",
-            config.non_negative_seconds("jitter_max_seconds", self.jitter_max_seconds),
+            bounds.check_number(bounds.JITTER, self.jitter_max_seconds, name="jitter_max_seconds"),
         )
+        if self.schedule is not None:
+            from dislock.core.cron import check_jitter
+
+            check_jitter(
+                self.schedule,
+                self.jitter_max_seconds,
+                jitter_name="jitter_max_seconds",
+                schedule_name="schedule",
+            )
         _set(self, "lease_loss_policy", LeaseLossPolicy.parse(self.lease_loss_policy))
         if not isinstance(self.fencing, bool):
             raise ConfigurationError(f"fencing must be True or False, got {self.fencing!r}")
         _set(
             self,
             "connect_timeout_seconds",
-            config.positive_seconds("connect_timeout_seconds", self.connect_timeout_seconds),
+            bounds.check_number(
+                bounds.CONNECT_TIMEOUT, self.connect_timeout_seconds, name="connect_timeout_seconds"
+            ),
         )
         self._check_waiting()
 
     def _check_waiting(self) -> None:
-        _set(self, "wait_seconds", config.non_negative_seconds("wait_seconds", self.wait_seconds))
+        _set(
+            self,
+            "wait_seconds",
+            bounds.check_number(bounds.WAIT, self.wait_seconds, name="wait_seconds"),
+        )
         _set(
             self,
             "wait_poll_seconds",
-            config.positive_seconds("wait_poll_seconds", self.wait_poll_seconds),
+            bounds.check_number(bounds.WAIT_POLL, self.wait_poll_seconds, name="wait_poll_seconds"),
         )
         if self.wait_listen is not None and not isinstance(self.wait_listen, bool):
             raise ConfigurationError(
                 f"wait_listen must be True, False or None, got {self.wait_listen!r}"
             )
-        _set(self, "slots", config.count_between("slots", self.slots, 1, MAX_SLOTS))
+        _set(self, "slots", bounds.check_count(bounds.SLOTS, self.slots, name="slots"))
 
     def __repr__(self) -> str:
         fields = ", ".join(
@@ -157,6 +190,7 @@ class LockContext:
                 "run_ttl_seconds",
                 "lease_interval_seconds",
                 "schedule",
+                "cron_tz",
                 "jitter_max_seconds",
                 "lease_loss_policy",
                 "fencing",

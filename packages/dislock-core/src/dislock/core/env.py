@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from dislock.core import config
+from dislock.core import bounds, config
 from dislock.core.context import LeaseLossPolicy, LockContext
 from dislock.core.dsn import parse_dsn, redact_dsn
 from dislock.core.errors import ConfigurationError
 from dislock.core.supervision import check_command
-from dislock.core.waiting import DEFAULT_POLL_SECONDS, MAX_SLOTS, check_waiting
+from dislock.core.waiting import DEFAULT_POLL_SECONDS, check_waiting
+
+if TYPE_CHECKING:
+    from dislock.core.cron import CronZone
 
 DEFAULT_TTL_SECONDS = 60.0
 DEFAULT_TABLE = "key_value"
@@ -45,6 +48,8 @@ class WrapperSettings(NamedTuple):
     wait_listen: bool | None = None
     slots: int = 1
     conflict_exit_code: int = 0
+    cron_zone: CronZone | None = None
+    """The zone ``schedule`` is read in (``CRON_TZ``, else the local zone)."""
 
     def __repr__(self) -> str:
         return f"WrapperSettings(url={redact_dsn(self.url)!r}, command={self.command!r}, ...)"
@@ -65,6 +70,7 @@ class WrapperSettings(NamedTuple):
             wait_poll_seconds=self.wait_poll_seconds,
             wait_listen=self.wait_listen,
             slots=self.slots,
+            cron_tz=None if self.cron_zone is None else self.cron_zone.tz,
         )
 
 
@@ -123,6 +129,7 @@ def read_wrapper_settings(
     lock_key = _variable(environ, "LOCK_KEY")
     if lock_key is None:
         raise ConfigurationError("LOCK_KEY is unset or empty: name the lock, e.g. LOCK_KEY=nightly")
+    bounds.check_key("LOCK_KEY", lock_key)
 
     raw_strategy = _variable(environ, "LOCK_STRATEGY") or DEFAULT_STRATEGY
     try:
@@ -132,7 +139,7 @@ def read_wrapper_settings(
 
     table_parts = read_table(environ)
 
-    schedule = None
+    schedule = zone = None
     if config.SCHEDULE in strategies:
         raw_schedule = _variable(environ, "CRON_SCHEDULE")
         if raw_schedule is None:
@@ -143,15 +150,12 @@ def read_wrapper_settings(
         from dislock.core.cron import check_cron
 
         schedule = check_cron(raw_schedule, name="CRON_SCHEDULE")
+        zone = read_cron_zone(environ)
 
     ttl = interval = None
     if config.LEASE in strategies:
         raw_ttl = _variable(environ, "RUN_LOCK_TTL_SECONDS")
-        ttl = (
-            DEFAULT_TTL_SECONDS
-            if raw_ttl is None
-            else config.positive_seconds("RUN_LOCK_TTL_SECONDS", raw_ttl)
-        )
+        ttl = DEFAULT_TTL_SECONDS if raw_ttl is None else bounds.check_number(bounds.TTL, raw_ttl)
         raw_interval = _variable(environ, "LOCK_LEASE_INTERVAL")
         if raw_interval is None:
             interval = config.derive_lease_interval(ttl)
@@ -161,11 +165,17 @@ def read_wrapper_settings(
                     "heartbeat: set LOCK_LEASE_INTERVAL too"
                 )
         else:
-            interval = config.positive_seconds("LOCK_LEASE_INTERVAL", raw_interval)
+            interval = bounds.check_number(bounds.HEARTBEAT, raw_interval)
             config.check_interval(ttl, interval, interval_name="LOCK_LEASE_INTERVAL")
 
     raw_jitter = environ.get("LOCK_JITTER_SECONDS", "").strip()
-    jitter = config.non_negative_seconds("LOCK_JITTER_SECONDS", raw_jitter) if raw_jitter else 0.0
+    jitter = bounds.check_number(bounds.JITTER, raw_jitter) if raw_jitter else 0.0
+    if schedule is not None:
+        from dislock.core.cron import check_jitter
+
+        check_jitter(
+            schedule, jitter, jitter_name="LOCK_JITTER_SECONDS", schedule_name="CRON_SCHEDULE"
+        )
 
     raw_policy = _variable(environ, "LOCK_ON_LEASE_LOSS") or LeaseLossPolicy.TERMINATE.value
     policy = LeaseLossPolicy.parse(raw_policy, name="LOCK_ON_LEASE_LOSS")
@@ -185,6 +195,7 @@ def read_wrapper_settings(
         jitter_seconds=jitter,
         policy=policy,
         fencing=fencing,
+        cron_zone=zone,
         **waiting,
     )
 
@@ -193,20 +204,18 @@ def read_waiting(environ: Mapping[str, str], strategies: Sequence[str]) -> dict[
     """``LOCK_WAIT_SECONDS``, ``LOCK_WAIT_POLL_SECONDS``, ``LOCK_WAIT_LISTEN``,
     ``LOCK_SLOTS`` and ``LOCK_CONFLICT_EXIT_CODE``, as ``WrapperSettings`` fields."""
     raw_wait = _variable(environ, "LOCK_WAIT_SECONDS")
-    wait = 0.0 if raw_wait is None else config.non_negative_seconds("LOCK_WAIT_SECONDS", raw_wait)
+    wait = 0.0 if raw_wait is None else bounds.check_number(bounds.WAIT, raw_wait)
     raw_poll = _variable(environ, "LOCK_WAIT_POLL_SECONDS")
     poll = (
         DEFAULT_POLL_SECONDS
         if raw_poll is None
-        else config.positive_seconds("LOCK_WAIT_POLL_SECONDS", raw_poll)
+        else bounds.check_number(bounds.WAIT_POLL, raw_poll)
     )
     listen = config.parse_auto_flag("LOCK_WAIT_LISTEN", environ.get("LOCK_WAIT_LISTEN", ""))
     raw_slots = _variable(environ, "LOCK_SLOTS")
-    slots = 1 if raw_slots is None else config.count_between("LOCK_SLOTS", raw_slots, 1, MAX_SLOTS)
+    slots = 1 if raw_slots is None else bounds.check_count(bounds.SLOTS, raw_slots)
     raw_code = _variable(environ, "LOCK_CONFLICT_EXIT_CODE")
-    code = (
-        0 if raw_code is None else config.count_between("LOCK_CONFLICT_EXIT_CODE", raw_code, 0, 255)
-    )
+    code = 0 if raw_code is None else bounds.check_count(bounds.CONFLICT_EXIT_CODE, raw_code)
     try:
         check_waiting(strategies, wait, slots)
     except ConfigurationError as exc:
@@ -218,3 +227,10 @@ def read_waiting(environ: Mapping[str, str], strategies: Sequence[str]) -> dict[
         "slots": slots,
         "conflict_exit_code": code,
     }
+
+
+def read_cron_zone(environ: Mapping[str, str]) -> CronZone:
+    """The zone cron reads the crontab in: ``CRON_TZ``, else ``TZ``, else the system zone."""
+    from dislock.core.cron import cron_zone
+
+    return cron_zone(environ)

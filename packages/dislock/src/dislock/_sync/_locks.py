@@ -125,11 +125,12 @@ class ScheduleLock:
         try:
             expires_at = context.next_run_time
             if expires_at is None:
-                assert context.schedule is not None
+                zone = context.cron_zone  # resolved with the schedule
+                assert context.schedule is not None and zone is not None
                 cursor = hub.execute(statements.now, {}, timeout)
                 row = cursor.fetchone()
                 assert row is not None
-                expires_at = slot_end(context.schedule, row[0])
+                expires_at = slot_end(context.schedule, row[0], zone.tz)
             acquired, fence = acquire(
                 hub,
                 statements.acquire_until,

@@ -1,0 +1,121 @@
+"""Contract: the schedule is read in the zone cron fires in, slots on the database clock.
+
+``* H * * *`` for the local hour H of a UTC-5 host fires every minute of that hour;
+read in UTC it would put the whole hour in one slot, and every run but the first
+would be skipped.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from dislock import LockContext, LockNotAcquiredError
+from dislock.core.sql import schedule_key
+from tests.support.drivers import AioDriver, CliDriver, Driver, SyncDriver
+from tests.support.rows import Rows
+
+MakeContext = Callable[..., LockContext]
+ZONE = "Etc/GMT+5"  # POSIX sign: five hours behind UTC, all year
+
+
+def _this_local_hour(rows: Rows) -> tuple[str, datetime]:
+    """``* H * * *`` for the current local hour, and the database's now, away from
+    the end of an hour (so the next minute is still in hour H)."""
+    now = rows.now()
+    local = now.astimezone(ZoneInfo(ZONE))
+    if local.minute == 59:
+        time.sleep(61 - local.second)
+        now = rows.now()
+        local = now.astimezone(ZoneInfo(ZONE))
+    return f"* {local.hour} * * *", now
+
+
+def _next_minute(instant: datetime) -> datetime:
+    return instant.replace(second=0, microsecond=0) + timedelta(minutes=1)
+
+
+def test_a_slot_of_the_local_hour_lasts_one_minute(
+    driver: Driver, make_context: MakeContext, rows: Rows
+) -> None:
+    schedule, before = _this_local_hour(rows)
+    context = make_context(schedule=schedule, cron_tz=ZONE)
+    assert driver.run_with_locks(["true"], context, ["schedule"]) == 0
+    row = rows.get(schedule_key(context.lock_key))
+    assert row is not None
+    after = rows.now()
+    # Read in UTC, the slot would end at H:00 UTC, hours away.
+    assert row.expire_at in {_next_minute(before), _next_minute(after)}
+
+
+def _wait_for_next_minute(rows: Rows, after: datetime) -> None:
+    boundary = _next_minute(after)
+    while rows.now() < boundary + timedelta(milliseconds=200):
+        time.sleep(0.1)
+
+
+@pytest.mark.slow
+def test_runs_a_minute_apart_in_the_local_hour_both_run(
+    make_context: MakeContext, rows: Rows
+) -> None:
+    """The wrapper under ``TZ`` and under ``CRON_TZ``, and both Python shells with
+    ``cron_tz``: two runs a minute apart, each in its own slot (one minute's wait)."""
+    schedule, now = _this_local_hour(rows)
+    cli = CliDriver()
+    sync, aio = SyncDriver(), AioDriver()
+    try:
+        tz_env = {"TZ": ZONE, "CRON_TZ": ""}
+        runs: list[tuple[str, Callable[[], int]]] = []
+        for name, driver, zone, extra in (
+            ("sync", sync, ZONE, {}),
+            ("aio", aio, ZONE, {}),
+            ("cli CRON_TZ", cli, ZONE, {}),
+            ("cli TZ", cli, None, tz_env),
+        ):
+            context = make_context(schedule=schedule, cron_tz=zone, lock_key=f"zone-{name}")
+            runs.append((name, _runner(driver, context, extra)))
+        first = {name: run() for name, run in runs}
+        assert first == {name: 0 for name, _ in runs}
+        assert rows.now() < _next_minute(now), "the first runs overran the minute"
+        _wait_for_next_minute(rows, now)
+        second = {name: run() for name, run in runs}
+        assert second == {name: 0 for name, _ in runs}
+    finally:
+        cli.close()
+        sync.close()
+        aio.close()
+
+
+def _runner(driver: Driver, context: LockContext, extra_env: dict[str, str]) -> Callable[[], int]:
+    """One run of ``true`` under the schedule lock: 0 if it ran, -1 if it was skipped."""
+
+    def run() -> int:
+        try:
+            if isinstance(driver, CliDriver) and extra_env:
+                return _run_cli(driver, context, extra_env)
+            return driver.run_with_locks(["true"], context, ["schedule"])
+        except LockNotAcquiredError:
+            return -1
+
+    return run
+
+
+def _run_cli(driver: CliDriver, context: LockContext, extra_env: dict[str, str]) -> int:
+    import subprocess
+
+    env = {**driver.environment(context, ["schedule"]), **extra_env}
+    env = {name: value for name, value in env.items() if value}
+    result = subprocess.run(
+        [*driver.command(), driver.url_variable, "true"],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return -1 if "not running" in result.stderr else 0

@@ -1,0 +1,122 @@
+"""The table of bounds: one rule per setting, the same words everywhere, documented."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from dislock import ConfigurationError
+from dislock.cli import HELP
+from dislock.core.bounds import (
+    BOUNDS,
+    MAX_KEY_BYTES,
+    SLOTS,
+    TTL,
+    Bound,
+    check_key,
+    check_number,
+    escape,
+    printable,
+)
+from dislock.core.env import read_wrapper_settings
+from dislock.core.waiting import MAX_SLOTS
+
+DOCS = Path(__file__).parents[2] / "docs" / "cli.md"
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+@pytest.mark.parametrize("bound", BOUNDS, ids=lambda bound: bound.field or bound.variable)
+def test_every_bound_is_documented(bound: Bound) -> None:
+    name = bound.field or bound.variable
+    row = next(
+        (
+            line
+            for line in DOCS.read_text().splitlines()
+            if line.startswith("| ") and f"`{name}`" in line and bound.describe() in line
+        ),
+        None,
+    )
+    assert row is not None, f"docs/cli.md's limits table has no row for {name}"
+    assert bound.describe() in row and bound.doc in row
+    if bound.variable is not None:
+        assert f"`{bound.variable}`" in row
+        assert bound.describe() in _flat(HELP), f"dislock --help lacks {bound.describe()}"
+
+
+def test_the_slots_bound_is_the_one_the_statement_uses() -> None:
+    assert SLOTS.high == MAX_SLOTS
+
+
+@pytest.mark.parametrize("bound", BOUNDS, ids=lambda bound: bound.field or bound.variable)
+def test_every_bound_refuses_just_outside_and_accepts_its_ends(bound: Bound) -> None:
+    if not bound.low_open:
+        assert check_number(bound, bound.low) == bound.low
+    assert check_number(bound, str(bound.high)) == bound.high
+    for outside in (bound.high * 1.001, bound.low - 0.001, "nan", "inf", "-inf", "", "1s", True):
+        with pytest.raises(ConfigurationError) as refused:
+            check_number(bound, outside)
+        assert "\n" not in str(refused.value)
+    if bound.low_open:
+        with pytest.raises(ConfigurationError, match="greater than"):
+            check_number(bound, bound.low)
+
+
+def test_the_wrapper_and_lock_context_use_the_same_words() -> None:
+    from dislock import LockContext
+
+    env = {
+        "DATABASE_URL": "postgresql://app:pw@db/app",
+        "LOCK_KEY": "job",
+        "LOCK_STRATEGY": "lease",
+        "RUN_LOCK_TTL_SECONDS": "1e12",
+    }
+    with pytest.raises(ConfigurationError) as from_env:
+        read_wrapper_settings("DATABASE_URL", ["true"], env)
+    with pytest.raises(ConfigurationError) as from_python:
+        LockContext(
+            url="postgresql://db/app",
+            table_parts=["kv"],
+            lock_key="job",
+            owner="o",
+            run_ttl_seconds=1e12,
+        )
+    # The same words but for the setting's name and how the value was written.
+    assert str(from_env.value) == "RUN_LOCK_TTL_SECONDS must be at most 604800 s, got '1e12'"
+    assert str(from_python.value) == "run_ttl_seconds must be at most 604800 s, got 1000000000000.0"
+
+
+def test_huge_numbers_that_overflow_float_are_refused() -> None:
+    with pytest.raises(ConfigurationError, match="must be a finite number"):
+        check_number(TTL, "1e400")
+    with pytest.raises(ConfigurationError, match="at most 604800"):
+        check_number(TTL, 10**400)
+
+
+@pytest.mark.parametrize(
+    "key", ["nightly", "ops/daily report", "ünï·cødé", "k" * MAX_KEY_BYTES, "emoji 🎉", "a b"]
+)
+def test_keys_that_are_accepted(key: str) -> None:
+    assert check_key("LOCK_KEY", key) == key
+
+
+@pytest.mark.parametrize(
+    "key", ["", " ", "a\nb", "a\x00b", "a\x1bb", "a\u2028b", "a\u202eb", "a\udcffb", "é" * 1025]
+)
+def test_keys_that_are_refused_in_one_line(key: str) -> None:
+    with pytest.raises(ConfigurationError) as refused:
+        check_key("LOCK_KEY", key)
+    message = str(refused.value)
+    assert message.startswith("LOCK_KEY ") and "\n" not in message
+    assert message.isprintable()
+
+
+def test_printing_escapes_what_would_break_a_line() -> None:
+    assert escape("plain key") == "plain key"
+    assert escape("a\nb\u202ec") == "a\\nb\\u202ec"
+    assert printable("it's\n") == "'it\\'s\\n'"
+    assert re.fullmatch(r"'x{80}\.\.\.'", printable("x" * 200, limit=80))

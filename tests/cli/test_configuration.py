@@ -62,6 +62,14 @@ UNREACHABLE = "postgresql://app:hunter2-secret@127.0.0.1:1/app"
         ({"LOCK_ON_LEASE_LOSS": "ignore"}, "LOCK_ON_LEASE_LOSS must be 'terminate' or 'continue'"),
         ({"LOCK_TABLE": "a.b.c"}, "LOCK_TABLE='a.b.c'"),
         ({"LOCK_FENCING": "maybe"}, "LOCK_FENCING must be one of"),
+        (
+            {"LOCK_CONNECT_PATIENCE_SECONDS": "-1"},
+            "LOCK_CONNECT_PATIENCE_SECONDS must not be negative, got '-1'",
+        ),
+        (
+            {"LOCK_CONNECT_PATIENCE_SECONDS": "soon"},
+            "LOCK_CONNECT_PATIENCE_SECONDS must be a number",
+        ),
         ({"DATABASE_URL": None}, "DATABASE_URL is unset or empty"),
         ({"DATABASE_URL": ""}, "DATABASE_URL is unset or empty"),
         ({"DATABASE_URL": "postgresql//app:hunter2-secret@x"}, "DATABASE_URL: database URL"),
@@ -134,6 +142,7 @@ def test_help_documents_every_variable_and_exit_code(
         "LOCK_JITTER_SECONDS",
         "LOCK_ON_LEASE_LOSS",
         "LOCK_FENCING",
+        "LOCK_CONNECT_PATIENCE_SECONDS",
         "CRONJOB_LOCK_LOG_LEVEL",
         "75",
     ):

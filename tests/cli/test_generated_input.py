@@ -641,6 +641,8 @@ def test_urls_the_server_rejects_exit_1_in_one_line(
         "LOCK_KEY": f"odd-{uuid.uuid4().hex[:6]}",
         "LOCK_TABLE": ".".join(lock_table),
         "CRON_SCHEDULE": "* * * * *",
+        # A missing socket is also what a restarting server looks like: retried briefly.
+        "LOCK_CONNECT_PATIENCE_SECONDS": "0.3",
     }
     marker = tmp_path / "ran"
     if tool == "dislock":

@@ -26,7 +26,12 @@ def assert_one_line_failure(result: Any, *expected: str) -> None:
 
 
 def test_unreachable_database(run_cli: RunCli, cli_env: dict[str, str], tmp_path: Path) -> None:
-    env = {**cli_env, "DATABASE_URL": "postgresql://app:hunter2-secret@127.0.0.1:1/app"}
+    env = {
+        **cli_env,
+        "DATABASE_URL": "postgresql://app:hunter2-secret@127.0.0.1:1/app",
+        # A refused connection is retried (it may be a restarting server): briefly here.
+        "LOCK_CONNECT_PATIENCE_SECONDS": "0.5",
+    }
     marker = tmp_path / "ran"
     result = run_cli(["DATABASE_URL", "touch", str(marker)], env)
     assert_one_line_failure(result, "cannot connect to the database", "password=***")
@@ -95,10 +100,12 @@ def test_debug_level_shows_the_traceback_but_still_no_password(
         **cli_env,
         "DATABASE_URL": "postgresql://app:hunter2-secret@127.0.0.1:1/app",
         "CRONJOB_LOCK_LOG_LEVEL": "DEBUG",
+        "LOCK_CONNECT_PATIENCE_SECONDS": "0.5",
     }
     result = run_cli(["DATABASE_URL", "true"], env)
     assert result.returncode == 1
     assert "Traceback" in result.stderr
+    assert "retrying" in result.stderr  # the refusals were waited out first, and logged
     assert "hunter2" not in result.stderr
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import subprocess
 import sys
@@ -197,3 +199,77 @@ def test_console_script(cli_env: dict[str, str]) -> None:
         check=False,
     )
     assert result.returncode == 5, result.stderr
+
+
+@pytest.mark.parametrize("strategy", ["lease", "schedule"])
+def test_killing_the_wrapper_kills_the_whole_group(
+    lease_env: dict[str, str], tmp_path: Path, strategy: str
+) -> None:
+    # The issue's measurement: `sh -c 'sleep 600; true'`, kill -9 of dislock.
+    started, grandchild = tmp_path / "started", tmp_path / "grandchild.pid"
+    script = f'sleep 600 & echo $! > "{grandchild}"; touch "{started}"; wait; true'
+    process = start({**lease_env, "LOCK_STRATEGY": strategy}, script)
+    wait_for(started)
+    pids = [int(grandchild.read_text())]
+    assert alive(pids[0])
+    process.kill()
+    process.communicate(timeout=10)
+    assert wait_dead(pids[0], timeout=1.0)  # the issue's bound: within 1 s
+
+
+def test_group_members_left_behind_are_stopped_before_the_lease_is_released(
+    lease_env: dict[str, str], rows: Rows, tmp_path: Path
+) -> None:
+    # The command's own process exits at once, leaving a helper that takes
+    # 1 s to wind down after SIGTERM: the lease is held until it is gone.
+    helper, got, program = tmp_path / "helper.pid", tmp_path / "got", tmp_path / "helper.sh"
+    program.write_text(f"trap 'touch \"{got}\"; sleep 1; exit 0' TERM\nsleep 600 & wait\n")
+    script = f'sh "{program}" & echo $! > "{helper}"; sleep 0.3; exit 3'
+    process = start(lease_env, script)
+    wait_for(got, timeout=20)
+    pid = int(helper.read_text())
+    time.sleep(0.3)
+    assert process.poll() is None  # waiting for the helper
+    row = rows.get(lease_key(lease_env["LOCK_KEY"]))
+    assert row is not None and not row.expired
+    _, stderr = process.communicate(timeout=20)
+    assert process.returncode == 3, stderr  # still the command's own status
+    assert "still run" in stderr
+    assert not alive(pid)
+    row = rows.get(lease_key(lease_env["LOCK_KEY"]))
+    assert row is not None and row.expired
+
+
+def test_group_member_ignoring_sigterm_after_the_command_exits_gets_sigkill(
+    lease_env: dict[str, str], tmp_path: Path
+) -> None:
+    helper = tmp_path / "helper.pid"
+    script = f'sh -c \'trap "" TERM; while :; do sleep 0.05; done\' & echo $! > "{helper}"; exit 0'
+    env = {**lease_env}
+    process = start(env, script)
+    wait_for(helper)
+    pid = int(helper.read_text())
+    _, stderr = process.communicate(timeout=30)
+    assert process.returncode == 0, stderr
+    assert not alive(pid)
+
+
+def test_a_process_that_leaves_the_group_escapes(lease_env: dict[str, str], tmp_path: Path) -> None:
+    # Documented in docs/guarantees.md: setsid (a daemon) leaves the group, and
+    # with it the wrapper's reach; a systemd scope or cgroup contains it.
+    escaped = tmp_path / "escaped.pid"
+    script = (
+        f"setsid -f sh -c 'echo $$ > \"{escaped}\"; exec sleep 600' </dev/null >/dev/null 2>&1; "
+        f'while [ ! -s "{escaped}" ]; do sleep 0.02; done'
+    )
+    process = start(lease_env, script)
+    wait_for(escaped)
+    time.sleep(0.1)
+    pid = int(escaped.read_text())
+    try:
+        _, stderr = process.communicate(timeout=20)
+        assert process.returncode == 0, stderr
+        assert alive(pid)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)

@@ -83,7 +83,11 @@ def test_password_appears_in_no_repr_log_or_error(
     with pytest.raises(LeaseLostError) as lost:
         held.release()
 
-    unreachable = make_context(url=f"postgresql://app:{PASSWORD}@127.0.0.1:1/app", **LEASE)
+    unreachable = make_context(
+        url=f"postgresql://app:{PASSWORD}@127.0.0.1:1/app",
+        connect_patience_seconds=0.3,  # refusals are retried (and logged) before failing
+        **LEASE,
+    )
     with pytest.raises(psycopg.OperationalError) as failed:
         driver.hold(unreachable, ["lease"])
 

@@ -288,6 +288,7 @@ class CliDriver(Driver):
             "LOCK_JITTER_SECONDS": str(context.jitter_max_seconds),
             "LOCK_ON_LEASE_LOSS": context.lease_loss_policy.value,
             "LOCK_FENCING": "1" if context.fencing else "0",
+            "LOCK_CONNECT_PATIENCE_SECONDS": str(context.connect_patience_seconds),
             "LOCK_WAIT_SECONDS": str(context.wait_seconds),
             "LOCK_WAIT_POLL_SECONDS": str(context.wait_poll_seconds),
             "LOCK_WAIT_LISTEN": {None: "auto", True: "1", False: "0"}[context.wait_listen],

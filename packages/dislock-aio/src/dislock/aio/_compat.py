@@ -200,6 +200,7 @@ class Child:
     def __init__(self, process: asyncio.subprocess.Process) -> None:
         self._process = process
         self.pid = process.pid
+        self._exit: asyncio.Task[int] | None = None
 
     @classmethod
     async def start(
@@ -216,6 +217,21 @@ class Child:
             return await asyncio.wait_for(self._process.wait(), timeout)
         except asyncio.TimeoutError:
             return None
+
+    async def wait_or(self, event: Event, timeout: float | None) -> int | None:
+        """The child's return code once it exits, or None as soon as ``event`` is
+        set or ``timeout`` passes."""
+        if self._exit is None:
+            self._exit = asyncio.ensure_future(self._process.wait())
+        if not event.is_set() and not self._exit.done():
+            woken = asyncio.ensure_future(event.wait())
+            try:
+                await asyncio.wait(
+                    {self._exit, woken}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+                )
+            finally:
+                woken.cancel()
+        return self._exit.result() if self._exit.done() else None
 
 
 @contextlib.contextmanager

@@ -20,22 +20,23 @@ import logging
 import math
 import select
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from functools import partial
 from time import monotonic
 from typing import Any
 
-from psycopg import AsyncCursor
+from psycopg import AsyncCursor, OperationalError
 from psycopg.rows import TupleRow
 from psycopg.sql import SQL, Composed
 
 from dislock.core import sql
 from dislock.core.context import DEFAULT_CONNECT_TIMEOUT
-from dislock.core.dsn import connection_kwargs, parse_dsn
+from dislock.core.dsn import connection_kwargs, parse_dsn, scrub
 from dislock.core.errors import NotSent, StatementTimeout
 from dislock.core.failover import CURRENT_TIMELINE, timeline_change
 from dislock.core.lease import CANCEL_GRACE, RENEWER_STOP_TIMEOUT, STATEMENT_FLOOR, LeaseClock
+from dislock.core.patience import ConnectPatience
 from dislock.core.renewal import Batch, Renewal, RenewalPlan
 
 from ._compat import (
@@ -44,6 +45,7 @@ from ._compat import (
     Lock,
     Worker,
     local_registry,
+    sleep,
     spawn,
     stop_worker,
 )
@@ -130,6 +132,30 @@ class Hub:
     async def connect(self) -> None:
         """Open the shared connection now if it is not open."""
         await self._usable_link()
+
+    async def connect_patiently(self, patience: Callable[[], float]) -> None:
+        """Open the shared connection, waiting out refusals that say nothing about
+        the lock (too many connections, a restarting server) for up to
+        ``patience()`` seconds (asked only once refused: the first try costs
+        nothing extra); other failures, and the last refusal, are raised."""
+        started = monotonic()
+        state: ConnectPatience | None = None
+        while True:
+            try:
+                await self._usable_link()
+                return
+            except OperationalError as exc:
+                if state is None:
+                    state = ConnectPatience(patience(), started)
+                delay = state.next_delay(exc, monotonic())
+                if delay is None:
+                    raise
+                logger.info(
+                    "connection refused, retrying in %.2f s: %s",
+                    delay,
+                    scrub(" ".join(str(exc).split()), self.url),
+                )
+            await sleep(delay)
 
     async def _usable_link(self) -> Link:
         link = self._link

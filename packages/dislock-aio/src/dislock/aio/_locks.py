@@ -12,6 +12,8 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Iterable
 from contextlib import AsyncExitStack, asynccontextmanager
+from datetime import datetime, timezone
+from functools import partial
 from time import monotonic
 from types import TracebackType
 from typing import Any
@@ -30,6 +32,7 @@ from dislock.core.errors import (
     NotReplicatedError,
 )
 from dislock.core.lease import RELEASE_TIMEOUT, LeaseClock, LeaseSettings, raises_on_exit
+from dislock.core.patience import slot_patience
 from dislock.core.renewal import Renewal
 from dislock.core.supervision import jitter_delay
 from dislock.core.waiting import (
@@ -49,6 +52,17 @@ logger = logging.getLogger("dislock")
 
 def _enter_hub(context: LockContext) -> Hub:
     return enter_hub(context.url, context.connect_timeout_seconds)
+
+
+def _schedule_patience(context: LockContext) -> float:
+    """How long a schedule lock waits out refused connections: never past its slot's
+    end (by the local clock; the database's is not known before connecting)."""
+    now = datetime.now(timezone.utc)
+    ends_at = context.next_run_time
+    zone = context.cron_zone
+    if ends_at is None and context.schedule is not None and zone is not None:
+        ends_at = slot_end(context.schedule, now, zone.tz)
+    return slot_patience(context.connect_patience_seconds, ends_at, now)
 
 
 async def acquire(
@@ -121,6 +135,7 @@ class ScheduleLock:
         # The connection is given back at once: a slot needs nothing while the job runs.
         hub = _enter_hub(context)
         try:
+            await hub.connect_patiently(partial(_schedule_patience, context))
             expires_at = context.next_run_time
             if expires_at is None:
                 zone = context.cron_zone  # resolved with the schedule
@@ -222,6 +237,7 @@ class LeaseLock:
         context = self.context
         hub = _enter_hub(context)
         try:
+            await hub.connect_patiently(partial(float, context.connect_patience_seconds))
             taken = await self._attempt(hub)
             if taken is None and context.wait_seconds > 0:
                 taken = await self._wait(hub)

@@ -64,6 +64,11 @@ environment:
                                     1000
   LOCK_CONFLICT_EXIT_CODE 0         exit status when the lock is held elsewhere:
                                     0 to 255
+  LOCK_CONNECT_PATIENCE_SECONDS
+                         30         retry a refused connection (too many
+                                    connections, server starting or restarting)
+                                    this long (0 to 3600 s), never past the
+                                    schedule slot; 0: fail at once
   CRONJOB_LOCK_LOG_LEVEL WARNING    DEBUG, INFO, WARNING, ERROR, CRITICAL
 
 exit status:
@@ -77,8 +82,10 @@ exit status:
   75  the lease was lost and the command was terminated
 
 The command runs in its own process group. TERM, INT, HUP, QUIT, USR1 and USR2
-sent to dislock are passed on to that group, and the lock is released once the
-command has exited. On Linux the command is killed if dislock itself dies.
+sent to dislock are passed on to that group, and the lock is released once no
+process of the group is left (stragglers get TERM, then KILL after 10 s). If
+dislock itself dies, even by SIGKILL, the whole group is killed; a process that
+leaves the group (setsid, a daemon) escapes: see docs/guarantees.md.
 
 The lock table (or: dislockctl URL_VARIABLE init):
   CREATE TABLE key_value (key text PRIMARY KEY, value text NOT NULL,

@@ -80,6 +80,15 @@ CONNECT_TIMEOUT = Bound(
     "an hour is longer than any cron run should wait for a database",
     low_open=True,
 )
+CONNECT_PATIENCE = Bound(
+    "LOCK_CONNECT_PATIENCE_SECONDS",
+    "connect_patience_seconds",
+    0.0,
+    3600.0,
+    "s",
+    "0 reports the first refusal; waiting out a busy server for longer than an hour is a "
+    "mistake (a schedule lock never waits past its slot anyway)",
+)
 
 WAIT = Bound(
     "LOCK_WAIT_SECONDS",
@@ -123,6 +132,7 @@ BOUNDS: tuple[Bound, ...] = (
     HEARTBEAT,
     JITTER,
     CONNECT_TIMEOUT,
+    CONNECT_PATIENCE,
     WAIT,
     WAIT_POLL,
     SLOTS,

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from dislock.core import bounds, config
 from dislock.core.dsn import parse_dsn, redact_dsn
 from dislock.core.errors import ConfigurationError
+from dislock.core.patience import DEFAULT_CONNECT_PATIENCE
 from dislock.core.waiting import DEFAULT_POLL_SECONDS
 
 if TYPE_CHECKING:
@@ -76,6 +77,10 @@ class LockContext:
     """``TERMINATE`` (default) or ``CONTINUE``."""
     connect_timeout_seconds: float = DEFAULT_CONNECT_TIMEOUT
     """Give up connecting after this long (unless the URL sets ``connect_timeout``)."""
+    connect_patience_seconds: float = DEFAULT_CONNECT_PATIENCE
+    """Keep retrying a refused connection (too many connections, a server starting up or
+    restarting) this long, with jittered backoff, before reporting it; for a schedule
+    lock never past the end of the slot. 0: report the first refusal."""
     fencing: bool = False
     """Hand out fencing tokens: each acquisition bumps and returns the row's ``fence``
     column (``dislockctl init --fencing`` adds it). Off, the three-column table works
@@ -158,6 +163,15 @@ class LockContext:
             "connect_timeout_seconds",
             bounds.check_number(
                 bounds.CONNECT_TIMEOUT, self.connect_timeout_seconds, name="connect_timeout_seconds"
+            ),
+        )
+        _set(
+            self,
+            "connect_patience_seconds",
+            bounds.check_number(
+                bounds.CONNECT_PATIENCE,
+                self.connect_patience_seconds,
+                name="connect_patience_seconds",
             ),
         )
         self._check_waiting()

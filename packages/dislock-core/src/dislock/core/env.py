@@ -15,6 +15,7 @@ from dislock.core import bounds, config
 from dislock.core.context import LeaseLossPolicy, LockContext
 from dislock.core.dsn import parse_dsn, redact_dsn
 from dislock.core.errors import ConfigurationError
+from dislock.core.patience import DEFAULT_CONNECT_PATIENCE
 from dislock.core.supervision import check_command
 from dislock.core.waiting import DEFAULT_POLL_SECONDS, check_waiting
 
@@ -50,6 +51,7 @@ class WrapperSettings(NamedTuple):
     conflict_exit_code: int = 0
     cron_zone: CronZone | None = None
     """The zone ``schedule`` is read in (``CRON_TZ``, else the local zone)."""
+    connect_patience_seconds: float = DEFAULT_CONNECT_PATIENCE
 
     def __repr__(self) -> str:
         return f"WrapperSettings(url={redact_dsn(self.url)!r}, command={self.command!r}, ...)"
@@ -71,6 +73,7 @@ class WrapperSettings(NamedTuple):
             wait_listen=self.wait_listen,
             slots=self.slots,
             cron_tz=None if self.cron_zone is None else self.cron_zone.tz,
+            connect_patience_seconds=self.connect_patience_seconds,
         )
 
 
@@ -181,6 +184,12 @@ def read_wrapper_settings(
     policy = LeaseLossPolicy.parse(raw_policy, name="LOCK_ON_LEASE_LOSS")
     fencing = config.parse_flag("LOCK_FENCING", environ.get("LOCK_FENCING", ""))
     waiting = read_waiting(environ, strategies)
+    raw_patience = _variable(environ, "LOCK_CONNECT_PATIENCE_SECONDS")
+    patience = (
+        DEFAULT_CONNECT_PATIENCE
+        if raw_patience is None
+        else bounds.check_number(bounds.CONNECT_PATIENCE, raw_patience)
+    )
 
     return WrapperSettings(
         url_variable=url_variable,
@@ -196,6 +205,7 @@ def read_wrapper_settings(
         policy=policy,
         fencing=fencing,
         cron_zone=zone,
+        connect_patience_seconds=patience,
         **waiting,
     )
 

@@ -10,9 +10,6 @@ from collections.abc import Mapping, Sequence
 
 from dislock.core.errors import ConfigurationError
 
-POLL_INTERVAL = 0.5
-"""How often the wrapper checks the child and the lease."""
-
 KILL_GRACE = 10.0
 """Seconds between SIGTERM and SIGKILL when a command must stop."""
 

@@ -31,7 +31,28 @@ LOCK_POLL = 0.05
 ahead of it is not stuck."""
 
 
-Event = threading.Event
+class Event(threading.Event):
+    """A ``threading.Event`` that also sets the events linked to it, so that a
+    thread can wait for the first of several things (a lease's loss or its
+    command's exit) on one event."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._linked: list[threading.Event] = []
+
+    def link(self, other: threading.Event) -> None:
+        """Set ``other`` whenever this event is set (now, if it is already)."""
+        if not any(linked is other for linked in self._linked):
+            self._linked.append(other)
+        if self.is_set():
+            other.set()
+
+    def set(self) -> None:
+        super().set()
+        for other in tuple(self._linked):
+            other.set()
+
+
 Lock = threading.Lock
 Worker = threading.Thread
 sleep = time.sleep
@@ -238,6 +259,7 @@ class Child:
     def __init__(self, process: subprocess.Popen[bytes]) -> None:
         self._process = process
         self.pid = process.pid
+        self._wake: threading.Event | None = None
 
     @classmethod
     def start(
@@ -251,6 +273,26 @@ class Child:
             return self._process.wait(timeout)
         except subprocess.TimeoutExpired:
             return None
+
+    def wait_or(self, event: Event, timeout: float | None) -> int | None:
+        """The child's return code once it exits, or None as soon as ``event`` is
+        set or ``timeout`` passes."""
+        wake = self._wake
+        if wake is None:
+            # A thread waits for the child, so that this one can wait for the
+            # child's exit and the event at once, on one event.
+            wake = self._wake = threading.Event()
+            threading.Thread(
+                target=self._wait_then_set, args=(wake,), name="dislock-child", daemon=True
+            ).start()
+        event.link(wake)
+        if not event.is_set():
+            wake.wait(timeout)
+        return self._process.poll()
+
+    def _wait_then_set(self, wake: threading.Event) -> None:
+        self._process.wait()
+        wake.set()
 
 
 @contextlib.contextmanager

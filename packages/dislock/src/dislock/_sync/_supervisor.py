@@ -8,10 +8,19 @@ sync ``dislock/_sync/_supervisor.py`` is generated from it by
 
 The command runs in its own process group so that the whole group can be
 signalled: on lease loss under ``TERMINATE`` it gets SIGTERM, then SIGKILL after
-``KILL_GRACE`` seconds, and the wrapper returns 75.  On Linux the command also
-gets SIGKILL if the wrapper dies, since its lease will then expire and another
-machine may start the same job.  Locks are released only after the command has
-exited.
+``KILL_GRACE`` seconds, and the wrapper returns 75.  Locks are released only
+once no process of the group is left: processes still running after the
+command's own process exited get the same SIGTERM, then SIGKILL.
+
+If the wrapper dies (SIGKILL, the OOM killer, a crash), its lease will expire
+and another machine may start the same job, so the whole group must die with
+it.  A guard does that: a tiny ``/bin/sh`` outside the group, reading a pipe
+whose only writer is the wrapper.  The kernel closes the pipe when the wrapper
+dies, however it dies; the guard then reads end-of-file and SIGKILLs the group.
+The guard costs less at start-up than the parent-death hook it replaces (which
+reached only the direct child): both the guard and the command are started
+without running Python in the forked child, which lets Python use ``vfork``.
+Without ``/bin/sh`` the command falls back to the parent-death signal (Linux).
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ import logging
 import os
 import shutil
 import signal
+import subprocess
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import ExitStack
@@ -33,18 +43,28 @@ from dislock.core.context import LEASE_LOST_EXIT_CODE, LeaseLossPolicy, LockCont
 from dislock.core.errors import Interrupted, LeaseLostError
 from dislock.core.supervision import (
     KILL_GRACE,
-    POLL_INTERVAL,
     check_command,
     child_environment,
     exit_status,
 )
 
-from ._compat import Child, handling_signals, interrupting
+from ._compat import Child, handling_signals, interrupting, sleep
 from ._locks import LeaseLock, LockSession, acquire_locks
 
 logger = logging.getLogger("dislock")
 
 _PR_SET_PDEATHSIG = 1
+
+_GUARD_SHELL = "/bin/sh"
+# Reads the group to guard, then waits: "done" stands it down; end of input (the
+# wrapper is gone) kills the group.  It ignores the signals a terminal or an
+# operator sends to the wrapper's group, so that only the wrapper ends it.
+_GUARD_SCRIPT = (
+    "trap '' HUP INT QUIT TERM USR1 USR2; read -r group || exit 0; read -r word; "
+    '[ "$word" = done ] || kill -s KILL -- "-$group" 2>/dev/null'
+)
+_GROUP_POLL = 0.02
+"""How often the wrapper looks whether a process group it is stopping is gone."""
 
 
 def _parent_death_signal() -> Callable[[], None] | None:
@@ -64,6 +84,59 @@ def _parent_death_signal() -> Callable[[], None] | None:
     return die_with_parent
 
 
+class Guard:
+    """Kills a process group when this process dies, by any means (see the module's
+    docstring).  ``watch`` names the group; ``stand_down`` ends the guard quietly."""
+
+    def __init__(self, process: subprocess.Popen[bytes], pipe: int) -> None:
+        self._process = process
+        self._pipe = pipe
+
+    @classmethod
+    def start(cls) -> Guard | None:
+        """A guard, or None where no POSIX shell can be started."""
+        if sys.platform == "win32" or not os.path.exists(_GUARD_SHELL):
+            return None
+        _reap_guards()
+        read, write = os.pipe()  # not inherited by anything but the guard's stdin
+        try:
+            process = subprocess.Popen(
+                [_GUARD_SHELL, "-c", _GUARD_SCRIPT, "dislock-guard"],
+                stdin=read,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,  # outside both the wrapper's and the command's group
+            )
+        except OSError:
+            os.close(write)
+            return None
+        finally:
+            os.close(read)
+        return cls(process, write)
+
+    def watch(self, pgid: int) -> None:
+        with contextlib.suppress(OSError):
+            os.write(self._pipe, b"%d\n" % pgid)
+
+    def stand_down(self) -> None:
+        with contextlib.suppress(OSError):  # a guard killed by someone else
+            os.write(self._pipe, b"done\n")
+        os.close(self._pipe)
+        # Not waited for: on a busy machine the guard may not even have started
+        # yet, and the wrapper's exit must not queue behind it.  It exits as soon
+        # as it reads "done", and is reaped later (or by init once we are gone).
+        _reap_guards()
+        if self._process.poll() is None:
+            _guards_to_reap.append(self._process)
+
+
+_guards_to_reap: list[subprocess.Popen[bytes]] = []
+
+
+def _reap_guards() -> None:
+    _guards_to_reap[:] = [process for process in _guards_to_reap if process.poll() is None]
+
+
 def ensure_runnable(program: str) -> None:
     """Raise FileNotFoundError or PermissionError now, as starting it later would."""
     if os.sep in program:
@@ -81,16 +154,67 @@ def signal_group(pgid: int, signum: int) -> None:
         os.killpg(pgid, signum)
 
 
+def group_alive(pgid: int) -> bool:
+    """Whether any process of the group is left (to be called once its leader,
+    the command, has been reaped: this reaps group members that are our
+    children, which they become where we are their reaper, e.g. pid 1)."""
+    with contextlib.suppress(ChildProcessError):
+        while os.waitpid(-pgid, os.WNOHANG)[0]:
+            pass
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # a member we may not signal (setuid): still running
+    return True
+
+
+def _group_gone(pgid: int, timeout: float) -> bool:
+    deadline = monotonic() + timeout
+    while group_alive(pgid):
+        if monotonic() >= deadline:
+            return False
+        sleep(_GROUP_POLL)
+    return True
+
+
+def clear_group(pgid: int, grace: float = KILL_GRACE) -> None:
+    """SIGTERM what is left of a group whose leader exited, SIGKILL it after
+    ``grace``, and wait until it is gone: the lock must not be released while
+    part of the job still runs."""
+    if not group_alive(pgid):
+        return
+    logger.warning(
+        "the command exited but processes of its group %d still run; terminating them "
+        "(SIGKILL after %g s)",
+        pgid,
+        grace,
+    )
+    signal_group(pgid, signal.SIGTERM)
+    if _group_gone(pgid, grace):
+        return
+    signal_group(pgid, signal.SIGKILL)
+    if not _group_gone(pgid, 1.0):
+        logger.error("process group %d survived SIGKILL (a member this user cannot kill)", pgid)
+
+
 def stop_group(child: Child, grace: float = KILL_GRACE) -> int:
     """SIGTERM the child's group, SIGKILL it after ``grace``; the child's return code."""
+    started = monotonic()
     signal_group(child.pid, signal.SIGTERM)
     code = child.wait(grace)
-    # Whatever is left of the group (helpers ignoring SIGTERM) must not outlive
-    # the lock either.
-    signal_group(child.pid, signal.SIGKILL)
     if code is None:
+        signal_group(child.pid, signal.SIGKILL)
         code = child.wait(None)
     assert code is not None
+    # Whatever is left of the group (helpers ignoring SIGTERM) must not outlive
+    # the lock either.
+    if group_alive(child.pid):
+        signal_group(child.pid, signal.SIGTERM)
+        if not _group_gone(child.pid, max(0.0, grace - (monotonic() - started))):
+            signal_group(child.pid, signal.SIGKILL)
+            _group_gone(child.pid, 1.0)
     return code
 
 
@@ -105,7 +229,17 @@ def supervise(
     lease = session.lease
     if lease is not None and lease.is_lost():
         return LEASE_LOST_EXIT_CODE  # lost before the command could even start
-    child = Child.start(list(argv), env, _parent_death_signal())
+    guard = Guard.start()
+    try:
+        child = Child.start(list(argv), env, None if guard is not None else _parent_death_signal())
+    except BaseException:
+        if guard is not None:
+            guard.stand_down()
+        raise
+    if guard is not None:
+        # (Dying in the microseconds before this line would leave the command
+        # unguarded: the guard reads end-of-file before any group to kill.)
+        guard.watch(child.pid)
 
     def forward(signum: int) -> None:
         logger.info("forwarding signal %d to process group %d", signum, child.pid)
@@ -113,7 +247,9 @@ def supervise(
 
     try:
         with handling_signals(forward_signals, forward):
-            return _watch(child, argv, lease, policy)
+            code = _watch(child, argv, lease, policy)
+            clear_group(child.pid)
+        return code
     except BaseException:
         # Interrupted (KeyboardInterrupt, cancellation): never leave the command
         # running after its locks are released, not even if interrupted again.
@@ -122,17 +258,24 @@ def supervise(
         finally:
             signal_group(child.pid, signal.SIGKILL)
         raise
+    finally:
+        if guard is not None:
+            guard.stand_down()
 
 
 def _watch(
     child: Child, argv: Sequence[str], lease: LeaseLock | None, policy: LeaseLossPolicy
 ) -> int:
     while True:
-        # Wake at the lease's deadline, not up to a poll interval after it: the
-        # command must be stopping before its row can expire on the server.
-        clock = lease.clock if lease is not None else None
-        timeout = POLL_INTERVAL if clock is None else clock.until_deadline(monotonic())
-        code = child.wait(min(POLL_INTERVAL, max(timeout, 0.001)))
+        if lease is None:
+            code = child.wait(None)
+        else:
+            # Woken by the loss itself, as soon as it is known; and at the
+            # lease's deadline, in case nothing could declare it by then: the
+            # command must be stopping before its row can expire on the server.
+            clock = lease.clock
+            timeout = None if clock is None else max(clock.until_deadline(monotonic()), 0.001)
+            code = child.wait_or(lease.lease_lost, timeout)
         if code is not None:
             return exit_status(code)
         if lease is not None and lease.is_lost():

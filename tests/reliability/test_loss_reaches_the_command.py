@@ -1,0 +1,142 @@
+"""A lost lease reaches the wrapped command at once: SIGTERM within 50 ms of the loss
+being known, sync and asyncio alike (the supervisor wakes on the loss event itself).
+
+This is one of the few tests that assert a latency, because the issue asks for one
+(#12). The loss's moment is taken where the lock code declares it; the command's
+receipt is the first thing its SIGTERM handler does. Measured here on a loaded
+2-core machine: a few milliseconds; the 50 ms bound is the requirement itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import dislock
+import dislock._sync._hub
+import dislock._sync._locks
+import dislock.aio
+import dislock.aio._hub
+import dislock.aio._locks
+from dislock import LEASE_LOST_EXIT_CODE, LeaseLossPolicy, LeaseLostError, LockContext
+from dislock._sync._supervisor import supervise as sync_supervise
+from dislock.aio._supervisor import supervise as aio_supervise
+from dislock.core.sql import lease_key
+from tests.support.rows import Rows
+
+BOUND = 0.050
+
+CHILD = """\
+import pathlib, signal, sys, time
+def on_term(signum, frame):
+    now = time.time()
+    pathlib.Path(sys.argv[2]).write_text(repr(now))
+    sys.exit(0)
+signal.signal(signal.SIGTERM, on_term)
+pathlib.Path(sys.argv[1]).touch()
+while True:
+    time.sleep(1)
+"""
+
+
+@pytest.fixture
+def loss_times(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """Wall-clock times at which the lock code declared a lease lost."""
+    times: list[float] = []
+    for module in (dislock._sync._hub, dislock._sync._locks, dislock.aio._hub, dislock.aio._locks):
+        original: Callable[..., None] = module.declare_lost
+
+        def recording(key: str, clock: Any, lost: Any, _original: Any = original) -> None:
+            if not lost.is_set():
+                times.append(time.time())
+            _original(key, clock, lost)
+
+        monkeypatch.setattr(module, "declare_lost", recording)
+    return times
+
+
+def wait_for(path: Path, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} did not appear"
+        time.sleep(0.01)
+
+
+def context(make_context: Callable[..., LockContext]) -> LockContext:
+    # Renewals every 0.2 s find the stolen row soon; the TTL leaves the local
+    # deadline far away, so that it is the renewal that declares the loss.
+    return make_context(run_ttl_seconds=10, lease_interval_seconds=0.2)
+
+
+def latency(loss_times: list[float], term: Path) -> float:
+    assert len(loss_times) == 1
+    return float(term.read_text()) - loss_times[0]
+
+
+def test_sync_command_gets_sigterm_within_50_ms_of_the_loss(
+    make_context: Callable[..., LockContext],
+    rows: Rows,
+    tmp_path: Path,
+    loss_times: list[float],
+) -> None:
+    ready, term = tmp_path / "ready", tmp_path / "term"
+    ctx = context(make_context)
+    argv = [sys.executable, "-c", CHILD, str(ready), str(term)]
+
+    def steal() -> None:
+        wait_for(ready)
+        time.sleep(0.3)  # the supervisor is asleep, waiting
+        rows.steal(lease_key(ctx.lock_key))
+
+    thief = threading.Thread(target=steal)
+    codes: list[int] = []
+
+    def run() -> None:
+        with dislock.acquire_locks(ctx, ["lease"]) as session:
+            thief.start()
+            codes.append(sync_supervise(argv, session, LeaseLossPolicy.TERMINATE))
+
+    with pytest.raises(LeaseLostError):
+        run()
+    thief.join()
+    assert codes == [LEASE_LOST_EXIT_CODE]
+    measured = latency(loss_times, term)
+    print(f"sync: SIGTERM {measured * 1000:.1f} ms after the loss")
+    assert 0 <= measured < BOUND
+
+
+def test_aio_command_gets_sigterm_within_50_ms_of_the_loss(
+    make_context: Callable[..., LockContext],
+    rows: Rows,
+    tmp_path: Path,
+    loss_times: list[float],
+) -> None:
+    ready, term = tmp_path / "ready", tmp_path / "term"
+    ctx = context(make_context)
+    argv = [sys.executable, "-c", CHILD, str(ready), str(term)]
+
+    codes: list[int] = []
+
+    async def main() -> None:
+        async with dislock.aio.acquire_locks(ctx, ["lease"]) as session:
+            supervised = asyncio.ensure_future(
+                aio_supervise(argv, session, LeaseLossPolicy.TERMINATE)
+            )
+            await asyncio.to_thread(wait_for, ready)
+            await asyncio.sleep(0.3)
+            await asyncio.to_thread(rows.steal, lease_key(ctx.lock_key))
+            codes.append(await supervised)
+
+    with pytest.raises(LeaseLostError):
+        asyncio.run(main())
+    assert codes == [LEASE_LOST_EXIT_CODE]
+    measured = latency(loss_times, term)
+    print(f"aio: SIGTERM {measured * 1000:.1f} ms after the loss")
+    assert 0 <= measured < BOUND

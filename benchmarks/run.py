@@ -782,6 +782,222 @@ def hot_rows(url: str, leases: int, seconds: float) -> list[Row]:
     ]
 
 
+def history_cycles(url: str, cycles: int) -> tuple[list[float], list[float]]:
+    """Seconds per ``acquire_locks`` lease run on a warm connection, history off and
+    on, each run timed on its own and the two kinds alternated, so that the load
+    of a shared machine hits both alike and medians drop its spikes."""
+    from dislock import acquire_locks, keep_connected
+
+    base = _fields(cycle_context(url))
+    off = type(cycle_context(url))(**{**base, "lock_key": "bench-history-off"})
+    on = type(off)(**{**base, "lock_key": "bench-history-on", "history": True})
+    samples: tuple[list[float], list[float]] = ([], [])
+    with keep_connected(url):
+        for context in (off, on):  # warm-up
+            with acquire_locks(context, ["lease"]):
+                pass
+        for n in range(cycles):
+            for which in (0, 1) if n % 2 else (1, 0):
+                started = time.perf_counter()
+                with acquire_locks((off, on)[which], ["lease"]):
+                    pass
+                samples[which].append(time.perf_counter() - started)
+    return samples
+
+
+def _fields(context: Any) -> dict[str, Any]:
+    import dataclasses
+
+    return {f.name: getattr(context, f.name) for f in dataclasses.fields(context) if f.init}
+
+
+HISTORY_ROWS = 1_000_000
+HISTORY_KEYS = 1_000
+
+
+def history_rows(url: str, cycles: int, rows: int) -> list[Row]:
+    """What recording costs a run, and how fast `history`/`missed` answer on a big table."""
+    from dislock.cli import fleet
+    from dislock.core.history import create_history
+
+    history = ("key_value_history",)
+    with psycopg.connect(url, autocommit=True, prepare_threshold=None) as conn:
+        conn.execute("DROP TABLE IF EXISTS key_value_history")
+        for statement in create_history(history):
+            conn.execute(statement)
+        off_samples, on_samples = history_cycles(url, cycles * ROUNDS)
+        off, on = statistics.median(off_samples), statistics.median(on_samples)
+        # The CLI, end to end: LOCK_HISTORY=1 against 0, interleaved.
+        ours = [str(Path(sys.executable).parent / "dislock")]
+
+        def env(flag: str) -> Callable[[], dict[str, str]]:
+            # Without CRON_SCHEDULE, which a lease-only run with history would
+            # also check and record (importing croniter, ~5 ms).
+            def make() -> dict[str, str]:
+                settings = {**wrapper_env(url, "lease"), "LOCK_HISTORY": flag}
+                del settings["CRON_SCHEDULE"]
+                return settings
+
+            return make
+
+        cli = interleaved(
+            {
+                "off": ([*ours, "DATABASE_URL", "true"], env("0")),
+                "on": ([*ours, "DATABASE_URL", "true"], env("1")),
+            },
+            max(cycles // 10, 3),
+        )
+        cli_off, cli_on = median_ms(cli["off"]), median_ms(cli["on"])
+
+        # The pause check rides in the acquiring statement: the upsert as it was
+        # before pauses, against today's, sent by hand (acquire + release).
+        plain = (
+            b"INSERT INTO key_value AS held (key, value, expire_at)"
+            b" VALUES (%(key)s, %(owner)s, NOW() + make_interval(secs => %(ttl)s))"
+            b" ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value,"
+            b" expire_at = EXCLUDED.expire_at WHERE held.expire_at <= NOW() RETURNING NULL::bigint"
+        )
+        statements = sql.statements(("key_value",))
+        checked, release = statements.acquire_for.as_bytes(conn), statements.release.as_bytes(conn)
+        key = "cronjob-lock:lease:bench-pause"
+
+        pause_samples: tuple[list[float], list[float]] = ([], [])
+        for n in range(cycles * ROUNDS):
+            for which in (0, 1) if n % 2 else (1, 0):
+                started = time.perf_counter()
+                conn.execute((plain, checked)[which], sql.lease_params(key, "bench", 60.0))
+                conn.execute(release, sql.release_params(key, "bench"))
+                pause_samples[which].append(time.perf_counter() - started)
+        without_check, with_check = (statistics.median(samples) for samples in pause_samples)
+
+        # A big history: HISTORY_KEYS keys, hourly runs going back as far as
+        # `rows` needs, every tenth run of each key failed.
+        conn.execute("TRUNCATE key_value_history")
+        conn.execute(
+            "INSERT INTO key_value_history (lock_key, modes, slot_end, owner, host, pid,"
+            " started_at, ended_at, outcome, exit_code, cron)"
+            " SELECT 'job-' || (n %% %(keys)s), 'schedule',"
+            " date_trunc('hour', NOW()) - make_interval(hours => n / %(keys)s) + interval '1 hour',"
+            " 'host:1:ab', 'host-' || (n %% 50), n,"
+            " date_trunc('hour', NOW()) - make_interval(hours => n / %(keys)s),"
+            " date_trunc('hour', NOW()) - make_interval(hours => n / %(keys)s) + interval '2 s',"
+            " CASE WHEN (n / %(keys)s) %% 10 = 0 THEN 'failed' ELSE 'ok' END,"
+            " CASE WHEN (n / %(keys)s) %% 10 = 0 THEN 1 ELSE 0 END, '0 * * * *'"
+            " FROM generate_series(0, %(rows)s - 1) AS n",
+            {"keys": HISTORY_KEYS, "rows": rows},
+        )
+        conn.execute("VACUUM ANALYZE key_value_history")
+        locks = ("key_value",)
+
+        def query_ms(run: Callable[[], object]) -> float:
+            run()  # warm the cache
+            samples = []
+            for _ in range(9):
+                started = time.perf_counter()
+                run()
+                samples.append(time.perf_counter() - started)
+            return median_ms(samples)
+
+        by_key = fleet.runs_query(history, locks, by_key=True)
+        every = fleet.runs_query(history, locks, by_key=False)
+        day = fleet.runs_params("job-7", timedelta_hours(24), 100)
+        key_ms = query_ms(lambda: conn.execute(by_key, day).fetchall())
+        all_ms = query_ms(
+            lambda: conn.execute(
+                every, fleet.runs_params(None, timedelta_hours(24), 100)
+            ).fetchall()
+        )
+
+        def missed() -> object:
+            (now,) = conn.execute("SELECT NOW()").fetchone()  # type: ignore[misc]
+            since = now - timedelta_hours(24)
+            starts = conn.execute(
+                fleet.starts_query(history), {"key": "job-7", "since": since}
+            ).fetchall()
+            slots = list(fleet.schedule_slots("0 * * * *", since, now))
+            return fleet.missed_slots(slots, [(s, e) for _, s, e in starts if s is not None])
+
+        missed_ms = query_ms(missed)
+        # Per key: newest run and newest success (what an exporter reads per scrape).
+        conn.execute(
+            "INSERT INTO key_value SELECT 'cronjob-lock:schedule:job-' || n, 'host:1:ab',"
+            " NOW() + interval '1 hour' FROM generate_series(0, %s - 1) AS n"
+            " ON CONFLICT DO NOTHING",
+            (HISTORY_KEYS,),
+        )
+        latest = fleet.latest_query(history, locks)
+        latest_ms = query_ms(lambda: conn.execute(latest).fetchall())
+        conn.execute("DELETE FROM key_value WHERE key LIKE 'cronjob-lock:schedule:job-%'")
+        plans = {
+            "history KEY": conn.execute(b"EXPLAIN " + by_key.as_bytes(conn), day).fetchall(),
+            "history": conn.execute(
+                b"EXPLAIN " + every.as_bytes(conn),
+                fleet.runs_params(None, timedelta_hours(24), 100),
+            ).fetchall(),
+        }
+        for name, plan in plans.items():
+            print(f"EXPLAIN {name}:\n" + "\n".join(str(line[0]) for line in plan), file=sys.stderr)
+        conn.execute("DROP TABLE key_value_history")
+    index_used = all("key_value_history_" in str(plan) for plan in plans.values())
+    return [
+        Row(
+            "run history on: added time per run, `acquire_locks` lease run on a warm connection"
+            " (one INSERT as it starts, one UPDATE as it ends)",
+            f"{(on - off) * 1000:.3f} ms ({on * 1000:.3f} ms / {off * 1000:.3f} ms)",
+            "≤ 1 ms",
+            "met" if on - off <= 0.001 else "missed",
+        ),
+        Row(
+            "  same through the CLI, `LOCK_HISTORY=1` against `0` (medians of whole runs)",
+            f"{cli_on - cli_off:.1f} ms ({cli_on:.0f} ms / {cli_off:.0f} ms)",
+            "report",
+        ),
+        Row(
+            "pause check folded into the acquisition: acquire + release by hand, today's upsert"
+            " / the upsert without the check",
+            f"{with_check / without_check:.2f} ({with_check * 1000:.3f} ms"
+            f" / {without_check * 1000:.3f} ms)",
+            "report (no extra round trip)",
+        ),
+        Row(
+            f"`history KEY` (24 h, 100 runs) with {rows:,} history rows",
+            f"{key_ms:.1f} ms",
+            "< 200 ms",
+            "met" if key_ms < 200 else "missed",
+        ),
+        Row(
+            f"`history` (every key, 24 h, newest 100) with {rows:,} rows",
+            f"{all_ms:.1f} ms",
+            "< 200 ms",
+            "met" if all_ms < 200 else "missed",
+        ),
+        Row(
+            f"`missed KEY` (hourly, 24 h) with {rows:,} rows",
+            f"{missed_ms:.1f} ms",
+            "< 200 ms",
+            "met" if missed_ms < 200 else "missed",
+        ),
+        Row(
+            f"newest run and newest success of each of {HISTORY_KEYS:,} keys"
+            f" (`dislock.cli.fleet.latest_query`) with {rows:,} rows",
+            f"{latest_ms:.1f} ms",
+            "report",
+        ),
+        Row(
+            "history queries use the history table's indexes (EXPLAIN)",
+            "yes" if index_used else "no",
+            "index scans",
+            "met" if index_used else "missed",
+        ),
+    ]
+
+
+def timedelta_hours(hours: float) -> Any:
+    from datetime import timedelta
+
+    return timedelta(hours=hours)
+
+
 READING = """## Reading the results
 
 - **Waiting.** The hand-over is timed from just before the holder's release to the moment the
@@ -809,6 +1025,17 @@ READING = """## Reading the results
   only once its WAL is on disk, so two `SELECT 1` are not a floor any lock can reach; two
   single-row `UPDATE`s are. Sending the very same two statements by hand with psycopg shows
   what dislock adds on top of the statements themselves.
+- **Run history.** A run with `LOCK_HISTORY=1` sends two more statements (an `INSERT` as it
+  starts, an `UPDATE` as it ends), each committing asynchronously (`synchronous_commit` off for
+  its own transaction), so it pays two round trips and no WAL flush. The CLI comparison times
+  whole processes: differences of a few milliseconds either way are noise there. `history` and
+  `missed` read the `(lock_key, started_at DESC)` index (`history` without a key the
+  `(started_at)` one, backwards): `Index Scan using key_value_history_key_started … Index Cond:
+  ((lock_key = 'job-7') AND (started_at >= (now() - '24:00:00')))`, then `Limit`; the lock table is
+  read only for runs without an end (running or abandoned?).
+- **Pause check.** The acquiring statement reads the key's pause row in a CTE (a primary-key
+  lookup) and answers in the same round trip; the row compares it with the same upsert without
+  the check, sent by hand.
 - **Scale.** Every lease of a process is renewed by one `UPDATE … FROM unnest(…)` per tick, over
   one connection; the renewal statement's latency is what a thousand leases cost per second.
 """
@@ -850,7 +1077,7 @@ def main() -> int:
     parser.add_argument(
         "--only",
         help="comma-separated parts to run (cli, import, cycle, race, waiting, herd, scale,"
-        " hot); prints their rows and writes nothing",
+        " hot, history); prints their rows and writes nothing",
     )
     parser.add_argument(
         "--only-waiting", action="store_true", help="only the waiting and slot measures (printed)"
@@ -878,6 +1105,15 @@ def main() -> int:
             (
                 "hot",
                 partial(hot_rows, url, 50 if args.quick else 1000, 4.0 if args.quick else 300.0),
+            ),
+            (
+                "history",
+                partial(
+                    history_rows,
+                    url,
+                    10 if args.quick else 200,
+                    10_000 if args.quick else HISTORY_ROWS,
+                ),
             ),
         ]
         rows = []

@@ -71,8 +71,8 @@ def test_ls_shows_the_slots_of_a_key_together(
     assert len(summary) == 1 and summary[0].split()[1:] == ["lease", "3/5", "held"]
     slots = [line.split() for line in lines if line.startswith("  slot")]
     assert [(cells[1], cells[3], cells[-1]) for cells in slots] == [
-        ("1", "holder-1", "expired"),
-        ("2", "holder-2", "expired"),
+        ("1", "holder-1", "released"),  # let go by their holders
+        ("2", "holder-2", "released"),
         ("3", "holder-3", "held"),
         ("4", "holder-4", "held"),
         ("5", "holder-5", "held"),

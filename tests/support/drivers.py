@@ -294,7 +294,10 @@ class CliDriver(Driver):
             "LOCK_WAIT_LISTEN": {None: "auto", True: "1", False: "0"}[context.wait_listen],
             "LOCK_SLOTS": str(context.slots),
             "CRONJOB_LOCK_LOG_LEVEL": "INFO",
+            "LOCK_HISTORY": "1" if context.history else "0",
         }
+        if context.history_table is not None:
+            env["LOCK_HISTORY_TABLE"] = ".".join(context.history_table)
         optional = {
             "CRON_SCHEDULE": context.schedule,
             "RUN_LOCK_TTL_SECONDS": context.run_ttl_seconds,

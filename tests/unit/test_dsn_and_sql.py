@@ -57,20 +57,22 @@ def test_table_names_are_quoted_identifiers() -> None:
     assert create_table_sql(("key_value",)).startswith('CREATE TABLE IF NOT EXISTS "key_value"')
 
 
-def test_acquire_is_one_conditional_upsert() -> None:
+def test_acquire_is_one_conditional_upsert_that_checks_the_pause() -> None:
     text = statements(("key_value",)).acquire_for.as_string(None)
-    # One statement: the lock-delay check rides along as a WITH clause, and the
-    # row is inserted or taken over by the INSERT that follows it.
-    assert ";" not in text
-    assert text.lstrip().startswith("WITH dislock_history AS")
-    assert 'INSERT INTO "key_value" AS held' in text
-    assert "ON CONFLICT (key) DO UPDATE" in text
+    # One statement: the lock-delay check and the pause ride along as common
+    # table expressions; the row is inserted or taken over by the upsert.
+    assert text.count(";") == 0 and text.startswith("WITH dislock_history AS (")
+    assert "pause AS (" in text
+    assert "INSERT INTO" in text and "ON CONFLICT (key) DO UPDATE" in text
     assert "WHERE held.expire_at <= NOW()" in text
+    assert "WHERE NOT EXISTS (SELECT FROM pause)" in text
+    # No read of the lock row itself comes first: the upsert decides.
+    assert text.count("SELECT value, expire_at FROM") == 1 and "key = %(pause)s" in text
 
 
 def test_a_slot_is_only_claimed_while_it_lasts() -> None:
     text = statements(("key_value",)).acquire_until.as_string(None)
-    assert 'INSERT INTO "key_value" AS held' in text
+    assert "NOT EXISTS (SELECT FROM pause)" in text
     assert "WHERE %(expire_at)s::timestamptz > NOW()" in text
     assert "WHERE held.expire_at <= NOW()" in text
 

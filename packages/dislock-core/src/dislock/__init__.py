@@ -29,6 +29,7 @@ from dislock.core.errors import (
     DislockError,
     LeaseLostError,
     LockNotAcquiredError,
+    LockPausedError,
     NotReplicatedError,
     StatementTimeout,
 )
@@ -88,6 +89,7 @@ __all__ = [
     "LeaseLostError",
     "LockContext",
     "LockNotAcquiredError",
+    "LockPausedError",
     "LockSession",
     "NotReplicatedError",
     "ScheduleLock",

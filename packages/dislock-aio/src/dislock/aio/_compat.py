@@ -202,6 +202,11 @@ class Child:
         self.pid = process.pid
         self._exit: asyncio.Task[int] | None = None
 
+    @property
+    def returncode(self) -> int | None:
+        """The raw return code once it has exited (negative: killed by that signal)."""
+        return self._process.returncode
+
     @classmethod
     async def start(
         cls, argv: list[str], env: dict[str, str], preexec_fn: Callable[[], None] | None

@@ -39,6 +39,7 @@ from time import monotonic
 from dislock.core.config import SCHEDULE
 from dislock.core.context import LEASE_LOST_EXIT_CODE, LeaseLossPolicy, LockContext
 from dislock.core.errors import Interrupted, LeaseLostError
+from dislock.core.history import end_of_command
 from dislock.core.supervision import (
     KILL_GRACE,
     check_command,
@@ -226,7 +227,9 @@ async def supervise(
     env = child_environment(os.environ, session.locks[0].context.lock_key, session.fencing_token)
     lease = session.lease
     if lease is not None and lease.is_lost():
-        return LEASE_LOST_EXIT_CODE  # lost before the command could even start
+        # Lost before the command could even start.
+        session.run_end = end_of_command(None, LEASE_LOST_EXIT_CODE, lease_lost=True)
+        return LEASE_LOST_EXIT_CODE
     guard = Guard.start()
     try:
         child = await Child.start(
@@ -249,6 +252,8 @@ async def supervise(
         with handling_signals(forward_signals, forward):
             code = await _watch(child, argv, lease, policy)
             await clear_group(child.pid)
+        lost = lease is not None and lease.is_lost()
+        session.run_end = end_of_command(child.returncode, code, lease_lost=lost)
         return code
     except BaseException:
         # Interrupted (KeyboardInterrupt, cancellation): never leave the command

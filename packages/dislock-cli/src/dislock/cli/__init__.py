@@ -69,13 +69,17 @@ environment:
                                     connections, server starting or restarting)
                                     this long (0 to 3600 s), never past the
                                     schedule slot; 0: fail at once
+  LOCK_HISTORY           0          1: record each run in the history table
+                                    (dislockctl init --history)
+  LOCK_HISTORY_TABLE     derived    default: <LOCK_TABLE>_history
   CRONJOB_LOCK_LOG_LEVEL WARNING    DEBUG, INFO, WARNING, ERROR, CRITICAL
 
 exit status:
   the command's own (128+n if signal n killed it; 127 not found, 126 not
   executable, both reported before any lock is taken)
   0   also when another machine holds the lock (logged at INFO only), after
-      any wait; LOCK_CONFLICT_EXIT_CODE sets another status for this case
+      any wait, or the key is paused (dislockctl pause; the line names the
+      reason); LOCK_CONFLICT_EXIT_CODE sets another status for these cases
   128+n  signal n arrived before the command started (jitter or wait)
   1   runtime failure: database unreachable, table missing, ...
   2   invalid configuration or usage

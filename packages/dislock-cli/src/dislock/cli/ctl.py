@@ -1,13 +1,19 @@
 """``dislockctl``: look at, create and repair what the ``dislock`` wrapper relies on.
 
-    dislockctl URL_VARIABLE init [--fencing] [--print-sql]
+    dislockctl URL_VARIABLE init [--fencing] [--history [--history-table T]] [--print-sql]
     dislockctl URL_VARIABLE ls [PREFIX] [--json]        (also: status)
     dislockctl URL_VARIABLE release LOCK_KEY [--mode schedule|lease|all] [--owner TOKEN]
                                              [--slot N]
+    dislockctl URL_VARIABLE pause LOCK_KEY [--for 2h | --until TIME] [--reason TEXT]
+    dislockctl URL_VARIABLE resume LOCK_KEY
+    dislockctl URL_VARIABLE history [LOCK_KEY] [--since 24h] [--limit N] [--json]
+    dislockctl URL_VARIABLE history --prune-older-than 30d
+    dislockctl URL_VARIABLE missed LOCK_KEY [--schedule CRON] [--since 24h] [--json]
     dislockctl URL_VARIABLE check
 
 Like the wrapper, it takes the NAME of the variable holding the database URL and
-reads ``LOCK_TABLE`` (or ``--table``); ``check`` reads every wrapper variable.
+reads ``LOCK_TABLE`` (or ``--table``) and ``LOCK_HISTORY_TABLE`` (or
+``--history-table``); ``check`` reads every wrapper variable.
 """
 
 from __future__ import annotations
@@ -43,7 +49,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="dislockctl",
         description="Operator commands for dislock's lock table.",
-        epilog="Exit status: 0 done, 1 database failure, 2 bad usage or configuration.",
+        epilog=(
+            "Exit status: 0 done, 1 database failure (also: release/resume of a key with "
+            "nothing to act on, missed slots found by missed), 2 bad usage or configuration."
+        ),
     )
     parser.add_argument("--version", action="version", version=f"dislockctl {__version__}")
     parser.add_argument(
@@ -56,6 +65,11 @@ def build_parser() -> argparse.ArgumentParser:
     # Accepted after the command too (`dislockctl DATABASE_URL ls --table ops.locks`).
     table = _Parser(add_help=False)
     table.add_argument("--table", default=argparse.SUPPRESS, help=table_help)
+    history_table = _Parser(add_help=False)
+    history_table.add_argument(
+        "--history-table",
+        help="run history table (default: $LOCK_HISTORY_TABLE or <lock table>_history)",
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     init = commands.add_parser(
@@ -63,15 +77,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     init.add_argument("--fencing", action="store_true", help="add the fencing-token column")
     init.add_argument(
+        "--history", action="store_true", help="create the run history table too (LOCK_HISTORY=1)"
+    )
+    init.add_argument(
+        "--history-table", help="its name (default: $LOCK_HISTORY_TABLE or <lock table>_history)"
+    )
+    init.add_argument(
         "--print-sql", action="store_true", help="print the DDL instead of running it"
     )
 
-    for name in ("ls", "status"):
-        listing = commands.add_parser(
-            name, parents=[table], help="list lock rows with owners and expiry"
-        )
-        listing.add_argument("prefix", nargs="?", default="", help="only lock keys starting so")
-        listing.add_argument("--json", action="store_true", help="machine-readable output")
+    listing = commands.add_parser(
+        "ls",
+        aliases=["status"],
+        parents=[table],
+        help="list locks: held, released, expired (abandoned), ended slots, paused",
+    )
+    listing.add_argument("prefix", nargs="?", default="", help="only lock keys starting so")
+    listing.add_argument("--json", action="store_true", help="machine-readable output")
 
     release = commands.add_parser(
         "release",
@@ -89,12 +111,72 @@ def build_parser() -> argparse.ArgumentParser:
         help="release only this slot of an N-holder lease (default: every slot)",
     )
 
+    pause = commands.add_parser(
+        "pause",
+        parents=[table],
+        help="stop every machine from starting LOCK_KEY (they skip it) until resumed",
+    )
+    pause.add_argument("lock_key", metavar="LOCK_KEY")
+    until = pause.add_mutually_exclusive_group()
+    until.add_argument("--for", dest="for_", metavar="DURATION", help="e.g. 2h, 30m, 1d")
+    until.add_argument("--until", metavar="TIME", help="ISO 8601 time (UTC unless it says)")
+    pause.add_argument("--reason", default="", help="shown by ls and in every skip message")
+    resume = commands.add_parser("resume", parents=[table], help="end a pause of LOCK_KEY")
+    resume.add_argument("lock_key", metavar="LOCK_KEY")
+
+    history = commands.add_parser(
+        "history",
+        parents=[table, history_table],
+        help="recorded runs, newest first: where, how long, outcome (init --history)",
+    )
+    history.add_argument("lock_key", metavar="LOCK_KEY", nargs="?", help="only this lock key")
+    history.add_argument("--since", default="24h", help="how far back (default 24h)")
+    history.add_argument(
+        "--limit", type=_positive_int, default=100, help="at most N runs (default 100)"
+    )
+    history.add_argument("--json", action="store_true", help="machine-readable output")
+    history.add_argument(
+        "--prune-older-than",
+        metavar="DURATION",
+        help="instead: delete runs that started longer ago than this (e.g. 30d)",
+    )
+
+    missed = commands.add_parser(
+        "missed",
+        parents=[table, history_table],
+        help="slots of LOCK_KEY's schedule in which no run started; exit 1 if any",
+    )
+    missed.add_argument("lock_key", metavar="LOCK_KEY")
+    missed.add_argument(
+        "--schedule", help="cron expression (default: the one recorded with its runs)"
+    )
+    missed.add_argument(
+        "--tz",
+        help="time zone of the schedule (default: the one recorded with its runs, else "
+        "$CRON_TZ or the local zone, as the wrapper reads it)",
+    )
+    missed.add_argument("--since", default="24h", help="how far back (default 24h)")
+    missed.add_argument(
+        "--grace", default="1m", help="do not judge a slot younger than this (default 1m)"
+    )
+    missed.add_argument("--json", action="store_true", help="machine-readable output")
+
     commands.add_parser(
         "check",
         parents=[table],
         help="validate the wrapper's environment and show what it would do, acquiring nothing",
     )
     return parser
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive whole number, got {text!r}")
+    return value
 
 
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
@@ -115,6 +197,8 @@ def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> int:
 
     if args.table is not None:
         env = {**env, "LOCK_TABLE": args.table}  # one source of truth for every command
+    if getattr(args, "history_table", None) is not None:
+        env = {**env, "LOCK_HISTORY_TABLE": args.history_table}
     try:
         url = read_database_url(args.url_variable, env)
         table = read_table(env)
@@ -129,15 +213,17 @@ def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> int:
             ("LOCK_KEY", getattr(args, "lock_key", None)),
             ("PREFIX", getattr(args, "prefix", None)),
             ("--owner", getattr(args, "owner", None)),
+            ("--reason", getattr(args, "reason", None)),
         ):
             if value is not None:
                 check_utf8(name, value)
+        request = _fleet_request(args, table, env)
     except ConfigurationError as exc:
         print(f"dislockctl: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
 
     if args.command == "init" and args.print_sql:
-        for statement in _init_sql(table, args.fencing):
+        for statement in _init_sql(table, args.fencing, request and request.history):
             print(statement)
         return EXIT_OK
 
@@ -151,11 +237,15 @@ def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> int:
     try:
         with psycopg.connect(url, **connection_kwargs(url, DEFAULT_CONNECT_TIMEOUT)) as conn:
             if args.command == "init":
-                return _init(conn, table, args.fencing)
+                return _init(conn, table, args.fencing, request and request.history)
             if args.command in ("ls", "status"):
                 return _list(conn, table, args.prefix, args.json)
             if args.command == "release":
                 return _release(conn, table, args.lock_key, args.mode, args.owner, args.slot)
+            if args.command in ("pause", "resume", "history", "missed"):
+                from dislock.cli._fleetctl import run_fleet_command
+
+                return run_fleet_command(conn, args, table, request)
             assert settings is not None
             return _check(conn, settings)
     except psycopg.errors.InsufficientPrivilege as exc:
@@ -181,25 +271,49 @@ def _columns(conn: Any, table: tuple[str, ...]) -> list[str]:
     return [str(name) for (name,) in conn.execute(query, params).fetchall()]
 
 
-def _init_sql(table: tuple[str, ...], fencing: bool) -> list[str]:
+def _fleet_request(args: argparse.Namespace, table: tuple[str, ...], env: Mapping[str, str]) -> Any:
+    """The validated input of the pause/history/missed commands (and init's history
+    table), so that bad input is refused before connecting."""
+    from dislock.cli._fleetctl import read_request
+
+    if args.command in ("pause", "resume", "history", "missed") or (
+        args.command == "init" and args.history
+    ):
+        return read_request(args, table, env)
+    return None
+
+
+def _init_sql(table: tuple[str, ...], fencing: bool, history: tuple[str, ...] | None) -> list[str]:
     from dislock.core.admin import init_statements
+    from dislock.core.history import create_history
 
-    return [f"{s.as_string(None)};" for s in init_statements(table, fencing=fencing)]
+    statements = init_statements(table, fencing=fencing)
+    if history is not None:
+        statements += create_history(history)
+    return [f"{s.as_string(None)};" for s in statements]
 
 
-def _init(conn: Any, table: tuple[str, ...], fencing: bool) -> int:
+def _init(conn: Any, table: tuple[str, ...], fencing: bool, history: tuple[str, ...] | None) -> int:
     from dislock.core.admin import init_statements
+    from dislock.core.history import create_history
 
     columns = _columns(conn, table)
-    if columns and (not fencing or "fence" in columns):
+    history_columns = _columns(conn, history) if history is not None else ["present"]
+    if columns and (not fencing or "fence" in columns) and history_columns:
         # Nothing to create: an application role without DDL rights gets here too.
         print(f"lock table {'.'.join(table)} already exists" + (" with fencing" if fencing else ""))
+        if history is not None:
+            print(f"history table {'.'.join(history)} already exists")
         return EXIT_OK
     with conn.transaction():
         for statement in init_statements(table, fencing=fencing):
             conn.execute(statement)
+        for statement in create_history(history) if history is not None else []:
+            conn.execute(statement)
     extra = " with fencing tokens" if fencing else ""
     print(f"lock table {'.'.join(table)} is ready{extra}")
+    if history is not None:
+        print(f"history table {'.'.join(history)} is ready: set LOCK_HISTORY=1 to record runs")
     return EXIT_OK
 
 
@@ -227,7 +341,13 @@ def _release(
     owner: str | None,
     slot: int | None = None,
 ) -> int:
-    from dislock.core.admin import format_duration, release_params, release_query, released_text
+    from dislock.core.admin import (
+        format_duration,
+        release_params,
+        release_query,
+        released_text,
+        state_query,
+    )
     from dislock.core.bounds import escape
     from dislock.core.kinds import parse_row_key
 
@@ -237,6 +357,14 @@ def _release(
     params = release_params(table, lock_key, modes, slot=slot, owner=owner)
     released = conn.execute(release_query(table, owner_guard=owner is not None), params).fetchall()
     if not released:
+        if not conn.execute(state_query(table), {"keys": params["keys"]}).fetchall():
+            # A typo is not a success.
+            print(
+                f"dislockctl: error: no {' or '.join(modes)} lock row for {lock_key!r} "
+                f"in {'.'.join(table)} (see dislockctl ls)",
+                file=sys.stderr,
+            )
+            return EXIT_FAILURE
         held_by = f" by {escape(owner)}" if owner else ""
         which = f"slot {slot} of the lease" if slot is not None else " or ".join(modes)
         print(f"nothing to release: no {which} lock on {lock_key!r} is held{held_by}")
@@ -255,11 +383,12 @@ def _release(
 def _check(conn: Any, settings: WrapperSettings) -> int:
     from psycopg import sql
 
-    from dislock.core.admin import describe_expiry, state_query
+    from dislock.core.admin import describe_expiry, format_duration, state_query
     from dislock.core.bounds import escape
     from dislock.core.cron import slot_end
     from dislock.core.kinds import kind
     from dislock.core.lease import LeaseClock, LeaseSettings
+    from dislock.core.sql import pause_key
 
     refusal = _refuses_writes(conn)
     if refusal:
@@ -316,6 +445,18 @@ def _check(conn: Any, settings: WrapperSettings) -> int:
     if settings.conflict_exit_code:
         print(f"  when held       exit {settings.conflict_exit_code}")
     print(f"  fencing         {'on' if settings.fencing else 'off'}")
+    if settings.history:
+        from dislock.core.history import history_table
+
+        runs = history_table(settings.table_parts, settings.history_table)
+        state = (
+            ""
+            if _columns(conn, runs)
+            else " (MISSING: dislockctl init --history; runs log a warning)"
+        )
+        print(f"  history         {'.'.join(runs)}{state}")
+    else:
+        print("  history         off")
     print(f"  database now    {now.isoformat()}")
     _print_lock_delay(conn, settings.table_parts)
     slots = {name: settings.slots if kind(name).renewed else 1 for name in settings.strategies}
@@ -323,15 +464,21 @@ def _check(conn: Any, settings: WrapperSettings) -> int:
         name: [kind(name).row_key(settings.lock_key, n) for n in range(1, slots[name] + 1)]
         for name in settings.strategies
     }
+    paused = pause_key(settings.lock_key)
     found = dict(
         (key, (owner, remaining))
         for key, owner, remaining in conn.execute(
             state_query(settings.table_parts),
-            {"keys": [key for group in keys.values() for key in group]},
+            {"keys": [paused, *(key for group in keys.values() for key in group)]},
         ).fetchall()
     )
     busy = "wait" if settings.wait_seconds > 0 else "skip"
     print("lock state")
+    reason, left = found.get(paused, ("", 0.0))
+    if left > 0:
+        why = f": {reason}" if reason else ""
+        span = "until resumed" if left > 100 * 365 * 86400 else f"for {format_duration(left)}"
+        print(f"  paused          {span}{why}: a run now would skip")
     for strategy in settings.strategies:
         held = [found[key] for key in keys[strategy] if key in found and found[key][1] > 0]
         if slots[strategy] > 1:

@@ -16,9 +16,18 @@ from psycopg import sql
 
 from dislock.core import kinds
 from dislock.core.bounds import escape
-from dislock.core.sql import create_table
+from dislock.core.sql import FORCED_MARK, RELEASED_MARK, create_table, pause_key
 
 MODES = kinds.NAMES
+
+PAUSE = "pause"
+"""The mode ``ls`` gives a pause row (``dislockctl pause``)."""
+
+STATES = ("held", "released", "expired", "ended", "paused")
+"""What ``ls`` says of a row: ``held`` (live), ``released`` (let go cleanly by its
+holder, or by ``dislockctl release``), ``expired`` (a lease whose holder stopped
+renewing: abandoned), ``ended`` (a schedule slot that is over, as slots end), and
+``paused`` (a live ``dislockctl pause``)."""
 
 
 def init_statements(table_parts: tuple[str, ...], *, fencing: bool) -> list[sql.Composed]:
@@ -67,6 +76,8 @@ def list_query(table_parts: tuple[str, ...]) -> sql.Composed:
         " WHERE starts_with(key, p.prefix))"
         " OR (key ~ %(slot_pattern)s"
         " AND starts_with(regexp_replace(key, %(slot_pattern)s, ''), %(prefix)s))"
+        # A pause that ran out is inert: not shown.
+        " OR (starts_with(key, %(pause_prefix)s) AND expire_at > NOW())"
         " ORDER BY key"
     ).format(table=sql.Identifier(*table_parts))
 
@@ -90,6 +101,7 @@ def list_params(prefix: str) -> dict[str, Any]:
         "prefixes": [kind.row_key(prefix) for kind in kinds.KINDS],
         "prefix": prefix,
         "slot_pattern": _slot_pattern(kinds.NAMES),
+        "pause_prefix": pause_key(prefix),
     }
 
 
@@ -101,16 +113,17 @@ def release_query(table_parts: tuple[str, ...], *, owner_guard: bool) -> sql.Com
     guard = sql.SQL(" AND value = %(owner)s") if owner_guard else sql.SQL("")
     return sql.SQL(
         "WITH target AS ("
-        " SELECT key, expire_at FROM {table}"
+        " SELECT key, value, expire_at FROM {table}"
         " WHERE (key = ANY(%(keys)s) OR (key ~ %(slot_pattern)s"
         " AND regexp_replace(key, %(slot_pattern)s, '') = %(lock_key)s))"
         " AND expire_at > NOW(){guard} FOR UPDATE)"
-        " UPDATE {table} AS held SET expire_at = NOW() FROM target"
+        # Marked, so that ls tells a forced release from an abandoned lease.
+        " UPDATE {table} AS held SET expire_at = NOW(), value = held.value || {mark} FROM target"
         " WHERE held.key = target.key"
-        " RETURNING held.key, held.value,"
+        " RETURNING held.key, target.value,"
         " EXTRACT(EPOCH FROM (target.expire_at - NOW()))::float8,"
         " pg_notify(%(channel)s, %(wake)s)"
-    ).format(table=sql.Identifier(*table_parts), guard=guard)
+    ).format(table=sql.Identifier(*table_parts), guard=guard, mark=sql.Literal(FORCED_MARK))
 
 
 def release_keys(lock_key: str, modes: Sequence[str]) -> list[str]:
@@ -148,29 +161,58 @@ def release_params(
 class LockRow:
     key: str
     mode: str
+    """A kind's name (schedule, lease), or ``pause``."""
     lock_key: str
     owner: str
+    """The holder's token, without a release mark; a pause's reason."""
     expire_at: datetime
     expires_in_seconds: float
     fence: int | None
     slot: int = 1
     """Which slot of an N-holder lease the row is (1 for every other row)."""
+    value: str = ""
+    """The ``value`` column as stored."""
 
     @property
     def held(self) -> bool:
-        return self.expires_in_seconds > 0
+        return self.expires_in_seconds > 0 and self.mode != PAUSE
+
+    @property
+    def forced(self) -> bool:
+        """Released by ``dislockctl release`` rather than by its holder."""
+        return not self.held and self.value.endswith(FORCED_MARK)
+
+    @property
+    def state(self) -> str:
+        """One of ``STATES``."""
+        if self.mode == PAUSE:
+            return "paused"
+        if self.expires_in_seconds > 0:
+            return "held"
+        if self.value.endswith((RELEASED_MARK, FORCED_MARK)):
+            return "released"
+        return "ended" if self.mode == kinds.SCHEDULE else "expired"
 
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> LockRow:
-        key, owner, expire_at, expires_in, fence = row
+        key, value, expire_at, expires_in, fence = row
         found, lock_key, slot = kinds.parse_row_key(key)
         mode = "?" if found is None else found.name
-        return cls(key, mode, lock_key, owner, expire_at, float(expires_in), fence, slot)
+        if found is None and key.startswith(pause_key("")):
+            mode, lock_key = PAUSE, key.removeprefix(pause_key(""))
+        owner = value
+        if expires_in <= 0:
+            owner = value.removesuffix(RELEASED_MARK).removesuffix(FORCED_MARK)
+        return cls(key, mode, lock_key, owner, expire_at, float(expires_in), fence, slot, value)
 
     def as_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["expire_at"] = self.expire_at.isoformat()
         data["held"] = self.held
+        data["state"] = self.state
+        data["forced"] = self.forced
+        if self.mode == PAUSE:
+            data["reason"] = data.pop("owner")
         return data
 
 
@@ -204,9 +246,11 @@ def format_duration(seconds: float) -> str:
 
 
 def render_table(rows: Sequence[LockRow]) -> str:
-    """Rows as aligned columns; expired rows are marked.  The slots of an N-holder
-    lease come together under one line saying how many are held (of the slots
-    that have rows: a slot gets its row the first time it is taken)."""
+    """Rows as aligned columns, each with its state (``STATES``).  The slots of an
+    N-holder lease come together under one line saying how many are held (of the
+    slots that have rows: a slot gets its row the first time it is taken)."""
+    from dislock.core.pause import describe_until
+
     headers = ("LOCK KEY", "MODE", "OWNER", "EXPIRES", "FENCE", "STATE")
     lines: list[tuple[str, ...]] = []
     for group in _grouped(rows):
@@ -224,10 +268,12 @@ def render_table(rows: Sequence[LockRow]) -> str:
                     if len(group) == 1 and row.slot == 1
                     else f"  slot {row.slot}",
                     row.mode,
-                    escape(row.owner),
-                    describe_expiry(row.expires_in_seconds),
+                    "-" if row.mode == PAUSE else escape(row.owner),
+                    describe_until(row.expire_at)
+                    if row.mode == PAUSE
+                    else describe_expiry(row.expires_in_seconds),
                     "-" if row.fence is None else str(row.fence),
-                    "held" if row.held else "expired",
+                    _describe_state(row),
                 )
             )
     widths = [max(len(cells[i]) for cells in (headers, *lines)) for i in range(len(headers))]
@@ -235,6 +281,14 @@ def render_table(rows: Sequence[LockRow]) -> str:
         "  ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True)).rstrip()
         for cells in (headers, *lines)
     )
+
+
+def _describe_state(row: LockRow) -> str:
+    if row.mode == PAUSE:
+        return f"paused: {escape(row.owner)}" if row.owner else "paused"
+    if row.forced:
+        return "released (by dislockctl)"
+    return row.state
 
 
 def _grouped(rows: Sequence[LockRow]) -> list[list[LockRow]]:

@@ -85,6 +85,14 @@ class LockContext:
     """Hand out fencing tokens: each acquisition bumps and returns the row's ``fence``
     column (``dislockctl init --fencing`` adds it). Off, the three-column table works
     as it is and nothing extra is read or written."""
+    history: bool = False
+    """Record each run of ``acquire_locks`` or ``run_with_locks`` that gets its locks
+    in the history table (``dislockctl init --history``): one statement as it
+    starts, one as it ends (a lock class entered on its own records nothing).  A
+    failing history write is logged at WARNING and never fails the run."""
+    history_table: Sequence[str] | None = None
+    """The history table, like ``table_parts``; default: ``<table>_history`` next
+    to the lock table."""
     wait_seconds: float = 0.0
     """Wait up to this long for a lease held elsewhere before giving up (0: give up at
     once). Woken by the holder's release (``LISTEN``/``NOTIFY``), or by polling."""
@@ -158,6 +166,10 @@ class LockContext:
         _set(self, "lease_loss_policy", LeaseLossPolicy.parse(self.lease_loss_policy))
         if not isinstance(self.fencing, bool):
             raise ConfigurationError(f"fencing must be True or False, got {self.fencing!r}")
+        if not isinstance(self.history, bool):
+            raise ConfigurationError(f"history must be True or False, got {self.history!r}")
+        if self.history_table is not None:
+            _set(self, "history_table", config.check_table_parts(self.history_table))
         _set(
             self,
             "connect_timeout_seconds",
@@ -208,6 +220,8 @@ class LockContext:
                 "jitter_max_seconds",
                 "lease_loss_policy",
                 "fencing",
+                "history",
+                "history_table",
                 "wait_seconds",
                 "slots",
             )

@@ -44,6 +44,8 @@ class WrapperSettings(NamedTuple):
     jitter_seconds: float
     policy: LeaseLossPolicy
     fencing: bool = False
+    history: bool = False
+    history_table: tuple[str, ...] | None = None
     wait_seconds: float = 0.0
     wait_poll_seconds: float = DEFAULT_POLL_SECONDS
     wait_listen: bool | None = None
@@ -68,6 +70,8 @@ class WrapperSettings(NamedTuple):
             jitter_max_seconds=self.jitter_seconds,
             lease_loss_policy=self.policy,
             fencing=self.fencing,
+            history=self.history,
+            history_table=self.history_table,
             wait_seconds=self.wait_seconds,
             wait_poll_seconds=self.wait_poll_seconds,
             wait_listen=self.wait_listen,
@@ -120,6 +124,17 @@ def read_table(environ: Mapping[str, str]) -> tuple[str, ...]:
         return config.parse_table(raw_table)
     except ConfigurationError as exc:
         raise ConfigurationError(f"LOCK_TABLE={raw_table!r}: {exc}") from None
+
+
+def read_history_table(environ: Mapping[str, str]) -> tuple[str, ...] | None:
+    """``LOCK_HISTORY_TABLE``, or None for the default next to the lock table."""
+    raw = _variable(environ, "LOCK_HISTORY_TABLE")
+    if raw is None:
+        return None
+    try:
+        return config.parse_table(raw)
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"LOCK_HISTORY_TABLE={raw!r}: {exc}") from None
 
 
 def read_wrapper_settings(
@@ -183,6 +198,14 @@ def read_wrapper_settings(
     raw_policy = _variable(environ, "LOCK_ON_LEASE_LOSS") or LeaseLossPolicy.TERMINATE.value
     policy = LeaseLossPolicy.parse(raw_policy, name="LOCK_ON_LEASE_LOSS")
     fencing = config.parse_flag("LOCK_FENCING", environ.get("LOCK_FENCING", ""))
+    history = config.parse_flag("LOCK_HISTORY", environ.get("LOCK_HISTORY", ""))
+    history_table = read_history_table(environ)
+    raw_schedule = _variable(environ, "CRON_SCHEDULE")
+    if history and schedule is None and raw_schedule is not None:
+        # A lease-only job's history still records its schedule, for `dislockctl missed`.
+        from dislock.core.cron import check_cron
+
+        schedule = check_cron(raw_schedule, name="CRON_SCHEDULE")
     waiting = read_waiting(environ, strategies)
     raw_patience = _variable(environ, "LOCK_CONNECT_PATIENCE_SECONDS")
     patience = (
@@ -204,6 +227,8 @@ def read_wrapper_settings(
         jitter_seconds=jitter,
         policy=policy,
         fencing=fencing,
+        history=history,
+        history_table=history_table,
         cron_zone=zone,
         connect_patience_seconds=patience,
         **waiting,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 
 class DislockError(Exception):
     """Base class of every error dislock raises on purpose."""
@@ -17,6 +19,21 @@ class ConfigurationError(DislockError, ValueError):
 
 class LockNotAcquiredError(DislockError):
     """Another owner holds the lock: the schedule slot or the lease is taken."""
+
+
+class LockPausedError(LockNotAcquiredError):
+    """The lock key is paused fleet-wide (``dislockctl pause``): nobody may start it.
+
+    A ``LockNotAcquiredError``, so that code skipping a held lock skips a paused
+    one the same way.
+    """
+
+    def __init__(self, message: str, *, reason: str, until: datetime | None) -> None:
+        super().__init__(message)
+        self.reason = reason
+        """What the operator gave as the reason (may be empty)."""
+        self.until = until
+        """When the pause ends (database clock)."""
 
 
 class LeaseLostError(DislockError):

@@ -37,29 +37,71 @@ def lease_key(lock_key: str) -> str:
     return kind(LEASE).row_key(lock_key)
 
 
+def pause_key(lock_key: str) -> str:
+    """The row that pauses ``lock_key`` fleet-wide: ``value`` holds the reason and
+    ``expire_at`` the end of the pause (``dislockctl pause``)."""
+    return f"{KEY_PREFIX}:pause:{lock_key}"
+
+
+def pause_key_of(row_key: str) -> str:
+    """The pause row of a schedule or lease row's key."""
+    prefix, _, rest = row_key.partition(":")
+    _, _, lock_key = rest.partition(":")
+    return pause_key(lock_key) if prefix == KEY_PREFIX else f"{KEY_PREFIX}:pause:{row_key}"
+
+
+RELEASED_MARK = " (released)"
+"""Appended to ``value`` by a clean release, in the same update that ends the row.
+
+A released row and one whose holder stopped renewing both have ``expire_at`` in
+the past; only this tells them apart.  The three columns stay as 0.1.0 made them
+(a 0.1.0 acquisition takes the row over by ``expire_at <= NOW()`` alone), and
+``expire_at`` keeps the moment of the release.  (``'-infinity'`` would have
+marked it too, but psycopg cannot load it into a datetime: every reader of the
+row, 0.1.0's tools included, would fail on it.)"""
+
+FORCED_MARK = " (released by dislockctl)"
+"""Appended by ``dislockctl release`` instead of ``RELEASED_MARK``."""
+
+
+class Acquired(NamedTuple):
+    """The answer of an acquiring statement (always exactly one row)."""
+
+    acquired: bool
+    token: int | None
+    """The fencing token (None without fencing)."""
+    paused_for: str | None
+    """The reason of a live pause of the lock key; set only when one refused the start."""
+    paused_until: datetime | None
+
+
 class Statements(NamedTuple):
     """The statements for one lock table."""
 
     acquire_until: sql.Composed
-    """Params: key, owner, expire_at (timestamptz). Returns one row, the fencing token
-    (NULL without fencing) and the server's timeline, when acquired; no row otherwise
-    (also during a lock delay after a failover, see ``dislock.core.failover``)."""
+    """Params: key, pause, owner, expire_at (timestamptz). Returns one row, an
+    ``Acquired``: whether it took the row, the fencing token (NULL without
+    fencing), the reason and end of a live pause row that refused it, and the
+    server's timeline; it takes nothing during a lock delay after a failover (see
+    ``dislock.core.failover``)."""
     acquire_for: sql.Composed
-    """Params: key, owner, ttl (seconds). Returns like ``acquire_until``."""
+    """Params: key, pause, owner, ttl (seconds). Returns like ``acquire_until``."""
     renew_batch: sql.Composed
     """Params: keys, owners, ttls (parallel arrays). Renews each listed lease that is
     still ours and returns its ``(key, value)``; a lease missing from the answer is lost."""
     release: sql.Composed
-    """Params: key, owner. Expires our row now; a row another owner took is untouched."""
+    """Params: key, owner. Expires our row now, marked released (``RELEASED_MARK``);
+    a row another owner took is untouched."""
     now: sql.SQL
     """The database clock (statement time)."""
     acquire_slot: sql.Composed
-    """Params: keys (the slots' row keys, slot 1 first), owner, ttl. Takes the first
-    free slot, in the same upsert as ``acquire_for``. Returns one row: the key taken
-    (NULL if none), the fencing token, and how many slots it found free (to tell a
-    full lease from a slot another holder took in the same instant)."""
+    """Params: keys (the slots' row keys, slot 1 first), pause, owner, ttl. Takes the
+    first free slot, in the same upsert as ``acquire_for``. Returns one row: the key
+    taken (NULL if none), the fencing token, how many slots it found free (to tell a
+    full lease from a slot another holder took in the same instant), and the reason
+    and end of a live pause that refused it."""
     release_notify: sql.Composed
-    """Params: key, owner, channel, wake. Like ``release``, and wakes the lease's
+    """Params: key, owner, channel, wake. Like ``release`` (marked released), and wakes the lease's
     waiters (``NOTIFY`` on commit) when it released something."""
 
 
@@ -78,6 +120,14 @@ def statements(table_parts: tuple[str, ...], fencing: bool = False) -> Statement
     else:
         columns = first_token = bump = sql.SQL("")
         token = sql.SQL("NULL::bigint")
+    # A live pause row of the lock key (``dislockctl pause``) keeps the row
+    # source empty (every row source below says ``NOT EXISTS (SELECT FROM
+    # pause)``), so nothing is inserted or taken over; its reason comes back in
+    # the same answer, which is always one row.  A pause costs no round trip.
+    pause = sql.SQL(
+        "pause AS (SELECT value, expire_at FROM {table}"
+        " WHERE key = %(pause)s AND expire_at > NOW())"
+    ).format(table=table)
     upsert = sql.SQL(
         "{delay}INSERT INTO {table} AS held (key, value, expire_at{columns})"
         " {row}"
@@ -85,6 +135,12 @@ def statements(table_parts: tuple[str, ...], fencing: bool = False) -> Statement
         " SET value = EXCLUDED.value, expire_at = EXCLUDED.expire_at{bump}"
         " WHERE held.expire_at <= NOW()"
         " RETURNING {token}, {timeline}"
+    )
+    answer = sql.SQL(
+        "WITH {delay}{pause}, taken (token, timeline) AS ({upsert})"
+        " SELECT EXISTS (SELECT FROM taken), (SELECT token FROM taken),"
+        " pause.value, pause.expire_at, (SELECT timeline FROM dislock_history)"
+        " FROM (VALUES (1)) AS answer LEFT JOIN pause ON true"
     )
     # ``_acquire_slot`` formats this same upsert: a placeholder added to it must be
     # given there too (through ``parts``, ideally), so that slots keep every check.
@@ -94,29 +150,41 @@ def statements(table_parts: tuple[str, ...], fencing: bool = False) -> Statement
     # dislock.core.failover); the fragment also returns the server's timeline.
     slot_ctes, slot_calm = lock_delay(table, sql.SQL("0"))
     lease_ctes, lease_calm = lock_delay(table, sql.SQL("%(ttl)s"))
-    slot_delay = sql.SQL("WITH {} ").format(slot_ctes)
-    lease_delay = sql.SQL("WITH {} ").format(lease_ctes)
+    # Its common table expressions go first: PostgreSQL allows data-modifying
+    # ones only at the top of a statement.
+    slot_delay = sql.SQL("{}, ").format(slot_ctes)
+    lease_delay = sql.SQL("{}, ").format(lease_ctes)
     parts["timeline"] = timeline_returned()
     slot_end = sql.SQL("%(expire_at)s::timestamptz")
     return Statements(
         # A slot that ended between computing it and claiming it (a slow start
         # straddling a boundary, or a next_run_time in the past) is not claimed:
         # it would be free at once and let a second start into the new slot.
-        acquire_until=upsert.format(
-            row=sql.SQL(
-                "SELECT %(key)s, %(owner)s, {end}{first_token} WHERE {end} > NOW() AND {calm}"
-            ).format(end=slot_end, first_token=first_token, calm=slot_calm),
-            token=token,
+        acquire_until=answer.format(
             delay=slot_delay,
-            **parts,
-        ),
-        acquire_for=upsert.format(
-            row=sql.SQL("SELECT %(key)s, %(owner)s, {expiry}{first_token} WHERE {calm}").format(
-                expiry=lease_expiry, first_token=first_token, calm=lease_calm
+            pause=pause,
+            upsert=upsert.format(
+                row=sql.SQL(
+                    "SELECT %(key)s, %(owner)s, {end}{first_token}"
+                    " WHERE {end} > NOW() AND NOT EXISTS (SELECT FROM pause) AND {calm}"
+                ).format(end=slot_end, first_token=first_token, calm=slot_calm),
+                token=token,
+                delay=sql.SQL(""),
+                **parts,
             ),
-            token=token,
+        ),
+        acquire_for=answer.format(
             delay=lease_delay,
-            **parts,
+            pause=pause,
+            upsert=upsert.format(
+                row=sql.SQL(
+                    "SELECT %(key)s, %(owner)s, {expiry}{first_token}"
+                    " WHERE NOT EXISTS (SELECT FROM pause) AND {calm}"
+                ).format(expiry=lease_expiry, first_token=first_token, calm=lease_calm),
+                token=token,
+                delay=sql.SQL(""),
+                **parts,
+            ),
         ),
         # Every lease a process holds in this table, in one statement.  The
         # arrays join on (key, value) like ``WHERE (key, value) IN (...)`` would,
@@ -132,23 +200,24 @@ def statements(table_parts: tuple[str, ...], fencing: bool = False) -> Statement
             " RETURNING held.key, held.value"
         ).format(table=table),
         release=sql.SQL(
-            "UPDATE {table} SET expire_at = NOW()"
+            "UPDATE {table} SET expire_at = NOW(), value = value || {mark}"
             " WHERE key = %(key)s AND value = %(owner)s AND expire_at > NOW()"
-        ).format(table=table),
+        ).format(table=table, mark=sql.Literal(RELEASED_MARK)),
         now=sql.SQL("SELECT NOW()"),
         acquire_slot=_acquire_slot(
-            upsert, parts, table, first_token, token, lease_expiry, (lease_ctes, lease_calm)
+            upsert, pause, parts, table, first_token, token, lease_expiry, (lease_ctes, lease_calm)
         ),
         release_notify=sql.SQL(
-            "UPDATE {table} SET expire_at = NOW()"
+            "UPDATE {table} SET expire_at = NOW(), value = value || {mark}"
             " WHERE key = %(key)s AND value = %(owner)s AND expire_at > NOW()"
             " RETURNING pg_notify(%(channel)s, %(wake)s)"
-        ).format(table=table),
+        ).format(table=table, mark=sql.Literal(RELEASED_MARK)),
     )
 
 
 def _acquire_slot(
     upsert: sql.SQL,
+    pause: sql.Composable,
     parts: dict[str, sql.Composable],
     table: sql.Identifier,
     first_token: sql.Composable,
@@ -168,21 +237,24 @@ def _acquire_slot(
     ctes, calm = delay
     taking = upsert.format(
         row=sql.SQL(
-            "SELECT free.key, %(owner)s, {expiry}{first_token} FROM free ORDER BY free.n LIMIT 1"
+            "SELECT free.key, %(owner)s, {expiry}{first_token} FROM free"
+            " WHERE NOT EXISTS (SELECT FROM pause) ORDER BY free.n LIMIT 1"
         ).format(expiry=expiry, first_token=first_token),
         token=sql.SQL("held.key, {token}").format(token=token),
         delay=sql.SQL(""),
         **parts,
     )
+    # Answers: the key taken (NULL if none), the token, how many slots looked
+    # free, and the reason and end of a live pause (which took nothing).
     return sql.SQL(
-        "WITH {ctes}, free AS ("
+        "WITH {ctes}, {pause}, free AS ("
         " SELECT slot.key, slot.n FROM unnest(%(keys)s::text[]) WITH ORDINALITY AS slot (key, n)"
         " WHERE NOT EXISTS (SELECT FROM {table} AS held"
         " WHERE held.key = slot.key AND held.expire_at > NOW()) AND {calm}),"
         " taken (key, token, timeline) AS ({taking})"
-        " SELECT taken.key, taken.token, (SELECT count(*) FROM free)"
-        " FROM (SELECT) AS one LEFT JOIN taken ON true"
-    ).format(ctes=ctes, table=table, taking=taking, calm=calm)
+        " SELECT taken.key, taken.token, (SELECT count(*) FROM free), pause.value, pause.expire_at"
+        " FROM (SELECT) AS one LEFT JOIN taken ON true LEFT JOIN pause ON true"
+    ).format(ctes=ctes, pause=pause, table=table, taking=taking, calm=calm)
 
 
 class Rendered:
@@ -215,12 +287,12 @@ def statements_for(context: LockContext) -> Statements:
 
 
 def acquire_until_params(key: str, owner: str, expire_at: datetime) -> dict[str, Any]:
-    return {"key": key, "owner": owner, "expire_at": expire_at}
+    return {"key": key, "pause": pause_key_of(key), "owner": owner, "expire_at": expire_at}
 
 
 def lease_params(key: str, owner: str, ttl_seconds: float) -> dict[str, Any]:
     """Parameters of ``acquire_for``."""
-    return {"key": key, "owner": owner, "ttl": ttl_seconds}
+    return {"key": key, "pause": pause_key_of(key), "owner": owner, "ttl": ttl_seconds}
 
 
 def release_params(key: str, owner: str) -> dict[str, Any]:
@@ -232,8 +304,8 @@ def release_notify_params(key: str, owner: str, channel: str, wake: str) -> dict
 
 
 def slot_params(keys: list[str], owner: str, ttl_seconds: float) -> dict[str, Any]:
-    """Parameters of ``acquire_slot``."""
-    return {"keys": keys, "owner": owner, "ttl": ttl_seconds}
+    """Parameters of ``acquire_slot`` (``keys[0]`` is the plain lease row)."""
+    return {"keys": keys, "pause": pause_key_of(keys[0]), "owner": owner, "ttl": ttl_seconds}
 
 
 def create_table(table_parts: tuple[str, ...], *, fencing: bool = False) -> sql.Composed:

@@ -261,6 +261,11 @@ class Child:
         self.pid = process.pid
         self._wake: threading.Event | None = None
 
+    @property
+    def returncode(self) -> int | None:
+        """The raw return code once it has exited (negative: killed by that signal)."""
+        return self._process.returncode
+
     @classmethod
     def start(
         cls, argv: list[str], env: dict[str, str], preexec_fn: Callable[[], None] | None

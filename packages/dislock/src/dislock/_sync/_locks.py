@@ -12,6 +12,8 @@ decisions through ``dislock.core``.
 from __future__ import annotations
 
 import logging
+import os
+import socket
 from collections.abc import Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from datetime import datetime, timezone
@@ -22,9 +24,9 @@ from typing import Any
 
 from psycopg.sql import Composed
 
-from dislock.core import kinds, sql
+from dislock.core import history, kinds, sql
 from dislock.core.config import SCHEDULE, normalize_strategies
-from dislock.core.context import LeaseLossPolicy, LockContext
+from dislock.core.context import LEASE_LOST_EXIT_CODE, LeaseLossPolicy, LockContext
 from dislock.core.cron import slot_end
 from dislock.core.dsn import connection_kwargs, scrub
 from dislock.core.errors import (
@@ -35,6 +37,7 @@ from dislock.core.errors import (
 )
 from dislock.core.lease import RELEASE_TIMEOUT, LeaseClock, LeaseSettings, raises_on_exit
 from dislock.core.patience import slot_patience
+from dislock.core.pause import paused_error
 from dislock.core.renewal import Renewal
 from dislock.core.supervision import jitter_delay
 from dislock.core.waiting import (
@@ -74,8 +77,9 @@ def acquire(
     timeout: float,
     *,
     hand_back: Composed | None = None,
-) -> tuple[bool, int | None]:
-    """Run an acquiring upsert: whether it took the row, and the fencing token.
+) -> sql.Acquired:
+    """Run an acquiring upsert: whether it took the row, the fencing token, and
+    the pause that refused it, if one did.
 
     Bounded, so that a row locked by a stuck transaction cannot hold a start
     (and the cron runs queueing behind it) indefinitely.  A row that synchronous
@@ -92,11 +96,10 @@ def acquire(
             f"{params['key']!r} was not acquired (handed back): {exc}"
         ) from None
     row = cursor.fetchone()
-    if row is None:
-        return (False, None)
-    if len(row) > 1:
-        hub.note_timeline(row[1])
-    return (True, row[0])
+    assert row is not None, "an acquiring statement answers one row"
+    if len(row) > 4:
+        hub.note_timeline(row[4])
+    return sql.Acquired(bool(row[0]), row[1], row[2], row[3])
 
 
 def _hand_back(hub: Hub, release: Composed, keys: list[str], owner: str) -> None:
@@ -146,7 +149,7 @@ class ScheduleLock:
                 row = cursor.fetchone()
                 assert row is not None
                 expires_at = slot_end(context.schedule, row[0], zone.tz)
-            acquired, fence = acquire(
+            answer = acquire(
                 hub,
                 statements.acquire_until,
                 sql.acquire_until_params(self.key, context.owner, expires_at),
@@ -155,13 +158,15 @@ class ScheduleLock:
             )
         finally:
             leave_hub(hub)
-        if not acquired:
+        if answer.paused_until is not None:
+            raise paused_error(context.lock_key, answer.paused_for, answer.paused_until)
+        if not answer.acquired:
             raise LockNotAcquiredError(
                 f"schedule slot of {context.lock_key!r} ending {expires_at.isoformat()} "
                 "was already started by another owner (or has already ended)"
             )
         self.expires_at = expires_at
-        self.fence = fence
+        self.fence = answer.token
         logger.info("acquired schedule slot %s until %s", self.key, expires_at.isoformat())
         return self
 
@@ -292,14 +297,15 @@ class LeaseLock:
             clock = LeaseClock(self.settings, acquired_at=sent_at)
             if context.slots == 1:
                 self.key = sql.lease_key(context.lock_key)
-                acquired, fence = acquire(
+                answer = acquire(
                     hub,
                     statements.acquire_for,
                     sql.lease_params(self.key, context.owner, self.settings.ttl),
                     clock.attempt_timeout(sent_at),
                     hand_back=statements.release,
                 )
-                free = 0
+                acquired, fence, free = answer.acquired, answer.token, 0
+                reason, paused_until = answer.paused_for, answer.paused_until
             else:
                 try:
                     cursor = hub.execute(
@@ -315,10 +321,13 @@ class LeaseLock:
                     ) from None
                 row = cursor.fetchone()
                 assert row is not None
-                key, fence, free = row
+                key, fence, free, reason, paused_until = row
                 acquired = key is not None
                 if acquired:
                     self.key = str(key)
+            if paused_until is not None:
+                # Paused fleet-wide: not worth waiting for, not a held lease.
+                raise paused_error(context.lock_key, reason, paused_until)
             if acquired and clock.expired(monotonic()):
                 # Taken, but the answer came so late that the row may be free
                 # again already: hand it back rather than work on it.
@@ -453,11 +462,14 @@ class LockSession:
 
     # A plain class rather than a dataclass: building one of those costs the
     # wrapper half a millisecond of start-up on every cron run.
-    __slots__ = ("lease_lost", "locks")
+    __slots__ = ("lease_lost", "locks", "run_end")
 
     def __init__(self, locks: tuple[Lock, ...], lease_lost: Event | None = None) -> None:
         self.locks = locks
         self.lease_lost = lease_lost
+        self.run_end: history.RunEnd | None = None
+        """How the run ended, for its history row (``LockContext.history``); set by
+        ``run_with_locks``, judged from the block's exception when left None."""
 
     def __repr__(self) -> str:
         return f"LockSession(locks={self.locks!r}, lease_lost={self.lease_lost!r})"
@@ -471,6 +483,100 @@ class LockSession:
         """The token to pass along with writes (``LockContext.fencing``): the lease's,
         or the schedule slot's when there is no lease; None without fencing."""
         return self.locks[-1].fence if self.locks else None
+
+
+class _Recording:
+    """The run's row in the history table (``LockContext.history``): inserted once
+    the locks are held, completed as the block ends, before they are released.
+
+    It keeps the shared connection for the end statement, so that a schedule-only
+    run does not connect again to record it.  A history statement that fails is
+    logged and otherwise ignored: the run is not the history's hostage.
+    """
+
+    def __init__(self, context: LockContext, session: LockSession) -> None:
+        self.context = context
+        self.session = session
+        self.table = history.history_table(context.table_parts, context.history_table)
+        self.run_id: int | None = None
+        self.hub: Hub | None = None
+
+    def __enter__(self) -> _Recording:
+        context = self.context
+        self.hub = _enter_hub(context)
+        slot = next(
+            (lock.expires_at for lock in self.session.locks if isinstance(lock, ScheduleLock)),
+            None,
+        )
+        params = history.start_params(
+            lock_key=context.lock_key,
+            modes=[
+                "schedule" if isinstance(lock, ScheduleLock) else "lease"
+                for lock in self.session.locks
+            ],
+            slot_end=slot,
+            owner=context.owner,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            cron=context.schedule,
+            cron_tz=None if context.cron_zone is None else context.cron_zone.name,
+        )
+        try:
+            cursor = self.hub.execute(
+                history.start_statement(self.table), params, history.HISTORY_TIMEOUT
+            )
+            row = cursor.fetchone()
+            assert row is not None
+            self.run_id = int(row[0])
+        except Exception as exc:
+            logger.warning(
+                "could not record the start of %s in history table %s: %s",
+                context.lock_key,
+                ".".join(self.table),
+                exc,
+            )
+        except BaseException:  # interrupted: the exit stack will not call __aexit__
+            leave_hub(self.hub)
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        hub = self.hub
+        assert hub is not None
+        try:
+            if self.run_id is not None:
+                self._record_end(hub, self.run_id, exc)
+        finally:
+            leave_hub(hub)
+
+    def _record_end(self, hub: Hub, run_id: int, exc: BaseException | None) -> None:
+        lease = self.session.lease
+        lost = lease is not None and lease.is_lost()
+        end = self.session.run_end
+        if end is None:
+            end = history.end_of_block(exc, lease_lost=lost)
+        elif lost and end.outcome == "ok":
+            terminate = self.context.lease_loss_policy is LeaseLossPolicy.TERMINATE
+            if terminate:  # the lease went as the command ended: the wrapper returns 75
+                end = history.RunEnd("lease_lost", LEASE_LOST_EXIT_CODE)
+        try:
+            hub.execute(
+                history.end_statement(self.table),
+                end.params(run_id),
+                history.HISTORY_TIMEOUT,
+            )
+        except Exception as error:
+            logger.warning(
+                "could not record the end of %s in history table %s: %s",
+                self.context.lock_key,
+                ".".join(self.table),
+                error,
+            )
 
 
 _LOCK_CLASSES: dict[str, type[ScheduleLock] | type[LeaseLock]] = {
@@ -505,10 +611,13 @@ def acquire_locks(
         try:
             for lock in locks:
                 stack.enter_context(lock)
+            lease = next((lock for lock in locks if isinstance(lock, LeaseLock)), None)
+            watch = lease is not None and context.lease_loss_policy is LeaseLossPolicy.TERMINATE
+            session = LockSession(
+                locks=tuple(locks), lease_lost=lease.lease_lost if watch and lease else None
+            )
+            if context.history:
+                stack.enter_context(_Recording(context, session))
         finally:
             leave_hub(hub)
-        lease = next((lock for lock in locks if isinstance(lock, LeaseLock)), None)
-        watch = lease is not None and context.lease_loss_policy is LeaseLossPolicy.TERMINATE
-        yield LockSession(
-            locks=tuple(locks), lease_lost=lease.lease_lost if watch and lease else None
-        )
+        yield session

@@ -1,0 +1,172 @@
+"""Run history: the table, the two statements a run writes to it, and its outcome.
+
+Opt-in (``LockContext.history``, ``LOCK_HISTORY=1``).  A run that got its locks
+inserts one row as it starts and updates it as it ends, both on the database
+clock; nothing else is written, and a skipped start writes nothing.  Writing
+history must never fail or hold up the job: the shells bound each statement by
+``HISTORY_TIMEOUT`` and only log a failure.
+
+The table (one per lock table, ``<table>_history`` unless named otherwise)::
+
+    id          bigint identity   primary key
+    lock_key    text              the lock key (not the row key)
+    modes       text              'schedule', 'lease' or 'schedule,lease'
+    slot_end    timestamptz       end of the schedule slot the run claimed
+    owner       text              the owner token written to the lock rows
+    host, pid   text, integer     where it ran
+    started_at  timestamptz       NOW() of the start statement
+    ended_at    timestamptz       NOW() of the end statement; NULL while running
+                                  (or when the machine died)
+    outcome     text              ok | failed | lease_lost | killed; NULL until ended
+    exit_code   integer           the command's status (128+n when signal n killed it)
+    signal      integer           the signal that killed it
+    cron        text              the cron expression, when there is one
+    cron_tz     text              the zone the cron expression is read in
+
+It is indexed on ``(lock_key, started_at DESC)`` (one key's runs, newest
+first; the missed-slot check) and ``(started_at)`` (every key's, and pruning).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import lru_cache
+from typing import Any, NamedTuple
+
+from psycopg import sql
+
+from dislock.core.config import check_table_parts
+
+HISTORY_TIMEOUT = 2.0
+"""Seconds a history statement may take before it is cancelled and logged."""
+
+OUTCOMES = ("ok", "failed", "lease_lost", "killed")
+"""What the end statement records; ``running`` and ``abandoned`` are derived when reading."""
+
+SUFFIX = "_history"
+
+
+def history_table(
+    table_parts: Sequence[str], explicit: Sequence[str] | None = None
+) -> tuple[str, ...]:
+    """The history table of a lock table: ``explicit``, or ``<table>_history``
+    in the lock table's schema."""
+    if explicit:
+        return check_table_parts(explicit)
+    *schema, name = table_parts
+    return check_table_parts((*schema, f"{name}{SUFFIX}"))
+
+
+def _index_name(history: tuple[str, ...], what: str) -> sql.Identifier:
+    # PostgreSQL truncates names to 63 bytes; keep the distinguishing suffix.
+    return sql.Identifier(f"{history[-1][: 63 - len(what) - 1]}_{what}")
+
+
+def create_history(history: tuple[str, ...]) -> list[sql.Composed]:
+    """Idempotent DDL for the history table and its indexes (and its schema)."""
+    table = sql.Identifier(*history)
+    statements: list[sql.Composed] = []
+    if len(history) == 2:
+        statements.append(
+            sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(history[0]))
+        )
+    statements += [
+        sql.SQL(
+            "CREATE TABLE IF NOT EXISTS {table} ("
+            "id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,"
+            " lock_key text NOT NULL, modes text NOT NULL, slot_end timestamptz,"
+            " owner text NOT NULL, host text NOT NULL, pid integer NOT NULL,"
+            " started_at timestamptz NOT NULL, ended_at timestamptz,"
+            " outcome text, exit_code integer, signal integer,"
+            " cron text, cron_tz text)"
+            # The end statement updates unindexed columns only: room for HOT updates.
+            " WITH (fillfactor = 90)"
+        ).format(table=table),
+        sql.SQL("CREATE INDEX IF NOT EXISTS {name} ON {table} (lock_key, started_at DESC)").format(
+            name=_index_name(history, "key_started"), table=table
+        ),
+        sql.SQL("CREATE INDEX IF NOT EXISTS {name} ON {table} (started_at)").format(
+            name=_index_name(history, "started"), table=table
+        ),
+    ]
+    return statements
+
+
+# History is telemetry: its writes commit asynchronously (``synchronous_commit``
+# off for their own transaction only, set by the statement itself), so that a
+# run pays a round trip for them, not a wait for the WAL to reach the disk.  A
+# server crash can lose the last fraction of a second of history; lock rows are
+# written by other statements, durably as ever.
+_ASYNC_COMMIT = sql.SQL("(SELECT set_config('synchronous_commit', 'off', true)) AS async_commit")
+
+
+@lru_cache(maxsize=64)
+def start_statement(history: tuple[str, ...]) -> sql.Composed:
+    """Params: see ``start_params``. Returns the run's id."""
+    return sql.SQL(
+        "INSERT INTO {} (lock_key, modes, slot_end, owner, host, pid, started_at, cron, cron_tz)"
+        " SELECT %(lock_key)s, %(modes)s, %(slot_end)s, %(owner)s, %(host)s, %(pid)s, NOW(),"
+        " %(cron)s, %(cron_tz)s FROM {async_commit} RETURNING id"
+    ).format(sql.Identifier(*history), async_commit=_ASYNC_COMMIT)
+
+
+@lru_cache(maxsize=64)
+def end_statement(history: tuple[str, ...]) -> sql.Composed:
+    """Params: id and the fields of a ``RunEnd``."""
+    return sql.SQL(
+        "UPDATE {} SET ended_at = NOW(), outcome = %(outcome)s, exit_code = %(exit_code)s,"
+        " signal = %(signal)s FROM {async_commit} WHERE id = %(id)s"
+    ).format(sql.Identifier(*history), async_commit=_ASYNC_COMMIT)
+
+
+def start_params(
+    *,
+    lock_key: str,
+    modes: Sequence[str],
+    slot_end: Any,
+    owner: str,
+    host: str,
+    pid: int,
+    cron: str | None,
+    cron_tz: str | None = None,
+) -> dict[str, Any]:
+    return {
+        "lock_key": lock_key,
+        "modes": ",".join(modes),
+        "slot_end": slot_end,
+        "owner": owner,
+        "host": host,
+        "pid": pid,
+        "cron": cron,
+        "cron_tz": cron_tz,
+    }
+
+
+class RunEnd(NamedTuple):
+    """How a run ended, as the end statement records it."""
+
+    outcome: str
+    exit_code: int | None = None
+    signal: int | None = None
+
+    def params(self, run_id: int) -> dict[str, Any]:
+        return {"id": run_id, **self._asdict()}
+
+
+def end_of_command(returncode: int | None, status: int, *, lease_lost: bool) -> RunEnd:
+    """The end of a wrapped command: its raw return code (negative: killed by that
+    signal, as subprocess reports it; None: it never started), the status the
+    wrapper returns, and whether its lease was lost meanwhile."""
+    killed_by = -returncode if returncode is not None and returncode < 0 else None
+    if lease_lost:
+        return RunEnd("lease_lost", status, killed_by)
+    if killed_by is not None:
+        return RunEnd("killed", status, killed_by)
+    return RunEnd("ok" if status == 0 else "failed", status)
+
+
+def end_of_block(error: BaseException | None, *, lease_lost: bool) -> RunEnd:
+    """The end of a block guarded by ``acquire_locks``."""
+    if lease_lost:
+        return RunEnd("lease_lost")
+    return RunEnd("ok") if error is None else RunEnd("failed")

@@ -1,0 +1,241 @@
+"""Contract: a fleet-wide pause and the run history, on every implementation."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from dislock import LockContext, LockNotAcquiredError, LockPausedError
+from dislock.core.history import create_history, history_table
+from dislock.core.pause import UNTIL_RESUMED, pause_params, pause_statement
+from dislock.core.sql import lease_key, pause_key, schedule_key
+from tests.support.drivers import Driver
+from tests.support.rows import Rows
+
+MakeContext = Callable[..., LockContext]
+LEASE = {"run_ttl_seconds": 1.0, "lease_interval_seconds": 0.2}
+YEARLY = "0 0 1 1 *"
+
+
+def pause(
+    db: psycopg.Connection[Any],
+    table: tuple[str, ...],
+    key: str,
+    reason: str,
+    seconds: float | None = None,
+) -> None:
+    """What `dislockctl pause` writes."""
+    end: dict[str, object] = {"until": UNTIL_RESUMED} if seconds is None else {"seconds": seconds}
+    db.execute(
+        pause_statement(table, for_interval=seconds is not None), pause_params(key, reason, **end)
+    )
+
+
+@pytest.fixture
+def history(db: psycopg.Connection[Any], lock_table: tuple[str, str]) -> tuple[str, ...]:
+    """The test's history table, created as `dislockctl init --history` does."""
+    table = history_table(lock_table)
+    for statement in create_history(table):
+        db.execute(statement)
+    return table
+
+
+def runs(db: psycopg.Connection[Any], table: tuple[str, ...], key: str) -> list[dict[str, Any]]:
+    cursor = db.execute(
+        sql.SQL(
+            "SELECT *, ended_at >= started_at AS ordered FROM {} WHERE lock_key = %s ORDER BY id"
+        ).format(sql.Identifier(*table)),
+        (key,),
+    )
+    names = [column.name for column in cursor.description or []]
+    return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+
+@pytest.mark.parametrize("strategies", [["schedule"], ["lease"], ["schedule", "lease"]])
+def test_a_paused_key_is_skipped_with_its_reason_and_nothing_written(
+    driver: Driver,
+    make_context: MakeContext,
+    db: psycopg.Connection[Any],
+    lock_table: tuple[str, str],
+    rows: Rows,
+    tmp_path: Path,
+    strategies: list[str],
+) -> None:
+    context = make_context(schedule=YEARLY, **LEASE)
+    pause(db, lock_table, context.lock_key, "db migration")
+    marker = tmp_path / "ran"
+    with pytest.raises(LockNotAcquiredError) as caught:
+        driver.run_with_locks(["touch", str(marker)], context, strategies)
+    assert "paused until resumed: db migration" in str(caught.value)
+    if "python-api" in driver.features:
+        assert isinstance(caught.value, LockPausedError)
+        assert caught.value.reason == "db migration"
+    assert not marker.exists()
+    assert rows.get(schedule_key(context.lock_key)) is None
+    assert rows.get(lease_key(context.lock_key)) is None
+
+
+def test_a_pause_does_not_stop_other_keys_and_ends_by_itself_or_on_resume(
+    driver: Driver,
+    make_context: MakeContext,
+    db: psycopg.Connection[Any],
+    lock_table: tuple[str, str],
+) -> None:
+    paused = make_context(**LEASE)
+    other = make_context(lock_key=paused.lock_key + "-other", **LEASE)
+    pause(db, lock_table, paused.lock_key, "", seconds=3600)
+    driver.hold(other, ["lease"]).release()
+    with pytest.raises(LockNotAcquiredError, match="paused until 2"):
+        driver.hold(paused, ["lease"])
+    Rows(db, lock_table).expire(pause_key(paused.lock_key))  # the hour is over
+    driver.hold(paused, ["lease"]).release()
+
+    pause(db, lock_table, paused.lock_key, "again")
+    with pytest.raises(LockNotAcquiredError, match="again"):
+        driver.hold(paused, ["lease"])
+    db.execute(
+        sql.SQL("DELETE FROM {} WHERE key = %s").format(sql.Identifier(*lock_table)),
+        (pause_key(paused.lock_key),),
+    )  # what `dislockctl resume` does
+    driver.hold(paused, ["lease"]).release()
+
+
+def test_a_held_key_is_not_reported_as_paused(driver: Driver, make_context: MakeContext) -> None:
+    first, second = make_context(**LEASE), make_context(**LEASE)
+    held = driver.hold(first, ["lease"])
+    try:
+        with pytest.raises(LockNotAcquiredError) as caught:
+            driver.hold(second, ["lease"])
+        assert "paused" not in str(caught.value)
+        assert not isinstance(caught.value, LockPausedError)
+    finally:
+        held.release()
+
+
+def test_history_records_each_run_with_its_outcome(
+    driver: Driver,
+    make_context: MakeContext,
+    db: psycopg.Connection[Any],
+    history: tuple[str, ...],
+) -> None:
+    context = make_context(history=True, schedule="* * * * * */1", **LEASE)
+    before = Rows(db, ("pg_catalog", "x")).now()
+    assert driver.run_with_locks(["true"], context, ["lease"]) == 0
+    assert driver.run_with_locks(["sh", "-c", "exit 3"], context, ["lease"]) == 3
+    assert driver.run_with_locks(["sh", "-c", "kill -TERM $$"], context, ["lease"]) == 143
+    recorded = runs(db, history, context.lock_key)
+    assert [(r["outcome"], r["exit_code"], r["signal"]) for r in recorded] == [
+        ("ok", 0, None),
+        ("failed", 3, None),
+        ("killed", 143, 15),
+    ]
+    for run in recorded:
+        assert run["modes"] == "lease" and run["slot_end"] is None
+        assert run["host"] == socket.gethostname() and run["pid"] > 0
+        assert driver.is_owner_token(run["owner"], context)
+        assert run["started_at"] >= before and run["ordered"]
+        assert context.cron_zone is not None  # the zone the schedule is read in
+        assert run["cron"] == "* * * * * */1" and run["cron_tz"] == context.cron_zone.name
+
+
+def test_history_records_the_schedule_slot(
+    driver: Driver,
+    make_context: MakeContext,
+    db: psycopg.Connection[Any],
+    history: tuple[str, ...],
+) -> None:
+    context = make_context(history=True, schedule=YEARLY)
+    assert driver.run_with_locks(["true"], context, ["schedule"]) == 0
+    with pytest.raises(LockNotAcquiredError):
+        driver.run_with_locks(["true"], context, ["schedule"])  # a skip is not a run
+    (run,) = runs(db, history, context.lock_key)
+    assert run["modes"] == "schedule" and run["outcome"] == "ok"
+    assert (run["slot_end"].month, run["slot_end"].day, run["slot_end"].hour) == (1, 1, 0)
+
+
+@pytest.mark.needs("python-api")
+def test_history_of_a_block_that_failed_or_lost_its_lease(
+    driver: Driver,
+    make_context: MakeContext,
+    db: psycopg.Connection[Any],
+    history: tuple[str, ...],
+    rows: Rows,
+) -> None:
+    context = make_context(history=True, **LEASE)
+    held = driver.hold(context, ["lease"])
+    with pytest.raises(KeyError):
+        held.release(KeyError("from the block"))
+    held = driver.hold(context, ["lease"])
+    rows.steal(lease_key(context.lock_key))
+    assert held.wait_lease_lost(10)
+    with pytest.raises(Exception, match="lost"):
+        held.release()
+    assert [r["outcome"] for r in runs(db, history, context.lock_key)] == [
+        "failed",
+        "lease_lost",
+    ]
+
+
+def test_a_history_that_cannot_be_written_does_not_stop_the_run(
+    driver: Driver,
+    make_context: MakeContext,
+    db: psycopg.Connection[Any],
+    lock_table: tuple[str, str],
+    tmp_path: Path,
+) -> None:
+    context = make_context(history=True, **LEASE)  # no history table was created
+    marker = tmp_path / "ran"
+    assert driver.run_with_locks(["touch", str(marker)], context, ["lease"]) == 0
+    assert marker.exists()
+    found = db.execute(
+        "SELECT to_regclass(%s)", (sql.Identifier(*history_table(lock_table)).as_string(None),)
+    ).fetchone()
+    assert found == (None,)
+
+
+def test_history_writes_commit_asynchronously_and_leave_the_session_as_it_was(
+    db: psycopg.Connection[Any], history: tuple[str, ...]
+) -> None:
+    """The history statements turn off synchronous_commit for their own transaction
+    only: the connection they share with lock statements stays durable."""
+    from dislock.core.history import RunEnd, end_statement, start_params, start_statement
+
+    params = start_params(
+        lock_key="k", modes=["lease"], slot_end=None, owner="o", host="h", pid=1, cron=None
+    )
+    row = db.execute(start_statement(history), params).fetchone()
+    assert row is not None
+    assert db.execute("SHOW synchronous_commit").fetchone() == ("on",)
+    db.execute(end_statement(history), RunEnd("ok", 0).params(row[0]))
+    assert db.execute("SHOW synchronous_commit").fetchone() == ("on",)
+    (run,) = runs(db, history, "k")
+    assert (run["outcome"], run["exit_code"], run["ordered"]) == ("ok", 0, True)
+
+
+def test_a_pause_is_not_waited_for_and_stops_every_slot(
+    driver: Driver,
+    make_context: MakeContext,
+    db: psycopg.Connection[Any],
+    lock_table: tuple[str, str],
+    rows: Rows,
+) -> None:
+    """A paused key is refused at once, even to a run that would wait for the lease,
+    and whichever slot of an N-holder lease would have been free."""
+    import time
+
+    waiting = make_context(wait_seconds=30.0, **LEASE)
+    slotted = make_context(slots=3, **LEASE)
+    pause(db, lock_table, waiting.lock_key, "maintenance")
+    started = time.monotonic()
+    with pytest.raises(LockNotAcquiredError, match="maintenance"):
+        driver.hold(waiting, ["lease"])
+    assert time.monotonic() - started < 20  # not the 30 s wait (generous: a loaded machine)
+    with pytest.raises(LockNotAcquiredError, match="paused until resumed: maintenance"):
+        driver.hold(slotted, ["lease"])
+    assert rows.get(lease_key(waiting.lock_key)) is None

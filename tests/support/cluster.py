@@ -42,8 +42,11 @@ def free_port() -> int:
 class Cluster:
     """``initdb`` into a temporary directory, then start, stop and restart at will."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, initialise: bool = True, options: str = "") -> None:
+        """``initialise=False`` leaves the data directory to be filled otherwise (a
+        base backup); ``options`` are extra ``-c name=value`` server settings."""
         self.bindir = _bindir()
+        self.options = options
         self.root = Path(tempfile.mkdtemp(prefix="dislock-cluster-"))
         self.data = self.root / "data"
         self.port = free_port()
@@ -58,6 +61,10 @@ class Cluster:
             os.chown(self.root, entry.pw_uid, entry.pw_gid)
             self._as_user = ["runuser", "-u", SERVICE_USER, "--"]
         self.root.chmod(0o755)
+        if initialise:
+            self.initdb()
+
+    def initdb(self) -> None:
         self._run("initdb", "-D", str(self.data), "-U", "postgres", "-A", "trust", "--no-sync")
 
     @property
@@ -75,6 +82,8 @@ class Cluster:
 
     def start(self) -> None:
         options = f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.root} -c fsync=off"
+        if self.options:
+            options += f" {self.options}"
         self._run(
             "pg_ctl",
             "-D",
@@ -87,9 +96,10 @@ class Cluster:
             "start",
         )
 
-    def stop(self) -> None:
-        # fast: terminate sessions now, as a crash or failover would for the client
-        self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
+    def stop(self, mode: str = "fast") -> None:
+        # fast: terminate sessions now, as a crash or failover would for the client;
+        # immediate: no shutdown checkpoint, no last WAL sent to standbys (a crash)
+        self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "stop")
 
     def restart_after(self, seconds_down: float) -> None:
         self.stop()

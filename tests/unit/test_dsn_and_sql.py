@@ -59,7 +59,10 @@ def test_table_names_are_quoted_identifiers() -> None:
 
 def test_acquire_is_one_conditional_upsert_that_checks_the_pause() -> None:
     text = statements(("key_value",)).acquire_for.as_string(None)
-    assert text.count(";") == 0 and text.startswith("WITH pause AS (")
+    # One statement: the lock-delay check and the pause ride along as common
+    # table expressions; the row is inserted or taken over by the upsert.
+    assert text.count(";") == 0 and text.startswith("WITH dislock_history AS (")
+    assert "pause AS (" in text
     assert "INSERT INTO" in text and "ON CONFLICT (key) DO UPDATE" in text
     assert "WHERE held.expire_at <= NOW()" in text
     assert "WHERE NOT EXISTS (SELECT FROM pause)" in text

@@ -9,23 +9,12 @@ resolved on first use so that an async-only install never imports them.
 
 from __future__ import annotations
 
-import sys as _sys
-from os.path import isdir as _isdir
-from os.path import join as _join
+# Editable installs put every member's ``src`` directory on sys.path; extend_path
+# lets ``dislock.aio`` and friends be found there although this __init__ lives
+# only in dislock-core's tree.
+from pkgutil import extend_path as _extend_path
 
-# Editable installs put every member's ``src`` directory on sys.path: add their
-# ``dislock`` directories to this package's path, so that ``dislock.aio`` and
-# friends are found there although this __init__ lives only in dislock-core's
-# tree.  (pkgutil.extend_path does this and more; importing and running it costs
-# every cron run of the wrapper most of a millisecond.)
-__path__ = [
-    *__path__,
-    *(
-        portion
-        for portion in (_join(entry, __name__) for entry in _sys.path if isinstance(entry, str))
-        if portion not in __path__ and _isdir(portion)
-    ),
-]
+__path__ = _extend_path(__path__, __name__)
 
 from importlib import import_module as _import_module
 from typing import TYPE_CHECKING

@@ -20,6 +20,7 @@ from psycopg.rows import TupleRow
 from psycopg.sql import SQL, Composed, Identifier
 
 from dislock.core.errors import Interrupted, StatementTimeout
+from dislock.core.failover import not_replicated, unconfirmed
 from dislock.core.lease import CANCEL_GRACE, STUCK_AFTER
 from dislock.core.sharing import Registry
 from dislock.core.sql import Rendered
@@ -78,6 +79,19 @@ class Link:
         self.retired = False
         self._deadlines: list[float] = []  # of the statements using it now
         self._render = Rendered(conn)
+        # Notices arrive for the statement running, but psycopg's own queue would
+        # let the next statement start before this one looks: one at a time here.
+        self._serial = asyncio.Lock()
+        self._unreplicated: list[str] = []  # what the running statement was told
+        conn.add_notice_handler(self._notice)
+
+    def _notice(self, diag: Any) -> None:
+        if not_replicated(
+            severity=diag.severity_nonlocalized or diag.severity,
+            source_function=diag.source_function,
+            message=diag.message_primary,
+        ):
+            self._unreplicated.append(diag.message_primary or "")
 
     @classmethod
     async def open(cls, url: str, kwargs: dict[str, Any]) -> Link:
@@ -100,14 +114,32 @@ class Link:
         seconds, counting the wait for the connection."""
         deadline = time.monotonic() + timeout
         self._deadlines.append(deadline)
+        unreplicated: list[str] = []
         try:
-            return await _within(timeout, self.conn.execute(self._render(query), params))
+            cursor = await _within(timeout, self._run(query, params, unreplicated))
         except TimeoutError:
+            if unreplicated:  # the cancel ended a wait for the standbys: it committed
+                raise unconfirmed(unreplicated[0]) from None
             raise StatementTimeout(f"no answer within {timeout:.2f} s; cancelled") from None
+        else:
+            if unreplicated:
+                raise unconfirmed(unreplicated[0])
+            return cursor
         finally:
             self._deadlines.remove(deadline)
             if self.retired and not self._deadlines:
                 await self.conn.close()
+
+    async def _run(
+        self, query: Composed | SQL, params: dict[str, Any], unreplicated: list[str]
+    ) -> AsyncCursor[TupleRow]:
+        async with self._serial:
+            self._unreplicated.clear()
+            try:
+                return await self.conn.execute(self._render(query), params)
+            finally:
+                # Also when cancelled: psycopg reads the statement's end first.
+                unreplicated.extend(self._unreplicated)
 
     async def retire(self) -> None:
         self.retired = True

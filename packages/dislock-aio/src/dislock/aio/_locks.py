@@ -27,7 +27,12 @@ from dislock.core.config import SCHEDULE, normalize_strategies
 from dislock.core.context import LEASE_LOST_EXIT_CODE, LeaseLossPolicy, LockContext
 from dislock.core.cron import SlotCandidates, slot_end
 from dislock.core.dsn import connection_kwargs, scrub
-from dislock.core.errors import ConfigurationError, LeaseLostError, LockNotAcquiredError
+from dislock.core.errors import (
+    ConfigurationError,
+    LeaseLostError,
+    LockNotAcquiredError,
+    NotReplicatedError,
+)
 from dislock.core.lease import RELEASE_TIMEOUT, LeaseClock, LeaseSettings, raises_on_exit
 from dislock.core.patience import slot_patience
 from dislock.core.pause import paused_error
@@ -64,18 +69,46 @@ def _schedule_patience(context: LockContext) -> float:
 
 
 async def acquire(
-    hub: Hub, statement: Composed, params: dict[str, Any], timeout: float
+    hub: Hub,
+    statement: Composed,
+    params: dict[str, Any],
+    timeout: float,
+    *,
+    hand_back: Composed | None = None,
 ) -> sql.Acquired:
     """Run an acquiring upsert: whether it took the row, the fencing token, and
     the pause that refused it, if one did.
 
     Bounded, so that a row locked by a stuck transaction cannot hold a start
-    (and the cron runs queueing behind it) indefinitely.
+    (and the cron runs queueing behind it) indefinitely.  A row that synchronous
+    replication did not confirm is handed back with ``hand_back`` (the release
+    statement, owner-guarded) before ``NotReplicatedError`` is raised: a
+    failover could lose it while the work runs.
     """
-    cursor = await hub.execute(statement, params, timeout)
+    try:
+        cursor = await hub.execute(statement, params, timeout)
+    except NotReplicatedError as exc:
+        if hand_back is not None:
+            await _hand_back(hub, hand_back, [params["key"]], params["owner"])
+        raise NotReplicatedError(
+            f"{params['key']!r} was not acquired (handed back): {exc}"
+        ) from None
     row = await cursor.fetchone()
     assert row is not None, "an acquiring statement answers one row"
-    return sql.Acquired(bool(row[0]), row[1], row[2], row[3])
+    if len(row) > 4:
+        hub.note_timeline(row[4])
+    slot_end = row[5] if len(row) > 5 else None
+    return sql.Acquired(bool(row[0]), row[1], row[2], row[3], slot_end)
+
+
+async def _hand_back(hub: Hub, release: Composed, keys: list[str], owner: str) -> None:
+    """Expire our rows of ``keys`` (owner-guarded), best effort: an acquisition
+    synchronous replication did not confirm."""
+    for key in keys:
+        try:
+            await hub.execute(release, sql.release_params(key, owner), RELEASE_TIMEOUT)
+        except Exception as error:  # unconfirmed too, most likely: it still expired here
+            logger.debug("handing back %s: %s", key, error)
 
 
 class ScheduleLock:
@@ -118,15 +151,14 @@ class ScheduleLock:
                 candidates = SlotCandidates.around(
                     context.schedule, datetime.now(timezone.utc), zone.tz
                 )
-                cursor = await hub.execute(
+                answer = await acquire(
+                    hub,
                     statements.acquire_by_clock,
                     sql.acquire_by_clock_params(self.key, context.owner, candidates),
                     timeout,
+                    hand_back=statements.release,
                 )
-                row = await cursor.fetchone()
-                assert row is not None, "an acquiring statement answers one row"
-                answer = sql.Acquired(bool(row[0]), row[1], row[2], row[3])
-                expires_at = row[4]
+                expires_at = answer.slot_end
                 if expires_at is None:
                     # The database clock is far from ours: read it, then claim.
                     cursor = await hub.execute(statements.now, {}, timeout)
@@ -140,6 +172,7 @@ class ScheduleLock:
                     statements.acquire_until,
                     sql.acquire_until_params(self.key, context.owner, expires_at),
                     timeout,
+                    hand_back=statements.release,
                 )
         finally:
             await leave_hub(hub)
@@ -287,15 +320,23 @@ class LeaseLock:
                     statements.acquire_for,
                     sql.lease_params(self.key, context.owner, self.settings.ttl),
                     clock.attempt_timeout(sent_at),
+                    hand_back=statements.release,
                 )
                 acquired, fence, free = answer.acquired, answer.token, 0
                 reason, paused_until = answer.paused_for, answer.paused_until
             else:
-                cursor = await hub.execute(
-                    statements.acquire_slot,
-                    sql.slot_params(self._slot_keys, context.owner, self.settings.ttl),
-                    clock.attempt_timeout(sent_at),
-                )
+                try:
+                    cursor = await hub.execute(
+                        statements.acquire_slot,
+                        sql.slot_params(self._slot_keys, context.owner, self.settings.ttl),
+                        clock.attempt_timeout(sent_at),
+                    )
+                except NotReplicatedError as exc:
+                    # Which slot it took is unknown: every slot row of ours goes back.
+                    await _hand_back(hub, statements.release, self._slot_keys, context.owner)
+                    raise NotReplicatedError(
+                        f"no slot of {context.lock_key!r} was acquired (handed back): {exc}"
+                    ) from None
                 row = await cursor.fetchone()
                 assert row is not None
                 key, fence, free, reason, paused_until = row

@@ -415,6 +415,10 @@ def _check(conn: Any, settings: WrapperSettings) -> int:
     from dislock.core.lease import LeaseClock, LeaseSettings
     from dislock.core.sql import pause_key
 
+    refusal = _refuses_writes(conn)
+    if refusal:
+        print(f"dislockctl: error: {refusal}", file=sys.stderr)
+        return EXIT_FAILURE
     columns = _columns(conn, settings.table_parts)
     missing = {"key", "value", "expire_at", *(["fence"] if settings.fencing else [])} - set(columns)
     if not columns or missing:
@@ -479,6 +483,7 @@ def _check(conn: Any, settings: WrapperSettings) -> int:
     else:
         print("  history         off")
     print(f"  database now    {now.isoformat()}")
+    _print_lock_delay(conn, settings.table_parts)
     slots = {name: settings.slots if kind(name).renewed else 1 for name in settings.strategies}
     keys = {
         name: [kind(name).row_key(settings.lock_key, n) for n in range(1, slots[name] + 1)]
@@ -513,6 +518,36 @@ def _check(conn: Any, settings: WrapperSettings) -> int:
             state = f"held by {escape(owner)}, expires {expires}: a run now would {busy}"
         print(f"  {strategy:<14}  {state}")
     return EXIT_OK
+
+
+def _refuses_writes(conn: Any) -> str | None:
+    """Why this session cannot take locks (a standby, a read-only session), or None."""
+    from dislock.core.admin import WRITABLE_QUERY, read_only_reason
+
+    in_recovery, read_only = conn.execute(WRITABLE_QUERY).fetchone()
+    return read_only_reason(in_recovery=in_recovery, read_only=read_only)
+
+
+def _print_lock_delay(conn: Any, table: tuple[str, ...]) -> None:
+    """The server timeline and the lock delay after a failover (dislock.core.failover)."""
+    from psycopg import sql
+
+    from dislock.core.admin import describe_expiry
+    from dislock.core.failover import lock_delay_query
+
+    row = conn.execute(lock_delay_query(sql.Identifier(*table))).fetchone()
+    if row is None:
+        print("  timeline        not recorded yet (the first lock taken records it)")
+        return
+    recorded, _, remaining, current = row
+    line = f"  timeline        {current}"
+    if recorded != current:
+        line += f" (recorded {recorded}: the next lock taken starts a lock delay after failover)"
+    elif remaining > 0:
+        line += (
+            f"; lock delay after failover: no takeover until it ends {describe_expiry(remaining)}"
+        )
+    print(line)
 
 
 if __name__ == "__main__":

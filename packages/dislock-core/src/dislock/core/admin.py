@@ -301,3 +301,24 @@ def _grouped(rows: Sequence[LockRow]) -> list[list[LockRow]]:
 
 def render_json(rows: Sequence[LockRow]) -> str:
     return json.dumps([row.as_json() for row in rows], indent=2)
+
+
+WRITABLE_QUERY = "SELECT pg_is_in_recovery(), current_setting('transaction_read_only') = 'on'"
+"""Whether the server is a standby, and whether this session is read-only
+(``default_transaction_read_only``, or a standby's)."""
+
+
+def read_only_reason(*, in_recovery: bool, read_only: bool) -> str | None:
+    """``dislockctl check``'s one line when the session cannot take locks, or None."""
+    fix = (
+        "point the URL at the primary, or list every host with"
+        " ?target_session_attrs=read-write so that libpq picks the writable one"
+    )
+    if in_recovery:
+        return f"the server is a standby (in recovery) and cannot take locks; {fix}"
+    if read_only:
+        return (
+            "the session is read-only (default_transaction_read_only is on for this role or"
+            f" database) and cannot take locks; turn it off for the lock role, or {fix}"
+        )
+    return None

@@ -15,6 +15,7 @@ _UNDEFINED_COLUMN = "42703"
 _UNDEFINED_SCHEMA = "3F000"
 _INSUFFICIENT_PRIVILEGE = "42501"
 _READ_ONLY_TRANSACTION = "25006"
+_NOT_IN_PREREQUISITE_STATE = "55000"  # e.g. a standby asked for its WAL position
 
 
 def describe_database_error(error: BaseException, *, table_parts: tuple[str, ...], url: str) -> str:
@@ -44,7 +45,9 @@ def describe_database_error(error: BaseException, *, table_parts: tuple[str, ...
             f"permission denied on lock table {table} ({detail}); the role needs SELECT, "
             "INSERT and UPDATE on it"
         )
-    elif sqlstate == _READ_ONLY_TRANSACTION:
+    elif sqlstate == _READ_ONLY_TRANSACTION or (
+        sqlstate == _NOT_IN_PREREQUISITE_STATE and "recovery is in progress" in detail
+    ):
         message = (
             f"the database is read-only ({detail}); point the URL at the primary, not a replica"
         )

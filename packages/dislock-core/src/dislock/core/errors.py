@@ -64,6 +64,16 @@ class NotSent(StatementTimeout):
     asyncio statements queue inside psycopg, so only the sync side raises it.)"""
 
 
+class NotReplicatedError(DislockError):
+    """A lock statement committed on the primary, but synchronous replication never
+    confirmed it (the server's wait for its standbys was cancelled).
+
+    A failover could lose such a row, so it is not a success: an acquisition is
+    handed back and raises this; a renewal counts as a failed attempt and is
+    retried until the lease's deadline.
+    """
+
+
 class Interrupted(KeyboardInterrupt):
     """A signal ended the wait for the locks, before the command started.
 

@@ -18,6 +18,7 @@ from dislock.core.errors import DislockError as DislockError
 from dislock.core.errors import LeaseLostError as LeaseLostError
 from dislock.core.errors import LockNotAcquiredError as LockNotAcquiredError
 from dislock.core.errors import LockPausedError as LockPausedError
+from dislock.core.errors import NotReplicatedError as NotReplicatedError
 from dislock.core.errors import StatementTimeout as StatementTimeout
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "LockContext",
     "LockNotAcquiredError",
     "LockPausedError",
+    "NotReplicatedError",
     "StatementTimeout",
 ]
 

@@ -3,7 +3,9 @@
 Every lock operation is a single statement in its own (autocommit) transaction,
 so ``NOW()`` is the time that statement started.  Acquisition is one atomic
 upsert: it inserts a missing row, or takes over a row whose ``expire_at`` has
-passed, and touches nothing otherwise; no SELECT comes first.
+passed, and touches nothing otherwise; no SELECT comes first.  Its ``WITH``
+clause, the lock delay after a failover (``dislock.core.failover``), rides
+along in the same statement.
 
 Renewals only change ``expire_at``, a column no index covers, so PostgreSQL can
 update the row in place (a HOT update) instead of growing the table and index.
@@ -17,6 +19,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from psycopg import sql
 
+from dislock.core.failover import lock_delay, timeline_returned
 from dislock.core.kinds import KEY_PREFIX as KEY_PREFIX
 from dislock.core.kinds import LEASE, SCHEDULE, kind
 
@@ -71,6 +74,9 @@ class Acquired(NamedTuple):
     paused_for: str | None
     """The reason of a live pause of the lock key; set only when one refused the start."""
     paused_until: datetime | None
+    slot_end: datetime | None = None
+    """The slot end ``acquire_by_clock`` picked by the database clock (None there when
+    the clock was outside its candidates; always None for the other statements)."""
 
 
 class Statements(NamedTuple):
@@ -79,7 +85,9 @@ class Statements(NamedTuple):
     acquire_until: sql.Composed
     """Params: key, pause, owner, expire_at (timestamptz). Returns one row, an
     ``Acquired``: whether it took the row, the fencing token (NULL without
-    fencing), and the reason and end of a live pause row that refused it."""
+    fencing), the reason and end of a live pause row that refused it, and the
+    server's timeline; it takes nothing during a lock delay after a failover (see
+    ``dislock.core.failover``)."""
     acquire_for: sql.Composed
     """Params: key, pause, owner, ttl (seconds). Returns like ``acquire_until``."""
     renew_batch: sql.Composed
@@ -131,47 +139,60 @@ def statements(table_parts: tuple[str, ...], fencing: bool = False) -> Statement
         " WHERE key = %(pause)s AND expire_at > NOW())"
     ).format(table=table)
     upsert = sql.SQL(
-        "INSERT INTO {table} AS held (key, value, expire_at{columns})"
+        "{delay}INSERT INTO {table} AS held (key, value, expire_at{columns})"
         " {row}"
         " ON CONFLICT (key) DO UPDATE"
         " SET value = EXCLUDED.value, expire_at = EXCLUDED.expire_at{bump}"
         " WHERE held.expire_at <= NOW()"
-        " RETURNING {token}"
+        " RETURNING {token}, {timeline}"
     )
     answer = sql.SQL(
-        "WITH {pause}, taken (token) AS ({upsert})"
+        "WITH {delay}{pause}, taken (token, timeline) AS ({upsert})"
         " SELECT EXISTS (SELECT FROM taken), (SELECT token FROM taken),"
-        " pause.value, pause.expire_at"
+        " pause.value, pause.expire_at, (SELECT timeline FROM dislock_history)"
         " FROM (VALUES (1)) AS answer LEFT JOIN pause ON true"
     )
     # ``_acquire_slot`` formats this same upsert: a placeholder added to it must be
     # given there too (through ``parts``, ideally), so that slots keep every check.
-    parts = {"table": table, "columns": columns, "bump": bump}
+    parts: dict[str, sql.Composable] = {"table": table, "columns": columns, "bump": bump}
     lease_expiry = sql.SQL("NOW() + make_interval(secs => %(ttl)s)")
+    # After a failover, no one takes a missing or expired row for a while (see
+    # dislock.core.failover); the fragment also returns the server's timeline.
+    slot_ctes, slot_calm = lock_delay(table, sql.SQL("0"))
+    lease_ctes, lease_calm = lock_delay(table, sql.SQL("%(ttl)s"))
+    # Its common table expressions go first: PostgreSQL allows data-modifying
+    # ones only at the top of a statement.
+    slot_delay = sql.SQL("{}, ").format(slot_ctes)
+    lease_delay = sql.SQL("{}, ").format(lease_ctes)
+    parts["timeline"] = timeline_returned()
     slot_end = sql.SQL("%(expire_at)s::timestamptz")
     return Statements(
         # A slot that ended between computing it and claiming it (a slow start
         # straddling a boundary, or a next_run_time in the past) is not claimed:
         # it would be free at once and let a second start into the new slot.
         acquire_until=answer.format(
+            delay=slot_delay,
             pause=pause,
             upsert=upsert.format(
                 row=sql.SQL(
                     "SELECT %(key)s, %(owner)s, {end}{first_token}"
-                    " WHERE {end} > NOW() AND NOT EXISTS (SELECT FROM pause)"
-                ).format(end=slot_end, first_token=first_token),
+                    " WHERE {end} > NOW() AND NOT EXISTS (SELECT FROM pause) AND {calm}"
+                ).format(end=slot_end, first_token=first_token, calm=slot_calm),
                 token=token,
+                delay=sql.SQL(""),
                 **parts,
             ),
         ),
         acquire_for=answer.format(
+            delay=lease_delay,
             pause=pause,
             upsert=upsert.format(
                 row=sql.SQL(
                     "SELECT %(key)s, %(owner)s, {expiry}{first_token}"
-                    " WHERE NOT EXISTS (SELECT FROM pause)"
-                ).format(expiry=lease_expiry, first_token=first_token),
+                    " WHERE NOT EXISTS (SELECT FROM pause) AND {calm}"
+                ).format(expiry=lease_expiry, first_token=first_token, calm=lease_calm),
                 token=token,
+                delay=sql.SQL(""),
                 **parts,
             ),
         ),
@@ -193,13 +214,17 @@ def statements(table_parts: tuple[str, ...], fencing: bool = False) -> Statement
             " WHERE key = %(key)s AND value = %(owner)s AND expire_at > NOW()"
         ).format(table=table, mark=sql.Literal(RELEASED_MARK)),
         now=sql.SQL("SELECT NOW()"),
-        acquire_slot=_acquire_slot(upsert, pause, parts, table, first_token, token, lease_expiry),
+        acquire_slot=_acquire_slot(
+            upsert, pause, parts, table, first_token, token, lease_expiry, (lease_ctes, lease_calm)
+        ),
         release_notify=sql.SQL(
             "UPDATE {table} SET expire_at = NOW(), value = value || {mark}"
             " WHERE key = %(key)s AND value = %(owner)s AND expire_at > NOW()"
             " RETURNING pg_notify(%(channel)s, %(wake)s)"
         ).format(table=table, mark=sql.Literal(RELEASED_MARK)),
-        acquire_by_clock=_acquire_by_clock(upsert, pause, parts, first_token, token),
+        acquire_by_clock=_acquire_by_clock(
+            upsert, pause, parts, first_token, token, (slot_ctes, slot_calm)
+        ),
     )
 
 
@@ -209,12 +234,16 @@ def _acquire_by_clock(
     parts: dict[str, sql.Composable],
     first_token: sql.Composable,
     token: sql.Composable,
+    delay: tuple[sql.Composable, sql.Composable],
 ) -> sql.Composed:
     """``acquire_until``'s upsert, its slot end picked by ``NOW()`` from scalar
     candidates with a CASE (no arrays: a new server session, which every cron run
-    has, plans it fastest); the round trip that reads the clock is saved."""
+    has, plans it fastest); the round trip that reads the clock is saved.  It
+    answers like ``acquire_until`` (the lock delay's timeline fifth), then the
+    slot end it picked (NULL when the database clock is outside the candidates)."""
     from dislock.core.cron import SlotCandidates
 
+    ctes, calm = delay
     choices = sql.SQL("").join(
         sql.SQL(" WHEN NOW() <= {latest}::timestamptz THEN {end}::timestamptz").format(
             latest=sql.Placeholder(f"latest_{i}"), end=sql.Placeholder(f"end_{i}")
@@ -224,20 +253,21 @@ def _acquire_by_clock(
     taking = upsert.format(
         row=sql.SQL(
             "SELECT %(key)s, %(owner)s, slot.slot_end{first_token} FROM slot"
-            " WHERE slot.slot_end IS NOT NULL AND NOT EXISTS (SELECT FROM pause)"
-        ).format(first_token=first_token),
+            " WHERE slot.slot_end IS NOT NULL AND NOT EXISTS (SELECT FROM pause) AND {calm}"
+        ).format(first_token=first_token, calm=calm),
         token=token,
+        delay=sql.SQL(""),
         **parts,
     )
     return sql.SQL(
-        "WITH {pause},"
+        "WITH {ctes}, {pause},"
         " slot AS (SELECT CASE WHEN NOW() < %(covered_from)s::timestamptz THEN NULL{choices}"
         " END AS slot_end),"
-        " taken (token) AS ({taking})"
+        " taken (token, timeline) AS ({taking})"
         " SELECT EXISTS (SELECT FROM taken), (SELECT token FROM taken),"
-        " pause.value, pause.expire_at, slot.slot_end"
+        " pause.value, pause.expire_at, {timeline}, slot.slot_end"
         " FROM slot LEFT JOIN pause ON true"
-    ).format(pause=pause, choices=choices, taking=taking)
+    ).format(ctes=ctes, pause=pause, choices=choices, taking=taking, timeline=parts["timeline"])
 
 
 def _acquire_slot(
@@ -248,33 +278,38 @@ def _acquire_slot(
     first_token: sql.Composable,
     token: sql.Composable,
     expiry: sql.Composable,
+    delay: tuple[sql.Composable, sql.Composable],
 ) -> sql.Composed:
     """``acquire_for`` over the first of several rows that is free, in one statement.
 
     It is the same upsert (anything added to it for every acquisition applies to
     slots too), fed the lowest-numbered slot that looks free.  Two holders picking
     the same slot at once cannot both get it: the upsert's own condition decides,
-    and the loser learns from ``free`` that another slot may be left.
+    and the loser learns from ``free`` that another slot may be left.  The lock
+    delay's common table expressions go to the top (PostgreSQL allows
+    data-modifying ones only there), and during a delay no slot counts as free.
     """
+    ctes, calm = delay
     taking = upsert.format(
         row=sql.SQL(
             "SELECT free.key, %(owner)s, {expiry}{first_token} FROM free"
             " WHERE NOT EXISTS (SELECT FROM pause) ORDER BY free.n LIMIT 1"
         ).format(expiry=expiry, first_token=first_token),
         token=sql.SQL("held.key, {token}").format(token=token),
+        delay=sql.SQL(""),
         **parts,
     )
     # Answers: the key taken (NULL if none), the token, how many slots looked
     # free, and the reason and end of a live pause (which took nothing).
     return sql.SQL(
-        "WITH {pause}, free AS ("
+        "WITH {ctes}, {pause}, free AS ("
         " SELECT slot.key, slot.n FROM unnest(%(keys)s::text[]) WITH ORDINALITY AS slot (key, n)"
         " WHERE NOT EXISTS (SELECT FROM {table} AS held"
-        " WHERE held.key = slot.key AND held.expire_at > NOW())),"
-        " taken (key, token) AS ({taking})"
+        " WHERE held.key = slot.key AND held.expire_at > NOW()) AND {calm}),"
+        " taken (key, token, timeline) AS ({taking})"
         " SELECT taken.key, taken.token, (SELECT count(*) FROM free), pause.value, pause.expire_at"
         " FROM (SELECT) AS one LEFT JOIN taken ON true LEFT JOIN pause ON true"
-    ).format(pause=pause, table=table, taking=taking)
+    ).format(ctes=ctes, pause=pause, table=table, taking=taking, calm=calm)
 
 
 class Rendered:

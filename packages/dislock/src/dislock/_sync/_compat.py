@@ -22,6 +22,7 @@ from psycopg.rows import TupleRow
 from psycopg.sql import SQL, Composed, Identifier
 
 from dislock.core.errors import Interrupted, NotSent, StatementTimeout
+from dislock.core.failover import not_replicated, unconfirmed
 from dislock.core.lease import CANCEL_GRACE, STATEMENT_FLOOR, STUCK_AFTER
 from dislock.core.sharing import Registry
 from dislock.core.sql import Rendered
@@ -165,6 +166,17 @@ class Link:
         self._lock = threading.Lock()
         self._canceller = _Canceller(conn)
         self._render = Rendered(conn)
+        self._unreplicated: str | None = None
+        conn.add_notice_handler(self._notice)
+
+    def _notice(self, diag: Any) -> None:
+        # Called in the thread running the statement, while it holds the lock.
+        if not_replicated(
+            severity=diag.severity_nonlocalized or diag.severity,
+            source_function=diag.source_function,
+            message=diag.message_primary,
+        ):
+            self._unreplicated = diag.message_primary or ""
 
     @classmethod
     def open(cls, url: str, kwargs: dict[str, Any]) -> Link:
@@ -193,11 +205,16 @@ class Link:
             if time.monotonic() - started >= timeout:
                 raise StatementTimeout(f"the shared connection stayed busy for {timeout:.2f} s")
         try:
+            self._unreplicated = None
             self._canceller.arm(max(STATEMENT_FLOOR, timeout - (time.monotonic() - started)))
             try:
-                return self.conn.execute(self._render(query), params)
+                cursor = self.conn.execute(self._render(query), params)
             finally:
                 self._canceller.disarm()
+            if self._unreplicated is not None:
+                # A cancel (ours or anyone's) ended its wait for the standbys.
+                raise unconfirmed(self._unreplicated)
+            return cursor
         except errors.QueryCanceled:
             raise StatementTimeout(f"no answer within {timeout:.2f} s; cancelled") from None
         finally:

@@ -36,6 +36,7 @@ from dislock.core import sql
 from dislock.core.context import DEFAULT_CONNECT_TIMEOUT
 from dislock.core.dsn import connection_kwargs, parse_dsn, scrub
 from dislock.core.errors import NotSent, StatementTimeout
+from dislock.core.failover import CURRENT_TIMELINE, timeline_change
 from dislock.core.lease import CANCEL_GRACE, RENEWER_STOP_TIMEOUT, STATEMENT_FLOOR, LeaseClock
 from dislock.core.patience import ConnectPatience
 from dislock.core.renewal import Batch, Renewal, RenewalPlan
@@ -108,6 +109,8 @@ class Hub:
         self._watchdog_wakes_at = math.inf
         self._sending_since: float | None = None
         self._sending_for = 0.0
+        self.timeline: int | None = None
+        """The server timeline a lock was last taken on (see ``dislock.core.failover``)."""
 
     # The shared connection.
 
@@ -169,7 +172,28 @@ class Hub:
                     self._retire(link)
                 kwargs = connection_kwargs(self.url, self.connect_timeout)
                 link = self._link = Link.open(self.url, kwargs)
+                if self.timeline is not None and len(self.plan):
+                    self._compare_timeline(link)
             return link
+
+    def note_timeline(self, timeline: object) -> None:
+        if isinstance(timeline, int):
+            self.timeline = timeline
+
+    def _compare_timeline(self, link: Link) -> None:
+        """A holder reconnecting: say so if the server's history changed (one
+        statement per reconnection, none on the common path)."""
+        try:
+            cursor = link.execute(CURRENT_TIMELINE, {}, self.connect_timeout)
+            row = cursor.fetchone()
+        except Exception as exc:  # a standby, a server without WAL functions
+            logger.debug("could not read the server timeline: %s", exc)
+            return
+        now = None if row is None else row[0]
+        warning = timeline_change(self.timeline, now)
+        if warning:
+            logger.warning("%s", warning)
+        self.note_timeline(now)
 
     def _usable(self, link: Link) -> bool:
         conn = link.conn

@@ -1,0 +1,66 @@
+"""``dislockctl check`` and failover: a read-only session, the timeline and the lock delay.
+
+(A real standby is refused in tests/reliability/test_failover.py.)
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from dislock.core.failover import CURRENT_TIMELINE, TIMELINE_KEY
+
+CTL = [sys.executable, "-m", "dislock.cli.ctl", "DATABASE_URL", "check"]
+
+
+def check(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(CTL, env=env, capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_check_refuses_a_read_only_session_in_one_line(cli_env: dict[str, str]) -> None:
+    params = conninfo_to_dict(cli_env["DATABASE_URL"])
+    params["options"] = "-c default_transaction_read_only=on"
+    result = check({**cli_env, "DATABASE_URL": make_conninfo("", **params)})
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert result.stderr.count("\n") == 1
+    assert "read-only" in result.stderr and "default_transaction_read_only" in result.stderr
+
+
+def test_check_shows_the_timeline_and_a_running_lock_delay(
+    cli_env: dict[str, str], db: psycopg.Connection[Any], lock_table: tuple[str, str]
+) -> None:
+    before = check(cli_env)
+    assert before.returncode == 0, before.stderr
+    assert "timeline        not recorded yet" in before.stdout
+    taken = subprocess.run(
+        [sys.executable, "-m", "dislock.cli", "DATABASE_URL", "true"],
+        env={**cli_env, "LOCK_STRATEGY": "lease"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert taken.returncode == 0, taken.stderr
+    recorded = check(cli_env)
+    line = next(line for line in recorded.stdout.splitlines() if "timeline" in line)
+    assert line.split()[1].isdigit() and "lock delay" not in line
+    table = sql.Identifier(*lock_table)
+    db.execute(sql.SQL("UPDATE {} SET value = '999' WHERE key = %s").format(table), (TIMELINE_KEY,))
+    changed = check(cli_env)
+    assert "(recorded 999: the next lock taken starts a lock delay" in changed.stdout
+    timeline = db.execute(CURRENT_TIMELINE).fetchone()
+    assert timeline is not None
+    db.execute(
+        sql.SQL(
+            "UPDATE {} SET value = %s, expire_at = NOW() + interval '30 seconds' WHERE key = %s"
+        ).format(table),
+        (str(timeline[0]), TIMELINE_KEY),
+    )
+    delayed = check(cli_env)
+    assert "lock delay after failover: no takeover until it ends in" in delayed.stdout

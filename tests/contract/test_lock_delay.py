@@ -1,0 +1,155 @@
+"""The lock delay after a failover (dislock.core.failover), on the shared server.
+
+A change of timeline is simulated by rewriting the recorded one, which is what a
+promoted standby looks like to the acquiring statement; the real failover is in
+tests/reliability/test_failover.py.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from dislock import LeaseLock, LockContext, LockNotAcquiredError, ScheduleLock
+from dislock.aio import LeaseLock as AioLeaseLock
+from dislock.core.admin import list_params, list_query
+from dislock.core.failover import LONGEST_TTL_KEY, TIMELINE_KEY
+from tests.support.rows import Rows
+
+
+def metadata(db: psycopg.Connection[Any], table: tuple[str, str]) -> dict[str, tuple[str, float]]:
+    rows = db.execute(
+        sql.SQL(
+            "SELECT key, value, EXTRACT(EPOCH FROM (expire_at - NOW()))::float8 FROM {}"
+            " WHERE key LIKE 'dislock:%%'"
+        ).format(sql.Identifier(*table))
+    ).fetchall()
+    return {key: (value, left) for key, value, left in rows}
+
+
+def new_timeline(db: psycopg.Connection[Any], table: tuple[str, str]) -> None:
+    """What the lock table shows after a failover: a timeline that is not the server's."""
+    db.execute(
+        sql.SQL("UPDATE {} SET value = '999' WHERE key = %s").format(sql.Identifier(*table)),
+        (TIMELINE_KEY,),
+    )
+
+
+def lease(make_context: Callable[..., LockContext], key: str, ttl: float = 2.0) -> LeaseLock:
+    return LeaseLock(make_context(lock_key=key, run_ttl_seconds=ttl, lease_interval_seconds=0.3))
+
+
+def test_the_first_lock_records_the_timeline_and_starts_no_delay(
+    make_context: Callable[..., LockContext],
+    db: psycopg.Connection[Any],
+    lock_table: tuple[str, str],
+) -> None:
+    with lease(make_context, "a"):
+        pass
+    with lease(make_context, "b"):  # at once: no delay
+        pass
+    found = metadata(db, lock_table)
+    assert found[TIMELINE_KEY][1] <= 0
+    assert int(found[TIMELINE_KEY][0]) >= 1
+    assert float(found[LONGEST_TTL_KEY][0]) == 2.0
+
+
+def test_a_new_timeline_keeps_missing_and_expired_rows_for_the_longest_ttl(
+    make_context: Callable[..., LockContext],
+    db: psycopg.Connection[Any],
+    lock_table: tuple[str, str],
+    rows: Rows,
+) -> None:
+    with lease(make_context, "long", ttl=30.0):
+        pass
+    with lease(make_context, "short", ttl=2.0):
+        pass
+    held = lease(make_context, "held", ttl=2.0)
+    held.__enter__()
+    try:
+        new_timeline(db, lock_table)
+        slot = make_context(
+            lock_key="slot", next_run_time=datetime.now(timezone.utc) + timedelta(hours=1)
+        )
+        for lock in (
+            lease(make_context, "fresh"),
+            lease(make_context, "short"),
+            ScheduleLock(slot),
+        ):
+            with pytest.raises(LockNotAcquiredError):
+                lock.__enter__()
+        value, left = metadata(db, lock_table)[TIMELINE_KEY]
+        assert value != "999"  # the server's timeline, recorded by the first to see it
+        assert 25.0 < left <= 30.0  # the longest TTL ever used, not the acquirer's 2 s
+        time.sleep(2.5)  # past the held lease's TTL: its renewals are not delayed
+        assert not held.is_lost()
+    finally:
+        held.__exit__(None, None, None)
+    rows.expire(TIMELINE_KEY)  # the delay is over
+    with lease(make_context, "fresh"):
+        pass
+
+
+@pytest.mark.asyncio
+async def test_the_delay_holds_for_asyncio_too(
+    make_context: Callable[..., LockContext],
+    db: psycopg.Connection[Any],
+    lock_table: tuple[str, str],
+) -> None:
+    context = make_context(lock_key="k", run_ttl_seconds=2.0, lease_interval_seconds=0.3)
+    async with AioLeaseLock(context):
+        pass
+    new_timeline(db, lock_table)
+    with pytest.raises(LockNotAcquiredError):
+        async with AioLeaseLock(context):
+            pass
+
+
+def test_a_shorter_ttl_does_not_shorten_the_recorded_longest(
+    make_context: Callable[..., LockContext],
+    db: psycopg.Connection[Any],
+    lock_table: tuple[str, str],
+) -> None:
+    for ttl in (5.0, 2.0, 7.5, 3.0):
+        with lease(make_context, f"k{ttl}", ttl=ttl):
+            pass
+    assert float(metadata(db, lock_table)[LONGEST_TTL_KEY][0]) == 7.5
+
+
+def test_metadata_rows_are_not_listed_as_locks(
+    make_context: Callable[..., LockContext],
+    db: psycopg.Connection[Any],
+    lock_table: tuple[str, str],
+) -> None:
+    with lease(make_context, "listed"):
+        pass
+    keys = [row[0] for row in db.execute(list_query(lock_table), list_params("")).fetchall()]
+    assert keys == ["cronjob-lock:lease:listed"]
+    assert set(metadata(db, lock_table)) == {TIMELINE_KEY, LONGEST_TTL_KEY}
+
+
+def test_no_slot_of_an_n_holder_lease_is_free_during_the_delay(
+    make_context: Callable[..., LockContext],
+    db: psycopg.Connection[Any],
+    lock_table: tuple[str, str],
+    rows: Rows,
+) -> None:
+    def slotted() -> LeaseLock:
+        return LeaseLock(
+            make_context(lock_key="n", run_ttl_seconds=2.0, lease_interval_seconds=0.3, slots=3)
+        )
+
+    with slotted():
+        pass
+    new_timeline(db, lock_table)
+    with pytest.raises(LockNotAcquiredError):
+        slotted().__enter__()
+    rows.expire(TIMELINE_KEY)
+    with slotted() as lock:
+        assert lock.key.startswith("cronjob-lock:lease:n")

@@ -77,10 +77,12 @@ def test_a_new_timeline_keeps_missing_and_expired_rows_for_the_longest_ttl(
         slot = make_context(
             lock_key="slot", next_run_time=datetime.now(timezone.utc) + timedelta(hours=1)
         )
+        by_clock = make_context(lock_key="cron-slot", schedule="* * * * *")
         for lock in (
             lease(make_context, "fresh"),
             lease(make_context, "short"),
             ScheduleLock(slot),
+            ScheduleLock(by_clock),  # the slot picked by the database clock, in the statement
         ):
             with pytest.raises(LockNotAcquiredError):
                 lock.__enter__()

@@ -496,3 +496,32 @@ def test_missed_reads_the_schedule_in_its_recorded_zone(
     assert all(datetime.fromisoformat(s["slot_start"]).minute == 0 for s in utc["missed"])
     bad = ctl("missed", env["LOCK_KEY"], "--tz", "Mars/Olympus")
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_runs_reading_the_schedule_in_different_zones_are_flagged(
+    ctl: Ctl, with_history: dict[str, str], run_cli: RunCli
+) -> None:
+    env = {**with_history, "LOCK_STRATEGY": "lease", "CRON_SCHEDULE": "0 * * * *"}
+    for zone in ("America/New_York", "Europe/Berlin"):
+        ran = run_cli(["DATABASE_URL", "true"], {**env, "CRON_TZ": zone})
+        assert ran.returncode == 0, ran.stderr
+    key = env["LOCK_KEY"]
+    for command in (["missed", key, "--since", "1h"], ["history", key], ["history"]):
+        result = ctl(*command)
+        warnings = [line for line in result.stderr.splitlines() if "differently" in line]
+        assert len(warnings) == 1, (command, result.stderr)
+        assert "America/New_York" in warnings[0] and "Europe/Berlin" in warnings[0]
+        assert "CRON_TZ" in warnings[0]
+    report = json.loads(ctl("missed", key, "--since", "1h", "--json").stdout)
+    assert sorted(r["cron_tz"] for r in report["readings"]) == ["America/New_York", "Europe/Berlin"]
+
+
+def test_runs_that_agree_on_the_zone_draw_no_warning(
+    ctl: Ctl, with_history: dict[str, str], run_cli: RunCli
+) -> None:
+    env = {**with_history, "LOCK_STRATEGY": "lease", "CRON_SCHEDULE": "0 * * * *"}
+    for _ in range(2):
+        ran = run_cli(["DATABASE_URL", "true"], {**env, "CRON_TZ": "Europe/Berlin"})
+        assert ran.returncode == 0, ran.stderr
+    for command in (["missed", env["LOCK_KEY"], "--since", "1h"], ["history"]):
+        assert "differently" not in ctl(*command).stderr

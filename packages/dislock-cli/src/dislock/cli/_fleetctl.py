@@ -214,7 +214,28 @@ def _history(
     else:
         what = f" of {key!r}" if key else ""
         print(f"no runs{what} in the last {format_duration(request.since.total_seconds())}")
+    _warn_disagreements(conn, request, key)
     return EXIT_OK
+
+
+def _warn_disagreements(conn: Any, request: Request, key: str | None) -> list[Any]:
+    """Warn (on stderr, so that --json output stays clean) about keys whose runs
+    read their schedule in different zones or expressions; returns the readings of
+    ``key`` (all of them, for --json)."""
+    from dislock.cli.fleet import Reading, describe_disagreement, disagreements, readings_query
+    from dislock.core.bounds import escape
+
+    assert request.since is not None
+    (now,) = conn.execute("SELECT NOW()").fetchone()
+    readings = [
+        Reading(*row)
+        for row in conn.execute(
+            readings_query(request.history), {"key": key, "since": now - request.since}
+        ).fetchall()
+    ]
+    for found_key, found in disagreements(readings).items():
+        print(f"dislockctl: {escape(describe_disagreement(found_key, found))}", file=sys.stderr)
+    return readings
 
 
 def _missed(conn: Any, table: tuple[str, ...], request: Request, key: str, as_json: bool) -> int:
@@ -262,6 +283,7 @@ def _missed(conn: Any, table: tuple[str, ...], request: Request, key: str, as_js
         _error(str(exc))
         return EXIT_USAGE
     missed = missed_slots(slots, starts)
+    readings = _warn_disagreements(conn, request, key)
     if as_json:
         print(
             dump(
@@ -274,6 +296,7 @@ def _missed(conn: Any, table: tuple[str, ...], request: Request, key: str, as_js
                     "slots": len(slots),
                     "runs": len(starts),
                     "missed": [slot.as_json() for slot in missed],
+                    "readings": [reading.as_json() for reading in readings],
                 }
             )
         )

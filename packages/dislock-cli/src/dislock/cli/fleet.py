@@ -199,6 +199,51 @@ def schedule_query(history: tuple[str, ...]) -> sql.Composed:
     ).format(sql.Identifier(*history))
 
 
+def readings_query(history: tuple[str, ...]) -> sql.Composed:
+    """How the runs since %(since)s (of %(key)s, or of every key when it is NULL)
+    read their schedule: one row per key, cron expression and zone, with the number
+    of runs and the hosts that read it so.  A schedule read in different zones by
+    different machines puts several real fires into one slot (or none), so a key
+    with more than one reading is worth an operator's attention."""
+    return sql.SQL(
+        "SELECT lock_key, cron, coalesce(cron_tz, 'UTC'), count(*),"
+        " string_agg(DISTINCT host, ', ' ORDER BY host)"
+        " FROM {} WHERE started_at >= %(since)s AND cron IS NOT NULL"
+        " AND (%(key)s::text IS NULL OR lock_key = %(key)s::text)"
+        " GROUP BY 1, 2, 3 ORDER BY 1, 4 DESC, 2, 3"
+    ).format(sql.Identifier(*history))
+
+
+class Reading(NamedTuple):
+    """One way the runs of a key read its schedule (a row of ``readings_query``)."""
+
+    key: str
+    cron: str
+    cron_tz: str
+    runs: int
+    hosts: str
+
+    def as_json(self) -> dict[str, Any]:
+        return self._asdict()
+
+
+def disagreements(readings: Sequence[Reading]) -> dict[str, list[Reading]]:
+    """The keys whose runs read their schedule in more than one way, with the readings."""
+    by_key: dict[str, list[Reading]] = {}
+    for reading in readings:
+        by_key.setdefault(reading.key, []).append(reading)
+    return {key: found for key, found in by_key.items() if len(found) > 1}
+
+
+def describe_disagreement(key: str, readings: Sequence[Reading]) -> str:
+    """One line for an operator: the key, each reading, and what to do."""
+    ways = "; ".join(f"{r.cron!r} in {r.cron_tz} by {r.runs} run(s) on {r.hosts}" for r in readings)
+    return (
+        f"warning: the runs of {key!r} read its schedule differently ({ways}): "
+        "set the same CRON_TZ (and CRON_SCHEDULE) on every machine"
+    )
+
+
 def starts_query(history: tuple[str, ...]) -> sql.Composed:
     """When %(key)s's runs since %(since)s started and which slot they claimed,
     with the database clock (first row; NULLs when there are no runs)."""

@@ -206,6 +206,7 @@ def read_wrapper_settings(
         from dislock.core.cron import check_cron
 
         schedule = check_cron(raw_schedule, name="CRON_SCHEDULE")
+        zone = read_cron_zone(environ)  # and the zone it is read in, as for a slot
     waiting = read_waiting(environ, strategies)
     raw_patience = _variable(environ, "LOCK_CONNECT_PATIENCE_SECONDS")
     patience = (

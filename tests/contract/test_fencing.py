@@ -11,7 +11,7 @@ import pytest
 from psycopg import sql
 
 from dislock import LeaseLostError, LockContext
-from dislock.core.admin import init_statements
+from dislock.cli.admin import init_statements
 from dislock.core.sql import lease_key, schedule_key
 from tests.support.drivers import Driver
 from tests.support.rows import Rows

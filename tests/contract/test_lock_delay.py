@@ -18,7 +18,7 @@ from psycopg import sql
 
 from dislock import LeaseLock, LockContext, LockNotAcquiredError, ScheduleLock
 from dislock.aio import LeaseLock as AioLeaseLock
-from dislock.core.admin import list_params, list_query
+from dislock.cli.admin import list_params, list_query
 from dislock.core.failover import LONGEST_TTL_KEY, TIMELINE_KEY
 from tests.support.rows import Rows
 

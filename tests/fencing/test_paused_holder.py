@@ -16,7 +16,7 @@ import psycopg
 from psycopg import sql
 
 from dislock import LeaseLock, LockContext
-from dislock.core.admin import init_statements
+from dislock.cli.admin import init_statements
 from tests.cli.conftest import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,6 +9,7 @@ import pytest
 
 from dislock import ConfigurationError
 from dislock.cli import HELP
+from dislock.cli.settings import read_wrapper_settings
 from dislock.core.bounds import (
     BOUNDS,
     MAX_KEY_BYTES,
@@ -20,7 +21,6 @@ from dislock.core.bounds import (
     escape,
     printable,
 )
-from dislock.core.env import read_wrapper_settings
 from dislock.core.waiting import MAX_SLOTS
 
 DOCS = Path(__file__).parents[2] / "docs" / "cli.md"

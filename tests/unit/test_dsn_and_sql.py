@@ -93,7 +93,7 @@ def test_renewals_only_touch_expire_at() -> None:
 
 
 def test_a_short_password_does_not_mangle_the_message() -> None:
-    from dislock.core.diagnosis import describe_database_error
+    from dislock.cli.diagnosis import describe_database_error
 
     error = OSError("connection failed: server closed the connection unexpectedly")
     message = describe_database_error(

@@ -1,8 +1,8 @@
-"""The failover decisions of dislock.core.failover and dislock.core.admin, without a server."""
+"""The failover decisions of dislock.core.failover and dislock.cli.admin, without a server."""
 
 from __future__ import annotations
 
-from dislock.core.admin import read_only_reason
+from dislock.cli.admin import read_only_reason
 from dislock.core.errors import NotReplicatedError
 from dislock.core.failover import (
     SYNCREP_FUNCTION,

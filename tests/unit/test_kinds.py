@@ -6,7 +6,8 @@ import pytest
 
 import dislock
 import dislock.aio
-from dislock.core import admin, config, kinds, sql
+from dislock.cli import admin
+from dislock.core import config, kinds, sql
 
 
 def test_row_keys_stay_those_dislock_0_1_0_shares() -> None:

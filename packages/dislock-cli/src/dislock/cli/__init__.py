@@ -131,7 +131,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         return EXIT_OK
 
     # Deferred imports keep `--help` instant; the rest costs psycopg and no more.
-    from dislock.core.env import parse_log_level, read_wrapper_settings
+    from dislock.cli.settings import parse_log_level, read_wrapper_settings
     from dislock.core.errors import ConfigurationError
 
     level, level_warning = parse_log_level(env)

@@ -30,7 +30,7 @@ def read_request(
 ) -> Request:
     """Raises ConfigurationError (exit 2) for bad durations, times, cron expressions."""
     from dislock.cli.fleet import parse_duration, parse_time
-    from dislock.core.env import read_history_table
+    from dislock.cli.settings import read_history_table
     from dislock.core.history import history_table
 
     command = args.command
@@ -121,7 +121,7 @@ def _history_exists(conn: Any, history: tuple[str, ...]) -> bool:
 
 
 def _pause(conn: Any, table: tuple[str, ...], lock_key: str, reason: str, request: Request) -> int:
-    from dislock.core.admin import state_query
+    from dislock.cli.admin import state_query
     from dislock.core.pause import UNTIL_RESUMED, describe_until, pause_params, pause_statement
     from dislock.core.sql import lease_key, schedule_key
 
@@ -162,8 +162,8 @@ def _resume(conn: Any, table: tuple[str, ...], lock_key: str) -> int:
 
 
 def _prune(conn: Any, request: Request) -> int:
+    from dislock.cli.admin import format_duration
     from dislock.cli.fleet import prune_query
-    from dislock.core.admin import format_duration
 
     assert request.prune is not None
     (count,) = conn.execute(
@@ -194,8 +194,8 @@ def _history(
     limit: int,
     as_json: bool,
 ) -> int:
+    from dislock.cli.admin import format_duration
     from dislock.cli.fleet import Run, dump, render_runs, runs_params, runs_query
-    from dislock.core.admin import format_duration
 
     assert request.since is not None
     if key is not None and _unknown_key(conn, table, request, key):

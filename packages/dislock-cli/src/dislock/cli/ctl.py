@@ -30,7 +30,7 @@ from dislock.cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, __version__
 from dislock.core.kinds import NAMES as MODES
 
 if TYPE_CHECKING:
-    from dislock.core.env import WrapperSettings
+    from dislock.cli.settings import WrapperSettings
 
 
 class _Parser(argparse.ArgumentParser):
@@ -205,7 +205,7 @@ def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> int:
     args = build_parser().parse_args(argv)
     env = os.environ if environ is None else environ
 
-    from dislock.core.env import read_database_url, read_table, read_wrapper_settings
+    from dislock.cli.settings import read_database_url, read_table, read_wrapper_settings
     from dislock.core.errors import ConfigurationError
 
     if args.table is not None:
@@ -242,7 +242,7 @@ def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> int:
 
     if args.command == "serve":
         from dislock.cli.serve import serve
-        from dislock.core.env import read_history_table
+        from dislock.cli.settings import read_history_table
         from dislock.core.history import history_table
 
         try:
@@ -255,8 +255,8 @@ def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> int:
     import psycopg
     import psycopg.errors
 
+    from dislock.cli.diagnosis import describe_database_error
     from dislock.core.context import DEFAULT_CONNECT_TIMEOUT
-    from dislock.core.diagnosis import describe_database_error
     from dislock.core.dsn import connection_kwargs, scrub
 
     try:
@@ -290,7 +290,7 @@ def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> int:
 
 
 def _columns(conn: Any, table: tuple[str, ...]) -> list[str]:
-    from dislock.core.admin import columns_query
+    from dislock.cli.admin import columns_query
 
     query, params = columns_query(table)
     return [str(name) for (name,) in conn.execute(query, params).fetchall()]
@@ -309,7 +309,7 @@ def _fleet_request(args: argparse.Namespace, table: tuple[str, ...], env: Mappin
 
 
 def _init_sql(table: tuple[str, ...], fencing: bool, history: tuple[str, ...] | None) -> list[str]:
-    from dislock.core.admin import init_statements
+    from dislock.cli.admin import init_statements
     from dislock.core.history import create_history
 
     statements = init_statements(table, fencing=fencing)
@@ -319,7 +319,7 @@ def _init_sql(table: tuple[str, ...], fencing: bool, history: tuple[str, ...] | 
 
 
 def _init(conn: Any, table: tuple[str, ...], fencing: bool, history: tuple[str, ...] | None) -> int:
-    from dislock.core.admin import init_statements
+    from dislock.cli.admin import init_statements
     from dislock.core.history import create_history
 
     columns = _columns(conn, table)
@@ -343,7 +343,7 @@ def _init(conn: Any, table: tuple[str, ...], fencing: bool, history: tuple[str, 
 
 
 def _list(conn: Any, table: tuple[str, ...], prefix: str, as_json: bool) -> int:
-    from dislock.core.admin import LockRow, list_params, list_query, render_json, render_table
+    from dislock.cli.admin import LockRow, list_params, list_query, render_json, render_table
 
     rows = [
         LockRow.from_row(row)
@@ -366,7 +366,7 @@ def _release(
     owner: str | None,
     slot: int | None = None,
 ) -> int:
-    from dislock.core.admin import (
+    from dislock.cli.admin import (
         format_duration,
         release_params,
         release_query,
@@ -408,7 +408,7 @@ def _release(
 def _check(conn: Any, settings: WrapperSettings) -> int:
     from psycopg import sql
 
-    from dislock.core.admin import describe_expiry, format_duration, state_query
+    from dislock.cli.admin import describe_expiry, format_duration, state_query
     from dislock.core.bounds import escape
     from dislock.core.cron import slot_end
     from dislock.core.kinds import kind
@@ -522,7 +522,7 @@ def _check(conn: Any, settings: WrapperSettings) -> int:
 
 def _refuses_writes(conn: Any) -> str | None:
     """Why this session cannot take locks (a standby, a read-only session), or None."""
-    from dislock.core.admin import WRITABLE_QUERY, read_only_reason
+    from dislock.cli.admin import WRITABLE_QUERY, read_only_reason
 
     in_recovery, read_only = conn.execute(WRITABLE_QUERY).fetchone()
     return read_only_reason(in_recovery=in_recovery, read_only=read_only)
@@ -532,7 +532,7 @@ def _print_lock_delay(conn: Any, table: tuple[str, ...]) -> None:
     """The server timeline and the lock delay after a failover (dislock.core.failover)."""
     from psycopg import sql
 
-    from dislock.core.admin import describe_expiry
+    from dislock.cli.admin import describe_expiry
     from dislock.core.failover import lock_delay_query
 
     row = conn.execute(lock_delay_query(sql.Identifier(*table))).fetchone()

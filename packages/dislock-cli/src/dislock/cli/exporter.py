@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 
 from psycopg import sql
 
-from dislock.core.admin import MODES, LockRow
+from dislock.cli.admin import MODES, LockRow
 from dislock.core.errors import ConfigurationError
 from dislock.core.history import OUTCOMES
 
@@ -89,7 +89,7 @@ class HeldLock(NamedTuple):
     """``schedule`` or ``lease``."""
     owner: str
     state: str
-    """As ``dislockctl ls`` says it (``dislock.core.admin.LockRow.state``): ``held``,
+    """As ``dislockctl ls`` says it (``dislock.cli.admin.LockRow.state``): ``held``,
     ``released``, ``expired`` (abandoned) or ``ended`` (a slot that is over)."""
     seconds_left: float
     """Until it expires (negative: since it did)."""

@@ -342,7 +342,7 @@ def describe_outcome(run: Run) -> str:
 
 
 def render_runs(runs: Sequence[Run]) -> str:
-    from dislock.core.admin import format_duration
+    from dislock.cli.admin import format_duration
 
     headers = ("STARTED (UTC)", "LOCK KEY", "HOST", "PID", "DURATION", "OUTCOME")
     lines = [

@@ -26,6 +26,8 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from dislock.cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 from dislock.cli._prometheus import Exposition
+from dislock.cli.admin import LockRow, list_params, list_query
+from dislock.cli.diagnosis import describe_database_error
 from dislock.cli.exporter import (
     MISSED_WINDOW,
     RECENT_SECONDS,
@@ -54,9 +56,7 @@ from dislock.cli.fleet import (
     table_exists_query,
 )
 from dislock.cli.status_page import render_page
-from dislock.core.admin import LockRow, list_params, list_query
 from dislock.core.cron import UTC, load_zone, next_boundary
-from dislock.core.diagnosis import describe_database_error
 from dislock.core.dsn import connection_kwargs, scrub
 from dislock.core.errors import ConfigurationError
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from html import escape
 
+from dislock.cli.admin import format_duration
 from dislock.cli.exporter import MISSED_WINDOW, FleetSnapshot, KeyStatus, page_order
-from dislock.core.admin import format_duration
 from dislock.core.pause import UNTIL_RESUMED
 
 REFRESH_SECONDS = 15

@@ -2,5 +2,7 @@
 
 The sync (``dislock._sync``), asyncio (``dislock.aio``) and command-line
 (``dislock.cli``) packages import from here and only add connections, threads,
-tasks and processes.  Nothing in this package opens a socket or sleeps.
+tasks and processes.  Nothing in this package opens a socket or sleeps.  Decisions
+that only the command line needs (its environment, ``dislockctl``'s SQL, error
+wording) live in ``dislock.cli`` instead, so that they do not ship to library users.
 """

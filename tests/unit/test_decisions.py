@@ -9,9 +9,11 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from dislock import ConfigurationError, LeaseLossPolicy
+from dislock.core.context import default_owner
 from dislock.core.cron import check_cron, next_boundary, slot_end
 from dislock.core.lease import LeaseClock, LeaseSettings, raises_on_exit
-from dislock.core.supervision import check_command, default_owner, exit_status, jitter_delay
+from dislock.core.supervision import check_command, exit_status
+from dislock.core.waiting import jitter_delay
 
 UTC = timezone.utc
 SETTINGS = LeaseSettings(ttl=10.0, interval=3.0, policy=LeaseLossPolicy.TERMINATE)

@@ -103,7 +103,7 @@ def test_a_short_password_does_not_mangle_the_message() -> None:
 
 
 def test_statements_are_rendered_once_per_connection() -> None:
-    from dislock.core.sql import Rendered
+    from dislock.core.rendering import Rendered
 
     render = Rendered(None)
     stmts = statements(("ops", "locks"))

@@ -21,9 +21,9 @@ from psycopg.sql import SQL, Composed, Identifier
 
 from dislock.core.errors import Interrupted, StatementTimeout
 from dislock.core.failover import not_replicated, unconfirmed
-from dislock.core.lease import CANCEL_GRACE, STUCK_AFTER
+from dislock.core.rendering import Rendered
 from dislock.core.sharing import Registry
-from dislock.core.sql import Rendered
+from dislock.core.timeouts import CANCEL_GRACE, STUCK_AFTER
 
 T = TypeVar("T")
 

@@ -33,15 +33,17 @@ from dislock.core.errors import (
     LockNotAcquiredError,
     NotReplicatedError,
 )
-from dislock.core.lease import RELEASE_TIMEOUT, LeaseClock, LeaseSettings, raises_on_exit
+from dislock.core.lease import LeaseClock, LeaseSettings, raises_on_exit
 from dislock.core.patience import slot_patience
 from dislock.core.pause import paused_error
 from dislock.core.renewal import Renewal
-from dislock.core.supervision import LOSS_LOGGER, jitter_delay
+from dislock.core.supervision import LOSS_LOGGER
+from dislock.core.timeouts import RELEASE_TIMEOUT
 from dislock.core.waiting import (
     WAKE_CHANNEL,
     WaitPlan,
     check_waiting,
+    jitter_delay,
     slot_keys,
     slot_retry,
     wake_token,

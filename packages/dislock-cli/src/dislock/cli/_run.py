@@ -13,9 +13,10 @@ from dislock._sync import run_with_locks
 from dislock.cli import EXIT_FAILURE, EXIT_USAGE
 from dislock.cli.diagnosis import describe_database_error
 from dislock.cli.settings import WrapperSettings
+from dislock.core.context import default_owner
 from dislock.core.dsn import scrub
 from dislock.core.errors import ConfigurationError, LockNotAcquiredError
-from dislock.core.supervision import FORWARDED_SIGNALS, default_owner
+from dislock.core.supervision import FORWARDED_SIGNALS
 
 logger = logging.getLogger("dislock")
 

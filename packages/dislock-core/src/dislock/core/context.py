@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import enum
+import os
+import socket
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
@@ -22,6 +24,12 @@ DEFAULT_CONNECT_TIMEOUT = 10.0
 
 LEASE_LOST_EXIT_CODE = 75
 """Exit code of a wrapped command terminated because its lease was lost (EX_TEMPFAIL)."""
+
+
+def default_owner() -> str:
+    """``hostname:pid:nonce`` — readable, and unique per run even where containers
+    share hostnames and pid 1."""
+    return f"{socket.gethostname()}:{os.getpid()}:{os.urandom(4).hex()}"
 
 
 class LeaseLossPolicy(str, enum.Enum):

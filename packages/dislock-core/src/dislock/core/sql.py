@@ -24,8 +24,6 @@ from dislock.core.kinds import KEY_PREFIX as KEY_PREFIX
 from dislock.core.kinds import LEASE, SCHEDULE, kind
 
 if TYPE_CHECKING:
-    from psycopg.abc import AdaptContext
-
     from dislock.core.context import LockContext
     from dislock.core.cron import SlotCandidates
 
@@ -310,31 +308,6 @@ def _acquire_slot(
         " SELECT taken.key, taken.token, (SELECT count(*) FROM free), pause.value, pause.expire_at"
         " FROM (SELECT) AS one LEFT JOIN taken ON true LEFT JOIN pause ON true"
     ).format(ctes=ctes, pause=pause, table=table, taking=taking, calm=calm)
-
-
-class Rendered:
-    """The statements one connection has run, rendered to bytes for it once.
-
-    A statement is built once per table (and kept alive by ``statements``'s
-    cache); rendering it anew for every execution would walk its parts and quote
-    its identifiers each time.  The rendering depends on the connection's
-    encoding, hence one of these per connection.
-    """
-
-    LIMIT = 256
-    """Statements kept (a few per lock table in use); past it, the cache starts over."""
-
-    def __init__(self, context: AdaptContext | None) -> None:
-        self._context = context
-        self._by_id: dict[int, tuple[sql.Composable, bytes]] = {}
-
-    def __call__(self, query: sql.Composable) -> bytes:
-        found = self._by_id.get(id(query))
-        if found is None or found[0] is not query:  # an id reused by another object
-            if len(self._by_id) >= self.LIMIT:
-                self._by_id.clear()
-            found = self._by_id[id(query)] = (query, query.as_bytes(self._context))
-        return found[1]
 
 
 def statements_for(context: LockContext) -> Statements:

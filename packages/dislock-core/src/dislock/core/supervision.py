@@ -1,11 +1,9 @@
-"""Decisions of the command wrapper: timings, exit codes, jitter and owner tokens."""
+"""Decisions of the command wrapper: its command, signals, timings and exit codes."""
 
 from __future__ import annotations
 
 import os
-import random
 import signal
-import socket
 from collections.abc import Mapping, Sequence
 
 from dislock.core.errors import ConfigurationError
@@ -57,19 +55,6 @@ def child_environment(
 def exit_status(returncode: int) -> int:
     """A child's status as a shell reports it: its code, or 128+n if signal n killed it."""
     return 128 - returncode if returncode < 0 else returncode
-
-
-def jitter_delay(max_seconds: float, rng: random.Random | None = None) -> float:
-    """A uniform delay in ``[0, max_seconds]``; zero when jitter is off."""
-    if max_seconds <= 0:
-        return 0.0
-    return (rng or random).uniform(0.0, max_seconds)
-
-
-def default_owner() -> str:
-    """``hostname:pid:nonce`` — readable, and unique per run even where containers
-    share hostnames and pid 1."""
-    return f"{socket.gethostname()}:{os.getpid()}:{os.urandom(4).hex()}"
 
 
 def runs_in_group(stat: bytes, pgid: int) -> bool:

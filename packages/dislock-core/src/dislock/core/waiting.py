@@ -10,6 +10,9 @@ never sends its release, and its row simply expires.
 
 Every delay ``WaitPlan`` hands out ends by the wait's deadline, so the jitter
 never stretches a wait past what the user set; the last try happens at it.
+
+The start-up jitter (``jitter_delay``), a random pause before the first try that
+spreads a fleet started by one cron tick, is decided here too.
 """
 
 from __future__ import annotations
@@ -37,6 +40,13 @@ waiters that started together do not try together for ever."""
 MAX_SLOTS = 1000
 """More holders than this at once is not a lock any more; it also bounds the
 array the slot-taking statement is sent."""
+
+
+def jitter_delay(max_seconds: float, rng: random.Random | None = None) -> float:
+    """The start-up jitter: a uniform delay in ``[0, max_seconds]``; zero when jitter is off."""
+    if max_seconds <= 0:
+        return 0.0
+    return (rng or random).uniform(0.0, max_seconds)
 
 
 def wake_token(table_parts: Sequence[str], lock_key: str) -> str:

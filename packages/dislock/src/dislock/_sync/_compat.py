@@ -23,9 +23,9 @@ from psycopg.sql import SQL, Composed, Identifier
 
 from dislock.core.errors import Interrupted, NotSent, StatementTimeout
 from dislock.core.failover import not_replicated, unconfirmed
-from dislock.core.lease import CANCEL_GRACE, STATEMENT_FLOOR, STUCK_AFTER
+from dislock.core.rendering import Rendered
 from dislock.core.sharing import Registry
-from dislock.core.sql import Rendered
+from dislock.core.timeouts import CANCEL_GRACE, STATEMENT_FLOOR, STUCK_AFTER
 
 LOCK_POLL = 0.05
 """How often a statement waiting for the shared connection checks that the one

@@ -37,10 +37,11 @@ from dislock.core.context import DEFAULT_CONNECT_TIMEOUT
 from dislock.core.dsn import connection_kwargs, parse_dsn, scrub
 from dislock.core.errors import NotSent, StatementTimeout
 from dislock.core.failover import CURRENT_TIMELINE, timeline_change
-from dislock.core.lease import CANCEL_GRACE, RENEWER_STOP_TIMEOUT, STATEMENT_FLOOR, LeaseClock
+from dislock.core.lease import LeaseClock
 from dislock.core.patience import ConnectPatience
 from dislock.core.renewal import Batch, Renewal, RenewalPlan
 from dislock.core.supervision import LOSS_LOGGER
+from dislock.core.timeouts import CANCEL_GRACE, RENEWER_STOP_TIMEOUT, STATEMENT_FLOOR
 
 from ._compat import (
     Event,

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import pytest
+
 from dislock.core.context import LeaseLossPolicy
 from dislock.core.lease import LeaseClock, LeaseSettings
-from dislock.core.renewal import Renewal, RenewalPlan
+from dislock.core.renewal import Renewal, RenewalPlan, renewal_listeners, report_renewal
 
 TABLE = ("key_value",)
 
@@ -110,3 +114,30 @@ def test_removed_leases_are_forgotten() -> None:
     plan.remove(a)
     assert plan.settle(batch, sent_at=102.0, now=102.01, renewed=[]) == []
     assert len(plan) == 0 and plan.until_next(102.0) is None and plan.until_deadline(102.0) is None
+
+
+def test_renewal_listeners_hear_the_leases_still_held_and_a_raising_one_is_skipped(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    plan = RenewalPlan()
+    a, b = lease("a", at=100.0), lease("b", at=100.0)
+    plan.add(a)
+    plan.add(b)
+    (batch,) = plan.due(102.0)
+    plan.settle(batch, sent_at=102.0, now=102.01, renewed=[("a", "owner-a")])  # b lost its row
+    heard: list[tuple[list[str], float]] = []
+
+    def broken(keys: Sequence[str], seconds: float) -> None:
+        raise RuntimeError("listener bug")
+
+    def listener(keys: Sequence[str], seconds: float) -> None:
+        heard.append((list(keys), seconds))
+
+    renewal_listeners.extend([broken, listener])
+    try:
+        report_renewal(batch, 0.01)
+    finally:
+        renewal_listeners.remove(broken)
+        renewal_listeners.remove(listener)
+    assert heard == [(["a"], 0.01)]
+    assert "a renewal listener raised" in caplog.text

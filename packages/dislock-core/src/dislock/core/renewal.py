@@ -9,11 +9,15 @@ a failed renewal for each lease in it; a lease missing from the answer has lost
 its row, and only that lease is lost.
 
 Like ``LeaseClock``, nothing here reads a clock or touches the network.
+
+``renewal_listeners`` lets a measurement (``benchmarks/run.py``) see each
+renewal that succeeded without parsing the renewer's debug log.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import logging
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from dislock.core.lease import LeaseClock
@@ -22,6 +26,14 @@ BATCH_WINDOW_RATIO = 0.5
 """A lease due within half a heartbeat joins a batch that is being sent anyway.
 Renewing a little early is harmless (the deadline counts from the send), and it
 lines leases up, so that after one round a single statement serves them all."""
+
+RenewalListener = Callable[[Sequence[str], float], None]
+"""Told of each batched renewal that succeeded: the row keys it renewed and the
+seconds its statement took."""
+
+renewal_listeners: list[RenewalListener] = []
+"""Called by every renewer, sync and asyncio, from its own thread or task: a
+listener must be quick.  One that raises is logged and skipped; the renewer goes on."""
 
 
 class Renewal:
@@ -138,3 +150,15 @@ class RenewalPlan:
                 r.reported = True
                 lost.append(r)
         return lost
+
+
+def report_renewal(batch: Batch, seconds: float) -> None:
+    """Tell ``renewal_listeners`` of a batch that succeeded (its leases still held)."""
+    if not renewal_listeners:
+        return
+    keys = [r.key for r in batch.renewals if not r.clock.lost]
+    for listener in tuple(renewal_listeners):
+        try:
+            listener(keys, seconds)
+        except Exception:
+            logging.getLogger(__name__).exception("a renewal listener raised")

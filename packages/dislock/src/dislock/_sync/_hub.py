@@ -39,7 +39,7 @@ from dislock.core.errors import NotSent, StatementTimeout
 from dislock.core.failover import CURRENT_TIMELINE, timeline_change
 from dislock.core.lease import LeaseClock
 from dislock.core.patience import ConnectPatience
-from dislock.core.renewal import Batch, Renewal, RenewalPlan
+from dislock.core.renewal import Batch, Renewal, RenewalPlan, report_renewal
 from dislock.core.supervision import LOSS_LOGGER
 from dislock.core.timeouts import CANCEL_GRACE, RENEWER_STOP_TIMEOUT, STATEMENT_FLOOR
 
@@ -287,7 +287,9 @@ class Hub:
                 return
             with self._guard:
                 lost = self.plan.settle(batch, sent_at=sent_at, now=monotonic(), renewed=renewed)
-            logger.debug("renewed %s in %.1f ms", _leases(batch), (monotonic() - sent_at) * 1000)
+            took = monotonic() - sent_at
+            logger.debug("renewed %s in %.1f ms", _leases(batch), took * 1000)
+            report_renewal(batch, took)
         self._sending_since = None
         self._declare(lost)
 

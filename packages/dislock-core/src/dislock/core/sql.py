@@ -164,36 +164,33 @@ def statements(table_parts: tuple[str, ...], fencing: bool = False) -> Statement
     lease_delay = sql.SQL("{}, ").format(lease_ctes)
     parts["timeline"] = timeline_returned()
     slot_end = sql.SQL("%(expire_at)s::timestamptz")
+
+    def acquiring(
+        delay: sql.Composable, expiry: sql.Composable, calm: sql.Composable, *, only: str = ""
+    ) -> sql.Composed:
+        """The one-row answer of the upsert of a row that ends at ``expiry``, taken
+        unless paused or in a lock delay (``calm``), and only if ``only`` holds."""
+        row = sql.SQL(
+            "SELECT %(key)s, %(owner)s, {expiry}{first_token}"
+            " WHERE {only}NOT EXISTS (SELECT FROM pause) AND {calm}"
+        ).format(
+            expiry=expiry,
+            first_token=first_token,
+            calm=calm,
+            only=sql.SQL(only).format(expiry=expiry),
+        )
+        return answer.format(
+            delay=delay,
+            pause=pause,
+            upsert=upsert.format(row=row, token=token, delay=sql.SQL(""), **parts),
+        )
+
     return Statements(
         # A slot that ended between computing it and claiming it (a slow start
         # straddling a boundary, or a next_run_time in the past) is not claimed:
         # it would be free at once and let a second start into the new slot.
-        acquire_until=answer.format(
-            delay=slot_delay,
-            pause=pause,
-            upsert=upsert.format(
-                row=sql.SQL(
-                    "SELECT %(key)s, %(owner)s, {end}{first_token}"
-                    " WHERE {end} > NOW() AND NOT EXISTS (SELECT FROM pause) AND {calm}"
-                ).format(end=slot_end, first_token=first_token, calm=slot_calm),
-                token=token,
-                delay=sql.SQL(""),
-                **parts,
-            ),
-        ),
-        acquire_for=answer.format(
-            delay=lease_delay,
-            pause=pause,
-            upsert=upsert.format(
-                row=sql.SQL(
-                    "SELECT %(key)s, %(owner)s, {expiry}{first_token}"
-                    " WHERE NOT EXISTS (SELECT FROM pause) AND {calm}"
-                ).format(expiry=lease_expiry, first_token=first_token, calm=lease_calm),
-                token=token,
-                delay=sql.SQL(""),
-                **parts,
-            ),
-        ),
+        acquire_until=acquiring(slot_delay, slot_end, slot_calm, only="{expiry} > NOW() AND "),
+        acquire_for=acquiring(lease_delay, lease_expiry, lease_calm),
         # Every lease a process holds in this table, in one statement.  The
         # arrays join on (key, value) like ``WHERE (key, value) IN (...)`` would,
         # and carry each lease's own TTL along.  A row whose TTL already ran out

@@ -37,7 +37,7 @@ from dislock.core.context import DEFAULT_CONNECT_TIMEOUT
 from dislock.core.dsn import connection_kwargs, parse_dsn, scrub
 from dislock.core.errors import NotSent, StatementTimeout
 from dislock.core.failover import CURRENT_TIMELINE, timeline_change
-from dislock.core.lease import CANCEL_GRACE, RENEWER_STOP_TIMEOUT, STATEMENT_FLOOR, LeaseClock
+from dislock.core.lease import CANCEL_GRACE, RENEWER_STOP_TIMEOUT, STATEMENT_FLOOR
 from dislock.core.patience import ConnectPatience
 from dislock.core.renewal import Batch, Renewal, RenewalPlan
 from dislock.core.supervision import LOSS_LOGGER
@@ -56,13 +56,6 @@ from ._compat import wait_event as wait_event
 
 logger = logging.getLogger("dislock")
 loss_logger = logging.getLogger(LOSS_LOGGER)
-
-
-def declare_lost(key: str, clock: LeaseClock, lost: Event) -> None:
-    """Set a lease's loss event, logging the reason once."""
-    if not lost.is_set():
-        loss_logger.warning("lease %s lost: %s", key, clock.lost_reason)
-        lost.set()
 
 
 def _answered_while_idle(link: Link) -> bool:
@@ -236,12 +229,22 @@ class Hub:
         self._generation += 1
         self._renewer = spawn(partial(self._renew, self._generation), "dislock-renewer")
 
+    def declare_lost(self, renewal: Renewal) -> None:
+        """Set the loss event of ``renewal`` (lost by its clock), logging the
+        reason once; nothing once it is unregistered, so that a late verdict on
+        one acquisition never reaches the next one of the same lock."""
+        with self._guard:
+            event = self._lost_events.get(renewal)
+            newly = event is not None and not event.is_set()
+            if newly:
+                assert event is not None
+                event.set()
+        if newly:
+            loss_logger.warning("lease %s lost: %s", renewal.key, renewal.clock.lost_reason)
+
     def _declare(self, lost: list[Renewal]) -> None:
         for renewal in lost:
-            with self._guard:
-                event = self._lost_events.get(renewal)
-            if event is not None:
-                declare_lost(renewal.key, renewal.clock, event)
+            self.declare_lost(renewal)
 
     def _renew(self, generation: int) -> None:
         """Send the due batches, then sleep until the next lease is due (or for

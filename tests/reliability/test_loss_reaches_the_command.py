@@ -48,8 +48,8 @@ while True:
 def loss_times(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     """Wall-clock times at which the lock code declared a lease lost."""
     times: list[float] = []
-    for hub in (dislock._sync._hub.Hub, dislock.aio._hub.Hub):
-        original: Callable[..., None] = hub.declare_lost
+    for renewer in (dislock._sync._hub.Renewer, dislock.aio._hub.Renewer):
+        original: Callable[..., None] = renewer.declare_lost
 
         def recording(self: Any, renewal: Any, _original: Any = original) -> None:
             now = time.time()
@@ -59,7 +59,7 @@ def loss_times(monkeypatch: pytest.MonkeyPatch) -> list[float]:
             if not was_set and event.is_set():
                 times.append(now)
 
-        monkeypatch.setattr(hub, "declare_lost", recording)
+        monkeypatch.setattr(renewer, "declare_lost", recording)
     return times
 
 

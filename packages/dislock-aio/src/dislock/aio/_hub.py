@@ -1,9 +1,7 @@
 """One connection and one renewer per database, shared by every lock of the process.
 
-The asyncio module ``dislock/aio/_hub.py`` is the hand-written source; the sync
-``dislock/_sync/_hub.py`` is generated from it by ``tools/async_to_sync.py``.
-(With asyncio, "the process" means the event loop: a connection belongs to the
-loop that opened it.)
+Hand-written in ``dislock/aio/_hub.py``; ``dislock/_sync/_hub.py`` is
+generated from it by ``tools/async_to_sync.py``.
 
 ``Hub`` is the connection's life: locks run their statements on the hub's
 connection, which is opened on first use and closed when the last lock (or
@@ -34,9 +32,9 @@ from psycopg.sql import SQL, Composed
 from dislock.core import sql
 from dislock.core.context import DEFAULT_CONNECT_TIMEOUT
 from dislock.core.dsn import connection_kwargs, parse_dsn, scrub
-from dislock.core.errors import NotSent, StatementTimeout
+from dislock.core.errors import StatementTimeout
 from dislock.core.failover import CURRENT_TIMELINE, timeline_change
-from dislock.core.lease import CANCEL_GRACE, RENEWER_STOP_TIMEOUT, STATEMENT_FLOOR
+from dislock.core.lease import CANCEL_GRACE, RENEWER_STOP_TIMEOUT
 from dislock.core.patience import ConnectPatience
 from dislock.core.renewal import Batch, Renewal, RenewalPlan
 from dislock.core.supervision import LOSS_LOGGER
@@ -52,6 +50,11 @@ from ._compat import (
     stop_worker,
 )
 from ._compat import wait_event as wait_event
+
+# if sync
+# from dislock.core.errors import NotSent
+# from dislock.core.lease import STATEMENT_FLOOR
+# endif
 
 logger = logging.getLogger("dislock")
 loss_logger = logging.getLogger(LOSS_LOGGER)
@@ -97,16 +100,26 @@ class Hub:
         self, statement: Composed | SQL, params: dict[str, Any], timeout: float
     ) -> AsyncCursor[TupleRow]:
         """Run one statement on the shared connection, cancelling it after ``timeout``."""
-        started = monotonic()
+        # if sync
+        # started = monotonic()
+        # endif
         link = await self._usable_link()
         try:
             return await link.execute(statement, params, timeout)
-        except NotSent:
-            # Never sent, so safe to send again: on a new connection, in the time left.
-            await self._retire(link)
-            link = await self._usable_link()
-            left = timeout - (monotonic() - started)
-            return await link.execute(statement, params, max(left, STATEMENT_FLOOR))
+        # if async
+        # (Statements on one asyncio connection queue inside psycopg, none is
+        # ever refused unsent: only the sync flavour retries, below.)
+        # endif
+        # if sync
+        # except NotSent:
+        #     # It waited for a connection stuck in another thread's statement and
+        #     # was never sent, so it is safe to send again: on a new connection,
+        #     # in the time left.
+        #     self._retire(link)
+        #     link = self._usable_link()
+        #     left = timeout - (monotonic() - started)
+        #     return link.execute(statement, params, max(left, STATEMENT_FLOOR))
+        # endif
         except Exception as exc:
             if isinstance(exc, StatementTimeout) or link.conn.broken or link.conn.closed:
                 await self._retire(link)
@@ -392,6 +405,10 @@ class Renewer:
                 await stop_worker(worker, RENEWER_STOP_TIMEOUT)
 
 
+# if async
+# With asyncio, "the process" means the event loop: a connection belongs to the
+# loop that opened it, so each loop has hubs of its own (see ``local_registry``).
+# endif
 def enter_hub(url: str, connect_timeout: float = DEFAULT_CONNECT_TIMEOUT) -> Hub:
     """The hub for ``url``, counted as used until ``leave_hub``."""
     registry = local_registry()

@@ -1,10 +1,9 @@
 """Schedule and lease locks as context managers, and ``acquire_locks``.
 
-The asyncio module ``dislock/aio/_locks.py`` is the hand-written source; the sync
-``dislock/_sync/_locks.py`` is generated from it by ``tools/async_to_sync.py``.
-Write the source so that dropping ``async``/``await`` (and the renames that tool
-lists) gives correct blocking code: concurrency goes through ``._compat``,
-decisions through ``dislock.core``.
+Hand-written in ``dislock/aio/_locks.py``; ``dislock/_sync/_locks.py`` is
+generated from it by ``tools/async_to_sync.py``.  The source is written so
+that the tool's rewriting gives correct blocking code: concurrency goes through
+``._compat``, decisions through ``dislock.core``.
 """
 
 from __future__ import annotations

@@ -2,10 +2,8 @@
 # Change the asyncio source, then run `hatch run generate`.
 """One connection and one renewer per database, shared by every lock of the process.
 
-The asyncio module ``dislock/aio/_hub.py`` is the hand-written source; the sync
-``dislock/_sync/_hub.py`` is generated from it by ``tools/async_to_sync.py``.
-(With asyncio, "the process" means the event loop: a connection belongs to the
-loop that opened it.)
+Hand-written in ``dislock/aio/_hub.py``; ``dislock/_sync/_hub.py`` is
+generated from it by ``tools/async_to_sync.py``.
 
 ``Hub`` is the connection's life: locks run their statements on the hub's
 connection, which is opened on first use and closed when the last lock (or
@@ -104,7 +102,9 @@ class Hub:
         try:
             return link.execute(statement, params, timeout)
         except NotSent:
-            # Never sent, so safe to send again: on a new connection, in the time left.
+            # It waited for a connection stuck in another thread's statement and
+            # was never sent, so it is safe to send again: on a new connection,
+            # in the time left.
             self._retire(link)
             link = self._usable_link()
             left = timeout - (monotonic() - started)

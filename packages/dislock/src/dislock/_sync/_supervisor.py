@@ -2,9 +2,8 @@
 # Change the asyncio source, then run `hatch run generate`.
 """``run_with_locks``: run a command under locks, as a supervisor.
 
-The asyncio module ``dislock/aio/_supervisor.py`` is the hand-written source; the
-sync ``dislock/_sync/_supervisor.py`` is generated from it by
-``tools/async_to_sync.py``.
+Hand-written in ``dislock/aio/_supervisor.py``; ``dislock/_sync/_supervisor.py`` is
+generated from it by ``tools/async_to_sync.py``.
 
 The command runs in its own process group so that the whole group can be
 signalled: on lease loss under ``TERMINATE`` it gets SIGTERM, then SIGKILL after

@@ -11,6 +11,24 @@ strings and comments are left alone), then formats the result with ruff:
 
 Concurrency primitives whose sync and async forms differ in more than keywords
 live in each package's hand-written ``_compat.py`` under the same names.
+
+Code that only one flavour needs is marked in the source by comment lines (the
+whole line, at any indentation):
+
+    # if async                      # if sync
+    ...live code, dropped...        # ...commented-out code, uncommented
+    # else                          # endif
+    # ...sync code, uncommented...
+    # endif
+
+An async-only block is ordinary code in the asyncio source and is left out of
+the sync module.  A sync-only block is written commented out (``# `` after the
+block's indentation), since the asyncio module must not run it; the sync module
+gets it uncommented, and ruff and mypy check it there.  Blocks do not nest.
+
+The generated modules become the sync API pages, so they must not speak of
+asyncio: generation fails if one of ``ASYNC_WORDS`` is left in them (keep
+docstrings flavour-neutral, or put asyncio-only remarks in an async-only block).
 """
 
 from __future__ import annotations
@@ -18,6 +36,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import io
+import re
 import subprocess
 import sys
 import tokenize
@@ -39,6 +58,66 @@ RENAMES = {
     "__aexit__": "__exit__",
 }
 DROPPED = {"async", "await"}
+ASYNC_WORDS = re.compile(r"\basyncio\b|\bevent loop\b|\bcoroutines?\b|\basync\b|\bawait\b", re.I)
+MARKER = re.compile(r"^(?P<indent>[ \t]*)# (?P<word>if async|if sync|else|endif)[ \t]*$")
+
+
+class BlockError(ValueError):
+    """A misplaced ``# if``/``# else``/``# endif`` line."""
+
+
+def _uncomment(line: str, indent: str, where: str) -> str:
+    """``line`` of a sync-only block, without the ``# `` after ``indent``."""
+    if not line.strip():
+        return line
+    body = line[len(indent) :]
+    if not line.startswith(indent) or not (body.startswith("# ") or body.rstrip("\n") == "#"):
+        raise BlockError(f"{where}: a sync-only line must start with {indent!r} + '# '")
+    return indent + body[2:] if body.startswith("# ") else body[1:]  # a bare "#": blank
+
+
+def select_blocks(text: str, name: str = "<source>") -> str:
+    """``text`` for the sync flavour: async-only blocks dropped, sync-only blocks
+    uncommented, marker lines removed."""
+    out: list[str] = []
+    state = None  # None, "async" (dropping), "sync" (uncommenting)
+    indent = ""
+    opened = 0
+    for number, line in enumerate(text.splitlines(keepends=True), 1):
+        where = f"{name}:{number}"
+        marker = MARKER.match(line.rstrip("\n"))
+        if marker is not None:
+            word = marker["word"]
+            if word.startswith("if"):
+                if state is not None:
+                    raise BlockError(f"{where}: blocks do not nest (opened on line {opened})")
+                state, indent, opened = word[3:], marker["indent"], number
+            elif state is None:
+                raise BlockError(f"{where}: '# {word}' without '# if'")
+            elif word == "else":
+                if state != "async":
+                    raise BlockError(f"{where}: '# else' only follows '# if async'")
+                state = "sync"
+            else:
+                state = None
+            continue
+        if state is None:
+            out.append(line)
+        elif state == "sync":
+            out.append(_uncomment(line, indent, where))
+    if state is not None:
+        raise BlockError(f"{name}:{opened}: '# if {state}' is never closed by '# endif'")
+    return "".join(out)
+
+
+def asyncio_wording(text: str, skip: int) -> list[str]:
+    """Lines of a generated module, after its ``skip`` header lines, that still
+    speak of asyncio."""
+    return [
+        f"{number}: {line.strip()}"
+        for number, line in enumerate(text.splitlines(), 1)
+        if number > skip and ASYNC_WORDS.search(line)
+    ]
 
 
 def header(source: Path) -> str:
@@ -94,8 +173,19 @@ def ruff_format(text: str, filename: Path) -> str:
 
 
 def generate(source: Path, target: Path) -> str:
-    body = unasync(source.read_text())
-    return ruff_format(header(source) + body, target)
+    try:
+        selected = select_blocks(source.read_text(), str(source.relative_to(ROOT)))
+    except BlockError as exc:
+        raise SystemExit(str(exc)) from None
+    top = header(source)
+    text = ruff_format(top + unasync(selected), target)
+    wording = asyncio_wording(text, skip=top.count("\n"))
+    if wording:
+        raise SystemExit(
+            f"{target.relative_to(ROOT)} would speak of asyncio (make the source's wording"
+            " flavour-neutral, or put it in an async-only block):\n  " + "\n  ".join(wording)
+        )
+    return text
 
 
 def main() -> int:

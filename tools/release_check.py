@@ -149,7 +149,7 @@ SYNC_STORY = """
                       lock_key="sync-story", owner="sync:1", schedule="0 0 1 1 *",
                       run_ttl_seconds=5, lease_interval_seconds=1)
     with acquire_locks(ctx, ("schedule", "lease")) as session:
-        assert session.lease_lost is not None and not session.lease_lost.is_set()
+        assert not session.lease_lost.is_set()
     print("sync ok")
 """
 

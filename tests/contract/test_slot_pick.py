@@ -32,8 +32,9 @@ def _claim(
         sql.acquire_by_clock_params(key, "me", candidates),
     ).fetchone()
     assert row is not None  # always one row
-    taken, token, paused_for, paused_until, end = row
+    taken, token, paused_for, paused_until, timeline, end = row
     assert token is None and paused_for is None and paused_until is None
+    assert isinstance(timeline, int) and timeline >= 1  # the lock delay's, as every claim
     return taken, end
 
 

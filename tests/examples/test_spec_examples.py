@@ -100,6 +100,15 @@ with acquire_locks(context, strategies=("lease",)) as session:
         process(item)
 """
 
+# The README's form of it (0.2.0: ``lease_lost`` is always an event).
+LEASE_LOST_LOOP_README = """
+with acquire_locks(context, strategies=("lease",)) as session:
+    for item in items:
+        if session.lease_lost.is_set():
+            break
+        process(item)
+"""
+
 ASYNC_LEASE = """
 import asyncio
 
@@ -200,6 +209,8 @@ def test_acquire_locks_examples(example_url: str) -> None:
     namespace.update(items=[1, 2, 3], process=processed.append)
     run_example(LEASE_LOST_LOOP, example_url, namespace)
     assert processed == [1, 2, 3]
+    run_example(LEASE_LOST_LOOP_README, example_url, namespace)
+    assert processed == [1, 2, 3] * 2
 
 
 def test_async_examples(example_url: str) -> None:

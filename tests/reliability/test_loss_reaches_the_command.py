@@ -21,10 +21,8 @@ import pytest
 
 import dislock
 import dislock._sync._hub
-import dislock._sync._locks
 import dislock.aio
 import dislock.aio._hub
-import dislock.aio._locks
 from dislock import LEASE_LOST_EXIT_CODE, LeaseLossPolicy, LeaseLostError, LockContext
 from dislock._sync._supervisor import supervise as sync_supervise
 from dislock.aio._supervisor import supervise as aio_supervise
@@ -50,15 +48,18 @@ while True:
 def loss_times(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     """Wall-clock times at which the lock code declared a lease lost."""
     times: list[float] = []
-    for module in (dislock._sync._hub, dislock._sync._locks, dislock.aio._hub, dislock.aio._locks):
-        original: Callable[..., None] = module.declare_lost
+    for renewer in (dislock._sync._hub.Renewer, dislock.aio._hub.Renewer):
+        original: Callable[..., None] = renewer.declare_lost
 
-        def recording(key: str, clock: Any, lost: Any, _original: Any = original) -> None:
-            if not lost.is_set():
-                times.append(time.time())
-            _original(key, clock, lost)
+        def recording(self: Any, renewal: Any, _original: Any = original) -> None:
+            now = time.time()
+            event = self._lost_events.get(renewal)
+            was_set = event is None or event.is_set()
+            _original(self, renewal)
+            if not was_set and event.is_set():
+                times.append(now)
 
-        monkeypatch.setattr(module, "declare_lost", recording)
+        monkeypatch.setattr(renewer, "declare_lost", recording)
     return times
 
 

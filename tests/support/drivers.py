@@ -95,9 +95,7 @@ class Driver(ABC):
     def renewals(self, holding: Holding) -> int:
         """How many renewals the holding's lease has made (Python API only)."""
         assert isinstance(holding, _PythonHolding) and holding.lease is not None
-        clock = holding.lease.clock
-        assert clock is not None
-        renewals: int = clock.renewals
+        renewals: int = holding.lease.renewals
         return renewals
 
     def keep_connected(self, url: str) -> AbstractContextManager[None]:

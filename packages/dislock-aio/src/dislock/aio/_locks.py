@@ -1,10 +1,9 @@
 """Schedule and lease locks as context managers, and ``acquire_locks``.
 
-The asyncio module ``dislock/aio/_locks.py`` is the hand-written source; the sync
-``dislock/_sync/_locks.py`` is generated from it by ``tools/async_to_sync.py``.
-Write the source so that dropping ``async``/``await`` (and the renames that tool
-lists) gives correct blocking code: concurrency goes through ``._compat``,
-decisions through ``dislock.core``.
+Hand-written in ``dislock/aio/_locks.py``; ``dislock/_sync/_locks.py`` is
+generated from it by ``tools/async_to_sync.py``.  The source is written so
+that the tool's rewriting gives correct blocking code: concurrency goes through
+``._compat``, decisions through ``dislock.core``.
 """
 
 from __future__ import annotations
@@ -50,7 +49,7 @@ from dislock.core.waiting import (
 )
 
 from ._compat import Event, Listener, sleep
-from ._hub import Hub, declare_lost, enter_hub, leave_hub
+from ._hub import Hub, enter_hub, leave_hub
 
 logger = logging.getLogger("dislock")
 
@@ -202,12 +201,11 @@ class ScheduleLock:
 class _Held:
     """One acquisition of a lease: its bookkeeping, and the hub renewing it."""
 
-    __slots__ = ("hub", "lost", "renewal")
+    __slots__ = ("hub", "renewal")
 
-    def __init__(self, hub: Hub, renewal: Renewal, lost: Event) -> None:
+    def __init__(self, hub: Hub, renewal: Renewal) -> None:
         self.hub = hub
         self.renewal = renewal
-        self.lost = lost
 
     @property
     def clock(self) -> LeaseClock:
@@ -227,6 +225,10 @@ class LeaseLock:
     lease was lost (the row may belong to someone else by then), and wakes the
     lease's waiters.
 
+    A lock may be entered again once it has been left (never twice at once):
+    ``lease_lost`` stays the same event, cleared as each acquisition starts, and
+    ``fence``, ``lost_reason`` and ``renewals`` describe the latest acquisition.
+
     With ``LockContext.wait_seconds``, a lease held elsewhere is waited for (woken by
     its release, or by polling) before ``LockNotAcquiredError``; with
     ``LockContext.slots``, up to that many holders share it, each on a slot row of
@@ -240,22 +242,47 @@ class LeaseLock:
         """The row held: the lease's, or with ``LockContext.slots`` the slot's taken."""
         self._slot_keys = slot_keys(context.lock_key, context.slots)
         self.lease_lost = Event()
-        """Set when the lease is lost; a fresh event for each acquisition."""
+        """Set once the lease is lost.  One event for the lock's whole life
+        (fetching it before entering is fine), cleared as each acquisition
+        starts; after leaving, it still tells whether the lease was lost."""
         self.fence: int | None = None
-        """The fencing token of this acquisition (with ``LockContext.fencing``)."""
+        """The fencing token of the latest acquisition (with ``LockContext.fencing``)."""
         self._held: _Held | None = None
+        self._clock: LeaseClock | None = None  # the latest acquisition's, kept after leaving
 
     @property
-    def clock(self) -> LeaseClock | None:
-        """The lease's renewal bookkeeping while it is held."""
-        return None if self._held is None else self._held.clock
+    def deadline(self) -> float | None:
+        """While held: the ``time.monotonic()`` instant at which the lease counts as
+        lost unless a renewal succeeds first; None when not held."""
+        held = self._held
+        return None if held is None else held.clock.deadline
+
+    @property
+    def lost_reason(self) -> str | None:
+        """Why the latest acquisition was lost (None while it is not)."""
+        return None if self._clock is None else self._clock.lost_reason
+
+    @property
+    def renewals(self) -> int:
+        """How many renewals of the latest acquisition succeeded."""
+        return 0 if self._clock is None else self._clock.renewals
 
     def is_lost(self) -> bool:
-        """Whether the lease is lost, counting a local deadline that passed while
-        a renewal was still waiting for the server."""
+        """Whether the lease is lost: ``lease_lost`` is set, or (while held) its
+        local deadline has passed, which the watchdog may not have declared yet.
+        A pure query: it sets nothing and logs nothing."""
+        if self.lease_lost.is_set():
+            return True
+        held = self._held
+        return held is not None and held.clock.past_deadline(monotonic())
+
+    def declare_if_lost(self) -> bool:
+        """``is_lost()``, and if so make it known: set ``lease_lost`` and log the
+        reason (once per acquisition).  For code that acts on the loss without
+        waiting for the watchdog, such as the supervisor at the deadline."""
         held = self._held
         if held is not None and held.clock.expired(monotonic()):
-            declare_lost(self.key, held.clock, held.lost)
+            held.hub.declare_lost(held.renewal)
         return self.lease_lost.is_set()
 
     async def __aenter__(self) -> LeaseLock:
@@ -283,16 +310,18 @@ class LeaseLock:
                 table_parts=tuple(context.table_parts),
                 clock=clock,
             ),
-            lost=Event(),
         )
+        # The previous acquisition's renewal is unregistered, and the hub sets
+        # the events of registered renewals only: nothing sets it for that one now.
+        self.lease_lost.clear()
+        self._clock = clock
         try:
-            hub.register(held.renewal, held.lost)
+            hub.register(held.renewal, self.lease_lost)
         except BaseException:  # e.g. no thread could be started: hand the row back
             hub.unregister(held.renewal)
             await self._expire_row(hub)
             await leave_hub(hub)
             raise
-        self.lease_lost = held.lost
         self._held = held
         logger.info("acquired lease %s for %g s", self.key, self.settings.ttl)
         return self
@@ -451,7 +480,7 @@ class LeaseLock:
         assert held is not None, "LeaseLock exited without entering"
         # Judged as the block ends: a renewal finishing afterwards does not
         # turn finished work into failed work.
-        lost = self.is_lost()
+        lost = self.declare_if_lost()
         held.hub.unregister(held.renewal)
         self._held = None
         try:
@@ -479,8 +508,10 @@ Lock = ScheduleLock | LeaseLock
 class LockSession:
     """What ``acquire_locks`` yields.
 
-    ``lease_lost`` is the lease's loss event, for work that wants to stop at a
-    safe point; it is None without a lease lock or under ``CONTINUE``.
+    ``lease_lost`` is always an event, for work that wants to stop at a safe
+    point (``if session.lease_lost.is_set(): break``): the lease's
+    ``LeaseLock.lease_lost``, set once the lease is lost, whatever the loss
+    policy; without a lease lock, an event that is never set.
     """
 
     # A plain class rather than a dataclass: building one of those costs the
@@ -489,7 +520,10 @@ class LockSession:
 
     def __init__(self, locks: tuple[Lock, ...], lease_lost: Event | None = None) -> None:
         self.locks = locks
-        self.lease_lost = lease_lost
+        if lease_lost is None:
+            lease = self.lease
+            lease_lost = Event() if lease is None else lease.lease_lost
+        self.lease_lost: Event = lease_lost
         self.run_end: history.RunEnd | None = None
         """How the run ended, for its history row (``LockContext.history``); set by
         ``run_with_locks``, judged from the block's exception when left None."""
@@ -502,10 +536,15 @@ class LockSession:
         return next((lock for lock in self.locks if isinstance(lock, LeaseLock)), None)
 
     @property
+    def schedule(self) -> ScheduleLock | None:
+        return next((lock for lock in self.locks if isinstance(lock, ScheduleLock)), None)
+
+    @property
     def fencing_token(self) -> int | None:
         """The token to pass along with writes (``LockContext.fencing``): the lease's,
         or the schedule slot's when there is no lease; None without fencing."""
-        return self.locks[-1].fence if self.locks else None
+        held = self.lease or self.schedule
+        return None if held is None else held.fence
 
 
 class _Recording:
@@ -634,11 +673,7 @@ async def acquire_locks(
         try:
             for lock in locks:
                 await stack.enter_async_context(lock)
-            lease = next((lock for lock in locks if isinstance(lock, LeaseLock)), None)
-            watch = lease is not None and context.lease_loss_policy is LeaseLossPolicy.TERMINATE
-            session = LockSession(
-                locks=tuple(locks), lease_lost=lease.lease_lost if watch and lease else None
-            )
+            session = LockSession(locks=tuple(locks))
             if context.history:
                 await stack.enter_async_context(_Recording(context, session))
         finally:

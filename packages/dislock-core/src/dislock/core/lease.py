@@ -131,9 +131,13 @@ class LeaseClock:
         faster than every 50 ms nor slower than the heartbeat."""
         return min(self.cadence, max(RETRY_FLOOR, (self.deadline - now) / 4))
 
+    def past_deadline(self, now: float) -> bool:
+        """Whether the lease is lost or its local deadline has passed; records nothing."""
+        return self.lost or now >= self.deadline
+
     def expired(self, now: float) -> bool:
         """Whether the lease is lost, a passed local deadline included (the row may
-        be someone else's by then)."""
+        be someone else's by then), recording the loss if the deadline passed."""
         if not self.lost and now >= self.deadline:
             last = f" (last error: {self.last_error})" if self.last_error else ""
             self._lose(f"no renewal succeeded before the local deadline{last}")

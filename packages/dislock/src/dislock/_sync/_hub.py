@@ -2,18 +2,17 @@
 # Change the asyncio source, then run `hatch run generate`.
 """One connection and one renewer per database, shared by every lock of the process.
 
-The asyncio module ``dislock/aio/_hub.py`` is the hand-written source; the sync
-``dislock/_sync/_hub.py`` is generated from it by ``tools/async_to_sync.py``.
-(With asyncio, "the process" means the event loop: a connection belongs to the
-loop that opened it.)
+Hand-written in ``dislock/aio/_hub.py``; ``dislock/_sync/_hub.py`` is
+generated from it by ``tools/async_to_sync.py``.
 
-Locks run their statements on the hub's connection, which is opened on first
-use and closed when the last lock (or ``keep_connected`` scope) using it
-leaves.  Leases register with the hub's renewer, which renews all of them with
-one statement per tick and table (see ``dislock.core.renewal``), and with its
-watchdog, which declares each lease lost at its own local deadline, even while a
-renewal hangs on a dead network.  A connection that fails or stops answering is
-retired and the next statement opens a new one.
+``Hub`` is the connection's life: locks run their statements on the hub's
+connection, which is opened on first use and closed when the last lock (or
+``keep_connected`` scope) using it leaves; a connection that fails or stops
+answering is retired and the next statement opens a new one.  ``Renewer`` is the
+leases' life: leases register with it, its renewer renews all of them with one
+statement per tick and table (see ``dislock.core.renewal``) on the hub's
+connection, and its watchdog declares each lease lost at its own local
+deadline, even while a renewal hangs on a dead network.
 """
 
 from __future__ import annotations
@@ -37,7 +36,6 @@ from dislock.core.context import DEFAULT_CONNECT_TIMEOUT
 from dislock.core.dsn import connection_kwargs, parse_dsn, scrub
 from dislock.core.errors import NotSent, StatementTimeout
 from dislock.core.failover import CURRENT_TIMELINE, timeline_change
-from dislock.core.lease import LeaseClock
 from dislock.core.patience import ConnectPatience
 from dislock.core.renewal import Batch, Renewal, RenewalPlan, report_renewal
 from dislock.core.supervision import LOSS_LOGGER
@@ -59,13 +57,6 @@ logger = logging.getLogger("dislock")
 loss_logger = logging.getLogger(LOSS_LOGGER)
 
 
-def declare_lost(key: str, clock: LeaseClock, lost: Event) -> None:
-    """Set a lease's loss event, logging the reason once."""
-    if not lost.is_set():
-        loss_logger.warning("lease %s lost: %s", key, clock.lost_reason)
-        lost.set()
-
-
 def _answered_while_idle(link: Link) -> bool:
     """Whether an idle connection has something to read: the server only speaks
     unasked to say goodbye (an idle-session timeout, a terminated backend, a
@@ -85,35 +76,22 @@ def _leases(batch: Batch) -> str:
 
 
 class Hub:
-    """The shared connection to one database, and the renewer of its leases."""
+    """The shared connection to one database, and (in ``renewer``) the renewer and
+    watchdog of the leases held on it."""
 
     def __init__(self, url: str, connect_timeout: float) -> None:
         self.url = url
         self.connect_timeout = connect_timeout
         self.users = 0
         """Locks and ``keep_connected`` scopes using the hub (guarded by the registry)."""
-        self.plan = RenewalPlan()
-        # Guards the plan and the worker bookkeeping, which lock threads and the
-        # workers share in the sync flavour; never held across I/O or a wait.
+        self.renewer = Renewer(self)
+        # Guards which link is current: the renewer retires links while locks
+        # open new ones; never held across I/O.
         self._guard = threading.Lock()
-        self._lost_events: dict[Renewal, Event] = {}
         self._link: Link | None = None
         self._connecting = Lock()
-        self._renew_wake = Event()
-        self._watch_wake = Event()
-        self._renewer: Worker | None = None
-        self._watchdog: Worker | None = None
-        self._abandoned: list[Worker] = []
-        self._generation = 0
-        self._closing = False
-        self._renewer_wakes_at = math.inf
-        self._watchdog_wakes_at = math.inf
-        self._sending_since: float | None = None
-        self._sending_for = 0.0
         self.timeline: int | None = None
         """The server timeline a lock was last taken on (see ``dislock.core.failover``)."""
-
-    # The shared connection.
 
     def execute(
         self, statement: Composed | SQL, params: dict[str, Any], timeout: float
@@ -124,7 +102,9 @@ class Hub:
         try:
             return link.execute(statement, params, timeout)
         except NotSent:
-            # Never sent, so safe to send again: on a new connection, in the time left.
+            # It waited for a connection stuck in another thread's statement and
+            # was never sent, so it is safe to send again: on a new connection,
+            # in the time left.
             self._retire(link)
             link = self._usable_link()
             left = timeout - (monotonic() - started)
@@ -172,8 +152,10 @@ class Hub:
                 if link is not None:
                     self._retire(link)
                 kwargs = connection_kwargs(self.url, self.connect_timeout)
-                link = self._link = Link.open(self.url, kwargs)
-                if self.timeline is not None and len(self.plan):
+                link = Link.open(self.url, kwargs)
+                with self._guard:
+                    self._link = link
+                if self.timeline is not None and self.renewer.holds_leases():
                     self._compare_timeline(link)
             return link
 
@@ -203,11 +185,65 @@ class Hub:
         )
 
     def _retire(self, link: Link) -> None:
-        if self._link is link:
-            self._link = None
+        with self._guard:  # a link just opened by another thread stays current
+            if self._link is link:
+                self._link = None
         link.retire()
 
-    # Leases.
+    # What the locks ask of the renewer.
+
+    def register(self, renewal: Renewal, lost: Event) -> None:
+        """Keep ``renewal`` alive until ``unregister``; set ``lost`` if it cannot be."""
+        self.renewer.register(renewal, lost)
+
+    def unregister(self, renewal: Renewal) -> None:
+        self.renewer.unregister(renewal)
+
+    def declare_lost(self, renewal: Renewal) -> None:
+        self.renewer.declare_lost(renewal)
+
+    def close(self) -> None:
+        self.renewer.stop()
+        with self._guard:
+            link, self._link = self._link, None
+        if link is not None:
+            link.retire()
+
+
+class Renewer:
+    """The renewer and the watchdog of one hub's leases.
+
+    The renewer sends the due batches on the hub's connection and sleeps until
+    the next lease is due; the watchdog declares each lease lost at its local
+    deadline, whatever the renewer is doing, and replaces a renewer stuck in a
+    statement.  Both live as long as the hub, so that taking and releasing
+    leases starts no worker each time.  Everything they share with each other
+    and with the locks' threads is under ``_guard``, which is never held across
+    I/O or a wait.
+    """
+
+    def __init__(self, hub: Hub) -> None:
+        self.hub = hub
+        self._guard = threading.Lock()
+        # Under the guard:
+        self.plan = RenewalPlan()
+        self._lost_events: dict[Renewal, Event] = {}
+        self._renewer: Worker | None = None
+        self._watchdog: Worker | None = None
+        self._abandoned: list[Worker] = []
+        self._generation = 0
+        self._closing = False
+        self._renewer_wakes_at = math.inf
+        self._watchdog_wakes_at = math.inf
+        self._sending_since: float | None = None
+        self._sending_for = 0.0
+        # Events are safe to set from any thread (and wake their waiters).
+        self._renew_wake = Event()
+        self._watch_wake = Event()
+
+    def holds_leases(self) -> bool:
+        with self._guard:
+            return bool(len(self.plan))
 
     def register(self, renewal: Renewal, lost: Event) -> None:
         """Keep ``renewal`` alive until ``unregister``; set ``lost`` if it cannot be."""
@@ -233,24 +269,40 @@ class Hub:
             self.plan.remove(renewal)
             self._lost_events.pop(renewal, None)
 
-    def _start_renewer(self) -> None:
-        self._generation += 1
-        self._renewer = spawn(partial(self._renew, self._generation), "dislock-renewer")
+    def declare_lost(self, renewal: Renewal) -> None:
+        """Set the loss event of ``renewal`` (lost by its clock), logging the
+        reason once; nothing once it is unregistered, so that a late verdict on
+        one acquisition never reaches the next one of the same lock."""
+        with self._guard:
+            event = self._lost_events.get(renewal)
+            newly = event is not None and not event.is_set()
+            if newly:
+                assert event is not None
+                event.set()
+        if newly:
+            loss_logger.warning("lease %s lost: %s", renewal.key, renewal.clock.lost_reason)
 
     def _declare(self, lost: list[Renewal]) -> None:
         for renewal in lost:
-            with self._guard:
-                event = self._lost_events.get(renewal)
-            if event is not None:
-                declare_lost(renewal.key, renewal.clock, event)
+            self.declare_lost(renewal)
+
+    def _start_renewer(self) -> None:
+        """(Under the guard.)"""
+        self._generation += 1
+        self._renewer = spawn(partial(self._renew, self._generation), "dislock-renewer")
+
+    def _current(self, generation: int) -> bool:
+        with self._guard:
+            return generation == self._generation
 
     def _renew(self, generation: int) -> None:
         """Send the due batches, then sleep until the next lease is due (or for
-        ever, without leases; ``register`` wakes it).  It lives as long as the
-        hub, so that taking and releasing leases starts no worker each time."""
-        while generation == self._generation:
+        ever, without leases; ``register`` wakes it)."""
+        while True:
             self._renew_wake.clear()
             with self._guard:
+                if generation != self._generation:
+                    return
                 now = monotonic()
                 wait = self.plan.until_next(now)
                 batches = self.plan.due(now)
@@ -266,15 +318,17 @@ class Hub:
         statement = sql.statements(batch.table_parts).renew_batch
         sent_at = monotonic()
         timeout = batch.timeout(sent_at)
-        self._sending_since, self._sending_for = sent_at, timeout
+        with self._guard:
+            self._sending_since, self._sending_for = sent_at, timeout
         try:
-            cursor = self.execute(statement, batch.params(), timeout)
+            cursor = self.hub.execute(statement, batch.params(), timeout)
             renewed = [(str(key), str(value)) for key, value in cursor.fetchall()]
         except Exception as exc:
-            if generation != self._generation:
-                return  # replaced while stuck: its successor keeps the books now
             with self._guard:
+                if generation != self._generation:
+                    return  # replaced while stuck: its successor keeps the books now
                 lost = self.plan.failed(batch, exc, now=monotonic())
+                self._sending_since = None
             logger.warning(
                 "renewal of %s failed, retrying until %s: %s: %s",
                 _leases(batch),
@@ -283,23 +337,25 @@ class Hub:
                 " ".join(str(exc).split()),
             )
         else:
-            if generation != self._generation:
-                return
             with self._guard:
+                if generation != self._generation:
+                    return
                 lost = self.plan.settle(batch, sent_at=sent_at, now=monotonic(), renewed=renewed)
+                self._sending_since = None
             took = monotonic() - sent_at
             logger.debug("renewed %s in %.1f ms", _leases(batch), took * 1000)
             report_renewal(batch, took)
-        self._sending_since = None
         self._declare(lost)
 
     def _watch(self) -> None:
         """Declare leases lost at their deadlines, whatever the renewer is doing,
         and replace a renewer stuck in a statement that its cancellation could
         not end (a dead network can swallow the cancel request too)."""
-        while not self._closing:
+        while True:
             self._watch_wake.clear()
             with self._guard:
+                if self._closing:
+                    return
                 now = monotonic()
                 lost = self.plan.expired(now)
                 wait = self.plan.until_deadline(now)
@@ -315,6 +371,7 @@ class Hub:
             wait_event(self._watch_wake, wait)
 
     def _replace_stuck_renewer(self) -> None:
+        """(Under the guard.)"""
         logger.warning("the lease renewer is stuck in a statement; starting another")
         self._sending_since = None
         if self._renewer is not None:
@@ -323,24 +380,20 @@ class Hub:
         # another; the stuck statement closes it if it ever returns.
         self._start_renewer()
 
-    def stop_workers(self) -> None:
+    def stop(self) -> None:
         """End the renewer and the watchdog and wait for them; a worker stuck in a
         statement is left behind."""
-        self._closing = True
-        self._generation += 1
+        with self._guard:
+            self._closing = True
+            self._generation += 1
+            workers = (self._renewer, self._watchdog, *self._abandoned)
+            self._renewer = self._watchdog = None
+            self._abandoned = []
         self._renew_wake.set()
         self._watch_wake.set()
-        for worker in (self._renewer, self._watchdog, *self._abandoned):
+        for worker in workers:
             if worker is not None:
                 stop_worker(worker, RENEWER_STOP_TIMEOUT)
-        self._renewer = self._watchdog = None
-        self._abandoned.clear()
-
-    def close(self) -> None:
-        self.stop_workers()
-        link, self._link = self._link, None
-        if link is not None:
-            link.retire()
 
 
 def enter_hub(url: str, connect_timeout: float = DEFAULT_CONNECT_TIMEOUT) -> Hub:

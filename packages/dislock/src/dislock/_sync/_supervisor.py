@@ -2,9 +2,8 @@
 # Change the asyncio source, then run `hatch run generate`.
 """``run_with_locks``: run a command under locks, as a supervisor.
 
-The asyncio module ``dislock/aio/_supervisor.py`` is the hand-written source; the
-sync ``dislock/_sync/_supervisor.py`` is generated from it by
-``tools/async_to_sync.py``.
+Hand-written in ``dislock/aio/_supervisor.py``; ``dislock/_sync/_supervisor.py`` is
+generated from it by ``tools/async_to_sync.py``.
 
 The command runs in its own process group so that the whole group can be
 signalled: on lease loss under ``TERMINATE`` it gets SIGTERM, then SIGKILL after
@@ -255,7 +254,7 @@ def supervise(
     """Run ``argv`` while ``session``'s locks are held; its exit status, or 75."""
     env = child_environment(os.environ, session.locks[0].context.lock_key, session.fencing_token)
     lease = session.lease
-    if lease is not None and lease.is_lost():
+    if lease is not None and lease.declare_if_lost():
         # Lost before the command could even start.
         _report_loss(lease, f"not starting {argv[0]}, exit {LEASE_LOST_EXIT_CODE}")
         session.run_end = end_of_command(None, LEASE_LOST_EXIT_CODE, lease_lost=True)
@@ -306,12 +305,12 @@ def _watch(
             # Woken by the loss itself, as soon as it is known; and at the
             # lease's deadline, in case nothing could declare it by then: the
             # command must be stopping before its row can expire on the server.
-            clock = lease.clock
-            timeout = None if clock is None else max(clock.until_deadline(monotonic()), 0.001)
+            deadline = lease.deadline
+            timeout = None if deadline is None else max(deadline - monotonic(), 0.001)
             code = child.wait_or(lease.lease_lost, timeout)
         if code is not None:
             return exit_status(code)
-        if lease is not None and lease.is_lost():
+        if lease is not None and lease.declare_if_lost():
             if policy is LeaseLossPolicy.TERMINATE:
                 _report_loss(
                     lease,
@@ -326,9 +325,7 @@ def _watch(
 
 def _report_loss(lease: LeaseLock, consequence: str) -> None:
     """The one line that says a lease was lost and what happens to the command."""
-    clock = lease.clock
-    reason = clock.lost_reason if clock is not None else None
-    logger.error("%s", lease_loss_line(lease.context.lock_key, reason, consequence))
+    logger.error("%s", lease_loss_line(lease.context.lock_key, lease.lost_reason, consequence))
 
 
 def run_with_locks(

@@ -18,6 +18,8 @@ from dislock.core.history import create_history
 
 DISLOCK = [sys.executable, "-m", "dislock.cli"]
 RunCli = Callable[..., subprocess.CompletedProcess[str]]
+CTL = [sys.executable, "-m", "dislock.cli.ctl"]
+Ctl = Callable[..., subprocess.CompletedProcess[str]]
 
 
 @pytest.fixture
@@ -66,3 +68,20 @@ def wait_for(path: Path, timeout: float = 20.0) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"{path} did not appear")
         time.sleep(0.02)
+
+
+@pytest.fixture
+def ctl(cli_env: dict[str, str]) -> Ctl:
+    """Run ``dislockctl DATABASE_URL ARGS…`` in the test's environment (or ``env=``)."""
+
+    def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*CTL, "DATABASE_URL", *args],
+            env=cli_env if env is None else env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    return run

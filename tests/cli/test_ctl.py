@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -18,26 +17,8 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from dislock.core.sql import lease_key, schedule_key
-from tests.cli.conftest import DISLOCK, wait_for
+from tests.cli.conftest import CTL, DISLOCK, Ctl, wait_for
 from tests.support.rows import Rows
-
-CTL = [sys.executable, "-m", "dislock.cli.ctl"]
-Ctl = Callable[..., subprocess.CompletedProcess[str]]
-
-
-@pytest.fixture
-def ctl(cli_env: dict[str, str]) -> Ctl:
-    def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [*CTL, "DATABASE_URL", *args],
-            env=cli_env if env is None else env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-
-    return run
 
 
 def columns(db: psycopg.Connection[Any], schema: str, table: str) -> list[str]:

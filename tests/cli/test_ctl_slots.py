@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import suppress
 
 import pytest
@@ -13,25 +11,8 @@ import pytest
 import dislock
 from dislock import LeaseLostError, LockContext
 from dislock.core.kinds import kind
+from tests.cli.conftest import Ctl
 from tests.support.rows import Rows
-
-CTL = [sys.executable, "-m", "dislock.cli.ctl"]
-Ctl = Callable[..., subprocess.CompletedProcess[str]]
-
-
-@pytest.fixture
-def ctl(cli_env: dict[str, str]) -> Ctl:
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [*CTL, "DATABASE_URL", *args],
-            env=cli_env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-
-    return run
 
 
 @pytest.fixture

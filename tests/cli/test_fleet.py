@@ -19,26 +19,10 @@ from psycopg import sql
 from dislock.cli.fleet import Slot, missed_slots, parse_duration, schedule_slots
 from dislock.core.errors import ConfigurationError
 from dislock.core.sql import lease_key, pause_key, schedule_key
-from tests.cli.conftest import DISLOCK, RunCli, wait_for
-from tests.cli.test_ctl import CTL, Ctl
+from tests.cli.conftest import CTL, DISLOCK, Ctl, RunCli, wait_for
 from tests.support.rows import Rows
 
 LEASE = {"LOCK_STRATEGY": "lease", "RUN_LOCK_TTL_SECONDS": "2", "LOCK_LEASE_INTERVAL": "0.3"}
-
-
-@pytest.fixture
-def ctl(cli_env: dict[str, str]) -> Ctl:
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [*CTL, "DATABASE_URL", *args],
-            env=cli_env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-
-    return run
 
 
 def history_table(cli_env: dict[str, str]) -> sql.Identifier:

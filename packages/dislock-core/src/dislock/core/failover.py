@@ -79,6 +79,13 @@ def unconfirmed(message: str | None) -> NotReplicatedError:
     )
 
 
+NEVER_EXPIRES = "9999-12-31 00:00:00+00"
+"""``expire_at`` of the longest-TTL row, which never expires.  Not ``'infinity'``:
+psycopg cannot load it into a datetime, and PostgreSQL before 17 cannot subtract it
+(``expire_at - NOW()``, which ``dislockctl`` and operators' queries compute); the
+same end as a pause without one (``dislock.core.pause.UNTIL_RESUMED``)."""
+
+
 def lock_delay(table: sql.Identifier, ttl: sql.Composable) -> tuple[sql.Composed, sql.SQL]:
     """The lock-delay fragment of an acquiring upsert on ``table``.
 
@@ -114,7 +121,7 @@ def lock_delay(table: sql.Identifier, ttl: sql.Composable) -> tuple[sql.Composed
         " WHERE noted.value IS DISTINCT FROM EXCLUDED.value),"
         " dislock_note_ttl AS ("
         "INSERT INTO {table} AS noted (key, value, expire_at)"
-        " SELECT {ttl_key}, {ttl}::float8::text, 'infinity'"
+        " SELECT {ttl_key}, {ttl}::float8::text, {never}::timestamptz"
         " WHERE {ttl}::float8 > coalesce((SELECT value::float8 FROM {table}"
         " WHERE key = {ttl_key}), 0)"
         " ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value"
@@ -128,6 +135,7 @@ def lock_delay(table: sql.Identifier, ttl: sql.Composable) -> tuple[sql.Composed
         timeline_key=sql.Literal(TIMELINE_KEY),
         ttl_key=sql.Literal(LONGEST_TTL_KEY),
         ttl=ttl,
+        never=sql.Literal(NEVER_EXPIRES),
     )
     return ctes, sql.SQL("(SELECT calm FROM dislock_calm)")
 

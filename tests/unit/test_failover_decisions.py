@@ -71,6 +71,8 @@ def test_both_acquisitions_carry_the_lock_delay_and_renewals_do_not() -> None:
         assert text.startswith("WITH dislock_history AS (")  # data-modifying CTEs on top
     for statement in (stmts.renew_batch, stmts.release):
         assert "dislock_" not in statement.as_string(None)
+
+
 def test_the_longest_ttl_row_never_expires_as_an_open_pause_does() -> None:
     # A finite far-future end that every server can subtract NOW() from (not 'infinity').
     from datetime import datetime

@@ -92,12 +92,14 @@ def main() -> int:
         )
         race("Lease mode: one runs at a time, the rest skip", lease_worker, url, workers)
         race("Lease mode again: the lease was released, one wins again", lease_worker, url, workers)
+        # As `dislockctl DATABASE_URL ls` shows them (the states are dislockctl's own).
+        from dislock.cli.admin import LockRow, list_params, list_query
+
         with psycopg.connect(url, autocommit=True) as conn:
-            print("Lock rows now (expire_at in the database's clock):")
-            for key, value, expired in conn.execute(
-                "SELECT key, value, expire_at <= NOW() FROM key_value ORDER BY key"
-            ):
-                print(f"  {key:<40} owner={value:<22} {'expired' if expired else 'held'}")
+            print("Lock rows now (states on the database's clock, as `dislockctl ls` says them):")
+            for row in conn.execute(list_query(("key_value",)), list_params("")).fetchall():
+                lock = LockRow.from_row(row)
+                print(f"  {lock.key:<40} owner={lock.owner:<22} {lock.state}")
     return 0
 
 

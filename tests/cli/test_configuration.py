@@ -143,8 +143,18 @@ def test_help_documents_every_variable_and_exit_code(
         "LOCK_ON_LEASE_LOSS",
         "LOCK_FENCING",
         "LOCK_CONNECT_PATIENCE_SECONDS",
+        "LOCK_WAIT_SECONDS",
+        "LOCK_WAIT_POLL_SECONDS",
+        "LOCK_WAIT_LISTEN",
+        "LOCK_SLOTS",
+        "LOCK_CONFLICT_EXIT_CODE",
+        "LOCK_HISTORY",
+        "LOCK_HISTORY_TABLE",
+        "CRON_TZ",
+        "DISLOCK_METRICS_TEXTFILE",
         "CRONJOB_LOCK_LOG_LEVEL",
         "75",
+        "128+n",
     ):
         assert word in result.stdout
 

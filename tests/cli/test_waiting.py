@@ -183,22 +183,6 @@ def test_schedule_lease_may_wait(run_cli: RunCli, lease_env: dict[str, str]) -> 
     assert result.returncode == 0, result.stderr
 
 
-def test_help_describes_waiting_slots_and_conflict_codes(
-    run_cli: RunCli, cli_env: dict[str, str]
-) -> None:
-    result = run_cli(["--help"], cli_env)
-    assert result.returncode == 0
-    for word in (
-        "LOCK_WAIT_SECONDS",
-        "LOCK_WAIT_POLL_SECONDS",
-        "LOCK_WAIT_LISTEN",
-        "LOCK_SLOTS",
-        "LOCK_CONFLICT_EXIT_CODE",
-        "128+n",
-    ):
-        assert word in result.stdout
-
-
 def test_check_shows_the_waiting_settings(lease_env: dict[str, str]) -> None:
     env = {
         **lease_env,

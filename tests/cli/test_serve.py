@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import signal
 import socket
-import subprocess
 import uuid
 from typing import Any
 
@@ -13,7 +12,7 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from tests.cli.serving import CTL, make_fleet, run_job, sample, serving
+from tests.cli.serving import ctl, make_fleet, run_job, sample, serving
 
 
 def test_lock_rows_become_metrics_and_page_rows(history_env: dict[str, str]) -> None:
@@ -132,14 +131,7 @@ def test_sigint_also_stops_it_cleanly(history_env: dict[str, str]) -> None:
 def test_a_bad_listen_address_is_one_line_and_exit_2(
     history_env: dict[str, str], listen: str, says: str
 ) -> None:
-    result = subprocess.run(
-        [*CTL, "DATABASE_URL", "serve", "--listen", listen],
-        env=history_env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = ctl(history_env, "serve", "--listen", listen)
     assert result.returncode == 2, result.stderr
     assert result.stderr.count("\n") == 1 and says in result.stderr, result.stderr
     assert "Traceback" not in result.stderr
@@ -150,14 +142,7 @@ def test_a_port_in_use_is_one_line_and_exit_1(history_env: dict[str, str]) -> No
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        result = subprocess.run(
-            [*CTL, "DATABASE_URL", "serve", "--listen", f"127.0.0.1:{port}"],
-            env=history_env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        result = ctl(history_env, "serve", "--listen", f"127.0.0.1:{port}")
     assert result.returncode == 1, result.stderr
     assert (
         result.stderr
@@ -167,28 +152,14 @@ def test_a_port_in_use_is_one_line_and_exit_1(history_env: dict[str, str]) -> No
 
 def test_a_missing_lock_table_is_one_line_and_exit_1(history_env: dict[str, str]) -> None:
     env = {**history_env, "LOCK_TABLE": f"nowhere_{uuid.uuid4().hex[:8]}.locks"}
-    result = subprocess.run(
-        [*CTL, "DATABASE_URL", "serve", "--listen", "127.0.0.1:0"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = ctl(env, "serve", "--listen", "127.0.0.1:0")
     assert result.returncode == 1, result.stderr
     assert result.stderr.count("\n") == 1 and "does not exist" in result.stderr
 
 
 def test_a_missing_history_table_is_one_line_and_exit_1(history_env: dict[str, str]) -> None:
     env = {**history_env, "LOCK_HISTORY_TABLE": f"nowhere_{uuid.uuid4().hex[:8]}"}
-    result = subprocess.run(
-        [*CTL, "DATABASE_URL", "serve", "--listen", "127.0.0.1:0"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = ctl(env, "serve", "--listen", "127.0.0.1:0")
     assert result.returncode == 1, result.stderr
     assert result.stderr.count("\n") == 1, result.stderr
     assert "history table" in result.stderr and "init --history" in result.stderr

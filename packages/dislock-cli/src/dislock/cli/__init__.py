@@ -14,6 +14,7 @@ import logging
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from typing import NoReturn
 
 __version__ = "0.2.0"
 
@@ -118,8 +119,17 @@ def _configure_logging(level: int) -> None:
     logger.propagate = False
 
 
+def console_main() -> NoReturn:
+    """The ``dislock`` console script (and ``python -m dislock.cli``): :func:`main`, then
+    an exit that skips the interpreter's teardown (see ``dislock.cli._exit``)."""
+    status = main()
+    from dislock.cli._exit import exit_now
+
+    exit_now(status)
+
+
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
-    """Entry point of the ``dislock`` console script; returns the exit status."""
+    """Run the ``dislock`` command line; returns the exit status."""
     args = list(sys.argv[1:] if argv is None else argv)
     env = os.environ if environ is None else environ
 

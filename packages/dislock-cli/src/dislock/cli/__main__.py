@@ -1,7 +1,5 @@
 """``python -m dislock.cli``: the same as the ``dislock`` command."""
 
-import sys
+from dislock.cli import console_main
 
-from dislock.cli import main
-
-sys.exit(main())
+console_main()

@@ -24,7 +24,7 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from dislock.cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, __version__
 from dislock.core.kinds import NAMES as MODES
@@ -550,5 +550,14 @@ def _print_lock_delay(conn: Any, table: tuple[str, ...]) -> None:
     print(line)
 
 
+def console_main() -> NoReturn:
+    """The ``dislockctl`` console script (and ``python -m dislock.cli.ctl``): :func:`main`,
+    then an exit that skips the interpreter's teardown (see ``dislock.cli._exit``)."""
+    status = main()
+    from dislock.cli._exit import exit_now
+
+    exit_now(status)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    console_main()

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -46,13 +47,29 @@ def lease_env(cli_env: dict[str, str]) -> dict[str, str]:
     }
 
 
+_started: list[subprocess.Popen[str]] = []
+
+
 def start(env: dict[str, str], script: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
+    process = subprocess.Popen(
         [*DISLOCK, "DATABASE_URL", "sh", "-c", script],
         env=env,
         stderr=subprocess.PIPE,
         text=True,
     )
+    _started.append(process)
+    return process
+
+
+@pytest.fixture(autouse=True)
+def _no_wrapper_outlives_its_test() -> Iterator[None]:
+    """A test that failed half-way must not leave its wrapper to the next one."""
+    yield
+    while _started:
+        process = _started.pop()
+        if process.poll() is None:
+            process.kill()  # its guard then kills the command's group
+        process.communicate(timeout=10)
 
 
 @pytest.mark.parametrize(
@@ -91,6 +108,19 @@ def test_signal_is_forwarded_and_the_lock_released_after_the_child_exits(
     assert process.returncode == 7, stderr
     row = rows.get(lease_key(lease_env["LOCK_KEY"]))
     assert row is not None and row.expired  # released once the child was gone
+
+
+def test_a_signal_sent_the_moment_the_command_starts_reaches_it(
+    lease_env: dict[str, str], tmp_path: Path
+) -> None:
+    """The wrapper handles the signals before it starts the command: the command's
+    first act can be to signal the wrapper, and the signal comes back to it."""
+    got = tmp_path / "got"
+    script = f"trap 'echo QUIT > \"{got}\"; exit 7' QUIT; kill -s QUIT $PPID; sleep 30 & wait"
+    process = start(lease_env, script)
+    _, stderr = process.communicate(timeout=20)
+    assert process.returncode == 7, stderr
+    assert got.read_text().strip() == "QUIT"
 
 
 def test_lease_loss_kills_the_whole_process_group(

@@ -257,42 +257,52 @@ async def supervise(
         _report_loss(lease, f"not starting {argv[0]}, exit {LEASE_LOST_EXIT_CODE}")
         session.run_end = end_of_command(None, LEASE_LOST_EXIT_CODE, lease_lost=True)
         return LEASE_LOST_EXIT_CODE
-    guard = Guard.start()
-    try:
-        child = await Child.start(
-            list(argv), env, None if guard is not None else _parent_death_signal()
-        )
-    except BaseException:
-        if guard is not None:
-            guard.stand_down()
-        raise
-    if guard is not None:
-        # (Dying in the microseconds before this line would leave the command
-        # unguarded: the guard reads end-of-file before any group to kill.)
-        guard.watch(child.pid)
+    group: list[int] = []  # the command's process group, once it exists
+    early: list[int] = []  # signals that came while it was being started
 
     def forward(signum: int) -> None:
-        logger.info("forwarding signal %d to process group %d", signum, child.pid)
-        signal_group(child.pid, signum)
+        if not group:
+            early.append(signum)
+            return
+        logger.info("forwarding signal %d to process group %d", signum, group[0])
+        signal_group(group[0], signum)
 
-    try:
-        with handling_signals(forward_signals, forward):
+    # Handlers first: a signal sent as soon as the command shows signs of life
+    # (it may be quick to) must reach it, not end the wrapper by its default action.
+    with handling_signals(forward_signals, forward):
+        guard = Guard.start()
+        try:
+            child = await Child.start(
+                list(argv), env, None if guard is not None else _parent_death_signal()
+            )
+        except BaseException:
+            if guard is not None:
+                guard.stand_down()
+            raise
+        if guard is not None:
+            # (Dying in the microseconds before this line would leave the command
+            # unguarded: the guard reads end-of-file before any group to kill.)
+            guard.watch(child.pid)
+        group.append(child.pid)
+        for signum in early:
+            forward(signum)
+        try:
             code = await _watch(child, argv, lease, policy)
             await clear_group(child.pid)
-        lost = lease is not None and lease.is_lost()
-        session.run_end = end_of_command(child.returncode, code, lease_lost=lost)
-        return code
-    except BaseException:
-        # Interrupted (KeyboardInterrupt, cancellation): never leave the command
-        # running after its locks are released, not even if interrupted again.
-        try:
-            await stop_group(child)
+            lost = lease is not None and lease.is_lost()
+            session.run_end = end_of_command(child.returncode, code, lease_lost=lost)
+            return code
+        except BaseException:
+            # Interrupted (KeyboardInterrupt, cancellation): never leave the command
+            # running after its locks are released, not even if interrupted again.
+            try:
+                await stop_group(child)
+            finally:
+                signal_group(child.pid, signal.SIGKILL)
+            raise
         finally:
-            signal_group(child.pid, signal.SIGKILL)
-        raise
-    finally:
-        if guard is not None:
-            guard.stand_down()
+            if guard is not None:
+                guard.stand_down()
 
 
 async def _watch(

@@ -88,7 +88,7 @@ def test_checker_catches_a_lock_without_its_expiry_guard(
 def test_schedule_race_one_start_per_slot_none_lost(
     database_url: str, lock_table: tuple[str, str], work_db: psycopg.Connection[Any]
 ) -> None:
-    workers, slots = 16, 100
+    workers, slots = 16, 30
     work_db.execute("CREATE TABLE starts (slot_end timestamptz NOT NULL, holder text NOT NULL)")
     work_db.execute("CREATE TABLE ready (at timestamptz NOT NULL DEFAULT clock_timestamp())")
     # The workers agree on slot 0 once all of them are up (see worker.agreed_start).

@@ -25,8 +25,6 @@ class LockKind(NamedTuple):
 
     name: str
     """The strategy name (``LOCK_STRATEGY``, ``acquire_locks(strategies=...)``, ``--mode``)."""
-    mode: str
-    """The mode part of its row keys: ``cronjob-lock:<mode>:<lock key>``."""
     acquire: str
     """The field of ``dislock.core.sql.Statements`` that takes it."""
     lock_class: str
@@ -38,36 +36,29 @@ class LockKind(NamedTuple):
     released_text: str
     """What ``dislockctl release`` tells the operator a forced release means."""
 
+    @property
+    def mode(self) -> str:
+        """The mode part of its row keys, ``cronjob-lock:<mode>:<lock key>``: the name."""
+        return self.name
+
     def row_key(self, lock_key: str, slot: int = 1) -> str:
         mode = self.mode if slot == 1 else f"{self.mode}#{slot}"
         return f"{KEY_PREFIX}:{mode}:{lock_key}"
 
 
 KINDS: tuple[LockKind, ...] = (
+    # name, acquire, lock_class, renewed, can_wait, released_text
     LockKind(
-        name=SCHEDULE,
-        mode="schedule",
-        acquire="acquire_until",
-        lock_class="ScheduleLock",
-        renewed=False,
-        can_wait=False,
-        released_text="the slot can be started again",
+        SCHEDULE, "acquire_until", "ScheduleLock", False, False, "the slot can be started again"
     ),
     LockKind(
-        name=LEASE,
-        mode="lease",
-        acquire="acquire_for",
-        lock_class="LeaseLock",
-        renewed=True,
-        can_wait=True,
-        released_text="its holder notices at its next renewal",
+        LEASE, "acquire_for", "LeaseLock", True, True, "its holder notices at its next renewal"
     ),
 )
 """In acquisition order: a schedule slot is taken first and so released last."""
 
 NAMES: tuple[str, ...] = tuple(kind.name for kind in KINDS)
 BY_NAME: dict[str, LockKind] = {kind.name: kind for kind in KINDS}
-_BY_MODE: dict[str, LockKind] = {kind.mode: kind for kind in KINDS}
 
 
 def kind(name: str) -> LockKind:
@@ -79,7 +70,7 @@ def parse_row_key(key: str) -> tuple[LockKind | None, str, int]:
     prefix, _, rest = key.partition(":")
     mode, _, lock_key = rest.partition(":")
     base, hash_, number = mode.partition("#")
-    found = _BY_MODE.get(base) if prefix == KEY_PREFIX else None
+    found = BY_NAME.get(base) if prefix == KEY_PREFIX else None
     if found is None:
         return None, key, 1
     if not hash_:

@@ -105,25 +105,25 @@ def list_params(prefix: str) -> dict[str, Any]:
     }
 
 
-def release_query(table_parts: tuple[str, ...], *, owner_guard: bool) -> sql.Composed:
+def release_query(table_parts: tuple[str, ...]) -> sql.Composed:
     """Force-expire held rows among %(keys)s, and with %(slot_pattern)s every slot row
-    of %(lock_key)s (optionally only if %(owner)s holds them), returning what was
-    released and how long it had left.  Waiters of the lease are woken (the
+    of %(lock_key)s (only those %(owner)s holds, unless it is NULL), returning what
+    was released and how long it had left.  Waiters of the lease are woken (the
     %(wake)s payload on %(channel)s), as by a holder's own release."""
-    guard = sql.SQL(" AND value = %(owner)s") if owner_guard else sql.SQL("")
     return sql.SQL(
         "WITH target AS ("
         " SELECT key, value, expire_at FROM {table}"
         " WHERE (key = ANY(%(keys)s) OR (key ~ %(slot_pattern)s"
         " AND regexp_replace(key, %(slot_pattern)s, '') = %(lock_key)s))"
-        " AND expire_at > NOW(){guard} FOR UPDATE)"
+        " AND expire_at > NOW() AND (%(owner)s::text IS NULL OR value = %(owner)s::text)"
+        " FOR UPDATE)"
         # Marked, so that ls tells a forced release from an abandoned lease.
         " UPDATE {table} AS held SET expire_at = NOW(), value = held.value || {mark} FROM target"
         " WHERE held.key = target.key"
         " RETURNING held.key, target.value,"
         " EXTRACT(EPOCH FROM (target.expire_at - NOW()))::float8,"
         " pg_notify(%(channel)s, %(wake)s)"
-    ).format(table=sql.Identifier(*table_parts), guard=guard, mark=sql.Literal(FORCED_MARK))
+    ).format(table=sql.Identifier(*table_parts), mark=sql.Literal(FORCED_MARK))
 
 
 def release_keys(lock_key: str, modes: Sequence[str]) -> list[str]:

@@ -380,7 +380,7 @@ def _release(
         ("lease",) if slot is not None and mode == "all" else MODES if mode == "all" else (mode,)
     )
     params = release_params(table, lock_key, modes, slot=slot, owner=owner)
-    released = conn.execute(release_query(table, owner_guard=owner is not None), params).fetchall()
+    released = conn.execute(release_query(table), params).fetchall()
     if not released:
         if not conn.execute(state_query(table), {"keys": params["keys"]}).fetchall():
             # A typo is not a success.

@@ -281,7 +281,7 @@ def page_order(keys: Iterable[KeyStatus]) -> list[KeyStatus]:
 class LatestRow(NamedTuple):
     """A key's latest run: ``dislock.cli.fleet.latest_query``'s row (outcome derived
     there: ``running`` or ``abandoned`` when no end was recorded) completed by
-    ``run_details_query``."""
+    ``ScrapeStatements.run_details``."""
 
     lock_key: str
     owner: str
@@ -428,65 +428,69 @@ class RunCounts:
         return found
 
 
-# The statements of a scrape.  Each runs in the scrape's READ ONLY, REPEATABLE READ
-# transaction, so they all see one moment.
+class ScrapeStatements(NamedTuple):
+    """The statements of a scrape, on one history table.  Each runs in the scrape's
+    READ ONLY, REPEATABLE READ transaction, so they all see one moment."""
 
-
-def run_details_query(history: tuple[str, ...]) -> sql.Composed:
+    run_details: sql.Composed
     """What the page and the missed-slot count need of the runs %(ids)s beyond
     ``latest_query``: id, owner, exit code, cron expression and zone, whether the key ran
     before %(since)s (the start of the missed-slot window): primary-key lookups and
     one ``(lock_key, started_at)`` index probe per run."""
-    return sql.SQL(
-        "SELECT h.id, h.owner, h.exit_code, h.cron, h.cron_tz,"
-        " EXISTS (SELECT FROM {table} AS p WHERE p.lock_key = h.lock_key"
-        " AND p.started_at < %(since)s)"
-        " FROM {table} AS h WHERE h.id = ANY(%(ids)s)"
-    ).format(table=sql.Identifier(*history))
-
-
-def floor_query(history: tuple[str, ...]) -> sql.Composed:
+    floor: sql.Composed
     """``RunCounts.floor``: the id of the newest run that started more than
     %(recent)s seconds ago (0 if none)."""
-    return sql.SQL(
-        "SELECT COALESCE((SELECT id FROM {table}"
-        " WHERE started_at < NOW() - make_interval(secs => %(recent)s)"
-        " ORDER BY started_at DESC LIMIT 1), 0)"
-    ).format(table=sql.Identifier(*history))
-
-
-def census_query(history: tuple[str, ...]) -> sql.Composed:
+    census: sql.Composed
     """The first scrape's count of the runs up to %(floor)s, for ``RunCounts.absorb_initial``."""
-    return sql.SQL(
-        "SELECT lock_key, outcome, count(*)::bigint,"
-        " array_agg(id) FILTER (WHERE outcome IS NULL)"
-        " FROM {table} WHERE id <= %(floor)s GROUP BY lock_key, outcome"
-    ).format(table=sql.Identifier(*history))
-
-
-def window_starts_query(history: tuple[str, ...]) -> sql.Composed:
+    window_starts: sql.Composed
     """The first scrape's starts since %(since)s of runs with a schedule, for
     ``WindowStarts``, through the ``(started_at)`` index."""
-    return sql.SQL(
-        "SELECT id, lock_key, started_at, slot_end FROM {table}"
-        " WHERE started_at >= %(since)s AND cron IS NOT NULL"
-    ).format(table=sql.Identifier(*history))
-
-
-def new_runs_query(history: tuple[str, ...]) -> sql.Composed:
+    new_runs: sql.Composed
     """Runs past %(floor)s or among %(pending)s, for ``RunCounts.absorb`` and
     ``WindowStarts``: id, lock_key, outcome, started_at, slot_end, has a schedule."""
-    return sql.SQL(
-        "SELECT id, lock_key, outcome, started_at, slot_end, cron IS NOT NULL FROM {table}"
-        " WHERE id > %(floor)s OR id = ANY(%(pending)s)"
-    ).format(table=sql.Identifier(*history))
+
+
+def scrape_statements(history: tuple[str, ...]) -> ScrapeStatements:
+    """The statements of a scrape of ``history`` (each ``{table}`` below)."""
+    table = sql.Identifier(*history)
+
+    def on_history(text: str) -> sql.Composed:
+        return sql.SQL(text).format(table=table)
+
+    return ScrapeStatements(
+        run_details=on_history(
+            "SELECT h.id, h.owner, h.exit_code, h.cron, h.cron_tz,"
+            " EXISTS (SELECT FROM {table} AS p WHERE p.lock_key = h.lock_key"
+            " AND p.started_at < %(since)s)"
+            " FROM {table} AS h WHERE h.id = ANY(%(ids)s)"
+        ),
+        floor=on_history(
+            "SELECT COALESCE((SELECT id FROM {table}"
+            " WHERE started_at < NOW() - make_interval(secs => %(recent)s)"
+            " ORDER BY started_at DESC LIMIT 1), 0)"
+        ),
+        census=on_history(
+            "SELECT lock_key, outcome, count(*)::bigint,"
+            " array_agg(id) FILTER (WHERE outcome IS NULL)"
+            " FROM {table} WHERE id <= %(floor)s GROUP BY lock_key, outcome"
+        ),
+        window_starts=on_history(
+            "SELECT id, lock_key, started_at, slot_end FROM {table}"
+            " WHERE started_at >= %(since)s AND cron IS NOT NULL"
+        ),
+        new_runs=on_history(
+            "SELECT id, lock_key, outcome, started_at, slot_end, cron IS NOT NULL FROM {table}"
+            " WHERE id > %(floor)s OR id = ANY(%(pending)s)"
+        ),
+    )
 
 
 class WindowStarts:
     """Each key's scheduled run starts in the missed-slot window, kept across scrapes.
 
-    The first scrape reads the window (``window_starts_query``); later ones only add
-    the runs ``new_runs_query`` returns anyway, and drop those the window left.
+    The first scrape reads the window (``ScrapeStatements.window_starts``); later ones
+    only add the runs ``ScrapeStatements.new_runs`` returns anyway, and drop those the
+    window left.
     ``version`` changes with a key's starts, so that its missed-slot count is only
     recomputed when they (or its schedule's slots) changed.
     """

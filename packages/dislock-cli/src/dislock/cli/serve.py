@@ -38,13 +38,9 @@ from dislock.cli.exporter import (
     RunCounts,
     WindowStarts,
     build_snapshot,
-    census_query,
-    floor_query,
     metric_families,
-    new_runs_query,
     parse_listen,
-    run_details_query,
-    window_starts_query,
+    scrape_statements,
 )
 from dislock.cli.fleet import (
     DEFAULT_GRACE,
@@ -77,6 +73,7 @@ class FleetReader:
         self._url = url
         self._table = table
         self._history = history
+        self._statements = scrape_statements(history)
         self._conn: psycopg.Connection[Any] | None = None
         self._lock = threading.Lock()
         self._was_up: bool | None = None
@@ -149,7 +146,7 @@ class FleetReader:
         details = {
             run_id: rest
             for run_id, *rest in conn.execute(
-                run_details_query(self._history), {"ids": ids, "since": since}
+                self._statements.run_details, {"ids": ids, "since": since}
             )
         }
         latest = []
@@ -179,18 +176,18 @@ class FleetReader:
     def _follow_runs(self, conn: psycopg.Connection[Any], since: datetime) -> None:
         """Bring the run counts and the window's starts up to date, reading (after the
         first scrape) only the runs that are new or were unfinished."""
-        found = conn.execute(floor_query(self._history), {"recent": RECENT_SECONDS}).fetchone()
+        found = conn.execute(self._statements.floor, {"recent": RECENT_SECONDS}).fetchone()
         assert found is not None
         floor = int(found[0])
         if self._counts.floor is None:  # the first scrape counts the history once
-            census = conn.execute(census_query(self._history), {"floor": floor}).fetchall()
+            census = conn.execute(self._statements.census, {"floor": floor}).fetchall()
             self._counts.absorb_initial(floor, census)
         if not self._starts.loaded:
-            for row in conn.execute(window_starts_query(self._history), {"since": since}):
+            for row in conn.execute(self._statements.window_starts, {"since": since}):
                 self._starts.add(*row)
             self._starts.loaded = True
         params = {"floor": self._counts.floor, "pending": sorted(self._counts.pending)}
-        rows = conn.execute(new_runs_query(self._history), params).fetchall()
+        rows = conn.execute(self._statements.new_runs, params).fetchall()
         self._counts.absorb(floor, rows)
         for run_id, lock_key, _, started_at, slot_end, scheduled in rows:
             if scheduled and started_at >= since:

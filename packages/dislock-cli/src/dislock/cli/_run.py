@@ -1,4 +1,4 @@
-"""One wrapped run: build the lock context, supervise the command, map outcomes to exit codes."""
+"""One wrapped run: take the locks, supervise the command, map outcomes to exit codes."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from dislock._sync import run_with_locks
 from dislock.cli import EXIT_FAILURE, EXIT_USAGE
 from dislock.cli.diagnosis import describe_database_error
 from dislock.cli.settings import WrapperSettings
-from dislock.core.context import default_owner
 from dislock.core.dsn import scrub
 from dislock.core.errors import ConfigurationError, LockNotAcquiredError
 from dislock.core.supervision import FORWARDED_SIGNALS
@@ -22,8 +21,8 @@ logger = logging.getLogger("dislock")
 
 
 def run(settings: WrapperSettings, *, debug: bool, metrics_textfile: str | None = None) -> int:
+    context = settings.context
     try:
-        context = settings.context(default_owner())
         started = time.time()
         status = run_with_locks(
             settings.command,
@@ -36,25 +35,26 @@ def run(settings: WrapperSettings, *, debug: bool, metrics_textfile: str | None 
         logger.info("not running %s: %s", settings.command[0], exc)
         return settings.conflict_exit_code
     except ConfigurationError as exc:
-        print(f"dislock: error: {scrub(str(exc), settings.url)}", file=sys.stderr)
+        print(f"dislock: error: {scrub(str(exc), context.url)}", file=sys.stderr)
         return EXIT_USAGE
     except psycopg.Error as exc:
-        message = describe_database_error(exc, table_parts=settings.table_parts, url=settings.url)
-        _fail(message, exc, settings.url, debug)
+        table_parts = tuple(context.table_parts)
+        message = describe_database_error(exc, table_parts=table_parts, url=context.url)
+        _fail(message, exc, context.url, debug)
         return EXIT_FAILURE
     except FileNotFoundError as exc:
-        _fail(f"cannot run {settings.command[0]!r}: command not found", exc, settings.url, debug)
+        _fail(f"cannot run {settings.command[0]!r}: command not found", exc, context.url, debug)
         return 127
     except PermissionError as exc:
-        _fail(f"cannot run {settings.command[0]!r}: permission denied", exc, settings.url, debug)
+        _fail(f"cannot run {settings.command[0]!r}: permission denied", exc, context.url, debug)
         return 126
     except Exception as exc:
-        _fail(f"{type(exc).__name__}: {exc}", exc, settings.url, debug)
+        _fail(f"{type(exc).__name__}: {exc}", exc, context.url, debug)
         return EXIT_FAILURE
     if metrics_textfile is not None:  # only runs that started their command get here
         from dislock.cli.textfile import record
 
-        record(metrics_textfile, settings.lock_key, started, time.time(), status)
+        record(metrics_textfile, context.lock_key, started, time.time(), status)
     return status
 
 

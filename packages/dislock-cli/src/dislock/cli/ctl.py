@@ -415,65 +415,65 @@ def _check(conn: Any, settings: WrapperSettings) -> int:
     from dislock.core.lease import LeaseClock, LeaseSettings
     from dislock.core.sql import pause_key
 
+    context = settings.context
+    table_parts = tuple(context.table_parts)
     refusal = _refuses_writes(conn)
     if refusal:
         print(f"dislockctl: error: {refusal}", file=sys.stderr)
         return EXIT_FAILURE
-    columns = _columns(conn, settings.table_parts)
-    missing = {"key", "value", "expire_at", *(["fence"] if settings.fencing else [])} - set(columns)
+    columns = _columns(conn, table_parts)
+    missing = {"key", "value", "expire_at", *(["fence"] if context.fencing else [])} - set(columns)
     if not columns or missing:
         # Let the usual diagnosis explain it, as the wrapper would meet it.
-        conn.execute(state_query(settings.table_parts), {"keys": []})
+        conn.execute(state_query(table_parts), {"keys": []})
         conn.execute(
             sql.SQL("SELECT {} FROM {} LIMIT 0").format(
                 sql.SQL(", ").join(sql.Identifier(name) for name in sorted(missing)),
-                sql.Identifier(*settings.table_parts),
+                sql.Identifier(*table_parts),
             )
         )
-    table = ".".join(settings.table_parts)
+    table = ".".join(table_parts)
     now: datetime = conn.execute("SELECT NOW()").fetchone()[0]
     print("configuration is valid")
-    print(f"  lock key        {escape(settings.lock_key)}")
+    print(f"  lock key        {escape(context.lock_key)}")
     print(f"  strategies      {','.join(settings.strategies)}")
     print(f"  table           {table}")
-    if settings.schedule is not None and settings.cron_zone is not None:
+    if context.schedule is not None and settings.cron_zone is not None:
         zone = settings.cron_zone
-        boundary = slot_end(settings.schedule, now, zone.tz)
-        print(f"  schedule        {settings.schedule}")
+        boundary = slot_end(context.schedule, now, zone.tz)
+        print(f"  schedule        {context.schedule}")
         print(f"  time zone       {zone.name} (from {zone.source})")
         local = boundary.astimezone(zone.tz).isoformat()
         print(f"  slot ends       {boundary.isoformat()} (database clock, UTC; {local} local)")
-    if settings.ttl_seconds is not None and settings.interval_seconds is not None:
-        lease = LeaseClock(
-            LeaseSettings(settings.ttl_seconds, settings.interval_seconds, settings.policy),
-            acquired_at=0.0,
-        )
-        print(f"  lease TTL       {settings.ttl_seconds:g} s")
-        heartbeat = f"  heartbeat       {settings.interval_seconds:g} s"
-        if lease.cadence < settings.interval_seconds:
-            heartbeat += f" (renews every {lease.cadence:g} s to stay ahead of its deadline)"
+    if "lease" in settings.strategies:
+        lease = LeaseSettings.from_context(context)
+        cadence = LeaseClock(lease, acquired_at=0.0).cadence
+        print(f"  lease TTL       {lease.ttl:g} s")
+        heartbeat = f"  heartbeat       {lease.interval:g} s"
+        if cadence < lease.interval:
+            heartbeat += f" (renews every {cadence:g} s to stay ahead of its deadline)"
         print(heartbeat)
-        print(f"  on lease loss   {settings.policy.value}")
-    print(f"  startup jitter  up to {settings.jitter_seconds:g} s")
-    if settings.wait_seconds > 0:
+        print(f"  on lease loss   {lease.policy.value}")
+    print(f"  startup jitter  up to {context.jitter_max_seconds:g} s")
+    if context.wait_seconds > 0:
         how = {
             None: "LISTEN on a direct connection, else polling",
             True: "LISTEN",
             False: "polling",
         }
         print(
-            f"  wait            up to {settings.wait_seconds:g} s"
-            f" ({how[settings.wait_listen]}; polls every {settings.wait_poll_seconds:g} s)"
+            f"  wait            up to {context.wait_seconds:g} s"
+            f" ({how[context.wait_listen]}; polls every {context.wait_poll_seconds:g} s)"
         )
-    if settings.slots > 1:
-        print(f"  slots           {settings.slots} holders at once")
+    if context.slots > 1:
+        print(f"  slots           {context.slots} holders at once")
     if settings.conflict_exit_code:
         print(f"  when held       exit {settings.conflict_exit_code}")
-    print(f"  fencing         {'on' if settings.fencing else 'off'}")
-    if settings.history:
+    print(f"  fencing         {'on' if context.fencing else 'off'}")
+    if context.history:
         from dislock.core.history import history_table
 
-        runs = history_table(settings.table_parts, settings.history_table)
+        runs = history_table(table_parts, context.history_table)
         state = (
             ""
             if _columns(conn, runs)
@@ -483,21 +483,21 @@ def _check(conn: Any, settings: WrapperSettings) -> int:
     else:
         print("  history         off")
     print(f"  database now    {now.isoformat()}")
-    _print_lock_delay(conn, settings.table_parts)
-    slots = {name: settings.slots if kind(name).renewed else 1 for name in settings.strategies}
+    _print_lock_delay(conn, table_parts)
+    slots = {name: context.slots if kind(name).renewed else 1 for name in settings.strategies}
     keys = {
-        name: [kind(name).row_key(settings.lock_key, n) for n in range(1, slots[name] + 1)]
+        name: [kind(name).row_key(context.lock_key, n) for n in range(1, slots[name] + 1)]
         for name in settings.strategies
     }
-    paused = pause_key(settings.lock_key)
+    paused = pause_key(context.lock_key)
     found = dict(
         (key, (owner, remaining))
         for key, owner, remaining in conn.execute(
-            state_query(settings.table_parts),
+            state_query(table_parts),
             {"keys": [paused, *(key for group in keys.values() for key in group)]},
         ).fetchall()
     )
-    busy = "wait" if settings.wait_seconds > 0 else "skip"
+    busy = "wait" if context.wait_seconds > 0 else "skip"
     print("lock state")
     reason, left = found.get(paused, ("", 0.0))
     if left > 0:

@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dislock.core import bounds, config
-from dislock.core.context import LeaseLossPolicy, LockContext
-from dislock.core.dsn import parse_dsn, redact_dsn
+from dislock.core.context import LeaseLossPolicy, LockContext, default_owner
+from dislock.core.dsn import parse_dsn
 from dislock.core.errors import ConfigurationError
 from dislock.core.patience import DEFAULT_CONNECT_PATIENCE
 from dislock.core.supervision import check_command
@@ -30,55 +30,20 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 class WrapperSettings(NamedTuple):
-    """Everything the wrapper needs, validated."""
+    """Everything the wrapper needs, validated: the locks' context and the wrapper's own."""
 
     url_variable: str
-    url: str
     command: tuple[str, ...]
-    lock_key: str
     strategies: tuple[str, ...]
-    table_parts: tuple[str, ...]
-    schedule: str | None
-    ttl_seconds: float | None
-    interval_seconds: float | None
-    jitter_seconds: float
-    policy: LeaseLossPolicy
-    fencing: bool = False
-    history: bool = False
-    history_table: tuple[str, ...] | None = None
-    wait_seconds: float = 0.0
-    wait_poll_seconds: float = DEFAULT_POLL_SECONDS
-    wait_listen: bool | None = None
-    slots: int = 1
+    context: LockContext
+    """What the locks are taken with, this run's owner token included."""
     conflict_exit_code: int = 0
     cron_zone: CronZone | None = None
-    """The zone ``schedule`` is read in (``CRON_TZ``, else the local zone)."""
-    connect_patience_seconds: float = DEFAULT_CONNECT_PATIENCE
+    """The zone the schedule is read in and where that came from (``CRON_TZ``, else
+    the local zone); the context holds the same zone."""
 
     def __repr__(self) -> str:
-        return f"WrapperSettings(url={redact_dsn(self.url)!r}, command={self.command!r}, ...)"
-
-    def context(self, owner: str) -> LockContext:
-        return LockContext(
-            url=self.url,
-            table_parts=self.table_parts,
-            lock_key=self.lock_key,
-            owner=owner,
-            schedule=self.schedule,
-            run_ttl_seconds=self.ttl_seconds,
-            lease_interval_seconds=self.interval_seconds,
-            jitter_max_seconds=self.jitter_seconds,
-            lease_loss_policy=self.policy,
-            fencing=self.fencing,
-            history=self.history,
-            history_table=self.history_table,
-            wait_seconds=self.wait_seconds,
-            wait_poll_seconds=self.wait_poll_seconds,
-            wait_listen=self.wait_listen,
-            slots=self.slots,
-            cron_tz=None if self.cron_zone is None else self.cron_zone.tz,
-            connect_patience_seconds=self.connect_patience_seconds,
-        )
+        return f"WrapperSettings(command={self.command!r}, context={self.context!r}, ...)"
 
 
 def parse_log_level(environ: Mapping[str, str]) -> tuple[int, str | None]:
@@ -215,30 +180,31 @@ def read_wrapper_settings(
         else bounds.check_number(bounds.CONNECT_PATIENCE, raw_patience)
     )
 
-    return WrapperSettings(
-        url_variable=url_variable,
+    conflict_exit_code = waiting.pop("conflict_exit_code")
+    context = LockContext(
         url=url,
-        command=argv,
-        lock_key=lock_key,
-        strategies=strategies,
         table_parts=table_parts,
+        lock_key=lock_key,
+        owner=default_owner(),
         schedule=schedule,
-        ttl_seconds=ttl,
-        interval_seconds=interval,
-        jitter_seconds=jitter,
-        policy=policy,
+        run_ttl_seconds=ttl,
+        lease_interval_seconds=interval,
+        jitter_max_seconds=jitter,
+        lease_loss_policy=policy,
         fencing=fencing,
         history=history,
         history_table=history_table,
-        cron_zone=zone,
+        cron_tz=None if zone is None else zone.tz,
         connect_patience_seconds=patience,
         **waiting,
     )
+    return WrapperSettings(url_variable, argv, strategies, context, conflict_exit_code, zone)
 
 
 def read_waiting(environ: Mapping[str, str], strategies: Sequence[str]) -> dict[str, Any]:
     """``LOCK_WAIT_SECONDS``, ``LOCK_WAIT_POLL_SECONDS``, ``LOCK_WAIT_LISTEN``,
-    ``LOCK_SLOTS`` and ``LOCK_CONFLICT_EXIT_CODE``, as ``WrapperSettings`` fields."""
+    ``LOCK_SLOTS`` and ``LOCK_CONFLICT_EXIT_CODE``, as ``LockContext`` and
+    ``WrapperSettings`` fields."""
     raw_wait = _variable(environ, "LOCK_WAIT_SECONDS")
     wait = 0.0 if raw_wait is None else bounds.check_number(bounds.WAIT, raw_wait)
     raw_poll = _variable(environ, "LOCK_WAIT_POLL_SECONDS")

@@ -20,7 +20,7 @@ from psycopg.rows import TupleRow
 from psycopg.sql import SQL, Composed, Identifier
 
 from dislock.core.errors import Interrupted, StatementTimeout
-from dislock.core.failover import not_replicated, unconfirmed
+from dislock.core.failover import unconfirmed, unreplicated_notice
 from dislock.core.rendering import Rendered
 from dislock.core.sharing import Registry
 from dislock.core.timeouts import CANCEL_GRACE, STUCK_AFTER
@@ -86,12 +86,9 @@ class Link:
         conn.add_notice_handler(self._notice)
 
     def _notice(self, diag: Any) -> None:
-        if not_replicated(
-            severity=diag.severity_nonlocalized or diag.severity,
-            source_function=diag.source_function,
-            message=diag.message_primary,
-        ):
-            self._unreplicated.append(diag.message_primary or "")
+        message = unreplicated_notice(diag)
+        if message is not None:
+            self._unreplicated.append(message)
 
     @classmethod
     async def open(cls, url: str, kwargs: dict[str, Any]) -> Link:

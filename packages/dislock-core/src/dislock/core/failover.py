@@ -6,7 +6,7 @@ Two decisions live here, both plain data for the shells to act on:
   When the wait for the standby is cancelled (by dislock's own statement
   timeout, an operator, a shutdown), the server commits locally and says so in
   a WARNING from ``syncrep.c``.  A failover can then lose the row.
-  ``not_replicated`` recognises that notice.
+  ``not_replicated`` (``unreplicated_notice``) recognises that notice.
 
 * **A lock delay after a change of server history** (Chubby's lock delay).  A
   promoted standby starts a new *timeline*; rows written on the old primary but
@@ -27,9 +27,14 @@ ls`` and dislock 0.1.0 (which only read their own keys) never see them.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from psycopg import sql
 
 from dislock.core.errors import NotReplicatedError
+
+if TYPE_CHECKING:
+    from psycopg.errors import Diagnostic
 
 TIMELINE_KEY = "dislock:failover:timeline"
 """Metadata row: ``value`` is the server timeline last seen, ``expire_at`` the end of
@@ -69,6 +74,17 @@ def not_replicated(
     return "wait for synchronous replication" in text or (
         "synchronous replication" in text and "cancel" in text
     )
+
+
+def unreplicated_notice(diag: Diagnostic) -> str | None:
+    """The message of a psycopg notice that ``not_replicated`` recognises, else None."""
+    if not not_replicated(
+        severity=diag.severity_nonlocalized or diag.severity,
+        source_function=diag.source_function,
+        message=diag.message_primary,
+    ):
+        return None
+    return diag.message_primary or ""
 
 
 def unconfirmed(message: str | None) -> NotReplicatedError:

@@ -22,7 +22,7 @@ from psycopg.rows import TupleRow
 from psycopg.sql import SQL, Composed, Identifier
 
 from dislock.core.errors import Interrupted, NotSent, StatementTimeout
-from dislock.core.failover import not_replicated, unconfirmed
+from dislock.core.failover import unconfirmed, unreplicated_notice
 from dislock.core.rendering import Rendered
 from dislock.core.sharing import Registry
 from dislock.core.timeouts import CANCEL_GRACE, STATEMENT_FLOOR, STUCK_AFTER
@@ -171,12 +171,9 @@ class Link:
 
     def _notice(self, diag: Any) -> None:
         # Called in the thread running the statement, while it holds the lock.
-        if not_replicated(
-            severity=diag.severity_nonlocalized or diag.severity,
-            source_function=diag.source_function,
-            message=diag.message_primary,
-        ):
-            self._unreplicated = diag.message_primary or ""
+        message = unreplicated_notice(diag)
+        if message is not None:
+            self._unreplicated = message
 
     @classmethod
     def open(cls, url: str, kwargs: dict[str, Any]) -> Link:

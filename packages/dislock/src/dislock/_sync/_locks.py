@@ -50,8 +50,9 @@ from dislock.core.waiting import (
     wake_token,
 )
 
-from ._compat import Event, Listener, sleep
+from ._compat import Event, sleep
 from ._hub import Hub, enter_hub, leave_hub
+from ._listen import Listener
 
 logger = logging.getLogger("dislock")
 

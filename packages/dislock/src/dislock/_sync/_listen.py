@@ -1,0 +1,66 @@
+# GENERATED from dislock-aio's dislock/aio/_listen.py by tools/async_to_sync.py: do not edit.
+# Change the asyncio source, then run `hatch run generate`.
+"""The connection a waiting lease listens on for releases (``LISTEN``/``NOTIFY``).
+
+Hand-written in ``dislock/aio/_listen.py``; ``dislock/_sync/_listen.py`` is
+generated from it by ``tools/async_to_sync.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any
+
+from psycopg import Connection
+from psycopg.rows import TupleRow
+from psycopg.sql import SQL, Identifier
+
+
+class Listener:
+    """A direct connection of its own that ``LISTEN``s for released leases.
+
+    Only a direct connection hears a ``NOTIFY``: behind a pooler in transaction
+    mode the ``LISTEN`` lands on whichever server connection ran it, and that one
+    is soon serving someone else.  A pooler shows itself by answering the startup
+    with a backend process id of its own making, which ``open`` compares with the
+    one the server reports.
+    """
+
+    def __init__(self, conn: Connection[TupleRow], wake: str) -> None:
+        self.conn = conn
+        self.wake = wake
+
+    @classmethod
+    def open(
+        cls, url: str, kwargs: dict[str, Any], channel: str, wake: str, *, detect: bool
+    ) -> Listener | None:
+        """A listening connection; None when ``detect`` finds a pooler in between."""
+        conn = Connection.connect(url, **kwargs)
+        try:
+            if detect:
+                cursor = conn.execute("SELECT pg_backend_pid()")
+                row = cursor.fetchone()
+                if row is None or row[0] != conn.info.backend_pid:
+                    conn.close()
+                    return None
+            conn.execute(SQL("LISTEN {}").format(Identifier(channel)))
+        except BaseException:
+            conn.close()
+            raise
+        return cls(conn, wake)
+
+    def wait(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` for a release of our lease; whether one came."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            for notify in self.conn.notifies(timeout=left):
+                if notify.payload == self.wake:
+                    return True
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.conn.close()

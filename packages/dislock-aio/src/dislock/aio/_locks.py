@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from functools import partial
 from time import monotonic
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeAlias
 
 from psycopg.sql import Composed
 
@@ -53,6 +53,11 @@ from ._hub import Hub, enter_hub, leave_hub
 from ._listen import Listener
 
 logger = logging.getLogger("dislock")
+
+# How a `with` block ended, as its exit method is told (all None when it ended normally).
+_ExcType: TypeAlias = type[BaseException] | None
+_Exc: TypeAlias = BaseException | None
+_Tb: TypeAlias = TracebackType | None
 
 
 def _enter_hub(context: LockContext) -> Hub:
@@ -190,12 +195,7 @@ class ScheduleLock:
         logger.info("acquired schedule slot %s until %s", self.key, expires_at.isoformat())
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, exc_type: _ExcType, exc: _Exc, tb: _Tb) -> None:
         return None
 
 
@@ -471,12 +471,7 @@ class LeaseLock:
         else:
             logger.info("released lease %s", self.key)
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, exc_type: _ExcType, exc: _Exc, tb: _Tb) -> None:
         held = self._held
         assert held is not None, "LeaseLock exited without entering"
         # Judged as the block ends: a renewal finishing afterwards does not
@@ -603,12 +598,7 @@ class _Recording:
             raise
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, exc_type: _ExcType, exc: _Exc, tb: _Tb) -> None:
         hub = self.hub
         assert hub is not None
         try:

@@ -147,6 +147,7 @@ class ScheduleLock:
         timeout = context.connect_timeout_seconds
         # The connection is given back at once: a slot needs nothing while the job runs.
         hub = _enter_hub(context)
+        claim = partial(acquire, hub, timeout=timeout, hand_back=statements.release)
         try:
             hub.connect_patiently(partial(_schedule_patience, context))
             expires_at = context.next_run_time
@@ -160,12 +161,9 @@ class ScheduleLock:
                 candidates = SlotCandidates.around(
                     context.schedule, datetime.now(timezone.utc), zone.tz
                 )
-                answer = acquire(
-                    hub,
+                answer = claim(
                     statements.acquire_by_clock,
                     sql.acquire_by_clock_params(self.key, context.owner, candidates),
-                    timeout,
-                    hand_back=statements.release,
                 )
                 expires_at = answer.slot_end
                 if expires_at is None:
@@ -176,12 +174,9 @@ class ScheduleLock:
                     expires_at = slot_end(context.schedule, row[0], zone.tz)
                     answer = None
             if answer is None:
-                answer = acquire(
-                    hub,
+                answer = claim(
                     statements.acquire_until,
                     sql.acquire_until_params(self.key, context.owner, expires_at),
-                    timeout,
-                    hand_back=statements.release,
                 )
         finally:
             leave_hub(hub)

@@ -34,6 +34,7 @@ from dislock.core.errors import (
     LockNotAcquiredError,
     NotReplicatedError,
 )
+from dislock.core.failover import delayed
 from dislock.core.lease import LeaseClock, LeaseSettings, raises_on_exit
 from dislock.core.patience import slot_patience
 from dislock.core.pause import paused_error
@@ -100,8 +101,9 @@ def acquire(
     assert row is not None, "an acquiring statement answers one row"
     if len(row) > 4:
         hub.note_timeline(row[4])
-    slot_end = row[5] if len(row) > 5 else None
-    return sql.Acquired(bool(row[0]), row[1], row[2], row[3], slot_end)
+    delayed_until = row[5] if len(row) > 5 else None
+    slot_end = row[6] if len(row) > 6 else None
+    return sql.Acquired(bool(row[0]), row[1], row[2], row[3], slot_end, delayed_until)
 
 
 def _hand_back(hub: Hub, release: Composed, keys: list[str], owner: str) -> None:
@@ -182,9 +184,11 @@ class ScheduleLock:
         if answer.paused_until is not None:
             raise paused_error(context.lock_key, answer.paused_for, answer.paused_until)
         if not answer.acquired:
+            slot = f"schedule slot of {context.lock_key!r} ending {expires_at.isoformat()}"
+            if answer.delayed_until is not None:
+                raise LockNotAcquiredError(delayed(slot, answer.delayed_until))
             raise LockNotAcquiredError(
-                f"schedule slot of {context.lock_key!r} ending {expires_at.isoformat()} "
-                "was already started by another owner (or has already ended)"
+                f"{slot} was already started by another owner (or has already ended)"
             )
         self.expires_at = expires_at
         self.fence = answer.token
@@ -251,6 +255,7 @@ class LeaseLock:
         """The fencing token of the latest acquisition (with ``LockContext.fencing``)."""
         self._held: _Held | None = None
         self._clock: LeaseClock | None = None  # the latest acquisition's, kept after leaving
+        self._delayed_until: datetime | None = None  # a lock delay that refused the last try
 
     @property
     def deadline(self) -> float | None:
@@ -333,7 +338,11 @@ class LeaseLock:
         waited = f" (waited {context.wait_seconds:g} s)" if context.wait_seconds > 0 else ""
         if context.slots > 1:
             lease = sql.lease_key(context.lock_key)
+            if self._delayed_until is not None:
+                return delayed(f"no slot of lease {lease!r}", self._delayed_until) + waited
             return f"all {context.slots} slots of lease {lease!r} are held{waited}"
+        if self._delayed_until is not None:
+            return delayed(f"lease {self.key!r}", self._delayed_until) + waited
         return f"lease {self.key!r} is held by another owner{waited}"
 
     def _attempt(self, hub: Hub) -> tuple[LeaseClock, int | None] | None:
@@ -357,6 +366,7 @@ class LeaseLock:
                 )
                 acquired, fence, free = answer.acquired, answer.token, 0
                 reason, paused_until = answer.paused_for, answer.paused_until
+                self._delayed_until = answer.delayed_until
             else:
                 try:
                     cursor = hub.execute(
@@ -372,7 +382,7 @@ class LeaseLock:
                     ) from None
                 row = cursor.fetchone()
                 assert row is not None
-                key, fence, free, reason, paused_until = row
+                key, fence, free, reason, paused_until, self._delayed_until = row
                 acquired = key is not None
                 if acquired:
                     self.key = str(key)

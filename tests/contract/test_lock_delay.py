@@ -155,7 +155,7 @@ def test_no_slot_of_an_n_holder_lease_is_free_during_the_delay(
     with slotted():
         pass
     new_timeline(db, lock_table)
-    with pytest.raises(LockNotAcquiredError, match="no slot of lease .* lock delay after"):
+    with pytest.raises(LockNotAcquiredError, match=r"no slot of lease .* lock delay after"):
         slotted().__enter__()
     rows.expire(TIMELINE_KEY)
     with slotted() as lock:

@@ -91,7 +91,7 @@ async def acquire(
         cursor = await hub.execute(statement, params, timeout)
     except NotReplicatedError as exc:
         if hand_back is not None:
-            await _hand_back(hub, hand_back, [params["key"]], params["owner"])
+            await hand_back_rows(hub, hand_back, [params["key"]], params["owner"])
         raise NotReplicatedError(
             f"{params['key']!r} was not acquired (handed back): {exc}"
         ) from None
@@ -104,14 +104,14 @@ async def acquire(
     return sql.Acquired(bool(row[0]), row[1], row[2], row[3], slot_end, delayed_until)
 
 
-async def _hand_back(hub: Hub, release: Composed, keys: list[str], owner: str) -> None:
-    """Expire our rows of ``keys`` (owner-guarded), best effort: an acquisition
-    synchronous replication did not confirm."""
-    for key in keys:
-        try:
-            await hub.execute(release, sql.release_params(key, owner), RELEASE_TIMEOUT)
-        except Exception as error:  # unconfirmed too, most likely: it still expired here
-            logger.debug("handing back %s: %s", key, error)
+async def hand_back_rows(hub: Hub, release_any: Composed, keys: list[str], owner: str) -> None:
+    """Expire our rows among ``keys`` (owner-guarded, one statement), best effort: an
+    acquisition that synchronous replication did not confirm, or that was
+    interrupted after it may have taken a row."""
+    try:
+        await hub.execute(release_any, sql.release_any_params(keys, owner), RELEASE_TIMEOUT)
+    except Exception as error:  # unconfirmed too, most likely: it still expired here
+        logger.debug("handing back %s: %s", ", ".join(keys), error)
 
 
 class ScheduleLock:
@@ -159,7 +159,7 @@ class ScheduleLock:
                     statements.acquire_by_clock,
                     sql.acquire_by_clock_params(self.key, context.owner, candidates),
                     timeout,
-                    hand_back=statements.release,
+                    hand_back=statements.release_any,
                 )
                 expires_at = answer.slot_end
                 if expires_at is None:
@@ -175,7 +175,7 @@ class ScheduleLock:
                     statements.acquire_until,
                     sql.acquire_until_params(self.key, context.owner, expires_at),
                     timeout,
-                    hand_back=statements.release,
+                    hand_back=statements.release_any,
                 )
         finally:
             await leave_hub(hub)
@@ -295,6 +295,7 @@ class LeaseLock:
             raise RuntimeError("this LeaseLock is already held; create one per acquisition")
         context = self.context
         hub = _enter_hub(context)
+        held: _Held | None = None
         try:
             await hub.connect_patiently(partial(float, context.connect_patience_seconds))
             taken = await self._attempt(hub)
@@ -302,29 +303,33 @@ class LeaseLock:
                 taken = await self._wait(hub)
             if taken is None:
                 raise LockNotAcquiredError(self._held_elsewhere())
-        except BaseException:
+            clock, fence = taken
+            self.fence = fence
+            held = _Held(
+                hub=hub,
+                renewal=Renewal(
+                    key=self.key,
+                    owner=context.owner,
+                    table_parts=tuple(context.table_parts),
+                    clock=clock,
+                ),
+            )
+            # The previous acquisition's renewal is unregistered, and the hub sets
+            # the events of registered renewals only: nothing sets it for that one now.
+            self.lease_lost.clear()
+            self._clock = clock
+            hub.register(held.renewal, self.lease_lost)
+        except LockNotAcquiredError:
             await leave_hub(hub)
             raise
-        clock, fence = taken
-        self.fence = fence
-        held = _Held(
-            hub=hub,
-            renewal=Renewal(
-                key=self.key,
-                owner=context.owner,
-                table_parts=tuple(context.table_parts),
-                clock=clock,
-            ),
-        )
-        # The previous acquisition's renewal is unregistered, and the hub sets
-        # the events of registered renewals only: nothing sets it for that one now.
-        self.lease_lost.clear()
-        self._clock = clock
-        try:
-            hub.register(held.renewal, self.lease_lost)
-        except BaseException:  # e.g. no thread could be started: hand the row back
-            hub.unregister(held.renewal)
-            await self._expire_row(hub)
+        except BaseException:
+            # Interrupted (a signal, a cancellation) or failed (no thread could be
+            # started) after the acquiring statement may have taken a row: hand back
+            # whatever is ours rather than leave it to expire by its TTL.
+            if held is not None:
+                hub.unregister(held.renewal)
+            keys = [self.key] if context.slots == 1 else self._slot_keys
+            await hand_back_rows(hub, sql.statements_for(context).release_any, keys, context.owner)
             await leave_hub(hub)
             raise
         self._held = held
@@ -360,7 +365,7 @@ class LeaseLock:
                     statements.acquire_for,
                     sql.lease_params(self.key, context.owner, self.settings.ttl),
                     clock.attempt_timeout(sent_at),
-                    hand_back=statements.release,
+                    hand_back=statements.release_any,
                 )
                 acquired, fence, free = answer.acquired, answer.token, 0
                 reason, paused_until = answer.paused_for, answer.paused_until
@@ -374,7 +379,9 @@ class LeaseLock:
                     )
                 except NotReplicatedError as exc:
                     # Which slot it took is unknown: every slot row of ours goes back.
-                    await _hand_back(hub, statements.release, self._slot_keys, context.owner)
+                    await hand_back_rows(
+                        hub, statements.release_any, self._slot_keys, context.owner
+                    )
                     raise NotReplicatedError(
                         f"no slot of {context.lock_key!r} was acquired (handed back): {exc}"
                     ) from None

@@ -108,6 +108,10 @@ class Statements(NamedTuple):
     release_notify: sql.Composed
     """Params: key, owner, channel, wake. Like ``release`` (marked released), and wakes the lease's
     waiters (``NOTIFY`` on commit) when it released something."""
+    release_any: sql.Composed
+    """Params: keys, owner. Like ``release`` for each row among ``keys`` that is ours:
+    one statement to hand back whichever slot of an N-holder lease an interrupted or
+    unconfirmed acquisition may have taken."""
     acquire_by_clock: sql.Composed
     """Params: ``acquire_by_clock_params`` (key, pause, owner and the candidates of
     ``dislock.core.cron.SlotCandidates``). ``acquire_until`` for the schedule slot
@@ -220,6 +224,10 @@ def statements(table_parts: tuple[str, ...], fencing: bool = False) -> Statement
             "UPDATE {table} SET expire_at = NOW(), value = value || {mark}"
             " WHERE key = %(key)s AND value = %(owner)s AND expire_at > NOW()"
             " RETURNING pg_notify(%(channel)s, %(wake)s)"
+        ).format(table=table, mark=sql.Literal(RELEASED_MARK)),
+        release_any=sql.SQL(
+            "UPDATE {table} SET expire_at = NOW(), value = value || {mark}"
+            " WHERE key = ANY(%(keys)s::text[]) AND value = %(owner)s AND expire_at > NOW()"
         ).format(table=table, mark=sql.Literal(RELEASED_MARK)),
         acquire_by_clock=_acquire_by_clock(
             upsert, pause, parts, first_token, token, (slot_ctes, slot_calm)
@@ -356,6 +364,10 @@ def lease_params(key: str, owner: str, ttl_seconds: float) -> dict[str, Any]:
 
 def release_params(key: str, owner: str) -> dict[str, Any]:
     return {"key": key, "owner": owner}
+
+
+def release_any_params(keys: list[str], owner: str) -> dict[str, Any]:
+    return {"keys": keys, "owner": owner}
 
 
 def release_notify_params(key: str, owner: str, channel: str, wake: str) -> dict[str, Any]:

@@ -58,7 +58,11 @@ def lease_worker(url: str, worker: int, start: float, results: multiprocessing.Q
 Worker = Callable[[str, int, float, "multiprocessing.Queue[str]"], None]
 
 
-def race(title: str, target: Worker, url: str, workers: int) -> None:
+WON = ("started the job", "holds the lease")
+
+
+def race(title: str, target: Worker, url: str, workers: int) -> bool:
+    """Run the race; whether exactly one worker won and every worker answered."""
     print(title)
     results: multiprocessing.Queue[str] = multiprocessing.Queue()
     start = time.time() + 0.5
@@ -70,9 +74,18 @@ def race(title: str, target: Worker, url: str, workers: int) -> None:
         process.start()
     for process in processes:
         process.join()
+    answered = winners = 0
     while not results.empty():
-        print(results.get())  # in the order things happened
+        line = results.get()
+        print(line)  # in the order things happened
+        answered += "skipped" in line or any(word in line for word in WON)
+        winners += any(word in line for word in WON)
     print()
+    failed = [process.exitcode for process in processes if process.exitcode != 0]
+    if winners != 1 or answered != workers or failed:
+        print(f"unexpected: {winners} winners, {answered} of {workers} answered", file=sys.stderr)
+        return False
+    return True
 
 
 def main() -> int:
@@ -83,15 +96,22 @@ def main() -> int:
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(create_table_sql(("key_value",)))
         workers = args.workers
-        race(
-            "Schedule mode (0 3 * * *): everyone fires at once, as cron on every machine"
-            " would; one starts the slot, which lasts until the next 03:00",
-            schedule_worker,
-            url,
-            workers,
-        )
-        race("Lease mode: one runs at a time, the rest skip", lease_worker, url, workers)
-        race("Lease mode again: the lease was released, one wins again", lease_worker, url, workers)
+        won = [
+            race(
+                "Schedule mode (0 3 * * *): everyone fires at once, as cron on every machine"
+                " would; one starts the slot, which lasts until the next 03:00",
+                schedule_worker,
+                url,
+                workers,
+            ),
+            race("Lease mode: one runs at a time, the rest skip", lease_worker, url, workers),
+            race(
+                "Lease mode again: the lease was released, one wins again",
+                lease_worker,
+                url,
+                workers,
+            ),
+        ]
         # As `dislockctl DATABASE_URL ls` shows them (the states are dislockctl's own).
         from dislock.cli.admin import LockRow, list_params, list_query
 
@@ -100,7 +120,7 @@ def main() -> int:
             for row in conn.execute(list_query(("key_value",)), list_params("")).fetchall():
                 lock = LockRow.from_row(row)
                 print(f"  {lock.key:<40} owner={lock.owner:<22} {lock.state}")
-    return 0
+    return 0 if all(won) else 1
 
 
 if __name__ == "__main__":

@@ -79,13 +79,18 @@ def test_a_new_timeline_keeps_missing_and_expired_rows_for_the_longest_ttl(
         )
         by_clock = make_context(lock_key="cron-slot", schedule="* * * * *")
         for lock in (
-            lease(make_context, "fresh"),
+            lease(make_context, "fresh"),  # the first to see the new timeline starts the delay
             lease(make_context, "short"),
             ScheduleLock(slot),
             ScheduleLock(by_clock),  # the slot picked by the database clock, in the statement
         ):
-            with pytest.raises(LockNotAcquiredError):
+            # Said as a lock delay, not as a lock someone else holds.
+            with pytest.raises(LockNotAcquiredError) as refused:
                 lock.__enter__()
+            message = str(refused.value)
+            assert "lock delay after a database failover" in message, message
+            ends = datetime.fromisoformat(message.split("not taken before ")[1].split(": lock")[0])
+            assert 25.0 < (ends - rows.now()).total_seconds() <= 30.0  # the longest TTL
         value, left = metadata(db, lock_table)[TIMELINE_KEY]
         assert value != "999"  # the server's timeline, recorded by the first to see it
         assert 25.0 < left <= 30.0  # the longest TTL ever used, not the acquirer's 2 s
@@ -108,7 +113,7 @@ async def test_the_delay_holds_for_asyncio_too(
     async with AioLeaseLock(context):
         pass
     new_timeline(db, lock_table)
-    with pytest.raises(LockNotAcquiredError):
+    with pytest.raises(LockNotAcquiredError, match="lock delay after a database failover"):
         async with AioLeaseLock(context):
             pass
 
@@ -150,7 +155,7 @@ def test_no_slot_of_an_n_holder_lease_is_free_during_the_delay(
     with slotted():
         pass
     new_timeline(db, lock_table)
-    with pytest.raises(LockNotAcquiredError):
+    with pytest.raises(LockNotAcquiredError, match=r"no slot of lease .* lock delay after"):
         slotted().__enter__()
     rows.expire(TIMELINE_KEY)
     with slotted() as lock:

@@ -32,8 +32,9 @@ def _claim(
         sql.acquire_by_clock_params(key, "me", candidates),
     ).fetchone()
     assert row is not None  # always one row
-    taken, token, paused_for, paused_until, timeline, end = row
+    taken, token, paused_for, paused_until, timeline, delayed_until, end = row
     assert token is None and paused_for is None and paused_until is None
+    assert delayed_until is None  # no failover here
     assert isinstance(timeline, int) and timeline >= 1  # the lock delay's, as every claim
     return taken, end
 

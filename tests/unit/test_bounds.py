@@ -18,6 +18,7 @@ from dislock.core.bounds import (
     Bound,
     check_key,
     check_number,
+    check_reason,
     escape,
     printable,
 )
@@ -120,3 +121,11 @@ def test_printing_escapes_what_would_break_a_line() -> None:
     assert escape("a\nb\u202ec") == "a\\nb\\u202ec"
     assert printable("it's\n") == "'it\\'s\\n'"
     assert re.fullmatch(r"'x{80}\.\.\.'", printable("x" * 200, limit=80))
+
+
+def test_pause_reasons_may_be_empty_or_long_but_not_longer_or_broken() -> None:
+    assert check_reason("--reason", "") == ""
+    assert check_reason("--reason", "é" * 500) == "é" * 500  # 1000 bytes
+    for bad, words in (("é" * 501, "1002 bytes long"), ("a\tb", "control"), ("\udcff", "control")):
+        with pytest.raises(ConfigurationError, match=words):
+            check_reason("--reason", bad)

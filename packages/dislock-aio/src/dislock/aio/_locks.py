@@ -32,6 +32,7 @@ from dislock.core.errors import (
     LockNotAcquiredError,
     NotReplicatedError,
 )
+from dislock.core.failover import delayed
 from dislock.core.lease import LeaseClock, LeaseSettings, raises_on_exit
 from dislock.core.patience import slot_patience
 from dislock.core.pause import paused_error
@@ -96,7 +97,7 @@ async def acquire(
         cursor = await hub.execute(statement, params, timeout)
     except NotReplicatedError as exc:
         if hand_back is not None:
-            await _hand_back(hub, hand_back, [params["key"]], params["owner"])
+            await hand_back_rows(hub, hand_back, [params["key"]], params["owner"])
         raise NotReplicatedError(
             f"{params['key']!r} was not acquired (handed back): {exc}"
         ) from None
@@ -104,18 +105,19 @@ async def acquire(
     assert row is not None, "an acquiring statement answers one row"
     if len(row) > 4:
         hub.note_timeline(row[4])
-    slot_end = row[5] if len(row) > 5 else None
-    return sql.Acquired(bool(row[0]), row[1], row[2], row[3], slot_end)
+    delayed_until = row[5] if len(row) > 5 else None
+    slot_end = row[6] if len(row) > 6 else None
+    return sql.Acquired(bool(row[0]), row[1], row[2], row[3], slot_end, delayed_until)
 
 
-async def _hand_back(hub: Hub, release: Composed, keys: list[str], owner: str) -> None:
-    """Expire our rows of ``keys`` (owner-guarded), best effort: an acquisition
-    synchronous replication did not confirm."""
-    for key in keys:
-        try:
-            await hub.execute(release, sql.release_params(key, owner), RELEASE_TIMEOUT)
-        except Exception as error:  # unconfirmed too, most likely: it still expired here
-            logger.debug("handing back %s: %s", key, error)
+async def hand_back_rows(hub: Hub, release_any: Composed, keys: list[str], owner: str) -> None:
+    """Expire our rows among ``keys`` (owner-guarded, one statement), best effort: an
+    acquisition that synchronous replication did not confirm, or that was
+    interrupted after it may have taken a row."""
+    try:
+        await hub.execute(release_any, sql.release_any_params(keys, owner), RELEASE_TIMEOUT)
+    except Exception as error:  # unconfirmed too, most likely: it still expired here
+        logger.debug("handing back %s: %s", ", ".join(keys), error)
 
 
 class ScheduleLock:
@@ -145,7 +147,7 @@ class ScheduleLock:
         timeout = context.connect_timeout_seconds
         # The connection is given back at once: a slot needs nothing while the job runs.
         hub = _enter_hub(context)
-        claim = partial(acquire, hub, timeout=timeout, hand_back=statements.release)
+        claim = partial(acquire, hub, timeout=timeout, hand_back=statements.release_any)
         try:
             await hub.connect_patiently(partial(_schedule_patience, context))
             expires_at = context.next_run_time
@@ -181,9 +183,11 @@ class ScheduleLock:
         if answer.paused_until is not None:
             raise paused_error(context.lock_key, answer.paused_for, answer.paused_until)
         if not answer.acquired:
+            slot = f"schedule slot of {context.lock_key!r} ending {expires_at.isoformat()}"
+            if answer.delayed_until is not None:
+                raise LockNotAcquiredError(delayed(slot, answer.delayed_until))
             raise LockNotAcquiredError(
-                f"schedule slot of {context.lock_key!r} ending {expires_at.isoformat()} "
-                "was already started by another owner (or has already ended)"
+                f"{slot} was already started by another owner (or has already ended)"
             )
         self.expires_at = expires_at
         self.fence = answer.token
@@ -245,6 +249,7 @@ class LeaseLock:
         """The fencing token of the latest acquisition (with ``LockContext.fencing``)."""
         self._held: _Held | None = None
         self._clock: LeaseClock | None = None  # the latest acquisition's, kept after leaving
+        self._delayed_until: datetime | None = None  # a lock delay that refused the last try
 
     @property
     def deadline(self) -> float | None:
@@ -286,6 +291,7 @@ class LeaseLock:
             raise RuntimeError("this LeaseLock is already held; create one per acquisition")
         context = self.context
         hub = _enter_hub(context)
+        held: _Held | None = None
         try:
             await hub.connect_patiently(partial(float, context.connect_patience_seconds))
             taken = await self._attempt(hub)
@@ -293,29 +299,33 @@ class LeaseLock:
                 taken = await self._wait(hub)
             if taken is None:
                 raise LockNotAcquiredError(self._held_elsewhere())
-        except BaseException:
+            clock, fence = taken
+            self.fence = fence
+            held = _Held(
+                hub=hub,
+                renewal=Renewal(
+                    key=self.key,
+                    owner=context.owner,
+                    table_parts=tuple(context.table_parts),
+                    clock=clock,
+                ),
+            )
+            # The previous acquisition's renewal is unregistered, and the hub sets
+            # the events of registered renewals only: nothing sets it for that one now.
+            self.lease_lost.clear()
+            self._clock = clock
+            hub.register(held.renewal, self.lease_lost)
+        except LockNotAcquiredError:
             await leave_hub(hub)
             raise
-        clock, fence = taken
-        self.fence = fence
-        held = _Held(
-            hub=hub,
-            renewal=Renewal(
-                key=self.key,
-                owner=context.owner,
-                table_parts=tuple(context.table_parts),
-                clock=clock,
-            ),
-        )
-        # The previous acquisition's renewal is unregistered, and the hub sets
-        # the events of registered renewals only: nothing sets it for that one now.
-        self.lease_lost.clear()
-        self._clock = clock
-        try:
-            hub.register(held.renewal, self.lease_lost)
-        except BaseException:  # e.g. no thread could be started: hand the row back
-            hub.unregister(held.renewal)
-            await self._expire_row(hub)
+        except BaseException:
+            # Interrupted (a signal, a cancellation) or failed (no thread could be
+            # started) after the acquiring statement may have taken a row: hand back
+            # whatever is ours rather than leave it to expire by its TTL.
+            if held is not None:
+                hub.unregister(held.renewal)
+            keys = [self.key] if context.slots == 1 else self._slot_keys
+            await hand_back_rows(hub, sql.statements_for(context).release_any, keys, context.owner)
             await leave_hub(hub)
             raise
         self._held = held
@@ -327,7 +337,11 @@ class LeaseLock:
         waited = f" (waited {context.wait_seconds:g} s)" if context.wait_seconds > 0 else ""
         if context.slots > 1:
             lease = sql.lease_key(context.lock_key)
+            if self._delayed_until is not None:
+                return delayed(f"no slot of lease {lease!r}", self._delayed_until) + waited
             return f"all {context.slots} slots of lease {lease!r} are held{waited}"
+        if self._delayed_until is not None:
+            return delayed(f"lease {self.key!r}", self._delayed_until) + waited
         return f"lease {self.key!r} is held by another owner{waited}"
 
     async def _attempt(self, hub: Hub) -> tuple[LeaseClock, int | None] | None:
@@ -347,10 +361,11 @@ class LeaseLock:
                     statements.acquire_for,
                     sql.lease_params(self.key, context.owner, self.settings.ttl),
                     clock.attempt_timeout(sent_at),
-                    hand_back=statements.release,
+                    hand_back=statements.release_any,
                 )
                 acquired, fence, free = answer.acquired, answer.token, 0
                 reason, paused_until = answer.paused_for, answer.paused_until
+                self._delayed_until = answer.delayed_until
             else:
                 try:
                     cursor = await hub.execute(
@@ -360,13 +375,15 @@ class LeaseLock:
                     )
                 except NotReplicatedError as exc:
                     # Which slot it took is unknown: every slot row of ours goes back.
-                    await _hand_back(hub, statements.release, self._slot_keys, context.owner)
+                    await hand_back_rows(
+                        hub, statements.release_any, self._slot_keys, context.owner
+                    )
                     raise NotReplicatedError(
                         f"no slot of {context.lock_key!r} was acquired (handed back): {exc}"
                     ) from None
                 row = await cursor.fetchone()
                 assert row is not None
-                key, fence, free, reason, paused_until = row
+                key, fence, free, reason, paused_until, self._delayed_until = row
                 acquired = key is not None
                 if acquired:
                     self.key = str(key)

@@ -67,13 +67,11 @@ def read_request(
             zone=zone,
         )
     if command == "pause":
+        from dislock.core.bounds import check_reason
         from dislock.core.config import check_text
 
         check_text("LOCK_KEY", args.lock_key)
-        if "\x00" in args.reason:
-            from dislock.core.errors import ConfigurationError
-
-            raise ConfigurationError("--reason contains a NUL character")
+        check_reason("--reason", args.reason)
         if args.for_ is not None:
             return Request(history, pause_for=parse_duration(args.for_, name="--for"))
         if args.until is not None:

@@ -121,7 +121,11 @@ def build_parser() -> argparse.ArgumentParser:
     until = pause.add_mutually_exclusive_group()
     until.add_argument("--for", dest="for_", metavar="DURATION", help="e.g. 2h, 30m, 1d")
     until.add_argument("--until", metavar="TIME", help="ISO 8601 time (UTC unless it says)")
-    pause.add_argument("--reason", default="", help="shown by ls and in every skip message")
+    pause.add_argument(
+        "--reason",
+        default="",
+        help="shown by ls and in every skip message (at most 1000 bytes, one line)",
+    )
     resume = commands.add_parser("resume", parents=[table], help="end a pause of LOCK_KEY")
     resume.add_argument("lock_key", metavar="LOCK_KEY")
 

@@ -227,6 +227,28 @@ def check_key(name: str, value: object) -> str:
     return value
 
 
+MAX_REASON_BYTES = 1000
+"""The longest pause reason (``dislockctl pause --reason``), in UTF-8 bytes: it is
+printed in every skip message of every machine and in ``dislockctl ls``."""
+
+
+def check_reason(name: str, value: str) -> str:
+    """A pause reason: at most :data:`MAX_REASON_BYTES` UTF-8 bytes, none of the
+    characters a lock key may not hold (it is printed on one line too); may be empty."""
+    bad = next((char for char in value if _refused(char)), None)
+    if bad is not None:
+        raise ConfigurationError(
+            f"{name} must not contain control or invisible characters "
+            f"(found {bad!a} in {printable(value, limit=80)})"
+        )
+    size = len(check_utf8(name, value).encode("utf-8"))
+    if size > MAX_REASON_BYTES:
+        raise ConfigurationError(
+            f"{name} is {size} bytes long; at most {MAX_REASON_BYTES} bytes (UTF-8) are accepted"
+        )
+    return value
+
+
 def check_utf8(name: str, value: str) -> str:
     """Text that can be sent to the database: command-line arguments and environment
     variables that are not UTF-8 reach Python as lone surrogates."""

@@ -27,6 +27,7 @@ ls`` and dislock 0.1.0 (which only read their own keys) never see them.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from psycopg import sql
@@ -160,6 +161,28 @@ def timeline_returned() -> sql.SQL:
     """What an acquiring upsert with the fragment returns after its token: the
     timeline the lock was taken on, for the holder to compare on reconnection."""
     return sql.SQL("(SELECT timeline FROM dislock_history)")
+
+
+def delay_end_returned() -> sql.SQL:
+    """What an acquiring upsert with the fragment returns after the timeline: the end
+    of the lock delay that kept it from taking anything, NULL when none runs (so that
+    a refusal during a delay is not reported as a lock held by someone else).  A
+    timeline noticed by this very statement starts its delay now."""
+    return sql.SQL(
+        "(SELECT CASE WHEN c.calm THEN NULL"
+        " WHEN s.timeline IS DISTINCT FROM h.timeline THEN NOW() + make_interval(secs => l.ttl)"
+        " ELSE s.delay_ends END"
+        " FROM dislock_calm c CROSS JOIN dislock_history h CROSS JOIN dislock_longest l"
+        " LEFT JOIN dislock_seen s ON true)"
+    )
+
+
+def delayed(what: str, until: datetime) -> str:
+    """Why ``what`` (a lock, in words) was not taken: a lock delay, ending ``until``."""
+    return (
+        f"{what} is not taken before {until.isoformat()}: lock delay after a database"
+        " failover (a holder that was cut off with the old primary may still be running)"
+    )
 
 
 def lock_delay_query(table: sql.Identifier) -> sql.Composed:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from psycopg import sql
 
-from dislock.core.failover import lock_delay, timeline_returned
+from dislock.core.failover import delay_end_returned, lock_delay, timeline_returned
 from dislock.core.kinds import KEY_PREFIX as KEY_PREFIX
 from dislock.core.kinds import LEASE, SCHEDULE, kind
 
@@ -75,6 +75,9 @@ class Acquired(NamedTuple):
     slot_end: datetime | None = None
     """The slot end ``acquire_by_clock`` picked by the database clock (None there when
     the clock was outside its candidates; always None for the other statements)."""
+    delayed_until: datetime | None = None
+    """The end of the lock delay after a failover that kept the statement from taking
+    anything (``dislock.core.failover``); None when no delay runs."""
 
 
 class Statements(NamedTuple):
@@ -83,9 +86,9 @@ class Statements(NamedTuple):
     acquire_until: sql.Composed
     """Params: key, pause, owner, expire_at (timestamptz). Returns one row, an
     ``Acquired``: whether it took the row, the fencing token (NULL without
-    fencing), the reason and end of a live pause row that refused it, and the
-    server's timeline; it takes nothing during a lock delay after a failover (see
-    ``dislock.core.failover``)."""
+    fencing), the reason and end of a live pause row that refused it, the
+    server's timeline, and the end of a running lock delay after a failover (during
+    which it takes nothing; see ``dislock.core.failover``)."""
     acquire_for: sql.Composed
     """Params: key, pause, owner, ttl (seconds). Returns like ``acquire_until``."""
     renew_batch: sql.Composed
@@ -100,11 +103,15 @@ class Statements(NamedTuple):
     """Params: keys (the slots' row keys, slot 1 first), pause, owner, ttl. Takes the
     first free slot, in the same upsert as ``acquire_for``. Returns one row: the key
     taken (NULL if none), the fencing token, how many slots it found free (to tell a
-    full lease from a slot another holder took in the same instant), and the reason
-    and end of a live pause that refused it."""
+    full lease from a slot another holder took in the same instant), the reason
+    and end of a live pause that refused it, and the end of a running lock delay."""
     release_notify: sql.Composed
     """Params: key, owner, channel, wake. Like ``release`` (marked released), and wakes the lease's
     waiters (``NOTIFY`` on commit) when it released something."""
+    release_any: sql.Composed
+    """Params: keys, owner. Like ``release`` for each row among ``keys`` that is ours:
+    one statement to hand back whichever slot of an N-holder lease an interrupted or
+    unconfirmed acquisition may have taken."""
     acquire_by_clock: sql.Composed
     """Params: ``acquire_by_clock_params`` (key, pause, owner and the candidates of
     ``dislock.core.cron.SlotCandidates``). ``acquire_until`` for the schedule slot
@@ -147,7 +154,7 @@ def statements(table_parts: tuple[str, ...], fencing: bool = False) -> Statement
     answer = sql.SQL(
         "WITH {delay}{pause}, taken (token, timeline) AS ({upsert})"
         " SELECT EXISTS (SELECT FROM taken), (SELECT token FROM taken),"
-        " pause.value, pause.expire_at, (SELECT timeline FROM dislock_history)"
+        " pause.value, pause.expire_at, (SELECT timeline FROM dislock_history), {delay_end}"
         " FROM (VALUES (1)) AS answer LEFT JOIN pause ON true"
     )
     # ``_acquire_slot`` formats this same upsert: a placeholder added to it must be
@@ -181,6 +188,7 @@ def statements(table_parts: tuple[str, ...], fencing: bool = False) -> Statement
         )
         return answer.format(
             delay=delay,
+            delay_end=delay_end_returned(),
             pause=pause,
             upsert=upsert.format(row=row, token=token, delay=sql.SQL(""), **parts),
         )
@@ -217,6 +225,10 @@ def statements(table_parts: tuple[str, ...], fencing: bool = False) -> Statement
             " WHERE key = %(key)s AND value = %(owner)s AND expire_at > NOW()"
             " RETURNING pg_notify(%(channel)s, %(wake)s)"
         ).format(table=table, mark=sql.Literal(RELEASED_MARK)),
+        release_any=sql.SQL(
+            "UPDATE {table} SET expire_at = NOW(), value = value || {mark}"
+            " WHERE key = ANY(%(keys)s::text[]) AND value = %(owner)s AND expire_at > NOW()"
+        ).format(table=table, mark=sql.Literal(RELEASED_MARK)),
         acquire_by_clock=_acquire_by_clock(
             upsert, pause, parts, first_token, token, (slot_ctes, slot_calm)
         ),
@@ -234,8 +246,8 @@ def _acquire_by_clock(
     """``acquire_until``'s upsert, its slot end picked by ``NOW()`` from scalar
     candidates with a CASE (no arrays: a new server session, which every cron run
     has, plans it fastest); the round trip that reads the clock is saved.  It
-    answers like ``acquire_until`` (the lock delay's timeline fifth), then the
-    slot end it picked (NULL when the database clock is outside the candidates)."""
+    answers like ``acquire_until`` (the timeline fifth, the lock delay's end sixth),
+    then the slot end it picked (NULL when the database clock is outside the candidates)."""
     from dislock.core.cron import SlotCandidates
 
     ctes, calm = delay
@@ -260,9 +272,16 @@ def _acquire_by_clock(
         " END AS slot_end),"
         " taken (token, timeline) AS ({taking})"
         " SELECT EXISTS (SELECT FROM taken), (SELECT token FROM taken),"
-        " pause.value, pause.expire_at, {timeline}, slot.slot_end"
+        " pause.value, pause.expire_at, {timeline}, {delay_end}, slot.slot_end"
         " FROM slot LEFT JOIN pause ON true"
-    ).format(ctes=ctes, pause=pause, choices=choices, taking=taking, timeline=parts["timeline"])
+    ).format(
+        ctes=ctes,
+        pause=pause,
+        choices=choices,
+        taking=taking,
+        timeline=parts["timeline"],
+        delay_end=delay_end_returned(),
+    )
 
 
 def _acquire_slot(
@@ -295,16 +314,25 @@ def _acquire_slot(
         **parts,
     )
     # Answers: the key taken (NULL if none), the token, how many slots looked
-    # free, and the reason and end of a live pause (which took nothing).
+    # free, the reason and end of a live pause (which took nothing), and the end of
+    # a lock delay (which took nothing either).
     return sql.SQL(
         "WITH {ctes}, {pause}, free AS ("
         " SELECT slot.key, slot.n FROM unnest(%(keys)s::text[]) WITH ORDINALITY AS slot (key, n)"
         " WHERE NOT EXISTS (SELECT FROM {table} AS held"
         " WHERE held.key = slot.key AND held.expire_at > NOW()) AND {calm}),"
         " taken (key, token, timeline) AS ({taking})"
-        " SELECT taken.key, taken.token, (SELECT count(*) FROM free), pause.value, pause.expire_at"
+        " SELECT taken.key, taken.token, (SELECT count(*) FROM free), pause.value, pause.expire_at,"
+        " {delay_end}"
         " FROM (SELECT) AS one LEFT JOIN taken ON true LEFT JOIN pause ON true"
-    ).format(ctes=ctes, pause=pause, table=table, taking=taking, calm=calm)
+    ).format(
+        ctes=ctes,
+        pause=pause,
+        table=table,
+        taking=taking,
+        calm=calm,
+        delay_end=delay_end_returned(),
+    )
 
 
 def statements_for(context: LockContext) -> Statements:
@@ -336,6 +364,10 @@ def lease_params(key: str, owner: str, ttl_seconds: float) -> dict[str, Any]:
 
 def release_params(key: str, owner: str) -> dict[str, Any]:
     return {"key": key, "owner": owner}
+
+
+def release_any_params(keys: list[str], owner: str) -> dict[str, Any]:
+    return {"keys": keys, "owner": owner}
 
 
 def release_notify_params(key: str, owner: str, channel: str, wake: str) -> dict[str, Any]:

@@ -105,6 +105,43 @@ def test_a_release_wakes_the_waiter_before_its_next_poll(
     assert time.monotonic() - released < 10.0
 
 
+@pytest.mark.direct_postgres
+def test_a_release_wakes_a_waiter_that_names_the_table_another_way(
+    make_context: MakeContext, lock_table: tuple[str, str], database_url: str
+) -> None:
+    """The holder names ``schema.key_value``; the waiter ``key_value`` through its
+    search path. The wake payload is the server's (table oid, key digest), so the
+    release still wakes the waiter long before its next poll."""
+    from psycopg.conninfo import make_conninfo
+
+    from dislock import LeaseLock, acquire_locks
+
+    schema, table = lock_table
+    holder = LeaseLock(make_context(**LEASE))
+    unqualified = make_context(
+        **LEASE,
+        url=make_conninfo(database_url, options=f"-c search_path={schema}"),
+        table_parts=[table],
+        wait_seconds=60,
+        wait_poll_seconds=30,  # polls 15 to 45 s apart: only the NOTIFY is quick
+    )
+
+    def wait_then_take() -> float:
+        with acquire_locks(unqualified, ["lease"]):
+            return time.monotonic()
+
+    with ThreadPoolExecutor(1) as pool:
+        holder.__enter__()
+        try:
+            waiter = pool.submit(wait_then_take)
+            time.sleep(1.5)
+            assert not waiter.done()
+        finally:
+            released = time.monotonic()
+            holder.__exit__(None, None, None)
+        assert waiter.result(timeout=60) - released < 10.0
+
+
 def test_a_holder_that_died_is_found_by_polling(
     driver: Driver, make_context: MakeContext, rows: Rows, tmp_path: Path
 ) -> None:

@@ -44,16 +44,13 @@ def test_a_lost_race_for_a_slot_is_retried_only_while_another_may_be_free(
     assert waiting.slot_retry(free=free, attempts=attempts, slots=slots) is retry
 
 
-def test_slot_keys_and_wake_tokens() -> None:
+def test_slot_keys_and_the_key_a_wake_payload_digests() -> None:
     assert waiting.slot_keys("job", 3) == [
         "cronjob-lock:lease:job",
         "cronjob-lock:lease#2:job",
         "cronjob-lock:lease#3:job",
     ]
-    token = waiting.wake_token(("key_value",), "job" * 5000)
-    assert len(token) == 32  # a NOTIFY payload is limited; lock keys are not
-    assert token != waiting.wake_token(("other",), "job" * 5000)
-    assert token == waiting.wake_token(["key_value"], "job" * 5000)
+    assert waiting.wake_key("job") == "cronjob-lock:lease:job"  # the same for every slot
 
 
 @pytest.mark.parametrize(

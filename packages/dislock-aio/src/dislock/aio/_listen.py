@@ -12,7 +12,7 @@ from typing import Any
 
 from psycopg import AsyncConnection
 from psycopg.rows import TupleRow
-from psycopg.sql import SQL, Identifier
+from psycopg.sql import SQL, Composed, Identifier
 
 
 class Listener:
@@ -22,7 +22,9 @@ class Listener:
     mode the ``LISTEN`` lands on whichever server connection ran it, and that one
     is soon serving someone else.  A pooler shows itself by answering the startup
     with a backend process id of its own making, which ``open`` compares with the
-    one the server reports.
+    one the server reports.  The payload it waits for is the server's own making
+    too (``dislock.core.waiting.listen_query``), so that it is the one a release
+    sends, whatever names the table.
     """
 
     def __init__(self, conn: AsyncConnection[TupleRow], wake: str) -> None:
@@ -31,17 +33,25 @@ class Listener:
 
     @classmethod
     async def open(
-        cls, url: str, kwargs: dict[str, Any], channel: str, wake: str, *, detect: bool
+        cls,
+        url: str,
+        kwargs: dict[str, Any],
+        channel: str,
+        query: tuple[Composed, dict[str, Any]],
+        *,
+        detect: bool,
     ) -> Listener | None:
-        """A listening connection; None when ``detect`` finds a pooler in between."""
+        """A listening connection; None when ``detect`` finds a pooler in between.
+        ``query`` (with its parameters) answers the backend pid and the payload."""
         conn = await AsyncConnection.connect(url, **kwargs)
         try:
-            if detect:
-                cursor = await conn.execute("SELECT pg_backend_pid()")
-                row = await cursor.fetchone()
-                if row is None or row[0] != conn.info.backend_pid:
-                    await conn.close()
-                    return None
+            cursor = await conn.execute(*query)
+            row = await cursor.fetchone()
+            assert row is not None, "the listen query answers one row"
+            if detect and row[0] != conn.info.backend_pid:
+                await conn.close()
+                return None
+            wake = str(row[1])
             await conn.execute(SQL("LISTEN {}").format(Identifier(channel)))
         except BaseException:
             await conn.close()

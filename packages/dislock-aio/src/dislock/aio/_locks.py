@@ -44,9 +44,10 @@ from dislock.core.waiting import (
     WaitPlan,
     check_waiting,
     jitter_delay,
+    listen_query,
     slot_keys,
     slot_retry,
-    wake_token,
+    wake_key,
 )
 
 from ._compat import Event, sleep
@@ -449,7 +450,7 @@ class LeaseLock:
                 context.url,
                 connection_kwargs(context.url, context.connect_timeout_seconds),
                 WAKE_CHANNEL,
-                wake_token(context.table_parts, context.lock_key),
+                (listen_query(context.table_parts), {"wake_key": wake_key(context.lock_key)}),
                 detect=context.wait_listen is None,
             )
         except Exception as exc:
@@ -469,7 +470,7 @@ class LeaseLock:
                     self.key,
                     context.owner,
                     WAKE_CHANNEL,
-                    wake_token(context.table_parts, context.lock_key),
+                    wake_key(context.lock_key),
                 ),
                 RELEASE_TIMEOUT,
             )

@@ -17,6 +17,7 @@ from psycopg import sql
 from dislock.core import kinds
 from dislock.core.bounds import escape
 from dislock.core.sql import FORCED_MARK, RELEASED_MARK, create_table, pause_key
+from dislock.core.waiting import wake_payload
 
 MODES = kinds.NAMES
 
@@ -108,8 +109,8 @@ def list_params(prefix: str) -> dict[str, Any]:
 def release_query(table_parts: tuple[str, ...]) -> sql.Composed:
     """Force-expire held rows among %(keys)s, and with %(slot_pattern)s every slot row
     of %(lock_key)s (only those %(owner)s holds, unless it is NULL), returning what
-    was released and how long it had left.  Waiters of the lease are woken (the
-    %(wake)s payload on %(channel)s), as by a holder's own release."""
+    was released and how long it had left.  Waiters of the lease are woken (on
+    %(channel)s, the payload of %(wake_key)s), as by a holder's own release."""
     return sql.SQL(
         "WITH target AS ("
         " SELECT key, value, expire_at FROM {table}"
@@ -122,8 +123,12 @@ def release_query(table_parts: tuple[str, ...]) -> sql.Composed:
         " WHERE held.key = target.key"
         " RETURNING held.key, target.value,"
         " EXTRACT(EPOCH FROM (target.expire_at - NOW()))::float8,"
-        " pg_notify(%(channel)s, %(wake)s)"
-    ).format(table=sql.Identifier(*table_parts), mark=sql.Literal(FORCED_MARK))
+        " pg_notify(%(channel)s, {wake})"
+    ).format(
+        table=sql.Identifier(*table_parts),
+        mark=sql.Literal(FORCED_MARK),
+        wake=wake_payload(sql.SQL("held.tableoid")),
+    )
 
 
 def release_keys(lock_key: str, modes: Sequence[str]) -> list[str]:
@@ -140,7 +145,7 @@ def release_params(
 ) -> dict[str, Any]:
     """Parameters of ``release_query``: the rows of ``modes``, every slot of a lease
     unless ``slot`` names one."""
-    from dislock.core.waiting import WAKE_CHANNEL, wake_token
+    from dislock.core.waiting import WAKE_CHANNEL, wake_key
 
     if slot is None:
         keys, pattern = release_keys(lock_key, modes), _slot_pattern(modes)
@@ -153,7 +158,7 @@ def release_params(
         "lock_key": lock_key,
         "owner": owner,
         "channel": WAKE_CHANNEL,
-        "wake": wake_token(table_parts, lock_key),
+        "wake_key": wake_key(lock_key),
     }
 
 

@@ -22,6 +22,7 @@ from psycopg import sql
 from dislock.core.failover import delay_end_returned, lock_delay, timeline_returned
 from dislock.core.kinds import KEY_PREFIX as KEY_PREFIX
 from dislock.core.kinds import LEASE, SCHEDULE, kind
+from dislock.core.waiting import wake_payload
 
 if TYPE_CHECKING:
     from dislock.core.context import LockContext
@@ -106,8 +107,9 @@ class Statements(NamedTuple):
     full lease from a slot another holder took in the same instant), the reason
     and end of a live pause that refused it, and the end of a running lock delay."""
     release_notify: sql.Composed
-    """Params: key, owner, channel, wake. Like ``release`` (marked released), and wakes the lease's
-    waiters (``NOTIFY`` on commit) when it released something."""
+    """Params: key, owner, channel, wake_key. Like ``release`` (marked released), and wakes
+    the lease's waiters (``NOTIFY`` on commit, ``dislock.core.waiting.wake_payload``) when
+    it released something."""
     release_any: sql.Composed
     """Params: keys, owner. Like ``release`` for each row among ``keys`` that is ours:
     one statement to hand back whichever slot of an N-holder lease an interrupted or
@@ -223,8 +225,10 @@ def statements(table_parts: tuple[str, ...], fencing: bool = False) -> Statement
         release_notify=sql.SQL(
             "UPDATE {table} SET expire_at = NOW(), value = value || {mark}"
             " WHERE key = %(key)s AND value = %(owner)s AND expire_at > NOW()"
-            " RETURNING pg_notify(%(channel)s, %(wake)s)"
-        ).format(table=table, mark=sql.Literal(RELEASED_MARK)),
+            " RETURNING pg_notify(%(channel)s, {wake})"
+        ).format(
+            table=table, mark=sql.Literal(RELEASED_MARK), wake=wake_payload(sql.SQL("tableoid"))
+        ),
         release_any=sql.SQL(
             "UPDATE {table} SET expire_at = NOW(), value = value || {mark}"
             " WHERE key = ANY(%(keys)s::text[]) AND value = %(owner)s AND expire_at > NOW()"
@@ -370,8 +374,8 @@ def release_any_params(keys: list[str], owner: str) -> dict[str, Any]:
     return {"keys": keys, "owner": owner}
 
 
-def release_notify_params(key: str, owner: str, channel: str, wake: str) -> dict[str, Any]:
-    return {"key": key, "owner": owner, "channel": channel, "wake": wake}
+def release_notify_params(key: str, owner: str, channel: str, wake_key: str) -> dict[str, Any]:
+    return {"key": key, "owner": owner, "channel": channel, "wake_key": wake_key}
 
 
 def slot_params(keys: list[str], owner: str, ttl_seconds: float) -> dict[str, Any]:

@@ -20,6 +20,8 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterable, Sequence
 
+from psycopg import sql
+
 from dislock.core import kinds
 from dislock.core.errors import ConfigurationError
 
@@ -49,13 +51,29 @@ def jitter_delay(max_seconds: float, rng: random.Random | None = None) -> float:
     return (rng or random).uniform(0.0, max_seconds)
 
 
-def wake_token(table_parts: Sequence[str], lock_key: str) -> str:
-    """The notification payload that wakes the waiters of ``lock_key`` in this table:
-    a fixed-length digest (payloads are limited to 8000 bytes, lock keys are not)."""
-    import hashlib  # only waiters and releases need it, not every start-up
+def wake_payload(table_oid: sql.Composable) -> sql.Composed:
+    """The ``NOTIFY`` payload that wakes the waiters of a lease, computed by the
+    server: the lock table's oid (``table_oid``, an SQL expression) and a digest of
+    the lease's row key (%(wake_key)s, from :func:`wake_key`).  The oid is the same
+    however the table was named (``key_value``, ``public.key_value``, a search
+    path), and the digest has a fixed length: payloads are limited to 8000 bytes,
+    lock keys are not."""
+    return sql.SQL(
+        "{}::text || ':' || encode(sha256(convert_to(%(wake_key)s, 'UTF8')), 'hex')"
+    ).format(table_oid)
 
-    text = "\x00".join([*table_parts, kinds.kind(kinds.LEASE).row_key(lock_key)])
-    return hashlib.md5(text.encode(), usedforsecurity=False).hexdigest()
+
+def wake_key(lock_key: str) -> str:
+    """What a lease's wake payload digests: its plain lease row key, for every slot."""
+    return kinds.kind(kinds.LEASE).row_key(lock_key)
+
+
+def listen_query(table_parts: Sequence[str]) -> sql.Composed:
+    """For a waiter's listening connection: ``(backend pid, the payload it waits
+    for)``; the pid tells a pooler in between (see ``Listener``).  Params: wake_key."""
+    name = sql.Literal(sql.Identifier(*table_parts).as_string(None))
+    oid = sql.SQL("{}::regclass::oid").format(name)
+    return sql.SQL("SELECT pg_backend_pid(), {}").format(wake_payload(oid))
 
 
 def slot_keys(lock_key: str, slots: int) -> list[str]:

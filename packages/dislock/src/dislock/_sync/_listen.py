@@ -14,7 +14,7 @@ from typing import Any
 
 from psycopg import Connection
 from psycopg.rows import TupleRow
-from psycopg.sql import SQL, Identifier
+from psycopg.sql import SQL, Composed, Identifier
 
 
 class Listener:
@@ -24,7 +24,9 @@ class Listener:
     mode the ``LISTEN`` lands on whichever server connection ran it, and that one
     is soon serving someone else.  A pooler shows itself by answering the startup
     with a backend process id of its own making, which ``open`` compares with the
-    one the server reports.
+    one the server reports.  The payload it waits for is the server's own making
+    too (``dislock.core.waiting.listen_query``), so that it is the one a release
+    sends, whatever names the table.
     """
 
     def __init__(self, conn: Connection[TupleRow], wake: str) -> None:
@@ -33,17 +35,25 @@ class Listener:
 
     @classmethod
     def open(
-        cls, url: str, kwargs: dict[str, Any], channel: str, wake: str, *, detect: bool
+        cls,
+        url: str,
+        kwargs: dict[str, Any],
+        channel: str,
+        query: tuple[Composed, dict[str, Any]],
+        *,
+        detect: bool,
     ) -> Listener | None:
-        """A listening connection; None when ``detect`` finds a pooler in between."""
+        """A listening connection; None when ``detect`` finds a pooler in between.
+        ``query`` (with its parameters) answers the backend pid and the payload."""
         conn = Connection.connect(url, **kwargs)
         try:
-            if detect:
-                cursor = conn.execute("SELECT pg_backend_pid()")
-                row = cursor.fetchone()
-                if row is None or row[0] != conn.info.backend_pid:
-                    conn.close()
-                    return None
+            cursor = conn.execute(*query)
+            row = cursor.fetchone()
+            assert row is not None, "the listen query answers one row"
+            if detect and row[0] != conn.info.backend_pid:
+                conn.close()
+                return None
+            wake = str(row[1])
             conn.execute(SQL("LISTEN {}").format(Identifier(channel)))
         except BaseException:
             conn.close()

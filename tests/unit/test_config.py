@@ -159,3 +159,14 @@ def test_context_normalises_numbers_and_policy() -> None:
     assert ctx.run_ttl_seconds == 60.0 and isinstance(ctx.run_ttl_seconds, float)
     assert ctx.lease_interval_seconds == 10.0
     assert ctx.lease_loss_policy is LeaseLossPolicy.CONTINUE
+
+
+def test_wrapper_settings_repr_never_shows_the_password() -> None:
+    from dislock.cli.settings import read_wrapper_settings
+
+    url = "postgresql://app:s3cr3t-pw@db.example/app"
+    settings = read_wrapper_settings(
+        "DATABASE_URL", ["true"], {"DATABASE_URL": url, "LOCK_KEY": "k", "CRON_SCHEDULE": "@daily"}
+    )
+    for text in (repr(settings), str(settings)):
+        assert "s3cr3t-pw" not in text and "password=***" in text

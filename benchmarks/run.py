@@ -618,12 +618,15 @@ def waiters_spread(
 def release_notify_cost(url: str, cycles: int) -> tuple[float, float]:
     """Seconds per lease release statement on a warm connection, without and with the
     ``NOTIFY`` that wakes waiters (what every release now sends)."""
-    from dislock.core.waiting import WAKE_CHANNEL
+    from dislock.core.waiting import WAKE_CHANNEL, wake_key
 
     statements = sql.statements(("key_value",))
     variants: tuple[tuple[Any, dict[str, str]], ...] = (
         (statements.release, {}),
-        (statements.release_notify, {"channel": WAKE_CHANNEL, "wake": "bench"}),
+        (
+            statements.release_notify,
+            {"channel": WAKE_CHANNEL, "wake_key": wake_key("bench-release")},
+        ),
     )
     totals = [0.0, 0.0]
     acquire = sql.lease_params("bench-release", "bench", 60.0)

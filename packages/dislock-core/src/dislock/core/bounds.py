@@ -213,6 +213,12 @@ def check_key(name: str, value: object) -> str:
     no control, format or line-separator characters."""
     if not isinstance(value, str) or not value.strip():
         raise ConfigurationError(f"{name} must be a non-empty string, got {value!r}")
+    return _check_line(name, value, MAX_KEY_BYTES)
+
+
+def _check_line(name: str, value: str, max_bytes: int) -> str:
+    """Text printed on one line wherever it shows: none of the refused characters
+    (surrogates among them, so it encodes), and at most ``max_bytes`` of UTF-8."""
     bad = next((char for char in value if _refused(char)), None)
     if bad is not None:
         raise ConfigurationError(
@@ -220,9 +226,9 @@ def check_key(name: str, value: object) -> str:
             f"(found {bad!a} in {printable(value, limit=80)})"
         )
     size = len(value.encode("utf-8"))
-    if size > MAX_KEY_BYTES:
+    if size > max_bytes:
         raise ConfigurationError(
-            f"{name} is {size} bytes long; at most {MAX_KEY_BYTES} bytes (UTF-8) are accepted"
+            f"{name} is {size} bytes long; at most {max_bytes} bytes (UTF-8) are accepted"
         )
     return value
 
@@ -235,18 +241,7 @@ printed in every skip message of every machine and in ``dislockctl ls``."""
 def check_reason(name: str, value: str) -> str:
     """A pause reason: at most :data:`MAX_REASON_BYTES` UTF-8 bytes, none of the
     characters a lock key may not hold (it is printed on one line too); may be empty."""
-    bad = next((char for char in value if _refused(char)), None)
-    if bad is not None:
-        raise ConfigurationError(
-            f"{name} must not contain control or invisible characters "
-            f"(found {bad!a} in {printable(value, limit=80)})"
-        )
-    size = len(check_utf8(name, value).encode("utf-8"))
-    if size > MAX_REASON_BYTES:
-        raise ConfigurationError(
-            f"{name} is {size} bytes long; at most {MAX_REASON_BYTES} bytes (UTF-8) are accepted"
-        )
-    return value
+    return _check_line(name, value, MAX_REASON_BYTES)
 
 
 def check_utf8(name: str, value: str) -> str:

@@ -78,8 +78,9 @@ def race(title: str, target: Worker, url: str, workers: int) -> bool:
     while not results.empty():
         line = results.get()
         print(line)  # in the order things happened
-        answered += "skipped" in line or any(word in line for word in WON)
-        winners += any(word in line for word in WON)
+        won = any(word in line for word in WON)
+        answered += won or "skipped" in line
+        winners += won
     print()
     failed = [process.exitcode for process in processes if process.exitcode != 0]
     if winners != 1 or answered != workers or failed:

@@ -99,21 +99,14 @@ def installed_dislock() -> Iterator[tuple[Path, str]]:
     ``dislock`` command, and how it was installed.  An editable install is not what any
     user runs: each member adds a ``sys.path`` entry that every import searches.  Falls
     back to this environment's editable ``dislock`` where ``hatch`` cannot build."""
+    from tools.release_check import build_into
+
     editable = Path(sys.executable).parent / "dislock"
     with tempfile.TemporaryDirectory(prefix="dislock-ours-") as tmp:
         wheels = Path(tmp) / "wheels"
-        env = {k: v for k, v in os.environ.items() if not k.startswith("HATCH_ENV")}
-        for member in ("dislock-core", "dislock", "dislock-cli"):
-            built = subprocess.run(
-                ["hatch", "build", "-t", "wheel", str(wheels)],
-                cwd=ROOT / "packages" / member,
-                env=env,
-                capture_output=True,
-                check=False,
-            )
-            if built.returncode != 0:
-                yield editable, "editable install (hatch could not build wheels)"
-                return
+        if build_into(wheels, ["wheel"], ["dislock-core", "dislock", "dislock-cli"]) is not None:
+            yield editable, "editable install (hatch could not build wheels)"
+            return
         venv = Path(tmp) / "venv"
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
         installed = subprocess.run(

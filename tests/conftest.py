@@ -65,3 +65,18 @@ def make_context(database_url: str, lock_table: tuple[str, str]) -> Callable[...
 @pytest.fixture
 def rows(db: psycopg.Connection[Any], lock_table: tuple[str, str]) -> Rows:
     return Rows(db, lock_table)
+
+
+@pytest.fixture
+def limited_url(
+    request: pytest.FixtureRequest,
+    db: psycopg.Connection[Any],
+    database_url: str,
+    lock_table: tuple[str, str],
+) -> Iterator[str]:
+    """The URL of a role that may hold the test module's ``LIMIT`` connections at once
+    and use the test's table (``tests.support.herd.limited_role``)."""
+    from tests.support.herd import limited_role
+
+    with limited_role(db, database_url, lock_table, request.module.LIMIT) as url:
+        yield url

@@ -6,27 +6,17 @@ from __future__ import annotations
 
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import psycopg
 import pytest
 
 from tests.cli.conftest import DISLOCK, RunCli
-from tests.support.herd import limited_role, pgbouncer, pgbouncer_available
+from tests.support.herd import pgbouncer, pgbouncer_available
 
 HERD = 24
 LIMIT = 4
 CLIENTS = 8
-
-
-@pytest.fixture
-def limited_url(
-    db: psycopg.Connection[Any], database_url: str, lock_table: tuple[str, str]
-) -> Iterator[str]:
-    with limited_role(db, database_url, lock_table, LIMIT) as url:
-        yield url
 
 
 def about_to_connect(process: subprocess.Popen[str]) -> bool:

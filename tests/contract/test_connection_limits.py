@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable
 
 import psycopg
 import pytest
@@ -15,7 +14,6 @@ import pytest
 from dislock import LockContext
 from dislock.core.sql import lease_key, schedule_key
 from tests.support.drivers import Driver, Holding
-from tests.support.herd import limited_role
 from tests.support.rows import Rows
 
 MakeContext = Callable[..., LockContext]
@@ -23,14 +21,6 @@ LIMIT = 2
 
 # Behind the CI's PgBouncer every client is the pooler's one server role.
 pytestmark = pytest.mark.direct_postgres
-
-
-@pytest.fixture
-def limited_url(
-    db: psycopg.Connection[Any], database_url: str, lock_table: tuple[str, str]
-) -> Iterator[str]:
-    with limited_role(db, database_url, lock_table, LIMIT) as url:
-        yield url
 
 
 @pytest.mark.parametrize("strategy", ["lease", "schedule"])

@@ -10,25 +10,15 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable
 
 import psycopg
 import pytest
 
 import dislock.aio
 from dislock import LockContext, LockNotAcquiredError
-from tests.support.herd import limited_role
 
 HERD, LIMIT = 24, 4
-
-
-@pytest.fixture
-def limited_url(
-    db: psycopg.Connection[Any], database_url: str, lock_table: tuple[str, str]
-) -> Iterator[str]:
-    with limited_role(db, database_url, lock_table, LIMIT) as url:
-        yield url
 
 
 @pytest.mark.parametrize("strategy", ["lease", "schedule"])

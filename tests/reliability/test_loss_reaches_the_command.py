@@ -9,9 +9,7 @@ receipt is the first thing its SIGTERM handler does. Measured here on a loaded
 
 from __future__ import annotations
 
-import asyncio
 import sys
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,11 +21,10 @@ import dislock
 import dislock._sync._hub
 import dislock.aio
 import dislock.aio._hub
-from dislock import LEASE_LOST_EXIT_CODE, LeaseLossPolicy, LeaseLostError, LockContext
-from dislock._sync._supervisor import supervise as sync_supervise
-from dislock.aio._supervisor import supervise as aio_supervise
+from dislock import LEASE_LOST_EXIT_CODE, LockContext
 from dislock.core.sql import lease_key
 from tests.support.rows import Rows
+from tests.support.supervising import supervise_losing_the_lease
 
 BOUND = 0.050
 
@@ -81,11 +78,13 @@ def latency(loss_times: list[float], term: Path) -> float:
     return float(term.read_text()) - loss_times[0]
 
 
-def test_sync_command_gets_sigterm_within_50_ms_of_the_loss(
+@pytest.mark.parametrize("flavour", ["sync", "aio"])
+def test_the_command_gets_sigterm_within_50_ms_of_the_loss(
     make_context: Callable[..., LockContext],
     rows: Rows,
     tmp_path: Path,
     loss_times: list[float],
+    flavour: str,
 ) -> None:
     ready, term = tmp_path / "ready", tmp_path / "term"
     ctx = context(make_context)
@@ -96,48 +95,7 @@ def test_sync_command_gets_sigterm_within_50_ms_of_the_loss(
         time.sleep(0.3)  # the supervisor is asleep, waiting
         rows.steal(lease_key(ctx.lock_key))
 
-    thief = threading.Thread(target=steal)
-    codes: list[int] = []
-
-    def run() -> None:
-        with dislock.acquire_locks(ctx, ["lease"]) as session:
-            thief.start()
-            codes.append(sync_supervise(argv, session, LeaseLossPolicy.TERMINATE))
-
-    with pytest.raises(LeaseLostError):
-        run()
-    thief.join()
-    assert codes == [LEASE_LOST_EXIT_CODE]
+    assert supervise_losing_the_lease(flavour, ctx, argv, steal) == LEASE_LOST_EXIT_CODE
     measured = latency(loss_times, term)
-    print(f"sync: SIGTERM {measured * 1000:.1f} ms after the loss")
-    assert 0 <= measured < BOUND
-
-
-def test_aio_command_gets_sigterm_within_50_ms_of_the_loss(
-    make_context: Callable[..., LockContext],
-    rows: Rows,
-    tmp_path: Path,
-    loss_times: list[float],
-) -> None:
-    ready, term = tmp_path / "ready", tmp_path / "term"
-    ctx = context(make_context)
-    argv = [sys.executable, "-c", CHILD, str(ready), str(term)]
-
-    codes: list[int] = []
-
-    async def main() -> None:
-        async with dislock.aio.acquire_locks(ctx, ["lease"]) as session:
-            supervised = asyncio.ensure_future(
-                aio_supervise(argv, session, LeaseLossPolicy.TERMINATE)
-            )
-            await asyncio.to_thread(wait_for, ready)
-            await asyncio.sleep(0.3)
-            await asyncio.to_thread(rows.steal, lease_key(ctx.lock_key))
-            codes.append(await supervised)
-
-    with pytest.raises(LeaseLostError):
-        asyncio.run(main())
-    assert codes == [LEASE_LOST_EXIT_CODE]
-    measured = latency(loss_times, term)
-    print(f"aio: SIGTERM {measured * 1000:.1f} ms after the loss")
+    print(f"{flavour}: SIGTERM {measured * 1000:.1f} ms after the loss")
     assert 0 <= measured < BOUND

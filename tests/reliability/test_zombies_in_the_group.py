@@ -15,7 +15,6 @@ import logging
 import os
 import signal
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,12 +23,11 @@ import pytest
 
 import dislock
 import dislock.aio
-from dislock import LEASE_LOST_EXIT_CODE, LeaseLossPolicy, LeaseLostError, LockContext
-from dislock._sync._supervisor import supervise as sync_supervise
-from dislock.aio._supervisor import supervise as aio_supervise
+from dislock import LEASE_LOST_EXIT_CODE, LockContext
 from dislock.core.sql import lease_key
 from dislock.core.supervision import KILL_GRACE
 from tests.support.rows import Rows
+from tests.support.supervising import supervise_losing_the_lease
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
@@ -119,7 +117,6 @@ def test_a_zombie_left_in_the_group_does_not_hold_up_stopping_on_lease_loss(
     ready = Path(f"{named}.ready")
     ctx = make_context(run_ttl_seconds=10, lease_interval_seconds=0.2)
     argv = [sys.executable, "-c", CHILD, str(named), "wait"]
-    codes: list[int] = []
     stolen: list[float] = []
 
     def steal() -> None:
@@ -131,33 +128,11 @@ def test_a_zombie_left_in_the_group_does_not_hold_up_stopping_on_lease_loss(
         stolen.append(time.monotonic())
 
     with keeper_killed(named) as pids:
-        if flavour == "sync":
-            thief = threading.Thread(target=steal)
-
-            def run() -> None:
-                with dislock.acquire_locks(ctx, ["lease"]) as session:
-                    thief.start()
-                    codes.append(sync_supervise(argv, session, LeaseLossPolicy.TERMINATE))
-
-            with pytest.raises(LeaseLostError):
-                run()
-            thief.join()
-        else:
-
-            async def main() -> None:
-                async with dislock.aio.acquire_locks(ctx, ["lease"]) as session:
-                    supervised = asyncio.ensure_future(
-                        aio_supervise(argv, session, LeaseLossPolicy.TERMINATE)
-                    )
-                    await asyncio.to_thread(steal)
-                    codes.append(await supervised)
-
-            with pytest.raises(LeaseLostError):
-                asyncio.run(main())
+        code = supervise_losing_the_lease(flavour, ctx, argv, steal)
         stopped = time.monotonic() - stolen[0]
         read_pids(named, pids)
         assert_zombie_stayed(pids)
-    assert codes == [LEASE_LOST_EXIT_CODE]
+    assert code == LEASE_LOST_EXIT_CODE
     # Before the fix the zombie kept the group "alive" through the whole grace
     # period (then SIGKILL and one more second).  The bound is the grace itself:
     # measured here, a few tenths of a second (the renewal noticing the theft).

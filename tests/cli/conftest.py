@@ -20,6 +20,23 @@ DISLOCK = [sys.executable, "-m", "dislock.cli"]
 RunCli = Callable[..., subprocess.CompletedProcess[str]]
 CTL = [sys.executable, "-m", "dislock.cli.ctl"]
 Ctl = Callable[..., subprocess.CompletedProcess[str]]
+UNREACHABLE = "postgresql://app:hunter2-secret@127.0.0.1:1/app"
+"""A URL no server answers, with a password that must never be printed."""
+
+
+def assert_refused_in_one_line(
+    result: subprocess.CompletedProcess[str], expected: str, marker: Path
+) -> None:
+    """A refused configuration: exit 2, one ``dislock: error:`` line that says
+    ``expected``, no password of ``UNREACHABLE``, and the command (which would
+    create ``marker``) never ran."""
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("dislock: error: ")
+    assert expected in lines[0]
+    assert "hunter2" not in result.stderr + result.stdout
+    assert not marker.exists()
 
 
 @pytest.fixture

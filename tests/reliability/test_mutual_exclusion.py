@@ -15,15 +15,6 @@ from tests.support import ledger
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
-def work_db(database_url: str, lock_table: tuple[str, str]) -> Any:
-    """A connection whose search_path is the test's schema, with the ledger in it."""
-    schema = lock_table[0]
-    with psycopg.connect(database_url, autocommit=True, options=f"-c search_path={schema}") as conn:
-        ledger.create(conn)
-        yield conn
-
-
 def run_workers(
     count: int, mode: str, url: str, schema: str, keys: list[str], rounds: int, *extra: str
 ) -> None:

@@ -17,14 +17,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def work_db(database_url: str, lock_table: tuple[str, str]) -> Any:
-    schema = lock_table[0]
-    with psycopg.connect(database_url, autocommit=True, options=f"-c search_path={schema}") as conn:
-        ledger.create(conn)
-        conn.execute(
-            "CREATE TABLE waits (holder text NOT NULL, slot_key text, waited float8 NOT NULL)"
-        )
-        yield conn
+def work_db(work_db: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
+    """The ledger connection (tests/reliability/conftest.py), with a table for the waits."""
+    work_db.execute(
+        "CREATE TABLE waits (holder text NOT NULL, slot_key text, waited float8 NOT NULL)"
+    )
+    return work_db
 
 
 def run_waiters(

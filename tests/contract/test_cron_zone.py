@@ -15,21 +15,26 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from dislock import LockContext, LockNotAcquiredError
+from dislock.core.cron import EARLY_FIRE_TOLERANCE
 from dislock.core.sql import schedule_key
 from tests.support.drivers import AioDriver, CliDriver, Driver, SyncDriver
 from tests.support.rows import Rows
 
 MakeContext = Callable[..., LockContext]
 ZONE = "Etc/GMT+5"  # POSIX sign: five hours behind UTC, all year
+LAST_SAFE_SECOND = 50
 
 
 def _this_local_hour(rows: Rows) -> tuple[str, datetime]:
     """``* H * * *`` for the current local hour, and the database's now, away from
-    the end of an hour (so the next minute is still in hour H)."""
+    the end of an hour (so the next minute is still in hour H) and from the end of
+    a minute: a start in a slot's last second (``EARLY_FIRE_TOLERANCE``) counts as
+    the next slot's early fire, and the run below takes a few hundred ms."""
+    assert EARLY_FIRE_TOLERANCE < 60 - LAST_SAFE_SECOND
     now = rows.now()
     local = now.astimezone(ZoneInfo(ZONE))
-    if local.minute == 59:
-        time.sleep(61 - local.second)
+    while local.minute == 59 or local.second > LAST_SAFE_SECOND:
+        time.sleep(61 - local.second - local.microsecond / 1e6)
         now = rows.now()
         local = now.astimezone(ZoneInfo(ZONE))
     return f"* {local.hour} * * *", now

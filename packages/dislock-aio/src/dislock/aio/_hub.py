@@ -35,6 +35,7 @@ from dislock.core.dsn import connection_kwargs, parse_dsn, scrub
 from dislock.core.errors import StatementTimeout
 from dislock.core.failover import CURRENT_TIMELINE, timeline_change
 from dislock.core.patience import ConnectPatience
+from dislock.core.preparing import BACKEND_PID, Preparation, prepare_threshold
 from dislock.core.renewal import Batch, Renewal, RenewalPlan, report_renewal
 from dislock.core.supervision import LOSS_LOGGER
 from dislock.core.timeouts import CANCEL_GRACE, RENEWER_STOP_TIMEOUT
@@ -95,6 +96,8 @@ class Hub:
         self._connecting = Lock()
         self.timeline: int | None = None
         """The server timeline a lock was last taken on (see ``dislock.core.failover``)."""
+        self._preparation: tuple[Link, Preparation] | None = None
+        """The current link's statement count, until it may prepare (``dislock.core.preparing``)."""
 
     async def execute(
         self, statement: Composed | SQL, params: dict[str, Any], timeout: float
@@ -104,6 +107,7 @@ class Hub:
         # started = monotonic()
         # endif
         link = await self._usable_link()
+        await self._allow_preparing(link)
         try:
             return await link.execute(statement, params, timeout)
         # if async
@@ -166,9 +170,30 @@ class Hub:
                 link = await Link.open(self.url, kwargs)
                 with self._guard:
                     self._link = link
+                    self._preparation = (link, Preparation())
                 if self.timeline is not None and self.renewer.holds_leases():
                     await self._compare_timeline(link)
             return link
+
+    async def _allow_preparing(self, link: Link) -> None:
+        """Once ``link`` has served a few statements, let psycopg prepare the ones it
+        repeats if it reaches the server directly (``dislock.core.preparing``).  Checked
+        before a statement, not after: an interruption here leaves that one unsent."""
+        counted = self._preparation
+        if counted is None or counted[0] is not link or not counted[1].check_due():
+            return
+        try:
+            cursor = await link.execute(BACKEND_PID, {}, self.connect_timeout)
+            row = await cursor.fetchone()
+        except Exception as exc:  # the statement that follows finds out, if it matters
+            logger.debug("could not read the server's backend pid: %s", exc)
+            return
+        threshold = prepare_threshold(link.conn.info.backend_pid, None if row is None else row[0])
+        link.conn.prepare_threshold = threshold
+        if threshold is None:
+            logger.debug("a pooler is in between: statements stay unprepared")
+        else:
+            logger.debug("direct connection: repeated statements are prepared")
 
     def note_timeline(self, timeline: object) -> None:
         if isinstance(timeline, int):

@@ -74,7 +74,9 @@ def connection_kwargs(url: str, connect_timeout_seconds: float) -> dict[str, Any
 
     Autocommit keeps each lock operation in its own transaction, so ``NOW()`` is
     the time of that statement; ``prepare_threshold=None`` keeps psycopg from
-    preparing statements, which PgBouncer in transaction pooling cannot route.
+    preparing statements, which PgBouncer in transaction pooling cannot route
+    (a shared connection turns preparing on once it finds no pooler in between:
+    ``dislock.core.preparing``).
     A timeout or application name already in the URL wins over our defaults.
     """
     params = parse_dsn(url)

@@ -1,0 +1,135 @@
+"""A warm shared connection prepares its statements only when it reaches the server
+directly (``dislock.core.preparing``), and a prepared statement decides as the
+unprepared one does.
+
+Not marked ``direct_postgres``: behind PgBouncer in transaction pooling (the last
+CI leg) the same test checks that nothing was prepared and that every lock still works.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+
+from dislock import LockContext, LockNotAcquiredError
+from dislock.core.failover import TIMELINE_KEY
+from dislock.core.pause import UNTIL_RESUMED, pause_params, pause_statement
+from dislock.core.preparing import CHECK_AFTER, PREPARE_THRESHOLD
+from dislock.core.sql import lease_key, pause_key
+from tests.support.drivers import Driver
+from tests.support.rows import Rows
+
+pytestmark = pytest.mark.needs("python-api")
+
+LEASE = {"run_ttl_seconds": 1.5, "lease_interval_seconds": 0.2}
+
+WARM = CHECK_AFTER + PREPARE_THRESHOLD + 10
+"""Cycles before the decisions are checked: the connection's check, psycopg's
+threshold, and PostgreSQL's five custom plans before it settles on a generic one."""
+
+PREPARED = sql.SQL(
+    "SELECT left(statement, 40), generic_plans FROM pg_prepared_statements ORDER BY 1"
+)
+
+
+@pytest.fixture
+def tagged_url(database_url: str) -> str:
+    """A URL of its own, so that the shared connection is this test's alone."""
+    return make_conninfo(database_url, application_name=f"dislock-test-{uuid.uuid4().hex[:8]}")
+
+
+def direct(db: psycopg.Connection[Any]) -> bool:
+    """Whether the test server is reached without a pooler in between."""
+    row = db.execute("SELECT pg_backend_pid()").fetchone()
+    return row is not None and row[0] == db.info.backend_pid
+
+
+def prepared_on_shared_connection(driver: Driver, url: str) -> list[tuple[str, int]]:
+    """``pg_prepared_statements`` as the session of the kept connection to ``url``
+    sees it (the statement runs through the locks' own hub)."""
+    if driver.name == "aio":
+        from dislock.aio._hub import enter_hub as enter_aio_hub
+        from dislock.aio._hub import leave_hub as leave_aio_hub
+
+        async def read() -> list[tuple[str, int]]:
+            hub = enter_aio_hub(url)
+            try:
+                cursor = await hub.execute(PREPARED, {}, 10.0)
+                return [(str(text), int(plans)) for text, plans in await cursor.fetchall()]
+            finally:
+                await leave_aio_hub(hub)
+
+        return driver.call(read())  # type: ignore[attr-defined, no-any-return]
+    from dislock._sync._hub import enter_hub, leave_hub
+
+    hub = enter_hub(url)
+    try:
+        cursor = hub.execute(PREPARED, {}, 10.0)
+        return [(str(text), int(plans)) for text, plans in cursor.fetchall()]
+    finally:
+        leave_hub(hub)
+
+
+def test_a_warm_connection_prepares_only_when_direct_and_decides_the_same(
+    driver: Driver,
+    make_context: Callable[..., LockContext],
+    db: psycopg.Connection[Any],
+    lock_table: tuple[str, str],
+    rows: Rows,
+    tagged_url: str,
+) -> None:
+    context = make_context(url=tagged_url, **LEASE)
+    key = lease_key(context.lock_key)
+    table = sql.Identifier(*lock_table)
+    with driver.keep_connected(tagged_url):
+        for _ in range(WARM):
+            driver.hold(context, ["lease"]).release()
+        prepared = prepared_on_shared_connection(driver, tagged_url)
+        if direct(db):
+            texts = [text for text, plans in prepared if plans > 0]
+            assert any(text.startswith("WITH dislock_history") for text in texts), prepared
+            assert any(text.startswith("UPDATE") for text in texts), prepared
+        else:
+            assert prepared == []  # behind the pooler: never a session's own statement
+
+        # A live row of another owner refuses it, and an expired one is taken over.
+        rows.steal(key)
+        with pytest.raises(LockNotAcquiredError):
+            driver.hold(context, ["lease"])
+        rows.expire(key)
+        driver.hold(context, ["lease"]).release()
+
+        # A pause refuses it with its reason; resumed, it is taken again.
+        db.execute(
+            pause_statement(lock_table, for_interval=False),
+            pause_params(context.lock_key, "warm pause", until=UNTIL_RESUMED),
+        )
+        with pytest.raises(LockNotAcquiredError, match="warm pause"):
+            driver.hold(context, ["lease"])
+        rows.expire(pause_key(context.lock_key))
+        driver.hold(context, ["lease"]).release()
+
+        # A new timeline starts the lock delay (the longest TTL, 1.5 s), read on the
+        # server's clock at each execution, not frozen into a cached plan.
+        db.execute(
+            sql.SQL("UPDATE {} SET value = '999' WHERE key = %s").format(table), (TIMELINE_KEY,)
+        )
+        with pytest.raises(LockNotAcquiredError, match="lock delay"):
+            driver.hold(context, ["lease"])
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                driver.hold(context, ["lease"]).release()
+                break
+            except LockNotAcquiredError:
+                assert time.monotonic() < deadline, "the lock delay never ended"
+                time.sleep(0.2)
+    row = rows.get(key)
+    assert row is not None and row.expired

@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from dislock.core import sql  # noqa: E402
+from dislock.core.preparing import BACKEND_PID, prepare_threshold  # noqa: E402
 from dislock.core.sql import create_table_sql  # noqa: E402
 from tests.support.postgres import postgres_url  # noqa: E402
 
@@ -313,13 +314,18 @@ def cycle_rows(url: str, cycles: int) -> list[Row]:
         statements = sql.statements(("key_value",))
         acquire, release = statements.acquire_for.as_bytes(warm), statements.release.as_bytes(warm)
         key = "cronjob-lock:lease:bench-by-hand"
+        # Prepared as dislock's shared connection prepares them: only when no
+        # pooler is in between (dislock.core.preparing).
+        manual = psycopg.connect(url, autocommit=True, prepare_threshold=None)
+        pid = manual.execute(BACKEND_PID).fetchone()
+        manual.prepare_threshold = prepare_threshold(manual.info.backend_pid, pid and pid[0])
 
         def by_hand() -> float:
             """The same two statements, sent with psycopg and nothing else."""
             started = time.perf_counter()
             for _ in range(cycles):
-                warm.execute(acquire, sql.lease_params(key, "bench", 60.0)).fetchone()
-                warm.execute(release, sql.release_params(key, "bench"))
+                manual.execute(acquire, sql.lease_params(key, "bench", 60.0)).fetchone()
+                manual.execute(release, sql.release_params(key, "bench"))
             return (time.perf_counter() - started) / cycles
 
         rounds: dict[str, list[float]] = {
@@ -337,6 +343,7 @@ def cycle_rows(url: str, cycles: int) -> list[Row]:
             rounds["by hand"].append(by_hand())
             rounds["sync"].append(sync_cycles(url, cycles))
             rounds["aio"].append(aio_cycles(url, cycles))
+        manual.close()
         reads, writes, hand, ours, ours_aio = (statistics.median(rounds[k]) for k in rounds)
     return [
         Row(

@@ -74,6 +74,18 @@ def _answered_while_idle(link: Link) -> bool:
     return bool(readable)
 
 
+def _sleep_for(wait: float | None, planned: float, now: float) -> float | None:
+    """How long a worker sleeps: ``wait``, until its next job, or, with none left,
+    until the wake it had already planned.  Then a lease taken and released before
+    that (a short lock's whole life, its release unregistering it before the
+    statement) never wakes the worker: ``Renewer.register`` wakes only a worker that
+    would otherwise sleep past what the new lease needs, and one sleeping for ever
+    always would."""
+    if wait is None and now < planned < math.inf:
+        return planned - now
+    return wait
+
+
 def _leases(batch: Batch) -> str:
     renewals = batch.renewals
     return f"lease {renewals[0].key}" if len(renewals) == 1 else f"{len(renewals)} leases"
@@ -294,6 +306,13 @@ class Renewer:
             # waking threads costs more than the statements of a short lock.
             wake_renewer = renewal.clock.next_renewal < self._renewer_wakes_at
             wake_watchdog = renewal.clock.deadline < self._watchdog_wakes_at
+            # A woken worker that finds the lease already gone (released before it
+            # ran) keeps sleeping until then, not for ever (``_sleep_for``), so that
+            # the next short lock does not wake it again.
+            if wake_renewer:
+                self._renewer_wakes_at = renewal.clock.next_renewal
+            if wake_watchdog:
+                self._watchdog_wakes_at = renewal.clock.deadline
         if wake_renewer:
             self._renew_wake.set()
         if wake_watchdog:
@@ -343,6 +362,7 @@ class Renewer:
                 wait = self.plan.until_next(now)
                 batches = self.plan.due(now)
                 if not batches:
+                    wait = _sleep_for(wait, self._renewer_wakes_at, now)
                     self._renewer_wakes_at = math.inf if wait is None else now + wait
             if not batches:
                 await wait_event(self._renew_wake, wait)
@@ -402,6 +422,7 @@ class Renewer:
                         self._replace_stuck_renewer()
                     else:
                         wait = stuck_at - now if wait is None else min(wait, stuck_at - now)
+                wait = _sleep_for(wait, self._watchdog_wakes_at, now)
                 self._watchdog_wakes_at = math.inf if wait is None else now + wait
             self._declare(lost)
             await wait_event(self._watch_wake, wait)

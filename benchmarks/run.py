@@ -1185,8 +1185,12 @@ READING = """## Reading the results
   one-shot wrapper run sends) checks once whether it reaches the server directly (a pooler
   answers the startup with a backend process id of its own making, unlike `pg_backend_pid()`)
   and only then lets psycopg prepare the statements it repeats; after PostgreSQL's first five
-  custom plans the upsert runs a cached generic plan. Behind PgBouncer nothing is prepared, and
-  a warm cycle still pays the parsing and planning (about 0.45 ms of the acquisition).
+  custom plans the upsert runs a cached generic plan. What is left against the `UPDATE`s is the
+  prepared upsert's own work (its lock-delay and pause reads, two conditional inserts that
+  write nothing), the connection's first dozen cycles, which each round of the measure pays
+  again on a new connection, and dislock's own bookkeeping. Behind PgBouncer nothing is
+  prepared, and a warm cycle still pays the parsing and planning (about 0.45 ms of the
+  acquisition).
 - **`dislockctl serve`.** A scrape reads each key's latest run and latest success through the
   history's `(lock_key, started_at)` index (a few probes per key, whatever the history's
   length), and of the rest only the runs that are new since the previous scrape: run counts and

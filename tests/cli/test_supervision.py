@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -35,6 +36,14 @@ def wait_dead(pid: int, timeout: float) -> bool:
             return False
         time.sleep(0.05)
     return True
+
+
+def read_line(process: subprocess.Popen[str], timeout: float) -> str:
+    """The next line of the wrapper's stderr, waiting ``timeout`` seconds at most."""
+    assert process.stderr is not None
+    ready, _, _ = select.select([process.stderr], [], [], timeout)
+    assert ready, f"no line on stderr within {timeout} s"
+    return process.stderr.readline()
 
 
 @pytest.fixture
@@ -87,24 +96,27 @@ def _no_wrapper_outlives_its_test() -> Iterator[None]:
 def test_signal_is_forwarded_and_the_lock_released_after_the_child_exits(
     lease_env: dict[str, str], rows: Rows, tmp_path: Path, signum: int
 ) -> None:
-    started, got = tmp_path / "started", tmp_path / "got"
+    started, got, finish = tmp_path / "started", tmp_path / "got", tmp_path / "finish"
     name = signal.Signals(signum).name[3:]
-    # The child takes 1 s to wind down after the signal, then exits 7.
+    # The child winds down after the signal until the test lets it finish, then exits 7
+    # (a fixed wind-down would race the checks below on a loaded machine).
     script = (
-        f"trap 'echo {name} > \"{got}\"; sleep 1; exit 7' {name}; "
+        f"trap 'echo {name} > \"{got}\"; while [ ! -e \"{finish}\" ]; do sleep 0.05; done;"
+        f" exit 7' {name}; "
         f'touch "{started}"; while :; do sleep 0.05; done'
     )
     process = start(lease_env, script)
     wait_for(started)
     process.send_signal(signum)
-    wait_for(got, timeout=5)
+    wait_for(got)
     assert got.read_text().strip() == name
-    time.sleep(0.3)
+    time.sleep(0.3)  # a wrapper that did not wait for its child would be gone by now
     row = rows.get(lease_key(lease_env["LOCK_KEY"]))
     assert process.poll() is None  # still waiting for the child
     assert row is not None and not row.expired  # and still holding the lease
+    finish.touch()
 
-    _, stderr = process.communicate(timeout=10)
+    _, stderr = process.communicate(timeout=20)
     assert process.returncode == 7, stderr
     row = rows.get(lease_key(lease_env["LOCK_KEY"]))
     assert row is not None and row.expired  # released once the child was gone
@@ -156,16 +168,17 @@ def test_lease_loss_under_continue_is_one_line_and_the_command_finishes(
     process = start({**lease_env, "LOCK_ON_LEASE_LOSS": "continue"}, script)
     wait_for(started)
     rows.steal(lease_key(lease_env["LOCK_KEY"]))
-    time.sleep(2.5)  # past the TTL: the loss has been seen
+    loss = read_line(process, timeout=20)  # the loss has been seen, however slowly
     assert process.poll() is None  # still running
     finish.touch()
-    _, stderr = process.communicate(timeout=20)
-    assert process.returncode == 4, stderr
+    _, rest = process.communicate(timeout=20)
+    assert process.returncode == 4, loss + rest
+    assert rest == "", loss + rest  # that one line
     assert re.fullmatch(
         rf"dislock: lease lost for lock '{lease_env['LOCK_KEY']}': .*;"
         r" sh keeps running \(lease loss policy: continue\)\n",
-        stderr,
-    ), stderr
+        loss,
+    ), loss
 
 
 @pytest.mark.slow
@@ -193,7 +206,7 @@ def test_child_dies_when_the_wrapper_is_killed(lease_env: dict[str, str], tmp_pa
     pid = int(child.read_text())
     process.kill()
     process.communicate(timeout=10)
-    assert wait_dead(pid, timeout=5)
+    assert wait_dead(pid, timeout=15)
 
 
 @pytest.mark.parametrize(
@@ -277,10 +290,14 @@ def test_killing_the_wrapper_kills_the_whole_group(
 def test_group_members_left_behind_are_stopped_before_the_lease_is_released(
     lease_env: dict[str, str], rows: Rows, tmp_path: Path
 ) -> None:
-    # The command's own process exits at once, leaving a helper that takes
-    # 1 s to wind down after SIGTERM: the lease is held until it is gone.
+    # The command's own process exits at once, leaving a helper that winds down
+    # after SIGTERM until the test lets it finish: the lease is held until it is gone.
     helper, got, program = tmp_path / "helper.pid", tmp_path / "got", tmp_path / "helper.sh"
-    program.write_text(f"trap 'touch \"{got}\"; sleep 1; exit 0' TERM\nsleep 600 & wait\n")
+    finish = tmp_path / "finish"
+    program.write_text(
+        f"trap 'touch \"{got}\"; while [ ! -e \"{finish}\" ]; do sleep 0.05; done; exit 0' TERM\n"
+        "sleep 600 & wait\n"
+    )
     script = f'sh "{program}" & echo $! > "{helper}"; sleep 0.3; exit 3'
     process = start(lease_env, script)
     wait_for(got, timeout=20)
@@ -289,6 +306,7 @@ def test_group_members_left_behind_are_stopped_before_the_lease_is_released(
     assert process.poll() is None  # waiting for the helper
     row = rows.get(lease_key(lease_env["LOCK_KEY"]))
     assert row is not None and not row.expired
+    finish.touch()
     _, stderr = process.communicate(timeout=20)
     assert process.returncode == 3, stderr  # still the command's own status
     assert "still run" in stderr

@@ -101,7 +101,7 @@ def test_signal_is_forwarded_and_the_lock_released_after_the_child_exits(
     # The child winds down after the signal until the test lets it finish, then exits 7
     # (a fixed wind-down would race the checks below on a loaded machine).
     script = (
-        f"trap 'echo {name} > \"{got}\"; while [ ! -e \"{finish}\" ]; do sleep 0.05; done;"
+        f'trap \'echo {name} > "{got}"; while [ ! -e "{finish}" ]; do sleep 0.05; done;'
         f" exit 7' {name}; "
         f'touch "{started}"; while :; do sleep 0.05; done'
     )
@@ -295,7 +295,7 @@ def test_group_members_left_behind_are_stopped_before_the_lease_is_released(
     helper, got, program = tmp_path / "helper.pid", tmp_path / "got", tmp_path / "helper.sh"
     finish = tmp_path / "finish"
     program.write_text(
-        f"trap 'touch \"{got}\"; while [ ! -e \"{finish}\" ]; do sleep 0.05; done; exit 0' TERM\n"
+        f'trap \'touch "{got}"; while [ ! -e "{finish}" ]; do sleep 0.05; done; exit 0\' TERM\n'
         "sleep 600 & wait\n"
     )
     script = f'sh "{program}" & echo $! > "{helper}"; sleep 0.3; exit 3'

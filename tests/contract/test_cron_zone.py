@@ -30,7 +30,7 @@ def _this_local_hour(rows: Rows, last_second: int = LAST_SAFE_SECOND) -> tuple[s
     the end of an hour (so the next minute is still in hour H) and from the end of
     a minute: a start in a slot's last second (``EARLY_FIRE_TOLERANCE``) counts as
     the next slot's early fire, and the run below takes a few hundred ms."""
-    assert EARLY_FIRE_TOLERANCE < 60 - last_second
+    assert 60 - last_second > EARLY_FIRE_TOLERANCE
     now = rows.now()
     local = now.astimezone(ZoneInfo(ZONE))
     while local.minute == 59 or local.second > last_second:

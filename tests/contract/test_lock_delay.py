@@ -101,7 +101,8 @@ def test_a_new_timeline_keeps_missing_and_expired_rows_for_the_longest_ttl(
         assert value != "999"  # the server's timeline, recorded by the first to see it
         # The longest TTL ever used, not the acquirer's 2 s: the delay ends then.
         recorded = rows.get(TIMELINE_KEY)
-        assert recorded is not None and recorded.expire_at == ends and 0 < left <= LONGEST.total_seconds()
+        assert recorded is not None and recorded.expire_at == ends
+        assert 0 < left <= LONGEST.total_seconds()
         time.sleep(2.5)  # past the held lease's TTL: its renewals are not delayed
         assert not held.is_lost()
     finally:

@@ -23,6 +23,7 @@ from dislock.core.errors import Interrupted, StatementTimeout
 from dislock.core.failover import unconfirmed, unreplicated_notice
 from dislock.core.rendering import Rendered
 from dislock.core.sharing import Registry
+from dislock.core.supervision import SignalRoute
 from dislock.core.timeouts import CANCEL_GRACE, STUCK_AFTER
 
 T = TypeVar("T")
@@ -241,31 +242,35 @@ def handling_signals(signals: Iterable[int], handler: Callable[[int], None]) -> 
                 signal.signal(signum, before)
 
 
-@contextlib.asynccontextmanager
-async def interrupting(signals: Iterable[int]) -> AsyncIterator[None]:
-    """End the block at once with ``Interrupted(signum)`` when one of ``signals`` arrives.
-
-    The current task is cancelled, and the cancellation turned into
-    ``Interrupted`` on its way out; only a loop in the main thread can do this.
-    """
+def interrupter() -> Callable[[int], None]:
+    """What a signal calls to end the wait for the locks: it cancels the current
+    task (``interrupting`` turns the cancellation into ``Interrupted``)."""
     task = asyncio.current_task()
-    fired: list[int] = []
 
-    def on_signal(signum: int) -> None:
-        if not fired and task is not None:
-            fired.append(signum)
+    def interrupt(signum: int) -> None:
+        if task is not None:
             task.cancel()
 
-    with handling_signals(signals, on_signal):
-        try:
-            yield
-            if fired:
-                # The signal came as the block ended: take the cancellation now,
-                # rather than let it hit the next await of whoever runs after.
-                await asyncio.sleep(0)
-        except asyncio.CancelledError:
-            if not fired:
-                raise
-            if task is not None and hasattr(task, "uncancel"):
-                task.uncancel()
-            raise Interrupted(fired[0]) from None
+    return interrupt
+
+
+@contextlib.asynccontextmanager
+async def interrupting(route: SignalRoute) -> AsyncIterator[None]:
+    """The wait for the locks, ended with ``Interrupted(signum)`` as soon as a
+    signal interrupts it (``route.fired``); once it is over, ``route`` keeps
+    signals for the command."""
+    task = asyncio.current_task()
+    try:
+        yield
+        if route.fired is not None:
+            # The signal came as the block ended: take the cancellation now,
+            # rather than let it hit the next await of whoever runs after.
+            await asyncio.sleep(0)
+    except asyncio.CancelledError:
+        if route.fired is None:
+            raise
+        if task is not None:
+            task.uncancel()
+        raise Interrupted(route.fired) from None
+    finally:
+        route.locks_held()

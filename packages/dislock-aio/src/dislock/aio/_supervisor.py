@@ -41,6 +41,8 @@ from dislock.core.errors import Interrupted, LeaseLostError
 from dislock.core.history import end_of_command
 from dislock.core.supervision import (
     KILL_GRACE,
+    SignalAction,
+    SignalRoute,
     check_command,
     child_environment,
     exit_status,
@@ -48,7 +50,7 @@ from dislock.core.supervision import (
     runs_in_group,
 )
 
-from ._compat import Child, handling_signals, interrupting, sleep
+from ._compat import Child, handling_signals, interrupter, interrupting, sleep
 from ._locks import LeaseLock, LockSession, acquire_locks
 
 logger = logging.getLogger("dislock")
@@ -247,29 +249,21 @@ async def supervise(
     argv: Sequence[str],
     session: LockSession,
     policy: LeaseLossPolicy,
-    forward_signals: Iterable[int] = (),
+    route: SignalRoute | None = None,
 ) -> int:
-    """Run ``argv`` while ``session``'s locks are held; its exit status, or 75."""
+    """Run ``argv`` while ``session``'s locks are held; its exit status, or 75.
+
+    With ``route`` (whose handler ``run_with_locks`` has installed), the signals it
+    kept before the command's process group existed are passed on as soon as it
+    does, and the signals that arrive while the command runs go to its group."""
     env = child_environment(os.environ, session.locks[0].context.lock_key, session.fencing_token)
     lease = session.lease
-    if lease is not None and lease.declare_if_lost():
-        # Lost before the command could even start.
-        _report_loss(lease, f"not starting {argv[0]}, exit {LEASE_LOST_EXIT_CODE}")
-        session.run_end = end_of_command(None, LEASE_LOST_EXIT_CODE, lease_lost=True)
-        return LEASE_LOST_EXIT_CODE
-    group: list[int] = []  # the command's process group, once it exists
-    early: list[int] = []  # signals that came while it was being started
-
-    def forward(signum: int) -> None:
-        if not group:
-            early.append(signum)
-            return
-        logger.info("forwarding signal %d to process group %d", signum, group[0])
-        signal_group(group[0], signum)
-
-    # Handlers first: a signal sent as soon as the command shows signs of life
-    # (it may be quick to) must reach it, not end the wrapper by its default action.
-    with handling_signals(forward_signals, forward):
+    try:
+        if lease is not None and lease.declare_if_lost():
+            # Lost before the command could even start.
+            _report_loss(lease, f"not starting {argv[0]}, exit {LEASE_LOST_EXIT_CODE}")
+            session.run_end = end_of_command(None, LEASE_LOST_EXIT_CODE, lease_lost=True)
+            return LEASE_LOST_EXIT_CODE
         guard = Guard.start()
         try:
             child = await Child.start(
@@ -283,9 +277,9 @@ async def supervise(
             # (Dying in the microseconds before this line would leave the command
             # unguarded: the guard reads end-of-file before any group to kill.)
             guard.watch(child.pid)
-        group.append(child.pid)
-        for signum in early:
-            forward(signum)
+        if route is not None:
+            for signum in route.started(child.pid):
+                _forward(child.pid, signum)
         try:
             code = await _watch(child, argv, lease, policy)
             await clear_group(child.pid)
@@ -303,6 +297,29 @@ async def supervise(
         finally:
             if guard is not None:
                 guard.stand_down()
+    finally:
+        if route is not None:
+            route.ended()
+
+
+def _forward(pgid: int, signum: int) -> None:
+    logger.info("forwarding signal %d to process group %d", signum, pgid)
+    signal_group(pgid, signum)
+
+
+def _on_signal(route: SignalRoute, interrupt: Callable[[int], None]) -> Callable[[int], None]:
+    """The one handler of a wrapped run's forwarded signals, doing what ``route`` says."""
+
+    def on_signal(signum: int) -> None:
+        action = route.arrived(signum)
+        if action is SignalAction.INTERRUPT:
+            interrupt(signum)
+        elif action is SignalAction.FORWARD and route.group is not None:
+            _forward(route.group, signum)
+        elif action is SignalAction.DROP:
+            logger.info("signal %d ignored: the command has ended; releasing its locks", signum)
+
+    return on_signal
 
 
 async def _watch(
@@ -359,20 +376,24 @@ async def run_with_locks(
     ``forward_signals`` (e.g. ``dislock.core.supervision.FORWARDED_SIGNALS``) are
     caught while the command runs and passed on to its process group, so that
     the locks are released only once it has exited; this needs the main thread.
-    Before the command starts (during the jitter, or while waiting for a lock),
-    one of them ends the wait at once and 128 + its number is returned.
+    Before the locks are held (during the jitter, or while waiting for a lock),
+    one of them ends the wait at once and 128 + its number is returned; one that
+    comes after, before the command has started, is passed on as soon as it has;
+    one that comes once it has ended is ignored, so that the release completes.
     """
     argv = check_command(command)
     ensure_runnable(argv[0])  # before locking: a typo must not use up a schedule slot
-    signals = tuple(forward_signals)
+    route = SignalRoute()
     status: int | None = None
     try:
         async with AsyncExitStack() as stack:
-            # Until the command starts, the same signals end the wait for the
-            # locks at once: nothing runs yet that they could be passed on to.
-            async with interrupting(signals):
+            # One handler for the whole run (see SignalRoute), removed only once
+            # the locks are released: no instant in between is left to a signal's
+            # default action.
+            stack.enter_context(handling_signals(forward_signals, _on_signal(route, interrupter())))
+            async with interrupting(route):
                 session = await stack.enter_async_context(acquire_locks(context, strategies))
-            status = await supervise(argv, session, context.lease_loss_policy, signals)
+            status = await supervise(argv, session, context.lease_loss_policy, route)
     except LeaseLostError as exc:
         if status == LEASE_LOST_EXIT_CODE:
             logger.debug("%s", exc)  # supervise has said so, in one line

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import os
 import signal
 from collections.abc import Mapping, Sequence
@@ -32,6 +33,72 @@ def check_command(command: Sequence[str]) -> list[str]:
         if not isinstance(arg, (str, bytes, os.PathLike)):
             raise ConfigurationError(f"command arguments must be strings, got {arg!r}")
     return [os.fsdecode(arg) for arg in argv]
+
+
+class SignalAction(enum.Enum):
+    """What a forwarded signal does at the moment it arrives (``SignalRoute``)."""
+
+    INTERRUPT = "interrupt"
+    """End the wait for the locks: nothing runs yet that it could be passed on to."""
+    KEEP = "keep"
+    """Kept, to be passed on as soon as the command's process group exists."""
+    FORWARD = "forward"
+    """Passed on to the command's process group now."""
+    DROP = "drop"
+    """Dropped: the command has ended and its locks are being released."""
+
+
+class SignalRoute:
+    """Where a forwarded signal goes, for the whole of a wrapped run.
+
+    One handler stays installed from before the locks are taken until they are
+    released.  Were it changed between phases, a signal arriving in between would
+    end the wrapper by its default action while it held a lock, whose row would
+    then wait out its TTL.  What a signal does depends on how far the run has got:
+    while the locks are taken it interrupts; once they are held it is kept until
+    the command's process group exists, then passed on; once the command has
+    ended it is dropped, so that the release completes (and no signal goes to a
+    group id that may already be someone else's).
+    """
+
+    __slots__ = ("_held", "_phase", "fired", "group")
+
+    def __init__(self) -> None:
+        self._phase = SignalAction.INTERRUPT
+        self._held: list[int] = []
+        self.fired: int | None = None
+        """The signal that interrupted the wait for the locks, if one did."""
+        self.group: int | None = None
+        """The command's process group while it runs."""
+
+    def arrived(self, signum: int) -> SignalAction:
+        """What ``signum``, arriving now, does (a kept signal is remembered)."""
+        phase = self._phase
+        if phase is SignalAction.INTERRUPT:
+            if self.fired is not None:
+                return SignalAction.DROP  # the wait is already ending
+            self.fired = signum
+        elif phase is SignalAction.KEEP:
+            self._held.append(signum)
+        return phase
+
+    def locks_held(self) -> None:
+        """The wait for the locks is over: signals are kept for the command."""
+        if self._phase is SignalAction.INTERRUPT:
+            self._phase = SignalAction.KEEP
+
+    def started(self, pgid: int) -> list[int]:
+        """The command runs as group ``pgid``: the signals kept so far, to pass on."""
+        self.group = pgid
+        self._phase = SignalAction.FORWARD
+        held, self._held = self._held, []
+        return held
+
+    def ended(self) -> None:
+        """The command has ended (or never started): signals are dropped."""
+        self._phase = SignalAction.DROP
+        self.group = None
+        self._held.clear()
 
 
 LOCK_KEY_VARIABLE = "DISLOCK_LOCK_KEY"

@@ -25,6 +25,7 @@ from dislock.core.errors import Interrupted, NotSent, StatementTimeout
 from dislock.core.failover import unconfirmed, unreplicated_notice
 from dislock.core.rendering import Rendered
 from dislock.core.sharing import Registry
+from dislock.core.supervision import SignalRoute
 from dislock.core.timeouts import CANCEL_GRACE, STATEMENT_FLOOR, STUCK_AFTER
 
 LOCK_POLL = 0.05
@@ -313,20 +314,22 @@ def handling_signals(signals: Iterable[int], handler: Callable[[int], None]) -> 
             signal.signal(signum, signal.SIG_DFL if old is None else old)
 
 
+def interrupter() -> Callable[[int], None]:
+    """What a signal calls to end the wait for the locks: it raises
+    ``Interrupted(signum)`` in the main thread, interrupting whatever blocks there
+    (a sleep, a wait for a notification, a statement, which psycopg then cancels)."""
+
+    def interrupt(signum: int) -> None:
+        raise Interrupted(signum)
+
+    return interrupt
+
+
 @contextlib.contextmanager
-def interrupting(signals: Iterable[int]) -> Iterator[None]:
-    """End the block at once with ``Interrupted(signum)`` when one of ``signals`` arrives.
-
-    The handler raises it in the main thread, interrupting whatever blocks there
-    (a sleep, a wait for a notification, a statement, which psycopg then cancels);
-    elsewhere this does nothing.
-    """
-    fired: list[int] = []
-
-    def on_signal(signum: int) -> None:
-        if not fired:
-            fired.append(signum)
-            raise Interrupted(signum)
-
-    with handling_signals(signals, on_signal):
+def interrupting(route: SignalRoute) -> Iterator[None]:
+    """The wait for the locks (which ``interrupter`` ends); once it is over,
+    ``route`` keeps signals for the command."""
+    try:
         yield
+    finally:
+        route.locks_held()

@@ -1,31 +1,35 @@
-"""A wrapped run whose wrapper is slow to tell its guard the command's group:
+"""A wrapped run whose wrapper is slow right after starting its command:
 ``python -m tests.support.guard_window URL SCHEMA KEY WORKDIR``.
 
 The command (``sleep 600`` in the background of ``sh``) writes the sleep's pid to
-``WORKDIR/pid`` and touches ``WORKDIR/started``; the wrapper then takes 2 s to
-reach ``Guard.watch``, as a wrapper descheduled right after starting its command
-on a loaded machine would.  A test kills this process (SIGKILL) in that window:
-the command's group must die with it all the same.
+``WORKDIR/pid`` and touches ``WORKDIR/started``; the wrapper then takes 2 s before
+its next step, as a wrapper descheduled right after starting its command on a
+loaded machine would.  A test kills this process (SIGKILL) in that window: the
+command's group must die with it all the same (the guard must know the group
+before the command runs, not be told it after).
 """
 
 from __future__ import annotations
 
 import sys
 import time
+from typing import Any
 
 from dislock import LockContext
 
 
 def main(url: str, schema: str, key: str, workdir: str) -> int:
     from dislock._sync import _supervisor as sync
+    from dislock._sync._compat import Child
 
-    real = sync.Guard.watch
+    real = Child.start
 
-    def slow_watch(self: sync.Guard, pgid: int) -> None:
+    def slow_start(*args: Any) -> Child:
+        child = real(*args)
         time.sleep(2.0)
-        real(self, pgid)
+        return child
 
-    sync.Guard.watch = slow_watch  # type: ignore[method-assign]
+    Child.start = slow_start  # type: ignore[assignment]
     context = LockContext(
         url=url,
         table_parts=[schema, "key_value"],

@@ -16,11 +16,17 @@ from dislock.core.sql import lease_key
 from tests.support.rows import Rows
 
 MakeContext = Callable[..., LockContext]
-LEASE = {"run_ttl_seconds": 1.0, "lease_interval_seconds": 0.2}
+# Frequent renewals; a TTL that leaves a loaded machine over a second of stalled
+# renewals before the lease is lost (the local deadline is 90 % of the TTL).
+LEASE = {"run_ttl_seconds": 2.0, "lease_interval_seconds": 0.2}
 
 
-async def hold_until_cancelled(context: LockContext, entered: asyncio.Event) -> None:
-    async with dislock.aio.acquire_locks(context, ["lease"]):
+async def hold_until_cancelled(
+    context: LockContext, entered: asyncio.Event, lost: list[asyncio.Event] | None = None
+) -> None:
+    async with dislock.aio.acquire_locks(context, ["lease"]) as session:
+        if lost is not None:
+            lost.append(session.lease_lost)
         entered.set()
         await asyncio.sleep(3600)
 
@@ -57,12 +63,13 @@ async def test_cancelling_after_loss_leaves_the_new_owner_alone(
 ) -> None:
     context = make_context(**LEASE)
     entered = asyncio.Event()
-    holder = asyncio.create_task(hold_until_cancelled(context, entered))
+    lost: list[asyncio.Event] = []
+    holder = asyncio.create_task(hold_until_cancelled(context, entered, lost))
     await entered.wait()
     key = lease_key(context.lock_key)
     rows.steal(key)
     stolen = rows.get(key)
-    await asyncio.sleep(0.6)  # the renewer notices
+    await asyncio.wait_for(lost[0].wait(), 10.0)  # the renewer noticed, however slowly
 
     holder.cancel()
     with pytest.raises(asyncio.CancelledError):  # not masked by LeaseLostError
@@ -84,7 +91,7 @@ async def test_cancelling_a_wrapped_command_kills_it_and_releases(
             strategies=["lease"],
         )
     )
-    for _ in range(500):
+    for _ in range(1500):  # 30 s: a loaded machine
         if started.exists():
             break
         await asyncio.sleep(0.02)

@@ -12,6 +12,7 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from psycopg import sql
 
 from dislock.core.pause import pause_params, pause_statement
+from dislock.core.sql import lease_key
 from tests.cli.conftest import DISLOCK, wait_for
 
 CTL = [sys.executable, "-m", "dislock.cli.ctl"]
@@ -114,7 +116,20 @@ class Fleet:
     abandoned: str
     paused: str
     missed: str
-    missed_expected: range
+    missed_slot_end: datetime
+    """The end of the missed key's one run's slot (ten minutes back)."""
+    missed_from: datetime
+    """The database clock when that run was moved back."""
+
+    def missed_expected(self, until: datetime) -> range:
+        """The slots the missed key missed by a scrape between moving its run back
+        and ``until`` (the database clock read after the scrape): every minute from
+        the end of its slot to a minute (the grace) before the scrape began one."""
+
+        def missed_at(now: datetime) -> int:
+            return int((now.timestamp() - 60 - self.missed_slot_end.timestamp()) // 60) + 1
+
+        return range(missed_at(self.missed_from), missed_at(until) + 1)
 
 
 def ctl(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -137,7 +152,8 @@ def make_fleet(env: dict[str, str], db: psycopg.Connection[Any], tmp: Path) -> F
         abandoned=f"{base}-abandoned",
         paused=f"{base}-paused",
         missed=f"{base}-missed",
-        missed_expected=range(0),
+        missed_slot_end=datetime.now(timezone.utc),  # set below
+        missed_from=datetime.now(timezone.utc),
     )
     lease = {"LOCK_STRATEGY": "lease", "RUN_LOCK_TTL_SECONDS": "3", "LOCK_LEASE_INTERVAL": "1"}
 
@@ -194,10 +210,13 @@ def make_fleet(env: dict[str, str], db: psycopg.Connection[Any], tmp: Path) -> F
         (fleet.missed,),
     ).fetchone()
     assert shifted is not None
-    slot_end, now = shifted
-    # Every minute from the end of its slot to a minute (the grace) before now began
-    # a slot that nobody started; the scrape comes a little later, hence a range.
-    first = int((now.timestamp() - 60 - slot_end.timestamp()) // 60) + 1
-    fleet.missed_expected = range(first, first + 2)
-    time.sleep(3.5)  # the abandoned lease (TTL 3 s) runs out
+    fleet.missed_slot_end, fleet.missed_from = shifted
+    # The abandoned lease (TTL 3 s from its last renewal) runs out.
+    abandoned = sql.SQL("SELECT expire_at > NOW() FROM {} WHERE key = %s").format(
+        sql.Identifier(schema, table)
+    )
+    deadline = time.monotonic() + 30
+    while db.execute(abandoned, (lease_key(fleet.abandoned),)).fetchone() != (False,):
+        assert time.monotonic() < deadline, "the abandoned lease did not run out"
+        time.sleep(0.1)
     return fleet

@@ -163,5 +163,5 @@ def test_permanent_refusal_is_not_retried(
         {**cli_env, "DATABASE_URL": missing, "LOCK_CONNECT_PATIENCE_SECONDS": "20"},
     )
     assert result.returncode == 1
-    assert time.monotonic() - started < 10  # reported at once, not after 20 s
+    assert time.monotonic() - started < 15  # reported at once, not after 20 s (a slow start-up)
     assert result.stderr.startswith("dislock: error: cannot connect"), result.stderr

@@ -179,6 +179,7 @@ def test_real_runs_become_metrics(
     }
     with serving(history_env) as served:
         first = served.metrics()
+        scraped_by = db.execute("SELECT NOW()").fetchone()
         # One more success after the first scrape: the counter moves on from there.
         lease = {"LOCK_STRATEGY": "lease", "RUN_LOCK_TTL_SECONDS": "3"}
         ok = {**lease, "LOCK_KEY": fleet.ok, "CRON_SCHEDULE": ""}
@@ -219,7 +220,9 @@ def test_real_runs_become_metrics(
     assert sample(first, "dislock_paused", key=fleet.paused) == 1.0
     assert sample(first, "dislock_paused", key=fleet.ok) == 0.0
 
-    assert sample(first, "dislock_missed_slots", key=fleet.missed) in fleet.missed_expected
+    assert scraped_by is not None
+    missed = sample(first, "dislock_missed_slots", key=fleet.missed)
+    assert missed in fleet.missed_expected(scraped_by[0]), missed
     assert sample(first, "dislock_missed_slots", key=fleet.ok) is None  # no schedule
     # A yearly schedule (the environment's CRON_SCHEDULE) began no slot in the window.
     assert sample(first, "dislock_missed_slots", key=fleet.failed) == 0.0

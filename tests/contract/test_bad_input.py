@@ -81,7 +81,7 @@ def test_password_appears_in_no_repr_log_or_error(
     with pytest.raises(LockNotAcquiredError) as refused:
         driver.hold(make_context(url=with_password(database_url), **LEASE), ["lease"])
     rows.steal(lease_key(context.lock_key))  # a loss, so its warnings are logged too
-    assert held.wait_lease_lost(timeout=3.0)
+    assert held.wait_lease_lost(timeout=10.0)
     with pytest.raises(LeaseLostError) as lost:
         held.release()
 

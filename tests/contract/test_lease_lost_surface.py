@@ -18,7 +18,9 @@ from dislock.core.sql import lease_key
 from tests.support.rows import Rows
 
 MakeContext = Callable[..., LockContext]
-LEASE = {"run_ttl_seconds": 1.0, "lease_interval_seconds": 0.1}
+# Frequent renewals; a TTL that leaves a loaded machine over a second of stalled
+# renewals before the lease is lost (the local deadline is 90 % of the TTL).
+LEASE = {"run_ttl_seconds": 2.0, "lease_interval_seconds": 0.1}
 YEARLY = "0 0 1 1 *"
 
 
@@ -46,7 +48,7 @@ def test_sync_event_fetched_before_entering_fires_on_a_later_entry(
     assert state(lock) == (None, None)
     with lock:
         rows.steal(lease_key(context.lock_key))
-        assert wait_set(lost, 3.0)
+        assert wait_set(lost, 10.0)
         assert lock.is_lost() and lock.lost_reason is not None
     # Kept after leaving, until the next entry clears it.
     assert lost.is_set() and lock.is_lost() and "no longer ours" in (lock.lost_reason or "")
@@ -101,12 +103,14 @@ def test_aio_event_fetched_before_entering_fires_on_a_later_entry(
         async with lock:
             assert lock.lease_lost is lost and not lost.is_set()
             rows.steal(lease_key(context.lock_key))
-            await asyncio.wait_for(lost.wait(), 3.0)
+            await asyncio.wait_for(lost.wait(), 10.0)
             assert lock.is_lost() and lock.lost_reason is not None
         rows.expire(lease_key(context.lock_key))
         async with lock:
             assert not lost.is_set() and lock.renewals == 0
-            await asyncio.sleep(0.3)
+            deadline = time.monotonic() + 10.0  # a renewal every 0.1 s, however loaded
+            while lock.renewals < 1 and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
             assert not lost.is_set() and lock.renewals >= 1
 
     asyncio.run(scenario())

@@ -260,9 +260,10 @@ def test_n_slots_admit_n_holders_and_no_more(
 def test_each_slot_is_renewed_like_a_lease(
     driver: Driver, make_context: MakeContext, rows: Rows
 ) -> None:
-    ttl = {"run_ttl_seconds": 1.0, "lease_interval_seconds": 0.2}
+    # A TTL with room for stalled renewals on a loaded machine; the wait is well past it.
+    ttl = {"run_ttl_seconds": 2.0, "lease_interval_seconds": 0.2}
     holders = [driver.hold(make_context(**ttl, slots=2), ["lease"]) for _ in range(2)]
-    time.sleep(2.5)  # well past the TTL: only renewals keep both rows
+    time.sleep(2.5 * ttl["run_ttl_seconds"])  # well past the TTL: only renewals keep both rows
     lock_key = make_context().lock_key
     for n in (1, 2):
         row = rows.get(kind("lease").row_key(lock_key, n))

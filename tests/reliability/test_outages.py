@@ -61,8 +61,10 @@ def lease_row(url: str, key: str = "job") -> tuple[str, float] | None:
 
 def test_restart_shorter_than_the_ttl_is_ridden_out(cluster: Cluster, tmp_path: Path) -> None:
     started = tmp_path / "started"
-    # 8 s of work under a 5 s lease: it only finishes if renewals resume after the restart.
-    process = wrapper(cluster.url, f'touch "{started}"; sleep 8; exit 3', ttl=5.0, interval=0.5)
+    # 11 s of work under an 8 s lease: it only finishes if renewals resume after the
+    # restart.  The TTL leaves a loaded machine's stop and start (around the 1.5 s
+    # down) several seconds: the outage must stay shorter than it.
+    process = wrapper(cluster.url, f'touch "{started}"; sleep 11; exit 3', ttl=8.0, interval=0.5)
     wait_for(started)
     time.sleep(1.0)
     cluster.restart_after(1.5)
@@ -82,7 +84,8 @@ def test_outage_longer_than_the_ttl_terminates_the_command(
     try:
         _, stderr = process.communicate(timeout=30)
         assert process.returncode == 75, stderr  # never a clean success
-        assert time.monotonic() - stopped_at < 2.0 + 5.0
+        # The TTL, not a TCP timeout or the 30 s above (generous: a loaded machine).
+        assert time.monotonic() - stopped_at < 2.0 + 10.0
     finally:
         cluster.start()
 
@@ -129,12 +132,15 @@ def test_sigkilled_holder_is_replaced_once_its_row_expires_and_not_before(
                 row = lease_row(cluster.url)
                 break
         except LockNotAcquiredError:
-            assert time.time() < killed_at + ttl + interval + 2.0, "never acquired"
+            assert time.time() < killed_at + ttl + interval + 10.0, "never acquired"
             time.sleep(0.05)
     assert row is not None and row[0] == "successor"
     acquired_at = row[1] - 30.0  # expire_at = the acquiring statement's NOW() + TTL
     assert acquired_at >= expiry  # never before the dead holder's row expired
-    assert acquired_at - killed_at <= ttl + interval + 1.0
+    assert expiry - killed_at <= ttl  # its last renewal came before the kill
+    # Soon after: a retry every 50 ms, each a connection and a statement, which a
+    # loaded machine can stretch to a few seconds.
+    assert acquired_at - expiry <= 5.0
 
 
 def test_blackholed_connection_stops_the_command_before_the_row_expires(
@@ -189,7 +195,7 @@ def test_a_renewer_stuck_on_a_dead_connection_is_replaced(
 
         first = driver.hold(context("first"), ["lease"])
         proxy.cut_existing()
-        assert first.wait_lease_lost(timeout=ttl + 1.0)
+        assert first.wait_lease_lost(timeout=ttl + 10.0)
         second = driver.hold(context("second"), ["lease"])
         acquired = lease_row(cluster.url, "second")
         time.sleep(ttl + 1.5)  # lost by now without renewals

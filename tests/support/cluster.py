@@ -50,6 +50,7 @@ class Cluster:
         self.root = Path(tempfile.mkdtemp(prefix="dislock-cluster-"))
         self.data = self.root / "data"
         self.port = free_port()
+        self._started = False
         self._as_user: list[str] = []
         if os.geteuid() == 0:  # PostgreSQL refuses to run as root
             with warnings.catch_warnings():
@@ -81,20 +82,32 @@ class Cluster:
         )
 
     def start(self) -> None:
-        options = f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.root} -c fsync=off"
-        if self.options:
-            options += f" {self.options}"
-        self._run(
-            "pg_ctl",
-            "-D",
-            str(self.data),
-            "-l",
-            str(self.root / "log"),
-            "-w",
-            "-o",
-            options,
-            "start",
-        )
+        for attempt in range(3):
+            options = f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.root} -c fsync=off"
+            if self.options:
+                options += f" {self.options}"
+            try:
+                self._run(
+                    "pg_ctl",
+                    "-D",
+                    str(self.data),
+                    "-l",
+                    str(self.root / "log"),
+                    "-w",
+                    "-o",
+                    options,
+                    "start",
+                )
+            except subprocess.CalledProcessError:
+                # The port was free when picked; another process (a test run of
+                # its own on this machine) may have bound it since.  Only a first
+                # start may move: clients know the port of a server that ran.
+                if self._started or attempt == 2:
+                    raise
+                self.port = free_port()
+            else:
+                self._started = True
+                return
 
     def stop(self, mode: str = "fast") -> None:
         # fast: terminate sessions now, as a crash or failover would for the client;

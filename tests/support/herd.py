@@ -51,7 +51,7 @@ def limited_role(
         db.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s", [role]
         )
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 30  # terminated backends take a while to go when loaded
         while time.monotonic() < deadline:
             row = db.execute(
                 "SELECT count(*) FROM pg_stat_activity WHERE usename = %s", [role]
@@ -117,7 +117,7 @@ pidfile = {root}/pgbouncer.pid
             os.chown(root / name, entry.pw_uid, entry.pw_gid)
     subprocess.run([*as_user, PGBOUNCER, "-d", str(root / "pgbouncer.ini")], check=True, timeout=30)
     try:
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 30  # a loaded machine starts PgBouncer slowly
         client = make_conninfo("", host="127.0.0.1", port=port, dbname="herd", user=params["user"])
         while True:
             try:

@@ -61,7 +61,15 @@ class Pair:
         for name, value in settings.items():
             self.sql(self.primary, f"ALTER SYSTEM SET {name} = '{value}'")
         self.sql(self.primary, "SELECT pg_reload_conf()")
-        time.sleep(0.3)  # the reload reaches the backends asynchronously
+        # The reload reaches the server asynchronously: wait until a new connection
+        # (as every test's wrapper opens) sees every setting.
+        deadline = time.monotonic() + 30
+        while any(
+            self.sql(self.primary, f"SHOW {name}") != [(value,)] for name, value in settings.items()
+        ):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the primary did not take {settings}")
+            time.sleep(0.05)
 
     def wait_streaming(self, timeout: float = 30.0) -> None:
         """Until the standby streams and has replayed everything the primary wrote."""

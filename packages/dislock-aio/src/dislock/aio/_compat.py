@@ -173,11 +173,14 @@ async def stop_worker(worker: Worker, timeout: float) -> bool:
 
 
 class Child:
-    """A command started in its own process group."""
+    """A command started in a process group of its own: a new session it leads, or
+    the group ``start`` is given (``dislock.aio._supervisor.Anchor``)."""
 
-    def __init__(self, process: asyncio.subprocess.Process) -> None:
+    def __init__(self, process: asyncio.subprocess.Process, group: int | None) -> None:
         self._process = process
         self.pid = process.pid
+        self.group = process.pid if group is None else group
+        """The process group to signal and watch: the command's and its own children's."""
         self._exit: asyncio.Task[int] | None = None
 
     @property
@@ -187,12 +190,21 @@ class Child:
 
     @classmethod
     async def start(
-        cls, argv: list[str], env: dict[str, str], preexec_fn: Callable[[], None] | None
+        cls,
+        argv: list[str],
+        env: dict[str, str],
+        preexec_fn: Callable[[], None] | None,
+        group: int | None = None,
     ) -> Child:
-        process = await asyncio.create_subprocess_exec(
-            *argv, env=env, start_new_session=True, preexec_fn=preexec_fn
-        )
-        return cls(process)
+        if group is None:
+            process = await asyncio.create_subprocess_exec(
+                *argv, env=env, start_new_session=True, preexec_fn=preexec_fn
+            )
+        else:
+            process = await asyncio.create_subprocess_exec(
+                *argv, env=env, process_group=group, preexec_fn=preexec_fn
+            )
+        return cls(process, group)
 
     async def wait(self, timeout: float | None) -> int | None:
         """The child's return code, or None if it is still running after ``timeout``."""

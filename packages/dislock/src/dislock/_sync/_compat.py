@@ -244,11 +244,14 @@ def stop_worker(worker: Worker, timeout: float) -> bool:
 
 
 class Child:
-    """A command started in its own process group."""
+    """A command started in a process group of its own: a new session it leads, or
+    the group ``start`` is given (``dislock._sync._supervisor.Anchor``)."""
 
-    def __init__(self, process: subprocess.Popen[bytes]) -> None:
+    def __init__(self, process: subprocess.Popen[bytes], group: int | None) -> None:
         self._process = process
         self.pid = process.pid
+        self.group = process.pid if group is None else group
+        """The process group to signal and watch: the command's and its own children's."""
         self._wake: threading.Event | None = None
 
     @property
@@ -258,9 +261,17 @@ class Child:
 
     @classmethod
     def start(
-        cls, argv: list[str], env: dict[str, str], preexec_fn: Callable[[], None] | None
+        cls,
+        argv: list[str],
+        env: dict[str, str],
+        preexec_fn: Callable[[], None] | None,
+        group: int | None = None,
     ) -> Child:
-        return cls(subprocess.Popen(argv, env=env, start_new_session=True, preexec_fn=preexec_fn))
+        if group is None:
+            process = subprocess.Popen(argv, env=env, start_new_session=True, preexec_fn=preexec_fn)
+        else:
+            process = subprocess.Popen(argv, env=env, process_group=group, preexec_fn=preexec_fn)
+        return cls(process, group)
 
     def wait(self, timeout: float | None) -> int | None:
         """The child's return code, or None if it is still running after ``timeout``."""

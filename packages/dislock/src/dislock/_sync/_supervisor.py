@@ -20,6 +20,16 @@ The guard costs less at start-up than the parent-death hook it replaces (which
 reached only the direct child): both the guard and the command are started
 without running Python in the forked child, which lets Python use ``vfork``.
 Without ``/bin/sh`` the command falls back to the parent-death signal (Linux).
+
+The guard must know the group before the command runs: a wrapper killed between
+starting the command and naming its group would leave the whole group running,
+and a loaded machine can hold a wrapper in that gap for as long as the command
+takes to start its children.  So the group is made first, by an ``Anchor`` (a
+``/bin/sh`` that only waits), the guard is told it, and the command joins it.
+That takes the command into the wrapper's session, where a command reading a
+terminal would be stopped (SIGTTIN, being outside its foreground group): a
+wrapper with a controlling terminal (a person at it, not cron) starts its
+command in a session of its own instead, and names the group just after.
 """
 
 from __future__ import annotations
@@ -141,6 +151,59 @@ def _reap_guards() -> None:
     _guards_to_reap[:] = [process for process in _guards_to_reap if process.poll() is None]
 
 
+_ANCHOR_SCRIPT = "read -r _"  # ends when the wrapper closes the pipe, or dies
+
+
+class Anchor:
+    """A process group made before the command starts, so that the guard can be told
+    it first (see the module's docstring): a shell that leads the group and waits
+    for its stdin, a pipe only the wrapper writes, to close."""
+
+    def __init__(self, process: subprocess.Popen[bytes], pipe: int) -> None:
+        self._process = process
+        self._pipe = pipe
+        self.group = process.pid
+
+    @classmethod
+    def start(cls) -> Anchor | None:
+        """An anchor, or None where the command is better off in a session of its own
+        (a controlling terminal) or no shell can be started."""
+        if _has_terminal():
+            return None
+        read, write = os.pipe()
+        try:
+            process = subprocess.Popen(
+                [_GUARD_SHELL, "-c", _ANCHOR_SCRIPT, "dislock-group"],
+                stdin=read,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                process_group=0,
+            )
+        except OSError:
+            os.close(write)
+            return None
+        finally:
+            os.close(read)
+        return cls(process, write)
+
+    def let_go(self) -> None:
+        """The command is in the group (or will not be): the anchor ends, and is
+        reaped before anyone counts what is left of the group."""
+        os.close(self._pipe)
+        with contextlib.suppress(OSError):
+            self._process.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._process.wait(1.0)
+
+
+def _has_terminal() -> bool:
+    try:
+        os.close(os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY))
+    except OSError:
+        return False
+    return True
+
+
 def ensure_runnable(program: str) -> None:
     """Raise FileNotFoundError or PermissionError now, as starting it later would."""
     if os.sep in program:
@@ -231,19 +294,19 @@ def clear_group(pgid: int, grace: float = KILL_GRACE) -> None:
 def stop_group(child: Child, grace: float = KILL_GRACE) -> int:
     """SIGTERM the child's group, SIGKILL it after ``grace``; the child's return code."""
     started = monotonic()
-    signal_group(child.pid, signal.SIGTERM)
+    signal_group(child.group, signal.SIGTERM)
     code = child.wait(grace)
     if code is None:
-        signal_group(child.pid, signal.SIGKILL)
+        signal_group(child.group, signal.SIGKILL)
         code = child.wait(None)
     assert code is not None
     # Whatever is left of the group (helpers ignoring SIGTERM) must not outlive
     # the lock either.
-    if group_alive(child.pid):
-        signal_group(child.pid, signal.SIGTERM)
-        if not _group_gone(child.pid, max(0.0, grace - (monotonic() - started))):
-            signal_group(child.pid, signal.SIGKILL)
-            _group_gone(child.pid, 1.0)
+    if group_alive(child.group):
+        signal_group(child.group, signal.SIGTERM)
+        if not _group_gone(child.group, max(0.0, grace - (monotonic() - started))):
+            signal_group(child.group, signal.SIGKILL)
+            _group_gone(child.group, 1.0)
     return code
 
 
@@ -267,24 +330,33 @@ def supervise(
             session.run_end = end_of_command(None, LEASE_LOST_EXIT_CODE, lease_lost=True)
             return LEASE_LOST_EXIT_CODE
         guard = Guard.start()
+        anchor = Anchor.start() if guard is not None else None
+        if guard is not None and anchor is not None:
+            guard.watch(anchor.group)  # before anything of the command runs
         try:
             child = Child.start(
-                list(argv), env, None if guard is not None else _parent_death_signal()
+                list(argv),
+                env,
+                None if guard is not None else _parent_death_signal(),
+                None if anchor is None else anchor.group,
             )
         except BaseException:
             if guard is not None:
                 guard.stand_down()
             raise
-        if guard is not None:
-            # (Dying in the microseconds before this line would leave the command
-            # unguarded: the guard reads end-of-file before any group to kill.)
-            guard.watch(child.pid)
+        finally:
+            if anchor is not None:
+                anchor.let_go()
+        if guard is not None and anchor is None:
+            # (A session of its own, for a command at a terminal: dying in the
+            # instant before this line would leave it unguarded.)
+            guard.watch(child.group)
         if route is not None:
-            for signum in route.started(child.pid):
-                _forward(child.pid, signum)
+            for signum in route.started(child.group):
+                _forward(child.group, signum)
         try:
             code = _watch(child, argv, lease, policy)
-            clear_group(child.pid)
+            clear_group(child.group)
             lost = lease is not None and lease.is_lost()
             session.run_end = end_of_command(child.returncode, code, lease_lost=lost)
             return code
@@ -294,7 +366,7 @@ def supervise(
             try:
                 stop_group(child)
             finally:
-                signal_group(child.pid, signal.SIGKILL)
+                signal_group(child.group, signal.SIGKILL)
             raise
         finally:
             if guard is not None:

@@ -1,0 +1,46 @@
+"""A wrapped run whose wrapper is slow right after starting its command:
+``python -m tests.support.guard_window URL SCHEMA KEY WORKDIR``.
+
+The command (``sleep 600`` in the background of ``sh``) writes the sleep's pid to
+``WORKDIR/pid`` and touches ``WORKDIR/started``; the wrapper then takes 2 s before
+its next step, as a wrapper descheduled right after starting its command on a
+loaded machine would.  A test kills this process (SIGKILL) in that window: the
+command's group must die with it all the same (the guard must know the group
+before the command runs, not be told it after).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+from dislock import LockContext
+
+
+def main(url: str, schema: str, key: str, workdir: str) -> int:
+    from dislock._sync import _supervisor as sync
+    from dislock._sync._compat import Child
+
+    real = Child.start
+
+    def slow_start(*args: Any) -> Child:
+        child = real(*args)
+        time.sleep(2.0)
+        return child
+
+    Child.start = slow_start  # type: ignore[assignment]
+    context = LockContext(
+        url=url,
+        table_parts=[schema, "key_value"],
+        lock_key=key,
+        owner="guard-window",
+        run_ttl_seconds=30,
+        lease_interval_seconds=1,
+    )
+    script = f'sleep 600 & echo $! > "{workdir}/pid"; touch "{workdir}/started"; wait'
+    return sync.run_with_locks(["sh", "-c", script], context=context, strategies="lease")
+
+
+if __name__ == "__main__":
+    sys.exit(main(*sys.argv[1:]))

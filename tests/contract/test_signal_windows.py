@@ -32,21 +32,24 @@ def _run(flavour: str, window: str, url: str, schema: str, key: str) -> str:
 
 
 @pytest.mark.parametrize("flavour", FLAVOURS)
-def test_a_signal_before_the_command_starts_reaches_it_once_it_does(
-    flavour: str, database_url: str, lock_table: tuple[str, str], rows: Rows
+@pytest.mark.parametrize(
+    ("window", "status"),
+    [
+        # ``sleep 60`` ended by the forwarded SIGTERM (128 + 15), well before its minute.
+        pytest.param("starting", "143", id="before the command starts: passed on once it has"),
+        # ``true`` ran; the signal is ignored while the lock is released.
+        pytest.param("releasing", "0", id="as the locks are released: the release completes"),
+    ],
+)
+def test_a_signal_in_a_window_of_the_run_leaves_the_lock_released(
+    flavour: str,
+    window: str,
+    status: str,
+    database_url: str,
+    lock_table: tuple[str, str],
+    rows: Rows,
 ) -> None:
     key = f"job-{uuid.uuid4().hex[:8]}"
-    # ``sleep 60`` ended by the forwarded SIGTERM: 128 + 15, well before its minute.
-    assert _run(flavour, "starting", database_url, lock_table[0], key) == "143"
-    row = rows.get(lease_key(key))
-    assert row is not None and row.expired and released_owner(row.value) is not None
-
-
-@pytest.mark.parametrize("flavour", FLAVOURS)
-def test_a_signal_as_the_locks_are_released_lets_the_release_complete(
-    flavour: str, database_url: str, lock_table: tuple[str, str], rows: Rows
-) -> None:
-    key = f"job-{uuid.uuid4().hex[:8]}"
-    assert _run(flavour, "releasing", database_url, lock_table[0], key) == "0"
+    assert _run(flavour, window, database_url, lock_table[0], key) == status
     row = rows.get(lease_key(key))
     assert row is not None and row.expired and released_owner(row.value) is not None

@@ -46,6 +46,7 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import ExitStack
 from time import monotonic
+from typing import Any
 
 from dislock.core.config import SCHEDULE
 from dislock.core.context import LEASE_LOST_EXIT_CODE, LeaseLossPolicy, LockContext
@@ -98,6 +99,29 @@ def _parent_death_signal() -> Callable[[], None] | None:
     return die_with_parent
 
 
+def _start_shell(
+    script: str, name: str, **group: Any
+) -> tuple[subprocess.Popen[bytes], int] | None:
+    """``/bin/sh`` running ``script`` with its stdin on a pipe only this process
+    writes (it reads end-of-file once we close the pipe or die); the process and
+    the pipe's end to write to, or None if it cannot be started."""
+    read, write = os.pipe()  # inherited by nothing but the shell's stdin
+    try:
+        process = subprocess.Popen(
+            [_GUARD_SHELL, "-c", script, name],
+            stdin=read,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            **group,
+        )
+    except OSError:
+        os.close(write)
+        return None
+    finally:
+        os.close(read)
+    return process, write
+
+
 class Guard:
     """Kills a process group when this process dies, by any means (see the module's
     docstring).  ``watch`` names the group; ``stand_down`` ends the guard quietly."""
@@ -112,21 +136,9 @@ class Guard:
         if sys.platform == "win32" or not os.path.exists(_GUARD_SHELL):
             return None
         _reap_guards()
-        read, write = os.pipe()  # not inherited by anything but the guard's stdin
-        try:
-            process = subprocess.Popen(
-                [_GUARD_SHELL, "-c", _GUARD_SCRIPT, "dislock-guard"],
-                stdin=read,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                start_new_session=True,  # outside both the wrapper's and the command's group
-            )
-        except OSError:
-            os.close(write)
-            return None
-        finally:
-            os.close(read)
-        return cls(process, write)
+        # Outside both the wrapper's group and the command's.
+        started = _start_shell(_GUARD_SCRIPT, "dislock-guard", start_new_session=True)
+        return None if started is None else cls(*started)
 
     def watch(self, pgid: int) -> None:
         with contextlib.suppress(OSError):
@@ -170,21 +182,8 @@ class Anchor:
         (a controlling terminal) or no shell can be started."""
         if _has_terminal():
             return None
-        read, write = os.pipe()
-        try:
-            process = subprocess.Popen(
-                [_GUARD_SHELL, "-c", _ANCHOR_SCRIPT, "dislock-group"],
-                stdin=read,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                process_group=0,
-            )
-        except OSError:
-            os.close(write)
-            return None
-        finally:
-            os.close(read)
-        return cls(process, write)
+        started = _start_shell(_ANCHOR_SCRIPT, "dislock-group", process_group=0)
+        return None if started is None else cls(*started)
 
     def let_go(self) -> None:
         """The command is in the group (or will not be): the anchor ends, and is

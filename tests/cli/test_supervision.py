@@ -287,15 +287,16 @@ def test_killing_the_wrapper_kills_the_whole_group(
     assert wait_dead(pids[0], timeout=1.0)  # the issue's bound: within 1 s
 
 
+@pytest.mark.parametrize("flavour", ["sync", "aio"])
 def test_killing_the_wrapper_just_after_it_started_the_command_kills_the_group(
-    database_url: str, lock_table: tuple[str, str], tmp_path: Path
+    flavour: str, database_url: str, lock_table: tuple[str, str], tmp_path: Path
 ) -> None:
     """``tests.support.guard_window`` holds the wrapper for 2 s right after the command
     has started, as a loaded machine may; the kill -9 lands in that window.  (Before
     the group was made first, the guard learnt it only after this point, and the
     command's group outlived its wrapper.)"""
     root = Path(__file__).resolve().parents[2]
-    args = [database_url, lock_table[0], "job", str(tmp_path)]
+    args = [flavour, database_url, lock_table[0], "job", str(tmp_path)]
     process = subprocess.Popen(
         [sys.executable, "-m", "tests.support.guard_window", *args], cwd=root
     )

@@ -173,14 +173,13 @@ async def stop_worker(worker: Worker, timeout: float) -> bool:
 
 
 class Child:
-    """A command started in a process group of its own: a new session it leads, or
-    the group ``start`` is given (``dislock.aio._supervisor.Anchor``)."""
+    """A command started as the leader of a session (and process group) of its own."""
 
-    def __init__(self, process: asyncio.subprocess.Process, group: int | None) -> None:
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
         self._process = process
         self.pid = process.pid
-        self.group = process.pid if group is None else group
-        """The process group to signal and watch: the command's and its own children's."""
+        self.group = process.pid
+        """The process group to signal and watch: the command's and its children's."""
         self._exit: asyncio.Task[int] | None = None
 
     @property
@@ -190,21 +189,12 @@ class Child:
 
     @classmethod
     async def start(
-        cls,
-        argv: list[str],
-        env: dict[str, str],
-        preexec_fn: Callable[[], None] | None,
-        group: int | None = None,
+        cls, argv: list[str], env: dict[str, str], preexec_fn: Callable[[], None] | None
     ) -> Child:
-        if group is None:
-            process = await asyncio.create_subprocess_exec(
-                *argv, env=env, start_new_session=True, preexec_fn=preexec_fn
-            )
-        else:
-            process = await asyncio.create_subprocess_exec(
-                *argv, env=env, process_group=group, preexec_fn=preexec_fn
-            )
-        return cls(process, group)
+        process = await asyncio.create_subprocess_exec(
+            *argv, env=env, start_new_session=True, preexec_fn=preexec_fn
+        )
+        return cls(process)
 
     async def wait(self, timeout: float | None) -> int | None:
         """The child's return code, or None if it is still running after ``timeout``."""

@@ -19,15 +19,12 @@ reached only the direct child): both the guard and the command are started
 without running Python in the forked child, which lets Python use ``vfork``.
 Without ``/bin/sh`` the command falls back to the parent-death signal (Linux).
 
-The guard must know the group before the command runs: a wrapper killed between
-starting the command and naming its group would leave the whole group running,
-and a loaded machine can hold a wrapper in that gap for as long as the command
-takes to start its children.  So the group is made first, by an ``Anchor`` (a
-``/bin/sh`` that only waits), the guard is told it, and the command joins it.
-That takes the command into the wrapper's session, where a command reading a
-terminal would be stopped (SIGTTIN, being outside its foreground group): a
-wrapper with a controlling terminal (a person at it, not cron) starts its
-command in a session of its own instead, and names the group just after.
+The guard is told the group as soon as the command has started (its pid, since it
+leads a session of its own).  A wrapper killed in between leaves the command
+unguarded; the gap is as long as the wrapper is held there, which a loaded machine
+can stretch.  It cannot be closed by making the group first and having the command
+join it: a member that is not its group's leader may leave it (GNU ``timeout``
+calls ``setpgid(0, 0)``), and then neither signals nor the guard reach it.
 """
 
 from __future__ import annotations
@@ -112,9 +109,11 @@ def _start_shell(
             stderr=subprocess.DEVNULL,
             **group,
         )
-    except OSError:
+    except BaseException as exc:
         os.close(write)
-        return None
+        if isinstance(exc, OSError):
+            return None
+        raise
     finally:
         os.close(read)
     return process, write
@@ -159,46 +158,6 @@ _guards_to_reap: list[subprocess.Popen[bytes]] = []
 
 def _reap_guards() -> None:
     _guards_to_reap[:] = [process for process in _guards_to_reap if process.poll() is None]
-
-
-_ANCHOR_SCRIPT = "read -r _"  # ends when the wrapper closes the pipe, or dies
-
-
-class Anchor:
-    """A process group made before the command starts, so that the guard can be told
-    it first (see the module's docstring): a shell that leads the group and waits
-    for its stdin, a pipe only the wrapper writes, to close."""
-
-    def __init__(self, process: subprocess.Popen[bytes], pipe: int) -> None:
-        self._process = process
-        self._pipe = pipe
-        self.group = process.pid
-
-    @classmethod
-    def start(cls) -> Anchor | None:
-        """An anchor, or None where the command is better off in a session of its own
-        (a controlling terminal) or no shell can be started."""
-        if _has_terminal():
-            return None
-        started = _start_shell(_ANCHOR_SCRIPT, "dislock-group", process_group=0)
-        return None if started is None else cls(*started)
-
-    def let_go(self) -> None:
-        """The command is in the group (or will not be): the anchor ends, and is
-        reaped before anyone counts what is left of the group."""
-        os.close(self._pipe)
-        with contextlib.suppress(OSError):
-            self._process.kill()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self._process.wait(1.0)
-
-
-def _has_terminal() -> bool:
-    try:
-        os.close(os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY))
-    except OSError:
-        return False
-    return True
 
 
 def ensure_runnable(program: str) -> None:
@@ -327,27 +286,16 @@ async def supervise(
             session.run_end = end_of_command(None, LEASE_LOST_EXIT_CODE, lease_lost=True)
             return LEASE_LOST_EXIT_CODE
         guard = Guard.start()
-        anchor = Anchor.start() if guard is not None else None
-        if guard is not None and anchor is not None:
-            guard.watch(anchor.group)  # before anything of the command runs
         try:
             child = await Child.start(
-                list(argv),
-                env,
-                None if guard is not None else _parent_death_signal(),
-                None if anchor is None else anchor.group,
+                list(argv), env, None if guard is not None else _parent_death_signal()
             )
         except BaseException:
             if guard is not None:
                 guard.stand_down()
             raise
-        finally:
-            if anchor is not None:
-                anchor.let_go()
-        if guard is not None and anchor is None:
-            # (A session of its own, for a command at a terminal: dying in the
-            # instant before this line would leave it unguarded.)
-            guard.watch(child.group)
+        if guard is not None:
+            guard.watch(child.group)  # (see the module's docstring for the gap before it)
         if route is not None:
             for signum in route.started(child.group):
                 _forward(child.group, signum)

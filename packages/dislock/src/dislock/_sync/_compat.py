@@ -244,14 +244,13 @@ def stop_worker(worker: Worker, timeout: float) -> bool:
 
 
 class Child:
-    """A command started in a process group of its own: a new session it leads, or
-    the group ``start`` is given (``dislock._sync._supervisor.Anchor``)."""
+    """A command started as the leader of a session (and process group) of its own."""
 
-    def __init__(self, process: subprocess.Popen[bytes], group: int | None) -> None:
+    def __init__(self, process: subprocess.Popen[bytes]) -> None:
         self._process = process
         self.pid = process.pid
-        self.group = process.pid if group is None else group
-        """The process group to signal and watch: the command's and its own children's."""
+        self.group = process.pid
+        """The process group to signal and watch: the command's and its children's."""
         self._wake: threading.Event | None = None
 
     @property
@@ -261,17 +260,9 @@ class Child:
 
     @classmethod
     def start(
-        cls,
-        argv: list[str],
-        env: dict[str, str],
-        preexec_fn: Callable[[], None] | None,
-        group: int | None = None,
+        cls, argv: list[str], env: dict[str, str], preexec_fn: Callable[[], None] | None
     ) -> Child:
-        if group is None:
-            process = subprocess.Popen(argv, env=env, start_new_session=True, preexec_fn=preexec_fn)
-        else:
-            process = subprocess.Popen(argv, env=env, process_group=group, preexec_fn=preexec_fn)
-        return cls(process, group)
+        return cls(subprocess.Popen(argv, env=env, start_new_session=True, preexec_fn=preexec_fn))
 
     def wait(self, timeout: float | None) -> int | None:
         """The child's return code, or None if it is still running after ``timeout``."""

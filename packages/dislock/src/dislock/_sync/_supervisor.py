@@ -97,7 +97,7 @@ def _parent_death_signal() -> Callable[[], None] | None:
 
 
 def _start_shell(
-    script: str, name: str, **group: Any
+    script: str, name: str, **options: Any
 ) -> tuple[subprocess.Popen[bytes], int] | None:
     """``/bin/sh`` running ``script`` with its stdin on a pipe only this process
     writes (it reads end-of-file once we close the pipe or die); the process and
@@ -109,7 +109,7 @@ def _start_shell(
             stdin=read,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
-            **group,
+            **options,
         )
     except BaseException as exc:
         os.close(write)

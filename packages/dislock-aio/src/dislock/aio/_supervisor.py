@@ -41,7 +41,6 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AsyncExitStack
 from time import monotonic
-from typing import Any
 
 from dislock.core.config import SCHEDULE
 from dislock.core.context import LEASE_LOST_EXIT_CODE, LeaseLossPolicy, LockContext
@@ -94,31 +93,6 @@ def _parent_death_signal() -> Callable[[], None] | None:
     return die_with_parent
 
 
-def _start_shell(
-    script: str, name: str, **options: Any
-) -> tuple[subprocess.Popen[bytes], int] | None:
-    """``/bin/sh`` running ``script`` with its stdin on a pipe only this process
-    writes (it reads end-of-file once we close the pipe or die); the process and
-    the pipe's end to write to, or None if it cannot be started."""
-    read, write = os.pipe()  # inherited by nothing but the shell's stdin
-    try:
-        process = subprocess.Popen(
-            [_GUARD_SHELL, "-c", script, name],
-            stdin=read,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            **options,
-        )
-    except BaseException as exc:
-        os.close(write)
-        if isinstance(exc, OSError):
-            return None
-        raise
-    finally:
-        os.close(read)
-    return process, write
-
-
 class Guard:
     """Kills a process group when this process dies, by any means (see the module's
     docstring).  ``watch`` names the group; ``stand_down`` ends the guard quietly."""
@@ -133,9 +107,23 @@ class Guard:
         if sys.platform == "win32" or not os.path.exists(_GUARD_SHELL):
             return None
         _reap_guards()
-        # Outside both the wrapper's group and the command's.
-        started = _start_shell(_GUARD_SCRIPT, "dislock-guard", start_new_session=True)
-        return None if started is None else cls(*started)
+        read, write = os.pipe()  # not inherited by anything but the guard's stdin
+        try:
+            process = subprocess.Popen(
+                [_GUARD_SHELL, "-c", _GUARD_SCRIPT, "dislock-guard"],
+                stdin=read,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,  # outside both the wrapper's and the command's group
+            )
+        except BaseException as exc:
+            os.close(write)
+            if isinstance(exc, OSError):
+                return None
+            raise
+        finally:
+            os.close(read)
+        return cls(process, write)
 
     def watch(self, pgid: int) -> None:
         with contextlib.suppress(OSError):

@@ -16,7 +16,13 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from dislock.cli.fleet import Slot, missed_slots, parse_duration, schedule_slots
+from dislock.cli.fleet import (
+    Slot,
+    from_first_run,
+    missed_slots,
+    parse_duration,
+    schedule_slots,
+)
 from dislock.core.errors import ConfigurationError
 from dislock.core.sql import lease_key, pause_key, schedule_key
 from tests.cli.conftest import CTL, DISLOCK, Ctl, RunCli, wait_for
@@ -405,6 +411,28 @@ def test_slot_arithmetic() -> None:
     assert parse_duration("1h30m", name="x") == timedelta(minutes=90)
     with pytest.raises(ConfigurationError):
         parse_duration("1 fortnight", name="x")
+
+
+
+def test_a_new_job_is_judged_from_its_first_runs_slot_on() -> None:
+    now = datetime(2026, 1, 1, 12, 10, 30, tzinfo=timezone.utc)
+    slots = list(schedule_slots("* * * * *", now - timedelta(minutes=10), now, timedelta(0)))
+    assert [slot.start.minute for slot in slots] == list(range(1, 11))
+
+    def first_minute(starts: list[tuple[datetime, datetime | None]]) -> int:
+        return from_first_run(slots, starts)[0].start.minute
+
+    # A start in 12:03's last second claimed 12:04's slot: 12:03's slot is not the job's.
+    last_second = datetime(2026, 1, 1, 12, 3, 59, 200000, tzinfo=timezone.utc)
+    claimed = [(last_second, slots[3].end)]
+    assert first_minute(claimed) == 4
+    assert missed_slots(from_first_run(slots, claimed), claimed) == slots[4:]
+    # The same start as a lease with a schedule (no slot claimed) counts the same way.
+    assert first_minute([(last_second, None)]) == 4
+    # A start well inside its minute belongs to that minute; the earliest run decides.
+    inside = datetime(2026, 1, 1, 12, 3, 30, tzinfo=timezone.utc)
+    assert first_minute([(last_second, None), (inside, None)]) == 3
+    assert from_first_run(slots, []) == slots
 
 
 def test_latest_run_and_success_per_key(

@@ -313,6 +313,30 @@ def missed_slots(
     ]
 
 
+def from_first_run(
+    slots: Sequence[Slot], starts: Sequence[tuple[datetime, datetime | None]]
+) -> list[Slot]:
+    """``slots`` from the one the first of ``starts`` belongs to on (all of them
+    when there are no starts): a job new within a window has not missed the slots
+    before it existed.
+
+    A run's slot is read as ``missed_slots`` reads it, so a start in a slot's last
+    second that claimed the next slot does not leave the slot it started in missed.
+    """
+    from dislock.core.cron import EARLY_FIRE_TOLERANCE
+
+    if not starts:
+        return list(slots)
+    tick = timedelta(microseconds=1)
+    early = timedelta(seconds=EARLY_FIRE_TOLERANCE)
+    # The first slot ending after this instant is the run's own.
+    belongs_before = min(
+        slot_end - tick if slot_end is not None else started + early
+        for started, slot_end in starts
+    )
+    return [slot for slot in slots if slot.end > belongs_before]
+
+
 def prune_query(history: tuple[str, ...]) -> sql.Composed:
     """Delete runs started more than %(older)s seconds ago; returns how many."""
     return sql.SQL(

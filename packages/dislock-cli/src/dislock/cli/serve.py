@@ -46,6 +46,7 @@ from dislock.cli.fleet import (
     DEFAULT_GRACE,
     Latest,
     Slot,
+    from_first_run,
     latest_query,
     missed_slots,
     schedule_slots,
@@ -225,8 +226,7 @@ class FleetReader:
             runs = self._starts.of(row.lock_key)
             if not row.ran_before_window:
                 # A job new within the window: the slots before its first run are not missed.
-                first = min((started for started, _ in runs), default=row.started_at)
-                slots = [slot for slot in slots if slot.end > first]
+                slots = from_first_run(slots, runs or [(row.started_at, None)])
             count = len(missed_slots(slots, runs))
             self._missed[row.lock_key] = (inputs, count)
             missed[row.lock_key] = count

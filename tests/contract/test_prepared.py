@@ -51,18 +51,18 @@ def direct(db: psycopg.Connection[Any]) -> bool:
     return row is not None and row[0] == db.info.backend_pid
 
 
-def prepared_on_shared_connection(driver: Driver, url: str) -> list[tuple[str, int]]:
-    """``pg_prepared_statements`` as the session of the kept connection to ``url``
-    sees it (the statement runs through the locks' own hub)."""
+def on_shared_connection(driver: Driver, url: str, statement: sql.Composable) -> list[Any]:
+    """The rows of ``statement`` run on the kept connection to ``url`` (through the
+    locks' own hub, so in that connection's session)."""
     if driver.name == "aio":
         from dislock.aio._hub import enter_hub as enter_aio_hub
         from dislock.aio._hub import leave_hub as leave_aio_hub
 
-        async def read() -> list[tuple[str, int]]:
+        async def read() -> list[Any]:
             hub = enter_aio_hub(url)
             try:
-                cursor = await hub.execute(PREPARED, {}, 10.0)
-                return [(str(text), int(plans)) for text, plans in await cursor.fetchall()]
+                cursor = await hub.execute(statement, {}, 10.0)  # type: ignore[arg-type]
+                return await cursor.fetchall() if cursor.description else []
             finally:
                 await leave_aio_hub(hub)
 
@@ -71,10 +71,17 @@ def prepared_on_shared_connection(driver: Driver, url: str) -> list[tuple[str, i
 
     hub = enter_hub(url)
     try:
-        cursor = hub.execute(PREPARED, {}, 10.0)
-        return [(str(text), int(plans)) for text, plans in cursor.fetchall()]
+        cursor = hub.execute(statement, {}, 10.0)  # type: ignore[arg-type]
+        return cursor.fetchall() if cursor.description else []
     finally:
         leave_hub(hub)
+
+
+def prepared_on_shared_connection(driver: Driver, url: str) -> list[tuple[str, int]]:
+    """``pg_prepared_statements`` as the session of the kept connection to ``url`` sees it."""
+    return [
+        (str(text), int(plans)) for text, plans in on_shared_connection(driver, url, PREPARED)
+    ]
 
 
 def test_a_warm_connection_prepares_only_when_direct_and_decides_the_same(
@@ -133,3 +140,30 @@ def test_a_warm_connection_prepares_only_when_direct_and_decides_the_same(
                 time.sleep(0.2)
     row = rows.get(key)
     assert row is not None and row.expired
+
+
+@pytest.mark.direct_postgres
+def test_statements_the_server_lost_are_sent_again_unprepared(
+    driver: Driver,
+    make_context: Callable[..., LockContext],
+    tagged_url: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """What a pooler that passes the server's pid on would do: the session a statement
+    was prepared in is not the one the next execution reaches."""
+    context = make_context(url=tagged_url, **LEASE)
+    with driver.keep_connected(tagged_url):
+        for _ in range(WARM):
+            driver.hold(context, ["lease"]).release()
+        names = on_shared_connection(
+            driver, tagged_url, sql.SQL("SELECT name FROM pg_prepared_statements")
+        )
+        assert names, "nothing was prepared on a direct connection"
+        for (name,) in names:
+            # One by one: psycopg would notice DEALLOCATE ALL and forget them too.
+            on_shared_connection(driver, tagged_url, sql.SQL("DEALLOCATE {}").format(sql.Identifier(name)))
+
+        for _ in range(WARM):
+            driver.hold(context, ["lease"]).release()  # no "prepared statement does not exist"
+        assert prepared_on_shared_connection(driver, tagged_url) == []
+    assert "lost a prepared statement" in caplog.text

@@ -35,7 +35,12 @@ from dislock.core.dsn import connection_kwargs, parse_dsn, scrub
 from dislock.core.errors import StatementTimeout
 from dislock.core.failover import CURRENT_TIMELINE, timeline_change
 from dislock.core.patience import ConnectPatience
-from dislock.core.preparing import BACKEND_PID, Preparation, prepare_threshold
+from dislock.core.preparing import (
+    BACKEND_PID,
+    PREPARED_STATEMENT_ERRORS,
+    Preparation,
+    prepare_threshold,
+)
 from dislock.core.renewal import Batch, Renewal, RenewalPlan, report_renewal
 from dislock.core.supervision import LOSS_LOGGER
 from dislock.core.timeouts import CANCEL_GRACE, RENEWER_STOP_TIMEOUT
@@ -121,7 +126,14 @@ class Hub:
         link = await self._usable_link()
         await self._allow_preparing(link)
         try:
-            return await link.execute(statement, params, timeout)
+            try:
+                return await link.execute(statement, params, timeout)
+            except PREPARED_STATEMENT_ERRORS as exc:
+                if link.conn.prepare_threshold is None:
+                    raise
+                # Refused before it ran: safe to send again, unprepared.
+                self._stop_preparing(link, exc)
+                return await link.execute(statement, params, timeout)
         # if async
         # (Statements on one asyncio connection queue inside psycopg, none is
         # ever refused unsent: only the sync flavour retries, below.)
@@ -206,6 +218,16 @@ class Hub:
             logger.debug("a pooler is in between: statements stay unprepared")
         else:
             logger.debug("direct connection: repeated statements are prepared")
+
+    def _stop_preparing(self, link: Link, exc: Exception) -> None:
+        """Never prepare on ``link`` again: something between here and the server (a
+        pooler that passes the server's backend pid on) lost a prepared statement."""
+        link.conn.prepare_threshold = None
+        logger.warning(
+            "the server lost a prepared statement (%s); statements on this connection"
+            " stay unprepared from now on",
+            " ".join(str(exc).split()),
+        )
 
     def note_timeline(self, timeline: object) -> None:
         if isinstance(timeline, int):

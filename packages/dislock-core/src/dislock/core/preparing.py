@@ -14,12 +14,15 @@ preparation off, and a shared connection turns it on only once it has served a
 few statements (a one-shot run never pays the check) and shows that it reaches the
 server directly: a pooler answers the startup with a backend process id of its
 own making, which differs from the one the server reports (the same test that
-decides whether a waiter can ``LISTEN``, ``dislock.aio._listen``).
+decides whether a waiter can ``LISTEN``, ``dislock.aio._listen``).  Should a
+pooler pass the server's pid on and still move statements between sessions, the
+first prepared statement it loses is sent again unprepared, and the connection
+stops preparing.
 """
 
 from __future__ import annotations
 
-from psycopg import sql
+from psycopg import errors, sql
 
 CHECK_AFTER = 8
 """Statements a connection serves before it is checked: more than a one-shot run of
@@ -30,6 +33,11 @@ PREPARE_THRESHOLD = 2
 """psycopg's ``prepare_threshold`` once the connection is known to be direct: a
 statement is prepared on its third execution (preparing costs one extra round trip,
 once per statement and connection)."""
+
+PREPARED_STATEMENT_ERRORS = (errors.InvalidSqlStatementName, errors.DuplicatePreparedStatement)
+"""What the server answers when the session a statement was prepared in is not
+the one it reaches (SQLSTATE 26000, 42P05): it refused the statement before running
+it, so the statement can be sent again unprepared."""
 
 BACKEND_PID = sql.SQL("SELECT pg_backend_pid()")
 """The server's own process id for this session."""

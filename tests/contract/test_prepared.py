@@ -161,7 +161,8 @@ def test_statements_the_server_lost_are_sent_again_unprepared(
         assert names, "nothing was prepared on a direct connection"
         for (name,) in names:
             # One by one: psycopg would notice DEALLOCATE ALL and forget them too.
-            on_shared_connection(driver, tagged_url, sql.SQL("DEALLOCATE {}").format(sql.Identifier(name)))
+            deallocate = sql.SQL("DEALLOCATE {}").format(sql.Identifier(name))
+            on_shared_connection(driver, tagged_url, deallocate)
 
         for _ in range(WARM):
             driver.hold(context, ["lease"]).release()  # no "prepared statement does not exist"

@@ -413,13 +413,12 @@ def test_slot_arithmetic() -> None:
         parse_duration("1 fortnight", name="x")
 
 
-
 def test_a_new_job_is_judged_from_its_first_runs_slot_on() -> None:
     now = datetime(2026, 1, 1, 12, 10, 30, tzinfo=timezone.utc)
     slots = list(schedule_slots("* * * * *", now - timedelta(minutes=10), now, timedelta(0)))
     assert [slot.start.minute for slot in slots] == list(range(1, 11))
 
-    def first_minute(starts: list[tuple[datetime, datetime | None]]) -> int:
+    def first_minute(starts: Sequence[tuple[datetime, datetime | None]]) -> int:
         return from_first_run(slots, starts)[0].start.minute
 
     # A start in 12:03's last second claimed 12:04's slot: 12:03's slot is not the job's.

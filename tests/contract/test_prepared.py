@@ -79,9 +79,7 @@ def on_shared_connection(driver: Driver, url: str, statement: sql.Composable) ->
 
 def prepared_on_shared_connection(driver: Driver, url: str) -> list[tuple[str, int]]:
     """``pg_prepared_statements`` as the session of the kept connection to ``url`` sees it."""
-    return [
-        (str(text), int(plans)) for text, plans in on_shared_connection(driver, url, PREPARED)
-    ]
+    return [(str(text), int(plans)) for text, plans in on_shared_connection(driver, url, PREPARED)]
 
 
 def test_a_warm_connection_prepares_only_when_direct_and_decides_the_same(

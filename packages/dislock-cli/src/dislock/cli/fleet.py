@@ -331,8 +331,7 @@ def from_first_run(
     early = timedelta(seconds=EARLY_FIRE_TOLERANCE)
     # The first slot ending after this instant is the run's own.
     belongs_before = min(
-        slot_end - tick if slot_end is not None else started + early
-        for started, slot_end in starts
+        slot_end - tick if slot_end is not None else started + early for started, slot_end in starts
     )
     return [slot for slot in slots if slot.end > belongs_before]
 

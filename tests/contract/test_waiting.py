@@ -12,12 +12,16 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
+import psycopg
 import pytest
+from psycopg import sql
 
 from dislock import ConfigurationError, LockContext, LockNotAcquiredError
 from dislock.core.kinds import kind
 from dislock.core.sql import lease_key, schedule_key
+from dislock.core.waiting import wake_key
 from tests.support.drivers import CliDriver, Driver
 from tests.support.rows import Rows
 
@@ -140,6 +144,47 @@ def test_a_release_wakes_a_waiter_that_names_the_table_another_way(
             released = time.monotonic()
             holder.__exit__(None, None, None)
         assert waiter.result(timeout=60) - released < 10.0
+
+
+@pytest.mark.direct_postgres
+def test_handing_back_the_slots_of_an_acquisition_wakes_the_leases_waiters(
+    db: psycopg.Connection[Any], lock_table: tuple[str, str], database_url: str
+) -> None:
+    """The statement that hands back whichever slot an interrupted or unconfirmed
+    acquisition may have taken wakes waiters as a holder's own release does, and
+    only when it released a row of ours."""
+    from dislock.core import sql as statements_sql
+    from dislock.core.waiting import WAKE_CHANNEL, listen_query, slot_keys
+
+    statements = statements_sql.statements(lock_table)
+    keys = slot_keys("job", 3)
+    with psycopg.connect(database_url, autocommit=True) as waiter:
+        row = waiter.execute(listen_query(lock_table), {"wake_key": wake_key("job")}).fetchone()
+        assert row is not None
+        expected = row[1]
+        waiter.execute(sql.SQL("LISTEN {}").format(sql.Identifier(WAKE_CHANNEL)))
+
+        def woken() -> list[str]:
+            return [n.payload for n in waiter.notifies(timeout=0.5) if n.channel == WAKE_CHANNEL]
+
+        taken = db.execute(
+            statements.acquire_slot, statements_sql.slot_params(keys, "me", 60.0)
+        ).fetchone()
+        assert taken is not None and taken[0] == keys[0]
+        db.execute(statements.acquire_slot, statements_sql.slot_params(keys, "other", 60.0))
+
+        release = statements_sql.release_params(keys, "me", "job")
+        db.execute(statements.release, release)
+        assert woken() == [expected]
+        db.execute(statements.release, release)  # nothing of ours is left: no wake-up
+        assert woken() == []
+    held = db.execute(
+        sql.SQL("SELECT key, value FROM {} WHERE key = ANY(%s) AND expire_at > NOW()").format(
+            sql.Identifier(*lock_table)
+        ),
+        (keys,),
+    ).fetchall()
+    assert held == [(keys[1], "other")]
 
 
 def test_a_holder_that_died_is_found_by_polling(

@@ -85,6 +85,19 @@ def test_renewal_and_release_are_guarded_by_owner_and_expiry() -> None:
         assert "expire_at > NOW()" in statement.as_string(None)
 
 
+def test_a_release_wakes_the_waiters_of_its_lease_whatever_rows_it_hands_back() -> None:
+    from dislock.core.sql import lease_key, release_params, schedule_key
+    from dislock.core.waiting import WAKE_CHANNEL, wake_key
+
+    text = statements(("key_value",)).release.as_string(None)
+    assert "pg_notify(%(channel)s" in text and "%(wake_key)s" in text
+    slots = [lease_key("job"), f"{lease_key('job')}#2"]
+    for keys in ([lease_key("job")], slots, [schedule_key("job")]):
+        params = release_params(keys, "owner-1", "job")
+        assert params["keys"] == keys and params["owner"] == "owner-1"
+        assert params["channel"] == WAKE_CHANNEL and params["wake_key"] == wake_key("job")
+
+
 def test_renewals_only_touch_expire_at() -> None:
     # The HOT-update premise: no indexed column changes.
     text = statements(("key_value",)).renew_batch.as_string(None)

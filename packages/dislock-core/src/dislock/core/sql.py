@@ -22,7 +22,7 @@ from psycopg import sql
 from dislock.core.failover import delay_end_returned, lock_delay, timeline_returned
 from dislock.core.kinds import KEY_PREFIX as KEY_PREFIX
 from dislock.core.kinds import LEASE, SCHEDULE, kind
-from dislock.core.waiting import wake_payload
+from dislock.core.waiting import WAKE_CHANNEL, wake_key, wake_payload
 
 if TYPE_CHECKING:
     from dislock.core.context import LockContext
@@ -96,8 +96,12 @@ class Statements(NamedTuple):
     """Params: keys, owners, ttls (parallel arrays). Renews each listed lease that is
     still ours and returns its ``(key, value)``; a lease missing from the answer is lost."""
     release: sql.Composed
-    """Params: key, owner. Expires our row now, marked released (``RELEASED_MARK``);
-    a row another owner took is untouched."""
+    """Params: ``release_params``. Expires each of our rows among the keys now,
+    marked released (``RELEASED_MARK``), and wakes the lease's waiters (``NOTIFY`` on
+    commit, ``dislock.core.waiting.wake_payload``) when it released something; a row
+    another owner took is untouched.  One key for a holder's own release, several to
+    hand back whichever slot of an N-holder lease an interrupted or unconfirmed
+    acquisition may have taken."""
     now: sql.SQL
     """The database clock (statement time)."""
     acquire_slot: sql.Composed
@@ -106,14 +110,6 @@ class Statements(NamedTuple):
     taken (NULL if none), the fencing token, how many slots it found free (to tell a
     full lease from a slot another holder took in the same instant), the reason
     and end of a live pause that refused it, and the end of a running lock delay."""
-    release_notify: sql.Composed
-    """Params: key, owner, channel, wake_key. Like ``release`` (marked released), and wakes
-    the lease's waiters (``NOTIFY`` on commit, ``dislock.core.waiting.wake_payload``) when
-    it released something."""
-    release_any: sql.Composed
-    """Params: keys, owner. Like ``release`` for each row among ``keys`` that is ours:
-    one statement to hand back whichever slot of an N-holder lease an interrupted or
-    unconfirmed acquisition may have taken."""
     acquire_by_clock: sql.Composed
     """Params: ``acquire_by_clock_params`` (key, pause, owner and the candidates of
     ``dislock.core.cron.SlotCandidates``). ``acquire_until`` for the schedule slot
@@ -216,23 +212,15 @@ def statements(table_parts: tuple[str, ...], fencing: bool = False) -> Statement
         ).format(table=table),
         release=sql.SQL(
             "UPDATE {table} SET expire_at = NOW(), value = value || {mark}"
-            " WHERE key = %(key)s AND value = %(owner)s AND expire_at > NOW()"
-        ).format(table=table, mark=sql.Literal(RELEASED_MARK)),
-        now=sql.SQL("SELECT NOW()"),
-        acquire_slot=_acquire_slot(
-            upsert, pause, parts, table, first_token, token, lease_expiry, (lease_ctes, lease_calm)
-        ),
-        release_notify=sql.SQL(
-            "UPDATE {table} SET expire_at = NOW(), value = value || {mark}"
-            " WHERE key = %(key)s AND value = %(owner)s AND expire_at > NOW()"
+            " WHERE key = ANY(%(keys)s::text[]) AND value = %(owner)s AND expire_at > NOW()"
             " RETURNING pg_notify(%(channel)s, {wake})"
         ).format(
             table=table, mark=sql.Literal(RELEASED_MARK), wake=wake_payload(sql.SQL("tableoid"))
         ),
-        release_any=sql.SQL(
-            "UPDATE {table} SET expire_at = NOW(), value = value || {mark}"
-            " WHERE key = ANY(%(keys)s::text[]) AND value = %(owner)s AND expire_at > NOW()"
-        ).format(table=table, mark=sql.Literal(RELEASED_MARK)),
+        now=sql.SQL("SELECT NOW()"),
+        acquire_slot=_acquire_slot(
+            upsert, pause, parts, table, first_token, token, lease_expiry, (lease_ctes, lease_calm)
+        ),
         acquire_by_clock=_acquire_by_clock(
             upsert, pause, parts, first_token, token, (slot_ctes, slot_calm)
         ),
@@ -366,16 +354,10 @@ def lease_params(key: str, owner: str, ttl_seconds: float) -> dict[str, Any]:
     return {"key": key, "pause": pause_key_of(key), "owner": owner, "ttl": ttl_seconds}
 
 
-def release_params(key: str, owner: str) -> dict[str, Any]:
-    return {"key": key, "owner": owner}
-
-
-def release_any_params(keys: list[str], owner: str) -> dict[str, Any]:
-    return {"keys": keys, "owner": owner}
-
-
-def release_notify_params(key: str, owner: str, channel: str, wake_key: str) -> dict[str, Any]:
-    return {"key": key, "owner": owner, "channel": channel, "wake_key": wake_key}
+def release_params(keys: list[str], owner: str, lock_key: str) -> dict[str, Any]:
+    """Parameters of ``release``: our rows among ``keys``, of the lock ``lock_key``
+    (whose lease's waiters are woken)."""
+    return {"keys": keys, "owner": owner, "channel": WAKE_CHANNEL, "wake_key": wake_key(lock_key)}
 
 
 def slot_params(keys: list[str], owner: str, ttl_seconds: float) -> dict[str, Any]:

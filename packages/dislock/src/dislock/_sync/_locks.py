@@ -85,7 +85,7 @@ def acquire(
     params: dict[str, Any],
     timeout: float,
     *,
-    hand_back: Composed | None = None,
+    hand_back: tuple[Composed, str] | None = None,
 ) -> sql.Acquired:
     """Run an acquiring upsert: whether it took the row, the fencing token, and
     the pause that refused it, if one did.
@@ -93,14 +93,15 @@ def acquire(
     Bounded, so that a row locked by a stuck transaction cannot hold a start
     (and the cron runs queueing behind it) indefinitely.  A row that synchronous
     replication did not confirm is handed back with ``hand_back`` (the release
-    statement, owner-guarded) before ``NotReplicatedError`` is raised: a
-    failover could lose it while the work runs.
+    statement, owner-guarded, and the lock key) before ``NotReplicatedError`` is
+    raised: a failover could lose it while the work runs.
     """
     try:
         cursor = hub.execute(statement, params, timeout)
     except NotReplicatedError as exc:
         if hand_back is not None:
-            hand_back_rows(hub, hand_back, [params["key"]], params["owner"])
+            release, lock_key = hand_back
+            hand_back_rows(hub, release, [params["key"]], params["owner"], lock_key)
         raise NotReplicatedError(
             f"{params['key']!r} was not acquired (handed back): {exc}"
         ) from None
@@ -113,12 +114,12 @@ def acquire(
     return sql.Acquired(bool(row[0]), row[1], row[2], row[3], slot_end, delayed_until)
 
 
-def hand_back_rows(hub: Hub, release_any: Composed, keys: list[str], owner: str) -> None:
-    """Expire our rows among ``keys`` (owner-guarded, one statement), best effort: an
-    acquisition that synchronous replication did not confirm, or that was
-    interrupted after it may have taken a row."""
+def hand_back_rows(hub: Hub, release: Composed, keys: list[str], owner: str, lock_key: str) -> None:
+    """Expire our rows among ``keys`` (owner-guarded, one statement, waking the
+    lease's waiters), best effort: an acquisition that synchronous replication did
+    not confirm, or that was interrupted after it may have taken a row."""
     try:
-        hub.execute(release_any, sql.release_any_params(keys, owner), RELEASE_TIMEOUT)
+        hub.execute(release, sql.release_params(keys, owner, lock_key), RELEASE_TIMEOUT)
     except Exception as error:  # unconfirmed too, most likely: it still expired here
         logger.debug("handing back %s: %s", ", ".join(keys), error)
 
@@ -150,7 +151,9 @@ class ScheduleLock:
         timeout = context.connect_timeout_seconds
         # The connection is given back at once: a slot needs nothing while the job runs.
         hub = _enter_hub(context)
-        claim = partial(acquire, hub, timeout=timeout, hand_back=statements.release_any)
+        claim = partial(
+            acquire, hub, timeout=timeout, hand_back=(statements.release, context.lock_key)
+        )
         try:
             hub.connect_patiently(partial(_schedule_patience, context))
             expires_at = context.next_run_time
@@ -328,7 +331,8 @@ class LeaseLock:
             if held is not None:
                 hub.unregister(held.renewal)
             keys = [self.key] if context.slots == 1 else self._slot_keys
-            hand_back_rows(hub, sql.statements_for(context).release_any, keys, context.owner)
+            release = sql.statements_for(context).release
+            hand_back_rows(hub, release, keys, context.owner, context.lock_key)
             leave_hub(hub)
             raise
         self._held = held
@@ -364,7 +368,7 @@ class LeaseLock:
                     statements.acquire_for,
                     sql.lease_params(self.key, context.owner, self.settings.ttl),
                     clock.attempt_timeout(sent_at),
-                    hand_back=statements.release_any,
+                    hand_back=(statements.release, context.lock_key),
                 )
                 acquired, fence, free = answer.acquired, answer.token, 0
                 reason, paused_until = answer.paused_for, answer.paused_until
@@ -378,7 +382,9 @@ class LeaseLock:
                     )
                 except NotReplicatedError as exc:
                     # Which slot it took is unknown: every slot row of ours goes back.
-                    hand_back_rows(hub, statements.release_any, self._slot_keys, context.owner)
+                    hand_back_rows(
+                        hub, statements.release, self._slot_keys, context.owner, context.lock_key
+                    )
                     raise NotReplicatedError(
                         f"no slot of {context.lock_key!r} was acquired (handed back): {exc}"
                     ) from None
@@ -462,16 +468,11 @@ class LeaseLock:
     def _expire_row(self, hub: Hub) -> None:
         """Expire our row now (owner-guarded), waking the lease's waiters."""
         context = self.context
-        statement = sql.statements_for(context).release_notify
+        statement = sql.statements_for(context).release
         try:
             hub.execute(
                 statement,
-                sql.release_notify_params(
-                    self.key,
-                    context.owner,
-                    WAKE_CHANNEL,
-                    wake_key(context.lock_key),
-                ),
+                sql.release_params([self.key], context.owner, context.lock_key),
                 RELEASE_TIMEOUT,
             )
         except Exception as exc:

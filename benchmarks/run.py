@@ -1063,7 +1063,7 @@ def history_rows(url: str, cycles: int, rows: int) -> list[Row]:
                 fleet.starts_query(history), {"key": "job-7", "since": since}
             ).fetchall()
             slots = list(fleet.schedule_slots("0 * * * *", since, now))
-            return fleet.missed_slots(slots, [(s, e) for _, s, e in starts if s is not None])
+            return fleet.missed_slots(slots, [(s, e) for _, s, e, _ in starts if s is not None])
 
         missed_ms = query_ms(missed)
         # Per key: newest run and newest success (what an exporter reads per scrape).

@@ -364,6 +364,19 @@ def test_missed_lists_slots_nobody_started(
     text = ctl("missed", key, "--since", "4m", "--grace", "0")
     assert text.returncode == 1
     assert f"{len(ends)} of {report['slots']} slot(s) of '* * * * *'" in text.stdout
+    # A longer window judges the same slots: the job's first run is its first slot.
+    longer = json.loads(ctl("missed", key, "--since", "10m", "--grace", "0", "--json").stdout)
+    assert longer["slots"] in (4, 5) and len(longer["missed"]) == longer["slots"] - 1
+    # Once a run before the window is known, every slot of the window is judged.
+    db.execute(
+        sql.SQL(
+            "INSERT INTO {} (lock_key, owner, host, pid, modes, started_at, ended_at, outcome)"
+            " SELECT lock_key, owner, host, pid, modes, started_at - interval '1 hour',"
+            " ended_at - interval '1 hour', outcome FROM {}"
+        ).format(table, table)
+    )
+    older = json.loads(ctl("missed", key, "--since", "10m", "--grace", "0", "--json").stdout)
+    assert older["slots"] in (10, 11) and len(older["missed"]) == older["slots"] - 1
 
     judged_later = ctl("missed", key, "--since", "4m", "--grace", "5m")
     assert judged_later.returncode == 0 and "0 of 0 slot(s)" in judged_later.stdout
@@ -508,6 +521,13 @@ def test_missed_reads_the_schedule_in_its_recorded_zone(
     assert ran.returncode == 0, ran.stderr
     (run,) = json.loads(ctl("history", env["LOCK_KEY"], "--json").stdout)
     assert run["cron_tz"] == "Asia/Kolkata"
+    # The job ran before the window (or its slots before the run would not be judged).
+    db.execute(
+        sql.SQL(
+            "UPDATE {} SET started_at = started_at - interval '4 hours',"
+            " ended_at = ended_at - interval '4 hours', slot_end = slot_end - interval '4 hours'"
+        ).format(history_table(with_history))
+    )
     report = json.loads(ctl("missed", env["LOCK_KEY"], "--since", "3h", "--json").stdout)
     assert report["tz"] == "Asia/Kolkata"
     starts = [datetime.fromisoformat(slot["slot_start"]) for slot in report["missed"]]

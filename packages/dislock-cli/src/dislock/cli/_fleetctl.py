@@ -239,6 +239,7 @@ def _warn_disagreements(conn: Any, request: Request, key: str | None) -> list[An
 def _missed(conn: Any, table: tuple[str, ...], request: Request, key: str, as_json: bool) -> int:
     from dislock.cli.fleet import (
         dump,
+        from_first_run,
         missed_slots,
         render_missed,
         schedule_query,
@@ -274,12 +275,15 @@ def _missed(conn: Any, table: tuple[str, ...], request: Request, key: str, as_js
     (now,) = conn.execute("SELECT NOW()").fetchone()
     since = now - request.since
     rows = conn.execute(starts_query(request.history), {"key": key, "since": since}).fetchall()
-    starts = [(started, slot_end) for _, started, slot_end in rows if started is not None]
+    starts = [(started, slot_end) for _, started, slot_end, _ in rows if started is not None]
     try:
         slots = list(schedule_slots(schedule, since, now, request.grace, zone.tz))
     except ConfigurationError as exc:
         _error(str(exc))
         return EXIT_USAGE
+    if not rows[0][3]:
+        # A job new within the window did not miss the slots before it existed.
+        slots = from_first_run(slots, starts)
     missed = missed_slots(slots, starts)
     readings = _warn_disagreements(conn, request, key)
     if as_json:

@@ -245,12 +245,17 @@ def describe_disagreement(key: str, readings: Sequence[Reading]) -> str:
 
 
 def starts_query(history: tuple[str, ...]) -> sql.Composed:
-    """When %(key)s's runs since %(since)s started and which slot they claimed,
-    with the database clock (first row; NULLs when there are no runs)."""
+    """When %(key)s's runs since %(since)s started and which slot they claimed, with
+    the database clock and whether the key ran before %(since)s (first row; NULLs
+    when there are no runs).  The earlier run is one index probe of
+    ``(lock_key, started_at DESC)``."""
     return sql.SQL(
-        "SELECT NOW(), h.started_at, h.slot_end FROM (VALUES (1)) AS one"
-        " LEFT JOIN {} AS h ON h.lock_key = %(key)s AND h.started_at >= %(since)s"
-    ).format(sql.Identifier(*history))
+        "SELECT NOW(), h.started_at, h.slot_end,"
+        " EXISTS (SELECT FROM {history} AS b WHERE b.lock_key = %(key)s"
+        " AND b.started_at < %(since)s)"
+        " FROM (VALUES (1)) AS one"
+        " LEFT JOIN {history} AS h ON h.lock_key = %(key)s AND h.started_at >= %(since)s"
+    ).format(history=sql.Identifier(*history))
 
 
 class Slot(NamedTuple):

@@ -57,21 +57,41 @@ def test_a_slot_of_the_local_hour_lasts_one_minute(
     assert row.expire_at in {_next_minute(before), _next_minute(after)}
 
 
-def _wait_for_next_minute(rows: Rows, after: datetime) -> None:
-    boundary = _next_minute(after)
-    while rows.now() < boundary + timedelta(milliseconds=200):
-        time.sleep(0.1)
+STEP = 10
+"""Seconds between the fires of the schedule of the test below: long enough for
+four runs (two of them wrapper start-ups) on a loaded machine, short enough that
+the test waits seconds, not a minute, for the next slot."""
+
+
+def _start_of_a_step_in_this_local_hour(rows: Rows) -> tuple[str, datetime]:
+    """``* H * * * */STEP`` (croniter's seconds in a sixth field) for the current
+    local hour H, and the database's now, taken within a step's first 3 s (clear of
+    the early fire of ``EARLY_FIRE_TOLERANCE`` before it) and not in the hour's
+    last half minute, so that the next step is still in hour H."""
+    while True:
+        now = rows.now()
+        local = now.astimezone(ZoneInfo(ZONE))
+        into = local.second % STEP + local.microsecond / 1e6
+        if local.minute == 59 and local.second >= 30:
+            time.sleep(61 - local.second)
+        elif 0.2 <= into <= 3.0:
+            return f"* {local.hour} * * * */{STEP}", now
+        else:
+            time.sleep((STEP - into + 0.3) if into > 3.0 else 0.2 - into + 0.05)
 
 
 @pytest.mark.slow
-def test_runs_a_minute_apart_in_the_local_hour_both_run(
+def test_runs_a_slot_apart_in_the_local_hour_both_run(
     make_context: MakeContext, rows: Rows
 ) -> None:
     """The wrapper under ``TZ`` and under ``CRON_TZ``, and both Python shells with
-    ``cron_tz``: two runs a minute apart, each in its own slot (one minute's wait).
-    The four first runs (two of them wrapper start-ups) must end within the minute:
-    they start in its first half, for a loaded machine."""
-    schedule, now = _this_local_hour(rows, last_second=30)
+    ``cron_tz``: two runs a slot apart, each in its own slot.  Read in UTC, the
+    schedule's hour would be hours away, and the first run's slot would last until
+    then: every second run would be skipped."""
+    schedule, now = _start_of_a_step_in_this_local_hour(rows)
+    step_end = (
+        now.replace(microsecond=0) - timedelta(seconds=now.second % STEP) + timedelta(seconds=STEP)
+    )
     cli = CliDriver()
     sync, aio = SyncDriver(), AioDriver()
     try:
@@ -87,8 +107,11 @@ def test_runs_a_minute_apart_in_the_local_hour_both_run(
             runs.append((name, _runner(driver, context, extra)))
         first = {name: run() for name, run in runs}
         assert first == {name: 0 for name, _ in runs}
-        assert rows.now() < _next_minute(now), "the first runs overran the minute"
-        _wait_for_next_minute(rows, now)
+        # (A start in a slot's last second would have claimed the next slot.)
+        early = timedelta(seconds=EARLY_FIRE_TOLERANCE)
+        assert rows.now() < step_end - early, "the first runs overran their slot"
+        while rows.now() < step_end + timedelta(milliseconds=200):
+            time.sleep(0.1)
         second = {name: run() for name, run in runs}
         assert second == {name: 0 for name, _ in runs}
     finally:

@@ -325,7 +325,7 @@ def cycle_rows(url: str, cycles: int) -> list[Row]:
             started = time.perf_counter()
             for _ in range(cycles):
                 manual.execute(acquire, sql.lease_params(key, "bench", 60.0)).fetchone()
-                manual.execute(release, sql.release_params([key], "bench", "bench-by-hand"))
+                manual.execute(release, sql.release_params(key, "bench", "bench-by-hand"))
             return (time.perf_counter() - started) / cycles
 
         rounds: dict[str, list[float]] = {
@@ -623,10 +623,10 @@ def release_notify_cost(url: str, cycles: int) -> tuple[float, float]:
     # The release as it was before it woke waiters: the same update, no RETURNING.
     plain = psycopg.sql.SQL(
         "UPDATE key_value SET expire_at = NOW(), value = value || ' (released)'"
-        " WHERE key = ANY(%(keys)s::text[]) AND value = %(owner)s AND expire_at > NOW()"
+        " WHERE key = %(key)s AND value = %(owner)s AND expire_at > NOW()"
     )
     variants: tuple[psycopg.sql.SQL | psycopg.sql.Composed, ...] = (plain, statements.release)
-    params = sql.release_params(["bench-release"], "bench", "bench-release")
+    params = sql.release_params("bench-release", "bench", "bench-release")
     totals = [0.0, 0.0]
     acquire = sql.lease_params("bench-release", "bench", 60.0)
     with psycopg.connect(url, autocommit=True, prepare_threshold=None) as conn:
@@ -1014,7 +1014,7 @@ def history_rows(url: str, cycles: int, rows: int) -> list[Row]:
             for which in (0, 1) if n % 2 else (1, 0):
                 started = time.perf_counter()
                 conn.execute((plain, checked)[which], sql.lease_params(key, "bench", 60.0))
-                conn.execute(release, sql.release_params([key], "bench", "bench-pause"))
+                conn.execute(release, sql.release_params(key, "bench", "bench-pause"))
                 pause_samples[which].append(time.perf_counter() - started)
         without_check, with_check = (statistics.median(samples) for samples in pause_samples)
 

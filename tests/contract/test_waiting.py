@@ -173,10 +173,10 @@ def test_handing_back_the_slots_of_an_acquisition_wakes_the_leases_waiters(
         assert taken is not None and taken[0] == keys[0]
         db.execute(statements.acquire_slot, statements_sql.slot_params(keys, "other", 60.0))
 
-        release = statements_sql.release_params(keys, "me", "job")
-        db.execute(statements.release, release)
+        hand_back = statements_sql.hand_back_params(keys, "me", "job")
+        db.execute(statements.hand_back, hand_back)
         assert woken() == [expected]
-        db.execute(statements.release, release)  # nothing of ours is left: no wake-up
+        db.execute(statements.hand_back, hand_back)  # nothing of ours is left: no wake-up
         assert woken() == []
     held = db.execute(
         sql.SQL("SELECT key, value FROM {} WHERE key = ANY(%s) AND expire_at > NOW()").format(

@@ -85,15 +85,21 @@ def test_renewal_and_release_are_guarded_by_owner_and_expiry() -> None:
         assert "expire_at > NOW()" in statement.as_string(None)
 
 
-def test_a_release_wakes_the_waiters_of_its_lease_whatever_rows_it_hands_back() -> None:
-    from dislock.core.sql import lease_key, release_params, schedule_key
+def test_a_release_and_a_hand_back_wake_the_waiters_of_the_lease() -> None:
+    from dislock.core.sql import hand_back_params, lease_key, release_params, schedule_key
     from dislock.core.waiting import WAKE_CHANNEL, wake_key
 
-    text = statements(("key_value",)).release.as_string(None)
-    assert "pg_notify(%(channel)s" in text and "%(wake_key)s" in text
+    stmts = statements(("key_value",))
+    for statement in (stmts.release, stmts.hand_back):
+        text = statement.as_string(None)
+        assert "pg_notify(%(channel)s" in text and "%(wake_key)s" in text
+        assert "value = %(owner)s" in text and "expire_at > NOW()" in text
+    assert "key = ANY(%(keys)s" in stmts.hand_back.as_string(None)
+    released = release_params(lease_key("job"), "owner-1", "job")
+    assert released["key"] == lease_key("job") and released["wake_key"] == wake_key("job")
     slots = [lease_key("job"), f"{lease_key('job')}#2"]
-    for keys in ([lease_key("job")], slots, [schedule_key("job")]):
-        params = release_params(keys, "owner-1", "job")
+    for keys in (slots, [schedule_key("job")]):
+        params = hand_back_params(keys, "owner-1", "job")
         assert params["keys"] == keys and params["owner"] == "owner-1"
         assert params["channel"] == WAKE_CHANNEL and params["wake_key"] == wake_key("job")
 

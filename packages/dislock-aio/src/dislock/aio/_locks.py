@@ -90,7 +90,7 @@ async def acquire(
 
     Bounded, so that a row locked by a stuck transaction cannot hold a start
     (and the cron runs queueing behind it) indefinitely.  A row that synchronous
-    replication did not confirm is handed back with ``hand_back`` (the release
+    replication did not confirm is handed back with ``hand_back`` (the hand-back
     statement, owner-guarded, and the lock key) before ``NotReplicatedError`` is
     raised: a failover could lose it while the work runs.
     """
@@ -98,8 +98,8 @@ async def acquire(
         cursor = await hub.execute(statement, params, timeout)
     except NotReplicatedError as exc:
         if hand_back is not None:
-            release, lock_key = hand_back
-            await hand_back_rows(hub, release, [params["key"]], params["owner"], lock_key)
+            statement, lock_key = hand_back
+            await hand_back_rows(hub, statement, [params["key"]], params["owner"], lock_key)
         raise NotReplicatedError(
             f"{params['key']!r} was not acquired (handed back): {exc}"
         ) from None
@@ -113,13 +113,13 @@ async def acquire(
 
 
 async def hand_back_rows(
-    hub: Hub, release: Composed, keys: list[str], owner: str, lock_key: str
+    hub: Hub, hand_back: Composed, keys: list[str], owner: str, lock_key: str
 ) -> None:
     """Expire our rows among ``keys`` (owner-guarded, one statement, waking the
     lease's waiters), best effort: an acquisition that synchronous replication did
     not confirm, or that was interrupted after it may have taken a row."""
     try:
-        await hub.execute(release, sql.release_params(keys, owner, lock_key), RELEASE_TIMEOUT)
+        await hub.execute(hand_back, sql.hand_back_params(keys, owner, lock_key), RELEASE_TIMEOUT)
     except Exception as error:  # unconfirmed too, most likely: it still expired here
         logger.debug("handing back %s: %s", ", ".join(keys), error)
 
@@ -152,7 +152,7 @@ class ScheduleLock:
         # The connection is given back at once: a slot needs nothing while the job runs.
         hub = _enter_hub(context)
         claim = partial(
-            acquire, hub, timeout=timeout, hand_back=(statements.release, context.lock_key)
+            acquire, hub, timeout=timeout, hand_back=(statements.hand_back, context.lock_key)
         )
         try:
             await hub.connect_patiently(partial(_schedule_patience, context))
@@ -331,8 +331,8 @@ class LeaseLock:
             if held is not None:
                 hub.unregister(held.renewal)
             keys = [self.key] if context.slots == 1 else self._slot_keys
-            release = sql.statements_for(context).release
-            await hand_back_rows(hub, release, keys, context.owner, context.lock_key)
+            hand_back = sql.statements_for(context).hand_back
+            await hand_back_rows(hub, hand_back, keys, context.owner, context.lock_key)
             await leave_hub(hub)
             raise
         self._held = held
@@ -368,7 +368,7 @@ class LeaseLock:
                     statements.acquire_for,
                     sql.lease_params(self.key, context.owner, self.settings.ttl),
                     clock.attempt_timeout(sent_at),
-                    hand_back=(statements.release, context.lock_key),
+                    hand_back=(statements.hand_back, context.lock_key),
                 )
                 acquired, fence, free = answer.acquired, answer.token, 0
                 reason, paused_until = answer.paused_for, answer.paused_until
@@ -383,7 +383,7 @@ class LeaseLock:
                 except NotReplicatedError as exc:
                     # Which slot it took is unknown: every slot row of ours goes back.
                     await hand_back_rows(
-                        hub, statements.release, self._slot_keys, context.owner, context.lock_key
+                        hub, statements.hand_back, self._slot_keys, context.owner, context.lock_key
                     )
                     raise NotReplicatedError(
                         f"no slot of {context.lock_key!r} was acquired (handed back): {exc}"
@@ -472,7 +472,7 @@ class LeaseLock:
         try:
             await hub.execute(
                 statement,
-                sql.release_params([self.key], context.owner, context.lock_key),
+                sql.release_params(self.key, context.owner, context.lock_key),
                 RELEASE_TIMEOUT,
             )
         except Exception as exc:

@@ -96,12 +96,15 @@ class Statements(NamedTuple):
     """Params: keys, owners, ttls (parallel arrays). Renews each listed lease that is
     still ours and returns its ``(key, value)``; a lease missing from the answer is lost."""
     release: sql.Composed
-    """Params: ``release_params``. Expires each of our rows among the keys now,
-    marked released (``RELEASED_MARK``), and wakes the lease's waiters (``NOTIFY`` on
-    commit, ``dislock.core.waiting.wake_payload``) when it released something; a row
-    another owner took is untouched.  One key for a holder's own release, several to
-    hand back whichever slot of an N-holder lease an interrupted or unconfirmed
-    acquisition may have taken."""
+    """Params: ``release_params``. Expires our row now, marked released
+    (``RELEASED_MARK``), and wakes the lease's waiters (``NOTIFY`` on commit,
+    ``dislock.core.waiting.wake_payload``) when it released something; a row another
+    owner took is untouched."""
+    hand_back: sql.Composed
+    """Params: ``hand_back_params``. ``release`` for each of our rows among the keys:
+    whichever slot of an N-holder lease an interrupted or unconfirmed acquisition
+    may have taken.  (Not the holder's release too: matching an array costs that
+    hot path about 0.05 ms.)"""
     now: sql.SQL
     """The database clock (statement time)."""
     acquire_slot: sql.Composed
@@ -141,6 +144,19 @@ def statements(table_parts: tuple[str, ...], fencing: bool = False) -> Statement
         "pause AS (SELECT value, expire_at FROM {table}"
         " WHERE key = %(pause)s AND expire_at > NOW())"
     ).format(table=table)
+
+    def releasing(rows: sql.SQL) -> sql.Composed:
+        return sql.SQL(
+            "UPDATE {table} SET expire_at = NOW(), value = value || {mark}"
+            " WHERE {rows} AND value = %(owner)s AND expire_at > NOW()"
+            " RETURNING pg_notify(%(channel)s, {wake})"
+        ).format(
+            table=table,
+            rows=rows,
+            mark=sql.Literal(RELEASED_MARK),
+            wake=wake_payload(sql.SQL("tableoid")),
+        )
+
     upsert = sql.SQL(
         "{delay}INSERT INTO {table} AS held (key, value, expire_at{columns})"
         " {row}"
@@ -210,13 +226,8 @@ def statements(table_parts: tuple[str, ...], fencing: bool = False) -> Statement
             " AND held.expire_at > NOW()"
             " RETURNING held.key, held.value"
         ).format(table=table),
-        release=sql.SQL(
-            "UPDATE {table} SET expire_at = NOW(), value = value || {mark}"
-            " WHERE key = ANY(%(keys)s::text[]) AND value = %(owner)s AND expire_at > NOW()"
-            " RETURNING pg_notify(%(channel)s, {wake})"
-        ).format(
-            table=table, mark=sql.Literal(RELEASED_MARK), wake=wake_payload(sql.SQL("tableoid"))
-        ),
+        release=releasing(sql.SQL("key = %(key)s")),
+        hand_back=releasing(sql.SQL("key = ANY(%(keys)s::text[])")),
         now=sql.SQL("SELECT NOW()"),
         acquire_slot=_acquire_slot(
             upsert, pause, parts, table, first_token, token, lease_expiry, (lease_ctes, lease_calm)
@@ -354,9 +365,14 @@ def lease_params(key: str, owner: str, ttl_seconds: float) -> dict[str, Any]:
     return {"key": key, "pause": pause_key_of(key), "owner": owner, "ttl": ttl_seconds}
 
 
-def release_params(keys: list[str], owner: str, lock_key: str) -> dict[str, Any]:
-    """Parameters of ``release``: our rows among ``keys``, of the lock ``lock_key``
-    (whose lease's waiters are woken)."""
+def release_params(key: str, owner: str, lock_key: str) -> dict[str, Any]:
+    """Parameters of ``release``: our row ``key`` of the lock ``lock_key`` (whose
+    lease's waiters are woken)."""
+    return {"key": key, "owner": owner, "channel": WAKE_CHANNEL, "wake_key": wake_key(lock_key)}
+
+
+def hand_back_params(keys: list[str], owner: str, lock_key: str) -> dict[str, Any]:
+    """Parameters of ``hand_back``: our rows among ``keys``, of the lock ``lock_key``."""
     return {"keys": keys, "owner": owner, "channel": WAKE_CHANNEL, "wake_key": wake_key(lock_key)}
 
 

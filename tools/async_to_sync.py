@@ -54,6 +54,7 @@ RENAMES = {
     "AsyncIterator": "Iterator",
     "asynccontextmanager": "contextmanager",
     "enter_async_context": "enter_context",
+    "push_async_exit": "push",
     "__aenter__": "__enter__",
     "__aexit__": "__exit__",
 }

@@ -39,6 +39,9 @@ def _run(flavour: str, window: str, url: str, schema: str, key: str) -> str:
         pytest.param("starting", "143", id="before the command starts: passed on once it has"),
         # ``true`` ran; the signal is ignored while the lock is released.
         pytest.param("releasing", "0", id="as the locks are released: the release completes"),
+        # The wait ends (128 + 15) and the command never runs; what was taken goes back.
+        pytest.param("lease taken", "143", id="as the lease is taken: it is released"),
+        pytest.param("locks held", "143", id="as the locks are held: they are released"),
     ],
 )
 def test_a_signal_in_a_window_of_the_run_leaves_the_lock_released(

@@ -6,6 +6,10 @@ process group exists (sent as the command's environment is prepared); the
 command, ``sleep 60``, must get it as soon as it starts.
 ``releasing``: SIGTERM arrives after the command (``true``) has ended, as the
 locks are about to be released; the release must complete.
+``lease taken``: SIGTERM arrives as the lease lock's entering returns (the row
+taken); ``locks held``: as ``acquire_locks``'s entering returns.  The wait ends
+(128 + 15, the command never runs) and the row must be released, not left to
+its TTL by an exit that was never registered.
 
 Prints the status ``run_with_locks`` returned.  A signal left to its default
 action ends this process instead (exit -15), with the lock row still held.
@@ -14,12 +18,11 @@ action ends this process instead (exit -15), with the lock row still held.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
@@ -35,26 +38,98 @@ def _signalling_environment(real: Callable[..., dict[str, str]]) -> Callable[...
     return environment
 
 
+class _SignallingRelease:
+    """``acquire_locks(...)`` that sends SIGTERM to this process as its locks are
+    about to be released (the command has ended)."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    @property
+    def holding(self) -> bool:
+        return bool(self._inner.holding)
+
+    def __enter__(self) -> Any:
+        return self._inner.__enter__()
+
+    def __exit__(self, *exc: Any) -> Any:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.1)
+        return self._inner.__exit__(*exc)
+
+    async def __aenter__(self) -> Any:
+        return await self._inner.__aenter__()
+
+    async def __aexit__(self, *exc: Any) -> Any:
+        os.kill(os.getpid(), signal.SIGTERM)
+        await asyncio.sleep(0.1)
+        return await self._inner.__aexit__(*exc)
+
+
 def _signalling_release(real: Callable[..., Any]) -> Callable[..., Any]:
-    @contextlib.contextmanager
-    def locks(*args: Any) -> Iterator[Any]:
-        with real(*args) as session:
-            yield session
-            os.kill(os.getpid(), signal.SIGTERM)
-            time.sleep(0.1)
-
-    return locks
+    return lambda *args: _SignallingRelease(real(*args))
 
 
-def _signalling_release_aio(real: Callable[..., Any]) -> Callable[..., Any]:
-    @contextlib.asynccontextmanager
-    async def locks(*args: Any) -> AsyncIterator[Any]:
-        async with real(*args) as session:
-            yield session
+class _SignallingEnter(_SignallingRelease):
+    """``acquire_locks(...)`` that sends SIGTERM to this process as its entering
+    returns (the locks held)."""
+
+    def __enter__(self) -> Any:
+        session = self._inner.__enter__()
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.1)  # the handler runs here
+        return session
+
+    def __exit__(self, *exc: Any) -> Any:
+        return self._inner.__exit__(*exc)
+
+    async def __aenter__(self) -> Any:
+        session = await self._inner.__aenter__()
+        os.kill(os.getpid(), signal.SIGTERM)
+        await asyncio.sleep(0.1)  # the cancellation lands here
+        return session
+
+    async def __aexit__(self, *exc: Any) -> Any:
+        return await self._inner.__aexit__(*exc)
+
+
+def _signalling_enter(real: Callable[..., Any]) -> Callable[..., Any]:
+    return lambda *args: _SignallingEnter(real(*args))
+
+
+def _signal_as_the_lease_is_taken(locks: ModuleType) -> None:
+    lease = locks.LeaseLock
+    if hasattr(lease, "__aenter__"):
+        real_aenter = lease.__aenter__
+
+        async def aenter(self: Any) -> Any:
+            taken = await real_aenter(self)
             os.kill(os.getpid(), signal.SIGTERM)
             await asyncio.sleep(0.1)
+            return taken
 
-    return locks
+        lease.__aenter__ = aenter
+    else:
+        real_enter = lease.__enter__
+
+        def enter(self: Any) -> Any:
+            taken = real_enter(self)
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.1)
+            return taken
+
+        lease.__enter__ = enter
+
+
+def _arrange(supervisor: ModuleType, locks: ModuleType, window: str) -> None:
+    if window == "starting":
+        _patch(supervisor, "child_environment", _signalling_environment)
+    elif window == "releasing":
+        _patch(supervisor, "acquire_locks", _signalling_release)
+    elif window == "locks held":
+        _patch(supervisor, "acquire_locks", _signalling_enter)
+    else:
+        _signal_as_the_lease_is_taken(locks)
 
 
 def _patch(module: ModuleType, name: str, wrap: Callable[[Any], Any]) -> None:
@@ -72,22 +147,18 @@ def main(flavour: str, window: str, url: str, schema: str, key: str) -> int:
     )
     command = ["sleep", "60"] if window == "starting" else ["true"]
     if flavour == "sync":
+        from dislock._sync import _locks as sync_locks
         from dislock._sync import _supervisor as sync
 
-        if window == "starting":
-            _patch(sync, "child_environment", _signalling_environment)
-        else:
-            _patch(sync, "acquire_locks", _signalling_release)
+        _arrange(sync, sync_locks, window)
         status = sync.run_with_locks(
             command, context=context, strategies="lease", forward_signals=FORWARDED_SIGNALS
         )
     else:
+        from dislock.aio import _locks as aio_locks
         from dislock.aio import _supervisor as aio
 
-        if window == "starting":
-            _patch(aio, "child_environment", _signalling_environment)
-        else:
-            _patch(aio, "acquire_locks", _signalling_release_aio)
+        _arrange(aio, aio_locks, window)
         status = asyncio.run(
             aio.run_with_locks(
                 command, context=context, strategies="lease", forward_signals=FORWARDED_SIGNALS

@@ -11,13 +11,13 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from collections.abc import AsyncIterator, Iterable
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import Iterable
+from contextlib import AsyncExitStack
 from datetime import datetime, timezone
 from functools import partial
 from time import monotonic
 from types import TracebackType
-from typing import Any, TypeAlias
+from typing import Any, Protocol, TypeAlias, TypeVar
 
 from psycopg.sql import Composed
 
@@ -60,6 +60,7 @@ logger = logging.getLogger("dislock")
 _ExcType: TypeAlias = type[BaseException] | None
 _Exc: TypeAlias = BaseException | None
 _Tb: TypeAlias = TracebackType | None
+_Entered = TypeVar("_Entered", covariant=True)
 
 
 def _enter_hub(context: LockContext) -> Hub:
@@ -199,6 +200,11 @@ class ScheduleLock:
         self.fence = answer.token
         logger.info("acquired schedule slot %s until %s", self.key, expires_at.isoformat())
         return self
+
+    @property
+    def holding(self) -> bool:
+        """Never anything for the exit to undo: the slot stays taken until it ends."""
+        return False
 
     async def __aexit__(self, exc_type: _ExcType, exc: _Exc, tb: _Tb) -> None:
         return None
@@ -485,6 +491,11 @@ class LeaseLock:
         else:
             logger.info("released lease %s", self.key)
 
+    @property
+    def holding(self) -> bool:
+        """Whether the lease is held (taken, and not yet released)."""
+        return self._held is not None
+
     async def __aexit__(self, exc_type: _ExcType, exc: _Exc, tb: _Tb) -> None:
         held = self._held
         assert held is not None, "LeaseLock exited without entering"
@@ -607,13 +618,19 @@ class _Recording:
                 ".".join(self.table),
                 exc,
             )
-        except BaseException:  # interrupted: the exit stack will not call __aexit__
-            await leave_hub(self.hub)
+        except BaseException:  # interrupted: nothing left for the exit to do
+            hub, self.hub = self.hub, None
+            await leave_hub(hub)
             raise
         return self
 
+    @property
+    def holding(self) -> bool:
+        """Whether it uses the shared connection (from entering until its exit)."""
+        return self.hub is not None
+
     async def __aexit__(self, exc_type: _ExcType, exc: _Exc, tb: _Tb) -> None:
-        hub = self.hub
+        hub, self.hub = self.hub, None
         assert hub is not None
         try:
             if self.run_id is not None:
@@ -660,27 +677,87 @@ def build_locks(context: LockContext, strategies: str | Iterable[str]) -> list[L
     return [_LOCK_CLASSES[kinds.kind(name).lock_class](context) for name in names]
 
 
-@asynccontextmanager
-async def acquire_locks(
-    context: LockContext, strategies: str | Iterable[str] = (SCHEDULE,)
-) -> AsyncIterator[LockSession]:
-    """Enter every lock of ``strategies`` in order, after the startup jitter, and
-    release them in reverse order on exit."""
-    locks = build_locks(context, strategies)
-    delay = jitter_delay(context.jitter_max_seconds)
-    if delay:
-        logger.debug("sleeping %.3f s of startup jitter", delay)
-        await sleep(delay)
-    async with AsyncExitStack() as stack:
-        # One connection for all the acquisitions, even if a lock in the middle
-        # gives it back.
-        hub = _enter_hub(context)
+class _Entering(Protocol[_Entered]):
+    """A context manager that says whether its exit has anything to undo
+    (``holding``; see ``enter_exit_first``)."""
+
+    @property
+    def holding(self) -> bool: ...
+
+    async def __aenter__(self) -> _Entered: ...
+
+    async def __aexit__(self, exc_type: _ExcType, exc: _Exc, tb: _Tb) -> bool | None: ...
+
+
+async def enter_exit_first(stack: AsyncExitStack, manager: _Entering[_Entered]) -> _Entered:
+    """Enter ``manager`` with its exit already on ``stack``.
+
+    ``stack.enter_context`` registers the exit only after entering, and an
+    exception that a signal handler raises in between (the wrapper's
+    ``Interrupted``, a ``KeyboardInterrupt``) would leave the lock held, with
+    nothing to release it before its TTL.  Registered first, the exit runs
+    whenever the manager says it holds something (``holding``)."""
+
+    async def exit_if_entered(exc_type: _ExcType, exc: _Exc, tb: _Tb) -> bool | None:
+        if manager.holding:
+            return await manager.__aexit__(exc_type, exc, tb)
+        return None
+
+    stack.push_async_exit(exit_if_entered)
+    return await manager.__aenter__()
+
+
+class _Acquisition:
+    """What ``acquire_locks`` returns: the locks entered in order (each with
+    ``enter_exit_first``), released in reverse order on exit."""
+
+    def __init__(self, context: LockContext, strategies: str | Iterable[str]) -> None:
+        self._context = context
+        self._strategies = strategies
+        self._stack: AsyncExitStack | None = None
+
+    @property
+    def holding(self) -> bool:
+        return self._stack is not None
+
+    async def __aenter__(self) -> LockSession:
+        context = self._context
+        locks = build_locks(context, self._strategies)
+        delay = jitter_delay(context.jitter_max_seconds)
+        if delay:
+            logger.debug("sleeping %.3f s of startup jitter", delay)
+            await sleep(delay)
+        # Set before the first lock is entered: from here on, an exit (even one
+        # registered before this method returns) releases what is held.
+        self._stack = stack = AsyncExitStack()
         try:
-            for lock in locks:
-                await stack.enter_async_context(lock)
-            session = LockSession(locks=tuple(locks))
-            if context.history:
-                await stack.enter_async_context(_Recording(context, session))
-        finally:
-            await leave_hub(hub)
-        yield session
+            # One connection for all the acquisitions, even if a lock in the
+            # middle gives it back.
+            hub = _enter_hub(context)
+            try:
+                for lock in locks:
+                    await enter_exit_first(stack, lock)
+                session = LockSession(locks=tuple(locks))
+                if context.history:
+                    await enter_exit_first(stack, _Recording(context, session))
+            finally:
+                await leave_hub(hub)
+        except BaseException as exc:
+            self._stack = None
+            await stack.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
+        return session
+
+    async def __aexit__(self, exc_type: _ExcType, exc: _Exc, tb: _Tb) -> bool | None:
+        stack, self._stack = self._stack, None
+        if stack is None:
+            return None
+        return await stack.__aexit__(exc_type, exc, tb)
+
+
+def acquire_locks(
+    context: LockContext, strategies: str | Iterable[str] = (SCHEDULE,)
+) -> _Acquisition:
+    """Enter every lock of ``strategies`` in order, after the startup jitter, and
+    release them in reverse order on exit; entering gives the ``LockSession``."""
+    return _Acquisition(context, strategies)

@@ -13,13 +13,13 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from collections.abc import Iterable, Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Iterable
+from contextlib import ExitStack
 from datetime import datetime, timezone
 from functools import partial
 from time import monotonic
 from types import TracebackType
-from typing import Any, TypeAlias
+from typing import Any, Protocol, TypeAlias, TypeVar
 
 from psycopg.sql import Composed
 
@@ -62,6 +62,7 @@ logger = logging.getLogger("dislock")
 _ExcType: TypeAlias = type[BaseException] | None
 _Exc: TypeAlias = BaseException | None
 _Tb: TypeAlias = TracebackType | None
+_Entered = TypeVar("_Entered", covariant=True)
 
 
 def _enter_hub(context: LockContext) -> Hub:
@@ -201,6 +202,11 @@ class ScheduleLock:
         self.fence = answer.token
         logger.info("acquired schedule slot %s until %s", self.key, expires_at.isoformat())
         return self
+
+    @property
+    def holding(self) -> bool:
+        """Never anything for the exit to undo: the slot stays taken until it ends."""
+        return False
 
     def __exit__(self, exc_type: _ExcType, exc: _Exc, tb: _Tb) -> None:
         return None
@@ -487,6 +493,11 @@ class LeaseLock:
         else:
             logger.info("released lease %s", self.key)
 
+    @property
+    def holding(self) -> bool:
+        """Whether the lease is held (taken, and not yet released)."""
+        return self._held is not None
+
     def __exit__(self, exc_type: _ExcType, exc: _Exc, tb: _Tb) -> None:
         held = self._held
         assert held is not None, "LeaseLock exited without entering"
@@ -609,13 +620,19 @@ class _Recording:
                 ".".join(self.table),
                 exc,
             )
-        except BaseException:  # interrupted: the exit stack will not call __aexit__
-            leave_hub(self.hub)
+        except BaseException:  # interrupted: nothing left for the exit to do
+            hub, self.hub = self.hub, None
+            leave_hub(hub)
             raise
         return self
 
+    @property
+    def holding(self) -> bool:
+        """Whether it uses the shared connection (from entering until its exit)."""
+        return self.hub is not None
+
     def __exit__(self, exc_type: _ExcType, exc: _Exc, tb: _Tb) -> None:
-        hub = self.hub
+        hub, self.hub = self.hub, None
         assert hub is not None
         try:
             if self.run_id is not None:
@@ -662,27 +679,87 @@ def build_locks(context: LockContext, strategies: str | Iterable[str]) -> list[L
     return [_LOCK_CLASSES[kinds.kind(name).lock_class](context) for name in names]
 
 
-@contextmanager
+class _Entering(Protocol[_Entered]):
+    """A context manager that says whether its exit has anything to undo
+    (``holding``; see ``enter_exit_first``)."""
+
+    @property
+    def holding(self) -> bool: ...
+
+    def __enter__(self) -> _Entered: ...
+
+    def __exit__(self, exc_type: _ExcType, exc: _Exc, tb: _Tb) -> bool | None: ...
+
+
+def enter_exit_first(stack: ExitStack, manager: _Entering[_Entered]) -> _Entered:
+    """Enter ``manager`` with its exit already on ``stack``.
+
+    ``stack.enter_context`` registers the exit only after entering, and an
+    exception that a signal handler raises in between (the wrapper's
+    ``Interrupted``, a ``KeyboardInterrupt``) would leave the lock held, with
+    nothing to release it before its TTL.  Registered first, the exit runs
+    whenever the manager says it holds something (``holding``)."""
+
+    def exit_if_entered(exc_type: _ExcType, exc: _Exc, tb: _Tb) -> bool | None:
+        if manager.holding:
+            return manager.__exit__(exc_type, exc, tb)
+        return None
+
+    stack.push(exit_if_entered)
+    return manager.__enter__()
+
+
+class _Acquisition:
+    """What ``acquire_locks`` returns: the locks entered in order (each with
+    ``enter_exit_first``), released in reverse order on exit."""
+
+    def __init__(self, context: LockContext, strategies: str | Iterable[str]) -> None:
+        self._context = context
+        self._strategies = strategies
+        self._stack: ExitStack | None = None
+
+    @property
+    def holding(self) -> bool:
+        return self._stack is not None
+
+    def __enter__(self) -> LockSession:
+        context = self._context
+        locks = build_locks(context, self._strategies)
+        delay = jitter_delay(context.jitter_max_seconds)
+        if delay:
+            logger.debug("sleeping %.3f s of startup jitter", delay)
+            sleep(delay)
+        # Set before the first lock is entered: from here on, an exit (even one
+        # registered before this method returns) releases what is held.
+        self._stack = stack = ExitStack()
+        try:
+            # One connection for all the acquisitions, even if a lock in the
+            # middle gives it back.
+            hub = _enter_hub(context)
+            try:
+                for lock in locks:
+                    enter_exit_first(stack, lock)
+                session = LockSession(locks=tuple(locks))
+                if context.history:
+                    enter_exit_first(stack, _Recording(context, session))
+            finally:
+                leave_hub(hub)
+        except BaseException as exc:
+            self._stack = None
+            stack.__exit__(type(exc), exc, exc.__traceback__)
+            raise
+        return session
+
+    def __exit__(self, exc_type: _ExcType, exc: _Exc, tb: _Tb) -> bool | None:
+        stack, self._stack = self._stack, None
+        if stack is None:
+            return None
+        return stack.__exit__(exc_type, exc, tb)
+
+
 def acquire_locks(
     context: LockContext, strategies: str | Iterable[str] = (SCHEDULE,)
-) -> Iterator[LockSession]:
+) -> _Acquisition:
     """Enter every lock of ``strategies`` in order, after the startup jitter, and
-    release them in reverse order on exit."""
-    locks = build_locks(context, strategies)
-    delay = jitter_delay(context.jitter_max_seconds)
-    if delay:
-        logger.debug("sleeping %.3f s of startup jitter", delay)
-        sleep(delay)
-    with ExitStack() as stack:
-        # One connection for all the acquisitions, even if a lock in the middle
-        # gives it back.
-        hub = _enter_hub(context)
-        try:
-            for lock in locks:
-                stack.enter_context(lock)
-            session = LockSession(locks=tuple(locks))
-            if context.history:
-                stack.enter_context(_Recording(context, session))
-        finally:
-            leave_hub(hub)
-        yield session
+    release them in reverse order on exit; entering gives the ``LockSession``."""
+    return _Acquisition(context, strategies)

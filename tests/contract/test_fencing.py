@@ -84,11 +84,15 @@ def test_token_and_lock_key_reach_the_wrapped_command(
 ) -> None:
     out = tmp_path / "env"
     context = make_context(fencing=True, **LEASE)
-    script = f'echo "$DISLOCK_LOCK_KEY $DISLOCK_FENCING_TOKEN" > "{out}"'
+    script = f'echo "$DISLOCK_LOCK_KEY $DISLOCK_FENCING_TOKEN $DISLOCK_RUN_TOKEN" > "{out}"'
     assert driver.run_with_locks(["sh", "-c", script], context, ["lease"]) == 0
-    assert out.read_text().split() == [context.lock_key, "1"]
+    key, fence, first_run = out.read_text().split()
+    assert (key, fence) == (context.lock_key, "1")
     assert driver.run_with_locks(["sh", "-c", script], context, ["lease"]) == 0
-    assert out.read_text().split() == [context.lock_key, "2"]
+    key, fence, second_run = out.read_text().split()
+    assert (key, fence) == (context.lock_key, "2")
+    # Each run has a token of its own (what its guard would find it by).
+    assert len(first_run) == 16 and first_run != second_run
 
 
 def test_without_fencing_no_token_is_exported(

@@ -1,4 +1,5 @@
-"""Reading a ``/proc/PID/stat`` line: which processes still run in a group."""
+"""What the supervisor decides about the command's processes: which still run in a
+group (a `/proc/PID/stat` line), and the environment its guard finds them by."""
 
 from __future__ import annotations
 
@@ -23,3 +24,24 @@ from dislock.core.supervision import runs_in_group
 )
 def test_runs_in_group(line: bytes, expected: bool) -> None:
     assert runs_in_group(line, 77) is expected
+
+
+def test_the_command_carries_a_token_of_its_run_and_its_guard_none() -> None:
+    from dislock.core.supervision import (
+        FENCING_TOKEN_VARIABLE,
+        RUN_TOKEN_VARIABLE,
+        child_environment,
+        guard_environment,
+        new_run_token,
+    )
+
+    outer = {"PATH": "/bin", RUN_TOKEN_VARIABLE: "outer", FENCING_TOKEN_VARIABLE: "7"}
+    token = new_run_token()
+    assert token != new_run_token() and len(token) == 16 and token.isalnum()
+    env = child_environment(outer, "job", None, token)
+    # A run inside another one: the inner command carries its own run's token only.
+    assert env[RUN_TOKEN_VARIABLE] == token and env["DISLOCK_LOCK_KEY"] == "job"
+    assert FENCING_TOKEN_VARIABLE not in env and env["PATH"] == "/bin"
+    # Its guard carries none: the outer guard, looking for the outer token, must not
+    # kill the guard that watches the inner command.
+    assert guard_environment(outer) == {"PATH": "/bin", FENCING_TOKEN_VARIABLE: "7"}

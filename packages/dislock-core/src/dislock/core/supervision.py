@@ -103,20 +103,35 @@ class SignalRoute:
 
 LOCK_KEY_VARIABLE = "DISLOCK_LOCK_KEY"
 FENCING_TOKEN_VARIABLE = "DISLOCK_FENCING_TOKEN"
+RUN_TOKEN_VARIABLE = "DISLOCK_RUN_TOKEN"
+"""A random value of the run's own, in the command's environment: a wrapper that
+dies before it could name the command's process group to its guard leaves the
+guard this to find the command's processes by (``/proc/PID/environ``)."""
+
+
+def new_run_token() -> str:
+    return os.urandom(8).hex()
 
 
 def child_environment(
-    base: Mapping[str, str], lock_key: str, fencing_token: int | None
+    base: Mapping[str, str], lock_key: str, fencing_token: int | None, run_token: str
 ) -> dict[str, str]:
-    """The wrapped command's environment: ours, plus the lock it runs under and, with
-    fencing, the token to pass along with whatever it writes."""
+    """The wrapped command's environment: ours, plus the lock it runs under, the
+    run's token and, with fencing, the token to pass along with whatever it writes."""
     env = dict(base)
     env[LOCK_KEY_VARIABLE] = lock_key
+    env[RUN_TOKEN_VARIABLE] = run_token
     if fencing_token is None:
         env.pop(FENCING_TOKEN_VARIABLE, None)  # never a stale token from an outer run
     else:
         env[FENCING_TOKEN_VARIABLE] = str(fencing_token)
     return env
+
+
+def guard_environment(base: Mapping[str, str]) -> dict[str, str]:
+    """The guard's environment: ours without an outer run's token, so that the guard
+    of a dislock run inside another is not taken for part of the outer command."""
+    return {name: value for name, value in base.items() if name != RUN_TOKEN_VARIABLE}
 
 
 def exit_status(returncode: int) -> int:

@@ -22,11 +22,12 @@ without running Python in the forked child, which lets Python use ``vfork``.
 Without ``/bin/sh`` the command falls back to the parent-death signal (Linux).
 
 The guard is told the group as soon as the command has started (its pid, since it
-leads a session of its own).  A wrapper killed in between leaves the command
-unguarded; the gap is as long as the wrapper is held there, which a loaded machine
-can stretch.  It cannot be closed by making the group first and having the command
-join it: a member that is not its group's leader may leave it (GNU ``timeout``
-calls ``setpgid(0, 0)``), and then neither signals nor the guard reach it.
+leads a session of its own).  A wrapper killed before that, however long a loaded
+machine holds it there, leaves the guard without a group: the guard then finds the
+command by the run's token in its environment (``RUN_TOKEN_VARIABLE``) and kills
+it and its group.  The group cannot simply be made first with the command joining
+it: a member that is not its group's leader may leave it (GNU ``timeout`` calls
+``setpgid(0, 0)``), and then neither signals nor the guard reach it.
 """
 
 from __future__ import annotations
@@ -50,12 +51,15 @@ from dislock.core.errors import Interrupted, LeaseLostError
 from dislock.core.history import end_of_command
 from dislock.core.supervision import (
     KILL_GRACE,
+    RUN_TOKEN_VARIABLE,
     SignalAction,
     SignalRoute,
     check_command,
     child_environment,
     exit_status,
+    guard_environment,
     lease_loss_line,
+    new_run_token,
     runs_in_group,
 )
 
@@ -68,11 +72,23 @@ _PR_SET_PDEATHSIG = 1
 
 _GUARD_SHELL = "/bin/sh"
 # Reads the group to guard, then waits: "done" stands it down; end of input (the
-# wrapper is gone) kills the group.  It ignores the signals a terminal or an
-# operator sends to the wrapper's group, so that only the wrapper ends it.
+# wrapper is gone) kills the group.  End of input before a group was named (the
+# wrapper died as it started the command) makes it look for the command instead:
+# every process whose environment holds the run's token ($1, see
+# dislock.core.supervision.RUN_TOKEN_VARIABLE), and its group, for 0.2 s, which
+# also finds a command that had not reached its exec yet.  It ignores the signals a
+# terminal or an operator sends to the wrapper's group, so that only the wrapper
+# ends it.
 _GUARD_SCRIPT = (
-    "trap '' HUP INT QUIT TERM USR1 USR2; read -r group || exit 0; read -r word; "
-    '[ "$word" = done ] || kill -s KILL -- "-$group" 2>/dev/null'
+    "trap '' HUP INT QUIT TERM USR1 USR2; token=$1; "
+    "if read -r group; then read -r word; "
+    '[ "$word" = done ] || kill -s KILL -- "-$group" 2>/dev/null; exit 0; fi; '
+    "for pass in 1 2 3; do "
+    f'for found in $(grep -lsxzF "{RUN_TOKEN_VARIABLE}=$token" /proc/[0-9]*/environ); do '
+    "pid=${found#/proc/}; pid=${pid%/environ}; "
+    'if read -r stat < "/proc/$pid/stat"; then set -- ${stat##*) }; '
+    'kill -s KILL -- "-$3" 2>/dev/null; fi; kill -s KILL "$pid" 2>/dev/null; '
+    "done 2>/dev/null; sleep 0.1; done"
 )
 _GROUP_POLL = 0.02
 """How often the wrapper looks whether a process group it is stopping is gone."""
@@ -104,16 +120,18 @@ class Guard:
         self._pipe = pipe
 
     @classmethod
-    def start(cls) -> Guard | None:
-        """A guard, or None where no POSIX shell can be started."""
+    def start(cls, run_token: str) -> Guard | None:
+        """A guard of the command whose environment holds ``run_token``, or None
+        where no POSIX shell can be started."""
         if sys.platform == "win32" or not os.path.exists(_GUARD_SHELL):
             return None
         _reap_guards()
         read, write = os.pipe()  # not inherited by anything but the guard's stdin
         try:
             process = subprocess.Popen(
-                [_GUARD_SHELL, "-c", _GUARD_SCRIPT, "dislock-guard"],
+                [_GUARD_SHELL, "-c", _GUARD_SCRIPT, "dislock-guard", run_token],
                 stdin=read,
+                env=guard_environment(os.environ),
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
                 start_new_session=True,  # outside both the wrapper's and the command's group
@@ -267,7 +285,10 @@ def supervise(
     With ``route`` (whose handler ``run_with_locks`` has installed), the signals it
     kept before the command's process group existed are passed on as soon as it
     does, and the signals that arrive while the command runs go to its group."""
-    env = child_environment(os.environ, session.locks[0].context.lock_key, session.fencing_token)
+    run_token = new_run_token()
+    env = child_environment(
+        os.environ, session.locks[0].context.lock_key, session.fencing_token, run_token
+    )
     lease = session.lease
     try:
         if lease is not None and lease.declare_if_lost():
@@ -275,7 +296,7 @@ def supervise(
             _report_loss(lease, f"not starting {argv[0]}, exit {LEASE_LOST_EXIT_CODE}")
             session.run_end = end_of_command(None, LEASE_LOST_EXIT_CODE, lease_lost=True)
             return LEASE_LOST_EXIT_CODE
-        guard = Guard.start()
+        guard = Guard.start(run_token)
         try:
             child = Child.start(
                 list(argv), env, None if guard is not None else _parent_death_signal()
@@ -285,7 +306,7 @@ def supervise(
                 guard.stand_down()
             raise
         if guard is not None:
-            guard.watch(child.group)  # (see the module's docstring for the gap before it)
+            guard.watch(child.group)
         if route is not None:
             for signum in route.started(child.group):
                 _forward(child.group, signum)
@@ -379,8 +400,8 @@ def run_with_locks(
     running the command, and FileNotFoundError or PermissionError, before taking
     any lock, when the command cannot be run.
 
-    The command's environment also holds ``DISLOCK_LOCK_KEY`` and, with
-    ``LockContext.fencing``, ``DISLOCK_FENCING_TOKEN``.
+    The command's environment also holds ``DISLOCK_LOCK_KEY``, ``DISLOCK_RUN_TOKEN``
+    (random, the run's own) and, with ``LockContext.fencing``, ``DISLOCK_FENCING_TOKEN``.
 
     ``forward_signals`` (e.g. ``dislock.core.supervision.FORWARDED_SIGNALS``) are
     caught while the command runs and passed on to its process group, so that

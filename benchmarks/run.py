@@ -388,13 +388,19 @@ def race_rows(url: str, processes: int) -> list[Row]:
         starts = Path(tmp) / "starts"
         env = {**wrapper_env(url, "schedule"), "CRON_SCHEDULE": "0 0 1 1 *"}
         command = [ours, "DATABASE_URL", "sh", "-c", f'echo started >> "{starts}"']
-        started = time.perf_counter()
-        running = [subprocess.Popen(command, env=env) for _ in range(processes)]
-        durations = []
-        for process in running:
-            process.wait()
-            durations.append(time.perf_counter() - started)
+        with psycopg.connect(url, autocommit=True) as probe:
+            wal_before = probe.execute("SELECT pg_current_wal_insert_lsn()").fetchone()
+            started = time.perf_counter()
+            running = [subprocess.Popen(command, env=env) for _ in range(processes)]
+            durations = []
+            for process in running:
+                process.wait()
+                durations.append(time.perf_counter() - started)
+            wal = probe.execute(
+                "SELECT pg_current_wal_insert_lsn() - %s::pg_lsn", wal_before
+            ).fetchone()
         count = len(starts.read_text().splitlines()) if starts.exists() else 0
+    wal_bytes = int(wal[0]) if wal is not None else -1
     return [
         Row(
             f"{processes} processes racing one schedule slot: starts",
@@ -404,6 +410,12 @@ def race_rows(url: str, processes: int) -> list[Row]:
         ),
         Row(
             "  time until every racer had its decision", f"{max(durations) * 1000:.0f} ms", "report"
+        ),
+        Row(
+            "  WAL the whole race wrote (the winner's row and the lock-delay bookkeeping:"
+            " a refused racer writes none)",
+            f"{wal_bytes:,} bytes",
+            "report",
         ),
     ]
 

@@ -415,3 +415,51 @@ def test_run_with_locks_continue_policy_lets_the_command_finish(
     finish.touch()
     runner.join(timeout=30)
     assert result["status"] == 4
+
+
+def test_a_refused_acquisition_writes_nothing(
+    db: psycopg.Connection[Any], lock_table: tuple[str, str]
+) -> None:
+    """A live row refuses an acquisition before the upsert tries it: no row lock, so no
+    transaction id, no WAL and no durable commit for each of a herd's losers.  Each
+    statement runs in a transaction of its own, which then says whether it wrote."""
+    from datetime import datetime, timezone
+
+    from dislock.core import sql as statements_sql
+    from dislock.core.cron import UTC, SlotCandidates
+    from dislock.core.waiting import slot_keys
+
+    statements = statements_sql.statements(lock_table)
+    lease, slot, by_clock = lease_key("herd"), schedule_key("herd"), schedule_key("herd-clock")
+    slot_end = db.execute("SELECT date_trunc('hour', NOW()) + interval '1 hour'").fetchone()
+    assert slot_end is not None
+    candidates = SlotCandidates.around("0 * * * *", datetime.now(timezone.utc), UTC)
+    slots = slot_keys("herd-slots", 2)
+    attempts = [
+        (statements.acquire_for, statements_sql.lease_params(lease, "{owner}", 60.0)),
+        (
+            statements.acquire_until,
+            statements_sql.acquire_until_params(slot, "{owner}", slot_end[0]),
+        ),
+        (
+            statements.acquire_by_clock,
+            statements_sql.acquire_by_clock_params(by_clock, "{owner}", candidates),
+        ),
+        (statements.acquire_slot, statements_sql.slot_params(slots, "{owner}", 60.0)),
+        (statements.acquire_slot, statements_sql.slot_params(slots, "{owner}", 60.0)),
+    ]
+
+    def attempt(statement: sql.Composed, params: dict[str, Any], owner: str) -> tuple[Any, Any]:
+        mine = {name: owner if value == "{owner}" else value for name, value in params.items()}
+        with db.transaction():
+            answer = db.execute(statement, mine).fetchone()
+            xid = db.execute("SELECT pg_current_xact_id_if_assigned()").fetchone()
+        assert answer is not None and xid is not None
+        return answer[0], xid[0]
+
+    for statement, params in attempts:
+        taken, xid = attempt(statement, params, f"winner-{uuid.uuid4().hex[:6]}")
+        assert taken and xid is not None  # the winner wrote its row
+    for statement, params in attempts:
+        taken, xid = attempt(statement, params, "loser")
+        assert not taken and xid is None, statement.as_string(None)[:80]

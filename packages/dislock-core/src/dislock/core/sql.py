@@ -157,6 +157,14 @@ def statements(table_parts: tuple[str, ...], fencing: bool = False) -> Statement
             wake=wake_payload(sql.SQL("tableoid")),
         )
 
+    # A row that is visibly live refuses the acquisition before the upsert tries
+    # it: the upsert's conflict would lock the row (and so write WAL and make the
+    # refusal a durable commit, ~96 bytes each) only to find it live.  A row that
+    # turns live meanwhile is still refused by the upsert's own condition.
+    free = sql.SQL(
+        "NOT EXISTS (SELECT FROM {table} AS live WHERE live.key = %(key)s"
+        " AND live.expire_at > NOW())"
+    ).format(table=table)
     upsert = sql.SQL(
         "{delay}INSERT INTO {table} AS held (key, value, expire_at{columns})"
         " {row}"
@@ -193,10 +201,11 @@ def statements(table_parts: tuple[str, ...], fencing: bool = False) -> Statement
         unless paused or in a lock delay (``calm``), and only if ``only`` holds."""
         row = sql.SQL(
             "SELECT %(key)s, %(owner)s, {expiry}{first_token}"
-            " WHERE {only}NOT EXISTS (SELECT FROM pause) AND {calm}"
+            " WHERE {only}NOT EXISTS (SELECT FROM pause) AND {free} AND {calm}"
         ).format(
             expiry=expiry,
             first_token=first_token,
+            free=free,
             calm=calm,
             only=sql.SQL(only).format(expiry=expiry),
         )
@@ -233,7 +242,7 @@ def statements(table_parts: tuple[str, ...], fencing: bool = False) -> Statement
             upsert, pause, parts, table, first_token, token, lease_expiry, (lease_ctes, lease_calm)
         ),
         acquire_by_clock=_acquire_by_clock(
-            upsert, pause, parts, first_token, token, (slot_ctes, slot_calm)
+            upsert, pause, parts, first_token, token, (slot_ctes, slot_calm), free
         ),
     )
 
@@ -245,6 +254,7 @@ def _acquire_by_clock(
     first_token: sql.Composable,
     token: sql.Composable,
     delay: tuple[sql.Composable, sql.Composable],
+    free: sql.Composable,
 ) -> sql.Composed:
     """``acquire_until``'s upsert, its slot end picked by ``NOW()`` from scalar
     candidates with a CASE (no arrays: a new server session, which every cron run
@@ -263,8 +273,9 @@ def _acquire_by_clock(
     taking = upsert.format(
         row=sql.SQL(
             "SELECT %(key)s, %(owner)s, slot.slot_end{first_token} FROM slot"
-            " WHERE slot.slot_end IS NOT NULL AND NOT EXISTS (SELECT FROM pause) AND {calm}"
-        ).format(first_token=first_token, calm=calm),
+            " WHERE slot.slot_end IS NOT NULL AND NOT EXISTS (SELECT FROM pause) AND {free}"
+            " AND {calm}"
+        ).format(first_token=first_token, free=free, calm=calm),
         token=token,
         delay=sql.SQL(""),
         **parts,

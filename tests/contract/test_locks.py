@@ -463,3 +463,19 @@ def test_a_refused_acquisition_writes_nothing(
     for statement, params in attempts:
         taken, xid = attempt(statement, params, "loser")
         assert not taken and xid is None, statement.as_string(None)[:80]
+
+
+def test_one_acquisition_is_entered_once(
+    make_context: Callable[..., LockContext], rows: Rows
+) -> None:
+    from dislock import acquire_locks
+
+    context = make_context(run_ttl_seconds=5.0, lease_interval_seconds=1.0)
+    locks = acquire_locks(context, ["lease"])
+    with locks:
+        with pytest.raises(RuntimeError, match="already held"):
+            locks.__enter__()
+        row = rows.get(lease_key(context.lock_key))
+        assert row is not None and not row.expired  # still held by the first entry
+    row = rows.get(lease_key(context.lock_key))
+    assert row is not None and row.expired

@@ -29,6 +29,7 @@ def test_runs_in_group(line: bytes, expected: bool) -> None:
 def test_the_command_carries_a_token_of_its_run_and_its_guard_none() -> None:
     from dislock.core.supervision import (
         FENCING_TOKEN_VARIABLE,
+        GUARD_TOKEN_VARIABLE,
         RUN_TOKEN_VARIABLE,
         child_environment,
         guard_environment,
@@ -42,6 +43,11 @@ def test_the_command_carries_a_token_of_its_run_and_its_guard_none() -> None:
     # A run inside another one: the inner command carries its own run's token only.
     assert env[RUN_TOKEN_VARIABLE] == token and env["DISLOCK_LOCK_KEY"] == "job"
     assert FENCING_TOKEN_VARIABLE not in env and env["PATH"] == "/bin"
-    # Its guard carries none: the outer guard, looking for the outer token, must not
-    # kill the guard that watches the inner command.
-    assert guard_environment(outer) == {"PATH": "/bin", FENCING_TOKEN_VARIABLE: "7"}
+    # Its guard carries it under a name of its own, and the outer one not at all: the
+    # outer guard, looking for the outer token, must not kill the guard that watches
+    # the inner command (nor may a guard look like the command it watches).
+    assert guard_environment(outer, token) == {
+        "PATH": "/bin",
+        FENCING_TOKEN_VARIABLE: "7",
+        GUARD_TOKEN_VARIABLE: token,
+    }

@@ -125,11 +125,13 @@ class Hub:
         # endif
         link = await self._usable_link()
         await self._allow_preparing(link)
+        # Read before sending: another thread may turn preparing off meanwhile.
+        preparing = link.conn.prepare_threshold is not None
         try:
             try:
                 return await link.execute(statement, params, timeout)
             except PREPARED_STATEMENT_ERRORS as exc:
-                if link.conn.prepare_threshold is None:
+                if not preparing:
                     raise
                 # Refused before it ran: safe to send again, unprepared.
                 self._stop_preparing(link, exc)

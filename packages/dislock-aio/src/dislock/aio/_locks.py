@@ -327,6 +327,9 @@ class LeaseLock:
             self.lease_lost.clear()
             self._clock = clock
             hub.register(held.renewal, self.lease_lost)
+            # Inside the try: an interruption from here on is handled below, and
+            # one after it finds the lock ``holding``, so its exit releases it.
+            self._held = held
         except LockNotAcquiredError:
             await leave_hub(hub)
             raise
@@ -334,6 +337,7 @@ class LeaseLock:
             # Interrupted (a signal, a cancellation) or failed (no thread could be
             # started) after the acquiring statement may have taken a row: hand back
             # whatever is ours rather than leave it to expire by its TTL.
+            self._held = None
             if held is not None:
                 hub.unregister(held.renewal)
             keys = [self.key] if context.slots == 1 else self._slot_keys
@@ -341,7 +345,6 @@ class LeaseLock:
             await hand_back_rows(hub, hand_back, keys, context.owner, context.lock_key)
             await leave_hub(hub)
             raise
-        self._held = held
         logger.info("acquired lease %s for %g s", self.key, self.settings.ttl)
         return self
 
@@ -721,6 +724,8 @@ class _Acquisition:
         return self._stack is not None
 
     async def __aenter__(self) -> LockSession:
+        if self._stack is not None:
+            raise RuntimeError("these locks are already held; call acquire_locks once per use")
         context = self._context
         locks = build_locks(context, self._strategies)
         delay = jitter_delay(context.jitter_max_seconds)

@@ -128,10 +128,18 @@ def child_environment(
     return env
 
 
-def guard_environment(base: Mapping[str, str]) -> dict[str, str]:
-    """The guard's environment: ours without an outer run's token, so that the guard
-    of a dislock run inside another is not taken for part of the outer command."""
-    return {name: value for name, value in base.items() if name != RUN_TOKEN_VARIABLE}
+GUARD_TOKEN_VARIABLE = "DISLOCK_GUARD_FOR"
+"""The run's token as its guard is given it: in its environment, which only its
+user can read, rather than in its arguments, which anyone can."""
+
+
+def guard_environment(base: Mapping[str, str], run_token: str) -> dict[str, str]:
+    """The guard's environment: ours with the run's token under the guard's own name,
+    and without an outer run's token, so that the guard of a dislock run inside
+    another is not taken for part of the outer command."""
+    env = {name: value for name, value in base.items() if name != RUN_TOKEN_VARIABLE}
+    env[GUARD_TOKEN_VARIABLE] = run_token
+    return env
 
 
 def exit_status(returncode: int) -> int:

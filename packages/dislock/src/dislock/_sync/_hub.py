@@ -120,11 +120,13 @@ class Hub:
         started = monotonic()
         link = self._usable_link()
         self._allow_preparing(link)
+        # Read before sending: another thread may turn preparing off meanwhile.
+        preparing = link.conn.prepare_threshold is not None
         try:
             try:
                 return link.execute(statement, params, timeout)
             except PREPARED_STATEMENT_ERRORS as exc:
-                if link.conn.prepare_threshold is None:
+                if not preparing:
                     raise
                 # Refused before it ran: safe to send again, unprepared.
                 self._stop_preparing(link, exc)

@@ -50,6 +50,7 @@ from dislock.core.context import LEASE_LOST_EXIT_CODE, LeaseLossPolicy, LockCont
 from dislock.core.errors import Interrupted, LeaseLostError
 from dislock.core.history import end_of_command
 from dislock.core.supervision import (
+    GUARD_TOKEN_VARIABLE,
     KILL_GRACE,
     RUN_TOKEN_VARIABLE,
     SignalAction,
@@ -74,21 +75,23 @@ _GUARD_SHELL = "/bin/sh"
 # Reads the group to guard, then waits: "done" stands it down; end of input (the
 # wrapper is gone) kills the group.  End of input before a group was named (the
 # wrapper died as it started the command) makes it look for the command instead:
-# every process whose environment holds the run's token ($1, see
-# dislock.core.supervision.RUN_TOKEN_VARIABLE), and its group, for 0.2 s, which
-# also finds a command that had not reached its exec yet.  It ignores the signals a
-# terminal or an operator sends to the wrapper's group, so that only the wrapper
-# ends it.
+# every process whose environment holds the run's token (given as
+# $DISLOCK_GUARD_FOR, see dislock.core.supervision), and the group each leads,
+# three times over 0.2 s, which also finds a command still on its way to exec.
+# The pid's group is killed rather than the group /proc/PID/stat names, which a
+# process can spoof through its name.  It ignores the signals a terminal or an
+# operator sends to the wrapper's group, so that only the wrapper ends it.
 _GUARD_SCRIPT = (
-    "trap '' HUP INT QUIT TERM USR1 USR2; token=$1; "
+    "trap '' HUP INT QUIT TERM USR1 USR2; "
     "if read -r group; then read -r word; "
     '[ "$word" = done ] || kill -s KILL -- "-$group" 2>/dev/null; exit 0; fi; '
     "for pass in 1 2 3; do "
-    f'for found in $(grep -lsxzF "{RUN_TOKEN_VARIABLE}=$token" /proc/[0-9]*/environ); do '
+    '[ "$pass" = 1 ] || sleep 0.1; '
+    "for found in $(printf '%s\\0' /proc/[0-9]*/environ | xargs -0 "
+    f'grep -lsxzF "{RUN_TOKEN_VARIABLE}=${GUARD_TOKEN_VARIABLE}"); do '
     "pid=${found#/proc/}; pid=${pid%/environ}; "
-    'if read -r stat < "/proc/$pid/stat"; then set -- ${stat##*) }; '
-    'kill -s KILL -- "-$3" 2>/dev/null; fi; kill -s KILL "$pid" 2>/dev/null; '
-    "done 2>/dev/null; sleep 0.1; done"
+    'kill -s KILL -- "-$pid" "$pid" 2>/dev/null; '
+    "done 2>/dev/null; done"
 )
 _GROUP_POLL = 0.02
 """How often the wrapper looks whether a process group it is stopping is gone."""
@@ -129,9 +132,9 @@ class Guard:
         read, write = os.pipe()  # not inherited by anything but the guard's stdin
         try:
             process = subprocess.Popen(
-                [_GUARD_SHELL, "-c", _GUARD_SCRIPT, "dislock-guard", run_token],
+                [_GUARD_SHELL, "-c", _GUARD_SCRIPT, "dislock-guard"],
                 stdin=read,
-                env=guard_environment(os.environ),
+                env=guard_environment(os.environ, run_token),
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
                 start_new_session=True,  # outside both the wrapper's and the command's group

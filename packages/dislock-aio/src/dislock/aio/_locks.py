@@ -84,23 +84,20 @@ async def acquire(
     params: dict[str, Any],
     timeout: float,
     *,
-    hand_back: tuple[Composed, str] | None = None,
+    context: LockContext,
 ) -> sql.Acquired:
     """Run an acquiring upsert: whether it took the row, the fencing token, and
     the pause that refused it, if one did.
 
     Bounded, so that a row locked by a stuck transaction cannot hold a start
     (and the cron runs queueing behind it) indefinitely.  A row that synchronous
-    replication did not confirm is handed back with ``hand_back`` (the hand-back
-    statement, owner-guarded, and the lock key) before ``NotReplicatedError`` is
-    raised: a failover could lose it while the work runs.
+    replication did not confirm is handed back (``hand_back_rows``) before
+    ``NotReplicatedError`` is raised: a failover could lose it while the work runs.
     """
     try:
         cursor = await hub.execute(statement, params, timeout)
     except NotReplicatedError as exc:
-        if hand_back is not None:
-            statement, lock_key = hand_back
-            await hand_back_rows(hub, statement, [params["key"]], params["owner"], lock_key)
+        await hand_back_rows(hub, context, [params["key"]])
         raise NotReplicatedError(
             f"{params['key']!r} was not acquired (handed back): {exc}"
         ) from None
@@ -113,14 +110,14 @@ async def acquire(
     return sql.Acquired(bool(row[0]), row[1], row[2], row[3], slot_end, delayed_until)
 
 
-async def hand_back_rows(
-    hub: Hub, hand_back: Composed, keys: list[str], owner: str, lock_key: str
-) -> None:
-    """Expire our rows among ``keys`` (owner-guarded, one statement, waking the
-    lease's waiters), best effort: an acquisition that synchronous replication did
-    not confirm, or that was interrupted after it may have taken a row."""
+async def hand_back_rows(hub: Hub, context: LockContext, keys: list[str]) -> None:
+    """Expire ``context``'s rows among ``keys`` (owner-guarded, one statement, waking
+    the lease's waiters), best effort: an acquisition that synchronous replication
+    did not confirm, or that was interrupted after it may have taken a row."""
+    statement = sql.statements_for(context).hand_back
+    params = sql.hand_back_params(keys, context.owner, context.lock_key)
     try:
-        await hub.execute(hand_back, sql.hand_back_params(keys, owner, lock_key), RELEASE_TIMEOUT)
+        await hub.execute(statement, params, RELEASE_TIMEOUT)
     except Exception as error:  # unconfirmed too, most likely: it still expired here
         logger.debug("handing back %s: %s", ", ".join(keys), error)
 
@@ -152,9 +149,7 @@ class ScheduleLock:
         timeout = context.connect_timeout_seconds
         # The connection is given back at once: a slot needs nothing while the job runs.
         hub = _enter_hub(context)
-        claim = partial(
-            acquire, hub, timeout=timeout, hand_back=(statements.hand_back, context.lock_key)
-        )
+        claim = partial(acquire, hub, timeout=timeout, context=context)
         try:
             await hub.connect_patiently(partial(_schedule_patience, context))
             expires_at = context.next_run_time
@@ -341,8 +336,7 @@ class LeaseLock:
             if held is not None:
                 hub.unregister(held.renewal)
             keys = [self.key] if context.slots == 1 else self._slot_keys
-            hand_back = sql.statements_for(context).hand_back
-            await hand_back_rows(hub, hand_back, keys, context.owner, context.lock_key)
+            await hand_back_rows(hub, context, keys)
             await leave_hub(hub)
             raise
         logger.info("acquired lease %s for %g s", self.key, self.settings.ttl)
@@ -377,7 +371,7 @@ class LeaseLock:
                     statements.acquire_for,
                     sql.lease_params(self.key, context.owner, self.settings.ttl),
                     clock.attempt_timeout(sent_at),
-                    hand_back=(statements.hand_back, context.lock_key),
+                    context=context,
                 )
                 acquired, fence, free = answer.acquired, answer.token, 0
                 reason, paused_until = answer.paused_for, answer.paused_until
@@ -391,9 +385,7 @@ class LeaseLock:
                     )
                 except NotReplicatedError as exc:
                     # Which slot it took is unknown: every slot row of ours goes back.
-                    await hand_back_rows(
-                        hub, statements.hand_back, self._slot_keys, context.owner, context.lock_key
-                    )
+                    await hand_back_rows(hub, context, self._slot_keys)
                     raise NotReplicatedError(
                         f"no slot of {context.lock_key!r} was acquired (handed back): {exc}"
                     ) from None

@@ -630,7 +630,6 @@ def waiters_spread(
 def release_notify_cost(url: str, cycles: int) -> tuple[float, float]:
     """Seconds per lease release statement on a warm connection, without and with the
     ``NOTIFY`` that wakes waiters (what every release now sends)."""
-
     statements = sql.statements(("key_value",))
     # The release as it was before it woke waiters: the same update, no RETURNING.
     plain = psycopg.sql.SQL(

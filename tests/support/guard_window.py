@@ -5,8 +5,8 @@ The command (``sleep 600`` in the background of ``sh``) writes the sleep's pid t
 ``WORKDIR/pid`` and touches ``WORKDIR/started``; the wrapper then takes 2 s before
 its next step, as a wrapper descheduled right after starting its command on a
 loaded machine would.  A test kills this process (SIGKILL) in that window: the
-command's group must die with it all the same (the guard must know the group
-before the command runs, not be told it after).
+command's group must die with it all the same, though the guard was never told
+the group (it finds the command by the run's token).
 """
 
 from __future__ import annotations

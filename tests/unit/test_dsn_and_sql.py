@@ -61,7 +61,7 @@ def test_acquire_is_one_conditional_upsert_that_checks_the_pause() -> None:
     text = statements(("key_value",)).acquire_for.as_string(None)
     # One statement: the lock-delay check and the pause ride along as common
     # table expressions; the row is inserted or taken over by the upsert.
-    assert text.count(";") == 0 and text.startswith("WITH dislock_history AS (")
+    assert text.count(";") == 0 and text.startswith("WITH dislock_server AS (")
     assert "pause AS (" in text
     assert "INSERT INTO" in text and "ON CONFLICT (key) DO UPDATE" in text
     assert "WHERE held.expire_at <= NOW()" in text

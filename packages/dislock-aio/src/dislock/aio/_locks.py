@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AsyncExitStack
 from datetime import datetime, timezone
 from functools import partial
@@ -34,6 +34,7 @@ from dislock.core.errors import (
 )
 from dislock.core.failover import delayed
 from dislock.core.lease import LeaseClock, LeaseSettings, raises_on_exit
+from dislock.core.limits import too_long
 from dislock.core.patience import slot_patience
 from dislock.core.pause import paused_error
 from dislock.core.renewal import Renewal
@@ -85,9 +86,10 @@ async def acquire(
     timeout: float,
     *,
     context: LockContext,
+    parse: Callable[[Sequence[Any]], sql.Acquired] = sql.parse_acquired,
 ) -> sql.Acquired:
     """Run an acquiring upsert: whether it took the row, the fencing token, and
-    the pause that refused it, if one did.
+    the pause that refused it, if one did (read by ``parse``).
 
     Bounded, so that a row locked by a stuck transaction cannot hold a start
     (and the cron runs queueing behind it) indefinitely.  A row that synchronous
@@ -103,11 +105,11 @@ async def acquire(
         ) from None
     row = await cursor.fetchone()
     assert row is not None, "an acquiring statement answers one row"
-    if len(row) > 4:
-        hub.note_timeline(row[4])
-    delayed_until = row[5] if len(row) > 5 else None
-    slot_end = row[6] if len(row) > 6 else None
-    return sql.Acquired(bool(row[0]), row[1], row[2], row[3], slot_end, delayed_until)
+    answer = parse(row)
+    hub.note_timeline(answer.timeline)
+    if answer.ttl_cap is not None:
+        raise ConfigurationError(too_long(params["ttl"], answer.ttl_cap))
+    return answer
 
 
 async def hand_back_rows(hub: Hub, context: LockContext, keys: list[str]) -> None:
@@ -166,6 +168,7 @@ class ScheduleLock:
                 answer = await claim(
                     statements.acquire_by_clock,
                     sql.acquire_by_clock_params(self.key, context.owner, candidates),
+                    parse=sql.parse_by_clock,
                 )
                 expires_at = answer.slot_end
                 if expires_at is None:
@@ -391,10 +394,19 @@ class LeaseLock:
                     ) from None
                 row = await cursor.fetchone()
                 assert row is not None
-                key, fence, free, reason, paused_until, self._delayed_until = row
-                acquired = key is not None
-                if acquired:
-                    self.key = str(key)
+                slot = sql.parse_slot(row)
+                if slot.ttl_cap is not None:
+                    raise ConfigurationError(too_long(self.settings.ttl, slot.ttl_cap))
+                fence, free, reason, paused_until = (
+                    slot.token,
+                    slot.free,
+                    slot.paused_for,
+                    slot.paused_until,
+                )
+                self._delayed_until = slot.delayed_until
+                acquired = slot.key is not None
+                if slot.key is not None:
+                    self.key = slot.key
             if paused_until is not None:
                 # Paused fleet-wide: not worth waiting for, not a held lease.
                 raise paused_error(context.lock_key, reason, paused_until)

@@ -14,7 +14,7 @@ from dislock.cli import EXIT_FAILURE, EXIT_USAGE
 from dislock.cli.diagnosis import describe_database_error
 from dislock.cli.settings import WrapperSettings
 from dislock.core.dsn import scrub
-from dislock.core.errors import ConfigurationError, LockNotAcquiredError
+from dislock.core.errors import ConfigurationError, KeyNotGrantedError, LockNotAcquiredError
 from dislock.core.supervision import FORWARDED_SIGNALS
 
 logger = logging.getLogger("dislock")
@@ -37,6 +37,9 @@ def run(settings: WrapperSettings, *, debug: bool, metrics_textfile: str | None 
     except ConfigurationError as exc:
         print(f"dislock: error: {scrub(str(exc), context.url)}", file=sys.stderr)
         return EXIT_USAGE
+    except KeyNotGrantedError as exc:
+        print(f"dislock: error: {scrub(str(exc), context.url)}", file=sys.stderr)
+        return EXIT_FAILURE
     except psycopg.Error as exc:
         table_parts = tuple(context.table_parts)
         message = describe_database_error(exc, table_parts=table_parts, url=context.url)

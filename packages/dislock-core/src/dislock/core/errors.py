@@ -21,6 +21,11 @@ class LockNotAcquiredError(DislockError):
     """Another owner holds the lock: the schedule slot or the lease is taken."""
 
 
+class KeyNotGrantedError(DislockError):
+    """The database refused the lock row: the role's grant does not cover the key
+    (``dislockctl grant``, row-level security).  Nothing was written."""
+
+
 class LockPausedError(LockNotAcquiredError):
     """The lock key is paused fleet-wide (``dislockctl pause``): nobody may start it.
 

@@ -15,6 +15,7 @@ from dislock.core.context import LeaseLossPolicy as LeaseLossPolicy
 from dislock.core.context import LockContext as LockContext
 from dislock.core.errors import ConfigurationError as ConfigurationError
 from dislock.core.errors import DislockError as DislockError
+from dislock.core.errors import KeyNotGrantedError as KeyNotGrantedError
 from dislock.core.errors import LeaseLostError as LeaseLostError
 from dislock.core.errors import LockNotAcquiredError as LockNotAcquiredError
 from dislock.core.errors import LockPausedError as LockPausedError
@@ -25,6 +26,7 @@ __all__ = [
     "LEASE_LOST_EXIT_CODE",
     "ConfigurationError",
     "DislockError",
+    "KeyNotGrantedError",
     "LeaseLossPolicy",
     "LeaseLostError",
     "LockContext",

@@ -21,6 +21,7 @@ from time import monotonic
 from types import TracebackType
 from typing import Any, Protocol, TypeAlias, TypeVar
 
+import psycopg
 from psycopg.sql import Composed
 
 from dislock.core import history, kinds, sql
@@ -35,6 +36,7 @@ from dislock.core.errors import (
     NotReplicatedError,
 )
 from dislock.core.failover import delayed
+from dislock.core.grants import refused
 from dislock.core.lease import LeaseClock, LeaseSettings, raises_on_exit
 from dislock.core.limits import too_long
 from dislock.core.patience import slot_patience
@@ -105,6 +107,11 @@ def acquire(
         raise NotReplicatedError(
             f"{params['key']!r} was not acquired (handed back): {exc}"
         ) from None
+    except psycopg.Error as exc:
+        denied = refused(exc, url=context.url, key=params["key"], table_parts=context.table_parts)
+        if denied is not None:
+            raise denied from None
+        raise
     row = cursor.fetchone()
     assert row is not None, "an acquiring statement answers one row"
     answer = parse(row)
@@ -394,6 +401,13 @@ class LeaseLock:
                     raise NotReplicatedError(
                         f"no slot of {context.lock_key!r} was acquired (handed back): {exc}"
                     ) from None
+                except psycopg.Error as exc:
+                    denied = refused(
+                        exc, url=context.url, key=self.key, table_parts=context.table_parts
+                    )
+                    if denied is not None:
+                        raise denied from None
+                    raise
                 row = cursor.fetchone()
                 assert row is not None
                 slot = sql.parse_slot(row)

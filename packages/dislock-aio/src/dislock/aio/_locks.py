@@ -30,6 +30,7 @@ from dislock.core.dsn import connection_kwargs, scrub
 from dislock.core.errors import (
     ConfigurationError,
     LeaseLostError,
+    LockDelayedError,
     LockNotAcquiredError,
     NotReplicatedError,
 )
@@ -197,7 +198,8 @@ class ScheduleLock:
         if not answer.acquired:
             slot = f"schedule slot of {context.lock_key!r} ending {expires_at.isoformat()}"
             if answer.delayed_until is not None:
-                raise LockNotAcquiredError(delayed(slot, answer.delayed_until))
+                until = answer.delayed_until
+                raise LockDelayedError(delayed(slot, until), until)
             raise LockNotAcquiredError(
                 f"{slot} was already started by another owner (or has already ended)"
             )
@@ -315,6 +317,8 @@ class LeaseLock:
             if taken is None and context.wait_seconds > 0:
                 taken = await self._wait(hub)
             if taken is None:
+                if self._delayed_until is not None:
+                    raise LockDelayedError(self._held_elsewhere(), self._delayed_until)
                 raise LockNotAcquiredError(self._held_elsewhere())
             clock, fence = taken
             self.fence = fence

@@ -14,7 +14,12 @@ from dislock.cli import EXIT_FAILURE, EXIT_USAGE
 from dislock.cli.diagnosis import describe_database_error
 from dislock.cli.settings import WrapperSettings
 from dislock.core.dsn import scrub
-from dislock.core.errors import ConfigurationError, KeyNotGrantedError, LockNotAcquiredError
+from dislock.core.errors import (
+    ConfigurationError,
+    KeyNotGrantedError,
+    LockDelayedError,
+    LockNotAcquiredError,
+)
 from dislock.core.supervision import FORWARDED_SIGNALS
 
 logger = logging.getLogger("dislock")
@@ -30,6 +35,11 @@ def run(settings: WrapperSettings, *, debug: bool, metrics_textfile: str | None 
             strategies=settings.strategies,
             forward_signals=FORWARDED_SIGNALS,
         )
+    except LockDelayedError as exc:
+        # Every key of the table is held up, not just this one: an operator must hear
+        # of it, or a fleet stopped by a long delay would be silent.
+        logger.warning("not running %s: %s", settings.command[0], exc)
+        return settings.conflict_exit_code
     except LockNotAcquiredError as exc:
         # The expected outcome on every machine but one: quiet unless asked.
         logger.info("not running %s: %s", settings.command[0], exc)

@@ -473,11 +473,30 @@ def _list(conn: Any, table: tuple[str, ...], prefix: str, as_json: bool) -> int:
     ]
     if as_json:
         print(render_json(rows))
-    elif rows:
+        return EXIT_OK
+    if rows:
         print(render_table(rows))
     else:
         print(f"no locks in {'.'.join(table)}" + (f" starting with {prefix!r}" if prefix else ""))
+    print(_table_limits(conn, table))
     return EXIT_OK
+
+
+def _table_limits(conn: Any, table: tuple[str, ...]) -> str:
+    """``ls``'s last line: the table's maximum lease TTL, and a running lock delay."""
+    from psycopg import sql
+
+    from dislock.cli.admin import describe_expiry
+    from dislock.core.failover import lock_delay_query
+    from dislock.core.limits import max_ttl_query
+
+    cap, recorded = conn.execute(max_ttl_query(table)).fetchone()
+    line = f"maximum lease TTL {cap:g} s" + ("" if recorded else " (the default)")
+    delay = conn.execute(lock_delay_query(sql.Identifier(*table))).fetchone()
+    if delay is not None and delay[2] > 0:
+        ends = describe_expiry(delay[2])
+        line += f"; LOCK DELAY after a failover: nothing is taken until it ends {ends}"
+    return line
 
 
 def _release(

@@ -21,6 +21,18 @@ class LockNotAcquiredError(DislockError):
     """Another owner holds the lock: the schedule slot or the lease is taken."""
 
 
+class LockDelayedError(LockNotAcquiredError):
+    """Nobody may take the lock yet: the lock delay after a database failover is running
+    (``dislock.core.failover``), so that a holder cut off with the old primary has
+    passed its deadline first.  Unlike a lock someone holds, it concerns every key:
+    the CLI says so as a WARNING."""
+
+    def __init__(self, message: str, until: datetime) -> None:
+        super().__init__(message)
+        self.until = until
+        """When the delay ends (database clock)."""
+
+
 class KeyNotGrantedError(DislockError):
     """The database refused the lock row: the role's grant does not cover the key
     (``dislockctl grant``, row-level security).  Nothing was written."""

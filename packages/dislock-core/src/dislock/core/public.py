@@ -17,6 +17,7 @@ from dislock.core.errors import ConfigurationError as ConfigurationError
 from dislock.core.errors import DislockError as DislockError
 from dislock.core.errors import KeyNotGrantedError as KeyNotGrantedError
 from dislock.core.errors import LeaseLostError as LeaseLostError
+from dislock.core.errors import LockDelayedError as LockDelayedError
 from dislock.core.errors import LockNotAcquiredError as LockNotAcquiredError
 from dislock.core.errors import LockPausedError as LockPausedError
 from dislock.core.errors import NotReplicatedError as NotReplicatedError
@@ -30,6 +31,7 @@ __all__ = [
     "LeaseLossPolicy",
     "LeaseLostError",
     "LockContext",
+    "LockDelayedError",
     "LockNotAcquiredError",
     "LockPausedError",
     "NotReplicatedError",

@@ -303,7 +303,10 @@ def statements(table_parts: tuple[str, ...], fencing: bool = False) -> Statement
         # it would be free at once and let a second start into the new slot.
         acquire_until=acquiring(slot_delay, slot_end, slot_calm, only="{expiry} > NOW() AND "),
         acquire_for=acquiring(
-            lease_delay, lease_expiry, lease_calm, only=WITHIN_CAP + " AND ", ttl_cap=ttl_refused
+            lease_delay,
+            lease_expiry,
+            sql.SQL("{} AND {}").format(lease_calm, sql.SQL(WITHIN_CAP)),
+            ttl_cap=ttl_refused,
         ),
         # Every lease a process holds in this table, in one statement.  The
         # arrays join on (key, value) like ``WHERE (key, value) IN (...)`` would,

@@ -17,7 +17,7 @@ import pytest
 from psycopg import sql
 
 from dislock import KeyNotGrantedError, LockContext
-from dislock.core.failover import TIMELINE, TIMELINE_KEY, TTL_KEY_PREFIX
+from dislock.core.failover import TIMELINE_KEY, TTL_KEY_PREFIX
 from tests.security.conftest import Fleet, ctl
 from tests.support.drivers import Driver
 
@@ -218,12 +218,7 @@ def test_a_role_cannot(fleet: Fleet, role: str, what: str, statement: str) -> No
             ),
             (victim,),
         )
-        # A lock taken once: the timeline and the TTL records exist, as in any fleet.
-        admin.execute(
-            sql.SQL("INSERT INTO {} SELECT 'dislock:failover:timeline', {}::text, NOW()").format(
-                sql.Identifier(*fleet.table), TIMELINE
-            )
-        )
+    # The grant recorded the timeline row: every attack on it meets it.
     before = snapshot(fleet)
     text = sql.SQL(statement).format(t=sql.Identifier(*fleet.table), k=sql.Literal(victim))
     with fleet.connect(getattr(fleet, role)) as attacker:
@@ -389,3 +384,60 @@ def test_without_grants_the_same_attack_goes_through(
         )
         assert stolen.rowcount == 1
     assert snapshot(fleet) != before
+
+
+def test_a_failover_under_grants_delays_as_before(fleet: Fleet) -> None:
+    """The bookkeeping a granted role's acquisition writes after a failover (a new
+    timeline, simulated by rewriting the recorded one) is what the policies let through:
+    the delay starts, lasts the longest recent TTL, and the timeline is recorded."""
+    from dislock import LeaseLock, LockDelayedError, ScheduleLock
+
+    table = sql.Identifier(*fleet.table)
+    with LeaseLock(context(fleet, fleet.billing, unique("billing-"), run_ttl_seconds=6.0)):
+        pass
+    with fleet.connect(fleet.admin_url) as admin:
+        admin.execute(
+            sql.SQL("UPDATE {} SET value = '999' WHERE key = %s").format(table), (TIMELINE_KEY,)
+        )
+        before = admin.execute("SELECT NOW()").fetchone()
+    assert before is not None
+    with (
+        pytest.raises(LockDelayedError) as refused,
+        LeaseLock(context(fleet, fleet.reports, unique("reports-"))),
+    ):
+        pass
+    # The longest recent TTL (billing's 6 s, not reports' own 5 s), from the refusal on.
+    seconds = (refused.value.until - before[0]).total_seconds()
+    assert 6.0 <= seconds <= 6.0 + 60, seconds
+    with fleet.connect(fleet.admin_url) as admin:
+        recorded = admin.execute(
+            sql.SQL("SELECT value FROM {} WHERE key = %s").format(table), (TIMELINE_KEY,)
+        ).fetchone()
+        assert recorded is not None and recorded[0] != "999"
+        admin.execute(
+            sql.SQL("UPDATE {} SET expire_at = NOW() WHERE key = %s").format(table),
+            (TIMELINE_KEY,),
+        )
+    with ScheduleLock(context(fleet, fleet.reports, unique("reports-"))):
+        pass  # the delay over, granted roles lock again
+
+
+def test_a_delay_of_zero_refuses_nothing(fleet: Fleet) -> None:
+    """A table that only ever held schedule slots: a new timeline starts a delay of
+    zero, and the acquisition that notices it goes through (it used to be refused,
+    the delay's end equal to the refusal's instant)."""
+    from dislock import ScheduleLock
+
+    table = sql.Identifier(*fleet.table)
+    with fleet.connect(fleet.admin_url) as admin:
+        admin.execute(
+            sql.SQL("UPDATE {} SET value = '999' WHERE key = %s").format(table), (TIMELINE_KEY,)
+        )
+    with ScheduleLock(context(fleet, fleet.billing, unique("billing-"))):
+        pass
+    with fleet.connect(fleet.admin_url) as admin:
+        recorded = admin.execute(
+            sql.SQL("SELECT value, expire_at <= NOW() FROM {} WHERE key = %s").format(table),
+            (TIMELINE_KEY,),
+        ).fetchone()
+    assert recorded is not None and recorded[0] != "999" and recorded[1] is True

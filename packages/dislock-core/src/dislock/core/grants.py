@@ -134,14 +134,17 @@ def _rows(prefix_regex: str, patterns: Sequence[str]) -> sql.Composed:
     return sql.SQL("key ~ {}").format(sql.Literal(prefix_regex + _alternatives(patterns)))
 
 
-def _bookkeeping(*, insert: bool = False, stale: bool = False) -> sql.Composed:
+def _bookkeeping(*, stale: bool = False) -> sql.Composed:
     """The failover bookkeeping an acquiring statement writes (``dislock.core.failover``):
-    the timeline row, with the server's real timeline (when inserted, with no
-    delay: the first timeline ever seen starts none; when updated, only over a
-    stale one), and the acquiring role's own TTL record."""
-    if insert:
-        timeline = sql.SQL("value = {}::text AND expire_at <= NOW()").format(TIMELINE)
-    elif stale:
+    the timeline row, with the server's real timeline (updated only over a stale
+    one), and the acquiring role's own TTL record.
+
+    The timeline row's INSERT condition has to admit a delay: PostgreSQL checks
+    an ``INSERT … ON CONFLICT DO UPDATE``'s proposed row against the INSERT
+    policy even when it ends up updating.  That is safe only because the row
+    always exists once a table has grants (``grant_statements`` records it), so
+    an insert of it can only ever become that guarded update."""
+    if stale:
         timeline = sql.SQL("value IS DISTINCT FROM {}::text").format(TIMELINE)
     else:
         timeline = sql.SQL("value = {}::text").format(TIMELINE)
@@ -235,6 +238,12 @@ def grant_statements(
             )
     statements += [
         sql.SQL("ALTER TABLE {} ENABLE ROW LEVEL SECURITY").format(table),
+        # The timeline as the first lock would record it (no delay), so that no
+        # granted role ever inserts that row, only updates a stale one.
+        sql.SQL(
+            "INSERT INTO {table} (key, value, expire_at) SELECT {key}, {timeline}::text, NOW()"
+            " ON CONFLICT (key) DO NOTHING"
+        ).format(table=table, key=sql.Literal(TIMELINE_KEY), timeline=TIMELINE),
         sql.SQL("REVOKE ALL ON {} FROM {}").format(table, who),
         *_drop(table, role),
         *bounds_policy(table_parts, max_ttl),
@@ -267,7 +276,7 @@ def grant_statements(
                 table,
                 role,
                 "INSERT",
-                check=sql.SQL("{} OR {}").format(writable, _bookkeeping(insert=True)),
+                check=sql.SQL("{} OR {}").format(writable, _bookkeeping()),
             ),
             _policy(
                 policy_name(role, "write"),

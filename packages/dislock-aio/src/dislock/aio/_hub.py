@@ -420,8 +420,9 @@ class Renewer:
                 if generation != self._generation:
                     return  # replaced while stuck: its successor keeps the books now
                 now = monotonic()
-                lost = self.plan.failed(batch, exc, now=now)
+                # Counted before the failure is recorded, which may lose the lease.
                 first = count_failure(batch, now)
+                lost = self.plan.failed(batch, exc, now=now)
                 self._sending_since = None
             # The first failure in full; the rest are counted, and summed up in one
             # line once renewals succeed again or the lease is lost.

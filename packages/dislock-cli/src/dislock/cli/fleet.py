@@ -478,12 +478,14 @@ def describe_missed(
         f"{missed} of {judged} slot(s) of {schedule!r} ({zone}) since {since:%Y-%m-%d %H:%M:%S}"
         f" UTC had no run of {key!r}"
     )
+    if not missed:
+        line += ": none missed"
     if covered:
         line += (
-            f" ({covered} more had no start while a run of it was still going and held"
-            " its lease: covered, not missed)"
+            f"; {covered} slot(s) were covered (no start, but a run of it was still going"
+            " and held its lease)"
         )
-    return line + ("" if missed else ": none missed")
+    return line
 
 
 def render_missed(slots: Sequence[Slot]) -> str:

@@ -167,9 +167,13 @@ def _leases(renewals: Sequence[Renewal]) -> str:
 
 def count_failure(batch: Batch, now: float) -> bool:
     """Count a failed attempt for each lease of ``batch``; whether it is the first
-    failure of any of them since it was last renewed: the one to log in full."""
+    failure of any of them since it was last renewed: the one to log in full.  A
+    lease lost meanwhile (its deadline passed while the statement was out) is not
+    counted: its failures were summed up with its loss."""
     first = False
     for r in batch.renewals:
+        if r.clock.lost:
+            continue
         if r.failures == 0:
             first = True
             r.failing_since = now

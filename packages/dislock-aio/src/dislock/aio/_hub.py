@@ -41,7 +41,15 @@ from dislock.core.preparing import (
     Preparation,
     prepare_threshold,
 )
-from dislock.core.renewal import Batch, Renewal, RenewalPlan, report_renewal
+from dislock.core.renewal import (
+    Batch,
+    Renewal,
+    RenewalPlan,
+    count_failure,
+    failure_summary,
+    recovery_summary,
+    report_renewal,
+)
 from dislock.core.supervision import LOSS_LOGGER
 from dislock.core.timeouts import CANCEL_GRACE, RENEWER_STOP_TIMEOUT
 
@@ -352,12 +360,16 @@ class Renewer:
         """Set the loss event of ``renewal`` (lost by its clock), logging the
         reason once; nothing once it is unregistered, so that a late verdict on
         one acquisition never reaches the next one of the same lock."""
+        summary = None
         with self._guard:
             event = self._lost_events.get(renewal)
             newly = event is not None and not event.is_set()
             if newly:
                 assert event is not None
                 event.set()
+                summary = failure_summary(renewal, monotonic())
+        if summary is not None:
+            logger.warning("%s", summary)
         if newly:
             loss_logger.warning("lease %s lost: %s", renewal.key, renewal.clock.lost_reason)
 
@@ -407,9 +419,15 @@ class Renewer:
             with self._guard:
                 if generation != self._generation:
                     return  # replaced while stuck: its successor keeps the books now
-                lost = self.plan.failed(batch, exc, now=monotonic())
+                now = monotonic()
+                # Counted before the failure is recorded, which may lose the lease.
+                first = count_failure(batch, now)
+                lost = self.plan.failed(batch, exc, now=now)
                 self._sending_since = None
-            logger.warning(
+            # The first failure in full; the rest are counted, and summed up in one
+            # line once renewals succeed again or the lease is lost.
+            logger.log(
+                logging.WARNING if first else logging.DEBUG,
                 "renewal of %s failed, retrying until %s: %s: %s",
                 _leases(batch),
                 "its deadline" if len(batch.renewals) == 1 else "their deadlines",
@@ -420,8 +438,12 @@ class Renewer:
             with self._guard:
                 if generation != self._generation:
                     return
-                lost = self.plan.settle(batch, sent_at=sent_at, now=monotonic(), renewed=renewed)
+                now = monotonic()
+                lost = self.plan.settle(batch, sent_at=sent_at, now=now, renewed=renewed)
+                recovered = recovery_summary(batch, now)
                 self._sending_since = None
+            if recovered is not None:
+                logger.warning("%s", recovered)
             took = monotonic() - sent_at
             logger.debug("renewed %s in %.1f ms", _leases(batch), took * 1000)
             report_renewal(batch, took)

@@ -675,19 +675,34 @@ class _Recording:
             terminate = self.context.lease_loss_policy is LeaseLossPolicy.TERMINATE
             if terminate:  # the lease went as the command ended: the wrapper returns 75
                 end = history.RunEnd("lease_lost", LEASE_LOST_EXIT_CODE)
+        statement, params = history.end_statement(self.table), end.params(run_id)
         try:
-            hub.execute(
-                history.end_statement(self.table),
-                end.params(run_id),
-                history.HISTORY_TIMEOUT,
-            )
+            hub.execute(statement, params, history.HISTORY_TIMEOUT)
         except Exception as error:
+            if not (history.retry_end(error) and self.context.connect_patience_seconds > 0):
+                self._not_recorded(error)
+                return
             logger.warning(
-                "could not record the end of %s in history table %s: %s",
+                "could not record the end of %s yet (%s); retrying for up to %g s",
                 self.context.lock_key,
-                ".".join(self.table),
-                error,
+                " ".join(str(error).split()),
+                self.context.connect_patience_seconds,
             )
+            try:
+                hub.connect_patiently(partial(float, self.context.connect_patience_seconds))
+                hub.execute(statement, params, history.HISTORY_TIMEOUT)
+            except Exception as again:
+                self._not_recorded(again)
+                return
+            logger.warning("recorded the end of %s: %s", self.context.lock_key, end.outcome)
+
+    def _not_recorded(self, error: BaseException) -> None:
+        logger.warning(
+            "could not record the end of %s in history table %s: %s",
+            self.context.lock_key,
+            ".".join(self.table),
+            error,
+        )
 
 
 _LOCK_CLASSES: dict[str, type[ScheduleLock] | type[LeaseLock]] = {

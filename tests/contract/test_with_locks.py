@@ -160,12 +160,15 @@ def test_aio_block_under_terminate_is_cancelled_and_ends_with_lease_lost(
     context = make_context(**LEASE)
     reached: list[str] = []
 
+    async def block() -> None:
+        async with dislock.aio.acquire_locks(context, "lease"):
+            rows.steal(lease_key(context.lock_key))
+            await asyncio.sleep(3600)
+            reached.append("after the sleep")
+
     async def scenario() -> None:
         with pytest.raises(LeaseLostError):
-            async with dislock.aio.acquire_locks(context, "lease"):
-                rows.steal(lease_key(context.lock_key))
-                await asyncio.sleep(3600)
-                reached.append("after the sleep")
+            await block()
         # The task goes on: the cancellation became the error.
         await asyncio.sleep(0)
         reached.append("after the block")
@@ -175,9 +178,7 @@ def test_aio_block_under_terminate_is_cancelled_and_ends_with_lease_lost(
     assert reached == ["after the block"]
 
 
-def test_aio_block_under_continue_runs_to_completion(
-    make_context: MakeContext, rows: Rows
-) -> None:
+def test_aio_block_under_continue_runs_to_completion(make_context: MakeContext, rows: Rows) -> None:
     context = make_context(lease_loss_policy=LeaseLossPolicy.CONTINUE, **LEASE)
 
     async def scenario() -> bool:
@@ -276,9 +277,7 @@ def test_aio_short_form_with_schedule_and_lease(
     monkeypatch.setenv("DATABASE_URL", database_url)
     held: list[bool] = []
 
-    @dislock.aio.with_locks(
-        "short-aio", table_parts=lock_table, schedule=YEARLY, run_ttl_seconds=5
-    )
+    @dislock.aio.with_locks("short-aio", table_parts=lock_table, schedule=YEARLY, run_ttl_seconds=5)
     async def job() -> None:
         lease = rows.get(lease_key("short-aio"))
         slot = rows.get(schedule_key("short-aio"))
@@ -354,7 +353,7 @@ def test_acquire_locks_records_one_run_for_all_its_locks(
 ) -> None:
     context = make_context(history=True, schedule=YEARLY, **LEASE)
     holding = driver.hold(context, ["schedule", "lease"])
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="boom"):
         holding.release(ValueError("boom"))
     ((modes, outcome, _),) = recorded(db, history, context.lock_key)
     assert modes == "schedule,lease" and outcome == "failed"

@@ -28,6 +28,11 @@ LEASE_LOST_EXIT_CODE = 75
 URL_VARIABLE = "DATABASE_URL"
 """Where a ``LockContext`` given no ``url`` reads it: the variable the CLI's examples name."""
 
+URL_FROM_ENVIRONMENT = f"${URL_VARIABLE}"
+"""``url``'s default: read ``$DATABASE_URL`` as the context is built.  Not an empty
+string, so that ``url=os.environ.get("OTHER", "")`` still fails as empty rather
+than fall back to another database."""
+
 DEFAULT_TABLE = ("key_value",)
 """The lock table when none is named, as the CLI's ``LOCK_TABLE`` default."""
 
@@ -70,9 +75,9 @@ class LockContext:
 
     lock_key: str
     """Logical lock name, shared by every process that must not run together."""
-    url: str = field(default="", repr=False)
-    """PostgreSQL URL or DSN. Left out: read from ``$DATABASE_URL`` as the context is
-    built."""
+    url: str = field(default=URL_FROM_ENVIRONMENT, repr=False)
+    """PostgreSQL URL or DSN. Left out (or ``"$DATABASE_URL"``): read from that
+    environment variable as the context is built."""
     table_parts: Sequence[str] = DEFAULT_TABLE
     """``["key_value"]`` (the default) or ``["schema", "key_value"]``; stored as a tuple."""
     owner: str = field(default_factory=default_owner)
@@ -131,7 +136,7 @@ class LockContext:
     """The resolved zone, with the name to show and record (``None`` without a schedule)."""
 
     def __post_init__(self) -> None:
-        if isinstance(self.url, str) and not self.url:
+        if self.url == URL_FROM_ENVIRONMENT:
             url = os.environ.get(URL_VARIABLE, "")
             if not url.strip():
                 raise ConfigurationError(f"no url given and ${URL_VARIABLE} is not set")

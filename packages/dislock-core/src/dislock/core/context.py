@@ -110,10 +110,11 @@ class LockContext:
     column (``dislockctl init --fencing`` adds it). Off, the three-column table works
     as it is and nothing extra is read or written."""
     history: bool = False
-    """Record each run of ``acquire_locks`` or ``run_with_locks`` that gets its locks
-    in the history table (``dislockctl init --history``): one statement as it
-    starts, one as it ends (a lock class entered on its own records nothing).  A
-    failing history write is logged at WARNING and never fails the run."""
+    """Record each run that gets its locks in the history table (``dislockctl init
+    --history``): of ``acquire_locks`` or ``run_with_locks`` one row for all its
+    locks, of a ``ScheduleLock`` or ``LeaseLock`` entered on its own one row too;
+    one statement as it starts, one as it ends.  A failing history write is logged
+    at WARNING and never fails the run."""
     history_table: Sequence[str] | None = None
     """The history table, like ``table_parts``; default: ``<table>_history`` next
     to the lock table."""

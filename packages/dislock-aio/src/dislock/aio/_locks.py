@@ -13,18 +13,25 @@ import os
 import socket
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AsyncExitStack
+from dataclasses import replace
 from datetime import datetime, timezone
-from functools import partial
+from functools import partial, wraps
 from time import monotonic
 from types import TracebackType
-from typing import Any, Protocol, TypeAlias, TypeVar
+from typing import Any, ParamSpec, Protocol, TypeAlias, TypeVar
 
 import psycopg
 from psycopg.sql import Composed
 
 from dislock.core import history, kinds, sql
 from dislock.core.config import SCHEDULE, normalize_strategies
-from dislock.core.context import LEASE_LOST_EXIT_CODE, LeaseLossPolicy, LockContext
+from dislock.core.context import (
+    LEASE_LOST_EXIT_CODE,
+    LeaseLossPolicy,
+    LockContext,
+    default_owner,
+    strategies_for,
+)
 from dislock.core.cron import SlotCandidates, slot_end
 from dislock.core.dsn import connection_kwargs, scrub
 from dislock.core.errors import (
@@ -54,9 +61,15 @@ from dislock.core.waiting import (
     wake_key,
 )
 
-from ._compat import Event, sleep
+from ._compat import Event, LossGuard, sleep
 from ._hub import Hub, enter_hub, leave_hub
 from ._listen import Listener
+
+# isort: split
+# if async
+from collections.abc import Awaitable, Coroutine
+
+# endif
 
 logger = logging.getLogger("dislock")
 
@@ -65,6 +78,8 @@ _ExcType: TypeAlias = type[BaseException] | None
 _Exc: TypeAlias = BaseException | None
 _Tb: TypeAlias = TracebackType | None
 _Entered = TypeVar("_Entered", covariant=True)
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 def _enter_hub(context: LockContext) -> Hub:
@@ -152,6 +167,10 @@ class ScheduleLock:
         self.expires_at = context.next_run_time
         self.fence: int | None = None
         """The fencing token of this acquisition (with ``LockContext.fencing``)."""
+        self.records_history = context.history
+        """Whether entering and leaving record the run (``LockContext.history``);
+        ``acquire_locks`` turns it off for its locks and records the run itself."""
+        self._recording: _Recording | None = None
 
     async def __aenter__(self) -> ScheduleLock:
         context = self.context
@@ -206,15 +225,20 @@ class ScheduleLock:
         self.expires_at = expires_at
         self.fence = answer.token
         logger.info("acquired schedule slot %s until %s", self.key, expires_at.isoformat())
+        if self.records_history:
+            self._recording = await _record_start(self)
         return self
 
     @property
     def holding(self) -> bool:
-        """Never anything for the exit to undo: the slot stays taken until it ends."""
-        return False
+        """Whether the exit has anything to do: only a run to record (the slot
+        stays taken until it ends)."""
+        return self._recording is not None
 
     async def __aexit__(self, exc_type: _ExcType, exc: _Exc, tb: _Tb) -> None:
-        return None
+        recording, self._recording = self._recording, None
+        if recording is not None:
+            await recording.__aexit__(exc_type, exc, tb)
 
 
 class _Held:
@@ -269,6 +293,10 @@ class LeaseLock:
         self._held: _Held | None = None
         self._clock: LeaseClock | None = None  # the latest acquisition's, kept after leaving
         self._delayed_until: datetime | None = None  # a lock delay that refused the last try
+        self.records_history = context.history
+        """Whether entering and leaving record the run (``LockContext.history``);
+        ``acquire_locks`` turns it off for its locks and records the run itself."""
+        self._recording: _Recording | None = None
 
     @property
     def deadline(self) -> float | None:
@@ -354,6 +382,12 @@ class LeaseLock:
             await leave_hub(hub)
             raise
         logger.info("acquired lease %s for %g s", self.key, self.settings.ttl)
+        if self.records_history:
+            try:
+                self._recording = await _record_start(self)
+            except BaseException as error:  # interrupted: give the lease back too
+                await self.__aexit__(type(error), error, error.__traceback__)
+                raise
         return self
 
     def _held_elsewhere(self) -> str:
@@ -527,6 +561,16 @@ class LeaseLock:
         # Judged as the block ends: a renewal finishing afterwards does not
         # turn finished work into failed work.
         lost = self.declare_if_lost()
+        recording, self._recording = self._recording, None
+        if recording is not None:  # while the lease is held, as acquire_locks records
+            try:
+                await recording.__aexit__(exc_type, exc, tb)
+            except BaseException:
+                await self._leave(held, lost=lost, block_failed=True)
+                raise
+        await self._leave(held, lost=lost, block_failed=exc_type is not None)
+
+    async def _leave(self, held: _Held, *, lost: bool, block_failed: bool) -> None:
         held.hub.unregister(held.renewal)
         self._held = None
         try:
@@ -541,7 +585,7 @@ class LeaseLock:
             logging.getLogger(LOSS_LOGGER).warning(
                 "lease %s was lost during the block (policy: continue)", self.key
             )
-        if raises_on_exit(self.settings.policy, lost=lost, block_failed=exc_type is not None):
+        if raises_on_exit(self.settings.policy, lost=lost, block_failed=block_failed):
             raise LeaseLostError(
                 f"lease {self.key!r} was lost while the block ran: {held.clock.lost_reason}",
                 reason=held.clock.lost_reason,
@@ -703,6 +747,14 @@ class _Recording:
         )
 
 
+async def _record_start(lock: Lock) -> _Recording:
+    """The history row of a run guarded by ``lock`` alone (entered without
+    ``acquire_locks``)."""
+    recording = _Recording(lock.context, LockSession(locks=(lock,)))
+    await recording.__aenter__()
+    return recording
+
+
 _LOCK_CLASSES: dict[str, type[ScheduleLock] | type[LeaseLock]] = {
     "ScheduleLock": ScheduleLock,
     "LeaseLock": LeaseLock,
@@ -749,12 +801,24 @@ async def enter_exit_first(stack: AsyncExitStack, manager: _Entering[_Entered]) 
 
 class _Acquisition:
     """What ``acquire_locks`` returns: the locks entered in order (each with
-    ``enter_exit_first``), released in reverse order on exit."""
+    ``enter_exit_first``), released in reverse order on exit.  Called on a
+    function, it decorates it: each call runs inside an acquisition of its own."""
 
-    def __init__(self, context: LockContext, strategies: str | Iterable[str]) -> None:
+    def __init__(
+        self,
+        context: LockContext,
+        strategies: str | Iterable[str],
+        *,
+        cancel_on_loss: bool = True,
+        fresh_owner: bool = False,
+    ) -> None:
         self._context = context
+        self._fresh_owner = fresh_owner
         self._strategies = strategies
         self._stack: AsyncExitStack | None = None
+        self._session: LockSession | None = None
+        self._cancel_on_loss = cancel_on_loss
+        self._guard: LossGuard | None = None
 
     @property
     def holding(self) -> bool:
@@ -778,6 +842,7 @@ class _Acquisition:
             hub = _enter_hub(context)
             try:
                 for lock in locks:
+                    lock.records_history = False  # the session records the run
                     await enter_exit_first(stack, lock)
                 session = LockSession(locks=tuple(locks))
                 if context.history:
@@ -788,18 +853,125 @@ class _Acquisition:
             self._stack = None
             await stack.__aexit__(type(exc), exc, exc.__traceback__)
             raise
+        self._session = session
+        lease = session.lease
+        if (
+            self._cancel_on_loss
+            and lease is not None
+            and context.lease_loss_policy is LeaseLossPolicy.TERMINATE
+        ):
+            # Nothing is waited for between here and the block: the guard watches it all.
+            self._guard = LossGuard(lease.lease_lost)
         return session
 
     async def __aexit__(self, exc_type: _ExcType, exc: _Exc, tb: _Tb) -> bool | None:
         stack, self._stack = self._stack, None
         if stack is None:
             return None
-        return await stack.__aexit__(exc_type, exc, tb)
+        guard, self._guard = self._guard, None
+        if guard is None:
+            return await stack.__aexit__(exc_type, exc, tb)
+        # Stopped before anything else is awaited: no cancellation can come after it.
+        cancelled = guard.stop(exc_type)
+        try:
+            if cancelled:
+                error = self._cancelled_error()
+                await stack.__aexit__(type(error), error, None)
+                raise error from None
+            return await stack.__aexit__(exc_type, exc, tb)
+        finally:
+            await guard.finish()
+
+    def _cancelled_error(self) -> LeaseLostError:
+        assert self._session is not None and self._session.lease is not None
+        lease = self._session.lease
+        reason = lease.lost_reason
+        return LeaseLostError(
+            f"lease {lease.key!r} was lost while the block ran: {reason}; the block was cancelled",
+            reason=reason,
+        )
+
+    def _for_one_call(self) -> _Acquisition:
+        context = self._context
+        if self._fresh_owner:
+            # A token of its own for each run: one made at decoration time would be
+            # shared by the processes forked afterwards, which could then renew
+            # and release each other's rows.
+            context = replace(context, owner=default_owner())
+        return _Acquisition(context, self._strategies, cancel_on_loss=self._cancel_on_loss)
+
+    # if async
+    def __call__(self, func: Callable[P, Awaitable[R]]) -> Callable[P, Coroutine[Any, Any, R]]:
+        @wraps(func)
+        async def guarded(*args: P.args, **kwargs: P.kwargs) -> R:
+            async with self._for_one_call():
+                return await func(*args, **kwargs)
+
+        return guarded
+
+    # endif
+    # if sync
+    # def __call__(self, func: Callable[P, R]) -> Callable[P, R]:
+    #     @wraps(func)
+    #     def guarded(*args: P.args, **kwargs: P.kwargs) -> R:
+    #         with self._for_one_call():
+    #             return func(*args, **kwargs)
+    #
+    #     return guarded
+    #
+    # endif
 
 
 def acquire_locks(
     context: LockContext, strategies: str | Iterable[str] = (SCHEDULE,)
 ) -> _Acquisition:
     """Enter every lock of ``strategies`` in order, after the startup jitter, and
-    release them in reverse order on exit; entering gives the ``LockSession``."""
+    release them in reverse order on exit; entering gives the ``LockSession``.
+
+    Also a decorator (``@acquire_locks(context, "lease")``): every call of the
+    function runs inside an acquisition of its own, raising
+    ``LockNotAcquiredError`` when another owner holds a lock.
+
+    Under ``LeaseLossPolicy.TERMINATE`` (the default), a lease lost while the
+    block runs ends it with ``LeaseLostError``: ``dislock.aio`` cancels the task
+    running the block at once; the sync flavour cannot interrupt a thread and
+    raises as the block ends.
+    """
     return _Acquisition(context, strategies)
+
+
+def acquire_unguarded(context: LockContext, strategies: str | Iterable[str]) -> _Acquisition:
+    """``acquire_locks`` for a caller that acts on a lost lease itself (the
+    supervisor stops its command): the task running the block is never cancelled."""
+    return _Acquisition(context, strategies, cancel_on_loss=False)
+
+
+def with_locks(
+    context: LockContext | str,
+    strategies: str | Iterable[str] | None = None,
+    **settings: Any,
+) -> _Acquisition:
+    """Decorate a function so that each call runs only while its locks are held.
+
+    The 0.1.0 form, ``@with_locks(context, strategies)``, is
+    ``@acquire_locks(context, strategies)``.  The short form names the key and
+    the ``LockContext`` fields that differ from the defaults (url from
+    ``$DATABASE_URL``, table ``key_value``):
+    ``@with_locks("nightly-report", schedule="0 3 * * *")``.  Without
+    ``strategies``, the locks follow the settings: a schedule slot with
+    ``schedule`` (or ``next_run_time``), a lease with ``run_ttl_seconds``, both
+    with both.  The short form makes a new owner token for each call (unless
+    ``owner`` is given), so that processes forked after decorating never share
+    one.  A call whose lock is held elsewhere raises ``LockNotAcquiredError``.
+    """
+    fresh_owner = isinstance(context, str) and "owner" not in settings
+    if isinstance(context, str):
+        # Built now, so that a mistake fails as the function is decorated.
+        context = LockContext(lock_key=context, **settings)
+    elif settings:
+        raise ConfigurationError(
+            f"with_locks(context, ...) takes no settings ({', '.join(sorted(settings))}): "
+            "they belong in the LockContext"
+        )
+    chosen = strategies_for(context) if strategies is None else strategies
+    return _Acquisition(context, chosen, fresh_owner=fresh_owner)

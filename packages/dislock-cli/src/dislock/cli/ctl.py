@@ -551,7 +551,7 @@ def _check(conn: Any, settings: WrapperSettings) -> int:
 
     from dislock.cli.admin import describe_expiry, format_duration, state_query
     from dislock.core.bounds import escape
-    from dislock.core.cron import slot_end
+    from dislock.core.cron import next_fires, slot_end
     from dislock.core.kinds import kind
     from dislock.core.lease import LeaseClock, LeaseSettings
     from dislock.core.sql import pause_key
@@ -586,6 +586,10 @@ def _check(conn: Any, settings: WrapperSettings) -> int:
         print(f"  time zone       {zone.name} (from {zone.source})")
         local = boundary.astimezone(zone.tz).isoformat()
         print(f"  slot ends       {boundary.isoformat()} (database clock, UTC; {local} local)")
+        # Read from the fires, a schedule meant for another field order shows at once.
+        for number, fire in enumerate(next_fires(context.schedule, now, zone.tz)):
+            label = "next fires" if number == 0 else ""
+            print(f"  {label:<15} {fire.astimezone(zone.tz).isoformat()}")
     if "lease" in settings.strategies:
         lease = LeaseSettings.from_context(context)
         cadence = LeaseClock(lease, acquired_at=0.0).cadence

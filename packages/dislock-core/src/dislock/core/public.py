@@ -48,4 +48,5 @@ LOCK_NAMES: tuple[str, ...] = (
     "build_locks",
     "keep_connected",
     "run_with_locks",
+    "with_locks",
 )

@@ -65,7 +65,7 @@ from dislock.core.supervision import (
 )
 
 from ._compat import Child, handling_signals, interrupter, interrupting, sleep
-from ._locks import LeaseLock, LockSession, acquire_locks, enter_exit_first
+from ._locks import LeaseLock, LockSession, acquire_unguarded, enter_exit_first
 
 logger = logging.getLogger("dislock")
 
@@ -425,7 +425,7 @@ def run_with_locks(
             # default action.
             stack.enter_context(handling_signals(forward_signals, _on_signal(route, interrupter())))
             with interrupting(route):
-                session = enter_exit_first(stack, acquire_locks(context, strategies))
+                session = enter_exit_first(stack, acquire_unguarded(context, strategies))
             status = supervise(argv, session, context.lease_loss_policy, route)
     except LeaseLostError as exc:
         if status == LEASE_LOST_EXIT_CODE:

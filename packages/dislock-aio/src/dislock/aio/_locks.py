@@ -119,7 +119,7 @@ async def hand_back_rows(hub: Hub, context: LockContext, keys: list[str]) -> Non
     try:
         await hub.execute(statement, params, RELEASE_TIMEOUT)
     except Exception as error:  # unconfirmed too, most likely: it still expired here
-        logger.debug("handing back %s: %s", ", ".join(keys), error)
+        logger.debug("handing back %s: %s", ", ".join(keys), scrub(str(error), context.url))
 
 
 class ScheduleLock:
@@ -481,7 +481,7 @@ class LeaseLock:
                 "could not release lease %s (it expires by itself within %g s): %s",
                 self.key,
                 self.settings.ttl,
-                exc,
+                scrub(str(exc), context.url),
             )
         else:
             logger.info("released lease %s", self.key)
@@ -611,7 +611,7 @@ class _Recording:
                 "could not record the start of %s in history table %s: %s",
                 context.lock_key,
                 ".".join(self.table),
-                exc,
+                scrub(str(exc), context.url),
             )
         except BaseException:  # interrupted: nothing left for the exit to do
             hub, self.hub = self.hub, None
@@ -654,7 +654,7 @@ class _Recording:
                 "could not record the end of %s in history table %s: %s",
                 self.context.lock_key,
                 ".".join(self.table),
-                error,
+                scrub(str(error), self.context.url),
             )
 
 

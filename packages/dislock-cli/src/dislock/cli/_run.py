@@ -29,6 +29,7 @@ def run(settings: WrapperSettings, *, debug: bool, metrics_textfile: str | None 
             context=context,
             strategies=settings.strategies,
             forward_signals=FORWARDED_SIGNALS,
+            withheld_variables=() if settings.pass_url else (settings.url_variable,),
         )
     except LockNotAcquiredError as exc:
         # The expected outcome on every machine but one: quiet unless asked.

@@ -8,6 +8,7 @@ import time
 import traceback
 
 import psycopg
+import psycopg.errors
 
 from dislock._sync import run_with_locks
 from dislock.cli import EXIT_FAILURE, EXIT_USAGE
@@ -38,6 +39,14 @@ def run(settings: WrapperSettings, *, debug: bool, metrics_textfile: str | None 
     except ConfigurationError as exc:
         print(f"dislock: error: {scrub(str(exc), context.url)}", file=sys.stderr)
         return EXIT_USAGE
+    except psycopg.errors.InsufficientPrivilege as exc:
+        from dislock.cli._denied import explain_denial
+        from dislock.cli.diagnosis import LOCK_TABLE
+
+        tables = {LOCK_TABLE: tuple(context.table_parts)}
+        message = explain_denial("", "dislock", exc, tables=tables, url=context.url)
+        _fail(message, exc, context.url, debug)
+        return EXIT_FAILURE
     except psycopg.Error as exc:
         table_parts = tuple(context.table_parts)
         message = describe_database_error(exc, table_parts=table_parts, url=context.url)

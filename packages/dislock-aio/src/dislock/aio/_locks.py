@@ -144,7 +144,7 @@ async def hand_back_rows(hub: Hub, context: LockContext, keys: list[str]) -> Non
     try:
         await hub.execute(statement, params, RELEASE_TIMEOUT)
     except Exception as error:  # unconfirmed too, most likely: it still expired here
-        logger.debug("handing back %s: %s", ", ".join(keys), error)
+        logger.debug("handing back %s: %s", ", ".join(keys), scrub(str(error), context.url))
 
 
 class ScheduleLock:
@@ -545,7 +545,7 @@ class LeaseLock:
                 "could not release lease %s (it expires by itself within %g s): %s",
                 self.key,
                 self.settings.ttl,
-                exc,
+                scrub(str(exc), context.url),
             )
         else:
             logger.info("released lease %s", self.key)
@@ -685,7 +685,7 @@ class _Recording:
                 "could not record the start of %s in history table %s: %s",
                 context.lock_key,
                 ".".join(self.table),
-                exc,
+                scrub(str(exc), context.url),
             )
         except BaseException:  # interrupted: nothing left for the exit to do
             hub, self.hub = self.hub, None
@@ -727,7 +727,7 @@ class _Recording:
             logger.warning(
                 "could not record the end of %s yet (%s); retrying for up to %g s",
                 self.context.lock_key,
-                " ".join(str(error).split()),
+                scrub(" ".join(str(error).split()), self.context.url),
                 self.context.connect_patience_seconds,
             )
             try:

@@ -8,6 +8,7 @@ import time
 import traceback
 
 import psycopg
+import psycopg.errors
 
 from dislock._sync import run_with_locks
 from dislock.cli import EXIT_FAILURE, EXIT_USAGE
@@ -34,6 +35,7 @@ def run(settings: WrapperSettings, *, debug: bool, metrics_textfile: str | None 
             context=context,
             strategies=settings.strategies,
             forward_signals=FORWARDED_SIGNALS,
+            withheld_variables=() if settings.pass_url else (settings.url_variable,),
         )
     except LockDelayedError as exc:
         # Every key of the table is held up, not just this one: an operator must hear
@@ -49,6 +51,14 @@ def run(settings: WrapperSettings, *, debug: bool, metrics_textfile: str | None 
         return EXIT_USAGE
     except KeyNotGrantedError as exc:
         print(f"dislock: error: {scrub(str(exc), context.url)}", file=sys.stderr)
+        return EXIT_FAILURE
+    except psycopg.errors.InsufficientPrivilege as exc:
+        from dislock.cli._denied import explain_denial
+        from dislock.cli.diagnosis import LOCK_TABLE
+
+        tables = {LOCK_TABLE: tuple(context.table_parts)}
+        message = explain_denial("", "dislock", exc, tables=tables, url=context.url)
+        _fail(message, exc, context.url, debug)
         return EXIT_FAILURE
     except psycopg.Error as exc:
         table_parts = tuple(context.table_parts)

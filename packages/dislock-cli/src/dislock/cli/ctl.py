@@ -344,10 +344,7 @@ def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> int:
             return _check(conn, settings)
     except psycopg.errors.InsufficientPrivilege as exc:
         if args.command != "init":
-            print(
-                f"dislockctl: error: {describe_database_error(exc, table_parts=table, url=url)}",
-                file=sys.stderr,
-            )
+            print(f"dislockctl: error: {_denied(args, exc, table, request, url)}", file=sys.stderr)
             return EXIT_FAILURE
         detail = scrub(" ".join(str(exc).split()), url)
         print(
@@ -360,6 +357,25 @@ def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> int:
         message = describe_database_error(exc, table_parts=table, url=url)
         print(f"dislockctl: error: {message}", file=sys.stderr)
         return EXIT_FAILURE
+
+
+def _denied(
+    args: argparse.Namespace,
+    error: BaseException,
+    table: tuple[str, ...],
+    request: Any,
+    url: str,
+) -> str:
+    """The one line for a statement the role may not run (``dislock.cli._denied``): the
+    privileges of the command (``diagnosis.PRIVILEGES``) that the role lacks."""
+    from dislock.cli._denied import explain_denial
+    from dislock.cli.diagnosis import HISTORY_TABLE, LOCK_TABLE
+
+    command = "ls" if args.command == "status" else args.command
+    if command == "history" and request.prune is not None:
+        command = "history --prune-older-than"
+    tables = {LOCK_TABLE: table, HISTORY_TABLE: (request and request.history) or None}
+    return explain_denial(args.command, command, error, tables=tables, url=url)
 
 
 def _columns(conn: Any, table: tuple[str, ...]) -> list[str]:

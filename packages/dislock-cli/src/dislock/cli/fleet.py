@@ -447,16 +447,19 @@ def describe_outcome(run: Run) -> str:
 
 def render_runs(runs: Sequence[Run]) -> str:
     from dislock.cli.admin import format_duration
+    from dislock.core.bounds import escape
 
     headers = ("STARTED (UTC)", "LOCK KEY", "HOST", "PID", "DURATION", "OUTCOME")
     lines = [
         (
             format_time(run.started_at),
-            run.key,
-            run.host,
+            # Written by any machine (or by hand): escaped as `ls` escapes, so that
+            # a terminal sequence in a host name is shown, never obeyed.
+            escape(run.key),
+            escape(run.host),
             str(run.pid),
             "-" if run.duration_seconds is None else format_duration(run.duration_seconds),
-            describe_outcome(run),
+            escape(describe_outcome(run)),
         )
         for run in runs
     ]

@@ -69,6 +69,12 @@ def scrub(text: str, url: str) -> str:
     return text
 
 
+def error_line(error: BaseException, url: str) -> str:
+    """``error`` as one line, ``Type: text``, scrubbed of ``url``'s secrets: a server's
+    or a trigger's message may quote anything, the password included."""
+    return f"{type(error).__name__}: {scrub(' '.join(str(error).split()), url)}"
+
+
 def connection_kwargs(url: str, connect_timeout_seconds: float) -> dict[str, Any]:
     """Keyword arguments for ``psycopg.[Async]Connection.connect``.
 

@@ -101,14 +101,22 @@ class LeaseClock:
         self.renewals += 1
         return True
 
-    def failed(self, error: BaseException, *, now: float) -> bool:
+    def failed(self, error: BaseException | str, *, now: float) -> bool:
         """Record a renewal attempt that raised; returns whether the lease is still held.
+
+        ``error`` is the exception, or the line describing it already scrubbed of
+        the URL's secrets (``dislock.core.dsn.error_line``): ``last_error`` and the
+        loss's reason quote it.
 
         A failed attempt is not a lost lease: the row stays ours on the server until
         the deadline, so the attempt is retried (on a new connection if need be)
         until then.  Only a passed deadline or a row that is no longer ours loses it.
         """
-        self.last_error = f"{type(error).__name__}: {' '.join(str(error).split())}"
+        self.last_error = (
+            error
+            if isinstance(error, str)
+            else f"{type(error).__name__}: {' '.join(str(error).split())}"
+        )
         if self.lost:
             return False
         if now >= self.deadline:

@@ -139,8 +139,9 @@ class RenewalPlan:
                 r.clock.renewed(sent_at=sent_at, now=now, rows=rows)
         return self._newly_lost(batch.renewals)
 
-    def failed(self, batch: Batch, error: BaseException, *, now: float) -> list[Renewal]:
-        """Record a batch that raised; returns the leases whose deadline it passed."""
+    def failed(self, batch: Batch, error: BaseException | str, *, now: float) -> list[Renewal]:
+        """Record a batch that raised (``error`` as ``LeaseClock.failed`` takes it);
+        returns the leases whose deadline it passed."""
         for r in batch.renewals:
             if r in self._renewals:
                 r.clock.failed(error, now=now)

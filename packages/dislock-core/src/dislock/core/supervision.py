@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 import os
 import signal
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from dislock.core.errors import ConfigurationError
 
@@ -111,6 +111,13 @@ guard this to find the command's processes by (``/proc/PID/environ``)."""
 
 def new_run_token() -> str:
     return os.urandom(8).hex()
+
+
+def inherited_environment(base: Mapping[str, str], withheld: Iterable[str]) -> dict[str, str]:
+    """What the command and its guard start from: ``base`` without the ``withheld``
+    variables (the wrapper's ``LOCK_PASS_URL=0`` withholds the database URL's)."""
+    hidden = frozenset(withheld)
+    return {name: value for name, value in base.items() if name not in hidden}
 
 
 def child_environment(

@@ -33,7 +33,7 @@ from psycopg.sql import SQL, Composed
 
 from dislock.core import sql
 from dislock.core.context import DEFAULT_CONNECT_TIMEOUT
-from dislock.core.dsn import connection_kwargs, parse_dsn, scrub
+from dislock.core.dsn import connection_kwargs, error_line, parse_dsn, scrub
 from dislock.core.errors import NotSent, StatementTimeout
 from dislock.core.failover import CURRENT_TIMELINE, timeline_change
 from dislock.core.patience import ConnectPatience
@@ -209,7 +209,7 @@ class Hub:
             cursor = link.execute(BACKEND_PID, {}, self.connect_timeout)
             row = cursor.fetchone()
         except Exception as exc:  # the statement that follows finds out, if it matters
-            logger.debug("could not read the server's backend pid: %s", exc)
+            logger.debug("could not read the server's backend pid: %s", scrub(str(exc), self.url))
             return
         threshold = prepare_threshold(link.conn.info.backend_pid, None if row is None else row[0])
         link.conn.prepare_threshold = threshold
@@ -225,7 +225,7 @@ class Hub:
         logger.warning(
             "the server lost a prepared statement (%s); statements on this connection"
             " stay unprepared from now on",
-            " ".join(str(exc).split()),
+            scrub(" ".join(str(exc).split()), self.url),
         )
 
     def note_timeline(self, timeline: object) -> None:
@@ -239,7 +239,7 @@ class Hub:
             cursor = link.execute(CURRENT_TIMELINE, {}, self.connect_timeout)
             row = cursor.fetchone()
         except Exception as exc:  # a standby, a server without WAL functions
-            logger.debug("could not read the server timeline: %s", exc)
+            logger.debug("could not read the server timeline: %s", scrub(str(exc), self.url))
             return
         now = None if row is None else row[0]
         warning = timeline_change(self.timeline, now)
@@ -405,23 +405,23 @@ class Renewer:
             cursor = self.hub.execute(statement, batch.params(), timeout)
             renewed = [(str(key), str(value)) for key, value in cursor.fetchall()]
         except Exception as exc:
+            detail = error_line(exc, self.hub.url)  # kept as the lease's last_error too
             with self._guard:
                 if generation != self._generation:
                     return  # replaced while stuck: its successor keeps the books now
                 now = monotonic()
                 # Counted before the failure is recorded, which may lose the lease.
                 first = count_failure(batch, now)
-                lost = self.plan.failed(batch, exc, now=now)
+                lost = self.plan.failed(batch, detail, now=now)
                 self._sending_since = None
             # The first failure in full; the rest are counted, and summed up in one
             # line once renewals succeed again or the lease is lost.
             logger.log(
                 logging.WARNING if first else logging.DEBUG,
-                "renewal of %s failed, retrying until %s: %s: %s",
+                "renewal of %s failed, retrying until %s: %s",
                 _leases(batch),
                 "its deadline" if len(batch.renewals) == 1 else "their deadlines",
-                type(exc).__name__,
-                " ".join(str(exc).split()),
+                detail,
             )
         else:
             with self._guard:

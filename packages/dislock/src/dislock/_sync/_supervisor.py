@@ -41,7 +41,7 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import ExitStack
 from time import monotonic
 
@@ -59,6 +59,7 @@ from dislock.core.supervision import (
     child_environment,
     exit_status,
     guard_environment,
+    inherited_environment,
     lease_loss_line,
     new_run_token,
     runs_in_group,
@@ -123,9 +124,10 @@ class Guard:
         self._pipe = pipe
 
     @classmethod
-    def start(cls, run_token: str) -> Guard | None:
+    def start(cls, run_token: str, base: Mapping[str, str] | None = None) -> Guard | None:
         """A guard of the command whose environment holds ``run_token``, or None
-        where no POSIX shell can be started."""
+        where no POSIX shell can be started; its environment is ``base`` (by default
+        ours) with the token."""
         if sys.platform == "win32" or not os.path.exists(_GUARD_SHELL):
             return None
         _reap_guards()
@@ -134,7 +136,7 @@ class Guard:
             process = subprocess.Popen(
                 [_GUARD_SHELL, "-c", _GUARD_SCRIPT, "dislock-guard"],
                 stdin=read,
-                env=guard_environment(os.environ, run_token),
+                env=guard_environment(os.environ if base is None else base, run_token),
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
                 start_new_session=True,  # outside both the wrapper's and the command's group
@@ -282,15 +284,18 @@ def supervise(
     session: LockSession,
     policy: LeaseLossPolicy,
     route: SignalRoute | None = None,
+    withheld_variables: Iterable[str] = (),
 ) -> int:
     """Run ``argv`` while ``session``'s locks are held; its exit status, or 75.
 
     With ``route`` (whose handler ``run_with_locks`` has installed), the signals it
     kept before the command's process group existed are passed on as soon as it
-    does, and the signals that arrive while the command runs go to its group."""
+    does, and the signals that arrive while the command runs go to its group.
+    Neither the command nor its guard inherits ``withheld_variables``."""
     run_token = new_run_token()
+    base = inherited_environment(os.environ, withheld_variables)
     env = child_environment(
-        os.environ, session.locks[0].context.lock_key, session.fencing_token, run_token
+        base, session.locks[0].context.lock_key, session.fencing_token, run_token
     )
     lease = session.lease
     try:
@@ -299,7 +304,7 @@ def supervise(
             _report_loss(lease, f"not starting {argv[0]}, exit {LEASE_LOST_EXIT_CODE}")
             session.run_end = end_of_command(None, LEASE_LOST_EXIT_CODE, lease_lost=True)
             return LEASE_LOST_EXIT_CODE
-        guard = Guard.start(run_token)
+        guard = Guard.start(run_token, base)
         try:
             child = Child.start(
                 list(argv), env, None if guard is not None else _parent_death_signal()
@@ -394,6 +399,7 @@ def run_with_locks(
     context: LockContext,
     strategies: str | Iterable[str] = (SCHEDULE,),
     forward_signals: Iterable[int] = (),
+    withheld_variables: Iterable[str] = (),
 ) -> int:
     """Acquire the locks, run ``command`` and return its exit status.
 
@@ -404,7 +410,9 @@ def run_with_locks(
     any lock, when the command cannot be run.
 
     The command's environment also holds ``DISLOCK_LOCK_KEY``, ``DISLOCK_RUN_TOKEN``
-    (random, the run's own) and, with ``LockContext.fencing``, ``DISLOCK_FENCING_TOKEN``.
+    (random, the run's own) and, with ``LockContext.fencing``, ``DISLOCK_FENCING_TOKEN``;
+    it inherits ours except ``withheld_variables`` (e.g. the one holding the
+    database URL, so that the command cannot use the lock credential).
 
     ``forward_signals`` (e.g. ``dislock.core.supervision.FORWARDED_SIGNALS``) are
     caught while the command runs and passed on to its process group, so that
@@ -426,7 +434,7 @@ def run_with_locks(
             stack.enter_context(handling_signals(forward_signals, _on_signal(route, interrupter())))
             with interrupting(route):
                 session = enter_exit_first(stack, acquire_unguarded(context, strategies))
-            status = supervise(argv, session, context.lease_loss_policy, route)
+            status = supervise(argv, session, context.lease_loss_policy, route, withheld_variables)
     except LeaseLostError as exc:
         if status == LEASE_LOST_EXIT_CODE:
             logger.debug("%s", exc)  # supervise has said so, in one line

@@ -39,10 +39,15 @@ RUN_SECONDS = 40
 SLOT_SECONDS = 5
 SLOT_LOG = re.compile(r"acquired schedule slot schedule:report until (\S+)")
 READY = {
-    "apscheduler_background": "Scheduler started",
-    "apscheduler_asyncio": "Scheduler started",
-    "celery_beat": "beat: Starting",
+    "apscheduler_background": ("Scheduler started",),
+    "apscheduler_asyncio": ("Scheduler started",),
+    "celery_beat": (" ready.", "beat: Starting"),
 }
+# Each replica's command line, as docs/recipes.md gives it.
+CELERY_WORKER = (
+    "celery -A examples.celery_beat worker -B --pool=solo --without-mingle --without-gossip"
+    " --loglevel=INFO"
+)
 
 
 def recipe_in_docs(name: str) -> str:
@@ -86,7 +91,7 @@ def replicas(name: str, command: list[str], env: dict[str, str], logs: Path) -> 
             )
     try:
         deadline = time.monotonic() + 120
-        while not all(READY[name] in path.read_text() for path in paths):
+        while not all(all(m in path.read_text() for m in READY[name]) for path in paths):
             for process, path in zip(processes, paths, strict=True):
                 assert process.poll() is None, f"{name} exited early:\n{path.read_text()}"
             assert time.monotonic() < deadline, "the replicas did not start within 120 s"
@@ -141,3 +146,13 @@ def test_apscheduler_recipe_in_three_replicas(name: str, recipe_url: str, tmp_pa
     recipe_in_docs(name)
     env = {**os.environ, "DATABASE_URL": recipe_url}
     check(replicas(name, [sys.executable, "-m", f"examples.{name}"], env, tmp_path))
+
+
+def test_celery_beat_recipe_in_three_replicas(recipe_url: str, tmp_path: Path) -> None:
+    recipe_in_docs("celery_beat")
+    assert CELERY_WORKER in (ROOT / "docs" / "recipes.md").read_text()
+    broker = tmp_path / "broker"
+    broker.mkdir()
+    env = {**os.environ, "DATABASE_URL": recipe_url, "CELERY_BROKER_FOLDER": str(broker)}
+    command = [sys.executable, "-m", *CELERY_WORKER.split()]
+    check(replicas("celery_beat", command, env, tmp_path))

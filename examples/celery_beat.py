@@ -4,8 +4,8 @@ Every replica runs a worker with its own beat
 (``celery -A examples.celery_beat worker -B --pool=solo --without-mingle --without-gossip``),
 so each task is sent three times; the locks let one run: the report once per 5-second slot,
 the import (longer than the 3 s between its sends) never on two workers at once. The broker
-is kombu's filesystem transport in ``CELERY_BROKER_FOLDER``, a directory every replica shares:
-no broker server for the example; any broker works the same.
+is kombu's filesystem transport in ``CELERY_BROKER_FOLDER``, so that the example needs no
+broker server; any broker works the same.
 """
 
 from __future__ import annotations

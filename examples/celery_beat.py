@@ -22,7 +22,11 @@ from dislock import LockContext, LockNotAcquiredError, acquire_locks
 FOLDER = os.environ["CELERY_BROKER_FOLDER"]
 app = Celery("celery_beat", broker="filesystem://")
 app.conf.update(
-    broker_transport_options={"data_folder_in": FOLDER, "data_folder_out": FOLDER},
+    broker_transport_options={
+        "data_folder_in": FOLDER,
+        "data_folder_out": FOLDER,
+        "control_folder": os.path.join(FOLDER, "control"),  # else ./control
+    },
     broker_connection_retry_on_startup=True,
     beat_scheduler="celery.beat:Scheduler",  # in memory: each replica's beat starts afresh
     beat_schedule={

@@ -11,13 +11,11 @@ broker server; any broker works the same.
 from __future__ import annotations
 
 import os
-import socket
 import time
-from collections.abc import Callable, Iterable
 
 from celery import Celery
 
-from dislock import LockContext, LockNotAcquiredError, acquire_locks
+from dislock import with_locks
 
 FOLDER = os.environ["CELERY_BROKER_FOLDER"]
 app = Celery("celery_beat", broker="filesystem://")
@@ -40,48 +38,21 @@ app.conf.update(
     worker_prefetch_multiplier=1,  # a worker busy importing leaves the reports to the others
 )
 
-OWNER = f"{socket.gethostname()}:{os.getpid()}"
-REPORT = LockContext(
-    url=os.environ["DATABASE_URL"],
-    table_parts=["key_value"],
-    lock_key="report",
-    owner=OWNER,
-    schedule="* * * * * */5",  # croniter's form: seconds last
-)
-IMPORT = LockContext(
-    url=os.environ["DATABASE_URL"],
-    table_parts=["key_value"],
-    lock_key="import",
-    owner=OWNER,
-    run_ttl_seconds=30,
-    lease_interval_seconds=10,
-)
 
-
+# Once per 5-second slot (croniter's form: seconds last), and one import at a time. A
+# worker that finds the lock taken skips the task.
+@with_locks("report", schedule="* * * * * */5", skip_held=True)
 def report() -> None:
     print(f"report ran at {time.time():.3f}", flush=True)
 
 
+@with_locks("import", run_ttl_seconds=30, skip_held=True)
 def long_import() -> None:
     print(f"import started at {time.time():.3f}", flush=True)
     time.sleep(7)
     print(f"import ended at {time.time():.3f}", flush=True)
 
 
-def locked(
-    context: LockContext, strategies: Iterable[str], job: Callable[[], None]
-) -> Callable[[], None]:
-    """``job`` under the locks; nothing when another worker holds them."""
-
-    def run() -> None:
-        try:
-            with acquire_locks(context, strategies):
-                job()
-        except LockNotAcquiredError:
-            pass  # another worker has this slot, or is importing
-
-    return run
-
-
-app.task(name="report")(locked(REPORT, ["schedule"], report))
-app.task(name="import")(locked(IMPORT, ["lease"], long_import))
+# Registered as Celery tasks by name, which the beat schedule above sends.
+app.task(name="report")(report)
+app.task(name="import")(long_import)

@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from functools import partial, wraps
 from time import monotonic
 from types import TracebackType
-from typing import Any, ParamSpec, Protocol, TypeAlias, TypeVar
+from typing import Any, Literal, ParamSpec, Protocol, TypeAlias, TypeVar, overload
 
 import psycopg
 from psycopg.sql import Composed
@@ -931,11 +931,62 @@ def acquire_unguarded(context: LockContext, strategies: str | Iterable[str]) -> 
     return _Acquisition(context, strategies, cancel_on_loss=False)
 
 
+class _SkipWhenHeld:
+    """``with_locks(..., skip_held=True)``: a decorator whose calls, when another
+    owner holds a lock, do nothing and return None instead of raising, as a
+    scheduler's job on every replica but one should.  Only the acquisition's own
+    refusal is swallowed, never an error of the function's."""
+
+    def __init__(self, acquisition: _Acquisition) -> None:
+        self._acquisition = acquisition
+
+    def __call__(self, func: Callable[P, R]) -> Callable[P, R | None]:
+        @wraps(func)
+        def guarded(*args: P.args, **kwargs: P.kwargs) -> R | None:
+            with ExitStack() as stack:
+                try:
+                    enter_exit_first(stack, self._acquisition._for_one_call())
+                except LockNotAcquiredError as refused:
+                    _skipped(func, refused)
+                    return None
+                return func(*args, **kwargs)
+
+        return guarded
+
+
+def _skipped(func: Callable[..., object], refused: LockNotAcquiredError) -> None:
+    # A lock delay holds up every key of the table, not just this one: say it louder.
+    level = logging.WARNING if isinstance(refused, LockDelayedError) else logging.INFO
+    logger.log(level, "skipped %s: %s", getattr(func, "__qualname__", func), refused)
+
+
+@overload
 def with_locks(
     context: LockContext | str,
     strategies: str | Iterable[str] | None = None,
+    *,
+    skip_held: Literal[False] = False,
     **settings: Any,
-) -> _Acquisition:
+) -> _Acquisition: ...
+
+
+@overload
+def with_locks(
+    context: LockContext | str,
+    strategies: str | Iterable[str] | None = None,
+    *,
+    skip_held: Literal[True],
+    **settings: Any,
+) -> _SkipWhenHeld: ...
+
+
+def with_locks(
+    context: LockContext | str,
+    strategies: str | Iterable[str] | None = None,
+    *,
+    skip_held: bool = False,
+    **settings: Any,
+) -> _Acquisition | _SkipWhenHeld:
     """Decorate a function so that each call runs only while its locks are held.
 
     The 0.1.0 form, ``@with_locks(context, strategies)``, is
@@ -947,7 +998,9 @@ def with_locks(
     ``schedule`` (or ``next_run_time``), a lease with ``run_ttl_seconds``, both
     with both.  The short form makes a new owner token for each call (unless
     ``owner`` is given), so that processes forked after decorating never share
-    one.  A call whose lock is held elsewhere raises ``LockNotAcquiredError``.
+    one.  A call whose lock is held elsewhere raises ``LockNotAcquiredError``;
+    with ``skip_held=True`` it returns None instead (logged at INFO, a lock delay
+    at WARNING), which is what a job scheduled on every replica wants.
     """
     fresh_owner = isinstance(context, str) and "owner" not in settings
     if isinstance(context, str):
@@ -959,4 +1012,5 @@ def with_locks(
             "they belong in the LockContext"
         )
     chosen = strategies_for(context) if strategies is None else strategies
-    return _Acquisition(context, chosen, fresh_owner=fresh_owner)
+    acquisition = _Acquisition(context, chosen, fresh_owner=fresh_owner)
+    return _SkipWhenHeld(acquisition) if skip_held else acquisition

@@ -43,7 +43,7 @@ from dislock.core.preparing import (
     Preparation,
     prepare_threshold,
 )
-from dislock.core.renewal import Batch, Renewal, RenewalPlan, report_renewal
+from dislock.core.renewal import Batch, Renewal, RenewalPlan, new_deadlines, report_renewal
 from dislock.core.supervision import LOSS_LOGGER
 from dislock.core.timeouts import CANCEL_GRACE, RENEWER_STOP_TIMEOUT, STATEMENT_FLOOR
 
@@ -411,6 +411,9 @@ class Renewer:
                     return
                 lost = self.plan.settle(batch, sent_at=sent_at, now=monotonic(), renewed=renewed)
                 self._sending_since = None
+                followers = new_deadlines(batch)
+            for follow, deadline in followers:
+                follow(deadline)
             took = monotonic() - sent_at
             logger.debug("renewed %s in %.1f ms", _leases(batch), took * 1000)
             report_renewal(batch, took)

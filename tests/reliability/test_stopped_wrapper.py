@@ -224,7 +224,7 @@ def test_a_stopped_wrapper_does_not_keep_its_command_past_the_deadline(
     frozen_wall = time.time()
     frozen = time.monotonic()
     wrapper.send_signal(signal.SIGSTOP)
-    dead = wait_dead(first.pid, TTL + 30)
+    dead = wait_dead(first.pid, TTL + 10)
     sleep_until(frozen + TTL)
     contender = run_contender(env, second.path)
     wrapper.send_signal(signal.SIGCONT)
@@ -302,7 +302,7 @@ def test_a_wrapper_blocked_on_a_full_stderr_does_not_keep_its_command_past_the_d
                 assert time.monotonic() < deadline, "the wrapper never wrote to stderr"
                 time.sleep(0.02)
             holder.rollback()
-        dead = wait_dead(first.pid, TTL + 30)
+        dead = wait_dead(first.pid, TTL + 10)
         sleep_until(frozen + TTL)
         contender = run_contender(env, second.path)
         stderr = drain(read, wrapper, timeout=60)

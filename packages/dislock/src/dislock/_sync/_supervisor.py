@@ -18,9 +18,10 @@ on a full pipe) while the row expires.  A guard (``dislock.core.guard``) covers
 both: a small process of the wrapper's own interpreter, outside the group,
 reading a pipe whose only writer is the wrapper.  The kernel closes the pipe
 when the wrapper dies, however it dies; the guard then reads end-of-file and
-SIGKILLs the group.  The renewer writes the lease's new local deadline to it
-after each renewal; the guard SIGKILLs the group once that deadline (and
-``guard_lag`` more) passes without news, whatever the wrapper is doing.  A
+SIGKILLs the group.  Under ``TERMINATE``, the renewer writes the lease's new
+local deadline to it after each renewal; the guard SIGKILLs the group once that
+deadline (and ``guard_lag`` more) passes without news, whatever the wrapper is
+doing.  A
 wrapper that can still act stops the command itself at the deadline, as before,
 and tells the guard to wait out the grace.  Both the guard and the command are
 started without running Python in the forked child, which lets Python use
@@ -44,7 +45,6 @@ import contextlib
 import ctypes
 import errno
 import logging
-import math
 import os
 import shutil
 import signal
@@ -358,7 +358,8 @@ def supervise(
             return LEASE_LOST_EXIT_CODE
         guard = Guard.start(run_token)
         lag = 0.0
-        if guard is not None and lease is not None:
+        if guard is not None and lease is not None and policy is LeaseLossPolicy.TERMINATE:
+            # (Under CONTINUE a lost lease does not stop the command: nor does its deadline.)
             lag = guard_lag(lease.settings.ttl)
             guard.follow(lease, lag)
         try:
@@ -440,7 +441,7 @@ def _watch(
             deadline = lease.deadline
             timeout = None if deadline is None else max(deadline - monotonic(), 0.001)
             code = child.wait_or(lease.lease_lost, timeout)
-        if lease is not None and guard is not None:
+        if lease is not None and guard is not None and policy is LeaseLossPolicy.TERMINATE:
             # A command SIGKILLed may be the guard's doing: it exits right after.
             patience = _GUARD_VERDICT_PATIENCE if code == -signal.SIGKILL else 0.0
             if guard.killed_at_deadline(patience):
@@ -473,8 +474,6 @@ def _watch(
                 )
                 _finish_stop(child, KILL_GRACE, started)
                 return LEASE_LOST_EXIT_CODE
-            if guard is not None:
-                guard.kill_at(math.inf)  # the policy lets the command run on
             _report_loss(lease, f"{argv[0]} keeps running (lease loss policy: continue)")
             lease = None  # CONTINUE: stop checking
 

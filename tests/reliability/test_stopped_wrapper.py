@@ -332,3 +332,34 @@ def test_a_wrapper_that_keeps_renewing_keeps_its_command(
     assert stderr == b""
     times = beats.times()
     assert times[-1] - times[0] >= 3 * TTL
+
+
+def test_a_run_inside_a_stopped_run_is_killed_by_the_outer_deadline(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """``dislock`` running ``dislock`` (another lock, a long TTL): the outer wrapper
+    stopped, its guard kills the outer group, the inner wrapper with it, and the inner
+    guard, seeing its wrapper die, the inner command."""
+    beats = Beats(tmp_path / "inner")
+    inner = [
+        "env",
+        f"LOCK_KEY={env['LOCK_KEY']}-inner",
+        "RUN_LOCK_TTL_SECONDS=60",
+        "LOCK_LEASE_INTERVAL=5",
+        *DISLOCK,
+        "DATABASE_URL",
+        *beat_command(beats.path, 600),
+    ]
+    outer = start_wrapper("cli", env, inner, subprocess.PIPE)
+    beats.wait_running()
+    time.sleep(INTERVAL * 2)
+    frozen_wall, frozen = time.time(), time.monotonic()
+    outer.send_signal(signal.SIGSTOP)
+    dead = wait_dead(beats.pid, TTL + 10)
+    outer.send_signal(signal.SIGCONT)
+    _, stderr = outer.communicate(timeout=60)
+    assert_bounded(beats, frozen_wall, frozen, dead)
+    assert outer.returncode == 75, stderr
+    lines = stderr_lines(stderr)
+    assert len(lines) == 1, lines
+    assert "deadline passed while the wrapper was stopped" in lines[0]

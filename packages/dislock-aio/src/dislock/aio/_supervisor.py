@@ -19,11 +19,10 @@ when the wrapper dies, however it dies; the guard then reads end-of-file and
 SIGKILLs the group.  Under ``TERMINATE``, the renewer writes the lease's new
 local deadline to it after each renewal; the guard SIGKILLs the group once that
 deadline (and ``guard_lag`` more) passes without news, whatever the wrapper is
-doing.  A
-wrapper that can still act stops the command itself at the deadline, as before,
-and tells the guard to wait out the grace.  Both the guard and the command are
-started without running Python in the forked child, which lets Python use
-``vfork``.  Where the guard cannot be started (no interpreter file to run, as in
+doing.  A wrapper that can still act stops the command itself at the deadline,
+as before, and tells the guard to wait out the grace.  Both the guard and the
+command are started without running Python in the forked child, which lets
+Python use ``vfork``.  Where the guard cannot be started (no interpreter file to run, as in
 a frozen application), the command falls back to the parent-death signal
 (Linux), and no deadline binds it from outside.
 

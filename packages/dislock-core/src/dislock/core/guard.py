@@ -6,8 +6,9 @@ the lease's local deadline passes without the wrapper pushing it forward, whatev
 state the wrapper is in (stopped, traced, blocked writing to a full pipe).  The
 wrapper starts it as ``python -I -S`` on this file, with the wrapper's own
 interpreter: isolated from the environment's Python settings and without ``site``,
-it starts in a few milliseconds and imports only built-in modules (dislock is not
-on its path).  It runs no other program, so no ``PATH`` is consulted.
+it costs little more than the interpreter's own start and imports only a few
+standard modules (dislock is not on its path).  It runs no other program, so no
+``PATH`` is consulted.
 
 The wrapper writes lines to its standard input, a pipe whose only writer is the
 wrapper (``group_line``, ``until_line``, ``DONE``): the command's process group;
@@ -45,8 +46,6 @@ _IGNORED = ("SIGHUP", "SIGINT", "SIGQUIT", "SIGTERM", "SIGUSR1", "SIGUSR2")
 
 _SCAN_PASSES = 3
 _SCAN_PAUSE = 0.1
-
-
 _NEVER = float("inf")
 
 

@@ -47,6 +47,7 @@ from dislock.core.renewal import (
     RenewalPlan,
     count_failure,
     failure_summary,
+    new_deadlines,
     recovery_summary,
     report_renewal,
 )
@@ -442,6 +443,9 @@ class Renewer:
                 lost = self.plan.settle(batch, sent_at=sent_at, now=now, renewed=renewed)
                 recovered = recovery_summary(batch, now)
                 self._sending_since = None
+                followers = new_deadlines(batch)
+            for follow, deadline in followers:
+                follow(deadline)
             if recovered is not None:
                 logger.warning("%s", recovered)
             took = monotonic() - sent_at

@@ -30,6 +30,11 @@ ATTEMPT_FLOOR = 1.0
 """A renewal statement is never cancelled sooner than this, deadline permitting."""
 
 
+def safety_margin(ttl: float) -> float:
+    """How long before the row can expire the lease's local deadline comes."""
+    return min(ttl * SAFETY_MARGIN_RATIO, SAFETY_MARGIN_MAX)
+
+
 class LeaseSettings(NamedTuple):
     """The lease-specific part of a LockContext, checked to be present."""
 
@@ -64,7 +69,7 @@ class LeaseClock:
     def __init__(self, settings: LeaseSettings, *, acquired_at: float) -> None:
         """``acquired_at``: monotonic time just before the acquiring statement was sent."""
         self.settings = settings
-        self.margin = min(settings.ttl * SAFETY_MARGIN_RATIO, SAFETY_MARGIN_MAX)
+        self.margin = safety_margin(settings.ttl)
         # A heartbeat as slow as the TTL (allowed: interval <= TTL) would renew
         # only after the deadline; at least two heartbeats fit in every lease.
         self.cadence = min(settings.interval, (settings.ttl - self.margin) / 2)

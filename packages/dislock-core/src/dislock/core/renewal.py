@@ -44,7 +44,16 @@ listener must be quick.  One that raises is logged and skipped; the renewer goes
 class Renewal:
     """One held lease, as the renewer sees it."""
 
-    __slots__ = ("clock", "failing_since", "failures", "key", "owner", "reported", "table_parts")
+    __slots__ = (
+        "clock",
+        "failing_since",
+        "failures",
+        "key",
+        "on_renewed",
+        "owner",
+        "reported",
+        "table_parts",
+    )
 
     def __init__(
         self, *, key: str, owner: str, table_parts: tuple[str, ...], clock: LeaseClock
@@ -59,6 +68,10 @@ class Renewal:
         """Attempts that failed since it was last renewed."""
         self.failing_since = 0.0
         """When the first of them failed (monotonic clock)."""
+        self.on_renewed: Callable[[float], None] | None = None
+        """Told the lease's new local deadline after each renewal that succeeded,
+        by the renewer itself (the supervisor passes it on to the command's guard):
+        it must be quick and never raise."""
 
     def __repr__(self) -> str:
         return f"Renewal({self.key!r}, owner={self.owner!r})"
@@ -206,6 +219,16 @@ def failure_summary(renewal: Renewal, now: float) -> str | None:
         return None
     seconds = now - renewal.failing_since
     return f"renewal of lease {renewal.key} failed {count} times over {seconds:.1f} s"
+
+
+def new_deadlines(batch: Batch) -> list[tuple[Callable[[float], None], float]]:
+    """The ``on_renewed`` calls a batch that succeeded makes: each still-held lease's
+    new deadline, to its follower."""
+    return [
+        (r.on_renewed, r.clock.deadline)
+        for r in batch.renewals
+        if r.on_renewed is not None and not r.clock.lost
+    ]
 
 
 def report_renewal(batch: Batch, seconds: float) -> None:

@@ -303,6 +303,14 @@ class LeaseLock:
         held = self._held
         return None if held is None else held.clock.deadline
 
+    def follow_deadline(self, follower: Callable[[float], None] | None) -> None:
+        """While held, have the renewer call ``follower`` with the new deadline after
+        each renewal that succeeds (from its own thread or task: it must be quick and
+        never raise); None stops it.  The supervisor keeps the command's guard told."""
+        held = self._held
+        if held is not None:
+            held.renewal.on_renewed = follower
+
     @property
     def lost_reason(self) -> str | None:
         """Why the latest acquisition was lost (None while it is not)."""

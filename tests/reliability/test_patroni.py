@@ -42,7 +42,7 @@ TTL, INTERVAL = 5.0, 0.5  # the lease of holders and contenders
 EVERY = 0.5  # a contender this often
 # The longest TTL the table has seen, hence the lock delay after a failover: long
 # enough for a poll of ``dislockctl check`` to see the delay on a loaded machine.
-DELAY_TTL = 10.0
+DELAY_TTL = 15.0
 
 # JOB's records, for a command that runs until the test creates a file (argv[3]):
 # the switchover test ends its holder once the holder has renewed on the new primary.
@@ -169,18 +169,50 @@ class Contenders:
             self._stop.wait(EVERY)
 
     def ran_after(self, instant: float) -> bool:
-        """Whether a contender's command has started after ``instant``."""
+        """Whether a contender's command has started after ``instant`` (and ended)."""
         return any(
-            (i := run.interval) is not None and i[0] > instant and run.process.poll() is not None
+            run.process.poll() is not None and (i := run.interval) is not None and i[0] > instant
             for run in list(self.runs)
         )
 
     def stop(self) -> list[Run]:
+        """No more contenders; waits for the running ones (they end on their own)."""
         self._stop.set()
         self._thread.join(timeout=60)
         for run in self.runs:
             run.wait()
         return self.runs
+
+
+class Scenario:
+    """A holder and its contenders; ``finish`` stops them and prints the test's
+    ``[patroni]`` line, also when the test failed half-way (``scenario`` fixture)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.holder: Run | None = None
+        self.contenders: Contenders | None = None
+        self.notes: list[str] = []
+        self.finished = False
+
+    def finish(self) -> tuple[list[Run], list[tuple[str, str, float]]]:
+        runs = self.contenders.stop() if self.contenders else []
+        if self.holder is not None and self.holder.process.poll() is None:
+            self.holder.process.kill()  # the test failed before the holder ended
+            self.holder.wait()
+        every = [self.holder, *runs] if self.holder else runs
+        found = overlaps(every)
+        if not self.finished:
+            self.finished = True
+            report(f"{self.name} ({', '.join(self.notes)})", self.holder, runs, found)
+        return runs, found
+
+
+@pytest.fixture
+def scenario(request: pytest.FixtureRequest) -> Iterator[Scenario]:
+    current = Scenario(request.node.name)
+    yield current
+    current.finish()
 
 
 def poll(condition: Callable[[], object], timeout: float, what: str) -> None:
@@ -198,7 +230,7 @@ def overlaps(runs: list[Run]) -> list[tuple[str, str, float]]:
         for b in runs[i + 1 :]:
             measured = overlap(a.interval, b.interval)
             if measured > 0:
-                found.append((a.record.stem, b.record.stem, measured))
+                found.append((a.record.stem, b.record.stem, round(measured, 3)))
     return found
 
 
@@ -210,7 +242,9 @@ def report(scenario: str, holder: Run | None, contenders: list[Run], found: obje
         f"\n[patroni] {scenario}: overlaps {found}, holder exit {holder_exit},"
         f" contenders {len(contenders)} ({ran} ran their command), {len(failed)} exited non-zero"
     )
-    for run in failed[:5]:
+    if holder is not None and holder.process.returncode:
+        print(f"  holder: {holder.stderr.strip()[-400:]}")
+    for run in failed[:3]:
         print(f"  {run.record.stem} exit {run.process.returncode}: {run.stderr.strip()[-300:]}")
 
 
@@ -250,7 +284,7 @@ def wait_new_leader(cluster: PatroniCluster, old: Node, timeout: float = 90.0) -
 
 
 def test_a_lease_longer_than_a_switchover_is_kept(
-    cluster: PatroniCluster, table: str, tmp_path: Path
+    cluster: PatroniCluster, table: str, tmp_path: Path, scenario: Scenario
 ) -> None:
     """``patronictl switchover``: the old leader shuts down cleanly (every row reached
     the candidate), the candidate is promoted; the holder, whose TTL exceeds the time
@@ -262,36 +296,50 @@ def test_a_lease_longer_than_a_switchover_is_kept(
     candidate = next(node for node in cluster.nodes if node is not old)
     enough = tmp_path / "enough"
     holder = wrapper(cluster.url, table, tmp_path, "holder", seconds=120, ttl=ttl, until=enough)
+    scenario.holder = holder
     wait_for(holder.record, timeout=60)
-    contenders = Contenders(lambda name: wrapper(cluster.url, table, tmp_path, name, seconds=0.5))
+    scenario.contenders = Contenders(
+        lambda name: wrapper(cluster.url, table, tmp_path, name, seconds=0.5)
+    )
     watch = PrimaryWatch(cluster.url)
-    asked = time.monotonic()
     switched = cluster.patronictl(
         "switchover", "--leader", old.name, "--candidate", candidate.name, "--force"
     )
-    switch_took = time.monotonic() - asked
     assert switched.returncode == 0, switched.stdout + switched.stderr
     poll(lambda: cluster.leader() is candidate, 60, f"{candidate.name} to accept writes")
     without_primary = watch.stop()
+    scenario.notes.append(f"{without_primary:.1f} s with no primary")
     renewed = "reconnected to a server on timeline"
     poll(lambda: renewed in holder.stderr, 60, "the holder to renew on the new primary")
     enough.touch()
     holder.wait()
     holder_end = time.time()
-    poll(lambda: contenders.ran_after(holder_end), 60, "a contender to run after the holder")
-    runs = contenders.stop()
-    found = overlaps([holder, *runs])
-    setup = f"switchover ({without_primary:.1f} s with no primary, patronictl {switch_took:.1f} s)"
-    report(setup, holder, runs, found)
+    poll(
+        lambda: scenario.contenders and scenario.contenders.ran_after(holder_end),
+        90,
+        "a contender to run after the holder",
+    )
+    runs, found = scenario.finish()
     assert without_primary < ttl, "the switchover took longer than the lease: no test"
     assert found == []
     assert holder.process.returncode == 0, holder.stderr  # the lease was kept
     assert [run.process.returncode for run in runs if run.process.returncode] == []
 
 
+def crash_leader_and_wait(cluster: PatroniCluster, scenario: Scenario) -> Node:
+    """Crash the leader; the new leader, once it accepts writes."""
+    old = cluster.leader()
+    assert old is not None
+    cluster.crash(old)
+    crashed = time.monotonic()
+    new = wait_new_leader(cluster, old)
+    scenario.notes.append(f"{time.monotonic() - crashed:.1f} s with no primary")
+    return new
+
+
 @pytest.mark.parametrize("through", ["multi-host URL", "HAProxy"])
 def test_a_crashed_leader_hands_the_lease_on_only_after_its_holder_stopped(
-    cluster: PatroniCluster, table: str, tmp_path: Path, through: str
+    cluster: PatroniCluster, table: str, tmp_path: Path, scenario: Scenario, through: str
 ) -> None:
     """Patroni and the postmaster of the leader are killed: a replica takes over
     once the leader key expires (Patroni's ttl, longer than the lease).  The holder
@@ -304,38 +352,34 @@ def test_a_crashed_leader_hands_the_lease_on_only_after_its_holder_stopped(
         cluster.start_haproxy()
         url = cluster.haproxy_url
     warm_up(cluster, url, table, tmp_path)
-    old = cluster.leader()
-    assert old is not None
     holder = wrapper(url, table, tmp_path, "holder", seconds=60.0)
+    scenario.holder = holder
     wait_for(holder.record, timeout=60)
-    contenders = Contenders(lambda name: wrapper(url, table, tmp_path, name, seconds=0.5))
-    cluster.crash(old)
-    crashed = time.time()
-    wait_new_leader(cluster, old)
-    promoted = time.time()
-    delays: list[str] = []
-
-    def delay_shown() -> bool:
-        result = check(url, table)
-        delays.append(result.stdout + result.stderr)
-        return "lock delay after failover: no takeover" in result.stdout
-
-    poll(delay_shown, 60, "dislockctl check to show the lock delay")
+    scenario.contenders = Contenders(lambda name: wrapper(url, table, tmp_path, name, seconds=0.5))
+    crash_leader_and_wait(cluster, scenario)
+    # From the promotion until the delay ends (DELAY_TTL after the first lock taken
+    # on the new timeline), check names it: "... starts a lock delay after
+    # failover", then "lock delay after failover: no takeover until it ends ...".
+    poll(
+        lambda: "lock delay after failover" in check(url, table).stdout,
+        60,
+        "dislockctl check to show the lock delay",
+    )
     holder.wait()
     holder_end = time.time()
-    poll(lambda: contenders.ran_after(holder_end), 90, "a contender to run after the holder")
-    runs = contenders.stop()
-    found = overlaps([holder, *runs])
-    report(
-        f"crash through {through} ({promoted - crashed:.1f} s with no primary)", holder, runs, found
+    poll(
+        lambda: scenario.contenders and scenario.contenders.ran_after(holder_end),
+        90,
+        "a contender to run after the holder",
     )
+    runs, found = scenario.finish()
     assert found == []
     assert holder.process.returncode in (0, 75), holder.stderr
     assert [run.process.returncode for run in runs if run.process.returncode] == []
 
 
 def test_a_frozen_leader_demoted_when_it_wakes_lets_no_one_overlap(
-    cluster: PatroniCluster, table: str, tmp_path: Path
+    cluster: PatroniCluster, table: str, tmp_path: Path, scenario: Scenario
 ) -> None:
     """The leader's Patroni and PostgreSQL are stopped (SIGSTOP) past Patroni's ttl:
     the clients see a partition, a replica takes over; then they are continued and
@@ -346,8 +390,11 @@ def test_a_frozen_leader_demoted_when_it_wakes_lets_no_one_overlap(
     old = cluster.leader()
     assert old is not None
     holder = wrapper(cluster.url, table, tmp_path, "holder", seconds=60.0)
+    scenario.holder = holder
     wait_for(holder.record, timeout=60)
-    contenders = Contenders(lambda name: wrapper(cluster.url, table, tmp_path, name, seconds=0.5))
+    scenario.contenders = Contenders(
+        lambda name: wrapper(cluster.url, table, tmp_path, name, seconds=0.5)
+    )
     frozen = cluster.freeze(old)
     try:
         wait_new_leader(cluster, old, timeout=PATRONI_TTL + 90)
@@ -355,13 +402,15 @@ def test_a_frozen_leader_demoted_when_it_wakes_lets_no_one_overlap(
         cluster.thaw(frozen)
     woke = time.monotonic()
     poll(lambda: old.rest("/primary")[0] not in (0, 200), 60, f"{old.name} to be demoted")
-    demoted_after = time.monotonic() - woke  # an upper bound
+    scenario.notes.append(f"demoted <= {time.monotonic() - woke:.2f} s after waking")
     holder.wait()
     holder_end = time.time()
-    poll(lambda: contenders.ran_after(holder_end), 90, "a contender to run after the holder")
-    runs = contenders.stop()
-    found = overlaps([holder, *runs])
-    report(f"frozen leader (demoted ≤ {demoted_after:.2f} s after waking)", holder, runs, found)
+    poll(
+        lambda: scenario.contenders and scenario.contenders.ran_after(holder_end),
+        90,
+        "a contender to run after the holder",
+    )
+    runs, found = scenario.finish()
     assert found == []
     assert holder.process.returncode in (0, 75), holder.stderr
     assert [run.process.returncode for run in runs if run.process.returncode] == []
@@ -371,7 +420,7 @@ ACQUIRED = re.compile(r"acquired schedule slot \S+ until (\S+)")
 
 
 def test_no_schedule_slot_starts_twice_across_a_crash(
-    cluster: PatroniCluster, table: str, tmp_path: Path
+    cluster: PatroniCluster, table: str, tmp_path: Path, scenario: Scenario
 ) -> None:
     """Schedule slots of 5 s, a wrapper every 0.5 s, the leader crashes: every slot
     that started, started once (by the slot each wrapper logged it took, and by the
@@ -401,18 +450,15 @@ def test_no_schedule_slot_starts_twice_across_a_crash(
             taken += ACQUIRED.findall(run.stderr)
         return taken
 
-    wrappers = Contenders(slot_wrapper)
-    poll(lambda: len(set(slots_taken())) >= 2, 60, "two slots taken before the crash")
-    old = cluster.leader()
-    assert old is not None
-    cluster.crash(old)
-    wait_new_leader(cluster, old)
+    wrappers = scenario.contenders = Contenders(slot_wrapper)
+    poll(lambda: len(set(slots_taken())) >= 2, 90, "two slots taken before the crash")
+    crash_leader_and_wait(cluster, scenario)
     promoted = time.time()
     poll(lambda: len(set(slots_taken(promoted))) >= 2, 90, "two slots taken after the failover")
-    runs = wrappers.stop()
+    runs, _ = scenario.finish()
     taken = slots_taken()
     twice = sorted({slot for slot in taken if taken.count(slot) > 1})
     commands = sum(run.interval is not None for run in runs)
-    report(f"schedule slots across a crash ({len(set(taken))} slots)", None, runs, twice)
+    print(f"  slots taken {len(set(taken))}, started twice {twice}, commands run {commands}")
     assert twice == []
     assert commands == len(taken)  # every command that ran had a slot of its own

@@ -17,6 +17,7 @@ after a sleep.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import pwd
@@ -158,10 +159,13 @@ class PatroniCluster:
     # --- processes
 
     def _log(self, name: str) -> Any:
-        return open(self.root / f"{name}.log", "ab")  # noqa: SIM115 (the child owns it)
+        return open(self.root / f"{name}.log", "ab")
 
     def _start_etcd(self) -> None:
-        client, peer = f"http://127.0.0.1:{self.etcd_port}", f"http://127.0.0.1:{self.etcd_peer_port}"
+        client, peer = (
+            f"http://127.0.0.1:{self.etcd_port}",
+            f"http://127.0.0.1:{self.etcd_peer_port}",
+        )
         with self._log("etcd") as log:
             self.etcd = subprocess.Popen(
                 [
@@ -296,7 +300,8 @@ class PatroniCluster:
             return self.haproxy_port
         self.haproxy_port = free_port()
         servers = "\n".join(
-            f"    server {n.name} 127.0.0.1:{n.pg_port} check port {n.rest_port}" for n in self.nodes
+            f"    server {n.name} 127.0.0.1:{n.pg_port} check port {n.rest_port}"
+            for n in self.nodes
         )
         config = self.root / "haproxy.cfg"
         config.write_text(
@@ -478,7 +483,7 @@ class PrimaryWatch:
         self._stop.set()
         self._thread.join(timeout=30)
         marks = self.successes
-        return max((b - a for a, b in zip(marks, marks[1:], strict=False)), default=0.0)
+        return max((b - a for a, b in itertools.pairwise(marks)), default=0.0)
 
 
 def _alive(pid: int) -> bool:

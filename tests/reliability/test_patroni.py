@@ -2,9 +2,9 @@
 
 The cluster (``tests.support.patroni``) is started once for the module.  In each
 test a holder runs a command under a lease through the ``dislock`` wrapper while a
-contender is started every 0.5 s on the same key, all on a multi-host URL with
-``target_session_attrs=read-write`` (or through HAProxy); then Patroni switches
-over, the leader crashes, or the leader freezes.  Every command records its own
+contender is started every 0.5 s (at most four at once) on the same key, all on a
+multi-host URL with ``target_session_attrs=read-write`` (or through HAProxy); then
+Patroni switches over, the leader crashes, or the leader freezes.  Every command records its own
 start and end (``JOB``, the wall clock this machine's processes share), and the
 overlap of every pair of runs is asserted to be none.
 
@@ -42,7 +42,7 @@ TTL, INTERVAL = 5.0, 0.5  # the lease of holders and contenders
 EVERY = 0.5  # a contender this often
 # The longest TTL the table has seen, hence the lock delay after a failover: long
 # enough for a poll of ``dislockctl check`` to see the delay on a loaded machine.
-DELAY_TTL = 15.0
+DELAY_TTL = 10.0
 
 # JOB's records, for a command that runs until the test creates a file (argv[3]):
 # the switchover test ends its holder once the holder has renewed on the new primary.
@@ -385,16 +385,16 @@ def test_a_frozen_leader_demoted_when_it_wakes_lets_no_one_overlap(
     the clients see a partition, a replica takes over; then they are continued and
     Patroni demotes the old leader (on etcd's v2 API, see tests.support.patroni).
     No two commands overlap, including in the moment the old leader is awake and
-    still a primary."""
-    warm_up(cluster, cluster.url, table, tmp_path)
+    still a primary.  The URL names the frozen leader first, so that every client
+    meets the partition (the connection is accepted by the kernel, then nothing)."""
     old = cluster.leader()
     assert old is not None
-    holder = wrapper(cluster.url, table, tmp_path, "holder", seconds=60.0)
+    url = cluster.url_trying_first(old)
+    warm_up(cluster, url, table, tmp_path)
+    holder = wrapper(url, table, tmp_path, "holder", seconds=60.0)
     scenario.holder = holder
     wait_for(holder.record, timeout=60)
-    scenario.contenders = Contenders(
-        lambda name: wrapper(cluster.url, table, tmp_path, name, seconds=0.5)
-    )
+    scenario.contenders = Contenders(lambda name: wrapper(url, table, tmp_path, name, seconds=0.5))
     frozen = cluster.freeze(old)
     try:
         wait_new_leader(cluster, old, timeout=PATRONI_TTL + 90)
@@ -422,9 +422,9 @@ ACQUIRED = re.compile(r"acquired schedule slot \S+ until (\S+)")
 def test_no_schedule_slot_starts_twice_across_a_crash(
     cluster: PatroniCluster, table: str, tmp_path: Path, scenario: Scenario
 ) -> None:
-    """Schedule slots of 5 s, a wrapper every 0.5 s, the leader crashes: every slot
-    that started, started once (by the slot each wrapper logged it took, and by the
-    commands that ran)."""
+    """Schedule slots of 5 s, a wrapper every 0.5 s (at most four at once), the
+    leader crashes: every slot that started, started once (by the slot each wrapper
+    logged it took, and by the commands that ran)."""
     url = cluster.url
     warm_up(cluster, url, table, tmp_path)
 
@@ -451,7 +451,7 @@ def test_no_schedule_slot_starts_twice_across_a_crash(
         return taken
 
     wrappers = scenario.contenders = Contenders(slot_wrapper)
-    poll(lambda: len(set(slots_taken())) >= 2, 90, "two slots taken before the crash")
+    poll(lambda: slots_taken(), 90, "a slot taken before the crash")
     crash_leader_and_wait(cluster, scenario)
     promoted = time.time()
     poll(lambda: len(set(slots_taken(promoted))) >= 2, 90, "two slots taken after the failover")

@@ -361,7 +361,12 @@ listen primary
     @property
     def url(self) -> str:
         """Every node in one multi-host URL, as a client of a Patroni cluster lists them."""
-        hosts = ",".join(f"127.0.0.1:{n.pg_port}" for n in self.nodes)
+        return self.url_trying_first(self.nodes[0])
+
+    def url_trying_first(self, node: Node) -> str:
+        """The multi-host URL with ``node`` first: libpq tries the hosts in order."""
+        ordered = [node, *(n for n in self.nodes if n is not node)]
+        hosts = ",".join(f"127.0.0.1:{n.pg_port}" for n in ordered)
         return f"postgresql://postgres@{hosts}/postgres?target_session_attrs=read-write"
 
     @property

@@ -69,15 +69,17 @@ def _enter_hub(context: LockContext) -> Hub:
     return enter_hub(context.url, context.connect_timeout_seconds)
 
 
-def _slot_end(context: LockContext) -> SlotEnd | None:
-    """The end of the slot a schedule lock is taking, which its patience never
-    outlasts (by the local clock; the database's is not known before connecting)."""
-    now = datetime.now(timezone.utc)
+def _slot_end(context: LockContext, started_at: datetime) -> SlotEnd | None:
+    """The end of the slot a schedule lock started taking at ``started_at``, which
+    its patience never outlasts (by the local clock; the database's is not known
+    before connecting)."""
     ends_at = context.next_run_time
     zone = context.cron_zone
     if ends_at is None and context.schedule is not None and zone is not None:
-        ends_at = slot_end(context.schedule, now, zone.tz)
-    return None if ends_at is None else SlotEnd(context.lock_key, ends_at, now)
+        ends_at = slot_end(context.schedule, started_at, zone.tz)
+    return (
+        None if ends_at is None else SlotEnd(context.lock_key, ends_at, datetime.now(timezone.utc))
+    )
 
 
 def acquire(
@@ -154,8 +156,11 @@ class ScheduleLock:
         # The connection is given back at once: a slot needs nothing while the job runs.
         hub = _enter_hub(context)
         # One patience for every connection on the way to the decision, until the slot ends.
+        # (The slot is that of the instant the lock started, computed only if needed.)
         patience = ConnectPatience(
-            context.connect_patience_seconds, monotonic(), slot=partial(_slot_end, context)
+            context.connect_patience_seconds,
+            monotonic(),
+            slot=partial(_slot_end, context, datetime.now(timezone.utc)),
         )
         claim = partial(acquire, hub, timeout=timeout, context=context, patience=patience)
         try:

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from dislock.core.failover import LONGEST_TTL_KEY, TIMELINE_KEY
+from dislock.core.failover import TIMELINE_KEY, TTL_KEY_PREFIX
 from dislock.core.sql import create_table_sql
 from tests.cli.conftest import DISLOCK, wait_for
 from tests.reliability.test_failover import JOB, overlap
@@ -253,8 +253,10 @@ def warm_up(cluster: PatroniCluster, url: str, table: str, directory: Path) -> N
     TTL are recorded and replicated, as on any table dislock has been using."""
     run = wrapper(url, table, directory, "warm-up", seconds=0.0, key="warm-up", ttl=DELAY_TTL)
     assert run.wait() == 0, run.stderr
-    keys = ", ".join(f"'{key}'" for key in (TIMELINE_KEY, LONGEST_TTL_KEY))
-    cluster.wait_replicated(f"SELECT count(*) = 2 FROM {table} WHERE key IN ({keys})")
+    cluster.wait_replicated(
+        f"SELECT count(*) = 2 FROM {table}"
+        f" WHERE key = '{TIMELINE_KEY}' OR starts_with(key, '{TTL_KEY_PREFIX}')"
+    )
 
 
 def check(url: str, table: str) -> subprocess.CompletedProcess[str]:

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from dislock.core.dsn import connection_kwargs, redact_dsn, scrub
+from dislock.core.dsn import (
+    connection_kwargs,
+    host_count,
+    longest_connect_timeout,
+    redact_dsn,
+    scrub,
+)
 from dislock.core.sql import create_table_sql, lease_key, schedule_key, statements
 
 SECRET = "pa55:w@rd"
@@ -43,6 +49,17 @@ def test_connection_kwargs_leave_url_settings_alone() -> None:
     kwargs = connection_kwargs("postgresql://db/app?connect_timeout=30&application_name=x", 2)
     assert "connect_timeout" not in kwargs
     assert "application_name" not in kwargs
+
+
+def test_a_patient_try_sets_its_own_timeout_bounded_by_the_url() -> None:
+    url = "postgresql://db/app?connect_timeout=30"
+    assert connection_kwargs(url, 2, attempt_timeout=2.5)["connect_timeout"] == 3
+    assert longest_connect_timeout(url, 10) == 30
+    assert longest_connect_timeout("postgresql://db/app", 10) == 10
+    assert longest_connect_timeout("postgresql://db/app?connect_timeout=0", 10) == 10
+    assert host_count("postgresql://db/app") == 1
+    assert host_count("host=a,b,/run/postgresql port=1,2,3 dbname=app") == 3
+    assert host_count("dbname=app") == 1  # libpq's default host
 
 
 def test_keys_are_prefixed_by_mode() -> None:

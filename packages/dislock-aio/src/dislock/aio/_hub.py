@@ -19,7 +19,7 @@ import logging
 import math
 import select
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
 from time import monotonic
@@ -31,7 +31,14 @@ from psycopg.sql import SQL, Composed
 
 from dislock.core import sql
 from dislock.core.context import DEFAULT_CONNECT_TIMEOUT
-from dislock.core.dsn import connection_kwargs, error_line, parse_dsn, scrub
+from dislock.core.dsn import (
+    connection_kwargs,
+    error_line,
+    host_count,
+    longest_connect_timeout,
+    parse_dsn,
+    scrub,
+)
 from dislock.core.errors import StatementTimeout
 from dislock.core.failover import CURRENT_TIMELINE, timeline_change
 from dislock.core.patience import ConnectPatience
@@ -112,6 +119,9 @@ class Hub:
     def __init__(self, url: str, connect_timeout: float) -> None:
         self.url = url
         self.connect_timeout = connect_timeout
+        # What a patient try needs to share its time among the URL's hosts.
+        self._hosts = host_count(url)
+        self._longest_connect = longest_connect_timeout(url, connect_timeout)
         self.users = 0
         """Locks and ``keep_connected`` scopes using the hub (guarded by the registry)."""
         self.renewer = Renewer(self)
@@ -126,13 +136,19 @@ class Hub:
         """The current link's statement count, until it may prepare (``dislock.core.preparing``)."""
 
     async def execute(
-        self, statement: Composed | SQL, params: dict[str, Any], timeout: float
+        self,
+        statement: Composed | SQL,
+        params: dict[str, Any],
+        timeout: float,
+        patience: ConnectPatience | None = None,
     ) -> AsyncCursor[TupleRow]:
-        """Run one statement on the shared connection, cancelling it after ``timeout``."""
+        """Run one statement on the shared connection, cancelling it after ``timeout``;
+        a connection opened for it waits out failures within ``patience`` (that of the
+        acquisition the statement is part of), if given."""
         # if sync
         # started = monotonic()
         # endif
-        link = await self._usable_link()
+        link = await self._usable_link(patience)
         await self._allow_preparing(link)
         # Read before sending: another thread may turn preparing off meanwhile.
         preparing = link.conn.prepare_threshold is not None
@@ -155,7 +171,7 @@ class Hub:
         #     # was never sent, so it is safe to send again: on a new connection,
         #     # in the time left.
         #     self._retire(link)
-        #     link = self._usable_link()
+        #     link = self._usable_link(patience)
         #     left = timeout - (monotonic() - started)
         #     return link.execute(statement, params, max(left, STATEMENT_FLOOR))
         # endif
@@ -168,40 +184,49 @@ class Hub:
         """Open the shared connection now if it is not open."""
         await self._usable_link()
 
-    async def connect_patiently(self, patience: Callable[[], float]) -> None:
-        """Open the shared connection, waiting out refusals that say nothing about
-        the lock (too many connections, a restarting server) for up to
-        ``patience()`` seconds (asked only once refused: the first try costs
-        nothing extra); other failures, and the last refusal, are raised."""
-        started = monotonic()
-        state: ConnectPatience | None = None
-        while True:
-            try:
-                await self._usable_link()
-                return
-            except OperationalError as exc:
-                if state is None:
-                    state = ConnectPatience(patience(), started)
-                delay = state.next_delay(exc, monotonic())
-                if delay is None:
-                    raise
-                logger.info(
-                    "connection refused, retrying in %.2f s: %s",
-                    delay,
-                    scrub(" ".join(str(exc).split()), self.url),
-                )
-            await sleep(delay)
+    async def connect_patiently(self, patience: ConnectPatience) -> None:
+        """Have the shared connection open, waiting out failures that say nothing
+        about the lock (too many connections, a restarting server, a host that does
+        not answer, no primary yet) until ``patience``'s deadline; other failures,
+        and the last one, are raised."""
+        await self._usable_link(patience)
 
-    async def _usable_link(self) -> Link:
+    async def _usable_link(self, patience: ConnectPatience | None = None) -> Link:
+        """The current link, or a new one if it is unusable (a failure to open one is
+        retried within ``patience``, if given)."""
         link = self._link
         if link is not None and self._usable(link):
             return link
+        if patience is None:
+            return await self._reopen(None)
+        while True:
+            started = monotonic()
+            try:
+                timeout = patience.attempt_timeout(self._longest_connect, self._hosts, started)
+                return await self._reopen(timeout)
+            except OperationalError as exc:
+                now = monotonic()
+                detail = scrub(" ".join(str(exc).split()), self.url)
+                delay = patience.next_delay(exc, now, attempt_started=started)
+                if delay is None:
+                    unreachable = patience.unreachable(exc, detail, now)
+                    if unreachable is None:
+                        raise
+                    raise unreachable from exc
+                logger.info("could not connect, retrying in %.2f s: %s", delay, detail)
+            await sleep(delay)
+
+    async def _reopen(self, attempt_timeout: float | None) -> Link:
+        """Open a link unless another user just did (``attempt_timeout``: see
+        ``connection_kwargs``)."""
         async with self._connecting:
             link = self._link
             if link is None or not self._usable(link):
                 if link is not None:
                     await self._retire(link)
-                kwargs = connection_kwargs(self.url, self.connect_timeout)
+                kwargs = connection_kwargs(
+                    self.url, self.connect_timeout, attempt_timeout=attempt_timeout
+                )
                 link = await Link.open(self.url, kwargs)
                 with self._guard:
                     self._link = link

@@ -17,6 +17,7 @@ from typing import NamedTuple
 from psycopg import sql
 
 from dislock.core.dsn import redact_dsn, scrub
+from dislock.core.errors import DatabaseUnreachableError
 from dislock.core.sql import create_table_sql
 
 _UNDEFINED_TABLE = "42P01"
@@ -34,6 +35,8 @@ def describe_database_error(error: BaseException, *, table_parts: tuple[str, ...
     # scrubbing just them keeps a short password from mangling the rest.
     detail = scrub(" ".join(str(error).split()), url) or type(error).__name__
     sqlstate = getattr(error, "sqlstate", None)
+    if isinstance(error, DatabaseUnreachableError):
+        return _unreachable(error, url)
     if sqlstate in (_UNDEFINED_TABLE, _UNDEFINED_SCHEMA):
         message = (
             f"lock table {table} does not exist; create it with `dislockctl URL_VARIABLE init`"
@@ -173,3 +176,21 @@ def describe_denial(
 
 def _and(words: Sequence[str]) -> str:
     return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
+
+
+def _unreachable(error: DatabaseUnreachableError, url: str) -> str:
+    """A wrapper that gave up connecting: for how long, and, when the slot's end made
+    it give up, which slot went by (the command did not run in it here)."""
+    detail = scrub(error.detail, url)
+    where = redact_dsn(url)
+    if error.slot_end is not None:
+        return (
+            f"the schedule slot of {error.lock_key!r} ending {error.slot_end.isoformat()}"
+            f" ended while the database was unreachable for {error.unreachable_for:.1f} s"
+            f" ({where}); the command did not run: {detail}"
+        )
+    return (
+        f"cannot connect to the database ({where}): unreachable for"
+        f" {error.unreachable_for:.1f} s, {error.attempts} attempts"
+        f" (LOCK_CONNECT_PATIENCE_SECONDS={error.patience:g}): {detail}"
+    )

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from psycopg import OperationalError
+
 
 class DislockError(Exception):
     """Base class of every error dislock raises on purpose."""
@@ -89,6 +91,42 @@ class NotReplicatedError(DislockError):
     handed back and raises this; a renewal counts as a failed attempt and is
     retried until the lease's deadline.
     """
+
+
+class DatabaseUnreachableError(DislockError, OperationalError):
+    """No connection to the database could be opened in time: every attempt failed
+    the way a busy, restarting or failing-over server fails (refused, timed out, no
+    primary among the hosts), until ``LockContext.connect_patience_seconds`` ran out
+    or, for a schedule lock, until the slot being taken ended.
+
+    Also an ``OperationalError``, the driver's class for the same failure, so that
+    code catching that still does; the driver's last error is the ``__cause__``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        detail: str,
+        unreachable_for: float,
+        attempts: int,
+        patience: float,
+        slot_end: datetime | None = None,
+        lock_key: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.detail = detail
+        """The driver's words for the last failure (without secrets)."""
+        self.unreachable_for = unreachable_for
+        """Seconds from the first failed attempt to giving up."""
+        self.attempts = attempts
+        """How many attempts failed."""
+        self.patience = patience
+        """The patience the lock was given, in seconds."""
+        self.slot_end = slot_end
+        """When the slot's end (not the patience) stopped the wait: that end."""
+        self.lock_key = lock_key
+        """With ``slot_end``: the lock whose slot it was."""
 
 
 class Interrupted(KeyboardInterrupt):

@@ -14,6 +14,7 @@ from dislock.core.context import LEASE_LOST_EXIT_CODE as LEASE_LOST_EXIT_CODE
 from dislock.core.context import LeaseLossPolicy as LeaseLossPolicy
 from dislock.core.context import LockContext as LockContext
 from dislock.core.errors import ConfigurationError as ConfigurationError
+from dislock.core.errors import DatabaseUnreachableError as DatabaseUnreachableError
 from dislock.core.errors import DislockError as DislockError
 from dislock.core.errors import KeyNotGrantedError as KeyNotGrantedError
 from dislock.core.errors import LeaseLostError as LeaseLostError
@@ -26,6 +27,7 @@ from dislock.core.errors import StatementTimeout as StatementTimeout
 __all__ = [
     "LEASE_LOST_EXIT_CODE",
     "ConfigurationError",
+    "DatabaseUnreachableError",
     "DislockError",
     "KeyNotGrantedError",
     "LeaseLossPolicy",

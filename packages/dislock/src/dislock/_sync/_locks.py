@@ -47,7 +47,7 @@ from dislock.core.failover import delayed
 from dislock.core.grants import refused
 from dislock.core.lease import LeaseClock, LeaseSettings, raises_on_exit
 from dislock.core.limits import too_long
-from dislock.core.patience import slot_patience
+from dislock.core.patience import ConnectPatience, SlotEnd
 from dislock.core.pause import paused_error
 from dislock.core.renewal import Renewal
 from dislock.core.supervision import LOSS_LOGGER
@@ -84,15 +84,17 @@ def _enter_hub(context: LockContext) -> Hub:
     return enter_hub(context.url, context.connect_timeout_seconds)
 
 
-def _schedule_patience(context: LockContext) -> float:
-    """How long a schedule lock waits out refused connections: never past its slot's
-    end (by the local clock; the database's is not known before connecting)."""
-    now = datetime.now(timezone.utc)
+def _slot_end(context: LockContext, started_at: datetime) -> SlotEnd | None:
+    """The end of the slot a schedule lock started taking at ``started_at``, which
+    its patience never outlasts (by the local clock; the database's is not known
+    before connecting)."""
     ends_at = context.next_run_time
     zone = context.cron_zone
     if ends_at is None and context.schedule is not None and zone is not None:
-        ends_at = slot_end(context.schedule, now, zone.tz)
-    return slot_patience(context.connect_patience_seconds, ends_at, now)
+        ends_at = slot_end(context.schedule, started_at, zone.tz)
+    return (
+        None if ends_at is None else SlotEnd(context.lock_key, ends_at, datetime.now(timezone.utc))
+    )
 
 
 def acquire(
@@ -103,9 +105,11 @@ def acquire(
     *,
     context: LockContext,
     parse: Callable[[Sequence[Any]], sql.Acquired] = sql.parse_acquired,
+    patience: ConnectPatience | None = None,
 ) -> sql.Acquired:
     """Run an acquiring upsert: whether it took the row, the fencing token, and
-    the pause that refused it, if one did (read by ``parse``).
+    the pause that refused it, if one did (read by ``parse``; a connection opened
+    for it waits within ``patience``).
 
     Bounded, so that a row locked by a stuck transaction cannot hold a start
     (and the cron runs queueing behind it) indefinitely.  A row that synchronous
@@ -113,7 +117,7 @@ def acquire(
     ``NotReplicatedError`` is raised: a failover could lose it while the work runs.
     """
     try:
-        cursor = hub.execute(statement, params, timeout)
+        cursor = hub.execute(statement, params, timeout, patience)
     except NotReplicatedError as exc:
         hand_back_rows(hub, context, [params["key"]])
         raise NotReplicatedError(
@@ -176,9 +180,16 @@ class ScheduleLock:
         timeout = context.connect_timeout_seconds
         # The connection is given back at once: a slot needs nothing while the job runs.
         hub = _enter_hub(context)
-        claim = partial(acquire, hub, timeout=timeout, context=context)
+        # One patience for every connection on the way to the decision, until the slot ends.
+        # (The slot is that of the instant the lock started, computed only if needed.)
+        patience = ConnectPatience(
+            context.connect_patience_seconds,
+            monotonic(),
+            slot=partial(_slot_end, context, datetime.now(timezone.utc)),
+        )
+        claim = partial(acquire, hub, timeout=timeout, context=context, patience=patience)
         try:
-            hub.connect_patiently(partial(_schedule_patience, context))
+            hub.connect_patiently(patience)
             expires_at = context.next_run_time
             answer: sql.Acquired | None = None
             if expires_at is None:
@@ -198,7 +209,7 @@ class ScheduleLock:
                 expires_at = answer.slot_end
                 if expires_at is None:
                     # The database clock is far from ours: read it, then claim.
-                    cursor = hub.execute(statements.now, {}, timeout)
+                    cursor = hub.execute(statements.now, {}, timeout, patience)
                     row = cursor.fetchone()
                     assert row is not None
                     expires_at = slot_end(context.schedule, row[0], zone.tz)
@@ -345,11 +356,13 @@ class LeaseLock:
         context = self.context
         hub = _enter_hub(context)
         held: _Held | None = None
+        # One patience for every connection on the way to the decision (``_attempt``
+        # connects first); a wait for the holder does not spend it (``_wait``).
+        patience = ConnectPatience(context.connect_patience_seconds, monotonic())
         try:
-            hub.connect_patiently(partial(float, context.connect_patience_seconds))
-            taken = self._attempt(hub)
+            taken = self._attempt(hub, patience)
             if taken is None and context.wait_seconds > 0:
-                taken = self._wait(hub)
+                taken = self._wait(hub, patience)
             if taken is None:
                 if self._delayed_until is not None:
                     raise LockDelayedError(self._held_elsewhere(), self._delayed_until)
@@ -408,7 +421,7 @@ class LeaseLock:
             return delayed(f"lease {self.key!r}", self._delayed_until) + waited
         return f"lease {self.key!r} is held by another owner{waited}"
 
-    def _attempt(self, hub: Hub) -> tuple[LeaseClock, int | None] | None:
+    def _attempt(self, hub: Hub, patience: ConnectPatience) -> tuple[LeaseClock, int | None] | None:
         """One try at the lease (or at a free slot of it): its clock and fencing
         token when taken."""
         context = self.context
@@ -416,6 +429,9 @@ class LeaseLock:
         attempts = 0
         while True:
             attempts += 1
+            # Connected before the lease's clock starts: waiting for a connection
+            # must not eat into the lease's time.
+            hub.connect_patiently(patience)
             sent_at = monotonic()
             clock = LeaseClock(self.settings, acquired_at=sent_at)
             if context.slots == 1:
@@ -426,6 +442,7 @@ class LeaseLock:
                     sql.lease_params(self.key, context.owner, self.settings.ttl),
                     clock.attempt_timeout(sent_at),
                     context=context,
+                    patience=patience,
                 )
                 acquired, fence, free = answer.acquired, answer.token, 0
                 reason, paused_until = answer.paused_for, answer.paused_until
@@ -436,6 +453,7 @@ class LeaseLock:
                         statements.acquire_slot,
                         sql.slot_params(self._slot_keys, context.owner, self.settings.ttl),
                         clock.attempt_timeout(sent_at),
+                        patience,
                     )
                 except NotReplicatedError as exc:
                     # Which slot it took is unknown: every slot row of ours goes back.
@@ -478,7 +496,7 @@ class LeaseLock:
             if not slot_retry(free=free, attempts=attempts, slots=context.slots):
                 return None
 
-    def _wait(self, hub: Hub) -> tuple[LeaseClock, int | None] | None:
+    def _wait(self, hub: Hub, patience: ConnectPatience) -> tuple[LeaseClock, int | None] | None:
         """Try again whenever the lease may have been released, until the wait is over."""
         context = self.context
         plan = WaitPlan(
@@ -491,16 +509,21 @@ class LeaseLock:
             context.wait_seconds,
             "woken by releases" if listener is not None else "polling",
         )
+        waited_from: float | None = None
         try:
             while True:
+                if waited_from is not None:
+                    # Waiting for the holder does not spend the patience with the database.
+                    patience.postpone(monotonic() - waited_from)
                 # A release between the last try and the LISTEN would be missed:
                 # so the LISTEN comes first, then the try.
-                taken = self._attempt(hub)
+                taken = self._attempt(hub, patience)
                 if taken is not None:
                     return taken
                 delay = plan.next_delay(monotonic(), listening=listener is not None)
                 if delay is None:
                     return None
+                waited_from = monotonic()
                 if listener is None:
                     sleep(delay)
                     continue
@@ -737,8 +760,9 @@ class _Recording:
                 self.context.connect_patience_seconds,
             )
             try:
-                hub.connect_patiently(partial(float, self.context.connect_patience_seconds))
-                hub.execute(statement, params, history.HISTORY_TIMEOUT)
+                patience = ConnectPatience(self.context.connect_patience_seconds, monotonic())
+                hub.connect_patiently(patience)
+                hub.execute(statement, params, history.HISTORY_TIMEOUT, patience)
             except Exception as again:
                 self._not_recorded(again)
                 return

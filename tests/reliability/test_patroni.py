@@ -425,7 +425,12 @@ def test_a_frozen_leader_demoted_when_it_wakes_lets_no_one_overlap(
     runs, found = scenario.finish()
     assert found == []
     assert holder.process.returncode in (0, 75), holder.stderr
-    assert [run.process.returncode for run in runs if run.process.returncode] == []
+    # A contender may take the lease on the woken leader in the moment before Patroni
+    # demotes it, and find it gone on the new primary: stopped, exit 75, as a lost
+    # lease should be (the lock delay kept everyone else out meanwhile). No contender
+    # fails: the partition is waited out within the connect patience.
+    failed = [run.process.returncode for run in runs if run.process.returncode not in (0, 75)]
+    assert failed == [], [run.stderr[-300:] for run in runs if run.process.returncode == 1]
 
 
 ACQUIRED = re.compile(r"acquired schedule slot \S+ until (\S+)")

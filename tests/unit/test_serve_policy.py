@@ -200,3 +200,11 @@ def test_the_lock_delay_end_is_exported_while_it_runs() -> None:
     page = render_page(FleetSnapshot(NOW, True, lock_delay_end=end))
     assert 'id="lock-delay"' in page and "2026-12-01 12:10:30 UTC" in page
     assert 'id="lock-delay"' not in render_page(FleetSnapshot(NOW, True))
+
+
+def test_keys_that_read_a_schedule_alike_share_its_slots() -> None:
+    windows = ScheduleWindows()
+    fleet = [(f"job-{n:04}", f"{n % 3} * * * *", None) for n in range(1000)]
+    found = windows.scrape(fleet, SINCE, NOW)
+    assert found.boundaries <= 3 * 26  # three expressions, whatever the number of keys
+    assert all(window.slots is not None for window in found.windows.values())

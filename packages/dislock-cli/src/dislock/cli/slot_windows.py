@@ -11,7 +11,8 @@ one scrape to the next and bounds what any scrape computes:
   and a cron expression only up to ``MAX_CRON_LENGTH`` characters;
 * a reading with more than ``MAX_WINDOW_SLOTS`` slots in the window is not counted;
 * a key keeps at most ``MAX_READINGS_PER_KEY`` readings seen within the window, and a
-  further one is not counted until an older one has not been seen for a window;
+  further one is not counted until an older one has not been seen for a window
+  (keys that read a schedule alike share its slots);
 * one scrape computes at most ``SCRAPE_BOUNDARY_BUDGET`` boundaries over every key,
   shared out in turns, the longest-waiting reading first; a reading that did not
   catch up goes on from where it stopped at the next scrape, and is not counted
@@ -91,7 +92,6 @@ class _Reading:
     version: int = 0
     next_slot: datetime | None = None
     too_dense: bool = False
-    last_seen: datetime | None = None
     waiting_since: int = 0
     """The scrape from which it has been behind."""
 
@@ -120,7 +120,11 @@ class ScheduleWindows:
         self._max_slots = max_window_slots
         self._max_readings = max_readings
         self._budget = budget
-        self._keys: dict[str, dict[tuple[str, str | None], _Reading]] = {}
+        # A reading's slots are shared by every key that reads its schedule so (a fleet
+        # of hourly jobs has a few dozen expressions); each key remembers when it last
+        # had each of its readings.
+        self._readings: dict[tuple[str, str | None], _Reading] = {}
+        self._keys: dict[str, dict[tuple[str, str | None], datetime]] = {}
         self._told: dict[str, set[str]] = {}
         self._notes: list[str] = []
         self._scrapes = 0
@@ -141,10 +145,14 @@ class ScheduleWindows:
         for gone in set(self._keys) - {key for key, _, _ in schedules}:
             del self._keys[gone]
             self._told.pop(gone, None)
+        kept = {name for seen in self._keys.values() for name in seen}
+        for name in set(self._readings) - kept:
+            del self._readings[name]
+        unique = list({id(reading): reading for reading in latest.values()}.values())
 
         budget = self._budget
         # The next slots first: one boundary each, and every key with a schedule shows one.
-        for reading in latest.values():
+        for reading in unique:
             if reading.tz is None or budget <= 0:
                 continue
             if reading.next_slot is None or reading.next_slot <= now:
@@ -155,7 +163,7 @@ class ScheduleWindows:
                 except (ConfigurationError, ValueError) as exc:
                     reading.tz, reading.problem = None, f"its cron expression: {exc}"
         behind = []
-        for reading in latest.values():
+        for reading in unique:
             if reading.tz is not None and not reading.too_dense:
                 self._trim(reading, since)
                 if reading.behind(now, self._grace):
@@ -207,23 +215,23 @@ class ScheduleWindows:
         now: datetime,
     ) -> _Reading | None:
         """The key's reading (cron, zone), kept or new; None when the key has too many."""
-        readings = self._keys.setdefault(key, {})
-        for name, kept in list(readings.items()):
-            if kept.last_seen is not None and kept.last_seen < since:
-                del readings[name]  # not the key's latest for a whole window
-        reading = readings.get((cron, zone))
+        seen = self._keys.setdefault(key, {})
+        for name, when in list(seen.items()):
+            if when < since:
+                del seen[name]  # not the key's latest for a whole window
+        if (cron, zone) not in seen and len(seen) >= self._max_readings:
+            self._tell(
+                key,
+                "readings",
+                f"its runs recorded more than {self._max_readings} schedules"
+                " (cron expression and zone) within the window; its missed slots are"
+                " not counted until the older ones are a window old",
+            )
+            return None
+        seen[cron, zone] = now
+        reading = self._readings.get((cron, zone))
         if reading is None:
-            if len(readings) >= self._max_readings:
-                self._tell(
-                    key,
-                    "readings",
-                    f"its runs recorded more than {self._max_readings} schedules"
-                    " (cron expression and zone) within the window; its missed slots are"
-                    " not counted until the older ones are a window old",
-                )
-                return None
-            reading = readings[cron, zone] = self._new_reading(cron, zone, since)
-        reading.last_seen = now
+            reading = self._readings[cron, zone] = self._new_reading(cron, zone, since)
         return reading
 
     def _new_reading(self, cron: str, zone: str | None, since: datetime) -> _Reading:

@@ -546,6 +546,108 @@ def herd_rows(url: str, machines: int, cap: int) -> list[Row]:
     return rows
 
 
+@contextmanager
+def granted_tables(url: str) -> Iterator[str]:
+    """One login role with a lock table of each kind: ``bench_plain.key_value`` on the
+    broad grant (no row-level security), ``bench_secured.key_value`` through
+    ``dislockctl grant --keys 'bench-*'``.  Yields the role's URL."""
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    from dislock.core.grants import WRAPPER, grant_statements
+
+    role = "bench_wrapper"
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute("DROP SCHEMA IF EXISTS bench_plain, bench_secured CASCADE")
+        if admin.execute("SELECT FROM pg_roles WHERE rolname = %s", (role,)).fetchone() is None:
+            admin.execute(f"CREATE ROLE {role} LOGIN")
+        for schema in ("bench_plain", "bench_secured"):
+            admin.execute(f"CREATE SCHEMA {schema}")
+            admin.execute(create_table_sql((schema, "key_value")))
+            admin.execute(f"GRANT USAGE ON SCHEMA {schema} TO {role}")
+        admin.execute(f"GRANT SELECT, INSERT, UPDATE ON bench_plain.key_value TO {role}")
+        with admin.transaction():
+            for statement in grant_statements(
+                ("bench_secured", "key_value"),
+                role,
+                WRAPPER,
+                ["bench-*"],
+                max_ttl=3600,
+                fencing=False,
+                history=None,
+            ):
+                admin.execute(statement)
+    params = conninfo_to_dict(url)
+    params["user"] = role
+    try:
+        yield make_conninfo("", **params)
+    finally:
+        with psycopg.connect(url, autocommit=True) as admin:
+            admin.execute("DROP SCHEMA bench_plain, bench_secured CASCADE")
+            admin.execute(f"DROP OWNED BY {role}")
+            admin.execute(f"DROP ROLE {role}")
+
+
+def role_cycles(url: str, table: str, cycles: int) -> float:
+    """``sync_cycles`` on ``table`` (``schema.name``)."""
+    from dislock import LeaseLock, LockContext, keep_connected
+
+    context = LockContext(
+        url=url,
+        table_parts=table.split("."),
+        lock_key="bench-cycle",
+        owner=f"bench:{os.getpid()}",
+        run_ttl_seconds=60.0,
+        lease_interval_seconds=10.0,
+    )
+    with keep_connected(url):
+        with LeaseLock(context):
+            pass
+        started = time.perf_counter()
+        for _ in range(cycles):
+            with LeaseLock(context):
+                pass
+        return (time.perf_counter() - started) / cycles
+
+
+def roles_rows(url: str, repeat: int, cycles: int) -> list[Row]:
+    """What a grant costs: the same role, start-up and warm cycles, on a table with
+    and without row-level security."""
+    rows = []
+    with granted_tables(url) as role_url, installed_dislock() as (command, how):
+        tables = {"plain": "bench_plain.key_value", "secured": "bench_secured.key_value"}
+
+        def env(table: str) -> Callable[[], dict[str, str]]:
+            return lambda: {**wrapper_env(role_url, "lease"), "LOCK_TABLE": table}
+
+        samples = interleaved(
+            {name: ([str(command), "DATABASE_URL", "true"], env(t)) for name, t in tables.items()},
+            repeat,
+        )
+        plain, secured = median_ms(samples["plain"]), median_ms(samples["secured"])
+        rows.append(
+            Row(
+                f"CLI `dislock URL true`, lease, as a granted role ({how}): with / without grants",
+                f"{secured / plain:.2f} ({secured:.0f} ms / {plain:.0f} ms)",
+                "≤ 1.05",
+                "met" if secured / plain <= 1.05 else "missed",
+            )
+        )
+        rounds: dict[str, list[float]] = {"plain": [], "secured": []}
+        for _ in range(ROUNDS):
+            for name, table in tables.items():
+                rounds[name].append(role_cycles(role_url, table, cycles))
+        plain, secured = median_ms(rounds["plain"]), median_ms(rounds["secured"])
+        rows.append(
+            Row(
+                "warm sync lease cycle, as a granted role: with / without grants",
+                f"{secured / plain:.2f} ({secured:.2f} ms / {plain:.2f} ms)",
+                "≤ 1.10",
+                "met" if secured / plain <= 1.10 else "missed",
+            )
+        )
+    return rows
+
+
 def percentile_ms(samples: list[float], fraction: float) -> float:
     ordered = sorted(samples)
     return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))] * 1000
@@ -1267,8 +1369,8 @@ def main() -> int:
     parser.add_argument("--no-write", action="store_true")
     parser.add_argument(
         "--only",
-        help="comma-separated parts to run (cli, import, cycle, race, waiting, herd, scale,"
-        " hot, history, serve); prints their rows and writes nothing",
+        help="comma-separated parts to run (cli, import, cycle, roles, race, waiting, herd,"
+        " scale, hot, history, serve); prints their rows and writes nothing",
     )
     parser.add_argument(
         "--only-waiting", action="store_true", help="only the waiting and slot measures (printed)"
@@ -1289,6 +1391,7 @@ def main() -> int:
             ("cli", partial(cli_rows, url, repeat)),
             ("import", partial(import_rows, 3 if args.quick else 15)),
             ("cycle", partial(cycle_rows, url, 10 if args.quick else 150)),
+            ("roles", partial(roles_rows, url, repeat, 10 if args.quick else 150)),
             ("race", partial(race_rows, url, 32)),
             ("waiting", partial(waiting_rows, url, 5 if args.quick else 40)),
             ("herd", partial(herd_rows, url, 50 if args.quick else 200, 20)),

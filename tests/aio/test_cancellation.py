@@ -61,7 +61,8 @@ async def test_cancelling_the_holder_releases_the_lease_and_stops_the_renewer(
 async def test_cancelling_after_loss_leaves_the_new_owner_alone(
     make_context: MakeContext, rows: Rows
 ) -> None:
-    context = make_context(**LEASE)
+    # CONTINUE: the loss itself cancels nothing, and the block is still running.
+    context = make_context(lease_loss_policy="continue", **LEASE)
     entered = asyncio.Event()
     lost: list[asyncio.Event] = []
     holder = asyncio.create_task(hold_until_cancelled(context, entered, lost))
@@ -74,6 +75,25 @@ async def test_cancelling_after_loss_leaves_the_new_owner_alone(
     holder.cancel()
     with pytest.raises(asyncio.CancelledError):  # not masked by LeaseLostError
         await holder
+    assert other_tasks() == set()
+    assert rows.get(key) == stolen
+
+
+@pytest.mark.asyncio
+async def test_under_terminate_the_loss_cancels_the_block_itself(
+    make_context: MakeContext, rows: Rows
+) -> None:
+    context = make_context(**LEASE)
+    entered = asyncio.Event()
+    lost: list[asyncio.Event] = []
+    holder = asyncio.create_task(hold_until_cancelled(context, entered, lost))
+    await entered.wait()
+    key = lease_key(context.lock_key)
+    rows.steal(key)
+    stolen = rows.get(key)
+    with pytest.raises(dislock.LeaseLostError, match="the block was cancelled"):
+        await asyncio.wait_for(holder, 30.0)
+    assert lost[0].is_set()
     assert other_tasks() == set()
     assert rows.get(key) == stolen
 

@@ -60,6 +60,7 @@ from tests.cli.conftest import UNREACHABLE, RunCli, assert_refused_in_one_line
         ({"LOCK_ON_LEASE_LOSS": "ignore"}, "LOCK_ON_LEASE_LOSS must be 'terminate' or 'continue'"),
         ({"LOCK_TABLE": "a.b.c"}, "LOCK_TABLE='a.b.c'"),
         ({"LOCK_FENCING": "maybe"}, "LOCK_FENCING must be one of"),
+        ({"LOCK_PASS_URL": "never"}, "LOCK_PASS_URL must be one of 1/true/yes/on or 0/false"),
         (
             {"LOCK_CONNECT_PATIENCE_SECONDS": "-1"},
             "LOCK_CONNECT_PATIENCE_SECONDS must not be negative, got '-1'",
@@ -134,6 +135,7 @@ def test_help_documents_every_variable_and_exit_code(
         "LOCK_JITTER_SECONDS",
         "LOCK_ON_LEASE_LOSS",
         "LOCK_FENCING",
+        "LOCK_PASS_URL",
         "LOCK_CONNECT_PATIENCE_SECONDS",
         "LOCK_WAIT_SECONDS",
         "LOCK_WAIT_POLL_SECONDS",

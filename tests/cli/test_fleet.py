@@ -282,6 +282,30 @@ def test_history_shows_runs_newest_first_with_outcomes(
     assert unknown.returncode == 1 and "no run of 'no-such-job' is recorded" in unknown.stderr
 
 
+def test_history_escapes_what_it_prints_as_ls_does(
+    ctl: Ctl, with_history: dict[str, str], db: psycopg.Connection[Any]
+) -> None:
+    """A row written by hand (or by a hostile machine): its terminal escapes are shown,
+    never sent to the terminal, and the run stays on one line."""
+    key = with_history["LOCK_KEY"]
+    db.execute(
+        sql.SQL(
+            "INSERT INTO {} (lock_key, modes, owner, host, pid, started_at, ended_at, outcome)"
+            " VALUES (%s, 'lease', 'o', %s, 1, NOW(), NOW(), %s)"
+        ).format(history_table(with_history)),
+        (key, "web\x1b]0;pwned\x07\x1b[2J1\nnext", "ok\x1b[31m"),
+    )
+    shown = ctl("history", key)
+    assert shown.returncode == 0, shown.stderr
+    assert "\x1b" not in shown.stdout and "\x07" not in shown.stdout
+    lines = shown.stdout.splitlines()
+    assert len(lines) == 2, shown.stdout
+    assert "web\\x1b]0;pwned\\x07\\x1b[2J1\\nnext" in lines[1]
+    assert lines[1].endswith("ok\\x1b[31m")
+    (run,) = json.loads(ctl("history", key, "--json").stdout)
+    assert run["host"] == "web\x1b]0;pwned\x07\x1b[2J1\nnext"  # JSON escapes it itself
+
+
 def test_history_tells_running_from_abandoned(
     ctl: Ctl, with_history: dict[str, str], tmp_path: Path, rows: Rows
 ) -> None:

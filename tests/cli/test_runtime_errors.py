@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from dislock.core.sql import lease_key, schedule_key
 from tests.cli.conftest import RunCli
+from tests.support.proxy import SilentHost
 from tests.support.rows import Rows
 
 
@@ -36,6 +38,55 @@ def test_unreachable_database(run_cli: RunCli, cli_env: dict[str, str], tmp_path
     result = run_cli(["DATABASE_URL", "touch", str(marker)], env)
     assert_one_line_failure(result, "cannot connect to the database", "password=***")
     assert "hunter2" not in result.stderr
+    assert not marker.exists()
+
+
+def test_a_host_that_never_answers_is_reported_after_the_patience(
+    run_cli: RunCli, cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    marker = tmp_path / "ran"
+    with SilentHost() as silent:
+        env = {
+            **cli_env,
+            "DATABASE_URL": silent.alone(cli_env["DATABASE_URL"]),
+            "LOCK_STRATEGY": "lease",
+            "LOCK_CONNECT_PATIENCE_SECONDS": "3",
+        }
+        started = time.monotonic()
+        result = run_cli(["DATABASE_URL", "touch", str(marker)], env)
+        elapsed = time.monotonic() - started
+    assert_one_line_failure(
+        result,
+        "cannot connect to the database",
+        "unreachable for",
+        "(LOCK_CONNECT_PATIENCE_SECONDS=3)",
+        "timeout expired",
+    )
+    assert elapsed >= 3
+    assert not marker.exists()
+
+
+def test_a_slot_that_ends_while_no_host_answers_is_named(
+    run_cli: RunCli, cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    marker = tmp_path / "ran"
+    with SilentHost() as silent:
+        env = {
+            **cli_env,
+            "DATABASE_URL": silent.alone(cli_env["DATABASE_URL"]),
+            "CRON_SCHEDULE": "* * * * * */4",  # a slot every 4 s (seconds last)
+            "LOCK_CONNECT_PATIENCE_SECONDS": "60",
+        }
+        started = time.monotonic()
+        result = run_cli(["DATABASE_URL", "touch", str(marker)], env)
+        elapsed = time.monotonic() - started
+    assert_one_line_failure(
+        result,
+        f"the schedule slot of {cli_env['LOCK_KEY']!r} ending ",
+        " ended while the database was unreachable for ",
+        "the command did not run",
+    )
+    assert elapsed < 30  # the slot's end, not the 60 s patience
     assert not marker.exists()
 
 

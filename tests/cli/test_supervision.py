@@ -430,3 +430,57 @@ def test_a_command_at_a_terminal_can_read_it(lease_env: dict[str, str]) -> None:
         os.close(master)
     assert b"got:hello" in output, output.decode(errors="replace")
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+                if int(fields[1]) == pid:
+                    found.append(int(entry))
+    return found
+
+
+def test_the_guard_shows_no_token_and_needs_no_path(
+    lease_env: dict[str, str], tmp_path: Path
+) -> None:
+    """The guard is this interpreter on the guard's module, by absolute paths, with the
+    run's token in its environment only (``/proc/PID/cmdline`` is world-readable); it
+    runs no program of its own, so a wrapper without a usable ``PATH`` is guarded too."""
+    import shutil
+
+    started, grandchild = tmp_path / "started", tmp_path / "grandchild.pid"
+    sleep = shutil.which("sleep")
+    assert sleep is not None
+    script = f'{sleep} 600 & echo $! > "{grandchild}"; : > "{started}"; wait'
+    env = {**lease_env, "PATH": str(tmp_path / "nothing-here")}
+    process = subprocess.Popen(
+        [*DISLOCK, "DATABASE_URL", "/bin/sh", "-c", script], env=env, stderr=subprocess.PIPE
+    )
+    try:
+        wait_for(started)
+        children = {
+            pid: Path(f"/proc/{pid}/cmdline").read_bytes() for pid in _children(process.pid)
+        }
+        guards = [pid for pid, cmdline in children.items() if b"dislock-guard" in cmdline]
+        commands = [pid for pid in children if pid not in guards]
+        assert len(guards) == 1 and len(commands) == 1, children
+        argv = children[guards[0]].split(b"\0")[:-1]
+        assert argv[1:3] == [b"-I", b"-S"] and argv[-1] == b"dislock-guard"
+        assert os.path.isabs(argv[0]) and os.path.isabs(argv[3])
+        assert argv[3].endswith(b"/dislock/core/guard.py")
+        token = next(
+            line.split(b"=", 1)[1]
+            for line in Path(f"/proc/{commands[0]}/environ").read_bytes().split(b"\0")
+            if line.startswith(b"DISLOCK_RUN_TOKEN=")
+        )
+        assert token not in children[guards[0]]
+        guard_env = Path(f"/proc/{guards[0]}/environ").read_bytes().split(b"\0")
+        assert b"DISLOCK_GUARD_FOR=" + token in guard_env
+        pid = int(grandchild.read_text())
+    finally:
+        process.kill()
+        process.communicate(timeout=10)
+    assert wait_dead(pid, timeout=1.0)

@@ -1,19 +1,26 @@
 """Contract: a server that refuses connections past a cap (here a role's ``CONNECTION
 LIMIT``, all of it in use) is waited out, for ``connect_patience_seconds`` at most,
-and then reported; the lock is never reported as held elsewhere for it."""
+and then reported; the lock is never reported as held elsewhere for it.  The
+patience covers every connection on the way to the decision, a link reopened
+before the first statement too."""
 
 from __future__ import annotations
 
+import logging
+import select
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import psycopg
 import pytest
 
+import dislock._sync._hub
+import dislock.aio._hub
 from dislock import LockContext
 from dislock.core.sql import lease_key, schedule_key
-from tests.support.drivers import Driver, Holding
+from tests.support.drivers import AioDriver, Driver, Holding
 from tests.support.rows import Rows
 
 MakeContext = Callable[..., LockContext]
@@ -94,3 +101,119 @@ def test_a_schedule_lock_stops_waiting_when_its_slot_ends(
     finally:
         for blocker in blockers:
             blocker.close()
+
+
+class RetireFirstLink:
+    """Before a hub's first statement: the server ends that connection, its goodbye
+    reaches the client (so the hub finds the link unusable and opens another), and
+    the role's every connection is taken; they are given back once the reopening
+    was refused and said it will retry."""
+
+    def __init__(self, db: psycopg.Connection[Any], url: str) -> None:
+        self._db = db
+        self._url = url
+        self._blockers: list[psycopg.Connection[Any]] = []
+        self.retired = threading.Event()
+        self.refused = threading.Event()
+
+    def before_statement(self, hub: Any) -> None:
+        if self.retired.is_set():
+            return
+        conn = hub._link.conn
+        pid, role = conn.info.backend_pid, conn.info.user
+        self._db.execute("SELECT pg_terminate_backend(%s)", [pid])
+        deadline = time.monotonic() + 30
+        while not select.select([conn.fileno()], [], [], 0.05)[0]:
+            assert time.monotonic() < deadline, "the server's goodbye never arrived"
+        while self._db.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE usename = %s", [role]
+        ).fetchone() != (0,):
+            assert time.monotonic() < deadline, "the terminated backend never went"
+            time.sleep(0.02)
+        self._blockers = [psycopg.connect(self._url) for _ in range(LIMIT)]
+        self.retired.set()
+
+    def saw(self, message: str) -> None:
+        if self.retired.is_set() and not self.refused.is_set() and "retrying" in message:
+            self.refused.set()
+            self.give_back()
+
+    def give_back(self) -> None:
+        for blocker in self._blockers:
+            blocker.close()
+        self._blockers = []
+
+
+class _Watcher(logging.Handler):
+    def __init__(self, fault: RetireFirstLink) -> None:
+        super().__init__(logging.INFO)
+        self._fault = fault
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self._fault.saw(record.getMessage())
+
+
+@pytest.fixture
+def retire_first_link(
+    driver: Driver,
+    db: psycopg.Connection[Any],
+    limited_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> Iterator[RetireFirstLink]:
+    fault = RetireFirstLink(db, limited_url)
+    execute: Callable[..., Any]
+    if isinstance(driver, AioDriver):
+        original_aio = dislock.aio._hub.Hub.execute
+
+        async def execute_aio(self: Any, *args: Any, **kwargs: Any) -> Any:
+            fault.before_statement(self)
+            return await original_aio(self, *args, **kwargs)
+
+        monkeypatch.setattr(dislock.aio._hub.Hub, "execute", execute_aio)
+    else:
+        original = dislock._sync._hub.Hub.execute
+
+        def execute(self: Any, *args: Any, **kwargs: Any) -> Any:
+            fault.before_statement(self)
+            return original(self, *args, **kwargs)
+
+        monkeypatch.setattr(dislock._sync._hub.Hub, "execute", execute)
+    caplog.set_level(logging.INFO, logger="dislock")
+    watcher = _Watcher(fault)
+    logger = logging.getLogger("dislock")
+    logger.addHandler(watcher)
+    try:
+        yield fault
+    finally:
+        logger.removeHandler(watcher)
+        fault.give_back()
+
+
+# The wrapper runs the sync code this patches, in a process of its own.
+@pytest.mark.needs("python-api")
+@pytest.mark.parametrize("strategy", ["lease", "schedule"])
+def test_a_link_retired_before_the_first_statement_is_reopened_patiently(
+    driver: Driver,
+    make_context: MakeContext,
+    rows: Rows,
+    limited_url: str,
+    retire_first_link: RetireFirstLink,
+    strategy: str,
+) -> None:
+    context = make_context(
+        url=limited_url,
+        schedule="0 0 1 1 *",
+        run_ttl_seconds=10,
+        lease_interval_seconds=1,
+        connect_patience_seconds=30,
+    )
+    holding = driver.hold(context, [strategy])
+    try:
+        assert retire_first_link.retired.is_set()
+        assert retire_first_link.refused.is_set()  # the reopening was refused, and waited
+        key = lease_key(context.lock_key) if strategy == "lease" else schedule_key(context.lock_key)
+        row = rows.get(key)
+        assert row is not None and not row.expired
+    finally:
+        holding.release()

@@ -99,7 +99,7 @@ def test_a_warm_connection_prepares_only_when_direct_and_decides_the_same(
         prepared = prepared_on_shared_connection(driver, tagged_url)
         if direct(db):
             texts = [text for text, plans in prepared if plans > 0]
-            assert any(text.startswith("WITH dislock_history") for text in texts), prepared
+            assert any(text.startswith("WITH dislock_server") for text in texts), prepared
             assert any(text.startswith("UPDATE") for text in texts), prepared
         else:
             assert prepared == []  # behind the pooler: never a session's own statement

@@ -67,9 +67,14 @@ def test_lease_stress_has_no_overlap_and_loses_no_increment(
 def test_checker_catches_a_lock_without_its_expiry_guard(
     database_url: str, lock_table: tuple[str, str], work_db: psycopg.Connection[Any]
 ) -> None:
-    keys, workers, rounds = ["alpha"], 4, 25
+    keys, workers, rounds = ["alpha"], 4, 5
     seed_counters(work_db, keys)
-    run_workers(workers, "lease", database_url, lock_table[0], keys, rounds, "--broken")
+    work_db.execute("CREATE TABLE inside (holder text NOT NULL)")
+    # Each worker's first section waits for a second one inside (worker.meet): the
+    # overlap is made to happen, not hoped for from the scheduler.
+    run_workers(
+        workers, "lease", database_url, lock_table[0], keys, rounds, "--broken", "--meet", "2"
+    )
 
     assert ledger.overlaps(work_db), "the checker missed overlapping critical sections"
     assert ledger.counts(work_db)["alpha"] < workers * rounds  # and increments were lost

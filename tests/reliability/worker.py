@@ -4,20 +4,36 @@
 each critical section in the ledger and incrementing a plain counter inside it.
 ``schedule``: at every second of a seconds-level cron, try to start the slot and
 record a start when the slot was won.
-``--broken`` acquires without the expiry guard, to prove the checker catches it.
+``--broken`` acquires without the expiry guard, to prove the checker catches it:
+everyone gets in, and with ``--meet N`` each worker's first critical section
+waits inside until N workers are in theirs, so that the overlap and the lost
+increment happen whatever the scheduler does.
 """
 
 from __future__ import annotations
 
 import argparse
 import random
+import re
 import time
 from typing import Any
 
 import psycopg
 from psycopg import sql
 
-from dislock import LeaseLock, LockContext, LockNotAcquiredError, ScheduleLock
+from dislock import LeaseLock, LeaseLossPolicy, LockContext, LockNotAcquiredError, ScheduleLock
+
+MEET_TIMEOUT = 120.0
+"""Seconds a ``--meet`` worker waits for the others (a loaded machine starts them slowly)."""
+
+
+# The two places the acquiring upsert checks that the row expired: the row source
+# (empty while the key's row is visibly live) and the conflict's update.
+_LIVE_ROW_GUARD = re.compile(
+    r" AND NOT EXISTS \(SELECT FROM \S+ AS live WHERE live\.key = %\(key\)s"
+    r" AND live\.expire_at > NOW\(\)\)"
+)
+_UPDATE_GUARD = " WHERE held.expire_at <= NOW()"
 
 
 def break_acquisition() -> None:
@@ -29,14 +45,34 @@ def break_acquisition() -> None:
     def unguarded(table_parts: tuple[str, ...], fencing: bool = False) -> lock_sql.Statements:
         statements = real(table_parts, fencing)
         text = statements.acquire_for.as_string(None)
-        assert " WHERE held.expire_at <= NOW()" in text
-        broken = sql.SQL(text.replace(" WHERE held.expire_at <= NOW()", ""))
-        return statements._replace(acquire_for=broken)  # type: ignore[arg-type]
+        # Both guards must go: with one left, two holders only meet in a race.
+        broken, found = _LIVE_ROW_GUARD.subn("", text)
+        assert found == 1 and _UPDATE_GUARD in broken, "the acquiring statement changed"
+        broken = broken.replace(_UPDATE_GUARD, "")
+        return statements._replace(acquire_for=sql.SQL(broken))  # type: ignore[arg-type]
 
     lock_sql.statements = unguarded  # type: ignore[assignment]
 
 
+def meet(work: psycopg.Connection[Any], holder: str, count: int) -> None:
+    """Wait inside the critical section until ``count`` workers are inside theirs
+    (each says so after reading the counter, so that none of them has written it
+    yet): an overlap and a lost increment that do not depend on the scheduler."""
+    work.execute("INSERT INTO inside (holder) VALUES (%s)", (holder,))
+    deadline = time.monotonic() + MEET_TIMEOUT
+    while True:
+        row = work.execute("SELECT count(*) FROM inside").fetchone()
+        assert row is not None
+        if row[0] >= count:
+            return
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{holder}: only {row[0]} of {count} workers got inside together")
+        time.sleep(0.01)
+
+
 def lease(args: argparse.Namespace, work: psycopg.Connection[Any]) -> None:
+    # Broken, the workers take each other's rows: losing the lease is expected.
+    policy = LeaseLossPolicy.CONTINUE if args.broken else LeaseLossPolicy.TERMINATE
     done = 0
     while done < args.rounds:
         key = args.keys[done % len(args.keys)]
@@ -47,6 +83,7 @@ def lease(args: argparse.Namespace, work: psycopg.Connection[Any]) -> None:
             owner=f"{args.holder}:{done}",
             run_ttl_seconds=5.0,
             lease_interval_seconds=1.0,
+            lease_loss_policy=policy,
         )
         try:
             with LeaseLock(context):
@@ -60,6 +97,8 @@ def lease(args: argparse.Namespace, work: psycopg.Connection[Any]) -> None:
                     "SELECT n FROM counters WHERE lock_key = %s", (key,)
                 ).fetchone()
                 assert counter is not None
+                if args.meet and done == 0:
+                    meet(work, args.holder, args.meet)
                 time.sleep(0.002)  # widen the window a missing lock would open
                 work.execute(
                     "UPDATE counters SET n = %s WHERE lock_key = %s", (counter[0] + 1, key)
@@ -122,6 +161,9 @@ def main() -> None:
         "--workers", type=int, default=0, help="agree on --start once this many are up"
     )
     parser.add_argument("--broken", action="store_true")
+    parser.add_argument(
+        "--meet", type=int, default=0, help="first section waits until this many are inside"
+    )
     args = parser.parse_args()
     if args.broken:
         break_acquisition()

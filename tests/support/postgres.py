@@ -23,6 +23,13 @@ def postgres_url(variable: str = "TEST_DATABASE_URL") -> Iterator[str]:
     if url:
         yield url
         return
+    with embedded_postgres() as url:
+        yield url
+
+
+@contextmanager
+def embedded_postgres() -> Iterator[str]:
+    """The URL of an embedded server started for the block, deleted afterwards."""
     with warnings.catch_warnings():
         # platformdirs warns when XDG_RUNTIME_DIR is unset (root shells, CI).
         warnings.simplefilter("ignore")

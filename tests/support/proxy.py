@@ -1,11 +1,14 @@
 """A loopback TCP proxy that can be told to stop forwarding: a network partition
-as the client sees it, with the connection still open and nothing coming back."""
+as the client sees it, with the connection still open and nothing coming back;
+and a host that never answers at all."""
 
 from __future__ import annotations
 
 import select
 import socket
 import threading
+
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 
 class BlackholeProxy:
@@ -71,3 +74,38 @@ class BlackholeProxy:
                         peers[sock].sendall(data)
         except OSError:
             return
+
+
+class SilentHost:
+    """A loopback port where the kernel accepts connections and nobody ever answers:
+    a frozen or partitioned server as a client sees it (its connection times out)."""
+
+    def __init__(self) -> None:
+        self._listener = socket.socket()
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(128)  # never accepted
+        self.port: int = self._listener.getsockname()[1]
+
+    def first_of(self, url: str, **extra: str) -> str:
+        """``url`` with this host tried first, as a multi-host URL that asks for the
+        primary lists a failed one (``extra``: more connection parameters)."""
+        params = conninfo_to_dict(url)
+        params["host"] = f"127.0.0.1,{params.get('host', '')}"
+        params["port"] = f"{self.port},{params.get('port', 5432)}"
+        params.update(target_session_attrs="read-write", **extra)
+        return make_conninfo("", **params)
+
+    def alone(self, url: str) -> str:
+        """``url`` pointing at this host only."""
+        params = conninfo_to_dict(url)
+        params.update(host="127.0.0.1", port=str(self.port))
+        return make_conninfo("", **params)
+
+    def close(self) -> None:
+        self._listener.close()
+
+    def __enter__(self) -> SilentHost:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import math
+import os
+import re
+import socket
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -170,3 +173,33 @@ def test_wrapper_settings_repr_never_shows_the_password() -> None:
     )
     for text in (repr(settings), str(settings)):
         assert "s3cr3t-pw" not in text and "password=***" in text
+
+
+def test_lock_context_defaults_url_table_owner_and_heartbeat(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("DATABASE_URL", "postgresql://app@db.internal/app")
+    first = LockContext(lock_key="job", run_ttl_seconds=120)
+    second = LockContext(lock_key="job")
+    assert first.url == "postgresql://app@db.internal/app"
+    assert first.table_parts == ("key_value",)
+    assert re.fullmatch(
+        rf"{re.escape(socket.gethostname())}:{os.getpid()}:[0-9a-f]{{8}}", first.owner
+    )
+    assert first.owner != second.owner
+    assert first.lease_interval_seconds == 10.0  # 30 % of the TTL, at most 10 s
+    assert LockContext(lock_key="job", run_ttl_seconds=5).lease_interval_seconds == 1.5
+
+
+def test_lock_context_without_url_needs_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    with pytest.raises(ConfigurationError, match=r"no url given and \$DATABASE_URL is not set"):
+        LockContext(lock_key="job")
+    monkeypatch.setenv("DATABASE_URL", "postgresql://app@db.internal/app")
+    with pytest.raises(ConfigurationError, match="database URL is empty"):
+        LockContext(lock_key="job", url="")  # an explicit empty URL is not the variable's
+
+
+def test_a_ttl_below_the_minimum_heartbeat_needs_an_interval() -> None:
+    with pytest.raises(ConfigurationError, match="give lease_interval_seconds too"):
+        LockContext(url="postgresql://localhost/app", lock_key="job", run_ttl_seconds=0.5)

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from dislock.core.dsn import connection_kwargs, redact_dsn, scrub
+from dislock.core.dsn import (
+    connection_kwargs,
+    host_count,
+    longest_connect_timeout,
+    redact_dsn,
+    scrub,
+)
 from dislock.core.sql import create_table_sql, lease_key, schedule_key, statements
 
 SECRET = "pa55:w@rd"
@@ -45,6 +51,17 @@ def test_connection_kwargs_leave_url_settings_alone() -> None:
     assert "application_name" not in kwargs
 
 
+def test_a_patient_try_sets_its_own_timeout_bounded_by_the_url() -> None:
+    url = "postgresql://db/app?connect_timeout=30"
+    assert connection_kwargs(url, 2, attempt_timeout=2.5)["connect_timeout"] == 3
+    assert longest_connect_timeout(url, 10) == 30
+    assert longest_connect_timeout("postgresql://db/app", 10) == 10
+    assert longest_connect_timeout("postgresql://db/app?connect_timeout=0", 10) == 10
+    assert host_count("postgresql://db/app") == 1
+    assert host_count("host=a,b,/run/postgresql port=1,2,3 dbname=app") == 3
+    assert host_count("dbname=app") == 1  # libpq's default host
+
+
 def test_keys_are_prefixed_by_mode() -> None:
     assert schedule_key("daily-report") == "cronjob-lock:schedule:daily-report"
     assert lease_key("importer") == "cronjob-lock:lease:importer"
@@ -61,7 +78,7 @@ def test_acquire_is_one_conditional_upsert_that_checks_the_pause() -> None:
     text = statements(("key_value",)).acquire_for.as_string(None)
     # One statement: the lock-delay check and the pause ride along as common
     # table expressions; the row is inserted or taken over by the upsert.
-    assert text.count(";") == 0 and text.startswith("WITH dislock_history AS (")
+    assert text.count(";") == 0 and text.startswith("WITH dislock_server AS (")
     assert "pause AS (" in text
     assert "INSERT INTO" in text and "ON CONFLICT (key) DO UPDATE" in text
     assert "WHERE held.expire_at <= NOW()" in text

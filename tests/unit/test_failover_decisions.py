@@ -67,17 +67,17 @@ def test_both_acquisitions_carry_the_lock_delay_and_renewals_do_not() -> None:
         text = statement.as_string(None)
         assert "pg_walfile_name(pg_current_wal_lsn())" in text
         assert "(SELECT calm FROM dislock_calm)" in text
-        assert "RETURNING held.fence, (SELECT timeline FROM dislock_history)" in text
-        assert text.startswith("WITH dislock_history AS (")  # data-modifying CTEs on top
+        assert "RETURNING held.fence, (SELECT timeline FROM dislock_server)" in text
+        assert text.startswith("WITH dislock_server AS (")  # data-modifying CTEs on top
     for statement in (stmts.renew_batch, stmts.release):
         assert "dislock_" not in statement.as_string(None)
 
 
-def test_the_longest_ttl_row_never_expires_as_an_open_pause_does() -> None:
+def test_the_max_ttl_row_never_expires_as_an_open_pause_does() -> None:
     # A finite far-future end that every server can subtract NOW() from (not 'infinity').
     from datetime import datetime
 
-    from dislock.core.failover import NEVER_EXPIRES
+    from dislock.core.limits import NEVER_EXPIRES
     from dislock.core.pause import UNTIL_RESUMED
 
     assert datetime.fromisoformat(NEVER_EXPIRES) == UNTIL_RESUMED

@@ -9,12 +9,14 @@ from typing import Any
 import pytest
 
 from dislock import LockContext
-from dislock.core.errors import ConfigurationError
+from dislock.core.errors import ConfigurationError, DatabaseUnreachableError
 from dislock.core.patience import (
     BACKOFF_CAP,
     BACKOFF_FIRST,
     DEFAULT_CONNECT_PATIENCE,
+    FIRST_ATTEMPT_TIMEOUT,
     ConnectPatience,
+    SlotEnd,
     backoff_delay,
     is_transient,
     slot_patience,
@@ -44,6 +46,15 @@ class Refusal(Exception):
         "could not receive data from server: Connection reset by peer",
         'connection to server on socket "/run/postgresql/.s.PGSQL.5432" failed: '
         "No such file or directory",
+        # a frozen or partitioned host, and a failover in progress
+        "connection timeout expired",
+        'connection to server at "10.0.0.1", port 5432 failed: timeout expired',
+        'connection to server at "10.0.0.2", port 5432 failed: session is read-only',
+        'connection to server at "10.0.0.2", port 5432 failed: server is in hot standby mode',
+        "connection timeout expired\nMultiple connection attempts failed. All failures were:\n"
+        "- host: 'a', port: '5432', hostaddr: '10.0.0.1': connection timeout expired\n"
+        "- host: 'b', port: '5432', hostaddr: '10.0.0.2': connection failed: connection to"
+        ' server at "10.0.0.2", port 5432 failed: session is read-only',
     ],
 )
 def test_refusals_of_a_busy_or_restarting_server_are_transient(message: str) -> None:
@@ -58,7 +69,6 @@ def test_refusals_of_a_busy_or_restarting_server_are_transient(message: str) -> 
         'FATAL:  role "nope" does not exist',
         'FATAL:  no pg_hba.conf entry for host "10.0.0.2"',
         'could not translate host name "db.invalid" to address: Name or service not known',
-        "connection timeout expired",
         # a permanent refusal beside a transient one (several hosts): reported
         "host a: Connection refused; host b: FATAL: password authentication failed",
     ],
@@ -106,6 +116,87 @@ def test_a_schedule_slot_bounds_the_patience() -> None:
     assert slot_patience(30, now + timedelta(seconds=10), now) == 10
     assert slot_patience(30, now + timedelta(minutes=5), now) == 30
     assert slot_patience(30, now - timedelta(seconds=1), now) == 0
+
+
+def test_every_connection_of_an_acquisition_shares_one_deadline() -> None:
+    refusal = Refusal("too many clients already")
+    state = ConnectPatience(10.0, now=0.0, rng=random.Random(2))
+    assert state.next_delay(refusal, 1.0) is not None  # the first connection, refused
+    # Connected at 2 s; its link retired, the reopening is refused at 9 s, then at 10 s.
+    assert state.next_delay(refusal, 9.0) is not None
+    assert state.next_delay(refusal, 10.0) is None
+    assert state.deadline(10.0) == 10.0
+
+
+def test_the_slot_end_is_read_at_the_first_failure_and_bounds_the_deadline() -> None:
+    wall = datetime(2026, 1, 1, 12, 0, 50, tzinfo=timezone.utc)
+    asked: list[int] = []
+
+    def slot() -> SlotEnd:
+        asked.append(1)
+        return SlotEnd("job", wall + timedelta(seconds=4), wall)
+
+    state = ConnectPatience(30.0, now=100.0, slot=slot)
+    assert state.attempt_timeout(10.0, 1, 100.0) == FIRST_ATTEMPT_TIMEOUT
+    assert asked == []  # a first try that succeeds computes no slot
+    assert state.next_delay(Refusal("timeout expired"), 103.0, attempt_started=101.0) is not None
+    assert state.deadline(103.0) == pytest.approx(107.0)  # 4 s after the slot was read
+    assert state.next_delay(Refusal("timeout expired"), 107.0) is None
+    error = state.unreachable(Refusal("connection timeout expired"), "timeout expired", 107.0)
+    assert isinstance(error, DatabaseUnreachableError)
+    assert error.slot_end == wall + timedelta(seconds=4) and error.lock_key == "job"
+    assert error.unreachable_for == pytest.approx(6.0) and error.attempts == 2
+    assert str(error) == (
+        "the schedule slot of 'job' ending 2026-01-01T12:00:54+00:00 ended while the"
+        " database was unreachable (6.0 s, 2 attempts): timeout expired"
+    )
+    state.postpone(30.0)  # a slot's end does not move
+    assert state.deadline(200.0) == pytest.approx(107.0)
+    assert len(asked) == 1
+
+
+def test_the_patience_running_out_is_reported_with_how_long_it_lasted() -> None:
+    state = ConnectPatience(3.0, now=0.0)
+    refusal = Refusal("too many connections for role")
+    assert state.next_delay(refusal, 0.5, attempt_started=0.0) is not None
+    assert state.next_delay(refusal, 3.0) is None
+    error = state.unreachable(refusal, "too many connections", 3.0)
+    assert error is not None and error.slot_end is None
+    assert str(error) == (
+        "the database was unreachable for 3.0 s (2 attempts; connect_patience_seconds=3):"
+        " too many connections"
+    )
+    permanent = Refusal("password authentication failed")
+    assert ConnectPatience(3.0, now=0.0).unreachable(permanent, "x", 0.0) is None
+
+
+def test_waiting_for_the_holder_does_not_spend_the_patience() -> None:
+    refusal = Refusal("too many clients already")
+    state = ConnectPatience(5.0, now=0.0)
+    state.postpone(100.0)  # a lease waited 100 s for its holder
+    assert state.next_delay(refusal, 104.0) is not None
+    state.postpone(10.0)  # and then 10 s more: the deadline had been fixed, it moves too
+    assert state.deadline(114.0) == pytest.approx(115.0)
+
+
+def test_each_try_gives_every_host_a_short_growing_timeout_within_the_patience() -> None:
+    timeout = Refusal("connection timeout expired")
+    state = ConnectPatience(120.0, now=0.0, rng=random.Random(3))
+    assert state.attempt_timeout(10.0, 2, 0.0) == FIRST_ATTEMPT_TIMEOUT
+    now, seen = 0.0, []
+    for _ in range(5):
+        seen.append(state.attempt_timeout(10.0, 2, now))
+        now += 2 * seen[-1]
+        delay = state.next_delay(timeout, now)
+        assert delay is not None
+        now += delay
+    assert seen == [2.0, 4.0, 8.0, 10.0, 10.0]  # doubling up to the connect timeout
+    # Near the deadline the time left is shared among the hosts, down to libpq's floor.
+    assert state.attempt_timeout(10.0, 2, 112.0) == 4.0
+    assert state.attempt_timeout(10.0, 2, 119.0) == FIRST_ATTEMPT_TIMEOUT
+    assert state.attempt_timeout(1.0, 2, 119.0) == 1.0  # a shorter configured timeout stays
+    # Without patience, the first try is the only one: it gets the whole timeout.
+    assert ConnectPatience(0.0, now=0.0).attempt_timeout(10.0, 2, 0.0) == 10.0
 
 
 def test_lock_context_validates_the_patience() -> None:

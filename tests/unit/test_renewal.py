@@ -141,3 +141,23 @@ def test_renewal_listeners_hear_the_leases_still_held_and_a_raising_one_is_skipp
         renewal_listeners.remove(listener)
     assert heard == [(["a"], 0.01)]
     assert "a renewal listener raised" in caplog.text
+
+
+def test_a_renewal_that_succeeded_tells_each_followed_lease_its_new_deadline() -> None:
+    """What the supervisor passes on to the command's guard: the new deadline of each
+    lease that has a follower and is still held, none for a lease the batch lost."""
+    plan = RenewalPlan()
+    kept, lost, unfollowed = lease("a", at=100.0), lease("b", at=100.0), lease("c", at=100.0)
+    told: list[tuple[str, float]] = []
+    kept.on_renewed = lambda deadline: told.append(("a", deadline))
+    lost.on_renewed = lambda deadline: told.append(("b", deadline))
+    for r in (kept, lost, unfollowed):
+        plan.add(r)
+    (batch,) = plan.due(102.0)
+    plan.settle(batch, sent_at=102.0, now=102.01, renewed=[("a", "owner-a"), ("c", "owner-c")])
+    from dislock.core.renewal import new_deadlines
+
+    for follow, deadline in new_deadlines(batch):
+        follow(deadline)
+    assert told == [("a", kept.clock.deadline)]
+    assert kept.clock.deadline == 102.0 + 10.0 - 1.0  # sent at, plus the TTL, less the margin

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from dislock._sync import build_locks as build_locks
     from dislock._sync import keep_connected as keep_connected
     from dislock._sync import run_with_locks as run_with_locks
+    from dislock._sync import with_locks as with_locks
 
 
 def __getattr__(name: str) -> object:

@@ -15,6 +15,7 @@ from dislock.aio._locks import LockSession as LockSession
 from dislock.aio._locks import ScheduleLock as ScheduleLock
 from dislock.aio._locks import acquire_locks as acquire_locks
 from dislock.aio._locks import build_locks as build_locks
+from dislock.aio._locks import with_locks as with_locks
 from dislock.aio._supervisor import run_with_locks as run_with_locks
 from dislock.core.public import *  # noqa: F403  (the core names)
 from dislock.core.public import CORE_NAMES as _CORE_NAMES

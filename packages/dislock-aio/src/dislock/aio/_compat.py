@@ -276,3 +276,49 @@ async def interrupting(route: SignalRoute) -> AsyncIterator[None]:
         raise Interrupted(route.fired) from None
     finally:
         route.locks_held()
+
+
+class LossGuard:
+    """Cancels the task running a guarded block once its lease is lost.
+
+    Created as the block starts, in the task that runs it; ``stop`` as the block
+    ends says whether the block ended because the guard cancelled it, so that the
+    caller can raise ``LeaseLostError`` in place of the ``CancelledError``.  (The
+    sync flavour's guard does nothing: a thread cannot be interrupted safely.)
+    """
+
+    def __init__(self, lost: Event) -> None:
+        self._task = asyncio.current_task()
+        self._fired = False
+        self._watcher: asyncio.Task[None] | None = None
+        if self._task is not None:
+            self._watcher = asyncio.get_running_loop().create_task(
+                self._watch(lost), name="dislock-loss-guard"
+            )
+
+    async def _watch(self, lost: Event) -> None:
+        await lost.wait()
+        assert self._task is not None
+        # False once the task is done: a block entered by a task that has finished
+        # (the lock handed to another task) is not cancelled.
+        self._fired = self._task.cancel()
+
+    def stop(self, exc_type: type[BaseException] | None) -> bool:
+        """Stop watching, as the block ends with ``exc_type``; whether the block was
+        ended by the guard's cancellation alone (or swallowed it), so that the caller
+        is to raise ``LeaseLostError``.  Another cancellation of the task still
+        stands, and another exception from the block is not masked: False."""
+        if self._watcher is not None:
+            self._watcher.cancel()
+        if not self._fired or asyncio.current_task() is not self._task:
+            return False
+        self._fired = False
+        assert self._task is not None
+        if self._task.uncancel() > 0:
+            return False
+        return exc_type is None or issubclass(exc_type, asyncio.CancelledError)
+
+    async def finish(self) -> None:
+        """Wait until the watcher has stopped, so that no task outlives the block."""
+        if self._watcher is not None:
+            await asyncio.wait({self._watcher})

@@ -11,30 +11,41 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AsyncExitStack
+from dataclasses import replace
 from datetime import datetime, timezone
-from functools import partial
+from functools import partial, wraps
 from time import monotonic
 from types import TracebackType
-from typing import Any, Protocol, TypeAlias, TypeVar
+from typing import Any, Literal, ParamSpec, Protocol, TypeAlias, TypeVar, overload
 
+import psycopg
 from psycopg.sql import Composed
 
 from dislock.core import history, kinds, sql
 from dislock.core.config import SCHEDULE, normalize_strategies
-from dislock.core.context import LEASE_LOST_EXIT_CODE, LeaseLossPolicy, LockContext
+from dislock.core.context import (
+    LEASE_LOST_EXIT_CODE,
+    LeaseLossPolicy,
+    LockContext,
+    default_owner,
+    strategies_for,
+)
 from dislock.core.cron import SlotCandidates, slot_end
 from dislock.core.dsn import connection_kwargs, scrub
 from dislock.core.errors import (
     ConfigurationError,
     LeaseLostError,
+    LockDelayedError,
     LockNotAcquiredError,
     NotReplicatedError,
 )
 from dislock.core.failover import delayed
+from dislock.core.grants import refused
 from dislock.core.lease import LeaseClock, LeaseSettings, raises_on_exit
-from dislock.core.patience import slot_patience
+from dislock.core.limits import too_long
+from dislock.core.patience import ConnectPatience, SlotEnd
 from dislock.core.pause import paused_error
 from dislock.core.renewal import Renewal
 from dislock.core.supervision import LOSS_LOGGER
@@ -50,9 +61,15 @@ from dislock.core.waiting import (
     wake_key,
 )
 
-from ._compat import Event, sleep
+from ._compat import Event, LossGuard, sleep
 from ._hub import Hub, enter_hub, leave_hub
 from ._listen import Listener
+
+# isort: split
+# if async
+from collections.abc import Awaitable, Coroutine
+
+# endif
 
 logger = logging.getLogger("dislock")
 
@@ -61,21 +78,25 @@ _ExcType: TypeAlias = type[BaseException] | None
 _Exc: TypeAlias = BaseException | None
 _Tb: TypeAlias = TracebackType | None
 _Entered = TypeVar("_Entered", covariant=True)
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 def _enter_hub(context: LockContext) -> Hub:
     return enter_hub(context.url, context.connect_timeout_seconds)
 
 
-def _schedule_patience(context: LockContext) -> float:
-    """How long a schedule lock waits out refused connections: never past its slot's
-    end (by the local clock; the database's is not known before connecting)."""
-    now = datetime.now(timezone.utc)
+def _slot_end(context: LockContext, started_at: datetime) -> SlotEnd | None:
+    """The end of the slot a schedule lock started taking at ``started_at``, which
+    its patience never outlasts (by the local clock; the database's is not known
+    before connecting)."""
     ends_at = context.next_run_time
     zone = context.cron_zone
     if ends_at is None and context.schedule is not None and zone is not None:
-        ends_at = slot_end(context.schedule, now, zone.tz)
-    return slot_patience(context.connect_patience_seconds, ends_at, now)
+        ends_at = slot_end(context.schedule, started_at, zone.tz)
+    return (
+        None if ends_at is None else SlotEnd(context.lock_key, ends_at, datetime.now(timezone.utc))
+    )
 
 
 async def acquire(
@@ -85,9 +106,12 @@ async def acquire(
     timeout: float,
     *,
     context: LockContext,
+    parse: Callable[[Sequence[Any]], sql.Acquired] = sql.parse_acquired,
+    patience: ConnectPatience | None = None,
 ) -> sql.Acquired:
     """Run an acquiring upsert: whether it took the row, the fencing token, and
-    the pause that refused it, if one did.
+    the pause that refused it, if one did (read by ``parse``; a connection opened
+    for it waits within ``patience``).
 
     Bounded, so that a row locked by a stuck transaction cannot hold a start
     (and the cron runs queueing behind it) indefinitely.  A row that synchronous
@@ -95,19 +119,24 @@ async def acquire(
     ``NotReplicatedError`` is raised: a failover could lose it while the work runs.
     """
     try:
-        cursor = await hub.execute(statement, params, timeout)
+        cursor = await hub.execute(statement, params, timeout, patience)
     except NotReplicatedError as exc:
         await hand_back_rows(hub, context, [params["key"]])
         raise NotReplicatedError(
             f"{params['key']!r} was not acquired (handed back): {exc}"
         ) from None
+    except psycopg.Error as exc:
+        denied = refused(exc, url=context.url, key=params["key"], table_parts=context.table_parts)
+        if denied is not None:
+            raise denied from None
+        raise
     row = await cursor.fetchone()
     assert row is not None, "an acquiring statement answers one row"
-    if len(row) > 4:
-        hub.note_timeline(row[4])
-    delayed_until = row[5] if len(row) > 5 else None
-    slot_end = row[6] if len(row) > 6 else None
-    return sql.Acquired(bool(row[0]), row[1], row[2], row[3], slot_end, delayed_until)
+    answer = parse(row)
+    hub.note_timeline(answer.timeline)
+    if answer.ttl_cap is not None:
+        raise ConfigurationError(too_long(params["ttl"], answer.ttl_cap))
+    return answer
 
 
 async def hand_back_rows(hub: Hub, context: LockContext, keys: list[str]) -> None:
@@ -119,7 +148,7 @@ async def hand_back_rows(hub: Hub, context: LockContext, keys: list[str]) -> Non
     try:
         await hub.execute(statement, params, RELEASE_TIMEOUT)
     except Exception as error:  # unconfirmed too, most likely: it still expired here
-        logger.debug("handing back %s: %s", ", ".join(keys), error)
+        logger.debug("handing back %s: %s", ", ".join(keys), scrub(str(error), context.url))
 
 
 class ScheduleLock:
@@ -142,6 +171,10 @@ class ScheduleLock:
         self.expires_at = context.next_run_time
         self.fence: int | None = None
         """The fencing token of this acquisition (with ``LockContext.fencing``)."""
+        self.records_history = context.history
+        """Whether entering and leaving record the run (``LockContext.history``);
+        ``acquire_locks`` turns it off for its locks and records the run itself."""
+        self._recording: _Recording | None = None
 
     async def __aenter__(self) -> ScheduleLock:
         context = self.context
@@ -149,9 +182,16 @@ class ScheduleLock:
         timeout = context.connect_timeout_seconds
         # The connection is given back at once: a slot needs nothing while the job runs.
         hub = _enter_hub(context)
-        claim = partial(acquire, hub, timeout=timeout, context=context)
+        # One patience for every connection on the way to the decision, until the slot ends.
+        # (The slot is that of the instant the lock started, computed only if needed.)
+        patience = ConnectPatience(
+            context.connect_patience_seconds,
+            monotonic(),
+            slot=partial(_slot_end, context, datetime.now(timezone.utc)),
+        )
+        claim = partial(acquire, hub, timeout=timeout, context=context, patience=patience)
         try:
-            await hub.connect_patiently(partial(_schedule_patience, context))
+            await hub.connect_patiently(patience)
             expires_at = context.next_run_time
             answer: sql.Acquired | None = None
             if expires_at is None:
@@ -166,11 +206,12 @@ class ScheduleLock:
                 answer = await claim(
                     statements.acquire_by_clock,
                     sql.acquire_by_clock_params(self.key, context.owner, candidates),
+                    parse=sql.parse_by_clock,
                 )
                 expires_at = answer.slot_end
                 if expires_at is None:
                     # The database clock is far from ours: read it, then claim.
-                    cursor = await hub.execute(statements.now, {}, timeout)
+                    cursor = await hub.execute(statements.now, {}, timeout, patience)
                     row = await cursor.fetchone()
                     assert row is not None
                     expires_at = slot_end(context.schedule, row[0], zone.tz)
@@ -187,22 +228,28 @@ class ScheduleLock:
         if not answer.acquired:
             slot = f"schedule slot of {context.lock_key!r} ending {expires_at.isoformat()}"
             if answer.delayed_until is not None:
-                raise LockNotAcquiredError(delayed(slot, answer.delayed_until))
+                until = answer.delayed_until
+                raise LockDelayedError(delayed(slot, until), until)
             raise LockNotAcquiredError(
                 f"{slot} was already started by another owner (or has already ended)"
             )
         self.expires_at = expires_at
         self.fence = answer.token
         logger.info("acquired schedule slot %s until %s", self.key, expires_at.isoformat())
+        if self.records_history:
+            self._recording = await _record_start(self)
         return self
 
     @property
     def holding(self) -> bool:
-        """Never anything for the exit to undo: the slot stays taken until it ends."""
-        return False
+        """Whether the exit has anything to do: only a run to record (the slot
+        stays taken until it ends)."""
+        return self._recording is not None
 
     async def __aexit__(self, exc_type: _ExcType, exc: _Exc, tb: _Tb) -> None:
-        return None
+        recording, self._recording = self._recording, None
+        if recording is not None:
+            await recording.__aexit__(exc_type, exc, tb)
 
 
 class _Held:
@@ -257,6 +304,10 @@ class LeaseLock:
         self._held: _Held | None = None
         self._clock: LeaseClock | None = None  # the latest acquisition's, kept after leaving
         self._delayed_until: datetime | None = None  # a lock delay that refused the last try
+        self.records_history = context.history
+        """Whether entering and leaving record the run (``LockContext.history``);
+        ``acquire_locks`` turns it off for its locks and records the run itself."""
+        self._recording: _Recording | None = None
 
     @property
     def deadline(self) -> float | None:
@@ -264,6 +315,14 @@ class LeaseLock:
         lost unless a renewal succeeds first; None when not held."""
         held = self._held
         return None if held is None else held.clock.deadline
+
+    def follow_deadline(self, follower: Callable[[float], None] | None) -> None:
+        """While held, have the renewer call ``follower`` with the new deadline after
+        each renewal that succeeds (from its own thread or task: it must be quick and
+        never raise); None stops it.  The supervisor keeps the command's guard told."""
+        held = self._held
+        if held is not None:
+            held.renewal.on_renewed = follower
 
     @property
     def lost_reason(self) -> str | None:
@@ -299,12 +358,16 @@ class LeaseLock:
         context = self.context
         hub = _enter_hub(context)
         held: _Held | None = None
+        # One patience for every connection on the way to the decision (``_attempt``
+        # connects first); a wait for the holder does not spend it (``_wait``).
+        patience = ConnectPatience(context.connect_patience_seconds, monotonic())
         try:
-            await hub.connect_patiently(partial(float, context.connect_patience_seconds))
-            taken = await self._attempt(hub)
+            taken = await self._attempt(hub, patience)
             if taken is None and context.wait_seconds > 0:
-                taken = await self._wait(hub)
+                taken = await self._wait(hub, patience)
             if taken is None:
+                if self._delayed_until is not None:
+                    raise LockDelayedError(self._held_elsewhere(), self._delayed_until)
                 raise LockNotAcquiredError(self._held_elsewhere())
             clock, fence = taken
             self.fence = fence
@@ -340,6 +403,12 @@ class LeaseLock:
             await leave_hub(hub)
             raise
         logger.info("acquired lease %s for %g s", self.key, self.settings.ttl)
+        if self.records_history:
+            try:
+                self._recording = await _record_start(self)
+            except BaseException as error:  # interrupted: give the lease back too
+                await self.__aexit__(type(error), error, error.__traceback__)
+                raise
         return self
 
     def _held_elsewhere(self) -> str:
@@ -354,7 +423,9 @@ class LeaseLock:
             return delayed(f"lease {self.key!r}", self._delayed_until) + waited
         return f"lease {self.key!r} is held by another owner{waited}"
 
-    async def _attempt(self, hub: Hub) -> tuple[LeaseClock, int | None] | None:
+    async def _attempt(
+        self, hub: Hub, patience: ConnectPatience
+    ) -> tuple[LeaseClock, int | None] | None:
         """One try at the lease (or at a free slot of it): its clock and fencing
         token when taken."""
         context = self.context
@@ -362,6 +433,9 @@ class LeaseLock:
         attempts = 0
         while True:
             attempts += 1
+            # Connected before the lease's clock starts: waiting for a connection
+            # must not eat into the lease's time.
+            await hub.connect_patiently(patience)
             sent_at = monotonic()
             clock = LeaseClock(self.settings, acquired_at=sent_at)
             if context.slots == 1:
@@ -372,6 +446,7 @@ class LeaseLock:
                     sql.lease_params(self.key, context.owner, self.settings.ttl),
                     clock.attempt_timeout(sent_at),
                     context=context,
+                    patience=patience,
                 )
                 acquired, fence, free = answer.acquired, answer.token, 0
                 reason, paused_until = answer.paused_for, answer.paused_until
@@ -382,6 +457,7 @@ class LeaseLock:
                         statements.acquire_slot,
                         sql.slot_params(self._slot_keys, context.owner, self.settings.ttl),
                         clock.attempt_timeout(sent_at),
+                        patience,
                     )
                 except NotReplicatedError as exc:
                     # Which slot it took is unknown: every slot row of ours goes back.
@@ -389,12 +465,28 @@ class LeaseLock:
                     raise NotReplicatedError(
                         f"no slot of {context.lock_key!r} was acquired (handed back): {exc}"
                     ) from None
+                except psycopg.Error as exc:
+                    denied = refused(
+                        exc, url=context.url, key=self.key, table_parts=context.table_parts
+                    )
+                    if denied is not None:
+                        raise denied from None
+                    raise
                 row = await cursor.fetchone()
                 assert row is not None
-                key, fence, free, reason, paused_until, self._delayed_until = row
-                acquired = key is not None
-                if acquired:
-                    self.key = str(key)
+                slot = sql.parse_slot(row)
+                if slot.ttl_cap is not None:
+                    raise ConfigurationError(too_long(self.settings.ttl, slot.ttl_cap))
+                fence, free, reason, paused_until = (
+                    slot.token,
+                    slot.free,
+                    slot.paused_for,
+                    slot.paused_until,
+                )
+                self._delayed_until = slot.delayed_until
+                acquired = slot.key is not None
+                if slot.key is not None:
+                    self.key = slot.key
             if paused_until is not None:
                 # Paused fleet-wide: not worth waiting for, not a held lease.
                 raise paused_error(context.lock_key, reason, paused_until)
@@ -408,7 +500,9 @@ class LeaseLock:
             if not slot_retry(free=free, attempts=attempts, slots=context.slots):
                 return None
 
-    async def _wait(self, hub: Hub) -> tuple[LeaseClock, int | None] | None:
+    async def _wait(
+        self, hub: Hub, patience: ConnectPatience
+    ) -> tuple[LeaseClock, int | None] | None:
         """Try again whenever the lease may have been released, until the wait is over."""
         context = self.context
         plan = WaitPlan(
@@ -421,16 +515,21 @@ class LeaseLock:
             context.wait_seconds,
             "woken by releases" if listener is not None else "polling",
         )
+        waited_from: float | None = None
         try:
             while True:
+                if waited_from is not None:
+                    # Waiting for the holder does not spend the patience with the database.
+                    patience.postpone(monotonic() - waited_from)
                 # A release between the last try and the LISTEN would be missed:
                 # so the LISTEN comes first, then the try.
-                taken = await self._attempt(hub)
+                taken = await self._attempt(hub, patience)
                 if taken is not None:
                     return taken
                 delay = plan.next_delay(monotonic(), listening=listener is not None)
                 if delay is None:
                     return None
+                waited_from = monotonic()
                 if listener is None:
                     await sleep(delay)
                     continue
@@ -481,7 +580,7 @@ class LeaseLock:
                 "could not release lease %s (it expires by itself within %g s): %s",
                 self.key,
                 self.settings.ttl,
-                exc,
+                scrub(str(exc), context.url),
             )
         else:
             logger.info("released lease %s", self.key)
@@ -497,6 +596,16 @@ class LeaseLock:
         # Judged as the block ends: a renewal finishing afterwards does not
         # turn finished work into failed work.
         lost = self.declare_if_lost()
+        recording, self._recording = self._recording, None
+        if recording is not None:  # while the lease is held, as acquire_locks records
+            try:
+                await recording.__aexit__(exc_type, exc, tb)
+            except BaseException:
+                await self._leave(held, lost=lost, block_failed=True)
+                raise
+        await self._leave(held, lost=lost, block_failed=exc_type is not None)
+
+    async def _leave(self, held: _Held, *, lost: bool, block_failed: bool) -> None:
         held.hub.unregister(held.renewal)
         self._held = None
         try:
@@ -511,7 +620,7 @@ class LeaseLock:
             logging.getLogger(LOSS_LOGGER).warning(
                 "lease %s was lost during the block (policy: continue)", self.key
             )
-        if raises_on_exit(self.settings.policy, lost=lost, block_failed=exc_type is not None):
+        if raises_on_exit(self.settings.policy, lost=lost, block_failed=block_failed):
             raise LeaseLostError(
                 f"lease {self.key!r} was lost while the block ran: {held.clock.lost_reason}",
                 reason=held.clock.lost_reason,
@@ -611,7 +720,7 @@ class _Recording:
                 "could not record the start of %s in history table %s: %s",
                 context.lock_key,
                 ".".join(self.table),
-                exc,
+                scrub(str(exc), context.url),
             )
         except BaseException:  # interrupted: nothing left for the exit to do
             hub, self.hub = self.hub, None
@@ -643,19 +752,43 @@ class _Recording:
             terminate = self.context.lease_loss_policy is LeaseLossPolicy.TERMINATE
             if terminate:  # the lease went as the command ended: the wrapper returns 75
                 end = history.RunEnd("lease_lost", LEASE_LOST_EXIT_CODE)
+        statement, params = history.end_statement(self.table), end.params(run_id)
         try:
-            await hub.execute(
-                history.end_statement(self.table),
-                end.params(run_id),
-                history.HISTORY_TIMEOUT,
-            )
+            await hub.execute(statement, params, history.HISTORY_TIMEOUT)
         except Exception as error:
+            if not (history.retry_end(error) and self.context.connect_patience_seconds > 0):
+                self._not_recorded(error)
+                return
             logger.warning(
-                "could not record the end of %s in history table %s: %s",
+                "could not record the end of %s yet (%s); retrying for up to %g s",
                 self.context.lock_key,
-                ".".join(self.table),
-                error,
+                scrub(" ".join(str(error).split()), self.context.url),
+                self.context.connect_patience_seconds,
             )
+            try:
+                patience = ConnectPatience(self.context.connect_patience_seconds, monotonic())
+                await hub.connect_patiently(patience)
+                await hub.execute(statement, params, history.HISTORY_TIMEOUT, patience)
+            except Exception as again:
+                self._not_recorded(again)
+                return
+            logger.warning("recorded the end of %s: %s", self.context.lock_key, end.outcome)
+
+    def _not_recorded(self, error: BaseException) -> None:
+        logger.warning(
+            "could not record the end of %s in history table %s: %s",
+            self.context.lock_key,
+            ".".join(self.table),
+            error,
+        )
+
+
+async def _record_start(lock: Lock) -> _Recording:
+    """The history row of a run guarded by ``lock`` alone (entered without
+    ``acquire_locks``)."""
+    recording = _Recording(lock.context, LockSession(locks=(lock,)))
+    await recording.__aenter__()
+    return recording
 
 
 _LOCK_CLASSES: dict[str, type[ScheduleLock] | type[LeaseLock]] = {
@@ -704,12 +837,24 @@ async def enter_exit_first(stack: AsyncExitStack, manager: _Entering[_Entered]) 
 
 class _Acquisition:
     """What ``acquire_locks`` returns: the locks entered in order (each with
-    ``enter_exit_first``), released in reverse order on exit."""
+    ``enter_exit_first``), released in reverse order on exit.  Called on a
+    function, it decorates it: each call runs inside an acquisition of its own."""
 
-    def __init__(self, context: LockContext, strategies: str | Iterable[str]) -> None:
+    def __init__(
+        self,
+        context: LockContext,
+        strategies: str | Iterable[str],
+        *,
+        cancel_on_loss: bool = True,
+        fresh_owner: bool = False,
+    ) -> None:
         self._context = context
+        self._fresh_owner = fresh_owner
         self._strategies = strategies
         self._stack: AsyncExitStack | None = None
+        self._session: LockSession | None = None
+        self._cancel_on_loss = cancel_on_loss
+        self._guard: LossGuard | None = None
 
     @property
     def holding(self) -> bool:
@@ -733,6 +878,7 @@ class _Acquisition:
             hub = _enter_hub(context)
             try:
                 for lock in locks:
+                    lock.records_history = False  # the session records the run
                     await enter_exit_first(stack, lock)
                 session = LockSession(locks=tuple(locks))
                 if context.history:
@@ -743,18 +889,199 @@ class _Acquisition:
             self._stack = None
             await stack.__aexit__(type(exc), exc, exc.__traceback__)
             raise
+        self._session = session
+        lease = session.lease
+        if (
+            self._cancel_on_loss
+            and lease is not None
+            and context.lease_loss_policy is LeaseLossPolicy.TERMINATE
+        ):
+            # Nothing is waited for between here and the block: the guard watches it all.
+            self._guard = LossGuard(lease.lease_lost)
         return session
 
     async def __aexit__(self, exc_type: _ExcType, exc: _Exc, tb: _Tb) -> bool | None:
         stack, self._stack = self._stack, None
         if stack is None:
             return None
-        return await stack.__aexit__(exc_type, exc, tb)
+        guard, self._guard = self._guard, None
+        if guard is None:
+            return await stack.__aexit__(exc_type, exc, tb)
+        # Stopped before anything else is awaited: no cancellation can come after it.
+        cancelled = guard.stop(exc_type)
+        try:
+            if cancelled:
+                error = self._cancelled_error()
+                await stack.__aexit__(type(error), error, None)
+                raise error from None
+            return await stack.__aexit__(exc_type, exc, tb)
+        finally:
+            await guard.finish()
+
+    def _cancelled_error(self) -> LeaseLostError:
+        assert self._session is not None and self._session.lease is not None
+        lease = self._session.lease
+        reason = lease.lost_reason
+        return LeaseLostError(
+            f"lease {lease.key!r} was lost while the block ran: {reason}; the block was cancelled",
+            reason=reason,
+        )
+
+    def _for_one_call(self) -> _Acquisition:
+        context = self._context
+        if self._fresh_owner:
+            # A token of its own for each run: one made at decoration time would be
+            # shared by the processes forked afterwards, which could then renew
+            # and release each other's rows.
+            context = replace(context, owner=default_owner())
+        return _Acquisition(context, self._strategies, cancel_on_loss=self._cancel_on_loss)
+
+    # if async
+    def __call__(self, func: Callable[P, Awaitable[R]]) -> Callable[P, Coroutine[Any, Any, R]]:
+        @wraps(func)
+        async def guarded(*args: P.args, **kwargs: P.kwargs) -> R:
+            async with self._for_one_call():
+                return await func(*args, **kwargs)
+
+        return guarded
+
+    # endif
+    # if sync
+    # def __call__(self, func: Callable[P, R]) -> Callable[P, R]:
+    #     @wraps(func)
+    #     def guarded(*args: P.args, **kwargs: P.kwargs) -> R:
+    #         with self._for_one_call():
+    #             return func(*args, **kwargs)
+    #
+    #     return guarded
+    #
+    # endif
 
 
 def acquire_locks(
     context: LockContext, strategies: str | Iterable[str] = (SCHEDULE,)
 ) -> _Acquisition:
     """Enter every lock of ``strategies`` in order, after the startup jitter, and
-    release them in reverse order on exit; entering gives the ``LockSession``."""
+    release them in reverse order on exit; entering gives the ``LockSession``.
+
+    Also a decorator (``@acquire_locks(context, "lease")``): every call of the
+    function runs inside an acquisition of its own, raising
+    ``LockNotAcquiredError`` when another owner holds a lock.
+
+    Under ``LeaseLossPolicy.TERMINATE`` (the default), a lease lost while the
+    block runs ends it with ``LeaseLostError``: ``dislock.aio`` cancels the task
+    running the block at once; the sync flavour cannot interrupt a thread and
+    raises as the block ends.
+    """
     return _Acquisition(context, strategies)
+
+
+def acquire_unguarded(context: LockContext, strategies: str | Iterable[str]) -> _Acquisition:
+    """``acquire_locks`` for a caller that acts on a lost lease itself (the
+    supervisor stops its command): the task running the block is never cancelled."""
+    return _Acquisition(context, strategies, cancel_on_loss=False)
+
+
+class _SkipWhenHeld:
+    """``with_locks(..., skip_held=True)``: a decorator whose calls, when another
+    owner holds a lock, do nothing and return None instead of raising, as a
+    scheduler's job on every replica but one should.  Only the acquisition's own
+    refusal is swallowed, never an error of the function's."""
+
+    def __init__(self, acquisition: _Acquisition) -> None:
+        self._acquisition = acquisition
+
+    # if async
+    def __call__(
+        self, func: Callable[P, Awaitable[R]]
+    ) -> Callable[P, Coroutine[Any, Any, R | None]]:
+        @wraps(func)
+        async def guarded(*args: P.args, **kwargs: P.kwargs) -> R | None:
+            async with AsyncExitStack() as stack:
+                try:
+                    await enter_exit_first(stack, self._acquisition._for_one_call())
+                except LockNotAcquiredError as refused:
+                    _skipped(func, refused)
+                    return None
+                return await func(*args, **kwargs)
+
+        return guarded
+
+    # endif
+    # if sync
+    # def __call__(self, func: Callable[P, R]) -> Callable[P, R | None]:
+    #     @wraps(func)
+    #     def guarded(*args: P.args, **kwargs: P.kwargs) -> R | None:
+    #         with ExitStack() as stack:
+    #             try:
+    #                 enter_exit_first(stack, self._acquisition._for_one_call())
+    #             except LockNotAcquiredError as refused:
+    #                 _skipped(func, refused)
+    #                 return None
+    #             return func(*args, **kwargs)
+    #
+    #     return guarded
+    #
+    # endif
+
+
+def _skipped(func: Callable[..., object], refused: LockNotAcquiredError) -> None:
+    # A lock delay holds up every key of the table, not just this one: say it louder.
+    level = logging.WARNING if isinstance(refused, LockDelayedError) else logging.INFO
+    logger.log(level, "skipped %s: %s", getattr(func, "__qualname__", func), refused)
+
+
+@overload
+def with_locks(
+    context: LockContext | str,
+    strategies: str | Iterable[str] | None = None,
+    *,
+    skip_held: Literal[False] = False,
+    **settings: Any,
+) -> _Acquisition: ...
+
+
+@overload
+def with_locks(
+    context: LockContext | str,
+    strategies: str | Iterable[str] | None = None,
+    *,
+    skip_held: Literal[True],
+    **settings: Any,
+) -> _SkipWhenHeld: ...
+
+
+def with_locks(
+    context: LockContext | str,
+    strategies: str | Iterable[str] | None = None,
+    *,
+    skip_held: bool = False,
+    **settings: Any,
+) -> _Acquisition | _SkipWhenHeld:
+    """Decorate a function so that each call runs only while its locks are held.
+
+    The 0.1.0 form, ``@with_locks(context, strategies)``, is
+    ``@acquire_locks(context, strategies)``.  The short form names the key and
+    the ``LockContext`` fields that differ from the defaults (url from
+    ``$DATABASE_URL``, table ``key_value``):
+    ``@with_locks("nightly-report", schedule="0 3 * * *")``.  Without
+    ``strategies``, the locks follow the settings: a schedule slot with
+    ``schedule`` (or ``next_run_time``), a lease with ``run_ttl_seconds``, both
+    with both.  The short form makes a new owner token for each call (unless
+    ``owner`` is given), so that processes forked after decorating never share
+    one.  A call whose lock is held elsewhere raises ``LockNotAcquiredError``;
+    with ``skip_held=True`` it returns None instead (logged at INFO, a lock delay
+    at WARNING), which is what a job scheduled on every replica wants.
+    """
+    fresh_owner = isinstance(context, str) and "owner" not in settings
+    if isinstance(context, str):
+        # Built now, so that a mistake fails as the function is decorated.
+        context = LockContext(lock_key=context, **settings)
+    elif settings:
+        raise ConfigurationError(
+            f"with_locks(context, ...) takes no settings ({', '.join(sorted(settings))}): "
+            "they belong in the LockContext"
+        )
+    chosen = strategies_for(context) if strategies is None else strategies
+    acquisition = _Acquisition(context, chosen, fresh_owner=fresh_owner)
+    return _SkipWhenHeld(acquisition) if skip_held else acquisition

@@ -11,21 +11,29 @@ command's own process exited get the same SIGTERM, then SIGKILL.
 
 If the wrapper dies (SIGKILL, the OOM killer, a crash), its lease will expire
 and another machine may start the same job, so the whole group must die with
-it.  A guard does that: a tiny ``/bin/sh`` outside the group, reading a pipe
-whose only writer is the wrapper.  The kernel closes the pipe when the wrapper
-dies, however it dies; the guard then reads end-of-file and SIGKILLs the group.
-The guard costs less at start-up than the parent-death hook it replaces (which
-reached only the direct child): both the guard and the command are started
-without running Python in the forked child, which lets Python use ``vfork``.
-Without ``/bin/sh`` the command falls back to the parent-death signal (Linux).
+it.  A wrapper can also stop without dying (SIGSTOP, a debugger, a write blocked
+on a full pipe) while the row expires.  A guard (``dislock.core.guard``) covers
+both: a small process of the wrapper's own interpreter, outside the group,
+reading a pipe whose only writer is the wrapper.  The kernel closes the pipe
+when the wrapper dies, however it dies; the guard then reads end-of-file and
+SIGKILLs the group.  Under ``TERMINATE``, the renewer writes the lease's new
+local deadline to it after each renewal; the guard SIGKILLs the group once that
+deadline (and ``guard_lag`` more) passes without news, whatever the wrapper is
+doing.  A wrapper that can still act stops the command itself at the deadline,
+as before, and tells the guard to wait out the grace.  Both the guard and the
+command are started without running Python in the forked child, which lets
+Python use ``vfork``.  Where the guard cannot be started (no interpreter file to run, as in
+a frozen application), the command falls back to the parent-death signal
+(Linux), and no deadline binds it from outside.
 
 The guard is told the group as soon as the command has started (its pid, since it
-leads a session of its own).  A wrapper killed before that, however long a loaded
-machine holds it there, leaves the guard without a group: the guard then finds the
-command by the run's token in its environment (``RUN_TOKEN_VARIABLE``) and kills
-it and its group.  The group cannot simply be made first with the command joining
-it: a member that is not its group's leader may leave it (GNU ``timeout`` calls
-``setpgid(0, 0)``), and then neither signals nor the guard reach it.
+leads a session of its own).  A wrapper killed (or stopped past the deadline)
+before that, however long a loaded machine holds it there, leaves the guard
+without a group: the guard then finds the command by the run's token in its
+environment (``RUN_TOKEN_VARIABLE``) and kills it and its group.  The group
+cannot simply be made first with the command joining it: a member that is not
+its group's leader may leave it (GNU ``timeout`` calls ``setpgid(0, 0)``), and
+then neither signals nor the guard reach it.
 """
 
 from __future__ import annotations
@@ -39,58 +47,43 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterable, Sequence
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from time import monotonic
 
+from dislock.core import guard as guard_program
 from dislock.core.config import SCHEDULE
 from dislock.core.context import LEASE_LOST_EXIT_CODE, LeaseLossPolicy, LockContext
 from dislock.core.errors import Interrupted, LeaseLostError
+from dislock.core.guard import DEADLINE_EXIT, DONE, group_line, until_line
 from dislock.core.history import end_of_command
 from dislock.core.supervision import (
-    GUARD_TOKEN_VARIABLE,
+    GUARD_FIRED,
     KILL_GRACE,
-    RUN_TOKEN_VARIABLE,
     SignalAction,
     SignalRoute,
     check_command,
     child_environment,
     exit_status,
     guard_environment,
+    guard_lag,
+    inherited_environment,
     lease_loss_line,
     new_run_token,
     runs_in_group,
 )
 
 from ._compat import Child, handling_signals, interrupter, interrupting, sleep
-from ._locks import LeaseLock, LockSession, acquire_locks, enter_exit_first
+from ._locks import LeaseLock, LockSession, acquire_unguarded, enter_exit_first
 
 logger = logging.getLogger("dislock")
 
 _PR_SET_PDEATHSIG = 1
 
-_GUARD_SHELL = "/bin/sh"
-# Reads the group to guard, then waits: "done" stands it down; end of input (the
-# wrapper is gone) kills the group.  End of input before a group was named (the
-# wrapper died as it started the command) makes it look for the command instead:
-# every process whose environment holds the run's token (given as
-# $DISLOCK_GUARD_FOR, see dislock.core.supervision), and the group each leads,
-# three times over 0.2 s, which also finds a command still on its way to exec.
-# The pid's group is killed rather than the group /proc/PID/stat names, which a
-# process can spoof through its name.  It ignores the signals a terminal or an
-# operator sends to the wrapper's group, so that only the wrapper ends it.
-_GUARD_SCRIPT = (
-    "trap '' HUP INT QUIT TERM USR1 USR2; "
-    "if read -r group; then read -r word; "
-    '[ "$word" = done ] || kill -s KILL -- "-$group" 2>/dev/null; exit 0; fi; '
-    "for pass in 1 2 3; do "
-    '[ "$pass" = 1 ] || sleep 0.1; '
-    "for found in $(printf '%s\\0' /proc/[0-9]*/environ | xargs -0 "
-    f'grep -lsxzF "{RUN_TOKEN_VARIABLE}=${GUARD_TOKEN_VARIABLE}"); do '
-    "pid=${found#/proc/}; pid=${pid%/environ}; "
-    'kill -s KILL -- "-$pid" "$pid" 2>/dev/null; '
-    "done 2>/dev/null; done"
-)
+_GUARD_VERDICT_PATIENCE = 0.5
+"""How long a wrapper whose command was SIGKILLed waits for its guard to say
+whether it did that (the guard exits right after killing)."""
 _GROUP_POLL = 0.02
 """How often the wrapper looks whether a process group it is stopping is gone."""
 
@@ -112,27 +105,47 @@ def _parent_death_signal() -> Callable[[], None] | None:
     return die_with_parent
 
 
+def _guard_argv() -> list[str] | None:
+    """How to start a guard: this interpreter, isolated and without ``site``, on the
+    guard's module file; None where either is not a file (a frozen application)."""
+    program = guard_program.__file__
+    python = sys.executable
+    if not (python and os.path.isabs(python) and program and os.path.isfile(program)):
+        return None
+    if not os.access(python, os.X_OK):
+        return None
+    return [python, "-I", "-S", program, "dislock-guard"]
+
+
 class Guard:
-    """Kills a process group when this process dies, by any means (see the module's
-    docstring).  ``watch`` names the group; ``stand_down`` ends the guard quietly."""
+    """Kills a process group when this process dies, by any means, or lets the
+    lease's deadline pass (see the module's docstring).  ``watch`` names the group,
+    ``kill_at`` and ``follow`` set when to kill it, ``stand_down`` ends the guard."""
 
     def __init__(self, process: subprocess.Popen[bytes], pipe: int) -> None:
         self._process = process
         self._pipe = pipe
+        # The renewer's thread writes deadlines while the main thread may stand the
+        # guard down: a closed descriptor's number must never be written to.
+        self._lock = threading.Lock()
 
     @classmethod
-    def start(cls, run_token: str) -> Guard | None:
+    def start(cls, run_token: str, base: Mapping[str, str] | None = None) -> Guard | None:
         """A guard of the command whose environment holds ``run_token``, or None
-        where no POSIX shell can be started."""
-        if sys.platform == "win32" or not os.path.exists(_GUARD_SHELL):
+        where none can be started; its environment is ``base`` (by default ours)
+        with the token."""
+        if sys.platform == "win32":
+            return None
+        argv = _guard_argv()
+        if argv is None:
             return None
         _reap_guards()
         read, write = os.pipe()  # not inherited by anything but the guard's stdin
         try:
             process = subprocess.Popen(
-                [_GUARD_SHELL, "-c", _GUARD_SCRIPT, "dislock-guard"],
+                argv,
                 stdin=read,
-                env=guard_environment(os.environ, run_token),
+                env=guard_environment(os.environ if base is None else base, run_token),
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
                 start_new_session=True,  # outside both the wrapper's and the command's group
@@ -144,16 +157,56 @@ class Guard:
             raise
         finally:
             os.close(read)
+        # A guard that stopped reading (stopped itself) must not block the renewer:
+        # what cannot be written now is dropped.
+        os.set_blocking(write, False)
         return cls(process, write)
 
+    def _send(self, line: bytes) -> None:
+        with self._lock:
+            if self._pipe < 0:
+                return
+            with contextlib.suppress(OSError):  # a guard killed by someone else
+                os.write(self._pipe, line)
+
     def watch(self, pgid: int) -> None:
-        with contextlib.suppress(OSError):
-            os.write(self._pipe, b"%d\n" % pgid)
+        self._send(group_line(pgid))
+
+    def kill_at(self, when: float) -> None:
+        """Kill the group at ``when`` (monotonic; ``math.inf``: never) unless told a
+        later instant first (an earlier one changes nothing)."""
+        self._send(until_line(when))
+
+    def follow(self, lease: LeaseLock, lag: float) -> None:
+        """Kill the group ``lag`` seconds after the lease's local deadline, told
+        the new one after each renewal."""
+
+        def renewed(deadline: float) -> None:
+            self.kill_at(deadline + lag)
+
+        lease.follow_deadline(renewed)
+        deadline = lease.deadline  # read after: no renewal's deadline is missed
+        if deadline is not None:
+            renewed(deadline)
+
+    async def killed_at_deadline(self, patience: float) -> bool:
+        """Whether the guard killed the group because the deadline passed, waiting
+        up to ``patience`` seconds for it to exit."""
+        waited_until = monotonic() + patience
+        while self._process.poll() is None:
+            if monotonic() >= waited_until:
+                return False
+            await sleep(_GROUP_POLL)
+        return self._process.returncode == DEADLINE_EXIT
 
     def stand_down(self) -> None:
-        with contextlib.suppress(OSError):  # a guard killed by someone else
-            os.write(self._pipe, b"done\n")
-        os.close(self._pipe)
+        with self._lock:
+            pipe, self._pipe = self._pipe, -1
+            if pipe < 0:
+                return
+            with contextlib.suppress(OSError):  # a guard killed by someone else
+                os.write(pipe, DONE)
+            os.close(pipe)
         # Not waited for: on a busy machine the guard may not even have started
         # yet, and the wrapper's exit must not queue behind it.  It exits as soon
         # as it reads "done", and is reaped later (or by init once we are gone).
@@ -260,7 +313,12 @@ async def stop_group(child: Child, grace: float = KILL_GRACE) -> int:
     """SIGTERM the child's group, SIGKILL it after ``grace``; the child's return code."""
     started = monotonic()
     signal_group(child.group, signal.SIGTERM)
-    code = await child.wait(grace)
+    return await _finish_stop(child, grace, started)
+
+
+async def _finish_stop(child: Child, grace: float, started: float) -> int:
+    """The rest of ``stop_group``, once the group got SIGTERM at ``started``."""
+    code = await child.wait(max(0.0, grace - (monotonic() - started)))
     if code is None:
         signal_group(child.group, signal.SIGKILL)
         code = await child.wait(None)
@@ -280,15 +338,18 @@ async def supervise(
     session: LockSession,
     policy: LeaseLossPolicy,
     route: SignalRoute | None = None,
+    withheld_variables: Iterable[str] = (),
 ) -> int:
     """Run ``argv`` while ``session``'s locks are held; its exit status, or 75.
 
     With ``route`` (whose handler ``run_with_locks`` has installed), the signals it
     kept before the command's process group existed are passed on as soon as it
-    does, and the signals that arrive while the command runs go to its group."""
+    does, and the signals that arrive while the command runs go to its group.
+    Neither the command nor its guard inherits ``withheld_variables``."""
     run_token = new_run_token()
+    base = inherited_environment(os.environ, withheld_variables)
     env = child_environment(
-        os.environ, session.locks[0].context.lock_key, session.fencing_token, run_token
+        base, session.locks[0].context.lock_key, session.fencing_token, run_token
     )
     lease = session.lease
     try:
@@ -297,14 +358,18 @@ async def supervise(
             _report_loss(lease, f"not starting {argv[0]}, exit {LEASE_LOST_EXIT_CODE}")
             session.run_end = end_of_command(None, LEASE_LOST_EXIT_CODE, lease_lost=True)
             return LEASE_LOST_EXIT_CODE
-        guard = Guard.start(run_token)
+        guard = Guard.start(run_token, base)
+        lag = 0.0
+        if guard is not None and lease is not None and policy is LeaseLossPolicy.TERMINATE:
+            # (Under CONTINUE a lost lease does not stop the command: nor does its deadline.)
+            lag = guard_lag(lease.settings.ttl)
+            guard.follow(lease, lag)
         try:
             child = await Child.start(
                 list(argv), env, None if guard is not None else _parent_death_signal()
             )
         except BaseException:
-            if guard is not None:
-                guard.stand_down()
+            _dismiss(guard, lease)
             raise
         if guard is not None:
             guard.watch(child.group)
@@ -312,7 +377,7 @@ async def supervise(
             for signum in route.started(child.group):
                 _forward(child.group, signum)
         try:
-            code = await _watch(child, argv, lease, policy)
+            code = await _watch(child, argv, lease, policy, guard, lag)
             await clear_group(child.group)
             lost = lease is not None and lease.is_lost()
             session.run_end = end_of_command(child.returncode, code, lease_lost=lost)
@@ -326,11 +391,18 @@ async def supervise(
                 signal_group(child.group, signal.SIGKILL)
             raise
         finally:
-            if guard is not None:
-                guard.stand_down()
+            _dismiss(guard, lease)
     finally:
         if route is not None:
             route.ended()
+
+
+def _dismiss(guard: Guard | None, lease: LeaseLock | None) -> None:
+    """The run is over: the renewer stops telling the guard, and the guard ends."""
+    if lease is not None:
+        lease.follow_deadline(None)
+    if guard is not None:
+        guard.stand_down()
 
 
 def _forward(pgid: int, signum: int) -> None:
@@ -354,7 +426,12 @@ def _on_signal(route: SignalRoute, interrupt: Callable[[int], None]) -> Callable
 
 
 async def _watch(
-    child: Child, argv: Sequence[str], lease: LeaseLock | None, policy: LeaseLossPolicy
+    child: Child,
+    argv: Sequence[str],
+    lease: LeaseLock | None,
+    policy: LeaseLossPolicy,
+    guard: Guard | None,
+    lag: float,
 ) -> int:
     while True:
         if lease is None:
@@ -366,16 +443,38 @@ async def _watch(
             deadline = lease.deadline
             timeout = None if deadline is None else max(deadline - monotonic(), 0.001)
             code = await child.wait_or(lease.lease_lost, timeout)
+        if lease is not None and guard is not None and policy is LeaseLossPolicy.TERMINATE:
+            # A command SIGKILLed may be the guard's doing: it exits right after.
+            patience = _GUARD_VERDICT_PATIENCE if code == -signal.SIGKILL else 0.0
+            if await guard.killed_at_deadline(patience):
+                if code is None:
+                    await child.wait(None)  # SIGKILLed: it is going, if not gone
+                lease.declare_if_lost()
+                consequence = (
+                    f"its guard killed the process group of {argv[0]} (pid {child.pid}),"
+                    f" exit {LEASE_LOST_EXIT_CODE}"
+                )
+                logger.error(
+                    "%s", lease_loss_line(lease.context.lock_key, GUARD_FIRED, consequence)
+                )
+                return LEASE_LOST_EXIT_CODE
         if code is not None:
             return exit_status(code)
         if lease is not None and lease.declare_if_lost():
             if policy is LeaseLossPolicy.TERMINATE:
+                # The wrapper stops the command itself: the guard waits out the grace.
+                started = monotonic()
+                if guard is not None:
+                    guard.kill_at(started + KILL_GRACE + lag)
+                signal_group(child.group, signal.SIGTERM)
+                # Said once the signal is sent: a wrapper blocked writing this line
+                # (a full stderr pipe) must not hold the command's stop up.
                 _report_loss(
                     lease,
                     f"terminating {argv[0]} (pid {child.pid}, SIGKILL after {KILL_GRACE:g} s),"
                     f" exit {LEASE_LOST_EXIT_CODE}",
                 )
-                await stop_group(child)
+                await _finish_stop(child, KILL_GRACE, started)
                 return LEASE_LOST_EXIT_CODE
             _report_loss(lease, f"{argv[0]} keeps running (lease loss policy: continue)")
             lease = None  # CONTINUE: stop checking
@@ -392,6 +491,7 @@ async def run_with_locks(
     context: LockContext,
     strategies: str | Iterable[str] = (SCHEDULE,),
     forward_signals: Iterable[int] = (),
+    withheld_variables: Iterable[str] = (),
 ) -> int:
     """Acquire the locks, run ``command`` and return its exit status.
 
@@ -402,7 +502,9 @@ async def run_with_locks(
     any lock, when the command cannot be run.
 
     The command's environment also holds ``DISLOCK_LOCK_KEY``, ``DISLOCK_RUN_TOKEN``
-    (random, the run's own) and, with ``LockContext.fencing``, ``DISLOCK_FENCING_TOKEN``.
+    (random, the run's own) and, with ``LockContext.fencing``, ``DISLOCK_FENCING_TOKEN``;
+    it inherits ours except ``withheld_variables`` (e.g. the one holding the
+    database URL, so that the command cannot use the lock credential).
 
     ``forward_signals`` (e.g. ``dislock.core.supervision.FORWARDED_SIGNALS``) are
     caught while the command runs and passed on to its process group, so that
@@ -423,8 +525,10 @@ async def run_with_locks(
             # default action.
             stack.enter_context(handling_signals(forward_signals, _on_signal(route, interrupter())))
             async with interrupting(route):
-                session = await enter_exit_first(stack, acquire_locks(context, strategies))
-            status = await supervise(argv, session, context.lease_loss_policy, route)
+                session = await enter_exit_first(stack, acquire_unguarded(context, strategies))
+            status = await supervise(
+                argv, session, context.lease_loss_policy, route, withheld_variables
+            )
     except LeaseLostError as exc:
         if status == LEASE_LOST_EXIT_CODE:
             logger.debug("%s", exc)  # supervise has said so, in one line

@@ -55,6 +55,9 @@ environment:
                                     exit 75) or continue (log only)
   LOCK_FENCING           0          1: pass a fencing token to the command in
                                     DISLOCK_FENCING_TOKEN (dislockctl init --fencing)
+  LOCK_PASS_URL          1          0: the command does not inherit URL_VARIABLE
+                                    (give dislock a lock role and a variable of
+                                    its own, e.g. DISLOCK_URL)
   LOCK_WAIT_SECONDS      0          wait up to this long for a lease held
                                     elsewhere, then skip: 0 to 86400 s (needs
                                     lease; with schedule,lease the slot is

@@ -238,12 +238,16 @@ def _warn_disagreements(conn: Any, request: Request, key: str | None) -> list[An
 
 def _missed(conn: Any, table: tuple[str, ...], request: Request, key: str, as_json: bool) -> int:
     from dislock.cli.fleet import (
+        describe_missed,
         dump,
         from_first_run,
         missed_slots,
         render_missed,
         schedule_query,
         schedule_slots,
+        span_of,
+        spans_query,
+        split_covered,
         starts_query,
     )
     from dislock.core.errors import ConfigurationError
@@ -284,7 +288,9 @@ def _missed(conn: Any, table: tuple[str, ...], request: Request, key: str, as_js
     if not rows[0][3]:
         # A job new within the window did not miss the slots before it existed.
         slots = from_first_run(slots, starts)
-    missed = missed_slots(slots, starts)
+    found = conn.execute(spans_query(request.history, table), {"key": key, "since": since})
+    spans = [span for span in (span_of(*row) for row in found) if span is not None]
+    missed, covered = split_covered(missed_slots(slots, starts), spans)
     readings = _warn_disagreements(conn, request, key)
     if as_json:
         print(
@@ -298,6 +304,7 @@ def _missed(conn: Any, table: tuple[str, ...], request: Request, key: str, as_js
                     "slots": len(slots),
                     "runs": len(starts),
                     "missed": [slot.as_json() for slot in missed],
+                    "covered": [slot.as_json() for slot in covered],
                     "readings": [reading.as_json() for reading in readings],
                 }
             )
@@ -306,8 +313,14 @@ def _missed(conn: Any, table: tuple[str, ...], request: Request, key: str, as_js
         if missed:
             print(render_missed(missed))
         print(
-            f"{len(missed)} of {len(slots)} slot(s) of {schedule!r} ({zone.name})"
-            f" since {since:%Y-%m-%d %H:%M:%S}"
-            f" UTC had no run of {key!r}" + ("" if missed else ": none missed")
+            describe_missed(
+                key,
+                schedule,
+                zone.name,
+                since,
+                judged=len(slots),
+                missed=len(missed),
+                covered=len(covered),
+            )
         )
     return EXIT_FAILURE if missed else EXIT_OK

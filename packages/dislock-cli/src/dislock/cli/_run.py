@@ -8,13 +8,19 @@ import time
 import traceback
 
 import psycopg
+import psycopg.errors
 
 from dislock._sync import run_with_locks
 from dislock.cli import EXIT_FAILURE, EXIT_USAGE
 from dislock.cli.diagnosis import describe_database_error
 from dislock.cli.settings import WrapperSettings
 from dislock.core.dsn import scrub
-from dislock.core.errors import ConfigurationError, LockNotAcquiredError
+from dislock.core.errors import (
+    ConfigurationError,
+    KeyNotGrantedError,
+    LockDelayedError,
+    LockNotAcquiredError,
+)
 from dislock.core.supervision import FORWARDED_SIGNALS
 
 logger = logging.getLogger("dislock")
@@ -29,7 +35,13 @@ def run(settings: WrapperSettings, *, debug: bool, metrics_textfile: str | None 
             context=context,
             strategies=settings.strategies,
             forward_signals=FORWARDED_SIGNALS,
+            withheld_variables=() if settings.pass_url else (settings.url_variable,),
         )
+    except LockDelayedError as exc:
+        # Every key of the table is held up, not just this one: an operator must hear
+        # of it, or a fleet stopped by a long delay would be silent.
+        logger.warning("not running %s: %s", settings.command[0], exc)
+        return settings.conflict_exit_code
     except LockNotAcquiredError as exc:
         # The expected outcome on every machine but one: quiet unless asked.
         logger.info("not running %s: %s", settings.command[0], exc)
@@ -37,6 +49,17 @@ def run(settings: WrapperSettings, *, debug: bool, metrics_textfile: str | None 
     except ConfigurationError as exc:
         print(f"dislock: error: {scrub(str(exc), context.url)}", file=sys.stderr)
         return EXIT_USAGE
+    except KeyNotGrantedError as exc:
+        print(f"dislock: error: {scrub(str(exc), context.url)}", file=sys.stderr)
+        return EXIT_FAILURE
+    except psycopg.errors.InsufficientPrivilege as exc:
+        from dislock.cli._denied import explain_denial
+        from dislock.cli.diagnosis import LOCK_TABLE
+
+        tables = {LOCK_TABLE: tuple(context.table_parts)}
+        message = explain_denial("", "dislock", exc, tables=tables, url=context.url)
+        _fail(message, exc, context.url, debug)
+        return EXIT_FAILURE
     except psycopg.Error as exc:
         table_parts = tuple(context.table_parts)
         message = describe_database_error(exc, table_parts=table_parts, url=context.url)

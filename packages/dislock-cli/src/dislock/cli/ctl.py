@@ -1,6 +1,7 @@
 """``dislockctl``: look at, create and repair what the ``dislock`` wrapper relies on.
 
-    dislockctl URL_VARIABLE init [--fencing] [--history [--history-table T]] [--print-sql]
+    dislockctl URL_VARIABLE init [--fencing] [--history [--history-table T]] [--max-ttl 1h]
+                                 [--print-sql]
     dislockctl URL_VARIABLE ls [PREFIX] [--json]        (also: status)
     dislockctl URL_VARIABLE release LOCK_KEY [--mode schedule|lease|all] [--owner TOKEN]
                                              [--slot N]
@@ -12,6 +13,9 @@
     dislockctl URL_VARIABLE check
     dislockctl URL_VARIABLE serve [--listen HOST:PORT] [--allow-host NAME ...]
                                   [--max-connections N] [--request-timeout SECONDS]
+    dislockctl URL_VARIABLE grant ROLE (--keys PATTERN ... [--operator] | --reader) [--print-sql]
+    dislockctl URL_VARIABLE revoke ROLE [--print-sql]
+    dislockctl URL_VARIABLE grants [--json]
 
 Like the wrapper, it takes the NAME of the variable holding the database URL and
 reads ``LOCK_TABLE`` (or ``--table``) and ``LOCK_HISTORY_TABLE`` (or
@@ -83,6 +87,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     init.add_argument(
         "--history-table", help="its name (default: $LOCK_HISTORY_TABLE or <lock table>_history)"
+    )
+    init.add_argument(
+        "--max-ttl",
+        metavar="DURATION",
+        help="the longest lease TTL the table accepts, and so the longest lock delay after"
+        " a failover (e.g. 1h, 15m, 3600; default: 1h)",
     )
     init.add_argument(
         "--print-sql", action="store_true", help="print the DDL instead of running it"
@@ -205,7 +215,53 @@ def build_parser() -> argparse.ArgumentParser:
         default="5",
         help="a client that has not sent its whole request by then is dropped (default 5)",
     )
+    granting = commands.add_parser(
+        "grant",
+        parents=[table, history_table],
+        help="let ROLE lock the keys PATTERN matches, and nothing else (row-level security)",
+    )
+    granting.add_argument("role", metavar="ROLE", help="an existing login role")
+    granting.add_argument(
+        "--keys",
+        metavar="PATTERN",
+        action="append",
+        default=[],
+        help="an exact lock key, or a prefix ending in '*' (repeatable)",
+    )
+    access = granting.add_mutually_exclusive_group()
+    access.add_argument(
+        "--operator", action="store_true", help="also pause, resume, release and prune those keys"
+    )
+    access.add_argument(
+        "--reader", action="store_true", help="read every key (ls, history, missed, serve)"
+    )
+    granting.add_argument(
+        "--print-sql", action="store_true", help="print the statements instead of running them"
+    )
+    revoking = commands.add_parser(
+        "revoke", parents=[table, history_table], help="take ROLE's grant away"
+    )
+    revoking.add_argument("role", metavar="ROLE")
+    revoking.add_argument(
+        "--print-sql", action="store_true", help="print the statements instead of running them"
+    )
+    listing_grants = commands.add_parser(
+        "grants", parents=[table], help="which role may lock which keys, and the maximum TTL"
+    )
+    listing_grants.add_argument("--json", action="store_true", help="machine-readable output")
     return parser
+
+
+def _max_ttl(text: str | None) -> float | None:
+    """``init --max-ttl``: a duration, or plain seconds."""
+    if text is None:
+        return None
+    from dislock.cli.fleet import parse_duration
+
+    stripped = text.strip()
+    if stripped.replace(".", "", 1).isdigit():
+        stripped += "s"
+    return parse_duration(stripped, name="--max-ttl").total_seconds()
 
 
 def _positive_int(text: str) -> int:
@@ -257,12 +313,19 @@ def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> int:
             if value is not None:
                 check_utf8(name, value)
         request = _fleet_request(args, table, env)
+        max_ttl = _max_ttl(getattr(args, "max_ttl", None))
+        if args.command == "grant":
+            from dislock.core.grants import OPERATOR, READER, WRAPPER, check_patterns, check_role
+
+            access = READER if args.reader else OPERATOR if args.operator else WRAPPER
+            check_role(args.role)
+            check_patterns(args.keys, access)
     except ConfigurationError as exc:
         print(f"dislockctl: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
 
     if args.command == "init" and args.print_sql:
-        for statement in _init_sql(table, args.fencing, request and request.history):
+        for statement in _init_sql(table, args.fencing, request and request.history, max_ttl):
             print(statement)
         return EXIT_OK
 
@@ -291,7 +354,9 @@ def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> int:
     try:
         with psycopg.connect(url, **connection_kwargs(url, DEFAULT_CONNECT_TIMEOUT)) as conn:
             if args.command == "init":
-                return _init(conn, table, args.fencing, request and request.history)
+                return _init(conn, table, args.fencing, request and request.history, max_ttl)
+            if args.command in ("grant", "revoke", "grants"):
+                return _grant_command(conn, args, table, env)
             if args.command in ("ls", "status"):
                 return _list(conn, table, args.prefix, args.json)
             if args.command == "release":
@@ -304,7 +369,8 @@ def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> int:
             return _check(conn, settings)
     except psycopg.errors.InsufficientPrivilege as exc:
         if args.command != "init":
-            raise
+            print(f"dislockctl: error: {_denied(args, exc, table, request, url)}", file=sys.stderr)
+            return EXIT_FAILURE
         detail = scrub(" ".join(str(exc).split()), url)
         print(
             f"dislockctl: error: this role may not create the lock table ({detail}); run init "
@@ -316,6 +382,25 @@ def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> int:
         message = describe_database_error(exc, table_parts=table, url=url)
         print(f"dislockctl: error: {message}", file=sys.stderr)
         return EXIT_FAILURE
+
+
+def _denied(
+    args: argparse.Namespace,
+    error: BaseException,
+    table: tuple[str, ...],
+    request: Any,
+    url: str,
+) -> str:
+    """The one line for a statement the role may not run (``dislock.cli._denied``): the
+    privileges of the command (``diagnosis.PRIVILEGES``) that the role lacks."""
+    from dislock.cli._denied import explain_denial
+    from dislock.cli.diagnosis import HISTORY_TABLE, LOCK_TABLE
+
+    command = "ls" if args.command == "status" else args.command
+    if command == "history" and request.prune is not None:
+        command = "history --prune-older-than"
+    tables = {LOCK_TABLE: table, HISTORY_TABLE: (request and request.history) or None}
+    return explain_denial(args.command, command, error, tables=tables, url=url)
 
 
 def _columns(conn: Any, table: tuple[str, ...]) -> list[str]:
@@ -337,17 +422,32 @@ def _fleet_request(args: argparse.Namespace, table: tuple[str, ...], env: Mappin
     return None
 
 
-def _init_sql(table: tuple[str, ...], fencing: bool, history: tuple[str, ...] | None) -> list[str]:
+def _init_sql(
+    table: tuple[str, ...],
+    fencing: bool,
+    history: tuple[str, ...] | None,
+    max_ttl: float | None = None,
+) -> list[str]:
     from dislock.cli.admin import init_statements
     from dislock.core.history import create_history
+    from dislock.core.limits import set_max_ttl
 
     statements = init_statements(table, fencing=fencing)
     if history is not None:
         statements += create_history(history)
+    if max_ttl is not None:
+        # On a table with grants, also: dislockctl grant ... --print-sql (the bound).
+        statements.append(set_max_ttl(table, max_ttl))
     return [f"{s.as_string(None)};" for s in statements]
 
 
-def _init(conn: Any, table: tuple[str, ...], fencing: bool, history: tuple[str, ...] | None) -> int:
+def _init(
+    conn: Any,
+    table: tuple[str, ...],
+    fencing: bool,
+    history: tuple[str, ...] | None,
+    max_ttl: float | None = None,
+) -> int:
     from dislock.cli.admin import init_statements
     from dislock.core.history import create_history
 
@@ -358,7 +458,7 @@ def _init(conn: Any, table: tuple[str, ...], fencing: bool, history: tuple[str, 
         print(f"lock table {'.'.join(table)} already exists" + (" with fencing" if fencing else ""))
         if history is not None:
             print(f"history table {'.'.join(history)} already exists")
-        return EXIT_OK
+        return _record_max_ttl(conn, table, max_ttl)
     with conn.transaction():
         for statement in init_statements(table, fencing=fencing):
             conn.execute(statement)
@@ -368,7 +468,41 @@ def _init(conn: Any, table: tuple[str, ...], fencing: bool, history: tuple[str, 
     print(f"lock table {'.'.join(table)} is ready{extra}")
     if history is not None:
         print(f"history table {'.'.join(history)} is ready: set LOCK_HISTORY=1 to record runs")
+    return _record_max_ttl(conn, table, max_ttl)
+
+
+def _record_max_ttl(conn: Any, table: tuple[str, ...], max_ttl: float | None) -> int:
+    if max_ttl is None:
+        return EXIT_OK
+    from dislock.cli.grant_commands import set_table_max_ttl
+
+    with conn.transaction():
+        for statement in set_table_max_ttl(conn, table, max_ttl):
+            conn.execute(statement)
+    print(
+        f"maximum lease TTL of {'.'.join(table)}: {max_ttl:g} s"
+        " (longer leases are refused; no lock delay after a failover lasts longer)"
+    )
     return EXIT_OK
+
+
+def _grant_command(
+    conn: Any, args: argparse.Namespace, table: tuple[str, ...], env: Mapping[str, str]
+) -> int:
+    from dislock.cli import grant_commands
+    from dislock.cli.settings import read_history_table
+    from dislock.core.grants import OPERATOR, READER, WRAPPER
+    from dislock.core.history import history_table
+
+    if args.command == "grants":
+        return grant_commands.list_grants(conn, table, as_json=args.json)
+    history = history_table(table, read_history_table(env))
+    if args.command == "revoke":
+        return grant_commands.revoke(conn, table, history, args.role, print_sql=args.print_sql)
+    access = READER if args.reader else OPERATOR if args.operator else WRAPPER
+    return grant_commands.grant(
+        conn, table, history, args.role, access, args.keys, print_sql=args.print_sql
+    )
 
 
 def _list(conn: Any, table: tuple[str, ...], prefix: str, as_json: bool) -> int:
@@ -380,11 +514,30 @@ def _list(conn: Any, table: tuple[str, ...], prefix: str, as_json: bool) -> int:
     ]
     if as_json:
         print(render_json(rows))
-    elif rows:
+        return EXIT_OK
+    if rows:
         print(render_table(rows))
     else:
         print(f"no locks in {'.'.join(table)}" + (f" starting with {prefix!r}" if prefix else ""))
+    print(_table_limits(conn, table))
     return EXIT_OK
+
+
+def _table_limits(conn: Any, table: tuple[str, ...]) -> str:
+    """``ls``'s last line: the table's maximum lease TTL, and a running lock delay."""
+    from psycopg import sql
+
+    from dislock.cli.admin import describe_expiry
+    from dislock.core.failover import lock_delay_query
+    from dislock.core.limits import max_ttl_query
+
+    cap, recorded = conn.execute(max_ttl_query(table)).fetchone()
+    line = f"maximum lease TTL {cap:g} s" + ("" if recorded else " (the default)")
+    delay = conn.execute(lock_delay_query(sql.Identifier(*table))).fetchone()
+    if delay is not None and delay[2] > 0:
+        ends = describe_expiry(delay[2])
+        line += f"; LOCK DELAY after a failover: nothing is taken until it ends {ends}"
+    return line
 
 
 def _release(
@@ -439,7 +592,7 @@ def _check(conn: Any, settings: WrapperSettings) -> int:
 
     from dislock.cli.admin import describe_expiry, format_duration, state_query
     from dislock.core.bounds import escape
-    from dislock.core.cron import slot_end
+    from dislock.core.cron import next_fires, slot_end
     from dislock.core.kinds import kind
     from dislock.core.lease import LeaseClock, LeaseSettings
     from dislock.core.sql import pause_key
@@ -474,6 +627,10 @@ def _check(conn: Any, settings: WrapperSettings) -> int:
         print(f"  time zone       {zone.name} (from {zone.source})")
         local = boundary.astimezone(zone.tz).isoformat()
         print(f"  slot ends       {boundary.isoformat()} (database clock, UTC; {local} local)")
+        # Read from the fires, a schedule meant for another field order shows at once.
+        for number, fire in enumerate(next_fires(context.schedule, now, zone.tz)):
+            label = "next fires" if number == 0 else ""
+            print(f"  {label:<15} {fire.astimezone(zone.tz).isoformat()}")
     if "lease" in settings.strategies:
         lease = LeaseSettings.from_context(context)
         cadence = LeaseClock(lease, acquired_at=0.0).cadence
@@ -512,6 +669,8 @@ def _check(conn: Any, settings: WrapperSettings) -> int:
     else:
         print("  history         off")
     print(f"  database now    {now.isoformat()}")
+    if _print_max_ttl(conn, table_parts, settings) is not None:
+        return EXIT_USAGE
     _print_lock_delay(conn, table_parts)
     slots = {name: context.slots if kind(name).renewed else 1 for name in settings.strategies}
     keys = {
@@ -555,6 +714,25 @@ def _refuses_writes(conn: Any) -> str | None:
 
     in_recovery, read_only = conn.execute(WRITABLE_QUERY).fetchone()
     return read_only_reason(in_recovery=in_recovery, read_only=read_only)
+
+
+def _print_max_ttl(
+    conn: Any, table: tuple[str, ...], settings: WrapperSettings | None
+) -> str | None:
+    """The table's maximum lease TTL; the refusal when the configured lease exceeds it."""
+    from dislock.core.lease import LeaseSettings
+    from dislock.core.limits import max_ttl_query, too_long
+
+    cap, recorded = conn.execute(max_ttl_query(table)).fetchone()
+    print(f"  max lease TTL   {cap:g} s" + ("" if recorded else " (the default)"))
+    if settings is None or "lease" not in settings.strategies:
+        return None
+    ttl = LeaseSettings.from_context(settings.context).ttl
+    if ttl <= cap:
+        return None
+    refusal = too_long(ttl, cap)
+    print(f"dislockctl: error: RUN_LOCK_TTL_SECONDS: {refusal}", file=sys.stderr)
+    return refusal
 
 
 def _print_lock_delay(conn: Any, table: tuple[str, ...]) -> None:

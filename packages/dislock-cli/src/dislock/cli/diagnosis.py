@@ -3,11 +3,21 @@
 Errors are classified by SQLSTATE rather than by exception class so that the
 wording does not depend on the driver's class hierarchy; every message is
 scrubbed of the URL's secrets.
+
+A refused statement (SQLSTATE 42501) is explained by what the command needs
+(``PRIVILEGES``) and what the role was found to lack (``privilege_probe``), not by
+reading the server's message, which is translated and names no privilege.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple
+
+from psycopg import sql
+
 from dislock.core.dsn import redact_dsn, scrub
+from dislock.core.errors import DatabaseUnreachableError
 from dislock.core.sql import create_table_sql
 
 _UNDEFINED_TABLE = "42P01"
@@ -25,6 +35,8 @@ def describe_database_error(error: BaseException, *, table_parts: tuple[str, ...
     # scrubbing just them keeps a short password from mangling the rest.
     detail = scrub(" ".join(str(error).split()), url) or type(error).__name__
     sqlstate = getattr(error, "sqlstate", None)
+    if isinstance(error, DatabaseUnreachableError):
+        return _unreachable(error, url)
     if sqlstate in (_UNDEFINED_TABLE, _UNDEFINED_SCHEMA):
         message = (
             f"lock table {table} does not exist; create it with `dislockctl URL_VARIABLE init`"
@@ -56,3 +68,129 @@ def describe_database_error(error: BaseException, *, table_parts: tuple[str, ...
     else:
         message = f"{type(error).__name__}: {detail}"
     return message
+
+
+LOCK_TABLE = "lock"
+HISTORY_TABLE = "history"
+
+PRIVILEGES: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
+    "dislock": ((LOCK_TABLE, ("SELECT", "INSERT", "UPDATE")),),
+    "ls": ((LOCK_TABLE, ("SELECT",)),),
+    "check": ((LOCK_TABLE, ("SELECT",)),),
+    "release": ((LOCK_TABLE, ("SELECT", "UPDATE")),),
+    "pause": ((LOCK_TABLE, ("SELECT", "INSERT", "UPDATE")),),
+    "resume": ((LOCK_TABLE, ("SELECT", "DELETE")),),
+    "history": ((HISTORY_TABLE, ("SELECT",)), (LOCK_TABLE, ("SELECT",))),
+    "history --prune-older-than": ((HISTORY_TABLE, ("SELECT", "DELETE")),),
+    "missed": ((HISTORY_TABLE, ("SELECT",)), (LOCK_TABLE, ("SELECT",))),
+    # Granting is the table owner's (no privilege makes a role one): a role that has
+    # SELECT gets the server's words ("must be owner of table").
+    "grant": ((LOCK_TABLE, ("SELECT",)),),
+    "revoke": ((LOCK_TABLE, ("SELECT",)),),
+    "grants": ((LOCK_TABLE, ("SELECT",)),),
+}
+"""What each command's statements need, by their kind (``SELECT`` for reading rows,
+also for the ``WHERE`` and ``RETURNING`` of a write; ``INSERT ... ON CONFLICT DO
+UPDATE`` needs both ``INSERT`` and ``UPDATE``), on which of its tables. The wrapper's
+history writes are not listed: a failing one is a warning, never a failed run."""
+
+
+class Need(NamedTuple):
+    """One privilege a command needs: ``USAGE`` on a schema, or a table privilege."""
+
+    privilege: str
+    kind: str
+    """``schema`` or ``table``."""
+    name: str
+    """As messages show it (``ops.locks``)."""
+    identifier: str
+    """As ``has_*_privilege`` takes it: a table's name quoted, a schema's as it is."""
+    schema: str | None = None
+    """A table's schema, when the name gives one: its ``USAGE`` comes first."""
+
+
+def needs_of(command: str, tables: Mapping[str, tuple[str, ...] | None]) -> list[Need]:
+    """The privileges ``command`` needs on ``tables`` (by role: ``LOCK_TABLE``,
+    ``HISTORY_TABLE``): ``USAGE`` on each named schema, then the table privileges."""
+    needs: list[Need] = []
+    for role, privileges in PRIVILEGES.get(command, ()):
+        parts = tables.get(role)
+        if parts is None:
+            continue
+        if len(parts) == 2:
+            schema = Need("USAGE", "schema", parts[0], parts[0])
+            if schema not in needs:
+                needs.append(schema)
+        identifier = sql.Identifier(*parts).as_string(None)
+        schema_of = parts[0] if len(parts) == 2 else None
+        needs += [Need(p, "table", ".".join(parts), identifier, schema_of) for p in privileges]
+    return needs
+
+
+def privilege_probe(needs: Sequence[Need]) -> tuple[str, list[str]]:
+    """A query answering ``current_user`` and, per need, whether the role has it.  A
+    table is only looked up once its schema's ``USAGE`` is known (naming a table in a
+    schema the role may not use is itself refused): NULL for those."""
+    checks: list[str] = []
+    params: list[str] = []
+    for need in needs:
+        if need.kind == "schema":
+            checks.append("has_schema_privilege(%s::text, 'USAGE')")
+            params.append(need.identifier)
+            continue
+        check = "has_table_privilege(%s::text, %s::text)"
+        if need.schema is not None:
+            check = f"CASE WHEN has_schema_privilege(%s::text, 'USAGE') THEN {check} END"
+            params.append(need.schema)
+        checks.append(check)
+        params += [need.identifier, need.privilege]
+    return f"SELECT current_user::text, ARRAY[{', '.join(checks)}]::bool[]", params
+
+
+def describe_denial(
+    program: str,
+    *,
+    missing: Sequence[Need],
+    role: str | None,
+    table: str,
+    detail: str,
+) -> str:
+    """The one line for a refused statement (SQLSTATE 42501): the privileges the role
+    lacks, by object, or, when it lacks none the command needs (a row-level security
+    policy, a column privilege), what the server said about ``table``."""
+    who = f"role {role}" if role else "this role"
+    prefix = f"{program}: " if program else ""
+    if not missing:
+        return (
+            f"{prefix}permission denied on table {table} for {who}: {detail} (see docs/security.md)"
+        )
+    by_object: dict[tuple[str, str], list[str]] = {}
+    for need in missing:
+        by_object.setdefault((need.kind, need.name), []).append(need.privilege)
+    lacking = ", ".join(
+        f"{_and(privileges)} on {kind} {name}" for (kind, name), privileges in by_object.items()
+    )
+    them = "it" if len(missing) == 1 else "them"
+    return f"{prefix}permission denied: {lacking} for {who} (grant {them}, see docs/security.md)"
+
+
+def _and(words: Sequence[str]) -> str:
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
+
+
+def _unreachable(error: DatabaseUnreachableError, url: str) -> str:
+    """A wrapper that gave up connecting: for how long, and, when the slot's end made
+    it give up, which slot went by (the command did not run in it here)."""
+    detail = scrub(error.detail, url)
+    where = redact_dsn(url)
+    if error.slot_end is not None:
+        return (
+            f"the schedule slot of {error.lock_key!r} ending {error.slot_end.isoformat()}"
+            f" ended while the database was unreachable for {error.unreachable_for:.1f} s"
+            f" ({where}); the command did not run: {detail}"
+        )
+    return (
+        f"cannot connect to the database ({where}): unreachable for"
+        f" {error.unreachable_for:.1f} s, {error.attempts} attempts"
+        f" (LOCK_CONNECT_PATIENCE_SECONDS={error.patience:g}): {detail}"
+    )

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 from psycopg import sql
 
 from dislock.cli.admin import MODES, LockRow
+from dislock.cli.fleet import SPANS_BEFORE, Span, span_of, still_held
 from dislock.core.errors import ConfigurationError
 from dislock.core.failover import TIMELINE_KEY
 from dislock.core.history import OUTCOMES
@@ -38,8 +39,10 @@ not as a scrape that hangs until Prometheus gives up on it."""
 MISSED_WINDOW = timedelta(hours=24)
 """``dislock_missed_slots`` counts the slots of the key's schedule that began in the
 last 24 hours (and at least a minute ago, ``dislock.cli.fleet.DEFAULT_GRACE``) in
-which no run of the key started: what ``dislockctl missed KEY --since 24h`` lists.
-A key that first ran within the window is judged from its first run's slot on."""
+which no run of the key started and none was still going: what ``dislockctl missed
+KEY --since 24h`` lists.  ``dislock_covered_slots`` counts the ones without a start
+during which a run still held the key's lease.  A key that first ran within the
+window is judged from its first run's slot on."""
 
 FAILED_OUTCOMES = ("failed", "lease_lost", "killed", "abandoned")
 """Outcomes a person must look at; the status page lists these first."""
@@ -123,6 +126,9 @@ class KeyStatus(NamedTuple):
     schedule: str | None = None
     next_slot: datetime | None = None
     missed_slots: int | None = None
+    """Slots in the window nobody ran in (None: no schedule known)."""
+    covered_slots: int | None = None
+    """Slots in the window without a start while a run still held the lease."""
 
     @property
     def state(self) -> str:
@@ -189,6 +195,7 @@ def metric_families(snapshot: FleetSnapshot) -> list[Family]:
     durations: list[tuple[tuple[str, ...], float]] = []
     runs: list[tuple[tuple[str, ...], float]] = []
     missed: list[tuple[tuple[str, ...], float]] = []
+    covered: list[tuple[tuple[str, ...], float]] = []
     for key in snapshot.keys:
         name = key.lock_key
         # One sample per mode: an N-holder lease has a row per slot, and counts its held ones.
@@ -211,6 +218,8 @@ def metric_families(snapshot: FleetSnapshot) -> list[Family]:
             )
         if key.missed_slots is not None:
             missed.append(((name,), float(key.missed_slots)))
+        if key.covered_slots is not None:
+            covered.append(((name,), float(key.covered_slots)))
     window = int(MISSED_WINDOW.total_seconds() // 3600)
     delay = Family(
         "dislock_lock_delay_end_timestamp_seconds",
@@ -269,9 +278,18 @@ def metric_families(snapshot: FleetSnapshot) -> list[Family]:
         Family(
             "dislock_missed_slots",
             "gauge",
-            f"Schedule slots that began in the last {window} h in which no run of the key started.",
+            f"Schedule slots that began in the last {window} h in which no run of the key"
+            " started and none was still going.",
             ("key",),
             tuple(missed),
+        ),
+        Family(
+            "dislock_covered_slots",
+            "gauge",
+            f"Schedule slots that began in the last {window} h without a start of the key"
+            " because a run of it still held the lease (a run longer than its interval).",
+            ("key",),
+            tuple(covered),
         ),
     ]
 
@@ -326,6 +344,7 @@ def build_snapshot(
     runs_total: Mapping[str, Mapping[str, int]],
     missed: Mapping[str, int],
     next_slots: Mapping[str, datetime],
+    covered: Mapping[str, int] | None = None,
 ) -> FleetSnapshot:
     """One ``KeyStatus`` per key found in the lock table or the history."""
     locks: dict[str, list[HeldLock]] = {}
@@ -373,6 +392,7 @@ def build_snapshot(
                 schedule=_schedule_text(row) if row else None,
                 next_slot=next_slots.get(lock_key),
                 missed_slots=missed.get(lock_key),
+                covered_slots=(covered or {}).get(lock_key),
             )
         )
     return FleetSnapshot(now, up=True, keys=tuple(statuses))
@@ -472,18 +492,42 @@ class ScrapeStatements(NamedTuple):
     """The first scrape's count of the runs up to %(floor)s, for ``RunCounts.absorb_initial``."""
     window_starts: sql.Composed
     """The first scrape's starts since %(since)s of runs with a schedule, for
-    ``WindowStarts``, through the ``(started_at)`` index."""
+    ``WindowStarts``, through the ``(started_at)`` index: id, lock_key, started_at,
+    slot_end, then the run's span columns (``span_columns``)."""
     new_runs: sql.Composed
     """Runs past %(floor)s or among %(pending)s, for ``RunCounts.absorb`` and
-    ``WindowStarts``: id, lock_key, outcome, started_at, slot_end, has a schedule."""
+    ``WindowStarts``: id, lock_key, outcome, started_at, slot_end, has a schedule,
+    then the span columns."""
+    spans_before: sql.Composed
+    """The first scrape's runs of the keys %(keys)s that began before %(since)s and
+    may still have been going then (``dislock.cli.fleet.spans_query``'s rule): id,
+    lock_key, started_at, then the span columns."""
 
 
-def scrape_statements(history: tuple[str, ...]) -> ScrapeStatements:
-    """The statements of a scrape of ``history`` (each ``{table}`` below)."""
+SPAN_COLUMNS = (
+    " position('lease' IN {run}.modes) > 0, {run}.ended_at, {run}.ended_at IS NULL AND {held}"
+)
+"""Whether the run took a lease, its end, and whether it still holds its lease
+(``dislock.cli.fleet.span_of``'s arguments, after the first)."""
+
+
+def span_of_row(
+    started_at: datetime, leased: bool, ended_at: datetime | None, running: bool
+) -> Span | None:
+    """A history row's span (None: not a lease run, or abandoned)."""
+    return span_of(started_at, ended_at, running) if leased else None
+
+
+def scrape_statements(history: tuple[str, ...], locks: tuple[str, ...]) -> ScrapeStatements:
+    """The statements of a scrape of ``history`` (each ``{table}`` below) next to
+    the lock table ``locks``."""
     table = sql.Identifier(*history)
 
+    def spans(run: str) -> sql.Composed:
+        return sql.SQL(SPAN_COLUMNS).format(run=sql.Identifier(run), held=still_held(run, locks))
+
     def on_history(text: str) -> sql.Composed:
-        return sql.SQL(text).format(table=table)
+        return sql.SQL(text).format(table=table, spans=spans("h"), spans_b=spans("b"))
 
     return ScrapeStatements(
         run_details=on_history(
@@ -503,12 +547,21 @@ def scrape_statements(history: tuple[str, ...]) -> ScrapeStatements:
             " FROM {table} WHERE id <= %(floor)s GROUP BY lock_key, outcome"
         ),
         window_starts=on_history(
-            "SELECT id, lock_key, started_at, slot_end FROM {table}"
-            " WHERE started_at >= %(since)s AND cron IS NOT NULL"
+            "SELECT h.id, h.lock_key, h.started_at, h.slot_end,{spans} FROM {table} AS h"
+            " WHERE h.started_at >= %(since)s AND h.cron IS NOT NULL"
         ),
         new_runs=on_history(
-            "SELECT id, lock_key, outcome, started_at, slot_end, cron IS NOT NULL FROM {table}"
-            " WHERE id > %(floor)s OR id = ANY(%(pending)s)"
+            "SELECT h.id, h.lock_key, h.outcome, h.started_at, h.slot_end, h.cron IS NOT NULL,"
+            "{spans} FROM {table} AS h WHERE h.id > %(floor)s OR h.id = ANY(%(pending)s)"
+        ),
+        spans_before=on_history(
+            "SELECT b.id, b.lock_key, b.started_at,{spans_b}"
+            " FROM unnest(%(keys)s::text[]) AS k(lock_key),"
+            " LATERAL (SELECT * FROM {table} AS p WHERE p.lock_key = k.lock_key"
+            " AND p.started_at < %(since)s ORDER BY p.started_at DESC"
+            f" LIMIT {int(SPANS_BEFORE)}) AS b"
+            " WHERE b.cron IS NOT NULL AND position('lease' IN b.modes) > 0"
+            " AND (b.ended_at IS NULL OR b.ended_at > %(since)s)"
         ),
     )
 
@@ -519,14 +572,32 @@ class WindowStarts:
     The first scrape reads the window (``ScrapeStatements.window_starts``); later ones
     only add the runs ``ScrapeStatements.new_runs`` returns anyway, and drop those the
     window left.
-    ``version`` changes with a key's starts, so that its missed-slot count is only
-    recomputed when they (or its schedule's slots) changed.
+    It keeps the spans of the key's lease runs as well (``set_span``): those that
+    were still going at some point of the window, which cover the slots they
+    overlap (``dislock.cli.fleet.split_covered``).
+    ``version`` changes with a key's starts or spans, so that its missed-slot count
+    is only recomputed when they (or its schedule's slots) changed.
     """
 
     def __init__(self) -> None:
         self.loaded = False
         self._by_key: dict[str, dict[int, tuple[datetime, datetime | None]]] = {}
+        self._spans: dict[str, dict[int, Span]] = {}
         self._versions: dict[str, int] = {}
+
+    def set_span(self, run_id: int, lock_key: str, span: Span | None) -> None:
+        """The run's span as last read (None: none, or no longer: it was abandoned)."""
+        spans = self._spans.setdefault(lock_key, {})
+        if spans.get(run_id) == span:
+            return
+        if span is None:
+            del spans[run_id]
+        else:
+            spans[run_id] = span
+        self._versions[lock_key] = self._versions.get(lock_key, 0) + 1
+
+    def spans_of(self, lock_key: str) -> list[Span]:
+        return list(self._spans.get(lock_key, {}).values())
 
     def add(
         self, run_id: int, lock_key: str, started_at: datetime, slot_end: datetime | None
@@ -542,6 +613,13 @@ class WindowStarts:
             for run_id in stale:
                 del runs[run_id]
             if stale:
+                self._versions[lock_key] = self._versions.get(lock_key, 0) + 1
+        for lock_key, spans in self._spans.items():
+            # A span still matters while it reaches into the window.
+            over = [run for run, span in spans.items() if span.end and span.end <= since]
+            for run in over:
+                del spans[run]
+            if over:
                 self._versions[lock_key] = self._versions.get(lock_key, 0) + 1
 
     def of(self, lock_key: str) -> list[tuple[datetime, datetime | None]]:

@@ -3,8 +3,10 @@
 ``dislockctl history`` and ``missed`` use these, and so can anything else that
 reports on the fleet (an exporter, a status page): ``runs_query`` gives runs with
 their derived state (``running``, ``abandoned``), ``missed_slots`` the slots of a
-schedule in which no run started.  The statements a run writes are in
-``dislock.core.history``.
+schedule in which no run started, and ``split_covered`` tells those apart from
+the slots a run still going covered (a lease job that outlasts its interval: the
+next slot's starts skip because the lease is held, which is the lock working).
+The statements a run writes are in ``dislock.core.history``.
 """
 
 from __future__ import annotations
@@ -90,7 +92,7 @@ class Run(NamedTuple):
         return data
 
 
-def _still_held(run: str, locks: tuple[str, ...]) -> sql.Composed:
+def still_held(run: str, locks: tuple[str, ...]) -> sql.Composed:
     """Whether the run ``run`` (an alias) still holds a lock of its key: its lease
     (or a slot of an N-holder lease, ``cronjob-lock:lease#<n>:<key>``) when it took
     one, else its schedule slot, with its owner token and not expired.  Evaluated
@@ -113,7 +115,7 @@ def runs_query(history: tuple[str, ...], locks: tuple[str, ...], *, by_key: bool
     first, at most %(limit)s; a run without an end is ``running`` while the lock
     it took is still held by its owner (the lease when it had one, else the
     schedule slot), ``abandoned`` once that lock expired."""
-    held = _still_held("h", locks)
+    held = still_held("h", locks)
     key_filter = sql.SQL(" AND h.lock_key = %(key)s") if by_key else sql.SQL("")
     return sql.SQL(
         "SELECT h.id, h.lock_key, h.modes, h.slot_end, h.owner, h.host, h.pid,"
@@ -136,7 +138,7 @@ def latest_query(history: tuple[str, ...], locks: tuple[str, ...]) -> sql.Compos
     ``(lock_key, started_at DESC)``, so the cost grows with the number of keys,
     not with the history's length (an exporter's scrape, a status page)."""
     lease, slot = lease_key(""), schedule_key("")
-    held = _still_held("last", locks)
+    held = still_held("last", locks)
     return sql.SQL(
         "SELECT keys.lock_key, last.id, last.started_at, last.ended_at,"
         " CASE WHEN last.id IS NULL THEN NULL WHEN last.ended_at IS NOT NULL THEN last.outcome"
@@ -318,6 +320,80 @@ def missed_slots(
     ]
 
 
+class Span(NamedTuple):
+    """A run that held the key's lease: from its start to its end (None: it holds
+    it still).  A run that died without an end (abandoned) has no span: when its
+    lease ran out is not known, and the slots after it are worth a look."""
+
+    start: datetime
+    end: datetime | None
+
+
+SPANS_BEFORE = 16
+"""Of the runs that started before a window, the newest this many are asked
+whether they were still going when it began (an N-holder lease has a few at once)."""
+
+
+def spans_query(history: tuple[str, ...], locks: tuple[str, ...]) -> sql.Composed:
+    """The lease runs of %(key)s that may cover a slot since %(since)s: those that
+    started since then, and those of the newest ``SPANS_BEFORE`` before it that
+    ended after it or have no end: started_at, ended_at, and whether a run without
+    an end still holds its lease (``running``; otherwise it is abandoned).  Index
+    scans of ``(lock_key, started_at DESC)``."""
+    table = sql.Identifier(*history)
+    return sql.SQL(
+        "SELECT h.started_at, h.ended_at, h.ended_at IS NULL AND {held_h} FROM {table} AS h"
+        " WHERE h.lock_key = %(key)s AND h.started_at >= %(since)s"
+        " AND position('lease' IN h.modes) > 0"
+        " UNION ALL SELECT b.started_at, b.ended_at, b.ended_at IS NULL AND {held_b}"
+        " FROM (SELECT * FROM {table} AS p WHERE p.lock_key = %(key)s"
+        " AND p.started_at < %(since)s ORDER BY p.started_at DESC LIMIT {limit}) AS b"
+        " WHERE position('lease' IN b.modes) > 0"
+        " AND (b.ended_at IS NULL OR b.ended_at > %(since)s)"
+    ).format(
+        table=table,
+        held_h=still_held("h", locks),
+        held_b=still_held("b", locks),
+        limit=sql.Literal(SPANS_BEFORE),
+    )
+
+
+def span_of(started_at: datetime, ended_at: datetime | None, running: bool) -> Span | None:
+    """The span of a lease run from its history row (None: abandoned, no span)."""
+    if ended_at is not None:
+        return Span(started_at, ended_at)
+    return Span(started_at, None) if running else None
+
+
+def split_covered(slots: Sequence[Slot], spans: Sequence[Span]) -> tuple[list[Slot], list[Slot]]:
+    """``slots`` in which no run started (``missed_slots``), split into those
+    nobody ran in (missed) and those *covered*: a run of the key that began before
+    the slot began still held its lease when it began, so the slot's starts skipped.
+
+    The spans are merged first, so that each slot is one bisection however many
+    slots a long run covers.
+    """
+    from bisect import bisect_left
+
+    merged: list[Span] = []
+    for span in sorted(spans, key=lambda span: span.start):
+        last = merged[-1] if merged else None
+        if last is not None and (last.end is None or span.start < last.end):
+            end = None if last.end is None or span.end is None else max(last.end, span.end)
+            merged[-1] = Span(last.start, end)
+        else:
+            merged.append(span)
+    beginnings = [span.start for span in merged]
+    missed: list[Slot] = []
+    covered: list[Slot] = []
+    for slot in slots:
+        index = bisect_left(beginnings, slot.start) - 1  # the last span begun before it
+        end = merged[index].end if index >= 0 else slot.start
+        going = index >= 0 and (end is None or end > slot.start)
+        (covered if going else missed).append(slot)
+    return missed, covered
+
+
 def from_first_run(
     slots: Sequence[Slot], starts: Sequence[tuple[datetime, datetime | None]]
 ) -> list[Slot]:
@@ -371,20 +447,48 @@ def describe_outcome(run: Run) -> str:
 
 def render_runs(runs: Sequence[Run]) -> str:
     from dislock.cli.admin import format_duration
+    from dislock.core.bounds import escape
 
     headers = ("STARTED (UTC)", "LOCK KEY", "HOST", "PID", "DURATION", "OUTCOME")
     lines = [
         (
             format_time(run.started_at),
-            run.key,
-            run.host,
+            # Written by any machine (or by hand): escaped as `ls` escapes, so that
+            # a terminal sequence in a host name is shown, never obeyed.
+            escape(run.key),
+            escape(run.host),
             str(run.pid),
             "-" if run.duration_seconds is None else format_duration(run.duration_seconds),
-            describe_outcome(run),
+            escape(describe_outcome(run)),
         )
         for run in runs
     ]
     return _columns(headers, lines)
+
+
+def describe_missed(
+    key: str,
+    schedule: str,
+    zone: str,
+    since: datetime,
+    *,
+    judged: int,
+    missed: int,
+    covered: int,
+) -> str:
+    """The summary line of ``dislockctl missed``."""
+    line = (
+        f"{missed} of {judged} slot(s) of {schedule!r} ({zone}) since {since:%Y-%m-%d %H:%M:%S}"
+        f" UTC had no run of {key!r}"
+    )
+    if not missed:
+        line += ": none missed"
+    if covered:
+        line += (
+            f"; {covered} slot(s) were covered (no start, but a run of it was still going"
+            " and held its lease)"
+        )
+    return line
 
 
 def render_missed(slots: Sequence[Slot]) -> str:

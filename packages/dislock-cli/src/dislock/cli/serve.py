@@ -47,12 +47,14 @@ from dislock.cli.exporter import (
     metric_families,
     parse_listen,
     scrape_statements,
+    span_of_row,
 )
 from dislock.cli.fleet import (
     Latest,
     from_first_run,
     latest_query,
     missed_slots,
+    split_covered,
     table_exists_query,
 )
 from dislock.cli.http_policy import WRITE_TIMEOUT, HostPolicy, Limits
@@ -101,13 +103,13 @@ class FleetReader:
         self._url = url
         self._table = table
         self._history = history
-        self._statements = scrape_statements(history)
+        self._statements = scrape_statements(history, table)
         self._conn: psycopg.Connection[Any] | None = None
         self._lock = threading.Lock()
         self._was_up: bool | None = None
         self._counts = RunCounts()
         self._starts = WindowStarts()
-        self._missed: dict[str, tuple[tuple[Any, ...], int]] = {}
+        self._missed: dict[str, tuple[tuple[Any, ...], tuple[int, int]]] = {}
         self._windows = ScheduleWindows()
         # Reads are numbered, and their slots computed in that order, so that the
         # windows never step back in time when two requests overlap.
@@ -141,7 +143,9 @@ class FleetReader:
         with self._windows_turn:
             self._windows_turn.wait_for(lambda: self._computed == turn - 1)
             try:
-                missed, next_slots = self._schedules(read.latest, read.starts, read.since, read.now)
+                missed, covered, next_slots = self._schedules(
+                    read.latest, read.starts, read.since, read.now
+                )
             finally:
                 self._computed = turn
                 self._windows_turn.notify_all()
@@ -152,6 +156,7 @@ class FleetReader:
             runs_total=read.runs_total,
             missed=missed,
             next_slots=next_slots,
+            covered=covered,
         )._replace(lock_delay_end=read.lock_delay_end)
 
     def _read(self, conn: psycopg.Connection[Any]) -> _Read:
@@ -171,7 +176,7 @@ class FleetReader:
                 for row in conn.execute(list_query(self._table), list_params(""))
             ]
             latest = self._latest(conn, since)
-            self._follow_runs(conn, since)
+            self._follow_runs(conn, since, [row.lock_key for row in latest])
             query, params = lock_delay_query(self._table)
             found = conn.execute(query, params).fetchone()
         return _Read(
@@ -219,9 +224,9 @@ class FleetReader:
             )
         return latest
 
-    def _follow_runs(self, conn: psycopg.Connection[Any], since: datetime) -> None:
-        """Bring the run counts and the window's starts up to date, reading (after the
-        first scrape) only the runs that are new or were unfinished."""
+    def _follow_runs(self, conn: psycopg.Connection[Any], since: datetime, keys: list[str]) -> None:
+        """Bring the run counts and the window's starts and spans up to date, reading
+        (after the first scrape) only the runs that are new or were unfinished."""
         found = conn.execute(self._statements.floor, {"recent": RECENT_SECONDS}).fetchone()
         assert found is not None
         floor = int(found[0])
@@ -229,22 +234,35 @@ class FleetReader:
             census = conn.execute(self._statements.census, {"floor": floor}).fetchall()
             self._counts.absorb_initial(floor, census)
         if not self._starts.loaded:
-            for row in conn.execute(self._statements.window_starts, {"since": since}):
-                self._starts.add(*row)
+            for run_id, lock_key, started_at, slot_end, *span in conn.execute(
+                self._statements.window_starts, {"since": since}
+            ):
+                self._starts.add(run_id, lock_key, started_at, slot_end)
+                self._starts.set_span(run_id, lock_key, span_of_row(started_at, *span))
+            # Runs begun before the window may cover its first slots; later scrapes
+            # see them again only while they are unfinished (pending).
+            for run_id, lock_key, started_at, *span in conn.execute(
+                self._statements.spans_before, {"since": since, "keys": keys}
+            ):
+                self._starts.set_span(run_id, lock_key, span_of_row(started_at, *span))
             self._starts.loaded = True
         params = {"floor": self._counts.floor, "pending": sorted(self._counts.pending)}
         rows = conn.execute(self._statements.new_runs, params).fetchall()
         self._counts.absorb(floor, rows)
-        for run_id, lock_key, _, started_at, slot_end, scheduled in rows:
+        for run_id, lock_key, _, started_at, slot_end, scheduled, *span in rows:
             if scheduled and started_at >= since:
                 self._starts.add(run_id, lock_key, started_at, slot_end)
+            if scheduled:
+                self._starts.set_span(run_id, lock_key, span_of_row(started_at, *span))
         self._starts.trim(since)
 
     def _schedules(
         self, latest: list[LatestRow], starts: WindowStarts, since: datetime, now: datetime
-    ) -> tuple[dict[str, int], dict[str, datetime]]:
-        """Missed slots and next slot of every key whose latest run had a schedule."""
+    ) -> tuple[dict[str, int], dict[str, int], dict[str, datetime]]:
+        """Missed and covered slots and the next slot of every key whose latest run
+        had a schedule."""
         missed: dict[str, int] = {}
+        covered: dict[str, int] = {}
         next_slots: dict[str, datetime] = {}
         # The zone the wrapper read it in (none recorded: UTC, as before zones were).
         found = self._windows.scrape(
@@ -273,16 +291,17 @@ class FleetReader:
             )
             cached = self._missed.get(row.lock_key)
             if cached is not None and cached[0] == inputs:
-                missed[row.lock_key] = cached[1]
+                missed[row.lock_key], covered[row.lock_key] = cached[1]
                 continue
             runs = starts.of(row.lock_key)
             if not row.ran_before_window:
                 # A job new within the window: the slots before its first run are not missed.
                 slots = from_first_run(slots, runs or [(row.started_at, None)])
-            count = len(missed_slots(slots, runs))
-            self._missed[row.lock_key] = (inputs, count)
-            missed[row.lock_key] = count
-        return missed, next_slots
+            nobody, going = split_covered(missed_slots(slots, runs), starts.spans_of(row.lock_key))
+            counts = (len(nobody), len(going))
+            self._missed[row.lock_key] = (inputs, counts)
+            missed[row.lock_key], covered[row.lock_key] = counts
+        return missed, covered, next_slots
 
     def check_tables(self) -> str | None:
         """At start-up: what is missing, or None.  A database that does not answer

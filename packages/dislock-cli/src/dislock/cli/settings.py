@@ -41,6 +41,8 @@ class WrapperSettings(NamedTuple):
     cron_zone: CronZone | None = None
     """The zone the schedule is read in and where that came from (``CRON_TZ``, else
     the local zone); the context holds the same zone."""
+    pass_url: bool = True
+    """``LOCK_PASS_URL``: whether the command inherits the URL variable (as in 0.1.0)."""
 
     def __repr__(self) -> str:
         return f"WrapperSettings(command={self.command!r}, context={self.context!r}, ...)"
@@ -165,6 +167,7 @@ def read_wrapper_settings(
     fencing = config.parse_flag("LOCK_FENCING", environ.get("LOCK_FENCING", ""))
     history = config.parse_flag("LOCK_HISTORY", environ.get("LOCK_HISTORY", ""))
     history_table = read_history_table(environ)
+    pass_url = read_pass_url(environ)
     raw_schedule = _variable(environ, "CRON_SCHEDULE")
     if history and schedule is None and raw_schedule is not None:
         # A lease-only job's history still records its schedule, for `dislockctl missed`.
@@ -198,7 +201,17 @@ def read_wrapper_settings(
         connect_patience_seconds=patience,
         **waiting,
     )
-    return WrapperSettings(url_variable, argv, strategies, context, conflict_exit_code, zone)
+    return WrapperSettings(
+        url_variable, argv, strategies, context, conflict_exit_code, zone, pass_url
+    )
+
+
+def read_pass_url(environ: Mapping[str, str]) -> bool:
+    """``LOCK_PASS_URL``: on unless set to an off value. Jobs that need the database
+    for their own work got the URL from 0.1.0, so only a fleet with a lock role of
+    its own turns it off, keeping that credential from the command."""
+    raw = _variable(environ, "LOCK_PASS_URL")
+    return True if raw is None else config.parse_flag("LOCK_PASS_URL", raw)
 
 
 def read_waiting(environ: Mapping[str, str], strategies: Sequence[str]) -> dict[str, Any]:

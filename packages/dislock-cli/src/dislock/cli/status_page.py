@@ -81,7 +81,12 @@ def _state_cell(key: KeyStatus, now: datetime) -> str:
 def _run_cells(key: KeyStatus, now: datetime) -> str:
     run = key.last_run
     if run is None:
-        return '<td>-</td><td>-</td><td>-</td><td class="num">-</td>'
+        # Its lock rows are there, its runs are not: its wrappers do not record them
+        # (or the history was pruned past its last run).
+        return (
+            '<td colspan="4" class="none"><small>no run recorded: its wrappers need'
+            " LOCK_HISTORY=1 (or its runs were pruned)</small></td>"
+        )
     outcome = _badge(run.outcome)
     if run.exit_code is not None and run.outcome != "ok":
         outcome += f" <small>exit {run.exit_code}</small>"
@@ -93,19 +98,40 @@ def _run_cells(key: KeyStatus, now: datetime) -> str:
     )
 
 
+def _next_cell(key: KeyStatus, now: datetime) -> str:
+    schedule = f"<br><small><code>{escape(key.schedule)}</code></small>" if key.schedule else ""
+    if key.paused_until is not None:
+        # Its slots come and go without a start until it is resumed.
+        return f"{_badge('paused')}{schedule}"
+    if key.next_slot is None and not key.schedule:
+        return "<small>no schedule recorded</small>"
+    return f"{_when(key.next_slot, now)}{schedule}"
+
+
+def _slots_cell(key: KeyStatus) -> str:
+    if key.missed_slots is None:
+        return "-"
+    cell = escape(str(key.missed_slots))
+    if key.covered_slots:
+        covered = f"{key.covered_slots} covered by a run still going"
+        cell += f"<br><small>{escape(covered)}</small>"
+    return cell
+
+
 def _row(key: KeyStatus, now: datetime) -> str:
     outcome = key.last_run.outcome if key.last_run else ""
     classes = "failing" if key.failing else ""
     missed = "-" if key.missed_slots is None else str(key.missed_slots)
-    schedule = f"<br><small><code>{escape(key.schedule)}</code></small>" if key.schedule else ""
+    covered = "-" if key.covered_slots is None else str(key.covered_slots)
     return (
         f'<tr class="{classes}" data-key="{escape(key.lock_key)}" data-state="{escape(key.state)}"'
-        f' data-outcome="{escape(outcome)}" data-missed="{escape(missed)}">'
+        f' data-outcome="{escape(outcome)}" data-missed="{escape(missed)}"'
+        f' data-covered="{escape(covered)}">'
         f"<td><strong>{escape(key.lock_key)}</strong></td>"
         f"<td>{_state_cell(key, now)}</td>"
         f"{_run_cells(key, now)}"
-        f"<td>{_when(key.next_slot, now)}{schedule}</td>"
-        f'<td class="num">{escape(missed)}</td>'
+        f"<td>{_next_cell(key, now)}</td>"
+        f'<td class="num">{_slots_cell(key)}</td>'
         "</tr>"
     )
 
@@ -115,14 +141,16 @@ def render_page(snapshot: FleetSnapshot, *, title: str = "dislock fleet") -> str
     now = snapshot.now
     keys = page_order(snapshot.keys)
     failing = sum(1 for key in keys if key.failing)
-    missed = sum(1 for key in keys if key.missed_slots)
+    missing = sum(1 for key in keys if key.missed_slots)
     paused = sum(1 for key in keys if key.paused_until is not None)
     held = sum(1 for key in keys if key.state == "held")
     stamp = now.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    window = int(MISSED_WINDOW.total_seconds() // 3600)
     if snapshot.up:
         summary = (
-            f"{len(keys)} keys: {held} held, {failing} failing, {missed} missed slots,"
-            f" {paused} paused. Database clock {stamp}; reloads every {REFRESH_SECONDS} s."
+            f"{len(keys)} keys: {held} held, {failing} failing, {missing} with missed slots"
+            f" in the last {window} h, {paused} paused. Database clock {stamp};"
+            f" reloads every {REFRESH_SECONDS} s."
         )
         banner = ""
     else:
@@ -139,7 +167,6 @@ def render_page(snapshot: FleetSnapshot, *, title: str = "dislock fleet") -> str
             '<div class="delay" id="lock-delay">Lock delay after a database failover: no lock'
             f" of any key is taken before {escape(ends)}.</div>"
         )
-    window = int(MISSED_WINDOW.total_seconds() // 3600)
     rows = "\n".join(_row(key, now) for key in keys)
     empty = '<tr><td colspan="8">no lock keys yet</td></tr>' if snapshot.up and not keys else ""
     return f"""<!DOCTYPE html>

@@ -25,6 +25,17 @@ DEFAULT_CONNECT_TIMEOUT = 10.0
 LEASE_LOST_EXIT_CODE = 75
 """Exit code of a wrapped command terminated because its lease was lost (EX_TEMPFAIL)."""
 
+URL_VARIABLE = "DATABASE_URL"
+"""Where a ``LockContext`` given no ``url`` reads it: the variable the CLI's examples name."""
+
+URL_FROM_ENVIRONMENT = f"${URL_VARIABLE}"
+"""``url``'s default: read ``$DATABASE_URL`` as the context is built.  Not an empty
+string, so that ``url=os.environ.get("OTHER", "")`` still fails as empty rather
+than fall back to another database."""
+
+DEFAULT_TABLE = ("key_value",)
+"""The lock table when none is named, as the CLI's ``LOCK_TABLE`` default."""
+
 
 def default_owner() -> str:
     """``hostname:pid:nonce`` — readable, and unique per run even where containers
@@ -62,21 +73,26 @@ class LockContext:
     ``repr``; a redacted description does.
     """
 
-    url: str = field(repr=False)
-    """PostgreSQL URL or DSN."""
-    table_parts: Sequence[str]
-    """``["key_value"]`` or ``["schema", "key_value"]``; stored as a tuple."""
     lock_key: str
     """Logical lock name, shared by every process that must not run together."""
-    owner: str
-    """This holder's token, written to the row's ``value`` column (e.g. ``host:pid``)."""
+    url: str = field(default=URL_FROM_ENVIRONMENT, repr=False)
+    """PostgreSQL URL or DSN. Left out (or ``"$DATABASE_URL"``): read from that
+    environment variable as the context is built."""
+    table_parts: Sequence[str] = DEFAULT_TABLE
+    """``["key_value"]`` (the default) or ``["schema", "key_value"]``; stored as a tuple."""
+    owner: str = field(default_factory=default_owner)
+    """This holder's token, written to the row's ``value`` column.  Default:
+    ``hostname:pid:nonce``, made as the context is built (so build it in the process
+    that takes the locks, not before a fork)."""
     next_run_time: datetime | None = None
     """When the schedule slot ends (timezone-aware). Computed from ``schedule`` and the
     database clock when left out."""
     run_ttl_seconds: float | None = None
     """Lease time-to-live: the row expires this long after the last renewal."""
     lease_interval_seconds: float | None = None
-    """Heartbeat cadence of the lease renewer; at most the TTL."""
+    """Heartbeat cadence of the lease renewer; at most the TTL.  Left out with a
+    TTL given: 30 % of the TTL, kept within 1 to 10 s (the CLI's ``LOCK_LEASE_INTERVAL``
+    default)."""
     schedule: str | None = None
     """Cron expression of the job; used for ``next_run_time`` when that is not given."""
     jitter_max_seconds: float = 0.0
@@ -94,10 +110,11 @@ class LockContext:
     column (``dislockctl init --fencing`` adds it). Off, the three-column table works
     as it is and nothing extra is read or written."""
     history: bool = False
-    """Record each run of ``acquire_locks`` or ``run_with_locks`` that gets its locks
-    in the history table (``dislockctl init --history``): one statement as it
-    starts, one as it ends (a lock class entered on its own records nothing).  A
-    failing history write is logged at WARNING and never fails the run."""
+    """Record each run that gets its locks in the history table (``dislockctl init
+    --history``): of ``acquire_locks`` or ``run_with_locks`` one row for all its
+    locks, of a ``ScheduleLock`` or ``LeaseLock`` entered on its own one row too;
+    one statement as it starts, one as it ends.  A failing history write is logged
+    at WARNING and never fails the run."""
     history_table: Sequence[str] | None = None
     """The history table, like ``table_parts``; default: ``<table>_history`` next
     to the lock table."""
@@ -120,6 +137,11 @@ class LockContext:
     """The resolved zone, with the name to show and record (``None`` without a schedule)."""
 
     def __post_init__(self) -> None:
+        if self.url == URL_FROM_ENVIRONMENT:
+            url = os.environ.get(URL_VARIABLE, "")
+            if not url.strip():
+                raise ConfigurationError(f"no url given and ${URL_VARIABLE} is not set")
+            _set(self, "url", url)
         parse_dsn(self.url)
         _set(self, "table_parts", config.check_table_parts(self.table_parts))
         bounds.check_key("lock_key", self.lock_key)
@@ -137,6 +159,14 @@ class LockContext:
         if self.run_ttl_seconds is not None:
             ttl = bounds.check_number(bounds.TTL, self.run_ttl_seconds, name="run_ttl_seconds")
             _set(self, "run_ttl_seconds", ttl)
+            if self.lease_interval_seconds is None:
+                derived = config.derive_lease_interval(ttl)
+                if derived > ttl:
+                    raise ConfigurationError(
+                        f"run_ttl_seconds={ttl:g} is shorter than the 1 s minimum "
+                        "heartbeat: give lease_interval_seconds too"
+                    )
+                _set(self, "lease_interval_seconds", derived)
         if self.lease_interval_seconds is not None:
             interval = bounds.check_number(
                 bounds.HEARTBEAT, self.lease_interval_seconds, name="lease_interval_seconds"
@@ -242,3 +272,20 @@ class LockContext:
 def _set(context: LockContext, name: str, value: object) -> None:
     # Normalising a field of a frozen dataclass during __post_init__.
     object.__setattr__(context, name, value)
+
+
+def strategies_for(context: LockContext) -> tuple[str, ...]:
+    """The locks a context's settings ask for, when no strategy is named
+    (``with_locks``): a schedule slot with ``schedule`` or ``next_run_time``, a
+    lease with ``run_ttl_seconds``, both with both."""
+    chosen = []
+    if context.schedule is not None or context.next_run_time is not None:
+        chosen.append("schedule")
+    if context.run_ttl_seconds is not None:
+        chosen.append("lease")
+    if not chosen:
+        raise ConfigurationError(
+            f"no lock for {context.lock_key!r}: give schedule= (one start per slot), "
+            "run_ttl_seconds= (one holder at a time), both, or strategies"
+        )
+    return tuple(chosen)

@@ -60,7 +60,54 @@ def _valid(expression: object, name: str) -> str:
     text = " ".join(expression.split())  # one line, whatever separated the fields
     if not croniter.is_valid(text):
         raise ConfigurationError(f"{name} is not a valid cron expression: {expression!r}")
+    _refuse_seconds_first(text, name)
     return text
+
+
+EVERY_SECOND = frozenset({"*", "?"})
+"""Seconds fields meaning every second of a matching minute."""
+
+
+def _refuse_seconds_first(text: str, name: str) -> None:
+    """Refuse a six- or seven-field expression whose seconds field (croniter's sixth,
+    the last but an optional year) is ``*`` or ``?`` while another field is not.
+
+    Read with seconds last, it starts every second of each matching minute: never
+    a job's schedule.  Read with seconds first (Quartz, Spring), it is
+    an ordinary one, whose day-of-week field is ``*`` or ``?``: ``*/10 * * * * *``
+    is "every 10 seconds" there, "every second of every tenth minute" here.
+    ``* * * * * *`` is every second either way, and stays accepted.
+    """
+    from croniter import croniter
+
+    fields = text.split()
+    if len(fields) < 6 or fields[5] not in EVERY_SECOND:
+        return
+    if all(field in EVERY_SECOND for field in fields[:5]):
+        return
+    rotated = " ".join(
+        "*" if field == "?" else field for field in [*fields[1:6], fields[0], *fields[6:]]
+    )
+    hint = (
+        f"; if the seconds come first, write {rotated!r}"
+        if croniter.is_valid(rotated)
+        else "; put the seconds last"
+    )
+    raise ConfigurationError(
+        f"{name} {text!r} would start every second of each matching minute: dislock reads "
+        "six fields as minute hour day month weekday second (seconds last, as croniter; "
+        f"Quartz and Spring put them first){hint}"
+    )
+
+
+def next_fires(expression: str, now: datetime, tz: tzinfo = UTC, count: int = 3) -> list[datetime]:
+    """The next ``count`` boundaries of ``expression`` after ``now``, read in ``tz``."""
+    fires: list[datetime] = []
+    instant = now
+    for _ in range(count):
+        instant = next_boundary(expression, instant, tz)
+        fires.append(instant)
+    return fires
 
 
 # ---------------------------------------------------------------------------

@@ -69,7 +69,15 @@ def scrub(text: str, url: str) -> str:
     return text
 
 
-def connection_kwargs(url: str, connect_timeout_seconds: float) -> dict[str, Any]:
+def error_line(error: BaseException, url: str) -> str:
+    """``error`` as one line, ``Type: text``, scrubbed of ``url``'s secrets: a server's
+    or a trigger's message may quote anything, the password included."""
+    return f"{type(error).__name__}: {scrub(' '.join(str(error).split()), url)}"
+
+
+def connection_kwargs(
+    url: str, connect_timeout_seconds: float, *, attempt_timeout: float | None = None
+) -> dict[str, Any]:
     """Keyword arguments for ``psycopg.[Async]Connection.connect``.
 
     Autocommit keeps each lock operation in its own transaction, so ``NOW()`` is
@@ -77,12 +85,34 @@ def connection_kwargs(url: str, connect_timeout_seconds: float) -> dict[str, Any
     preparing statements, which PgBouncer in transaction pooling cannot route
     (a shared connection turns preparing on once it finds no pooler in between:
     ``dislock.core.preparing``).
-    A timeout or application name already in the URL wins over our defaults.
+    A timeout or application name already in the URL wins over our defaults,
+    except ``attempt_timeout``: one patient try's timeout per host, already
+    bounded by the URL's (``longest_connect_timeout``; ``dislock.core.patience``).
     """
     params = parse_dsn(url)
     kwargs: dict[str, Any] = {"autocommit": True, "prepare_threshold": None}
-    if "connect_timeout" not in params:
+    if attempt_timeout is not None:
+        kwargs["connect_timeout"] = max(1, math.ceil(attempt_timeout))
+    elif "connect_timeout" not in params:
         kwargs["connect_timeout"] = max(1, math.ceil(connect_timeout_seconds))
     if "application_name" not in params:
         kwargs["application_name"] = APPLICATION_NAME
     return kwargs
+
+
+def longest_connect_timeout(url: str, connect_timeout_seconds: float) -> float:
+    """The longest one host may take to connect: the URL's ``connect_timeout`` if it
+    sets a usable one, else ``connect_timeout_seconds``."""
+    value = parse_dsn(url).get("connect_timeout")
+    try:
+        seconds = float(value) if value is not None else 0.0
+    except ValueError:
+        seconds = 0.0  # psycopg reports it when connecting
+    return seconds if seconds > 0 and math.isfinite(seconds) else connect_timeout_seconds
+
+
+def host_count(url: str) -> int:
+    """How many hosts a connection to ``url`` may try, one after the other."""
+    params = parse_dsn(url)
+    hosts = str(params.get("host") or params.get("hostaddr") or "")
+    return max(1, len(hosts.split(",")))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from psycopg import OperationalError
+
 
 class DislockError(Exception):
     """Base class of every error dislock raises on purpose."""
@@ -19,6 +21,23 @@ class ConfigurationError(DislockError, ValueError):
 
 class LockNotAcquiredError(DislockError):
     """Another owner holds the lock: the schedule slot or the lease is taken."""
+
+
+class LockDelayedError(LockNotAcquiredError):
+    """Nobody may take the lock yet: the lock delay after a database failover is running
+    (``dislock.core.failover``), so that a holder cut off with the old primary has
+    passed its deadline first.  Unlike a lock someone holds, it concerns every key:
+    the CLI says so as a WARNING."""
+
+    def __init__(self, message: str, until: datetime) -> None:
+        super().__init__(message)
+        self.until = until
+        """When the delay ends (database clock)."""
+
+
+class KeyNotGrantedError(DislockError):
+    """The database refused the lock row: the role's grant does not cover the key
+    (``dislockctl grant``, row-level security).  Nothing was written."""
 
 
 class LockPausedError(LockNotAcquiredError):
@@ -72,6 +91,42 @@ class NotReplicatedError(DislockError):
     handed back and raises this; a renewal counts as a failed attempt and is
     retried until the lease's deadline.
     """
+
+
+class DatabaseUnreachableError(DislockError, OperationalError):
+    """No connection to the database could be opened in time: every attempt failed
+    the way a busy, restarting or failing-over server fails (refused, timed out, no
+    primary among the hosts), until ``LockContext.connect_patience_seconds`` ran out
+    or, for a schedule lock, until the slot being taken ended.
+
+    Also an ``OperationalError``, the driver's class for the same failure, so that
+    code catching that still does; the driver's last error is the ``__cause__``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        detail: str,
+        unreachable_for: float,
+        attempts: int,
+        patience: float,
+        slot_end: datetime | None = None,
+        lock_key: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.detail = detail
+        """The driver's words for the last failure (without secrets)."""
+        self.unreachable_for = unreachable_for
+        """Seconds from the first failed attempt to giving up."""
+        self.attempts = attempts
+        """How many attempts failed."""
+        self.patience = patience
+        """The patience the lock was given, in seconds."""
+        self.slot_end = slot_end
+        """When the slot's end (not the patience) stopped the wait: that end."""
+        self.lock_key = lock_key
+        """With ``slot_end``: the lock whose slot it was."""
 
 
 class Interrupted(KeyboardInterrupt):

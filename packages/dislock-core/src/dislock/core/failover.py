@@ -15,11 +15,15 @@ Two decisions live here, both plain data for the shells to act on:
   (``pg_walfile_name(pg_current_wal_lsn())``, which any role may call, unlike
   ``pg_control_checkpoint()`` on hardened servers) and compare it with the one
   recorded in a metadata row of the lock table.  The first acquisition to see a
-  different timeline records it, and until one TTL later no acquisition takes a
-  missing or expired row.  The TTL is the longest one any lease in the table
-  ever asked for (recorded in a second metadata row, written only when it
-  grows), so every holder from before the failover has passed its own deadline
-  by the time anyone else gets in.  A restart keeps the timeline: no delay.
+  different timeline records it, and until the delay has passed no acquisition
+  takes a missing or expired row.  The delay is the longest TTL any lease of
+  the table was *recently* taken with (each role keeps its own record, which
+  lapses two maximum TTLs after its last refresh), and never more than the
+  table's maximum TTL (``dislock.core.limits``): every holder from before the
+  failover has passed its own deadline by the time anyone else gets in, and no
+  single long-TTL run can make every later failover stop the fleet for long.  A
+  delay of zero (a table that only ever held schedule slots) refuses nothing.
+  A restart keeps the timeline: no delay.
 
 The metadata rows' keys do not start with ``cronjob-lock:``, so ``dislockctl
 ls`` and dislock 0.1.0 (which only read their own keys) never see them.
@@ -33,6 +37,7 @@ from typing import TYPE_CHECKING
 from psycopg import sql
 
 from dislock.core.errors import NotReplicatedError
+from dislock.core.limits import max_ttl_of
 
 if TYPE_CHECKING:
     from psycopg.errors import Diagnostic
@@ -41,10 +46,15 @@ TIMELINE_KEY = "dislock:failover:timeline"
 """Metadata row: ``value`` is the server timeline last seen, ``expire_at`` the end of
 the lock delay that started when it was first seen (in the past when none runs)."""
 
-LONGEST_TTL_KEY = "dislock:failover:longest-ttl"
-"""Metadata row: ``value`` is the longest lease TTL (seconds) ever used in the table."""
+TTL_KEY_PREFIX = "dislock:failover:ttl:"
+"""Metadata rows ``<prefix><role>``: ``value`` is the longest lease TTL (seconds) that
+role took a lease with lately, ``expire_at`` when that record lapses.  One row per
+role, so that no role can hold up another's acquisitions by locking a shared row,
+nor shorten another's record.  (dislock before 0.2.0's release kept one
+``dislock:failover:longest-ttl`` row that only grew; it is no longer read.)"""
 
-METADATA_KEYS = (TIMELINE_KEY, LONGEST_TTL_KEY)
+TTL_RECORD = sql.SQL("{} || current_user").format(sql.Literal(TTL_KEY_PREFIX))
+"""The key of the acquiring role's own TTL record."""
 
 SYNCREP_FUNCTION = "SyncRepWaitForLSN"
 """The server function that waits for synchronous standbys (``syncrep.c``)."""
@@ -96,63 +106,75 @@ def unconfirmed(message: str | None) -> NotReplicatedError:
     )
 
 
-NEVER_EXPIRES = "9999-12-31 00:00:00+00"
-"""``expire_at`` of the longest-TTL row, which never expires.  Not ``'infinity'``:
-psycopg cannot load it into a datetime, and PostgreSQL before 17 cannot subtract it
-(``expire_at - NOW()``, which ``dislockctl`` and operators' queries compute); the
-same end as a pause without one (``dislock.core.pause.UNTIL_RESUMED``)."""
-
-
 def lock_delay(table: sql.Identifier, ttl: sql.Composable) -> tuple[sql.Composed, sql.SQL]:
     """The lock-delay fragment of an acquiring upsert on ``table``.
 
     Returns ``(ctes, calm)``: ``ctes`` are common table expressions for the
     statement's ``WITH`` clause (before the ``INSERT``), ``calm`` a condition for
-    its row source (an acquisition with no
-    candidate row neither inserts nor takes over anything).  ``ttl`` is the
-    acquisition's own TTL in seconds (``0`` for a schedule slot).
+    its row source (an acquisition with no candidate row neither inserts nor
+    takes over anything).  ``ttl`` is the acquisition's own TTL in seconds (``0``
+    for a schedule slot).  ``dislock_cap`` (the table's maximum TTL) is one of
+    the expressions, for the acquiring statement to check its own TTL against.
 
-    It costs no round trip: the common case reads two metadata rows by primary
-    key and writes nothing.  The metadata rows are written only when the
-    timeline changes or a longer TTL appears, and only when their guard holds,
-    so acquisitions of different keys never queue on them.
+    It costs no round trip: the common case reads the timeline row, the cap and
+    the role's own TTL record by primary key and writes nothing.  The timeline
+    row is written only when the timeline changes, a TTL record only when its
+    role takes a longer lease or the record is due for a refresh, so
+    acquisitions of different keys never queue on a shared row.  The scan over
+    every role's record happens only when a delay starts.
     """
+    recent = sql.SQL(
+        "(SELECT max(value::float8) FROM {table}"
+        " WHERE starts_with(key, {prefix}) AND expire_at > NOW())"
+    ).format(table=table, prefix=sql.Literal(TTL_KEY_PREFIX))
     ctes = sql.SQL(
-        "dislock_history AS (SELECT {timeline} AS timeline),"
+        "dislock_server AS (SELECT {timeline} AS timeline),"
         " dislock_seen AS ("
         "SELECT value::int8 AS timeline, expire_at AS delay_ends"
         " FROM {table} WHERE key = {timeline_key}),"
-        " dislock_longest AS ("
-        "SELECT greatest({ttl}::float8, coalesce((SELECT value::float8 FROM {table}"
-        " WHERE key = {ttl_key}), 0)) AS ttl),"
+        " dislock_cap AS (SELECT {cap} AS max_ttl),"
+        " dislock_longest AS (SELECT least((SELECT max_ttl FROM dislock_cap),"
+        " greatest({ttl}::float8, coalesce({recent}, 0))) AS ttl),"
         # A different timeline than the one recorded starts the delay (for the
-        # longest TTL); the first one ever recorded starts none.
+        # longest recent TTL); the first one ever recorded starts none.
         " dislock_note_timeline AS ("
         "INSERT INTO {table} AS noted (key, value, expire_at)"
         " SELECT {timeline_key}, h.timeline::text,"
         " CASE WHEN EXISTS (SELECT FROM dislock_seen) THEN NOW()"
         " + make_interval(secs => (SELECT ttl FROM dislock_longest)) ELSE NOW() END"
-        " FROM dislock_history h"
+        " FROM dislock_server h"
         " WHERE NOT EXISTS (SELECT FROM dislock_seen s WHERE s.timeline = h.timeline)"
         " ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, expire_at = EXCLUDED.expire_at"
         " WHERE noted.value IS DISTINCT FROM EXCLUDED.value),"
+        # The role's record of its longest recent TTL: written for a longer TTL, for
+        # a lapsed record, and to refresh the same TTL once its record is past
+        # half its life (one write per maximum TTL, not one per acquisition).  A
+        # record covers a lease for at least one maximum TTL after it was taken.
         " dislock_note_ttl AS ("
         "INSERT INTO {table} AS noted (key, value, expire_at)"
-        " SELECT {ttl_key}, {ttl}::float8::text, {never}::timestamptz"
-        " WHERE {ttl}::float8 > coalesce((SELECT value::float8 FROM {table}"
-        " WHERE key = {ttl_key}), 0)"
-        " ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value"
-        " WHERE noted.value::float8 < EXCLUDED.value::float8),"
+        " SELECT {record}, {ttl}::float8::text,"
+        " NOW() + make_interval(secs => 2 * (SELECT max_ttl FROM dislock_cap))"
+        " WHERE {ttl}::float8 > 0 AND {ttl}::float8 <= (SELECT max_ttl FROM dislock_cap)"
+        " AND NOT EXISTS (SELECT FROM {table} AS mine WHERE mine.key = {record}"
+        " AND mine.expire_at > NOW() AND (mine.value::float8 > {ttl}::float8"
+        " OR (mine.value::float8 = {ttl}::float8 AND mine.expire_at"
+        " >= NOW() + make_interval(secs => (SELECT max_ttl FROM dislock_cap)))))"
+        # Two acquisitions of one role at once: the shorter TTL must not win.
+        " ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, expire_at = EXCLUDED.expire_at"
+        " WHERE noted.expire_at <= NOW() OR noted.value::float8 <= EXCLUDED.value::float8),"
+        # A new timeline with a delay of zero (no lease lately) refuses nothing.
         " dislock_calm AS (SELECT NOT EXISTS ("
-        "SELECT FROM dislock_seen s, dislock_history h"
-        " WHERE s.timeline <> h.timeline OR NOW() < s.delay_ends) AS calm)"
+        "SELECT FROM dislock_seen s, dislock_server h"
+        " WHERE CASE WHEN s.timeline <> h.timeline THEN (SELECT ttl FROM dislock_longest) > 0"
+        " ELSE NOW() < s.delay_ends END) AS calm)"
     ).format(
         timeline=TIMELINE,
         table=table,
         timeline_key=sql.Literal(TIMELINE_KEY),
-        ttl_key=sql.Literal(LONGEST_TTL_KEY),
+        cap=max_ttl_of(table),
+        recent=recent,
+        record=TTL_RECORD,
         ttl=ttl,
-        never=sql.Literal(NEVER_EXPIRES),
     )
     return ctes, sql.SQL("(SELECT calm FROM dislock_calm)")
 
@@ -160,7 +182,7 @@ def lock_delay(table: sql.Identifier, ttl: sql.Composable) -> tuple[sql.Composed
 def timeline_returned() -> sql.SQL:
     """What an acquiring upsert with the fragment returns after its token: the
     timeline the lock was taken on, for the holder to compare on reconnection."""
-    return sql.SQL("(SELECT timeline FROM dislock_history)")
+    return sql.SQL("(SELECT timeline FROM dislock_server)")
 
 
 def delay_end_returned() -> sql.SQL:
@@ -170,10 +192,10 @@ def delay_end_returned() -> sql.SQL:
     timeline noticed by this very statement starts its delay now."""
     return sql.SQL(
         "(SELECT CASE WHEN c.calm THEN NULL"
-        " WHEN s.timeline IS DISTINCT FROM h.timeline THEN NOW() + make_interval(secs => l.ttl)"
+        " WHEN s.timeline IS DISTINCT FROM h.timeline"
+        " THEN NOW() + make_interval(secs => (SELECT ttl FROM dislock_longest))"
         " ELSE s.delay_ends END"
-        " FROM dislock_calm c CROSS JOIN dislock_history h CROSS JOIN dislock_longest l"
-        " LEFT JOIN dislock_seen s ON true)"
+        " FROM dislock_calm c CROSS JOIN dislock_server h LEFT JOIN dislock_seen s ON true)"
     )
 
 

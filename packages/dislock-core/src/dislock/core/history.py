@@ -4,7 +4,12 @@ Opt-in (``LockContext.history``, ``LOCK_HISTORY=1``).  A run that got its locks
 inserts one row as it starts and updates it as it ends, both on the database
 clock; nothing else is written, and a skipped start writes nothing.  Writing
 history must never fail or hold up the job: the shells bound each statement by
-``HISTORY_TIMEOUT`` and only log a failure.
+``HISTORY_TIMEOUT`` and only log a failure.  The end is the exception that waits:
+a run that lost its lease because the database went away would otherwise read as
+``abandoned`` although its wrapper lived to tell, so an end statement refused for
+a reason worth waiting out (``retry_end``) is sent again once a connection opens,
+within the lock's connect patience; the command has ended by then, so only the
+wrapper's exit waits.
 
 The table (one per lock table, ``<table>_history`` unless named otherwise)::
 
@@ -112,10 +117,11 @@ def start_statement(history: tuple[str, ...]) -> sql.Composed:
 
 @lru_cache(maxsize=64)
 def end_statement(history: tuple[str, ...]) -> sql.Composed:
-    """Params: id and the fields of a ``RunEnd``."""
+    """Params: id and the fields of a ``RunEnd``.  A run's end is written once: sent
+    again after a lost answer, it changes nothing."""
     return sql.SQL(
         "UPDATE {} SET ended_at = NOW(), outcome = %(outcome)s, exit_code = %(exit_code)s,"
-        " signal = %(signal)s FROM {async_commit} WHERE id = %(id)s"
+        " signal = %(signal)s FROM {async_commit} WHERE id = %(id)s AND ended_at IS NULL"
     ).format(sql.Identifier(*history), async_commit=_ASYNC_COMMIT)
 
 
@@ -140,6 +146,16 @@ def start_params(
         "cron": cron,
         "cron_tz": cron_tz,
     }
+
+
+def retry_end(error: BaseException) -> bool:
+    """Whether an end statement that failed with ``error`` is worth sending again
+    once a connection opens: the server was down, restarting or full, or the
+    connection dropped (``dislock.core.patience.is_transient``), not a refusal that
+    waiting does not change (a missing table, a permission)."""
+    from dislock.core.patience import is_transient
+
+    return is_transient(error)
 
 
 class RunEnd(NamedTuple):

@@ -30,6 +30,11 @@ ATTEMPT_FLOOR = 1.0
 """A renewal statement is never cancelled sooner than this, deadline permitting."""
 
 
+def safety_margin(ttl: float) -> float:
+    """How long before the row can expire the lease's local deadline comes."""
+    return min(ttl * SAFETY_MARGIN_RATIO, SAFETY_MARGIN_MAX)
+
+
 class LeaseSettings(NamedTuple):
     """The lease-specific part of a LockContext, checked to be present."""
 
@@ -64,7 +69,7 @@ class LeaseClock:
     def __init__(self, settings: LeaseSettings, *, acquired_at: float) -> None:
         """``acquired_at``: monotonic time just before the acquiring statement was sent."""
         self.settings = settings
-        self.margin = min(settings.ttl * SAFETY_MARGIN_RATIO, SAFETY_MARGIN_MAX)
+        self.margin = safety_margin(settings.ttl)
         # A heartbeat as slow as the TTL (allowed: interval <= TTL) would renew
         # only after the deadline; at least two heartbeats fit in every lease.
         self.cadence = min(settings.interval, (settings.ttl - self.margin) / 2)
@@ -101,14 +106,22 @@ class LeaseClock:
         self.renewals += 1
         return True
 
-    def failed(self, error: BaseException, *, now: float) -> bool:
+    def failed(self, error: BaseException | str, *, now: float) -> bool:
         """Record a renewal attempt that raised; returns whether the lease is still held.
+
+        ``error`` is the exception, or the line describing it already scrubbed of
+        the URL's secrets (``dislock.core.dsn.error_line``): ``last_error`` and the
+        loss's reason quote it.
 
         A failed attempt is not a lost lease: the row stays ours on the server until
         the deadline, so the attempt is retried (on a new connection if need be)
         until then.  Only a passed deadline or a row that is no longer ours loses it.
         """
-        self.last_error = f"{type(error).__name__}: {' '.join(str(error).split())}"
+        self.last_error = (
+            error
+            if isinstance(error, str)
+            else f"{type(error).__name__}: {' '.join(str(error).split())}"
+        )
         if self.lost:
             return False
         if now >= self.deadline:

@@ -1,13 +1,21 @@
-"""Connection patience: which refusals to wait out, and how long to wait between tries.
+"""Connection patience: which failures to wait out, how long, and how long each try waits.
 
 Every machine's crontab fires in the same second, and a busy server refuses
 connections past a limit (``max_connections``, a role's or database's
-``CONNECTION LIMIT``, a pooler's cap) or while it restarts.  Those refusals say
-nothing about the lock, so a wrapper that gave up on them would fail (and mail)
-for nothing: they are retried, with jittered exponential backoff so that the
-herd spreads out, for at most ``connect_patience_seconds`` and, for a schedule
-lock, never past the end of the slot being taken.  Everything else (a wrong
-password, a missing database) is reported at once.
+``CONNECTION LIMIT``, a pooler's cap) or while it restarts; during a failover
+the old primary stops answering (a connection times out) and the others are
+still standbys.  Those failures say nothing about the lock, so a wrapper that
+gave up on them would fail (and mail) for nothing: they are retried, with
+jittered exponential backoff so that the herd spreads out, for at most
+``connect_patience_seconds`` and, for a schedule lock, never past the end of the
+slot being taken.  Everything else (a wrong password, a missing database) is
+reported at once.
+
+The patience belongs to one acquisition (``ConnectPatience``): the connection it
+opens first and any it opens again after that one was retired on the way to the
+decision share one deadline.  While it is patient, each try gives every host of
+the URL a short connect timeout that grows with the tries, so that the patience
+is spent going round the hosts rather than waiting on one that never answers.
 
 Only *opening* a connection is retried: a statement that failed mid-way may
 have taken effect, and its outcome is the lock code's to judge.
@@ -16,7 +24,11 @@ have taken effect, and its outcome is the lock code's to judge.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from datetime import datetime
+from typing import NamedTuple
+
+from dislock.core.errors import DatabaseUnreachableError
 
 DEFAULT_CONNECT_PATIENCE = 30.0
 """Seconds a lock keeps retrying a refused connection before reporting it."""
@@ -26,6 +38,11 @@ BACKOFF_FIRST = 0.05
 
 BACKOFF_CAP = 2.0
 """The pauses double up to this bound, so that a freed slot is found soon."""
+
+FIRST_ATTEMPT_TIMEOUT = 2.0
+"""Seconds each host gets on a patient lock's first try, doubling with each try up to
+the connect timeout: libpq's shortest ``connect_timeout``, and long enough for a
+live server's handshake, so that a host that never answers costs 2 s, not 10."""
 
 TRANSIENT_SQLSTATES = frozenset({"53300", "57P03"})
 """too_many_connections (every variant) and cannot_connect_now."""
@@ -48,6 +65,13 @@ _TRANSIENT_WORDS = (
     "connection reset by peer",
     "server closed the connection unexpectedly",
     "no such file or directory",  # a Unix socket between two server lives
+    # A host that never answers (frozen, partitioned, a failed-over primary):
+    # psycopg's "connection timeout expired", libpq's "timeout expired".
+    "timeout expired",
+    # Only standbys answered a URL that asks for the primary
+    # (target_session_attrs=read-write or primary): one is being promoted.
+    "session is read-only",
+    "server is in hot standby mode",
 )
 # Words that make a refusal permanent even beside a transient one (a URL with
 # several hosts reports each attempt).
@@ -84,21 +108,138 @@ def slot_patience(patience: float, slot_ends_at: datetime | None, now: datetime)
     return max(0.0, min(patience, (slot_ends_at - now).total_seconds()))
 
 
+class SlotEnd(NamedTuple):
+    """The end of the schedule slot a lock is taking, and the local clock's time
+    when it was read."""
+
+    lock_key: str
+    at: datetime
+    now: datetime
+
+
 class ConnectPatience:
-    """The retry state of one attempt to connect, on the monotonic clock."""
+    """The patience of one acquisition, on the monotonic clock: the connections it
+    opens on the way to its decision retry until one deadline.
 
-    __slots__ = ("_rng", "attempts", "deadline")
+    The deadline is ``patience`` seconds after ``now``, or the end of the slot if
+    ``slot`` (asked once, at the first failure: a first try that succeeds computes
+    no slot) says it comes sooner.  Time the lock spends waiting for another
+    holder (``postpone``) is not spent on the patience.
+    """
 
-    def __init__(self, patience: float, now: float, rng: random.Random | None = None) -> None:
-        self.deadline = now + patience
+    __slots__ = (
+        "_deadline",
+        "_rng",
+        "_slot",
+        "_slot_end",
+        "attempts",
+        "failing_since",
+        "failures",
+        "patience",
+        "started",
+    )
+
+    def __init__(
+        self,
+        patience: float,
+        now: float,
+        rng: random.Random | None = None,
+        *,
+        slot: Callable[[], SlotEnd | None] | None = None,
+    ) -> None:
+        self.patience = patience
+        self.started = now
         self.attempts = 0
+        """Pauses handed out so far."""
+        self.failures = 0
+        """Failed tries so far."""
+        self.failing_since: float | None = None
+        """When the first failed try started."""
         self._rng = rng
+        self._slot = slot
+        self._slot_end: SlotEnd | None = None  # when the slot's end is the deadline
+        self._deadline: float | None = None
 
-    def next_delay(self, error: BaseException, now: float) -> float | None:
-        """How long to wait before trying again, or None to report ``error`` now."""
-        if not is_transient(error) or now >= self.deadline:
+    def deadline(self, now: float) -> float:
+        """The instant retrying stops (fixed by the first call)."""
+        if self._deadline is None:
+            self._deadline = self.started + self.patience
+            slot = None if self._slot is None else self._slot()
+            if slot is not None:
+                left = slot_patience(self._deadline - now, slot.at, slot.now)
+                if now + left < self._deadline:
+                    self._deadline = now + left
+                    self._slot_end = slot
+        return self._deadline
+
+    def postpone(self, seconds: float) -> None:
+        """Move the deadline ``seconds`` later: the lock waited that long for another
+        holder, not for the database.  (Only a lease waits; a slot's end stays put.)"""
+        if self._slot_end is not None:
+            return
+        self.started += seconds
+        if self._deadline is not None:
+            self._deadline += seconds
+
+    def attempt_timeout(self, longest: float, hosts: int, now: float) -> float:
+        """The connect timeout of the next try, for each of the URL's ``hosts``:
+        ``FIRST_ATTEMPT_TIMEOUT`` doubled per failed try, at most ``longest`` (the
+        configured timeout) and at most the patience left shared among the hosts,
+        never under libpq's floor.  Without patience, the configured timeout."""
+        if self.patience <= 0:
+            return longest
+        floor = min(longest, FIRST_ATTEMPT_TIMEOUT)
+        timeout = min(longest, FIRST_ATTEMPT_TIMEOUT * 2.0 ** min(self.failures, 16))
+        if self._deadline is not None:
+            timeout = min(timeout, (self._deadline - now) / max(1, hosts))
+        return max(floor, timeout)
+
+    def next_delay(
+        self, error: BaseException, now: float, *, attempt_started: float | None = None
+    ) -> float | None:
+        """How long to wait before trying again after ``error`` (the try having
+        started at ``attempt_started``), or None to report it now."""
+        self.failures += 1
+        if self.failing_since is None:
+            self.failing_since = now if attempt_started is None else attempt_started
+        if not is_transient(error):
+            return None
+        deadline = self.deadline(now)
+        if now >= deadline:
             return None
         delay = backoff_delay(self.attempts, self._rng)
         self.attempts += 1
         # The last try happens at the deadline, not a whole pause after it.
-        return min(delay, self.deadline - now)
+        return min(delay, deadline - now)
+
+    def unreachable(
+        self, error: BaseException, detail: str, now: float
+    ) -> DatabaseUnreachableError | None:
+        """The error to report once ``next_delay`` gave up on ``error``: one that says
+        for how long the database was unreachable (and, when the slot's end stopped
+        the wait, which slot), or None to report ``error`` itself (not transient)."""
+        if not is_transient(error):
+            return None
+        since = self.failing_since if self.failing_since is not None else now
+        unreachable_for = max(0.0, now - since)
+        tries = f"{self.failures} attempt{'s' if self.failures != 1 else ''}"
+        slot = self._slot_end
+        if slot is not None:
+            message = (
+                f"the schedule slot of {slot.lock_key!r} ending {slot.at.isoformat()} ended"
+                f" while the database was unreachable ({unreachable_for:.1f} s, {tries}): {detail}"
+            )
+        else:
+            message = (
+                f"the database was unreachable for {unreachable_for:.1f} s ({tries};"
+                f" connect_patience_seconds={self.patience:g}): {detail}"
+            )
+        return DatabaseUnreachableError(
+            message,
+            detail=detail,
+            unreachable_for=unreachable_for,
+            attempts=self.failures,
+            patience=self.patience,
+            slot_end=None if slot is None else slot.at,
+            lock_key=None if slot is None else slot.lock_key,
+        )

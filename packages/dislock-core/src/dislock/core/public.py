@@ -14,8 +14,11 @@ from dislock.core.context import LEASE_LOST_EXIT_CODE as LEASE_LOST_EXIT_CODE
 from dislock.core.context import LeaseLossPolicy as LeaseLossPolicy
 from dislock.core.context import LockContext as LockContext
 from dislock.core.errors import ConfigurationError as ConfigurationError
+from dislock.core.errors import DatabaseUnreachableError as DatabaseUnreachableError
 from dislock.core.errors import DislockError as DislockError
+from dislock.core.errors import KeyNotGrantedError as KeyNotGrantedError
 from dislock.core.errors import LeaseLostError as LeaseLostError
+from dislock.core.errors import LockDelayedError as LockDelayedError
 from dislock.core.errors import LockNotAcquiredError as LockNotAcquiredError
 from dislock.core.errors import LockPausedError as LockPausedError
 from dislock.core.errors import NotReplicatedError as NotReplicatedError
@@ -24,10 +27,13 @@ from dislock.core.errors import StatementTimeout as StatementTimeout
 __all__ = [
     "LEASE_LOST_EXIT_CODE",
     "ConfigurationError",
+    "DatabaseUnreachableError",
     "DislockError",
+    "KeyNotGrantedError",
     "LeaseLossPolicy",
     "LeaseLostError",
     "LockContext",
+    "LockDelayedError",
     "LockNotAcquiredError",
     "LockPausedError",
     "NotReplicatedError",
@@ -44,4 +50,5 @@ LOCK_NAMES: tuple[str, ...] = (
     "build_locks",
     "keep_connected",
     "run_with_locks",
+    "with_locks",
 )

@@ -10,6 +10,11 @@ its row, and only that lease is lost.
 
 Like ``LeaseClock``, nothing here reads a clock or touches the network.
 
+A database that is down fails every tick until the deadline; the renewer logs
+the first failure of a run of them in full and then one line with their count
+when renewals succeed again or the lease is lost (``count_failure``,
+``recovery_summary``, ``failure_summary``), so that the loss is not buried.
+
 ``renewal_listeners`` lets a measurement (``benchmarks/run.py``) see each
 renewal that succeeded without parsing the renewer's debug log.
 """
@@ -39,7 +44,16 @@ listener must be quick.  One that raises is logged and skipped; the renewer goes
 class Renewal:
     """One held lease, as the renewer sees it."""
 
-    __slots__ = ("clock", "key", "owner", "reported", "table_parts")
+    __slots__ = (
+        "clock",
+        "failing_since",
+        "failures",
+        "key",
+        "on_renewed",
+        "owner",
+        "reported",
+        "table_parts",
+    )
 
     def __init__(
         self, *, key: str, owner: str, table_parts: tuple[str, ...], clock: LeaseClock
@@ -50,6 +64,14 @@ class Renewal:
         self.clock = clock
         self.reported = False
         """Whether its loss has been handed out already (a loss is reported once)."""
+        self.failures = 0
+        """Attempts that failed since it was last renewed."""
+        self.failing_since = 0.0
+        """When the first of them failed (monotonic clock)."""
+        self.on_renewed: Callable[[float], None] | None = None
+        """Told the lease's new local deadline after each renewal that succeeded,
+        by the renewer itself (the supervisor passes it on to the command's guard):
+        it must be quick and never raise."""
 
     def __repr__(self) -> str:
         return f"Renewal({self.key!r}, owner={self.owner!r})"
@@ -130,8 +152,9 @@ class RenewalPlan:
                 r.clock.renewed(sent_at=sent_at, now=now, rows=rows)
         return self._newly_lost(batch.renewals)
 
-    def failed(self, batch: Batch, error: BaseException, *, now: float) -> list[Renewal]:
-        """Record a batch that raised; returns the leases whose deadline it passed."""
+    def failed(self, batch: Batch, error: BaseException | str, *, now: float) -> list[Renewal]:
+        """Record a batch that raised (``error`` as ``LeaseClock.failed`` takes it);
+        returns the leases whose deadline it passed."""
         for r in batch.renewals:
             if r in self._renewals:
                 r.clock.failed(error, now=now)
@@ -150,6 +173,62 @@ class RenewalPlan:
                 r.reported = True
                 lost.append(r)
         return lost
+
+
+def _leases(renewals: Sequence[Renewal]) -> str:
+    return f"lease {renewals[0].key}" if len(renewals) == 1 else f"{len(renewals)} leases"
+
+
+def count_failure(batch: Batch, now: float) -> bool:
+    """Count a failed attempt for each lease of ``batch``; whether it is the first
+    failure of any of them since it was last renewed: the one to log in full.  A
+    lease lost meanwhile (its deadline passed while the statement was out) is not
+    counted: its failures were summed up with its loss."""
+    first = False
+    for r in batch.renewals:
+        if r.clock.lost:
+            continue
+        if r.failures == 0:
+            first = True
+            r.failing_since = now
+        r.failures += 1
+    return first
+
+
+def recovery_summary(batch: Batch, now: float) -> str | None:
+    """Once ``batch`` was renewed: the line saying its leases' failures are over
+    (None when none had failed); their counts start again from zero."""
+    failed = [r for r in batch.renewals if r.failures]
+    if not failed:
+        return None
+    count = max(r.failures for r in failed)
+    seconds = now - min(r.failing_since for r in failed)
+    for r in failed:
+        r.failures = 0
+    return (
+        f"renewal of {_leases(failed)} succeeded again after {count} failed attempt(s)"
+        f" over {seconds:.1f} s"
+    )
+
+
+def failure_summary(renewal: Renewal, now: float) -> str | None:
+    """When ``renewal`` is lost: how many attempts failed before (None for one or
+    none: the first failure's line said it all)."""
+    count, renewal.failures = renewal.failures, 0
+    if count < 2:
+        return None
+    seconds = now - renewal.failing_since
+    return f"renewal of lease {renewal.key} failed {count} times over {seconds:.1f} s"
+
+
+def new_deadlines(batch: Batch) -> list[tuple[Callable[[float], None], float]]:
+    """The ``on_renewed`` calls a batch that succeeded makes: each still-held lease's
+    new deadline, to its follower."""
+    return [
+        (r.on_renewed, r.clock.deadline)
+        for r in batch.renewals
+        if r.on_renewed is not None and not r.clock.lost
+    ]
 
 
 def report_renewal(batch: Batch, seconds: float) -> None:

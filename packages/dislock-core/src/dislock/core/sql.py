@@ -13,6 +13,7 @@ update the row in place (a HOT update) instead of growing the table and index.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -79,6 +80,66 @@ class Acquired(NamedTuple):
     delayed_until: datetime | None = None
     """The end of the lock delay after a failover that kept the statement from taking
     anything (``dislock.core.failover``); None when no delay runs."""
+    timeline: int | None = None
+    """The server's timeline the statement ran on (None from statements that do not say)."""
+    ttl_cap: float | None = None
+    """The table's maximum lease TTL when the lease asked for more (and so took
+    nothing, ``dislock.core.limits``); None otherwise."""
+
+
+def parse_acquired(row: Sequence[Any]) -> Acquired:
+    """The answer of ``acquire_until`` and ``acquire_for``."""
+    acquired, token, paused_for, paused_until, timeline, delayed_until, ttl_cap = row
+    return Acquired(
+        bool(acquired),
+        token,
+        paused_for,
+        paused_until,
+        delayed_until=delayed_until,
+        timeline=timeline,
+        ttl_cap=ttl_cap,
+    )
+
+
+def parse_by_clock(row: Sequence[Any]) -> Acquired:
+    """The answer of ``acquire_by_clock``: ``parse_acquired``'s, the slot's end last."""
+    acquired, token, paused_for, paused_until, timeline, delayed_until, slot_end = row
+    return Acquired(
+        bool(acquired),
+        token,
+        paused_for,
+        paused_until,
+        slot_end,
+        delayed_until,
+        timeline=timeline,
+    )
+
+
+class SlotAnswer(NamedTuple):
+    """The answer of ``acquire_slot``."""
+
+    key: str | None
+    """The slot row taken; None if none was."""
+    token: int | None
+    free: int
+    """How many slots looked free (to tell a full lease from a lost race)."""
+    paused_for: str | None
+    paused_until: datetime | None
+    delayed_until: datetime | None
+    ttl_cap: float | None
+
+
+def parse_slot(row: Sequence[Any]) -> SlotAnswer:
+    key, token, free, paused_for, paused_until, delayed_until, ttl_cap = row
+    return SlotAnswer(
+        None if key is None else str(key),
+        token,
+        int(free),
+        paused_for,
+        paused_until,
+        delayed_until,
+        ttl_cap,
+    )
 
 
 class Statements(NamedTuple):
@@ -91,7 +152,9 @@ class Statements(NamedTuple):
     server's timeline, and the end of a running lock delay after a failover (during
     which it takes nothing; see ``dislock.core.failover``)."""
     acquire_for: sql.Composed
-    """Params: key, pause, owner, ttl (seconds). Returns like ``acquire_until``."""
+    """Params: key, pause, owner, ttl (seconds). Returns like ``acquire_until``; a TTL
+    over the table's maximum (``dislock.core.limits``) takes nothing and returns the
+    maximum last (``parse_acquired``)."""
     renew_batch: sql.Composed
     """Params: keys, owners, ttls (parallel arrays). Renews each listed lease that is
     still ours and returns its ``(key, value)``; a lease missing from the answer is lost."""
@@ -119,6 +182,13 @@ class Statements(NamedTuple):
     that ``NOW()`` picks among the candidates, in one statement. Returns one row: an
     ``Acquired``, then the slot's end, NULL when ``NOW()`` was outside the
     candidates (then nothing was taken: read the clock, use ``acquire_until``)."""
+
+
+NO_CAP = sql.SQL("NULL::float8")
+"""The ``ttl_cap`` column of a statement that takes no lease."""
+
+WITHIN_CAP = "%(ttl)s::float8 <= (SELECT max_ttl FROM dislock_cap)"
+"""A lease acquisition's condition: its TTL is within the table's maximum."""
 
 
 @lru_cache(maxsize=64)
@@ -176,8 +246,8 @@ def statements(table_parts: tuple[str, ...], fencing: bool = False) -> Statement
     answer = sql.SQL(
         "WITH {delay}{pause}, taken (token, timeline) AS ({upsert})"
         " SELECT EXISTS (SELECT FROM taken), (SELECT token FROM taken),"
-        " pause.value, pause.expire_at, (SELECT timeline FROM dislock_history), {delay_end}"
-        " FROM (VALUES (1)) AS answer LEFT JOIN pause ON true"
+        " pause.value, pause.expire_at, (SELECT timeline FROM dislock_server), {delay_end},"
+        " {ttl_cap} FROM (VALUES (1)) AS answer LEFT JOIN pause ON true"
     )
     # ``_acquire_slot`` formats this same upsert: a placeholder added to it must be
     # given there too (through ``parts``, ideally), so that slots keep every check.
@@ -193,9 +263,19 @@ def statements(table_parts: tuple[str, ...], fencing: bool = False) -> Statement
     lease_delay = sql.SQL("{}, ").format(lease_ctes)
     parts["timeline"] = timeline_returned()
     slot_end = sql.SQL("%(expire_at)s::timestamptz")
+    # A lease longer than the table allows takes nothing and says so; the
+    # row-level security of ``dislock.core.grants`` refuses it too.
+    ttl_refused = sql.SQL(
+        "CASE WHEN NOT {within} THEN (SELECT max_ttl FROM dislock_cap) END"
+    ).format(within=sql.SQL(WITHIN_CAP))
 
     def acquiring(
-        delay: sql.Composable, expiry: sql.Composable, calm: sql.Composable, *, only: str = ""
+        delay: sql.Composable,
+        expiry: sql.Composable,
+        calm: sql.Composable,
+        *,
+        only: str = "",
+        ttl_cap: sql.Composable = NO_CAP,
     ) -> sql.Composed:
         """The one-row answer of the upsert of a row that ends at ``expiry``, taken
         unless paused or in a lock delay (``calm``), and only if ``only`` holds."""
@@ -212,6 +292,7 @@ def statements(table_parts: tuple[str, ...], fencing: bool = False) -> Statement
         return answer.format(
             delay=delay,
             delay_end=delay_end_returned(),
+            ttl_cap=ttl_cap,
             pause=pause,
             upsert=upsert.format(row=row, token=token, delay=sql.SQL(""), **parts),
         )
@@ -221,7 +302,12 @@ def statements(table_parts: tuple[str, ...], fencing: bool = False) -> Statement
         # straddling a boundary, or a next_run_time in the past) is not claimed:
         # it would be free at once and let a second start into the new slot.
         acquire_until=acquiring(slot_delay, slot_end, slot_calm, only="{expiry} > NOW() AND "),
-        acquire_for=acquiring(lease_delay, lease_expiry, lease_calm),
+        acquire_for=acquiring(
+            lease_delay,
+            lease_expiry,
+            sql.SQL("{} AND {}").format(lease_calm, sql.SQL(WITHIN_CAP)),
+            ttl_cap=ttl_refused,
+        ),
         # Every lease a process holds in this table, in one statement.  The
         # arrays join on (key, value) like ``WHERE (key, value) IN (...)`` would,
         # and carry each lease's own TTL along.  A row whose TTL already ran out
@@ -321,8 +407,8 @@ def _acquire_slot(
     taking = upsert.format(
         row=sql.SQL(
             "SELECT free.key, %(owner)s, {expiry}{first_token} FROM free"
-            " WHERE NOT EXISTS (SELECT FROM pause) ORDER BY free.n LIMIT 1"
-        ).format(expiry=expiry, first_token=first_token),
+            " WHERE NOT EXISTS (SELECT FROM pause) AND {within} ORDER BY free.n LIMIT 1"
+        ).format(expiry=expiry, first_token=first_token, within=sql.SQL(WITHIN_CAP)),
         token=sql.SQL("held.key, {token}").format(token=token),
         delay=sql.SQL(""),
         **parts,
@@ -337,7 +423,7 @@ def _acquire_slot(
         " WHERE held.key = slot.key AND held.expire_at > NOW()) AND {calm}),"
         " taken (key, token, timeline) AS ({taking})"
         " SELECT taken.key, taken.token, (SELECT count(*) FROM free), pause.value, pause.expire_at,"
-        " {delay_end}"
+        " {delay_end}, CASE WHEN NOT {within} THEN (SELECT max_ttl FROM dislock_cap) END"
         " FROM (SELECT) AS one LEFT JOIN taken ON true LEFT JOIN pause ON true"
     ).format(
         ctes=ctes,
@@ -346,6 +432,7 @@ def _acquire_slot(
         taking=taking,
         calm=calm,
         delay_end=delay_end_returned(),
+        within=sql.SQL(WITHIN_CAP),
     )
 
 

@@ -5,12 +5,28 @@ from __future__ import annotations
 import enum
 import os
 import signal
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from dislock.core.errors import ConfigurationError
+from dislock.core.guard import GUARD_TOKEN_VARIABLE as GUARD_TOKEN_VARIABLE
+from dislock.core.guard import RUN_TOKEN_VARIABLE as RUN_TOKEN_VARIABLE
+from dislock.core.lease import safety_margin
 
 KILL_GRACE = 10.0
 """Seconds between SIGTERM and SIGKILL when a command must stop."""
+
+GUARD_LAG_MAX = 0.25
+"""The longest the guard waits past the lease's local deadline before it kills."""
+
+
+def guard_lag(ttl: float) -> float:
+    """How long after the lease's local deadline its guard kills the command's group
+    (``dislock.core.guard``): long enough that a wrapper able to act stops the
+    command itself at the deadline (SIGTERM, then its grace), as it always has; never
+    more than half the safety margin, so that the group is dead before the row can
+    expire on the server."""
+    return min(GUARD_LAG_MAX, safety_margin(ttl) / 2)
+
 
 FORWARDED_SIGNALS: tuple[signal.Signals, ...] = (
     signal.SIGTERM,
@@ -103,14 +119,17 @@ class SignalRoute:
 
 LOCK_KEY_VARIABLE = "DISLOCK_LOCK_KEY"
 FENCING_TOKEN_VARIABLE = "DISLOCK_FENCING_TOKEN"
-RUN_TOKEN_VARIABLE = "DISLOCK_RUN_TOKEN"
-"""A random value of the run's own, in the command's environment: a wrapper that
-dies before it could name the command's process group to its guard leaves the
-guard this to find the command's processes by (``/proc/PID/environ``)."""
 
 
 def new_run_token() -> str:
     return os.urandom(8).hex()
+
+
+def inherited_environment(base: Mapping[str, str], withheld: Iterable[str]) -> dict[str, str]:
+    """What the command and its guard start from: ``base`` without the ``withheld``
+    variables (the wrapper's ``LOCK_PASS_URL=0`` withholds the database URL's)."""
+    hidden = frozenset(withheld)
+    return {name: value for name, value in base.items() if name not in hidden}
 
 
 def child_environment(
@@ -126,11 +145,6 @@ def child_environment(
     else:
         env[FENCING_TOKEN_VARIABLE] = str(fencing_token)
     return env
-
-
-GUARD_TOKEN_VARIABLE = "DISLOCK_GUARD_FOR"
-"""The run's token as its guard is given it: in its environment, which only its
-user can read, rather than in its arguments, which anyone can."""
 
 
 def guard_environment(base: Mapping[str, str], run_token: str) -> dict[str, str]:
@@ -163,6 +177,12 @@ LOSS_LOGGER = "dislock.lease"
 """The logger of the locks' own notes on a lost lease (for Python callers); the
 wrapper reports a loss itself, in one line (``lease_loss_line``), and shows these
 only at ``DEBUG``."""
+
+
+GUARD_FIRED = "its local deadline passed while the wrapper was stopped or stalled"
+"""Why a lease counts as lost when the command's guard killed its group: the
+wrapper let the deadline pass without acting (``SIGSTOP``, a debugger, a write
+blocked on a full pipe, a machine too loaded to run it)."""
 
 
 def lease_loss_line(lock_key: str, reason: str | None, consequence: str) -> str:

@@ -335,3 +335,19 @@ def interrupting(route: SignalRoute) -> Iterator[None]:
         yield
     finally:
         route.locks_held()
+
+
+class LossGuard:
+    """The asyncio flavour's guard cancels a block's task once its lease is lost;
+    a thread cannot be interrupted safely, so this one never intervenes and the
+    loss is reported as the block ends (``LeaseLostError``)."""
+
+    def __init__(self, lost: Event) -> None:
+        del lost
+
+    def stop(self, exc_type: type[BaseException] | None) -> bool:
+        del exc_type
+        return False
+
+    def finish(self) -> None:
+        return None

@@ -21,7 +21,7 @@ import logging
 import math
 import select
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
 from time import monotonic
@@ -33,7 +33,14 @@ from psycopg.sql import SQL, Composed
 
 from dislock.core import sql
 from dislock.core.context import DEFAULT_CONNECT_TIMEOUT
-from dislock.core.dsn import connection_kwargs, parse_dsn, scrub
+from dislock.core.dsn import (
+    connection_kwargs,
+    error_line,
+    host_count,
+    longest_connect_timeout,
+    parse_dsn,
+    scrub,
+)
 from dislock.core.errors import NotSent, StatementTimeout
 from dislock.core.failover import CURRENT_TIMELINE, timeline_change
 from dislock.core.patience import ConnectPatience
@@ -43,7 +50,16 @@ from dislock.core.preparing import (
     Preparation,
     prepare_threshold,
 )
-from dislock.core.renewal import Batch, Renewal, RenewalPlan, report_renewal
+from dislock.core.renewal import (
+    Batch,
+    Renewal,
+    RenewalPlan,
+    count_failure,
+    failure_summary,
+    new_deadlines,
+    recovery_summary,
+    report_renewal,
+)
 from dislock.core.supervision import LOSS_LOGGER
 from dislock.core.timeouts import CANCEL_GRACE, RENEWER_STOP_TIMEOUT, STATEMENT_FLOOR
 
@@ -100,6 +116,9 @@ class Hub:
     def __init__(self, url: str, connect_timeout: float) -> None:
         self.url = url
         self.connect_timeout = connect_timeout
+        # What a patient try needs to share its time among the URL's hosts.
+        self._hosts = host_count(url)
+        self._longest_connect = longest_connect_timeout(url, connect_timeout)
         self.users = 0
         """Locks and ``keep_connected`` scopes using the hub (guarded by the registry)."""
         self.renewer = Renewer(self)
@@ -114,11 +133,17 @@ class Hub:
         """The current link's statement count, until it may prepare (``dislock.core.preparing``)."""
 
     def execute(
-        self, statement: Composed | SQL, params: dict[str, Any], timeout: float
+        self,
+        statement: Composed | SQL,
+        params: dict[str, Any],
+        timeout: float,
+        patience: ConnectPatience | None = None,
     ) -> Cursor[TupleRow]:
-        """Run one statement on the shared connection, cancelling it after ``timeout``."""
+        """Run one statement on the shared connection, cancelling it after ``timeout``;
+        a connection opened for it waits out failures within ``patience`` (that of the
+        acquisition the statement is part of), if given."""
         started = monotonic()
-        link = self._usable_link()
+        link = self._usable_link(patience)
         self._allow_preparing(link)
         # Read before sending: another thread may turn preparing off meanwhile.
         preparing = link.conn.prepare_threshold is not None
@@ -136,7 +161,7 @@ class Hub:
             # was never sent, so it is safe to send again: on a new connection,
             # in the time left.
             self._retire(link)
-            link = self._usable_link()
+            link = self._usable_link(patience)
             left = timeout - (monotonic() - started)
             return link.execute(statement, params, max(left, STATEMENT_FLOOR))
         except Exception as exc:
@@ -148,40 +173,49 @@ class Hub:
         """Open the shared connection now if it is not open."""
         self._usable_link()
 
-    def connect_patiently(self, patience: Callable[[], float]) -> None:
-        """Open the shared connection, waiting out refusals that say nothing about
-        the lock (too many connections, a restarting server) for up to
-        ``patience()`` seconds (asked only once refused: the first try costs
-        nothing extra); other failures, and the last refusal, are raised."""
-        started = monotonic()
-        state: ConnectPatience | None = None
-        while True:
-            try:
-                self._usable_link()
-                return
-            except OperationalError as exc:
-                if state is None:
-                    state = ConnectPatience(patience(), started)
-                delay = state.next_delay(exc, monotonic())
-                if delay is None:
-                    raise
-                logger.info(
-                    "connection refused, retrying in %.2f s: %s",
-                    delay,
-                    scrub(" ".join(str(exc).split()), self.url),
-                )
-            sleep(delay)
+    def connect_patiently(self, patience: ConnectPatience) -> None:
+        """Have the shared connection open, waiting out failures that say nothing
+        about the lock (too many connections, a restarting server, a host that does
+        not answer, no primary yet) until ``patience``'s deadline; other failures,
+        and the last one, are raised."""
+        self._usable_link(patience)
 
-    def _usable_link(self) -> Link:
+    def _usable_link(self, patience: ConnectPatience | None = None) -> Link:
+        """The current link, or a new one if it is unusable (a failure to open one is
+        retried within ``patience``, if given)."""
         link = self._link
         if link is not None and self._usable(link):
             return link
+        if patience is None:
+            return self._reopen(None)
+        while True:
+            started = monotonic()
+            try:
+                timeout = patience.attempt_timeout(self._longest_connect, self._hosts, started)
+                return self._reopen(timeout)
+            except OperationalError as exc:
+                now = monotonic()
+                detail = scrub(" ".join(str(exc).split()), self.url)
+                delay = patience.next_delay(exc, now, attempt_started=started)
+                if delay is None:
+                    unreachable = patience.unreachable(exc, detail, now)
+                    if unreachable is None:
+                        raise
+                    raise unreachable from exc
+                logger.info("could not connect, retrying in %.2f s: %s", delay, detail)
+            sleep(delay)
+
+    def _reopen(self, attempt_timeout: float | None) -> Link:
+        """Open a link unless another user just did (``attempt_timeout``: see
+        ``connection_kwargs``)."""
         with self._connecting:
             link = self._link
             if link is None or not self._usable(link):
                 if link is not None:
                     self._retire(link)
-                kwargs = connection_kwargs(self.url, self.connect_timeout)
+                kwargs = connection_kwargs(
+                    self.url, self.connect_timeout, attempt_timeout=attempt_timeout
+                )
                 link = Link.open(self.url, kwargs)
                 with self._guard:
                     self._link = link
@@ -201,7 +235,7 @@ class Hub:
             cursor = link.execute(BACKEND_PID, {}, self.connect_timeout)
             row = cursor.fetchone()
         except Exception as exc:  # the statement that follows finds out, if it matters
-            logger.debug("could not read the server's backend pid: %s", exc)
+            logger.debug("could not read the server's backend pid: %s", scrub(str(exc), self.url))
             return
         threshold = prepare_threshold(link.conn.info.backend_pid, None if row is None else row[0])
         link.conn.prepare_threshold = threshold
@@ -217,7 +251,7 @@ class Hub:
         logger.warning(
             "the server lost a prepared statement (%s); statements on this connection"
             " stay unprepared from now on",
-            " ".join(str(exc).split()),
+            scrub(" ".join(str(exc).split()), self.url),
         )
 
     def note_timeline(self, timeline: object) -> None:
@@ -231,7 +265,7 @@ class Hub:
             cursor = link.execute(CURRENT_TIMELINE, {}, self.connect_timeout)
             row = cursor.fetchone()
         except Exception as exc:  # a standby, a server without WAL functions
-            logger.debug("could not read the server timeline: %s", exc)
+            logger.debug("could not read the server timeline: %s", scrub(str(exc), self.url))
             return
         now = None if row is None else row[0]
         warning = timeline_change(self.timeline, now)
@@ -341,12 +375,16 @@ class Renewer:
         """Set the loss event of ``renewal`` (lost by its clock), logging the
         reason once; nothing once it is unregistered, so that a late verdict on
         one acquisition never reaches the next one of the same lock."""
+        summary = None
         with self._guard:
             event = self._lost_events.get(renewal)
             newly = event is not None and not event.is_set()
             if newly:
                 assert event is not None
                 event.set()
+                summary = failure_summary(renewal, monotonic())
+        if summary is not None:
+            logger.warning("%s", summary)
         if newly:
             loss_logger.warning("lease %s lost: %s", renewal.key, renewal.clock.lost_reason)
 
@@ -393,24 +431,37 @@ class Renewer:
             cursor = self.hub.execute(statement, batch.params(), timeout)
             renewed = [(str(key), str(value)) for key, value in cursor.fetchall()]
         except Exception as exc:
+            detail = error_line(exc, self.hub.url)  # kept as the lease's last_error too
             with self._guard:
                 if generation != self._generation:
                     return  # replaced while stuck: its successor keeps the books now
-                lost = self.plan.failed(batch, exc, now=monotonic())
+                now = monotonic()
+                # Counted before the failure is recorded, which may lose the lease.
+                first = count_failure(batch, now)
+                lost = self.plan.failed(batch, detail, now=now)
                 self._sending_since = None
-            logger.warning(
-                "renewal of %s failed, retrying until %s: %s: %s",
+            # The first failure in full; the rest are counted, and summed up in one
+            # line once renewals succeed again or the lease is lost.
+            logger.log(
+                logging.WARNING if first else logging.DEBUG,
+                "renewal of %s failed, retrying until %s: %s",
                 _leases(batch),
                 "its deadline" if len(batch.renewals) == 1 else "their deadlines",
-                type(exc).__name__,
-                " ".join(str(exc).split()),
+                detail,
             )
         else:
             with self._guard:
                 if generation != self._generation:
                     return
-                lost = self.plan.settle(batch, sent_at=sent_at, now=monotonic(), renewed=renewed)
+                now = monotonic()
+                lost = self.plan.settle(batch, sent_at=sent_at, now=now, renewed=renewed)
+                recovered = recovery_summary(batch, now)
                 self._sending_since = None
+                followers = new_deadlines(batch)
+            for follow, deadline in followers:
+                follow(deadline)
+            if recovered is not None:
+                logger.warning("%s", recovered)
             took = monotonic() - sent_at
             logger.debug("renewed %s in %.1f ms", _leases(batch), took * 1000)
             report_renewal(batch, took)

@@ -1,0 +1,166 @@
+"""``dislockctl grant``, ``revoke`` and ``grants``: which role may lock which keys.
+
+The decisions (policies, privileges, patterns) are ``dislock.core.grants``; this
+module reads the facts they depend on from the database (the table's columns,
+its maximum TTL, whether the role and the history table exist), runs the
+statements in one transaction or prints them, and words the outcome.  Run as
+the table's owner: only it can enable row-level security and create policies.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from psycopg import sql
+
+from dislock.cli import EXIT_FAILURE, EXIT_OK
+from dislock.core import grants
+from dislock.core.bounds import escape
+from dislock.core.limits import max_ttl_query, set_max_ttl
+
+
+def _columns(conn: Any, table: tuple[str, ...]) -> list[str]:
+    from dislock.cli.admin import columns_query
+
+    query, params = columns_query(table)
+    return [str(name) for (name,) in conn.execute(query, params).fetchall()]
+
+
+def _name(table: tuple[str, ...]) -> str:
+    return sql.Identifier(*table).as_string(None)
+
+
+def _error(message: str) -> int:
+    print(f"dislockctl: error: {message}", file=sys.stderr)
+    return EXIT_FAILURE
+
+
+def grant(
+    conn: Any,
+    table: tuple[str, ...],
+    history: tuple[str, ...],
+    role: str,
+    access: str,
+    patterns: list[str],
+    *,
+    print_sql: bool,
+) -> int:
+    """Give ``role`` ``access`` to the keys ``patterns`` match (replacing its earlier grant)."""
+    columns = _columns(conn, table)
+    if not columns:
+        return _error(f"lock table {'.'.join(table)} does not exist: dislockctl init first")
+    if conn.execute("SELECT FROM pg_roles WHERE rolname = %s", (role,)).fetchone() is None:
+        return _error(
+            f"role {escape(role)!r} does not exist; creating login roles stays the DBA's job"
+            f" (CREATE ROLE {sql.Identifier(role).as_string(None)} LOGIN PASSWORD …)"
+        )
+    max_ttl, _ = conn.execute(max_ttl_query(table)).fetchone()
+    statements = grants.grant_statements(
+        table,
+        role,
+        access,
+        patterns,
+        max_ttl=float(max_ttl),
+        fencing="fence" in columns,
+        history=history if _columns(conn, history) else None,
+    )
+    if print_sql:
+        for statement in statements:
+            print(f"{statement.as_string(None)};")
+        return EXIT_OK
+    with conn.transaction():
+        for statement in statements:
+            conn.execute(statement)
+    what = {
+        grants.WRAPPER: "may take",
+        grants.OPERATOR: "may take, pause, resume, release and prune",
+        grants.READER: "may read",
+    }[access]
+    keys = ", ".join(escape(p) for p in patterns) if patterns else "every key"
+    print(f"role {escape(role)!r} {what} {keys} in {'.'.join(table)}")
+    _warn_if_exempt(conn, table, role)
+    return EXIT_OK
+
+
+def _warn_if_exempt(conn: Any, table: tuple[str, ...], role: str) -> None:
+    row = conn.execute(
+        "SELECT r.rolsuper OR r.rolbypassrls OR c.relowner = r.oid"
+        " FROM pg_roles r, pg_class c WHERE r.rolname = %s AND c.oid = to_regclass(%s)",
+        (role, _name(table)),
+    ).fetchone()
+    if row is not None and row[0]:
+        print(
+            f"warning: role {escape(role)!r} owns the table, is a superuser or bypasses"
+            " row-level security: the grant does not limit it",
+            file=sys.stderr,
+        )
+
+
+def revoke(
+    conn: Any, table: tuple[str, ...], history: tuple[str, ...], role: str, *, print_sql: bool
+) -> int:
+    """Take ``role``'s grant away: it no longer sees or writes any row."""
+    statements = grants.revoke_statements(
+        table, grants.check_role(role), history=history if _columns(conn, history) else None
+    )
+    if print_sql:
+        for statement in statements:
+            print(f"{statement.as_string(None)};")
+        return EXIT_OK
+    if conn.execute("SELECT FROM pg_roles WHERE rolname = %s", (role,)).fetchone() is None:
+        return _error(f"role {escape(role)!r} does not exist")
+    with conn.transaction():
+        for statement in statements:
+            conn.execute(statement)
+    print(f"role {escape(role)!r} may no longer read or lock anything in {'.'.join(table)}")
+    return EXIT_OK
+
+
+def list_grants(conn: Any, table: tuple[str, ...], *, as_json: bool) -> int:
+    """Every role's grant on the table, with the table's maximum TTL."""
+    if not _columns(conn, table):
+        return _error(f"lock table {'.'.join(table)} does not exist: dislockctl init first")
+    (secured,) = conn.execute(grants.security_query(), (_name(table),)).fetchone()
+    max_ttl, recorded = conn.execute(max_ttl_query(table)).fetchone()
+    found = [
+        grants.parse_grant(name, comment)
+        for name, comment in conn.execute(grants.grants_query(), (_name(table),)).fetchall()
+    ]
+    listed = [g for g in found if g is not None]
+    if as_json:
+        print(
+            json.dumps(
+                {
+                    "table": ".".join(table),
+                    "row_level_security": bool(secured),
+                    "max_ttl_seconds": float(max_ttl),
+                    "grants": [g._asdict() | {"keys": list(g.keys)} for g in listed],
+                },
+                indent=2,
+            )
+        )
+        return EXIT_OK
+    origin = "" if recorded else " (the default)"
+    print(f"table {'.'.join(table)}: maximum lease TTL {float(max_ttl):g} s{origin}")
+    if not secured:
+        print("no grants: every role with privileges on the table may lock every key")
+        return EXIT_OK
+    if not listed:
+        print("row-level security is on and no role has a grant: only the owner locks")
+    width = max([len(escape(g.role)) for g in listed] + [4])
+    for g in listed:
+        keys = ", ".join(escape(p) for p in g.keys) if g.keys else "every key (read only)"
+        print(f"{escape(g.role):<{width}}  {g.access:<8}  {keys}")
+    return EXIT_OK
+
+
+def set_table_max_ttl(conn: Any, table: tuple[str, ...], seconds: float) -> list[sql.Composed]:
+    """The statements that make ``seconds`` the table's maximum TTL: its metadata row,
+    and the bound every granted role is held to, where row-level security is on."""
+    statements = [set_max_ttl(table, seconds)]
+    row = conn.execute(grants.security_query(), (_name(table),)).fetchone()
+    if row is not None and row[0]:
+        statements += grants.bounds_policy(table, seconds)
+    return statements

@@ -1,0 +1,412 @@
+"""Who may lock which keys: PostgreSQL roles, grants and row-level security over the lock table.
+
+A fleet gives each team (or class of machine) a login role of its own and says
+which lock keys it may take; ``dislockctl grant`` turns that into plain
+PostgreSQL, so the server enforces it whatever a machine sends by hand:
+
+* **Row-level security** on the lock table (and its run history), with one set
+  of policies per role, the role's key patterns written into them as literals
+  (no lookup table: a policy costs a regular-expression match on the rows a
+  statement already touches).  A role sees and writes the rows of its own keys
+  only.  The failover bookkeeping rows can be written only as the acquiring
+  statement writes them: the timeline row only with the server's real timeline
+  and only when the recorded one is stale, a TTL record only the role's own.
+* **A restrictive policy** bounds what every such role writes: no lease row and
+  no lock delay may end more than the table's maximum TTL from now
+  (``dislock.core.limits``).  It carries the maximum as a literal too (a policy
+  that read the table it guards would recurse), so ``dislockctl init
+  --max-ttl`` writes both.
+* **Column privileges**: a wrapper role may update ``value``, ``expire_at`` and
+  ``fence`` but holds no table-wide ``UPDATE``, ``DELETE`` or ``TRUNCATE``, so
+  ``LOCK TABLE … IN EXCLUSIVE MODE`` (which needs one of them) is refused, and
+  it cannot delete or alter anything.
+
+The table's owner and superusers bypass row-level security: they are the
+administrators.  Until the first grant a table has no row-level security, so
+fleets without roles (and dislock 0.1.0, which knows none of this) work as before.
+The policies' names say what they are for (``dislock:<role>:<what>``); the
+patterns are kept in a comment on the role's read policy, for ``dislockctl grants``.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import re
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
+
+from dislock.core.errors import ConfigurationError, KeyNotGrantedError
+from dislock.core.failover import TIMELINE, TIMELINE_KEY, TTL_KEY_PREFIX
+from dislock.core.kinds import KEY_PREFIX
+
+WRAPPER = "wrapper"
+"""Takes, renews, releases and hands back its keys' locks, reads their pauses, records
+their runs."""
+OPERATOR = "operator"
+"""A wrapper that may also pause, resume, force-release and prune its keys."""
+READER = "reader"
+"""Reads every row (``ls``, ``history``, ``missed``, ``serve``); writes nothing."""
+ACCESS = (WRAPPER, OPERATOR, READER)
+
+POLICY_PREFIX = "dislock:"
+BOUNDS_POLICY = "dislock:bounds"
+_WHAT = ("read", "take", "write", "delete")
+"""The policies a role may have on a table, by the last part of their names."""
+
+_MAX_NAME = 63  # PostgreSQL truncates longer identifiers (NAMEDATALEN - 1)
+
+_LOCK_ROWS = rf"^{KEY_PREFIX}:(?:schedule|lease(?:#[0-9]+)?):"
+_PAUSE_ROWS = rf"^{KEY_PREFIX}:pause:"
+_LEASE_ROWS = rf"^{KEY_PREFIX}:lease(?:#[0-9]+)?:"
+
+
+class Grant(NamedTuple):
+    """One role's access to a lock table, as ``dislockctl grants`` lists it."""
+
+    role: str
+    access: str
+    keys: tuple[str, ...]
+    """Key patterns (``billing-*``, ``reports-nightly``); empty for a reader (every key)."""
+
+
+def check_patterns(patterns: Sequence[str], access: str) -> tuple[str, ...]:
+    """The key patterns of a grant, validated: an exact key, or a prefix ending in
+    ``*`` (``*`` alone: every key).  A reader reads every key and takes none."""
+    if access not in ACCESS:
+        raise ConfigurationError(f"unknown access {access!r} (one of {', '.join(ACCESS)})")
+    if access == READER:
+        if patterns:
+            raise ConfigurationError("--reader reads every key: drop --keys")
+        return ()
+    if not patterns:
+        raise ConfigurationError(
+            "say which keys the role may lock: --keys PATTERN (e.g. 'billing-*')"
+        )
+    for pattern in patterns:
+        if not pattern or "*" in pattern[:-1]:
+            raise ConfigurationError(
+                f"--keys {pattern!r}: a pattern is an exact key or a prefix ending in '*'"
+            )
+        if any(ord(ch) < 32 or ord(ch) == 127 for ch in pattern):
+            raise ConfigurationError(f"--keys {pattern!r}: control characters are not keys")
+    return tuple(dict.fromkeys(patterns))
+
+
+def check_role(role: str) -> str:
+    """A role name that every policy name made from it fits in an identifier."""
+    longest = len(policy_name(role, "delete").encode())
+    if not role or longest > _MAX_NAME:
+        raise ConfigurationError(
+            f"role name {role!r} is too long for its policy names"
+            f" (at most {_MAX_NAME - longest + len(role.encode())} bytes)"
+        )
+    return role
+
+
+def policy_name(role: str, what: str) -> str:
+    return f"{POLICY_PREFIX}{role}:{what}"
+
+
+def _alternatives(patterns: Sequence[str]) -> str:
+    """A regular expression (PostgreSQL's ARE) for the lock keys ``patterns`` match,
+    to follow a row key's mode part."""
+    parts = []
+    for pattern in patterns:
+        if pattern.endswith("*"):
+            parts.append(_quote(pattern[:-1]))
+        else:
+            parts.append(_quote(pattern) + "$")
+    return "(?:" + "|".join(parts) + ")"
+
+
+def _quote(text: str) -> str:
+    # Every character that is not a letter or digit is escaped: in an ARE a
+    # backslash before one always means the character itself.
+    return re.sub(r"([^0-9A-Za-z])", r"\\\1", text)
+
+
+def _rows(prefix_regex: str, patterns: Sequence[str]) -> sql.Composed:
+    return sql.SQL("key ~ {}").format(sql.Literal(prefix_regex + _alternatives(patterns)))
+
+
+def _bookkeeping(*, stale: bool = False) -> sql.Composed:
+    """The failover bookkeeping an acquiring statement writes (``dislock.core.failover``):
+    the timeline row, with the server's real timeline (updated only over a stale
+    one), and the acquiring role's own TTL record.
+
+    The timeline row's INSERT condition has to admit a delay: PostgreSQL checks
+    an ``INSERT … ON CONFLICT DO UPDATE``'s proposed row against the INSERT
+    policy even when it ends up updating.  That is safe only because the row
+    always exists once a table has grants (``grant_statements`` records it), so
+    an insert of it can only ever become that guarded update."""
+    if stale:
+        timeline = sql.SQL("value IS DISTINCT FROM {}::text").format(TIMELINE)
+    else:
+        timeline = sql.SQL("value = {}::text").format(TIMELINE)
+    return sql.SQL("(key = {tl} AND {timeline}) OR key = {prefix} || current_user").format(
+        tl=sql.Literal(TIMELINE_KEY), timeline=timeline, prefix=sql.Literal(TTL_KEY_PREFIX)
+    )
+
+
+def _policy(
+    name: str,
+    table: sql.Identifier,
+    role: str,
+    command: str,
+    *,
+    using: Any = None,
+    check: Any = None,
+) -> sql.Composed:
+    parts = [
+        sql.SQL("CREATE POLICY {name} ON {table} FOR {command} TO {role}").format(
+            name=sql.Identifier(name),
+            table=table,
+            command=sql.SQL(command),
+            role=sql.Identifier(role),
+        )
+    ]
+    if using is not None:
+        parts.append(sql.SQL("USING ({})").format(using))
+    if check is not None:
+        parts.append(sql.SQL("WITH CHECK ({})").format(check))
+    return sql.SQL(" ").join(parts)
+
+
+def bounds_policy(table_parts: tuple[str, ...], max_ttl: float) -> list[sql.Composed]:
+    """The restrictive policy that holds every granted role to the table's maximum TTL."""
+    table = sql.Identifier(*table_parts)
+    cap = sql.Literal(float(max_ttl))
+    within = sql.SQL(
+        "CASE WHEN key ~ {lease} OR key = {timeline}"
+        " THEN expire_at <= NOW() + make_interval(secs => {cap})"
+        " WHEN starts_with(key, {ttl_prefix}) THEN value::float8 <= {cap}"
+        " AND expire_at <= NOW() + make_interval(secs => 2 * {cap})"
+        " ELSE true END"
+    ).format(
+        lease=sql.Literal(_LEASE_ROWS),
+        timeline=sql.Literal(TIMELINE_KEY),
+        ttl_prefix=sql.Literal(TTL_KEY_PREFIX),
+        cap=cap,
+    )
+    return [
+        sql.SQL("DROP POLICY IF EXISTS {name} ON {table}").format(
+            name=sql.Identifier(BOUNDS_POLICY), table=table
+        ),
+        sql.SQL(
+            "CREATE POLICY {name} ON {table} AS RESTRICTIVE FOR ALL TO PUBLIC"
+            " USING (true) WITH CHECK ({within})"
+        ).format(name=sql.Identifier(BOUNDS_POLICY), table=table, within=within),
+    ]
+
+
+def _drop(table: sql.Identifier, role: str) -> list[sql.Composed]:
+    return [
+        sql.SQL("DROP POLICY IF EXISTS {name} ON {table}").format(
+            name=sql.Identifier(policy_name(role, what)), table=table
+        )
+        for what in _WHAT
+    ]
+
+
+def grant_statements(
+    table_parts: tuple[str, ...],
+    role: str,
+    access: str,
+    patterns: Sequence[str],
+    *,
+    max_ttl: float,
+    fencing: bool,
+    history: tuple[str, ...] | None,
+) -> list[sql.Composed]:
+    """Everything ``dislockctl grant`` runs, in one transaction: row-level security
+    on, the role's earlier grant replaced, its privileges and policies on the lock
+    table (and on the run history, when ``history`` names an existing table)."""
+    role = check_role(role)
+    patterns = check_patterns(patterns, access)
+    table = sql.Identifier(*table_parts)
+    who = sql.Identifier(role)
+    statements: list[sql.Composed] = []
+    for parts in (table_parts, history):
+        if parts is not None and len(parts) == 2:
+            statements.append(
+                sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(sql.Identifier(parts[0]), who)
+            )
+    statements += [
+        sql.SQL("ALTER TABLE {} ENABLE ROW LEVEL SECURITY").format(table),
+        # The timeline as the first lock would record it (no delay), so that no
+        # granted role ever inserts that row, only updates a stale one.
+        sql.SQL(
+            "INSERT INTO {table} (key, value, expire_at) SELECT {key}, {timeline}::text, NOW()"
+            " ON CONFLICT (key) DO NOTHING"
+        ).format(table=table, key=sql.Literal(TIMELINE_KEY), timeline=TIMELINE),
+        sql.SQL("REVOKE ALL ON {} FROM {}").format(table, who),
+        *_drop(table, role),
+        *bounds_policy(table_parts, max_ttl),
+    ]
+    columns = ["value", "expire_at", *(["fence"] if fencing else [])]
+    if access == READER:
+        statements += [
+            sql.SQL("GRANT SELECT ON {} TO {}").format(table, who),
+            _policy(policy_name(role, "read"), table, role, "SELECT", using=sql.SQL("true")),
+        ]
+    else:
+        locks = _rows(_LOCK_ROWS, patterns)
+        pauses = _rows(_PAUSE_ROWS, patterns)
+        # An operator writes its keys' pause rows too; a wrapper only reads them.
+        writable = sql.SQL("({} OR {})").format(locks, pauses) if access == OPERATOR else locks
+        statements += [
+            sql.SQL("GRANT SELECT, INSERT ON {} TO {}").format(table, who),
+            sql.SQL("GRANT UPDATE ({}) ON {} TO {}").format(
+                sql.SQL(", ").join(map(sql.Identifier, columns)), table, who
+            ),
+            _policy(
+                policy_name(role, "read"),
+                table,
+                role,
+                "SELECT",
+                using=sql.SQL("{} OR {} OR starts_with(key, 'dislock:')").format(locks, pauses),
+            ),
+            _policy(
+                policy_name(role, "take"),
+                table,
+                role,
+                "INSERT",
+                check=sql.SQL("{} OR {}").format(writable, _bookkeeping()),
+            ),
+            _policy(
+                policy_name(role, "write"),
+                table,
+                role,
+                "UPDATE",
+                using=sql.SQL("{} OR {}").format(writable, _bookkeeping(stale=True)),
+                check=sql.SQL("{} OR {}").format(writable, _bookkeeping()),
+            ),
+        ]
+        if access == OPERATOR:
+            statements += [
+                sql.SQL("GRANT DELETE ON {} TO {}").format(table, who),
+                _policy(policy_name(role, "delete"), table, role, "DELETE", using=writable),
+            ]
+    statements.append(
+        sql.SQL("COMMENT ON POLICY {name} ON {table} IS {text}").format(
+            name=sql.Identifier(policy_name(role, "read")),
+            table=table,
+            text=sql.Literal(json.dumps({"access": access, "keys": list(patterns)})),
+        )
+    )
+    if history is not None:
+        statements += _history_grant(history, role, access, patterns)
+    return statements
+
+
+def _history_grant(
+    history: tuple[str, ...], role: str, access: str, patterns: Sequence[str]
+) -> list[sql.Composed]:
+    table = sql.Identifier(*history)
+    who = sql.Identifier(role)
+    statements = [
+        sql.SQL("ALTER TABLE {} ENABLE ROW LEVEL SECURITY").format(table),
+        sql.SQL("REVOKE ALL ON {} FROM {}").format(table, who),
+        *_drop(table, role),
+    ]
+    if access == READER:
+        statements.append(sql.SQL("GRANT SELECT ON {} TO {}").format(table, who))
+        statements.append(
+            _policy(policy_name(role, "read"), table, role, "SELECT", using=sql.SQL("true"))
+        )
+        return statements
+    mine = sql.SQL("lock_key ~ {}").format(sql.Literal("^" + _alternatives(patterns)))
+    statements += [
+        # A run's start inserts its row, its end fills in how it ended.
+        sql.SQL("GRANT SELECT, INSERT ON {} TO {}").format(table, who),
+        sql.SQL("GRANT UPDATE (ended_at, outcome, exit_code, signal) ON {} TO {}").format(
+            table, who
+        ),
+        _policy(policy_name(role, "read"), table, role, "SELECT", using=mine),
+        _policy(policy_name(role, "take"), table, role, "INSERT", check=mine),
+        _policy(policy_name(role, "write"), table, role, "UPDATE", using=mine, check=mine),
+    ]
+    if access == OPERATOR:  # pruning
+        statements += [
+            sql.SQL("GRANT DELETE ON {} TO {}").format(table, who),
+            _policy(policy_name(role, "delete"), table, role, "DELETE", using=mine),
+        ]
+    return statements
+
+
+def revoke_statements(
+    table_parts: tuple[str, ...], role: str, *, history: tuple[str, ...] | None
+) -> list[sql.Composed]:
+    """What ``dislockctl revoke`` runs: the role's policies and privileges on the lock
+    table (and history) go; row-level security stays on, so the role sees nothing."""
+    statements: list[sql.Composed] = []
+    for parts in (table_parts, history):
+        if parts is None:
+            continue
+        table = sql.Identifier(*parts)
+        statements += [
+            sql.SQL("REVOKE ALL ON {} FROM {}").format(table, sql.Identifier(role)),
+            *_drop(table, role),
+        ]
+    return statements
+
+
+def grants_query() -> str:
+    """The dislock grants on a table (parameter: its name as ``regclass`` text): each
+    role's read policy and the comment that holds its access and patterns."""
+    return (
+        "SELECT p.polname, d.description FROM pg_policy p"
+        " LEFT JOIN pg_description d ON d.classoid = 'pg_policy'::regclass AND d.objoid = p.oid"
+        " WHERE p.polrelid = to_regclass(%s) AND p.polname LIKE 'dislock:%%:read'"
+        " ORDER BY p.polname"
+    )
+
+
+def parse_grant(policy: str, comment: str | None) -> Grant | None:
+    """A row of ``grants_query`` as a grant (None for a policy it cannot read)."""
+    role = policy[len(POLICY_PREFIX) : -len(":read")]
+    try:
+        described = json.loads(comment or "")
+        return Grant(role, str(described["access"]), tuple(map(str, described["keys"])))
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def security_query() -> str:
+    """Whether row-level security is on for a table (parameter: its name as text)."""
+    return "SELECT relrowsecurity FROM pg_class WHERE oid = to_regclass(%s)"
+
+
+def refused(
+    error: BaseException, *, url: str, key: str, table_parts: Sequence[str]
+) -> KeyNotGrantedError | None:
+    """The error to raise for a lock statement that row-level security refused, else None.
+
+    The server reports it with SQLSTATE 42501, the same as a missing privilege; the
+    two are told apart by the message (untranslated only under an English
+    ``lc_messages``: elsewhere the refusal is reported as a missing privilege)."""
+    if getattr(error, "sqlstate", None) != "42501":
+        return None
+    diag = getattr(error, "diag", None)
+    message = getattr(diag, "message_primary", None) or str(error)
+    if "row-level security" not in message:
+        return None
+    return KeyNotGrantedError(
+        f"role {role_of(url)!r} may not lock {key!r} in {'.'.join(table_parts)}: no grant"
+        " covers that key (dislockctl grants lists them; dislockctl grant adds one)"
+    )
+
+
+def role_of(url: str) -> str:
+    """The role a URL logs in as, as libpq picks it (the URL's user, ``PGUSER``, or the
+    operating-system user)."""
+    try:
+        user = conninfo_to_dict(url).get("user")
+    except Exception:
+        user = None
+    return str(user or os.environ.get("PGUSER") or getpass.getuser())

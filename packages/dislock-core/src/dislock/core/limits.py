@@ -1,0 +1,68 @@
+"""The lock table's maximum lease TTL: where it is kept, how statements read it, how it is set.
+
+A lease row expires at most this long after its last renewal, and the lock delay
+after a failover (``dislock.core.failover``) never lasts longer.  Without a cap,
+one wrapper started with a week-long TTL would make every later failover stop
+the whole fleet for a week.  The cap lives in a metadata row of the lock table
+itself, so that every machine reads the same one in the acquiring statement (no
+extra round trip) and a table created before it existed falls back to
+``DEFAULT_MAX_TTL``.  Only the table's owner (``dislockctl init --max-ttl``)
+writes that row: the row-level security of ``dislock.core.grants`` gives no
+other role a way to.
+"""
+
+from __future__ import annotations
+
+from psycopg import sql
+
+MAX_TTL_KEY = "dislock:config:max-ttl"
+"""Metadata row: ``value`` is the maximum lease TTL in seconds; it never expires."""
+
+DEFAULT_MAX_TTL = 3600.0
+"""The cap of a table whose metadata has none (``dislockctl init`` without ``--max-ttl``)."""
+
+NEVER_EXPIRES = "9999-12-31 00:00:00+00"
+"""``expire_at`` of a metadata row that never expires.  Not ``'infinity'``: psycopg
+cannot load it into a datetime, and PostgreSQL before 17 cannot subtract it
+(``expire_at - NOW()``, which ``dislockctl`` and operators' queries compute); the
+same end as a pause without one (``dislock.core.pause.UNTIL_RESUMED``)."""
+
+
+def max_ttl_of(table: sql.Identifier) -> sql.Composed:
+    """A scalar SQL expression: the table's maximum lease TTL, in seconds."""
+    return sql.SQL(
+        "coalesce((SELECT value::float8 FROM {table} WHERE key = {key}), {default})"
+    ).format(table=table, key=sql.Literal(MAX_TTL_KEY), default=sql.Literal(DEFAULT_MAX_TTL))
+
+
+def set_max_ttl(table_parts: tuple[str, ...], seconds: float) -> sql.Composed:
+    """Record ``seconds`` as the table's maximum lease TTL."""
+    return sql.SQL(
+        "INSERT INTO {table} (key, value, expire_at) VALUES ({key}, {value}, {never})"
+        " ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, expire_at = EXCLUDED.expire_at"
+    ).format(
+        table=sql.Identifier(*table_parts),
+        key=sql.Literal(MAX_TTL_KEY),
+        value=sql.Literal(_seconds_text(seconds)),
+        never=sql.Literal(NEVER_EXPIRES),
+    )
+
+
+def max_ttl_query(table_parts: tuple[str, ...]) -> sql.Composed:
+    """``(maximum TTL, whether the table records one)``, for ``check`` and ``ls``."""
+    table = sql.Identifier(*table_parts)
+    return sql.SQL("SELECT {cap}, EXISTS (SELECT FROM {table} WHERE key = {key})").format(
+        cap=max_ttl_of(table), table=table, key=sql.Literal(MAX_TTL_KEY)
+    )
+
+
+def _seconds_text(seconds: float) -> str:
+    return f"{seconds:g}" if float(seconds).is_integer() else repr(float(seconds))
+
+
+def too_long(ttl: float, cap: float) -> str:
+    """Why a lease of ``ttl`` seconds was refused by a table whose cap is ``cap``."""
+    return (
+        f"a lease TTL of {ttl:g} s is longer than this table's maximum of {cap:g} s"
+        " (raise it with dislockctl init --max-ttl, see docs/migrating.md)"
+    )

@@ -1,0 +1,443 @@
+"""Roles per key prefix (``dislockctl grant``): each role locks its own keys, and nothing
+it sends by hand touches anyone else's.
+
+Every attack runs as the attacking role over its own connection and is checked
+twice: the server refused it (or it matched nothing), and the table is exactly
+as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from dislock import KeyNotGrantedError, LockContext
+from dislock.core.failover import TIMELINE_KEY, TTL_KEY_PREFIX
+from tests.security.conftest import Fleet, ctl
+from tests.support.drivers import Driver
+
+
+def context(fleet: Fleet, url: str, key: str, **fields: Any) -> LockContext:
+    base: dict[str, Any] = {
+        "url": url,
+        "table_parts": list(fleet.table),
+        "lock_key": key,
+        "owner": f"owner-{uuid.uuid4().hex[:8]}",
+        "run_ttl_seconds": 5.0,
+        "lease_interval_seconds": 1.0,
+        "schedule": "0 0 1 1 *",
+    }
+    base.update(fields)
+    return LockContext(**base)
+
+
+def snapshot(fleet: Fleet) -> list[tuple[Any, ...]]:
+    """Every row of the lock table, as its owner sees it."""
+    with fleet.connect(fleet.admin_url) as admin:
+        return admin.execute(
+            sql.SQL("SELECT * FROM {} ORDER BY key").format(sql.Identifier(*fleet.table))
+        ).fetchall()
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}{uuid.uuid4().hex[:8]}"
+
+
+@pytest.mark.parametrize("strategies", [("schedule",), ("lease",), ("schedule", "lease")])
+def test_a_wrapper_role_locks_its_own_keys(
+    driver: Driver, fleet: Fleet, strategies: tuple[str, ...]
+) -> None:
+    key = unique("billing-")
+    holding = driver.hold(context(fleet, fleet.billing, key), strategies)
+    try:
+        with fleet.connect(fleet.admin_url) as admin:
+            held = admin.execute(
+                sql.SQL("SELECT count(*) FROM {} WHERE key LIKE %s AND expire_at > NOW()").format(
+                    sql.Identifier(*fleet.table)
+                ),
+                (f"cronjob-lock:%:{key}",),
+            ).fetchone()
+        assert held is not None and held[0] == len(strategies)
+    finally:
+        holding.release()
+
+
+def test_a_key_outside_the_grant_is_one_line_and_writes_nothing(
+    driver: Driver, fleet: Fleet
+) -> None:
+    before = snapshot(fleet)
+    key = unique("payroll-")
+    for strategies in (("schedule",), ("lease",)):
+        with pytest.raises((KeyNotGrantedError, RuntimeError)) as refused:
+            driver.hold(context(fleet, fleet.billing, key), strategies).release()
+        message = str(refused.value)
+        assert "'dislock_sec_billing' may not lock" in message, message
+        assert key in message, message
+        if driver.name == "cli":
+            assert "exited 1" in message and "Traceback" not in message, message
+    assert snapshot(fleet) == before
+
+
+def test_another_roles_live_lock_is_neither_seen_nor_taken(fleet: Fleet) -> None:
+    from dislock import LeaseLock
+
+    key = unique("reports-")
+    with LeaseLock(context(fleet, fleet.reports, key)):
+        before = snapshot(fleet)
+        # Never "held by another owner": the key is not theirs to ask about.
+        with pytest.raises(KeyNotGrantedError), LeaseLock(context(fleet, fleet.billing, key)):
+            pass
+        with fleet.connect(fleet.billing) as billing:
+            seen = billing.execute(
+                sql.SQL("SELECT key FROM {} WHERE key LIKE %s").format(
+                    sql.Identifier(*fleet.table)
+                ),
+                (f"%{key}",),
+            ).fetchall()
+        assert seen == []
+        assert snapshot(fleet) == before
+
+
+ATTACKS = [
+    # (what, statement; {t} is the table, {k} a key of the other team's)
+    (
+        "steal another key's row",
+        "UPDATE {t} SET value = 'thief', expire_at = NOW() + interval '1 hour' WHERE key = {k}",
+    ),
+    (
+        "release another key's row",
+        "UPDATE {t} SET expire_at = NOW() WHERE key = {k}",
+    ),
+    (
+        "delete another key's row",
+        "DELETE FROM {t} WHERE key = {k}",
+    ),
+    (
+        "delete any row",
+        "DELETE FROM {t}",
+    ),
+    (
+        "lock another key's row",
+        "SELECT * FROM {t} WHERE key = {k} FOR UPDATE",
+    ),
+    (
+        "lock the whole table",
+        "LOCK TABLE {t} IN EXCLUSIVE MODE",
+    ),
+    (
+        "truncate the table",
+        "TRUNCATE {t}",
+    ),
+    (
+        "alter the table",
+        "ALTER TABLE {t} ADD COLUMN evil text",
+    ),
+    (
+        "turn row-level security off",
+        "ALTER TABLE {t} DISABLE ROW LEVEL SECURITY",
+    ),
+    (
+        "pause another key",
+        "INSERT INTO {t} VALUES ('cronjob-lock:pause:reports-x', 'evil', NOW() + interval '1 day')",
+    ),
+    (
+        "pause its own key",
+        "INSERT INTO {t} VALUES ('cronjob-lock:pause:billing-x', 'evil', NOW() + interval '1 day')",
+    ),
+    (
+        "forge the failover timeline",
+        "UPDATE {t} SET value = '999' WHERE key = 'dislock:failover:timeline'",
+    ),
+    (
+        "start a lock delay",
+        "UPDATE {t} SET expire_at = NOW() + interval '7 days' WHERE key = "
+        "'dislock:failover:timeline'",
+    ),
+    (
+        "insert a forged timeline",
+        "INSERT INTO {t} VALUES ('dislock:failover:timeline', '999', NOW()) ON CONFLICT "
+        "(key) DO UPDATE SET value = '999'",
+    ),
+    (
+        "write another role's TTL record",
+        "INSERT INTO {t} VALUES ('dislock:failover:ttl:dislock_sec_reports', '1', NOW() + "
+        "interval '1 hour')",
+    ),
+    (
+        "raise its own TTL record past the maximum",
+        "INSERT INTO {t} VALUES ('dislock:failover:ttl:' || current_user, '604800', NOW() "
+        "+ interval '1 hour') ON CONFLICT (key) DO UPDATE SET value = '604800'",
+    ),
+    (
+        "keep its own TTL record for ever",
+        "INSERT INTO {t} VALUES ('dislock:failover:ttl:' || current_user, '60', "
+        "'9999-12-31') ON CONFLICT (key) DO UPDATE SET expire_at = '9999-12-31'",
+    ),
+    (
+        "change the maximum TTL",
+        "INSERT INTO {t} VALUES ('dislock:config:max-ttl', '604800', '9999-12-31') ON "
+        "CONFLICT (key) DO UPDATE SET value = '604800'",
+    ),
+    (
+        "a lease past the maximum TTL",
+        "INSERT INTO {t} VALUES ('cronjob-lock:lease:billing-long', 'me', NOW() + "
+        "interval '7 days')",
+    ),
+    (
+        "take over another key's expired row",
+        "INSERT INTO {t} VALUES ({k}, 'thief', NOW() + interval '1 minute') ON CONFLICT "
+        "(key) DO UPDATE SET value = 'thief', expire_at = EXCLUDED.expire_at",
+    ),
+]
+
+
+OPERATOR_MAY = {"lock the whole table", "pause its own key"}
+"""What an operator may do that the attacks list: it holds DELETE (for resume and
+pruning), which PostgreSQL accepts for every lock mode, and it pauses its own keys."""
+
+CASES = [
+    pytest.param(role, what, statement, id=f"{role}: {what}")
+    for role in ("billing", "ops", "reader")
+    for what, statement in ATTACKS
+    if not (role == "ops" and what in OPERATOR_MAY)
+]
+
+
+@pytest.mark.parametrize(("role", "what", "statement"), CASES)
+def test_a_role_cannot(fleet: Fleet, role: str, what: str, statement: str) -> None:
+    victim = "cronjob-lock:lease:reports-victim"
+    with fleet.connect(fleet.admin_url) as admin:
+        admin.execute(
+            sql.SQL("INSERT INTO {} VALUES (%s, 'victim', NOW() - interval '1 second')").format(
+                sql.Identifier(*fleet.table)
+            ),
+            (victim,),
+        )
+    # The grant recorded the timeline row: every attack on it meets it.
+    before = snapshot(fleet)
+    text = sql.SQL(statement).format(t=sql.Identifier(*fleet.table), k=sql.Literal(victim))
+    with fleet.connect(getattr(fleet, role)) as attacker:
+        try:
+            with attacker.transaction():  # LOCK TABLE holds only inside one
+                cursor = attacker.execute(text)
+                # Or it found nothing it may touch.
+                assert cursor.rowcount in (0, -1), f"{what}: {cursor.rowcount} rows"
+                if cursor.description is not None:
+                    assert cursor.fetchall() == [], what
+        except psycopg.errors.InsufficientPrivilege:
+            pass  # refused outright
+    assert snapshot(fleet) == before, what
+
+
+def test_the_operator_acts_within_its_keys_only(fleet: Fleet) -> None:
+    mine, theirs = unique("billing-"), unique("reports-")
+    for key in (mine, theirs):
+        status, _, err = ctl(fleet.ops, "pause", key, "--for", "1h", table=fleet.table)
+        assert (status == 0) == (key == mine), err
+        if key == theirs:
+            assert err.count("\n") == 1 and "Traceback" not in err, err
+    status, _, err = ctl(fleet.ops, "resume", mine, table=fleet.table)
+    assert status == 0, err
+    with fleet.connect(fleet.admin_url) as admin:
+        pauses = admin.execute(
+            sql.SQL("SELECT key FROM {} WHERE key LIKE 'cronjob-lock:pause:%%'").format(
+                sql.Identifier(*fleet.table)
+            )
+        ).fetchall()
+    assert pauses == []
+
+
+def test_the_reader_reads_everything_and_writes_nothing(fleet: Fleet) -> None:
+    from dislock import LeaseLock
+
+    key = unique("reports-")
+    with LeaseLock(context(fleet, fleet.reports, key)):
+        status, out, err = ctl(fleet.reader, "ls", "--json", table=fleet.table)
+        assert status == 0, err
+        assert [row["lock_key"] for row in json.loads(out)] == [key]
+        before = snapshot(fleet)
+        status, _, err = ctl(fleet.reader, "release", key, table=fleet.table)
+        assert status == 1 and err.count("\n") == 1 and "Traceback" not in err, err
+        status, _, err = ctl(fleet.reader, "pause", key, table=fleet.table)
+        assert status == 1 and err.count("\n") == 1 and "Traceback" not in err, err
+        assert snapshot(fleet) == before
+
+
+def test_grants_lists_and_revoke_removes(fleet: Fleet) -> None:
+    status, out, err = ctl(fleet.admin_url, "grants", "--json", table=fleet.table)
+    assert status == 0, err
+    listed = json.loads(out)
+    assert listed["row_level_security"] is True
+    assert listed["max_ttl_seconds"] == 3600
+    by_role = {g["role"]: (g["access"], g["keys"]) for g in listed["grants"]}
+    assert by_role == {
+        "dislock_sec_billing": ("wrapper", ["billing-*", "reports-nightly"]),
+        "dislock_sec_reports": ("wrapper", ["reports-*"]),
+        "dislock_sec_ops": ("operator", ["billing-*"]),
+        "dislock_sec_reader": ("reader", []),
+    }
+    status, _, err = ctl(fleet.admin_url, "revoke", "dislock_sec_reports", table=fleet.table)
+    assert status == 0, err
+    with pytest.raises(psycopg.errors.InsufficientPrivilege), fleet.connect(fleet.reports) as r:
+        r.execute(sql.SQL("SELECT * FROM {}").format(sql.Identifier(*fleet.table)))
+
+
+@pytest.mark.parametrize(
+    ("arguments", "expected"),
+    [
+        (["grant", "dislock_sec_billing"], "--keys PATTERN"),
+        (["grant", "dislock_sec_billing", "--keys", "a*b"], "prefix ending in '*'"),
+        (["grant", "dislock_sec_billing", "--reader", "--keys", "x"], "drop --keys"),
+        (["grant", "no_such_role_here", "--keys", "x"], "does not exist"),
+    ],
+)
+def test_bad_grants_are_one_line(fleet: Fleet, arguments: list[str], expected: str) -> None:
+    status, _, err = ctl(fleet.admin_url, *arguments, table=fleet.table)
+    assert status in (1, 2) and expected in err and err.count("\n") == 1, err
+
+
+def test_grant_prints_its_sql_for_migrations(fleet: Fleet) -> None:
+    status, out, err = ctl(
+        fleet.admin_url,
+        "grant",
+        "dislock_sec_reports",
+        "--keys",
+        "x-*",
+        "--print-sql",
+        table=fleet.table,
+    )
+    assert status == 0, err
+    assert "ENABLE ROW LEVEL SECURITY" in out and "CREATE POLICY" in out
+    # Nothing ran: the role's grant is still the fixture's.
+    status, out, _ = ctl(fleet.admin_url, "grants", "--json", table=fleet.table)
+    keys = {g["role"]: g["keys"] for g in json.loads(out)["grants"]}
+    assert keys["dislock_sec_reports"] == ["reports-*"]
+
+
+def test_a_wrapper_role_records_its_runs(fleet: Fleet, db: psycopg.Connection[Any]) -> None:
+    from dislock import acquire_locks
+    from dislock.core.history import create_history, history_table
+
+    runs = history_table(fleet.table)
+    for statement in create_history(runs):
+        db.execute(statement)
+    status, _, err = ctl(
+        fleet.admin_url, "grant", "dislock_sec_billing", "--keys", "billing-*", table=fleet.table
+    )
+    assert status == 0, err
+    key = unique("billing-")
+    with acquire_locks(context(fleet, fleet.billing, key, history=True), strategies=("lease",)):
+        pass
+    recorded = db.execute(
+        sql.SQL("SELECT outcome FROM {} WHERE lock_key = %s").format(sql.Identifier(*runs)),
+        (key,),
+    ).fetchall()
+    assert recorded == [("ok",)]
+    with fleet.connect(fleet.billing) as billing:
+        changed = billing.execute(
+            sql.SQL("UPDATE {} SET outcome = 'failed' WHERE lock_key NOT LIKE 'billing-%%'").format(
+                sql.Identifier(*runs)
+            )
+        )
+        assert changed.rowcount == 0
+
+
+def test_the_ttl_record_key_is_the_roles_own(fleet: Fleet) -> None:
+    from dislock import LeaseLock
+
+    with LeaseLock(context(fleet, fleet.billing, unique("billing-"), run_ttl_seconds=7.0)):
+        pass
+    with fleet.connect(fleet.admin_url) as admin:
+        records = admin.execute(
+            sql.SQL("SELECT key, value FROM {} WHERE starts_with(key, %s)").format(
+                sql.Identifier(*fleet.table)
+            ),
+            (TTL_KEY_PREFIX,),
+        ).fetchall()
+        timeline = admin.execute(
+            sql.SQL("SELECT count(*) FROM {} WHERE key = %s").format(sql.Identifier(*fleet.table)),
+            (TIMELINE_KEY,),
+        ).fetchone()
+    assert records == [(TTL_KEY_PREFIX + "dislock_sec_billing", "7")]
+    assert timeline == (1,)
+
+
+def test_without_grants_the_same_attack_goes_through(
+    fleet: Fleet, db: psycopg.Connection[Any]
+) -> None:
+    """The control: with the broad grant every fleet had before roles (SELECT, INSERT,
+    UPDATE, no row-level security), the checks above do see a stolen row."""
+    victim = "cronjob-lock:lease:reports-victim"
+    table = sql.Identifier(*fleet.table)
+    db.execute(sql.SQL("ALTER TABLE {} DISABLE ROW LEVEL SECURITY").format(table))
+    db.execute(sql.SQL("GRANT SELECT, INSERT, UPDATE ON {} TO dislock_sec_billing").format(table))
+    db.execute(sql.SQL("INSERT INTO {} VALUES (%s, 'victim', NOW())").format(table), (victim,))
+    before = snapshot(fleet)
+    with fleet.connect(fleet.billing) as attacker:
+        stolen = attacker.execute(
+            sql.SQL("UPDATE {} SET value = 'thief' WHERE key = %s").format(table), (victim,)
+        )
+        assert stolen.rowcount == 1
+    assert snapshot(fleet) != before
+
+
+def test_a_failover_under_grants_delays_as_before(fleet: Fleet) -> None:
+    """The bookkeeping a granted role's acquisition writes after a failover (a new
+    timeline, simulated by rewriting the recorded one) is what the policies let through:
+    the delay starts, lasts the longest recent TTL, and the timeline is recorded."""
+    from dislock import LeaseLock, LockDelayedError, ScheduleLock
+
+    table = sql.Identifier(*fleet.table)
+    with LeaseLock(context(fleet, fleet.billing, unique("billing-"), run_ttl_seconds=6.0)):
+        pass
+    with fleet.connect(fleet.admin_url) as admin:
+        admin.execute(
+            sql.SQL("UPDATE {} SET value = '999' WHERE key = %s").format(table), (TIMELINE_KEY,)
+        )
+        before = admin.execute("SELECT NOW()").fetchone()
+    assert before is not None
+    with (
+        pytest.raises(LockDelayedError) as refused,
+        LeaseLock(context(fleet, fleet.reports, unique("reports-"))),
+    ):
+        pass
+    # The longest recent TTL (billing's 6 s, not reports' own 5 s), from the refusal on.
+    seconds = (refused.value.until - before[0]).total_seconds()
+    assert 6.0 <= seconds <= 6.0 + 60, seconds
+    with fleet.connect(fleet.admin_url) as admin:
+        recorded = admin.execute(
+            sql.SQL("SELECT value FROM {} WHERE key = %s").format(table), (TIMELINE_KEY,)
+        ).fetchone()
+        assert recorded is not None and recorded[0] != "999"
+        admin.execute(
+            sql.SQL("UPDATE {} SET expire_at = NOW() WHERE key = %s").format(table),
+            (TIMELINE_KEY,),
+        )
+    with ScheduleLock(context(fleet, fleet.reports, unique("reports-"))):
+        pass  # the delay over, granted roles lock again
+
+
+def test_a_delay_of_zero_refuses_nothing(fleet: Fleet) -> None:
+    """A table that only ever held schedule slots: a new timeline starts a delay of
+    zero, and the acquisition that notices it goes through (it used to be refused,
+    the delay's end equal to the refusal's instant)."""
+    from dislock import ScheduleLock
+
+    table = sql.Identifier(*fleet.table)
+    with fleet.connect(fleet.admin_url) as admin:
+        admin.execute(
+            sql.SQL("UPDATE {} SET value = '999' WHERE key = %s").format(table), (TIMELINE_KEY,)
+        )
+    with ScheduleLock(context(fleet, fleet.billing, unique("billing-"))):
+        pass
+    with fleet.connect(fleet.admin_url) as admin:
+        recorded = admin.execute(
+            sql.SQL("SELECT value, expire_at <= NOW() FROM {} WHERE key = %s").format(table),
+            (TIMELINE_KEY,),
+        ).fetchone()
+    assert recorded is not None and recorded[0] != "999" and recorded[1] is True

@@ -1,0 +1,69 @@
+"""Six-field cron expressions read seconds last: the ones that only make sense with
+seconds first (Quartz, Spring) are refused, with the rewritten form."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from dislock import ConfigurationError, LockContext
+from dislock.core.cron import check_cron, next_fires
+
+
+@pytest.mark.parametrize(
+    ("expression", "rewritten"),
+    [
+        ("*/10 * * * * *", "* * * * * */10"),  # every 10 s, seconds first
+        ("0 */5 * * * *", "*/5 * * * * 0"),  # every 5 min at :00
+        ("0 0 * * * *", "0 * * * * 0"),  # hourly
+        ("30 15 9 * * *", "15 9 * * * 30"),
+        ("0,30 * * * * *", "* * * * * 0,30"),
+    ],
+)
+def test_seconds_first_forms_are_refused_with_the_seconds_last_form(
+    expression: str, rewritten: str
+) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        check_cron(expression, name="CRON_SCHEDULE")
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith(f"CRON_SCHEDULE {expression!r} would start every second")
+    assert f"write {rewritten!r}" in message
+    check_cron(rewritten)  # the suggestion itself is accepted
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "* * * * * *",  # every second, whichever field comes first
+        "* * * * * */1",
+        "* * * * * */10",
+        "*/5 * * * * 30",
+        "0 3 * * * 0",
+        "0 3 * * *",
+        "*/15 * * * *",
+    ],
+)
+def test_seconds_last_and_five_field_forms_are_accepted(expression: str) -> None:
+    assert check_cron(expression) == expression
+
+
+def test_a_lock_context_refuses_them_too() -> None:
+    with pytest.raises(ConfigurationError, match=r"schedule '\*/10 \* \* \* \* \*'"):
+        LockContext(
+            url="postgresql://localhost/app", lock_key="k", owner="o", schedule="*/10 * * * * *"
+        )
+
+
+def test_next_fires_are_the_next_boundaries_in_the_zone() -> None:
+    now = datetime(2026, 3, 7, 12, 0, 30, tzinfo=timezone.utc)
+    zone = ZoneInfo("America/New_York")
+    fires = next_fires("0 3 * * *", now, zone)
+    assert [fire.astimezone(zone).isoformat() for fire in fires] == [
+        "2026-03-08T03:00:00-04:00",  # the first day of daylight saving time
+        "2026-03-09T03:00:00-04:00",
+        "2026-03-10T03:00:00-04:00",
+    ]
+    assert [f.second for f in next_fires("* * * * * */20", now, timezone.utc)] == [40, 0, 20]

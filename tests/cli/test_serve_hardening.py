@@ -317,8 +317,8 @@ def test_invented_schedules_cannot_starve_the_scrape(history_env: dict[str, str]
     base = history_env["LOCK_KEY"]
     invented = {
         f"{base}-a": ("* * * * * *", "Europe/Berlin"),
-        f"{base}-b": ("*/1 * * * * *", "Asia/Kolkata"),
-        f"{base}-c": ("* */1 * * * *", "Pacific/Chatham"),
+        f"{base}-b": ("* * * * * */1", "Asia/Kolkata"),
+        f"{base}-c": ("* * * * * */2", "Pacific/Chatham"),
         f"{base}-d": ("* * * * * *", "UTC"),
         f"{base}-e": (",".join(map(str, range(60))) + " * * * *", "UTC"),
     }

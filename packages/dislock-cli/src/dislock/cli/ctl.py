@@ -11,7 +11,8 @@
     dislockctl URL_VARIABLE history --prune-older-than 30d
     dislockctl URL_VARIABLE missed LOCK_KEY [--schedule CRON] [--since 24h] [--json]
     dislockctl URL_VARIABLE check
-    dislockctl URL_VARIABLE serve [--listen HOST:PORT]
+    dislockctl URL_VARIABLE serve [--listen HOST:PORT] [--allow-host NAME ...]
+                                  [--max-connections N] [--request-timeout SECONDS]
     dislockctl URL_VARIABLE grant ROLE (--keys PATTERN ... [--operator] | --reader) [--print-sql]
     dislockctl URL_VARIABLE revoke ROLE [--print-sql]
     dislockctl URL_VARIABLE grants [--json]
@@ -193,6 +194,27 @@ def build_parser() -> argparse.ArgumentParser:
         default="127.0.0.1:9655",
         help="address to listen on (default: 127.0.0.1:9655, this machine only)",
     )
+    serve.add_argument(
+        "--allow-host",
+        metavar="NAME",
+        action="append",
+        default=[],
+        help="also answer requests for this Host name (repeatable; loopback names and "
+        "--listen's host are always answered, any other gets 421)",
+    )
+    serve.add_argument(
+        "--max-connections",
+        metavar="N",
+        type=_positive_int,
+        default=32,
+        help="connections served at once; more are refused with 503 (default 32)",
+    )
+    serve.add_argument(
+        "--request-timeout",
+        metavar="SECONDS",
+        default="5",
+        help="a client that has not sent its whole request by then is dropped (default 5)",
+    )
     granting = commands.add_parser(
         "grant",
         parents=[table, history_table],
@@ -313,11 +335,14 @@ def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> int:
         from dislock.core.history import history_table
 
         try:
+            from dislock.cli.http_policy import Limits, request_timeout
+
             history = history_table(table, read_history_table(env))
+            limits = Limits(args.max_connections, request_timeout(args.request_timeout))
         except ConfigurationError as exc:
             print(f"dislockctl: error: {exc}", file=sys.stderr)
             return EXIT_USAGE
-        return serve(url, table, history, args.listen)
+        return serve(url, table, history, args.listen, args.allow_host, limits)
 
     import psycopg
     import psycopg.errors

@@ -22,6 +22,7 @@ from psycopg import sql
 from dislock.cli.admin import MODES, LockRow
 from dislock.cli.fleet import SPANS_BEFORE, Span, span_of, still_held
 from dislock.core.errors import ConfigurationError
+from dislock.core.failover import TIMELINE_KEY
 from dislock.core.history import OUTCOMES
 
 DEFAULT_HOST = "127.0.0.1"
@@ -152,6 +153,9 @@ class FleetSnapshot(NamedTuple):
     now: datetime
     up: bool
     keys: tuple[KeyStatus, ...] = ()
+    lock_delay_end: datetime | None = None
+    """While a lock delay after a database failover runs, when it ends (no lock is
+    taken before); None when none runs."""
 
 
 class Family(NamedTuple):
@@ -217,8 +221,17 @@ def metric_families(snapshot: FleetSnapshot) -> list[Family]:
         if key.covered_slots is not None:
             covered.append(((name,), float(key.covered_slots)))
     window = int(MISSED_WINDOW.total_seconds() // 3600)
+    delay = Family(
+        "dislock_lock_delay_end_timestamp_seconds",
+        "gauge",
+        "While a lock delay after a database failover runs, when it ends: no lock of any"
+        " key is taken before. 0 when none runs.",
+        (),
+        (((), _timestamp(snapshot.lock_delay_end) or 0.0),) if snapshot.up else (),
+    )
     return [
         up,
+        delay,
         Family(
             "dislock_lock_held",
             "gauge",
@@ -383,6 +396,21 @@ def build_snapshot(
             )
         )
     return FleetSnapshot(now, up=True, keys=tuple(statuses))
+
+
+def lock_delay_query(table: tuple[str, ...]) -> tuple[sql.Composed, tuple[str]]:
+    """The end of the latest lock delay (``expire_at`` of the timeline's metadata row,
+    ``dislock.core.failover.TIMELINE_KEY``); no row before the first acquisition.
+    Unlike ``check``'s query it does not read the server's timeline, which a standby
+    (where a read-only scrape may well go) cannot tell."""
+    query = sql.SQL("SELECT expire_at FROM {} WHERE key = %s").format(sql.Identifier(*table))
+    return query, (TIMELINE_KEY,)
+
+
+def lock_delay_end(expire_at: datetime | None, now: datetime) -> datetime | None:
+    """``FleetSnapshot.lock_delay_end`` from the timeline row's ``expire_at`` (in the
+    past once the delay is over) and the database clock."""
+    return expire_at if expire_at is not None and expire_at > now else None
 
 
 RECENT_SECONDS = 60
@@ -596,6 +624,16 @@ class WindowStarts:
 
     def of(self, lock_key: str) -> list[tuple[datetime, datetime | None]]:
         return list(self._by_key.get(lock_key, {}).values())
+
+    def copy(self) -> WindowStarts:
+        """A copy that the original's later changes leave alone: every per-key map is
+        copied (their values are immutable)."""
+        clone = WindowStarts.__new__(WindowStarts)
+        for name, value in vars(self).items():
+            if isinstance(value, dict):
+                value = {k: dict(v) if isinstance(v, dict) else v for k, v in value.items()}
+            setattr(clone, name, value)
+        return clone
 
     def version(self, lock_key: str) -> int:
         return self._versions.get(lock_key, 0)

@@ -11,15 +11,19 @@ line: errors are described with ``describe_database_error``, which scrubs it.
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
+import math
 import signal
 import socket
 import sys
 import threading
-from datetime import datetime, timezone, tzinfo
+import time
+from collections.abc import Sequence
+from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import psycopg
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -38,38 +42,61 @@ from dislock.cli.exporter import (
     RunCounts,
     WindowStarts,
     build_snapshot,
+    lock_delay_end,
+    lock_delay_query,
     metric_families,
     parse_listen,
     scrape_statements,
     span_of_row,
 )
 from dislock.cli.fleet import (
-    DEFAULT_GRACE,
     Latest,
-    Slot,
     from_first_run,
     latest_query,
     missed_slots,
-    schedule_slots,
     split_covered,
     table_exists_query,
 )
+from dislock.cli.http_policy import WRITE_TIMEOUT, HostPolicy, Limits
+from dislock.cli.slot_windows import ScheduleWindows
 from dislock.cli.status_page import render_page
-from dislock.core.cron import UTC, load_zone, next_boundary
 from dislock.core.dsn import connection_kwargs, scrub
 from dislock.core.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
 
 logger = logging.getLogger("dislock.serve")
 
 LOCK_WAIT_SECONDS = 10.0
 """A request waits this long for the connection another request is using."""
 
+BUSY_LOG_INTERVAL = 60.0
+"""Seconds between two log lines about connections refused for being too many."""
+
+
+class _Read(NamedTuple):
+    """What one scrape read from the database, for the work done after the connection
+    is free for the next request."""
+
+    now: datetime
+    since: datetime
+    lock_rows: list[LockRow]
+    latest: list[LatestRow]
+    starts: WindowStarts
+    """A copy: the next scrape's reading does not change it."""
+    runs_total: dict[str, dict[str, int]]
+    lock_delay_end: datetime | None
+
 
 class FleetReader:
     """Reads snapshots over one connection, reconnecting after a failure.
 
     It keeps what is costly to recompute on every scrape: the run counts
-    (``RunCounts``) and each cron expression's slots in the missed-slot window.
+    (``RunCounts``) and each key's slots in the missed-slot window
+    (``ScheduleWindows``, which bounds that work).  The connection's lock is held
+    only while the database is read; the slots are computed under a lock of their
+    own, so that their cost never makes another request wait for the connection.
     """
 
     def __init__(self, url: str, table: tuple[str, ...], history: tuple[str, ...]) -> None:
@@ -83,11 +110,11 @@ class FleetReader:
         self._counts = RunCounts()
         self._starts = WindowStarts()
         self._missed: dict[str, tuple[tuple[Any, ...], tuple[int, int]]] = {}
-        # Per schedule: (cron expression, the zone it is read in).
-        self._slots: dict[tuple[str, str], list[Slot]] = {}
-        self._slots_version: dict[tuple[str, str], int] = {}
-        self._next: dict[tuple[str, str], datetime] = {}
-        self._zones: dict[str, tzinfo] = {}
+        self._windows = ScheduleWindows()
+        # Reads are numbered, and their slots computed in that order, so that the
+        # windows never step back in time when two requests overlap.
+        self._windows_turn = threading.Condition()
+        self._reads = self._computed = 0
 
     def _connect(self) -> psycopg.Connection[Any]:
         if self._conn is None or self._conn.closed:
@@ -101,7 +128,9 @@ class FleetReader:
             self._report(False, "another request has been reading for too long")
             return FleetSnapshot(datetime.now(timezone.utc), up=False)
         try:
-            snapshot = self._read(self._connect())
+            read = self._read(self._connect())
+            self._reads += 1
+            turn = self._reads
         except psycopg.Error as exc:
             self.close()
             self._report(
@@ -111,9 +140,26 @@ class FleetReader:
         finally:
             self._lock.release()
         self._report(True, "")
-        return snapshot
+        with self._windows_turn:
+            self._windows_turn.wait_for(lambda: self._computed == turn - 1)
+            try:
+                missed, covered, next_slots = self._schedules(
+                    read.latest, read.starts, read.since, read.now
+                )
+            finally:
+                self._computed = turn
+                self._windows_turn.notify_all()
+        return build_snapshot(
+            read.now,
+            read.lock_rows,
+            read.latest,
+            runs_total=read.runs_total,
+            missed=missed,
+            next_slots=next_slots,
+            covered=covered,
+        )._replace(lock_delay_end=read.lock_delay_end)
 
-    def _read(self, conn: psycopg.Connection[Any]) -> FleetSnapshot:
+    def _read(self, conn: psycopg.Connection[Any]) -> _Read:
         with conn.transaction():
             # One consistent, read-only view; a write here would be refused by
             # the server itself, whatever the SQL said.
@@ -131,15 +177,16 @@ class FleetReader:
             ]
             latest = self._latest(conn, since)
             self._follow_runs(conn, since, [row.lock_key for row in latest])
-        missed, covered, next_slots = self._schedules(latest, since, now)
-        return build_snapshot(
+            query, params = lock_delay_query(self._table)
+            found = conn.execute(query, params).fetchone()
+        return _Read(
             now,
+            since,
             lock_rows,
             latest,
-            runs_total=self._counts.by_key(),
-            missed=missed,
-            next_slots=next_slots,
-            covered=covered,
+            self._starts.copy(),
+            self._counts.by_key(),
+            lock_delay_end(found[0] if found else None, now),
         )
 
     def _latest(self, conn: psycopg.Connection[Any], since: datetime) -> list[LatestRow]:
@@ -210,80 +257,51 @@ class FleetReader:
         self._starts.trim(since)
 
     def _schedules(
-        self, latest: list[LatestRow], since: datetime, now: datetime
+        self, latest: list[LatestRow], starts: WindowStarts, since: datetime, now: datetime
     ) -> tuple[dict[str, int], dict[str, int], dict[str, datetime]]:
         """Missed and covered slots and the next slot of every key whose latest run
         had a schedule."""
         missed: dict[str, int] = {}
         covered: dict[str, int] = {}
         next_slots: dict[str, datetime] = {}
+        # The zone the wrapper read it in (none recorded: UTC, as before zones were).
+        found = self._windows.scrape(
+            ((row.lock_key, row.cron, row.cron_tz) for row in latest if row.cron is not None),
+            since,
+            now,
+        )
+        for note in found.notes:
+            logger.warning("%s", note)
         for row in latest:
-            if row.cron is None:
+            window = found.windows.get(row.lock_key)
+            if row.cron is None or window is None:
                 continue
-            # The zone the wrapper read it in (none recorded: UTC, as before zones were).
+            if window.next_slot is not None:
+                next_slots[row.lock_key] = window.next_slot
+            if window.slots is None:
+                continue  # unreadable, too dense, or not computed yet: no count, not a wrong one
+            slots = window.slots
             schedule = (row.cron, row.cron_tz or "UTC")
-            try:
-                tz = self._zone(row.cron_tz)
-                slots = self._window_slots(schedule, tz, since, now)
-                next_slots[row.lock_key] = self._next_slot(schedule, tz, now)
-            except (ConfigurationError, ValueError):
-                continue  # a schedule this version cannot read: no count rather than a wrong one
             # Recounted only when the key's starts or its schedule's slots changed.
             inputs = (
                 schedule,
-                self._slots_version[schedule],
-                self._starts.version(row.lock_key),
+                window.version,
+                starts.version(row.lock_key),
                 row.ran_before_window,
             )
             cached = self._missed.get(row.lock_key)
             if cached is not None and cached[0] == inputs:
                 missed[row.lock_key], covered[row.lock_key] = cached[1]
                 continue
-            runs = self._starts.of(row.lock_key)
+            runs = starts.of(row.lock_key)
             if not row.ran_before_window:
                 # A job new within the window: the slots before its first run are not missed.
                 slots = from_first_run(slots, runs or [(row.started_at, None)])
-            nobody, going = split_covered(
-                missed_slots(slots, runs), self._starts.spans_of(row.lock_key)
-            )
+            nobody, going = split_covered(missed_slots(slots, runs), starts.spans_of(row.lock_key))
             counts = (len(nobody), len(going))
             self._missed[row.lock_key] = (inputs, counts)
             missed[row.lock_key], covered[row.lock_key] = counts
         return missed, covered, next_slots
-
-    def _zone(self, name: str | None) -> tzinfo:
-        if name is None:
-            return UTC
-        found = self._zones.get(name)
-        if found is None:
-            found = self._zones[name] = load_zone(name, name="the recorded cron_tz").tz
-        return found
-
-    def _window_slots(
-        self, schedule: tuple[str, str], tz: tzinfo, since: datetime, now: datetime
-    ) -> list[Slot]:
-        """``schedule_slots(expression, since, now, tz=tz)``, extended from the last
-        scrape's: a slot begins where the one before it ends, so none is new until
-        the last one known has ended (and its grace passed)."""
-        expression = schedule[0]
-        known = self._slots.get(schedule)
-        if known and known[-1].end + DEFAULT_GRACE > now and known[0].start >= since:
-            return known
-        if known:
-            kept = [slot for slot in known if slot.start >= since]
-            start = max(known[-1].end, since)
-            kept += schedule_slots(expression, start, now, DEFAULT_GRACE, tz)
-        else:
-            kept = list(schedule_slots(expression, since, now, DEFAULT_GRACE, tz))
-        self._slots[schedule] = kept
-        self._slots_version[schedule] = self._slots_version.get(schedule, 0) + 1
-        return kept
-
-    def _next_slot(self, schedule: tuple[str, str], tz: tzinfo, now: datetime) -> datetime:
-        boundary = self._next.get(schedule)
-        if boundary is None or boundary <= now:
-            boundary = self._next[schedule] = next_boundary(schedule[0], now, tz)
-        return boundary
 
     def check_tables(self) -> str | None:
         """At start-up: what is missing, or None.  A database that does not answer
@@ -323,10 +341,47 @@ class FleetReader:
                 conn.close()
 
 
+class _DeadlineReader(io.RawIOBase):
+    """A client's socket read against one deadline for its whole request: a client
+    that sends a byte every few seconds is cut off as one that sends nothing."""
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        self._sock = sock
+        self._deadline = deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: WriteableBuffer, /) -> int:
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the client did not send its request in time")
+        self._sock.settimeout(left)
+        return self._sock.recv_into(buffer)
+
+
+_BUSY_BODY = b"too many connections at once; try again\n"
+_BUSY = (
+    b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
+    b"Content-Length: %d\r\nRetry-After: 5\r\nConnection: close\r\n\r\n%s"
+) % (len(_BUSY_BODY), _BUSY_BODY)
+
+_MISDIRECTED = (
+    b"this server does not answer for that host name; dislockctl serve --allow-host adds one\n"
+)
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
     server_version = "dislockctl"
     sys_version = ""
+
+    def setup(self) -> None:
+        super().setup()
+        # The whole request within the timeout, not each read of it.
+        self.rfile.close()
+        deadline = time.monotonic() + self.server.limits.request_timeout
+        self.rfile = io.BufferedReader(_DeadlineReader(self.connection, deadline))
 
     def do_GET(self) -> None:
         self._answer(body=True)
@@ -336,8 +391,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _answer(self, *, body: bool) -> None:
         path = self.path.split("?", 1)[0]
+        hosts = self.headers.get_all("Host") or []
         try:
-            if path == "/metrics":
+            if not self.server.hosts.allows(hosts):
+                # Nothing of the fleet for a name nobody allowed (DNS rebinding).
+                self.server.refused_host(hosts)
+                status, kind, payload = 421, "text/plain; charset=utf-8", _MISDIRECTED
+            elif path == "/metrics":
                 families = metric_families(self.server.reader.snapshot())
                 status, kind, payload = 200, CONTENT_TYPE_LATEST, self.server.exposition(families)
             elif path == "/":
@@ -350,6 +410,7 @@ class _Handler(BaseHTTPRequestHandler):
         except Exception as exc:  # a bug must not take the server down or leak details
             logger.error("%s on %s: %s", type(exc).__name__, path, scrub(str(exc), self.server.url))
             status, kind, payload = 500, "text/plain; charset=utf-8", b"internal error\n"
+        self.connection.settimeout(WRITE_TIMEOUT)
         self.send_response(status)
         self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(payload)))
@@ -367,15 +428,93 @@ class _Handler(BaseHTTPRequestHandler):
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 64  # connections the kernel holds until they are accepted (or refused)
 
     def __init__(
-        self, address: tuple[str, int], family: int, url: str, reader: FleetReader
+        self,
+        address: tuple[str, int],
+        family: int,
+        url: str,
+        reader: FleetReader,
+        hosts: HostPolicy,
+        limits: Limits,
     ) -> None:
         self.address_family = family
         self.url = url
         self.reader = reader
+        self.hosts = hosts
+        self.limits = limits
         self.exposition = Exposition()
+        self._active = 0
+        self._active_lock = threading.Lock()
+        self._busy_told = -math.inf
+        self._hosts_told: set[str] = set()
         super().__init__(address, _Handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._active_lock:
+            busy = self._active >= self.limits.max_connections
+            if not busy:
+                self._active += 1
+        if busy:
+            self._refuse(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._done()  # no thread started to end it
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._done()
+
+    def _done(self) -> None:
+        with self._active_lock:
+            self._active -= 1
+
+    def _refuse(self, request: socket.socket) -> None:
+        """503 and close, never waiting: this is the thread that accepts connections."""
+        try:
+            request.setblocking(False)
+            # What the client already sent, read so that closing does not reset the
+            # connection before it has read the answer.
+            with contextlib.suppress(BlockingIOError, InterruptedError):
+                request.recv(65536)
+            request.send(_BUSY)
+        except OSError:
+            pass
+        self.shutdown_request(request)
+        if time.monotonic() - self._busy_told >= BUSY_LOG_INTERVAL:
+            self._busy_told = time.monotonic()
+            logger.warning(
+                "%d connections at once: refusing more with 503 until one ends",
+                self.limits.max_connections,
+            )
+
+    def refused_host(self, headers: list[str]) -> None:
+        """Log the first few names refused (the log is not the attacker's to fill)."""
+        name = headers[0] if len(headers) == 1 else f"{len(headers)} Host headers"
+        with self._active_lock:
+            if name in self._hosts_told or len(self._hosts_told) >= 16:
+                return
+            self._hosts_told.add(name)
+        shown = name if len(name) <= 64 else name[:64] + "..."
+        logger.warning(
+            "refused a request for Host %r: not an allowed name (add it with --allow-host)",
+            shown,
+        )
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (ConnectionError, TimeoutError)):
+            # A client that went away, or never sent its request: not the server's fault.
+            logger.debug("a client went away: %s", type(exc).__name__)
+            return
+        name = type(exc).__name__
+        logger.error("%s while answering a client: %s", name, scrub(str(exc), self.url))
 
 
 def _configure_logging() -> None:
@@ -386,11 +525,20 @@ def _configure_logging() -> None:
     logger.propagate = False
 
 
-def serve(url: str, table: tuple[str, ...], history: tuple[str, ...], listen: str) -> int:
-    """Serve until SIGTERM or SIGINT; the exit status."""
+def serve(
+    url: str,
+    table: tuple[str, ...],
+    history: tuple[str, ...],
+    listen: str,
+    allow_hosts: Sequence[str] = (),
+    limits: Limits | None = None,
+) -> int:
+    """Serve until SIGTERM or SIGINT; the exit status.  ``allow_hosts``: the
+    ``--allow-host`` names, answered besides the loopback ones and ``listen``'s host."""
     _configure_logging()
     try:
         host, port = parse_listen(listen)
+        hosts = HostPolicy(host, allow_hosts)
         family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[
             0
         ][0]
@@ -408,7 +556,7 @@ def serve(url: str, table: tuple[str, ...], history: tuple[str, ...], listen: st
         print(f"dislockctl: error: {missing}", file=sys.stderr)
         return EXIT_FAILURE
     try:
-        server = _Server((host, port), family, url, reader)
+        server = _Server((host, port), family, url, reader, hosts, limits or Limits())
     except OSError as exc:
         reader.close()
         print(

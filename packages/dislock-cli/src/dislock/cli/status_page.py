@@ -32,6 +32,7 @@ small{color:#6b7585}
 .failed,.lease_lost,.killed,.abandoned{background:#fee2e2;color:#991b1b}
 tr.failing td:first-child{box-shadow:inset 4px 0 #dc2626}
 .down{background:#fee2e2;color:#991b1b;padding:.8em 1em;border-radius:.3em;margin-bottom:1em}
+.delay{background:#fde68a;color:#7c4a03;padding:.8em 1em;border-radius:.3em;margin-bottom:1em}
 """
 
 
@@ -157,6 +158,14 @@ def render_page(snapshot: FleetSnapshot, *, title: str = "dislock fleet") -> str
         banner = (
             '<div class="down" id="down">The database did not answer; the server\'s log says'
             " why. This page tries again at its next reload.</div>"
+        )
+    if snapshot.lock_delay_end is not None:
+        end = snapshot.lock_delay_end
+        left = format_duration((end - now).total_seconds())
+        ends = f"{end.astimezone(timezone.utc):%Y-%m-%d %H:%M:%S} UTC, in {left}"
+        banner += (
+            '<div class="delay" id="lock-delay">Lock delay after a database failover: no lock'
+            f" of any key is taken before {escape(ends)}.</div>"
         )
     rows = "\n".join(_row(key, now) for key in keys)
     empty = '<tr><td colspan="8">no lock keys yet</td></tr>' if snapshot.up and not keys else ""

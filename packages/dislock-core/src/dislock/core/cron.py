@@ -171,6 +171,33 @@ def load_zone(value: object, *, name: str = "cron_tz", source: str = "argument")
     return CronZone(tz, key, source)
 
 
+_IANA_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_+-]{0,29}(?:/[A-Za-z][A-Za-z0-9_+-]{0,29}){0,2}")
+"""What a zone name of the tz database looks like (``Europe/Berlin``, ``Etc/GMT-5``,
+``America/Argentina/Buenos_Aires``): no leading ``/``, no ``.`` or ``..``, nothing a
+path could hide behind."""
+
+
+def recorded_zone(value: str) -> tzinfo:
+    """A zone read from the run history (``cron_tz``), accepted only as an IANA name.
+
+    Any machine that may write the history chooses this text, so it is not read the
+    way ``load_zone`` reads the local ``CRON_TZ``: no path (a FIFO named there would
+    block the reader), no ``:`` form, no POSIX rule; only a name that ``zoneinfo``
+    looks up inside the tz database (it refuses keys that leave it).
+    """
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    # Debian's database links "localtime" to /etc/localtime: the host's own zone,
+    # outside the database, and not what the machine that recorded it meant.
+    if len(value) <= 64 and _IANA_NAME.fullmatch(value) and value != "localtime":
+        try:
+            return ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError, OSError):
+            pass  # a directory of the database, or no such zone
+    shown = value if len(value) <= 64 else value[:64] + "..."
+    raise ConfigurationError(f"the recorded cron_tz {shown!r} is not an IANA time zone name")
+
+
 _POSIX_FIXED = re.compile(
     r"(?:[A-Za-z]{3,}|<[A-Za-z0-9+-]{1,}>)([+-]?)(\d{1,2})(?::(\d{2}))?(?::(\d{2}))?"
 )

@@ -1,0 +1,118 @@
+"""The rules ``dislockctl serve`` applies to a request before it reads anything.
+
+Which ``Host`` names it answers for (a page on loopback is otherwise readable by
+any web page a local browser opens, through a DNS name that the page's owner
+points at 127.0.0.1: DNS rebinding), how many connections it serves at once, and
+how long a client may take to send its request.  Plain data and parsing: the
+server in ``dislock.cli.serve`` applies them.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple
+
+from dislock.core.errors import ConfigurationError
+
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+"""Answered for whatever ``--listen`` says."""
+
+MAX_CONNECTIONS = 32
+"""Connections served at once (``--max-connections``); one more is answered 503
+at once and closed."""
+
+REQUEST_TIMEOUT = 5.0
+"""Seconds a client has to send its whole request, line and headers
+(``--request-timeout``); then the connection is closed without an answer."""
+
+WRITE_TIMEOUT = 10.0
+"""Seconds the answer may take to be sent to a client that does not read it."""
+
+MAX_REQUEST_TIMEOUT = 3600.0
+
+
+class Limits(NamedTuple):
+    max_connections: int = MAX_CONNECTIONS
+    request_timeout: float = REQUEST_TIMEOUT
+
+
+def request_timeout(text: str) -> float:
+    """A ``--request-timeout`` value: seconds, more than 0 and at most an hour."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value <= MAX_REQUEST_TIMEOUT:  # also refuses nan
+        raise ConfigurationError(
+            f"--request-timeout must be a number of seconds from 0 to 3600, got {text!r}"
+        )
+    return value
+
+
+_NAME = re.compile(r"[a-z0-9_](?:[a-z0-9_-]{0,62})(?:\.[a-z0-9_](?:[a-z0-9_-]{0,62}))*")
+
+
+def host_name(text: str) -> str | None:
+    """The host of a ``Host`` header (``name``, ``name:port``, ``[IPv6]:port``), in one
+    spelling for comparing: lower case, no port, no brackets, no final dot, an IP
+    address in its canonical form.  None when it is not a host name or address."""
+    raw = text.strip()
+    if raw.startswith("["):
+        inside, sep, rest = raw[1:].partition("]")
+        if not sep or not (rest == "" or (rest[:1] == ":" and rest[1:].isdigit())):
+            return None
+        try:
+            return ipaddress.IPv6Address(inside).compressed
+        except ValueError:
+            return None
+    host, sep, port = raw.partition(":")
+    if sep and not port.isdigit():
+        return None  # an IPv6 address without brackets, or a port that is not one
+    return _canonical(host)
+
+
+def _canonical(host: str) -> str | None:
+    name = host.lower()
+    name = name[:-1] if name.endswith(".") else name
+    try:
+        return ipaddress.ip_address(name).compressed
+    except ValueError:
+        pass
+    if len(name) > 253 or not _NAME.fullmatch(name):
+        return None
+    return name
+
+
+def allowed_host(text: str) -> str:
+    """An ``--allow-host`` value: a host name or an IP address (an IPv6 one with or
+    without brackets), without a port."""
+    raw = text.strip()
+    inside = raw[1:-1] if raw.startswith("[") and raw.endswith("]") else raw
+    found = _canonical(inside)
+    if found is None:
+        raise ConfigurationError(
+            f"--allow-host {text!r}: give a host name or an IP address, without a port"
+            " (e.g. --allow-host ops-1.example.internal)"
+        )
+    return found
+
+
+class HostPolicy:
+    """The ``Host`` names answered: the loopback names, the host ``--listen`` names,
+    and every ``--allow-host``."""
+
+    def __init__(self, listen_host: str, extra: Iterable[str] = ()) -> None:
+        names = {_canonical(name) for name in (*LOOPBACK_NAMES, listen_host)}
+        names.update(allowed_host(name) for name in extra)
+        self.names = frozenset(name for name in names if name is not None)
+
+    def allows(self, headers: Sequence[str]) -> bool:
+        """Whether a request with these ``Host`` headers is answered.  One without any
+        is (an HTTP/1.0 client; a browser always sends one); several are not."""
+        if not headers:
+            return True
+        if len(headers) > 1:
+            return False
+        return host_name(headers[0]) in self.names

@@ -1,0 +1,413 @@
+"""``dislockctl serve`` under attack, each attack done for real against a running server.
+
+Half-sent requests held open, more connections than it serves, a Host name nobody
+allowed (DNS rebinding), clients that vanish mid-request, a FIFO or a path as a
+recorded zone, and invented schedules in the history.  After each, later requests
+are still answered and stderr holds no traceback.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import select
+import socket
+import struct
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import psycopg
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from psycopg import sql
+
+from dislock.core.failover import TIMELINE_KEY
+from tests.cli.serving import Metrics, Served, ctl, run_job, sample, serving
+
+PATIENCE = 120.0
+"""Seconds any wait here may take on a loaded machine before the test fails."""
+
+
+def _address(served: Served) -> tuple[str, int]:
+    parts = urlsplit(served.base)
+    assert parts.hostname is not None and parts.port is not None
+    return parts.hostname, parts.port
+
+
+def _connect(served: Served) -> socket.socket:
+    sock = socket.create_connection(_address(served), timeout=PATIENCE)
+    sock.settimeout(PATIENCE)
+    return sock
+
+
+def _read_all(sock: socket.socket) -> bytes:
+    """Everything the server sends until it closes the connection."""
+    chunks = []
+    while chunk := sock.recv(65536):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _request(served: Served, path: str, *hosts: str) -> tuple[int, bytes]:
+    """Status and body of GET ``path`` sent with these Host headers (default: the
+    address it listens on)."""
+    host, port = _address(served)
+    lines = [f"GET {path} HTTP/1.1", *(f"Host: {name}" for name in hosts or (f"{host}:{port}",))]
+    with _connect(served) as sock:
+        sock.sendall(("\r\n".join([*lines, "Connection: close", "", ""])).encode())
+        answer = _read_all(sock)
+    head, _, body = answer.partition(b"\r\n\r\n")
+    return int(head.split(b" ", 2)[1]), body
+
+
+def _metrics(served: Served) -> Metrics:
+    status, body = _request(served, "/metrics")
+    assert status == 200, (status, body[:200])
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(body.decode())
+        for s in family.samples
+    }
+
+
+def _half_sent(served: Served) -> socket.socket:
+    """A connection whose request never ends (no blank line after the headers)."""
+    host, port = _address(served)
+    sock = _connect(served)
+    sock.sendall(f"GET /metrics HTTP/1.1\r\nHost: {host}:{port}\r\n".encode())
+    return sock
+
+
+def _threads(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Threads:"):
+            return int(line.split()[1])
+    raise AssertionError("no Threads line")
+
+
+def _wait(condition: Any, what: str) -> None:
+    deadline = time.monotonic() + PATIENCE
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def _reset(sock: socket.socket) -> None:
+    """Close with a reset (SO_LINGER 0), as a client that crashed or gave up does."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()
+
+
+def _assert_quiet(served: Served) -> None:
+    log = "".join(served.log)
+    assert "Traceback" not in log and "Error" not in log, log
+
+
+@contextmanager
+def _history(env: dict[str, str]) -> Iterator[tuple[psycopg.Connection[Any], sql.Identifier]]:
+    schema, table = env["LOCK_TABLE"].split(".")
+    with psycopg.connect(env["DATABASE_URL"], autocommit=True) as conn:
+        yield conn, sql.Identifier(schema, f"{table}_history")
+
+
+def test_half_sent_requests_are_dropped_and_later_ones_answered(
+    history_env: dict[str, str],
+) -> None:
+    with serving(history_env, "--request-timeout", "2") as served:
+        threads_before = _threads(served.process.pid)
+        held = [_half_sent(served) for _ in range(10)]
+        # Slowloris: a header line every 0.3 s would renew a per-read timeout forever.
+        drip = _half_sent(served)
+        # While they are held, other requests are answered.
+        assert _request(served, "/healthz") == (200, b"ok\n")
+        deadline = time.monotonic() + PATIENCE
+        dripped = b""
+        while True:
+            assert time.monotonic() < deadline, "the dripping client was never dropped"
+            if select.select([drip], [], [], 0.3)[0]:
+                dripped = drip.recv(65536)
+                break  # the server spoke or, as it should, closed the connection
+            try:
+                drip.sendall(b"X-Slow: 1\r\n")
+            except (BrokenPipeError, ConnectionResetError):
+                break
+        assert dripped == b""
+        for sock in held:
+            assert _read_all(sock) == b"", "a half-sent request got an answer"
+            sock.close()
+        drip.close()
+        _wait(lambda: _threads(served.process.pid) <= threads_before, "threads left behind")
+        assert sample(_metrics(served), "dislock_up") == 1.0
+    _assert_quiet(served)
+
+
+def test_connections_beyond_the_cap_are_refused_at_once(history_env: dict[str, str]) -> None:
+    # Held connections that do not time out during the test: the cap is what refuses.
+    with serving(history_env, "--max-connections", "4", "--request-timeout", "600") as served:
+        pid = served.process.pid
+        threads_before = _threads(pid)
+        held = [_half_sent(served) for _ in range(4)]
+        _wait(lambda: _threads(pid) >= threads_before + 4, "the held connections were not taken")
+        for _ in range(30):
+            with _connect(served) as extra:
+                extra.sendall(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n")
+                answer = _read_all(extra)  # at once: a queued one would wait 600 s
+            assert answer.startswith(b"HTTP/1.0 503 "), answer[:100]
+            assert b"dislock_" not in answer
+        assert _threads(pid) == threads_before + 4  # one thread per connection served, no more
+        for sock in held:
+            _reset(sock)
+        _wait(lambda: _threads(pid) <= threads_before, "the held connections did not end")
+        assert sample(_metrics(served), "dislock_up") == 1.0
+    log = "".join(served.log)
+    assert 1 <= log.count("4 connections at once: refusing more with 503") < 30, log
+    _assert_quiet(served)
+
+
+def test_only_allowed_host_names_are_answered(history_env: dict[str, str]) -> None:
+    key = history_env["LOCK_KEY"]
+    assert run_job(history_env, "true").returncode == 0
+    with serving(history_env, "--allow-host", "ops-1.example.internal") as served:
+        _, port = _address(served)
+        for host in (f"127.0.0.1:{port}", f"localhost:{port}", "[::1]", "OPS-1.example.internal"):
+            status, body = _request(served, "/metrics", host)
+            assert status == 200 and key.encode() in body, host
+        # DNS rebinding: a page on the attacker's name, which resolves to 127.0.0.1.
+        for hosts in (
+            (f"rebind.attacker.example:{port}",),
+            ("127.0.0.1.attacker.example",),
+            ("[::2]",),
+            ("localhost", "rebind.attacker.example"),
+        ):
+            for path in ("/", "/metrics", "/healthz"):
+                status, body = _request(served, path, *hosts)
+                assert status == 421, (hosts, path, status)
+                assert key.encode() not in body and b"dislock_" not in body
+    log = "".join(served.log)
+    assert f"refused a request for Host 'rebind.attacker.example:{port}'" in log, log
+    assert log.count("rebind.attacker.example:") == 1, log  # told once
+    _assert_quiet(served)
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (("--allow-host", "evil.example:80"), "--allow-host 'evil.example:80'"),
+        (("--allow-host", ""), "--allow-host ''"),
+        (("--request-timeout", "0"), "--request-timeout must be"),
+    ],
+)
+def test_bad_serve_options_are_one_line_and_exit_2(
+    history_env: dict[str, str], args: tuple[str, ...], expected: str
+) -> None:
+    result = ctl(history_env, "serve", "--listen", "127.0.0.1:0", *args)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("dislockctl: error: ") and expected in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_a_client_that_goes_away_leaves_no_traceback(
+    history_env: dict[str, str], db: psycopg.Connection[Any]
+) -> None:
+    with serving(history_env) as served:
+        pid = served.process.pid
+        threads_before = _threads(pid)
+        # Gone while sending its request.
+        _reset(_half_sent(served))
+        # Gone while the server reads the database for it: the answer meets a reset.
+        with psycopg.connect(history_env["DATABASE_URL"]) as blocker:
+            schema, table = history_env["LOCK_TABLE"].split(".")
+            blocker.execute(
+                sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(
+                    sql.Identifier(schema, table)
+                )
+            )
+            for _ in range(5):  # a scrape gives up on the table after 5 s: then again
+                waiting = _connect(served)
+                waiting.sendall(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
+                deadline = time.monotonic() + PATIENCE
+                while time.monotonic() < deadline and not select.select([waiting], [], [], 0)[0]:
+                    found = db.execute(
+                        "SELECT count(*) FROM pg_stat_activity WHERE application_name ="
+                        " 'dislockctl-serve' AND wait_event_type = 'Lock'"
+                    ).fetchone()
+                    if found == (1,):
+                        break
+                    time.sleep(0.05)
+                else:
+                    waiting.close()
+                    continue
+                _reset(waiting)  # while the scrape waits for the table
+                break
+            else:
+                raise AssertionError("the scrape never waited for the table")
+            blocker.rollback()
+        _wait(lambda: _threads(pid) <= threads_before, "the abandoned requests did not end")
+        assert sample(_metrics(served), "dislock_up") == 1.0
+    _assert_quiet(served)
+
+
+def test_a_fifo_or_a_path_as_recorded_zone_cannot_block_the_scrape(
+    history_env: dict[str, str], tmp_path: Path
+) -> None:
+    fifo = tmp_path / "zone"
+    os.mkfifo(fifo)
+    base = history_env["LOCK_KEY"]
+    zones = {
+        f"{base}-fifo": str(fifo),
+        f"{base}-up": "../../../../../../.." + str(fifo),
+        f"{base}-inside": "Europe/../../../../../../.." + str(fifo),
+        f"{base}-honest": "Europe/Berlin",
+    }
+    for key in zones:
+        every_minute = {"CRON_SCHEDULE": "* * * * *", "CRON_TZ": "Europe/Berlin"}
+        assert run_job(history_env, "true", LOCK_KEY=key, **every_minute).returncode == 0
+    with _history(history_env) as (conn, history):
+        for key, zone in zones.items():
+            conn.execute(
+                sql.SQL("UPDATE {} SET cron_tz = %s WHERE lock_key = %s").format(history),
+                (zone, key),
+            )
+
+    def nobody_reads_the_fifo() -> bool:
+        # A writer can open a FIFO without blocking only while a reader has it open.
+        try:
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        except OSError as exc:
+            return exc.errno == errno.ENXIO
+        return False
+
+    with serving(history_env) as served:
+        for _ in range(2):
+            metrics = _metrics(served)
+            assert sample(metrics, "dislock_up") == 1.0
+            for key in zones:
+                if key.endswith("-honest"):
+                    continue
+                assert sample(metrics, "dislock_missed_slots", key=key) is None
+                assert sample(metrics, "dislock_lock_held", key=key, mode="schedule") is not None
+            assert nobody_reads_the_fifo()
+        assert _request(served, "/")[0] == 200
+        _wait(
+            lambda: (
+                sample(_metrics(served), "dislock_missed_slots", key=f"{base}-honest") is not None
+            ),
+            "the honest key was never counted",
+        )
+    log = "".join(served.log)
+    for key in zones:
+        if not key.endswith("-honest"):
+            (line,) = [line for line in log.splitlines() if f"lock key '{key}':" in line]
+            assert "is not an IANA time zone name; its missed slots are not counted" in line
+    _assert_quiet(served)
+
+
+def _scrape_into(served: Served, answers: list[Metrics]) -> None:
+    answers.append(_metrics(served))
+
+
+def test_invented_schedules_cannot_starve_the_scrape(history_env: dict[str, str]) -> None:
+    """Per-second schedules (86,400 slots a day) in several zones, and an expression
+    too long to read: before, each such reading cost the scrape ~30 s of CPU."""
+    base = history_env["LOCK_KEY"]
+    invented = {
+        f"{base}-a": ("* * * * * *", "Europe/Berlin"),
+        f"{base}-b": ("* * * * * */1", "Asia/Kolkata"),
+        f"{base}-c": ("* * * * * */2", "Pacific/Chatham"),
+        f"{base}-d": ("* * * * * *", "UTC"),
+        f"{base}-e": (",".join(map(str, range(60))) + " * * * *", "UTC"),
+    }
+    honest = f"{base}-honest"
+    for key in (*invented, honest):
+        assert run_job(history_env, "true", LOCK_KEY=key, CRON_SCHEDULE="0 * * * *").returncode == 0
+    with _history(history_env) as (conn, history):
+        for key, (cron, zone) in invented.items():
+            conn.execute(
+                sql.SQL("UPDATE {} SET cron = %s, cron_tz = %s WHERE lock_key = %s").format(
+                    history
+                ),
+                (cron, zone, key),
+            )
+    with serving(history_env) as served:
+        counted = False
+        # Enough scrapes for every invented reading to be found out (3,001 boundaries
+        # each, 3,000 a scrape), three at a time.
+        for _ in range(6):
+            answers: list[Metrics] = []
+            scrapers = [
+                threading.Thread(target=_scrape_into, args=(served, answers)) for _ in range(3)
+            ]
+            for scraper in scrapers:
+                scraper.start()
+            for scraper in scrapers:
+                scraper.join()
+            assert len(answers) == 3
+            for metrics in answers:
+                # The database is never reported down for the time slots take.
+                assert sample(metrics, "dislock_up") == 1.0
+                for key in invented:
+                    assert sample(metrics, "dislock_missed_slots", key=key) is None
+            # Taking turns, the invented readings do not hold back the honest one.
+            counted = counted or sample(answers[-1], "dislock_missed_slots", key=honest) is not None
+        assert counted, "the honest key was never counted"
+    log = "".join(served.log)
+    for key in (f"{base}-a", f"{base}-b", f"{base}-c", f"{base}-d"):
+        assert f"lock key '{key}': its schedule" in log and "more than 3,000 slots" in log, log
+    assert f"lock key '{base}-e': its cron expression is longer than 128 characters" in log
+    _assert_quiet(served)
+
+
+def test_a_key_whose_schedule_keeps_changing_is_not_recomputed_forever(
+    history_env: dict[str, str],
+) -> None:
+    key = history_env["LOCK_KEY"]
+    assert run_job(history_env, "true", CRON_SCHEDULE="0 * * * *").returncode == 0
+    zones = ["Europe/Berlin", "Asia/Kolkata", "America/New_York", "Asia/Tokyo", "Europe/Paris"]
+    with serving(history_env) as served, _history(history_env) as (conn, history):
+        for n, zone in enumerate(zones):
+            conn.execute(
+                sql.SQL("UPDATE {} SET cron_tz = %s WHERE lock_key = %s").format(history),
+                (zone, key),
+            )
+            missed = sample(_metrics(served), "dislock_missed_slots", key=key)
+            assert (missed is None) == (n >= 4), (zone, missed)
+    assert "its runs recorded more than 4 schedules" in "".join(served.log)
+    _assert_quiet(served)
+
+
+def test_the_end_of_a_lock_delay_is_exported(history_env: dict[str, str]) -> None:
+    assert run_job(history_env, "true").returncode == 0  # records the timeline
+    schema, table = history_env["LOCK_TABLE"].split(".")
+    locks = sql.Identifier(schema, table)
+    with (
+        psycopg.connect(history_env["DATABASE_URL"], autocommit=True) as conn,
+        serving(history_env) as served,
+    ):
+        assert sample(_metrics(served), "dislock_lock_delay_end_timestamp_seconds") == 0.0
+        # As a new timeline's first acquisition would start it.
+        found = conn.execute(
+            sql.SQL(
+                "UPDATE {} SET expire_at = NOW() + interval '1 hour' WHERE key = %s"
+                " RETURNING expire_at"
+            ).format(locks),
+            (TIMELINE_KEY,),
+        ).fetchone()
+        assert found is not None
+        value = sample(_metrics(served), "dislock_lock_delay_end_timestamp_seconds")
+        assert value == pytest.approx(found[0].timestamp(), abs=0.001)
+        status, page = _request(served, "/")
+        assert status == 200 and b'id="lock-delay"' in page
+        conn.execute(
+            sql.SQL("UPDATE {} SET expire_at = NOW() - interval '1 second' WHERE key = %s").format(
+                locks
+            ),
+            (TIMELINE_KEY,),
+        )
+        assert sample(_metrics(served), "dislock_lock_delay_end_timestamp_seconds") == 0.0
+        assert b'id="lock-delay"' not in _request(served, "/")[1]
+    _assert_quiet(served)

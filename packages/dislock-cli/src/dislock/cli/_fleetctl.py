@@ -253,7 +253,7 @@ def _missed(conn: Any, table: tuple[str, ...], request: Request, key: str, as_js
     from dislock.core.errors import ConfigurationError
 
     assert request.since is not None and request.grace is not None
-    from dislock.core.cron import cron_zone, load_zone
+    from dislock.core.cron import cron_zone, load_zone, recorded_zone
 
     schedule, zone = request.schedule, request.zone
     if schedule is None:
@@ -266,6 +266,9 @@ def _missed(conn: Any, table: tuple[str, ...], request: Request, key: str, as_js
         schedule = str(recorded[0])
         if zone is None and recorded[1] is not None:
             try:
+                # Any machine writing the history chose this text: an IANA name only,
+                # never a path (a FIFO there would hang this command), as serve reads it.
+                recorded_zone(recorded[1])
                 zone = load_zone(recorded[1], name="the recorded cron_tz")
             except ConfigurationError as exc:
                 _error(f"{exc}; pass --tz")

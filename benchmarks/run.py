@@ -235,12 +235,12 @@ def commits(conn: psycopg.Connection[tuple[object, ...]]) -> int:
     return int(str(row[0]))
 
 
-def cycle_context(url: str) -> Any:
+def cycle_context(url: str, table: str = "key_value") -> Any:
     from dislock import LockContext
 
     return LockContext(
         url=url,
-        table_parts=["key_value"],
+        table_parts=table.split("."),
         lock_key="bench-cycle",
         owner=f"bench:{os.getpid()}",
         run_ttl_seconds=60.0,
@@ -248,11 +248,11 @@ def cycle_context(url: str) -> Any:
     )
 
 
-def sync_cycles(url: str, cycles: int) -> float:
+def sync_cycles(url: str, cycles: int, table: str = "key_value") -> float:
     """Seconds per acquire + release of a sync lease on a warm connection."""
     from dislock import LeaseLock, keep_connected
 
-    context = cycle_context(url)
+    context = cycle_context(url, table)
     with keep_connected(url):
         with LeaseLock(context):  # the first cycle warms psycopg's caches too
             pass
@@ -587,28 +587,6 @@ def granted_tables(url: str) -> Iterator[str]:
             admin.execute(f"DROP ROLE {role}")
 
 
-def role_cycles(url: str, table: str, cycles: int) -> float:
-    """``sync_cycles`` on ``table`` (``schema.name``)."""
-    from dislock import LeaseLock, LockContext, keep_connected
-
-    context = LockContext(
-        url=url,
-        table_parts=table.split("."),
-        lock_key="bench-cycle",
-        owner=f"bench:{os.getpid()}",
-        run_ttl_seconds=60.0,
-        lease_interval_seconds=10.0,
-    )
-    with keep_connected(url):
-        with LeaseLock(context):
-            pass
-        started = time.perf_counter()
-        for _ in range(cycles):
-            with LeaseLock(context):
-                pass
-        return (time.perf_counter() - started) / cycles
-
-
 def roles_rows(url: str, repeat: int, cycles: int) -> list[Row]:
     """What a grant costs: the same role, start-up and warm cycles, on a table with
     and without row-level security."""
@@ -635,7 +613,7 @@ def roles_rows(url: str, repeat: int, cycles: int) -> list[Row]:
         rounds: dict[str, list[float]] = {"plain": [], "secured": []}
         for _ in range(ROUNDS):
             for name, table in tables.items():
-                rounds[name].append(role_cycles(role_url, table, cycles))
+                rounds[name].append(sync_cycles(role_url, cycles, table))
         plain, secured = median_ms(rounds["plain"]), median_ms(rounds["secured"])
         rows.append(
             Row(

@@ -17,7 +17,7 @@ import pytest
 from psycopg import sql
 
 from dislock import KeyNotGrantedError, LockContext
-from dislock.core.failover import TIMELINE_KEY, TTL_KEY_PREFIX
+from dislock.core.failover import TIMELINE, TIMELINE_KEY, TTL_KEY_PREFIX
 from tests.security.conftest import Fleet, ctl
 from tests.support.drivers import Driver
 
@@ -174,9 +174,8 @@ ATTACKS = [
         "+ interval '1 hour') ON CONFLICT (key) DO UPDATE SET value = '604800'",
     ),
     (
-        "keep its own TTL record for ever",
-        "INSERT INTO {t} VALUES ('dislock:failover:ttl:' || current_user, '60', "
-        "'9999-12-31') ON CONFLICT (key) DO UPDATE SET expire_at = '9999-12-31'",
+        "lower another role's TTL record",
+        "UPDATE {t} SET value = '0' WHERE key = 'dislock:failover:ttl:dislock_sec_reports'",
     ),
     (
         "change the maximum TTL",
@@ -217,6 +216,13 @@ def test_a_role_cannot(fleet: Fleet, role: str, what: str, statement: str) -> No
                 sql.Identifier(*fleet.table)
             ),
             (victim,),
+        )
+        # Another role took a lease once: its TTL record exists, as in any fleet.
+        admin.execute(
+            sql.SQL("INSERT INTO {} VALUES (%s, '30', '9999-12-31')").format(
+                sql.Identifier(*fleet.table)
+            ),
+            (TTL_KEY_PREFIX + "dislock_sec_reports",),
         )
     # The grant recorded the timeline row: every attack on it meets it.
     before = snapshot(fleet)
@@ -441,3 +447,66 @@ def test_a_delay_of_zero_refuses_nothing(fleet: Fleet) -> None:
             (TIMELINE_KEY,),
         ).fetchone()
     assert recorded is not None and recorded[0] != "999" and recorded[1] is True
+
+
+def test_no_role_can_cut_a_delay_short_after_a_failover(fleet: Fleet) -> None:
+    """Right after a failover the timeline row is stale, and a granted role's acquisition
+    may write it: but only with a delay at least as long as the longest recorded TTL."""
+    from dislock import LeaseLock
+
+    table = sql.Identifier(*fleet.table)
+    with LeaseLock(context(fleet, fleet.billing, unique("billing-"), run_ttl_seconds=30.0)):
+        pass
+    with fleet.connect(fleet.admin_url) as admin:
+        admin.execute(
+            sql.SQL("UPDATE {} SET value = '999' WHERE key = %s").format(table), (TIMELINE_KEY,)
+        )
+    before = snapshot(fleet)
+    forged = sql.SQL(
+        "UPDATE {} SET value = {}::text, expire_at = NOW() + interval '1 second' WHERE key = %s"
+    ).format(table, TIMELINE)
+    with (
+        fleet.connect(fleet.reports) as attacker,
+        pytest.raises(psycopg.errors.InsufficientPrivilege),
+    ):
+        attacker.execute(forged, (TIMELINE_KEY,))
+    assert snapshot(fleet) == before
+    # The same update with the full delay is what an acquisition writes: allowed.
+    honest = sql.SQL(
+        "UPDATE {} SET value = {}::text, expire_at = NOW() + interval '30 seconds' WHERE key = %s"
+    ).format(table, TIMELINE)
+    with fleet.connect(fleet.reports) as reports:
+        assert reports.execute(honest, (TIMELINE_KEY,)).rowcount == 1
+
+
+def test_a_grant_that_public_privileges_would_undo_is_refused(
+    fleet: Fleet, db: psycopg.Connection[Any]
+) -> None:
+    table = sql.Identifier(*fleet.table)
+    db.execute(sql.SQL("GRANT UPDATE, TRUNCATE ON {} TO PUBLIC").format(table))
+    try:
+        status, _, err = ctl(
+            fleet.admin_url, "grant", "dislock_sec_reports", "--keys", "x-*", table=fleet.table
+        )
+        assert status == 1 and err.count("\n") == 1, err
+        assert "UPDATE, TRUNCATE" in err and "nothing was granted" in err, err
+        status, out, _ = ctl(fleet.admin_url, "grants", "--json", table=fleet.table)
+        keys = {g["role"]: g["keys"] for g in json.loads(out)["grants"]}
+        assert keys["dislock_sec_reports"] == ["reports-*"]  # the earlier grant stands
+    finally:
+        db.execute(sql.SQL("REVOKE UPDATE, TRUNCATE ON {} FROM PUBLIC").format(table))
+
+
+def test_patterns_may_hold_any_character(fleet: Fleet) -> None:
+    from dislock import LeaseLock
+
+    pattern = "ünï (code|x)\\.*"
+    status, _, err = ctl(
+        fleet.admin_url, "grant", "dislock_sec_reports", "--keys", pattern, table=fleet.table
+    )
+    assert status == 0, err
+    with LeaseLock(context(fleet, fleet.reports, "ünï (code|x)\\.nightly")):
+        pass
+    # The pattern is literal: a key that only a regular expression would match is refused.
+    with pytest.raises(KeyNotGrantedError), LeaseLock(context(fleet, fleet.reports, "ünï x.n")):
+        pass

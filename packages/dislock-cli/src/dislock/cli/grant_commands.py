@@ -48,6 +48,22 @@ def grant(
     print_sql: bool,
 ) -> int:
     """Give ``role`` ``access`` to the keys ``patterns`` match (replacing its earlier grant)."""
+    try:
+        return _grant(conn, table, history, role, access, patterns, print_sql=print_sql)
+    except _Refused as refusal:
+        return _error(str(refusal))
+
+
+def _grant(
+    conn: Any,
+    table: tuple[str, ...],
+    history: tuple[str, ...],
+    role: str,
+    access: str,
+    patterns: list[str],
+    *,
+    print_sql: bool,
+) -> int:
     columns = _columns(conn, table)
     if not columns:
         return _error(f"lock table {'.'.join(table)} does not exist: dislockctl init first")
@@ -56,23 +72,40 @@ def grant(
             f"role {escape(role)!r} does not exist; creating login roles stays the DBA's job"
             f" (CREATE ROLE {sql.Identifier(role).as_string(None)} LOGIN PASSWORD …)"
         )
-    max_ttl, _ = conn.execute(max_ttl_query(table)).fetchone()
-    statements = grants.grant_statements(
-        table,
-        role,
-        access,
-        patterns,
-        max_ttl=float(max_ttl),
-        fencing="fence" in columns,
-        history=history if _columns(conn, history) else None,
-    )
-    if print_sql:
-        for statement in statements:
-            print(f"{statement.as_string(None)};")
-        return EXIT_OK
+    qualified = _qualified(conn, table)
+    history_parts = _qualified(conn, history) if _columns(conn, history) else None
     with conn.transaction():
+        # A wrapper in an open transaction must not leave this ALTER TABLE queued,
+        # and every statement on the table queued behind it.
+        conn.execute("SET LOCAL lock_timeout = '10s'")
+        max_ttl, _ = conn.execute(max_ttl_query(table)).fetchone()
+        statements = grants.grant_statements(
+            qualified,
+            role,
+            access,
+            patterns,
+            max_ttl=float(max_ttl),
+            fencing="fence" in columns,
+            history=history_parts,
+        )
+        if print_sql:
+            print("BEGIN;")
+            for statement in statements:
+                print(f"{statement.as_string(None)};")
+            print("COMMIT;")
+            return EXIT_OK
         for statement in statements:
             conn.execute(statement)
+        (found,) = conn.execute(
+            grants.loopholes_query(), {"role": role, "table": _name(qualified)}
+        ).fetchone()
+        holes = grants.loopholes(access, found or [])
+        if holes:
+            raise _Refused(
+                f"role {escape(role)!r} would still have {', '.join(holes)} on"
+                f" {'.'.join(table)} (through PUBLIC or a role it belongs to), which no policy"
+                " can limit: revoke that first; nothing was granted"
+            )
     what = {
         grants.WRAPPER: "may take",
         grants.OPERATOR: "may take, pause, resume, release and prune",
@@ -82,6 +115,15 @@ def grant(
     print(f"role {escape(role)!r} {what} {keys} in {'.'.join(table)}")
     _warn_if_exempt(conn, table, role)
     return EXIT_OK
+
+
+class _Refused(Exception):
+    """A grant that would not hold: its transaction is rolled back."""
+
+
+def _qualified(conn: Any, table: tuple[str, ...]) -> tuple[str, ...]:
+    row = conn.execute(grants.qualified_query(), (_name(table),)).fetchone()
+    return table if row is None else (str(row[0]), str(row[1]))
 
 
 def _warn_if_exempt(conn: Any, table: tuple[str, ...], role: str) -> None:
@@ -162,5 +204,5 @@ def set_table_max_ttl(conn: Any, table: tuple[str, ...], seconds: float) -> list
     statements = [set_max_ttl(table, seconds)]
     row = conn.execute(grants.security_query(), (_name(table),)).fetchone()
     if row is not None and row[0]:
-        statements += grants.bounds_policy(table, seconds)
+        statements += grants.bounds_policy(_qualified(conn, table), seconds)
     return statements

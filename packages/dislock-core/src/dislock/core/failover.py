@@ -17,12 +17,13 @@ Two decisions live here, both plain data for the shells to act on:
   recorded in a metadata row of the lock table.  The first acquisition to see a
   different timeline records it, and until the delay has passed no acquisition
   takes a missing or expired row.  The delay is the longest TTL any lease of
-  the table was *recently* taken with (each role keeps its own record, which
-  lapses two maximum TTLs after its last refresh), and never more than the
-  table's maximum TTL (``dislock.core.limits``): every holder from before the
-  failover has passed its own deadline by the time anyone else gets in, and no
-  single long-TTL run can make every later failover stop the fleet for long.  A
-  delay of zero (a table that only ever held schedule slots) refuses nothing.
+  the table was ever taken with (each role keeps its own record, which only
+  grows), and never more than the table's maximum TTL (``dislock.core.limits``):
+  every holder from before the failover has passed its own deadline by the time
+  anyone else gets in, and no single long-TTL run can make every later failover
+  stop the fleet for longer than the maximum.  (A record that lapsed with time
+  would be unsafe: the acquisition a failover loses is the one that wrote it.)
+  A delay of zero (a table that only ever held schedule slots) refuses nothing.
   A restart keeps the timeline: no delay.
 
 The metadata rows' keys do not start with ``cronjob-lock:``, so ``dislockctl
@@ -37,7 +38,7 @@ from typing import TYPE_CHECKING
 from psycopg import sql
 
 from dislock.core.errors import NotReplicatedError
-from dislock.core.limits import max_ttl_of
+from dislock.core.limits import NEVER_EXPIRES, max_ttl_of
 
 if TYPE_CHECKING:
     from psycopg.errors import Diagnostic
@@ -48,10 +49,10 @@ the lock delay that started when it was first seen (in the past when none runs).
 
 TTL_KEY_PREFIX = "dislock:failover:ttl:"
 """Metadata rows ``<prefix><role>``: ``value`` is the longest lease TTL (seconds) that
-role took a lease with lately, ``expire_at`` when that record lapses.  One row per
-role, so that no role can hold up another's acquisitions by locking a shared row,
-nor shorten another's record.  (dislock before 0.2.0's release kept one
-``dislock:failover:longest-ttl`` row that only grew; it is no longer read.)"""
+role ever took a lease with, up to the table's maximum; they never expire.  One row
+per role, so that no role can hold up another's acquisitions by locking a shared
+row, nor lower another's record.  (dislock before 0.2.0's release kept one
+``dislock:failover:longest-ttl`` row, with no maximum; it is no longer read.)"""
 
 TTL_RECORD = sql.SQL("{} || current_user").format(sql.Literal(TTL_KEY_PREFIX))
 """The key of the acquiring role's own TTL record."""
@@ -119,13 +120,12 @@ def lock_delay(table: sql.Identifier, ttl: sql.Composable) -> tuple[sql.Composed
     It costs no round trip: the common case reads the timeline row, the cap and
     the role's own TTL record by primary key and writes nothing.  The timeline
     row is written only when the timeline changes, a TTL record only when its
-    role takes a longer lease or the record is due for a refresh, so
-    acquisitions of different keys never queue on a shared row.  The scan over
-    every role's record happens only when a delay starts.
+    role takes a longer lease than ever before, so acquisitions of different keys
+    never queue on a shared row.  The scan over every role's record happens only
+    when a delay starts.
     """
-    recent = sql.SQL(
-        "(SELECT max(value::float8) FROM {table}"
-        " WHERE starts_with(key, {prefix}) AND expire_at > NOW())"
+    recorded = sql.SQL(
+        "(SELECT max(value::float8) FROM {table} WHERE starts_with(key, {prefix}))"
     ).format(table=table, prefix=sql.Literal(TTL_KEY_PREFIX))
     ctes = sql.SQL(
         "dislock_server AS (SELECT {timeline} AS timeline),"
@@ -134,9 +134,9 @@ def lock_delay(table: sql.Identifier, ttl: sql.Composable) -> tuple[sql.Composed
         " FROM {table} WHERE key = {timeline_key}),"
         " dislock_cap AS (SELECT {cap} AS max_ttl),"
         " dislock_longest AS (SELECT least((SELECT max_ttl FROM dislock_cap),"
-        " greatest({ttl}::float8, coalesce({recent}, 0))) AS ttl),"
+        " greatest({ttl}::float8, coalesce({recorded}, 0))) AS ttl),"
         # A different timeline than the one recorded starts the delay (for the
-        # longest recent TTL); the first one ever recorded starts none.
+        # longest TTL); the first one ever recorded starts none.
         " dislock_note_timeline AS ("
         "INSERT INTO {table} AS noted (key, value, expire_at)"
         " SELECT {timeline_key}, h.timeline::text,"
@@ -146,23 +146,21 @@ def lock_delay(table: sql.Identifier, ttl: sql.Composable) -> tuple[sql.Composed
         " WHERE NOT EXISTS (SELECT FROM dislock_seen s WHERE s.timeline = h.timeline)"
         " ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, expire_at = EXCLUDED.expire_at"
         " WHERE noted.value IS DISTINCT FROM EXCLUDED.value),"
-        # The role's record of its longest recent TTL: written for a longer TTL, for
-        # a lapsed record, and to refresh the same TTL once its record is past
-        # half its life (one write per maximum TTL, not one per acquisition).  A
-        # record covers a lease for at least one maximum TTL after it was taken.
+        # The role's record of its longest TTL, written only when a lease is longer
+        # than any it took before (rarely: acquisitions of different keys do not
+        # queue on it), never past the maximum.
         " dislock_note_ttl AS ("
         "INSERT INTO {table} AS noted (key, value, expire_at)"
-        " SELECT {record}, {ttl}::float8::text,"
-        " NOW() + make_interval(secs => 2 * (SELECT max_ttl FROM dislock_cap))"
+        " SELECT {record}, {ttl}::float8::text, {never}::timestamptz"
         " WHERE {ttl}::float8 > 0 AND {ttl}::float8 <= (SELECT max_ttl FROM dislock_cap)"
-        " AND NOT EXISTS (SELECT FROM {table} AS mine WHERE mine.key = {record}"
-        " AND mine.expire_at > NOW() AND (mine.value::float8 > {ttl}::float8"
-        " OR (mine.value::float8 = {ttl}::float8 AND mine.expire_at"
-        " >= NOW() + make_interval(secs => (SELECT max_ttl FROM dislock_cap)))))"
+        # (The cast in the target list: a qual could be tried on any row of a
+        # small table, and a lock row's value is no number.)
+        " AND coalesce((SELECT value::float8 FROM {table} WHERE key = {record}), 0)"
+        " < {ttl}::float8"
         # Two acquisitions of one role at once: the shorter TTL must not win.
-        " ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, expire_at = EXCLUDED.expire_at"
-        " WHERE noted.expire_at <= NOW() OR noted.value::float8 <= EXCLUDED.value::float8),"
-        # A new timeline with a delay of zero (no lease lately) refuses nothing.
+        " ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value"
+        " WHERE noted.value::float8 < EXCLUDED.value::float8),"
+        # A new timeline with a delay of zero (no lease ever) refuses nothing.
         " dislock_calm AS (SELECT NOT EXISTS ("
         "SELECT FROM dislock_seen s, dislock_server h"
         " WHERE CASE WHEN s.timeline <> h.timeline THEN (SELECT ttl FROM dislock_longest) > 0"
@@ -172,9 +170,10 @@ def lock_delay(table: sql.Identifier, ttl: sql.Composable) -> tuple[sql.Composed
         table=table,
         timeline_key=sql.Literal(TIMELINE_KEY),
         cap=max_ttl_of(table),
-        recent=recent,
+        recorded=recorded,
         record=TTL_RECORD,
         ttl=ttl,
+        never=sql.Literal(NEVER_EXPIRES),
     )
     return ctes, sql.SQL("(SELECT calm FROM dislock_calm)")
 

@@ -125,9 +125,11 @@ def _alternatives(patterns: Sequence[str]) -> str:
 
 
 def _quote(text: str) -> str:
-    # Every character that is not a letter or digit is escaped: in an ARE a
-    # backslash before one always means the character itself.
-    return re.sub(r"([^0-9A-Za-z])", r"\\\1", text)
+    # Every ASCII character that is not a letter or digit is escaped: in an ARE a
+    # backslash before one always means the character itself.  Other characters
+    # stay as they are: none is special, and a backslash before a non-ASCII letter
+    # would be an invalid escape.
+    return re.sub(r"([\x20-\x2f\x3a-\x40\x5b-\x60\x7b-\x7e])", r"\\\1", text)
 
 
 def _rows(prefix_regex: str, patterns: Sequence[str]) -> sql.Composed:
@@ -177,23 +179,52 @@ def _policy(
     return sql.SQL(" ").join(parts)
 
 
+def floor_function(table_parts: tuple[str, ...]) -> sql.Identifier:
+    """The function that tells the bounds policy the shortest lock delay a new timeline
+    may start: the table's longest recorded lease TTL, up to its maximum.  A policy
+    cannot read the table it guards (the read would apply the policy again), so the
+    function runs as the table's owner (``SECURITY DEFINER``), whom row-level
+    security does not apply to.  It lives beside the table (``table_parts`` names the
+    schema)."""
+    *schema, name = table_parts
+    return sql.Identifier(*schema, f"{name[: _MAX_NAME - 14]}_dislock_delay")
+
+
 def bounds_policy(table_parts: tuple[str, ...], max_ttl: float) -> list[sql.Composed]:
-    """The restrictive policy that holds every granted role to the table's maximum TTL."""
+    """The restrictive policy that holds every granted role to the table's maximum TTL,
+    and holds a new timeline's lock delay to at least the longest recorded TTL (so
+    that no role can cut a delay short after a failover), with its function."""
     table = sql.Identifier(*table_parts)
     cap = sql.Literal(float(max_ttl))
+    floor = floor_function(table_parts)
     within = sql.SQL(
-        "CASE WHEN key ~ {lease} OR key = {timeline}"
-        " THEN expire_at <= NOW() + make_interval(secs => {cap})"
+        "CASE WHEN key ~ {lease} THEN expire_at <= NOW() + make_interval(secs => {cap})"
+        " WHEN key = {timeline} THEN expire_at <= NOW() + make_interval(secs => {cap})"
+        " AND expire_at >= NOW() + make_interval(secs => {floor}())"
         " WHEN starts_with(key, {ttl_prefix}) THEN value::float8 <= {cap}"
-        " AND expire_at <= NOW() + make_interval(secs => 2 * {cap})"
         " ELSE true END"
     ).format(
         lease=sql.Literal(_LEASE_ROWS),
         timeline=sql.Literal(TIMELINE_KEY),
         ttl_prefix=sql.Literal(TTL_KEY_PREFIX),
         cap=cap,
+        floor=floor,
     )
     return [
+        sql.SQL(
+            "CREATE OR REPLACE FUNCTION {floor}() RETURNS float8 LANGUAGE sql STABLE"
+            " SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS {body}"
+        ).format(
+            floor=floor,
+            body=sql.Literal(
+                sql.SQL(
+                    "SELECT least({cap}, coalesce((SELECT max(value::float8) FROM {table}"
+                    " WHERE starts_with(key, {prefix})), 0))"
+                )
+                .format(cap=cap, table=table, prefix=sql.Literal(TTL_KEY_PREFIX))
+                .as_string(None)
+            ),
+        ),
         sql.SQL("DROP POLICY IF EXISTS {name} ON {table}").format(
             name=sql.Identifier(BOUNDS_POLICY), table=table
         ),
@@ -228,6 +259,8 @@ def grant_statements(
     table (and on the run history, when ``history`` names an existing table)."""
     role = check_role(role)
     patterns = check_patterns(patterns, access)
+    if len(table_parts) != 2:
+        raise ValueError("grant_statements needs the table's schema (see qualified_query)")
     table = sql.Identifier(*table_parts)
     who = sql.Identifier(role)
     statements: list[sql.Composed] = []
@@ -354,6 +387,42 @@ def revoke_statements(
             *_drop(table, role),
         ]
     return statements
+
+
+def qualified_query() -> str:
+    """``(schema, name)`` of a table (parameter: its name as text, as the search path
+    finds it): the function the policies call is created beside it, under a name
+    that does not depend on the search path."""
+    return (
+        "SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE c.oid = to_regclass(%s)"
+    )
+
+
+def loopholes_query() -> str:
+    """What would let a granted role around its policies (parameters: role, table as
+    text, role again): table-wide ``UPDATE``, ``TRUNCATE``, ``TRIGGER`` or
+    ``REFERENCES`` (``LOCK TABLE``, emptying the table, code run in others'
+    sessions), ``DELETE``, and membership in the owner's role (``SET ROLE``) or
+    ``BYPASSRLS``, held through ``PUBLIC`` or a role it belongs to after its own
+    grant was replaced."""
+    return (
+        "SELECT array_remove(ARRAY["
+        " CASE WHEN has_table_privilege(%(role)s, %(table)s, 'UPDATE') THEN 'UPDATE' END,"
+        " CASE WHEN has_table_privilege(%(role)s, %(table)s, 'TRUNCATE') THEN 'TRUNCATE' END,"
+        " CASE WHEN has_table_privilege(%(role)s, %(table)s, 'TRIGGER') THEN 'TRIGGER' END,"
+        " CASE WHEN has_table_privilege(%(role)s, %(table)s, 'REFERENCES') THEN 'REFERENCES' END,"
+        " CASE WHEN has_table_privilege(%(role)s, %(table)s, 'DELETE') THEN 'DELETE' END,"
+        " CASE WHEN pg_has_role(%(role)s, c.relowner, 'MEMBER') THEN 'membership in the owner' END,"
+        " CASE WHEN r.rolbypassrls OR r.rolsuper THEN 'BYPASSRLS' END], NULL)"
+        " FROM pg_class c, pg_roles r WHERE c.oid = to_regclass(%(table)s) AND r.rolname = %(role)s"
+    )
+
+
+def loopholes(access: str, found: Sequence[str]) -> list[str]:
+    """The entries of ``loopholes_query``'s answer that undo ``access`` (an operator
+    holds ``DELETE`` on purpose)."""
+    return [what for what in found if not (access == OPERATOR and what == "DELETE")]
 
 
 def grants_query() -> str:

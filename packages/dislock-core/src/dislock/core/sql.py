@@ -23,6 +23,7 @@ from psycopg import sql
 from dislock.core.failover import delay_end_returned, lock_delay, timeline_returned
 from dislock.core.kinds import KEY_PREFIX as KEY_PREFIX
 from dislock.core.kinds import LEASE, SCHEDULE, kind
+from dislock.core.limits import max_ttl_of
 from dislock.core.waiting import WAKE_CHANNEL, wake_key, wake_payload
 
 if TYPE_CHECKING:
@@ -319,8 +320,12 @@ def statements(table_parts: tuple[str, ...], fencing: bool = False) -> Statement
             " AS batch (key, value, ttl)"
             " WHERE held.key = batch.key AND held.value = batch.value"
             " AND held.expire_at > NOW()"
+            # A lease longer than the table's maximum (lowered while it ran) is not
+            # renewed, so it alone is lost, rather than failing the whole batch
+            # under row-level security (dislock.core.grants).
+            " AND batch.ttl <= {cap}"
             " RETURNING held.key, held.value"
-        ).format(table=table),
+        ).format(table=table, cap=max_ttl_of(table)),
         release=releasing(sql.SQL("key = %(key)s")),
         hand_back=releasing(sql.SQL("key = ANY(%(keys)s::text[])")),
         now=sql.SQL("SELECT NOW()"),

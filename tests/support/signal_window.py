@@ -125,9 +125,9 @@ def _arrange(supervisor: ModuleType, locks: ModuleType, window: str) -> None:
     if window == "starting":
         _patch(supervisor, "child_environment", _signalling_environment)
     elif window == "releasing":
-        _patch(supervisor, "acquire_locks", _signalling_release)
+        _patch(supervisor, "acquire_unguarded", _signalling_release)
     elif window == "locks held":
-        _patch(supervisor, "acquire_locks", _signalling_enter)
+        _patch(supervisor, "acquire_unguarded", _signalling_enter)
     else:
         _signal_as_the_lease_is_taken(locks)
 

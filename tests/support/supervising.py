@@ -12,6 +12,7 @@ import dislock
 import dislock.aio
 from dislock import LeaseLossPolicy, LeaseLostError, LockContext
 from dislock._sync._supervisor import supervise as sync_supervise
+from dislock.aio._locks import acquire_unguarded
 from dislock.aio._supervisor import supervise as aio_supervise
 
 
@@ -38,7 +39,9 @@ def supervise_losing_the_lease(
     else:
 
         async def main() -> None:
-            async with dislock.aio.acquire_locks(context, ["lease"]) as session:
+            # As run_with_locks does: the supervisor stops its command itself, so the
+            # task running it is not cancelled on the loss (acquire_locks would).
+            async with acquire_unguarded(context, ["lease"]) as session:
                 supervised = asyncio.ensure_future(aio_supervise(argv, session, policy))
                 await asyncio.to_thread(steal)
                 codes.append(await supervised)

@@ -48,22 +48,6 @@ def grant(
     print_sql: bool,
 ) -> int:
     """Give ``role`` ``access`` to the keys ``patterns`` match (replacing its earlier grant)."""
-    try:
-        return _grant(conn, table, history, role, access, patterns, print_sql=print_sql)
-    except _Refused as refusal:
-        return _error(str(refusal))
-
-
-def _grant(
-    conn: Any,
-    table: tuple[str, ...],
-    history: tuple[str, ...],
-    role: str,
-    access: str,
-    patterns: list[str],
-    *,
-    print_sql: bool,
-) -> int:
     columns = _columns(conn, table)
     if not columns:
         return _error(f"lock table {'.'.join(table)} does not exist: dislockctl init first")
@@ -74,13 +58,46 @@ def _grant(
         )
     qualified = _qualified(conn, table)
     history_parts = _qualified(conn, history) if _columns(conn, history) else None
+    try:
+        granted = _grant_in_one_transaction(
+            conn, qualified, history_parts, role, access, patterns, columns, print_sql=print_sql
+        )
+    except _Refused as refusal:
+        return _error(str(refusal))
+    if not granted:  # printed instead
+        return EXIT_OK
+    what = {
+        grants.WRAPPER: "may take",
+        grants.OPERATOR: "may take, pause, resume, release and prune",
+        grants.READER: "may read",
+    }[access]
+    keys = ", ".join(escape(p) for p in patterns) if patterns else "every key"
+    print(f"role {escape(role)!r} {what} {keys} in {'.'.join(table)}")
+    _warn_if_exempt(conn, table, role)
+    return EXIT_OK
+
+
+def _grant_in_one_transaction(
+    conn: Any,
+    qualified: tuple[str, ...],
+    history_parts: tuple[str, ...] | None,
+    role: str,
+    access: str,
+    patterns: list[str],
+    columns: list[str],
+    *,
+    print_sql: bool,
+) -> bool:
+    """Run (or print) the grant's statements; whether they ran.  A grant that a
+    privilege held elsewhere would undo raises ``_Refused`` and is rolled back."""
+    table = qualified
     with conn.transaction():
         # A wrapper in an open transaction must not leave this ALTER TABLE queued,
         # and every statement on the table queued behind it.
         conn.execute("SET LOCAL lock_timeout = '10s'")
         max_ttl, _ = conn.execute(max_ttl_query(table)).fetchone()
         statements = grants.grant_statements(
-            qualified,
+            table,
             role,
             access,
             patterns,
@@ -93,7 +110,7 @@ def _grant(
             for statement in statements:
                 print(f"{statement.as_string(None)};")
             print("COMMIT;")
-            return EXIT_OK
+            return False
         for statement in statements:
             conn.execute(statement)
         (found,) = conn.execute(
@@ -106,15 +123,7 @@ def _grant(
                 f" {'.'.join(table)} (through PUBLIC or a role it belongs to), which no policy"
                 " can limit: revoke that first; nothing was granted"
             )
-    what = {
-        grants.WRAPPER: "may take",
-        grants.OPERATOR: "may take, pause, resume, release and prune",
-        grants.READER: "may read",
-    }[access]
-    keys = ", ".join(escape(p) for p in patterns) if patterns else "every key"
-    print(f"role {escape(role)!r} {what} {keys} in {'.'.join(table)}")
-    _warn_if_exempt(conn, table, role)
-    return EXIT_OK
+    return True
 
 
 class _Refused(Exception):

@@ -54,8 +54,13 @@ per role, so that no role can hold up another's acquisitions by locking a shared
 row, nor lower another's record.  (dislock before 0.2.0's release kept one
 ``dislock:failover:longest-ttl`` row, with no maximum; it is no longer read.)"""
 
-TTL_RECORD = sql.SQL("{} || current_user").format(sql.Literal(TTL_KEY_PREFIX))
-"""The key of the acquiring role's own TTL record."""
+TTL_RECORD = sql.SQL('({} || current_user::text COLLATE "default")').format(
+    sql.Literal(TTL_KEY_PREFIX)
+)
+"""The key of the acquiring role's own TTL record.  ``current_user`` is a ``name``,
+whose collation is "C": without the ``COLLATE`` the comparison with ``key`` would
+be made in "C", which the primary key's index cannot answer, and every acquisition
+would scan the whole table for its record."""
 
 SYNCREP_FUNCTION = "SyncRepWaitForLSN"
 """The server function that waits for synchronous standbys (``syncrep.c``)."""

@@ -41,7 +41,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
 from dislock.core.errors import ConfigurationError, KeyNotGrantedError
-from dislock.core.failover import TIMELINE, TIMELINE_KEY, TTL_KEY_PREFIX
+from dislock.core.failover import TIMELINE, TIMELINE_KEY, TTL_KEY_PREFIX, TTL_RECORD
 from dislock.core.kinds import KEY_PREFIX
 
 WRAPPER = "wrapper"
@@ -150,8 +150,8 @@ def _bookkeeping(*, stale: bool = False) -> sql.Composed:
         timeline = sql.SQL("value IS DISTINCT FROM {}::text").format(TIMELINE)
     else:
         timeline = sql.SQL("value = {}::text").format(TIMELINE)
-    return sql.SQL("(key = {tl} AND {timeline}) OR key = {prefix} || current_user").format(
-        tl=sql.Literal(TIMELINE_KEY), timeline=timeline, prefix=sql.Literal(TTL_KEY_PREFIX)
+    return sql.SQL("(key = {tl} AND {timeline}) OR key = {record}").format(
+        tl=sql.Literal(TIMELINE_KEY), timeline=timeline, record=TTL_RECORD
     )
 
 

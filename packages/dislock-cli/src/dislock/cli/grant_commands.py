@@ -90,14 +90,13 @@ def _grant_in_one_transaction(
 ) -> bool:
     """Run (or print) the grant's statements; whether they ran.  A grant that a
     privilege held elsewhere would undo raises ``_Refused`` and is rolled back."""
-    table = qualified
     with conn.transaction():
         # A wrapper in an open transaction must not leave this ALTER TABLE queued,
         # and every statement on the table queued behind it.
         conn.execute("SET LOCAL lock_timeout = '10s'")
-        max_ttl, _ = conn.execute(max_ttl_query(table)).fetchone()
+        max_ttl, _ = conn.execute(max_ttl_query(qualified)).fetchone()
         statements = grants.grant_statements(
-            table,
+            qualified,
             role,
             access,
             patterns,
@@ -120,7 +119,7 @@ def _grant_in_one_transaction(
         if holes:
             raise _Refused(
                 f"role {escape(role)!r} would still have {', '.join(holes)} on"
-                f" {'.'.join(table)} (through PUBLIC or a role it belongs to), which no policy"
+                f" {'.'.join(qualified)} (through PUBLIC or a role it belongs to), which no policy"
                 " can limit: revoke that first; nothing was granted"
             )
     return True

@@ -45,7 +45,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE_DIR = ROOT / "packages/dislock-aio/src/dislock/aio"
 TARGET_DIR = ROOT / "packages/dislock/src/dislock/_sync"
-MODULES = ("_hub.py", "_listen.py", "_locks.py", "_supervisor.py")
+MODULES = ("_acquiring.py", "_hub.py", "_listen.py", "_locks.py", "_supervisor.py")
 
 RENAMES = {
     "AsyncConnection": "Connection",

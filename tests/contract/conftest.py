@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
+import psycopg
 import pytest
 
+from dislock.cli.admin import init_statements
 from tests.support.drivers import AioDriver, CliDriver, Driver, SyncDriver
 
 _DRIVERS: dict[str, type[Driver]] = {"sync": SyncDriver, "aio": AioDriver, "cli": CliDriver}
@@ -29,3 +32,11 @@ def driver(request: pytest.FixtureRequest) -> Iterator[Driver]:
     instance = _DRIVERS[request.param]()
     yield instance
     instance.close()
+
+
+@pytest.fixture
+def fenced(db: psycopg.Connection[Any], lock_table: tuple[str, str]) -> tuple[str, str]:
+    """The test's table, given its fence column the way `dislockctl init --fencing` does."""
+    for statement in init_statements(lock_table, fencing=True):
+        db.execute(statement)
+    return lock_table

@@ -12,7 +12,6 @@ from psycopg import sql
 
 import dislock
 from dislock import LeaseLostError, LockContext
-from dislock.cli.admin import init_statements
 from dislock.core.sql import lease_key, schedule_key
 from tests.support.drivers import Driver
 from tests.support.rows import Rows
@@ -22,14 +21,6 @@ MakeContext = Callable[..., LockContext]
 # renewals before the lease is lost (the local deadline is 90 % of the TTL).
 LEASE = {"run_ttl_seconds": 2.0, "lease_interval_seconds": 0.2}
 YEARLY = "0 0 1 1 *"
-
-
-@pytest.fixture
-def fenced(db: psycopg.Connection[Any], lock_table: tuple[str, str]) -> tuple[str, str]:
-    """The test's table, given its fence column the way `dislockctl init --fencing` does."""
-    for statement in init_statements(lock_table, fencing=True):
-        db.execute(statement)
-    return lock_table
 
 
 def fence_of(db: psycopg.Connection[Any], table: tuple[str, str], key: str) -> int:

@@ -109,3 +109,124 @@ class SilentHost:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+READY_FOR_QUERY = b"Z\x00\x00\x00\x05"
+"""The server's ReadyForQuery message, up to its status byte: the end of an answer,
+after the statement's (autocommit) transaction ended."""
+
+
+class AnswerCutter:
+    """A loopback TCP proxy that, when armed, breaks the first connection that sends a
+    statement containing ``marker``: the client's connection closes while the
+    statement is in flight, as when a failover restarts the server under it.
+
+    ``committed=True`` forwards the statement and waits for the server's whole
+    answer (so the statement ran and committed) before hanging up on the client
+    without it; ``committed=False`` hangs up without forwarding anything (the
+    statement never ran).  Other connections and statements pass untouched.
+    """
+
+    def __init__(self, url: str) -> None:
+        params = conninfo_to_dict(url)
+        host, port = str(params.get("host") or "/tmp"), int(params.get("port") or 5432)
+        # The server's Unix socket, or its TCP port.
+        self._upstream: str | tuple[str, int] = (
+            f"{host}/.s.PGSQL.{port}" if host.startswith("/") else (host, port)
+        )
+        self._listener = socket.socket()
+        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(64)
+        self.port: int = self._listener.getsockname()[1]
+        self._guard = threading.Lock()
+        self._armed: tuple[bytes, bool] | None = None
+        self.cuts = 0
+        """How many connections were broken so far."""
+        self._refuse_after_cut = False
+        self._closed = threading.Event()
+        self._sockets: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def url(self, url: str) -> str:
+        """``url`` (the upstream server's) through this proxy."""
+        params = conninfo_to_dict(url)
+        params.update(host="127.0.0.1", port=str(self.port))
+        return make_conninfo("", **params)
+
+    def arm(self, marker: bytes, *, committed: bool) -> None:
+        with self._guard:
+            self._armed = (marker, committed)
+
+    def refuse_after_cut(self) -> None:
+        """Once a connection was cut, refuse every new one: the server stays away."""
+        self._refuse_after_cut = True
+
+    def close(self) -> None:
+        self._closed.set()
+        self._listener.close()
+        for sock in self._sockets:
+            sock.close()
+
+    def __enter__(self) -> AnswerCutter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _accept(self) -> None:
+        while not self._closed.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            if isinstance(self._upstream, str):
+                server = socket.socket(socket.AF_UNIX)
+                server.connect(self._upstream)
+            else:
+                server = socket.create_connection(self._upstream)
+            self._sockets += [client, server]
+            threading.Thread(target=self._pump, args=(client, server), daemon=True).start()
+
+    def _take_cut(self, data: bytes) -> bool | None:
+        """Whether to cut here (and how), disarming: None to pass ``data`` on."""
+        with self._guard:
+            if self._armed is None or self._armed[0] not in data:
+                return None
+            committed = self._armed[1]
+            self._armed = None
+            self.cuts += 1
+            return committed
+
+    def _pump(self, client: socket.socket, server: socket.socket) -> None:
+        peers = {client: server, server: client}
+        try:
+            while not self._closed.is_set():
+                readable, _, _ = select.select(list(peers), [], [], 0.1)
+                for sock in readable:
+                    data = sock.recv(65536)
+                    if not data:
+                        peers[sock].shutdown(socket.SHUT_WR)
+                        return
+                    committed = None if sock is server else self._take_cut(data)
+                    if committed is None:
+                        peers[sock].sendall(data)
+                        continue
+                    if committed:
+                        server.sendall(data)
+                        answer = b""
+                        while READY_FOR_QUERY not in answer:
+                            more = server.recv(65536)
+                            if not more:
+                                break
+                            answer += more
+                    if self._refuse_after_cut:
+                        # (A close alone would leave the port listening while
+                        # the accepting thread waits: shutdown wakes it.)
+                        self._listener.shutdown(socket.SHUT_RDWR)
+                        self._listener.close()  # new connections are refused
+                    client.close()
+                    server.close()
+                    return
+        except OSError:
+            return

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from contextlib import AsyncExitStack
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -19,9 +19,6 @@ from functools import partial, wraps
 from time import monotonic
 from types import TracebackType
 from typing import Any, Literal, ParamSpec, Protocol, TypeAlias, TypeVar, overload
-
-import psycopg
-from psycopg.sql import Composed
 
 from dislock.core import history, kinds, sql
 from dislock.core.config import SCHEDULE, normalize_strategies
@@ -39,17 +36,15 @@ from dislock.core.errors import (
     LeaseLostError,
     LockDelayedError,
     LockNotAcquiredError,
-    NotReplicatedError,
 )
 from dislock.core.failover import delayed
-from dislock.core.grants import refused
 from dislock.core.lease import LeaseClock, LeaseSettings, raises_on_exit
-from dislock.core.limits import too_long
 from dislock.core.patience import ConnectPatience, SlotEnd
 from dislock.core.pause import paused_error
 from dislock.core.renewal import Renewal
 from dislock.core.supervision import LOSS_LOGGER
 from dislock.core.timeouts import RELEASE_TIMEOUT
+from dislock.core.unknown_outcome import HELD
 from dislock.core.waiting import (
     WAKE_CHANNEL,
     WaitPlan,
@@ -61,6 +56,7 @@ from dislock.core.waiting import (
     wake_key,
 )
 
+from ._acquiring import acquire, acquire_slot, hand_back_rows
 from ._compat import Event, LossGuard, sleep
 from ._hub import Hub, enter_hub, leave_hub
 from ._listen import Listener
@@ -97,58 +93,6 @@ def _slot_end(context: LockContext, started_at: datetime) -> SlotEnd | None:
     return (
         None if ends_at is None else SlotEnd(context.lock_key, ends_at, datetime.now(timezone.utc))
     )
-
-
-async def acquire(
-    hub: Hub,
-    statement: Composed,
-    params: dict[str, Any],
-    timeout: float,
-    *,
-    context: LockContext,
-    parse: Callable[[Sequence[Any]], sql.Acquired] = sql.parse_acquired,
-    patience: ConnectPatience | None = None,
-) -> sql.Acquired:
-    """Run an acquiring upsert: whether it took the row, the fencing token, and
-    the pause that refused it, if one did (read by ``parse``; a connection opened
-    for it waits within ``patience``).
-
-    Bounded, so that a row locked by a stuck transaction cannot hold a start
-    (and the cron runs queueing behind it) indefinitely.  A row that synchronous
-    replication did not confirm is handed back (``hand_back_rows``) before
-    ``NotReplicatedError`` is raised: a failover could lose it while the work runs.
-    """
-    try:
-        cursor = await hub.execute(statement, params, timeout, patience)
-    except NotReplicatedError as exc:
-        await hand_back_rows(hub, context, [params["key"]])
-        raise NotReplicatedError(
-            f"{params['key']!r} was not acquired (handed back): {exc}"
-        ) from None
-    except psycopg.Error as exc:
-        denied = refused(exc, url=context.url, key=params["key"], table_parts=context.table_parts)
-        if denied is not None:
-            raise denied from None
-        raise
-    row = await cursor.fetchone()
-    assert row is not None, "an acquiring statement answers one row"
-    answer = parse(row)
-    hub.note_timeline(answer.timeline)
-    if answer.ttl_cap is not None:
-        raise ConfigurationError(too_long(params["ttl"], answer.ttl_cap))
-    return answer
-
-
-async def hand_back_rows(hub: Hub, context: LockContext, keys: list[str]) -> None:
-    """Expire ``context``'s rows among ``keys`` (owner-guarded, one statement, waking
-    the lease's waiters), best effort: an acquisition that synchronous replication
-    did not confirm, or that was interrupted after it may have taken a row."""
-    statement = sql.statements_for(context).hand_back
-    params = sql.hand_back_params(keys, context.owner, context.lock_key)
-    try:
-        await hub.execute(statement, params, RELEASE_TIMEOUT)
-    except Exception as error:  # unconfirmed too, most likely: it still expired here
-        logger.debug("handing back %s: %s", ", ".join(keys), scrub(str(error), context.url))
 
 
 class ScheduleLock:
@@ -189,7 +133,14 @@ class ScheduleLock:
             monotonic(),
             slot=partial(_slot_end, context, datetime.now(timezone.utc)),
         )
-        claim = partial(acquire, hub, timeout=timeout, context=context, patience=patience)
+        claim = partial(
+            acquire,
+            hub,
+            timeout=timeout,
+            context=context,
+            what=f"schedule slot {self.key!r}",
+            patience=patience,
+        )
         try:
             await hub.connect_patiently(patience)
             expires_at = context.next_run_time
@@ -235,6 +186,7 @@ class ScheduleLock:
             )
         self.expires_at = expires_at
         self.fence = answer.token
+        HELD.add(tuple(context.table_parts), self.key, context.owner, until=expires_at)
         logger.info("acquired schedule slot %s until %s", self.key, expires_at.isoformat())
         if self.records_history:
             self._recording = await _record_start(self)
@@ -385,6 +337,7 @@ class LeaseLock:
             self.lease_lost.clear()
             self._clock = clock
             hub.register(held.renewal, self.lease_lost)
+            HELD.add(held.renewal.table_parts, self.key, context.owner)
             # Inside the try: an interruption from here on is handled below, and
             # one after it finds the lock ``holding``, so its exit releases it.
             self._held = held
@@ -398,6 +351,7 @@ class LeaseLock:
             self._held = None
             if held is not None:
                 hub.unregister(held.renewal)
+                HELD.discard(held.renewal.table_parts, held.renewal.key, context.owner)
             keys = [self.key] if context.slots == 1 else self._slot_keys
             await hand_back_rows(hub, context, keys)
             await leave_hub(hub)
@@ -446,37 +400,22 @@ class LeaseLock:
                     sql.lease_params(self.key, context.owner, self.settings.ttl),
                     clock.attempt_timeout(sent_at),
                     context=context,
+                    what=f"lease {self.key!r}",
                     patience=patience,
                 )
                 acquired, fence, free = answer.acquired, answer.token, 0
                 reason, paused_until = answer.paused_for, answer.paused_until
                 self._delayed_until = answer.delayed_until
             else:
-                try:
-                    cursor = await hub.execute(
-                        statements.acquire_slot,
-                        sql.slot_params(self._slot_keys, context.owner, self.settings.ttl),
-                        clock.attempt_timeout(sent_at),
-                        patience,
-                    )
-                except NotReplicatedError as exc:
-                    # Which slot it took is unknown: every slot row of ours goes back.
-                    await hand_back_rows(hub, context, self._slot_keys)
-                    raise NotReplicatedError(
-                        f"no slot of {context.lock_key!r} was acquired (handed back): {exc}"
-                    ) from None
-                except psycopg.Error as exc:
-                    denied = refused(
-                        exc, url=context.url, key=self.key, table_parts=context.table_parts
-                    )
-                    if denied is not None:
-                        raise denied from None
-                    raise
-                row = await cursor.fetchone()
-                assert row is not None
-                slot = sql.parse_slot(row)
-                if slot.ttl_cap is not None:
-                    raise ConfigurationError(too_long(self.settings.ttl, slot.ttl_cap))
+                slot = await acquire_slot(
+                    hub,
+                    statements.acquire_slot,
+                    sql.slot_params(self._slot_keys, context.owner, self.settings.ttl),
+                    clock.attempt_timeout(sent_at),
+                    context=context,
+                    keys=self._slot_keys,
+                    patience=patience,
+                )
                 fence, free, reason, paused_until = (
                     slot.token,
                     slot.free,
@@ -607,6 +546,8 @@ class LeaseLock:
 
     async def _leave(self, held: _Held, *, lost: bool, block_failed: bool) -> None:
         held.hub.unregister(held.renewal)
+        renewal = held.renewal
+        HELD.discard(renewal.table_parts, renewal.key, renewal.owner)
         self._held = None
         try:
             # A renewal of this lease still in flight runs before the release on

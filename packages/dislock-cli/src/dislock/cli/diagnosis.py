@@ -183,11 +183,27 @@ def _unreachable(error: DatabaseUnreachableError, url: str) -> str:
     it give up, which slot went by (the command did not run in it here)."""
     detail = scrub(error.detail, url)
     where = redact_dsn(url)
+    lost = error.lost_answer_of
+    # The connection broke under the acquiring statement: "cannot connect" would
+    # send the operator looking at the wrong thing.
+    lost_words = (
+        ""
+        if lost is None
+        else f", after the connection was lost during the acquisition of {lost}"
+        " (whether it was taken is unknown; a row it took expires by itself)"
+    )
     if error.slot_end is not None:
         return (
             f"the schedule slot of {error.lock_key!r} ending {error.slot_end.isoformat()}"
             f" ended while the database was unreachable for {error.unreachable_for:.1f} s"
-            f" ({where}); the command did not run: {detail}"
+            f" ({where}){lost_words}; the command did not run: {detail}"
+        )
+    if lost is not None:
+        return (
+            f"lost the connection to the database ({where}) during the acquisition of {lost},"
+            f" and it stayed unreachable for {error.unreachable_for:.1f} s, {error.attempts}"
+            f" attempts (LOCK_CONNECT_PATIENCE_SECONDS={error.patience:g}); whether it was"
+            f" taken is unknown (a row it took expires by itself): {detail}"
         )
     return (
         f"cannot connect to the database ({where}): unreachable for"

@@ -97,7 +97,10 @@ class DatabaseUnreachableError(DislockError, OperationalError):
     """No connection to the database could be opened in time: every attempt failed
     the way a busy, restarting or failing-over server fails (refused, timed out, no
     primary among the hosts), until ``LockContext.connect_patience_seconds`` ran out
-    or, for a schedule lock, until the slot being taken ended.
+    or, for a schedule lock, until the slot being taken ended.  Also raised when
+    the connection was lost during an acquiring statement and the patience ran
+    out before the lock could find out whether it took its row
+    (``lost_answer_of``).
 
     Also an ``OperationalError``, the driver's class for the same failure, so that
     code catching that still does; the driver's last error is the ``__cause__``.
@@ -113,6 +116,7 @@ class DatabaseUnreachableError(DislockError, OperationalError):
         patience: float,
         slot_end: datetime | None = None,
         lock_key: str | None = None,
+        lost_answer_of: str | None = None,
     ) -> None:
         super().__init__(message)
         self.detail = detail
@@ -127,6 +131,9 @@ class DatabaseUnreachableError(DislockError, OperationalError):
         """When the slot's end (not the patience) stopped the wait: that end."""
         self.lock_key = lock_key
         """With ``slot_end``: the lock whose slot it was."""
+        self.lost_answer_of = lost_answer_of
+        """The acquisition (in words) whose answer the connection lost before this, if
+        one did: whether it took its row is unknown (a row it took expires by itself)."""
 
 
 class Interrupted(KeyboardInterrupt):

@@ -17,8 +17,9 @@ decision share one deadline.  While it is patient, each try gives every host of
 the URL a short connect timeout that grows with the tries, so that the patience
 is spent going round the hosts rather than waiting on one that never answers.
 
-Only *opening* a connection is retried: a statement that failed mid-way may
-have taken effect, and its outcome is the lock code's to judge.
+Only *opening* a connection is retried here: a statement that failed mid-way
+may have taken effect.  An acquiring statement whose answer was lost is judged
+by ``dislock.core.unknown_outcome``, within the same patience (``answer_lost``).
 """
 
 from __future__ import annotations
@@ -135,6 +136,7 @@ class ConnectPatience:
         "attempts",
         "failing_since",
         "failures",
+        "lost_answer_of",
         "patience",
         "started",
     )
@@ -155,6 +157,9 @@ class ConnectPatience:
         """Failed tries so far."""
         self.failing_since: float | None = None
         """When the first failed try started."""
+        self.lost_answer_of: str | None = None
+        """The acquisition (in words) whose answer a lost connection took, once one did:
+        giving up then leaves its outcome unknown, which the error says."""
         self._rng = rng
         self._slot = slot
         self._slot_end: SlotEnd | None = None  # when the slot's end is the deadline
@@ -212,6 +217,36 @@ class ConnectPatience:
         # The last try happens at the deadline, not a whole pause after it.
         return min(delay, deadline - now)
 
+    def answer_lost(self, what: str, now: float, *, attempt_started: float) -> float | None:
+        """An acquiring statement for ``what`` (in words), sent at ``attempt_started``,
+        lost its answer (``dislock.core.unknown_outcome``): how long to wait before
+        finding out what it did (reconnect, read, perhaps send again), or None once
+        the patience is spent (``lost_answer_error`` then says so).  Counted as a
+        failed try; no wait after the first loss, since the reconnection has
+        pauses of its own, and the usual backoff after a read that lost its answer too."""
+        first = self.lost_answer_of is None
+        self.failures += 1
+        if self.failing_since is None:
+            self.failing_since = attempt_started
+        self.lost_answer_of = what
+        deadline = self.deadline(now)
+        if now >= deadline:
+            return None
+        if first:
+            return 0.0
+        delay = backoff_delay(self.attempts, self._rng)
+        self.attempts += 1
+        return min(delay, deadline - now)
+
+    def answer_found(self) -> None:
+        """The read after a lost answer succeeded: the outcome is known again."""
+        self.lost_answer_of = None
+
+    def lost_answer_error(self, detail: str, now: float) -> DatabaseUnreachableError:
+        """The error once ``answer_lost`` gave up: for how long the database could
+        not be asked, and that the acquisition's outcome is unknown."""
+        return self._gave_up(detail, now)
+
     def unreachable(
         self, error: BaseException, detail: str, now: float
     ) -> DatabaseUnreachableError | None:
@@ -220,19 +255,30 @@ class ConnectPatience:
         the wait, which slot), or None to report ``error`` itself (not transient)."""
         if not is_transient(error):
             return None
+        return self._gave_up(detail, now)
+
+    def _gave_up(self, detail: str, now: float) -> DatabaseUnreachableError:
         since = self.failing_since if self.failing_since is not None else now
         unreachable_for = max(0.0, now - since)
         tries = f"{self.failures} attempt{'s' if self.failures != 1 else ''}"
         slot = self._slot_end
+        lost = self.lost_answer_of
+        after = (
+            ""
+            if lost is None
+            else f"; the connection was lost during the acquisition of {lost}, whose outcome"
+            " is unknown (a row it took expires by itself)"
+        )
         if slot is not None:
             message = (
                 f"the schedule slot of {slot.lock_key!r} ending {slot.at.isoformat()} ended"
-                f" while the database was unreachable ({unreachable_for:.1f} s, {tries}): {detail}"
+                f" while the database was unreachable ({unreachable_for:.1f} s, {tries}){after}:"
+                f" {detail}"
             )
         else:
             message = (
                 f"the database was unreachable for {unreachable_for:.1f} s ({tries};"
-                f" connect_patience_seconds={self.patience:g}): {detail}"
+                f" connect_patience_seconds={self.patience:g}){after}: {detail}"
             )
         return DatabaseUnreachableError(
             message,
@@ -242,4 +288,5 @@ class ConnectPatience:
             patience=self.patience,
             slot_end=None if slot is None else slot.at,
             lock_key=None if slot is None else slot.lock_key,
+            lost_answer_of=lost,
         )

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from psycopg import sql
 
-from dislock.core.failover import delay_end_returned, lock_delay, timeline_returned
+from dislock.core.failover import TIMELINE, delay_end_returned, lock_delay, timeline_returned
 from dislock.core.kinds import KEY_PREFIX as KEY_PREFIX
 from dislock.core.kinds import LEASE, SCHEDULE, kind
 from dislock.core.limits import max_ttl_of
@@ -177,6 +177,10 @@ class Statements(NamedTuple):
     taken (NULL if none), the fencing token, how many slots it found free (to tell a
     full lease from a slot another holder took in the same instant), the reason
     and end of a live pause that refused it, and the end of a running lock delay."""
+    mine: sql.Composed
+    """Params: keys, owner. The owner's live rows among the keys: ``(key, token,
+    expire_at, timeline)`` each (``dislock.core.unknown_outcome``), for an
+    acquisition whose answer was lost."""
     acquire_by_clock: sql.Composed
     """Params: ``acquire_by_clock_params`` (key, pause, owner and the candidates of
     ``dislock.core.cron.SlotCandidates``). ``acquire_until`` for the schedule slot
@@ -329,6 +333,11 @@ def statements(table_parts: tuple[str, ...], fencing: bool = False) -> Statement
         release=releasing(sql.SQL("key = %(key)s")),
         hand_back=releasing(sql.SQL("key = ANY(%(keys)s::text[])")),
         now=sql.SQL("SELECT NOW()"),
+        mine=sql.SQL(
+            "SELECT key, {token}, expire_at, {timeline} FROM {table} AS held"
+            " WHERE key = ANY(%(keys)s::text[]) AND value = %(owner)s AND expire_at > NOW()"
+            " ORDER BY key"
+        ).format(token=token, timeline=TIMELINE, table=table),
         acquire_slot=_acquire_slot(
             upsert, pause, parts, table, first_token, token, lease_expiry, (lease_ctes, lease_calm)
         ),
@@ -477,6 +486,11 @@ def release_params(key: str, owner: str, lock_key: str) -> dict[str, Any]:
 def hand_back_params(keys: list[str], owner: str, lock_key: str) -> dict[str, Any]:
     """Parameters of ``hand_back``: our rows among ``keys``, of the lock ``lock_key``."""
     return {"keys": keys, "owner": owner, "channel": WAKE_CHANNEL, "wake_key": wake_key(lock_key)}
+
+
+def mine_params(keys: list[str], owner: str) -> dict[str, Any]:
+    """Parameters of ``mine``."""
+    return {"keys": keys, "owner": owner}
 
 
 def slot_params(keys: list[str], owner: str, ttl_seconds: float) -> dict[str, Any]:

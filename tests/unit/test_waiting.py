@@ -8,7 +8,7 @@ import pytest
 
 from dislock import ConfigurationError, LockContext
 from dislock.core import waiting
-from dislock.core.config import count_between, parse_auto_flag
+from dislock.core.config import parse_auto_flag
 
 
 def test_delays_are_jittered_around_the_cadence_and_never_pass_the_deadline() -> None:
@@ -51,20 +51,6 @@ def test_slot_keys_and_the_key_a_wake_payload_digests() -> None:
         "cronjob-lock:lease#3:job",
     ]
     assert waiting.wake_key("job") == "cronjob-lock:lease:job"  # the same for every slot
-
-
-@pytest.mark.parametrize(
-    ("value", "expected"),
-    [(1, 1), ("7", 7), (" 12 ", 12)],
-)
-def test_count_between_accepts_whole_numbers(value: Any, expected: int) -> None:
-    assert count_between("N", value, 1, 20) == expected
-
-
-@pytest.mark.parametrize("value", [0, 21, "0", "1.5", 2.0, True, None, "", "x", "1e3"])
-def test_count_between_rejects_the_rest(value: Any) -> None:
-    with pytest.raises(ConfigurationError, match=r"^N must be"):
-        count_between("N", value, 1, 20)
 
 
 def test_auto_flag() -> None:

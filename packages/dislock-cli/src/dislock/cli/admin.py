@@ -221,12 +221,6 @@ class LockRow:
         return data
 
 
-def split_key(key: str) -> tuple[str, str]:
-    """``cronjob-lock:<mode>:<lock_key>`` into its kind's name and lock key."""
-    found, lock_key, _ = kinds.parse_row_key(key)
-    return ("?", key) if found is None else (found.name, lock_key)
-
-
 def released_text(mode: str) -> str:
     """What a forced release of a ``mode`` lock means, for the operator."""
     return kinds.kind(mode).released_text

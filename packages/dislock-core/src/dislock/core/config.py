@@ -6,7 +6,6 @@ value it was given, so the same message reaches a Python caller and an operator.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
 
 from dislock.core.bounds import escape
@@ -48,34 +47,6 @@ def normalize_strategies(strategies: str | Iterable[str]) -> tuple[str, ...]:
     if not chosen:
         raise ConfigurationError("no lock strategy given: expected 'schedule', 'lease' or both")
     return tuple(name for name in STRATEGY_ORDER if name in chosen)
-
-
-def positive_seconds(name: str, value: object) -> float:
-    """A finite number of seconds greater than zero."""
-    seconds = _finite_number(name, value)
-    if seconds <= 0:
-        raise ConfigurationError(f"{name} must be greater than 0, got {value!r}")
-    return seconds
-
-
-def non_negative_seconds(name: str, value: object) -> float:
-    """A finite number of seconds, zero allowed."""
-    seconds = _finite_number(name, value)
-    if seconds < 0:
-        raise ConfigurationError(f"{name} must not be negative, got {value!r}")
-    return seconds
-
-
-def _finite_number(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise ConfigurationError(f"{name} must be a number of seconds, got {value!r}")
-    try:
-        seconds = float(value)
-    except ValueError:
-        raise ConfigurationError(f"{name} must be a number of seconds, got {value!r}") from None
-    if not math.isfinite(seconds):
-        raise ConfigurationError(f"{name} must be a finite number of seconds, got {value!r}")
-    return seconds
 
 
 def derive_lease_interval(ttl_seconds: float) -> float:
@@ -162,19 +133,6 @@ def parse_flag(name: str, value: str) -> bool:
     raise ConfigurationError(
         f"{name} must be one of 1/true/yes/on or 0/false/no/off, got {value!r}"
     )
-
-
-def count_between(name: str, value: object, low: int, high: int) -> int:
-    """A whole number within ``[low, high]`` (an int, or its decimal text)."""
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise ConfigurationError(f"{name} must be a whole number, got {value!r}")
-    try:
-        number = int(value.strip()) if isinstance(value, str) else value
-    except ValueError:
-        raise ConfigurationError(f"{name} must be a whole number, got {value!r}") from None
-    if not low <= number <= high:
-        raise ConfigurationError(f"{name} must be between {low} and {high}, got {value!r}")
-    return number
 
 
 def parse_auto_flag(name: str, value: str) -> bool | None:

@@ -515,11 +515,60 @@ def herd(url: str, strategy: str, machines: int) -> tuple[int, int, list[float],
     return len(starts), len(failures), decided, failures
 
 
+def _proc_stat(pid: int) -> list[str]:
+    """The fields of ``/proc/PID/stat`` after the command name (state first)."""
+    text = Path(f"/proc/{pid}/stat").read_text()
+    return text[text.rindex(")") + 2 :].split()
+
+
+def server_cpu_reader(url: str) -> Callable[[], float] | None:
+    """A reading of the CPU seconds the server's postmaster and its exited backends
+    have used (``utime + stime + cutime + cstime``): every connection the herd opens,
+    refused ones included, is a backend that the postmaster forks, reaps and so
+    counts.  None when the server is not a process of this machine."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT pg_backend_pid()").fetchone()
+        try:  # (while the backend lives)
+            postmaster = int(_proc_stat(int(row[0]) if row else -1)[1])
+            _proc_stat(postmaster)
+        except (OSError, ValueError, IndexError):
+            return None
+    ticks = os.sysconf("SC_CLK_TCK")
+
+    def read() -> float:
+        fields = _proc_stat(postmaster)
+        return sum(int(fields[i]) for i in (11, 12, 13, 14)) / ticks
+
+    return read
+
+
+def _backends_gone(url: str, role: str, timeout: float = 30.0) -> None:
+    """Wait until ``role`` has no backend left, so that each was reaped (and counted)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE usename = %s", [role]
+            ).fetchone()
+            if row is not None and row[0] == 0:
+                break
+            time.sleep(0.05)
+    time.sleep(0.2)  # the postmaster reaps on SIGCHLD, a moment after the exit
+
+
 def herd_rows(url: str, machines: int, cap: int) -> list[Row]:
+    from psycopg.conninfo import conninfo_to_dict
+
     rows = []
+    cpu = server_cpu_reader(url)
     with capped_role(url, cap) as capped:
+        role = str(conninfo_to_dict(capped)["user"])
         for strategy, what in (("schedule", "one slot"), ("lease", "one lease")):
+            _backends_gone(url, role)
+            cpu_before = None if cpu is None else cpu()
             starts, failed, decided, failures = herd(capped, strategy, machines)
+            _backends_gone(url, role)
+            spent = None if cpu is None or cpu_before is None else cpu() - cpu_before
             times = sorted(decided)
             p50 = statistics.median(times) * 1000 if times else float("nan")
             p99 = times[min(len(times) - 1, int(len(times) * 0.99))] * 1000 if times else 0.0
@@ -540,6 +589,14 @@ def herd_rows(url: str, machines: int, cap: int) -> list[Row]:
                 Row(
                     "  time until a machine had its decision: p50 / p99 / all",
                     f"{p50:.0f} ms / {p99:.0f} ms / {times[-1] * 1000 if times else 0:.0f} ms",
+                    "report",
+                ),
+                Row(
+                    "  server CPU per machine (the postmaster and the backends it reaped:"
+                    " every connection, refused ones too)",
+                    "n/a (the server is not local)"
+                    if spent is None
+                    else f"{spent * 1000 / machines:.1f} ms",
                     "report",
                 ),
             ]
@@ -1353,6 +1410,13 @@ def main() -> int:
     parser.add_argument(
         "--only-waiting", action="store_true", help="only the waiting and slot measures (printed)"
     )
+    parser.add_argument(
+        "--herd",
+        type=int,
+        metavar="N",
+        help="only the herd, N machines against a role capped at --herd-cap (printed)",
+    )
+    parser.add_argument("--herd-cap", type=int, default=50, metavar="C")
     args = parser.parse_args()
     parts = set(args.only.split(",")) if args.only else None
     repeat = 1 if args.quick else 9
@@ -1364,6 +1428,9 @@ def main() -> int:
             conn.execute(create_table_sql(("key_value",)))
         if args.only_waiting:
             print(render(waiting_rows(url, 5 if args.quick else 40), args.quick))
+            return 0
+        if args.herd:
+            print(render(herd_rows(url, args.herd, args.herd_cap), args.quick))
             return 0
         measures: list[tuple[str, Callable[[], list[Row]]]] = [
             ("cli", partial(cli_rows, url, repeat)),

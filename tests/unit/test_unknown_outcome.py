@@ -91,7 +91,7 @@ def test_a_schedule_slot_is_held_until_it_ends() -> None:
     assert not held.holds(TABLE, "old", "o")
     assert not held.holds(("other", "t"), "slot", "o")
     held.add(TABLE, "new", "o", until=now + timedelta(hours=1))
-    assert len(held._rows) == 2  # the ended slot was forgotten
+    assert len(held) == 2  # the ended slot was forgotten
 
 
 def test_finding_out_stays_within_the_patience() -> None:

@@ -76,32 +76,39 @@ class HeldRows:
 
     def __init__(self) -> None:
         self._guard = threading.Lock()
-        self._rows: dict[tuple[tuple[str, ...], str, str], datetime | None] = {}
+        self._leases: set[tuple[tuple[str, ...], str, str]] = set()
+        self._slots: dict[tuple[tuple[str, ...], str, str], datetime] = {}
 
     def add(
         self, table_parts: tuple[str, ...], key: str, owner: str, until: datetime | None = None
     ) -> None:
-        """Remember a row taken (``until``: when it ends by itself; None until ``discard``)."""
-        now = datetime.now(timezone.utc)
+        """Remember a row taken: a slot until ``until``, a lease (None) until ``discard``."""
+        row = (table_parts, key, owner)
         with self._guard:
-            # Slots that ended are forgotten as new rows come: the map stays small.
-            for row, ends in list(self._rows.items()):
-                if ends is not None and ends <= now:
-                    del self._rows[row]
-            self._rows[(table_parts, key, owner)] = until
+            if until is None:
+                self._leases.add(row)
+                return
+            # Slots that ended are forgotten as new ones come: the map stays small.
+            now = datetime.now(timezone.utc)
+            for old in [old for old, ends in self._slots.items() if ends <= now]:
+                del self._slots[old]
+            self._slots[row] = until
 
     def discard(self, table_parts: tuple[str, ...], key: str, owner: str) -> None:
         with self._guard:
-            self._rows.pop((table_parts, key, owner), None)
+            self._leases.discard((table_parts, key, owner))
 
     def holds(self, table_parts: tuple[str, ...], key: str, owner: str) -> bool:
-        now = datetime.now(timezone.utc)
+        row = (table_parts, key, owner)
         with self._guard:
-            row = (table_parts, key, owner)
-            if row not in self._rows:
-                return False
-            ends = self._rows[row]
-            return ends is None or ends > now
+            if row in self._leases:
+                return True
+            ends = self._slots.get(row)
+        return ends is not None and ends > datetime.now(timezone.utc)
+
+    def __len__(self) -> int:
+        with self._guard:
+            return len(self._leases) + len(self._slots)
 
 
 HELD = HeldRows()

@@ -447,13 +447,7 @@ def capped_role(url: str, cap: int) -> Iterator[str]:
             conn.execute(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s", [role]
             )
-            for _ in range(100):
-                row = conn.execute(
-                    "SELECT count(*) FROM pg_stat_activity WHERE usename = %s", [role]
-                ).fetchone()
-                if row is not None and row[0] == 0:
-                    break
-                time.sleep(0.05)
+            _backends_gone(url, role, timeout=5.0)
             conn.execute(pgsql.SQL("DROP OWNED BY {}").format(name))
             conn.execute(pgsql.SQL("DROP ROLE {}").format(name))
 

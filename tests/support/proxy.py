@@ -1,29 +1,73 @@
-"""A loopback TCP proxy that can be told to stop forwarding: a network partition
-as the client sees it, with the connection still open and nothing coming back;
-and a host that never answers at all."""
+"""Loopback TCP proxies for network faults: one that can be told to stop forwarding
+(a network partition as the client sees it, the connection still open and nothing
+coming back), one that breaks a connection while a statement is in flight, and a
+host that never answers at all."""
 
 from __future__ import annotations
 
 import select
 import socket
 import threading
+from typing import Self
 
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 
-class BlackholeProxy:
-    def __init__(self, upstream: tuple[str, int]) -> None:
-        self.upstream = upstream
+class _Relay:
+    """A loopback port whose every client is served by ``_serve`` in the accepting
+    thread, typically connected to ``upstream`` (a TCP address, or the path of a
+    Unix socket) and pumped in a thread of its own."""
+
+    def __init__(self, upstream: tuple[str, int] | str) -> None:
+        self._upstream = upstream
         self._listener = socket.socket()
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._listener.bind(("127.0.0.1", 0))
         self._listener.listen(64)
         self.port: int = self._listener.getsockname()[1]
-        self._blackholed = threading.Event()
         self._closed = threading.Event()
         self._sockets: list[socket.socket] = []
-        self._cuts: list[threading.Event] = []
         threading.Thread(target=self._accept, daemon=True).start()
+
+    def close(self) -> None:
+        self._closed.set()
+        self._listener.close()
+        for sock in self._sockets:
+            sock.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _connect_upstream(self) -> socket.socket:
+        if isinstance(self._upstream, str):
+            server = socket.socket(socket.AF_UNIX)
+            server.connect(self._upstream)
+        else:
+            server = socket.create_connection(self._upstream)
+        self._sockets.append(server)
+        return server
+
+    def _accept(self) -> None:
+        while not self._closed.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            self._sockets.append(client)
+            self._serve(client)
+
+    def _serve(self, client: socket.socket) -> None:
+        raise NotImplementedError
+
+
+class BlackholeProxy(_Relay):
+    def __init__(self, upstream: tuple[str, int]) -> None:
+        self._blackholed = threading.Event()
+        self._cuts: list[threading.Event] = []
+        super().__init__(upstream)
 
     def blackhole(self) -> None:
         """From now on, swallow everything in both directions and connect nothing."""
@@ -36,26 +80,13 @@ class BlackholeProxy:
         for cut in self._cuts:
             cut.set()
 
-    def close(self) -> None:
-        self._closed.set()
-        self._listener.close()
-        for sock in self._sockets:
-            sock.close()
-
-    def _accept(self) -> None:
-        while not self._closed.is_set():
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
-            self._sockets.append(client)
-            if self._blackholed.is_set():
-                continue  # accepted, never answered
-            server = socket.create_connection(self.upstream)
-            self._sockets.append(server)
-            cut = threading.Event()
-            self._cuts.append(cut)
-            threading.Thread(target=self._pump, args=(client, server, cut), daemon=True).start()
+    def _serve(self, client: socket.socket) -> None:
+        if self._blackholed.is_set():
+            return  # accepted, never answered
+        server = self._connect_upstream()
+        cut = threading.Event()
+        self._cuts.append(cut)
+        threading.Thread(target=self._pump, args=(client, server, cut), daemon=True).start()
 
     def _pump(self, client: socket.socket, server: socket.socket, cut: threading.Event) -> None:
         peers = {client: server, server: client}
@@ -116,7 +147,7 @@ READY_FOR_QUERY = b"Z\x00\x00\x00\x05"
 after the statement's (autocommit) transaction ended."""
 
 
-class AnswerCutter:
+class AnswerCutter(_Relay):
     """A loopback TCP proxy that, when armed, breaks the first connection that sends a
     statement containing ``marker``: the client's connection closes while the
     statement is in flight, as when a failover restarts the server under it.
@@ -130,23 +161,13 @@ class AnswerCutter:
     def __init__(self, url: str) -> None:
         params = conninfo_to_dict(url)
         host, port = str(params.get("host") or "/tmp"), int(params.get("port") or 5432)
-        # The server's Unix socket, or its TCP port.
-        self._upstream: str | tuple[str, int] = (
-            f"{host}/.s.PGSQL.{port}" if host.startswith("/") else (host, port)
-        )
-        self._listener = socket.socket()
-        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._listener.bind(("127.0.0.1", 0))
-        self._listener.listen(64)
-        self.port: int = self._listener.getsockname()[1]
         self._guard = threading.Lock()
         self._armed: tuple[bytes, bool] | None = None
         self.cuts = 0
         """How many connections were broken so far."""
         self._refuse_after_cut = False
-        self._closed = threading.Event()
-        self._sockets: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
+        # The server's Unix socket, or its TCP port.
+        super().__init__(f"{host}/.s.PGSQL.{port}" if host.startswith("/") else (host, port))
 
     def url(self, url: str) -> str:
         """``url`` (the upstream server's) through this proxy."""
@@ -162,31 +183,9 @@ class AnswerCutter:
         """Once a connection was cut, refuse every new one: the server stays away."""
         self._refuse_after_cut = True
 
-    def close(self) -> None:
-        self._closed.set()
-        self._listener.close()
-        for sock in self._sockets:
-            sock.close()
-
-    def __enter__(self) -> AnswerCutter:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def _accept(self) -> None:
-        while not self._closed.is_set():
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
-            if isinstance(self._upstream, str):
-                server = socket.socket(socket.AF_UNIX)
-                server.connect(self._upstream)
-            else:
-                server = socket.create_connection(self._upstream)
-            self._sockets += [client, server]
-            threading.Thread(target=self._pump, args=(client, server), daemon=True).start()
+    def _serve(self, client: socket.socket) -> None:
+        server = self._connect_upstream()
+        threading.Thread(target=self._pump, args=(client, server), daemon=True).start()
 
     def _take_cut(self, data: bytes) -> bool | None:
         """Whether to cut here (and how), disarming: None to pass ``data`` on."""

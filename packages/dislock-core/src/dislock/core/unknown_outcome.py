@@ -2,11 +2,10 @@
 
 When the connection breaks while an acquiring statement is in flight (a
 failover restarts the server under it, a network drops), the statement may have
-committed or not.  Sending it again
-blindly is wrong either way it went: a row the first send took refuses the
-second (every acquisition refuses a live row, its owner's too), so the lock
-would report itself held by another owner, and a schedule slot it took would go
-by without the job.  So the lock reconnects within its patience
+committed or not.  Sending it again blindly is wrong either way it went: a row
+the first send took refuses the second (every acquisition refuses a live row,
+its owner's too), so the lock would report itself held by another owner, and a
+schedule slot it took would go by without the job.  So the lock reconnects within its patience
 (``dislock.core.patience``) and reads its owner's live rows among the keys it
 was taking (``Statements.mine``): a row found is the acquisition's, none found
 means nothing was taken and the statement may be sent again.

@@ -70,6 +70,32 @@ def test_the_first_lock_records_the_timeline_and_starts_no_delay(
     assert float(found[ttl_record(db)][0]) == 2.0
 
 
+def test_an_acquisition_that_began_before_the_first_record_is_not_delayed(
+    make_context: Callable[..., LockContext], database_url: str, lock_table: tuple[str, str]
+) -> None:
+    """Machines racing on a fresh table: one statement's NOW() (its transaction's start)
+    can come before another's commit of the first timeline record, which it still
+    sees.  That record starts no delay, so it must refuse nothing.  (Seen under cron:
+    one of three machines mailed "lock delay after a database failover" on a new table.)
+    The early start is made to happen: the second acquisition runs in a transaction
+    begun before the first lock took its row."""
+    from dislock.core import sql as core_sql
+
+    statement = core_sql.statements(lock_table).acquire_for
+    params = core_sql.lease_params(core_sql.lease_key("second"), "second-owner", 2.0)
+    with psycopg.connect(database_url, prepare_threshold=None) as early:  # not autocommit
+        early.execute("SELECT now()")  # the transaction, and its NOW(), start here
+        time.sleep(0.05)  # strictly before the record below, whatever the clock's grain
+        with lease(make_context, "first"):  # records the timeline, with no delay
+            pass
+        row = early.execute(statement, params).fetchone()
+        early.rollback()
+    assert row is not None
+    answer = core_sql.parse_acquired(row)
+    assert answer.delayed_until is None, answer
+    assert answer.acquired, answer
+
+
 def test_a_new_timeline_keeps_missing_and_expired_rows_for_the_longest_ttl(
     make_context: Callable[..., LockContext],
     db: psycopg.Connection[Any],

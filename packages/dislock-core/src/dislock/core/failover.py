@@ -165,11 +165,15 @@ def lock_delay(table: sql.Identifier, ttl: sql.Composable) -> tuple[sql.Composed
         # Two acquisitions of one role at once: the shorter TTL must not win.
         " ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value"
         " WHERE noted.value::float8 < EXCLUDED.value::float8),"
-        # A new timeline with a delay of zero (no lease ever) refuses nothing.
+        # A new timeline with a delay of zero (no lease ever) refuses nothing.  A
+        # running delay is judged by the real time: NOW() is this transaction's
+        # start, which can come before the commit that recorded the timeline (with
+        # no delay, or a zero one: its end is that statement's NOW()) although this
+        # statement sees the row; NOW() would then refuse for nothing.
         " dislock_calm AS (SELECT NOT EXISTS ("
         "SELECT FROM dislock_seen s, dislock_server h"
         " WHERE CASE WHEN s.timeline <> h.timeline THEN (SELECT ttl FROM dislock_longest) > 0"
-        " ELSE NOW() < s.delay_ends END) AS calm)"
+        " ELSE clock_timestamp() < s.delay_ends END) AS calm)"
     ).format(
         timeline=TIMELINE,
         table=table,

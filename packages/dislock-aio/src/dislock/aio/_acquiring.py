@@ -112,7 +112,7 @@ async def _find_out(
             await sleep(delay)
         sent_at = monotonic()
         try:
-            await hub.connect_patiently(patience)
+            # (A connection it opens waits out refusals within the patience.)
             cursor = await hub.execute(statement, params, context.connect_timeout_seconds, patience)
             found = parse_mine(await cursor.fetchall())
         except DatabaseUnreachableError:

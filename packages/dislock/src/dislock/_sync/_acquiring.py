@@ -114,7 +114,7 @@ def _find_out(
             sleep(delay)
         sent_at = monotonic()
         try:
-            hub.connect_patiently(patience)
+            # (A connection it opens waits out refusals within the patience.)
             cursor = hub.execute(statement, params, context.connect_timeout_seconds, patience)
             found = parse_mine(cursor.fetchall())
         except DatabaseUnreachableError:

@@ -434,6 +434,7 @@ async def _watch(
     lag: float,
 ) -> int:
     while True:
+        deadline: float | None = None
         if lease is None:
             code = await child.wait(None)
         else:
@@ -445,7 +446,11 @@ async def _watch(
             code = await child.wait_or(lease.lease_lost, timeout)
         if lease is not None and guard is not None and policy is LeaseLossPolicy.TERMINATE:
             # A command SIGKILLed may be the guard's doing: it exits right after.
-            patience = _GUARD_VERDICT_PATIENCE if code == -signal.SIGKILL else 0.0
+            # So may one not yet seen dead when we woke past the guard's instant
+            # (the wrapper was stopped): its exit may not have been reaped yet.
+            overdue = deadline is not None and monotonic() >= deadline + lag
+            killed = code == -signal.SIGKILL
+            patience = _GUARD_VERDICT_PATIENCE if killed or overdue else 0.0
             if await guard.killed_at_deadline(patience):
                 if code is None:
                     await child.wait(None)  # SIGKILLed: it is going, if not gone

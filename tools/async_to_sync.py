@@ -45,7 +45,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE_DIR = ROOT / "packages/dislock-aio/src/dislock/aio"
 TARGET_DIR = ROOT / "packages/dislock/src/dislock/_sync"
-MODULES = ("_acquiring.py", "_hub.py", "_listen.py", "_locks.py", "_supervisor.py")
+MODULES = (
+    "_acquiring.py",
+    "_decorators.py",
+    "_hub.py",
+    "_lease.py",
+    "_listen.py",
+    "_recording.py",
+    "_schedule.py",
+    "_session.py",
+    "_supervisor.py",
+    "_waiting.py",
+)
 
 RENAMES = {
     "AsyncConnection": "Connection",

@@ -97,8 +97,8 @@ def _signalling_enter(real: Callable[..., Any]) -> Callable[..., Any]:
     return lambda *args: _SignallingEnter(real(*args))
 
 
-def _signal_as_the_lease_is_taken(locks: ModuleType) -> None:
-    lease = locks.LeaseLock
+def _signal_as_the_lease_is_taken(module: ModuleType) -> None:
+    lease = module.LeaseLock
     if hasattr(lease, "__aenter__"):
         real_aenter = lease.__aenter__
 
@@ -121,7 +121,7 @@ def _signal_as_the_lease_is_taken(locks: ModuleType) -> None:
         lease.__enter__ = enter
 
 
-def _arrange(supervisor: ModuleType, locks: ModuleType, window: str) -> None:
+def _arrange(supervisor: ModuleType, lease: ModuleType, window: str) -> None:
     if window == "starting":
         _patch(supervisor, "child_environment", _signalling_environment)
     elif window == "releasing":
@@ -129,7 +129,7 @@ def _arrange(supervisor: ModuleType, locks: ModuleType, window: str) -> None:
     elif window == "locks held":
         _patch(supervisor, "acquire_unguarded", _signalling_enter)
     else:
-        _signal_as_the_lease_is_taken(locks)
+        _signal_as_the_lease_is_taken(lease)
 
 
 def _patch(module: ModuleType, name: str, wrap: Callable[[Any], Any]) -> None:
@@ -147,18 +147,18 @@ def main(flavour: str, window: str, url: str, schema: str, key: str) -> int:
     )
     command = ["sleep", "60"] if window == "starting" else ["true"]
     if flavour == "sync":
-        from dislock._sync import _locks as sync_locks
+        from dislock._sync import _lease as sync_lease
         from dislock._sync import _supervisor as sync
 
-        _arrange(sync, sync_locks, window)
+        _arrange(sync, sync_lease, window)
         status = sync.run_with_locks(
             command, context=context, strategies="lease", forward_signals=FORWARDED_SIGNALS
         )
     else:
-        from dislock.aio import _locks as aio_locks
+        from dislock.aio import _lease as aio_lease
         from dislock.aio import _supervisor as aio
 
-        _arrange(aio, aio_locks, window)
+        _arrange(aio, aio_lease, window)
         status = asyncio.run(
             aio.run_with_locks(
                 command, context=context, strategies="lease", forward_signals=FORWARDED_SIGNALS

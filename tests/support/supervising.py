@@ -12,7 +12,7 @@ import dislock
 import dislock.aio
 from dislock import LeaseLossPolicy, LeaseLostError, LockContext
 from dislock._sync._supervisor import supervise as sync_supervise
-from dislock.aio._locks import acquire_unguarded
+from dislock.aio._session import acquire_unguarded
 from dislock.aio._supervisor import supervise as aio_supervise
 
 

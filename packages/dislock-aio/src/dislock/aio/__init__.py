@@ -9,13 +9,13 @@ share a connection per database; ``keep_connected`` keeps it open between locks.
 exported here too, so that asyncio code needs no other import.
 """
 
+from dislock.aio._decorators import with_locks as with_locks
 from dislock.aio._hub import keep_connected as keep_connected
-from dislock.aio._locks import LeaseLock as LeaseLock
-from dislock.aio._locks import LockSession as LockSession
-from dislock.aio._locks import ScheduleLock as ScheduleLock
-from dislock.aio._locks import acquire_locks as acquire_locks
-from dislock.aio._locks import build_locks as build_locks
-from dislock.aio._locks import with_locks as with_locks
+from dislock.aio._lease import LeaseLock as LeaseLock
+from dislock.aio._schedule import ScheduleLock as ScheduleLock
+from dislock.aio._session import LockSession as LockSession
+from dislock.aio._session import acquire_locks as acquire_locks
+from dislock.aio._session import build_locks as build_locks
 from dislock.aio._supervisor import run_with_locks as run_with_locks
 from dislock.core.public import *  # noqa: F403  (the core names)
 from dislock.core.public import CORE_NAMES as _CORE_NAMES

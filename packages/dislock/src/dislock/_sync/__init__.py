@@ -9,13 +9,13 @@ here are generated from the asyncio ones in ``dislock.aio`` (see
 ``tools/async_to_sync.py``), apart from ``_compat``.
 """
 
+from dislock._sync._decorators import with_locks as with_locks
 from dislock._sync._hub import keep_connected as keep_connected
-from dislock._sync._locks import LeaseLock as LeaseLock
-from dislock._sync._locks import LockSession as LockSession
-from dislock._sync._locks import ScheduleLock as ScheduleLock
-from dislock._sync._locks import acquire_locks as acquire_locks
-from dislock._sync._locks import build_locks as build_locks
-from dislock._sync._locks import with_locks as with_locks
+from dislock._sync._lease import LeaseLock as LeaseLock
+from dislock._sync._schedule import ScheduleLock as ScheduleLock
+from dislock._sync._session import LockSession as LockSession
+from dislock._sync._session import acquire_locks as acquire_locks
+from dislock._sync._session import build_locks as build_locks
 from dislock._sync._supervisor import run_with_locks as run_with_locks
 from dislock.core.public import *  # noqa: F403  (the core names)
 from dislock.core.public import CORE_NAMES as _CORE_NAMES

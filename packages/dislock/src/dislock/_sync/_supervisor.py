@@ -77,7 +77,8 @@ from dislock.core.supervision import (
 )
 
 from ._compat import Child, handling_signals, interrupter, interrupting, sleep
-from ._locks import LeaseLock, LockSession, acquire_unguarded, enter_exit_first
+from ._lease import LeaseLock
+from ._session import LockSession, acquire_unguarded, enter_exit_first
 
 logger = logging.getLogger("dislock")
 

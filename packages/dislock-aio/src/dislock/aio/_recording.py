@@ -1,0 +1,175 @@
+"""A run's row in the history table (``LockContext.history``): inserted once its
+locks are held, completed as the block ends, before they are released.
+
+Hand-written in ``dislock/aio/_recording.py``; ``dislock/_sync/_recording.py`` is
+generated from it by ``tools/async_to_sync.py``.  The statements, and what an
+ending counts as, are ``dislock.core.history``'s.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Sequence
+from datetime import datetime
+from time import monotonic
+from types import TracebackType
+from typing import TYPE_CHECKING, Protocol
+
+from dislock.core import history
+from dislock.core.context import LEASE_LOST_EXIT_CODE, LeaseLossPolicy, LockContext
+from dislock.core.dsn import scrub
+from dislock.core.patience import ConnectPatience
+
+from ._hub import Hub, enter_hub, leave_hub
+
+if TYPE_CHECKING:
+    from ._lease import LeaseLock
+
+logger = logging.getLogger("dislock")
+
+
+class Run(Protocol):
+    """What the row's end needs of the run: whether its lease was lost, and how it
+    ended when ``run_with_locks`` says so (``LockSession``)."""
+
+    @property
+    def lease(self) -> LeaseLock | None: ...
+
+    @property
+    def run_end(self) -> history.RunEnd | None: ...
+
+
+class _Alone:
+    """The run of a lock entered by itself, without ``acquire_locks``."""
+
+    def __init__(self, lease: LeaseLock | None) -> None:
+        self.lease = lease
+        self.run_end: history.RunEnd | None = None
+
+
+class RunRecording:
+    """The run's row: inserted as it is entered, completed as it is left.
+
+    It keeps the shared connection for the end statement, so that a schedule-only
+    run does not connect again to record it.  A history statement that fails is
+    logged and otherwise ignored: the run is not the history's hostage.
+    """
+
+    def __init__(
+        self, context: LockContext, run: Run, modes: Sequence[str], slot_end: datetime | None
+    ) -> None:
+        self.context = context
+        self.run = run
+        self.modes = list(modes)
+        self.slot_end = slot_end
+        self.table = history.history_table(context.table_parts, context.history_table)
+        self.run_id: int | None = None
+        self.hub: Hub | None = None
+
+    async def __aenter__(self) -> RunRecording:
+        context = self.context
+        self.hub = enter_hub(context.url, context.connect_timeout_seconds)
+        params = history.start_params(
+            lock_key=context.lock_key,
+            modes=self.modes,
+            slot_end=self.slot_end,
+            owner=context.owner,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            cron=context.schedule,
+            cron_tz=None if context.cron_zone is None else context.cron_zone.name,
+        )
+        try:
+            cursor = await self.hub.execute(
+                history.start_statement(self.table), params, history.HISTORY_TIMEOUT
+            )
+            row = await cursor.fetchone()
+            assert row is not None
+            self.run_id = int(row[0])
+        except Exception as exc:
+            logger.warning(
+                "could not record the start of %s in history table %s: %s",
+                context.lock_key,
+                ".".join(self.table),
+                scrub(str(exc), context.url),
+            )
+        except BaseException:  # interrupted: nothing left for the exit to do
+            hub, self.hub = self.hub, None
+            await leave_hub(hub)
+            raise
+        return self
+
+    @property
+    def holding(self) -> bool:
+        """Whether it uses the shared connection (from entering until its exit)."""
+        return self.hub is not None
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        hub, self.hub = self.hub, None
+        assert hub is not None
+        try:
+            if self.run_id is not None:
+                await self._record_end(hub, self.run_id, exc)
+        finally:
+            await leave_hub(hub)
+
+    async def _record_end(self, hub: Hub, run_id: int, exc: BaseException | None) -> None:
+        lease = self.run.lease
+        lost = lease is not None and lease.is_lost()
+        end = self.run.run_end
+        if end is None:
+            end = history.end_of_block(exc, lease_lost=lost)
+        elif lost and end.outcome == "ok":
+            terminate = self.context.lease_loss_policy is LeaseLossPolicy.TERMINATE
+            if terminate:  # the lease went as the command ended: the wrapper returns 75
+                end = history.RunEnd("lease_lost", LEASE_LOST_EXIT_CODE)
+        statement, params = history.end_statement(self.table), end.params(run_id)
+        try:
+            await hub.execute(statement, params, history.HISTORY_TIMEOUT)
+        except Exception as error:
+            if not (history.retry_end(error) and self.context.connect_patience_seconds > 0):
+                self._not_recorded(error)
+                return
+            logger.warning(
+                "could not record the end of %s yet (%s); retrying for up to %g s",
+                self.context.lock_key,
+                scrub(" ".join(str(error).split()), self.context.url),
+                self.context.connect_patience_seconds,
+            )
+            try:
+                patience = ConnectPatience(self.context.connect_patience_seconds, monotonic())
+                await hub.connect_patiently(patience)
+                await hub.execute(statement, params, history.HISTORY_TIMEOUT, patience)
+            except Exception as again:
+                self._not_recorded(again)
+                return
+            logger.warning("recorded the end of %s: %s", self.context.lock_key, end.outcome)
+
+    def _not_recorded(self, error: BaseException) -> None:
+        logger.warning(
+            "could not record the end of %s in history table %s: %s",
+            self.context.lock_key,
+            ".".join(self.table),
+            error,
+        )
+
+
+async def record_alone(
+    context: LockContext,
+    mode: str,
+    *,
+    slot_end: datetime | None = None,
+    lease: LeaseLock | None = None,
+) -> RunRecording:
+    """The history row of a run guarded by one lock alone, of ``mode`` (a strategy's
+    name), already inserted: ``slot_end`` for a schedule slot, ``lease`` for a lease."""
+    recording = RunRecording(context, _Alone(lease), (mode,), slot_end)
+    await recording.__aenter__()
+    return recording

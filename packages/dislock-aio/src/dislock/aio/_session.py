@@ -1,0 +1,303 @@
+"""``acquire_locks``: the locks of a run entered in order, and the ``LockSession``
+it gives.
+
+Hand-written in ``dislock/aio/_session.py``; ``dislock/_sync/_session.py`` is
+generated from it by ``tools/async_to_sync.py``.  The locks themselves are
+``._schedule``'s and ``._lease``'s, the run's history row ``._recording``'s.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from contextlib import AsyncExitStack
+from dataclasses import replace
+from datetime import datetime
+from functools import wraps
+from types import TracebackType
+from typing import ParamSpec, Protocol, TypeVar
+
+from dislock.core import history, kinds
+from dislock.core.config import SCHEDULE, normalize_strategies
+from dislock.core.context import LeaseLossPolicy, LockContext, default_owner
+from dislock.core.errors import LeaseLostError
+from dislock.core.kinds import LEASE
+from dislock.core.waiting import check_waiting, jitter_delay
+
+from ._compat import Event, LossGuard, sleep
+from ._hub import enter_hub, leave_hub
+from ._lease import LeaseLock
+from ._recording import RunRecording
+from ._schedule import ScheduleLock
+
+# isort: split
+# if async
+from collections.abc import Awaitable, Coroutine
+from typing import Any
+
+# endif
+
+logger = logging.getLogger("dislock")
+
+_Entered = TypeVar("_Entered", covariant=True)
+P = ParamSpec("P")
+R = TypeVar("R")
+
+Lock = ScheduleLock | LeaseLock
+
+
+class LockSession:
+    """What ``acquire_locks`` yields.
+
+    ``lease_lost`` is always an event, for work that wants to stop at a safe
+    point (``if session.lease_lost.is_set(): break``): the lease's
+    ``LeaseLock.lease_lost``, set once the lease is lost, whatever the loss
+    policy; without a lease lock, an event that is never set.
+    """
+
+    # A plain class rather than a dataclass: building one of those costs the
+    # wrapper half a millisecond of start-up on every cron run.
+    __slots__ = ("lease_lost", "locks", "run_end")
+
+    def __init__(self, locks: tuple[Lock, ...], lease_lost: Event | None = None) -> None:
+        self.locks = locks
+        if lease_lost is None:
+            lease = self.lease
+            lease_lost = Event() if lease is None else lease.lease_lost
+        self.lease_lost: Event = lease_lost
+        self.run_end: history.RunEnd | None = None
+        """How the run ended, for its history row (``LockContext.history``); set by
+        ``run_with_locks``, judged from the block's exception when left None."""
+
+    def __repr__(self) -> str:
+        return f"LockSession(locks={self.locks!r}, lease_lost={self.lease_lost!r})"
+
+    @property
+    def lease(self) -> LeaseLock | None:
+        return next((lock for lock in self.locks if isinstance(lock, LeaseLock)), None)
+
+    @property
+    def schedule(self) -> ScheduleLock | None:
+        return next((lock for lock in self.locks if isinstance(lock, ScheduleLock)), None)
+
+    @property
+    def fencing_token(self) -> int | None:
+        """The token to pass along with writes (``LockContext.fencing``): the lease's,
+        or the schedule slot's when there is no lease; None without fencing."""
+        held = self.lease or self.schedule
+        return None if held is None else held.fence
+
+
+def _modes(locks: Iterable[Lock]) -> list[str]:
+    return [SCHEDULE if isinstance(lock, ScheduleLock) else LEASE for lock in locks]
+
+
+def _slot(session: LockSession) -> datetime | None:
+    schedule = session.schedule
+    return None if schedule is None else schedule.expires_at
+
+
+_LOCK_CLASSES: dict[str, type[ScheduleLock] | type[LeaseLock]] = {
+    "ScheduleLock": ScheduleLock,
+    "LeaseLock": LeaseLock,
+}
+"""The classes named by ``dislock.core.kinds.KINDS``."""
+
+
+def build_locks(context: LockContext, strategies: str | Iterable[str]) -> list[Lock]:
+    """The locks for ``strategies``, in acquisition order (schedule first)."""
+    names = normalize_strategies(strategies)
+    check_waiting(names, context.wait_seconds, context.slots)
+    return [_LOCK_CLASSES[kinds.kind(name).lock_class](context) for name in names]
+
+
+class _Entering(Protocol[_Entered]):
+    """A context manager that says whether its exit has anything to undo
+    (``holding``; see ``enter_exit_first``)."""
+
+    @property
+    def holding(self) -> bool: ...
+
+    async def __aenter__(self) -> _Entered: ...
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None: ...
+
+
+async def enter_exit_first(stack: AsyncExitStack, manager: _Entering[_Entered]) -> _Entered:
+    """Enter ``manager`` with its exit already on ``stack``.
+
+    ``stack.enter_context`` registers the exit only after entering, and an
+    exception that a signal handler raises in between (the wrapper's
+    ``Interrupted``, a ``KeyboardInterrupt``) would leave the lock held, with
+    nothing to release it before its TTL.  Registered first, the exit runs
+    whenever the manager says it holds something (``holding``)."""
+
+    async def exit_if_entered(
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        if manager.holding:
+            return await manager.__aexit__(exc_type, exc, tb)
+        return None
+
+    stack.push_async_exit(exit_if_entered)
+    return await manager.__aenter__()
+
+
+class Acquisition:
+    """What ``acquire_locks`` returns: the locks entered in order (each with
+    ``enter_exit_first``), released in reverse order on exit.  Called on a
+    function, it decorates it: each call runs inside an acquisition of its own."""
+
+    def __init__(
+        self,
+        context: LockContext,
+        strategies: str | Iterable[str],
+        *,
+        cancel_on_loss: bool = True,
+        fresh_owner: bool = False,
+    ) -> None:
+        self._context = context
+        self._fresh_owner = fresh_owner
+        self._strategies = strategies
+        self._stack: AsyncExitStack | None = None
+        self._session: LockSession | None = None
+        self._cancel_on_loss = cancel_on_loss
+        self._guard: LossGuard | None = None
+
+    @property
+    def holding(self) -> bool:
+        return self._stack is not None
+
+    async def __aenter__(self) -> LockSession:
+        if self._stack is not None:
+            raise RuntimeError("these locks are already held; call acquire_locks once per use")
+        context = self._context
+        locks = build_locks(context, self._strategies)
+        delay = jitter_delay(context.jitter_max_seconds)
+        if delay:
+            logger.debug("sleeping %.3f s of startup jitter", delay)
+            await sleep(delay)
+        # Set before the first lock is entered: from here on, an exit (even one
+        # registered before this method returns) releases what is held.
+        self._stack = stack = AsyncExitStack()
+        try:
+            # One connection for all the acquisitions, even if a lock in the
+            # middle gives it back.
+            hub = enter_hub(context.url, context.connect_timeout_seconds)
+            try:
+                for lock in locks:
+                    lock.records_history = False  # the session records the run
+                    await enter_exit_first(stack, lock)
+                session = LockSession(locks=tuple(locks))
+                if context.history:
+                    recording = RunRecording(context, session, _modes(locks), _slot(session))
+                    await enter_exit_first(stack, recording)
+            finally:
+                await leave_hub(hub)
+        except BaseException as exc:
+            self._stack = None
+            await stack.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
+        self._session = session
+        lease = session.lease
+        if (
+            self._cancel_on_loss
+            and lease is not None
+            and context.lease_loss_policy is LeaseLossPolicy.TERMINATE
+        ):
+            # Nothing is waited for between here and the block: the guard watches it all.
+            self._guard = LossGuard(lease.lease_lost)
+        return session
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        stack, self._stack = self._stack, None
+        if stack is None:
+            return None
+        guard, self._guard = self._guard, None
+        if guard is None:
+            return await stack.__aexit__(exc_type, exc, tb)
+        # Stopped before anything else is awaited: no cancellation can come after it.
+        cancelled = guard.stop(exc_type)
+        try:
+            if cancelled:
+                error = self._cancelled_error()
+                await stack.__aexit__(type(error), error, None)
+                raise error from None
+            return await stack.__aexit__(exc_type, exc, tb)
+        finally:
+            await guard.finish()
+
+    def _cancelled_error(self) -> LeaseLostError:
+        assert self._session is not None and self._session.lease is not None
+        lease = self._session.lease
+        reason = lease.lost_reason
+        return LeaseLostError(
+            f"lease {lease.key!r} was lost while the block ran: {reason}; the block was cancelled",
+            reason=reason,
+        )
+
+    def for_one_call(self) -> Acquisition:
+        context = self._context
+        if self._fresh_owner:
+            # A token of its own for each run: one made at decoration time would be
+            # shared by the processes forked afterwards, which could then renew
+            # and release each other's rows.
+            context = replace(context, owner=default_owner())
+        return Acquisition(context, self._strategies, cancel_on_loss=self._cancel_on_loss)
+
+    # if async
+    def __call__(self, func: Callable[P, Awaitable[R]]) -> Callable[P, Coroutine[Any, Any, R]]:
+        @wraps(func)
+        async def guarded(*args: P.args, **kwargs: P.kwargs) -> R:
+            async with self.for_one_call():
+                return await func(*args, **kwargs)
+
+        return guarded
+
+    # endif
+    # if sync
+    # def __call__(self, func: Callable[P, R]) -> Callable[P, R]:
+    #     @wraps(func)
+    #     def guarded(*args: P.args, **kwargs: P.kwargs) -> R:
+    #         with self.for_one_call():
+    #             return func(*args, **kwargs)
+    #
+    #     return guarded
+    #
+    # endif
+
+
+def acquire_locks(
+    context: LockContext, strategies: str | Iterable[str] = (SCHEDULE,)
+) -> Acquisition:
+    """Enter every lock of ``strategies`` in order, after the startup jitter, and
+    release them in reverse order on exit; entering gives the ``LockSession``.
+
+    Also a decorator (``@acquire_locks(context, "lease")``): every call of the
+    function runs inside an acquisition of its own, raising
+    ``LockNotAcquiredError`` when another owner holds a lock.
+
+    Under ``LeaseLossPolicy.TERMINATE`` (the default), a lease lost while the
+    block runs ends it with ``LeaseLostError``: ``dislock.aio`` cancels the task
+    running the block at once; the sync flavour cannot interrupt a thread and
+    raises as the block ends.
+    """
+    return Acquisition(context, strategies)
+
+
+def acquire_unguarded(context: LockContext, strategies: str | Iterable[str]) -> Acquisition:
+    """``acquire_locks`` for a caller that acts on a lost lease itself (the
+    supervisor stops its command): the task running the block is never cancelled."""
+    return Acquisition(context, strategies, cancel_on_loss=False)

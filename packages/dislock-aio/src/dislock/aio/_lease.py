@@ -13,12 +13,12 @@ from collections.abc import Callable
 from datetime import datetime
 from functools import partial
 from time import monotonic
-from types import TracebackType
 
 from dislock.core import sql
 from dislock.core.context import LeaseLossPolicy, LockContext
 from dislock.core.dsn import scrub
 from dislock.core.errors import LeaseLostError, LockDelayedError, LockNotAcquiredError
+from dislock.core.exits import Exc, ExcType, Tb
 from dislock.core.failover import delayed
 from dislock.core.kinds import LEASE
 from dislock.core.lease import LeaseClock, LeaseSettings, raises_on_exit
@@ -300,12 +300,7 @@ class LeaseLock:
         """Whether the lease is held (taken, and not yet released)."""
         return self._held is not None
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, exc_type: ExcType, exc: Exc, tb: Tb) -> None:
         held = self._held
         assert held is not None, "LeaseLock exited without entering"
         # Judged as the block ends: a renewal finishing afterwards does not

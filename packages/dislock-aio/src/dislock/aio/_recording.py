@@ -14,12 +14,12 @@ import socket
 from collections.abc import Sequence
 from datetime import datetime
 from time import monotonic
-from types import TracebackType
 from typing import TYPE_CHECKING, Protocol
 
 from dislock.core import history
 from dislock.core.context import LEASE_LOST_EXIT_CODE, LeaseLossPolicy, LockContext
 from dislock.core.dsn import scrub
+from dislock.core.exits import Exc, ExcType, Tb
 from dislock.core.patience import ConnectPatience
 
 from ._hub import Hub, enter_hub, leave_hub
@@ -106,12 +106,7 @@ class RunRecording:
         """Whether it uses the shared connection (from entering until its exit)."""
         return self.hub is not None
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, exc_type: ExcType, exc: Exc, tb: Tb) -> None:
         hub, self.hub = self.hub, None
         assert hub is not None
         try:

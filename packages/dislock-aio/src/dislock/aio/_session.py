@@ -14,13 +14,13 @@ from contextlib import AsyncExitStack
 from dataclasses import replace
 from datetime import datetime
 from functools import wraps
-from types import TracebackType
 from typing import ParamSpec, Protocol, TypeVar
 
 from dislock.core import history, kinds
 from dislock.core.config import SCHEDULE, normalize_strategies
 from dislock.core.context import LeaseLossPolicy, LockContext, default_owner
 from dislock.core.errors import LeaseLostError
+from dislock.core.exits import Exc, ExcType, Tb
 from dislock.core.kinds import LEASE
 from dislock.core.waiting import check_waiting, jitter_delay
 
@@ -120,12 +120,7 @@ class _Entering(Protocol[_Entered]):
 
     async def __aenter__(self) -> _Entered: ...
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> bool | None: ...
+    async def __aexit__(self, exc_type: ExcType, exc: Exc, tb: Tb) -> bool | None: ...
 
 
 async def enter_exit_first(stack: AsyncExitStack, manager: _Entering[_Entered]) -> _Entered:
@@ -137,11 +132,7 @@ async def enter_exit_first(stack: AsyncExitStack, manager: _Entering[_Entered]) 
     nothing to release it before its TTL.  Registered first, the exit runs
     whenever the manager says it holds something (``holding``)."""
 
-    async def exit_if_entered(
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> bool | None:
+    async def exit_if_entered(exc_type: ExcType, exc: Exc, tb: Tb) -> bool | None:
         if manager.holding:
             return await manager.__aexit__(exc_type, exc, tb)
         return None
@@ -216,12 +207,7 @@ class Acquisition:
             self._guard = LossGuard(lease.lease_lost)
         return session
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> bool | None:
+    async def __aexit__(self, exc_type: ExcType, exc: Exc, tb: Tb) -> bool | None:
         stack, self._stack = self._stack, None
         if stack is None:
             return None

@@ -38,26 +38,24 @@ then neither signals nor the guard reach it.
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import errno
 import logging
 import os
-import shutil
 import signal
-import subprocess
-import sys
-import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AsyncExitStack
 from time import monotonic
 
-from dislock.core import guard as guard_program
 from dislock.core.config import SCHEDULE
 from dislock.core.context import LEASE_LOST_EXIT_CODE, LeaseLossPolicy, LockContext
 from dislock.core.errors import Interrupted, LeaseLostError
-from dislock.core.guard import DEADLINE_EXIT, DONE, group_line, until_line
 from dislock.core.history import end_of_command
+from dislock.core.processes import (
+    Guard,
+    ensure_runnable,
+    group_alive,
+    parent_death_signal,
+    signal_group,
+)
 from dislock.core.supervision import (
     GUARD_FIRED,
     KILL_GRACE,
@@ -66,12 +64,10 @@ from dislock.core.supervision import (
     check_command,
     child_environment,
     exit_status,
-    guard_environment,
     guard_lag,
     inherited_environment,
     lease_loss_line,
     new_run_token,
-    runs_in_group,
 )
 
 from ._compat import Child, handling_signals, interrupter, interrupting, sleep
@@ -80,8 +76,6 @@ from ._session import LockSession, acquire_unguarded, enter_exit_first
 
 logger = logging.getLogger("dislock")
 
-_PR_SET_PDEATHSIG = 1
-
 _GUARD_VERDICT_PATIENCE = 0.5
 """How long a wrapper whose command was SIGKILLed waits for its guard to say
 whether it did that (the guard exits right after killing)."""
@@ -89,196 +83,15 @@ _GROUP_POLL = 0.02
 """How often the wrapper looks whether a process group it is stopping is gone."""
 
 
-def _parent_death_signal() -> Callable[[], None] | None:
-    """A pre-exec hook asking Linux to SIGKILL the child when this process dies."""
-    if not sys.platform.startswith("linux"):
-        return None
-    # Resolved here, before fork: the child must only make the call.  The
-    # process's own symbols include libc's (no ldconfig lookup needed).
-    prctl = ctypes.CDLL(None, use_errno=True).prctl
-    parent = os.getpid()
-
-    def die_with_parent() -> None:
-        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != parent:  # the parent died before prctl took effect
-            os._exit(1)
-
-    return die_with_parent
-
-
-def _guard_argv() -> list[str] | None:
-    """How to start a guard: this interpreter, isolated and without ``site``, on the
-    guard's module file; None where either is not a file (a frozen application)."""
-    program = guard_program.__file__
-    python = sys.executable
-    if not (python and os.path.isabs(python) and program and os.path.isfile(program)):
-        return None
-    if not os.access(python, os.X_OK):
-        return None
-    return [python, "-I", "-S", program, "dislock-guard"]
-
-
-class Guard:
-    """Kills a process group when this process dies, by any means, or lets the
-    lease's deadline pass (see the module's docstring).  ``watch`` names the group,
-    ``kill_at`` and ``follow`` set when to kill it, ``stand_down`` ends the guard."""
-
-    def __init__(self, process: subprocess.Popen[bytes], pipe: int) -> None:
-        self._process = process
-        self._pipe = pipe
-        # The renewer's thread writes deadlines while the main thread may stand the
-        # guard down: a closed descriptor's number must never be written to.
-        self._lock = threading.Lock()
-
-    @classmethod
-    def start(cls, run_token: str, base: Mapping[str, str] | None = None) -> Guard | None:
-        """A guard of the command whose environment holds ``run_token``, or None
-        where none can be started; its environment is ``base`` (by default ours)
-        with the token."""
-        if sys.platform == "win32":
-            return None
-        argv = _guard_argv()
-        if argv is None:
-            return None
-        _reap_guards()
-        read, write = os.pipe()  # not inherited by anything but the guard's stdin
-        try:
-            process = subprocess.Popen(
-                argv,
-                stdin=read,
-                env=guard_environment(os.environ if base is None else base, run_token),
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                start_new_session=True,  # outside both the wrapper's and the command's group
-            )
-        except BaseException as exc:
-            os.close(write)
-            if isinstance(exc, OSError):
-                return None
-            raise
-        finally:
-            os.close(read)
-        # A guard that stopped reading (stopped itself) must not block the renewer:
-        # what cannot be written now is dropped.
-        os.set_blocking(write, False)
-        return cls(process, write)
-
-    def _send(self, line: bytes) -> None:
-        with self._lock:
-            if self._pipe < 0:
-                return
-            with contextlib.suppress(OSError):  # a guard killed by someone else
-                os.write(self._pipe, line)
-
-    def watch(self, pgid: int) -> None:
-        self._send(group_line(pgid))
-
-    def kill_at(self, when: float) -> None:
-        """Kill the group at ``when`` (monotonic; ``math.inf``: never) unless told a
-        later instant first (an earlier one changes nothing)."""
-        self._send(until_line(when))
-
-    def follow(self, lease: LeaseLock, lag: float) -> None:
-        """Kill the group ``lag`` seconds after the lease's local deadline, told
-        the new one after each renewal."""
-
-        def renewed(deadline: float) -> None:
-            self.kill_at(deadline + lag)
-
-        lease.follow_deadline(renewed)
-        deadline = lease.deadline  # read after: no renewal's deadline is missed
-        if deadline is not None:
-            renewed(deadline)
-
-    async def killed_at_deadline(self, patience: float) -> bool:
-        """Whether the guard killed the group because the deadline passed, waiting
-        up to ``patience`` seconds for it to exit."""
-        waited_until = monotonic() + patience
-        while self._process.poll() is None:
-            if monotonic() >= waited_until:
-                return False
-            await sleep(_GROUP_POLL)
-        return self._process.returncode == DEADLINE_EXIT
-
-    def stand_down(self) -> None:
-        with self._lock:
-            pipe, self._pipe = self._pipe, -1
-            if pipe < 0:
-                return
-            with contextlib.suppress(OSError):  # a guard killed by someone else
-                os.write(pipe, DONE)
-            os.close(pipe)
-        # Not waited for: on a busy machine the guard may not even have started
-        # yet, and the wrapper's exit must not queue behind it.  It exits as soon
-        # as it reads "done", and is reaped later (or by init once we are gone).
-        _reap_guards()
-        if self._process.poll() is None:
-            _guards_to_reap.append(self._process)
-
-
-_guards_to_reap: list[subprocess.Popen[bytes]] = []
-
-
-def _reap_guards() -> None:
-    _guards_to_reap[:] = [process for process in _guards_to_reap if process.poll() is None]
-
-
-def ensure_runnable(program: str) -> None:
-    """Raise FileNotFoundError or PermissionError now, as starting it later would."""
-    if os.sep in program:
-        if not os.path.exists(program):
-            raise FileNotFoundError(errno.ENOENT, "no such file", program)
-        if os.path.isdir(program) or not os.access(program, os.X_OK):
-            raise PermissionError(errno.EACCES, "not executable", program)
-    elif shutil.which(program) is None:
-        raise FileNotFoundError(errno.ENOENT, "command not found", program)
-
-
-def signal_group(pgid: int, signum: int) -> None:
-    """Signal a process group that may already be gone."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signum)
-
-
-def group_alive(pgid: int) -> bool:
-    """Whether any process of the group is left (to be called once its leader,
-    the command, has been reaped: this reaps group members that are our
-    children, which they become where we are their reaper, e.g. pid 1)."""
-    with contextlib.suppress(ChildProcessError):
-        while os.waitpid(-pgid, os.WNOHANG)[0]:
-            pass
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # a member we may not signal (setuid): still running
-    # kill() also finds zombies.  A member whose parent died (sh killed while its
-    # ``sleep`` ran) is reparented to init, and some inits reap only every second
-    # or so: counted as alive, that zombie would hold up the stop by as long.
-    return _group_runs(pgid)
-
-
-def _group_runs(pgid: int) -> bool:
-    """Whether a process of the group that is not a zombie is left, as ``/proc``
-    tells on Linux; elsewhere, presumed so."""
-    if not sys.platform.startswith("linux"):
-        return True
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return True
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as stat:
-                line = stat.read()
-        except OSError:  # gone meanwhile
-            continue
-        if runs_in_group(line, pgid):
-            return True
-    return False
+async def _guard_killed_at_deadline(guard: Guard, patience: float) -> bool:
+    """Whether the guard killed the group because the deadline passed, waiting up
+    to ``patience`` seconds for it to exit."""
+    waited_until = monotonic() + patience
+    while (verdict := guard.verdict()) is None:
+        if monotonic() >= waited_until:
+            return False
+        await sleep(_GROUP_POLL)
+    return verdict
 
 
 async def _group_gone(pgid: int, timeout: float) -> bool:
@@ -367,7 +180,7 @@ async def supervise(
             guard.follow(lease, lag)
         try:
             child = await Child.start(
-                list(argv), env, None if guard is not None else _parent_death_signal()
+                list(argv), env, None if guard is not None else parent_death_signal()
             )
         except BaseException:
             _dismiss(guard, lease)
@@ -452,7 +265,7 @@ async def _watch(
             overdue = deadline is not None and monotonic() >= deadline + lag
             killed = code == -signal.SIGKILL
             patience = _GUARD_VERDICT_PATIENCE if killed or overdue else 0.0
-            if await guard.killed_at_deadline(patience):
+            if await _guard_killed_at_deadline(guard, patience):
                 if code is None:
                     await child.wait(None)  # SIGKILLed: it is going, if not gone
                 lease.declare_if_lost()

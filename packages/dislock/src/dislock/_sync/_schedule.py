@@ -13,12 +13,12 @@ import logging
 from datetime import datetime, timezone
 from functools import partial
 from time import monotonic
-from types import TracebackType
 
 from dislock.core import sql
 from dislock.core.context import LockContext
 from dislock.core.cron import SlotCandidates, slot_end
 from dislock.core.errors import ConfigurationError, LockDelayedError, LockNotAcquiredError
+from dislock.core.exits import Exc, ExcType, Tb
 from dislock.core.failover import delayed
 from dislock.core.kinds import SCHEDULE
 from dislock.core.patience import ConnectPatience, SlotEnd
@@ -148,12 +148,7 @@ class ScheduleLock:
         stays taken until it ends)."""
         return self._recording is not None
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, exc_type: ExcType, exc: Exc, tb: Tb) -> None:
         recording, self._recording = self._recording, None
         if recording is not None:
             recording.__exit__(exc_type, exc, tb)

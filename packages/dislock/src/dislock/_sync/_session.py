@@ -16,13 +16,13 @@ from contextlib import ExitStack
 from dataclasses import replace
 from datetime import datetime
 from functools import wraps
-from types import TracebackType
 from typing import ParamSpec, Protocol, TypeVar
 
 from dislock.core import history, kinds
 from dislock.core.config import SCHEDULE, normalize_strategies
 from dislock.core.context import LeaseLossPolicy, LockContext, default_owner
 from dislock.core.errors import LeaseLostError
+from dislock.core.exits import Exc, ExcType, Tb
 from dislock.core.kinds import LEASE
 from dislock.core.waiting import check_waiting, jitter_delay
 
@@ -117,12 +117,7 @@ class _Entering(Protocol[_Entered]):
 
     def __enter__(self) -> _Entered: ...
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> bool | None: ...
+    def __exit__(self, exc_type: ExcType, exc: Exc, tb: Tb) -> bool | None: ...
 
 
 def enter_exit_first(stack: ExitStack, manager: _Entering[_Entered]) -> _Entered:
@@ -134,11 +129,7 @@ def enter_exit_first(stack: ExitStack, manager: _Entering[_Entered]) -> _Entered
     nothing to release it before its TTL.  Registered first, the exit runs
     whenever the manager says it holds something (``holding``)."""
 
-    def exit_if_entered(
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> bool | None:
+    def exit_if_entered(exc_type: ExcType, exc: Exc, tb: Tb) -> bool | None:
         if manager.holding:
             return manager.__exit__(exc_type, exc, tb)
         return None
@@ -213,12 +204,7 @@ class Acquisition:
             self._guard = LossGuard(lease.lease_lost)
         return session
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> bool | None:
+    def __exit__(self, exc_type: ExcType, exc: Exc, tb: Tb) -> bool | None:
         stack, self._stack = self._stack, None
         if stack is None:
             return None

@@ -159,3 +159,33 @@ def test_a_lost_answer_and_no_server_after_it_is_reported_as_such(
     assert raised.value.lost_answer_of == f"lease {lease_key(context.lock_key)!r}"
     assert raised.value.unreachable_for >= 1.0
     assert "outcome is unknown" in str(raised.value)
+
+
+RELEASE = b"(released)' WHERE key = $"  # a holder's release of its own row (not hand_back)
+
+
+@pytest.mark.needs("python-api")
+def test_a_row_left_by_a_failed_release_is_not_a_later_acquisition(
+    make_context: MakeContext, rows: Rows, cutter: AnswerCutter, database_url: str
+) -> None:
+    """The next turn of a loop whose release failed: the row is still live, with the
+    same owner, and no acquisition can have taken it (every one refuses a live
+    row).  Losing its answer, the next acquisition reads that row: it must not
+    take it for its own, with a clock of its own that outlives the row."""
+    context = make_context(
+        url=cutter.url(database_url),
+        owner=default_owner(),
+        run_ttl_seconds=30.0,
+        lease_interval_seconds=10.0,  # no renewal while the test runs
+    )
+    key = lease_key(context.lock_key)
+    with LeaseLock(context):
+        cutter.arm(RELEASE, committed=False)  # the release never reaches the server
+    assert cutter.cuts == 1
+    left = rows.get(key)
+    assert left is not None and not left.expired and left.value == context.owner, left
+    cutter.arm(ACQUIRING, committed=True)  # refused by the live row; the answer is lost
+    with pytest.raises(LockNotAcquiredError, match="held by another owner"):
+        LeaseLock(context).__enter__()
+    assert cutter.cuts == 2
+    assert rows.get(key) == left  # untouched: still the first turn's, until its TTL

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import random
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 import psycopg
 import pytest
 from psycopg import errors
 
 from dislock.core.context import default_owner
-from dislock.core.errors import NotSent, StatementTimeout
+from dislock.core.errors import DatabaseUnreachableError, NotSent, StatementTimeout
 from dislock.core.patience import ConnectPatience
 from dislock.core.unknown_outcome import (
     HeldRows,
@@ -42,7 +43,14 @@ def test_a_broken_or_unanswered_statement_may_have_taken_effect(error: Exception
         errors.UndefinedColumn('column "fence" does not exist'),
         errors.DiskFull("could not extend file"),  # an OperationalError the server answered
         NotSent("never sent"),
-        StatementTimeout("no answer within 2.00 s; cancelled"),  # the server confirmed it
+        DatabaseUnreachableError(
+            "no connection could be opened to send it",
+            detail="connection refused",
+            unreachable_for=1.0,
+            attempts=2,
+            patience=1.0,
+        ),
+        StatementTimeout("no answer within 2.00 s; cancelled"),  # not read after: see docs
         ValueError("not a database failure"),
     ],
 )
@@ -59,39 +67,74 @@ def test_only_an_owner_this_process_made_is_proof() -> None:
     assert not made_by_this_process(f"other-{host}:{pid}:{nonce}")
 
 
-def _mine(key: str) -> Mine:
-    return Mine(key, 3, NOW + timedelta(minutes=1), 1)
+def _mine(key: str, ends: datetime = NOW + timedelta(minutes=1)) -> Mine:
+    return Mine(key, 3, ends, 1)
+
+
+def _judge(
+    found: list[Mine], owner: str, held: HeldRows, read_sent_at: float = 100.0, **slot: Any
+) -> Any:
+    return judge(
+        found, table_parts=TABLE, owner=owner, read_sent_at=read_sent_at, held=held, **slot
+    )
 
 
 def test_the_verdicts() -> None:
     owner = default_owner()
     held = HeldRows()
-    nothing = judge([], table_parts=TABLE, owner=owner, held=held)
+    nothing = _judge([], owner, held)
     assert nothing.taken is None and nothing.send_again
-    taken = judge([_mine("a")], table_parts=TABLE, owner=owner, held=held)
-    assert taken.taken == _mine("a") and not taken.send_again
-    untrusted = judge([_mine("a")], table_parts=TABLE, owner="host:1", held=held)
+    untrusted = _judge([_mine("a")], "host:1", held)
     assert untrusted.taken is None and not untrusted.send_again
+    taken = _judge([_mine("a")], owner, held)
+    assert taken.taken == _mine("a") and not taken.send_again
+    # Claimed as it was judged: another lock of the process that read it too
+    # (both answers lost at once) does not take it as well.
+    again = _judge([_mine("a")], owner, held)
+    assert again.taken is None and not again.send_again
     # Of two slot rows of the owner, the one the process does not hold already.
-    held.add(TABLE, "a", owner)
-    slots = judge([_mine("a"), _mine("b")], table_parts=TABLE, owner=owner, held=held)
+    slots = _judge([_mine("a"), _mine("b")], owner, held)
     assert slots.taken == _mine("b")
-    alone = judge([_mine("a")], table_parts=TABLE, owner=owner, held=held)
-    assert alone.taken is None and not alone.send_again
-    held.discard(TABLE, "a", owner)
-    assert judge([_mine("a")], table_parts=TABLE, owner=owner, held=held).taken == _mine("a")
 
 
-def test_a_schedule_slot_is_held_until_it_ends() -> None:
+def test_a_lease_let_go_is_not_taken_by_a_read_that_may_have_seen_it() -> None:
+    owner = default_owner()
+    held = HeldRows()
+    held.add(TABLE, "a", owner)
+    # Released (confirmed) at 100: a read sent before may have seen the row live.
+    held.let_go(TABLE, "a", owner, visible_until=100.0, forget_at=1e12)
+    assert _judge([_mine("a")], owner, held, read_sent_at=99.0).taken is None
+    assert _judge([_mine("a")], owner, held, read_sent_at=100.5).taken == _mine("a")
+    # Left without a confirmed release: live, for all we know, until it expires.
+    held.let_go(TABLE, "b", owner, visible_until=160.0, forget_at=1e12)
+    assert _judge([_mine("b")], owner, held, read_sent_at=120.0).taken is None
+    assert _judge([_mine("b")], owner, held, read_sent_at=161.0).taken == _mine("b")
+
+
+def test_a_schedule_slot_is_judged_by_its_end() -> None:
+    owner = default_owner()
+    held = HeldRows()
+    earlier, later = NOW + timedelta(minutes=1), NOW + timedelta(minutes=2)
+    # A live row of an earlier slot (a database clock behind ours) is not the new
+    # slot's, and no sign that the statement took anything.
+    other = _judge([_mine("s", earlier)], owner, held, slot_ends=[later])
+    assert other.taken is None and other.send_again
+    taken = _judge([_mine("s", later)], owner, held, slot_ends=[earlier, later])
+    assert taken.taken == _mine("s", later)
+    # A second run in that slot finds the first one's row: not its own.
+    second = _judge([_mine("s", later)], owner, held, slot_ends=[later])
+    assert second.taken is None and not second.send_again
+
+
+def test_slots_are_remembered_a_day_past_their_end() -> None:
     held = HeldRows()
     now = datetime.now(timezone.utc)
-    held.add(TABLE, "slot", "o", until=now + timedelta(hours=1))
-    held.add(TABLE, "old", "o", until=now - timedelta(seconds=1))
-    assert held.holds(TABLE, "slot", "o")
-    assert not held.holds(TABLE, "old", "o")
-    assert not held.holds(("other", "t"), "slot", "o")
-    held.add(TABLE, "new", "o", until=now + timedelta(hours=1))
-    assert len(held) == 2  # the ended slot was forgotten
+    held.add(TABLE, "s", "o", slot_end=now - timedelta(hours=1))  # a clock ahead of the db's
+    held.add(TABLE, "old", "o", slot_end=now - timedelta(days=2))
+    assert not held.claim(TABLE, "s", "o", read_sent_at=0.0, slot_end=now - timedelta(hours=1))
+    held.add(TABLE, "new", "o", slot_end=now + timedelta(hours=1))
+    assert len(held) == 2  # the slot over for two days was forgotten
+    assert held.claim(TABLE, "s", "o", read_sent_at=0.0, slot_end=now)  # another slot's end
 
 
 def test_finding_out_stays_within_the_patience() -> None:

@@ -15,14 +15,22 @@ written it, so the read is trusted only when
 
 * the owner is one this process made (``default_owner``: host name, pid and a
   nonce); an owner chosen by the user may be shared by several machines, and
-  its row may be another machine's lease; and
-* this process does not hold that row already (``HELD``): another lock built
-  from the same ``LockContext`` (a second run in one schedule slot, a second
-  ``LeaseLock`` at once) writes the same owner.
+  its row may be another machine's lease;
+* this process does not hold that row, and the read may not have seen it as an
+  earlier acquisition left it (``HELD``): another lock built from the same
+  ``LockContext`` (a second run in one schedule slot, a second ``LeaseLock`` at
+  once, the next turn of a loop whose release failed) writes the same owner, and
+  every acquisition refuses a live row, so a row that was live before the
+  statement ran is not the statement's; and
+* for a schedule slot, the row ends where the statement would have ended it (a
+  slot end it was sent): a live row of an earlier slot, which a database clock
+  behind ours still shows, is not the new slot's.
 
-An untrusted row counts as held by someone else: the acquisition reports the
-lock as not acquired, which is what it would have said had the first send
-taken nothing.
+A trusted row is claimed as it is judged (``HeldRows.claim``), so that two locks
+of one process that lost their answers together cannot both take it.  An
+untrusted row counts as held by someone else: the acquisition reports the lock
+as not acquired, which is what it would have said had the first send taken
+nothing.
 """
 
 from __future__ import annotations
@@ -31,10 +39,13 @@ import os
 import socket
 import threading
 from collections.abc import Sequence
-from datetime import datetime, timezone
-from typing import Any, NamedTuple
+from datetime import datetime, timedelta, timezone
+from time import monotonic
+from typing import Any, NamedTuple, TypeAlias
 
 from psycopg import OperationalError
+
+from dislock.core.errors import DatabaseUnreachableError
 
 _CONNECTION_LOST_SQLSTATES = frozenset({"57P01", "57P02", "08000", "08003", "08006"})
 """admin_shutdown, crash_shutdown (the server ended the session: a terminated
@@ -44,10 +55,12 @@ backend, a fast shutdown) and the connection_exception class."""
 def outcome_unknown(error: BaseException) -> bool:
     """Whether an acquiring statement that raised ``error`` may have taken effect: it
     lost its connection before the answer came.  A statement the server answered
-    with an error (a SQLSTATE of its own) did nothing, and so did one cancelled
-    after its timeout (``StatementTimeout``: the server confirmed the cancel, and
-    a statement stuck behind a locked row would only be stuck again)."""
-    if not isinstance(error, OperationalError):
+    with an error (a SQLSTATE of its own) did nothing.  One cancelled after its
+    timeout (``StatementTimeout``) is not read after either: a statement stuck
+    behind a locked row would only be stuck again, and a lease hands back what
+    it may have taken (``docs/guarantees.md`` says what that leaves)."""
+    if not isinstance(error, OperationalError) or isinstance(error, DatabaseUnreachableError):
+        # (No connection could be opened for it: the statement was never sent.)
         return False
     sqlstate = getattr(error, "sqlstate", None)
     # No SQLSTATE: libpq's own failure (the server closed the connection,
@@ -69,45 +82,105 @@ def made_by_this_process(owner: str) -> bool:
     )
 
 
+_Row: TypeAlias = tuple[tuple[str, ...], str, str]
+"""A row of a table: its table's name, its key and its owner."""
+
+SLOT_MEMORY = timedelta(days=1)
+"""How long past its end a schedule slot taken is remembered: the database clock
+may be behind ours, and a live row of a slot that has ended here is not a new
+acquisition's."""
+
+
 class HeldRows:
-    """The rows this process holds, by table, key and owner: a lease until it is
-    left, a schedule slot until its end.  Shared by every thread and event loop."""
+    """The rows this process holds or let go of, by table, key and owner; shared by
+    every thread and event loop.
+
+    A lease is held until it is left (``let_go``), then remembered for as long as
+    a read sent meanwhile may still see it live; a schedule slot is remembered by
+    its end, until ``SLOT_MEMORY`` after it.  Instants ``visible_until``,
+    ``forget_at`` and ``read_sent_at`` are on ``time.monotonic()``'s clock.
+    """
 
     def __init__(self) -> None:
         self._guard = threading.Lock()
-        self._leases: set[tuple[tuple[str, ...], str, str]] = set()
-        self._slots: dict[tuple[tuple[str, ...], str, str], datetime] = {}
+        self._leases: set[_Row] = set()
+        self._left: dict[_Row, tuple[float, float]] = {}
+        """Leases let go: until when a read may see them live, and when to forget them."""
+        self._slots: dict[tuple[_Row, datetime], None] = {}
 
     def add(
-        self, table_parts: tuple[str, ...], key: str, owner: str, until: datetime | None = None
+        self,
+        table_parts: tuple[str, ...],
+        key: str,
+        owner: str,
+        *,
+        slot_end: datetime | None = None,
     ) -> None:
-        """Remember a row taken: a slot until ``until``, a lease (None) until ``discard``."""
+        """Remember a row taken: a lease (no ``slot_end``) until ``let_go``, a slot by
+        its end."""
+        with self._guard:
+            self._add((table_parts, key, owner), slot_end)
+
+    def _add(self, row: _Row, slot_end: datetime | None) -> None:
+        if slot_end is None:
+            self._leases.add(row)
+            self._left.pop(row, None)
+            return
+        # Slots long over are forgotten as new ones come: the map stays small.
+        now = datetime.now(timezone.utc)
+        for old in [old for old in self._slots if old[1] + SLOT_MEMORY <= now]:
+            del self._slots[old]
+        self._slots[row, slot_end] = None
+
+    def let_go(
+        self,
+        table_parts: tuple[str, ...],
+        key: str,
+        owner: str,
+        *,
+        visible_until: float,
+        forget_at: float,
+    ) -> None:
+        """A lease is no longer held: a read sent before ``visible_until`` may still
+        have found it live (a release confirmed then, or the row's own expiry when
+        no release was); after ``forget_at`` no acquisition judging such a read can
+        still be using it."""
         row = (table_parts, key, owner)
         with self._guard:
-            if until is None:
-                self._leases.add(row)
-                return
-            # Slots that ended are forgotten as new ones come: the map stays small.
-            now = datetime.now(timezone.utc)
-            for old in [old for old, ends in self._slots.items() if ends <= now]:
-                del self._slots[old]
-            self._slots[row] = until
+            self._leases.discard(row)
+            now = monotonic()
+            for old in [old for old, (_, forget) in self._left.items() if forget <= now]:
+                del self._left[old]
+            self._left[row] = (visible_until, forget_at)
 
-    def discard(self, table_parts: tuple[str, ...], key: str, owner: str) -> None:
-        with self._guard:
-            self._leases.discard((table_parts, key, owner))
-
-    def holds(self, table_parts: tuple[str, ...], key: str, owner: str) -> bool:
+    def claim(
+        self,
+        table_parts: tuple[str, ...],
+        key: str,
+        owner: str,
+        *,
+        read_sent_at: float,
+        slot_end: datetime | None = None,
+    ) -> bool:
+        """Take the row found by a read sent at ``read_sent_at`` as this process's, if
+        nothing else of this process can have written it (see the module's
+        docstring); whether it did."""
         row = (table_parts, key, owner)
         with self._guard:
-            if row in self._leases:
-                return True
-            ends = self._slots.get(row)
-        return ends is not None and ends > datetime.now(timezone.utc)
+            if slot_end is None:
+                if row in self._leases:
+                    return False
+                left = self._left.get(row)
+                if left is not None and read_sent_at < left[0]:
+                    return False
+            elif (row, slot_end) in self._slots:
+                return False
+            self._add(row, slot_end)
+            return True
 
     def __len__(self) -> int:
         with self._guard:
-            return len(self._leases) + len(self._slots)
+            return len(self._leases) + len(self._left) + len(self._slots)
 
 
 HELD = HeldRows()
@@ -140,13 +213,28 @@ class Verdict(NamedTuple):
 
 
 def judge(
-    found: Sequence[Mine], *, table_parts: tuple[str, ...], owner: str, held: HeldRows = HELD
+    found: Sequence[Mine],
+    *,
+    table_parts: tuple[str, ...],
+    owner: str,
+    read_sent_at: float,
+    slot_ends: Sequence[datetime] | None = None,
+    held: HeldRows = HELD,
 ) -> Verdict:
-    """The verdict on the rows ``Statements.mine`` found (see the module's docstring)."""
+    """The verdict on the rows ``Statements.mine`` found by a read sent at
+    ``read_sent_at`` (see the module's docstring); a row taken is claimed in
+    ``held``.  ``slot_ends``: those a schedule slot's statement was sent (None for
+    a lease)."""
+    if slot_ends is not None:
+        # A row of another slot is not this statement's, nor a sign that it took one.
+        found = [row for row in found if row.expire_at in slot_ends]
     if not found:
         return Verdict(None, send_again=True)
     if made_by_this_process(owner):
         for row in found:
-            if not held.holds(table_parts, row.key, owner):
+            slot_end = None if slot_ends is None else row.expire_at
+            if held.claim(
+                table_parts, row.key, owner, read_sent_at=read_sent_at, slot_end=slot_end
+            ):
                 return Verdict(row, send_again=False)
     return Verdict(None, send_again=False)

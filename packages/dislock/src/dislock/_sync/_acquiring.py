@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from time import monotonic
 from typing import Any
 
@@ -49,6 +50,7 @@ def send_acquiring(
     keys: list[str],
     what: str,
     patience: ConnectPatience | None,
+    slot_ends: Sequence[datetime] | None = None,
 ) -> Sequence[Any] | Mine | None:
     """Send an acquiring statement that takes one of ``keys`` (``what``, in words, for
     the messages) and return its answer row.
@@ -60,7 +62,7 @@ def send_acquiring(
     ``patience`` and reads what the statement did: the row it took (a ``Mine``),
     None when an owner's row found there cannot be trusted to be this
     acquisition's (not acquired), and when it took nothing the statement is sent
-    again.
+    again.  ``slot_ends``: the ends a schedule slot's statement may give its row.
     """
     while True:
         sent_at = monotonic()
@@ -76,7 +78,7 @@ def send_acquiring(
                 raise denied from None
             if patience is None or not outcome_unknown(exc):
                 raise
-            verdict = _find_out(hub, context, keys, what, patience, exc, sent_at)
+            verdict = _find_out(hub, context, keys, what, patience, exc, sent_at, slot_ends)
             if not verdict.send_again:
                 return verdict.taken
             logger.info("the acquisition of %s had taken nothing; sending it again", what)
@@ -93,6 +95,7 @@ def _find_out(
     patience: ConnectPatience,
     error: Exception,
     sent_at: float,
+    slot_ends: Sequence[datetime] | None,
 ) -> Verdict:
     """Reconnect within ``patience`` and read whether the statement that lost its
     answer to ``error`` took one of ``keys``."""
@@ -125,7 +128,13 @@ def _find_out(
             error = exc  # a read is safe to send again
             continue
         patience.answer_found()
-        verdict = judge(found, table_parts=tuple(context.table_parts), owner=context.owner)
+        verdict = judge(
+            found,
+            table_parts=tuple(context.table_parts),
+            owner=context.owner,
+            read_sent_at=sent_at,
+            slot_ends=slot_ends,
+        )
         if verdict.taken is not None:
             hub.note_timeline(verdict.taken.timeline)
             logger.info("the acquisition of %s had taken %s", what, verdict.taken.key)
@@ -148,13 +157,15 @@ def acquire(
     what: str,
     parse: Callable[[Sequence[Any]], sql.Acquired] = sql.parse_acquired,
     patience: ConnectPatience | None = None,
+    slot_ends: Sequence[datetime] | None = None,
 ) -> sql.Acquired:
     """Run an acquiring upsert of the row ``params["key"]`` (``send_acquiring``):
     whether it took the row, the fencing token, and the pause that refused it, if
     one did (read by ``parse``).
 
     Bounded by ``timeout``, so that a row locked by a stuck transaction cannot hold
-    a start (and the cron runs queueing behind it) indefinitely.
+    a start (and the cron runs queueing behind it) indefinitely.  ``slot_ends``:
+    those a schedule slot's statement may give its row.
     """
     answer = send_acquiring(
         hub,
@@ -165,6 +176,7 @@ def acquire(
         keys=[params["key"]],
         what=what,
         patience=patience,
+        slot_ends=slot_ends,
     )
     if answer is None:
         return sql.Acquired(False, None, None, None)

@@ -189,9 +189,10 @@ class LeaseLock:
             self._held = None
             if held is not None:
                 hub.unregister(held.renewal)
-                HELD.discard(held.renewal.table_parts, held.renewal.key, context.owner)
             keys = [self.key] if context.slots == 1 else self._slot_keys
             hand_back_rows(hub, context, keys)
+            if held is not None:
+                self._let_go(self.key, released=False)  # handed back, if it could be
             leave_hub(hub)
             raise
         logger.info("acquired lease %s for %g s", self.key, self.settings.ttl)
@@ -268,15 +269,30 @@ class LeaseLock:
             if acquired and clock.expired(monotonic()):
                 # Taken, but the answer came so late that the row may be free
                 # again already: hand it back rather than work on it.
-                self._expire_row(hub)
+                self._let_go(self.key, released=self._expire_row(hub))
                 acquired = False
             if acquired:
                 return clock, fence
             if not slot_retry(free=free, attempts=attempts, slots=context.slots):
                 return None
 
-    def _expire_row(self, hub: Hub) -> None:
-        """Expire our row now (owner-guarded), waking the lease's waiters."""
+    def _let_go(self, key: str, *, released: bool) -> None:
+        """Tell ``HELD`` that the row ``key`` is no longer held: ``released`` (the release
+        was confirmed just now), or left to expire by itself within the TTL, or
+        later if a renewal stuck on a retired connection still goes through."""
+        ttl, now = self.settings.ttl, monotonic()
+        context = self.context
+        HELD.let_go(
+            tuple(context.table_parts),
+            key,
+            context.owner,
+            visible_until=now if released else now + 2 * ttl,
+            forget_at=now + 3 * ttl,
+        )
+
+    def _expire_row(self, hub: Hub) -> bool:
+        """Expire our row now (owner-guarded), waking the lease's waiters; whether the
+        release was confirmed."""
         context = self.context
         statement = sql.statements_for(context).release
         try:
@@ -292,8 +308,9 @@ class LeaseLock:
                 self.settings.ttl,
                 scrub(str(exc), context.url),
             )
-        else:
-            logger.info("released lease %s", self.key)
+            return False
+        logger.info("released lease %s", self.key)
+        return True
 
     @property
     def holding(self) -> bool:
@@ -317,16 +334,16 @@ class LeaseLock:
 
     def _leave(self, held: _Held, *, lost: bool, block_failed: bool) -> None:
         held.hub.unregister(held.renewal)
-        renewal = held.renewal
-        HELD.discard(renewal.table_parts, renewal.key, renewal.owner)
         self._held = None
+        released = False
         try:
             # A renewal of this lease still in flight runs before the release on
             # the shared connection, and one stuck on a retired connection finds
             # the row expired (renewals skip expired rows): the release stands.
             if not lost and not held.clock.expired(monotonic()):
-                self._expire_row(held.hub)
+                released = self._expire_row(held.hub)
         finally:
+            self._let_go(held.renewal.key, released=released)
             leave_hub(held.hub)
         if lost and self.settings.policy is LeaseLossPolicy.CONTINUE:
             logging.getLogger(LOSS_LOGGER).warning(

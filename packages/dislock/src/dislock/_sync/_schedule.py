@@ -108,6 +108,7 @@ class ScheduleLock:
                     statements.acquire_by_clock,
                     sql.acquire_by_clock_params(self.key, context.owner, candidates),
                     parse=sql.parse_by_clock,
+                    slot_ends=candidates.ends,
                 )
                 expires_at = answer.slot_end
                 if expires_at is None:
@@ -121,6 +122,7 @@ class ScheduleLock:
                 answer = claim(
                     statements.acquire_until,
                     sql.acquire_until_params(self.key, context.owner, expires_at),
+                    slot_ends=[expires_at],
                 )
         finally:
             leave_hub(hub)
@@ -136,7 +138,7 @@ class ScheduleLock:
             )
         self.expires_at = expires_at
         self.fence = answer.token
-        HELD.add(tuple(context.table_parts), self.key, context.owner, until=expires_at)
+        HELD.add(tuple(context.table_parts), self.key, context.owner, slot_end=expires_at)
         logger.info("acquired schedule slot %s until %s", self.key, expires_at.isoformat())
         if self.records_history:
             self._recording = record_alone(context, SCHEDULE, slot_end=expires_at)

@@ -77,8 +77,9 @@ from ._session import LockSession, acquire_unguarded, enter_exit_first
 logger = logging.getLogger("dislock")
 
 _GUARD_VERDICT_PATIENCE = 0.5
-"""How long a wrapper whose command was SIGKILLed waits for its guard to say
-whether it did that (the guard exits right after killing)."""
+"""How long a wrapper whose command was SIGKILLed, or that woke past the instant
+its guard was to kill (it was stopped), waits for its guard to say whether it
+killed the group (the guard exits right after killing)."""
 _GROUP_POLL = 0.02
 """How often the wrapper looks whether a process group it is stopping is gone."""
 

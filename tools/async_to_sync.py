@@ -52,6 +52,7 @@ MODULES = (
     "_lease.py",
     "_listen.py",
     "_recording.py",
+    "_renewer.py",
     "_schedule.py",
     "_session.py",
     "_supervisor.py",

@@ -188,13 +188,13 @@ def test_a_lease_whose_renewer_cannot_start_is_handed_back(
     """Sync only: when no thread can be started (a process at its limits), entering
     fails, the row just taken is released and the connection is not leaked."""
     import dislock
-    import dislock._sync._hub as hub_module
+    import dislock._sync._renewer as renewer_module
     from dislock._sync._compat import local_registry
 
     def no_thread(target: Callable[[], None], name: str) -> None:
         raise RuntimeError("can't start new thread")
 
-    monkeypatch.setattr(hub_module, "spawn", no_thread)
+    monkeypatch.setattr(renewer_module, "spawn", no_thread)
     context = make_context(url=tagged_url, **LEASE)
     with pytest.raises(RuntimeError, match="new thread"):
         dislock.LeaseLock(context).__enter__()

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 
 import dislock
-import dislock._sync._hub
+import dislock._sync._renewer
 import dislock.aio
-import dislock.aio._hub
+import dislock.aio._renewer
 from dislock import LEASE_LOST_EXIT_CODE, LockContext
 from dislock.core.sql import lease_key
 from tests.support.rows import Rows
@@ -45,7 +45,7 @@ while True:
 def loss_times(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     """Wall-clock times at which the lock code declared a lease lost."""
     times: list[float] = []
-    for renewer in (dislock._sync._hub.Renewer, dislock.aio._hub.Renewer):
+    for renewer in (dislock._sync._renewer.Renewer, dislock.aio._renewer.Renewer):
         original: Callable[..., None] = renewer.declare_lost
 
         def recording(self: Any, renewal: Any, _original: Any = original) -> None:

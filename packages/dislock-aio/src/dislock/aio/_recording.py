@@ -14,7 +14,7 @@ import socket
 from collections.abc import Sequence
 from datetime import datetime
 from time import monotonic
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from dislock.core import history
 from dislock.core.context import LEASE_LOST_EXIT_CODE, LeaseLossPolicy, LockContext
@@ -24,10 +24,13 @@ from dislock.core.patience import ConnectPatience
 
 from ._hub import Hub, enter_hub, leave_hub
 
-if TYPE_CHECKING:
-    from ._lease import LeaseLock
-
 logger = logging.getLogger("dislock")
+
+
+class Lease(Protocol):
+    """A run's lease (``._lease.LeaseLock``), as its row's end sees it."""
+
+    def is_lost(self) -> bool: ...
 
 
 class Run(Protocol):
@@ -35,7 +38,7 @@ class Run(Protocol):
     ended when ``run_with_locks`` says so (``LockSession``)."""
 
     @property
-    def lease(self) -> LeaseLock | None: ...
+    def lease(self) -> Lease | None: ...
 
     @property
     def run_end(self) -> history.RunEnd | None: ...
@@ -44,7 +47,7 @@ class Run(Protocol):
 class _Alone:
     """The run of a lock entered by itself, without ``acquire_locks``."""
 
-    def __init__(self, lease: LeaseLock | None) -> None:
+    def __init__(self, lease: Lease | None) -> None:
         self.lease = lease
         self.run_end: history.RunEnd | None = None
 
@@ -161,7 +164,7 @@ async def record_alone(
     mode: str,
     *,
     slot_end: datetime | None = None,
-    lease: LeaseLock | None = None,
+    lease: Lease | None = None,
 ) -> RunRecording:
     """The history row of a run guarded by one lock alone, of ``mode`` (a strategy's
     name), already inserted: ``slot_end`` for a schedule slot, ``lease`` for a lease."""

@@ -1,0 +1,77 @@
+"""``dislockctl``'s commands, one module each, named by ``COMMANDS``.
+
+Each module offers ``add_arguments(parser)`` and ``run(call) -> exit status``
+(``Module``).  Only the module of the command chosen is imported, and a module's
+own imports (psycopg among them) wait until it runs, so that a new command costs
+the others' start-up nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from typing import NamedTuple, Protocol
+
+from dislock.cli.commands._call import Call
+
+
+class Command(NamedTuple):
+    help: str
+    aliases: tuple[str, ...] = ()
+    history_table: bool = False
+    """Whether it takes ``--history-table`` (and so reads ``LOCK_HISTORY_TABLE``)."""
+
+
+class Module(Protocol):
+    """What a command's module provides."""
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None: ...
+
+    def run(self, call: Call) -> int: ...
+
+
+COMMANDS: dict[str, Command] = {
+    "init": Command("create the lock table (and schema) if missing"),
+    "ls": Command(
+        "list locks: held, released, expired (abandoned), ended slots, paused", ("status",)
+    ),
+    "release": Command("force-expire a stuck schedule slot or lease, saying what it removed"),
+    "pause": Command("stop every machine from starting LOCK_KEY (they skip it) until resumed"),
+    "resume": Command("end a pause of LOCK_KEY"),
+    "history": Command(
+        "recorded runs, newest first: where, how long, outcome (init --history)",
+        history_table=True,
+    ),
+    "missed": Command(
+        "slots of LOCK_KEY's schedule in which no run started; exit 1 if any",
+        history_table=True,
+    ),
+    "check": Command(
+        "validate the wrapper's environment and show what it would do, acquiring nothing"
+    ),
+    "serve": Command(
+        "serve Prometheus metrics (/metrics) and a status page (/), read-only",
+        history_table=True,
+    ),
+    "grant": Command(
+        "let ROLE lock the keys PATTERN matches, and nothing else (row-level security)",
+        history_table=True,
+    ),
+    "revoke": Command("take ROLE's grant away", history_table=True),
+    "grants": Command("which role may lock which keys, and the maximum TTL"),
+}
+"""Every command, in the order ``--help`` lists them."""
+
+
+def canonical(name: str) -> str:
+    """The command an alias names (``status`` is ``ls``)."""
+    for command, entry in COMMANDS.items():
+        if name == command or name in entry.aliases:
+            return command
+    raise KeyError(name)
+
+
+def load(command: str) -> Module:
+    """The module of ``command`` (a key of ``COMMANDS``)."""
+    module: Module = importlib.import_module(f"dislock.cli.commands.{command}")
+    return module

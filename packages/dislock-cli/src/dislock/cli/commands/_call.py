@@ -1,0 +1,119 @@
+"""One ``dislockctl`` invocation as its command sees it, and the connection every
+command but ``serve`` runs on, with the one-line errors of a failed statement."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from dislock.cli import EXIT_FAILURE
+
+
+class Call:
+    """The parsed arguments, the environment (``--table`` and ``--history-table``
+    written into it), the database URL and the lock table."""
+
+    def __init__(
+        self,
+        command: str,
+        args: argparse.Namespace,
+        env: Mapping[str, str],
+        url: str,
+        table: tuple[str, ...],
+    ) -> None:
+        self.command = command
+        """The command's name (``ls`` for ``status``); ``args.command`` is as typed."""
+        self.args = args
+        self.env = env
+        self.url = url
+        self.table = table
+
+    def history_table(self) -> tuple[str, ...]:
+        """The run history table (``--history-table``, ``LOCK_HISTORY_TABLE``, or the
+        lock table's name with ``_history``); raises ConfigurationError."""
+        from dislock.cli.settings import read_history_table
+        from dislock.core.history import history_table
+
+        return history_table(self.table, read_history_table(self.env))
+
+    def connected(
+        self,
+        body: Callable[[Any], int],
+        *,
+        history: tuple[str, ...] | None = None,
+        denied_as: str | None = None,
+        on_denied: Callable[[str], str] | None = None,
+    ) -> int:
+        """``body(conn)``'s status on a connection to the database; a failed
+        statement is one line and exit 1.  A refused one names the privileges the
+        role lacks for ``denied_as`` (by default the command) on the lock table and
+        ``history`` (``dislock.cli._denied``), unless ``on_denied`` words it from the
+        server's scrubbed message."""
+        import psycopg
+        import psycopg.errors
+
+        from dislock.cli.diagnosis import describe_database_error
+        from dislock.core.context import DEFAULT_CONNECT_TIMEOUT
+        from dislock.core.dsn import connection_kwargs, scrub
+
+        url = self.url
+        try:
+            with psycopg.connect(url, **connection_kwargs(url, DEFAULT_CONNECT_TIMEOUT)) as conn:
+                return body(conn)
+        except psycopg.errors.InsufficientPrivilege as exc:
+            if on_denied is not None:
+                message = on_denied(scrub(" ".join(str(exc).split()), url))
+            else:
+                message = self._denied(exc, history, denied_as or self.command)
+            error(message)
+            return EXIT_FAILURE
+        except psycopg.Error as exc:
+            error(describe_database_error(exc, table_parts=self.table, url=self.url))
+            return EXIT_FAILURE
+
+    def _denied(self, exc: BaseException, history: tuple[str, ...] | None, command: str) -> str:
+        from dislock.cli._denied import explain_denial
+        from dislock.cli.diagnosis import HISTORY_TABLE, LOCK_TABLE
+
+        tables = {LOCK_TABLE: self.table, HISTORY_TABLE: history or None}
+        return explain_denial(self.args.command, command, exc, tables=tables, url=self.url)
+
+
+def error(message: str) -> None:
+    """A command's one line on stderr."""
+    print(f"dislockctl: error: {message}", file=sys.stderr)
+
+
+def columns(conn: Any, table: tuple[str, ...]) -> list[str]:
+    """The columns of ``table`` (none: it does not exist)."""
+    from dislock.cli.admin import columns_query
+
+    query, params = columns_query(table)
+    return [str(name) for (name,) in conn.execute(query, params).fetchall()]
+
+
+def history_exists(conn: Any, history: tuple[str, ...]) -> bool:
+    """Whether the history table exists; if not, says how to create it."""
+    from dislock.cli.fleet import table_exists_query
+
+    query, params = table_exists_query(history)
+    if conn.execute(query, params).fetchone()[0]:
+        return True
+    error(
+        f"history table {'.'.join(history)} does not exist: create it with "
+        "`dislockctl URL_VARIABLE init --history` and set LOCK_HISTORY=1 on the wrappers"
+    )
+    return False
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive whole number, got {text!r}")
+    return value

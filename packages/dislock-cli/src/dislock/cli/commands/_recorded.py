@@ -1,0 +1,42 @@
+"""What ``history`` and ``missed`` both read of the recorded runs: whether a key is
+known at all, and the keys whose runs read their schedule differently."""
+
+from __future__ import annotations
+
+import sys
+from datetime import timedelta
+from typing import Any
+
+from dislock.cli.commands._call import error
+
+
+def unknown_key(conn: Any, table: tuple[str, ...], history: tuple[str, ...], key: str) -> bool:
+    """Whether ``key`` has neither a recorded run nor a lock row; if so, says so."""
+    from dislock.cli.fleet import known_key_params, known_key_query
+
+    known = conn.execute(known_key_query(history, table), known_key_params(key))
+    if known.fetchone()[0]:
+        return False
+    error(f"no run of {key!r} is recorded in {'.'.join(history)} and it has no lock row")
+    return True
+
+
+def warn_disagreements(
+    conn: Any, history: tuple[str, ...], since: timedelta, key: str | None
+) -> list[Any]:
+    """Warn (on stderr, so that --json output stays clean) about keys whose runs
+    read their schedule in different zones or expressions; returns the readings of
+    ``key`` (all of them, for --json)."""
+    from dislock.cli.fleet import Reading, describe_disagreement, disagreements, readings_query
+    from dislock.core.bounds import escape
+
+    (now,) = conn.execute("SELECT NOW()").fetchone()
+    readings = [
+        Reading(*row)
+        for row in conn.execute(
+            readings_query(history), {"key": key, "since": now - since}
+        ).fetchall()
+    ]
+    for found_key, found in disagreements(readings).items():
+        print(f"dislockctl: {escape(describe_disagreement(found_key, found))}", file=sys.stderr)
+    return readings

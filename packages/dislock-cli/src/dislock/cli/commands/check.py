@@ -1,0 +1,198 @@
+"""``dislockctl check``: validate the wrapper's environment (every variable it
+reads) and show what a run would do now, on the database's clock, acquiring
+nothing: the schedule's next fires, the lease's timing, the table's limits, a
+running lock delay and the state of the run's lock rows."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from dislock.cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
+from dislock.cli.commands._call import Call, columns
+
+if TYPE_CHECKING:
+    from dislock.cli.settings import WrapperSettings
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``check`` takes no arguments of its own: it reads the wrapper's variables."""
+
+
+def run(call: Call) -> int:
+    from dislock.cli.settings import read_wrapper_settings
+
+    settings = read_wrapper_settings(call.args.url_variable, ["true"], call.env)
+    return call.connected(lambda conn: _check(conn, settings))
+
+
+def _check(conn: Any, settings: WrapperSettings) -> int:
+    from psycopg import sql
+
+    from dislock.cli.admin import describe_expiry, format_duration, state_query
+    from dislock.core.bounds import escape
+    from dislock.core.cron import next_fires, slot_end
+    from dislock.core.kinds import kind
+    from dislock.core.lease import LeaseClock, LeaseSettings
+    from dislock.core.sql import pause_key
+
+    context = settings.context
+    table_parts = tuple(context.table_parts)
+    refusal = _refuses_writes(conn)
+    if refusal:
+        print(f"dislockctl: error: {refusal}", file=sys.stderr)
+        return EXIT_FAILURE
+    present = columns(conn, table_parts)
+    missing = {"key", "value", "expire_at", *(["fence"] if context.fencing else [])} - set(present)
+    if not present or missing:
+        # Let the usual diagnosis explain it, as the wrapper would meet it.
+        conn.execute(state_query(table_parts), {"keys": []})
+        conn.execute(
+            sql.SQL("SELECT {} FROM {} LIMIT 0").format(
+                sql.SQL(", ").join(sql.Identifier(name) for name in sorted(missing)),
+                sql.Identifier(*table_parts),
+            )
+        )
+    table = ".".join(table_parts)
+    now: datetime = conn.execute("SELECT NOW()").fetchone()[0]
+    print("configuration is valid")
+    print(f"  lock key        {escape(context.lock_key)}")
+    print(f"  strategies      {','.join(settings.strategies)}")
+    print(f"  table           {table}")
+    if context.schedule is not None and settings.cron_zone is not None:
+        zone = settings.cron_zone
+        boundary = slot_end(context.schedule, now, zone.tz)
+        print(f"  schedule        {context.schedule}")
+        print(f"  time zone       {zone.name} (from {zone.source})")
+        local = boundary.astimezone(zone.tz).isoformat()
+        print(f"  slot ends       {boundary.isoformat()} (database clock, UTC; {local} local)")
+        # Read from the fires, a schedule meant for another field order shows at once.
+        for number, fire in enumerate(next_fires(context.schedule, now, zone.tz)):
+            label = "next fires" if number == 0 else ""
+            print(f"  {label:<15} {fire.astimezone(zone.tz).isoformat()}")
+    if "lease" in settings.strategies:
+        lease = LeaseSettings.from_context(context)
+        cadence = LeaseClock(lease, acquired_at=0.0).cadence
+        print(f"  lease TTL       {lease.ttl:g} s")
+        heartbeat = f"  heartbeat       {lease.interval:g} s"
+        if cadence < lease.interval:
+            heartbeat += f" (renews every {cadence:g} s to stay ahead of its deadline)"
+        print(heartbeat)
+        print(f"  on lease loss   {lease.policy.value}")
+    print(f"  startup jitter  up to {context.jitter_max_seconds:g} s")
+    if context.wait_seconds > 0:
+        how = {
+            None: "LISTEN on a direct connection, else polling",
+            True: "LISTEN",
+            False: "polling",
+        }
+        print(
+            f"  wait            up to {context.wait_seconds:g} s"
+            f" ({how[context.wait_listen]}; polls every {context.wait_poll_seconds:g} s)"
+        )
+    if context.slots > 1:
+        print(f"  slots           {context.slots} holders at once")
+    if settings.conflict_exit_code:
+        print(f"  when held       exit {settings.conflict_exit_code}")
+    print(f"  fencing         {'on' if context.fencing else 'off'}")
+    if context.history:
+        from dislock.core.history import history_table
+
+        runs = history_table(table_parts, context.history_table)
+        state = (
+            ""
+            if columns(conn, runs)
+            else " (MISSING: dislockctl init --history; runs log a warning)"
+        )
+        print(f"  history         {'.'.join(runs)}{state}")
+    else:
+        print("  history         off")
+    print(f"  database now    {now.isoformat()}")
+    if _print_max_ttl(conn, table_parts, settings) is not None:
+        return EXIT_USAGE
+    _print_lock_delay(conn, table_parts)
+    slots = {name: context.slots if kind(name).renewed else 1 for name in settings.strategies}
+    keys = {
+        name: [kind(name).row_key(context.lock_key, n) for n in range(1, slots[name] + 1)]
+        for name in settings.strategies
+    }
+    paused = pause_key(context.lock_key)
+    found = dict(
+        (key, (owner, remaining))
+        for key, owner, remaining in conn.execute(
+            state_query(table_parts),
+            {"keys": [paused, *(key for group in keys.values() for key in group)]},
+        ).fetchall()
+    )
+    busy = "wait" if context.wait_seconds > 0 else "skip"
+    print("lock state")
+    reason, left = found.get(paused, ("", 0.0))
+    if left > 0:
+        why = f": {reason}" if reason else ""
+        span = "until resumed" if left > 100 * 365 * 86400 else f"for {format_duration(left)}"
+        print(f"  paused          {span}{why}: a run now would skip")
+    for strategy in settings.strategies:
+        held = [found[key] for key in keys[strategy] if key in found and found[key][1] > 0]
+        if slots[strategy] > 1:
+            state = f"{len(held)}/{slots[strategy]} slots held: a run now would " + (
+                busy if len(held) == slots[strategy] else "take one"
+            )
+        elif not held:
+            state = "free: a run now would take it"
+        else:
+            owner, remaining = held[0]
+            expires = describe_expiry(remaining)
+            state = f"held by {escape(owner)}, expires {expires}: a run now would {busy}"
+        print(f"  {strategy:<14}  {state}")
+    return EXIT_OK
+
+
+def _refuses_writes(conn: Any) -> str | None:
+    """Why this session cannot take locks (a standby, a read-only session), or None."""
+    from dislock.cli.admin import WRITABLE_QUERY, read_only_reason
+
+    in_recovery, read_only = conn.execute(WRITABLE_QUERY).fetchone()
+    return read_only_reason(in_recovery=in_recovery, read_only=read_only)
+
+
+def _print_max_ttl(
+    conn: Any, table: tuple[str, ...], settings: WrapperSettings | None
+) -> str | None:
+    """The table's maximum lease TTL; the refusal when the configured lease exceeds it."""
+    from dislock.core.lease import LeaseSettings
+    from dislock.core.limits import max_ttl_query, too_long
+
+    cap, recorded = conn.execute(max_ttl_query(table)).fetchone()
+    print(f"  max lease TTL   {cap:g} s" + ("" if recorded else " (the default)"))
+    if settings is None or "lease" not in settings.strategies:
+        return None
+    ttl = LeaseSettings.from_context(settings.context).ttl
+    if ttl <= cap:
+        return None
+    refusal = too_long(ttl, cap)
+    print(f"dislockctl: error: RUN_LOCK_TTL_SECONDS: {refusal}", file=sys.stderr)
+    return refusal
+
+
+def _print_lock_delay(conn: Any, table: tuple[str, ...]) -> None:
+    """The server timeline and the lock delay after a failover (dislock.core.failover)."""
+    from psycopg import sql
+
+    from dislock.cli.admin import describe_expiry
+    from dislock.core.failover import lock_delay_query
+
+    row = conn.execute(lock_delay_query(sql.Identifier(*table))).fetchone()
+    if row is None:
+        print("  timeline        not recorded yet (the first lock taken records it)")
+        return
+    recorded, _, remaining, current = row
+    line = f"  timeline        {current}"
+    if recorded != current:
+        line += f" (recorded {recorded}: the next lock taken starts a lock delay after failover)"
+    elif remaining > 0:
+        line += (
+            f"; lock delay after failover: no takeover until it ends {describe_expiry(remaining)}"
+        )
+    print(line)

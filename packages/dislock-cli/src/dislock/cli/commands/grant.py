@@ -1,0 +1,46 @@
+"""``dislockctl grant``: let ROLE lock the keys its patterns match and nothing else
+(``--operator``: also pause, resume, release and prune them; ``--reader``: read
+every key), through row-level security (``dislock.core.grants``)."""
+
+from __future__ import annotations
+
+import argparse
+
+from dislock.cli.commands._call import Call
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("role", metavar="ROLE", help="an existing login role")
+    parser.add_argument(
+        "--keys",
+        metavar="PATTERN",
+        action="append",
+        default=[],
+        help="an exact lock key, or a prefix ending in '*' (repeatable)",
+    )
+    access = parser.add_mutually_exclusive_group()
+    access.add_argument(
+        "--operator", action="store_true", help="also pause, resume, release and prune those keys"
+    )
+    access.add_argument(
+        "--reader", action="store_true", help="read every key (ls, history, missed, serve)"
+    )
+    parser.add_argument(
+        "--print-sql", action="store_true", help="print the statements instead of running them"
+    )
+
+
+def run(call: Call) -> int:
+    from dislock.cli import grant_commands
+    from dislock.core.grants import OPERATOR, READER, WRAPPER, check_patterns, check_role
+
+    args = call.args
+    access = READER if args.reader else OPERATOR if args.operator else WRAPPER
+    check_role(args.role)
+    check_patterns(args.keys, access)
+    history = call.history_table()
+    return call.connected(
+        lambda conn: grant_commands.grant(
+            conn, call.table, history, args.role, access, args.keys, print_sql=args.print_sql
+        )
+    )

@@ -1,0 +1,96 @@
+"""``dislockctl history``: recorded runs, newest first (where, how long, how they
+ended); or, with ``--prune-older-than``, delete the old ones."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import timedelta
+from typing import Any
+
+from dislock.cli import EXIT_FAILURE, EXIT_OK
+from dislock.cli.commands._call import Call, history_exists, positive_int
+from dislock.cli.commands._recorded import unknown_key, warn_disagreements
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("lock_key", metavar="LOCK_KEY", nargs="?", help="only this lock key")
+    parser.add_argument("--since", default="24h", help="how far back (default 24h)")
+    parser.add_argument(
+        "--limit", type=positive_int, default=100, help="at most N runs (default 100)"
+    )
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument(
+        "--prune-older-than",
+        metavar="DURATION",
+        help="instead: delete runs that started longer ago than this (e.g. 30d)",
+    )
+
+
+def run(call: Call) -> int:
+    from dislock.cli.fleet import parse_duration
+    from dislock.core.errors import ConfigurationError
+
+    args = call.args
+    history = call.history_table()
+    if args.prune_older_than is not None:
+        if args.lock_key is not None:
+            raise ConfigurationError("--prune-older-than prunes every key: drop LOCK_KEY")
+        older = parse_duration(args.prune_older_than, name="--prune-older-than")
+
+        def prune(conn: Any) -> int:
+            if not history_exists(conn, history):
+                return EXIT_FAILURE
+            return _prune(conn, history, older)
+
+        return call.connected(prune, history=history, denied_as="history --prune-older-than")
+    since = parse_duration(args.since, name="--since")
+
+    def show(conn: Any) -> int:
+        if not history_exists(conn, history):
+            return EXIT_FAILURE
+        return _history(conn, call.table, history, since, args.lock_key, args.limit, args.json)
+
+    return call.connected(show, history=history)
+
+
+def _prune(conn: Any, history: tuple[str, ...], older: timedelta) -> int:
+    from dislock.cli.admin import format_duration
+    from dislock.cli.fleet import prune_query
+
+    (count,) = conn.execute(prune_query(history), {"older": older.total_seconds()}).fetchone()
+    print(
+        f"deleted {count} run(s) started more than {format_duration(older.total_seconds())}"
+        f" ago from {'.'.join(history)}"
+    )
+    return EXIT_OK
+
+
+def _history(
+    conn: Any,
+    table: tuple[str, ...],
+    history: tuple[str, ...],
+    since: timedelta,
+    key: str | None,
+    limit: int,
+    as_json: bool,
+) -> int:
+    from dislock.cli.admin import format_duration
+    from dislock.cli.fleet import Run, dump, render_runs, runs_params, runs_query
+
+    if key is not None and unknown_key(conn, table, history, key):
+        return EXIT_FAILURE
+    runs = [
+        Run(*row)
+        for row in conn.execute(
+            runs_query(history, table, by_key=key is not None), runs_params(key, since, limit)
+        ).fetchall()
+    ]
+    if as_json:
+        print(dump([run.as_json() for run in runs]))
+    elif runs:
+        print(render_runs(runs))
+    else:
+        what = f" of {key!r}" if key else ""
+        print(f"no runs{what} in the last {format_duration(since.total_seconds())}")
+    warn_disagreements(conn, history, since, key)
+    return EXIT_OK

@@ -1,0 +1,123 @@
+"""``dislockctl init``: create the lock table (and its schema), the run history
+table with ``--history``, and record the table's maximum lease TTL; or print the
+statements for a migration (``--print-sql``)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from dislock.cli import EXIT_OK
+from dislock.cli.commands._call import Call, columns
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--fencing", action="store_true", help="add the fencing-token column")
+    parser.add_argument(
+        "--history", action="store_true", help="create the run history table too (LOCK_HISTORY=1)"
+    )
+    parser.add_argument(
+        "--history-table", help="its name (default: $LOCK_HISTORY_TABLE or <lock table>_history)"
+    )
+    parser.add_argument(
+        "--max-ttl",
+        metavar="DURATION",
+        help="the longest lease TTL the table accepts, and so the longest lock delay after"
+        " a failover (e.g. 1h, 15m, 3600; default: 1h)",
+    )
+    parser.add_argument(
+        "--print-sql", action="store_true", help="print the DDL instead of running it"
+    )
+
+
+def run(call: Call) -> int:
+    args, table = call.args, call.table
+    history = call.history_table() if args.history else None
+    max_ttl = _max_ttl(args.max_ttl)
+    if args.print_sql:
+        for statement in _statements(table, args.fencing, history, max_ttl):
+            print(statement)
+        return EXIT_OK
+    return call.connected(
+        lambda conn: _init(conn, table, args.fencing, history, max_ttl),
+        on_denied=lambda detail: (
+            f"this role may not create the lock table ({detail}); run init as the table's"
+            " owner, or apply `init --print-sql` through your migrations"
+        ),
+    )
+
+
+def _max_ttl(text: str | None) -> float | None:
+    """``--max-ttl``: a duration, or plain seconds."""
+    if text is None:
+        return None
+    from dislock.cli.fleet import parse_duration
+
+    stripped = text.strip()
+    if stripped.replace(".", "", 1).isdigit():
+        stripped += "s"
+    return parse_duration(stripped, name="--max-ttl").total_seconds()
+
+
+def _statements(
+    table: tuple[str, ...],
+    fencing: bool,
+    history: tuple[str, ...] | None,
+    max_ttl: float | None,
+) -> list[str]:
+    from dislock.cli.admin import init_statements
+    from dislock.core.history import create_history
+    from dislock.core.limits import set_max_ttl
+
+    statements = init_statements(table, fencing=fencing)
+    if history is not None:
+        statements += create_history(history)
+    if max_ttl is not None:
+        # On a table with grants, also: dislockctl grant ... --print-sql (the bound).
+        statements.append(set_max_ttl(table, max_ttl))
+    return [f"{s.as_string(None)};" for s in statements]
+
+
+def _init(
+    conn: Any,
+    table: tuple[str, ...],
+    fencing: bool,
+    history: tuple[str, ...] | None,
+    max_ttl: float | None,
+) -> int:
+    from dislock.cli.admin import init_statements
+    from dislock.core.history import create_history
+
+    found = columns(conn, table)
+    history_columns = columns(conn, history) if history is not None else ["present"]
+    if found and (not fencing or "fence" in found) and history_columns:
+        # Nothing to create: an application role without DDL rights gets here too.
+        print(f"lock table {'.'.join(table)} already exists" + (" with fencing" if fencing else ""))
+        if history is not None:
+            print(f"history table {'.'.join(history)} already exists")
+        return _record_max_ttl(conn, table, max_ttl)
+    with conn.transaction():
+        for statement in init_statements(table, fencing=fencing):
+            conn.execute(statement)
+        for statement in create_history(history) if history is not None else []:
+            conn.execute(statement)
+    extra = " with fencing tokens" if fencing else ""
+    print(f"lock table {'.'.join(table)} is ready{extra}")
+    if history is not None:
+        print(f"history table {'.'.join(history)} is ready: set LOCK_HISTORY=1 to record runs")
+    return _record_max_ttl(conn, table, max_ttl)
+
+
+def _record_max_ttl(conn: Any, table: tuple[str, ...], max_ttl: float | None) -> int:
+    if max_ttl is None:
+        return EXIT_OK
+    from dislock.cli.grant_commands import set_table_max_ttl
+
+    with conn.transaction():
+        for statement in set_table_max_ttl(conn, table, max_ttl):
+            conn.execute(statement)
+    print(
+        f"maximum lease TTL of {'.'.join(table)}: {max_ttl:g} s"
+        " (longer leases are refused; no lock delay after a failover lasts longer)"
+    )
+    return EXIT_OK

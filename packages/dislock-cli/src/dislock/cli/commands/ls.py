@@ -1,0 +1,56 @@
+"""``dislockctl ls`` (also ``status``): every lock row, held, released, expired
+(abandoned), ended slots and pauses; then the table's limits and a running lock
+delay."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from dislock.cli import EXIT_OK
+from dislock.cli.commands._call import Call
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("prefix", nargs="?", default="", help="only lock keys starting so")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def run(call: Call) -> int:
+    args = call.args
+    return call.connected(lambda conn: _list(conn, call.table, args.prefix, args.json))
+
+
+def _list(conn: Any, table: tuple[str, ...], prefix: str, as_json: bool) -> int:
+    from dislock.cli.admin import LockRow, list_params, list_query, render_json, render_table
+
+    rows = [
+        LockRow.from_row(row)
+        for row in conn.execute(list_query(table), list_params(prefix)).fetchall()
+    ]
+    if as_json:
+        print(render_json(rows))
+        return EXIT_OK
+    if rows:
+        print(render_table(rows))
+    else:
+        print(f"no locks in {'.'.join(table)}" + (f" starting with {prefix!r}" if prefix else ""))
+    print(_table_limits(conn, table))
+    return EXIT_OK
+
+
+def _table_limits(conn: Any, table: tuple[str, ...]) -> str:
+    """The last line: the table's maximum lease TTL, and a running lock delay."""
+    from psycopg import sql
+
+    from dislock.cli.admin import describe_expiry
+    from dislock.core.failover import lock_delay_query
+    from dislock.core.limits import max_ttl_query
+
+    cap, recorded = conn.execute(max_ttl_query(table)).fetchone()
+    line = f"maximum lease TTL {cap:g} s" + ("" if recorded else " (the default)")
+    delay = conn.execute(lock_delay_query(sql.Identifier(*table))).fetchone()
+    if delay is not None and delay[2] > 0:
+        ends = describe_expiry(delay[2])
+        line += f"; LOCK DELAY after a failover: nothing is taken until it ends {ends}"
+    return line

@@ -1,0 +1,75 @@
+"""``dislockctl pause``: every wrapper skips LOCK_KEY (exit 0) until the pause ends
+or ``resume`` ends it.  The pause is a row of the lock table (``dislock.core.pause``)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import datetime, timedelta
+from typing import Any
+
+from dislock.cli import EXIT_OK, EXIT_USAGE
+from dislock.cli.commands._call import Call, error
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("lock_key", metavar="LOCK_KEY")
+    until = parser.add_mutually_exclusive_group()
+    until.add_argument("--for", dest="for_", metavar="DURATION", help="e.g. 2h, 30m, 1d")
+    until.add_argument("--until", metavar="TIME", help="ISO 8601 time (UTC unless it says)")
+    parser.add_argument(
+        "--reason",
+        default="",
+        help="shown by ls and in every skip message (at most 1000 bytes, one line)",
+    )
+
+
+def run(call: Call) -> int:
+    from dislock.cli.fleet import parse_duration, parse_time
+    from dislock.core.bounds import check_reason
+    from dislock.core.config import check_text
+
+    args = call.args
+    check_text("LOCK_KEY", args.lock_key)
+    check_reason("--reason", args.reason)
+    pause_for = None if args.for_ is None else parse_duration(args.for_, name="--for")
+    until = None if args.until is None else parse_time(args.until, name="--until")
+    return call.connected(
+        lambda conn: _pause(conn, call.table, args.lock_key, args.reason, pause_for, until)
+    )
+
+
+def _pause(
+    conn: Any,
+    table: tuple[str, ...],
+    lock_key: str,
+    reason: str,
+    pause_for: timedelta | None,
+    until: datetime | None,
+) -> int:
+    from dislock.cli.admin import state_query
+    from dislock.core.pause import UNTIL_RESUMED, describe_until, pause_params, pause_statement
+    from dislock.core.sql import lease_key, schedule_key
+
+    if pause_for is not None:
+        end: dict[str, object] = {"seconds": pause_for.total_seconds()}
+    else:
+        end = {"until": until or UNTIL_RESUMED}
+    found = conn.execute(
+        pause_statement(table, for_interval=pause_for is not None),
+        pause_params(lock_key, reason, **end),
+    ).fetchone()
+    if found is None:
+        error(f"--until {until} is not in the future (database clock)")
+        return EXIT_USAGE
+    why = f" ({reason})" if reason else ""
+    print(
+        f"paused {lock_key!r} {describe_until(found[0])}{why}: every dislock wrapper skips it "
+        "(dislock 0.1.0 wrappers do not know pauses)"
+    )
+    known = conn.execute(
+        state_query(table), {"keys": [schedule_key(lock_key), lease_key(lock_key)]}
+    ).fetchall()
+    if not known:
+        print(f"note: {lock_key!r} has no lock row yet; check its spelling", file=sys.stderr)
+    return EXIT_OK

@@ -1,0 +1,86 @@
+"""``dislockctl release``: force-expire a stuck schedule slot or lease (one slot of
+an N-holder lease with ``--slot``, only while a given owner holds it with
+``--owner``), saying what it removed."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from dislock.cli import EXIT_FAILURE, EXIT_OK
+from dislock.cli.commands._call import Call
+from dislock.core.kinds import NAMES as MODES
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("lock_key", metavar="LOCK_KEY")
+    parser.add_argument("--mode", choices=(*MODES, "all"), default="all")
+    parser.add_argument(
+        "--owner", help="release only if this owner token still holds it (as shown by ls)"
+    )
+    parser.add_argument(
+        "--slot",
+        type=_slot_number,
+        help="release only this slot of an N-holder lease (default: every slot)",
+    )
+
+
+def _slot_number(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a slot number (1, 2, ...), got {text!r}")
+    return int(text)
+
+
+def run(call: Call) -> int:
+    args = call.args
+    return call.connected(
+        lambda conn: _release(conn, call.table, args.lock_key, args.mode, args.owner, args.slot)
+    )
+
+
+def _release(
+    conn: Any,
+    table: tuple[str, ...],
+    lock_key: str,
+    mode: str,
+    owner: str | None,
+    slot: int | None,
+) -> int:
+    from dislock.cli.admin import (
+        format_duration,
+        release_params,
+        release_query,
+        released_text,
+        state_query,
+    )
+    from dislock.core.bounds import escape
+    from dislock.core.kinds import parse_row_key
+
+    modes = (
+        ("lease",) if slot is not None and mode == "all" else MODES if mode == "all" else (mode,)
+    )
+    params = release_params(table, lock_key, modes, slot=slot, owner=owner)
+    released = conn.execute(release_query(table), params).fetchall()
+    if not released:
+        if not conn.execute(state_query(table), {"keys": params["keys"]}).fetchall():
+            # A typo is not a success.
+            print(
+                f"dislockctl: error: no {' or '.join(modes)} lock row for {lock_key!r} "
+                f"in {'.'.join(table)} (see dislockctl ls)",
+                file=sys.stderr,
+            )
+            return EXIT_FAILURE
+        held_by = f" by {escape(owner)}" if owner else ""
+        which = f"slot {slot} of the lease" if slot is not None else " or ".join(modes)
+        print(f"nothing to release: no {which} lock on {lock_key!r} is held{held_by}")
+        return EXIT_OK
+    for key, value, remaining, _ in released:
+        found, _, number = parse_row_key(key)
+        what = "?" if found is None else found.name
+        label = f"{what} slot {number}" if number > 1 or slot is not None else what
+        print(
+            f"released {label} {lock_key!r} held by {escape(value)} "
+            f"({format_duration(remaining)} were left); {released_text(what)}"
+        )
+    return EXIT_OK

@@ -1,0 +1,29 @@
+"""``dislockctl resume``: end a pause of LOCK_KEY (exit 1 if it was not paused)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from dislock.cli import EXIT_FAILURE, EXIT_OK
+from dislock.cli.commands._call import Call, error
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("lock_key", metavar="LOCK_KEY")
+
+
+def run(call: Call) -> int:
+    return call.connected(lambda conn: _resume(conn, call.table, call.args.lock_key))
+
+
+def _resume(conn: Any, table: tuple[str, ...], lock_key: str) -> int:
+    from dislock.core.pause import resume_statement
+    from dislock.core.sql import pause_key
+
+    found = conn.execute(resume_statement(table), {"key": pause_key(lock_key)}).fetchone()
+    if found is None or not found[0]:
+        error(f"{lock_key!r} is not paused")
+        return EXIT_FAILURE
+    print(f"resumed {lock_key!r}: its next start runs")
+    return EXIT_OK

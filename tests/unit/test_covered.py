@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from dislock.cli.exporter import FleetSnapshot, HeldLock, KeyStatus, LastRun, metric_families
 from dislock.cli.fleet import Slot, Span, describe_missed, schedule_slots, split_covered
+from dislock.cli.fleet_status import FleetSnapshot, HeldLock, KeyStatus, LastRun
+from dislock.cli.metrics import metric_families
 from dislock.cli.status_page import render_page
 from dislock.core.context import LeaseLossPolicy
 from dislock.core.lease import LeaseClock, LeaseSettings

@@ -1,4 +1,4 @@
-"""The exporter's decisions without a database: listen addresses, run counting,
+"""``serve``'s decisions without a database: listen addresses, run counting,
 window starts, metric families, the page's order and escaping, host textfiles."""
 
 from __future__ import annotations
@@ -7,21 +7,17 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from dislock.cli.exporter import (
+from dislock.cli.fleet_status import FleetSnapshot, KeyStatus, LastRun, page_order
+from dislock.cli.http_policy import parse_listen
+from dislock.cli.metrics import (
     Family,
-    FleetSnapshot,
     HostRecord,
-    KeyStatus,
-    LastRun,
-    RunCounts,
-    WindowStarts,
     host_families,
     metric_families,
-    page_order,
-    parse_listen,
     read_host_records,
     record_run,
 )
+from dislock.cli.scrape import RunCounts, WindowStarts
 from dislock.cli.status_page import render_page
 from dislock.core.errors import ConfigurationError
 
@@ -181,7 +177,7 @@ def test_the_chunked_exposition_is_prometheus_clients_own() -> None:
 
 
 def test_the_page_says_how_each_lock_was_let_go() -> None:
-    from dislock.cli.exporter import HeldLock
+    from dislock.cli.fleet_status import HeldLock
     from dislock.core.pause import UNTIL_RESUMED
 
     key = KeyStatus(
@@ -201,7 +197,7 @@ def test_the_page_says_how_each_lock_was_let_go() -> None:
 
 
 def test_lock_held_is_one_sample_per_key_and_mode() -> None:
-    from dislock.cli.exporter import HeldLock
+    from dislock.cli.fleet_status import HeldLock
 
     key = KeyStatus(
         "pool",

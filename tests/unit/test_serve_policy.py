@@ -9,9 +9,11 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from dislock.cli.exporter import FleetSnapshot, WindowStarts, lock_delay_end, metric_families
 from dislock.cli.fleet import schedule_slots
+from dislock.cli.fleet_status import FleetSnapshot, lock_delay_end
 from dislock.cli.http_policy import HostPolicy, allowed_host, host_name, request_timeout
+from dislock.cli.metrics import metric_families
+from dislock.cli.scrape import WindowStarts
 from dislock.cli.slot_windows import ScheduleWindows
 from dislock.cli.status_page import render_page
 from dislock.core.cron import recorded_zone

@@ -1,4 +1,4 @@
-"""``dislock.cli.exporter``'s metric families, handed to ``prometheus_client``."""
+"""``dislock.cli.metrics``' metric families, handed to ``prometheus_client``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from dislock.cli.exporter import Family
+from dislock.cli.metrics import Family
 
 
 def prometheus_metric(family: Family) -> Metric:

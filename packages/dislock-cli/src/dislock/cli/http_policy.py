@@ -3,8 +3,9 @@
 Which ``Host`` names it answers for (a page on loopback is otherwise readable by
 any web page a local browser opens, through a DNS name that the page's owner
 points at 127.0.0.1: DNS rebinding), how many connections it serves at once, and
-how long a client may take to send its request.  Plain data and parsing: the
-server in ``dislock.cli.serve`` applies them.
+how long a client may take to send its request; and where it listens
+(``parse_listen``).  Plain data and parsing: the server in ``dislock.cli.serve``
+applies them.
 """
 
 from __future__ import annotations
@@ -116,3 +117,46 @@ class HostPolicy:
         if len(headers) > 1:
             return False
         return host_name(headers[0]) in self.names
+
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 9655
+"""Where ``serve`` listens unless told: loopback only; exposing it is a decision."""
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """``HOST:PORT``, ``[IPV6]:PORT`` or a bare ``PORT`` (on loopback) into host and port.
+
+    An empty host is refused rather than read as "every interface": exposing the
+    fleet's state beyond this machine must be spelled out (``0.0.0.0:9655``).
+    """
+    raw = text.strip()
+    if not raw:
+        raise ConfigurationError("--listen is empty; give HOST:PORT, e.g. 127.0.0.1:9655")
+    if raw.isdigit():
+        host, port_text = DEFAULT_HOST, raw
+    elif raw.startswith("["):
+        inside, sep, rest = raw[1:].partition("]")
+        if not sep or not rest.startswith(":"):
+            raise ConfigurationError(f"--listen {raw!r}: expected [IPV6]:PORT, e.g. [::1]:9655")
+        host, port_text = inside, rest[1:]
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise ConfigurationError(f"--listen {raw!r}: {host!r} is not an IPv6 address") from None
+    else:
+        host, sep, port_text = raw.rpartition(":")
+        if not sep:
+            raise ConfigurationError(f"--listen {raw!r}: expected HOST:PORT, e.g. 127.0.0.1:9655")
+        if not host:
+            raise ConfigurationError(
+                f"--listen {raw!r} has no host; say 0.0.0.0:{port_text} to listen on every"
+                " interface, or 127.0.0.1:PORT for this machine only"
+            )
+        if ":" in host:
+            raise ConfigurationError(
+                f"--listen {raw!r}: write an IPv6 host in brackets, [::1]:9655"
+            )
+    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise ConfigurationError(f"--listen {raw!r}: the port must be a number from 0 to 65535")
+    return host, int(port_text)

@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 from html import escape
 
 from dislock.cli.admin import format_duration
-from dislock.cli.exporter import MISSED_WINDOW, FleetSnapshot, KeyStatus, page_order
+from dislock.cli.fleet_status import MISSED_WINDOW, FleetSnapshot, KeyStatus, page_order
 from dislock.core.pause import UNTIL_RESUMED
 
 REFRESH_SECONDS = 15

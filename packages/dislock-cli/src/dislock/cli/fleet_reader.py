@@ -1,0 +1,314 @@
+"""``FleetReader``: the snapshots ``dislockctl serve`` shows, read over one kept
+connection, with what is costly to recompute kept between scrapes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from datetime import datetime, timezone
+from typing import Any, NamedTuple
+
+import psycopg
+
+from dislock.cli.admin import LockRow, list_params, list_query
+from dislock.cli.diagnosis import describe_database_error
+from dislock.cli.fleet import (
+    Latest,
+    from_first_run,
+    latest_query,
+    missed_slots,
+    split_covered,
+    table_exists_query,
+)
+from dislock.cli.fleet_status import (
+    MISSED_WINDOW,
+    FleetSnapshot,
+    LatestRow,
+    build_snapshot,
+    lock_delay_end,
+)
+from dislock.cli.scrape import (
+    RECENT_SECONDS,
+    SCRAPE_CONNECT_TIMEOUT,
+    SCRAPE_STATEMENT_TIMEOUT_MS,
+    RunCounts,
+    WindowStarts,
+    lock_delay_query,
+    scrape_statements,
+    span_of_row,
+)
+from dislock.cli.slot_windows import ScheduleWindows
+from dislock.core.dsn import connection_kwargs, scrub
+
+logger = logging.getLogger("dislock.serve")
+
+CONNECTION_WAIT_SECONDS = 10.0
+"""A request waits this long for the connection another request is using."""
+
+
+class _Read(NamedTuple):
+    """What one scrape read from the database, for the work done after the connection
+    is free for the next request."""
+
+    now: datetime
+    since: datetime
+    lock_rows: list[LockRow]
+    latest: list[LatestRow]
+    starts: WindowStarts
+    """A copy: the next scrape's reading does not change it."""
+    runs_total: dict[str, dict[str, int]]
+    lock_delay_end: datetime | None
+
+
+class FleetReader:
+    """Reads snapshots over one connection, reconnecting after a failure.
+
+    It keeps what is costly to recompute on every scrape: the run counts
+    (``RunCounts``) and each key's slots in the missed-slot window
+    (``ScheduleWindows``, which bounds that work).  The connection's lock is held
+    only while the database is read; the slots are computed under a lock of their
+    own, so that their cost never makes another request wait for the connection.
+    """
+
+    def __init__(self, url: str, table: tuple[str, ...], history: tuple[str, ...]) -> None:
+        self._url = url
+        self._table = table
+        self._history = history
+        self._statements = scrape_statements(history, table)
+        self._conn: psycopg.Connection[Any] | None = None
+        self._lock = threading.Lock()
+        self._was_up: bool | None = None
+        self._counts = RunCounts()
+        self._starts = WindowStarts()
+        self._missed: dict[str, tuple[tuple[Any, ...], tuple[int, int]]] = {}
+        self._windows = ScheduleWindows()
+        # Reads are numbered, and their slots computed in that order, so that the
+        # windows never step back in time when two requests overlap.
+        self._windows_turn = threading.Condition()
+        self._reads = self._computed = 0
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        if self._conn is None or self._conn.closed:
+            kwargs = connection_kwargs(self._url, SCRAPE_CONNECT_TIMEOUT)
+            kwargs["application_name"] = "dislockctl-serve"
+            self._conn = psycopg.connect(self._url, **kwargs)
+        return self._conn
+
+    def snapshot(self) -> FleetSnapshot:
+        if not self._lock.acquire(timeout=CONNECTION_WAIT_SECONDS):
+            self._report(False, "another request has been reading for too long")
+            return FleetSnapshot(datetime.now(timezone.utc), up=False)
+        try:
+            read = self._read(self._connect())
+            self._reads += 1
+            turn = self._reads
+        except psycopg.Error as exc:
+            self.close()
+            self._report(
+                False, describe_database_error(exc, table_parts=self._table, url=self._url)
+            )
+            return FleetSnapshot(datetime.now(timezone.utc), up=False)
+        finally:
+            self._lock.release()
+        self._report(True, "")
+        with self._windows_turn:
+            self._windows_turn.wait_for(lambda: self._computed == turn - 1)
+            try:
+                missed, covered, next_slots = self._schedules(
+                    read.latest, read.starts, read.since, read.now
+                )
+            finally:
+                self._computed = turn
+                self._windows_turn.notify_all()
+        return build_snapshot(
+            read.now,
+            read.lock_rows,
+            read.latest,
+            runs_total=read.runs_total,
+            missed=missed,
+            next_slots=next_slots,
+            covered=covered,
+        )._replace(lock_delay_end=read.lock_delay_end)
+
+    def _read(self, conn: psycopg.Connection[Any]) -> _Read:
+        with conn.transaction():
+            # One consistent, read-only view; a write here would be refused by
+            # the server itself, whatever the SQL said.
+            conn.execute(
+                "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY;"
+                f" SET LOCAL statement_timeout = {int(SCRAPE_STATEMENT_TIMEOUT_MS)}"
+            )
+            found = conn.execute("SELECT NOW()").fetchone()
+            assert found is not None
+            now: datetime = found[0]
+            since = now - MISSED_WINDOW
+            lock_rows = [
+                LockRow.from_row(row)
+                for row in conn.execute(list_query(self._table), list_params(""))
+            ]
+            latest = self._latest(conn, since)
+            self._follow_runs(conn, since, [row.lock_key for row in latest])
+            query, params = lock_delay_query(self._table)
+            found = conn.execute(query, params).fetchone()
+        return _Read(
+            now,
+            since,
+            lock_rows,
+            latest,
+            self._starts.copy(),
+            self._counts.by_key(),
+            lock_delay_end(found[0] if found else None, now),
+        )
+
+    def _latest(self, conn: psycopg.Connection[Any], since: datetime) -> list[LatestRow]:
+        """Each key's latest run (``latest_query``, as ``dislockctl`` reads it), with
+        the details the page and the missed-slot count need."""
+        found = [Latest(*row) for row in conn.execute(latest_query(self._history, self._table))]
+        ids = [run.run_id for run in found if run.run_id is not None]
+        details = {
+            run_id: rest
+            for run_id, *rest in conn.execute(
+                self._statements.run_details, {"ids": ids, "since": since}
+            )
+        }
+        latest = []
+        for run in found:
+            if run.run_id is None or run.run_id not in details:
+                continue  # never ran (or pruned in between): the lock rows tell its state
+            assert run.started_at is not None and run.outcome is not None
+            owner, exit_code, cron, cron_tz, ran_before = details[run.run_id]
+            latest.append(
+                LatestRow(
+                    run.key,
+                    owner,
+                    run.host or "",
+                    run.started_at,
+                    run.ended_at,
+                    run.outcome,
+                    exit_code,
+                    cron,
+                    cron_tz,
+                    run.duration_seconds,
+                    run.last_success_ended_at,
+                    ran_before,
+                )
+            )
+        return latest
+
+    def _follow_runs(self, conn: psycopg.Connection[Any], since: datetime, keys: list[str]) -> None:
+        """Bring the run counts and the window's starts and spans up to date, reading
+        (after the first scrape) only the runs that are new or were unfinished."""
+        found = conn.execute(self._statements.floor, {"recent": RECENT_SECONDS}).fetchone()
+        assert found is not None
+        floor = int(found[0])
+        if self._counts.floor is None:  # the first scrape counts the history once
+            census = conn.execute(self._statements.census, {"floor": floor}).fetchall()
+            self._counts.absorb_initial(floor, census)
+        if not self._starts.loaded:
+            for run_id, lock_key, started_at, slot_end, *span in conn.execute(
+                self._statements.window_starts, {"since": since}
+            ):
+                self._starts.add(run_id, lock_key, started_at, slot_end)
+                self._starts.set_span(run_id, lock_key, span_of_row(started_at, *span))
+            # Runs begun before the window may cover its first slots; later scrapes
+            # see them again only while they are unfinished (pending).
+            for run_id, lock_key, started_at, *span in conn.execute(
+                self._statements.spans_before, {"since": since, "keys": keys}
+            ):
+                self._starts.set_span(run_id, lock_key, span_of_row(started_at, *span))
+            self._starts.loaded = True
+        params = {"floor": self._counts.floor, "pending": sorted(self._counts.pending)}
+        rows = conn.execute(self._statements.new_runs, params).fetchall()
+        self._counts.absorb(floor, rows)
+        for run_id, lock_key, _, started_at, slot_end, scheduled, *span in rows:
+            if scheduled and started_at >= since:
+                self._starts.add(run_id, lock_key, started_at, slot_end)
+            if scheduled:
+                self._starts.set_span(run_id, lock_key, span_of_row(started_at, *span))
+        self._starts.trim(since)
+
+    def _schedules(
+        self, latest: list[LatestRow], starts: WindowStarts, since: datetime, now: datetime
+    ) -> tuple[dict[str, int], dict[str, int], dict[str, datetime]]:
+        """Missed and covered slots and the next slot of every key whose latest run
+        had a schedule."""
+        missed: dict[str, int] = {}
+        covered: dict[str, int] = {}
+        next_slots: dict[str, datetime] = {}
+        # The zone the wrapper read it in (none recorded: UTC, as before zones were).
+        found = self._windows.scrape(
+            ((row.lock_key, row.cron, row.cron_tz) for row in latest if row.cron is not None),
+            since,
+            now,
+        )
+        for note in found.notes:
+            logger.warning("%s", note)
+        for row in latest:
+            window = found.windows.get(row.lock_key)
+            if row.cron is None or window is None:
+                continue
+            if window.next_slot is not None:
+                next_slots[row.lock_key] = window.next_slot
+            if window.slots is None:
+                continue  # unreadable, too dense, or not computed yet: no count, not a wrong one
+            slots = window.slots
+            schedule = (row.cron, row.cron_tz or "UTC")
+            # Recounted only when the key's starts or its schedule's slots changed.
+            inputs = (
+                schedule,
+                window.version,
+                starts.version(row.lock_key),
+                row.ran_before_window,
+            )
+            cached = self._missed.get(row.lock_key)
+            if cached is not None and cached[0] == inputs:
+                missed[row.lock_key], covered[row.lock_key] = cached[1]
+                continue
+            runs = starts.of(row.lock_key)
+            if not row.ran_before_window:
+                # A job new within the window: the slots before its first run are not missed.
+                slots = from_first_run(slots, runs or [(row.started_at, None)])
+            nobody, going = split_covered(missed_slots(slots, runs), starts.spans_of(row.lock_key))
+            counts = (len(nobody), len(going))
+            self._missed[row.lock_key] = (inputs, counts)
+            missed[row.lock_key], covered[row.lock_key] = counts
+        return missed, covered, next_slots
+
+    def check_tables(self) -> str | None:
+        """At start-up: what is missing, or None.  A database that does not answer
+        is not an error here: the server starts and reports it as down."""
+        try:
+            conn = self._connect()
+            for table, what, create in (
+                (self._table, "lock table", "init"),
+                (self._history, "history table", "init --history"),
+            ):
+                query, params = table_exists_query(table)
+                found = conn.execute(query, params).fetchone()
+                if not found or not found[0]:
+                    return (
+                        f"{what} {'.'.join(table)} does not exist; create it with"
+                        f" `dislockctl URL_VARIABLE {create}`"
+                    )
+        except psycopg.Error as exc:
+            self.close()
+            self._report(
+                False, describe_database_error(exc, table_parts=self._table, url=self._url)
+            )
+        return None
+
+    def _report(self, up: bool, why: str) -> None:
+        if up != self._was_up:
+            if up:
+                logger.info("the database answers")
+            else:
+                logger.warning("the database did not answer: %s", scrub(why, self._url))
+        self._was_up = up
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(psycopg.Error):
+                conn.close()

@@ -1,0 +1,207 @@
+"""What ``dislockctl serve`` knows about a fleet at one moment: one ``KeyStatus``
+per lock key, built from one read-only snapshot of the lock table and the run
+history (``build_snapshot``), and the status page's order of rows.  Plain data:
+the metrics (``dislock.cli.metrics``) and the page (``dislock.cli.status_page``)
+are made from it; the statements that read it are ``dislock.cli.scrape``'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta
+from typing import NamedTuple
+
+from dislock.cli.admin import MODES, LockRow
+
+MISSED_WINDOW = timedelta(hours=24)
+"""``dislock_missed_slots`` counts the slots of the key's schedule that began in the
+last 24 hours (and at least a minute ago, ``dislock.cli.fleet.DEFAULT_GRACE``) in
+which no run of the key started and none was still going: what ``dislockctl missed
+KEY --since 24h`` lists.  ``dislock_covered_slots`` counts the ones without a start
+during which a run still held the key's lease.  A key that first ran within the
+window is judged from its first run's slot on."""
+
+FAILED_OUTCOMES = ("failed", "lease_lost", "killed", "abandoned")
+"""Outcomes a person must look at; the status page lists these first."""
+
+
+class HeldLock(NamedTuple):
+    """One row of the lock table, as the page and ``dislock_lock_held`` see it."""
+
+    mode: str
+    """``schedule`` or ``lease``."""
+    owner: str
+    state: str
+    """As ``dislockctl ls`` says it (``dislock.cli.admin.LockRow.state``): ``held``,
+    ``released``, ``expired`` (abandoned) or ``ended`` (a slot that is over)."""
+    seconds_left: float
+    """Until it expires (negative: since it did)."""
+    forced: bool = False
+    """Released by ``dislockctl release`` rather than by its holder."""
+
+
+class LastRun(NamedTuple):
+    owner: str
+    host: str
+    started_at: datetime
+    ended_at: datetime | None
+    outcome: str
+    """``ok``, ``failed``, ``lease_lost``, ``killed`` (``dislock.core.history.OUTCOMES``),
+    or, with no end recorded, ``running`` or ``abandoned``."""
+    exit_code: int | None
+    duration_seconds: float | None
+
+
+class KeyStatus(NamedTuple):
+    """Everything known about one lock key at one moment."""
+
+    lock_key: str
+    locks: tuple[HeldLock, ...] = ()
+    paused_until: datetime | None = None
+    pause_reason: str | None = None
+    last_run: LastRun | None = None
+    last_success_at: datetime | None = None
+    runs_total: Mapping[str, int] = {}
+    schedule: str | None = None
+    next_slot: datetime | None = None
+    missed_slots: int | None = None
+    """Slots in the window nobody ran in (None: no schedule known)."""
+    covered_slots: int | None = None
+    """Slots in the window without a start while a run still held the lease."""
+
+    @property
+    def state(self) -> str:
+        """One word for the page: paused wins, then held, then how it was let go."""
+        if self.paused_until is not None:
+            return "paused"
+        states = {lock.state for lock in self.locks}
+        for state in ("held", "expired", "released", "ended"):
+            if state in states:
+                return state
+        return "free"
+
+    @property
+    def failing(self) -> bool:
+        return self.last_run is not None and self.last_run.outcome in FAILED_OUTCOMES
+
+
+class FleetSnapshot(NamedTuple):
+    """The fleet at ``now`` (database clock); ``up`` is False when the database did
+    not answer, and then ``keys`` is empty."""
+
+    now: datetime
+    up: bool
+    keys: tuple[KeyStatus, ...] = ()
+    lock_delay_end: datetime | None = None
+    """While a lock delay after a database failover runs, when it ends (no lock is
+    taken before); None when none runs."""
+
+
+def page_order(keys: Iterable[KeyStatus]) -> list[KeyStatus]:
+    """Rows as a person wants them: the newest failures first, then keys that missed
+    slots, then the rest by name."""
+    keys = list(keys)
+    failing = sorted(
+        (key for key in keys if key.failing),
+        key=lambda key: key.last_run.started_at if key.last_run else datetime.min,
+        reverse=True,
+    )
+    rest = [key for key in keys if not key.failing]
+    missing = sorted((key for key in rest if key.missed_slots), key=lambda key: key.lock_key)
+    others = sorted((key for key in rest if not key.missed_slots), key=lambda key: key.lock_key)
+    return failing + missing + others
+
+
+class LatestRow(NamedTuple):
+    """A key's latest run: ``dislock.cli.fleet.latest_query``'s row (outcome derived
+    there: ``running`` or ``abandoned`` when no end was recorded) completed by
+    ``ScrapeStatements.run_details``."""
+
+    lock_key: str
+    owner: str
+    host: str
+    started_at: datetime
+    ended_at: datetime | None
+    outcome: str
+    exit_code: int | None
+    cron: str | None
+    cron_tz: str | None
+    """The zone its cron expression was read in (None: UTC, from before zones)."""
+    duration_seconds: float | None
+    """None while it runs (then it is counted up to ``now``) or once abandoned."""
+    last_success_at: datetime | None
+    ran_before_window: bool
+
+
+def _schedule_text(row: LatestRow) -> str | None:
+    if row.cron is None or row.cron_tz in (None, "UTC"):
+        return row.cron
+    return f"{row.cron} ({row.cron_tz})"
+
+
+def build_snapshot(
+    now: datetime,
+    lock_rows: Iterable[LockRow],
+    latest: Iterable[LatestRow],
+    *,
+    runs_total: Mapping[str, Mapping[str, int]],
+    missed: Mapping[str, int],
+    next_slots: Mapping[str, datetime],
+    covered: Mapping[str, int] | None = None,
+) -> FleetSnapshot:
+    """One ``KeyStatus`` per key found in the lock table or the history."""
+    locks: dict[str, list[HeldLock]] = {}
+    pauses: dict[str, tuple[str, datetime]] = {}
+    for lock in lock_rows:
+        if lock.mode == "pause":
+            if lock.expires_in_seconds > 0:
+                pauses[lock.lock_key] = (lock.owner, lock.expire_at)
+            continue
+        if lock.mode not in MODES:
+            continue  # a kind of row this version does not know: not ours to judge
+        locks.setdefault(lock.lock_key, []).append(
+            HeldLock(lock.mode, lock.owner, lock.state, lock.expires_in_seconds, lock.forced)
+        )
+    runs = {row.lock_key: row for row in latest}
+    statuses = []
+    for lock_key in sorted(set(locks) | set(runs) | set(pauses)):
+        row = runs.get(lock_key)
+        last_run = None
+        if row is not None:
+            duration = row.duration_seconds
+            if row.outcome == "running":
+                duration = max(0.0, (now - row.started_at).total_seconds())
+            last_run = LastRun(
+                row.owner,
+                row.host,
+                row.started_at,
+                row.ended_at,
+                row.outcome,
+                row.exit_code,
+                duration,
+            )
+        reason, until = pauses.get(lock_key, (None, None))
+        statuses.append(
+            KeyStatus(
+                lock_key,
+                locks=tuple(
+                    sorted(locks.get(lock_key, ()), key=lambda lock: lock.mode != "schedule")
+                ),
+                paused_until=until,
+                pause_reason=reason or None,
+                last_run=last_run,
+                last_success_at=row.last_success_at if row else None,
+                runs_total=dict(runs_total.get(lock_key, {})),
+                schedule=_schedule_text(row) if row else None,
+                next_slot=next_slots.get(lock_key),
+                missed_slots=missed.get(lock_key),
+                covered_slots=(covered or {}).get(lock_key),
+            )
+        )
+    return FleetSnapshot(now, up=True, keys=tuple(statuses))
+
+
+def lock_delay_end(expire_at: datetime | None, now: datetime) -> datetime | None:
+    """``FleetSnapshot.lock_delay_end`` from the timeline row's ``expire_at`` (in the
+    past once the delay is over) and the database clock."""
+    return expire_at if expire_at is not None and expire_at > now else None

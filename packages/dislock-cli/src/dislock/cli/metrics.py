@@ -1,0 +1,240 @@
+"""The Prometheus metric families of a fleet snapshot (``metric_families``), and of
+the per-host textfile the wrapper writes (``DISLOCK_METRICS_TEXTFILE``: its
+records, ``host_families``).  Plain data, independent of any Prometheus library:
+``dislock.cli._prometheus`` hands them to ``prometheus_client``, which only the
+CLI depends on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta, timezone
+from typing import NamedTuple
+
+from dislock.cli.fleet_status import MISSED_WINDOW, FleetSnapshot, KeyStatus, LastRun
+from dislock.core.history import OUTCOMES
+
+
+class Family(NamedTuple):
+    """One metric family, independent of any Prometheus library."""
+
+    name: str
+    kind: str
+    """``gauge`` or ``counter`` (named without its ``_total`` suffix)."""
+    documentation: str
+    labels: tuple[str, ...]
+    samples: tuple[tuple[tuple[str, ...], float], ...]
+
+
+RUN_OUTCOMES = OUTCOMES
+"""Finished outcomes ``dislock_runs_total`` always reports (zero if none), so that
+``increase()`` sees a key's first failure."""
+
+
+def _timestamp(value: datetime | None) -> float | None:
+    return None if value is None else value.timestamp()
+
+
+def metric_families(snapshot: FleetSnapshot) -> list[Family]:
+    """The exposition of a snapshot.  A key without any run has no run metrics
+    (a zero timestamp would read as "last succeeded in 1970")."""
+    up = Family(
+        "dislock_up",
+        "gauge",
+        "1 if the database answered this scrape, else 0.",
+        (),
+        (((), 1.0 if snapshot.up else 0.0),),
+    )
+    held: list[tuple[tuple[str, ...], float]] = []
+    paused: list[tuple[tuple[str, ...], float]] = []
+    starts: list[tuple[tuple[str, ...], float]] = []
+    successes: list[tuple[tuple[str, ...], float]] = []
+    durations: list[tuple[tuple[str, ...], float]] = []
+    runs: list[tuple[tuple[str, ...], float]] = []
+    missed: list[tuple[tuple[str, ...], float]] = []
+    covered: list[tuple[tuple[str, ...], float]] = []
+    for key in snapshot.keys:
+        name = key.lock_key
+        # One sample per mode: an N-holder lease has a row per slot, and counts its held ones.
+        modes: dict[str, float] = {}
+        for lock in key.locks:
+            modes[lock.mode] = modes.get(lock.mode, 0.0) + (1.0 if lock.state == "held" else 0.0)
+        held.extend(((name, mode), count) for mode, count in modes.items())
+        paused.append(((name,), 1.0 if key.paused_until is not None else 0.0))
+        if key.last_run is not None:
+            starts.append(((name,), key.last_run.started_at.timestamp()))
+            if key.last_run.duration_seconds is not None:
+                durations.append(((name,), key.last_run.duration_seconds))
+        success = _timestamp(key.last_success_at)
+        if success is not None:
+            successes.append(((name,), success))
+        if key.last_run is not None or key.runs_total:
+            outcomes = dict.fromkeys(RUN_OUTCOMES, 0) | dict(key.runs_total)
+            runs.extend(
+                ((name, outcome), float(count)) for outcome, count in sorted(outcomes.items())
+            )
+        if key.missed_slots is not None:
+            missed.append(((name,), float(key.missed_slots)))
+        if key.covered_slots is not None:
+            covered.append(((name,), float(key.covered_slots)))
+    window = int(MISSED_WINDOW.total_seconds() // 3600)
+    delay = Family(
+        "dislock_lock_delay_end_timestamp_seconds",
+        "gauge",
+        "While a lock delay after a database failover runs, when it ends: no lock of any"
+        " key is taken before. 0 when none runs.",
+        (),
+        (((), _timestamp(snapshot.lock_delay_end) or 0.0),) if snapshot.up else (),
+    )
+    return [
+        up,
+        delay,
+        Family(
+            "dislock_lock_held",
+            "gauge",
+            "1 while the key's lock of this mode is held, 0 once released or expired"
+            " (an N-holder lease: how many of its slots are held).",
+            ("key", "mode"),
+            tuple(held),
+        ),
+        Family(
+            "dislock_paused",
+            "gauge",
+            "1 while the key is paused fleet-wide.",
+            ("key",),
+            tuple(paused),
+        ),
+        Family(
+            "dislock_last_start_timestamp_seconds",
+            "gauge",
+            "When the key's latest recorded run started (database clock).",
+            ("key",),
+            tuple(starts),
+        ),
+        Family(
+            "dislock_last_success_timestamp_seconds",
+            "gauge",
+            "When the key's latest successful run (exit 0) ended (database clock).",
+            ("key",),
+            tuple(successes),
+        ),
+        Family(
+            "dislock_last_run_duration_seconds",
+            "gauge",
+            "How long the key's latest run took (so far, while it runs).",
+            ("key",),
+            tuple(durations),
+        ),
+        Family(
+            "dislock_runs",
+            "counter",
+            "Recorded runs of the key by outcome, over the history the table keeps.",
+            ("key", "outcome"),
+            tuple(runs),
+        ),
+        Family(
+            "dislock_missed_slots",
+            "gauge",
+            f"Schedule slots that began in the last {window} h in which no run of the key"
+            " started and none was still going.",
+            ("key",),
+            tuple(missed),
+        ),
+        Family(
+            "dislock_covered_slots",
+            "gauge",
+            f"Schedule slots that began in the last {window} h without a start of the key"
+            " because a run of it still held the lease (a run longer than its interval).",
+            ("key",),
+            tuple(covered),
+        ),
+    ]
+
+
+HOST_FAMILIES = (
+    "dislock_last_start_timestamp_seconds",
+    "dislock_last_success_timestamp_seconds",
+    "dislock_last_run_duration_seconds",
+    "dislock_runs",
+)
+"""The families a host's file holds: its own runs only (held locks, pauses and
+missed slots are fleet-wide facts, for ``serve``)."""
+
+
+class HostRecord(NamedTuple):
+    """One lock key's runs on this host, as its textfile keeps them."""
+
+    last_start: float
+    last_duration: float
+    last_success: float | None
+    runs: Mapping[str, int]
+
+
+def read_host_records(
+    samples: Iterable[tuple[str, Mapping[str, str], float]],
+) -> dict[str, HostRecord]:
+    """The records in a textfile, from its samples ``(name, labels, value)``; samples
+    this version did not write are left out (and so dropped on the next write)."""
+    values: dict[str, dict[str, float]] = {}
+    runs: dict[str, dict[str, int]] = {}
+    for name, labels, value in samples:
+        key = labels.get("key")
+        if key is None:
+            continue
+        if name == "dislock_runs_total" and "outcome" in labels:
+            runs.setdefault(key, {})[labels["outcome"]] = int(value)
+        elif name in HOST_FAMILIES:
+            values.setdefault(key, {})[name] = value
+    records = {}
+    for key, found in values.items():
+        if "dislock_last_start_timestamp_seconds" not in found:
+            continue
+        records[key] = HostRecord(
+            found["dislock_last_start_timestamp_seconds"],
+            found.get("dislock_last_run_duration_seconds", 0.0),
+            found.get("dislock_last_success_timestamp_seconds"),
+            runs.get(key, {}),
+        )
+    return records
+
+
+def record_run(
+    records: Mapping[str, HostRecord], lock_key: str, started: float, ended: float, outcome: str
+) -> dict[str, HostRecord]:
+    """``records`` with one more run of ``lock_key`` (times in seconds since the epoch)."""
+    previous = records.get(lock_key)
+    runs = dict(previous.runs) if previous else {}
+    runs[outcome] = runs.get(outcome, 0) + 1
+    success = ended if outcome == "ok" else (previous.last_success if previous else None)
+    return {**records, lock_key: HostRecord(started, max(0.0, ended - started), success, runs)}
+
+
+def host_families(records: Mapping[str, HostRecord]) -> list[Family]:
+    """The textfile's families: those of ``metric_families`` a host can know alone."""
+    epoch = datetime.fromtimestamp(0, tz=timezone.utc)
+    keys = tuple(
+        KeyStatus(
+            key,
+            last_run=LastRun(
+                "",
+                "",
+                epoch + timedelta(seconds=record.last_start),
+                None,
+                "",
+                None,
+                record.last_duration,
+            ),
+            last_success_at=(
+                None
+                if record.last_success is None
+                else epoch + timedelta(seconds=record.last_success)
+            ),
+            runs_total=record.runs,
+        )
+        for key, record in sorted(records.items())
+    )
+    return [
+        family
+        for family in metric_families(FleetSnapshot(epoch, up=True, keys=keys))
+        if family.name in HOST_FAMILIES
+    ]

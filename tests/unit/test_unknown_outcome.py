@@ -111,6 +111,17 @@ def test_a_lease_let_go_is_not_taken_by_a_read_that_may_have_seen_it() -> None:
     assert _judge([_mine("b")], owner, held, read_sent_at=161.0).taken == _mine("b")
 
 
+def test_what_may_be_forgotten_is_looked_for_at_most_once_an_interval() -> None:
+    held = HeldRows(prune_interval=3600.0)
+    for n in range(3):  # forgettable at once, but only the first let_go scans (empty)
+        held.let_go(TABLE, f"k{n}", "o", visible_until=0.0, forget_at=0.0)
+    assert len(held) == 3
+    eager = HeldRows(prune_interval=0.0)
+    for n in range(3):
+        eager.let_go(TABLE, f"k{n}", "o", visible_until=0.0, forget_at=0.0)
+    assert len(eager) == 1  # each scan forgot the one before
+
+
 def test_a_schedule_slot_is_judged_by_its_end() -> None:
     owner = default_owner()
     held = HeldRows()
@@ -127,7 +138,7 @@ def test_a_schedule_slot_is_judged_by_its_end() -> None:
 
 
 def test_slots_are_remembered_a_day_past_their_end() -> None:
-    held = HeldRows()
+    held = HeldRows(prune_interval=0.0)
     now = datetime.now(timezone.utc)
     held.add(TABLE, "s", "o", slot_end=now - timedelta(hours=1))  # a clock ahead of the db's
     held.add(TABLE, "old", "o", slot_end=now - timedelta(days=2))

@@ -35,6 +35,7 @@ nothing.
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 import threading
@@ -82,6 +83,9 @@ def made_by_this_process(owner: str) -> bool:
     )
 
 
+PRUNE_INTERVAL = 1.0
+"""Seconds between two scans for what ``HeldRows`` may forget."""
+
 _Row: TypeAlias = tuple[tuple[str, ...], str, str]
 """A row of a table: its table's name, its key and its owner."""
 
@@ -101,12 +105,14 @@ class HeldRows:
     ``forget_at`` and ``read_sent_at`` are on ``time.monotonic()``'s clock.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, prune_interval: float = PRUNE_INTERVAL) -> None:
         self._guard = threading.Lock()
+        self._prune_interval = prune_interval
         self._leases: set[_Row] = set()
         self._left: dict[_Row, tuple[float, float]] = {}
         """Leases let go: until when a read may see them live, and when to forget them."""
         self._slots: dict[tuple[_Row, datetime], None] = {}
+        self._pruned_at = -math.inf
 
     def add(
         self,
@@ -126,11 +132,22 @@ class HeldRows:
             self._leases.add(row)
             self._left.pop(row, None)
             return
-        # Slots long over are forgotten as new ones come: the map stays small.
-        now = datetime.now(timezone.utc)
-        for old in [old for old in self._slots if old[1] + SLOT_MEMORY <= now]:
-            del self._slots[old]
+        self._prune()
         self._slots[row, slot_end] = None
+
+    def _prune(self) -> None:
+        """Forget slots long over and leases no read can still be judged against, at
+        most once per ``prune_interval``: a scan per row taken would cost a process
+        that takes many keys a time that grows with their number."""
+        now = monotonic()
+        if now - self._pruned_at < self._prune_interval:
+            return
+        self._pruned_at = now
+        for left in [row for row, (_, forget) in self._left.items() if forget <= now]:
+            del self._left[left]
+        today = datetime.now(timezone.utc)
+        for slot in [slot for slot in self._slots if slot[1] + SLOT_MEMORY <= today]:
+            del self._slots[slot]
 
     def let_go(
         self,
@@ -148,9 +165,7 @@ class HeldRows:
         row = (table_parts, key, owner)
         with self._guard:
             self._leases.discard(row)
-            now = monotonic()
-            for old in [old for old, (_, forget) in self._left.items() if forget <= now]:
-                del self._left[old]
+            self._prune()
             self._left[row] = (visible_until, forget_at)
 
     def claim(

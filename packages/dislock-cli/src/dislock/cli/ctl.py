@@ -88,10 +88,12 @@ def build_parser(chosen: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def parse(argv: Sequence[str] | None) -> argparse.Namespace:
-    """``argv`` parsed; ``--help`` and mistakes end the process (exit 0 and 2)."""
+def parse(argv: Sequence[str] | None) -> tuple[str, argparse.Namespace]:
+    """The command asked for (``ls`` for ``status``) and ``argv`` parsed; ``--help``
+    and mistakes end the process (exit 0 and 2)."""
     asked, _ = build_parser().parse_known_args(argv)
-    return build_parser(canonical(asked.command)).parse_args(argv)
+    command = canonical(asked.command)
+    return command, build_parser(command).parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
@@ -104,7 +106,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
 
 
 def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> int:
-    args = parse(argv)
+    command, args = parse(argv)
     env = os.environ if environ is None else environ
 
     from dislock.cli.commands._call import Call, error
@@ -127,7 +129,6 @@ def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> int:
         ):
             if value is not None:
                 check_utf8(name, value)
-        command = canonical(args.command)
         # A command checks its own input before it connects: a mistake is exit 2.
         return load(command).run(Call(command, args, env, url, table))
     except ConfigurationError as exc:

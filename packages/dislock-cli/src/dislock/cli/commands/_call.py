@@ -73,6 +73,21 @@ class Call:
             error(describe_database_error(exc, table_parts=self.table, url=self.url))
             return EXIT_FAILURE
 
+    def on_history(
+        self,
+        history: tuple[str, ...],
+        body: Callable[[Any], int],
+        *,
+        denied_as: str | None = None,
+    ) -> int:
+        """``connected``, for a command that reads the run history table: exit 1 with
+        one line saying how to create it when it does not exist."""
+
+        def checked(conn: Any) -> int:
+            return body(conn) if history_exists(conn, history) else EXIT_FAILURE
+
+        return self.connected(checked, history=history, denied_as=denied_as)
+
     def _denied(self, exc: BaseException, history: tuple[str, ...] | None, command: str) -> str:
         from dislock.cli._denied import explain_denial
         from dislock.cli.diagnosis import HISTORY_TABLE, LOCK_TABLE

@@ -6,12 +6,11 @@ running lock delay and the state of the run's lock rows."""
 from __future__ import annotations
 
 import argparse
-import sys
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from dislock.cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
-from dislock.cli.commands._call import Call, columns
+from dislock.cli.commands._call import Call, columns, error
 
 if TYPE_CHECKING:
     from dislock.cli.settings import WrapperSettings
@@ -42,7 +41,7 @@ def _check(conn: Any, settings: WrapperSettings) -> int:
     table_parts = tuple(context.table_parts)
     refusal = _refuses_writes(conn)
     if refusal:
-        print(f"dislockctl: error: {refusal}", file=sys.stderr)
+        error(refusal)
         return EXIT_FAILURE
     present = columns(conn, table_parts)
     missing = {"key", "value", "expire_at", *(["fence"] if context.fencing else [])} - set(present)
@@ -172,7 +171,7 @@ def _print_max_ttl(
     if ttl <= cap:
         return None
     refusal = too_long(ttl, cap)
-    print(f"dislockctl: error: RUN_LOCK_TTL_SECONDS: {refusal}", file=sys.stderr)
+    error(f"RUN_LOCK_TTL_SECONDS: {refusal}")
     return refusal
 
 

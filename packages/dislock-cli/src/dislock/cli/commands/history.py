@@ -8,7 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 from dislock.cli import EXIT_FAILURE, EXIT_OK
-from dislock.cli.commands._call import Call, history_exists, positive_int
+from dislock.cli.commands._call import Call, positive_int
 from dislock.cli.commands._recorded import unknown_key, warn_disagreements
 
 
@@ -36,21 +36,18 @@ def run(call: Call) -> int:
         if args.lock_key is not None:
             raise ConfigurationError("--prune-older-than prunes every key: drop LOCK_KEY")
         older = parse_duration(args.prune_older_than, name="--prune-older-than")
-
-        def prune(conn: Any) -> int:
-            if not history_exists(conn, history):
-                return EXIT_FAILURE
-            return _prune(conn, history, older)
-
-        return call.connected(prune, history=history, denied_as="history --prune-older-than")
+        return call.on_history(
+            history,
+            lambda conn: _prune(conn, history, older),
+            denied_as="history --prune-older-than",
+        )
     since = parse_duration(args.since, name="--since")
-
-    def show(conn: Any) -> int:
-        if not history_exists(conn, history):
-            return EXIT_FAILURE
-        return _history(conn, call.table, history, since, args.lock_key, args.limit, args.json)
-
-    return call.connected(show, history=history)
+    return call.on_history(
+        history,
+        lambda conn: _history(
+            conn, call.table, history, since, args.lock_key, args.limit, args.json
+        ),
+    )
 
 
 def _prune(conn: Any, history: tuple[str, ...], older: timedelta) -> int:

@@ -9,7 +9,7 @@ from datetime import timedelta
 from typing import Any, NamedTuple
 
 from dislock.cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
-from dislock.cli.commands._call import Call, error, history_exists
+from dislock.cli.commands._call import Call, error
 from dislock.cli.commands._recorded import unknown_key, warn_disagreements
 
 
@@ -48,13 +48,9 @@ def run(call: Call) -> int:
     schedule = None if args.schedule is None else check_cron(args.schedule, name="--schedule")
     zone = None if args.tz is None else load_zone(args.tz, name="--tz")
     asked = _Asked(parse_duration(args.since, name="--since"), _grace(args.grace), schedule, zone)
-
-    def missed(conn: Any) -> int:
-        if not history_exists(conn, history):
-            return EXIT_FAILURE
-        return _missed(conn, call.table, history, asked, args.lock_key, args.json)
-
-    return call.connected(missed, history=history)
+    return call.on_history(
+        history, lambda conn: _missed(conn, call.table, history, asked, args.lock_key, args.json)
+    )
 
 
 def _grace(text: str) -> timedelta:

@@ -5,11 +5,10 @@ an N-holder lease with ``--slot``, only while a given owner holds it with
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 from dislock.cli import EXIT_FAILURE, EXIT_OK
-from dislock.cli.commands._call import Call
+from dislock.cli.commands._call import Call, error
 from dislock.core.kinds import NAMES as MODES
 
 
@@ -65,10 +64,9 @@ def _release(
     if not released:
         if not conn.execute(state_query(table), {"keys": params["keys"]}).fetchall():
             # A typo is not a success.
-            print(
-                f"dislockctl: error: no {' or '.join(modes)} lock row for {lock_key!r} "
-                f"in {'.'.join(table)} (see dislockctl ls)",
-                file=sys.stderr,
+            error(
+                f"no {' or '.join(modes)} lock row for {lock_key!r} "
+                f"in {'.'.join(table)} (see dislockctl ls)"
             )
             return EXIT_FAILURE
         held_by = f" by {escape(owner)}" if owner else ""

@@ -84,24 +84,25 @@ _GROUP_POLL = 0.02
 """How often the wrapper looks whether a process group it is stopping is gone."""
 
 
-async def _guard_killed_at_deadline(guard: Guard, patience: float) -> bool:
-    """Whether the guard killed the group because the deadline passed, waiting up
-    to ``patience`` seconds for it to exit."""
-    waited_until = monotonic() + patience
-    while (verdict := guard.verdict()) is None:
-        if monotonic() >= waited_until:
-            return False
-        await sleep(_GROUP_POLL)
-    return verdict
-
-
-async def _group_gone(pgid: int, timeout: float) -> bool:
+async def _until(done: Callable[[], bool], timeout: float) -> bool:
+    """Whether ``done()`` came true within ``timeout`` seconds (asked at once, then
+    every ``_GROUP_POLL``)."""
     deadline = monotonic() + timeout
-    while group_alive(pgid):
+    while not done():
         if monotonic() >= deadline:
             return False
         await sleep(_GROUP_POLL)
     return True
+
+
+async def _guard_killed_at_deadline(guard: Guard, patience: float) -> bool:
+    """Whether the guard killed the group because the deadline passed, waiting up
+    to ``patience`` seconds for it to exit."""
+    return await _until(lambda: guard.verdict() is not None, patience) and bool(guard.verdict())
+
+
+async def _group_gone(pgid: int, timeout: float) -> bool:
+    return await _until(lambda: not group_alive(pgid), timeout)
 
 
 async def clear_group(pgid: int, grace: float = KILL_GRACE) -> None:

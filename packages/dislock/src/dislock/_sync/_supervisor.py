@@ -86,24 +86,25 @@ _GROUP_POLL = 0.02
 """How often the wrapper looks whether a process group it is stopping is gone."""
 
 
-def _guard_killed_at_deadline(guard: Guard, patience: float) -> bool:
-    """Whether the guard killed the group because the deadline passed, waiting up
-    to ``patience`` seconds for it to exit."""
-    waited_until = monotonic() + patience
-    while (verdict := guard.verdict()) is None:
-        if monotonic() >= waited_until:
-            return False
-        sleep(_GROUP_POLL)
-    return verdict
-
-
-def _group_gone(pgid: int, timeout: float) -> bool:
+def _until(done: Callable[[], bool], timeout: float) -> bool:
+    """Whether ``done()`` came true within ``timeout`` seconds (asked at once, then
+    every ``_GROUP_POLL``)."""
     deadline = monotonic() + timeout
-    while group_alive(pgid):
+    while not done():
         if monotonic() >= deadline:
             return False
         sleep(_GROUP_POLL)
     return True
+
+
+def _guard_killed_at_deadline(guard: Guard, patience: float) -> bool:
+    """Whether the guard killed the group because the deadline passed, waiting up
+    to ``patience`` seconds for it to exit."""
+    return _until(lambda: guard.verdict() is not None, patience) and bool(guard.verdict())
+
+
+def _group_gone(pgid: int, timeout: float) -> bool:
+    return _until(lambda: not group_alive(pgid), timeout)
 
 
 def clear_group(pgid: int, grace: float = KILL_GRACE) -> None:

@@ -17,12 +17,14 @@ after a sleep.
 from __future__ import annotations
 
 import contextlib
+import csv
 import itertools
 import json
 import os
 import pwd
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import threading
@@ -142,6 +144,7 @@ class PatroniCluster:
         self.etcd: subprocess.Popen[bytes] | None = None
         self.haproxy: subprocess.Popen[bytes] | None = None
         self.haproxy_port = 0
+        self.haproxy_socket = self.root / "haproxy.sock"
         self.nodes = [Node(f"node{i}", self.root) for i in (1, 2, 3)]
         try:
             self._start_etcd()
@@ -307,6 +310,7 @@ class PatroniCluster:
         config.write_text(
             f"""global
     maxconn 500
+    stats socket {self.haproxy_socket} mode 600 level operator
 defaults
     mode tcp
     timeout connect 2s
@@ -328,8 +332,46 @@ listen primary
                 stderr=log,
                 start_new_session=True,
             )
-        self.wait_for(lambda: self._writable(self.haproxy_url), 60, "HAProxy to reach the primary")
+        # HAProxy starts with every server up and marks one down only after ``fall``
+        # failed checks: until then a connection may land on a replica.  Ready means
+        # HAProxy itself says only the leader is up.
+        self.wait_for(
+            self._haproxy_routes_to_leader_only, 60, "HAProxy to route to the leader only"
+        )
         return self.haproxy_port
+
+    def haproxy_up(self) -> set[str]:
+        """The servers HAProxy's ``primary`` proxy has fully up (not going down), as its
+        stats socket reports them; empty if the socket does not answer."""
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as stats:
+                stats.settimeout(2.0)
+                stats.connect(str(self.haproxy_socket))
+                stats.sendall(b"show stat\n")
+                chunks = []
+                while chunk := stats.recv(65536):
+                    chunks.append(chunk)
+        except OSError:
+            return set()
+        lines = b"".join(chunks).decode(errors="replace").splitlines()
+        if not lines or not lines[0].startswith("# "):
+            return set()
+        rows = csv.DictReader([lines[0][2:], *lines[1:]])
+        return {
+            row["svname"]
+            for row in rows
+            if row.get("pxname") == "primary"
+            and row.get("svname") not in ("FRONTEND", "BACKEND")
+            and row.get("status") == "UP"
+        }
+
+    def _haproxy_routes_to_leader_only(self) -> bool:
+        leader = self.leader()
+        return (
+            leader is not None
+            and self.haproxy_up() == {leader.name}
+            and self._writable(self.haproxy_url)
+        )
 
     def destroy(self) -> None:
         for node in self.nodes:

@@ -36,9 +36,9 @@ import psycopg
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from dislock.core import sql  # noqa: E402
+from dislock.core.lock_statements import statements as lock_statements  # noqa: E402
 from dislock.core.preparing import BACKEND_PID, prepare_threshold  # noqa: E402
-from dislock.core.sql import create_table_sql  # noqa: E402
+from dislock.core.table import create_table_sql  # noqa: E402
 from tests.support.postgres import postgres_url  # noqa: E402
 
 FLOOR = "import os, psycopg; psycopg.connect(os.environ['DATABASE_URL']).execute('SELECT 1')"
@@ -311,9 +311,12 @@ def cycle_rows(url: str, cycles: int) -> list[Row]:
 
         # Timed in interleaved rounds, medians kept, so that drift on a noisy
         # machine hits every measure alike.
-        statements = sql.statements(("key_value",))
-        acquire, release = statements.acquire_for.as_bytes(warm), statements.release.as_bytes(warm)
+        statements = lock_statements(("key_value",))
+        queries = statements.queries
+        acquire, release = queries.acquire_for.as_bytes(warm), queries.release.as_bytes(warm)
         key = "cronjob-lock:lease:bench-by-hand"
+        acquire_params = statements.acquire_for(key, "bench", 60.0).params
+        release_params = statements.release(key, "bench", "bench-by-hand").params
         # Prepared as dislock's shared connection prepares them: only when no
         # pooler is in between (dislock.core.preparing).
         manual = psycopg.connect(url, autocommit=True, prepare_threshold=None)
@@ -324,8 +327,8 @@ def cycle_rows(url: str, cycles: int) -> list[Row]:
             """The same two statements, sent with psycopg and nothing else."""
             started = time.perf_counter()
             for _ in range(cycles):
-                manual.execute(acquire, sql.lease_params(key, "bench", 60.0)).fetchone()
-                manual.execute(release, sql.release_params(key, "bench", "bench-by-hand"))
+                manual.execute(acquire, acquire_params).fetchone()
+                manual.execute(release, release_params)
             return (time.perf_counter() - started) / cycles
 
         rounds: dict[str, list[float]] = {
@@ -761,20 +764,23 @@ def waiters_spread(
 def release_notify_cost(url: str, cycles: int) -> tuple[float, float]:
     """Seconds per lease release statement on a warm connection, without and with the
     ``NOTIFY`` that wakes waiters (what every release now sends)."""
-    statements = sql.statements(("key_value",))
+    statements = lock_statements(("key_value",))
     # The release as it was before it woke waiters: the same update, no RETURNING.
     plain = psycopg.sql.SQL(
         "UPDATE key_value SET expire_at = NOW(), value = value || ' (released)'"
         " WHERE key = %(key)s AND value = %(owner)s AND expire_at > NOW()"
     )
-    variants: tuple[psycopg.sql.SQL | psycopg.sql.Composed, ...] = (plain, statements.release)
-    params = sql.release_params("bench-release", "bench", "bench-release")
+    variants: tuple[psycopg.sql.SQL | psycopg.sql.Composed, ...] = (
+        plain,
+        statements.queries.release,
+    )
+    params = statements.release("bench-release", "bench", "bench-release").params
     totals = [0.0, 0.0]
-    acquire = sql.lease_params("bench-release", "bench", 60.0)
+    acquire = statements.acquire_for("bench-release", "bench", 60.0)
     with psycopg.connect(url, autocommit=True, prepare_threshold=None) as conn:
         for cycle in range(cycles + 10):
             for index, release in enumerate(variants):  # interleaved: same noise
-                conn.execute(statements.acquire_for, acquire)
+                conn.execute(acquire.query, acquire.params)
                 started = time.perf_counter()
                 conn.execute(release, params)
                 if cycle >= 10:  # the first ones warm the caches
@@ -1147,16 +1153,19 @@ def history_rows(url: str, cycles: int, rows: int) -> list[Row]:
             b" ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value,"
             b" expire_at = EXCLUDED.expire_at WHERE held.expire_at <= NOW() RETURNING NULL::bigint"
         )
-        statements = sql.statements(("key_value",))
-        checked, release = statements.acquire_for.as_bytes(conn), statements.release.as_bytes(conn)
+        statements = lock_statements(("key_value",))
+        queries = statements.queries
+        checked, release = queries.acquire_for.as_bytes(conn), queries.release.as_bytes(conn)
         key = "cronjob-lock:lease:bench-pause"
+        acquire_params = statements.acquire_for(key, "bench", 60.0).params
+        release_params = statements.release(key, "bench", "bench-pause").params
 
         pause_samples: tuple[list[float], list[float]] = ([], [])
         for n in range(cycles * ROUNDS):
             for which in (0, 1) if n % 2 else (1, 0):
                 started = time.perf_counter()
-                conn.execute((plain, checked)[which], sql.lease_params(key, "bench", 60.0))
-                conn.execute(release, sql.release_params(key, "bench", "bench-pause"))
+                conn.execute((plain, checked)[which], acquire_params)
+                conn.execute(release, release_params)
                 pause_samples[which].append(time.perf_counter() - started)
         without_check, with_check = (statistics.median(samples) for samples in pause_samples)
 

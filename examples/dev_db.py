@@ -16,7 +16,7 @@ from types import FrameType
 
 import psycopg
 
-from dislock.core.sql import create_table_sql
+from dislock.core.table import create_table_sql
 from tests.support.postgres import embedded_postgres
 
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 import psycopg
 
 from dislock import LockContext, LockNotAcquiredError, ScheduleLock, acquire_locks
-from dislock.core.sql import create_table_sql
+from dislock.core.table import create_table_sql
 from tests.support.postgres import postgres_url
 
 

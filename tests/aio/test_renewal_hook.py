@@ -10,7 +10,7 @@ import pytest
 import dislock.aio
 from dislock import LockContext
 from dislock.core.renewal import renewal_listeners
-from dislock.core.sql import lease_key
+from dislock.core.rows import lease_key
 
 MakeContext = Callable[..., LockContext]
 

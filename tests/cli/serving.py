@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from psycopg import sql
 
 from dislock.core.pause import pause_params, pause_statement
-from dislock.core.sql import lease_key
+from dislock.core.rows import lease_key
 from tests.cli.conftest import DISLOCK, wait_for
 
 CTL = [sys.executable, "-m", "dislock.cli.ctl"]

@@ -22,7 +22,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from dislock.core.sql import lease_key
+from dislock.core.rows import lease_key
 from tests.cli.conftest import DISLOCK, Ctl, RunCli, wait_for
 from tests.cli.serving import sample, serving
 from tests.support.clock import clear_of_boundary

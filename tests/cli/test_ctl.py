@@ -17,7 +17,7 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from dislock.core.sql import lease_key, schedule_key
+from dislock.core.rows import lease_key, schedule_key
 from tests.cli.conftest import CTL, DISLOCK, Ctl, wait_for
 from tests.support.rows import Rows
 

@@ -24,7 +24,7 @@ from dislock.cli.fleet import (
     schedule_slots,
 )
 from dislock.core.errors import ConfigurationError
-from dislock.core.sql import lease_key, pause_key, schedule_key
+from dislock.core.rows import lease_key, pause_key, schedule_key
 from tests.cli.conftest import CTL, DISLOCK, Ctl, RunCli, wait_for
 from tests.support.clock import clear_of_boundary
 from tests.support.rows import Rows

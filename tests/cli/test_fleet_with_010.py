@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from dislock.core.sql import lease_key, schedule_key
+from dislock.core.rows import lease_key, schedule_key
 from tests.cli.conftest import DISLOCK, wait_for
 from tests.support.old_release import PyPIUnreachable, old_dislock_venv
 from tests.support.rows import Rows

@@ -38,7 +38,7 @@ import dislock.cli
 import dislock.cli.ctl
 from dislock import ConfigurationError, LockContext
 from dislock.core.bounds import escape
-from dislock.core.sql import lease_key, schedule_key
+from dislock.core.rows import lease_key, schedule_key
 
 BUDGET = {"wrapper": 150, "context": 300, "ctl": 120}
 """Examples per property and CI run (derandomized: the same ones every run)."""

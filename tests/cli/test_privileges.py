@@ -14,7 +14,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from dislock.core.history import create_history
-from dislock.core.sql import lease_key, pause_key
+from dislock.core.rows import lease_key, pause_key
 from tests.cli.conftest import Ctl, RunCli
 
 PASSWORD = "hunter2-secret"

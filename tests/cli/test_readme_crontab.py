@@ -31,7 +31,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from dislock.core.sql import create_table_sql
+from dislock.core.table import create_table_sql
 from tests.support.cluster import Cluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.cron]

@@ -12,7 +12,7 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from dislock.core.sql import lease_key, schedule_key
+from dislock.core.rows import lease_key, schedule_key
 from tests.cli.conftest import RunCli
 from tests.support.proxy import SilentHost
 from tests.support.rows import Rows

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from dislock.core.sql import lease_key
+from dislock.core.rows import lease_key
 from tests.cli.conftest import DISLOCK, RunCli, wait_for
 from tests.support.rows import Rows
 

@@ -12,7 +12,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from dislock import LeaseLostError, LockContext, LockNotAcquiredError
-from dislock.core.sql import lease_key
+from dislock.core.rows import lease_key
 from tests.support.drivers import Driver
 from tests.support.rows import Rows, released_owner
 

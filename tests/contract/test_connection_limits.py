@@ -19,7 +19,7 @@ import pytest
 import dislock._sync._hub
 import dislock.aio._hub
 from dislock import LockContext
-from dislock.core.sql import lease_key, schedule_key
+from dislock.core.rows import lease_key, schedule_key
 from tests.support.drivers import AioDriver, Driver, Holding
 from tests.support.rows import Rows
 

@@ -16,7 +16,7 @@ import pytest
 
 from dislock import LockContext, LockNotAcquiredError
 from dislock.core.cron import EARLY_FIRE_TOLERANCE
-from dislock.core.sql import schedule_key
+from dislock.core.rows import schedule_key
 from tests.support.drivers import AioDriver, CliDriver, Driver, SyncDriver
 from tests.support.rows import Rows
 

@@ -14,7 +14,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from dislock import LeaseLostError, LockContext, LockNotAcquiredError
 from dislock.core.errors import StatementTimeout
-from dislock.core.sql import lease_key, schedule_key
+from dislock.core.rows import lease_key, schedule_key
 from tests.support.clock import clear_of_boundary
 from tests.support.drivers import Driver
 from tests.support.rows import Rows

@@ -12,7 +12,7 @@ from psycopg import sql
 
 import dislock
 from dislock import LeaseLostError, LockContext
-from dislock.core.sql import lease_key, schedule_key
+from dislock.core.rows import lease_key, schedule_key
 from tests.support.drivers import Driver
 from tests.support.rows import Rows
 

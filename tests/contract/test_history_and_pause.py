@@ -14,7 +14,7 @@ from psycopg import sql
 from dislock import LockContext, LockNotAcquiredError, LockPausedError
 from dislock.core.history import create_history, history_table
 from dislock.core.pause import UNTIL_RESUMED, pause_params, pause_statement
-from dislock.core.sql import lease_key, pause_key, schedule_key
+from dislock.core.rows import lease_key, pause_key, schedule_key
 from tests.support.drivers import Driver
 from tests.support.rows import Rows
 

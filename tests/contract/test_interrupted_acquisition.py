@@ -18,7 +18,7 @@ from dislock import LeaseLock, LockContext
 from dislock._sync import _lease as sync_lease
 from dislock.aio import LeaseLock as AioLeaseLock
 from dislock.aio import _lease as aio_lease
-from dislock.core.sql import lease_key
+from dislock.core.rows import lease_key
 from tests.support.rows import Rows, released_owner
 
 MakeContext = Callable[..., LockContext]

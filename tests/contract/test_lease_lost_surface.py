@@ -14,7 +14,7 @@ import pytest
 import dislock
 import dislock.aio
 from dislock import LeaseLossPolicy, LockContext
-from dislock.core.sql import lease_key
+from dislock.core.rows import lease_key
 from tests.support.rows import Rows
 
 MakeContext = Callable[..., LockContext]

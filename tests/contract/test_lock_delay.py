@@ -20,6 +20,8 @@ from dislock import LeaseLock, LockContext, LockNotAcquiredError, ScheduleLock
 from dislock.aio import LeaseLock as AioLeaseLock
 from dislock.cli.admin import list_params, list_query
 from dislock.core.failover import TIMELINE_KEY, TTL_KEY_PREFIX
+from dislock.core.rows import lease_key
+from tests.support.exchanges import send
 from tests.support.rows import Rows
 
 LONGEST = timedelta(seconds=30)
@@ -79,19 +81,16 @@ def test_an_acquisition_that_began_before_the_first_record_is_not_delayed(
     one of three machines mailed "lock delay after a database failover" on a new table.)
     The early start is made to happen: the second acquisition runs in a transaction
     begun before the first lock took its row."""
-    from dislock.core import sql as core_sql
+    from dislock.core.lock_statements import statements
 
-    statement = core_sql.statements(lock_table).acquire_for
-    params = core_sql.lease_params(core_sql.lease_key("second"), "second-owner", 2.0)
+    exchange = statements(lock_table).acquire_for(lease_key("second"), "second-owner", 2.0)
     with psycopg.connect(database_url, prepare_threshold=None) as early:  # not autocommit
         early.execute("SELECT now()")  # the transaction, and its NOW(), start here
         time.sleep(0.05)  # strictly before the record below, whatever the clock's grain
         with lease(make_context, "first"):  # records the timeline, with no delay
             pass
-        row = early.execute(statement, params).fetchone()
+        answer = send(early, exchange)
         early.rollback()
-    assert row is not None
-    answer = core_sql.parse_acquired(row)
     assert answer.delayed_until is None, answer
     assert answer.acquired, answer
 

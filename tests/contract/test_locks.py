@@ -20,7 +20,7 @@ from dislock import (
     LockNotAcquiredError,
 )
 from dislock.core.cron import next_boundary
-from dislock.core.sql import lease_key, schedule_key
+from dislock.core.rows import lease_key, schedule_key
 from tests.support.clock import clear_of_boundary
 from tests.support.drivers import Driver
 from tests.support.rows import Rows, released_owner
@@ -425,31 +425,29 @@ def test_a_refused_acquisition_writes_nothing(
     statement runs in a transaction of its own, which then says whether it wrote."""
     from datetime import datetime, timezone
 
-    from dislock.core import sql as statements_sql
     from dislock.core.cron import UTC, SlotCandidates
+    from dislock.core.exchange import Exchange
+    from dislock.core.lock_statements import statements as lock_statements
     from dislock.core.waiting import slot_keys
 
-    statements = statements_sql.statements(lock_table)
+    statements = lock_statements(lock_table)
     lease, slot, by_clock = lease_key("herd"), schedule_key("herd"), schedule_key("herd-clock")
     slot_end = db.execute("SELECT date_trunc('hour', NOW()) + interval '1 hour'").fetchone()
     assert slot_end is not None
     candidates = SlotCandidates.around("0 * * * *", datetime.now(timezone.utc), UTC)
     slots = slot_keys("herd-slots", 2)
-    attempts = [
-        (statements.acquire_for, statements_sql.lease_params(lease, "{owner}", 60.0)),
-        (
-            statements.acquire_until,
-            statements_sql.acquire_until_params(slot, "{owner}", slot_end[0]),
-        ),
-        (
-            statements.acquire_by_clock,
-            statements_sql.acquire_by_clock_params(by_clock, "{owner}", candidates),
-        ),
-        (statements.acquire_slot, statements_sql.slot_params(slots, "{owner}", 60.0)),
-        (statements.acquire_slot, statements_sql.slot_params(slots, "{owner}", 60.0)),
+    exchanges: list[Exchange[Any]] = [
+        statements.acquire_for(lease, "{owner}", 60.0),
+        statements.acquire_until(slot, "{owner}", slot_end[0]),
+        statements.acquire_by_clock(by_clock, "{owner}", candidates),
+        statements.acquire_slot(slots, "{owner}", 60.0),
+        statements.acquire_slot(slots, "{owner}", 60.0),
     ]
+    attempts = [(exchange.query, exchange.params) for exchange in exchanges]
 
-    def attempt(statement: sql.Composed, params: dict[str, Any], owner: str) -> tuple[Any, Any]:
+    def attempt(
+        statement: sql.SQL | sql.Composed, params: dict[str, Any], owner: str
+    ) -> tuple[Any, Any]:
         mine = {name: owner if value == "{owner}" else value for name, value in params.items()}
         with db.transaction():
             answer = db.execute(statement, mine).fetchone()

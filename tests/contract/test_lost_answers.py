@@ -19,7 +19,7 @@ import pytest
 from dislock import LeaseLock, LockContext, LockNotAcquiredError, ScheduleLock
 from dislock.core.context import default_owner
 from dislock.core.errors import DatabaseUnreachableError
-from dislock.core.sql import lease_key, schedule_key
+from dislock.core.rows import lease_key, schedule_key
 from tests.support.drivers import CliDriver, Driver
 from tests.support.proxy import AnswerCutter
 from tests.support.rows import Rows, released_owner

@@ -22,7 +22,7 @@ from dislock import LockContext, LockNotAcquiredError
 from dislock.core.failover import TIMELINE_KEY
 from dislock.core.pause import UNTIL_RESUMED, pause_params, pause_statement
 from dislock.core.preparing import CHECK_AFTER, PREPARE_THRESHOLD
-from dislock.core.sql import lease_key, pause_key
+from dislock.core.rows import lease_key, pause_key
 from tests.support.drivers import Driver
 from tests.support.rows import Rows
 

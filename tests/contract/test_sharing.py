@@ -19,7 +19,7 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from dislock import LeaseLostError, LockContext
-from dislock.core.sql import lease_key
+from dislock.core.rows import lease_key
 from tests.support.drivers import Driver, Holding
 from tests.support.rows import Rows
 

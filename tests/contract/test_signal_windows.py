@@ -14,7 +14,7 @@ import uuid
 
 import pytest
 
-from dislock.core.sql import lease_key
+from dislock.core.rows import lease_key
 from tests.support.rows import Rows, released_owner
 
 FLAVOURS = ["sync", "aio"]

@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from dislock import DatabaseUnreachableError, LockContext
-from dislock.core.sql import lease_key, schedule_key
+from dislock.core.rows import lease_key, schedule_key
 from tests.support.drivers import Driver
 from tests.support.proxy import SilentHost
 from tests.support.rows import Rows

@@ -16,8 +16,9 @@ import psycopg
 import pytest
 
 from dislock import LockContext, LockNotAcquiredError, ScheduleLock
-from dislock.core import sql
 from dislock.core.cron import SlotCandidates, slot_end
+from dislock.core.lock_statements import statements
+from dislock.core.rows import schedule_key
 from tests.support.rows import Rows
 
 MakeContext = Callable[..., LockContext]
@@ -27,10 +28,8 @@ def _claim(
     db: psycopg.Connection[Any], table: tuple[str, str], key: str, candidates: SlotCandidates
 ) -> tuple[bool, Any]:
     """Run the statement: whether it took the slot, and the slot end it picked."""
-    row = db.execute(
-        sql.statements(table).acquire_by_clock.as_string(db),
-        sql.acquire_by_clock_params(key, "me", candidates),
-    ).fetchone()
+    exchange = statements(table).acquire_by_clock(key, "me", candidates)
+    row = db.execute(exchange.query.as_string(db), exchange.params).fetchone()
     assert row is not None  # always one row
     taken, token, paused_for, paused_until, timeline, delayed_until, end = row
     assert token is None and paused_for is None and paused_until is None
@@ -91,7 +90,7 @@ def test_schedule_lock_reads_the_clock_when_ours_is_far_off(
         slot_end("0 3 * * *", after, tokyo),
     }
     assert lock.expires_at is not None and lock.expires_at.astimezone(tokyo).hour == 3
-    row = rows.get(sql.schedule_key(context.lock_key))
+    row = rows.get(schedule_key(context.lock_key))
     assert row is not None and row.value == context.owner and row.expire_at == lock.expires_at
     with pytest.raises(LockNotAcquiredError):
         ScheduleLock(

@@ -20,9 +20,10 @@ from psycopg import sql
 
 from dislock import ConfigurationError, LockContext, LockNotAcquiredError
 from dislock.core.kinds import kind
-from dislock.core.sql import lease_key, schedule_key
+from dislock.core.rows import lease_key, schedule_key
 from dislock.core.waiting import wake_key
 from tests.support.drivers import CliDriver, Driver
+from tests.support.exchanges import send
 from tests.support.rows import Rows
 
 MakeContext = Callable[..., LockContext]
@@ -153,10 +154,10 @@ def test_handing_back_the_slots_of_an_acquisition_wakes_the_leases_waiters(
     """The statement that hands back whichever slot an interrupted or unconfirmed
     acquisition may have taken wakes waiters as a holder's own release does, and
     only when it released a row of ours."""
-    from dislock.core import sql as statements_sql
+    from dislock.core.lock_statements import statements as lock_statements
     from dislock.core.waiting import WAKE_CHANNEL, listen_query, slot_keys
 
-    statements = statements_sql.statements(lock_table)
+    statements = lock_statements(lock_table)
     keys = slot_keys("job", 3)
     with psycopg.connect(database_url, autocommit=True) as waiter:
         row = waiter.execute(listen_query(lock_table), {"wake_key": wake_key("job")}).fetchone()
@@ -167,16 +168,13 @@ def test_handing_back_the_slots_of_an_acquisition_wakes_the_leases_waiters(
         def woken() -> list[str]:
             return [n.payload for n in waiter.notifies(timeout=0.5) if n.channel == WAKE_CHANNEL]
 
-        taken = db.execute(
-            statements.acquire_slot, statements_sql.slot_params(keys, "me", 60.0)
-        ).fetchone()
-        assert taken is not None and taken[0] == keys[0]
-        db.execute(statements.acquire_slot, statements_sql.slot_params(keys, "other", 60.0))
+        assert send(db, statements.acquire_slot(keys, "me", 60.0)).key == keys[0]
+        send(db, statements.acquire_slot(keys, "other", 60.0))
 
-        hand_back = statements_sql.hand_back_params(keys, "me", "job")
-        db.execute(statements.hand_back, hand_back)
+        hand_back = statements.hand_back(keys, "me", "job")
+        assert send(db, hand_back)
         assert woken() == [expected]
-        db.execute(statements.hand_back, hand_back)  # nothing of ours is left: no wake-up
+        assert not send(db, hand_back)  # nothing of ours is left: no wake-up
         assert woken() == []
     held = db.execute(
         sql.SQL("SELECT key, value FROM {} WHERE key = ANY(%s) AND expire_at > NOW()").format(

@@ -25,7 +25,7 @@ from dislock import (
     LockNotAcquiredError,
 )
 from dislock.core.history import create_history, history_table
-from dislock.core.sql import lease_key, schedule_key
+from dislock.core.rows import lease_key, schedule_key
 from tests.support.drivers import Driver
 from tests.support.rows import Rows
 

@@ -29,7 +29,7 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from dislock.core.sql import create_table_sql
+from dislock.core.table import create_table_sql
 
 pytestmark = pytest.mark.slow
 

@@ -21,7 +21,7 @@ import psycopg
 import pytest
 
 from dislock.core.failover import TIMELINE_KEY, TTL_KEY_PREFIX
-from dislock.core.sql import create_table_sql
+from dislock.core.table import create_table_sql
 from tests.cli.conftest import DISLOCK, wait_for
 from tests.support.cluster import Cluster
 from tests.support.replication import Pair

@@ -22,7 +22,7 @@ import dislock._sync._renewer
 import dislock.aio
 import dislock.aio._renewer
 from dislock import LEASE_LOST_EXIT_CODE, LockContext
-from dislock.core.sql import lease_key
+from dislock.core.rows import lease_key
 from tests.support.rows import Rows
 from tests.support.supervising import supervise_losing_the_lease
 

@@ -15,7 +15,8 @@ import psycopg
 import pytest
 
 from dislock import LeaseLostError, LockContext
-from dislock.core.sql import create_table_sql, lease_key
+from dislock.core.rows import lease_key
+from dislock.core.table import create_table_sql
 from tests.cli.conftest import DISLOCK, wait_for
 from tests.support.cluster import Cluster
 from tests.support.drivers import AioDriver, Driver, SyncDriver

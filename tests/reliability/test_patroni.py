@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 
 from dislock.core.failover import TIMELINE_KEY, TTL_KEY_PREFIX
-from dislock.core.sql import create_table_sql
+from dislock.core.table import create_table_sql
 from tests.cli.conftest import DISLOCK, wait_for
 from tests.reliability.test_failover import JOB, overlap
 from tests.support.patroni import PATRONI_TTL, Node, PatroniCluster, PrimaryWatch, missing

@@ -14,7 +14,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from dislock.core.sql import acquire_until_params, lease_params, statements
+from dislock.core.lock_statements import statements
 
 
 def executed_seq_scans(plan: dict[str, Any]) -> list[str]:
@@ -46,12 +46,12 @@ def test_an_acquisition_reads_no_row_by_scanning(
 ) -> None:
     chosen = statements(big_table)
     if kind == "lease":
-        query, params = chosen.acquire_for, lease_params("cronjob-lock:lease:job", "me", 30.0)
+        exchange = chosen.acquire_for("cronjob-lock:lease:job", "me", 30.0)
     else:
         end = datetime.now(UTC) + timedelta(minutes=1)
-        query = chosen.acquire_until
-        params = acquire_until_params("cronjob-lock:schedule:job", "me", end)
-    explain = sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) {}").format(query)
+        exchange = chosen.acquire_until("cronjob-lock:schedule:job", "me", end)
+    params = exchange.params
+    explain = sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) {}").format(exchange.query)
     # Twice: the first acquisition also records the timeline and the TTL.
     for _ in range(2):
         row = db.execute(explain, params).fetchone()

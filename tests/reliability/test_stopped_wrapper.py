@@ -34,7 +34,7 @@ import pytest
 from psycopg import sql
 
 from dislock.core.lease import safety_margin
-from dislock.core.sql import lease_key
+from dislock.core.rows import lease_key
 from tests.cli.conftest import DISLOCK
 
 TTL = 3.0

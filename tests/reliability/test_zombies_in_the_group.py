@@ -24,7 +24,7 @@ import pytest
 import dislock
 import dislock.aio
 from dislock import LEASE_LOST_EXIT_CODE, LockContext
-from dislock.core.sql import lease_key
+from dislock.core.rows import lease_key
 from dislock.core.supervision import KILL_GRACE
 from tests.support.rows import Rows
 from tests.support.supervising import supervise_losing_the_lease

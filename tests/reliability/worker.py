@@ -38,20 +38,22 @@ _UPDATE_GUARD = " WHERE held.expire_at <= NOW()"
 
 def break_acquisition() -> None:
     """Make lease acquisition ignore whether the row expired: everyone gets in."""
-    import dislock.core.sql as lock_sql
+    import dislock.core.lock_queries as lock_queries
+    from dislock.core.lock_queries import Queries
 
-    real = lock_sql.statements
+    real = lock_queries.queries
 
-    def unguarded(table_parts: tuple[str, ...], fencing: bool = False) -> lock_sql.Statements:
-        statements = real(table_parts, fencing)
-        text = statements.acquire_for.as_string(None)
+    def unguarded(table_parts: tuple[str, ...], fencing: bool = False) -> Queries:
+        queries = real(table_parts, fencing)
+        text = queries.acquire_for.as_string(None)
         # Both guards must go: with one left, two holders only meet in a race.
         broken, found = _LIVE_ROW_GUARD.subn("", text)
         assert found == 1 and _UPDATE_GUARD in broken, "the acquiring statement changed"
         broken = broken.replace(_UPDATE_GUARD, "")
-        return statements._replace(acquire_for=sql.SQL(broken))  # type: ignore[arg-type]
+        return queries._replace(acquire_for=sql.SQL(broken))  # type: ignore[arg-type]
 
-    lock_sql.statements = unguarded  # type: ignore[assignment]
+    # Before any lock was built: the lock statements read their text from here.
+    lock_queries.queries = unguarded
 
 
 def meet(work: psycopg.Connection[Any], holder: str, count: int) -> None:

@@ -12,7 +12,7 @@ from psycopg import sql
 
 def released_owner(value: str) -> str | None:
     """The owner of a row its owner released cleanly (``RELEASED_MARK``), else None."""
-    from dislock.core.sql import RELEASED_MARK
+    from dislock.core.rows import RELEASED_MARK
 
     return value.removesuffix(RELEASED_MARK) if value.endswith(RELEASED_MARK) else None
 

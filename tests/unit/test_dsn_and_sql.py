@@ -11,7 +11,9 @@ from dislock.core.dsn import (
     redact_dsn,
     scrub,
 )
-from dislock.core.sql import create_table_sql, lease_key, schedule_key, statements
+from dislock.core.lock_queries import queries
+from dislock.core.rows import lease_key, schedule_key
+from dislock.core.table import create_table_sql
 
 SECRET = "pa55:w@rd"
 
@@ -69,13 +71,13 @@ def test_keys_are_prefixed_by_mode() -> None:
 
 def test_table_names_are_quoted_identifiers() -> None:
     hostile = 'kv"; DROP TABLE users; --'
-    text = statements(("ops", hostile)).renew_batch.as_string(None)
+    text = queries(("ops", hostile)).renew_batch.as_string(None)
     assert '"ops"."kv""; DROP TABLE users; --"' in text
     assert create_table_sql(("key_value",)).startswith('CREATE TABLE IF NOT EXISTS "key_value"')
 
 
 def test_acquire_is_one_conditional_upsert_that_checks_the_pause() -> None:
-    text = statements(("key_value",)).acquire_for.as_string(None)
+    text = queries(("key_value",)).acquire_for.as_string(None)
     # One statement: the lock-delay check and the pause ride along as common
     # table expressions; the row is inserted or taken over by the upsert.
     assert text.count(";") == 0 and text.startswith("WITH dislock_server AS (")
@@ -88,14 +90,14 @@ def test_acquire_is_one_conditional_upsert_that_checks_the_pause() -> None:
 
 
 def test_a_slot_is_only_claimed_while_it_lasts() -> None:
-    text = statements(("key_value",)).acquire_until.as_string(None)
+    text = queries(("key_value",)).acquire_until.as_string(None)
     assert "NOT EXISTS (SELECT FROM pause)" in text
     assert "WHERE %(expire_at)s::timestamptz > NOW()" in text
     assert "WHERE held.expire_at <= NOW()" in text
 
 
 def test_renewal_and_release_are_guarded_by_owner_and_expiry() -> None:
-    stmts = statements(("key_value",))
+    stmts = queries(("key_value",))
     assert "held.value = batch.value" in stmts.renew_batch.as_string(None)
     assert "value = %(owner)s" in stmts.release.as_string(None)
     for statement in (stmts.renew_batch, stmts.release):
@@ -103,27 +105,29 @@ def test_renewal_and_release_are_guarded_by_owner_and_expiry() -> None:
 
 
 def test_a_release_and_a_hand_back_wake_the_waiters_of_the_lease() -> None:
-    from dislock.core.sql import hand_back_params, lease_key, release_params, schedule_key
+    from dislock.core.lock_statements import statements
+    from dislock.core.rows import lease_key, schedule_key
     from dislock.core.waiting import WAKE_CHANNEL, wake_key
 
-    stmts = statements(("key_value",))
+    stmts = queries(("key_value",))
+    exchanges = statements(("key_value",))
     for statement in (stmts.release, stmts.hand_back):
         text = statement.as_string(None)
         assert "pg_notify(%(channel)s" in text and "%(wake_key)s" in text
         assert "value = %(owner)s" in text and "expire_at > NOW()" in text
     assert "key = ANY(%(keys)s" in stmts.hand_back.as_string(None)
-    released = release_params(lease_key("job"), "owner-1", "job")
+    released = exchanges.release(lease_key("job"), "owner-1", "job").params
     assert released["key"] == lease_key("job") and released["wake_key"] == wake_key("job")
     slots = [lease_key("job"), f"{lease_key('job')}#2"]
     for keys in (slots, [schedule_key("job")]):
-        params = hand_back_params(keys, "owner-1", "job")
+        params = exchanges.hand_back(keys, "owner-1", "job").params
         assert params["keys"] == keys and params["owner"] == "owner-1"
         assert params["channel"] == WAKE_CHANNEL and params["wake_key"] == wake_key("job")
 
 
 def test_renewals_only_touch_expire_at() -> None:
     # The HOT-update premise: no indexed column changes.
-    text = statements(("key_value",)).renew_batch.as_string(None)
+    text = queries(("key_value",)).renew_batch.as_string(None)
     assignments = text.split(" SET ")[1].split(" FROM ")[0]
     assert assignments.startswith("expire_at =") and "," not in assignments.split("(")[0]
 
@@ -142,12 +146,12 @@ def test_statements_are_rendered_once_per_connection() -> None:
     from dislock.core.rendering import Rendered
 
     render = Rendered(None)
-    stmts = statements(("ops", "locks"))
+    stmts = queries(("ops", "locks"))
     first = render(stmts.release)
     assert first == stmts.release.as_bytes(None) and b'"ops"."locks"' in first
     assert render(stmts.release) is first  # not rendered again
-    other = statements(("ops", "other")).release
+    other = queries(("ops", "other")).release
     assert render(other) != first
     for n in range(Rendered.LIMIT + 1):  # a bounded cache: it starts over when full
-        render(statements((f"t{n}",)).release)
+        render(queries((f"t{n}",)).release)
     assert len(render._by_id) <= Rendered.LIMIT

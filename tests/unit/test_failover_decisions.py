@@ -10,7 +10,7 @@ from dislock.core.failover import (
     timeline_change,
     unconfirmed,
 )
-from dislock.core.sql import statements
+from dislock.core.lock_queries import queries
 
 CANCELLED = "canceling wait for synchronous replication due to user request"
 
@@ -62,7 +62,7 @@ def test_check_explains_a_standby_and_a_read_only_session() -> None:
 
 
 def test_both_acquisitions_carry_the_lock_delay_and_renewals_do_not() -> None:
-    stmts = statements(("key_value",), True)
+    stmts = queries(("key_value",), True)
     for statement in (stmts.acquire_for, stmts.acquire_until):
         text = statement.as_string(None)
         assert "pg_walfile_name(pg_current_wal_lsn())" in text

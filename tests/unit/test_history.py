@@ -19,7 +19,7 @@ from dislock.core.history import (
     start_statement,
 )
 from dislock.core.pause import UNTIL_RESUMED, describe_until, paused_error
-from dislock.core.sql import FORCED_MARK, RELEASED_MARK, pause_key, pause_key_of
+from dislock.core.rows import FORCED_MARK, RELEASED_MARK, pause_key, pause_key_of
 
 
 def test_outcome_of_a_wrapped_command() -> None:

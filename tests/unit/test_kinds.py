@@ -7,12 +7,12 @@ import pytest
 import dislock
 import dislock.aio
 from dislock.cli import admin
-from dislock.core import config, kinds, sql
+from dislock.core import config, kinds, rows
 
 
 def test_row_keys_stay_those_dislock_0_1_0_shares() -> None:
-    assert sql.schedule_key("nightly") == "cronjob-lock:schedule:nightly"
-    assert sql.lease_key("nightly") == "cronjob-lock:lease:nightly"
+    assert rows.schedule_key("nightly") == "cronjob-lock:schedule:nightly"
+    assert rows.lease_key("nightly") == "cronjob-lock:lease:nightly"
     lease = kinds.kind("lease")
     assert lease.row_key("nightly", 1) == "cronjob-lock:lease:nightly"
     assert lease.row_key("nightly", 3) == "cronjob-lock:lease#3:nightly"
@@ -38,10 +38,8 @@ def test_row_keys_parse_back_without_ambiguity(
     assert (None if found is None else found.name, lock_key, slot) == expected
 
 
-def test_every_kind_has_its_statement_and_class_everywhere() -> None:
-    statements = sql.statements(("key_value",))
+def test_every_kind_has_its_class_everywhere() -> None:
     for kind in kinds.KINDS:
-        assert getattr(statements, kind.acquire) is not None
         assert isinstance(getattr(dislock, kind.lock_class), type)
         assert isinstance(getattr(dislock.aio, kind.lock_class), type)
         assert admin.released_text(kind.name) == kind.released_text

@@ -14,7 +14,6 @@ from datetime import datetime
 from functools import partial
 from time import monotonic
 
-from dislock.core import sql
 from dislock.core.context import LeaseLossPolicy, LockContext
 from dislock.core.dsn import scrub
 from dislock.core.errors import LeaseLostError, LockDelayedError, LockNotAcquiredError
@@ -22,9 +21,11 @@ from dislock.core.exits import Exc, ExcType, Tb
 from dislock.core.failover import delayed
 from dislock.core.kinds import LEASE
 from dislock.core.lease import LeaseClock, LeaseSettings, raises_on_exit
+from dislock.core.lock_statements import statements_for
 from dislock.core.patience import ConnectPatience
 from dislock.core.pause import paused_error
 from dislock.core.renewal import Renewal
+from dislock.core.rows import lease_key
 from dislock.core.supervision import LOSS_LOGGER
 from dislock.core.timeouts import RELEASE_TIMEOUT
 from dislock.core.unknown_outcome import HELD
@@ -79,7 +80,7 @@ class LeaseLock:
     def __init__(self, context: LockContext) -> None:
         self.settings = LeaseSettings.from_context(context)
         self.context = context
-        self.key = sql.lease_key(context.lock_key)
+        self.key = lease_key(context.lock_key)
         """The row held: the lease's, or with ``LockContext.slots`` the slot's taken."""
         self._slot_keys = slot_keys(context.lock_key, context.slots)
         self.lease_lost = Event()
@@ -206,7 +207,7 @@ class LeaseLock:
         context = self.context
         waited = f" (waited {context.wait_seconds:g} s)" if context.wait_seconds > 0 else ""
         if context.slots > 1:
-            lease = sql.lease_key(context.lock_key)
+            lease = lease_key(context.lock_key)
             if self._delayed_until is not None:
                 return delayed(f"no slot of lease {lease!r}", self._delayed_until) + waited
             return f"all {context.slots} slots of lease {lease!r} are held{waited}"
@@ -220,7 +221,7 @@ class LeaseLock:
         """One try at the lease (or at a free slot of it): its clock and fencing
         token when taken."""
         context = self.context
-        statements = sql.statements_for(context)
+        statements = statements_for(context)
         attempts = 0
         while True:
             attempts += 1
@@ -230,13 +231,13 @@ class LeaseLock:
             sent_at = monotonic()
             clock = LeaseClock(self.settings, acquired_at=sent_at)
             if context.slots == 1:
-                self.key = sql.lease_key(context.lock_key)
+                self.key = lease_key(context.lock_key)
                 answer = await acquire(
                     hub,
-                    statements.acquire_for,
-                    sql.lease_params(self.key, context.owner, self.settings.ttl),
+                    statements.acquire_for(self.key, context.owner, self.settings.ttl),
                     clock.attempt_timeout(sent_at),
                     context=context,
+                    key=self.key,
                     what=f"lease {self.key!r}",
                     patience=patience,
                 )
@@ -246,8 +247,7 @@ class LeaseLock:
             else:
                 slot = await acquire_slot(
                     hub,
-                    statements.acquire_slot,
-                    sql.slot_params(self._slot_keys, context.owner, self.settings.ttl),
+                    statements.acquire_slot(self._slot_keys, context.owner, self.settings.ttl),
                     clock.attempt_timeout(sent_at),
                     context=context,
                     keys=self._slot_keys,
@@ -294,13 +294,9 @@ class LeaseLock:
         """Expire our row now (owner-guarded), waking the lease's waiters; whether the
         release was confirmed."""
         context = self.context
-        statement = sql.statements_for(context).release
+        release = statements_for(context).release(self.key, context.owner, context.lock_key)
         try:
-            await hub.execute(
-                statement,
-                sql.release_params(self.key, context.owner, context.lock_key),
-                RELEASE_TIMEOUT,
-            )
+            await hub.ask(release, RELEASE_TIMEOUT)
         except Exception as exc:
             logger.warning(
                 "could not release lease %s (it expires by itself within %g s): %s",

@@ -16,14 +16,11 @@ import math
 import threading
 from functools import partial
 from time import monotonic
-from typing import Any, Protocol
+from typing import Protocol
 
-from psycopg import AsyncCursor
-from psycopg.rows import TupleRow
-from psycopg.sql import SQL, Composed
-
-from dislock.core import sql
 from dislock.core.dsn import error_line
+from dislock.core.exchange import Answer, Exchange
+from dislock.core.lock_statements import statements
 from dislock.core.renewal import (
     Batch,
     Renewal,
@@ -48,9 +45,7 @@ class Connection(Protocol):
 
     url: str
 
-    async def execute(
-        self, statement: Composed | SQL, params: dict[str, Any], timeout: float
-    ) -> AsyncCursor[TupleRow]: ...
+    async def ask(self, exchange: Exchange[Answer], timeout: float) -> Answer: ...
 
 
 def _sleep_for(wait: float | None, planned: float, now: float) -> float | None:
@@ -187,14 +182,13 @@ class Renewer:
                 await self._send(batch, generation)
 
     async def _send(self, batch: Batch, generation: int) -> None:
-        statement = sql.statements(batch.table_parts).renew_batch
+        renew = statements(batch.table_parts).renew(batch)
         sent_at = monotonic()
         timeout = batch.timeout(sent_at)
         with self._guard:
             self._sending_since, self._sending_for = sent_at, timeout
         try:
-            cursor = await self.hub.execute(statement, batch.params(), timeout)
-            renewed = [(str(key), str(value)) for key, value in await cursor.fetchall()]
+            renewed = await self.hub.ask(renew, timeout)
         except Exception as exc:
             detail = error_line(exc, self.hub.url)  # kept as the lease's last_error too
             with self._guard:

@@ -2,7 +2,7 @@
 
 Hand-written in ``dislock/aio/_schedule.py``; ``dislock/_sync/_schedule.py`` is
 generated from it by ``tools/async_to_sync.py``.  Which slot, and the statements
-that claim it, are ``dislock.core.cron``'s and ``dislock.core.sql``'s.
+that claim it, are ``dislock.core.cron``'s and ``dislock.core.lock_statements``'.
 """
 
 from __future__ import annotations
@@ -12,15 +12,17 @@ from datetime import datetime, timezone
 from functools import partial
 from time import monotonic
 
-from dislock.core import sql
+from dislock.core.answers import Acquired
 from dislock.core.context import LockContext
 from dislock.core.cron import SlotCandidates, slot_end
 from dislock.core.errors import ConfigurationError, LockDelayedError, LockNotAcquiredError
 from dislock.core.exits import Exc, ExcType, Tb
 from dislock.core.failover import delayed
 from dislock.core.kinds import SCHEDULE
+from dislock.core.lock_statements import statements_for
 from dislock.core.patience import ConnectPatience, SlotEnd
 from dislock.core.pause import paused_error
+from dislock.core.rows import schedule_key
 from dislock.core.unknown_outcome import HELD
 
 from ._acquiring import acquire
@@ -59,7 +61,7 @@ class ScheduleLock:
                 "a schedule lock needs next_run_time or schedule in its LockContext"
             )
         self.context = context
-        self.key = sql.schedule_key(context.lock_key)
+        self.key = schedule_key(context.lock_key)
         self.expires_at = context.next_run_time
         self.fence: int | None = None
         """The fencing token of this acquisition (with ``LockContext.fencing``)."""
@@ -70,7 +72,7 @@ class ScheduleLock:
 
     async def __aenter__(self) -> ScheduleLock:
         context = self.context
-        statements = sql.statements_for(context)
+        statements = statements_for(context)
         timeout = context.connect_timeout_seconds
         # The connection is given back at once: a slot needs nothing while the job runs.
         hub = enter_hub(context.url, context.connect_timeout_seconds)
@@ -86,13 +88,14 @@ class ScheduleLock:
             hub,
             timeout=timeout,
             context=context,
+            key=self.key,
             what=f"schedule slot {self.key!r}",
             patience=patience,
         )
         try:
             await hub.connect_patiently(patience)
             expires_at = context.next_run_time
-            answer: sql.Acquired | None = None
+            answer: Acquired | None = None
             if expires_at is None:
                 zone = context.cron_zone  # resolved with the schedule
                 assert context.schedule is not None and zone is not None
@@ -103,23 +106,18 @@ class ScheduleLock:
                     context.schedule, datetime.now(timezone.utc), zone.tz
                 )
                 answer = await claim(
-                    statements.acquire_by_clock,
-                    sql.acquire_by_clock_params(self.key, context.owner, candidates),
-                    parse=sql.parse_by_clock,
+                    statements.acquire_by_clock(self.key, context.owner, candidates),
                     slot_ends=candidates.ends,
                 )
                 expires_at = answer.slot_end
                 if expires_at is None:
                     # The database clock is far from ours: read it, then claim.
-                    cursor = await hub.execute(statements.now, {}, timeout, patience)
-                    row = await cursor.fetchone()
-                    assert row is not None
-                    expires_at = slot_end(context.schedule, row[0], zone.tz)
+                    now = await hub.ask(statements.now(), timeout, patience)
+                    expires_at = slot_end(context.schedule, now, zone.tz)
                     answer = None
             if answer is None:
                 answer = await claim(
-                    statements.acquire_until,
-                    sql.acquire_until_params(self.key, context.owner, expires_at),
+                    statements.acquire_until(self.key, context.owner, expires_at),
                     slot_ends=[expires_at],
                 )
         finally:

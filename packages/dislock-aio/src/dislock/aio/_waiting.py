@@ -12,10 +12,10 @@ import logging
 from time import monotonic
 from typing import Protocol, TypeVar
 
-from dislock.core import sql
 from dislock.core.context import LockContext
 from dislock.core.dsn import connection_kwargs, scrub
 from dislock.core.patience import ConnectPatience
+from dislock.core.rows import lease_key
 from dislock.core.waiting import WAKE_CHANNEL, WaitPlan, listen_query, wake_key
 
 from ._compat import sleep
@@ -43,7 +43,7 @@ async def wait_for_release(
     listener = await _listen(context)
     logger.info(
         "lease %s is held; waiting up to %g s (%s)",
-        sql.lease_key(context.lock_key),
+        lease_key(context.lock_key),
         context.wait_seconds,
         "woken by releases" if listener is not None else "polling",
     )

@@ -16,7 +16,8 @@ from psycopg import sql
 
 from dislock.core import kinds
 from dislock.core.bounds import escape
-from dislock.core.sql import FORCED_MARK, RELEASED_MARK, create_table, pause_key
+from dislock.core.rows import FORCED_MARK, RELEASED_MARK, pause_key
+from dislock.core.table import create_table
 from dislock.core.waiting import wake_payload
 
 MODES = kinds.NAMES

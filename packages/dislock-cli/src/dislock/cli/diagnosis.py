@@ -18,7 +18,7 @@ from psycopg import sql
 
 from dislock.core.dsn import redact_dsn, scrub
 from dislock.core.errors import DatabaseUnreachableError
-from dislock.core.sql import create_table_sql
+from dislock.core.table import create_table_sql
 
 _UNDEFINED_TABLE = "42P01"
 _UNDEFINED_COLUMN = "42703"

@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 from psycopg import sql
 
 from dislock.core.errors import ConfigurationError
-from dislock.core.sql import lease_key, schedule_key
+from dislock.core.rows import lease_key, schedule_key
 
 MAX_SLOTS = 100_000
 """Slots ``missed`` examines at most (a per-second schedule over a day is 86,400)."""

@@ -1,4 +1,4 @@
-"""The kinds of lock dislock knows, in one table: name, row key, statements, class, operator text.
+"""The kinds of lock dislock knows, in one table: name, row key, class, operator text.
 
 Everything that used to compare strategy names (validation, the lock classes a
 strategy builds, the rows ``dislockctl`` lists and releases, the text it prints)
@@ -25,8 +25,6 @@ class LockKind(NamedTuple):
 
     name: str
     """The strategy name (``LOCK_STRATEGY``, ``acquire_locks(strategies=...)``, ``--mode``)."""
-    acquire: str
-    """The field of ``dislock.core.sql.Statements`` that takes it."""
     lock_class: str
     """The name of its lock class in ``dislock`` and ``dislock.aio``."""
     renewed: bool
@@ -47,13 +45,9 @@ class LockKind(NamedTuple):
 
 
 KINDS: tuple[LockKind, ...] = (
-    # name, acquire, lock_class, renewed, can_wait, released_text
-    LockKind(
-        SCHEDULE, "acquire_until", "ScheduleLock", False, False, "the slot can be started again"
-    ),
-    LockKind(
-        LEASE, "acquire_for", "LeaseLock", True, True, "its holder notices at its next renewal"
-    ),
+    # name, lock_class, renewed, can_wait, released_text
+    LockKind(SCHEDULE, "ScheduleLock", False, False, "the slot can be started again"),
+    LockKind(LEASE, "LeaseLock", True, True, "its holder notices at its next renewal"),
 )
 """In acquisition order: a schedule slot is taken first and so released last."""
 

@@ -2,7 +2,7 @@
 
 ``dislockctl pause KEY`` writes ``cronjob-lock:pause:KEY`` with the reason in
 ``value`` and the end of the pause in ``expire_at``; every acquiring statement
-(``dislock.core.sql``) refuses to start while that row is live, and answers with
+(``dislock.core.lock_queries``) refuses to start while that row is live, and answers with
 the reason in the same round trip.  ``resume`` deletes the row.  dislock 0.1.0
 wrappers on the same table do not look at it: they keep starting the job.
 """
@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from psycopg import sql
 
 from dislock.core.errors import LockPausedError
-from dislock.core.sql import pause_key
+from dislock.core.rows import pause_key
 
 UNTIL_RESUMED = datetime(9999, 12, 31, tzinfo=timezone.utc)
 """``expire_at`` of a pause without an end.  (Not ``'infinity'``: psycopg cannot

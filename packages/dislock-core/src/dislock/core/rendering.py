@@ -1,6 +1,6 @@
 """Statements rendered to bytes once per connection, for the shells' connection wrappers.
 
-``dislock.core.sql`` builds each statement once per table; this cache keeps what
+``dislock.core.lock_statements`` builds each statement once per table; this cache keeps what
 rendering it for one connection gives, so that a renewal every few seconds does
 not quote the same identifiers again each time.
 """

@@ -1,7 +1,7 @@
 """The process-wide renewer's decisions: which held leases to renew together, and when.
 
 A process renews every lease it holds on one database with a single statement
-per tick and table (``Statements.renew_batch``), over one shared connection,
+per tick and table (``LockStatements.renew``), over one shared connection,
 instead of one connection and one renewer per lease.  Only the statement is
 shared: each lease keeps its own ``LeaseClock``, so its deadline, its loss and
 its policy are exactly what they would be alone.  A batch that fails counts as
@@ -87,7 +87,7 @@ class Batch:
         self.renewals = renewals
 
     def params(self) -> dict[str, Any]:
-        """Parameters of ``Statements.renew_batch``: three parallel arrays."""
+        """Parameters of ``LockStatements.renew``: three parallel arrays."""
         return {
             "keys": [r.key for r in self.renewals],
             "owners": [r.owner for r in self.renewals],

@@ -7,7 +7,7 @@ the first send took refuses the second (every acquisition refuses a live row,
 its owner's too), so the lock would report itself held by another owner, and a
 schedule slot it took would go by without the job.  So the lock reconnects within its patience
 (``dislock.core.patience``) and reads its owner's live rows among the keys it
-was taking (``Statements.mine``): a row found is the acquisition's, none found
+was taking (``LockStatements.mine``): a row found is the acquisition's, none found
 means nothing was taken and the statement may be sent again.
 
 A row of the owner proves the acquisition only if no other acquisition can have
@@ -42,7 +42,7 @@ import threading
 from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 from time import monotonic
-from typing import Any, NamedTuple, TypeAlias
+from typing import NamedTuple, TypeAlias
 
 from psycopg import OperationalError
 
@@ -203,7 +203,7 @@ HELD = HeldRows()
 
 
 class Mine(NamedTuple):
-    """A live row of the owner found by ``Statements.mine``."""
+    """A live row of the owner found by ``LockStatements.mine``."""
 
     key: str
     token: int | None
@@ -211,10 +211,6 @@ class Mine(NamedTuple):
     expire_at: datetime
     timeline: int | None
     """The server timeline the read ran on."""
-
-
-def parse_mine(rows: Sequence[Sequence[Any]]) -> list[Mine]:
-    return [Mine(str(key), token, expire_at, timeline) for key, token, expire_at, timeline in rows]
 
 
 class Verdict(NamedTuple):
@@ -236,7 +232,7 @@ def judge(
     slot_ends: Sequence[datetime] | None = None,
     held: HeldRows = HELD,
 ) -> Verdict:
-    """The verdict on the rows ``Statements.mine`` found by a read sent at
+    """The verdict on the rows ``LockStatements.mine`` found by a read sent at
     ``read_sent_at`` (see the module's docstring); a row taken is claimed in
     ``held``.  ``slot_ends``: those a schedule slot's statement was sent (None for
     a lease)."""

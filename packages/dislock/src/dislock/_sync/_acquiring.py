@@ -12,27 +12,23 @@ leave the outcome unknown, which rows prove it, how long to keep trying) are
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from time import monotonic
-from typing import Any
 
 import psycopg
-from psycopg.sql import Composed
 
-from dislock.core import sql
+from dislock.core.answers import Acquired, SlotAnswer
 from dislock.core.context import LockContext
 from dislock.core.dsn import error_line, scrub
-from dislock.core.errors import (
-    ConfigurationError,
-    DatabaseUnreachableError,
-    NotReplicatedError,
-)
+from dislock.core.errors import DatabaseUnreachableError, NotReplicatedError
+from dislock.core.exchange import Answer, Exchange
 from dislock.core.grants import refused
-from dislock.core.limits import too_long
+from dislock.core.lock_statements import statements_for
 from dislock.core.patience import ConnectPatience
+from dislock.core.rows import lease_key
 from dislock.core.timeouts import RELEASE_TIMEOUT
-from dislock.core.unknown_outcome import Mine, Verdict, judge, outcome_unknown, parse_mine
+from dislock.core.unknown_outcome import Mine, Verdict, judge, outcome_unknown
 
 from ._compat import sleep
 from ._hub import Hub
@@ -42,8 +38,7 @@ logger = logging.getLogger("dislock")
 
 def send_acquiring(
     hub: Hub,
-    statement: Composed,
-    params: dict[str, Any],
+    exchange: Exchange[Answer],
     timeout: float,
     *,
     context: LockContext,
@@ -51,9 +46,9 @@ def send_acquiring(
     what: str,
     patience: ConnectPatience | None,
     slot_ends: Sequence[datetime] | None = None,
-) -> Sequence[Any] | Mine | None:
+) -> Answer | Mine | None:
     """Send an acquiring statement that takes one of ``keys`` (``what``, in words, for
-    the messages) and return its answer row.
+    the messages) and return its answer.
 
     A row that synchronous replication did not confirm is handed back before
     ``NotReplicatedError`` (a failover could lose it while the work runs); a
@@ -67,8 +62,7 @@ def send_acquiring(
     while True:
         sent_at = monotonic()
         try:
-            cursor = hub.execute(statement, params, timeout, patience)
-            row = cursor.fetchone()
+            return hub.ask(exchange, timeout, patience)
         except NotReplicatedError as exc:
             hand_back_rows(hub, context, keys)
             raise NotReplicatedError(f"{what} was not acquired (handed back): {exc}") from None
@@ -82,9 +76,6 @@ def send_acquiring(
             if not verdict.send_again:
                 return verdict.taken
             logger.info("the acquisition of %s had taken nothing; sending it again", what)
-            continue
-        assert row is not None, "an acquiring statement answers one row"
-        return row
 
 
 def _find_out(
@@ -99,8 +90,7 @@ def _find_out(
 ) -> Verdict:
     """Reconnect within ``patience`` and read whether the statement that lost its
     answer to ``error`` took one of ``keys``."""
-    statement = sql.statements_for(context).mine
-    params = sql.mine_params(keys, context.owner)
+    read = statements_for(context).mine(keys, context.owner)
     while True:
         detail = error_line(error, context.url)
         now = monotonic()
@@ -118,8 +108,7 @@ def _find_out(
         sent_at = monotonic()
         try:
             # (A connection it opens waits out refusals within the patience.)
-            cursor = hub.execute(statement, params, context.connect_timeout_seconds, patience)
-            found = parse_mine(cursor.fetchall())
+            found = hub.ask(read, context.connect_timeout_seconds, patience)
         except DatabaseUnreachableError:
             raise
         except psycopg.OperationalError as exc:
@@ -149,19 +138,17 @@ def _find_out(
 
 def acquire(
     hub: Hub,
-    statement: Composed,
-    params: dict[str, Any],
+    exchange: Exchange[Acquired],
     timeout: float,
     *,
     context: LockContext,
+    key: str,
     what: str,
-    parse: Callable[[Sequence[Any]], sql.Acquired] = sql.parse_acquired,
     patience: ConnectPatience | None = None,
     slot_ends: Sequence[datetime] | None = None,
-) -> sql.Acquired:
-    """Run an acquiring upsert of the row ``params["key"]`` (``send_acquiring``):
-    whether it took the row, the fencing token, and the pause that refused it, if
-    one did (read by ``parse``).
+) -> Acquired:
+    """Send an acquiring upsert of the row ``key`` (``send_acquiring``): whether it
+    took the row, the fencing token, and the pause that refused it, if one did.
 
     Bounded by ``timeout``, so that a row locked by a stuck transaction cannot hold
     a start (and the cron runs queueing behind it) indefinitely.  ``slot_ends``:
@@ -169,68 +156,57 @@ def acquire(
     """
     answer = send_acquiring(
         hub,
-        statement,
-        params,
+        exchange,
         timeout,
         context=context,
-        keys=[params["key"]],
+        keys=[key],
         what=what,
         patience=patience,
         slot_ends=slot_ends,
     )
     if answer is None:
-        return sql.Acquired(False, None, None, None)
+        return Acquired.nothing()
     if isinstance(answer, Mine):
-        return sql.Acquired(
-            True, answer.token, None, None, slot_end=answer.expire_at, timeline=answer.timeline
-        )
-    acquired = parse(answer)
-    hub.note_timeline(acquired.timeline)
-    if acquired.ttl_cap is not None:
-        raise ConfigurationError(too_long(params["ttl"], acquired.ttl_cap))
-    return acquired
+        return Acquired.from_mine(answer)
+    hub.note_timeline(answer.timeline)
+    return answer
 
 
 def acquire_slot(
     hub: Hub,
-    statement: Composed,
-    params: dict[str, Any],
+    exchange: Exchange[SlotAnswer],
     timeout: float,
     *,
     context: LockContext,
     keys: list[str],
     patience: ConnectPatience,
-) -> sql.SlotAnswer:
-    """Run ``acquire_slot`` over the slot rows ``keys`` (``send_acquiring``): the slot
+) -> SlotAnswer:
+    """Send ``acquire_slot`` over the slot rows ``keys`` (``send_acquiring``): the slot
     taken, if any, and what refused it otherwise."""
-    lease = sql.lease_key(context.lock_key)
     answer = send_acquiring(
         hub,
-        statement,
-        params,
+        exchange,
         timeout,
         context=context,
         keys=keys,
-        what=f"a slot of lease {lease!r}",
+        what=f"a slot of lease {lease_key(context.lock_key)!r}",
         patience=patience,
     )
     if answer is None:
-        return sql.SlotAnswer(None, None, 0, None, None, None, None)
+        return SlotAnswer.nothing()
     if isinstance(answer, Mine):
-        return sql.SlotAnswer(answer.key, answer.token, 1, None, None, None, None)
-    slot = sql.parse_slot(answer)
-    if slot.ttl_cap is not None:
-        raise ConfigurationError(too_long(params["ttl"], slot.ttl_cap))
-    return slot
+        return SlotAnswer.from_mine(answer)
+    return answer
 
 
 def hand_back_rows(hub: Hub, context: LockContext, keys: list[str]) -> None:
     """Expire ``context``'s rows among ``keys`` (owner-guarded, one statement, waking
     the lease's waiters), best effort: an acquisition that synchronous replication
     did not confirm, or that was interrupted after it may have taken a row."""
-    statement = sql.statements_for(context).hand_back
-    params = sql.hand_back_params(keys, context.owner, context.lock_key)
     try:
-        hub.execute(statement, params, RELEASE_TIMEOUT)
+        hub.ask(
+            statements_for(context).hand_back(keys, context.owner, context.lock_key),
+            RELEASE_TIMEOUT,
+        )
     except Exception as error:  # unconfirmed too, most likely: it still expired here
         logger.debug("handing back %s: %s", ", ".join(keys), scrub(str(error), context.url))

@@ -35,6 +35,7 @@ from dislock.core.dsn import (
     scrub,
 )
 from dislock.core.errors import NotSent, StatementTimeout
+from dislock.core.exchange import Answer, Exchange
 from dislock.core.failover import CURRENT_TIMELINE, timeline_change
 from dislock.core.patience import ConnectPatience
 from dislock.core.preparing import (
@@ -134,6 +135,16 @@ class Hub:
             if isinstance(exc, StatementTimeout) or link.conn.broken or link.conn.closed:
                 self._retire(link)
             raise
+
+    def ask(
+        self,
+        exchange: Exchange[Answer],
+        timeout: float,
+        patience: ConnectPatience | None = None,
+    ) -> Answer:
+        """Send ``exchange`` as ``execute`` does and read its answer from its rows."""
+        cursor = self.execute(exchange.query, exchange.params, timeout, patience)
+        return exchange.read(cursor.fetchall() if cursor.description is not None else [])
 
     def connect(self) -> None:
         """Open the shared connection now if it is not open."""

@@ -4,7 +4,7 @@
 
 Hand-written in ``dislock/aio/_schedule.py``; ``dislock/_sync/_schedule.py`` is
 generated from it by ``tools/async_to_sync.py``.  Which slot, and the statements
-that claim it, are ``dislock.core.cron``'s and ``dislock.core.sql``'s.
+that claim it, are ``dislock.core.cron``'s and ``dislock.core.lock_statements``'.
 """
 
 from __future__ import annotations
@@ -14,15 +14,17 @@ from datetime import datetime, timezone
 from functools import partial
 from time import monotonic
 
-from dislock.core import sql
+from dislock.core.answers import Acquired
 from dislock.core.context import LockContext
 from dislock.core.cron import SlotCandidates, slot_end
 from dislock.core.errors import ConfigurationError, LockDelayedError, LockNotAcquiredError
 from dislock.core.exits import Exc, ExcType, Tb
 from dislock.core.failover import delayed
 from dislock.core.kinds import SCHEDULE
+from dislock.core.lock_statements import statements_for
 from dislock.core.patience import ConnectPatience, SlotEnd
 from dislock.core.pause import paused_error
+from dislock.core.rows import schedule_key
 from dislock.core.unknown_outcome import HELD
 
 from ._acquiring import acquire
@@ -61,7 +63,7 @@ class ScheduleLock:
                 "a schedule lock needs next_run_time or schedule in its LockContext"
             )
         self.context = context
-        self.key = sql.schedule_key(context.lock_key)
+        self.key = schedule_key(context.lock_key)
         self.expires_at = context.next_run_time
         self.fence: int | None = None
         """The fencing token of this acquisition (with ``LockContext.fencing``)."""
@@ -72,7 +74,7 @@ class ScheduleLock:
 
     def __enter__(self) -> ScheduleLock:
         context = self.context
-        statements = sql.statements_for(context)
+        statements = statements_for(context)
         timeout = context.connect_timeout_seconds
         # The connection is given back at once: a slot needs nothing while the job runs.
         hub = enter_hub(context.url, context.connect_timeout_seconds)
@@ -88,13 +90,14 @@ class ScheduleLock:
             hub,
             timeout=timeout,
             context=context,
+            key=self.key,
             what=f"schedule slot {self.key!r}",
             patience=patience,
         )
         try:
             hub.connect_patiently(patience)
             expires_at = context.next_run_time
-            answer: sql.Acquired | None = None
+            answer: Acquired | None = None
             if expires_at is None:
                 zone = context.cron_zone  # resolved with the schedule
                 assert context.schedule is not None and zone is not None
@@ -105,23 +108,18 @@ class ScheduleLock:
                     context.schedule, datetime.now(timezone.utc), zone.tz
                 )
                 answer = claim(
-                    statements.acquire_by_clock,
-                    sql.acquire_by_clock_params(self.key, context.owner, candidates),
-                    parse=sql.parse_by_clock,
+                    statements.acquire_by_clock(self.key, context.owner, candidates),
                     slot_ends=candidates.ends,
                 )
                 expires_at = answer.slot_end
                 if expires_at is None:
                     # The database clock is far from ours: read it, then claim.
-                    cursor = hub.execute(statements.now, {}, timeout, patience)
-                    row = cursor.fetchone()
-                    assert row is not None
-                    expires_at = slot_end(context.schedule, row[0], zone.tz)
+                    now = hub.ask(statements.now(), timeout, patience)
+                    expires_at = slot_end(context.schedule, now, zone.tz)
                     answer = None
             if answer is None:
                 answer = claim(
-                    statements.acquire_until,
-                    sql.acquire_until_params(self.key, context.owner, expires_at),
+                    statements.acquire_until(self.key, context.owner, expires_at),
                     slot_ends=[expires_at],
                 )
         finally:

@@ -35,7 +35,7 @@ def _check(conn: Any, settings: WrapperSettings) -> int:
     from dislock.core.cron import next_fires, slot_end
     from dislock.core.kinds import kind
     from dislock.core.lease import LeaseClock, LeaseSettings
-    from dislock.core.sql import pause_key
+    from dislock.core.rows import pause_key
 
     context = settings.context
     table_parts = tuple(context.table_parts)

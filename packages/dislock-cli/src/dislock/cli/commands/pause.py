@@ -49,7 +49,7 @@ def _pause(
 ) -> int:
     from dislock.cli.admin import state_query
     from dislock.core.pause import UNTIL_RESUMED, describe_until, pause_params, pause_statement
-    from dislock.core.sql import lease_key, schedule_key
+    from dislock.core.rows import lease_key, schedule_key
 
     if pause_for is not None:
         end: dict[str, object] = {"seconds": pause_for.total_seconds()}

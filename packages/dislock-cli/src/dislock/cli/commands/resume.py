@@ -19,7 +19,7 @@ def run(call: Call) -> int:
 
 def _resume(conn: Any, table: tuple[str, ...], lock_key: str) -> int:
     from dislock.core.pause import resume_statement
-    from dislock.core.sql import pause_key
+    from dislock.core.rows import pause_key
 
     found = conn.execute(resume_statement(table), {"key": pause_key(lock_key)}).fetchone()
     if found is None or not found[0]:

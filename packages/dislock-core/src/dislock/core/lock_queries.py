@@ -1,192 +1,79 @@
-"""The SQL dislock runs, composed with quoted identifiers, and the lock row keys.
+"""The text of the lock statements, composed from named fragments with quoted identifiers.
 
 Every lock operation is a single statement in its own (autocommit) transaction,
 so ``NOW()`` is the time that statement started.  Acquisition is one atomic
 upsert: it inserts a missing row, or takes over a row whose ``expire_at`` has
 passed, and touches nothing otherwise; no SELECT comes first.  Its ``WITH``
 clause, the lock delay after a failover (``dislock.core.failover``), rides
-along in the same statement.
+along in the same statement, and so do a pause's refusal and the table's TTL cap.
 
 Renewals only change ``expire_at``, a column no index covers, so PostgreSQL can
 update the row in place (a HOT update) instead of growing the table and index.
+
+``dislock.core.lock_statements`` pairs each text with its parameters and the
+reader of its answer (``dislock.core.answers``); the columns each answers are
+listed here, where they are written.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from datetime import datetime
-from functools import lru_cache
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import NamedTuple
 
 from psycopg import sql
 
 from dislock.core.failover import TIMELINE, delay_end_returned, lock_delay, timeline_returned
-from dislock.core.kinds import KEY_PREFIX as KEY_PREFIX
-from dislock.core.kinds import LEASE, SCHEDULE, kind
 from dislock.core.limits import max_ttl_of
-from dislock.core.waiting import WAKE_CHANNEL, wake_key, wake_payload
-
-if TYPE_CHECKING:
-    from dislock.core.context import LockContext
-    from dislock.core.cron import SlotCandidates
+from dislock.core.rows import RELEASED_MARK
+from dislock.core.waiting import wake_payload
 
 
-def schedule_key(lock_key: str) -> str:
-    return kind(SCHEDULE).row_key(lock_key)
-
-
-def lease_key(lock_key: str) -> str:
-    return kind(LEASE).row_key(lock_key)
-
-
-def pause_key(lock_key: str) -> str:
-    """The row that pauses ``lock_key`` fleet-wide: ``value`` holds the reason and
-    ``expire_at`` the end of the pause (``dislockctl pause``)."""
-    return f"{KEY_PREFIX}:pause:{lock_key}"
-
-
-def pause_key_of(row_key: str) -> str:
-    """The pause row of a schedule or lease row's key."""
-    prefix, _, rest = row_key.partition(":")
-    _, _, lock_key = rest.partition(":")
-    return pause_key(lock_key) if prefix == KEY_PREFIX else f"{KEY_PREFIX}:pause:{row_key}"
-
-
-RELEASED_MARK = " (released)"
-"""Appended to ``value`` by a clean release, in the same update that ends the row.
-
-A released row and one whose holder stopped renewing both have ``expire_at`` in
-the past; only this tells them apart.  The three columns stay as 0.1.0 made them
-(a 0.1.0 acquisition takes the row over by ``expire_at <= NOW()`` alone), and
-``expire_at`` keeps the moment of the release.  (``'-infinity'`` would have
-marked it too, but psycopg cannot load it into a datetime: every reader of the
-row, 0.1.0's tools included, would fail on it.)"""
-
-FORCED_MARK = " (released by dislockctl)"
-"""Appended by ``dislockctl release`` instead of ``RELEASED_MARK``."""
-
-
-class Acquired(NamedTuple):
-    """The answer of an acquiring statement (always exactly one row)."""
-
-    acquired: bool
-    token: int | None
-    """The fencing token (None without fencing)."""
-    paused_for: str | None
-    """The reason of a live pause of the lock key; set only when one refused the start."""
-    paused_until: datetime | None
-    slot_end: datetime | None = None
-    """The slot end ``acquire_by_clock`` picked by the database clock (None there when
-    the clock was outside its candidates; always None for the other statements)."""
-    delayed_until: datetime | None = None
-    """The end of the lock delay after a failover that kept the statement from taking
-    anything (``dislock.core.failover``); None when no delay runs."""
-    timeline: int | None = None
-    """The server's timeline the statement ran on (None from statements that do not say)."""
-    ttl_cap: float | None = None
-    """The table's maximum lease TTL when the lease asked for more (and so took
-    nothing, ``dislock.core.limits``); None otherwise."""
-
-
-def parse_acquired(row: Sequence[Any]) -> Acquired:
-    """The answer of ``acquire_until`` and ``acquire_for``."""
-    acquired, token, paused_for, paused_until, timeline, delayed_until, ttl_cap = row
-    return Acquired(
-        bool(acquired),
-        token,
-        paused_for,
-        paused_until,
-        delayed_until=delayed_until,
-        timeline=timeline,
-        ttl_cap=ttl_cap,
-    )
-
-
-def parse_by_clock(row: Sequence[Any]) -> Acquired:
-    """The answer of ``acquire_by_clock``: ``parse_acquired``'s, the slot's end last."""
-    acquired, token, paused_for, paused_until, timeline, delayed_until, slot_end = row
-    return Acquired(
-        bool(acquired),
-        token,
-        paused_for,
-        paused_until,
-        slot_end,
-        delayed_until,
-        timeline=timeline,
-    )
-
-
-class SlotAnswer(NamedTuple):
-    """The answer of ``acquire_slot``."""
-
-    key: str | None
-    """The slot row taken; None if none was."""
-    token: int | None
-    free: int
-    """How many slots looked free (to tell a full lease from a lost race)."""
-    paused_for: str | None
-    paused_until: datetime | None
-    delayed_until: datetime | None
-    ttl_cap: float | None
-
-
-def parse_slot(row: Sequence[Any]) -> SlotAnswer:
-    key, token, free, paused_for, paused_until, delayed_until, ttl_cap = row
-    return SlotAnswer(
-        None if key is None else str(key),
-        token,
-        int(free),
-        paused_for,
-        paused_until,
-        delayed_until,
-        ttl_cap,
-    )
-
-
-class Statements(NamedTuple):
-    """The statements for one lock table."""
+class Queries(NamedTuple):
+    """The text of the lock statements of one table (``LockStatements`` gives each its
+    parameters and its reader)."""
 
     acquire_until: sql.Composed
-    """Params: key, pause, owner, expire_at (timestamptz). Returns one row, an
-    ``Acquired``: whether it took the row, the fencing token (NULL without
-    fencing), the reason and end of a live pause row that refused it, the
-    server's timeline, and the end of a running lock delay after a failover (during
-    which it takes nothing; see ``dislock.core.failover``)."""
+    """Params: key, pause, owner, expire_at (timestamptz).  Takes the row until
+    ``expire_at``.  One row: whether it took the row, the fencing token (NULL without
+    fencing), the reason and end of a live pause that refused it, the server's
+    timeline, the end of a running lock delay after a failover (during which it
+    takes nothing), and NULL (no TTL cap applies)."""
     acquire_for: sql.Composed
-    """Params: key, pause, owner, ttl (seconds). Returns like ``acquire_until``; a TTL
-    over the table's maximum (``dislock.core.limits``) takes nothing and returns the
-    maximum last (``parse_acquired``)."""
+    """Params: key, pause, owner, ttl (seconds).  Answers like ``acquire_until``, the
+    last column the table's maximum TTL when ``ttl`` is over it (then it took
+    nothing; ``dislock.core.limits``)."""
     renew_batch: sql.Composed
-    """Params: keys, owners, ttls (parallel arrays). Renews each listed lease that is
-    still ours and returns its ``(key, value)``; a lease missing from the answer is lost."""
+    """Params: keys, owners, ttls (parallel arrays).  Renews each listed lease that is
+    still ours; a row ``(key, value)`` per lease renewed, a lease missing is lost."""
     release: sql.Composed
-    """Params: ``release_params``. Expires our row now, marked released
+    """Params: key, owner, channel, wake_key.  Expires our row now, marked released
     (``RELEASED_MARK``), and wakes the lease's waiters (``NOTIFY`` on commit,
-    ``dislock.core.waiting.wake_payload``) when it released something; a row another
-    owner took is untouched."""
+    ``dislock.core.waiting.wake_payload``); a row per row ended, none if another
+    owner had taken it."""
     hand_back: sql.Composed
-    """Params: ``hand_back_params``. ``release`` for each of our rows among the keys:
-    whichever slot of an N-holder lease an interrupted or unconfirmed acquisition
-    may have taken.  (Not the holder's release too: matching an array costs that
-    hot path about 0.05 ms.)"""
+    """Params: keys, owner, channel, wake_key.  ``release`` for each of our rows among
+    the keys: whichever slot of an N-holder lease an interrupted or unconfirmed
+    acquisition may have taken.  (Not the holder's release too: matching an array
+    costs that hot path about 0.05 ms.)"""
     now: sql.SQL
-    """The database clock (statement time)."""
+    """The database clock (statement time), one row of one column."""
     acquire_slot: sql.Composed
-    """Params: keys (the slots' row keys, slot 1 first), pause, owner, ttl. Takes the
-    first free slot, in the same upsert as ``acquire_for``. Returns one row: the key
-    taken (NULL if none), the fencing token, how many slots it found free (to tell a
+    """Params: keys (the slots' row keys, slot 1 first), pause, owner, ttl.  Takes the
+    first free slot, in the same upsert as ``acquire_for``.  One row: the key taken
+    (NULL if none), the fencing token, how many slots it found free (to tell a
     full lease from a slot another holder took in the same instant), the reason
-    and end of a live pause that refused it, and the end of a running lock delay."""
+    and end of a live pause that refused it, the end of a running lock delay, and
+    the TTL cap as ``acquire_for`` gives it."""
     mine: sql.Composed
-    """Params: keys, owner. The owner's live rows among the keys: ``(key, token,
+    """Params: keys, owner.  The owner's live rows among the keys, ``(key, token,
     expire_at, timeline)`` each (``dislock.core.unknown_outcome``), for an
     acquisition whose answer was lost."""
     acquire_by_clock: sql.Composed
-    """Params: ``acquire_by_clock_params`` (key, pause, owner and the candidates of
-    ``dislock.core.cron.SlotCandidates``). ``acquire_until`` for the schedule slot
-    that ``NOW()`` picks among the candidates, in one statement. Returns one row: an
-    ``Acquired``, then the slot's end, NULL when ``NOW()`` was outside the
-    candidates (then nothing was taken: read the clock, use ``acquire_until``)."""
+    """Params: key, pause, owner, covered_from and ``end_<i>``/``latest_<i>`` for each
+    candidate of ``dislock.core.cron.SlotCandidates``.  ``acquire_until`` for the
+    schedule slot that ``NOW()`` picks among the candidates, in one statement.
+    Answers like ``acquire_until``, but its last column is the slot's end, NULL when
+    ``NOW()`` was outside the candidates (then nothing was taken: read the clock,
+    use ``acquire_until``)."""
 
 
 NO_CAP = sql.SQL("NULL::float8")
@@ -196,9 +83,8 @@ WITHIN_CAP = "%(ttl)s::float8 <= (SELECT max_ttl FROM dislock_cap)"
 """A lease acquisition's condition: its TTL is within the table's maximum."""
 
 
-@lru_cache(maxsize=64)
-def statements(table_parts: tuple[str, ...], fencing: bool = False) -> Statements:
-    """The statements for ``table_parts``; with ``fencing``, acquisitions also bump and
+def queries(table_parts: tuple[str, ...], fencing: bool = False) -> Queries:
+    """The statements' text for ``table_parts``; with ``fencing``, acquisitions also bump and
     return the row's ``fence`` column, in the same statement."""
     table = sql.Identifier(*table_parts)
     if fencing:
@@ -302,7 +188,7 @@ def statements(table_parts: tuple[str, ...], fencing: bool = False) -> Statement
             upsert=upsert.format(row=row, token=token, delay=sql.SQL(""), **parts),
         )
 
-    return Statements(
+    return Queries(
         # A slot that ended between computing it and claiming it (a slow start
         # straddling a boundary, or a next_run_time in the past) is not claimed:
         # it would be free at once and let a second start into the new slot.
@@ -448,70 +334,3 @@ def _acquire_slot(
         delay_end=delay_end_returned(),
         within=sql.SQL(WITHIN_CAP),
     )
-
-
-def statements_for(context: LockContext) -> Statements:
-    return statements(tuple(context.table_parts), context.fencing)
-
-
-def acquire_until_params(key: str, owner: str, expire_at: datetime) -> dict[str, Any]:
-    return {"key": key, "pause": pause_key_of(key), "owner": owner, "expire_at": expire_at}
-
-
-def acquire_by_clock_params(key: str, owner: str, candidates: SlotCandidates) -> dict[str, Any]:
-    """Parameters of ``acquire_by_clock``."""
-    params: dict[str, Any] = {
-        "key": key,
-        "pause": pause_key_of(key),
-        "owner": owner,
-        "covered_from": candidates.covered_from,
-    }
-    for i, (end, latest) in enumerate(zip(candidates.ends, candidates.latest_starts, strict=True)):
-        params[f"end_{i}"] = end
-        params[f"latest_{i}"] = latest
-    return params
-
-
-def lease_params(key: str, owner: str, ttl_seconds: float) -> dict[str, Any]:
-    """Parameters of ``acquire_for``."""
-    return {"key": key, "pause": pause_key_of(key), "owner": owner, "ttl": ttl_seconds}
-
-
-def release_params(key: str, owner: str, lock_key: str) -> dict[str, Any]:
-    """Parameters of ``release``: our row ``key`` of the lock ``lock_key`` (whose
-    lease's waiters are woken)."""
-    return {"key": key, "owner": owner, "channel": WAKE_CHANNEL, "wake_key": wake_key(lock_key)}
-
-
-def hand_back_params(keys: list[str], owner: str, lock_key: str) -> dict[str, Any]:
-    """Parameters of ``hand_back``: our rows among ``keys``, of the lock ``lock_key``."""
-    return {"keys": keys, "owner": owner, "channel": WAKE_CHANNEL, "wake_key": wake_key(lock_key)}
-
-
-def mine_params(keys: list[str], owner: str) -> dict[str, Any]:
-    """Parameters of ``mine``."""
-    return {"keys": keys, "owner": owner}
-
-
-def slot_params(keys: list[str], owner: str, ttl_seconds: float) -> dict[str, Any]:
-    """Parameters of ``acquire_slot`` (``keys[0]`` is the plain lease row)."""
-    return {"keys": keys, "pause": pause_key_of(keys[0]), "owner": owner, "ttl": ttl_seconds}
-
-
-def create_table(table_parts: tuple[str, ...], *, fencing: bool = False) -> sql.Composed:
-    """The lock table, created if missing.
-
-    ``fillfactor`` leaves room in each page so that renewals, which only touch
-    the unindexed ``expire_at``, stay in-place (HOT) updates.
-    """
-    fence = sql.SQL(", fence bigint NOT NULL DEFAULT 0") if fencing else sql.SQL("")
-    return sql.SQL(
-        "CREATE TABLE IF NOT EXISTS {table} ("
-        "key text PRIMARY KEY, value text NOT NULL, expire_at timestamptz NOT NULL{fence})"
-        " WITH (fillfactor = 70)"
-    ).format(table=sql.Identifier(*table_parts), fence=fence)
-
-
-def create_table_sql(table_parts: tuple[str, ...], *, fencing: bool = False) -> str:
-    """The DDL as plain text, for messages and for teams that apply DDL by hand."""
-    return create_table(table_parts, fencing=fencing).as_string(None) + ";"

@@ -1,0 +1,148 @@
+"""What the lock statements answer, typed, and how each answer is read from its row.
+
+The acquiring statements always answer exactly one row (``dislock.core.lock_statements``
+says which statement answers what); a reader here turns it into an ``Acquired`` or
+a ``SlotAnswer``, and a TTL over the table's maximum into the error it means.  An
+acquisition whose answer was lost and was found afterwards by reading its row
+(``dislock.core.unknown_outcome``) becomes the same answer, through ``from_mine``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any, NamedTuple
+
+from dislock.core.errors import ConfigurationError
+from dislock.core.exchange import Rows
+from dislock.core.limits import too_long
+from dislock.core.unknown_outcome import Mine
+
+
+class Acquired(NamedTuple):
+    """The answer of an acquiring statement."""
+
+    acquired: bool
+    token: int | None
+    """The fencing token (None without fencing)."""
+    paused_for: str | None
+    """The reason of a live pause of the lock key; set only when one refused the start."""
+    paused_until: datetime | None
+    slot_end: datetime | None = None
+    """The slot end ``acquire_by_clock`` picked by the database clock (None there when
+    the clock was outside its candidates; always None for the other statements)."""
+    delayed_until: datetime | None = None
+    """The end of the lock delay after a failover that kept the statement from taking
+    anything (``dislock.core.failover``); None when no delay runs."""
+    timeline: int | None = None
+    """The server's timeline the statement ran on (None when it is not known)."""
+
+    @classmethod
+    def nothing(cls) -> Acquired:
+        """Not acquired, for no reason the database gave."""
+        return cls(False, None, None, None)
+
+    @classmethod
+    def from_mine(cls, mine: Mine) -> Acquired:
+        """The row a lost acquisition was found to have taken."""
+        return cls(True, mine.token, None, None, slot_end=mine.expire_at, timeline=mine.timeline)
+
+
+class SlotAnswer(NamedTuple):
+    """The answer of ``acquire_slot``."""
+
+    key: str | None
+    """The slot row taken; None if none was."""
+    token: int | None
+    free: int
+    """How many slots looked free (to tell a full lease from a lost race)."""
+    paused_for: str | None
+    paused_until: datetime | None
+    delayed_until: datetime | None
+
+    @classmethod
+    def nothing(cls) -> SlotAnswer:
+        return cls(None, None, 0, None, None, None)
+
+    @classmethod
+    def from_mine(cls, mine: Mine) -> SlotAnswer:
+        return cls(mine.key, mine.token, 1, None, None, None)
+
+
+def _one(rows: Rows) -> Sequence[Any]:
+    if len(rows) != 1:
+        raise ValueError(f"an acquiring statement answers one row, not {len(rows)}")
+    return rows[0]
+
+
+def _within(ttl: float, ttl_cap: float | None) -> None:
+    """A lease longer than the table allows took nothing, and says so."""
+    if ttl_cap is not None:
+        raise ConfigurationError(too_long(ttl, ttl_cap))
+
+
+def read_slot_claim(rows: Rows) -> Acquired:
+    """The answer of ``acquire_until``."""
+    acquired, token, paused_for, paused_until, timeline, delayed_until, _ = _one(rows)
+    return Acquired(bool(acquired), token, paused_for, paused_until, None, delayed_until, timeline)
+
+
+def lease_reader(ttl: float) -> Callable[[Rows], Acquired]:
+    """The reader of ``acquire_for``'s answer for a lease of ``ttl`` seconds."""
+
+    def read(rows: Rows) -> Acquired:
+        acquired, token, paused_for, paused_until, timeline, delayed_until, ttl_cap = _one(rows)
+        _within(ttl, ttl_cap)
+        return Acquired(
+            bool(acquired), token, paused_for, paused_until, None, delayed_until, timeline
+        )
+
+    return read
+
+
+def read_by_clock(rows: Rows) -> Acquired:
+    """The answer of ``acquire_by_clock``: ``acquire_until``'s, the slot's end last."""
+    acquired, token, paused_for, paused_until, timeline, delayed_until, slot_end = _one(rows)
+    return Acquired(
+        bool(acquired), token, paused_for, paused_until, slot_end, delayed_until, timeline
+    )
+
+
+def slot_reader(ttl: float) -> Callable[[Rows], SlotAnswer]:
+    """The reader of ``acquire_slot``'s answer for slots of ``ttl`` seconds."""
+
+    def read(rows: Rows) -> SlotAnswer:
+        key, token, free, paused_for, paused_until, delayed_until, ttl_cap = _one(rows)
+        _within(ttl, ttl_cap)
+        return SlotAnswer(
+            None if key is None else str(key),
+            token,
+            int(free),
+            paused_for,
+            paused_until,
+            delayed_until,
+        )
+
+    return read
+
+
+def read_released(rows: Rows) -> bool:
+    """The answer of ``release`` and ``hand_back``: whether a row of ours was ended."""
+    return len(rows) > 0
+
+
+def read_renewed(rows: Rows) -> list[tuple[str, str]]:
+    """The answer of ``renew_batch``: the ``(key, owner)`` of each lease renewed."""
+    return [(str(key), str(value)) for key, value in rows]
+
+
+def read_clock(rows: Rows) -> datetime:
+    """The answer of ``now``."""
+    (now,) = _one(rows)
+    assert isinstance(now, datetime)
+    return now
+
+
+def read_mine(rows: Rows) -> list[Mine]:
+    """The answer of ``mine``: the owner's live rows among the keys."""
+    return [Mine(str(key), token, expire_at, timeline) for key, token, expire_at, timeline in rows]

@@ -1,0 +1,30 @@
+"""One statement ready to send: its text, its parameters, and how its answer reads.
+
+The sans-I/O side owns the whole exchange (as h11 owns an HTTP exchange): the
+lock code sends ``query`` with ``params`` and feeds every row of the answer to
+``read``, which returns a typed answer or raises the error the answer means.
+So a statement's columns are known in one place, next to its text, and its
+answer can be tested without a database.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from psycopg import sql
+
+Answer = TypeVar("Answer")
+
+Rows = Sequence[Sequence[Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class Exchange(Generic[Answer]):
+    query: sql.SQL | sql.Composed
+    """Built once per table, so that connections can keep its rendering
+    (``dislock.core.rendering``)."""
+    params: dict[str, Any]
+    read: Callable[[Rows], Answer]
+    """The answer of the statement's rows (all of them, possibly none)."""

@@ -1,0 +1,110 @@
+"""The lock statements as exchanges: for each, its text (``dislock.core.lock_queries``),
+its parameters, and the reader of its answer (``dislock.core.answers``).
+
+The lock code in ``dislock.aio`` and ``dislock`` asks for an exchange here, sends
+it, and feeds the rows back; it never builds parameters or reads a column itself.
+A new lock statement is a text in ``lock_queries``, a method here and its call site.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
+
+from dislock.core import answers, lock_queries
+from dislock.core.answers import Acquired, SlotAnswer
+from dislock.core.exchange import Exchange
+from dislock.core.rows import pause_key_of
+from dislock.core.unknown_outcome import Mine
+from dislock.core.waiting import WAKE_CHANNEL, wake_key
+
+if TYPE_CHECKING:
+    from dislock.core.context import LockContext
+    from dislock.core.cron import SlotCandidates
+    from dislock.core.renewal import Batch
+
+
+class LockStatements:
+    """The statements of one lock table."""
+
+    __slots__ = ("queries",)
+
+    def __init__(self, table_parts: tuple[str, ...], fencing: bool = False) -> None:
+        self.queries = lock_queries.queries(table_parts, fencing)
+
+    def acquire_until(self, key: str, owner: str, expire_at: datetime) -> Exchange[Acquired]:
+        """Take the schedule row ``key`` until ``expire_at``, a slot's end."""
+        params = {"key": key, "pause": pause_key_of(key), "owner": owner, "expire_at": expire_at}
+        return Exchange(self.queries.acquire_until, params, answers.read_slot_claim)
+
+    def acquire_by_clock(
+        self, key: str, owner: str, candidates: SlotCandidates
+    ) -> Exchange[Acquired]:
+        """Take the schedule row ``key`` until the end of the slot the database clock
+        is in, among ``candidates``."""
+        params: dict[str, Any] = {
+            "key": key,
+            "pause": pause_key_of(key),
+            "owner": owner,
+            "covered_from": candidates.covered_from,
+        }
+        ends = zip(candidates.ends, candidates.latest_starts, strict=True)
+        for i, (end, latest) in enumerate(ends):
+            params[f"end_{i}"] = end
+            params[f"latest_{i}"] = latest
+        return Exchange(self.queries.acquire_by_clock, params, answers.read_by_clock)
+
+    def acquire_for(self, key: str, owner: str, ttl: float) -> Exchange[Acquired]:
+        """Take the lease row ``key`` for ``ttl`` seconds."""
+        params = {"key": key, "pause": pause_key_of(key), "owner": owner, "ttl": ttl}
+        return Exchange(self.queries.acquire_for, params, answers.lease_reader(ttl))
+
+    def acquire_slot(self, keys: list[str], owner: str, ttl: float) -> Exchange[SlotAnswer]:
+        """Take the first free row among the slot rows ``keys`` (``keys[0]`` is the
+        plain lease row) for ``ttl`` seconds."""
+        params = {"keys": keys, "pause": pause_key_of(keys[0]), "owner": owner, "ttl": ttl}
+        return Exchange(self.queries.acquire_slot, params, answers.slot_reader(ttl))
+
+    def renew(self, batch: Batch) -> Exchange[list[tuple[str, str]]]:
+        """Renew the leases of ``batch``, each by its own TTL."""
+        return Exchange(self.queries.renew_batch, batch.params(), answers.read_renewed)
+
+    def release(self, key: str, owner: str, lock_key: str) -> Exchange[bool]:
+        """End our row ``key`` of the lock ``lock_key`` now, waking the lease's waiters."""
+        params = {
+            "key": key,
+            "owner": owner,
+            "channel": WAKE_CHANNEL,
+            "wake_key": wake_key(lock_key),
+        }
+        return Exchange(self.queries.release, params, answers.read_released)
+
+    def hand_back(self, keys: list[str], owner: str, lock_key: str) -> Exchange[bool]:
+        """``release`` for each of our rows among ``keys``, of the lock ``lock_key``."""
+        params = {
+            "keys": keys,
+            "owner": owner,
+            "channel": WAKE_CHANNEL,
+            "wake_key": wake_key(lock_key),
+        }
+        return Exchange(self.queries.hand_back, params, answers.read_released)
+
+    def mine(self, keys: list[str], owner: str) -> Exchange[list[Mine]]:
+        """The live rows of ``owner`` among ``keys``."""
+        return Exchange(self.queries.mine, {"keys": keys, "owner": owner}, answers.read_mine)
+
+    def now(self) -> Exchange[datetime]:
+        """The database clock."""
+        return Exchange(self.queries.now, {}, answers.read_clock)
+
+
+@lru_cache(maxsize=64)
+def statements(table_parts: tuple[str, ...], fencing: bool = False) -> LockStatements:
+    """The statements of the table ``table_parts``; with ``fencing``, acquisitions
+    also bump and return the row's ``fence`` column, in the same statement."""
+    return LockStatements(table_parts, fencing)
+
+
+def statements_for(context: LockContext) -> LockStatements:
+    return statements(tuple(context.table_parts), context.fencing)

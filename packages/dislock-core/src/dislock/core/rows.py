@@ -1,0 +1,45 @@
+"""The lock table's rows as every dislock version reads them: their keys, and the
+marks a release leaves in ``value``.
+
+The keys are shared with dislock 0.1.0 on one table and never change
+(``dislock.core.kinds`` names the kinds); a pause row sits beside them.
+"""
+
+from __future__ import annotations
+
+from dislock.core.kinds import KEY_PREFIX, LEASE, SCHEDULE, kind
+
+
+def schedule_key(lock_key: str) -> str:
+    return kind(SCHEDULE).row_key(lock_key)
+
+
+def lease_key(lock_key: str) -> str:
+    return kind(LEASE).row_key(lock_key)
+
+
+def pause_key(lock_key: str) -> str:
+    """The row that pauses ``lock_key`` fleet-wide: ``value`` holds the reason and
+    ``expire_at`` the end of the pause (``dislockctl pause``)."""
+    return f"{KEY_PREFIX}:pause:{lock_key}"
+
+
+def pause_key_of(row_key: str) -> str:
+    """The pause row of a schedule or lease row's key."""
+    prefix, _, rest = row_key.partition(":")
+    _, _, lock_key = rest.partition(":")
+    return pause_key(lock_key) if prefix == KEY_PREFIX else f"{KEY_PREFIX}:pause:{row_key}"
+
+
+RELEASED_MARK = " (released)"
+"""Appended to ``value`` by a clean release, in the same update that ends the row.
+
+A released row and one whose holder stopped renewing both have ``expire_at`` in
+the past; only this tells them apart.  The three columns stay as 0.1.0 made them
+(a 0.1.0 acquisition takes the row over by ``expire_at <= NOW()`` alone), and
+``expire_at`` keeps the moment of the release.  (``'-infinity'`` would have
+marked it too, but psycopg cannot load it into a datetime: every reader of the
+row, 0.1.0's tools included, would fail on it.)"""
+
+FORCED_MARK = " (released by dislockctl)"
+"""Appended by ``dislockctl release`` instead of ``RELEASED_MARK``."""

@@ -1,0 +1,81 @@
+"""The lock statements' answers, read from rows as the server sends them, without a
+database: each exchange's reader knows its statement's columns."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from dislock.core.answers import Acquired, SlotAnswer
+from dislock.core.cron import UTC, SlotCandidates
+from dislock.core.errors import ConfigurationError
+from dislock.core.lock_statements import statements
+from dislock.core.rows import lease_key, pause_key, schedule_key
+from dislock.core.unknown_outcome import Mine
+
+NOW = datetime(2026, 12, 2, 10, 0, tzinfo=timezone.utc)
+TABLE = statements(("key_value",), True)
+
+
+def test_a_lease_taken_reads_its_token_and_timeline() -> None:
+    exchange = TABLE.acquire_for(lease_key("job"), "me", 30.0)
+    assert exchange.params["pause"] == pause_key("job") and exchange.params["ttl"] == 30.0
+    answer = exchange.read([(True, 7, None, None, 3, None, None)])
+    assert answer == Acquired(True, 7, None, None, None, None, 3)
+
+
+def test_a_lease_over_the_tables_maximum_is_a_configuration_error() -> None:
+    exchange = TABLE.acquire_for(lease_key("job"), "me", 7200.0)
+    with pytest.raises(ConfigurationError, match="7200 s is longer than this table's maximum"):
+        exchange.read([(False, None, None, None, 1, None, 3600.0)])
+
+
+def test_a_pause_and_a_lock_delay_read_as_refusals() -> None:
+    until = NOW + timedelta(hours=1)
+    slot = TABLE.acquire_until(schedule_key("job"), "me", until)
+    paused = slot.read([(False, None, "deploy", until, 1, None, None)])
+    assert not paused.acquired and paused.paused_for == "deploy" and paused.paused_until == until
+    delayed = slot.read([(False, None, None, None, 2, until, None)])
+    assert not delayed.acquired and delayed.delayed_until == until and delayed.timeline == 2
+
+
+def test_a_slot_picked_by_the_database_clock_reads_its_end() -> None:
+    candidates = SlotCandidates.around("*/5 * * * *", NOW, UTC)
+    exchange = TABLE.acquire_by_clock(schedule_key("job"), "me", candidates)
+    assert exchange.params["covered_from"] == candidates.covered_from
+    assert [exchange.params[f"end_{i}"] for i in range(SlotCandidates.COUNT)] == list(
+        candidates.ends
+    )
+    end = candidates.ends[0]
+    answer = exchange.read([(True, None, None, None, 1, None, end)])
+    assert answer.acquired and answer.slot_end == end
+    assert exchange.read([(False, None, None, None, 1, None, None)]).slot_end is None
+
+
+def test_a_slot_of_a_lease_reads_its_key_and_how_many_were_free() -> None:
+    keys = [lease_key("job"), "cronjob-lock:lease#2:job"]
+    exchange = TABLE.acquire_slot(keys, "me", 30.0)
+    assert exchange.params["pause"] == pause_key("job")
+    assert exchange.read([(keys[1], 4, 1, None, None, None, None)]) == SlotAnswer(
+        keys[1], 4, 1, None, None, None
+    )
+    assert exchange.read([(None, None, 0, None, None, None, None)]).key is None
+    with pytest.raises(ConfigurationError):
+        exchange.read([(None, None, 0, None, None, None, 10.0)])
+
+
+def test_an_acquiring_statement_answers_exactly_one_row() -> None:
+    exchange = TABLE.acquire_for(lease_key("job"), "me", 30.0)
+    with pytest.raises(ValueError, match="one row, not 0"):
+        exchange.read([])
+
+
+def test_release_renewal_clock_and_mine_read_their_rows() -> None:
+    assert TABLE.release(lease_key("job"), "me", "job").read([("",)]) is True
+    assert TABLE.hand_back([lease_key("job")], "me", "job").read([]) is False
+    assert TABLE.now().read([(NOW,)]) == NOW
+    mine = TABLE.mine([lease_key("job")], "me").read([(lease_key("job"), 5, NOW, 1)])
+    assert mine == [Mine(lease_key("job"), 5, NOW, 1)]
+    assert Acquired.from_mine(mine[0]) == Acquired(True, 5, None, None, NOW, None, 1)
+    assert SlotAnswer.from_mine(mine[0]).key == lease_key("job")

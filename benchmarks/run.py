@@ -1113,7 +1113,7 @@ HISTORY_KEYS = 1_000
 
 def history_rows(url: str, cycles: int, rows: int) -> list[Row]:
     """What recording costs a run, and how fast `history`/`missed` answer on a big table."""
-    from dislock.cli import fleet
+    from dislock.cli import missed_slots, run_history
     from dislock.core.history import create_history
 
     history = ("key_value_history",)
@@ -1197,13 +1197,13 @@ def history_rows(url: str, cycles: int, rows: int) -> list[Row]:
                 samples.append(time.perf_counter() - started)
             return median_ms(samples)
 
-        by_key = fleet.runs_query(history, locks, by_key=True)
-        every = fleet.runs_query(history, locks, by_key=False)
-        day = fleet.runs_params("job-7", timedelta_hours(24), 100)
+        by_key = run_history.runs_query(history, locks, by_key=True)
+        every = run_history.runs_query(history, locks, by_key=False)
+        day = run_history.runs_params("job-7", timedelta_hours(24), 100)
         key_ms = query_ms(lambda: conn.execute(by_key, day).fetchall())
         all_ms = query_ms(
             lambda: conn.execute(
-                every, fleet.runs_params(None, timedelta_hours(24), 100)
+                every, run_history.runs_params(None, timedelta_hours(24), 100)
             ).fetchall()
         )
 
@@ -1211,10 +1211,12 @@ def history_rows(url: str, cycles: int, rows: int) -> list[Row]:
             (now,) = conn.execute("SELECT NOW()").fetchone()  # type: ignore[misc]
             since = now - timedelta_hours(24)
             starts = conn.execute(
-                fleet.starts_query(history), {"key": "job-7", "since": since}
+                missed_slots.starts_query(history), {"key": "job-7", "since": since}
             ).fetchall()
-            slots = list(fleet.schedule_slots("0 * * * *", since, now))
-            return fleet.missed_slots(slots, [(s, e) for _, s, e, _ in starts if s is not None])
+            slots = list(missed_slots.schedule_slots("0 * * * *", since, now))
+            return missed_slots.missed_slots(
+                slots, [(s, e) for _, s, e, _ in starts if s is not None]
+            )
 
         missed_ms = query_ms(missed)
         # Per key: newest run and newest success (what an exporter reads per scrape).
@@ -1224,14 +1226,14 @@ def history_rows(url: str, cycles: int, rows: int) -> list[Row]:
             " ON CONFLICT DO NOTHING",
             (HISTORY_KEYS,),
         )
-        latest = fleet.latest_query(history, locks)
+        latest = run_history.latest_query(history, locks)
         latest_ms = query_ms(lambda: conn.execute(latest).fetchall())
         conn.execute("DELETE FROM key_value WHERE key LIKE 'cronjob-lock:schedule:job-%'")
         plans = {
             "history KEY": conn.execute(b"EXPLAIN " + by_key.as_bytes(conn), day).fetchall(),
             "history": conn.execute(
                 b"EXPLAIN " + every.as_bytes(conn),
-                fleet.runs_params(None, timedelta_hours(24), 100),
+                run_history.runs_params(None, timedelta_hours(24), 100),
             ).fetchall(),
         }
         for name, plan in plans.items():
@@ -1278,7 +1280,7 @@ def history_rows(url: str, cycles: int, rows: int) -> list[Row]:
         ),
         Row(
             f"newest run and newest success of each of {HISTORY_KEYS:,} keys"
-            f" (`dislock.cli.fleet.latest_query`) with {rows:,} rows",
+            f" (`dislock.cli.run_history.latest_query`) with {rows:,} rows",
             f"{latest_ms:.1f} ms",
             "report",
         ),

@@ -16,13 +16,8 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from dislock.cli.fleet import (
-    Slot,
-    from_first_run,
-    missed_slots,
-    parse_duration,
-    schedule_slots,
-)
+from dislock.cli.missed_slots import Slot, from_first_run, missed_slots, schedule_slots
+from dislock.cli.time_args import parse_duration
 from dislock.core.errors import ConfigurationError
 from dislock.core.rows import lease_key, pause_key, schedule_key
 from tests.cli.conftest import CTL, DISLOCK, Ctl, RunCli, wait_for
@@ -475,7 +470,7 @@ def test_latest_run_and_success_per_key(
     ctl: Ctl, with_history: dict[str, str], run_cli: RunCli, db: psycopg.Connection[Any]
 ) -> None:
     """The per-key summary a fleet report (an exporter, a status page) reads."""
-    from dislock.cli.fleet import Latest, latest_query
+    from dislock.cli.run_history import Latest, latest_query
 
     env = {**with_history, **LEASE}
     key = env["LOCK_KEY"]

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from dislock.cli.fleet import Slot, Span, describe_missed, schedule_slots, split_covered
 from dislock.cli.fleet_status import FleetSnapshot, HeldLock, KeyStatus, LastRun
+from dislock.cli.history_report import describe_missed
 from dislock.cli.metrics import metric_families
+from dislock.cli.missed_slots import Slot, Span, schedule_slots, split_covered
 from dislock.cli.status_page import render_page
 from dislock.core.context import LeaseLossPolicy
 from dislock.core.lease import LeaseClock, LeaseSettings
@@ -121,7 +122,7 @@ def test_failures_are_logged_once_then_counted() -> None:
     assert failure_summary(two, 4.0) == "renewal of lease b failed 2 times over 0.7 s"
     # A statement that was out when the lease was lost fails after the loss: the
     # loss's summary said it all, no new run of failures begins.
-    one.clock.expired(one.clock.deadline + 1.0)
+    one.clock.check_deadline(one.clock.deadline + 1.0)
     assert one.clock.lost and count_failure(Batch(("t",), [one]), 5.0) is False
     single = renewal("c")
     count_failure(Batch(("t",), [single]), 5.0)

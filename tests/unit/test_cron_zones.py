@@ -18,15 +18,8 @@ import pytest
 from croniter import croniter
 
 from dislock import ConfigurationError
-from dislock.core.cron import (
-    check_cron,
-    cron_zone,
-    load_zone,
-    local_zone,
-    next_boundary,
-    slot_end,
-    system_zone,
-)
+from dislock.core.cron import check_cron, next_boundary, slot_end
+from dislock.core.cron_zone import cron_zone, load_zone, local_zone, system_zone
 
 UTC = timezone.utc
 MINUTE = timedelta(minutes=1)

@@ -99,8 +99,8 @@ def test_lease_clock_loses_when_failures_reach_the_deadline() -> None:
 
 def test_lease_clock_expiry_and_a_lost_lease_stays_lost() -> None:
     idle = LeaseClock(SETTINGS, acquired_at=100.0)
-    assert not idle.expired(108.9)
-    assert idle.expired(109.0)
+    assert not idle.check_deadline(108.9)
+    assert idle.check_deadline(109.0)
     assert not idle.renewed(sent_at=109.0, now=109.1, rows=0)  # the first reason is kept
     assert "deadline" in (idle.lost_reason or "")
 

@@ -72,7 +72,7 @@ def test_a_lease_missing_from_the_answer_is_lost_alone() -> None:
     assert b.clock.lost_reason is not None and "no longer ours" in b.clock.lost_reason
     # Lost leases are neither renewed again nor reported twice.
     assert [r for batch in plan.due(104.5) for r in batch.renewals] == [a]
-    assert plan.expired(200.0) == [a]
+    assert plan.check_deadlines(200.0) == [a]
 
 
 def test_another_owner_of_the_same_key_does_not_count() -> None:
@@ -94,7 +94,7 @@ def test_a_failed_batch_is_retried_for_each_lease_until_its_own_deadline() -> No
     assert plan.failed(batches[0], OSError("connection reset"), now=101.0) == []
     retry_in = plan.until_next(101.0)
     assert retry_in is not None and 0 < retry_in <= 1.0
-    assert plan.expired(103.6) == [short]  # 100 + 4 - 0.4
+    assert plan.check_deadlines(103.6) == [short]  # 100 + 4 - 0.4
     assert plan.until_deadline(103.6) == 100.0 + 20.0 - 1.0 - 103.6
 
 

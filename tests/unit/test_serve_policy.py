@@ -1,6 +1,6 @@
 """``dislockctl serve``'s rules before and around the database: Host names, recorded
 zones, and the bounded slot computation (``dislock.cli.http_policy``,
-``dislock.cli.slot_windows``, ``dislock.core.cron.recorded_zone``)."""
+``dislock.cli.slot_windows``, ``dislock.core.cron_zone.recorded_zone``)."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from dislock.cli.fleet import schedule_slots
 from dislock.cli.fleet_status import FleetSnapshot, lock_delay_end
 from dislock.cli.http_policy import HostPolicy, allowed_host, host_name, request_timeout
 from dislock.cli.metrics import metric_families
+from dislock.cli.missed_slots import schedule_slots
 from dislock.cli.scrape import WindowStarts
 from dislock.cli.slot_windows import ScheduleWindows
 from dislock.cli.status_page import render_page
-from dislock.core.cron import recorded_zone
+from dislock.core.cron_zone import recorded_zone
 from dislock.core.errors import ConfigurationError
 
 NOW = datetime(2026, 12, 1, 12, 0, 30, tzinfo=timezone.utc)

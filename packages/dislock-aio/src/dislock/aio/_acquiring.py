@@ -21,9 +21,9 @@ from dislock.core.context import LockContext
 from dislock.core.dsn import error_line, scrub
 from dislock.core.errors import DatabaseUnreachableError, NotReplicatedError
 from dislock.core.exchange import Answer, Exchange
-from dislock.core.grants import refused
 from dislock.core.lock_statements import statements_for
 from dislock.core.patience import ConnectPatience
+from dislock.core.refusal import refused
 from dislock.core.rows import lease_key
 from dislock.core.timeouts import RELEASE_TIMEOUT
 from dislock.core.unknown_outcome import Mine, Verdict, judge, outcome_unknown

@@ -236,7 +236,7 @@ class Renewer:
                 if self._closing:
                     return
                 now = monotonic()
-                lost = self.plan.expired(now)
+                lost = self.plan.check_deadlines(now)
                 wait = self.plan.until_deadline(now)
                 since = self._sending_since
                 if since is not None:

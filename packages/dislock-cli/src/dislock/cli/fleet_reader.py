@@ -14,14 +14,6 @@ import psycopg
 
 from dislock.cli.admin import LockRow, list_params, list_query
 from dislock.cli.diagnosis import describe_database_error
-from dislock.cli.fleet import (
-    Latest,
-    from_first_run,
-    latest_query,
-    missed_slots,
-    split_covered,
-    table_exists_query,
-)
 from dislock.cli.fleet_status import (
     MISSED_WINDOW,
     FleetSnapshot,
@@ -29,6 +21,8 @@ from dislock.cli.fleet_status import (
     build_snapshot,
     lock_delay_end,
 )
+from dislock.cli.missed_slots import from_first_run, missed_slots, split_covered
+from dislock.cli.run_history import Latest, latest_query, table_exists_query
 from dislock.cli.scrape import (
     RECENT_SECONDS,
     SCRAPE_CONNECT_TIMEOUT,

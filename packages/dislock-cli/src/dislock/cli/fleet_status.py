@@ -15,7 +15,7 @@ from dislock.cli.admin import MODES, LockRow
 
 MISSED_WINDOW = timedelta(hours=24)
 """``dislock_missed_slots`` counts the slots of the key's schedule that began in the
-last 24 hours (and at least a minute ago, ``dislock.cli.fleet.DEFAULT_GRACE``) in
+last 24 hours (and at least a minute ago, ``dislock.cli.missed_slots.DEFAULT_GRACE``) in
 which no run of the key started and none was still going: what ``dislockctl missed
 KEY --since 24h`` lists.  ``dislock_covered_slots`` counts the ones without a start
 during which a run still held the key's lease.  A key that first ran within the
@@ -113,7 +113,7 @@ def page_order(keys: Iterable[KeyStatus]) -> list[KeyStatus]:
 
 
 class LatestRow(NamedTuple):
-    """A key's latest run: ``dislock.cli.fleet.latest_query``'s row (outcome derived
+    """A key's latest run: ``dislock.cli.run_history.latest_query``'s row (outcome derived
     there: ``running`` or ``abandoned`` when no end was recorded) completed by
     ``ScrapeStatements.run_details``."""
 

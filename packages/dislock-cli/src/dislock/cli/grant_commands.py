@@ -16,8 +16,9 @@ from typing import Any
 from psycopg import sql
 
 from dislock.cli import EXIT_FAILURE, EXIT_OK
-from dislock.core import grants
+from dislock.core import grant_catalog, grants
 from dislock.core.bounds import escape
+from dislock.core.bounds_policy import bounds_policy
 from dislock.core.limits import max_ttl_query, set_max_ttl
 
 
@@ -113,9 +114,9 @@ def _grant_in_one_transaction(
         for statement in statements:
             conn.execute(statement)
         (found,) = conn.execute(
-            grants.loopholes_query(), {"role": role, "table": _name(qualified)}
+            grant_catalog.loopholes_query(), {"role": role, "table": _name(qualified)}
         ).fetchone()
-        holes = grants.loopholes(access, found or [])
+        holes = grant_catalog.loopholes(access, found or [])
         if holes:
             raise _Refused(
                 f"role {escape(role)!r} would still have {', '.join(holes)} on"
@@ -130,7 +131,7 @@ class _Refused(Exception):
 
 
 def _qualified(conn: Any, table: tuple[str, ...]) -> tuple[str, ...]:
-    row = conn.execute(grants.qualified_query(), (_name(table),)).fetchone()
+    row = conn.execute(grant_catalog.qualified_query(), (_name(table),)).fetchone()
     return table if row is None else (str(row[0]), str(row[1]))
 
 
@@ -172,11 +173,11 @@ def list_grants(conn: Any, table: tuple[str, ...], *, as_json: bool) -> int:
     """Every role's grant on the table, with the table's maximum TTL."""
     if not _columns(conn, table):
         return _error(f"lock table {'.'.join(table)} does not exist: dislockctl init first")
-    (secured,) = conn.execute(grants.security_query(), (_name(table),)).fetchone()
+    (secured,) = conn.execute(grant_catalog.security_query(), (_name(table),)).fetchone()
     max_ttl, recorded = conn.execute(max_ttl_query(table)).fetchone()
     found = [
-        grants.parse_grant(name, comment)
-        for name, comment in conn.execute(grants.grants_query(), (_name(table),)).fetchall()
+        grant_catalog.parse_grant(name, comment)
+        for name, comment in conn.execute(grant_catalog.grants_query(), (_name(table),)).fetchall()
     ]
     listed = [g for g in found if g is not None]
     if as_json:
@@ -210,7 +211,7 @@ def set_table_max_ttl(conn: Any, table: tuple[str, ...], seconds: float) -> list
     """The statements that make ``seconds`` the table's maximum TTL: its metadata row,
     and the bound every granted role is held to, where row-level security is on."""
     statements = [set_max_ttl(table, seconds)]
-    row = conn.execute(grants.security_query(), (_name(table),)).fetchone()
+    row = conn.execute(grant_catalog.security_query(), (_name(table),)).fetchone()
     if row is not None and row[0]:
-        statements += grants.bounds_policy(_qualified(conn, table), seconds)
+        statements += bounds_policy(_qualified(conn, table), seconds)
     return statements

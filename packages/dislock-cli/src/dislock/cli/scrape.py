@@ -11,7 +11,8 @@ from typing import Any, NamedTuple
 
 from psycopg import sql
 
-from dislock.cli.fleet import SPANS_BEFORE, Span, span_of, still_held
+from dislock.cli.missed_slots import SPANS_BEFORE, Span, span_of
+from dislock.cli.run_history import still_held
 from dislock.core.failover import TIMELINE_KEY
 
 SCRAPE_CONNECT_TIMEOUT = 3.0
@@ -118,7 +119,7 @@ class ScrapeStatements(NamedTuple):
     then the span columns."""
     spans_before: sql.Composed
     """The first scrape's runs of the keys %(keys)s that began before %(since)s and
-    may still have been going then (``dislock.cli.fleet.spans_query``'s rule): id,
+    may still have been going then (``dislock.cli.missed_slots.spans_query``'s rule): id,
     lock_key, started_at, then the span columns."""
 
 
@@ -126,7 +127,7 @@ SPAN_COLUMNS = (
     " position('lease' IN {run}.modes) > 0, {run}.ended_at, {run}.ended_at IS NULL AND {held}"
 )
 """Whether the run took a lease, its end, and whether it still holds its lease
-(``dislock.cli.fleet.span_of``'s arguments, after the first)."""
+(``dislock.cli.missed_slots.span_of``'s arguments, after the first)."""
 
 
 def span_of_row(
@@ -192,7 +193,7 @@ class WindowStarts:
     window left.
     It keeps the spans of the key's lease runs as well (``set_span``): those that
     were still going at some point of the window, which cover the slots they
-    overlap (``dislock.cli.fleet.split_covered``).
+    overlap (``dislock.cli.missed_slots.split_covered``).
     ``version`` changes with a key's starts or spans, so that its missed-slot count
     is only recomputed when they (or its schedule's slots) changed.
     """

@@ -20,7 +20,7 @@ from dislock.core.supervision import check_command
 from dislock.core.waiting import DEFAULT_POLL_SECONDS, check_waiting
 
 if TYPE_CHECKING:
-    from dislock.core.cron import CronZone
+    from dislock.core.cron_zone import CronZone
 
 DEFAULT_TTL_SECONDS = 60.0
 DEFAULT_TABLE = "key_value"
@@ -246,6 +246,6 @@ def read_waiting(environ: Mapping[str, str], strategies: Sequence[str]) -> dict[
 
 def read_cron_zone(environ: Mapping[str, str]) -> CronZone:
     """The zone cron reads the crontab in: ``CRON_TZ``, else ``TZ``, else the system zone."""
-    from dislock.core.cron import cron_zone
+    from dislock.core.cron_zone import cron_zone
 
     return cron_zone(environ)

@@ -7,7 +7,7 @@ window (about half a millisecond each), and a new reading on every scrape would
 be that much work again each time.  ``ScheduleWindows`` keeps each key's slots from
 one scrape to the next and bounds what any scrape computes:
 
-* a recorded zone is used only as an IANA name (``dislock.core.cron.recorded_zone``),
+* a recorded zone is used only as an IANA name (``dislock.core.cron_zone.recorded_zone``),
   and a cron expression only up to ``MAX_CRON_LENGTH`` characters;
 * a reading with more than ``MAX_WINDOW_SLOTS`` slots in the window is not counted;
 * a key keeps at most ``MAX_READINGS_PER_KEY`` readings seen within the window, and a
@@ -29,14 +29,15 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone, tzinfo
 from typing import NamedTuple
 
-from dislock.cli.fleet import DEFAULT_GRACE, Slot
-from dislock.core.cron import next_boundary, recorded_zone
+from dislock.cli.missed_slots import DEFAULT_GRACE, Slot
+from dislock.core.cron import next_boundary
+from dislock.core.cron_zone import recorded_zone
 from dislock.core.errors import ConfigurationError
 
 MAX_WINDOW_SLOTS = 3000
 """Slots of one reading in the missed-slot window that ``serve`` counts at most: a
 schedule that fires every 30 s or less often (``dislockctl missed`` counts denser
-ones, up to ``dislock.cli.fleet.MAX_SLOTS``)."""
+ones, up to ``dislock.cli.missed_slots.MAX_SLOTS``)."""
 
 MAX_READINGS_PER_KEY = 4
 """(cron expression, zone) readings of one key kept at once; a key whose machines

@@ -17,7 +17,7 @@ from dislock.core.patience import DEFAULT_CONNECT_PATIENCE
 from dislock.core.waiting import DEFAULT_POLL_SECONDS
 
 if TYPE_CHECKING:
-    from dislock.core.cron import CronZone
+    from dislock.core.cron_zone import CronZone
 
 DEFAULT_CONNECT_TIMEOUT = 10.0
 """Seconds to wait for a connection, unless the URL or the caller says otherwise."""
@@ -182,7 +182,7 @@ class LockContext:
             _set(self, "schedule", check_cron(self.schedule))
         if self.schedule is not None or self.cron_tz is not None:
             # Only schedule users pay for reading the zone database.
-            from dislock.core.cron import load_zone, local_zone
+            from dislock.core.cron_zone import load_zone, local_zone
 
             zone = local_zone() if self.cron_tz is None else load_zone(self.cron_tz)
             _set(self, "cron_zone", zone)

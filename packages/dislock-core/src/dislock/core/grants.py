@@ -30,39 +30,39 @@ patterns are kept in a comment on the role's read policy, for ``dislockctl grant
 
 from __future__ import annotations
 
-import getpass
 import json
-import os
 import re
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict
 
-from dislock.core.errors import ConfigurationError, KeyNotGrantedError
-from dislock.core.failover import TIMELINE, TIMELINE_KEY, TTL_KEY_PREFIX, TTL_RECORD
-from dislock.core.kinds import KEY_PREFIX
+from dislock.core.bounds_policy import MAX_NAME, bounds_policy
+from dislock.core.errors import ConfigurationError
+from dislock.core.failover import TIMELINE, TIMELINE_KEY, TTL_RECORD
+from dislock.core.rows import LOCK_ROWS, PAUSE_ROWS
 
 WRAPPER = "wrapper"
 """Takes, renews, releases and hands back its keys' locks, reads their pauses, records
 their runs."""
+
+
 OPERATOR = "operator"
 """A wrapper that may also pause, resume, force-release and prune its keys."""
+
+
 READER = "reader"
 """Reads every row (``ls``, ``history``, ``missed``, ``serve``); writes nothing."""
+
+
 ACCESS = (WRAPPER, OPERATOR, READER)
 
+
 POLICY_PREFIX = "dislock:"
-BOUNDS_POLICY = "dislock:bounds"
+
+
 _WHAT = ("read", "take", "write", "delete")
 """The policies a role may have on a table, by the last part of their names."""
-
-_MAX_NAME = 63  # PostgreSQL truncates longer identifiers (NAMEDATALEN - 1)
-
-_LOCK_ROWS = rf"^{KEY_PREFIX}:(?:schedule|lease(?:#[0-9]+)?):"
-_PAUSE_ROWS = rf"^{KEY_PREFIX}:pause:"
-_LEASE_ROWS = rf"^{KEY_PREFIX}:lease(?:#[0-9]+)?:"
 
 
 class Grant(NamedTuple):
@@ -100,10 +100,10 @@ def check_patterns(patterns: Sequence[str], access: str) -> tuple[str, ...]:
 def check_role(role: str) -> str:
     """A role name that every policy name made from it fits in an identifier."""
     longest = len(policy_name(role, "delete").encode())
-    if not role or longest > _MAX_NAME:
+    if not role or longest > MAX_NAME:
         raise ConfigurationError(
             f"role name {role!r} is too long for its policy names"
-            f" (at most {_MAX_NAME - longest + len(role.encode())} bytes)"
+            f" (at most {MAX_NAME - longest + len(role.encode())} bytes)"
         )
     return role
 
@@ -179,87 +179,6 @@ def _policy(
     return sql.SQL(" ").join(parts)
 
 
-def floor_function(table_parts: tuple[str, ...]) -> sql.Identifier:
-    """The function that tells the bounds policy the shortest lock delay a new timeline
-    may start: the table's longest recorded lease TTL, up to its maximum.  A policy
-    cannot read the table it guards (the read would apply the policy again), so the
-    function runs as the table's owner (``SECURITY DEFINER``), whom row-level
-    security does not apply to.  It lives beside the table (``table_parts`` names the
-    schema)."""
-    *schema, name = table_parts
-    return sql.Identifier(*schema, f"{name[: _MAX_NAME - 14]}_dislock_delay")
-
-
-def bounds_function(table_parts: tuple[str, ...]) -> sql.Identifier:
-    """The function the bounds policy's check calls (``bounds_policy``), beside the table."""
-    *schema, name = table_parts
-    return sql.Identifier(*schema, f"{name[: _MAX_NAME - 15]}_dislock_bounds")
-
-
-def bounds_policy(table_parts: tuple[str, ...], max_ttl: float) -> list[sql.Composed]:
-    """The restrictive policy that holds every granted role to the table's maximum TTL,
-    and holds a new timeline's lock delay to at least the longest recorded TTL (so
-    that no role can cut a delay short after a failover), with its two functions:
-    ``floor_function`` and the check itself (``bounds_function``)."""
-    table = sql.Identifier(*table_parts)
-    cap = sql.Literal(float(max_ttl))
-    floor = floor_function(table_parts)
-    within = sql.SQL(
-        "CASE WHEN key ~ {lease} THEN expire_at <= NOW() + make_interval(secs => {cap})"
-        " WHEN key = {timeline} THEN expire_at <= NOW() + make_interval(secs => {cap})"
-        " AND expire_at >= NOW() + make_interval(secs => {floor}())"
-        " WHEN starts_with(key, {ttl_prefix}) THEN value::float8 <= {cap}"
-        " ELSE true END"
-    ).format(
-        lease=sql.Literal(_LEASE_ROWS),
-        timeline=sql.Literal(TIMELINE_KEY),
-        ttl_prefix=sql.Literal(TTL_KEY_PREFIX),
-        cap=cap,
-        floor=floor,
-    )
-    bounds = bounds_function(table_parts)
-    return [
-        sql.SQL(
-            "CREATE OR REPLACE FUNCTION {floor}() RETURNS float8 LANGUAGE sql STABLE"
-            " SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS {body}"
-        ).format(
-            floor=floor,
-            body=sql.Literal(
-                sql.SQL(
-                    "SELECT least({cap}, coalesce((SELECT max(value::float8) FROM {table}"
-                    " WHERE starts_with(key, {prefix})), 0))"
-                )
-                .format(cap=cap, table=table, prefix=sql.Literal(TTL_KEY_PREFIX))
-                .as_string(None)
-            ),
-        ),
-        # The check in a function of its own, which the planner cannot inline (a
-        # PL/pgSQL body, a pinned search_path): written into the policy, the CASE
-        # was planned again for every row a statement may write (an acquisition has
-        # six such checks), a third of what row-level security cost it.
-        sql.SQL(
-            "CREATE OR REPLACE FUNCTION {bounds}(key text, value text, expire_at timestamptz)"
-            " RETURNS boolean LANGUAGE plpgsql STABLE"
-            " SET search_path = pg_catalog, pg_temp AS {body}"
-        ).format(
-            bounds=bounds,
-            body=sql.Literal(
-                sql.SQL("BEGIN RETURN {within}; END").format(within=within).as_string(None)
-            ),
-        ),
-        # (PUBLIC has EXECUTE by default, unless a hardened server revoked it.)
-        sql.SQL("GRANT EXECUTE ON FUNCTION {}() TO PUBLIC").format(floor),
-        sql.SQL("GRANT EXECUTE ON FUNCTION {}(text, text, timestamptz) TO PUBLIC").format(bounds),
-        sql.SQL("DROP POLICY IF EXISTS {name} ON {table}").format(
-            name=sql.Identifier(BOUNDS_POLICY), table=table
-        ),
-        sql.SQL(
-            "CREATE POLICY {name} ON {table} AS RESTRICTIVE FOR ALL TO PUBLIC"
-            " USING (true) WITH CHECK ({bounds}(key, value, expire_at))"
-        ).format(name=sql.Identifier(BOUNDS_POLICY), table=table, bounds=bounds),
-    ]
-
-
 def _drop(table: sql.Identifier, role: str) -> list[sql.Composed]:
     return [
         sql.SQL("DROP POLICY IF EXISTS {name} ON {table}").format(
@@ -313,8 +232,8 @@ def grant_statements(
             _policy(policy_name(role, "read"), table, role, "SELECT", using=sql.SQL("true")),
         ]
     else:
-        locks = _rows(_LOCK_ROWS, patterns)
-        pauses = _rows(_PAUSE_ROWS, patterns)
+        locks = _rows(LOCK_ROWS, patterns)
+        pauses = _rows(PAUSE_ROWS, patterns)
         # An operator writes its keys' pause rows too; a wrapper only reads them.
         writable = sql.SQL("({} OR {})").format(locks, pauses) if access == OPERATOR else locks
         statements += [
@@ -412,95 +331,3 @@ def revoke_statements(
             *_drop(table, role),
         ]
     return statements
-
-
-def qualified_query() -> str:
-    """``(schema, name)`` of a table (parameter: its name as text, as the search path
-    finds it): the function the policies call is created beside it, under a name
-    that does not depend on the search path."""
-    return (
-        "SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
-        " WHERE c.oid = to_regclass(%s)"
-    )
-
-
-def loopholes_query() -> str:
-    """What would let a granted role around its policies (parameters: role, table as
-    text, role again): table-wide ``UPDATE``, ``TRUNCATE``, ``TRIGGER`` or
-    ``REFERENCES`` (``LOCK TABLE``, emptying the table, code run in others'
-    sessions), ``DELETE``, and membership in the owner's role (``SET ROLE``) or
-    ``BYPASSRLS``, held through ``PUBLIC`` or a role it belongs to after its own
-    grant was replaced."""
-    return (
-        "SELECT array_remove(ARRAY["
-        " CASE WHEN has_table_privilege(%(role)s, %(table)s, 'UPDATE') THEN 'UPDATE' END,"
-        " CASE WHEN has_table_privilege(%(role)s, %(table)s, 'TRUNCATE') THEN 'TRUNCATE' END,"
-        " CASE WHEN has_table_privilege(%(role)s, %(table)s, 'TRIGGER') THEN 'TRIGGER' END,"
-        " CASE WHEN has_table_privilege(%(role)s, %(table)s, 'REFERENCES') THEN 'REFERENCES' END,"
-        " CASE WHEN has_table_privilege(%(role)s, %(table)s, 'DELETE') THEN 'DELETE' END,"
-        " CASE WHEN pg_has_role(%(role)s, c.relowner, 'MEMBER') THEN 'membership in the owner' END,"
-        " CASE WHEN r.rolbypassrls OR r.rolsuper THEN 'BYPASSRLS' END], NULL)"
-        " FROM pg_class c, pg_roles r WHERE c.oid = to_regclass(%(table)s) AND r.rolname = %(role)s"
-    )
-
-
-def loopholes(access: str, found: Sequence[str]) -> list[str]:
-    """The entries of ``loopholes_query``'s answer that undo ``access`` (an operator
-    holds ``DELETE`` on purpose)."""
-    return [what for what in found if not (access == OPERATOR and what == "DELETE")]
-
-
-def grants_query() -> str:
-    """The dislock grants on a table (parameter: its name as ``regclass`` text): each
-    role's read policy and the comment that holds its access and patterns."""
-    return (
-        "SELECT p.polname, d.description FROM pg_policy p"
-        " LEFT JOIN pg_description d ON d.classoid = 'pg_policy'::regclass AND d.objoid = p.oid"
-        " WHERE p.polrelid = to_regclass(%s) AND p.polname LIKE 'dislock:%%:read'"
-        " ORDER BY p.polname"
-    )
-
-
-def parse_grant(policy: str, comment: str | None) -> Grant | None:
-    """A row of ``grants_query`` as a grant (None for a policy it cannot read)."""
-    role = policy[len(POLICY_PREFIX) : -len(":read")]
-    try:
-        described = json.loads(comment or "")
-        return Grant(role, str(described["access"]), tuple(map(str, described["keys"])))
-    except (ValueError, KeyError, TypeError):
-        return None
-
-
-def security_query() -> str:
-    """Whether row-level security is on for a table (parameter: its name as text)."""
-    return "SELECT relrowsecurity FROM pg_class WHERE oid = to_regclass(%s)"
-
-
-def refused(
-    error: BaseException, *, url: str, key: str, table_parts: Sequence[str]
-) -> KeyNotGrantedError | None:
-    """The error to raise for a lock statement that row-level security refused, else None.
-
-    The server reports it with SQLSTATE 42501, the same as a missing privilege; the
-    two are told apart by the message (untranslated only under an English
-    ``lc_messages``: elsewhere the refusal is reported as a missing privilege)."""
-    if getattr(error, "sqlstate", None) != "42501":
-        return None
-    diag = getattr(error, "diag", None)
-    message = getattr(diag, "message_primary", None) or str(error)
-    if "row-level security" not in message:
-        return None
-    return KeyNotGrantedError(
-        f"role {role_of(url)!r} may not lock {key!r} in {'.'.join(table_parts)}: no grant"
-        " covers that key (dislockctl grants lists them; dislockctl grant adds one)"
-    )
-
-
-def role_of(url: str) -> str:
-    """The role a URL logs in as, as libpq picks it (the URL's user, ``PGUSER``, or the
-    operating-system user)."""
-    try:
-        user = conninfo_to_dict(url).get("user")
-    except Exception:
-        user = None
-    return str(user or os.environ.get("PGUSER") or getpass.getuser())

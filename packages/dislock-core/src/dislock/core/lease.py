@@ -148,9 +148,9 @@ class LeaseClock:
         """Whether the lease is lost or its local deadline has passed; records nothing."""
         return self.lost or now >= self.deadline
 
-    def expired(self, now: float) -> bool:
-        """Whether the lease is lost, a passed local deadline included (the row may
-        be someone else's by then), recording the loss if the deadline passed."""
+    def check_deadline(self, now: float) -> bool:
+        """Record the loss if the local deadline has passed (the row may be someone
+        else's by then); whether the lease is lost.  ``past_deadline`` only asks."""
         if not self.lost and now >= self.deadline:
             last = f" (last error: {self.last_error})" if self.last_error else ""
             self._lose(f"no renewal succeeded before the local deadline{last}")

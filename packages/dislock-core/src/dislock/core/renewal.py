@@ -160,10 +160,11 @@ class RenewalPlan:
                 r.clock.failed(error, now=now)
         return self._newly_lost(batch.renewals)
 
-    def expired(self, now: float) -> list[Renewal]:
-        """The leases whose local deadline has passed, not reported before."""
+    def check_deadlines(self, now: float) -> list[Renewal]:
+        """Record the loss of each lease whose local deadline has passed; those not
+        reported before."""
         for r in self._renewals:
-            r.clock.expired(now)
+            r.clock.check_deadline(now)
         return self._newly_lost(self._renewals)
 
     def _newly_lost(self, renewals: Iterable[Renewal]) -> list[Renewal]:

@@ -138,7 +138,7 @@ class LeaseLock:
         reason (once per acquisition).  For code that acts on the loss without
         waiting for the watchdog, such as the supervisor at the deadline."""
         held = self._held
-        if held is not None and held.clock.expired(monotonic()):
+        if held is not None and held.clock.check_deadline(monotonic()):
             held.hub.declare_lost(held.renewal)
         return self.lease_lost.is_set()
 
@@ -266,7 +266,7 @@ class LeaseLock:
             if paused_until is not None:
                 # Paused fleet-wide: not worth waiting for, not a held lease.
                 raise paused_error(context.lock_key, reason, paused_until)
-            if acquired and clock.expired(monotonic()):
+            if acquired and clock.check_deadline(monotonic()):
                 # Taken, but the answer came so late that the row may be free
                 # again already: hand it back rather than work on it.
                 self._let_go(self.key, released=self._expire_row(hub))
@@ -336,7 +336,7 @@ class LeaseLock:
             # A renewal of this lease still in flight runs before the release on
             # the shared connection, and one stuck on a retired connection finds
             # the row expired (renewals skip expired rows): the release stands.
-            if not lost and not held.clock.expired(monotonic()):
+            if not lost and not held.clock.check_deadline(monotonic()):
                 released = self._expire_row(held.hub)
         finally:
             self._let_go(held.renewal.key, released=released)

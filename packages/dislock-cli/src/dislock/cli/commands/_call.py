@@ -111,7 +111,7 @@ def columns(conn: Any, table: tuple[str, ...]) -> list[str]:
 
 def history_exists(conn: Any, history: tuple[str, ...]) -> bool:
     """Whether the history table exists; if not, says how to create it."""
-    from dislock.cli.fleet import table_exists_query
+    from dislock.cli.run_history import table_exists_query
 
     query, params = table_exists_query(history)
     if conn.execute(query, params).fetchone()[0]:

@@ -12,7 +12,7 @@ from dislock.cli.commands._call import error
 
 def unknown_key(conn: Any, table: tuple[str, ...], history: tuple[str, ...], key: str) -> bool:
     """Whether ``key`` has neither a recorded run nor a lock row; if so, says so."""
-    from dislock.cli.fleet import known_key_params, known_key_query
+    from dislock.cli.run_history import known_key_params, known_key_query
 
     known = conn.execute(known_key_query(history, table), known_key_params(key))
     if known.fetchone()[0]:
@@ -27,7 +27,12 @@ def warn_disagreements(
     """Warn (on stderr, so that --json output stays clean) about keys whose runs
     read their schedule in different zones or expressions; returns the readings of
     ``key`` (all of them, for --json)."""
-    from dislock.cli.fleet import Reading, describe_disagreement, disagreements, readings_query
+    from dislock.cli.run_history import (
+        Reading,
+        describe_disagreement,
+        disagreements,
+        readings_query,
+    )
     from dislock.core.bounds import escape
 
     (now,) = conn.execute("SELECT NOW()").fetchone()

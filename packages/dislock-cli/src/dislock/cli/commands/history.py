@@ -27,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(call: Call) -> int:
-    from dislock.cli.fleet import parse_duration
+    from dislock.cli.time_args import parse_duration
     from dislock.core.errors import ConfigurationError
 
     args = call.args
@@ -52,7 +52,7 @@ def run(call: Call) -> int:
 
 def _prune(conn: Any, history: tuple[str, ...], older: timedelta) -> int:
     from dislock.cli.admin import format_duration
-    from dislock.cli.fleet import prune_query
+    from dislock.cli.run_history import prune_query
 
     (count,) = conn.execute(prune_query(history), {"older": older.total_seconds()}).fetchone()
     print(
@@ -72,7 +72,8 @@ def _history(
     as_json: bool,
 ) -> int:
     from dislock.cli.admin import format_duration
-    from dislock.cli.fleet import Run, dump, render_runs, runs_params, runs_query
+    from dislock.cli.history_report import dump, render_runs
+    from dislock.cli.run_history import Run, runs_params, runs_query
 
     if key is not None and unknown_key(conn, table, history, key):
         return EXIT_FAILURE

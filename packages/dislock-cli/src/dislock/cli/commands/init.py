@@ -51,7 +51,7 @@ def _max_ttl(text: str | None) -> float | None:
     """``--max-ttl``: a duration, or plain seconds."""
     if text is None:
         return None
-    from dislock.cli.fleet import parse_duration
+    from dislock.cli.time_args import parse_duration
 
     stripped = text.strip()
     if stripped.replace(".", "", 1).isdigit():

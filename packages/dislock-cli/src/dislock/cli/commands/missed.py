@@ -40,8 +40,9 @@ class _Asked(NamedTuple):
 
 def run(call: Call) -> int:
     """Bad durations, cron expressions and zones are refused before connecting."""
-    from dislock.cli.fleet import parse_duration
-    from dislock.core.cron import check_cron, load_zone
+    from dislock.cli.time_args import parse_duration
+    from dislock.core.cron import check_cron
+    from dislock.core.cron_zone import load_zone
 
     args = call.args
     history = call.history_table()
@@ -54,7 +55,7 @@ def run(call: Call) -> int:
 
 
 def _grace(text: str) -> timedelta:
-    from dislock.cli.fleet import parse_duration
+    from dislock.cli.time_args import parse_duration
 
     return timedelta(0) if text.strip() in ("0", "0s") else parse_duration(text, name="--grace")
 
@@ -67,20 +68,18 @@ def _missed(
     key: str,
     as_json: bool,
 ) -> int:
-    from dislock.cli.fleet import (
-        describe_missed,
-        dump,
+    from dislock.cli.history_report import describe_missed, dump, render_missed
+    from dislock.cli.missed_slots import (
         from_first_run,
         missed_slots,
-        render_missed,
-        schedule_query,
         schedule_slots,
         span_of,
         spans_query,
         split_covered,
         starts_query,
     )
-    from dislock.core.cron import cron_zone, load_zone, recorded_zone
+    from dislock.cli.run_history import schedule_query
+    from dislock.core.cron_zone import cron_zone, load_zone, recorded_zone
     from dislock.core.errors import ConfigurationError
 
     schedule, zone = asked.schedule, asked.zone

@@ -25,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(call: Call) -> int:
-    from dislock.cli.fleet import parse_duration, parse_time
+    from dislock.cli.time_args import parse_duration, parse_time
     from dislock.core.bounds import check_reason
     from dislock.core.config import check_text
 

@@ -1,0 +1,215 @@
+"""The run history as operators read it: runs with their derived state, each key's
+newest run, how the runs read their schedule, and pruning.
+
+``dislockctl history`` and ``check``, the exporter and a status page read these:
+``runs_query`` gives runs with their derived state (``running`` while the run's
+lock is still held by its owner, ``abandoned`` once it expired).  The statements
+a run writes are ``dislock.core.history``'s; which slots no run started in is
+``dislock.cli.missed_slots``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any, NamedTuple
+
+from psycopg import sql
+
+from dislock.core.rows import lease_key, schedule_key
+
+
+def table_exists_query(table_parts: tuple[str, ...]) -> tuple[str, tuple[str]]:
+    """Whether a table exists, from the catalog (no rights on it needed)."""
+    return "SELECT to_regclass(%s) IS NOT NULL", (sql.Identifier(*table_parts).as_string(None),)
+
+
+class Run(NamedTuple):
+    """One run from the history, as ``runs_query`` returns it."""
+
+    id: int
+    key: str
+    modes: str
+    slot_end: datetime | None
+    owner: str
+    host: str
+    pid: int
+    started_at: datetime
+    ended_at: datetime | None
+    outcome: str
+    """ok | failed | lease_lost | killed, or (no end recorded) running | abandoned."""
+    exit_code: int | None
+    signal: int | None
+    duration_seconds: float | None
+    """Ended minus started; for a running run, so far; None when abandoned."""
+    cron: str | None
+    cron_tz: str | None
+
+    def as_json(self) -> dict[str, Any]:
+        data = self._asdict()
+        for name in ("slot_end", "started_at", "ended_at"):
+            value = data[name]
+            data[name] = None if value is None else value.isoformat()
+        return data
+
+
+def still_held(run: str, locks: tuple[str, ...]) -> sql.Composed:
+    """Whether the run ``run`` (an alias) still holds a lock of its key: its lease
+    (or a slot of an N-holder lease, ``cronjob-lock:lease#<n>:<key>``) when it took
+    one, else its schedule slot, with its owner token and not expired.  Evaluated
+    only for runs without an end."""
+    return sql.SQL(
+        "EXISTS (SELECT FROM {locks} AS l WHERE l.value = {run}.owner AND l.expire_at > NOW()"
+        " AND starts_with(l.key, CASE WHEN position('lease' IN {run}.modes) > 0"
+        " THEN {lease} ELSE {slot} END)"
+        " AND right(l.key, length({run}.lock_key) + 1) = ':' || {run}.lock_key)"
+    ).format(
+        locks=sql.Identifier(*locks),
+        run=sql.Identifier(run),
+        lease=sql.Literal(lease_key("").rstrip(":")),
+        slot=sql.Literal(schedule_key("")),
+    )
+
+
+def runs_query(history: tuple[str, ...], locks: tuple[str, ...], *, by_key: bool) -> sql.Composed:
+    """Runs started since %(since)s seconds ago (optionally of %(key)s), newest
+    first, at most %(limit)s; a run without an end is ``running`` while the lock
+    it took is still held by its owner (the lease when it had one, else the
+    schedule slot), ``abandoned`` once that lock expired."""
+    held = still_held("h", locks)
+    key_filter = sql.SQL(" AND h.lock_key = %(key)s") if by_key else sql.SQL("")
+    return sql.SQL(
+        "SELECT h.id, h.lock_key, h.modes, h.slot_end, h.owner, h.host, h.pid,"
+        " h.started_at, h.ended_at, state.outcome, h.exit_code, h.signal,"
+        " CASE WHEN state.outcome = 'abandoned' THEN NULL"
+        " ELSE EXTRACT(EPOCH FROM (COALESCE(h.ended_at, NOW()) - h.started_at))::float8 END,"
+        " h.cron, h.cron_tz"
+        " FROM {history} AS h,"
+        " LATERAL (SELECT CASE WHEN h.ended_at IS NOT NULL THEN h.outcome"
+        " WHEN {held} THEN 'running' ELSE 'abandoned' END AS outcome) AS state"
+        " WHERE h.started_at >= NOW() - make_interval(secs => %(since)s){key_filter}"
+        " ORDER BY h.started_at DESC LIMIT %(limit)s"
+    ).format(history=sql.Identifier(*history), held=held, key_filter=key_filter)
+
+
+def latest_query(history: tuple[str, ...], locks: tuple[str, ...]) -> sql.Composed:
+    """Per lock key with a schedule or lease row: its newest run (id, started_at,
+    ended_at, outcome as ``runs_query`` derives it, duration_seconds, host) and its
+    newest successful run's start and end.  Each lookup is an index scan of
+    ``(lock_key, started_at DESC)``, so the cost grows with the number of keys,
+    not with the history's length (an exporter's scrape, a status page)."""
+    lease, slot = lease_key(""), schedule_key("")
+    held = still_held("last", locks)
+    return sql.SQL(
+        "SELECT keys.lock_key, last.id, last.started_at, last.ended_at,"
+        " CASE WHEN last.id IS NULL THEN NULL WHEN last.ended_at IS NOT NULL THEN last.outcome"
+        " WHEN {held} THEN 'running' ELSE 'abandoned' END,"
+        " EXTRACT(EPOCH FROM (last.ended_at - last.started_at))::float8, last.host,"
+        " ok.started_at, ok.ended_at"
+        " FROM (SELECT DISTINCT substr(key, length(CASE WHEN starts_with(key, {lease})"
+        " THEN {lease} ELSE {slot} END) + 1) AS lock_key FROM {locks}"
+        " WHERE starts_with(key, {lease}) OR starts_with(key, {slot})) AS keys"
+        " LEFT JOIN LATERAL (SELECT * FROM {history} AS h WHERE h.lock_key = keys.lock_key"
+        " ORDER BY h.started_at DESC LIMIT 1) AS last ON true"
+        " LEFT JOIN LATERAL (SELECT h.started_at, h.ended_at FROM {history} AS h"
+        " WHERE h.lock_key = keys.lock_key AND h.outcome = 'ok'"
+        " ORDER BY h.started_at DESC LIMIT 1) AS ok ON true"
+        " ORDER BY keys.lock_key"
+    ).format(
+        history=sql.Identifier(*history),
+        locks=sql.Identifier(*locks),
+        lease=sql.Literal(lease),
+        slot=sql.Literal(slot),
+        held=held,
+    )
+
+
+class Latest(NamedTuple):
+    """A row of ``latest_query``; the run fields are None for a key that never ran."""
+
+    key: str
+    run_id: int | None
+    started_at: datetime | None
+    ended_at: datetime | None
+    outcome: str | None
+    duration_seconds: float | None
+    host: str | None
+    last_success_started_at: datetime | None
+    last_success_ended_at: datetime | None
+
+
+def runs_params(key: str | None, since: timedelta, limit: int) -> dict[str, Any]:
+    return {"key": key, "since": since.total_seconds(), "limit": limit}
+
+
+def known_key_query(history: tuple[str, ...], locks: tuple[str, ...]) -> sql.Composed:
+    """Whether %(key)s ever ran (history) or has a lock row."""
+    return sql.SQL(
+        "SELECT EXISTS (SELECT FROM {history} WHERE lock_key = %(key)s)"
+        " OR EXISTS (SELECT FROM {locks} WHERE key = ANY(%(rows)s))"
+    ).format(history=sql.Identifier(*history), locks=sql.Identifier(*locks))
+
+
+def known_key_params(key: str) -> dict[str, Any]:
+    return {"key": key, "rows": [schedule_key(key), lease_key(key)]}
+
+
+def schedule_query(history: tuple[str, ...]) -> sql.Composed:
+    """The cron expression (and zone) recorded with %(key)s's newest run that had one."""
+    return sql.SQL(
+        "SELECT cron, cron_tz FROM {} WHERE lock_key = %(key)s AND cron IS NOT NULL"
+        " ORDER BY started_at DESC LIMIT 1"
+    ).format(sql.Identifier(*history))
+
+
+def readings_query(history: tuple[str, ...]) -> sql.Composed:
+    """How the runs since %(since)s (of %(key)s, or of every key when it is NULL)
+    read their schedule: one row per key, cron expression and zone, with the number
+    of runs and the hosts that read it so.  A schedule read in different zones by
+    different machines puts several real fires into one slot (or none), so a key
+    with more than one reading is worth an operator's attention."""
+    return sql.SQL(
+        "SELECT lock_key, cron, coalesce(cron_tz, 'UTC'), count(*),"
+        " string_agg(DISTINCT host, ', ' ORDER BY host)"
+        " FROM {} WHERE started_at >= %(since)s AND cron IS NOT NULL"
+        " AND (%(key)s::text IS NULL OR lock_key = %(key)s::text)"
+        " GROUP BY 1, 2, 3 ORDER BY 1, 4 DESC, 2, 3"
+    ).format(sql.Identifier(*history))
+
+
+class Reading(NamedTuple):
+    """One way the runs of a key read its schedule (a row of ``readings_query``)."""
+
+    key: str
+    cron: str
+    cron_tz: str
+    runs: int
+    hosts: str
+
+    def as_json(self) -> dict[str, Any]:
+        return self._asdict()
+
+
+def disagreements(readings: Sequence[Reading]) -> dict[str, list[Reading]]:
+    """The keys whose runs read their schedule in more than one way, with the readings."""
+    by_key: dict[str, list[Reading]] = {}
+    for reading in readings:
+        by_key.setdefault(reading.key, []).append(reading)
+    return {key: found for key, found in by_key.items() if len(found) > 1}
+
+
+def describe_disagreement(key: str, readings: Sequence[Reading]) -> str:
+    """One line for an operator: the key, each reading, and what to do."""
+    ways = "; ".join(f"{r.cron!r} in {r.cron_tz} by {r.runs} run(s) on {r.hosts}" for r in readings)
+    return (
+        f"warning: the runs of {key!r} read its schedule differently ({ways}): "
+        "set the same CRON_TZ (and CRON_SCHEDULE) on every machine"
+    )
+
+
+def prune_query(history: tuple[str, ...]) -> sql.Composed:
+    """Delete runs started more than %(older)s seconds ago; returns how many."""
+    return sql.SQL(
+        "WITH gone AS (DELETE FROM {} WHERE started_at < NOW() - make_interval(secs => %(older)s)"
+        " RETURNING 1) SELECT count(*) FROM gone"
+    ).format(sql.Identifier(*history))

@@ -1,0 +1,42 @@
+"""A lock statement refused by a role's grant, in the operator's words: which role
+may not lock which key, and where to look."""
+
+from __future__ import annotations
+
+import getpass
+import os
+from collections.abc import Sequence
+
+from psycopg.conninfo import conninfo_to_dict
+
+from dislock.core.errors import KeyNotGrantedError
+
+
+def refused(
+    error: BaseException, *, url: str, key: str, table_parts: Sequence[str]
+) -> KeyNotGrantedError | None:
+    """The error to raise for a lock statement that row-level security refused, else None.
+
+    The server reports it with SQLSTATE 42501, the same as a missing privilege; the
+    two are told apart by the message (untranslated only under an English
+    ``lc_messages``: elsewhere the refusal is reported as a missing privilege)."""
+    if getattr(error, "sqlstate", None) != "42501":
+        return None
+    diag = getattr(error, "diag", None)
+    message = getattr(diag, "message_primary", None) or str(error)
+    if "row-level security" not in message:
+        return None
+    return KeyNotGrantedError(
+        f"role {role_of(url)!r} may not lock {key!r} in {'.'.join(table_parts)}: no grant"
+        " covers that key (dislockctl grants lists them; dislockctl grant adds one)"
+    )
+
+
+def role_of(url: str) -> str:
+    """The role a URL logs in as, as libpq picks it (the URL's user, ``PGUSER``, or the
+    operating-system user)."""
+    try:
+        user = conninfo_to_dict(url).get("user")
+    except Exception:
+        user = None
+    return str(user or os.environ.get("PGUSER") or getpass.getuser())

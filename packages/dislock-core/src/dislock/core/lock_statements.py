@@ -72,22 +72,12 @@ class LockStatements:
 
     def release(self, key: str, owner: str, lock_key: str) -> Exchange[bool]:
         """End our row ``key`` of the lock ``lock_key`` now, waking the lease's waiters."""
-        params = {
-            "key": key,
-            "owner": owner,
-            "channel": WAKE_CHANNEL,
-            "wake_key": wake_key(lock_key),
-        }
+        params = {"key": key, **_waking(owner, lock_key)}
         return Exchange(self.queries.release, params, answers.read_released)
 
     def hand_back(self, keys: list[str], owner: str, lock_key: str) -> Exchange[bool]:
         """``release`` for each of our rows among ``keys``, of the lock ``lock_key``."""
-        params = {
-            "keys": keys,
-            "owner": owner,
-            "channel": WAKE_CHANNEL,
-            "wake_key": wake_key(lock_key),
-        }
+        params = {"keys": keys, **_waking(owner, lock_key)}
         return Exchange(self.queries.hand_back, params, answers.read_released)
 
     def mine(self, keys: list[str], owner: str) -> Exchange[list[Mine]]:
@@ -97,6 +87,11 @@ class LockStatements:
     def now(self) -> Exchange[datetime]:
         """The database clock."""
         return Exchange(self.queries.now, {}, answers.read_clock)
+
+
+def _waking(owner: str, lock_key: str) -> dict[str, Any]:
+    """The parameters of a release by ``owner`` that wakes the waiters of ``lock_key``."""
+    return {"owner": owner, "channel": WAKE_CHANNEL, "wake_key": wake_key(lock_key)}
 
 
 @lru_cache(maxsize=64)

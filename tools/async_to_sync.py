@@ -12,19 +12,19 @@ strings and comments are left alone), then formats the result with ruff:
 Concurrency primitives whose sync and async forms differ in more than keywords
 live in each package's hand-written ``_compat.py`` under the same names.
 
-Code that only one flavour needs is marked in the source by comment lines (the
-whole line, at any indentation):
+Code that only one flavour needs is live code in the asyncio source, in
+psycopg's form, so that ruff, mypy and renames see both branches:
 
-    # if async                      # if sync
-    ...live code, dropped...        # ...commented-out code, uncommented
-    # else                          # endif
-    # ...sync code, uncommented...
-    # endif
+    if True:  # ASYNC
+        ...asyncio-only code: dropped from the sync module...
+    else:
+        ...sync-only code: the sync module gets it, one level less indented...
 
-An async-only block is ordinary code in the asyncio source and is left out of
-the sync module.  A sync-only block is written commented out (``# `` after the
-block's indentation), since the asyncio module must not run it; the sync module
-gets it uncommented, and ruff and mypy check it there.  Blocks do not nest.
+The ``else:`` is optional (an asyncio-only block).  In the asyncio module the
+``else:`` branch never runs; mypy still resolves its names there (its types are
+checked in the generated module, where it is the only branch).  Blocks do not
+nest.  Where both flavours can run the same code, write it once instead (an
+``except`` clause that one flavour never reaches costs nothing).
 
 The generated modules become the sync API pages, so they must not speak of
 asyncio: generation fails if one of ``ASYNC_WORDS`` is left in them (keep
@@ -72,54 +72,68 @@ RENAMES = {
 }
 DROPPED = {"async", "await"}
 ASYNC_WORDS = re.compile(r"\basyncio\b|\bevent loop\b|\bcoroutines?\b|\basync\b|\bawait\b", re.I)
-MARKER = re.compile(r"^(?P<indent>[ \t]*)# (?P<word>if async|if sync|else|endif)[ \t]*$")
+ASYNC_IF = re.compile(r"^(?P<indent>[ \t]*)if True:  # ASYNC[ \t]*$")
 
 
 class BlockError(ValueError):
-    """A misplaced ``# if``/``# else``/``# endif`` line."""
+    """A misplaced ``if True:  # ASYNC`` block."""
 
 
-def _uncomment(line: str, indent: str, where: str) -> str:
-    """``line`` of a sync-only block, without the ``# `` after ``indent``."""
-    if not line.strip():
-        return line
-    body = line[len(indent) :]
-    if not line.startswith(indent) or not (body.startswith("# ") or body.rstrip("\n") == "#"):
-        raise BlockError(f"{where}: a sync-only line must start with {indent!r} + '# '")
-    return indent + body[2:] if body.startswith("# ") else body[1:]  # a bare "#": blank
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" \t"))
+
+
+def _body(lines: list[str], start: int, indent: int, where: str) -> int:
+    """The index after the block body that begins at ``lines[start]``: every line
+    indented deeper than ``indent``, and the blank lines among them."""
+    end = start
+    for index in range(start, len(lines)):
+        line = lines[index]
+        if not line.strip():
+            continue
+        if _indent(line) <= indent:
+            break
+        if ASYNC_IF.match(line.rstrip("\n")):
+            raise BlockError(f"{where}: blocks do not nest (line {index + 1})")
+        end = index + 1
+    if end == start:
+        raise BlockError(f"{where}: the block has no body")
+    return end
+
+
+def _dedent(lines: list[str], by: int, where: str) -> list[str]:
+    out = []
+    for line in lines:
+        if line.strip() and not line[:by].isspace():
+            raise BlockError(f"{where}: a line of the else branch is not indented")
+        out.append(line[by:] if line.strip() else line)
+    return out
 
 
 def select_blocks(text: str, name: str = "<source>") -> str:
-    """``text`` for the sync flavour: async-only blocks dropped, sync-only blocks
-    uncommented, marker lines removed."""
+    """``text`` for the sync flavour: each ``if True:  # ASYNC`` block replaced by
+    its ``else:`` branch, dedented (or by nothing)."""
+    lines = text.splitlines(keepends=True)
     out: list[str] = []
-    state = None  # None, "async" (dropping), "sync" (uncommenting)
-    indent = ""
-    opened = 0
-    for number, line in enumerate(text.splitlines(keepends=True), 1):
-        where = f"{name}:{number}"
-        marker = MARKER.match(line.rstrip("\n"))
-        if marker is not None:
-            word = marker["word"]
-            if word.startswith("if"):
-                if state is not None:
-                    raise BlockError(f"{where}: blocks do not nest (opened on line {opened})")
-                state, indent, opened = word[3:], marker["indent"], number
-            elif state is None:
-                raise BlockError(f"{where}: '# {word}' without '# if'")
-            elif word == "else":
-                if state != "async":
-                    raise BlockError(f"{where}: '# else' only follows '# if async'")
-                state = "sync"
-            else:
-                state = None
-            continue
-        if state is None:
+    index = 0
+    while index < len(lines):
+        line = lines[index]
+        found = ASYNC_IF.match(line.rstrip("\n"))
+        if found is None:
             out.append(line)
-        elif state == "sync":
-            out.append(_uncomment(line, indent, where))
-    if state is not None:
-        raise BlockError(f"{name}:{opened}: '# if {state}' is never closed by '# endif'")
+            index += 1
+            continue
+        where, indent = f"{name}:{index + 1}", len(found["indent"])
+        index = _body(lines, index + 1, indent, where)
+        following = index
+        while following < len(lines) and not lines[following].strip():
+            following += 1
+        if following < len(lines) and lines[following].rstrip() == found["indent"] + "else:":
+            end = _body(lines, following + 1, indent, where)
+            branch = lines[following + 1 : end]
+            first = next(line for line in branch if line.strip())
+            out += _dedent(branch, _indent(first) - indent, where)
+            index = end
     return "".join(out)
 
 

@@ -23,38 +23,46 @@ def tool() -> ModuleType:
 
 
 SOURCE = """\
+if True:  # ASYNC
+    from collections.abc import Awaitable
+
+
 def f():
-    # if async
-    note = "async only"
-    # endif
+    if True:  # ASYNC
+        note = "async only"
+
+        more = 1
     try:
         return go()
-    # if sync
-    # except NotSent:
-    #     # retried
-    #
-    #     return go()
-    # endif
     except Exception:
         raise
-    # if async
-    a = 1
-    # else
-    # a = 2
-    # endif
+    if True:  # ASYNC
+        a = 1
+    else:
+        # the sync flavour's
+        a = 2
+
+        b = [
+            3,
+        ]
+    return a
 """
 
 SYNC = """\
+
+
 def f():
     try:
         return go()
-    except NotSent:
-        # retried
-
-        return go()
     except Exception:
         raise
+    # the sync flavour's
     a = 2
+
+    b = [
+        3,
+    ]
+    return a
 """
 
 
@@ -62,17 +70,20 @@ def test_blocks_select_the_sync_flavour(tool: ModuleType) -> None:
     assert tool.select_blocks(SOURCE) == SYNC
 
 
+def test_text_without_blocks_is_kept(tool: ModuleType) -> None:
+    text = "if True:\n    x = 1\nelse:\n    x = 2\n"
+    assert tool.select_blocks(text) == text
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("# if sync\n# if async\n# endif\n", "do not nest"),
-        ("# endif\n", "without '# if'"),
-        ("# if sync\n# else\n# endif\n", "only follows '# if async'"),
-        ("# if async\nx = 1\n", "never closed"),
-        ("    # if sync\n    x = 1\n    # endif\n", "must start with"),
+        ("if True:  # ASYNC\n    if True:  # ASYNC\n        x = 1\n", "do not nest"),
+        ("if True:  # ASYNC\nx = 1\n", "no body"),
+        ("if True:  # ASYNC\n    x = 1\nelse:\ny = 2\n", "no body"),
     ],
 )
-def test_misplaced_markers_are_refused(tool: ModuleType, text: str, message: str) -> None:
+def test_misplaced_blocks_are_refused(tool: ModuleType, text: str, message: str) -> None:
     with pytest.raises(tool.BlockError, match=message):
         tool.select_blocks(text)
 

@@ -18,11 +18,8 @@ from dislock.core.errors import ConfigurationError, LockDelayedError, LockNotAcq
 
 from ._session import Acquisition, enter_exit_first
 
-# isort: split
-# if async
-from collections.abc import Awaitable, Coroutine
-
-# endif
+if True:  # ASYNC
+    from collections.abc import Awaitable, Coroutine
 
 logger = logging.getLogger("dislock")
 
@@ -39,38 +36,37 @@ class _SkipWhenHeld:
     def __init__(self, acquisition: Acquisition) -> None:
         self._acquisition = acquisition
 
-    # if async
-    def __call__(
-        self, func: Callable[P, Awaitable[R]]
-    ) -> Callable[P, Coroutine[Any, Any, R | None]]:
-        @wraps(func)
-        async def guarded(*args: P.args, **kwargs: P.kwargs) -> R | None:
-            async with AsyncExitStack() as stack:
-                try:
-                    await enter_exit_first(stack, self._acquisition.for_one_call())
-                except LockNotAcquiredError as refused:
-                    _skipped(func, refused)
-                    return None
-                return await func(*args, **kwargs)
+    if True:  # ASYNC
 
-        return guarded
+        def __call__(
+            self, func: Callable[P, Awaitable[R]]
+        ) -> Callable[P, Coroutine[Any, Any, R | None]]:
+            @wraps(func)
+            async def guarded(*args: P.args, **kwargs: P.kwargs) -> R | None:
+                async with AsyncExitStack() as stack:
+                    try:
+                        await enter_exit_first(stack, self._acquisition.for_one_call())
+                    except LockNotAcquiredError as refused:
+                        _skipped(func, refused)
+                        return None
+                    return await func(*args, **kwargs)
 
-    # endif
-    # if sync
-    # def __call__(self, func: Callable[P, R]) -> Callable[P, R | None]:
-    #     @wraps(func)
-    #     def guarded(*args: P.args, **kwargs: P.kwargs) -> R | None:
-    #         with ExitStack() as stack:
-    #             try:
-    #                 enter_exit_first(stack, self._acquisition.for_one_call())
-    #             except LockNotAcquiredError as refused:
-    #                 _skipped(func, refused)
-    #                 return None
-    #             return func(*args, **kwargs)
-    #
-    #     return guarded
-    #
-    # endif
+            return guarded
+
+    else:
+
+        def __call__(self, func: Callable[P, R]) -> Callable[P, R | None]:
+            @wraps(func)
+            def guarded(*args: P.args, **kwargs: P.kwargs) -> R | None:
+                with AsyncExitStack() as stack:
+                    try:
+                        enter_exit_first(stack, self._acquisition.for_one_call())
+                    except LockNotAcquiredError as refused:
+                        _skipped(func, refused)
+                        return None
+                    return func(*args, **kwargs)
+
+            return guarded
 
 
 def _skipped(func: Callable[..., object], refused: LockNotAcquiredError) -> None:

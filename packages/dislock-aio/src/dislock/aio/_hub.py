@@ -32,7 +32,7 @@ from dislock.core.dsn import (
     parse_dsn,
     scrub,
 )
-from dislock.core.errors import StatementTimeout
+from dislock.core.errors import NotSent, StatementTimeout
 from dislock.core.exchange import Answer, Exchange
 from dislock.core.failover import CURRENT_TIMELINE, timeline_change
 from dislock.core.patience import ConnectPatience
@@ -46,6 +46,7 @@ from dislock.core.renewal import (
     Renewal,
 )
 from dislock.core.supervision import LOSS_LOGGER
+from dislock.core.timeouts import STATEMENT_FLOOR
 
 from ._compat import (
     Event,
@@ -55,11 +56,6 @@ from ._compat import (
     sleep,
 )
 from ._renewer import Renewer
-
-# if sync
-# from dislock.core.errors import NotSent
-# from dislock.core.timeouts import STATEMENT_FLOOR
-# endif
 
 logger = logging.getLogger("dislock")
 loss_logger = logging.getLogger(LOSS_LOGGER)
@@ -111,9 +107,7 @@ class Hub:
         """Run one statement on the shared connection, cancelling it after ``timeout``;
         a connection opened for it waits out failures within ``patience`` (that of the
         acquisition the statement is part of), if given."""
-        # if sync
-        # started = monotonic()
-        # endif
+        started = monotonic()
         link = await self._usable_link(patience)
         await self._allow_preparing(link)
         # Read before sending: another thread may turn preparing off meanwhile.
@@ -127,20 +121,15 @@ class Hub:
                 # Refused before it ran: safe to send again, unprepared.
                 self._stop_preparing(link, exc)
                 return await link.execute(statement, params, timeout)
-        # if async
-        # (Statements on one asyncio connection queue inside psycopg, none is
-        # ever refused unsent: only the sync flavour retries, below.)
-        # endif
-        # if sync
-        # except NotSent:
-        #     # It waited for a connection stuck in another thread's statement and
-        #     # was never sent, so it is safe to send again: on a new connection,
-        #     # in the time left.
-        #     self._retire(link)
-        #     link = self._usable_link(patience)
-        #     left = timeout - (monotonic() - started)
-        #     return link.execute(statement, params, max(left, STATEMENT_FLOOR))
-        # endif
+        except NotSent:
+            # Only the thread-based link raises it: a statement that waited for
+            # the connection while another thread's statement was stuck on it, and
+            # gave up unsent.  Safe to send again: on a new connection, in the time
+            # left.  (Statements of one loop queue inside psycopg, never unsent.)
+            await self._retire(link)
+            link = await self._usable_link(patience)
+            left = timeout - (monotonic() - started)
+            return await link.execute(statement, params, max(left, STATEMENT_FLOOR))
         except Exception as exc:
             if isinstance(exc, StatementTimeout) or link.conn.broken or link.conn.closed:
                 await self._retire(link)
@@ -292,10 +281,8 @@ class Hub:
             await link.retire()
 
 
-# if async
-# With asyncio, "the process" means the event loop: a connection belongs to the
-# loop that opened it, so each loop has hubs of its own (see ``local_registry``).
-# endif
+# A hub serves one process or, where a connection belongs to the loop that opened
+# it, one loop: each loop then has hubs of its own (see ``local_registry``).
 def enter_hub(url: str, connect_timeout: float = DEFAULT_CONNECT_TIMEOUT) -> Hub:
     """The hub for ``url``, counted as used until ``leave_hub``."""
     registry = local_registry()

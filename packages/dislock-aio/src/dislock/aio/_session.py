@@ -30,12 +30,9 @@ from ._lease import LeaseLock
 from ._recording import RunRecording
 from ._schedule import ScheduleLock
 
-# isort: split
-# if async
-from collections.abc import Awaitable, Coroutine
-from typing import Any
-
-# endif
+if True:  # ASYNC
+    from collections.abc import Awaitable, Coroutine
+    from typing import Any
 
 logger = logging.getLogger("dislock")
 
@@ -243,26 +240,25 @@ class Acquisition:
             context = replace(context, owner=default_owner())
         return Acquisition(context, self._strategies, cancel_on_loss=self._cancel_on_loss)
 
-    # if async
-    def __call__(self, func: Callable[P, Awaitable[R]]) -> Callable[P, Coroutine[Any, Any, R]]:
-        @wraps(func)
-        async def guarded(*args: P.args, **kwargs: P.kwargs) -> R:
-            async with self.for_one_call():
-                return await func(*args, **kwargs)
+    if True:  # ASYNC
 
-        return guarded
+        def __call__(self, func: Callable[P, Awaitable[R]]) -> Callable[P, Coroutine[Any, Any, R]]:
+            @wraps(func)
+            async def guarded(*args: P.args, **kwargs: P.kwargs) -> R:
+                async with self.for_one_call():
+                    return await func(*args, **kwargs)
 
-    # endif
-    # if sync
-    # def __call__(self, func: Callable[P, R]) -> Callable[P, R]:
-    #     @wraps(func)
-    #     def guarded(*args: P.args, **kwargs: P.kwargs) -> R:
-    #         with self.for_one_call():
-    #             return func(*args, **kwargs)
-    #
-    #     return guarded
-    #
-    # endif
+            return guarded
+
+    else:
+
+        def __call__(self, func: Callable[P, R]) -> Callable[P, R]:
+            @wraps(func)
+            def guarded(*args: P.args, **kwargs: P.kwargs) -> R:
+                with self.for_one_call():
+                    return func(*args, **kwargs)
+
+            return guarded
 
 
 def acquire_locks(

@@ -20,8 +20,6 @@ from dislock.core.errors import ConfigurationError, LockDelayedError, LockNotAcq
 
 from ._session import Acquisition, enter_exit_first
 
-# isort: split
-
 logger = logging.getLogger("dislock")
 
 P = ParamSpec("P")

@@ -124,9 +124,10 @@ class Hub:
                 self._stop_preparing(link, exc)
                 return link.execute(statement, params, timeout)
         except NotSent:
-            # It waited for a connection stuck in another thread's statement and
-            # was never sent, so it is safe to send again: on a new connection,
-            # in the time left.
+            # Only the thread-based link raises it: a statement that waited for
+            # the connection while another thread's statement was stuck on it, and
+            # gave up unsent.  Safe to send again: on a new connection, in the time
+            # left.  (Statements of one loop queue inside psycopg, never unsent.)
             self._retire(link)
             link = self._usable_link(patience)
             left = timeout - (monotonic() - started)
@@ -282,6 +283,8 @@ class Hub:
             link.retire()
 
 
+# A hub serves one process or, where a connection belongs to the loop that opened
+# it, one loop: each loop then has hubs of its own (see ``local_registry``).
 def enter_hub(url: str, connect_timeout: float = DEFAULT_CONNECT_TIMEOUT) -> Hub:
     """The hub for ``url``, counted as used until ``leave_hub``."""
     registry = local_registry()

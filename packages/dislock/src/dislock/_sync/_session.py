@@ -32,8 +32,6 @@ from ._lease import LeaseLock
 from ._recording import RunRecording
 from ._schedule import ScheduleLock
 
-# isort: split
-
 logger = logging.getLogger("dislock")
 
 _Entered = TypeVar("_Entered", covariant=True)

@@ -206,15 +206,15 @@ def test_history_writes_commit_asynchronously_and_leave_the_session_as_it_was(
 ) -> None:
     """The history statements turn off synchronous_commit for their own transaction
     only: the connection they share with lock statements stays durable."""
-    from dislock.core.history import RunEnd, end_statement, start_params, start_statement
+    from dislock.core import history as statements
+    from tests.support.exchanges import send
 
-    params = start_params(
-        lock_key="k", modes=["lease"], slot_end=None, owner="o", host="h", pid=1, cron=None
+    start = statements.start(
+        history, lock_key="k", modes=["lease"], slot_end=None, owner="o", host="h", pid=1, cron=None
     )
-    row = db.execute(start_statement(history), params).fetchone()
-    assert row is not None
+    run_id = send(db, start)
     assert db.execute("SHOW synchronous_commit").fetchone() == ("on",)
-    db.execute(end_statement(history), RunEnd("ok", 0).params(row[0]))
+    send(db, statements.end(history, run_id, statements.RunEnd("ok", 0)))
     assert db.execute("SHOW synchronous_commit").fetchone() == ("on",)
     (run,) = runs(db, history, "k")
     assert (run["outcome"], run["exit_code"], run["ordered"]) == ("ok", 0, True)

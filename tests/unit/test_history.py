@@ -14,10 +14,11 @@ from dislock.core.history import (
     create_history,
     end_of_block,
     end_of_command,
-    end_statement,
     history_table,
-    start_statement,
+    read_run_id,
 )
+from dislock.core.history import end as end_exchange
+from dislock.core.history import start as start_exchange
 from dislock.core.pause import UNTIL_RESUMED, describe_until, paused_error
 from dislock.core.rows import FORCED_MARK, RELEASED_MARK, pause_key, pause_key_of
 
@@ -33,7 +34,7 @@ def test_outcome_of_a_wrapped_command() -> None:
     assert end_of_block(None, lease_lost=False) == RunEnd("ok")
     assert end_of_block(KeyError("x"), lease_lost=False) == RunEnd("failed")
     assert end_of_block(None, lease_lost=True) == RunEnd("lease_lost")
-    assert RunEnd("killed", 137, 9).params(5) == {
+    assert end_exchange(("h",), 5, RunEnd("killed", 137, 9)).params == {
         "id": 5,
         "outcome": "killed",
         "exit_code": 137,
@@ -51,8 +52,20 @@ def test_history_table_name_and_quoting() -> None:
     text = " ".join(s.as_string(None) for s in create_history(history_table(hostile)))
     assert '"kv""; DROP TABLE users; --_history"' in text
     assert "(lock_key, started_at DESC)" in text and "(started_at)" in text
-    assert "NOW()" in start_statement(("h",)).as_string(None)
-    assert "ended_at = NOW()" in end_statement(("h",)).as_string(None)
+    start = start_exchange(
+        ("h",),
+        lock_key="k",
+        modes=["schedule", "lease"],
+        slot_end=None,
+        owner="o",
+        host="m",
+        pid=7,
+        cron="* * * * *",
+    )
+    assert "NOW()" in start.query.as_string(None) and start.params["modes"] == "schedule,lease"
+    assert start.read([(42,)]) == 42 == read_run_id([(42,)])
+    ending = end_exchange(("h",), 42, RunEnd("ok", 0))
+    assert "ended_at = NOW()" in ending.query.as_string(None) and ending.read([]) is None
 
 
 def test_context_validates_history_settings() -> None:

@@ -74,7 +74,8 @@ class RunRecording:
     async def __aenter__(self) -> RunRecording:
         context = self.context
         self.hub = enter_hub(context.url, context.connect_timeout_seconds)
-        params = history.start_params(
+        start = history.start(
+            self.table,
             lock_key=context.lock_key,
             modes=self.modes,
             slot_end=self.slot_end,
@@ -85,12 +86,7 @@ class RunRecording:
             cron_tz=None if context.cron_zone is None else context.cron_zone.name,
         )
         try:
-            cursor = await self.hub.execute(
-                history.start_statement(self.table), params, history.HISTORY_TIMEOUT
-            )
-            row = await cursor.fetchone()
-            assert row is not None
-            self.run_id = int(row[0])
+            self.run_id = await self.hub.ask(start, history.HISTORY_TIMEOUT)
         except Exception as exc:
             logger.warning(
                 "could not record the start of %s in history table %s: %s",
@@ -128,9 +124,9 @@ class RunRecording:
             terminate = self.context.lease_loss_policy is LeaseLossPolicy.TERMINATE
             if terminate:  # the lease went as the command ended: the wrapper returns 75
                 end = history.RunEnd("lease_lost", LEASE_LOST_EXIT_CODE)
-        statement, params = history.end_statement(self.table), end.params(run_id)
+        ending = history.end(self.table, run_id, end)
         try:
-            await hub.execute(statement, params, history.HISTORY_TIMEOUT)
+            await hub.ask(ending, history.HISTORY_TIMEOUT)
         except Exception as error:
             if not (history.retry_end(error) and self.context.connect_patience_seconds > 0):
                 self._not_recorded(error)
@@ -144,7 +140,7 @@ class RunRecording:
             try:
                 patience = ConnectPatience(self.context.connect_patience_seconds, monotonic())
                 await hub.connect_patiently(patience)
-                await hub.execute(statement, params, history.HISTORY_TIMEOUT, patience)
+                await hub.ask(ending, history.HISTORY_TIMEOUT, patience)
             except Exception as again:
                 self._not_recorded(again)
                 return

@@ -1,4 +1,4 @@
-"""Run history: the table, the two statements a run writes to it, and its outcome.
+"""Run history: the table, the two exchanges a run sends to it, and its outcome.
 
 Opt-in (``LockContext.history``, ``LOCK_HISTORY=1``).  A run that got its locks
 inserts one row as it starts and updates it as it ends, both on the database
@@ -41,6 +41,7 @@ from typing import Any, NamedTuple
 from psycopg import sql
 
 from dislock.core.config import check_table_parts
+from dislock.core.exchange import Exchange, Rows
 
 HISTORY_TIMEOUT = 2.0
 """Seconds a history statement may take before it is cancelled and logged."""
@@ -106,8 +107,7 @@ _ASYNC_COMMIT = sql.SQL("(SELECT set_config('synchronous_commit', 'off', true)) 
 
 
 @lru_cache(maxsize=64)
-def start_statement(history: tuple[str, ...]) -> sql.Composed:
-    """Params: see ``start_params``. Returns the run's id."""
+def _start_query(history: tuple[str, ...]) -> sql.Composed:
     return sql.SQL(
         "INSERT INTO {} (lock_key, modes, slot_end, owner, host, pid, started_at, cron, cron_tz)"
         " SELECT %(lock_key)s, %(modes)s, %(slot_end)s, %(owner)s, %(host)s, %(pid)s, NOW(),"
@@ -116,16 +116,26 @@ def start_statement(history: tuple[str, ...]) -> sql.Composed:
 
 
 @lru_cache(maxsize=64)
-def end_statement(history: tuple[str, ...]) -> sql.Composed:
-    """Params: id and the fields of a ``RunEnd``.  A run's end is written once: sent
-    again after a lost answer, it changes nothing."""
+def _end_query(history: tuple[str, ...]) -> sql.Composed:
+    # A run's end is written once: sent again after a lost answer, it changes nothing.
     return sql.SQL(
         "UPDATE {} SET ended_at = NOW(), outcome = %(outcome)s, exit_code = %(exit_code)s,"
         " signal = %(signal)s FROM {async_commit} WHERE id = %(id)s AND ended_at IS NULL"
     ).format(sql.Identifier(*history), async_commit=_ASYNC_COMMIT)
 
 
-def start_params(
+def read_run_id(rows: Rows) -> int:
+    """The answer of ``start``: the new run's id."""
+    (row,) = rows
+    return int(row[0])
+
+
+def read_nothing(rows: Rows) -> None:
+    """The answer of ``end``: nothing to read (no row when the end was written already)."""
+
+
+def start(
+    history: tuple[str, ...],
     *,
     lock_key: str,
     modes: Sequence[str],
@@ -135,8 +145,9 @@ def start_params(
     pid: int,
     cron: str | None,
     cron_tz: str | None = None,
-) -> dict[str, Any]:
-    return {
+) -> Exchange[int]:
+    """Insert a run's row as it starts, on the database clock; answers the run's id."""
+    params = {
         "lock_key": lock_key,
         "modes": ",".join(modes),
         "slot_end": slot_end,
@@ -146,6 +157,12 @@ def start_params(
         "cron": cron,
         "cron_tz": cron_tz,
     }
+    return Exchange(_start_query(history), params, read_run_id)
+
+
+def end(history: tuple[str, ...], run_id: int, run_end: RunEnd) -> Exchange[None]:
+    """Complete the row of run ``run_id`` with how it ended, on the database clock."""
+    return Exchange(_end_query(history), {"id": run_id, **run_end._asdict()}, read_nothing)
 
 
 def retry_end(error: BaseException) -> bool:
@@ -164,9 +181,6 @@ class RunEnd(NamedTuple):
     outcome: str
     exit_code: int | None = None
     signal: int | None = None
-
-    def params(self, run_id: int) -> dict[str, Any]:
-        return {"id": run_id, **self._asdict()}
 
 
 def end_of_command(returncode: int | None, status: int, *, lease_lost: bool) -> RunEnd:

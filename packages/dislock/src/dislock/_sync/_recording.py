@@ -76,7 +76,8 @@ class RunRecording:
     def __enter__(self) -> RunRecording:
         context = self.context
         self.hub = enter_hub(context.url, context.connect_timeout_seconds)
-        params = history.start_params(
+        start = history.start(
+            self.table,
             lock_key=context.lock_key,
             modes=self.modes,
             slot_end=self.slot_end,
@@ -87,12 +88,7 @@ class RunRecording:
             cron_tz=None if context.cron_zone is None else context.cron_zone.name,
         )
         try:
-            cursor = self.hub.execute(
-                history.start_statement(self.table), params, history.HISTORY_TIMEOUT
-            )
-            row = cursor.fetchone()
-            assert row is not None
-            self.run_id = int(row[0])
+            self.run_id = self.hub.ask(start, history.HISTORY_TIMEOUT)
         except Exception as exc:
             logger.warning(
                 "could not record the start of %s in history table %s: %s",
@@ -130,9 +126,9 @@ class RunRecording:
             terminate = self.context.lease_loss_policy is LeaseLossPolicy.TERMINATE
             if terminate:  # the lease went as the command ended: the wrapper returns 75
                 end = history.RunEnd("lease_lost", LEASE_LOST_EXIT_CODE)
-        statement, params = history.end_statement(self.table), end.params(run_id)
+        ending = history.end(self.table, run_id, end)
         try:
-            hub.execute(statement, params, history.HISTORY_TIMEOUT)
+            hub.ask(ending, history.HISTORY_TIMEOUT)
         except Exception as error:
             if not (history.retry_end(error) and self.context.connect_patience_seconds > 0):
                 self._not_recorded(error)
@@ -146,7 +142,7 @@ class RunRecording:
             try:
                 patience = ConnectPatience(self.context.connect_patience_seconds, monotonic())
                 hub.connect_patiently(patience)
-                hub.execute(statement, params, history.HISTORY_TIMEOUT, patience)
+                hub.ask(ending, history.HISTORY_TIMEOUT, patience)
             except Exception as again:
                 self._not_recorded(again)
                 return

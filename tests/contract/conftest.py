@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 import pytest
+from psycopg.conninfo import make_conninfo
 
 from dislock.cli.admin import init_statements
 from tests.support.drivers import AioDriver, CliDriver, Driver, SyncDriver
@@ -32,6 +34,13 @@ def driver(request: pytest.FixtureRequest) -> Iterator[Driver]:
     instance = _DRIVERS[request.param]()
     yield instance
     instance.close()
+
+
+@pytest.fixture
+def tagged_url(database_url: str) -> str:
+    """A URL of its own (its own ``application_name``), so that the connection the
+    locks share is this test's alone and its server processes can be told apart."""
+    return make_conninfo(database_url, application_name=f"dislock-test-{uuid.uuid4().hex[:8]}")
 
 
 @pytest.fixture

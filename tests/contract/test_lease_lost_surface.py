@@ -15,6 +15,7 @@ import dislock
 import dislock.aio
 from dislock import LeaseLossPolicy, LockContext
 from dislock.core.rows import lease_key
+from tests.support.eventually import eventually, eventually_async
 from tests.support.rows import Rows
 
 MakeContext = Callable[..., LockContext]
@@ -22,13 +23,6 @@ MakeContext = Callable[..., LockContext]
 # renewals before the lease is lost (the local deadline is 90 % of the TTL).
 LEASE = {"run_ttl_seconds": 2.0, "lease_interval_seconds": 0.1}
 YEARLY = "0 0 1 1 *"
-
-
-def wait_set(event: Any, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while not event.is_set() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return bool(event.is_set())
 
 
 def state(lock: Any) -> tuple[float | None, str | None]:
@@ -48,7 +42,7 @@ def test_sync_event_fetched_before_entering_fires_on_a_later_entry(
     assert state(lock) == (None, None)
     with lock:
         rows.steal(lease_key(context.lock_key))
-        assert wait_set(lost, 10.0)
+        eventually(lost.is_set, timeout=10.0, message="lease_lost was never set")
         assert lock.is_lost() and lock.lost_reason is not None
     # Kept after leaving, until the next entry clears it.
     assert lost.is_set() and lock.is_lost() and "no longer ours" in (lock.lost_reason or "")
@@ -108,9 +102,9 @@ def test_aio_event_fetched_before_entering_fires_on_a_later_entry(
         rows.expire(lease_key(context.lock_key))
         async with lock:
             assert not lost.is_set() and lock.renewals == 0
-            deadline = time.monotonic() + 10.0  # a renewal every 0.1 s, however loaded
-            while lock.renewals < 1 and time.monotonic() < deadline:
-                await asyncio.sleep(0.02)
+            await eventually_async(  # a renewal every 0.1 s, however loaded
+                lambda: lock.renewals >= 1, timeout=10.0, message="the lock was never renewed"
+            )
             assert not lost.is_set() and lock.renewals >= 1
 
     asyncio.run(scenario())

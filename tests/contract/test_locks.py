@@ -23,6 +23,7 @@ from dislock.core.cron import next_boundary
 from dislock.core.rows import lease_key, schedule_key
 from tests.support.clock import clear_of_boundary
 from tests.support.drivers import Driver
+from tests.support.eventually import eventually, wait_for
 from tests.support.rows import Rows, released_owner
 
 MakeContext = Callable[..., LockContext]
@@ -248,11 +249,10 @@ def test_continue_policy_logs_a_warning(
         return any("lost" in message for message in warnings)
 
     # The renewer logs just after it sets the event, from its own thread.
-    deadline = time.monotonic() + 10.0
-    while not warned() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    held.release()
-    assert warned()
+    try:
+        eventually(warned, timeout=10.0, message="no WARNING that the lease was lost")
+    finally:
+        held.release()
 
 
 @python_api
@@ -378,10 +378,7 @@ def test_run_with_locks_terminates_the_command_when_the_lease_is_lost(
 
     runner = threading.Thread(target=run)
     runner.start()
-    deadline = time.monotonic() + 30
-    while not started.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert started.exists()
+    wait_for(started)
     rows.steal(lease_key(context.lock_key))
     runner.join(timeout=30)
     assert not runner.is_alive()
@@ -405,10 +402,7 @@ def test_run_with_locks_continue_policy_lets_the_command_finish(
         target=lambda: result.update(status=driver.run_with_locks(argv, context, ["lease"]))
     )
     runner.start()
-    deadline = time.monotonic() + 30
-    while not started.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert started.exists()  # else the steal below would find no row to take
+    wait_for(started)  # else the steal below would find no row to take
     rows.steal(lease_key(context.lock_key))
     time.sleep(1.0)  # several renewal intervals: the loss has been seen
     assert runner.is_alive()

@@ -8,15 +8,12 @@ CI leg) the same test checks that nothing was prepared and that every lock still
 
 from __future__ import annotations
 
-import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 
 import psycopg
 import pytest
 from psycopg import sql
-from psycopg.conninfo import make_conninfo
 
 from dislock import LockContext, LockNotAcquiredError
 from dislock.core.failover import TIMELINE_KEY
@@ -24,6 +21,7 @@ from dislock.core.pause import UNTIL_RESUMED, pause_params, pause_statement
 from dislock.core.preparing import CHECK_AFTER, PREPARE_THRESHOLD
 from dislock.core.rows import lease_key, pause_key
 from tests.support.drivers import Driver
+from tests.support.eventually import eventually
 from tests.support.rows import Rows
 
 pytestmark = pytest.mark.needs("python-api")
@@ -37,12 +35,6 @@ threshold, and PostgreSQL's five custom plans before it settles on a generic one
 PREPARED = sql.SQL(
     "SELECT left(statement, 40), generic_plans FROM pg_prepared_statements ORDER BY 1"
 )
-
-
-@pytest.fixture
-def tagged_url(database_url: str) -> str:
-    """A URL of its own, so that the shared connection is this test's alone."""
-    return make_conninfo(database_url, application_name=f"dislock-test-{uuid.uuid4().hex[:8]}")
 
 
 def direct(db: psycopg.Connection[Any]) -> bool:
@@ -128,14 +120,15 @@ def test_a_warm_connection_prepares_only_when_direct_and_decides_the_same(
         )
         with pytest.raises(LockNotAcquiredError, match="lock delay"):
             driver.hold(context, ["lease"])
-        deadline = time.monotonic() + 15
-        while True:
+
+        def taken() -> bool:
             try:
                 driver.hold(context, ["lease"]).release()
-                break
             except LockNotAcquiredError:
-                assert time.monotonic() < deadline, "the lock delay never ended"
-                time.sleep(0.2)
+                return False
+            return True
+
+        eventually(taken, timeout=30, interval=0.2, message="the lock delay never ended")
     row = rows.get(key)
     assert row is not None and row.expired
 

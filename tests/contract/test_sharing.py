@@ -9,29 +9,24 @@ from __future__ import annotations
 
 import os
 import time
-import uuid
 import warnings
 from collections.abc import Callable
 from typing import Any
 
 import psycopg
 import pytest
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.conninfo import conninfo_to_dict
 
 from dislock import LeaseLostError, LockContext
 from dislock.core.rows import lease_key
 from tests.support.drivers import Driver, Holding
+from tests.support.eventually import eventually
 from tests.support.rows import Rows
 
 MakeContext = Callable[..., LockContext]
 LEASE = {"run_ttl_seconds": 1.5, "lease_interval_seconds": 0.2}
 
 pytestmark = [pytest.mark.needs("python-api"), pytest.mark.direct_postgres]
-
-
-@pytest.fixture
-def tagged_url(database_url: str) -> str:
-    return make_conninfo(database_url, application_name=f"dislock-test-{uuid.uuid4().hex[:8]}")
 
 
 def backends(db: psycopg.Connection[Any], url: str) -> list[int]:
@@ -47,14 +42,15 @@ def settled_backends(
     db: psycopg.Connection[Any], url: str, done: Callable[[list[int]], bool]
 ) -> list[int]:
     """The backends of ``url`` once ``done`` says so (a closed connection's server
-    process takes a moment to go, longer on a loaded machine), or as they are after
-    a generous deadline."""
-    deadline = time.monotonic() + 15.0
-    found = backends(db, url)
-    while not done(found) and time.monotonic() < deadline:
-        time.sleep(0.02)
+    process takes a moment to go, longer on a loaded machine)."""
+
+    def settled() -> tuple[list[int]] | None:
         found = backends(db, url)
-    return found
+        return (found,) if done(found) else None
+
+    return eventually(
+        settled, timeout=30.0, message=lambda: f"backends never settled: {backends(db, url)}"
+    )[0]
 
 
 def hold_leases(driver: Driver, make_context: MakeContext, url: str, count: int) -> list[Holding]:

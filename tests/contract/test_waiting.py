@@ -23,6 +23,7 @@ from dislock.core.kinds import kind
 from dislock.core.rows import lease_key, schedule_key
 from dislock.core.waiting import wake_key
 from tests.support.drivers import CliDriver, Driver
+from tests.support.eventually import eventually
 from tests.support.exchanges import send
 from tests.support.rows import Rows
 
@@ -214,11 +215,10 @@ def test_schedule_lease_takes_the_slot_once_then_waits_for_the_lease(
     marker = tmp_path / "ran"
     context = make_context(**LEASE, schedule=YEARLY, wait_seconds=30)
     waiter, _ = start_waiter(pool, driver, context, marker, ("schedule", "lease"))
-    deadline = time.monotonic() + 20
-    while rows.get(schedule_key(context.lock_key)) is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    slot = rows.get(schedule_key(context.lock_key))
-    assert slot is not None and not slot.expired  # taken while the lease is still held
+    slot = eventually(
+        lambda: rows.get(schedule_key(context.lock_key)), message="the slot was never taken"
+    )
+    assert not slot.expired  # taken while the lease is still held
     assert not waiter.done()
     holder.release()
     assert waiter.result(timeout=30) == 0 and marker.exists()

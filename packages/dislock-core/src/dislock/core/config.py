@@ -55,6 +55,16 @@ def derive_lease_interval(ttl_seconds: float) -> float:
     return min(max(interval, MIN_DERIVED_INTERVAL), MAX_DERIVED_INTERVAL)
 
 
+def derived_interval(ttl_seconds: float, *, ttl_name: str, advice: str) -> float:
+    """The default heartbeat of a lease whose heartbeat is not given; refused when it
+    would exceed the TTL (a TTL under 1 s): ``ttl_name`` names the TTL (and its
+    value), ``advice`` says what to give."""
+    interval = derive_lease_interval(ttl_seconds)
+    if interval > ttl_seconds:
+        raise ConfigurationError(f"{ttl_name} is shorter than the 1 s minimum heartbeat: {advice}")
+    return interval
+
+
 def check_interval(ttl_seconds: float, interval_seconds: float, *, interval_name: str) -> None:
     """A heartbeat slower than the TTL would let the lease lapse between renewals."""
     if interval_seconds > ttl_seconds:

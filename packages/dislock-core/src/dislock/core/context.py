@@ -160,12 +160,11 @@ class LockContext:
             ttl = bounds.check_number(bounds.TTL, self.run_ttl_seconds, name="run_ttl_seconds")
             _set(self, "run_ttl_seconds", ttl)
             if self.lease_interval_seconds is None:
-                derived = config.derive_lease_interval(ttl)
-                if derived > ttl:
-                    raise ConfigurationError(
-                        f"run_ttl_seconds={ttl:g} is shorter than the 1 s minimum "
-                        "heartbeat: give lease_interval_seconds too"
-                    )
+                derived = config.derived_interval(
+                    ttl,
+                    ttl_name=f"run_ttl_seconds={ttl:g}",
+                    advice="give lease_interval_seconds too",
+                )
                 _set(self, "lease_interval_seconds", derived)
         if self.lease_interval_seconds is not None:
             interval = bounds.check_number(

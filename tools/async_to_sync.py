@@ -47,6 +47,7 @@ SOURCE_DIR = ROOT / "packages/dislock-aio/src/dislock/aio"
 TARGET_DIR = ROOT / "packages/dislock/src/dislock/_sync"
 MODULES = (
     "_acquiring.py",
+    "_compat_api.py",
     "_decorators.py",
     "_hub.py",
     "_lease.py",
@@ -60,6 +61,7 @@ MODULES = (
 )
 
 RENAMES = {
+    "AbstractAsyncContextManager": "AbstractContextManager",
     "AsyncConnection": "Connection",
     "AsyncCursor": "Cursor",
     "AsyncExitStack": "ExitStack",

@@ -13,7 +13,7 @@ import signal
 import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Iterator
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from psycopg import AsyncConnection, AsyncCursor
 from psycopg.rows import TupleRow
@@ -322,3 +322,10 @@ class LossGuard:
         """Wait until the watcher has stopped, so that no task outlives the block."""
         if self._watcher is not None:
             await asyncio.wait({self._watcher})
+
+
+if TYPE_CHECKING:  # this module offers what the lock code needs (``_compat_api``)
+    from dislock.aio import _compat
+    from dislock.aio._compat_api import Compat
+
+    _offers: Compat = _compat

@@ -1,0 +1,167 @@
+"""A thundering herd: every machine's crontab fires in the same second, against a capped role.
+
+Machines are asyncio event loops in threads of one process, each with its own
+connection (as separate hosts would have), racing one lock through a role whose
+``CONNECTION LIMIT`` is far below their number.  Correctness is the measure
+(exactly one start, no failures); the decision times and the server CPU per
+machine are reported, the latter with no floor but the postmaster's own forks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import statistics
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import psycopg
+
+from benchmarks.rows import Row, met
+from benchmarks.server import backends_gone, server_cpu_reader
+
+HERD_PASSWORD = "bench-herd"
+
+
+@contextmanager
+def capped_role(url: str, cap: int) -> Iterator[str]:
+    """A role that may hold ``cap`` connections at once: the URL to use it."""
+    from psycopg import sql as pgsql
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    role = f"herd_{uuid.uuid4().hex[:8]}"
+    name = pgsql.Identifier(role)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            pgsql.SQL("CREATE ROLE {} LOGIN PASSWORD {} CONNECTION LIMIT {}").format(
+                name, pgsql.Literal(HERD_PASSWORD), pgsql.Literal(cap)
+            )
+        )
+        conn.execute(pgsql.SQL("GRANT SELECT, INSERT, UPDATE ON key_value TO {}").format(name))
+    params = conninfo_to_dict(url)
+    params.update(user=role, password=HERD_PASSWORD)
+    try:
+        yield make_conninfo("", **params)
+    finally:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s", [role]
+            )
+            backends_gone(url, role, timeout=5.0)
+            conn.execute(pgsql.SQL("DROP OWNED BY {}").format(name))
+            conn.execute(pgsql.SQL("DROP ROLE {}").format(name))
+
+
+def herd(url: str, strategy: str, machines: int) -> tuple[int, int, list[float], list[str]]:
+    """``machines`` asyncio event loops in threads (each its own connection, as separate
+    hosts would have) race one lock: starts, failures, seconds until each decided."""
+    import threading
+
+    import dislock.aio
+    from dislock import LockContext, LockNotAcquiredError
+
+    key = f"herd-{uuid.uuid4().hex[:8]}"
+    go = threading.Event()
+    everyone = threading.Barrier(machines)
+    started_at = [0.0]
+    decided: list[float] = []
+    starts: list[int] = []
+    failures: list[str] = []
+
+    def wait_for_everyone() -> None:
+        with contextlib.suppress(threading.BrokenBarrierError):
+            everyone.wait(120)
+
+    async def machine(index: int) -> None:
+        context = LockContext(
+            url=url,
+            table_parts=["key_value"],
+            lock_key=key,
+            owner=f"machine-{index}",
+            schedule="0 0 1 1 *",
+            run_ttl_seconds=60,
+            lease_interval_seconds=10,
+        )
+        try:
+            async with dislock.aio.acquire_locks(context, [strategy]):
+                decided.append(time.perf_counter() - started_at[0])
+                starts.append(index)
+                # The lease is held until every machine has decided.
+                await asyncio.to_thread(wait_for_everyone)
+                return
+        except LockNotAcquiredError:
+            decided.append(time.perf_counter() - started_at[0])
+        except Exception as exc:
+            failures.append(f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}")
+        await asyncio.to_thread(wait_for_everyone)
+
+    def run(index: int) -> None:
+        go.wait()
+        asyncio.run(machine(index))
+
+    threads = [threading.Thread(target=run, args=(n,), daemon=True) for n in range(machines)]
+    for thread in threads:
+        thread.start()
+    started_at[0] = time.perf_counter()
+    go.set()
+    for thread in threads:
+        thread.join(180)
+    return len(starts), len(failures), decided, failures
+
+
+def herd_rows(url: str, machines: int, cap: int) -> list[Row]:
+    from psycopg.conninfo import conninfo_to_dict
+
+    rows = []
+    cpu = server_cpu_reader(url)
+    with capped_role(url, cap) as capped:
+        role = str(conninfo_to_dict(capped)["user"])
+        for strategy, what in (("schedule", "one slot"), ("lease", "one lease")):
+            backends_gone(url, role)
+            cpu_before = None if cpu is None else cpu()
+            starts, failed, decided, failures = herd(capped, strategy, machines)
+            backends_gone(url, role)
+            spent = None if cpu is None or cpu_before is None else cpu() - cpu_before
+            times = sorted(decided)
+            p50 = statistics.median(times) * 1000 if times else float("nan")
+            p99 = times[min(len(times) - 1, int(len(times) * 0.99))] * 1000 if times else 0.0
+            rows += [
+                Row(
+                    f"{machines} machines (own connection each) racing {what}, server capped at"
+                    f" {cap} connections: starts",
+                    "{starts}",
+                    "exactly 1",
+                    met(starts == 1, "MISSED"),
+                    {"starts": starts},
+                ),
+                Row(
+                    "  failures",
+                    "{failures}{first}",
+                    "0",
+                    met(failed == 0, "MISSED"),
+                    {
+                        "failures": failed,
+                        "first": f" (first: {failures[0]})" if failures else "",
+                    },
+                ),
+                Row(
+                    "  time until a machine had its decision: p50 / p99 / all",
+                    "{p50_ms:.0f} ms / {p99_ms:.0f} ms / {all_ms:.0f} ms",
+                    "report",
+                    numbers={
+                        "p50_ms": p50,
+                        "p99_ms": p99,
+                        "all_ms": times[-1] * 1000 if times else 0,
+                    },
+                ),
+                Row(
+                    "  server CPU per machine (the postmaster and the backends it reaped:"
+                    " every connection, refused ones too)",
+                    "n/a (the server is not local)" if spent is None else "{cpu_ms:.1f} ms",
+                    "report",
+                    numbers={} if spent is None else {"cpu_ms": spent * 1000 / machines},
+                ),
+            ]
+    return rows

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from dislock import LockContext
 from dislock.core.history import create_history
 
 DISLOCK = [sys.executable, "-m", "dislock.cli"]
@@ -53,6 +53,37 @@ def cli_env(database_url: str, lock_table: tuple[str, str]) -> dict[str, str]:
 
 
 @pytest.fixture
+def short_lease_env(cli_env: dict[str, str]) -> dict[str, str]:
+    """The wrapper on a lease that expires soon (TTL 2 s, renewed every 0.3 s): a
+    renewal that stops is noticed within a test's patience."""
+    return {
+        **cli_env,
+        "LOCK_STRATEGY": "lease",
+        "RUN_LOCK_TTL_SECONDS": "2",
+        "LOCK_LEASE_INTERVAL": "0.3",
+    }
+
+
+@pytest.fixture
+def logged_lease_env(cli_env: dict[str, str]) -> dict[str, str]:
+    """The wrapper on a lease with its default timings, logging at INFO (so that
+    it says when it waits)."""
+    return {**cli_env, "LOCK_STRATEGY": "lease", "CRONJOB_LOCK_LOG_LEVEL": "INFO"}
+
+
+def env_context(env: Mapping[str, str], owner: str, **fields: Any) -> LockContext:
+    """A LockContext on the lock of a wrapper environment (its URL, table and key),
+    for a holder the test plays itself."""
+    return LockContext(
+        url=env["DATABASE_URL"],
+        table_parts=env["LOCK_TABLE"].split("."),
+        lock_key=env["LOCK_KEY"],
+        owner=owner,
+        **fields,
+    )
+
+
+@pytest.fixture
 def history_env(cli_env: dict[str, str], db: psycopg.Connection[Any]) -> dict[str, str]:
     """The wrapper's environment with run history on, its table created."""
     schema, table = cli_env["LOCK_TABLE"].split(".")
@@ -77,14 +108,6 @@ def run_cli() -> RunCli:
         )
 
     return run
-
-
-def wait_for(path: Path, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{path} did not appear")
-        time.sleep(0.02)
 
 
 @pytest.fixture

@@ -22,7 +22,8 @@ from psycopg import sql
 
 from dislock.core.pause import pause_params, pause_statement
 from dislock.core.rows import lease_key
-from tests.cli.conftest import DISLOCK, wait_for
+from tests.cli.conftest import DISLOCK
+from tests.support.eventually import wait_for
 
 CTL = [sys.executable, "-m", "dislock.cli.ctl"]
 LISTENING = re.compile(r"listening on (http://\S+/)")

@@ -22,8 +22,9 @@ import pytest
 
 from dislock.core.history import create_history
 from dislock.core.table import create_table_sql
-from tests.cli.conftest import DISLOCK, wait_for
+from tests.cli.conftest import DISLOCK
 from tests.support.cluster import Cluster
+from tests.support.eventually import wait_for
 
 pytestmark = pytest.mark.slow
 

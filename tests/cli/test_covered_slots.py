@@ -23,9 +23,10 @@ import pytest
 from psycopg import sql
 
 from dislock.core.rows import lease_key
-from tests.cli.conftest import DISLOCK, Ctl, RunCli, wait_for
+from tests.cli.conftest import DISLOCK, Ctl, RunCli
 from tests.cli.serving import sample, serving
 from tests.support.clock import clear_of_boundary
+from tests.support.eventually import wait_for
 from tests.support.rows import Rows
 
 EVERY_MINUTE = "* * * * *"

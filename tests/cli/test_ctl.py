@@ -18,7 +18,8 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from dislock.core.rows import lease_key, schedule_key
-from tests.cli.conftest import CTL, DISLOCK, Ctl, wait_for
+from tests.cli.conftest import CTL, DISLOCK, Ctl
+from tests.support.eventually import wait_for
 from tests.support.rows import Rows
 
 

@@ -9,9 +9,9 @@ from contextlib import suppress
 import pytest
 
 import dislock
-from dislock import LeaseLostError, LockContext
+from dislock import LeaseLostError
 from dislock.core.kinds import kind
-from tests.cli.conftest import Ctl
+from tests.cli.conftest import Ctl, env_context
 from tests.support.rows import Rows
 
 
@@ -21,14 +21,8 @@ def five_slots(cli_env: dict[str, str]) -> Iterator[list[dislock.LeaseLock]]:
 
     def lock(n: int) -> dislock.LeaseLock:
         return dislock.LeaseLock(
-            LockContext(
-                url=cli_env["DATABASE_URL"],
-                table_parts=cli_env["LOCK_TABLE"].split("."),
-                lock_key=cli_env["LOCK_KEY"],
-                owner=f"holder-{n}",
-                run_ttl_seconds=30,
-                lease_interval_seconds=5,
-                slots=5,
+            env_context(
+                cli_env, f"holder-{n}", run_ttl_seconds=30, lease_interval_seconds=5, slots=5
             )
         )
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.conftest import wait_for
+from tests.support.eventually import wait_for
 from tests.support.old_release import PyPIUnreachable, old_dislock_venv
 
 pytestmark = pytest.mark.slow

@@ -20,8 +20,9 @@ from dislock.cli.missed_slots import Slot, from_first_run, missed_slots, schedul
 from dislock.cli.time_args import parse_duration
 from dislock.core.errors import ConfigurationError
 from dislock.core.rows import lease_key, pause_key, schedule_key
-from tests.cli.conftest import CTL, DISLOCK, Ctl, RunCli, wait_for
+from tests.cli.conftest import CTL, DISLOCK, Ctl, RunCli, env_context
 from tests.support.clock import clear_of_boundary
+from tests.support.eventually import wait_for
 from tests.support.rows import Rows
 
 LEASE = {"LOCK_STRATEGY": "lease", "RUN_LOCK_TTL_SECONDS": "2", "LOCK_LEASE_INTERVAL": "0.3"}
@@ -502,11 +503,9 @@ def test_runs_holding_any_slot_of_a_lease_show_as_running(
     import dislock
 
     def context(owner: str) -> dislock.LockContext:
-        return dislock.LockContext(
-            url=with_history["DATABASE_URL"],
-            table_parts=with_history["LOCK_TABLE"].split("."),
-            lock_key=with_history["LOCK_KEY"],
-            owner=owner,
+        return env_context(
+            with_history,
+            owner,
             run_ttl_seconds=30,
             lease_interval_seconds=5,
             slots=2,

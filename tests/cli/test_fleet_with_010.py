@@ -9,7 +9,6 @@ wrappers are run as a crontab would run them, with the same variables.
 from __future__ import annotations
 
 import subprocess
-import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from dislock.core.rows import lease_key, schedule_key
-from tests.cli.conftest import DISLOCK, wait_for
+from tests.cli.conftest import DISLOCK
+from tests.support.eventually import eventually, wait_for
 from tests.support.old_release import PyPIUnreachable, old_dislock_venv
 from tests.support.rows import Rows
 
@@ -64,8 +64,11 @@ class Holder:
             stderr=subprocess.PIPE,
             text=True,
         )
-        while not started.exists() and self.process.poll() is None:
-            time.sleep(0.02)
+        eventually(
+            lambda: started.exists() or self.process.poll() is not None,
+            timeout=120,
+            message="the wrapper neither ran its command nor exited",
+        )
         wait_for(started, timeout=0.1)  # or the wrapper exited without running it
 
     def stop(self) -> None:

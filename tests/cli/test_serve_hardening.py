@@ -28,6 +28,7 @@ from psycopg import sql
 
 from dislock.core.failover import TIMELINE_KEY
 from tests.cli.serving import Metrics, Served, ctl, run_job, sample, serving
+from tests.support.eventually import eventually
 
 PATIENCE = 120.0
 """Seconds any wait here may take on a loaded machine before the test fails."""
@@ -91,10 +92,7 @@ def _threads(pid: int) -> int:
 
 
 def _wait(condition: Any, what: str) -> None:
-    deadline = time.monotonic() + PATIENCE
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.05)
+    eventually(condition, timeout=PATIENCE, interval=0.05, message=what)
 
 
 def _reset(sock: socket.socket) -> None:

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from dislock.core.rows import lease_key
-from tests.cli.conftest import DISLOCK, RunCli, wait_for
+from tests.cli.conftest import DISLOCK, RunCli
+from tests.support.eventually import wait_for
 from tests.support.rows import Rows
 
 
@@ -44,16 +45,6 @@ def read_line(process: subprocess.Popen[str], timeout: float) -> str:
     ready, _, _ = select.select([process.stderr], [], [], timeout)
     assert ready, f"no line on stderr within {timeout} s"
     return process.stderr.readline()
-
-
-@pytest.fixture
-def lease_env(cli_env: dict[str, str]) -> dict[str, str]:
-    return {
-        **cli_env,
-        "LOCK_STRATEGY": "lease",
-        "RUN_LOCK_TTL_SECONDS": "2",
-        "LOCK_LEASE_INTERVAL": "0.3",
-    }
 
 
 _started: list[subprocess.Popen[str]] = []
@@ -95,7 +86,7 @@ def _no_wrapper_outlives_its_test() -> Iterator[None]:
     ids=lambda s: signal.Signals(s).name,
 )
 def test_signal_is_forwarded_and_the_lock_released_after_the_child_exits(
-    lease_env: dict[str, str], rows: Rows, tmp_path: Path, signum: int
+    short_lease_env: dict[str, str], rows: Rows, tmp_path: Path, signum: int
 ) -> None:
     started, got, finish = tmp_path / "started", tmp_path / "got", tmp_path / "finish"
     name = signal.Signals(signum).name[3:]
@@ -106,46 +97,46 @@ def test_signal_is_forwarded_and_the_lock_released_after_the_child_exits(
         f" exit 7' {name}; "
         f'touch "{started}"; while :; do sleep 0.05; done'
     )
-    process = start(lease_env, script)
+    process = start(short_lease_env, script)
     wait_for(started)
     process.send_signal(signum)
     wait_for(got)
     assert got.read_text().strip() == name
     time.sleep(0.3)  # a wrapper that did not wait for its child would be gone by now
-    row = rows.get(lease_key(lease_env["LOCK_KEY"]))
+    row = rows.get(lease_key(short_lease_env["LOCK_KEY"]))
     assert process.poll() is None  # still waiting for the child
     assert row is not None and not row.expired  # and still holding the lease
     finish.touch()
 
     _, stderr = process.communicate(timeout=20)
     assert process.returncode == 7, stderr
-    row = rows.get(lease_key(lease_env["LOCK_KEY"]))
+    row = rows.get(lease_key(short_lease_env["LOCK_KEY"]))
     assert row is not None and row.expired  # released once the child was gone
 
 
 def test_a_signal_sent_the_moment_the_command_starts_reaches_it(
-    lease_env: dict[str, str], tmp_path: Path
+    short_lease_env: dict[str, str], tmp_path: Path
 ) -> None:
     """The wrapper handles the signals before it starts the command: the command's
     first act can be to signal the wrapper, and the signal comes back to it."""
     got = tmp_path / "got"
     script = f"trap 'echo QUIT > \"{got}\"; exit 7' QUIT; kill -s QUIT $PPID; sleep 30 & wait"
-    process = start(lease_env, script)
+    process = start(short_lease_env, script)
     _, stderr = process.communicate(timeout=20)
     assert process.returncode == 7, stderr
     assert got.read_text().strip() == "QUIT"
 
 
 def test_lease_loss_kills_the_whole_process_group(
-    lease_env: dict[str, str], rows: Rows, tmp_path: Path
+    short_lease_env: dict[str, str], rows: Rows, tmp_path: Path
 ) -> None:
     started, grandchild = tmp_path / "started", tmp_path / "grandchild.pid"
     script = f'sleep 600 & echo $! > "{grandchild}"; touch "{started}"; wait'
-    process = start(lease_env, script)
+    process = start(short_lease_env, script)
     wait_for(started)
     pid = int(grandchild.read_text())
     assert alive(pid)
-    key = lease_key(lease_env["LOCK_KEY"])
+    key = lease_key(short_lease_env["LOCK_KEY"])
     rows.steal(key)
     stolen = rows.get(key)
     _, stderr = process.communicate(timeout=20)
@@ -153,7 +144,7 @@ def test_lease_loss_kills_the_whole_process_group(
     # One line, in the operator's terms: which lock, why, what happened to the command.
     assert stderr.count("\n") == 1, stderr
     assert re.fullmatch(
-        rf"dislock: lease lost for lock '{lease_env['LOCK_KEY']}': the lock row is no longer"
+        rf"dislock: lease lost for lock '{short_lease_env['LOCK_KEY']}': the lock row is no longer"
         r" ours \(.*\); terminating sh \(pid \d+, SIGKILL after 10 s\), exit 75\n",
         stderr,
     ), stderr
@@ -162,30 +153,30 @@ def test_lease_loss_kills_the_whole_process_group(
 
 
 def test_a_command_that_makes_its_own_process_group_stays_in_reach(
-    lease_env: dict[str, str], rows: Rows, tmp_path: Path
+    short_lease_env: dict[str, str], rows: Rows, tmp_path: Path
 ) -> None:
     """GNU ``timeout`` calls ``setpgid(0, 0)``: as the leader of its own session the
     command is already its group's leader, so it stays in the group the wrapper
     signals, and a lost lease still ends it and what it started."""
     started, grandchild = tmp_path / "started", tmp_path / "grandchild.pid"
     script = f'sleep 600 & echo $! > "{grandchild}"; touch "{started}"; wait'
-    process = start(lease_env, script, "timeout", "600")
+    process = start(short_lease_env, script, "timeout", "600")
     wait_for(started)
     pid = int(grandchild.read_text())
-    rows.steal(lease_key(lease_env["LOCK_KEY"]))
+    rows.steal(lease_key(short_lease_env["LOCK_KEY"]))
     _, stderr = process.communicate(timeout=30)
     assert process.returncode == 75, stderr
     assert wait_dead(pid, timeout=5)
 
 
 def test_lease_loss_under_continue_is_one_line_and_the_command_finishes(
-    lease_env: dict[str, str], rows: Rows, tmp_path: Path
+    short_lease_env: dict[str, str], rows: Rows, tmp_path: Path
 ) -> None:
     started, finish = tmp_path / "started", tmp_path / "finish"
     script = f'touch "{started}"; while [ ! -e "{finish}" ]; do sleep 0.05; done; exit 4'
-    process = start({**lease_env, "LOCK_ON_LEASE_LOSS": "continue"}, script)
+    process = start({**short_lease_env, "LOCK_ON_LEASE_LOSS": "continue"}, script)
     wait_for(started)
-    rows.steal(lease_key(lease_env["LOCK_KEY"]))
+    rows.steal(lease_key(short_lease_env["LOCK_KEY"]))
     loss = read_line(process, timeout=20)  # the loss has been seen, however slowly
     assert process.poll() is None  # still running
     finish.touch()
@@ -193,7 +184,7 @@ def test_lease_loss_under_continue_is_one_line_and_the_command_finishes(
     assert process.returncode == 4, loss + rest
     assert rest == "", loss + rest  # that one line
     assert re.fullmatch(
-        rf"dislock: lease lost for lock '{lease_env['LOCK_KEY']}': .*;"
+        rf"dislock: lease lost for lock '{short_lease_env['LOCK_KEY']}': .*;"
         r" sh keeps running \(lease loss policy: continue\)\n",
         loss,
     ), loss
@@ -201,14 +192,14 @@ def test_lease_loss_under_continue_is_one_line_and_the_command_finishes(
 
 @pytest.mark.slow
 def test_child_ignoring_sigterm_is_killed_after_the_grace_period(
-    lease_env: dict[str, str], rows: Rows, tmp_path: Path
+    short_lease_env: dict[str, str], rows: Rows, tmp_path: Path
 ) -> None:
     started, child = tmp_path / "started", tmp_path / "child.pid"
     script = f'trap "" TERM; echo $$ > "{child}"; touch "{started}"; while :; do sleep 0.05; done'
-    process = start(lease_env, script)
+    process = start(short_lease_env, script)
     wait_for(started)
     stolen_at = time.monotonic()
-    rows.steal(lease_key(lease_env["LOCK_KEY"]))
+    rows.steal(lease_key(short_lease_env["LOCK_KEY"]))
     _, stderr = process.communicate(timeout=30)
     elapsed = time.monotonic() - stolen_at
     assert process.returncode == 75, stderr
@@ -216,10 +207,12 @@ def test_child_ignoring_sigterm_is_killed_after_the_grace_period(
     assert wait_dead(int(child.read_text()), timeout=5)
 
 
-def test_child_dies_when_the_wrapper_is_killed(lease_env: dict[str, str], tmp_path: Path) -> None:
+def test_child_dies_when_the_wrapper_is_killed(
+    short_lease_env: dict[str, str], tmp_path: Path
+) -> None:
     started, child = tmp_path / "started", tmp_path / "child.pid"
     script = f'echo $$ > "{child}"; touch "{started}"; while :; do sleep 0.05; done'
-    process = start(lease_env, script)
+    process = start(short_lease_env, script)
     wait_for(started)
     pid = int(child.read_text())
     process.kill()
@@ -232,9 +225,9 @@ def test_child_dies_when_the_wrapper_is_killed(lease_env: dict[str, str], tmp_pa
     [("exit 0", 0), ("exit 42", 42), ("kill -TERM $$", 143), ("kill -KILL $$", 137)],
 )
 def test_exit_status_of_the_command_is_propagated(
-    run_cli: RunCli, lease_env: dict[str, str], script: str, status: int
+    run_cli: RunCli, short_lease_env: dict[str, str], script: str, status: int
 ) -> None:
-    result = run_cli(["DATABASE_URL", "sh", "-c", script], lease_env)
+    result = run_cli(["DATABASE_URL", "sh", "-c", script], short_lease_env)
     assert result.returncode == status, result.stderr
 
 
@@ -291,12 +284,12 @@ def test_console_script(cli_env: dict[str, str]) -> None:
 
 @pytest.mark.parametrize("strategy", ["lease", "schedule"])
 def test_killing_the_wrapper_kills_the_whole_group(
-    lease_env: dict[str, str], tmp_path: Path, strategy: str
+    short_lease_env: dict[str, str], tmp_path: Path, strategy: str
 ) -> None:
     # The issue's measurement: `sh -c 'sleep 600; true'`, kill -9 of dislock.
     started, grandchild = tmp_path / "started", tmp_path / "grandchild.pid"
     script = f'sleep 600 & echo $! > "{grandchild}"; touch "{started}"; wait; true'
-    process = start({**lease_env, "LOCK_STRATEGY": strategy}, script)
+    process = start({**short_lease_env, "LOCK_STRATEGY": strategy}, script)
     wait_for(started)
     pids = [int(grandchild.read_text())]
     assert alive(pids[0])
@@ -333,7 +326,7 @@ def test_killing_the_wrapper_just_after_it_started_the_command_kills_the_group(
 
 
 def test_group_members_left_behind_are_stopped_before_the_lease_is_released(
-    lease_env: dict[str, str], rows: Rows, tmp_path: Path
+    short_lease_env: dict[str, str], rows: Rows, tmp_path: Path
 ) -> None:
     # The command's own process exits at once, leaving a helper that winds down
     # after SIGTERM until the test lets it finish: the lease is held until it is gone.
@@ -344,28 +337,28 @@ def test_group_members_left_behind_are_stopped_before_the_lease_is_released(
         "sleep 600 & wait\n"
     )
     script = f'sh "{program}" & echo $! > "{helper}"; sleep 0.3; exit 3'
-    process = start(lease_env, script)
+    process = start(short_lease_env, script)
     wait_for(got, timeout=20)
     pid = int(helper.read_text())
     time.sleep(0.3)
     assert process.poll() is None  # waiting for the helper
-    row = rows.get(lease_key(lease_env["LOCK_KEY"]))
+    row = rows.get(lease_key(short_lease_env["LOCK_KEY"]))
     assert row is not None and not row.expired
     finish.touch()
     _, stderr = process.communicate(timeout=20)
     assert process.returncode == 3, stderr  # still the command's own status
     assert "still run" in stderr
     assert not alive(pid)
-    row = rows.get(lease_key(lease_env["LOCK_KEY"]))
+    row = rows.get(lease_key(short_lease_env["LOCK_KEY"]))
     assert row is not None and row.expired
 
 
 def test_group_member_ignoring_sigterm_after_the_command_exits_gets_sigkill(
-    lease_env: dict[str, str], tmp_path: Path
+    short_lease_env: dict[str, str], tmp_path: Path
 ) -> None:
     helper = tmp_path / "helper.pid"
     script = f'sh -c \'trap "" TERM; while :; do sleep 0.05; done\' & echo $! > "{helper}"; exit 0'
-    env = {**lease_env}
+    env = {**short_lease_env}
     process = start(env, script)
     wait_for(helper)
     pid = int(helper.read_text())
@@ -374,7 +367,9 @@ def test_group_member_ignoring_sigterm_after_the_command_exits_gets_sigkill(
     assert not alive(pid)
 
 
-def test_a_process_that_leaves_the_group_escapes(lease_env: dict[str, str], tmp_path: Path) -> None:
+def test_a_process_that_leaves_the_group_escapes(
+    short_lease_env: dict[str, str], tmp_path: Path
+) -> None:
     # Documented in docs/guarantees.md: setsid (a daemon) leaves the group, and
     # with it the wrapper's reach; a systemd scope or cgroup contains it.
     escaped = tmp_path / "escaped.pid"
@@ -382,7 +377,7 @@ def test_a_process_that_leaves_the_group_escapes(lease_env: dict[str, str], tmp_
         f"setsid -f sh -c 'echo $$ > \"{escaped}\"; exec sleep 600' </dev/null >/dev/null 2>&1; "
         f'while [ ! -s "{escaped}" ]; do sleep 0.02; done'
     )
-    process = start(lease_env, script)
+    process = start(short_lease_env, script)
     wait_for(escaped)
     time.sleep(0.1)
     pid = int(escaped.read_text())
@@ -395,7 +390,7 @@ def test_a_process_that_leaves_the_group_escapes(lease_env: dict[str, str], tmp_
             os.kill(pid, signal.SIGKILL)
 
 
-def test_a_command_at_a_terminal_can_read_it(lease_env: dict[str, str]) -> None:
+def test_a_command_at_a_terminal_can_read_it(short_lease_env: dict[str, str]) -> None:
     """A wrapper with a controlling terminal (a person at it) starts its command in a
     session of its own, not in a group of the wrapper's session, where reading the
     terminal would stop it (SIGTTIN) for good."""
@@ -408,7 +403,7 @@ def test_a_command_at_a_terminal_can_read_it(lease_env: dict[str, str]) -> None:
     if pid == 0:
         try:
             os.chdir(root)
-            os.execvpe(argv[0], argv, lease_env)
+            os.execvpe(argv[0], argv, short_lease_env)
         finally:
             os._exit(127)
     output = b""
@@ -444,7 +439,7 @@ def _children(pid: int) -> list[int]:
 
 
 def test_the_guard_shows_no_token_and_needs_no_path(
-    lease_env: dict[str, str], tmp_path: Path
+    short_lease_env: dict[str, str], tmp_path: Path
 ) -> None:
     """The guard is this interpreter on the guard's module, by absolute paths, with the
     run's token in its environment only (``/proc/PID/cmdline`` is world-readable); it
@@ -455,7 +450,7 @@ def test_the_guard_shows_no_token_and_needs_no_path(
     sleep = shutil.which("sleep")
     assert sleep is not None
     script = f'{sleep} 600 & echo $! > "{grandchild}"; : > "{started}"; wait'
-    env = {**lease_env, "PATH": str(tmp_path / "nothing-here")}
+    env = {**short_lease_env, "PATH": str(tmp_path / "nothing-here")}
     process = subprocess.Popen(
         [*DISLOCK, "DATABASE_URL", "/bin/sh", "-c", script], env=env, stderr=subprocess.PIPE
     )

@@ -8,8 +8,9 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.cli.conftest import DISLOCK, wait_for
+from tests.cli.conftest import DISLOCK
 from tests.cli.serving import Metrics, ctl, run_job, sample
+from tests.support.eventually import wait_for
 
 
 def read(path: Path) -> Metrics:

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.conftest import DISLOCK, wait_for
+from tests.cli.conftest import DISLOCK
+from tests.support.eventually import wait_for
 
 
 def _children(pid: int) -> list[int]:

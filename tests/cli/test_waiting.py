@@ -12,27 +12,22 @@ from pathlib import Path
 import pytest
 
 import dislock
-from dislock import LockContext
-from tests.cli.conftest import DISLOCK, UNREACHABLE, RunCli, assert_refused_in_one_line
+from tests.cli.conftest import (
+    DISLOCK,
+    UNREACHABLE,
+    RunCli,
+    assert_refused_in_one_line,
+    env_context,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def lease_env(cli_env: dict[str, str]) -> dict[str, str]:
-    return {**cli_env, "LOCK_STRATEGY": "lease", "CRONJOB_LOCK_LOG_LEVEL": "INFO"}
-
-
-@pytest.fixture
-def held(lease_env: dict[str, str]) -> Iterator[None]:
-    """The lease of ``lease_env``'s key, held by someone else for the test."""
-    context = LockContext(
-        url=lease_env["DATABASE_URL"],
-        table_parts=lease_env["LOCK_TABLE"].split("."),
-        lock_key=lease_env["LOCK_KEY"],
-        owner="other-machine",
-        run_ttl_seconds=10,
-        lease_interval_seconds=1,
+def held(logged_lease_env: dict[str, str]) -> Iterator[None]:
+    """The lease of ``logged_lease_env``'s key, held by someone else for the test."""
+    context = env_context(
+        logged_lease_env, "other-machine", run_ttl_seconds=10, lease_interval_seconds=1
     )
     with dislock.LeaseLock(context):
         yield
@@ -41,9 +36,9 @@ def held(lease_env: dict[str, str]) -> Iterator[None]:
 @pytest.mark.usefixtures("held")
 @pytest.mark.parametrize(("code", "waited"), [("0", None), ("3", None), ("99", "0.5")])
 def test_conflict_exit_code_after_any_wait(
-    run_cli: RunCli, lease_env: dict[str, str], tmp_path: Path, code: str, waited: str | None
+    run_cli: RunCli, logged_lease_env: dict[str, str], tmp_path: Path, code: str, waited: str | None
 ) -> None:
-    env = {**lease_env, "LOCK_CONFLICT_EXIT_CODE": code}
+    env = {**logged_lease_env, "LOCK_CONFLICT_EXIT_CODE": code}
     if waited is not None:
         env["LOCK_WAIT_SECONDS"] = waited
     marker = tmp_path / "ran"
@@ -54,10 +49,10 @@ def test_conflict_exit_code_after_any_wait(
 
 
 def test_conflict_exit_code_leaves_a_run_that_got_the_lock_alone(
-    run_cli: RunCli, lease_env: dict[str, str]
+    run_cli: RunCli, logged_lease_env: dict[str, str]
 ) -> None:
     result = run_cli(
-        ["DATABASE_URL", "sh", "-c", "exit 7"], {**lease_env, "LOCK_CONFLICT_EXIT_CODE": "3"}
+        ["DATABASE_URL", "sh", "-c", "exit 7"], {**logged_lease_env, "LOCK_CONFLICT_EXIT_CODE": "3"}
     )
     assert result.returncode == 7, result.stderr
 
@@ -78,10 +73,10 @@ def wait_started(process: subprocess.Popen[str], needle: str, timeout: float = 3
 @pytest.mark.usefixtures("held")
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 def test_a_signal_while_waiting_ends_the_wait_at_once(
-    lease_env: dict[str, str], tmp_path: Path, signum: signal.Signals
+    logged_lease_env: dict[str, str], tmp_path: Path, signum: signal.Signals
 ) -> None:
     marker = tmp_path / "ran"
-    env = {**lease_env, "LOCK_WAIT_SECONDS": "60"}
+    env = {**logged_lease_env, "LOCK_WAIT_SECONDS": "60"}
     process = subprocess.Popen(
         [*DISLOCK, "DATABASE_URL", "touch", str(marker)],
         env=env,
@@ -101,7 +96,9 @@ def test_a_signal_while_waiting_ends_the_wait_at_once(
 
 
 @pytest.mark.usefixtures("held")
-def test_a_signal_ends_an_asyncio_wait_too(lease_env: dict[str, str], tmp_path: Path) -> None:
+def test_a_signal_ends_an_asyncio_wait_too(
+    logged_lease_env: dict[str, str], tmp_path: Path
+) -> None:
     marker = tmp_path / "ran"
     script = (
         "import asyncio, logging, os, sys\n"
@@ -117,7 +114,7 @@ def test_a_signal_ends_an_asyncio_wait_too(lease_env: dict[str, str], tmp_path: 
     )
     process = subprocess.Popen(
         [sys.executable, "-c", script, str(marker)],
-        env=lease_env,
+        env=logged_lease_env,
         stderr=subprocess.PIPE,
         text=True,
         cwd=ROOT,
@@ -159,26 +156,26 @@ def test_a_signal_ends_an_asyncio_wait_too(lease_env: dict[str, str], tmp_path: 
 )
 def test_bad_waiting_values_exit_2_with_one_line(
     run_cli: RunCli,
-    lease_env: dict[str, str],
+    logged_lease_env: dict[str, str],
     tmp_path: Path,
     overrides: dict[str, str],
     expected: str,
 ) -> None:
-    env = {**lease_env, "DATABASE_URL": UNREACHABLE, **overrides}
+    env = {**logged_lease_env, "DATABASE_URL": UNREACHABLE, **overrides}
     marker = tmp_path / "ran"
     result = run_cli(["DATABASE_URL", "touch", str(marker)], env)
     assert_refused_in_one_line(result, expected, marker)
 
 
-def test_schedule_lease_may_wait(run_cli: RunCli, lease_env: dict[str, str]) -> None:
-    env = {**lease_env, "LOCK_STRATEGY": "schedule,lease", "LOCK_WAIT_SECONDS": "5"}
+def test_schedule_lease_may_wait(run_cli: RunCli, logged_lease_env: dict[str, str]) -> None:
+    env = {**logged_lease_env, "LOCK_STRATEGY": "schedule,lease", "LOCK_WAIT_SECONDS": "5"}
     result = run_cli(["DATABASE_URL", "true"], env)
     assert result.returncode == 0, result.stderr
 
 
-def test_check_shows_the_waiting_settings(lease_env: dict[str, str]) -> None:
+def test_check_shows_the_waiting_settings(logged_lease_env: dict[str, str]) -> None:
     env = {
-        **lease_env,
+        **logged_lease_env,
         "LOCK_WAIT_SECONDS": "30",
         "LOCK_SLOTS": "4",
         "LOCK_CONFLICT_EXIT_CODE": "3",
@@ -198,11 +195,11 @@ def test_check_shows_the_waiting_settings(lease_env: dict[str, str]) -> None:
 
 
 @pytest.mark.usefixtures("held")
-def test_check_counts_held_slots(lease_env: dict[str, str]) -> None:
+def test_check_counts_held_slots(logged_lease_env: dict[str, str]) -> None:
     def check(**extra: str) -> str:
         result = subprocess.run(
             [sys.executable, "-m", "dislock.cli.ctl", "DATABASE_URL", "check"],
-            env={**lease_env, **extra},
+            env={**logged_lease_env, **extra},
             capture_output=True,
             text=True,
             timeout=60,

@@ -18,7 +18,7 @@ from psycopg import sql
 from dislock import LeaseLock, LockContext
 from dislock.cli.admin import init_statements
 from dislock.core.rows import lease_key
-from tests.cli.conftest import wait_for
+from tests.support.eventually import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 TTL = 1.0

@@ -23,6 +23,7 @@ import dislock.aio
 import dislock.aio._renewer
 from dislock import LEASE_LOST_EXIT_CODE, LockContext
 from dislock.core.rows import lease_key
+from tests.support.eventually import wait_for
 from tests.support.rows import Rows
 from tests.support.supervising import supervise_losing_the_lease
 
@@ -58,13 +59,6 @@ def loss_times(monkeypatch: pytest.MonkeyPatch) -> list[float]:
 
         monkeypatch.setattr(renewer, "declare_lost", recording)
     return times
-
-
-def wait_for(path: Path, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        assert time.monotonic() < deadline, f"{path} did not appear"
-        time.sleep(0.01)
 
 
 def context(make_context: Callable[..., LockContext]) -> LockContext:

@@ -17,9 +17,10 @@ import pytest
 from dislock import LeaseLostError, LockContext
 from dislock.core.rows import lease_key
 from dislock.core.table import create_table_sql
-from tests.cli.conftest import DISLOCK, wait_for
+from tests.cli.conftest import DISLOCK
 from tests.support.cluster import Cluster
 from tests.support.drivers import AioDriver, Driver, SyncDriver
+from tests.support.eventually import wait_for
 from tests.support.proxy import BlackholeProxy
 
 pytestmark = pytest.mark.slow

@@ -32,8 +32,9 @@ import pytest
 
 from dislock.core.failover import TIMELINE_KEY, TTL_KEY_PREFIX
 from dislock.core.table import create_table_sql
-from tests.cli.conftest import DISLOCK, wait_for
+from tests.cli.conftest import DISLOCK
 from tests.reliability.test_failover import JOB, overlap
+from tests.support.eventually import wait_for
 from tests.support.patroni import PATRONI_TTL, Node, PatroniCluster, PrimaryWatch, missing
 
 pytestmark = [pytest.mark.patroni, pytest.mark.slow]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from dislock import ConfigurationError
-from dislock.cli import HELP
+from dislock.cli import help_text
 from dislock.cli.settings import read_wrapper_settings
 from dislock.core.bounds import (
     BOUNDS,
@@ -46,7 +46,7 @@ def test_every_bound_is_documented(bound: Bound) -> None:
     assert bound.describe() in row and bound.doc in row
     if bound.variable is not None:
         assert f"`{bound.variable}`" in row
-        assert bound.describe() in _flat(HELP), f"dislock --help lacks {bound.describe()}"
+        assert bound.describe() in _flat(help_text()), f"dislock --help lacks {bound.describe()}"
 
 
 def test_the_slots_bound_is_the_one_the_statement_uses() -> None:

@@ -24,7 +24,7 @@ EXIT_USAGE = 2
 
 USAGE = "usage: dislock URL_VARIABLE command [args...]   (dislock --help for details)"
 
-HELP = f"""\
+_HELP_HEAD = f"""\
 {USAGE.split("   ")[0]}
 
 Run COMMAND under a lock kept in PostgreSQL, so that the same crontab entry on
@@ -37,52 +37,9 @@ In a crontab, set it on a line of its own above the jobs (crontab has no
 `ps` and the subject of cron's mail would show the password.
 
 environment:
-  LOCK_KEY               required   name of the lock shared by every machine
-                                    (at most 2048 bytes, no control characters)
-  LOCK_STRATEGY          schedule   schedule, lease, or schedule,lease
-  CRON_SCHEDULE          -          cron expression; required for schedule
-                                    (5 fields, or 6 with seconds last; must fire)
-  CRON_TZ                local zone IANA zone CRON_SCHEDULE is read in, like
-                                    cron: default TZ, else /etc/localtime
-  LOCK_TABLE             key_value  table, or schema.table
-  RUN_LOCK_TTL_SECONDS   60         lease time-to-live: 0.1 to 604800 s
-  LOCK_LEASE_INTERVAL    derived    heartbeat: 0.001 to 604800 s, <= TTL;
-                                    default 30 % of the TTL kept within 1..10 s
-  LOCK_JITTER_SECONDS    0          sleep up to this long before locking: 0 to
-                                    3600 s, and with a schedule at most half
-                                    its shortest interval
-  LOCK_ON_LEASE_LOSS     terminate  terminate (SIGTERM, SIGKILL after 10 s,
-                                    exit 75) or continue (log only)
-  LOCK_FENCING           0          1: pass a fencing token to the command in
-                                    DISLOCK_FENCING_TOKEN (dislockctl init --fencing)
-  LOCK_PASS_URL          1          0: the command does not inherit URL_VARIABLE
-                                    (give dislock a lock role and a variable of
-                                    its own, e.g. DISLOCK_URL)
-  LOCK_WAIT_SECONDS      0          wait up to this long for a lease held
-                                    elsewhere, then skip: 0 to 86400 s (needs
-                                    lease; with schedule,lease the slot is
-                                    taken once and the lease waited for)
-  LOCK_WAIT_POLL_SECONDS 0.5        poll cadence while waiting without LISTEN:
-                                    more than 0 to 3600 s
-  LOCK_WAIT_LISTEN       auto       auto: woken by the release (LISTEN/NOTIFY)
-                                    on a direct connection, polling behind a
-                                    pooler such as PgBouncer; 1 always; 0 never
-  LOCK_SLOTS             1          up to N holders of the lease at once: 1 to
-                                    1000
-  LOCK_CONFLICT_EXIT_CODE 0         exit status when the lock is held elsewhere:
-                                    0 to 255
-  LOCK_CONNECT_PATIENCE_SECONDS
-                         30         retry a refused connection (too many
-                                    connections, server starting or restarting)
-                                    this long (0 to 3600 s), never past the
-                                    schedule slot; 0: fail at once
-  LOCK_HISTORY           0          1: record each run in the history table
-                                    (dislockctl init --history)
-  LOCK_HISTORY_TABLE     derived    default: <LOCK_TABLE>_history
-  CRONJOB_LOCK_LOG_LEVEL WARNING    DEBUG, INFO, WARNING, ERROR, CRITICAL
-  DISLOCK_METRICS_TEXTFILE  -       after each run, write its metrics to this
-                                    node_exporter textfile (e.g. .../dislock.prom)
+"""
 
+_HELP_TAIL = """\
 exit status:
   the command's own (128+n if signal n killed it; 127 not found, 126 not
   executable, both reported before any lock is taken)
@@ -104,6 +61,15 @@ The lock table (or: dislockctl URL_VARIABLE init):
   CREATE TABLE key_value (key text PRIMARY KEY, value text NOT NULL,
                           expire_at timestamptz NOT NULL);
 """
+
+
+def help_text() -> str:
+    """What ``dislock --help`` prints: its environment section is the table of
+    ``dislock.core.variables``."""
+    from dislock.core.variables import help_lines
+
+    return _HELP_HEAD + "".join(f"{line}\n" for line in help_lines()) + "\n" + _HELP_TAIL
+
 
 logger = logging.getLogger("dislock")
 
@@ -137,7 +103,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     env = os.environ if environ is None else environ
 
     if args and args[0] in ("-h", "--help"):
-        sys.stdout.write(HELP)
+        sys.stdout.write(help_text())
         return EXIT_OK
     if args and args[0] == "--version":
         print(f"dislock-cli {__version__}")
@@ -162,9 +128,10 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         return EXIT_USAGE
 
     from dislock.cli._run import run
+    from dislock.core.variables import METRICS_TEXTFILE
 
     try:
-        textfile = env.get("DISLOCK_METRICS_TEXTFILE", "").strip() or None
+        textfile: str | None = METRICS_TEXTFILE.read(env)
         return run(settings, debug=level <= logging.DEBUG, metrics_textfile=textfile)
     except KeyboardInterrupt:  # Ctrl-C while sleeping the jitter or taking the lock
         print("dislock: interrupted", file=sys.stderr)

@@ -14,11 +14,14 @@ Only the standard library and dislock's light core modules are imported here:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dislock.core import bounds, config
 from dislock.core.bounds import Bound
 from dislock.core.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from dislock.core.context import LockContext
 
 Reader = Callable[[str, str], Any]
 """``(variable name, its non-blank text)`` to the value, or ConfigurationError."""
@@ -316,7 +319,7 @@ VARIABLES: tuple[Variable, ...] = (
 variable aside: its name is the wrapper's first argument)."""
 
 
-def environment(context: Any) -> dict[str, str]:
+def environment(context: LockContext) -> dict[str, str]:
     """The variables that give a wrapper ``context``'s settings (those it has a
     variable for and that are set), as text."""
     written = {

@@ -1,7 +1,8 @@
 """``dislockctl check``: validate the wrapper's environment (every variable it
-reads) and show what a run would do now, on the database's clock, acquiring
-nothing: the schedule's next fires, the lease's timing, the table's limits, a
-running lock delay and the state of the run's lock rows."""
+reads, as the wrapper does: ``dislock.cli.settings``) and show what a run would
+do now, on the database's clock, acquiring nothing: the schedule's next fires,
+the lease's timing, the table's limits, a running lock delay and the state of
+the run's lock rows."""
 
 from __future__ import annotations
 
@@ -30,7 +31,9 @@ def run(call: Call) -> int:
 def _check(conn: Any, settings: WrapperSettings) -> int:
     from psycopg import sql
 
-    from dislock.cli.admin import describe_expiry, format_duration, state_query
+    from dislock.cli.admin import describe_expiry, format_duration
+    from dislock.cli.lock_rows import states
+    from dislock.cli.sending import send
     from dislock.core.bounds import escape
     from dislock.core.cron import next_fires, slot_end
     from dislock.core.kinds import kind
@@ -47,7 +50,7 @@ def _check(conn: Any, settings: WrapperSettings) -> int:
     missing = {"key", "value", "expire_at", *(["fence"] if context.fencing else [])} - set(present)
     if not present or missing:
         # Let the usual diagnosis explain it, as the wrapper would meet it.
-        conn.execute(state_query(table_parts), {"keys": []})
+        send(conn, states(table_parts, []))
         conn.execute(
             sql.SQL("SELECT {} FROM {} LIMIT 0").format(
                 sql.SQL(", ").join(sql.Identifier(name) for name in sorted(missing)),
@@ -118,13 +121,10 @@ def _check(conn: Any, settings: WrapperSettings) -> int:
         for name in settings.strategies
     }
     paused = pause_key(context.lock_key)
-    found = dict(
-        (key, (owner, remaining))
-        for key, owner, remaining in conn.execute(
-            state_query(table_parts),
-            {"keys": [paused, *(key for group in keys.values() for key in group)]},
-        ).fetchall()
-    )
+    wanted = [paused, *(key for group in keys.values() for key in group)]
+    found = {
+        row.key: (row.owner, row.seconds_left) for row in send(conn, states(table_parts, wanted))
+    }
     busy = "wait" if context.wait_seconds > 0 else "skip"
     print("lock state")
     reason, left = found.get(paused, ("", 0.0))
@@ -162,6 +162,7 @@ def _print_max_ttl(
     """The table's maximum lease TTL; the refusal when the configured lease exceeds it."""
     from dislock.core.lease import LeaseSettings
     from dislock.core.limits import max_ttl_query, too_long
+    from dislock.core.variables import TTL
 
     cap, recorded = conn.execute(max_ttl_query(table)).fetchone()
     print(f"  max lease TTL   {cap:g} s" + ("" if recorded else " (the default)"))
@@ -171,7 +172,7 @@ def _print_max_ttl(
     if ttl <= cap:
         return None
     refusal = too_long(ttl, cap)
-    error(f"RUN_LOCK_TTL_SECONDS: {refusal}")
+    error(f"{TTL.name}: {refusal}")
     return refusal
 
 

@@ -36,6 +36,7 @@ from dislock import (
     LockContext,
     LockNotAcquiredError,
 )
+from dislock.core import variables
 
 T = TypeVar("T")
 
@@ -278,35 +279,13 @@ class CliDriver(Driver):
     def environment(cls, context: LockContext, strategies: Sequence[str]) -> dict[str, str]:
         if context.next_run_time is not None:
             raise NotImplementedError("the CLI computes slots from CRON_SCHEDULE only")
-        env = {
+        return {
             **os.environ,
             cls.url_variable: context.url,
-            "LOCK_KEY": context.lock_key,
-            "LOCK_STRATEGY": ",".join(strategies),
-            "LOCK_TABLE": ".".join(context.table_parts),
-            "LOCK_JITTER_SECONDS": str(context.jitter_max_seconds),
-            "LOCK_ON_LEASE_LOSS": context.lease_loss_policy.value,
-            "LOCK_FENCING": "1" if context.fencing else "0",
-            "LOCK_CONNECT_PATIENCE_SECONDS": str(context.connect_patience_seconds),
-            "LOCK_WAIT_SECONDS": str(context.wait_seconds),
-            "LOCK_WAIT_POLL_SECONDS": str(context.wait_poll_seconds),
-            "LOCK_WAIT_LISTEN": {None: "auto", True: "1", False: "0"}[context.wait_listen],
-            "LOCK_SLOTS": str(context.slots),
-            "CRONJOB_LOCK_LOG_LEVEL": "INFO",
-            "LOCK_HISTORY": "1" if context.history else "0",
+            **variables.environment(context),
+            variables.STRATEGY.name: ",".join(strategies),
+            variables.LOG_LEVEL.name: "INFO",
         }
-        if context.history_table is not None:
-            env["LOCK_HISTORY_TABLE"] = ".".join(context.history_table)
-        optional = {
-            "CRON_SCHEDULE": context.schedule,
-            "RUN_LOCK_TTL_SECONDS": context.run_ttl_seconds,
-            "LOCK_LEASE_INTERVAL": context.lease_interval_seconds,
-        }
-        env.update({name: str(value) for name, value in optional.items() if value is not None})
-        zone = getattr(context.cron_tz, "key", None)
-        if zone is not None and not zone.startswith("/"):  # the context's IANA zone
-            env["CRON_TZ"] = zone
-        return env
 
     def hold(self, context: LockContext, strategies: Sequence[str]) -> Holding:
         run = self._tmp / uuid.uuid4().hex

@@ -3,7 +3,7 @@
 By the time ``dislock`` or ``dislockctl`` has its exit status, every lock is
 released, every connection closed and every line written.  What a normal exit
 still does is tear the interpreter down module by module: in a process that
-imported psycopg that costs about 18 ms (measured in ``benchmarks/run.py``),
+imported psycopg that costs about 18 ms (measured in ``benchmarks/cli.py``),
 more than everything dislock itself adds to a run, and nobody can observe it.
 The exit handlers still run (``atexit``: logging's last flush, and coverage's
 data file when the tests measure a subprocess).

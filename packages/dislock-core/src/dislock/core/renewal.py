@@ -15,7 +15,7 @@ the first failure of a run of them in full and then one line with their count
 when renewals succeed again or the lease is lost (``count_failure``,
 ``recovery_summary``, ``failure_summary``), so that the loss is not buried.
 
-``renewal_listeners`` lets a measurement (``benchmarks/run.py``) see each
+``renewal_listeners`` lets a measurement (``benchmarks/scale.py``) see each
 renewal that succeeded without parsing the renewer's debug log.
 """
 

@@ -11,7 +11,9 @@ import pytest
 from psycopg.conninfo import make_conninfo
 
 from dislock.cli.admin import init_statements
+from dislock.core.history import create_history, history_table
 from tests.support.drivers import AioDriver, CliDriver, Driver, SyncDriver
+from tests.support.proxy import AnswerCutter
 
 _DRIVERS: dict[str, type[Driver]] = {"sync": SyncDriver, "aio": AioDriver, "cli": CliDriver}
 
@@ -41,6 +43,22 @@ def tagged_url(database_url: str) -> str:
     """A URL of its own (its own ``application_name``), so that the connection the
     locks share is this test's alone and its server processes can be told apart."""
     return make_conninfo(database_url, application_name=f"dislock-test-{uuid.uuid4().hex[:8]}")
+
+
+@pytest.fixture
+def cutter(database_url: str) -> Iterator[AnswerCutter]:
+    """A proxy to the test server that breaks the connection under a chosen statement."""
+    with AnswerCutter(database_url) as proxy:
+        yield proxy
+
+
+@pytest.fixture
+def history(db: psycopg.Connection[Any], lock_table: tuple[str, str]) -> tuple[str, ...]:
+    """The test's history table, created as `dislockctl init --history` does."""
+    table = history_table(lock_table)
+    for statement in create_history(table):
+        db.execute(statement)
+    return table
 
 
 @pytest.fixture

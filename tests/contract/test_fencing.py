@@ -10,7 +10,6 @@ import psycopg
 import pytest
 from psycopg import sql
 
-import dislock
 from dislock import LeaseLostError, LockContext
 from dislock.core.rows import lease_key, schedule_key
 from tests.support.drivers import Driver
@@ -95,19 +94,3 @@ def test_without_fencing_no_token_is_exported(
     context = make_context(**LEASE)
     assert driver.run_with_locks(["sh", "-c", script], context, ["lease"]) == 0
     assert out.read_text().strip() == f"{context.lock_key}:unset"
-
-
-def test_session_token_is_the_lease_s_in_any_order(
-    make_context: MakeContext, fenced: tuple[str, str]
-) -> None:
-    context = make_context(
-        schedule="0 0 1 1 *", fencing=True, run_ttl_seconds=5.0, lease_interval_seconds=1.0
-    )
-    lease, slot = dislock.LeaseLock(context), dislock.ScheduleLock(context)
-    with lease:
-        pass  # the lease's counter moves ahead of the slot's
-    with slot, lease:
-        assert lease.fence is not None and slot.fence is not None and lease.fence != slot.fence
-        for locks in ((slot, lease), (lease, slot)):
-            assert dislock.LockSession(locks).fencing_token == lease.fence
-        assert dislock.LockSession((slot,)).fencing_token == slot.fence

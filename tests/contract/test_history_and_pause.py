@@ -12,11 +12,11 @@ import pytest
 from psycopg import sql
 
 from dislock import LockContext, LockNotAcquiredError, LockPausedError
-from dislock.core.history import create_history, history_table
+from dislock.core.history import history_table
 from dislock.core.pause import UNTIL_RESUMED, pause_params, pause_statement
 from dislock.core.rows import lease_key, pause_key, schedule_key
 from tests.support.drivers import Driver
-from tests.support.rows import Rows
+from tests.support.rows import Rows, history_runs
 
 MakeContext = Callable[..., LockContext]
 # Frequent renewals; a TTL that leaves a loaded machine over a second of stalled
@@ -37,26 +37,6 @@ def pause(
     db.execute(
         pause_statement(table, for_interval=seconds is not None), pause_params(key, reason, **end)
     )
-
-
-@pytest.fixture
-def history(db: psycopg.Connection[Any], lock_table: tuple[str, str]) -> tuple[str, ...]:
-    """The test's history table, created as `dislockctl init --history` does."""
-    table = history_table(lock_table)
-    for statement in create_history(table):
-        db.execute(statement)
-    return table
-
-
-def runs(db: psycopg.Connection[Any], table: tuple[str, ...], key: str) -> list[dict[str, Any]]:
-    cursor = db.execute(
-        sql.SQL(
-            "SELECT *, ended_at >= started_at AS ordered FROM {} WHERE lock_key = %s ORDER BY id"
-        ).format(sql.Identifier(*table)),
-        (key,),
-    )
-    names = [column.name for column in cursor.description or []]
-    return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
 
 @pytest.mark.parametrize("strategies", [["schedule"], ["lease"], ["schedule", "lease"]])
@@ -131,7 +111,7 @@ def test_history_records_each_run_with_its_outcome(
     assert driver.run_with_locks(["true"], context, ["lease"]) == 0
     assert driver.run_with_locks(["sh", "-c", "exit 3"], context, ["lease"]) == 3
     assert driver.run_with_locks(["sh", "-c", "kill -TERM $$"], context, ["lease"]) == 143
-    recorded = runs(db, history, context.lock_key)
+    recorded = history_runs(db, history, context.lock_key)
     assert [(r["outcome"], r["exit_code"], r["signal"]) for r in recorded] == [
         ("ok", 0, None),
         ("failed", 3, None),
@@ -156,7 +136,7 @@ def test_history_records_the_schedule_slot(
     assert driver.run_with_locks(["true"], context, ["schedule"]) == 0
     with pytest.raises(LockNotAcquiredError):
         driver.run_with_locks(["true"], context, ["schedule"])  # a skip is not a run
-    (run,) = runs(db, history, context.lock_key)
+    (run,) = history_runs(db, history, context.lock_key)
     assert run["modes"] == "schedule" and run["outcome"] == "ok"
     assert (run["slot_end"].month, run["slot_end"].day, run["slot_end"].hour) == (1, 1, 0)
 
@@ -178,7 +158,7 @@ def test_history_of_a_block_that_failed_or_lost_its_lease(
     assert held.wait_lease_lost(10)
     with pytest.raises(Exception, match="lost"):
         held.release()
-    assert [r["outcome"] for r in runs(db, history, context.lock_key)] == [
+    assert [r["outcome"] for r in history_runs(db, history, context.lock_key)] == [
         "failed",
         "lease_lost",
     ]
@@ -199,25 +179,6 @@ def test_a_history_that_cannot_be_written_does_not_stop_the_run(
         "SELECT to_regclass(%s)", (sql.Identifier(*history_table(lock_table)).as_string(None),)
     ).fetchone()
     assert found == (None,)
-
-
-def test_history_writes_commit_asynchronously_and_leave_the_session_as_it_was(
-    db: psycopg.Connection[Any], history: tuple[str, ...]
-) -> None:
-    """The history statements turn off synchronous_commit for their own transaction
-    only: the connection they share with lock statements stays durable."""
-    from dislock.core import history as statements
-    from tests.support.exchanges import send
-
-    start = statements.start(
-        history, lock_key="k", modes=["lease"], slot_end=None, owner="o", host="h", pid=1, cron=None
-    )
-    run_id = send(db, start)
-    assert db.execute("SHOW synchronous_commit").fetchone() == ("on",)
-    send(db, statements.end(history, run_id, statements.RunEnd("ok", 0)))
-    assert db.execute("SHOW synchronous_commit").fetchone() == ("on",)
-    (run,) = runs(db, history, "k")
-    assert (run["outcome"], run["exit_code"], run["ordered"]) == ("ok", 0, True)
 
 
 def test_a_pause_is_not_waited_for_and_stops_every_slot(
@@ -241,3 +202,46 @@ def test_a_pause_is_not_waited_for_and_stops_every_slot(
     with pytest.raises(LockNotAcquiredError, match="paused until resumed: maintenance"):
         driver.hold(slotted, ["lease"])
     assert rows.get(lease_key(waiting.lock_key)) is None
+
+
+# -- the run history of a lock entered on its own (the Python API) ----------------
+
+
+def recorded(db: psycopg.Connection[Any], table: tuple[str, ...], key: str) -> list[Any]:
+    return db.execute(
+        sql.SQL("SELECT modes, outcome, slot_end FROM {} WHERE lock_key = %s ORDER BY id").format(
+            sql.Identifier(*table)
+        ),
+        (key,),
+    ).fetchall()
+
+
+@pytest.mark.needs("python-api")
+@pytest.mark.parametrize("kind", ["schedule", "lease"])
+def test_a_lock_entered_on_its_own_records_its_run(
+    driver: Driver,
+    make_context: MakeContext,
+    db: psycopg.Connection[Any],
+    history: tuple[str, ...],
+    kind: str,
+) -> None:
+    context = make_context(history=True, schedule=YEARLY, **LEASE)
+    driver.hold_lock(kind, context).release()
+    ((modes, outcome, slot_end),) = recorded(db, history, context.lock_key)
+    assert modes == kind and outcome == "ok"
+    assert (slot_end is not None) == (kind == "schedule")
+
+
+@pytest.mark.needs("python-api")
+def test_acquire_locks_records_one_run_for_all_its_locks(
+    driver: Driver,
+    make_context: MakeContext,
+    db: psycopg.Connection[Any],
+    history: tuple[str, ...],
+) -> None:
+    context = make_context(history=True, schedule=YEARLY, **LEASE)
+    holding = driver.hold(context, ["schedule", "lease"])
+    with pytest.raises(ValueError, match="boom"):
+        holding.release(ValueError("boom"))
+    ((modes, outcome, _),) = recorded(db, history, context.lock_key)
+    assert modes == "schedule,lease" and outcome == "failed"

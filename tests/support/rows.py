@@ -17,6 +17,21 @@ def released_owner(value: str) -> str | None:
     return value.removesuffix(RELEASED_MARK) if value.endswith(RELEASED_MARK) else None
 
 
+def history_runs(
+    db: psycopg.Connection[Any], table: tuple[str, ...], key: str
+) -> list[dict[str, Any]]:
+    """The rows of run history ``table`` for ``key``, oldest first, each with
+    ``ordered``: whether it ended no earlier than it started."""
+    cursor = db.execute(
+        sql.SQL(
+            "SELECT *, ended_at >= started_at AS ordered FROM {} WHERE lock_key = %s ORDER BY id"
+        ).format(sql.Identifier(*table)),
+        (key,),
+    )
+    names = [column.name for column in cursor.description or []]
+    return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+
 @dataclass(frozen=True)
 class Row:
     value: str

@@ -31,7 +31,9 @@ def run(call: Call) -> int:
 def _check(conn: Any, settings: WrapperSettings) -> int:
     from psycopg import sql
 
-    from dislock.cli.admin import describe_expiry, format_duration, state_query
+    from dislock.cli.admin import describe_expiry, format_duration
+    from dislock.cli.lock_rows import states
+    from dislock.cli.sending import send
     from dislock.core.bounds import escape
     from dislock.core.cron import next_fires, slot_end
     from dislock.core.kinds import kind
@@ -48,7 +50,7 @@ def _check(conn: Any, settings: WrapperSettings) -> int:
     missing = {"key", "value", "expire_at", *(["fence"] if context.fencing else [])} - set(present)
     if not present or missing:
         # Let the usual diagnosis explain it, as the wrapper would meet it.
-        conn.execute(state_query(table_parts), {"keys": []})
+        send(conn, states(table_parts, []))
         conn.execute(
             sql.SQL("SELECT {} FROM {} LIMIT 0").format(
                 sql.SQL(", ").join(sql.Identifier(name) for name in sorted(missing)),
@@ -119,13 +121,10 @@ def _check(conn: Any, settings: WrapperSettings) -> int:
         for name in settings.strategies
     }
     paused = pause_key(context.lock_key)
-    found = dict(
-        (key, (owner, remaining))
-        for key, owner, remaining in conn.execute(
-            state_query(table_parts),
-            {"keys": [paused, *(key for group in keys.values() for key in group)]},
-        ).fetchall()
-    )
+    wanted = [paused, *(key for group in keys.values() for key in group)]
+    found = {
+        row.key: (row.owner, row.seconds_left) for row in send(conn, states(table_parts, wanted))
+    }
     busy = "wait" if context.wait_seconds > 0 else "skip"
     print("lock state")
     reason, left = found.get(paused, ("", 0.0))

@@ -1,6 +1,6 @@
-"""Contract: the decorators (``with_locks``, ``acquire_locks`` on a function), the
-short form's defaults, a lost lease cancelling guarded asyncio code, and the run
-history of a lock entered on its own, on both Python flavours."""
+"""The decorators (``with_locks``, ``acquire_locks`` on a function), the short
+form's defaults and a lost lease cancelling guarded asyncio code, on each Python
+flavour in turn (the CLI has no decorators)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import psycopg
 import pytest
-from psycopg import sql
 
 import dislock
 import dislock.aio
@@ -24,9 +22,7 @@ from dislock import (
     LockContext,
     LockNotAcquiredError,
 )
-from dislock.core.history import create_history, history_table
 from dislock.core.rows import lease_key, schedule_key
-from tests.support.drivers import Driver
 from tests.support.rows import Rows
 
 MakeContext = Callable[..., LockContext]
@@ -309,51 +305,3 @@ def test_short_form_mistakes_fail_as_the_function_is_decorated(
 
 
 # -- history of a lock entered on its own --------------------------------------------
-
-
-@pytest.fixture
-def history(db: psycopg.Connection[Any], lock_table: tuple[str, str]) -> tuple[str, ...]:
-    table = history_table(lock_table)
-    for statement in create_history(table):
-        db.execute(statement)
-    return table
-
-
-def recorded(db: psycopg.Connection[Any], table: tuple[str, ...], key: str) -> list[Any]:
-    return db.execute(
-        sql.SQL("SELECT modes, outcome, slot_end FROM {} WHERE lock_key = %s ORDER BY id").format(
-            sql.Identifier(*table)
-        ),
-        (key,),
-    ).fetchall()
-
-
-@pytest.mark.needs("python-api")
-@pytest.mark.parametrize("kind", ["schedule", "lease"])
-def test_a_lock_entered_on_its_own_records_its_run(
-    driver: Driver,
-    make_context: MakeContext,
-    db: psycopg.Connection[Any],
-    history: tuple[str, ...],
-    kind: str,
-) -> None:
-    context = make_context(history=True, schedule=YEARLY, **LEASE)
-    driver.hold_lock(kind, context).release()
-    ((modes, outcome, slot_end),) = recorded(db, history, context.lock_key)
-    assert modes == kind and outcome == "ok"
-    assert (slot_end is not None) == (kind == "schedule")
-
-
-@pytest.mark.needs("python-api")
-def test_acquire_locks_records_one_run_for_all_its_locks(
-    driver: Driver,
-    make_context: MakeContext,
-    db: psycopg.Connection[Any],
-    history: tuple[str, ...],
-) -> None:
-    context = make_context(history=True, schedule=YEARLY, **LEASE)
-    holding = driver.hold(context, ["schedule", "lease"])
-    with pytest.raises(ValueError, match="boom"):
-        holding.release(ValueError("boom"))
-    ((modes, outcome, _),) = recorded(db, history, context.lock_key)
-    assert modes == "schedule,lease" and outcome == "failed"

@@ -1,0 +1,1 @@
+"""Contract tests that only one implementation, or the SQL itself, can express."""

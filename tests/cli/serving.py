@@ -23,7 +23,7 @@ from psycopg import sql
 from dislock.core.pause import pause_params, pause_statement
 from dislock.core.rows import lease_key
 from tests.cli.conftest import DISLOCK
-from tests.support.eventually import wait_for
+from tests.support.eventually import eventually, wait_for
 
 CTL = [sys.executable, "-m", "dislock.cli.ctl"]
 LISTENING = re.compile(r"listening on (http://\S+/)")
@@ -216,8 +216,9 @@ def make_fleet(env: dict[str, str], db: psycopg.Connection[Any], tmp: Path) -> F
     abandoned = sql.SQL("SELECT expire_at > NOW() FROM {} WHERE key = %s").format(
         sql.Identifier(schema, table)
     )
-    deadline = time.monotonic() + 30
-    while db.execute(abandoned, (lease_key(fleet.abandoned),)).fetchone() != (False,):
-        assert time.monotonic() < deadline, "the abandoned lease did not run out"
-        time.sleep(0.1)
+    eventually(
+        lambda: db.execute(abandoned, (lease_key(fleet.abandoned),)).fetchone() == (False,),
+        interval=0.1,
+        message="the abandoned lease did not run out",
+    )
     return fleet

@@ -12,6 +12,7 @@ import psycopg
 import pytest
 
 from tests.cli.conftest import DISLOCK, RunCli
+from tests.support.eventually import eventually
 from tests.support.herd import pgbouncer, pgbouncer_available
 
 HERD = 24
@@ -50,17 +51,21 @@ def stampede(env: dict[str, str], tmp_path: Path, blockers: int) -> None:
     try:
         # Python takes a while to start 24 times on a loaded machine: free the
         # slots only once every wrapper is about to connect (libpq is loaded).
-        deadline = time.monotonic() + 60
-        while sum(about_to_connect(process) for process in processes) < HERD:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        eventually(
+            lambda: sum(about_to_connect(process) for process in processes) >= HERD,
+            timeout=60,
+            interval=0.05,
+            message="not every wrapper came to connect",
+        )
         time.sleep(2.0)
         for conn in busy:
             conn.close()
-        deadline = time.monotonic() + 120
-        while sum(process.poll() is not None for process in processes) < HERD - 1:
-            assert time.monotonic() < deadline, "the herd did not decide within 120 s"
-            time.sleep(0.05)
+        eventually(
+            lambda: sum(process.poll() is not None for process in processes) >= HERD - 1,
+            timeout=120,
+            interval=0.05,
+            message="the herd did not decide",
+        )
         release.touch()
         outcomes = [(process.wait(60), *process.communicate()) for process in processes]
     finally:

@@ -18,7 +18,7 @@ from psycopg import sql
 from dislock import LeaseLock, LockContext
 from dislock.cli.admin import init_statements
 from dislock.core.rows import lease_key
-from tests.support.eventually import wait_for
+from tests.support.eventually import eventually, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 TTL = 1.0
@@ -99,10 +99,11 @@ def test_paused_holder_write_is_rejected_and_the_new_holder_write_kept(
         expired = sql.SQL("SELECT expire_at <= NOW() FROM {} WHERE key = %s").format(
             sql.Identifier(*lock_table)
         )
-        deadline = time.monotonic() + 30
-        while db.execute(expired, (lease_key(lock_key),)).fetchone() != (True,):
-            assert time.monotonic() < deadline, "the frozen holder's lease did not run out"
-            time.sleep(0.05)
+        eventually(
+            lambda: db.execute(expired, (lease_key(lock_key),)).fetchone() == (True,),
+            interval=0.05,
+            message="the frozen holder's lease did not run out",
+        )
         context = LockContext(
             url=database_url,
             table_parts=list(lock_table),

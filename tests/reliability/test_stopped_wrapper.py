@@ -36,6 +36,7 @@ from psycopg import sql
 from dislock.core.lease import safety_margin
 from dislock.core.rows import lease_key
 from tests.cli.conftest import DISLOCK
+from tests.support.eventually import eventually
 
 TTL = 3.0
 INTERVAL = 0.3
@@ -82,10 +83,11 @@ class Beats:
         return int(self._lines()[0].split()[1])
 
     def wait_running(self, beats: int = 3, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while len(self.times()) < beats:
-            assert time.monotonic() < deadline, f"{self.path}: the command did not start"
-            time.sleep(0.02)
+        eventually(
+            lambda: len(self.times()) >= beats,
+            timeout=timeout,
+            message=f"{self.path}: the command did not start",
+        )
 
 
 def state(pid: int) -> str | None:
@@ -97,10 +99,12 @@ def state(pid: int) -> str | None:
 
 def wait_dead(pid: int, timeout: float) -> float:
     """The monotonic instant at which ``pid`` was seen dead (a zombie counts)."""
-    deadline = time.monotonic() + timeout
-    while state(pid) not in (None, "Z", "X"):
-        assert time.monotonic() < deadline, f"pid {pid} still runs after {timeout} s"
-        time.sleep(0.01)
+    eventually(
+        lambda: state(pid) in (None, "Z", "X"),
+        timeout=timeout,
+        interval=0.01,
+        message=f"pid {pid} still runs",
+    )
     return time.monotonic()
 
 

@@ -26,6 +26,7 @@ import dislock.aio
 from dislock import LEASE_LOST_EXIT_CODE, LockContext
 from dislock.core.rows import lease_key
 from dislock.core.supervision import KILL_GRACE
+from tests.support.eventually import eventually
 from tests.support.rows import Rows
 from tests.support.supervising import supervise_losing_the_lease
 
@@ -120,10 +121,7 @@ def test_a_zombie_left_in_the_group_does_not_hold_up_stopping_on_lease_loss(
     stolen: list[float] = []
 
     def steal() -> None:
-        deadline = time.monotonic() + 30
-        while not ready.exists():
-            assert time.monotonic() < deadline, "the command did not start"
-            time.sleep(0.01)
+        eventually(ready.exists, interval=0.01, message="the command did not start")
         rows.steal(lease_key(ctx.lock_key))
         stolen.append(time.monotonic())
 

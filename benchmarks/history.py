@@ -23,6 +23,8 @@ from benchmarks.cycle import cycle_context
 from benchmarks.rows import Row, met
 from benchmarks.timing import ROUNDS, interleaved, median_ms
 from benchmarks.wrapper import editable_dislock, wrapper_env
+from dislock.cli.sending import send
+from dislock.core.exchange import Exchange
 from dislock.core.lock_statements import statements as lock_statements
 
 HISTORY_ROWS = 1_000_000
@@ -133,6 +135,11 @@ def query_ms(run: Callable[[], object]) -> float:
     return median_ms(samples)
 
 
+def explain(conn: psycopg.Connection[Any], exchange: Exchange[Any]) -> list[Any]:
+    """The plan of ``exchange``'s statement with its parameters."""
+    return conn.execute(b"EXPLAIN " + exchange.query.as_bytes(conn), exchange.params).fetchall()
+
+
 def history_rows(url: str, cycles: int, rows: int) -> list[Row]:
     from dislock.cli import missed_slots, run_history
     from dislock.core.history import create_history
@@ -155,15 +162,10 @@ def history_rows(url: str, cycles: int, rows: int) -> list[Row]:
         conn.execute("VACUUM ANALYZE key_value_history")
         locks = ("key_value",)
 
-        by_key = run_history.runs_query(history, locks, by_key=True)
-        every = run_history.runs_query(history, locks, by_key=False)
-        day = run_history.runs_params("job-7", timedelta(hours=24), 100)
-        key_ms = query_ms(lambda: conn.execute(by_key, day).fetchall())
-        all_ms = query_ms(
-            lambda: conn.execute(
-                every, run_history.runs_params(None, timedelta(hours=24), 100)
-            ).fetchall()
-        )
+        by_key = run_history.runs(history, locks, "job-7", timedelta(hours=24), 100)
+        every = run_history.runs(history, locks, None, timedelta(hours=24), 100)
+        key_ms = query_ms(lambda: send(conn, by_key))
+        all_ms = query_ms(lambda: send(conn, every))
 
         def missed() -> object:
             (now,) = conn.execute("SELECT NOW()").fetchone()  # type: ignore[misc]
@@ -184,15 +186,12 @@ def history_rows(url: str, cycles: int, rows: int) -> list[Row]:
             " ON CONFLICT DO NOTHING",
             (HISTORY_KEYS,),
         )
-        latest = run_history.latest_query(history, locks)
-        latest_ms = query_ms(lambda: conn.execute(latest).fetchall())
+        latest = run_history.latest(history, locks)
+        latest_ms = query_ms(lambda: send(conn, latest))
         conn.execute("DELETE FROM key_value WHERE key LIKE 'cronjob-lock:schedule:job-%'")
         plans = {
-            "history KEY": conn.execute(b"EXPLAIN " + by_key.as_bytes(conn), day).fetchall(),
-            "history": conn.execute(
-                b"EXPLAIN " + every.as_bytes(conn),
-                run_history.runs_params(None, timedelta(hours=24), 100),
-            ).fetchall(),
+            "history KEY": explain(conn, by_key),
+            "history": explain(conn, every),
         }
         for name, plan in plans.items():
             print(f"EXPLAIN {name}:\n" + "\n".join(str(line[0]) for line in plan), file=sys.stderr)
@@ -247,7 +246,7 @@ def history_rows(url: str, cycles: int, rows: int) -> list[Row]:
         ),
         Row(
             f"newest run and newest success of each of {HISTORY_KEYS:,} keys"
-            f" (`dislock.cli.run_history.latest_query`) with {rows:,} rows",
+            f" (`dislock.cli.run_history.latest`) with {rows:,} rows",
             "{query_ms:.1f} ms",
             "report",
             numbers={"query_ms": latest_ms},

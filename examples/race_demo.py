@@ -114,12 +114,12 @@ def main() -> int:
             ),
         ]
         # As `dislockctl DATABASE_URL ls` shows them (the states are dislockctl's own).
-        from dislock.cli.admin import LockRow, list_params, list_query
+        from dislock.cli.lock_rows import listing
+        from dislock.cli.sending import send
 
         with psycopg.connect(url, autocommit=True) as conn:
             print("Lock rows now (states on the database's clock, as `dislockctl ls` says them):")
-            for row in conn.execute(list_query(("key_value",)), list_params("")).fetchall():
-                lock = LockRow.from_row(row)
+            for lock in send(conn, listing(("key_value",))):
                 print(f"  {lock.key:<40} owner={lock.owner:<22} {lock.state}")
     return 0 if all(won) else 1
 

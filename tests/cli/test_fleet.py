@@ -471,7 +471,8 @@ def test_latest_run_and_success_per_key(
     ctl: Ctl, with_history: dict[str, str], run_cli: RunCli, db: psycopg.Connection[Any]
 ) -> None:
     """The per-key summary a fleet report (an exporter, a status page) reads."""
-    from dislock.cli.run_history import Latest, latest_query
+    from dislock.cli.run_history import latest as latest_runs
+    from dislock.cli.sending import send
 
     env = {**with_history, **LEASE}
     key = env["LOCK_KEY"]
@@ -481,13 +482,7 @@ def test_latest_run_and_success_per_key(
     assert run_cli(["DATABASE_URL", "true"], never).returncode == 0
     schema, table = with_history["LOCK_TABLE"].split(".")
     found = {
-        row.key: row
-        for row in (
-            Latest(*values)
-            for values in db.execute(
-                latest_query((schema, f"{table}_history"), (schema, table))
-            ).fetchall()
-        )
+        row.key: row for row in send(db, latest_runs((schema, f"{table}_history"), (schema, table)))
     }
     assert set(found) == {key, f"{key}-quiet"}
     latest = found[key]

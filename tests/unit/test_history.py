@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from dislock import ConfigurationError, LockContext, LockPausedError
-from dislock.cli.admin import LockRow
+from dislock.cli.lock_rows import LockRow
 from dislock.core.history import (
     RunEnd,
     create_history,

@@ -15,7 +15,7 @@ def test_history_writes_commit_asynchronously_and_leave_the_session_as_it_was(
 ) -> None:
     """The history statements turn off synchronous_commit for their own transaction
     only: the connection they share with lock statements stays durable."""
-    from tests.support.exchanges import send
+    from dislock.cli.sending import send
     from dislock.core import history as statements
 
     start = statements.start(

@@ -18,10 +18,10 @@ from psycopg import sql
 
 from dislock import LeaseLock, LockContext, LockNotAcquiredError, ScheduleLock
 from dislock.aio import LeaseLock as AioLeaseLock
-from dislock.cli.admin import list_params, list_query
+from dislock.cli.lock_rows import listing
+from dislock.cli.sending import send
 from dislock.core.failover import TIMELINE_KEY, TTL_KEY_PREFIX
 from dislock.core.rows import lease_key
-from tests.support.exchanges import send
 from tests.support.rows import Rows
 
 LONGEST = timedelta(seconds=30)
@@ -177,7 +177,7 @@ def test_metadata_rows_are_not_listed_as_locks(
 ) -> None:
     with lease(make_context, "listed"):
         pass
-    keys = [row[0] for row in db.execute(list_query(lock_table), list_params("")).fetchall()]
+    keys = [row.key for row in send(db, listing(lock_table))]
     assert keys == ["cronjob-lock:lease:listed"]
     assert set(metadata(db, lock_table)) == {TIMELINE_KEY, ttl_record(db)}
 

@@ -15,7 +15,7 @@ import pytest
 from psycopg import sql
 
 from dislock import LockContext
-from tests.support.exchanges import send
+from dislock.cli.sending import send
 from dislock.core.waiting import wake_key
 
 MakeContext = Callable[..., LockContext]

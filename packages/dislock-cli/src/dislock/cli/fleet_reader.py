@@ -12,7 +12,6 @@ from typing import Any, NamedTuple
 
 import psycopg
 
-from dislock.cli.admin import LockRow, list_params, list_query
 from dislock.cli.diagnosis import describe_database_error
 from dislock.cli.fleet_status import (
     MISSED_WINDOW,
@@ -21,8 +20,10 @@ from dislock.cli.fleet_status import (
     build_snapshot,
     lock_delay_end,
 )
+from dislock.cli.lock_rows import LockRow, listing
 from dislock.cli.missed_slots import from_first_run, missed_slots, split_covered
-from dislock.cli.run_history import Latest, latest_query, table_exists_query
+from dislock.cli.run_history import latest as latest_runs
+from dislock.cli.run_history import table_exists
 from dislock.cli.scrape import (
     RECENT_SECONDS,
     SCRAPE_CONNECT_TIMEOUT,
@@ -33,6 +34,7 @@ from dislock.cli.scrape import (
     scrape_statements,
     span_of_row,
 )
+from dislock.cli.sending import send
 from dislock.cli.slot_windows import ScheduleWindows
 from dislock.core.dsn import connection_kwargs, scrub
 
@@ -138,10 +140,7 @@ class FleetReader:
             assert found is not None
             now: datetime = found[0]
             since = now - MISSED_WINDOW
-            lock_rows = [
-                LockRow.from_row(row)
-                for row in conn.execute(list_query(self._table), list_params(""))
-            ]
+            lock_rows = send(conn, listing(self._table))
             latest = self._latest(conn, since)
             self._follow_runs(conn, since, [row.lock_key for row in latest])
             query, params = lock_delay_query(self._table)
@@ -157,9 +156,9 @@ class FleetReader:
         )
 
     def _latest(self, conn: psycopg.Connection[Any], since: datetime) -> list[LatestRow]:
-        """Each key's latest run (``latest_query``, as ``dislockctl`` reads it), with
-        the details the page and the missed-slot count need."""
-        found = [Latest(*row) for row in conn.execute(latest_query(self._history, self._table))]
+        """Each key's latest run (``run_history.latest``, as ``dislockctl`` reads it),
+        with the details the page and the missed-slot count need."""
+        found = send(conn, latest_runs(self._history, self._table))
         ids = [run.run_id for run in found if run.run_id is not None]
         details = {
             run_id: rest
@@ -279,9 +278,7 @@ class FleetReader:
                 (self._table, "lock table", "init"),
                 (self._history, "history table", "init --history"),
             ):
-                query, params = table_exists_query(table)
-                found = conn.execute(query, params).fetchone()
-                if not found or not found[0]:
+                if not send(conn, table_exists(table)):
                     return (
                         f"{what} {'.'.join(table)} does not exist; create it with"
                         f" `dislockctl URL_VARIABLE {create}`"

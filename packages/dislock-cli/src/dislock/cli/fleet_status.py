@@ -11,7 +11,8 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
-from dislock.cli.admin import MODES, LockRow
+from dislock.cli.admin import MODES
+from dislock.cli.lock_rows import LockRow
 
 MISSED_WINDOW = timedelta(hours=24)
 """``dislock_missed_slots`` counts the slots of the key's schedule that began in the

@@ -16,17 +16,11 @@ from typing import Any
 from psycopg import sql
 
 from dislock.cli import EXIT_FAILURE, EXIT_OK
+from dislock.cli.commands._call import columns
 from dislock.core import grant_catalog, grants
 from dislock.core.bounds import escape
 from dislock.core.bounds_policy import bounds_policy
 from dislock.core.limits import max_ttl_query, set_max_ttl
-
-
-def _columns(conn: Any, table: tuple[str, ...]) -> list[str]:
-    from dislock.cli.admin import columns_query
-
-    query, params = columns_query(table)
-    return [str(name) for (name,) in conn.execute(query, params).fetchall()]
 
 
 def _name(table: tuple[str, ...]) -> str:
@@ -49,8 +43,8 @@ def grant(
     print_sql: bool,
 ) -> int:
     """Give ``role`` ``access`` to the keys ``patterns`` match (replacing its earlier grant)."""
-    columns = _columns(conn, table)
-    if not columns:
+    found = columns(conn, table)
+    if not found:
         return _error(f"lock table {'.'.join(table)} does not exist: dislockctl init first")
     if conn.execute("SELECT FROM pg_roles WHERE rolname = %s", (role,)).fetchone() is None:
         return _error(
@@ -58,10 +52,10 @@ def grant(
             f" (CREATE ROLE {sql.Identifier(role).as_string(None)} LOGIN PASSWORD …)"
         )
     qualified = _qualified(conn, table)
-    history_parts = _qualified(conn, history) if _columns(conn, history) else None
+    history_parts = _qualified(conn, history) if columns(conn, history) else None
     try:
         granted = _grant_in_one_transaction(
-            conn, qualified, history_parts, role, access, patterns, columns, print_sql=print_sql
+            conn, qualified, history_parts, role, access, patterns, found, print_sql=print_sql
         )
     except _Refused as refusal:
         return _error(str(refusal))
@@ -154,7 +148,7 @@ def revoke(
 ) -> int:
     """Take ``role``'s grant away: it no longer sees or writes any row."""
     statements = grants.revoke_statements(
-        table, grants.check_role(role), history=history if _columns(conn, history) else None
+        table, grants.check_role(role), history=history if columns(conn, history) else None
     )
     if print_sql:
         for statement in statements:
@@ -171,7 +165,7 @@ def revoke(
 
 def list_grants(conn: Any, table: tuple[str, ...], *, as_json: bool) -> int:
     """Every role's grant on the table, with the table's maximum TTL."""
-    if not _columns(conn, table):
+    if not columns(conn, table):
         return _error(f"lock table {'.'.join(table)} does not exist: dislockctl init first")
     (secured,) = conn.execute(grant_catalog.security_query(), (_name(table),)).fetchone()
     max_ttl, recorded = conn.execute(max_ttl_query(table)).fetchone()

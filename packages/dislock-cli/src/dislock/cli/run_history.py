@@ -1,11 +1,11 @@
 """The run history as operators read it: runs with their derived state, each key's
 newest run, how the runs read their schedule, and pruning.
 
-``dislockctl history`` and ``check``, the exporter and a status page read these:
-``runs_query`` gives runs with their derived state (``running`` while the run's
-lock is still held by its owner, ``abandoned`` once it expired).  The statements
-a run writes are ``dislock.core.history``'s; which slots no run started in is
-``dislock.cli.missed_slots``.
+``dislockctl history`` and ``missed``, the exporter and a status page send these
+exchanges (``dislock.core.exchange``): ``runs`` answers runs with their derived
+state (``running`` while the run's lock is still held by its owner, ``abandoned``
+once it expired).  The statements a run writes are ``dislock.core.history``'s;
+which slots no run started in is ``dislock.cli.missed_slots``.
 """
 
 from __future__ import annotations
@@ -16,16 +16,23 @@ from typing import Any, NamedTuple
 
 from psycopg import sql
 
+from dislock.core.exchange import Exchange, Rows
 from dislock.core.rows import lease_key, schedule_key
 
 
-def table_exists_query(table_parts: tuple[str, ...]) -> tuple[str, tuple[str]]:
+def table_exists(table_parts: tuple[str, ...]) -> Exchange[bool]:
     """Whether a table exists, from the catalog (no rights on it needed)."""
-    return "SELECT to_regclass(%s) IS NOT NULL", (sql.Identifier(*table_parts).as_string(None),)
+    query = sql.SQL("SELECT to_regclass(%(table)s) IS NOT NULL")
+    return Exchange(query, {"table": sql.Identifier(*table_parts).as_string(None)}, _read_flag)
+
+
+def _read_flag(rows: Rows) -> bool:
+    ((flag,),) = rows
+    return bool(flag)
 
 
 class Run(NamedTuple):
-    """One run from the history, as ``runs_query`` returns it."""
+    """One run from the history, as ``runs`` answers it."""
 
     id: int
     key: str
@@ -71,11 +78,26 @@ def still_held(run: str, locks: tuple[str, ...]) -> sql.Composed:
     )
 
 
-def runs_query(history: tuple[str, ...], locks: tuple[str, ...], *, by_key: bool) -> sql.Composed:
-    """Runs started since %(since)s seconds ago (optionally of %(key)s), newest
-    first, at most %(limit)s; a run without an end is ``running`` while the lock
-    it took is still held by its owner (the lease when it had one, else the
-    schedule slot), ``abandoned`` once that lock expired."""
+def runs(
+    history: tuple[str, ...],
+    locks: tuple[str, ...],
+    key: str | None,
+    since: timedelta,
+    limit: int,
+) -> Exchange[list[Run]]:
+    """Runs started within ``since`` (of ``key``, or of every key), newest first,
+    at most ``limit``; a run without an end is ``running`` while the lock it took
+    is still held by its owner (the lease when it had one, else the schedule slot),
+    ``abandoned`` once that lock expired."""
+    params = {"key": key, "since": since.total_seconds(), "limit": limit}
+    return Exchange(_runs_query(history, locks, by_key=key is not None), params, _read_runs)
+
+
+def _read_runs(rows: Rows) -> list[Run]:
+    return [Run(*row) for row in rows]
+
+
+def _runs_query(history: tuple[str, ...], locks: tuple[str, ...], *, by_key: bool) -> sql.Composed:
     held = still_held("h", locks)
     key_filter = sql.SQL(" AND h.lock_key = %(key)s") if by_key else sql.SQL("")
     return sql.SQL(
@@ -92,15 +114,15 @@ def runs_query(history: tuple[str, ...], locks: tuple[str, ...], *, by_key: bool
     ).format(history=sql.Identifier(*history), held=held, key_filter=key_filter)
 
 
-def latest_query(history: tuple[str, ...], locks: tuple[str, ...]) -> sql.Composed:
+def latest(history: tuple[str, ...], locks: tuple[str, ...]) -> Exchange[list[Latest]]:
     """Per lock key with a schedule or lease row: its newest run (id, started_at,
-    ended_at, outcome as ``runs_query`` derives it, duration_seconds, host) and its
+    ended_at, outcome as ``runs`` derives it, duration_seconds, host) and its
     newest successful run's start and end.  Each lookup is an index scan of
     ``(lock_key, started_at DESC)``, so the cost grows with the number of keys,
     not with the history's length (an exporter's scrape, a status page)."""
     lease, slot = lease_key(""), schedule_key("")
     held = still_held("last", locks)
-    return sql.SQL(
+    query = sql.SQL(
         "SELECT keys.lock_key, last.id, last.started_at, last.ended_at,"
         " CASE WHEN last.id IS NULL THEN NULL WHEN last.ended_at IS NOT NULL THEN last.outcome"
         " WHEN {held} THEN 'running' ELSE 'abandoned' END,"
@@ -122,10 +144,15 @@ def latest_query(history: tuple[str, ...], locks: tuple[str, ...]) -> sql.Compos
         slot=sql.Literal(slot),
         held=held,
     )
+    return Exchange(query, {}, _read_latest)
+
+
+def _read_latest(rows: Rows) -> list[Latest]:
+    return [Latest(*row) for row in rows]
 
 
 class Latest(NamedTuple):
-    """A row of ``latest_query``; the run fields are None for a key that never ran."""
+    """A key's row of ``latest``; the run fields are None for a key that never ran."""
 
     key: str
     run_id: int | None
@@ -138,47 +165,63 @@ class Latest(NamedTuple):
     last_success_ended_at: datetime | None
 
 
-def runs_params(key: str | None, since: timedelta, limit: int) -> dict[str, Any]:
-    return {"key": key, "since": since.total_seconds(), "limit": limit}
-
-
-def known_key_query(history: tuple[str, ...], locks: tuple[str, ...]) -> sql.Composed:
-    """Whether %(key)s ever ran (history) or has a lock row."""
-    return sql.SQL(
+def known_key(history: tuple[str, ...], locks: tuple[str, ...], key: str) -> Exchange[bool]:
+    """Whether ``key`` ever ran (history) or has a lock row."""
+    query = sql.SQL(
         "SELECT EXISTS (SELECT FROM {history} WHERE lock_key = %(key)s)"
         " OR EXISTS (SELECT FROM {locks} WHERE key = ANY(%(rows)s))"
     ).format(history=sql.Identifier(*history), locks=sql.Identifier(*locks))
+    params = {"key": key, "rows": [schedule_key(key), lease_key(key)]}
+    return Exchange(query, params, _read_flag)
 
 
-def known_key_params(key: str) -> dict[str, Any]:
-    return {"key": key, "rows": [schedule_key(key), lease_key(key)]}
+class Recorded(NamedTuple):
+    """The schedule a key's newest run recorded, and the zone it was read in."""
+
+    cron: str
+    cron_tz: str | None
 
 
-def schedule_query(history: tuple[str, ...]) -> sql.Composed:
-    """The cron expression (and zone) recorded with %(key)s's newest run that had one."""
-    return sql.SQL(
+def recorded_schedule(history: tuple[str, ...], key: str) -> Exchange[Recorded | None]:
+    """The cron expression (and zone) recorded with ``key``'s newest run that had one."""
+    query = sql.SQL(
         "SELECT cron, cron_tz FROM {} WHERE lock_key = %(key)s AND cron IS NOT NULL"
         " ORDER BY started_at DESC LIMIT 1"
     ).format(sql.Identifier(*history))
+    return Exchange(query, {"key": key}, _read_recorded)
 
 
-def readings_query(history: tuple[str, ...]) -> sql.Composed:
-    """How the runs since %(since)s (of %(key)s, or of every key when it is NULL)
-    read their schedule: one row per key, cron expression and zone, with the number
-    of runs and the hosts that read it so.  A schedule read in different zones by
+def _read_recorded(rows: Rows) -> Recorded | None:
+    if not rows:
+        return None
+    ((cron, cron_tz),) = rows
+    return Recorded(str(cron), None if cron_tz is None else str(cron_tz))
+
+
+def readings_of(
+    history: tuple[str, ...], since: datetime, key: str | None
+) -> Exchange[list[Reading]]:
+    """How the runs since ``since`` (of ``key``, or of every key) read their
+    schedule: one row per key, cron expression and zone, with the number of runs
+    and the hosts that read it so.  A schedule read in different zones by
     different machines puts several real fires into one slot (or none), so a key
     with more than one reading is worth an operator's attention."""
-    return sql.SQL(
+    query = sql.SQL(
         "SELECT lock_key, cron, coalesce(cron_tz, 'UTC'), count(*),"
         " string_agg(DISTINCT host, ', ' ORDER BY host)"
         " FROM {} WHERE started_at >= %(since)s AND cron IS NOT NULL"
         " AND (%(key)s::text IS NULL OR lock_key = %(key)s::text)"
         " GROUP BY 1, 2, 3 ORDER BY 1, 4 DESC, 2, 3"
     ).format(sql.Identifier(*history))
+    return Exchange(query, {"key": key, "since": since}, _read_readings)
+
+
+def _read_readings(rows: Rows) -> list[Reading]:
+    return [Reading(*row) for row in rows]
 
 
 class Reading(NamedTuple):
-    """One way the runs of a key read its schedule (a row of ``readings_query``)."""
+    """One way the runs of a key read its schedule (a row of ``readings``)."""
 
     key: str
     cron: str
@@ -207,9 +250,15 @@ def describe_disagreement(key: str, readings: Sequence[Reading]) -> str:
     )
 
 
-def prune_query(history: tuple[str, ...]) -> sql.Composed:
-    """Delete runs started more than %(older)s seconds ago; returns how many."""
-    return sql.SQL(
+def prune(history: tuple[str, ...], older: timedelta) -> Exchange[int]:
+    """Delete the runs that started longer than ``older`` ago; answers how many."""
+    query = sql.SQL(
         "WITH gone AS (DELETE FROM {} WHERE started_at < NOW() - make_interval(secs => %(older)s)"
         " RETURNING 1) SELECT count(*) FROM gone"
     ).format(sql.Identifier(*history))
+    return Exchange(query, {"older": older.total_seconds()}, _read_count)
+
+
+def _read_count(rows: Rows) -> int:
+    ((count,),) = rows
+    return int(count)

@@ -103,18 +103,18 @@ def error(message: str) -> None:
 
 def columns(conn: Any, table: tuple[str, ...]) -> list[str]:
     """The columns of ``table`` (none: it does not exist)."""
-    from dislock.cli.admin import columns_query
+    from dislock.cli.lock_rows import columns as columns_of
+    from dislock.cli.sending import send
 
-    query, params = columns_query(table)
-    return [str(name) for (name,) in conn.execute(query, params).fetchall()]
+    return send(conn, columns_of(table))
 
 
 def history_exists(conn: Any, history: tuple[str, ...]) -> bool:
     """Whether the history table exists; if not, says how to create it."""
-    from dislock.cli.run_history import table_exists_query
+    from dislock.cli.run_history import table_exists
+    from dislock.cli.sending import send
 
-    query, params = table_exists_query(history)
-    if conn.execute(query, params).fetchone()[0]:
+    if send(conn, table_exists(history)):
         return True
     error(
         f"history table {'.'.join(history)} does not exist: create it with "

@@ -12,10 +12,10 @@ from dislock.cli.commands._call import error
 
 def unknown_key(conn: Any, table: tuple[str, ...], history: tuple[str, ...], key: str) -> bool:
     """Whether ``key`` has neither a recorded run nor a lock row; if so, says so."""
-    from dislock.cli.run_history import known_key_params, known_key_query
+    from dislock.cli.run_history import known_key
+    from dislock.cli.sending import send
 
-    known = conn.execute(known_key_query(history, table), known_key_params(key))
-    if known.fetchone()[0]:
+    if send(conn, known_key(history, table, key)):
         return False
     error(f"no run of {key!r} is recorded in {'.'.join(history)} and it has no lock row")
     return True
@@ -27,21 +27,12 @@ def warn_disagreements(
     """Warn (on stderr, so that --json output stays clean) about keys whose runs
     read their schedule in different zones or expressions; returns the readings of
     ``key`` (all of them, for --json)."""
-    from dislock.cli.run_history import (
-        Reading,
-        describe_disagreement,
-        disagreements,
-        readings_query,
-    )
+    from dislock.cli.run_history import describe_disagreement, disagreements, readings_of
+    from dislock.cli.sending import send
     from dislock.core.bounds import escape
 
     (now,) = conn.execute("SELECT NOW()").fetchone()
-    readings = [
-        Reading(*row)
-        for row in conn.execute(
-            readings_query(history), {"key": key, "since": now - since}
-        ).fetchall()
-    ]
+    readings = send(conn, readings_of(history, now - since, key))
     for found_key, found in disagreements(readings).items():
         print(f"dislockctl: {escape(describe_disagreement(found_key, found))}", file=sys.stderr)
     return readings

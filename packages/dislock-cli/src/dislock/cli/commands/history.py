@@ -52,9 +52,10 @@ def run(call: Call) -> int:
 
 def _prune(conn: Any, history: tuple[str, ...], older: timedelta) -> int:
     from dislock.cli.admin import format_duration
-    from dislock.cli.run_history import prune_query
+    from dislock.cli.run_history import prune
+    from dislock.cli.sending import send
 
-    (count,) = conn.execute(prune_query(history), {"older": older.total_seconds()}).fetchone()
+    count = send(conn, prune(history, older))
     print(
         f"deleted {count} run(s) started more than {format_duration(older.total_seconds())}"
         f" ago from {'.'.join(history)}"
@@ -73,16 +74,12 @@ def _history(
 ) -> int:
     from dislock.cli.admin import format_duration
     from dislock.cli.history_report import dump, render_runs
-    from dislock.cli.run_history import Run, runs_params, runs_query
+    from dislock.cli.run_history import runs as runs_of
+    from dislock.cli.sending import send
 
     if key is not None and unknown_key(conn, table, history, key):
         return EXIT_FAILURE
-    runs = [
-        Run(*row)
-        for row in conn.execute(
-            runs_query(history, table, by_key=key is not None), runs_params(key, since, limit)
-        ).fetchall()
-    ]
+    runs = send(conn, runs_of(history, table, key, since, limit))
     if as_json:
         print(dump([run.as_json() for run in runs]))
     elif runs:

@@ -22,12 +22,11 @@ def run(call: Call) -> int:
 
 
 def _list(conn: Any, table: tuple[str, ...], prefix: str, as_json: bool) -> int:
-    from dislock.cli.admin import LockRow, list_params, list_query, render_json, render_table
+    from dislock.cli.admin import render_json, render_table
+    from dislock.cli.lock_rows import listing
+    from dislock.cli.sending import send
 
-    rows = [
-        LockRow.from_row(row)
-        for row in conn.execute(list_query(table), list_params(prefix)).fetchall()
-    ]
+    rows = send(conn, listing(table, prefix))
     if as_json:
         print(render_json(rows))
         return EXIT_OK

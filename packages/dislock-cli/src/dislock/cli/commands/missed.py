@@ -78,25 +78,26 @@ def _missed(
         split_covered,
         starts_query,
     )
-    from dislock.cli.run_history import schedule_query
+    from dislock.cli.run_history import recorded_schedule
+    from dislock.cli.sending import send
     from dislock.core.cron_zone import cron_zone, load_zone, recorded_zone
     from dislock.core.errors import ConfigurationError
 
     schedule, zone = asked.schedule, asked.zone
     if schedule is None:
-        recorded = conn.execute(schedule_query(history), {"key": key}).fetchone()
+        recorded = send(conn, recorded_schedule(history, key))
         if recorded is None:
             if unknown_key(conn, table, history, key):
                 return EXIT_FAILURE
             error(f"no run of {key!r} recorded a schedule: pass --schedule CRON")
             return EXIT_USAGE
-        schedule = str(recorded[0])
-        if zone is None and recorded[1] is not None:
+        schedule = recorded.cron
+        if zone is None and recorded.cron_tz is not None:
             try:
                 # Any machine writing the history chose this text: an IANA name only,
                 # never a path (a FIFO there would hang this command), as serve reads it.
-                recorded_zone(recorded[1])
-                zone = load_zone(recorded[1], name="the recorded cron_tz")
+                recorded_zone(recorded.cron_tz)
+                zone = load_zone(recorded.cron_tz, name="the recorded cron_tz")
             except ConfigurationError as exc:
                 error(f"{exc}; pass --tz")
                 return EXIT_USAGE

@@ -47,7 +47,8 @@ def _pause(
     pause_for: timedelta | None,
     until: datetime | None,
 ) -> int:
-    from dislock.cli.admin import state_query
+    from dislock.cli.lock_rows import states
+    from dislock.cli.sending import send
     from dislock.core.pause import UNTIL_RESUMED, describe_until, pause_params, pause_statement
     from dislock.core.rows import lease_key, schedule_key
 
@@ -67,9 +68,6 @@ def _pause(
         f"paused {lock_key!r} {describe_until(found[0])}{why}: every dislock wrapper skips it "
         "(dislock 0.1.0 wrappers do not know pauses)"
     )
-    known = conn.execute(
-        state_query(table), {"keys": [schedule_key(lock_key), lease_key(lock_key)]}
-    ).fetchall()
-    if not known:
+    if not send(conn, states(table, [schedule_key(lock_key), lease_key(lock_key)])):
         print(f"note: {lock_key!r} has no lock row yet; check its spelling", file=sys.stderr)
     return EXIT_OK

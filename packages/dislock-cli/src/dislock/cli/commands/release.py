@@ -46,23 +46,18 @@ def _release(
     owner: str | None,
     slot: int | None,
 ) -> int:
-    from dislock.cli.admin import (
-        format_duration,
-        release_params,
-        release_query,
-        released_text,
-        state_query,
-    )
+    from dislock.cli.admin import format_duration, released_text
+    from dislock.cli.lock_rows import forced_release, release_keys, states
+    from dislock.cli.sending import send
     from dislock.core.bounds import escape
     from dislock.core.kinds import parse_row_key
 
     modes = (
         ("lease",) if slot is not None and mode == "all" else MODES if mode == "all" else (mode,)
     )
-    params = release_params(table, lock_key, modes, slot=slot, owner=owner)
-    released = conn.execute(release_query(table), params).fetchall()
+    released = send(conn, forced_release(table, lock_key, modes, slot=slot, owner=owner))
     if not released:
-        if not conn.execute(state_query(table), {"keys": params["keys"]}).fetchall():
+        if not send(conn, states(table, release_keys(lock_key, modes, slot))):
             # A typo is not a success.
             error(
                 f"no {' or '.join(modes)} lock row for {lock_key!r} "
@@ -73,7 +68,7 @@ def _release(
         which = f"slot {slot} of the lease" if slot is not None else " or ".join(modes)
         print(f"nothing to release: no {which} lock on {lock_key!r} is held{held_by}")
         return EXIT_OK
-    for key, value, remaining, _ in released:
+    for key, value, remaining in released:
         found, _, number = parse_row_key(key)
         what = "?" if found is None else found.name
         label = f"{what} slot {number}" if number > 1 or slot is not None else what

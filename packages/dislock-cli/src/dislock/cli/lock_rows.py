@@ -1,0 +1,237 @@
+"""The lock rows as ``dislockctl`` reads and force-releases them: each statement
+an exchange (``dislock.core.exchange``) whose reader returns typed rows.
+
+``ls``, ``check``, ``pause``, ``release`` and ``serve`` send these; how the rows
+are shown is ``dislock.cli.admin``'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from functools import lru_cache
+from typing import Any, NamedTuple
+
+from psycopg import sql
+
+from dislock.core import kinds
+from dislock.core.exchange import Exchange, Rows
+from dislock.core.rows import FORCED_MARK, RELEASED_MARK, pause_key
+from dislock.core.waiting import WAKE_CHANNEL, wake_key, wake_payload
+
+PAUSE = "pause"
+"""The mode ``ls`` gives a pause row (``dislockctl pause``)."""
+
+STATES = ("held", "released", "expired", "ended", "paused")
+"""What ``ls`` says of a row: ``held`` (live), ``released`` (let go cleanly by its
+holder, or by ``dislockctl release``), ``expired`` (a lease whose holder stopped
+renewing: abandoned), ``ended`` (a schedule slot that is over, as slots end), and
+``paused`` (a live ``dislockctl pause``)."""
+
+
+class RowState(NamedTuple):
+    """A lock row's owner (a pause's reason) and its seconds left (<= 0: not live)."""
+
+    key: str
+    owner: str
+    seconds_left: float
+
+
+class Released(NamedTuple):
+    """A row ``forced_release`` ended: who held it, and the seconds it had left."""
+
+    key: str
+    owner: str
+    seconds_left: float
+
+
+def columns(table_parts: tuple[str, ...]) -> Exchange[list[str]]:
+    """The lock table's column names, from the catalog (no rights on the table
+    needed); none if the table does not exist."""
+    query = sql.SQL(
+        "SELECT attname FROM pg_attribute"
+        " WHERE attrelid = to_regclass(%(table)s) AND attnum > 0 AND NOT attisdropped"
+        " ORDER BY attnum"
+    )
+    table = sql.Identifier(*table_parts).as_string(None)
+    return Exchange(query, {"table": table}, _read_names)
+
+
+def _read_names(rows: Rows) -> list[str]:
+    return [str(name) for (name,) in rows]
+
+
+@lru_cache(maxsize=16)
+def _list_query(table_parts: tuple[str, ...]) -> sql.Composed:
+    # ``fence`` is read through ``to_jsonb`` so that one query serves tables with
+    # and without the fencing column.
+    return sql.SQL(
+        "SELECT key, value, expire_at,"
+        " EXTRACT(EPOCH FROM (expire_at - NOW()))::float8,"
+        " (to_jsonb(held) ->> 'fence')::bigint"
+        " FROM {table} AS held"
+        " WHERE EXISTS (SELECT FROM unnest(%(prefixes)s::text[]) AS p (prefix)"
+        " WHERE starts_with(key, p.prefix))"
+        " OR (key ~ %(slot_pattern)s"
+        " AND starts_with(regexp_replace(key, %(slot_pattern)s, ''), %(prefix)s))"
+        # A pause that ran out is inert: not shown.
+        " OR (starts_with(key, %(pause_prefix)s) AND expire_at > NOW())"
+        " ORDER BY key"
+    ).format(table=sql.Identifier(*table_parts))
+
+
+def listing(table_parts: tuple[str, ...], prefix: str = "") -> Exchange[list[LockRow]]:
+    """Every lock row whose lock key starts with ``prefix``, on the database clock:
+    the rows of every kind, the extra slots of N-holder leases, and live pauses."""
+    params = {
+        "prefixes": [kind.row_key(prefix) for kind in kinds.KINDS],
+        "prefix": prefix,
+        "slot_pattern": _slot_pattern(kinds.NAMES),
+        "pause_prefix": pause_key(prefix),
+    }
+    return Exchange(_list_query(table_parts), params, _read_lock_rows)
+
+
+def _read_lock_rows(rows: Rows) -> list[LockRow]:
+    return [LockRow.from_row(row) for row in rows]
+
+
+@lru_cache(maxsize=16)
+def _state_query(table_parts: tuple[str, ...]) -> sql.Composed:
+    return sql.SQL(
+        "SELECT key, value, EXTRACT(EPOCH FROM (expire_at - NOW()))::float8"
+        " FROM {table} WHERE key = ANY(%(keys)s)"
+    ).format(table=sql.Identifier(*table_parts))
+
+
+def states(table_parts: tuple[str, ...], keys: Sequence[str]) -> Exchange[list[RowState]]:
+    """The owner and seconds left of each row among ``keys`` that exists."""
+    return Exchange(_state_query(table_parts), {"keys": list(keys)}, _read_states)
+
+
+def _read_states(rows: Rows) -> list[RowState]:
+    return [RowState(str(key), str(value), float(left)) for key, value, left in rows]
+
+
+def _slot_pattern(modes: Sequence[str]) -> str | None:
+    """A regular expression matching the mode part of slot rows 2..N of ``modes``."""
+    slotted = [kinds.kind(mode).mode for mode in modes if kinds.kind(mode).renewed]
+    return f"^{kinds.KEY_PREFIX}:({'|'.join(slotted)})#[0-9]+:" if slotted else None
+
+
+@lru_cache(maxsize=16)
+def _release_query(table_parts: tuple[str, ...]) -> sql.Composed:
+    return sql.SQL(
+        "WITH target AS ("
+        " SELECT key, value, expire_at FROM {table}"
+        " WHERE (key = ANY(%(keys)s) OR (key ~ %(slot_pattern)s"
+        " AND regexp_replace(key, %(slot_pattern)s, '') = %(lock_key)s))"
+        " AND expire_at > NOW() AND (%(owner)s::text IS NULL OR value = %(owner)s::text)"
+        " FOR UPDATE)"
+        # Marked, so that ls tells a forced release from an abandoned lease.
+        " UPDATE {table} AS held SET expire_at = NOW(), value = held.value || {mark} FROM target"
+        " WHERE held.key = target.key"
+        " RETURNING held.key, target.value,"
+        " EXTRACT(EPOCH FROM (target.expire_at - NOW()))::float8,"
+        " pg_notify(%(channel)s, {wake})"
+    ).format(
+        table=sql.Identifier(*table_parts),
+        mark=sql.Literal(FORCED_MARK),
+        wake=wake_payload(sql.SQL("held.tableoid")),
+    )
+
+
+def release_keys(lock_key: str, modes: Sequence[str], slot: int | None = None) -> list[str]:
+    """The row keys of ``lock_key``'s ``modes`` (of one lease slot, if given)."""
+    if slot is None:
+        return [kinds.kind(mode).row_key(lock_key) for mode in modes]
+    return [kinds.kind(mode).row_key(lock_key, slot) for mode in modes]
+
+
+def forced_release(
+    table_parts: tuple[str, ...],
+    lock_key: str,
+    modes: Sequence[str],
+    *,
+    slot: int | None = None,
+    owner: str | None = None,
+) -> Exchange[list[Released]]:
+    """Force-expire the held rows of ``lock_key``'s ``modes`` (every slot of a lease
+    unless ``slot`` names one; only those ``owner`` holds, if given), marked so that
+    ``ls`` tells them from abandoned ones; the lease's waiters are woken, as by a
+    holder's own release."""
+    params = {
+        "keys": release_keys(lock_key, modes, slot),
+        "slot_pattern": _slot_pattern(modes) if slot is None else None,
+        "lock_key": lock_key,
+        "owner": owner,
+        "channel": WAKE_CHANNEL,
+        "wake_key": wake_key(lock_key),
+    }
+    return Exchange(_release_query(table_parts), params, _read_released)
+
+
+def _read_released(rows: Rows) -> list[Released]:
+    return [Released(str(key), str(value), float(left)) for key, value, left, _ in rows]
+
+
+@dataclass(frozen=True)
+class LockRow:
+    """A row of ``listing``, as ``ls`` and ``serve`` show it."""
+
+    key: str
+    mode: str
+    """A kind's name (schedule, lease), or ``pause``."""
+    lock_key: str
+    owner: str
+    """The holder's token, without a release mark; a pause's reason."""
+    expire_at: datetime
+    expires_in_seconds: float
+    fence: int | None
+    slot: int = 1
+    """Which slot of an N-holder lease the row is (1 for every other row)."""
+    value: str = ""
+    """The ``value`` column as stored."""
+
+    @property
+    def held(self) -> bool:
+        return self.expires_in_seconds > 0 and self.mode != PAUSE
+
+    @property
+    def forced(self) -> bool:
+        """Released by ``dislockctl release`` rather than by its holder."""
+        return not self.held and self.value.endswith(FORCED_MARK)
+
+    @property
+    def state(self) -> str:
+        """One of ``STATES``."""
+        if self.mode == PAUSE:
+            return "paused"
+        if self.expires_in_seconds > 0:
+            return "held"
+        if self.value.endswith((RELEASED_MARK, FORCED_MARK)):
+            return "released"
+        return "ended" if self.mode == kinds.SCHEDULE else "expired"
+
+    @classmethod
+    def from_row(cls, row: Sequence[Any]) -> LockRow:
+        key, value, expire_at, expires_in, fence = row
+        found, lock_key, slot = kinds.parse_row_key(key)
+        mode = "?" if found is None else found.name
+        if found is None and key.startswith(pause_key("")):
+            mode, lock_key = PAUSE, key.removeprefix(pause_key(""))
+        owner = value
+        if expires_in <= 0:
+            owner = value.removesuffix(RELEASED_MARK).removesuffix(FORCED_MARK)
+        return cls(key, mode, lock_key, owner, expire_at, float(expires_in), fence, slot, value)
+
+    def as_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["expire_at"] = self.expire_at.isoformat()
+        data["held"] = self.held
+        data["state"] = self.state
+        data["forced"] = self.forced
+        if self.mode == PAUSE:
+            data["reason"] = data.pop("owner")
+        return data

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 import psycopg
@@ -18,7 +19,7 @@ from dislock.core.rows import lease_key, schedule_key
 from tests.support.clock import clear_of_boundary
 from tests.support.drivers import Driver
 from tests.support.eventually import eventually
-from tests.support.rows import Rows
+from tests.support.rows import Row, Rows
 
 MakeContext = Callable[..., LockContext]
 TTL, INTERVAL = 1.5, 0.2
@@ -58,19 +59,18 @@ def test_terminated_backend_is_replaced_and_the_lease_kept(
     ).fetchone()
     assert killed is not None and killed[0] >= 1
     before = rows.get(lease_key(context.lock_key))
+    assert before is not None
+
+    def renewed_past(earlier: Row) -> Row | None:
+        row = rows.get(lease_key(context.lock_key))
+        return row if row is not None and row.expire_at > earlier.expire_at else None
+
     # Renewals go on over a new connection: wait for one to land after the kill (a
     # loaded machine can take a while to reconnect; the TTL bounds the lease itself).
-    deadline = time.monotonic() + 15.0
-    after = rows.get(lease_key(context.lock_key))
-    while (
-        before is not None
-        and after is not None
-        and after.expire_at <= before.expire_at
-        and time.monotonic() < deadline
-    ):
-        time.sleep(0.05)
-        after = rows.get(lease_key(context.lock_key))
-    time.sleep(0.5)  # and several more heartbeats on it
+    after = eventually(lambda: renewed_past(before), message="no renewal after the kill")
+    later = after
+    for _ in range(2):  # and more heartbeats on it
+        later = eventually(partial(renewed_past, later), message="renewals stopped")
     assert held.lease_lost_event_set() is False
     assert before is not None and after is not None
     assert after.value == before.value and after.expire_at > before.expire_at

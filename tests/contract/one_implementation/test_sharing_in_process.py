@@ -4,9 +4,9 @@ parent's, and a lease whose renewer cannot start is handed back."""
 from __future__ import annotations
 
 import os
-import time
 import warnings
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -15,6 +15,7 @@ import pytest
 from dislock import LockContext
 from dislock.core.rows import lease_key
 from tests.support.backends import backends, settled_backends
+from tests.support.eventually import eventually
 from tests.support.rows import Rows
 
 MakeContext = Callable[..., LockContext]
@@ -47,7 +48,16 @@ def test_a_forked_child_never_uses_the_parents_connection(
                 os._exit(code)
         _, status = os.waitpid(child, 0)
         assert os.waitstatus_to_exitcode(status) == 0
-        time.sleep(LEASE["run_ttl_seconds"])  # renewals went on in the parent
+        # Renewals go on in the parent: for a whole TTL past where its row stood.
+        stood = rows.get(lease_key("parent"))
+        assert stood is not None
+        a_ttl_on = stood.expire_at + timedelta(seconds=LEASE["run_ttl_seconds"])
+        eventually(
+            lambda: (
+                (row := rows.get(lease_key("parent"))) is not None and row.expire_at >= a_ttl_on
+            ),
+            message="the parent's renewals stopped after the fork",
+        )
         assert not lock.is_lost()
         assert settled_backends(db, tagged_url, lambda found: len(found) == 1) == [parent_backend]
     child_row, parent_row = rows.get(lease_key("child")), rows.get(lease_key("parent"))

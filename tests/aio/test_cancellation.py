@@ -6,6 +6,7 @@ import asyncio
 import gc
 import os
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import pytest
@@ -13,7 +14,8 @@ import pytest
 import dislock.aio
 from dislock import LockContext
 from dislock.core.rows import lease_key
-from tests.support.rows import Rows
+from tests.support.eventually import eventually_async
+from tests.support.rows import Row, Rows
 
 MakeContext = Callable[..., LockContext]
 # Frequent renewals; a TTL that leaves a loaded machine over a second of stalled
@@ -43,7 +45,16 @@ async def test_cancelling_the_holder_releases_the_lease_and_stops_the_renewer(
     entered = asyncio.Event()
     holder = asyncio.create_task(hold_until_cancelled(context, entered))
     await entered.wait()
-    await asyncio.sleep(0.5)  # a couple of renewals
+    key = lease_key(context.lock_key)
+
+    def renewed_past(seen: Row) -> Row | None:
+        row = rows.get(key)
+        return row if row is not None and row.expire_at > seen.expire_at else None
+
+    seen = rows.get(key)
+    assert seen is not None
+    for _ in range(2):  # a couple of renewals
+        seen = await eventually_async(partial(renewed_past, seen), message="no renewal")
     assert any("dislock-renewer" in task.get_name() for task in other_tasks())
 
     holder.cancel()
@@ -111,10 +122,7 @@ async def test_cancelling_a_wrapped_command_kills_it_and_releases(
             strategies=["lease"],
         )
     )
-    for _ in range(1500):  # 30 s: a loaded machine
-        if started.exists():
-            break
-        await asyncio.sleep(0.02)
+    await eventually_async(started.exists, message="the command did not start")
     pid = int((tmp_path / "started.pid").read_text())
     runner.cancel()
     with pytest.raises(asyncio.CancelledError):

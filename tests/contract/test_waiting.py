@@ -21,6 +21,7 @@ from dislock.core.rows import lease_key, schedule_key
 from tests.support.drivers import CliDriver, Driver
 from tests.support.eventually import eventually
 from tests.support.rows import Rows
+from tests.support.waiting import refusals
 
 MakeContext = Callable[..., LockContext]
 LEASE = {"run_ttl_seconds": 3.0, "lease_interval_seconds": 0.5}
@@ -49,12 +50,17 @@ def start_waiter(
 
 
 def test_a_waiter_runs_once_the_holder_releases(
-    driver: Driver, make_context: MakeContext, pool: ThreadPoolExecutor, tmp_path: Path
+    driver: Driver,
+    make_context: MakeContext,
+    pool: ThreadPoolExecutor,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    waiting = refusals(driver, monkeypatch)
     holder = driver.hold(make_context(**LEASE), ["lease"])
     marker = tmp_path / "ran"
     waiter, _ = start_waiter(pool, driver, make_context(**LEASE, wait_seconds=30), marker)
-    time.sleep(1.0)
+    waiting()
     assert not marker.exists() and not waiter.done()  # it waits, it does not skip
     holder.release()
     assert waiter.result(timeout=30) == 0
@@ -77,13 +83,18 @@ def test_a_waiter_gives_up_when_its_wait_is_over(
 
 
 def test_polling_alone_hands_the_lease_over(
-    driver: Driver, make_context: MakeContext, pool: ThreadPoolExecutor, tmp_path: Path
+    driver: Driver,
+    make_context: MakeContext,
+    pool: ThreadPoolExecutor,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    waiting = refusals(driver, monkeypatch)
     holder = driver.hold(make_context(**LEASE), ["lease"])
     marker = tmp_path / "ran"
     context = make_context(**LEASE, wait_seconds=30, wait_listen=False, wait_poll_seconds=0.2)
     waiter, _ = start_waiter(pool, driver, context, marker)
-    time.sleep(0.8)
+    waiting()
     assert not waiter.done()
     holder.release()
     assert waiter.result(timeout=30) == 0 and marker.exists()
@@ -91,15 +102,20 @@ def test_polling_alone_hands_the_lease_over(
 
 @pytest.mark.direct_postgres
 def test_a_release_wakes_the_waiter_before_its_next_poll(
-    driver: Driver, make_context: MakeContext, pool: ThreadPoolExecutor, tmp_path: Path
+    driver: Driver,
+    make_context: MakeContext,
+    pool: ThreadPoolExecutor,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    waiting = refusals(driver, monkeypatch)
     # Polls 30 s apart (jittered, never sooner than 15 s): only the release's
     # NOTIFY can hand the lease over within seconds.
     holder = driver.hold(make_context(**LEASE), ["lease"])
     marker = tmp_path / "ran"
     context = make_context(**LEASE, wait_seconds=60, wait_poll_seconds=30)
     waiter, _ = start_waiter(pool, driver, context, marker)
-    time.sleep(1.5)
+    waiting()
     released = time.monotonic()
     holder.release()
     assert waiter.result(timeout=60) == 0
@@ -251,12 +267,17 @@ def test_a_slot_stays_compatible_with_a_one_holder_lease(
 
 
 def test_a_waiter_takes_the_first_slot_that_frees(
-    driver: Driver, make_context: MakeContext, pool: ThreadPoolExecutor, tmp_path: Path
+    driver: Driver,
+    make_context: MakeContext,
+    pool: ThreadPoolExecutor,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    waiting = refusals(driver, monkeypatch)
     holders = [driver.hold(make_context(**LEASE, slots=2), ["lease"]) for _ in range(2)]
     marker = tmp_path / "ran"
     waiter, _ = start_waiter(pool, driver, make_context(**LEASE, slots=2, wait_seconds=30), marker)
-    time.sleep(1.0)
+    waiting()
     assert not waiter.done()
     holders[0].release()
     assert waiter.result(timeout=30) == 0 and marker.exists()

@@ -23,6 +23,7 @@ from benchmarks.hot import hot_rows
 from benchmarks.import_cost import import_rows
 from benchmarks.plot import plot
 from benchmarks.race import race_rows
+from benchmarks.renewal_cpu import renewal_cpu_rows
 from benchmarks.report import page, render
 from benchmarks.roles import roles_rows
 from benchmarks.rows import Row
@@ -46,6 +47,7 @@ def measures(url: str, quick: bool) -> list[tuple[str, Callable[[], list[Row]]]]
         ("waiting", partial(waiting_rows, url, 5 if quick else 40)),
         ("herd", partial(herd_rows, url, 50 if quick else 200, 20)),
         ("scale", partial(lease_scale_rows, url, 50 if quick else 1000)),
+        ("renewal", partial(renewal_cpu_rows, url, 2.0 if quick else 10.0)),
         ("hot", partial(hot_rows, url, 50 if quick else 1000, 4.0 if quick else 300.0)),
         (
             "history",
@@ -63,7 +65,7 @@ def main() -> int:
     parser.add_argument(
         "--only",
         help="comma-separated parts to run (cli, import, cycle, roles, race, waiting, herd,"
-        " scale, hot, history, serve); prints their rows and writes nothing",
+        " scale, renewal, hot, history, serve); prints their rows and writes nothing",
     )
     parser.add_argument(
         "--herd",

@@ -480,3 +480,15 @@ def test_no_schedule_slot_starts_twice_across_a_crash(
     print(f"  slots taken {len(set(taken))}, started twice {twice}, commands run {commands}")
     assert twice == []
     assert commands == len(taken)  # every command that ran had a slot of its own
+    # A wrapper whose slot ended while no primary answered says so in one line, in the
+    # operator's words (the slot, how long the database was unreachable), and exits 1.
+    for run in runs:
+        if run.process.returncode == 0:
+            continue
+        assert run.process.returncode == 1, run.stderr
+        assert "Traceback" not in run.stderr
+        said = [line for line in run.stderr.splitlines() if "unreachable" in line]
+        assert len(said) == 1, run.stderr
+        assert "the schedule slot of 'slots' ending " in said[0], said[0]
+        assert " ended while the database was unreachable for " in said[0], said[0]
+        assert "the command did not run" in said[0], said[0]

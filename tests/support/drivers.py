@@ -261,6 +261,10 @@ class _CliHolding(Holding):
             raise RuntimeError(f"dislock exited {status}: {stderr}")
 
 
+NOT_RUNNING = "dislock: not running"
+"""How the wrapper's stderr starts the line that says it ran nothing (a lock held)."""
+
+
 class CliDriver(Driver):
     """Runs the ``dislock`` wrapper as a subprocess, configured through its environment."""
 
@@ -345,19 +349,27 @@ class CliDriver(Driver):
     def run_with_locks(
         self, argv: Sequence[str], context: LockContext, strategies: Sequence[str]
     ) -> int:
-        result = subprocess.run(
-            [*self.command(), self.url_variable, *argv],
-            env=self.environment(context, strategies),
-            stderr=subprocess.PIPE,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        if result.returncode == 0 and "dislock: not running" in result.stderr:
-            raise LockNotAcquiredError(result.stderr)
+        # Its stderr goes to a file as it runs, so that a test can see what the
+        # wrapper has said so far (``stderr_logs``): that it waits, for one.
+        log = self._tmp / f"{uuid.uuid4().hex}.stderr"
+        with log.open("w") as stderr:
+            result = subprocess.run(
+                [*self.command(), self.url_variable, *argv],
+                env=self.environment(context, strategies),
+                stderr=stderr,
+                timeout=60,
+                check=False,
+            )
+        said = log.read_text()
+        if result.returncode == 0 and NOT_RUNNING in said:
+            raise LockNotAcquiredError(said)
         if result.returncode in (1, 2):
-            _raise_for_status(result.returncode, result.stderr)
+            _raise_for_status(result.returncode, said)
         return result.returncode
+
+    def stderr_logs(self) -> set[Path]:
+        """The stderr of every ``run_with_locks`` so far, each written as it runs."""
+        return set(self._tmp.glob("*.stderr"))
 
 
 def _raise_for_status(status: int, stderr: str) -> None:

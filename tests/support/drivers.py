@@ -227,18 +227,24 @@ class AioDriver(Driver):
         self._loop.close()
 
 
-class _CliHolding(Holding):
+class CliHolding(Holding):
     def __init__(
         self,
         process: subprocess.Popen[str],
         release_file: Path,
         watches_loss: bool,
         token_file: Path,
+        stderr_file: Path,
     ) -> None:
         self._process = process
         self._release_file = release_file
         self._watches_loss = watches_loss
         self._token_file = token_file
+        self._stderr_file = stderr_file
+
+    def said(self) -> str:
+        """What the wrapper has written to its stderr so far."""
+        return self._stderr_file.read_text()
 
     def fencing_token(self) -> int | None:
         token = self._token_file.read_text().strip()
@@ -253,8 +259,8 @@ class _CliHolding(Holding):
         if error is not None:
             raise NotImplementedError("a wrapped command has no Python exception to propagate")
         self._release_file.write_text("0")
-        _, stderr = self._process.communicate(timeout=30)
-        status = self._process.returncode
+        status = self._process.wait(timeout=30)
+        stderr = self.said()
         if status == LEASE_LOST_EXIT_CODE:
             raise LeaseLostError(stderr)
         if status != 0:
@@ -294,34 +300,34 @@ class CliDriver(Driver):
     def hold(self, context: LockContext, strategies: Sequence[str]) -> Holding:
         run = self._tmp / uuid.uuid4().hex
         started, release = run.with_suffix(".started"), run.with_suffix(".release")
-        token = run.with_suffix(".token")
+        token, said = run.with_suffix(".token"), run.with_suffix(".hold-stderr")
         script = (
             f'echo "$DISLOCK_FENCING_TOKEN" > "{token}"; touch "{started}";'
             f' while [ ! -e "{release}" ]; do sleep 0.02; done'
         )
-        process = subprocess.Popen(
-            [*self.command(), self.url_variable, "sh", "-c", script],
-            env=self.environment(context, strategies),
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        with said.open("w") as stderr:  # a file, so that a test can read it as it runs
+            process = subprocess.Popen(
+                [*self.command(), self.url_variable, "sh", "-c", script],
+                env=self.environment(context, strategies),
+                stderr=stderr,
+                text=True,
+            )
         deadline = time.monotonic() + 30
         while not started.exists():
             if process.poll() is not None:
-                _, stderr = process.communicate()
-                _raise_for_status(process.returncode, stderr)
+                _raise_for_status(process.returncode, said.read_text())
             if time.monotonic() > deadline:
                 process.kill()
                 raise TimeoutError("dislock did not start the command")
             time.sleep(0.01)
         watches = "lease" in strategies and context.lease_loss_policy is LeaseLossPolicy.TERMINATE
-        return _CliHolding(process, release, watches, token)
+        return CliHolding(process, release, watches, token, said)
 
     def hold_lock(self, kind: str, context: LockContext) -> Holding:
         raise NotImplementedError("the CLI has no lock classes")
 
     def close(self) -> None:
-        # The holdings' marker files (started, release, token), ~90 per suite run.
+        # The holdings' marker files (started, release, token, stderr), ~90 per suite run.
         shutil.rmtree(self._tmp, ignore_errors=True)
 
     def is_owner_token(self, value: str, context: LockContext) -> bool:

@@ -111,18 +111,19 @@ def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> int:
 
     from dislock.cli.commands._call import Call, error
     from dislock.cli.settings import read_database_url, read_table
+    from dislock.core import variables
     from dislock.core.bounds import check_utf8
     from dislock.core.errors import ConfigurationError
 
     if args.table is not None:
-        env = {**env, "LOCK_TABLE": args.table}  # one source of truth for every command
+        env = {**env, variables.TABLE.name: args.table}  # one source of truth for every command
     if getattr(args, "history_table", None) is not None:
-        env = {**env, "LOCK_HISTORY_TABLE": args.history_table}
+        env = {**env, variables.HISTORY_TABLE.name: args.history_table}
     try:
         url = read_database_url(args.url_variable, env)
         table = read_table(env)
         for name, value in (
-            ("LOCK_KEY", getattr(args, "lock_key", None)),
+            (variables.KEY.name, getattr(args, "lock_key", None)),
             ("PREFIX", getattr(args, "prefix", None)),
             ("--owner", getattr(args, "owner", None)),
             ("--reason", getattr(args, "reason", None)),

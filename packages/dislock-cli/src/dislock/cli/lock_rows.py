@@ -31,15 +31,8 @@ renewing: abandoned), ``ended`` (a schedule slot that is over, as slots end), an
 
 
 class RowState(NamedTuple):
-    """A lock row's owner (a pause's reason) and its seconds left (<= 0: not live)."""
-
-    key: str
-    owner: str
-    seconds_left: float
-
-
-class Released(NamedTuple):
-    """A row ``forced_release`` ended: who held it, and the seconds it had left."""
+    """A lock row's owner (a pause's reason) and its seconds left (<= 0: not live);
+    for a row ``forced_release`` ended, the seconds it had left."""
 
     key: str
     owner: str
@@ -111,7 +104,8 @@ def states(table_parts: tuple[str, ...], keys: Sequence[str]) -> Exchange[list[R
 
 
 def _read_states(rows: Rows) -> list[RowState]:
-    return [RowState(str(key), str(value), float(left)) for key, value, left in rows]
+    # (The forced release answers a fourth column, its NOTIFY's: nothing to read.)
+    return [RowState(str(key), str(value), float(left)) for key, value, left, *_ in rows]
 
 
 def _slot_pattern(modes: Sequence[str]) -> str | None:
@@ -156,7 +150,7 @@ def forced_release(
     *,
     slot: int | None = None,
     owner: str | None = None,
-) -> Exchange[list[Released]]:
+) -> Exchange[list[RowState]]:
     """Force-expire the held rows of ``lock_key``'s ``modes`` (every slot of a lease
     unless ``slot`` names one; only those ``owner`` holds, if given), marked so that
     ``ls`` tells them from abandoned ones; the lease's waiters are woken, as by a
@@ -169,11 +163,7 @@ def forced_release(
         "channel": WAKE_CHANNEL,
         "wake_key": wake_key(lock_key),
     }
-    return Exchange(_release_query(table_parts), params, _read_released)
-
-
-def _read_released(rows: Rows) -> list[Released]:
-    return [Released(str(key), str(value), float(left)) for key, value, left, _ in rows]
+    return Exchange(_release_query(table_parts), params, _read_states)
 
 
 @dataclass(frozen=True)

@@ -68,12 +68,12 @@ def _release(
         which = f"slot {slot} of the lease" if slot is not None else " or ".join(modes)
         print(f"nothing to release: no {which} lock on {lock_key!r} is held{held_by}")
         return EXIT_OK
-    for key, value, remaining in released:
-        found, _, number = parse_row_key(key)
+    for row in released:
+        found, _, number = parse_row_key(row.key)
         what = "?" if found is None else found.name
         label = f"{what} slot {number}" if number > 1 or slot is not None else what
         print(
-            f"released {label} {lock_key!r} held by {escape(value)} "
-            f"({format_duration(remaining)} were left); {released_text(what)}"
+            f"released {label} {lock_key!r} held by {escape(row.owner)} "
+            f"({format_duration(row.seconds_left)} were left); {released_text(what)}"
         )
     return EXIT_OK

@@ -131,7 +131,7 @@ def read_run_id(rows: Rows) -> int:
 
 
 def read_nothing(rows: Rows) -> None:
-    """The answer of ``end``: nothing to read (no row when the end was written already)."""
+    """The answer of ``end``: nothing to read (the update returns no rows)."""
 
 
 def start(

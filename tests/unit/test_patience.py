@@ -46,6 +46,9 @@ class Refusal(Exception):
         "could not receive data from server: Connection reset by peer",
         'connection to server on socket "/run/postgresql/.s.PGSQL.5432" failed: '
         "No such file or directory",
+        # a full listen queue: a herd faster than the postmaster accepts
+        'connection is bad: connection to server on socket "/tmp/pg/.s.PGSQL.5432" failed: '
+        "Resource temporarily unavailable",
         # a frozen or partitioned host, and a failover in progress
         "connection timeout expired",
         'connection to server at "10.0.0.1", port 5432 failed: timeout expired',

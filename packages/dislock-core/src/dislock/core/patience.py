@@ -66,6 +66,9 @@ _TRANSIENT_WORDS = (
     "connection reset by peer",
     "server closed the connection unexpectedly",
     "no such file or directory",  # a Unix socket between two server lives
+    # A Unix socket whose listen queue is full (EAGAIN): a herd's connections
+    # arrived faster than the postmaster accepts them.
+    "resource temporarily unavailable",
     # A host that never answers (frozen, partitioned, a failed-over primary):
     # psycopg's "connection timeout expired", libpq's "timeout expired".
     "timeout expired",

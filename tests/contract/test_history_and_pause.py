@@ -245,3 +245,27 @@ def test_acquire_locks_records_one_run_for_all_its_locks(
         holding.release(ValueError("boom"))
     ((modes, outcome, _),) = recorded(db, history, context.lock_key)
     assert modes == "schedule,lease" and outcome == "failed"
+
+
+@pytest.mark.parametrize("strategy", ["schedule", "lease"])
+def test_a_key_held_elsewhere_and_paused_is_reported_as_paused(
+    driver: Driver,
+    make_context: MakeContext,
+    db: psycopg.Connection[Any],
+    lock_table: tuple[str, str],
+    strategy: str,
+) -> None:
+    # Another machine's live row, written by hand so that the lock starts on a new
+    # connection, where it reads the row before sending the acquiring statement:
+    # that read must leave the answer to the statement when the key is paused.
+    context = make_context(schedule=YEARLY, **LEASE)
+    key = (schedule_key if strategy == "schedule" else lease_key)(context.lock_key)
+    db.execute(
+        sql.SQL("INSERT INTO {} VALUES (%s, 'another-machine', NOW() + interval '1 day')").format(
+            sql.Identifier(*lock_table)
+        ),
+        (key,),
+    )
+    pause(db, lock_table, context.lock_key, "held and paused")
+    with pytest.raises(LockNotAcquiredError, match="paused until resumed: held and paused"):
+        driver.hold(context, [strategy])

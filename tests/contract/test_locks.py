@@ -20,6 +20,7 @@ from dislock import (
     LockNotAcquiredError,
 )
 from dislock.core.cron import next_boundary
+from dislock.core.limits import set_max_ttl
 from dislock.core.rows import lease_key, schedule_key
 from tests.support.clock import clear_of_boundary
 from tests.support.drivers import CliDriver, CliHolding, Driver
@@ -422,3 +423,27 @@ def test_run_with_locks_continue_policy_lets_the_command_finish(
     finish.touch()
     runner.join(timeout=30)
     assert result["status"] == 4
+
+
+def test_a_lease_over_the_maximum_is_refused_as_such_while_the_key_is_held_elsewhere(
+    driver: Driver,
+    make_context: MakeContext,
+    db: psycopg.Connection[Any],
+    lock_table: tuple[str, str],
+    rows: Rows,
+) -> None:
+    # The row written by hand: the lock starts on a new connection and reads the row
+    # first, and that read must not hide the refusal of a TTL over the maximum.
+    db.execute(set_max_ttl(lock_table, 60))
+    context = make_context(run_ttl_seconds=120, lease_interval_seconds=10)
+    key = lease_key(context.lock_key)
+    db.execute(
+        sql.SQL(
+            "INSERT INTO {} VALUES (%s, 'another-machine', NOW() + interval '1 minute')"
+        ).format(sql.Identifier(*lock_table)),
+        (key,),
+    )
+    with pytest.raises(ConfigurationError, match="longer than this table's maximum of 60 s"):
+        driver.hold(context, ["lease"])
+    row = rows.get(key)
+    assert row is not None and row.value == "another-machine" and not row.expired

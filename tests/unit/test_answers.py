@@ -79,3 +79,25 @@ def test_release_renewal_clock_and_mine_read_their_rows() -> None:
     assert mine == [Mine(lease_key("job"), 5, NOW, 1)]
     assert Acquired.from_mine(mine[0]) == Acquired(True, 5, None, None, NOW, None, 1)
     assert SlotAnswer.from_mine(mine[0]).key == lease_key("job")
+
+
+def test_a_look_refuses_only_for_a_live_row_with_nothing_else_to_say() -> None:
+    look = TABLE.look_for(lease_key("job"), 30.0)
+    assert look.params == {"key": lease_key("job"), "pause": pause_key("job")}
+    assert look.read([(NOW, False, True, 3600.0)]) == Acquired(False, None, None, None, None)
+    # Only the acquiring statement can tell: the row is free (no row), the key is
+    # paused, a lock delay runs or would start, or the TTL is over the maximum.
+    assert look.read([]) is None
+    assert look.read([(NOW, True, True, 3600.0)]) is None
+    assert look.read([(NOW, False, False, 3600.0)]) is None
+    assert TABLE.look_for(lease_key("job"), 7200.0).read([(NOW, False, True, 3600.0)]) is None
+
+
+def test_a_look_by_clock_names_the_slot_the_database_clock_is_in() -> None:
+    candidates = SlotCandidates.around("*/5 * * * *", NOW, UTC)
+    look = TABLE.look_by_clock(schedule_key("job"), candidates)
+    refusal = look.read([(NOW + timedelta(seconds=30), False, True, 3600.0)])
+    assert refusal is not None and not refusal.acquired
+    assert refusal.slot_end == NOW + timedelta(minutes=5)
+    # A database clock outside the candidates: the statement reads it and retries.
+    assert look.read([(NOW + timedelta(days=1), False, True, 3600.0)]) is None

@@ -240,6 +240,7 @@ class LeaseLock:
                     key=self.key,
                     what=f"lease {self.key!r}",
                     patience=patience,
+                    look=statements.look_for(self.key, self.settings.ttl),
                 )
                 acquired, fence, free = answer.acquired, answer.token, 0
                 reason, paused_until = answer.paused_for, answer.paused_until

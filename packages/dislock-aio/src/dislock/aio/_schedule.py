@@ -108,6 +108,7 @@ class ScheduleLock:
                 answer = await claim(
                     statements.acquire_by_clock(self.key, context.owner, candidates),
                     slot_ends=candidates.ends,
+                    look=statements.look_by_clock(self.key, candidates),
                 )
                 expires_at = answer.slot_end
                 if expires_at is None:
@@ -119,6 +120,7 @@ class ScheduleLock:
                 answer = await claim(
                     statements.acquire_until(self.key, context.owner, expires_at),
                     slot_ends=[expires_at],
+                    look=statements.look_until(self.key),
                 )
         finally:
             await leave_hub(hub)

@@ -108,6 +108,31 @@ def read_by_clock(rows: Rows) -> Acquired:
     )
 
 
+def look_reader(
+    *, ttl: float | None = None, pick: Callable[[datetime], datetime | None] | None = None
+) -> Callable[[Rows], Acquired | None]:
+    """The reader of ``look``: the refusal the acquiring statement would answer, or None
+    when only that statement can tell (the row is free or not ours to see, a pause
+    or a lock delay would be its answer, a lease of ``ttl`` seconds is over the
+    table's maximum, or ``pick``, the slot choice of ``acquire_by_clock``, finds no
+    slot for the database clock)."""
+
+    def read(rows: Rows) -> Acquired | None:
+        if len(rows) != 1:
+            return None
+        now, paused, calm, max_ttl = rows[0]
+        if paused or not calm or (ttl is not None and ttl > float(max_ttl)):
+            return None
+        slot_end = None
+        if pick is not None:
+            slot_end = pick(now)
+            if slot_end is None:
+                return None
+        return Acquired(False, None, None, None, slot_end)
+
+    return read
+
+
 def slot_reader(ttl: float) -> Callable[[Rows], SlotAnswer]:
     """The reader of ``acquire_slot``'s answer for slots of ``ttl`` seconds."""
 

@@ -21,7 +21,13 @@ from typing import NamedTuple
 
 from psycopg import sql
 
-from dislock.core.failover import TIMELINE, delay_end_returned, lock_delay, timeline_returned
+from dislock.core.failover import (
+    TIMELINE,
+    calm_at_a_look,
+    delay_end_returned,
+    lock_delay,
+    timeline_returned,
+)
 from dislock.core.limits import max_ttl_of
 from dislock.core.rows import RELEASED_MARK
 from dislock.core.waiting import wake_payload
@@ -74,6 +80,13 @@ class Queries(NamedTuple):
     Answers like ``acquire_until``, but its last column is the slot's end, NULL when
     ``NOW()`` was outside the candidates (then nothing was taken: read the clock,
     use ``acquire_until``)."""
+    look: sql.Composed
+    """Params: key, pause.  A read sent before the acquiring statement on a new
+    connection (``dislock.core.answers.look_reader``): a row only when the key's row
+    is live, ``(NOW(), a live pause, no lock delay runs or would start, the table's
+    maximum TTL)``.  A new backend plans the acquiring statement for several times
+    the server CPU this read costs, and when a fleet's crontabs fire together every
+    machine but one is refused: the read refuses them for less."""
 
 
 NO_CAP = sql.SQL("NULL::float8")
@@ -230,6 +243,12 @@ def queries(table_parts: tuple[str, ...], fencing: bool = False) -> Queries:
         acquire_by_clock=_acquire_by_clock(
             upsert, pause, parts, first_token, token, (slot_ctes, slot_calm), free
         ),
+        look=sql.SQL(
+            "SELECT NOW(),"
+            " EXISTS (SELECT FROM {table} WHERE key = %(pause)s AND expire_at > NOW()),"
+            " {calm}, {cap}"
+            " FROM {table} AS held WHERE held.key = %(key)s AND held.expire_at > NOW()"
+        ).format(table=table, calm=calm_at_a_look(table), cap=max_ttl_of(table)),
     )
 
 

@@ -66,6 +66,18 @@ class LockStatements:
         params = {"keys": keys, "pause": pause_key_of(keys[0]), "owner": owner, "ttl": ttl}
         return Exchange(self.queries.acquire_slot, params, answers.slot_reader(ttl))
 
+    def look_until(self, key: str) -> Exchange[Acquired | None]:
+        """``acquire_until``'s refusal by a live row, read without the upsert."""
+        return Exchange(self.queries.look, _looking(key), answers.look_reader())
+
+    def look_by_clock(self, key: str, candidates: SlotCandidates) -> Exchange[Acquired | None]:
+        """``acquire_by_clock``'s refusal by a live row, read without the upsert."""
+        return Exchange(self.queries.look, _looking(key), answers.look_reader(pick=candidates.pick))
+
+    def look_for(self, key: str, ttl: float) -> Exchange[Acquired | None]:
+        """``acquire_for``'s refusal by a live row, read without the upsert."""
+        return Exchange(self.queries.look, _looking(key), answers.look_reader(ttl=ttl))
+
     def renew(self, batch: Batch) -> Exchange[list[tuple[str, str]]]:
         """Renew the leases of ``batch``, each by its own TTL."""
         return Exchange(self.queries.renew_batch, batch.params(), answers.read_renewed)
@@ -87,6 +99,10 @@ class LockStatements:
     def now(self) -> Exchange[datetime]:
         """The database clock."""
         return Exchange(self.queries.now, {}, answers.read_clock)
+
+
+def _looking(key: str) -> dict[str, Any]:
+    return {"key": key, "pause": pause_key_of(key)}
 
 
 def _waking(owner: str, lock_key: str) -> dict[str, Any]:

@@ -146,14 +146,23 @@ def acquire(
     what: str,
     patience: ConnectPatience | None = None,
     slot_ends: Sequence[datetime] | None = None,
+    look: Exchange[Acquired | None] | None = None,
 ) -> Acquired:
     """Send an acquiring upsert of the row ``key`` (``send_acquiring``): whether it
     took the row, the fencing token, and the pause that refused it, if one did.
 
     Bounded by ``timeout``, so that a row locked by a stuck transaction cannot hold
     a start (and the cron runs queueing behind it) indefinitely.  ``slot_ends``:
-    those a schedule slot's statement may give its row.
+    those a schedule slot's statement may give its row.  ``look``: the read that
+    gives the same refusal when the row is live, sent first on a new connection
+    (``Hub.cold``): there, planning the acquiring statement costs the server several
+    times what the read does, and when every machine's crontab fires at once all
+    but one of them are refused.
     """
+    if look is not None and hub.cold:
+        refusal = _look(hub, look, timeout, context, patience)
+        if refusal is not None:
+            return refusal
     answer = send_acquiring(
         hub,
         exchange,
@@ -170,6 +179,24 @@ def acquire(
         return Acquired.from_mine(answer)
     hub.note_timeline(answer.timeline)
     return answer
+
+
+def _look(
+    hub: Hub,
+    look: Exchange[Acquired | None],
+    timeout: float,
+    context: LockContext,
+    patience: ConnectPatience | None,
+) -> Acquired | None:
+    """The refusal ``look`` reads, or None to send the acquiring statement, which
+    also answers for a look that failed (a read: nothing to find out)."""
+    try:
+        return hub.ask(look, timeout, patience)
+    except DatabaseUnreachableError:
+        raise
+    except psycopg.Error as exc:
+        logger.debug("a look at the lock row failed: %s", error_line(exc, context.url))
+        return None
 
 
 def acquire_slot(

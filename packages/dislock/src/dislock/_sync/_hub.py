@@ -147,6 +147,16 @@ class Hub:
         cursor = self.execute(exchange.query, exchange.params, timeout, patience)
         return exchange.read(cursor.fetchall() if cursor.description is not None else [])
 
+    @property
+    def cold(self) -> bool:
+        """Whether the next statement opens the connection or is the first on it: a
+        backend that has planned nothing yet, which is every machine of a herd
+        (``dislock.core.lock_queries.Queries.look``)."""
+        link, counted = self._link, self._preparation
+        if link is None or link.retired or counted is None or counted[0] is not link:
+            return True
+        return counted[1].statements == 0
+
     def connect(self) -> None:
         """Open the shared connection now if it is not open."""
         self._usable_link()

@@ -110,6 +110,7 @@ class ScheduleLock:
                 answer = claim(
                     statements.acquire_by_clock(self.key, context.owner, candidates),
                     slot_ends=candidates.ends,
+                    look=statements.look_by_clock(self.key, candidates),
                 )
                 expires_at = answer.slot_end
                 if expires_at is None:
@@ -121,6 +122,7 @@ class ScheduleLock:
                 answer = claim(
                     statements.acquire_until(self.key, context.owner, expires_at),
                     slot_ends=[expires_at],
+                    look=statements.look_until(self.key),
                 )
         finally:
             leave_hub(hub)

@@ -14,5 +14,6 @@ Layout: ``__main__`` parses the options and runs the measures; one module per
 measure (``cli``, ``import_cost``, ``cycle``, ``roles``, ``race``, ``waiting``,
 ``herd``, ``scale``, ``hot``, ``history``, ``serve``) returns its ``rows.Row``\\ s;
 ``timing``, ``wrapper``, ``installs`` and ``server`` are what several measures
-share; ``report`` and ``plot`` turn the rows' numbers into the page and its figure.
+share (``herd_pgbouncer`` is the herd's PgBouncer); ``report`` and ``plot`` turn
+the rows' numbers into the page and its figure.
 """

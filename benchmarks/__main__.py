@@ -3,7 +3,8 @@
 --quick            one pass of everything, small sizes (CI's smoke test)
 --no-write         print the table, leave docs/benchmarks.md and .png alone
 --only a,b         only these measures (printed, nothing written)
---herd N           only the herd, N machines against a role capped at --herd-cap
+--herd N           only the herd, N machines against a role capped at --herd-cap,
+                   straight to the server and through PgBouncer (printed)
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 import benchmarks
 from benchmarks.cli import cli_rows
 from benchmarks.cycle import cycle_rows
-from benchmarks.herd import herd_rows
+from benchmarks.herd import HERD_SIZES, herd_rows
 from benchmarks.history import HISTORY_ROWS, history_rows
 from benchmarks.hot import hot_rows
 from benchmarks.import_cost import import_rows
@@ -45,7 +46,7 @@ def measures(url: str, quick: bool) -> list[tuple[str, Callable[[], list[Row]]]]
         ("roles", partial(roles_rows, url, repeat, 10 if quick else 150)),
         ("race", partial(race_rows, url, 32)),
         ("waiting", partial(waiting_rows, url, 5 if quick else 40)),
-        ("herd", partial(herd_rows, url, 50 if quick else 200, 20)),
+        ("herd", partial(herd_rows, url, HERD_SIZES[quick])),
         ("scale", partial(lease_scale_rows, url, 50 if quick else 1000)),
         ("renewal", partial(renewal_cpu_rows, url, 2.0 if quick else 10.0)),
         ("hot", partial(hot_rows, url, 50 if quick else 1000, 4.0 if quick else 300.0)),
@@ -81,7 +82,7 @@ def main() -> int:
     compileall.compile_dir(ROOT / "packages", quiet=1)
     with bench_database() as url:
         if args.herd:
-            print(render(herd_rows(url, args.herd, args.herd_cap), args.quick))
+            print(render(herd_rows(url, [(args.herd, args.herd_cap)]), args.quick))
             return 0
         rows = []
         for name, measure in measures(url, args.quick):

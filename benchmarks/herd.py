@@ -14,11 +14,12 @@ import contextlib
 import statistics
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 import psycopg
 
+from benchmarks.herd_pgbouncer import bench_pgbouncer, pgbouncer_available
 from benchmarks.rows import Row, met
 from benchmarks.server import backends_gone, server_cpu_reader
 
@@ -111,57 +112,100 @@ def herd(url: str, strategy: str, machines: int) -> tuple[int, int, list[float],
     return len(starts), len(failures), decided, failures
 
 
-def herd_rows(url: str, machines: int, cap: int) -> list[Row]:
+HERD_SIZES = {True: ((50, 20),), False: ((200, 20), (1000, 50), (2000, 50))}
+"""(machines, the role's connection limit) of the herds of a quick and a full run."""
+
+BOUNCER_POOL = 20
+"""Server connections of the PgBouncer in front of a herd (its ``default_pool_size``)."""
+
+
+def herd_rows(url: str, sizes: Sequence[tuple[int, int]]) -> list[Row]:
+    """Each herd of ``sizes`` racing one slot and one lease, straight to the server
+    and, where PgBouncer is installed, through one in transaction pooling."""
     from psycopg.conninfo import conninfo_to_dict
 
     rows = []
     cpu = server_cpu_reader(url)
-    with capped_role(url, cap) as capped:
-        role = str(conninfo_to_dict(capped)["user"])
-        for strategy, what in (("schedule", "one slot"), ("lease", "one lease")):
-            backends_gone(url, role)
-            cpu_before = None if cpu is None else cpu()
-            starts, failed, decided, failures = herd(capped, strategy, machines)
-            backends_gone(url, role)
-            spent = None if cpu is None or cpu_before is None else cpu() - cpu_before
-            times = sorted(decided)
-            p50 = statistics.median(times) * 1000 if times else float("nan")
-            p99 = times[min(len(times) - 1, int(len(times) * 0.99))] * 1000 if times else 0.0
-            rows += [
-                Row(
-                    f"{machines} machines (own connection each) racing {what}, server capped at"
-                    f" {cap} connections: starts",
-                    "{starts}",
-                    "exactly 1",
-                    met(starts == 1, "MISSED"),
-                    {"starts": starts},
-                ),
-                Row(
-                    "  failures",
-                    "{failures}{first}",
-                    "0",
-                    met(failed == 0, "MISSED"),
-                    {
-                        "failures": failed,
-                        "first": f" (first: {failures[0]})" if failures else "",
-                    },
-                ),
-                Row(
-                    "  time until a machine had its decision: p50 / p99 / all",
-                    "{p50_ms:.0f} ms / {p99_ms:.0f} ms / {all_ms:.0f} ms",
-                    "report",
-                    numbers={
-                        "p50_ms": p50,
-                        "p99_ms": p99,
-                        "all_ms": times[-1] * 1000 if times else 0,
-                    },
-                ),
-                Row(
+    for machines, cap in sizes:
+        with capped_role(url, cap) as capped:
+            role = str(conninfo_to_dict(capped)["user"])
+            for strategy, what in (("schedule", "one slot"), ("lease", "one lease")):
+                backends_gone(url, role)
+                before = None if cpu is None else cpu()
+                outcome = herd(capped, strategy, machines)
+                backends_gone(url, role)
+                spent = None if cpu is None or before is None else cpu() - before
+                rows += _rows(
+                    f"{machines} machines (own connection each) racing {what}, server capped"
+                    f" at {cap} connections",
+                    outcome,
                     "  server CPU per machine (the postmaster and the backends it reaped:"
                     " every connection, refused ones too)",
                     "n/a (the server is not local)" if spent is None else "{cpu_ms:.1f} ms",
-                    "report",
-                    numbers={} if spent is None else {"cpu_ms": spent * 1000 / machines},
-                ),
-            ]
+                    {} if spent is None else {"cpu_ms": spent * 1000 / machines},
+                )
+            if not pgbouncer_available():
+                rows.append(
+                    Row(f"{machines} machines through PgBouncer", "n/a (not installed)", "report")
+                )
+                continue
+            for strategy, what in (("schedule", "one slot"), ("lease", "one lease")):
+                backends_gone(url, role)
+                before = None if cpu is None else cpu()
+                with bench_pgbouncer(capped, pool=BOUNCER_POOL, clients=machines + 16) as bouncer:
+                    outcome = herd(bouncer.url, strategy, machines)
+                    pooler = bouncer.cpu()
+                # (Stopped, PgBouncer closed its server connections: each was reaped.)
+                backends_gone(url, role)
+                spent = None if cpu is None or before is None else cpu() - before
+                per = {"bouncer_ms": pooler * 1000 / machines}
+                if spent is not None:
+                    per["cpu_ms"] = spent * 1000 / machines
+                    per["sum_ms"] = per["cpu_ms"] + per["bouncer_ms"]
+                rows += _rows(
+                    f"{machines} machines through PgBouncer (transaction pooling,"
+                    f" {BOUNCER_POOL} server connections) racing {what}",
+                    outcome,
+                    "  CPU per machine: PostgreSQL + PgBouncer",
+                    "{bouncer_ms:.2f} ms (PgBouncer; the server is not local)"
+                    if spent is None
+                    else "{sum_ms:.2f} ms ({cpu_ms:.2f} + {bouncer_ms:.2f})",
+                    per,
+                )
     return rows
+
+
+def _rows(
+    herd_of: str,
+    outcome: tuple[int, int, list[float], list[str]],
+    cpu_measure: str,
+    cpu_template: str,
+    cpu_numbers: dict[str, float],
+) -> list[Row]:
+    starts, failed, decided, failures = outcome
+    times = sorted(decided)
+    p50 = statistics.median(times) * 1000 if times else float("nan")
+    p99 = times[min(len(times) - 1, int(len(times) * 0.99))] * 1000 if times else 0.0
+    return [
+        Row(
+            f"{herd_of}: starts",
+            "{starts}",
+            "exactly 1",
+            met(starts == 1, "MISSED"),
+            {"starts": starts},
+        ),
+        Row(
+            "  failures",
+            "{failures}{first}",
+            "0",
+            met(failed == 0, "MISSED"),
+            {"failures": failed, "first": f" (first: {failures[0]})" if failures else ""},
+        ),
+        Row(
+            "  time until a machine had its decision: p50 / p99 / all",
+            "{p50_ms:.0f} ms / {p99_ms:.0f} ms / {all_ms:.0f} ms",
+            "report",
+            numbers={"p50_ms": p50, "p99_ms": p99, "all_ms": times[-1] * 1000 if times else 0},
+        ),
+        Row(cpu_measure, cpu_template, "report", numbers=cpu_numbers),
+    ]

@@ -81,23 +81,46 @@ def test_release_renewal_clock_and_mine_read_their_rows() -> None:
     assert SlotAnswer.from_mine(mine[0]).key == lease_key("job")
 
 
+def _looked(*rows: tuple[str, str, datetime], timeline: int = 1) -> list[tuple[object, ...]]:
+    """``look``'s answer: the server's clocks and timeline, then each row found."""
+    return [(NOW, NOW, timeline, key, value, expire_at) for key, value, expire_at in rows]
+
+
+HELD = (lease_key("job"), "another", NOW + timedelta(minutes=1))
+
+
 def test_a_look_refuses_only_for_a_live_row_with_nothing_else_to_say() -> None:
     look = TABLE.look_for(lease_key("job"), 30.0)
     assert look.params == {"key": lease_key("job"), "pause": pause_key("job")}
-    assert look.read([(NOW, False, True, 3600.0)]) == Acquired(False, None, None, None, None)
-    # Only the acquiring statement can tell: the row is free (no row), the key is
-    # paused, a lock delay runs or would start, or the TTL is over the maximum.
+    assert look.read(_looked(HELD)) == Acquired(False, None, None, None, None)
+    calm = ("dislock:failover:timeline", "1", NOW - timedelta(hours=1))
+    assert look.read(_looked(HELD, calm, ("dislock:config:max-ttl", "60", NOW))) is not None
+    # Only the acquiring statement can tell: the row is free (missing or expired),
+    # the key is paused, a lock delay runs or would start, the TTL is over the
+    # maximum, or a metadata row cannot be read.
     assert look.read([]) is None
-    assert look.read([(NOW, True, True, 3600.0)]) is None
-    assert look.read([(NOW, False, False, 3600.0)]) is None
-    assert TABLE.look_for(lease_key("job"), 7200.0).read([(NOW, False, True, 3600.0)]) is None
+    assert look.read(_looked((lease_key("job"), "another", NOW))) is None
+    assert look.read(_looked(HELD, (pause_key("job"), "deploy", NOW + timedelta(hours=1)))) is None
+    assert look.read(_looked(HELD, calm, timeline=2)) is None
+    delaying = ("dislock:failover:timeline", "1", NOW + timedelta(seconds=5))
+    assert look.read(_looked(HELD, delaying)) is None
+    assert look.read(_looked(HELD, ("dislock:config:max-ttl", "20", NOW))) is None
+    assert look.read(_looked(HELD, ("dislock:config:max-ttl", "lots", NOW))) is None
+    assert TABLE.look_for(lease_key("job"), 7200.0).read(_looked(HELD)) is None
+    # A pause that ended, or another key's row, says nothing.
+    ended = (pause_key("job"), "deploy", NOW - timedelta(seconds=1))
+    assert look.read(_looked(HELD, ended, (lease_key("other"), "x", NOW))) is not None
 
 
 def test_a_look_by_clock_names_the_slot_the_database_clock_is_in() -> None:
     candidates = SlotCandidates.around("*/5 * * * *", NOW, UTC)
     look = TABLE.look_by_clock(schedule_key("job"), candidates)
-    refusal = look.read([(NOW + timedelta(seconds=30), False, True, 3600.0)])
+    held = (schedule_key("job"), "another", NOW + timedelta(minutes=5))
+    later = [(NOW + timedelta(seconds=30), *row[1:]) for row in _looked(held)]
+    refusal = look.read(later)
     assert refusal is not None and not refusal.acquired
     assert refusal.slot_end == NOW + timedelta(minutes=5)
     # A database clock outside the candidates: the statement reads it and retries.
-    assert look.read([(NOW + timedelta(days=1), False, True, 3600.0)]) is None
+    longer = (schedule_key("job"), "another", NOW + timedelta(days=2))
+    far = [(NOW + timedelta(days=1), *row[1:]) for row in _looked(longer)]
+    assert look.read(far) is None

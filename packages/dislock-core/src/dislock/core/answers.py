@@ -15,7 +15,8 @@ from typing import Any, NamedTuple
 
 from dislock.core.errors import ConfigurationError
 from dislock.core.exchange import Rows
-from dislock.core.limits import too_long
+from dislock.core.failover import TIMELINE_KEY
+from dislock.core.limits import DEFAULT_MAX_TTL, MAX_TTL_KEY, too_long
 from dislock.core.unknown_outcome import Mine
 
 
@@ -109,19 +110,36 @@ def read_by_clock(rows: Rows) -> Acquired:
 
 
 def look_reader(
-    *, ttl: float | None = None, pick: Callable[[datetime], datetime | None] | None = None
+    key: str,
+    pause: str,
+    *,
+    ttl: float | None = None,
+    pick: Callable[[datetime], datetime | None] | None = None,
 ) -> Callable[[Rows], Acquired | None]:
-    """The reader of ``look``: the refusal the acquiring statement would answer, or None
-    when only that statement can tell (the row is free or not ours to see, a pause
-    or a lock delay would be its answer, a lease of ``ttl`` seconds is over the
-    table's maximum, or ``pick``, the slot choice of ``acquire_by_clock``, finds no
-    slot for the database clock)."""
+    """The reader of ``look`` at the row ``key`` (paused by the row ``pause``): the
+    refusal the acquiring statement would answer, or None when only that statement
+    can tell.  It tells when the row is free, the key is paused, a lock delay runs
+    or would start (a timeline other than the server's is recorded, or its delay has
+    not ended: ``dislock.core.failover``), a lease of ``ttl`` seconds is over the
+    table's maximum, ``pick`` (the slot choice of ``acquire_by_clock``) finds no
+    slot for the database clock, or a metadata row cannot be read."""
 
     def read(rows: Rows) -> Acquired | None:
-        if len(rows) != 1:
+        if not rows:
             return None
-        now, paused, calm, max_ttl = rows[0]
-        if paused or not calm or (ttl is not None and ttl > float(max_ttl)):
+        now, clock, timeline = rows[0][:3]
+        found = {row[3]: (row[4], row[5]) for row in rows}
+        held, paused = found.get(key), found.get(pause)
+        if held is None or held[1] <= now or (paused is not None and paused[1] > now):
+            return None
+        try:
+            seen = found.get(TIMELINE_KEY)
+            if seen is not None and (int(seen[0]) != timeline or clock < seen[1]):
+                return None
+            cap = found.get(MAX_TTL_KEY)
+            if ttl is not None and ttl > (DEFAULT_MAX_TTL if cap is None else float(cap[0])):
+                return None
+        except (TypeError, ValueError):
             return None
         slot_end = None
         if pick is not None:

@@ -187,18 +187,6 @@ def lock_delay(table: sql.Identifier, ttl: sql.Composable) -> tuple[sql.Composed
     return ctes, sql.SQL("(SELECT calm FROM dislock_calm)")
 
 
-def calm_at_a_look(table: sql.Identifier) -> sql.Composed:
-    """A scalar SQL expression for a statement that only reads: true when no lock
-    delay runs and none would start (the recorded timeline is the server's, its
-    delay over, or nothing is recorded yet).  Stricter than ``lock_delay``'s
-    ``calm``: a new timeline counts as a delay even when it would be one of zero,
-    since only the acquiring statement may record it."""
-    return sql.SQL(
-        "NOT EXISTS (SELECT FROM {table} AS seen WHERE seen.key = {timeline_key}"
-        " AND (seen.value::int8 <> {timeline} OR clock_timestamp() < seen.expire_at))"
-    ).format(table=table, timeline_key=sql.Literal(TIMELINE_KEY), timeline=TIMELINE)
-
-
 def timeline_returned() -> sql.SQL:
     """What an acquiring upsert with the fragment returns after its token: the
     timeline the lock was taken on, for the holder to compare on reconnection."""

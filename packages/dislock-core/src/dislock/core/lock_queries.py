@@ -23,12 +23,12 @@ from psycopg import sql
 
 from dislock.core.failover import (
     TIMELINE,
-    calm_at_a_look,
+    TIMELINE_KEY,
     delay_end_returned,
     lock_delay,
     timeline_returned,
 )
-from dislock.core.limits import max_ttl_of
+from dislock.core.limits import MAX_TTL_KEY, max_ttl_of
 from dislock.core.rows import RELEASED_MARK
 from dislock.core.waiting import wake_payload
 
@@ -82,11 +82,12 @@ class Queries(NamedTuple):
     use ``acquire_until``)."""
     look: sql.Composed
     """Params: key, pause.  A read sent before the acquiring statement on a new
-    connection (``dislock.core.answers.look_reader``): a row only when the key's row
-    is live, ``(NOW(), a live pause, no lock delay runs or would start, the table's
-    maximum TTL)``.  A new backend plans the acquiring statement for several times
-    the server CPU this read costs, and when a fleet's crontabs fire together every
-    machine but one is refused: the read refuses them for less."""
+    connection (``dislock.core.answers.look_reader``): ``(NOW(), clock_timestamp(),
+    the server's timeline, key, value, expire_at)`` of whichever of the key's row,
+    its pause row, the failover timeline row and the maximum-TTL row exist, by
+    primary key.  A new backend plans the acquiring statement for several times the
+    server CPU this read costs (and, behind a pooler, every backend plans it anew),
+    and when a fleet's crontabs fire together every machine but one is refused."""
 
 
 NO_CAP = sql.SQL("NULL::float8")
@@ -244,11 +245,14 @@ def queries(table_parts: tuple[str, ...], fencing: bool = False) -> Queries:
             upsert, pause, parts, first_token, token, (slot_ctes, slot_calm), free
         ),
         look=sql.SQL(
-            "SELECT NOW(),"
-            " EXISTS (SELECT FROM {table} WHERE key = %(pause)s AND expire_at > NOW()),"
-            " {calm}, {cap}"
-            " FROM {table} AS held WHERE held.key = %(key)s AND held.expire_at > NOW()"
-        ).format(table=table, calm=calm_at_a_look(table), cap=max_ttl_of(table)),
+            "SELECT NOW(), clock_timestamp(), {timeline}, key, value, expire_at FROM {table}"
+            " WHERE key IN (%(key)s, %(pause)s, {timeline_key}, {max_ttl_key})"
+        ).format(
+            table=table,
+            timeline=TIMELINE,
+            timeline_key=sql.Literal(TIMELINE_KEY),
+            max_ttl_key=sql.Literal(MAX_TTL_KEY),
+        ),
     )
 
 

@@ -68,15 +68,23 @@ class LockStatements:
 
     def look_until(self, key: str) -> Exchange[Acquired | None]:
         """``acquire_until``'s refusal by a live row, read without the upsert."""
-        return Exchange(self.queries.look, _looking(key), answers.look_reader())
+        return Exchange(
+            self.queries.look, _looking(key), answers.look_reader(key, pause_key_of(key))
+        )
 
     def look_by_clock(self, key: str, candidates: SlotCandidates) -> Exchange[Acquired | None]:
         """``acquire_by_clock``'s refusal by a live row, read without the upsert."""
-        return Exchange(self.queries.look, _looking(key), answers.look_reader(pick=candidates.pick))
+        return Exchange(
+            self.queries.look,
+            _looking(key),
+            answers.look_reader(key, pause_key_of(key), pick=candidates.pick),
+        )
 
     def look_for(self, key: str, ttl: float) -> Exchange[Acquired | None]:
         """``acquire_for``'s refusal by a live row, read without the upsert."""
-        return Exchange(self.queries.look, _looking(key), answers.look_reader(ttl=ttl))
+        return Exchange(
+            self.queries.look, _looking(key), answers.look_reader(key, pause_key_of(key), ttl=ttl)
+        )
 
     def renew(self, batch: Batch) -> Exchange[list[tuple[str, str]]]:
         """Renew the leases of ``batch``, each by its own TTL."""

@@ -27,7 +27,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from benchmarks.server import _proc_stat
 from tests.support.cluster import SERVICE_USER, free_port
-from tests.support.herd import PGBOUNCER, pgbouncer_available
+from tests.support.herd import PGBOUNCER, pgbouncer_available, pgbouncer_ini
 
 __all__ = ["Bouncer", "bench_pgbouncer", "pgbouncer_available"]
 
@@ -83,43 +83,21 @@ def bench_pgbouncer(url: str, *, pool: int, clients: int) -> Iterator[Bouncer]:
         as_user = ["runuser", "-u", SERVICE_USER, "--"]
     root.chmod(0o755)
     port = free_port()
-    server = make_conninfo(
-        "",
-        **{
-            key: value
-            for key, value in {
-                "host": params.get("host", "127.0.0.1"),
-                "port": params.get("port", "5432"),
-                "dbname": params.get("dbname", "postgres"),
-                "user": params.get("user"),
-                "password": params.get("password"),
-            }.items()
-            if value
-        },
-    )
     # Every client is a socket, every server connection another, plus PgBouncer's own
     # files: the usual soft limit of 1024 would refuse clients past a thousand or so
     # ("accept() failed: Too many open files" in its log).
     files = clients + pool + 256
     (root / "users.txt").write_text("")
     (root / "pgbouncer.ini").write_text(
-        f"""[databases]
-herd = {server}
-[pgbouncer]
-listen_addr = 127.0.0.1
-listen_port = {port}
-listen_backlog = {min(max(clients, 128), _somaxconn())}
-unix_socket_dir =
-auth_type = any
-auth_file = {root}/users.txt
-pool_mode = transaction
-max_client_conn = {clients}
-max_db_connections = {pool}
-default_pool_size = {pool}
-ignore_startup_parameters = extra_float_digits,options
-logfile = {root}/pgbouncer.log
-pidfile = {root}/pgbouncer.pid
-"""
+        pgbouncer_ini(
+            url,
+            root,
+            port,
+            pool_mode="transaction",
+            max_client_conn=clients,
+            max_db_connections=pool,
+            listen_backlog=min(max(clients, 128), _somaxconn()),
+        )
     )
     if ids is not None:
         for path in (root, root / "users.txt", root / "pgbouncer.ini"):

@@ -67,6 +67,46 @@ def pgbouncer_available() -> bool:
     return os.path.exists(PGBOUNCER)
 
 
+def pgbouncer_ini(
+    url: str,
+    root: Path,
+    port: int,
+    *,
+    pool_mode: str,
+    max_client_conn: int,
+    max_db_connections: int,
+    listen_backlog: int | None = None,
+) -> str:
+    """The configuration of a PgBouncer on ``port`` (its files in ``root``) whose
+    database ``herd`` is ``url``'s server, logged in to as ``url``'s role."""
+    params = conninfo_to_dict(url)
+    server_params = {
+        "host": params.get("host", "127.0.0.1"),
+        "port": params.get("port", "5432"),
+        "dbname": params.get("dbname", "postgres"),
+        "user": params.get("user", "postgres"),
+        "password": params.get("password"),
+    }
+    server = make_conninfo("", **{key: value for key, value in server_params.items() if value})
+    backlog = "" if listen_backlog is None else f"listen_backlog = {listen_backlog}\n"
+    return f"""[databases]
+herd = {server}
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = {port}
+{backlog}unix_socket_dir =
+auth_type = any
+auth_file = {root}/users.txt
+pool_mode = {pool_mode}
+max_client_conn = {max_client_conn}
+max_db_connections = {max_db_connections}
+default_pool_size = {max_db_connections}
+ignore_startup_parameters = extra_float_digits,options
+logfile = {root}/pgbouncer.log
+pidfile = {root}/pgbouncer.pid
+"""
+
+
 @contextlib.contextmanager
 def pgbouncer(
     url: str, *, max_db_connections: int, max_client_conn: int, pool_mode: str = "transaction"
@@ -85,32 +125,16 @@ def pgbouncer(
         as_user = ["runuser", "-u", SERVICE_USER, "--"]
     root.chmod(0o755)
     port = free_port()
-    server_params = {
-        "host": params.get("host", "127.0.0.1"),
-        "port": params.get("port", "5432"),
-        "dbname": params.get("dbname", "postgres"),
-        "user": params.get("user", "postgres"),
-        "password": params.get("password"),
-    }
-    server = make_conninfo("", **{key: value for key, value in server_params.items() if value})
     (root / "users.txt").write_text("")
     (root / "pgbouncer.ini").write_text(
-        f"""[databases]
-herd = {server}
-[pgbouncer]
-listen_addr = 127.0.0.1
-listen_port = {port}
-unix_socket_dir =
-auth_type = any
-auth_file = {root}/users.txt
-pool_mode = {pool_mode}
-max_client_conn = {max_client_conn}
-max_db_connections = {max_db_connections}
-default_pool_size = {max_db_connections}
-ignore_startup_parameters = extra_float_digits,options
-logfile = {root}/pgbouncer.log
-pidfile = {root}/pgbouncer.pid
-"""
+        pgbouncer_ini(
+            url,
+            root,
+            port,
+            pool_mode=pool_mode,
+            max_client_conn=max_client_conn,
+            max_db_connections=max_db_connections,
+        )
     )
     if as_user:
         for name in ("users.txt", "pgbouncer.ini"):

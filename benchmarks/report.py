@@ -32,11 +32,19 @@ READING = """## Reading the results
   (`dislock.cli._exit`), which costs any process that imported psycopg about 18 ms: the floor
   and 0.1.0 pay it, so the wrapper can beat the floor. dislock's own imports add about 3 ms
   beyond psycopg; a schedule run also imports croniter (about 6 ms), as 0.1.0 does on every run.
-- **The herd.** Every machine's crontab fires in the same second; here 200 asyncio event loops
-  in one process (each its own connection, as separate hosts would have) race one lock through a
-  role whose `CONNECTION LIMIT` is 20. Refused connections are retried with jittered exponential
-  backoff (`connect_patience_seconds`), so no machine fails; with the patience set to 0, most of
-  them fail with `too many connections for role`.
+- **The herd.** Every machine's crontab fires in the same second; here 200 to 2,000 asyncio
+  event loops in one process (each its own connection, as separate hosts would have) race one
+  lock through a role whose `CONNECTION LIMIT` is 20 or 50. Refused connections are retried with
+  jittered exponential backoff (`connect_patience_seconds`), so no machine fails; with the
+  patience set to 0, most of them fail with `too many connections for role`. On a new
+  connection the lock reads the key's row before it sends the acquiring statement, so a loser
+  costs the server a connection and a primary-key read. That is still several milliseconds
+  each: a backend is forked, authenticated and loads its catalog caches for every connection
+  (a bare connect and close costs about 2 ms here, a refused one about 1.5 ms), and the
+  server shares the machine's two cores with the herd's process. Through PgBouncer the server
+  sees 20 connections, whatever the fleet's size, and each machine costs one statement; the
+  decision times there are those of the herd's one Python process, which holds 2,000
+  connections and their event loops.
 - **Warm cycles.** Taking and releasing a lock are two writes, and PostgreSQL commits a write
   only once its WAL is on disk, so two `SELECT 1` are not a floor any lock can reach; two
   single-row `UPDATE`s are. Sending the very same two statements by hand with psycopg (prepared

@@ -50,7 +50,10 @@ def break_acquisition() -> None:
         broken, found = _LIVE_ROW_GUARD.subn("", text)
         assert found == 1 and _UPDATE_GUARD in broken, "the acquiring statement changed"
         broken = broken.replace(_UPDATE_GUARD, "")
-        return queries._replace(acquire_for=sql.SQL(broken))  # type: ignore[arg-type]
+        # And the read a new connection sends first, which refuses a live row too:
+        # broken, it finds no row, and the acquiring statement decides.
+        look = sql.SQL(queries.look.as_string(None) + " AND false")
+        return queries._replace(acquire_for=sql.SQL(broken), look=look)  # type: ignore[arg-type]
 
     # Before any lock was built: the lock statements read their text from here.
     lock_queries.queries = unguarded

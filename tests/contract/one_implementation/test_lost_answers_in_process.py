@@ -3,11 +3,12 @@ lost answer must not take for proof that the statement committed."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 
 import pytest
 
-from dislock import LeaseLock, LockContext, LockNotAcquiredError, ScheduleLock
+from dislock import LeaseLock, LockContext, LockNotAcquiredError, ScheduleLock, keep_connected
 from dislock.core.context import default_owner
 from dislock.core.rows import lease_key, schedule_key
 from tests.support.proxy import AnswerCutter
@@ -16,7 +17,17 @@ from tests.support.rows import Rows
 MakeContext = Callable[..., LockContext]
 ACQUIRING = b"INSERT INTO"  # every acquiring statement, and nothing else dislock sends here
 YEARLY = "0 0 1 1 *"  # one slot a year: no test runs near its boundary
+LEASE = {"run_ttl_seconds": 30.0, "lease_interval_seconds": 1.0}
 RELEASE = b"(released)' WHERE key = $"  # a holder's release of its own row (not hand_back)
+
+
+def warm(make_context: MakeContext, url: str) -> None:
+    """Have the shared connection to ``url`` serve a lock first: on a new connection a
+    lock reads its row before it sends the acquiring statement, and a live row
+    refuses it there, with no acquiring statement whose answer could be lost.  On a
+    warm one (a service's) the statement is sent, and these tests cut its answer."""
+    with LeaseLock(make_context(url=url, lock_key=f"warm-{uuid.uuid4().hex[:8]}", **LEASE)):
+        pass
 
 
 @pytest.mark.needs("python-api")
@@ -58,7 +69,8 @@ def test_a_row_the_process_already_holds_is_not_this_acquisition(
         schedule=YEARLY,
     )
     lock_class = LeaseLock if strategy == "lease" else ScheduleLock
-    with lock_class(direct):
+    with lock_class(direct), keep_connected(proxied.url):
+        warm(make_context, proxied.url)
         cutter.arm(ACQUIRING, committed=True)
         with pytest.raises(LockNotAcquiredError):
             lock_class(proxied).__enter__()
@@ -91,8 +103,10 @@ def test_a_row_left_by_a_failed_release_is_not_a_later_acquisition(
     assert cutter.cuts == 1
     left = rows.get(key)
     assert left is not None and not left.expired and left.value == context.owner, left
-    cutter.arm(ACQUIRING, committed=True)  # refused by the live row; the answer is lost
-    with pytest.raises(LockNotAcquiredError, match="held by another owner"):
-        LeaseLock(context).__enter__()
+    with keep_connected(context.url):
+        warm(make_context, context.url)
+        cutter.arm(ACQUIRING, committed=True)  # refused by the live row; the answer is lost
+        with pytest.raises(LockNotAcquiredError, match="held by another owner"):
+            LeaseLock(context).__enter__()
     assert cutter.cuts == 2
     assert rows.get(key) == left  # untouched: still the first turn's, until its TTL

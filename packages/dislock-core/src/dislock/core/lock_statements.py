@@ -8,6 +8,7 @@ A new lock statement is a text in ``lock_queries``, a method here and its call s
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -68,23 +69,26 @@ class LockStatements:
 
     def look_until(self, key: str) -> Exchange[Acquired | None]:
         """``acquire_until``'s refusal by a live row, read without the upsert."""
-        return Exchange(
-            self.queries.look, _looking(key), answers.look_reader(key, pause_key_of(key))
-        )
+        return self._look(key)
 
     def look_by_clock(self, key: str, candidates: SlotCandidates) -> Exchange[Acquired | None]:
         """``acquire_by_clock``'s refusal by a live row, read without the upsert."""
-        return Exchange(
-            self.queries.look,
-            _looking(key),
-            answers.look_reader(key, pause_key_of(key), pick=candidates.pick),
-        )
+        return self._look(key, pick=candidates.pick)
 
     def look_for(self, key: str, ttl: float) -> Exchange[Acquired | None]:
         """``acquire_for``'s refusal by a live row, read without the upsert."""
-        return Exchange(
-            self.queries.look, _looking(key), answers.look_reader(key, pause_key_of(key), ttl=ttl)
-        )
+        return self._look(key, ttl=ttl)
+
+    def _look(
+        self,
+        key: str,
+        *,
+        ttl: float | None = None,
+        pick: Callable[[datetime], datetime | None] | None = None,
+    ) -> Exchange[Acquired | None]:
+        pause = pause_key_of(key)
+        reader = answers.look_reader(key, pause, ttl=ttl, pick=pick)
+        return Exchange(self.queries.look, {"key": key, "pause": pause}, reader)
 
     def renew(self, batch: Batch) -> Exchange[list[tuple[str, str]]]:
         """Renew the leases of ``batch``, each by its own TTL."""
@@ -107,10 +111,6 @@ class LockStatements:
     def now(self) -> Exchange[datetime]:
         """The database clock."""
         return Exchange(self.queries.now, {}, answers.read_clock)
-
-
-def _looking(key: str) -> dict[str, Any]:
-    return {"key": key, "pause": pause_key_of(key)}
 
 
 def _waking(owner: str, lock_key: str) -> dict[str, Any]:

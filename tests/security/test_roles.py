@@ -67,6 +67,23 @@ def test_a_wrapper_role_locks_its_own_keys(
         holding.release()
 
 
+def test_a_wrapper_role_takes_its_keys_further_slots(fleet: Fleet) -> None:
+    """A lease's second slot is a row of its own (``cronjob-lock:lease#2:<key>``),
+    which the role's policies admit by its regular expression."""
+    from dislock import LeaseLock, LockNotAcquiredError
+
+    key = unique("billing-")
+
+    def lease() -> LeaseLock:
+        return LeaseLock(context(fleet, fleet.billing, key, slots=2))
+
+    with lease(), lease():
+        rows = {row[0] for row in snapshot(fleet) if row[0].endswith(key)}
+        assert rows == {f"cronjob-lock:lease:{key}", f"cronjob-lock:lease#2:{key}"}
+        with pytest.raises(LockNotAcquiredError), lease():
+            pass
+
+
 def test_a_key_outside_the_grant_is_one_line_and_writes_nothing(
     driver: Driver, fleet: Fleet
 ) -> None:
@@ -188,6 +205,25 @@ ATTACKS = [
         "interval '7 days')",
     ),
     (
+        "a slot row past the maximum TTL",
+        "INSERT INTO {t} VALUES ('cronjob-lock:lease#2:billing-long', 'me', NOW() + "
+        "interval '7 days')",
+    ),
+    (
+        "renew its own lease past the maximum TTL",
+        "UPDATE {t} SET expire_at = NOW() + interval '7 days' WHERE key = {own}",
+    ),
+    (
+        "take another key's slot row",
+        "INSERT INTO {t} VALUES ('cronjob-lock:lease#2:reports-x', 'thief', NOW() + "
+        "interval '1 minute')",
+    ),
+    (
+        "take a key its exact pattern only begins",
+        "INSERT INTO {t} VALUES ('cronjob-lock:lease:reports-nightly-2', 'thief', NOW() + "
+        "interval '1 minute')",
+    ),
+    (
         "take over another key's expired row",
         "INSERT INTO {t} VALUES ({k}, 'thief', NOW() + interval '1 minute') ON CONFLICT "
         "(key) DO UPDATE SET value = 'thief', expire_at = EXCLUDED.expire_at",
@@ -210,13 +246,18 @@ CASES = [
 @pytest.mark.parametrize(("role", "what", "statement"), CASES)
 def test_a_role_cannot(fleet: Fleet, role: str, what: str, statement: str) -> None:
     victim = "cronjob-lock:lease:reports-victim"
+    own = "cronjob-lock:lease:billing-own"  # a key of billing's and ops' grants
+    rows = [(victim, "- interval '1 second'")]
+    if "{own}" in statement:  # (else ops' "delete any row" could rightly delete it)
+        rows.append((own, "+ interval '1 minute'"))
     with fleet.connect(fleet.admin_url) as admin:
-        admin.execute(
-            sql.SQL("INSERT INTO {} VALUES (%s, 'victim', NOW() - interval '1 second')").format(
-                sql.Identifier(*fleet.table)
-            ),
-            (victim,),
-        )
+        for row, ends in rows:
+            admin.execute(
+                sql.SQL("INSERT INTO {} VALUES (%s, 'held', NOW() {})").format(
+                    sql.Identifier(*fleet.table), sql.SQL(ends)
+                ),
+                (row,),
+            )
         # Another role took a lease once: its TTL record exists, as in any fleet.
         admin.execute(
             sql.SQL("INSERT INTO {} VALUES (%s, '30', '9999-12-31')").format(
@@ -226,7 +267,9 @@ def test_a_role_cannot(fleet: Fleet, role: str, what: str, statement: str) -> No
         )
     # The grant recorded the timeline row: every attack on it meets it.
     before = snapshot(fleet)
-    text = sql.SQL(statement).format(t=sql.Identifier(*fleet.table), k=sql.Literal(victim))
+    text = sql.SQL(statement).format(
+        t=sql.Identifier(*fleet.table), k=sql.Literal(victim), own=sql.Literal(own)
+    )
     with fleet.connect(getattr(fleet, role)) as attacker:
         try:
             with attacker.transaction():  # LOCK TABLE holds only inside one
@@ -500,13 +543,50 @@ def test_a_grant_that_public_privileges_would_undo_is_refused(
 def test_patterns_may_hold_any_character(fleet: Fleet) -> None:
     from dislock import LeaseLock
 
-    pattern = "ünï (code|x)\\.*"
+    pattern = "ünï_(c%de|x)\\.*"
     status, _, err = ctl(
         fleet.admin_url, "grant", "dislock_sec_reports", "--keys", pattern, table=fleet.table
     )
     assert status == 0, err
-    with LeaseLock(context(fleet, fleet.reports, "ünï (code|x)\\.nightly")):
+    with LeaseLock(context(fleet, fleet.reports, "ünï_(c%de|x)\\.nightly")):
         pass
-    # The pattern is literal: a key that only a regular expression would match is refused.
-    with pytest.raises(KeyNotGrantedError), LeaseLock(context(fleet, fleet.reports, "ünï x.n")):
-        pass
+    # The pattern is literal: a key that only a regular expression or a LIKE pattern
+    # would match is refused.
+    for key in ("ünï_x.n", "ünïx(cXYZde|x)\\.n"):
+        with pytest.raises(KeyNotGrantedError), LeaseLock(context(fleet, fleet.reports, key)):
+            pass
+
+
+def test_a_new_maximum_ttl_holds_on_connections_already_open(fleet: Fleet) -> None:
+    """The maximum is a constant in each plan the server caches (``policy_functions``):
+    ``init --max-ttl`` must reach a connection whose statement is already planned."""
+    key = unique("cronjob-lock:lease:billing-long-")
+    statement = sql.SQL(
+        "INSERT INTO {} VALUES (%s, 'me', NOW() + interval '90 minutes') ON CONFLICT (key)"
+        " DO UPDATE SET expire_at = EXCLUDED.expire_at"
+    ).format(sql.Identifier(*fleet.table))
+    ninety_minutes = sql.SQL("UPDATE {} SET expire_at = NOW() + interval '90 minutes'").format(
+        sql.Identifier(*fleet.table)
+    )
+
+    def ninety_minute_lease(conn: psycopg.Connection[Any]) -> bool:
+        try:
+            with conn.transaction():
+                conn.execute(statement, (key,), prepare=True)
+            return True
+        except psycopg.errors.InsufficientPrivilege:
+            return False
+
+    with fleet.connect(fleet.billing) as billing:
+        # More executions than PostgreSQL's five custom plans: the cached plan is used.
+        assert not any(ninety_minute_lease(billing) for _ in range(8))
+        try:
+            status, _, err = ctl(fleet.admin_url, "init", "--max-ttl", "2h", table=fleet.table)
+            assert status == 0, err
+            assert ninety_minute_lease(billing)
+            status, _, err = ctl(fleet.admin_url, "init", "--max-ttl", "1h", table=fleet.table)
+            assert status == 0, err
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                billing.execute(ninety_minutes + sql.SQL(" WHERE key = %s"), (key,), prepare=True)
+        finally:
+            ctl(fleet.admin_url, "init", "--max-ttl", "1h", table=fleet.table)

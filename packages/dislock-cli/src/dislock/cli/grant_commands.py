@@ -19,8 +19,8 @@ from dislock.cli import EXIT_FAILURE, EXIT_OK
 from dislock.cli.commands._call import columns
 from dislock.core import grant_catalog, grants
 from dislock.core.bounds import escape
-from dislock.core.bounds_policy import bounds_policy
 from dislock.core.limits import max_ttl_query, set_max_ttl
+from dislock.core.policy_functions import policy_functions
 
 
 def _name(table: tuple[str, ...]) -> str:
@@ -207,5 +207,5 @@ def set_table_max_ttl(conn: Any, table: tuple[str, ...], seconds: float) -> list
     statements = [set_max_ttl(table, seconds)]
     row = conn.execute(grant_catalog.security_query(), (_name(table),)).fetchone()
     if row is not None and row[0]:
-        statements += bounds_policy(_qualified(conn, table), seconds)
+        statements += policy_functions(_qualified(conn, table), seconds)
     return statements

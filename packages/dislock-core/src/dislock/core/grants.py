@@ -6,16 +6,17 @@ PostgreSQL, so the server enforces it whatever a machine sends by hand:
 
 * **Row-level security** on the lock table (and its run history), with one set
   of policies per role, the role's key patterns written into them as literals
-  (no lookup table: a policy costs a regular-expression match on the rows a
-  statement already touches).  A role sees and writes the rows of its own keys
-  only.  The failover bookkeeping rows can be written only as the acquiring
+  (no lookup table: a policy costs a ``LIKE`` match against a short list on the
+  rows a statement already touches).  A role sees and writes the rows of its own
+  keys only.  The failover bookkeeping rows can be written only as the acquiring
   statement writes them: the timeline row only with the server's real timeline
-  and only when the recorded one is stale, a TTL record only the role's own.
-* **A restrictive policy** bounds what every such role writes: no lease row and
-  no lock delay may end more than the table's maximum TTL from now
-  (``dislock.core.limits``).  It carries the maximum as a literal too (a policy
-  that read the table it guards would recurse), so ``dislockctl init
-  --max-ttl`` writes both.
+  and only when the recorded one is stale, a TTL record only the role's own
+  (``dislock.core.policy_functions``).
+* **Bounds** on what every such role writes: no lease row and no lock delay may
+  end more than the table's maximum TTL from now (``dislock.core.limits``).  The
+  maximum lives in a function beside the table that the planner folds into a
+  constant (a policy that read the table it guards would recurse), so
+  ``dislockctl init --max-ttl`` replaces that function and no policy.
 * **Column privileges**: a wrapper role may update ``value``, ``expire_at`` and
   ``fence`` but holds no table-wide ``UPDATE``, ``DELETE`` or ``TRUNCATE``, so
   ``LOCK TABLE … IN EXCLUSIVE MODE`` (which needs one of them) is refused, and
@@ -37,10 +38,16 @@ from typing import Any, NamedTuple
 
 from psycopg import sql
 
-from dislock.core.bounds_policy import MAX_NAME, bounds_policy
 from dislock.core.errors import ConfigurationError
-from dislock.core.failover import TIMELINE, TIMELINE_KEY, TTL_RECORD
-from dislock.core.rows import LOCK_ROWS, PAUSE_ROWS
+from dislock.core.failover import TIMELINE, TIMELINE_KEY
+from dislock.core.kinds import KEY_PREFIX
+from dislock.core.policy_functions import (
+    MAX_NAME,
+    max_ttl_function,
+    noting_function,
+    policy_functions,
+)
+from dislock.core.rows import lease_key, pause_key, schedule_key
 
 WRAPPER = "wrapper"
 """Takes, renews, releases and hands back its keys' locks, reads their pauses, records
@@ -132,26 +139,43 @@ def _quote(text: str) -> str:
     return re.sub(r"([\x20-\x2f\x3a-\x40\x5b-\x60\x7b-\x7e])", r"\\\1", text)
 
 
-def _rows(prefix_regex: str, patterns: Sequence[str]) -> sql.Composed:
-    return sql.SQL("key ~ {}").format(sql.Literal(prefix_regex + _alternatives(patterns)))
+def _likes(row_prefix: str, patterns: Sequence[str]) -> list[str]:
+    """``LIKE`` patterns for the rows ``row_prefix + <key>`` of the keys ``patterns``
+    match (``\\`` is ``LIKE``'s escape character)."""
+    return [
+        re.sub(r"([\\%_])", r"\\\1", row_prefix + p.removesuffix("*"))
+        + ("%" if p.endswith("*") else "")
+        for p in patterns
+    ]
 
 
-def _bookkeeping(*, stale: bool = False) -> sql.Composed:
-    """The failover bookkeeping an acquiring statement writes (``dislock.core.failover``):
-    the timeline row, with the server's real timeline (updated only over a stale
-    one), and the acquiring role's own TTL record.
+def _like_any(likes: Sequence[str], column: str = "key") -> sql.Composed:
+    # One call however many patterns: a policy's cost is mostly its calls (see
+    # dislock.core.policy_functions).
+    return sql.SQL("{} LIKE ANY ({}::text[])").format(
+        sql.Identifier(column), sql.Literal(list(likes))
+    )
+
+
+def _slots(patterns: Sequence[str]) -> str:
+    """The keys of a lease's further slots (``cronjob-lock:lease#<n>:<key>``), which
+    ``LIKE`` cannot tell from other keys: only a regular expression is exact."""
+    return rf"^{KEY_PREFIX}:lease#[0-9]+:" + _alternatives(patterns)
+
+
+def _rarely(
+    table_parts: tuple[str, ...], patterns: Sequence[str], *, existing: bool
+) -> sql.Composed:
+    """What a role writes but rarely (``policy_functions``' ``_noting``): the failover
+    bookkeeping of an acquiring statement and its keys' further lease slots.
 
     The timeline row's INSERT condition has to admit a delay: PostgreSQL checks
     an ``INSERT … ON CONFLICT DO UPDATE``'s proposed row against the INSERT
     policy even when it ends up updating.  That is safe only because the row
     always exists once a table has grants (``grant_statements`` records it), so
     an insert of it can only ever become that guarded update."""
-    if stale:
-        timeline = sql.SQL("value IS DISTINCT FROM {}::text").format(TIMELINE)
-    else:
-        timeline = sql.SQL("value = {}::text").format(TIMELINE)
-    return sql.SQL("(key = {tl} AND {timeline}) OR key = {record}").format(
-        tl=sql.Literal(TIMELINE_KEY), timeline=timeline, record=TTL_RECORD
+    return sql.SQL("{}(key, value, expire_at, {}, {})").format(
+        noting_function(table_parts), sql.Literal(existing), sql.Literal(_slots(patterns))
     )
 
 
@@ -223,7 +247,7 @@ def grant_statements(
         ).format(table=table, key=sql.Literal(TIMELINE_KEY), timeline=TIMELINE),
         sql.SQL("REVOKE ALL ON {} FROM {}").format(table, who),
         *_drop(table, role),
-        *bounds_policy(table_parts, max_ttl),
+        *policy_functions(table_parts, max_ttl),
     ]
     columns = ["value", "expire_at", *(["fence"] if fencing else [])]
     if access == READER:
@@ -232,10 +256,23 @@ def grant_statements(
             _policy(policy_name(role, "read"), table, role, "SELECT", using=sql.SQL("true")),
         ]
     else:
-        locks = _rows(LOCK_ROWS, patterns)
-        pauses = _rows(PAUSE_ROWS, patterns)
+        schedules = _likes(schedule_key(""), patterns)
+        leases = _likes(lease_key(""), patterns)
+        pauses = _likes(pause_key(""), patterns)
         # An operator writes its keys' pause rows too; a wrapper only reads them.
-        writable = sql.SQL("({} OR {})").format(locks, pauses) if access == OPERATOR else locks
+        unbounded = schedules + (pauses if access == OPERATOR else [])
+        writable = _like_any(unbounded + leases)
+        slots = sql.SQL("key ~ {}").format(sql.Literal(_slots(patterns)))
+        # A row written: a lease row ends within the table's maximum TTL.
+        bounded = sql.SQL("({} OR ({} AND expire_at <= NOW() + {}()) OR {})").format(
+            _like_any(unbounded),
+            _like_any(leases),
+            max_ttl_function(table_parts),
+            _rarely(table_parts, patterns, existing=False),
+        )
+        reads = sql.SQL("({} OR {})").format(
+            _like_any(["dislock:%", *schedules, *leases, *pauses]), slots
+        )
         statements += [
             sql.SQL("GRANT SELECT, INSERT ON {} TO {}").format(table, who),
             sql.SQL("GRANT UPDATE ({}) ON {} TO {}").format(
@@ -246,28 +283,36 @@ def grant_statements(
                 table,
                 role,
                 "SELECT",
-                using=sql.SQL("{} OR {} OR starts_with(key, 'dislock:')").format(locks, pauses),
+                using=reads,
             ),
             _policy(
                 policy_name(role, "take"),
                 table,
                 role,
                 "INSERT",
-                check=sql.SQL("{} OR {}").format(writable, _bookkeeping()),
+                check=bounded,
             ),
             _policy(
                 policy_name(role, "write"),
                 table,
                 role,
                 "UPDATE",
-                using=sql.SQL("{} OR {}").format(writable, _bookkeeping(stale=True)),
-                check=sql.SQL("{} OR {}").format(writable, _bookkeeping()),
+                using=sql.SQL("({} OR {})").format(
+                    writable, _rarely(table_parts, patterns, existing=True)
+                ),
+                check=bounded,
             ),
         ]
         if access == OPERATOR:
             statements += [
                 sql.SQL("GRANT DELETE ON {} TO {}").format(table, who),
-                _policy(policy_name(role, "delete"), table, role, "DELETE", using=writable),
+                _policy(
+                    policy_name(role, "delete"),
+                    table,
+                    role,
+                    "DELETE",
+                    using=sql.SQL("({} OR {})").format(writable, slots),
+                ),
             ]
     statements.append(
         sql.SQL("COMMENT ON POLICY {name} ON {table} IS {text}").format(
@@ -297,7 +342,7 @@ def _history_grant(
             _policy(policy_name(role, "read"), table, role, "SELECT", using=sql.SQL("true"))
         )
         return statements
-    mine = sql.SQL("lock_key ~ {}").format(sql.Literal("^" + _alternatives(patterns)))
+    mine = _like_any(_likes("", patterns), "lock_key")
     statements += [
         # A run's start inserts its row, its end fills in how it ended.
         sql.SQL("GRANT SELECT, INSERT ON {} TO {}").format(table, who),

@@ -43,11 +43,3 @@ row, 0.1.0's tools included, would fail on it.)"""
 
 FORCED_MARK = " (released by dislockctl)"
 """Appended by ``dislockctl release`` instead of ``RELEASED_MARK``."""
-
-
-LOCK_ROWS = rf"^{KEY_PREFIX}:(?:schedule|lease(?:#[0-9]+)?):"
-"""The keys of schedule and lease rows (slots included), as a regular expression."""
-PAUSE_ROWS = rf"^{KEY_PREFIX}:pause:"
-"""The keys of pause rows."""
-LEASE_ROWS = rf"^{KEY_PREFIX}:lease(?:#[0-9]+)?:"
-"""The keys of lease rows, every slot's included."""

@@ -60,6 +60,34 @@ def sync_cycles(url: str, cycles: int, table: str = "key_value") -> float:
         return (time.perf_counter() - started) / cycles
 
 
+def alternating_sync_cycles(
+    url: str, tables: dict[str, str], blocks: int, block: int
+) -> dict[str, float]:
+    """Seconds per acquire + release of a sync lease on each of ``tables``: one warm
+    connection, the tables taking turns in blocks of ``block`` cycles; the median
+    of each table's blocks.  Turns a fraction of a second long put a slow spell of
+    the machine (a shared host's, a checkpoint's) on every table alike, where
+    rounds of a new connection each would see it fall on one."""
+    from dislock import LeaseLock, keep_connected
+
+    contexts = {name: cycle_context(url, table) for name, table in tables.items()}
+    blocks_of: dict[str, list[float]] = {name: [] for name in tables}
+    order = list(contexts)
+    with keep_connected(url):
+        for _ in range(10):  # past the connection's check and its statements' preparation
+            for context in contexts.values():
+                with LeaseLock(context):
+                    pass
+        for turn in range(blocks):
+            for name in order if turn % 2 else reversed(order):
+                started = time.perf_counter()
+                for _ in range(block):
+                    with LeaseLock(contexts[name]):
+                        pass
+                blocks_of[name].append((time.perf_counter() - started) / block)
+    return {name: statistics.median(seconds) for name, seconds in blocks_of.items()}
+
+
 def aio_cycles(url: str, cycles: int) -> float:
     """The same with the asyncio API."""
     import dislock.aio

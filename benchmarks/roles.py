@@ -12,7 +12,7 @@ from contextlib import contextmanager
 
 import psycopg
 
-from benchmarks.cycle import sync_cycles
+from benchmarks.cycle import alternating_sync_cycles
 from benchmarks.installs import installed_dislock
 from benchmarks.rows import Row, met
 from benchmarks.timing import ROUNDS, interleaved, median_ms
@@ -83,11 +83,10 @@ def roles_rows(url: str, repeat: int, cycles: int) -> list[Row]:
                 {"ratio": secured / plain, "with_ms": secured, "without_ms": plain},
             )
         )
-        rounds: dict[str, list[float]] = {"plain": [], "secured": []}
-        for _ in range(ROUNDS):
-            for name, table in tables.items():
-                rounds[name].append(sync_cycles(role_url, cycles, table))
-        plain, secured = median_ms(rounds["plain"]), median_ms(rounds["secured"])
+        per_cycle = alternating_sync_cycles(
+            role_url, tables, blocks=ROUNDS * 6, block=max(1, cycles // 6)
+        )
+        plain, secured = per_cycle["plain"] * 1000, per_cycle["secured"] * 1000
         rows.append(
             Row(
                 "warm sync lease cycle, as a granted role: with / without grants",

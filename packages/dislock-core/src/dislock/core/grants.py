@@ -164,10 +164,11 @@ def _slots(patterns: Sequence[str]) -> str:
 
 
 def _rarely(
-    table_parts: tuple[str, ...], patterns: Sequence[str], *, existing: bool
+    table_parts: tuple[str, ...], slot_keys: sql.Literal, *, existing: bool
 ) -> sql.Composed:
     """What a role writes but rarely (``policy_functions``' ``_noting``): the failover
-    bookkeeping of an acquiring statement and its keys' further lease slots.
+    bookkeeping of an acquiring statement and its keys' further lease slots
+    (``slot_keys``, their regular expression, ``_slots``).
 
     The timeline row's INSERT condition has to admit a delay: PostgreSQL checks
     an ``INSERT … ON CONFLICT DO UPDATE``'s proposed row against the INSERT
@@ -175,7 +176,7 @@ def _rarely(
     always exists once a table has grants (``grant_statements`` records it), so
     an insert of it can only ever become that guarded update."""
     return sql.SQL("{}(key, value, expire_at, {}, {})").format(
-        noting_function(table_parts), sql.Literal(existing), sql.Literal(_slots(patterns))
+        noting_function(table_parts), sql.Literal(existing), slot_keys
     )
 
 
@@ -262,13 +263,14 @@ def grant_statements(
         # An operator writes its keys' pause rows too; a wrapper only reads them.
         unbounded = schedules + (pauses if access == OPERATOR else [])
         writable = _like_any(unbounded + leases)
-        slots = sql.SQL("key ~ {}").format(sql.Literal(_slots(patterns)))
+        slot_keys = sql.Literal(_slots(patterns))
+        slots = sql.SQL("key ~ {}").format(slot_keys)
         # A row written: a lease row ends within the table's maximum TTL.
         bounded = sql.SQL("({} OR ({} AND expire_at <= NOW() + {}()) OR {})").format(
             _like_any(unbounded),
             _like_any(leases),
             max_ttl_function(table_parts),
-            _rarely(table_parts, patterns, existing=False),
+            _rarely(table_parts, slot_keys, existing=False),
         )
         reads = sql.SQL("({} OR {})").format(
             _like_any(["dislock:%", *schedules, *leases, *pauses]), slots
@@ -298,7 +300,7 @@ def grant_statements(
                 role,
                 "UPDATE",
                 using=sql.SQL("({} OR {})").format(
-                    writable, _rarely(table_parts, patterns, existing=True)
+                    writable, _rarely(table_parts, slot_keys, existing=True)
                 ),
                 check=bounded,
             ),

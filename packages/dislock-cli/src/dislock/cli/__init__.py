@@ -31,10 +31,14 @@ Run COMMAND under a lock kept in PostgreSQL, so that the same crontab entry on
 many machines starts the job once per schedule slot, or runs one copy at a time.
 
 URL_VARIABLE is the NAME of the environment variable holding the database URL
-(e.g. DATABASE_URL), so that the password never appears in `ps` or cron logs.
-In a crontab, set it on a line of its own above the jobs (crontab has no
-`export`): DATABASE_URL=postgresql://...  Never on the job line itself, where
-`ps` and the subject of cron's mail would show the password.
+(e.g. DATABASE_URL), so that the password never appears in `ps` or cron mail.
+From cron, keep the URL in a file only the job's user can read (chmod 600),
+/etc/dislock/jobs.env: `set -a`, then a DATABASE_URL=... line. Each job line
+reads it with `.` before dislock:
+  0 3 * * * . /etc/dislock/jobs.env && LOCK_KEY=... dislock DATABASE_URL cmd
+Not a DATABASE_URL= line in the crontab: Debian's cron copies those into every
+mail it sends. Never the URL on the job line: `ps` and the mail's subject show
+it. Under systemd, EnvironmentFile= does what the file does.
 
 environment:
 """

@@ -3,6 +3,10 @@ part is worded (the server is asked in ``tests/cli/test_privileges.py``)."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
+import pytest
+
 from dislock.cli.diagnosis import (
     HISTORY_TABLE,
     LOCK_TABLE,
@@ -11,6 +15,7 @@ from dislock.cli.diagnosis import (
     needs_of,
     privilege_probe,
 )
+from dislock.core.refusal import refused
 
 
 def test_needs_name_the_schema_first_and_skip_absent_tables() -> None:
@@ -54,3 +59,33 @@ def test_nothing_missing_quotes_the_server() -> None:
 def test_every_command_needs_select_somewhere() -> None:
     for command, needs in PRIVILEGES.items():
         assert any("SELECT" in privileges for _, privileges in needs), command
+
+
+class _Refusal(Exception):
+    """A statement row-level security refused, as psycopg reports it."""
+
+    sqlstate = "42501"
+    diag = SimpleNamespace(
+        message_primary='new row violates row-level security policy for table "locks"'
+    )
+
+
+@pytest.mark.parametrize(
+    ("row_key", "strategy"),
+    [
+        ("cronjob-lock:lease:reports-daily", "lease"),
+        ("cronjob-lock:lease#2:reports-daily", "lease"),
+        ("cronjob-lock:schedule:reports-daily", "schedule"),
+    ],
+)
+def test_a_key_refused_by_the_grant_is_named_as_the_docs_name_it(
+    row_key: str, strategy: str
+) -> None:
+    refusal = refused(
+        _Refusal(), url="postgresql://billing@db/app", key=row_key, table_parts=("ops", "locks")
+    )
+    assert refusal is not None
+    assert str(refusal) == (
+        f"role 'billing' may not lock 'reports-daily' (strategy {strategy}) in ops.locks:"
+        " no grant covers that key (dislockctl grants lists them; dislockctl grant adds one)"
+    )

@@ -10,12 +10,15 @@ from collections.abc import Sequence
 from psycopg.conninfo import conninfo_to_dict
 
 from dislock.core.errors import KeyNotGrantedError
+from dislock.core.kinds import parse_row_key
 
 
 def refused(
     error: BaseException, *, url: str, key: str, table_parts: Sequence[str]
 ) -> KeyNotGrantedError | None:
-    """The error to raise for a lock statement that row-level security refused, else None.
+    """The error to raise for a lock statement on the row ``key`` that row-level
+    security refused, else None.  It names the lock key and the strategy, as
+    ``LOCK_KEY``, ``LOCK_STRATEGY`` and ``dislockctl grant --keys`` do, not the row key.
 
     The server reports it with SQLSTATE 42501, the same as a missing privilege; the
     two are told apart by the message (untranslated only under an English
@@ -26,8 +29,10 @@ def refused(
     message = getattr(diag, "message_primary", None) or str(error)
     if "row-level security" not in message:
         return None
+    kind, lock_key, _ = parse_row_key(key)
+    what = repr(lock_key) if kind is None else f"{lock_key!r} (strategy {kind.name})"
     return KeyNotGrantedError(
-        f"role {role_of(url)!r} may not lock {key!r} in {'.'.join(table_parts)}: no grant"
+        f"role {role_of(url)!r} may not lock {what} in {'.'.join(table_parts)}: no grant"
         " covers that key (dislockctl grants lists them; dislockctl grant adds one)"
     )
 

@@ -47,7 +47,10 @@ def main() -> int:
             f"  export DATABASE_URL='{url}'\n"
             "  hatch run dislockctl DATABASE_URL init\n"
             "  hatch run dislockctl DATABASE_URL ls\n"
-            "  LOCK_KEY=hello hatch run dislock DATABASE_URL echo hello\n"
+            '  LOCK_KEY=hello CRON_SCHEDULE="* * * * *" hatch run dislock DATABASE_URL echo hello\n'
+            "\n"
+            "The last prints hello. Again within the same minute, it prints nothing and exits 0:\n"
+            "that minute's slot is taken (hatch run dislockctl DATABASE_URL ls shows it).\n"
             "\n"
             "Press Ctrl-C here to stop the server (its data is deleted).",
             flush=True,

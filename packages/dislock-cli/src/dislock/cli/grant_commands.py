@@ -17,6 +17,7 @@ from psycopg import sql
 
 from dislock.cli import EXIT_FAILURE, EXIT_OK
 from dislock.cli.commands._call import columns
+from dislock.cli.table_change import TableBusy, change
 from dislock.core import grant_catalog, grants
 from dislock.core.bounds import escape
 from dislock.core.limits import max_ttl_query, set_max_ttl
@@ -41,8 +42,10 @@ def grant(
     patterns: list[str],
     *,
     print_sql: bool,
+    patience: float,
 ) -> int:
-    """Give ``role`` ``access`` to the keys ``patterns`` match (replacing its earlier grant)."""
+    """Give ``role`` ``access`` to the keys ``patterns`` match (replacing its earlier
+    grant), trying for the tables' locks for at most ``patience`` seconds."""
     found = columns(conn, table)
     if not found:
         return _error(f"lock table {'.'.join(table)} does not exist: dislockctl init first")
@@ -53,14 +56,19 @@ def grant(
         )
     qualified = _qualified(conn, table)
     history_parts = _qualified(conn, history) if columns(conn, history) else None
-    try:
-        granted = _grant_in_one_transaction(
-            conn, qualified, history_parts, role, access, patterns, found, print_sql=print_sql
-        )
-    except _Refused as refusal:
-        return _error(str(refusal))
-    if not granted:  # printed instead
+    if print_sql:
+        _print_grant(conn, qualified, history_parts, role, access, patterns, found)
         return EXIT_OK
+    try:
+        change(
+            conn,
+            "grant",
+            [qualified, *([history_parts] if history_parts else [])],
+            lambda conn: _grant(conn, qualified, history_parts, role, access, patterns, found),
+            patience=patience,
+        )
+    except (_Refused, TableBusy) as refusal:
+        return _error(str(refusal))
     what = {
         grants.WRAPPER: "may take",
         grants.OPERATOR: "may take, pause, resume, release and prune",
@@ -72,7 +80,7 @@ def grant(
     return EXIT_OK
 
 
-def _grant_in_one_transaction(
+def _statements(
     conn: Any,
     qualified: tuple[str, ...],
     history_parts: tuple[str, ...] | None,
@@ -80,44 +88,57 @@ def _grant_in_one_transaction(
     access: str,
     patterns: list[str],
     columns: list[str],
-    *,
-    print_sql: bool,
-) -> bool:
-    """Run (or print) the grant's statements; whether they ran.  A grant that a
-    privilege held elsewhere would undo raises ``_Refused`` and is rolled back."""
-    with conn.transaction():
-        # A wrapper in an open transaction must not leave this ALTER TABLE queued,
-        # and every statement on the table queued behind it.
-        conn.execute("SET LOCAL lock_timeout = '10s'")
-        max_ttl, _ = conn.execute(max_ttl_query(qualified)).fetchone()
-        statements = grants.grant_statements(
-            qualified,
-            role,
-            access,
-            patterns,
-            max_ttl=float(max_ttl),
-            fencing="fence" in columns,
-            history=history_parts,
+) -> list[sql.Composed]:
+    max_ttl, _ = conn.execute(max_ttl_query(qualified)).fetchone()
+    return grants.grant_statements(
+        qualified,
+        role,
+        access,
+        patterns,
+        max_ttl=float(max_ttl),
+        fencing="fence" in columns,
+        history=history_parts,
+    )
+
+
+def _print_grant(
+    conn: Any,
+    qualified: tuple[str, ...],
+    history_parts: tuple[str, ...] | None,
+    role: str,
+    access: str,
+    patterns: list[str],
+    columns: list[str],
+) -> None:
+    print("BEGIN;")
+    for statement in _statements(conn, qualified, history_parts, role, access, patterns, columns):
+        print(f"{statement.as_string(None)};")
+    print("COMMIT;")
+
+
+def _grant(
+    conn: Any,
+    qualified: tuple[str, ...],
+    history_parts: tuple[str, ...] | None,
+    role: str,
+    access: str,
+    patterns: list[str],
+    columns: list[str],
+) -> None:
+    """The grant's statements, in the transaction ``change`` opened.  A grant that a
+    privilege held elsewhere would undo raises ``_Refused``, and is rolled back."""
+    for statement in _statements(conn, qualified, history_parts, role, access, patterns, columns):
+        conn.execute(statement)
+    (found,) = conn.execute(
+        grant_catalog.loopholes_query(), {"role": role, "table": _name(qualified)}
+    ).fetchone()
+    holes = grant_catalog.loopholes(access, found or [])
+    if holes:
+        raise _Refused(
+            f"role {escape(role)!r} would still have {', '.join(holes)} on"
+            f" {'.'.join(qualified)} (through PUBLIC or a role it belongs to), which no policy"
+            " can limit: revoke that first; nothing was granted"
         )
-        if print_sql:
-            print("BEGIN;")
-            for statement in statements:
-                print(f"{statement.as_string(None)};")
-            print("COMMIT;")
-            return False
-        for statement in statements:
-            conn.execute(statement)
-        (found,) = conn.execute(
-            grant_catalog.loopholes_query(), {"role": role, "table": _name(qualified)}
-        ).fetchone()
-        holes = grant_catalog.loopholes(access, found or [])
-        if holes:
-            raise _Refused(
-                f"role {escape(role)!r} would still have {', '.join(holes)} on"
-                f" {'.'.join(qualified)} (through PUBLIC or a role it belongs to), which no policy"
-                " can limit: revoke that first; nothing was granted"
-            )
-    return True
 
 
 class _Refused(Exception):
@@ -144,21 +165,40 @@ def _warn_if_exempt(conn: Any, table: tuple[str, ...], role: str) -> None:
 
 
 def revoke(
-    conn: Any, table: tuple[str, ...], history: tuple[str, ...], role: str, *, print_sql: bool
+    conn: Any,
+    table: tuple[str, ...],
+    history: tuple[str, ...],
+    role: str,
+    *,
+    print_sql: bool,
+    patience: float,
 ) -> int:
-    """Take ``role``'s grant away: it no longer sees or writes any row."""
-    statements = grants.revoke_statements(
-        table, grants.check_role(role), history=history if columns(conn, history) else None
-    )
+    """Take ``role``'s grant away: it no longer sees or writes any row.  Tries for the
+    tables' locks for at most ``patience`` seconds: the role itself may be holding
+    them, and every other role's statements would queue behind a revoke that waited."""
+    history_parts = history if columns(conn, history) else None
+    statements = grants.revoke_statements(table, grants.check_role(role), history=history_parts)
     if print_sql:
         for statement in statements:
             print(f"{statement.as_string(None)};")
         return EXIT_OK
     if conn.execute("SELECT FROM pg_roles WHERE rolname = %s", (role,)).fetchone() is None:
         return _error(f"role {escape(role)!r} does not exist")
-    with conn.transaction():
+
+    def run(conn: Any) -> None:
         for statement in statements:
             conn.execute(statement)
+
+    try:
+        change(
+            conn,
+            "revoke",
+            [table, *([history_parts] if history_parts else [])],
+            run,
+            patience=patience,
+        )
+    except TableBusy as busy:
+        return _error(str(busy))
     print(f"role {escape(role)!r} may no longer read or lock anything in {'.'.join(table)}")
     return EXIT_OK
 

@@ -27,6 +27,14 @@ def parse_duration(text: str, *, name: str) -> timedelta:
     return timedelta(seconds=seconds)
 
 
+def parse_seconds(text: str, *, name: str) -> float:
+    """A duration (``parse_duration``), or plain seconds (``3600``)."""
+    stripped = text.strip()
+    if stripped.replace(".", "", 1).isdigit():
+        stripped += "s"
+    return parse_duration(stripped, name=name).total_seconds()
+
+
 def parse_time(text: str, *, name: str) -> datetime:
     """An ISO 8601 time; one without an offset is UTC."""
     try:

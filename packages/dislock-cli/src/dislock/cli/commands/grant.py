@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 
 from dislock.cli.commands._call import Call
+from dislock.cli.table_change import add_wait_argument, patience_of
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,6 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--print-sql", action="store_true", help="print the statements instead of running them"
     )
+    add_wait_argument(parser)
 
 
 def run(call: Call) -> int:
@@ -39,8 +41,16 @@ def run(call: Call) -> int:
     check_role(args.role)
     check_patterns(args.keys, access)
     history = call.history_table()
+    patience = patience_of(args)
     return call.connected(
         lambda conn: grant_commands.grant(
-            conn, call.table, history, args.role, access, args.keys, print_sql=args.print_sql
+            conn,
+            call.table,
+            history,
+            args.role,
+            access,
+            args.keys,
+            print_sql=args.print_sql,
+            patience=patience,
         )
     )

@@ -7,8 +7,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from dislock.cli import EXIT_OK
-from dislock.cli.commands._call import Call, columns
+from dislock.cli import EXIT_FAILURE, EXIT_OK
+from dislock.cli.commands._call import Call, columns, error
+from dislock.cli.table_change import add_wait_argument, patience_of
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,18 +29,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--print-sql", action="store_true", help="print the DDL instead of running it"
     )
+    add_wait_argument(parser)
 
 
 def run(call: Call) -> int:
     args, table = call.args, call.table
     history = call.history_table() if args.history else None
     max_ttl = _max_ttl(args.max_ttl)
+    patience = patience_of(args)
     if args.print_sql:
         for statement in _statements(table, args.fencing, history, max_ttl):
             print(statement)
         return EXIT_OK
     return call.connected(
-        lambda conn: _init(conn, table, args.fencing, history, max_ttl),
+        lambda conn: _init(conn, table, args.fencing, history, max_ttl, patience),
         on_denied=lambda detail: (
             f"this role may not create the lock table ({detail}); run init as the table's"
             " owner, or apply `init --print-sql` through your migrations"
@@ -51,12 +54,9 @@ def _max_ttl(text: str | None) -> float | None:
     """``--max-ttl``: a duration, or plain seconds."""
     if text is None:
         return None
-    from dislock.cli.time_args import parse_duration
+    from dislock.cli.time_args import parse_seconds
 
-    stripped = text.strip()
-    if stripped.replace(".", "", 1).isdigit():
-        stripped += "s"
-    return parse_duration(stripped, name="--max-ttl").total_seconds()
+    return parse_seconds(text, name="--max-ttl")
 
 
 def _statements(
@@ -84,6 +84,7 @@ def _init(
     fencing: bool,
     history: tuple[str, ...] | None,
     max_ttl: float | None,
+    patience: float,
 ) -> int:
     from dislock.cli.admin import init_statements
     from dislock.core.history import create_history
@@ -96,11 +97,20 @@ def _init(
         if history is not None:
             print(f"history table {'.'.join(history)} already exists")
         return _record_max_ttl(conn, table, max_ttl)
-    with conn.transaction():
+    from dislock.cli.table_change import TableBusy, change
+
+    def create(conn: Any) -> None:
         for statement in init_statements(table, fencing=fencing):
             conn.execute(statement)
         for statement in create_history(history) if history is not None else []:
             conn.execute(statement)
+
+    # A table in use may get its fencing column here: in short tries, as grant does.
+    try:
+        change(conn, "init", [table], create, patience=patience)
+    except TableBusy as busy:
+        error(str(busy))
+        return EXIT_FAILURE
     extra = " with fencing tokens" if fencing else ""
     print(f"lock table {'.'.join(table)} is ready{extra}")
     if history is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from dislock.cli.commands._call import Call
+from dislock.cli.table_change import add_wait_argument, patience_of
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -12,6 +13,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--print-sql", action="store_true", help="print the statements instead of running them"
     )
+    add_wait_argument(parser)
 
 
 def run(call: Call) -> int:
@@ -19,8 +21,14 @@ def run(call: Call) -> int:
 
     args = call.args
     history = call.history_table()
+    patience = patience_of(args)
     return call.connected(
         lambda conn: grant_commands.revoke(
-            conn, call.table, history, args.role, print_sql=args.print_sql
+            conn,
+            call.table,
+            history,
+            args.role,
+            print_sql=args.print_sql,
+            patience=patience,
         )
     )

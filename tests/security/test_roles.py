@@ -401,6 +401,50 @@ def test_a_wrapper_role_records_its_runs(fleet: Fleet, db: psycopg.Connection[An
         assert changed.rowcount == 0
 
 
+def test_a_wrapper_role_can_neither_number_a_run_nor_rewrite_a_finished_one(
+    fleet: Fleet, db: psycopg.Connection[Any]
+) -> None:
+    from dislock import acquire_locks
+    from dislock.core.history import create_history, history_table
+
+    runs = history_table(fleet.table)
+    for statement in create_history(runs):
+        db.execute(statement)
+    status, _, err = ctl(
+        fleet.admin_url, "grant", "dislock_sec_billing", "--keys", "billing-*", table=fleet.table
+    )
+    assert status == 0, err
+    table = sql.Identifier(*runs)
+    with fleet.connect(fleet.billing) as billing:
+        # Taking the next ids would make other teams' runs fail to record; taking the
+        # largest would stop the run counters of every key.
+        for forged in ("(SELECT max(id) + 1 FROM {table})", "9223372036854775000"):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                billing.execute(
+                    sql.SQL(
+                        "INSERT INTO {table} (id, lock_key, modes, owner, host, pid, started_at)"
+                        " OVERRIDING SYSTEM VALUE"
+                        " VALUES (" + forged + ", 'billing-x', 'lease', 'o', 'h', 1, NOW())"
+                    ).format(table=table)
+                )
+    key = unique("billing-")
+    with acquire_locks(context(fleet, fleet.billing, key, history=True), strategies=("lease",)):
+        pass
+    with fleet.connect(fleet.billing) as billing:
+        rewritten = billing.execute(
+            sql.SQL("UPDATE {} SET outcome = 'failed', exit_code = 1 WHERE lock_key = %s").format(
+                table
+            ),
+            (key,),
+        )
+        assert rewritten.rowcount == 0
+    recorded = db.execute(
+        sql.SQL("SELECT outcome, exit_code FROM {} WHERE lock_key = %s").format(table), (key,)
+    ).fetchall()
+    assert recorded == [("ok", None)]  # an API run has no exit status
+    assert db.execute(sql.SQL("SELECT max(id) < 1000 FROM {}").format(table)).fetchone() == (True,)
+
+
 def test_the_ttl_record_key_is_the_roles_own(fleet: Fleet) -> None:
     from dislock import LeaseLock
 

@@ -40,6 +40,7 @@ from psycopg import sql
 
 from dislock.core.errors import ConfigurationError
 from dislock.core.failover import TIMELINE, TIMELINE_KEY
+from dislock.core.history import ENDED, STARTED
 from dislock.core.kinds import KEY_PREFIX
 from dislock.core.policy_functions import (
     MAX_NAME,
@@ -277,9 +278,7 @@ def grant_statements(
         )
         statements += [
             sql.SQL("GRANT SELECT, INSERT ON {} TO {}").format(table, who),
-            sql.SQL("GRANT UPDATE ({}) ON {} TO {}").format(
-                sql.SQL(", ").join(map(sql.Identifier, columns)), table, who
-            ),
+            sql.SQL("GRANT UPDATE ({}) ON {} TO {}").format(_columns(columns), table, who),
             _policy(
                 policy_name(role, "read"),
                 table,
@@ -346,14 +345,22 @@ def _history_grant(
         return statements
     mine = _like_any(_likes("", patterns), "lock_key")
     statements += [
-        # A run's start inserts its row, its end fills in how it ended.
-        sql.SQL("GRANT SELECT, INSERT ON {} TO {}").format(table, who),
-        sql.SQL("GRANT UPDATE (ended_at, outcome, exit_code, signal) ON {} TO {}").format(
-            table, who
-        ),
+        # A run's start inserts its row (the table numbers it: a role choosing ids
+        # could take the next ones and so keep other teams' runs from being
+        # recorded), and its end fills in how it ended, once.
+        sql.SQL("GRANT SELECT ON {} TO {}").format(table, who),
+        sql.SQL("GRANT INSERT ({}) ON {} TO {}").format(_columns(STARTED), table, who),
+        sql.SQL("GRANT UPDATE ({}) ON {} TO {}").format(_columns(ENDED), table, who),
         _policy(policy_name(role, "read"), table, role, "SELECT", using=mine),
         _policy(policy_name(role, "take"), table, role, "INSERT", check=mine),
-        _policy(policy_name(role, "write"), table, role, "UPDATE", using=mine, check=mine),
+        _policy(
+            policy_name(role, "write"),
+            table,
+            role,
+            "UPDATE",
+            using=sql.SQL("({}) AND ended_at IS NULL").format(mine),
+            check=mine,
+        ),
     ]
     if access == OPERATOR:  # pruning
         statements += [
@@ -361,6 +368,10 @@ def _history_grant(
             _policy(policy_name(role, "delete"), table, role, "DELETE", using=mine),
         ]
     return statements
+
+
+def _columns(names: Sequence[str]) -> sql.Composed:
+    return sql.SQL(", ").join(map(sql.Identifier, names))
 
 
 def revoke_statements(

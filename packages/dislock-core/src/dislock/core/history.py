@@ -51,6 +51,13 @@ OUTCOMES = ("ok", "failed", "lease_lost", "killed")
 
 SUFFIX = "_history"
 
+STARTED = ("lock_key", "modes", "slot_end", "owner", "host", "pid", "started_at", "cron", "cron_tz")
+"""The columns a run's start writes: all a granted role may insert (not ``id``,
+which the table numbers, so that no role can take another run's number)."""
+
+ENDED = ("ended_at", "outcome", "exit_code", "signal")
+"""The columns a run's end writes: all a granted role may update."""
+
 
 def history_table(
     table_parts: Sequence[str], explicit: Sequence[str] | None = None
@@ -108,11 +115,13 @@ _ASYNC_COMMIT = sql.SQL("(SELECT set_config('synchronous_commit', 'off', true)) 
 
 @lru_cache(maxsize=64)
 def _start_query(history: tuple[str, ...]) -> sql.Composed:
-    return sql.SQL(
-        "INSERT INTO {} (lock_key, modes, slot_end, owner, host, pid, started_at, cron, cron_tz)"
-        " SELECT %(lock_key)s, %(modes)s, %(slot_end)s, %(owner)s, %(host)s, %(pid)s, NOW(),"
-        " %(cron)s, %(cron_tz)s FROM {async_commit} RETURNING id"
-    ).format(sql.Identifier(*history), async_commit=_ASYNC_COMMIT)
+    values = [sql.SQL("NOW()") if c == "started_at" else sql.Placeholder(c) for c in STARTED]
+    return sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {async_commit} RETURNING id").format(
+        sql.Identifier(*history),
+        sql.SQL(", ").join(map(sql.Identifier, STARTED)),
+        sql.SQL(", ").join(values),
+        async_commit=_ASYNC_COMMIT,
+    )
 
 
 @lru_cache(maxsize=64)

@@ -306,6 +306,87 @@ def test_the_operator_acts_within_its_keys_only(fleet: Fleet) -> None:
     assert pauses == []
 
 
+def test_a_wrapper_pausing_its_own_key_is_told_the_operators_grant(fleet: Fleet) -> None:
+    """Not to grant UPDATE (a table-wide UPDATE is what grant refuses as a loophole):
+    the dislockctl grant that makes it an operator, with the keys it has, since a
+    grant replaces the role's earlier one."""
+    before = snapshot(fleet)
+    status, _, err = ctl(fleet.billing, "pause", unique("billing-"), table=fleet.table)
+    assert status == 1 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert err.startswith("dislockctl: error: pause: permission denied: UPDATE on table"), err
+    assert err.endswith(
+        " for role dislock_sec_billing (row-level security is on: as the table's owner,"
+        " dislockctl URL_VARIABLE grant dislock_sec_billing --operator --keys 'billing-*'"
+        " --keys 'reports-nightly', see docs/security.md)\n"
+    ), err
+    assert snapshot(fleet) == before
+
+
+def test_a_role_without_a_grant_is_told_the_readers(fleet: Fleet) -> None:
+    status, _, err = ctl(fleet.admin_url, "revoke", "dislock_sec_reader", table=fleet.table)
+    assert status == 0, err
+    status, _, err = ctl(fleet.reader, "ls", table=fleet.table)
+    assert status == 1
+    assert err == (
+        f"dislockctl: error: ls: permission denied: SELECT on table {'.'.join(fleet.table)}"
+        " for role dislock_sec_reader (row-level security is on: as the table's owner,"
+        " dislockctl URL_VARIABLE grant dislock_sec_reader --reader, see docs/security.md)\n"
+    )
+
+
+def test_a_wrapper_role_without_a_grant_is_told_the_grant_of_its_key(fleet: Fleet) -> None:
+    import subprocess
+
+    from tests.support.drivers import CliDriver
+
+    status, _, err = ctl(fleet.admin_url, "revoke", "dislock_sec_reports", table=fleet.table)
+    assert status == 0, err
+    key = unique("reports-")
+    result = subprocess.run(
+        [*CliDriver.command(), CliDriver.url_variable, "true"],
+        env=CliDriver.environment(context(fleet, fleet.reports, key), ("lease",)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("dislock: error: permission denied: "), lines[0]
+    assert lines[0].endswith(
+        " for role dislock_sec_reports (row-level security is on: as the table's owner,"
+        f" dislockctl URL_VARIABLE grant dislock_sec_reports --keys '{key}',"
+        " see docs/security.md)"
+    ), lines[0]
+
+
+def test_a_release_outside_the_grant_says_the_row_may_exist(fleet: Fleet) -> None:
+    """Row-level security hides another team's row: "no row" would read as a typo."""
+    from dislock import LeaseLock
+
+    table = ".".join(fleet.table)
+    theirs = unique("reports-")
+    with LeaseLock(context(fleet, fleet.reports, theirs)):
+        before = snapshot(fleet)
+        status, out, err = ctl(fleet.ops, "release", theirs, table=fleet.table)
+        assert status == 1, out
+        assert err == (
+            f"dislockctl: error: no schedule or lease lock row for {theirs!r} that role"
+            f" 'dislock_sec_ops' may see in {table}: the row may exist, but no grant of that"
+            " role covers the key (row-level security; dislockctl URL_VARIABLE grants lists"
+            " the grants)\n"
+        )
+        assert snapshot(fleet) == before
+    # A key its grant covers: no row there is no row.
+    mine = unique("billing-")
+    status, _, err = ctl(fleet.ops, "release", mine, table=fleet.table)
+    assert status == 1
+    assert err == (
+        f"dislockctl: error: no schedule or lease lock row for {mine!r} in {table}"
+        " (see dislockctl ls)\n"
+    )
+
+
 def test_the_reader_reads_everything_and_writes_nothing(fleet: Fleet) -> None:
     from dislock import LeaseLock
 

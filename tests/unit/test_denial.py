@@ -7,14 +7,19 @@ from types import SimpleNamespace
 
 import pytest
 
+from dislock.cli.admin import no_row_text
 from dislock.cli.diagnosis import (
     HISTORY_TABLE,
     LOCK_TABLE,
     PRIVILEGES,
+    describe_database_error,
     describe_denial,
+    grant_line,
     needs_of,
     privilege_probe,
 )
+from dislock.cli.lock_rows import RowSecurity
+from dislock.core.grants import OPERATOR, READER, WRAPPER, Grant
 from dislock.core.refusal import refused
 
 
@@ -89,3 +94,137 @@ def test_a_key_refused_by_the_grant_is_named_as_the_docs_name_it(
         f"role 'billing' may not lock 'reports-daily' (strategy {strategy}) in ops.locks:"
         " no grant covers that key (dislockctl grants lists them; dislockctl grant adds one)"
     )
+
+
+BILLING = Grant("billing", WRAPPER, ("billing-*", "reports-nightly"))
+
+
+def _limited(grant: Grant | None, role: str = "billing") -> RowSecurity:
+    return RowSecurity(role, limited=True, grant=grant)
+
+
+@pytest.mark.parametrize(
+    ("command", "security", "key", "line"),
+    [
+        # A wrapper pausing its own key: an operator's grant, with the keys it has
+        # (a grant replaces the role's earlier one), never a GRANT of UPDATE.
+        (
+            "pause",
+            _limited(BILLING),
+            "billing-export",
+            "dislockctl URL_VARIABLE grant billing --operator"
+            " --keys 'billing-*' --keys 'reports-nightly'",
+        ),
+        (
+            "release",
+            _limited(Grant("ops", OPERATOR, ("billing-*",)), "ops"),
+            "payroll-run",
+            "dislockctl URL_VARIABLE grant ops --operator --keys 'billing-*' --keys 'payroll-run'",
+        ),
+        (
+            "history --prune-older-than",
+            _limited(None, "jobs"),
+            None,
+            "dislockctl URL_VARIABLE grant jobs --operator --keys 'PATTERN'",
+        ),
+        (
+            "ls",
+            _limited(None, "monitoring"),
+            None,
+            "dislockctl URL_VARIABLE grant monitoring --reader",
+        ),
+        (
+            "missed",
+            _limited(None, "monitoring"),
+            "x",
+            "dislockctl URL_VARIABLE grant monitoring --reader",
+        ),
+        # A role with a grant reading a table it does not cover (a history table created
+        # after the grant): its own grant again, not a reader's that would replace it.
+        (
+            "history",
+            _limited(BILLING),
+            None,
+            "dislockctl URL_VARIABLE grant billing --keys 'billing-*' --keys 'reports-nightly'",
+        ),
+        (
+            "dislock",
+            _limited(Grant("watch", READER, ())),
+            "it's-mine",
+            "dislockctl URL_VARIABLE grant billing --keys 'it'\"'\"'s-mine'",
+        ),
+        (
+            "dislock",
+            _limited(None, "we ird"),
+            "k",
+            "dislockctl URL_VARIABLE grant 'we ird' --keys 'k'",
+        ),
+        # The owner's commands, and a table without row-level security (a grant there
+        # would lock out every role of the broad GRANT): no grant line.
+        ("grant", _limited(None), "k", None),
+        ("pause", RowSecurity("billing", limited=False, grant=None), "k", None),
+    ],
+)
+def test_the_grant_that_gives_a_command_its_key(
+    command: str, security: RowSecurity, key: str | None, line: str | None
+) -> None:
+    assert grant_line(command, security, key) == line
+
+
+def test_under_row_level_security_the_line_names_the_grant_not_a_privilege() -> None:
+    needs = needs_of("pause", {LOCK_TABLE: ("ops", "locks")})
+    update = [need for need in needs if need.privilege == "UPDATE"]
+    fix = "dislockctl URL_VARIABLE grant billing --operator --keys 'billing-*'"
+    line = describe_denial(
+        "pause", missing=update, role="billing", table="ops.locks", detail="x", fix=fix
+    )
+    assert line == (
+        "pause: permission denied: UPDATE on table ops.locks for role billing (row-level security"
+        f" is on: as the table's owner, {fix}, see docs/security.md)"
+    )
+    line = describe_denial(
+        "", missing=[], role="billing", table="ops.locks", detail="new row violates", fix=fix
+    )
+    assert line == (
+        "permission denied on table ops.locks for role billing: new row violates (row-level"
+        f" security is on: as the table's owner, {fix}, see docs/security.md)"
+    )
+
+
+def test_a_reader_refused_by_the_server_is_told_the_readers_grant() -> None:
+    error = SimpleNamespace(sqlstate="42501")
+    line = describe_database_error(error, table_parts=("ops", "locks"), url="postgresql://db/x")  # type: ignore[arg-type]
+    assert line.startswith("permission denied on lock table ops.locks (")
+    assert line.endswith(
+        "reading it needs SELECT on it (where the table has grants:"
+        " dislockctl URL_VARIABLE grant ROLE --reader, see docs/security.md)"
+    )
+    assert "INSERT" not in line
+
+
+def test_a_release_that_found_no_row_says_when_the_row_may_be_hidden() -> None:
+    assert no_row_text("reports-x", ("schedule", "lease"), ("ops", "locks")) == (
+        "no schedule or lease lock row for 'reports-x' in ops.locks (see dislockctl ls)"
+    )
+    assert no_row_text("reports-x", ("lease",), ("ops", "locks"), hidden_from="ops") == (
+        "no lease lock row for 'reports-x' that role 'ops' may see in ops.locks: the row may"
+        " exist, but no grant of that role covers the key (row-level security;"
+        " dislockctl URL_VARIABLE grants lists the grants)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("security", "key", "hides"),
+    [
+        (_limited(BILLING), "billing-x", False),
+        (_limited(BILLING), "reports-nightly", False),
+        (_limited(BILLING), "reports-nightly-2", True),
+        (_limited(None), "billing-x", True),
+        (_limited(Grant("watch", READER, ())), "anything", False),
+        (RowSecurity("owner", limited=False, grant=None), "anything", False),
+    ],
+)
+def test_which_keys_row_level_security_hides_from_a_role(
+    security: RowSecurity, key: str, hides: bool
+) -> None:
+    assert security.hides(key) is hides

@@ -1,5 +1,6 @@
 """A refused statement (SQLSTATE 42501) in one line: which of the command's privileges
-the role lacks, asked of the server (the wording and the needs are in
+the role lacks, and, where row-level security limits it, the ``dislockctl grant`` that
+gives them, asked of the server (the wording and the needs are in
 ``dislock.cli.diagnosis``)."""
 
 from __future__ import annotations
@@ -9,7 +10,16 @@ from typing import Any
 
 import psycopg
 
-from dislock.cli.diagnosis import Need, describe_denial, needs_of, privilege_probe
+from dislock.cli.diagnosis import (
+    LOCK_TABLE,
+    Need,
+    describe_denial,
+    grant_line,
+    needs_of,
+    privilege_probe,
+)
+from dislock.cli.lock_rows import RowSecurity, row_security
+from dislock.cli.sending import send
 from dislock.core.dsn import connection_kwargs, parse_dsn, scrub
 
 PROBE_CONNECT_TIMEOUT = 5.0
@@ -25,21 +35,29 @@ def explain_denial(
     *,
     tables: Mapping[str, tuple[str, ...] | None],
     url: str,
+    key: str | None = None,
 ) -> str:
     """The line for ``error``, refused while ``command`` (a key of
-    ``diagnosis.PRIVILEGES``) ran on ``tables``, prefixed with ``label``."""
+    ``diagnosis.PRIVILEGES``) ran on ``tables`` for the lock key ``key``, prefixed with
+    ``label``."""
     needs = needs_of(command, tables)
     role: str | None = None
     missing: list[Need] = []
+    security: RowSecurity | None = None
     try:
         kwargs = connection_kwargs(url, PROBE_CONNECT_TIMEOUT)
         with psycopg.connect(url, **kwargs) as conn:
             role, missing = _probe(conn, needs)
+            lock_table = tables.get(LOCK_TABLE)
+            if lock_table is not None:
+                security = send(conn, row_security(lock_table))
     except psycopg.Error:
-        role = parse_dsn(url).get("user")  # libpq's default otherwise: not guessed here
+        if role is None:
+            role = parse_dsn(url).get("user")  # libpq's default otherwise: not guessed here
     detail = scrub(" ".join(str(error).split()), url)
     table = next((need.name for need in needs if need.kind == "table"), "?")
-    return describe_denial(label, missing=missing, role=role, table=table, detail=detail)
+    fix = None if security is None else grant_line(command, security, key)
+    return describe_denial(label, missing=missing, role=role, table=table, detail=detail, fix=fix)
 
 
 def _probe(conn: Any, needs: list[Need]) -> tuple[str, list[Need]]:

@@ -57,7 +57,9 @@ def run(settings: WrapperSettings, *, debug: bool, metrics_textfile: str | None 
         from dislock.cli.diagnosis import LOCK_TABLE
 
         tables = {LOCK_TABLE: tuple(context.table_parts)}
-        message = explain_denial("", "dislock", exc, tables=tables, url=context.url)
+        message = explain_denial(
+            "", "dislock", exc, tables=tables, url=context.url, key=context.lock_key
+        )
         _fail(message, exc, context.url, debug)
         return EXIT_FAILURE
     except psycopg.Error as exc:

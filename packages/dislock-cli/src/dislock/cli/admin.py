@@ -43,6 +43,23 @@ def released_text(mode: str) -> str:
     return kinds.kind(mode).released_text
 
 
+def no_row_text(
+    lock_key: str, modes: Sequence[str], table: tuple[str, ...], *, hidden_from: str | None = None
+) -> str:
+    """Why ``release`` released nothing: no row of ``lock_key``'s ``modes`` (a typo is
+    not a success), or none that the role ``hidden_from`` may see, where row-level
+    security hides the rows of keys its grant does not cover."""
+    rows = f"no {' or '.join(modes)} lock row for {lock_key!r}"
+    where = ".".join(table)
+    if hidden_from is None:
+        return f"{rows} in {where} (see dislockctl ls)"
+    return (
+        f"{rows} that role {escape(hidden_from)!r} may see in {where}: the row may exist, but"
+        " no grant of that role covers the key (row-level security;"
+        " dislockctl URL_VARIABLE grants lists the grants)"
+    )
+
+
 def describe_expiry(seconds: float) -> str:
     if seconds > 0:
         return f"in {format_duration(seconds)}"

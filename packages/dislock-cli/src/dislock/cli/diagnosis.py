@@ -6,18 +6,23 @@ scrubbed of the URL's secrets.
 
 A refused statement (SQLSTATE 42501) is explained by what the command needs
 (``PRIVILEGES``) and what the role was found to lack (``privilege_probe``), not by
-reading the server's message, which is translated and names no privilege.
+reading the server's message, which is translated and names no privilege.  Where
+row-level security limits the role (a table with ``dislockctl grant``s), what fixes it
+is a ``dislockctl grant`` (``grant_line``), not a ``GRANT``.
 """
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 from psycopg import sql
 
+from dislock.cli.lock_rows import RowSecurity, matches
 from dislock.core.dsn import redact_dsn, scrub
 from dislock.core.errors import DatabaseUnreachableError
+from dislock.core.grants import OPERATOR, READER, WRAPPER
 from dislock.core.table import create_table_sql
 
 _UNDEFINED_TABLE = "42P01"
@@ -53,9 +58,12 @@ def describe_database_error(error: BaseException, *, table_parts: tuple[str, ...
             "key text PRIMARY KEY, value text NOT NULL, expire_at timestamptz NOT NULL"
         )
     elif sqlstate == _INSUFFICIENT_PRIVILEGE:
+        # Only serve gets here (the commands and the wrapper ask what the role lacks:
+        # ``describe_denial``), and it reads.
         message = (
-            f"permission denied on lock table {table} ({detail}); the role needs SELECT, "
-            "INSERT and UPDATE on it"
+            f"permission denied on lock table {table} ({detail}); reading it needs SELECT on"
+            " it (where the table has grants: dislockctl URL_VARIABLE grant ROLE --reader,"
+            " see docs/security.md)"
         )
     elif sqlstate == _READ_ONLY_TRANSACTION or (
         sqlstate == _NOT_IN_PREREQUISITE_STATE and "recovery is in progress" in detail
@@ -93,6 +101,51 @@ PRIVILEGES: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
 also for the ``WHERE`` and ``RETURNING`` of a write; ``INSERT ... ON CONFLICT DO
 UPDATE`` needs both ``INSERT`` and ``UPDATE``), on which of its tables. The wrapper's
 history writes are not listed: a failing one is a warning, never a failed run."""
+
+
+OPERATOR_COMMANDS = frozenset({"pause", "resume", "release", "history --prune-older-than"})
+"""What a grant gives with ``--operator`` only."""
+READ_COMMANDS = frozenset({"ls", "check", "history", "missed"})
+"""What a reader's grant (``--reader``) is enough for, as every other grant is."""
+
+
+def grant_line(command: str, security: RowSecurity, key: str | None) -> str | None:
+    """The ``dislockctl grant`` that gives the role what ``command`` needs on the lock
+    key ``key``, where row-level security limits it; None elsewhere (a grant would
+    turn it on for the whole table, shutting out every role of a broad ``GRANT``),
+    and for the owner's commands.
+
+    An operator's grant for ``OPERATOR_COMMANDS``, a wrapper's for ``dislock`` (an
+    operator's stays one), a reader's for ``READ_COMMANDS`` unless the role has a
+    grant, which is given again (it covers a history table created after it).  With
+    the keys the role's grant has, and ``key`` if none covers it: a grant replaces the
+    role's earlier one."""
+    if not security.limited:
+        return None
+    granted = security.grant
+    if command in READ_COMMANDS:
+        access = READER if granted is None else granted.access
+    elif command in OPERATOR_COMMANDS:
+        access = OPERATOR
+    elif command == "dislock":
+        access = OPERATOR if granted is not None and granted.access == OPERATOR else WRAPPER
+    else:
+        return None
+    keys: list[str] = []
+    if access != READER:
+        if granted is not None:
+            keys = list(granted.keys)
+        if key is not None and not matches(keys, key):
+            keys.append(key)
+        keys = keys or ["PATTERN"]
+    flag = {WRAPPER: "", OPERATOR: " --operator", READER: " --reader"}[access]
+    patterns = "".join(f" --keys {_single_quoted(k)}" for k in keys)
+    return f"dislockctl URL_VARIABLE grant {shlex.quote(security.role)}{flag}{patterns}"
+
+
+def _single_quoted(word: str) -> str:
+    """Quoted for the shell, as the docs show patterns (``'billing-*'``)."""
+    return "'" + word.replace("'", "'\"'\"'") + "'"
 
 
 class Need(NamedTuple):
@@ -154,24 +207,29 @@ def describe_denial(
     role: str | None,
     table: str,
     detail: str,
+    fix: str | None = None,
 ) -> str:
     """The one line for a refused statement (SQLSTATE 42501): the privileges the role
     lacks, by object, or, when it lacks none the command needs (a row-level security
-    policy, a column privilege), what the server said about ``table``."""
+    policy, a column privilege), what the server said about ``table``.  ``fix``: the
+    ``dislockctl grant`` that gives them where row-level security is on
+    (``grant_line``), named instead of a ``GRANT``."""
     who = f"role {role}" if role else "this role"
     prefix = f"{program}: " if program else ""
+    see = None
+    if fix is not None:
+        see = f"row-level security is on: as the table's owner, {fix}, see docs/security.md"
     if not missing:
-        return (
-            f"{prefix}permission denied on table {table} for {who}: {detail} (see docs/security.md)"
-        )
+        see = see or "see docs/security.md"
+        return f"{prefix}permission denied on table {table} for {who}: {detail} ({see})"
     by_object: dict[tuple[str, str], list[str]] = {}
     for need in missing:
         by_object.setdefault((need.kind, need.name), []).append(need.privilege)
     lacking = ", ".join(
         f"{_and(privileges)} on {kind} {name}" for (kind, name), privileges in by_object.items()
     )
-    them = "it" if len(missing) == 1 else "them"
-    return f"{prefix}permission denied: {lacking} for {who} (grant {them}, see docs/security.md)"
+    see = see or f"grant {'it' if len(missing) == 1 else 'them'}, see docs/security.md"
+    return f"{prefix}permission denied: {lacking} for {who} ({see})"
 
 
 def _and(words: Sequence[str]) -> str:

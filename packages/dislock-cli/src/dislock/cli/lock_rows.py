@@ -17,6 +17,8 @@ from psycopg import sql
 
 from dislock.core import kinds
 from dislock.core.exchange import Exchange, Rows
+from dislock.core.grant_catalog import parse_grant
+from dislock.core.grants import POLICY_PREFIX, READER, Grant
 from dislock.core.rows import FORCED_MARK, RELEASED_MARK, pause_key
 from dislock.core.waiting import WAKE_CHANNEL, wake_key, wake_payload
 
@@ -164,6 +166,73 @@ def forced_release(
         "wake_key": wake_key(lock_key),
     }
     return Exchange(_release_query(table_parts), params, _read_states)
+
+
+class RowSecurity(NamedTuple):
+    """How row-level security limits the connected role on the lock table: whether
+    dislock's grants do (row-level security on for the table, the role neither owning
+    it, nor a superuser, nor bypassing it, and the table's policies those of
+    ``dislockctl grant``, or none left), and the role's grant there, if it has one."""
+
+    role: str
+    limited: bool
+    grant: Grant | None
+
+    def hides(self, lock_key: str) -> bool:
+        """Whether ``lock_key``'s rows may exist without the role seeing them."""
+        if not self.limited:
+            return False
+        if self.grant is None:
+            return True
+        return self.grant.access != READER and not matches(self.grant.keys, lock_key)
+
+
+def matches(patterns: Sequence[str], lock_key: str) -> bool:
+    """Whether a grant's key patterns (an exact key, or a prefix ending in ``*``)
+    cover ``lock_key``."""
+    return any(lock_key == p or (p.endswith("*") and lock_key.startswith(p[:-1])) for p in patterns)
+
+
+@lru_cache(maxsize=16)
+def _security_query(table_parts: tuple[str, ...]) -> sql.Composed:
+    # From the catalog, which every role may read: no privilege on the table, nor
+    # USAGE on its schema, is needed to ask (to_regclass would need USAGE).
+    if len(table_parts) == 2:
+        table = sql.SQL(
+            "(SELECT t.oid FROM pg_class t JOIN pg_namespace n ON n.oid = t.relnamespace"
+            " WHERE n.nspname = {} AND t.relname = {})"
+        ).format(*map(sql.Literal, table_parts))
+    else:
+        table = sql.SQL("to_regclass({})").format(
+            sql.Literal(sql.Identifier(*table_parts).as_string(None))
+        )
+    return sql.SQL(
+        "SELECT current_user::text,"
+        " c.relrowsecurity AND NOT (r.rolsuper OR r.rolbypassrls"
+        " OR pg_has_role(c.relowner, 'USAGE'))"
+        # Policies of the DBA's own, and none of dislock's: not dislockctl grant's table.
+        " AND (EXISTS (SELECT FROM pg_policy q WHERE q.polrelid = c.oid"
+        " AND starts_with(q.polname, %(prefix)s::text))"
+        " OR NOT EXISTS (SELECT FROM pg_policy q WHERE q.polrelid = c.oid)),"
+        " (SELECT d.description FROM pg_policy p JOIN pg_description d"
+        " ON d.classoid = 'pg_policy'::regclass AND d.objoid = p.oid"
+        " WHERE p.polrelid = c.oid AND p.polname = %(prefix)s::text || current_user || ':read')"
+        " FROM pg_class c JOIN pg_roles r ON r.rolname = current_user WHERE c.oid = {table}"
+    ).format(table=table)
+
+
+def row_security(table_parts: tuple[str, ...]) -> Exchange[RowSecurity | None]:
+    """How row-level security limits the connected role on the lock table (None: no
+    such table): for the one line of a refusal, or of a row not found."""
+    return Exchange(_security_query(table_parts), {"prefix": POLICY_PREFIX}, _read_security)
+
+
+def _read_security(rows: Rows) -> RowSecurity | None:
+    for role, limited, comment in rows:
+        policy = f"{POLICY_PREFIX}{role}:read"
+        grant = None if comment is None else parse_grant(policy, str(comment))
+        return RowSecurity(str(role), bool(limited), grant)
+    return None
 
 
 @dataclass(frozen=True)

@@ -93,7 +93,8 @@ class Call:
         from dislock.cli.diagnosis import HISTORY_TABLE, LOCK_TABLE
 
         tables = {LOCK_TABLE: self.table, HISTORY_TABLE: history or None}
-        return explain_denial(self.args.command, command, exc, tables=tables, url=self.url)
+        key = getattr(self.args, "lock_key", None)
+        return explain_denial(self.args.command, command, exc, tables=tables, url=self.url, key=key)
 
 
 def error(message: str) -> None:

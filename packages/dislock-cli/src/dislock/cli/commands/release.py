@@ -46,8 +46,8 @@ def _release(
     owner: str | None,
     slot: int | None,
 ) -> int:
-    from dislock.cli.admin import format_duration, released_text
-    from dislock.cli.lock_rows import forced_release, release_keys, states
+    from dislock.cli.admin import format_duration, no_row_text, released_text
+    from dislock.cli.lock_rows import forced_release, release_keys, row_security, states
     from dislock.cli.sending import send
     from dislock.core.bounds import escape
     from dislock.core.kinds import parse_row_key
@@ -58,11 +58,10 @@ def _release(
     released = send(conn, forced_release(table, lock_key, modes, slot=slot, owner=owner))
     if not released:
         if not send(conn, states(table, release_keys(lock_key, modes, slot))):
-            # A typo is not a success.
-            error(
-                f"no {' or '.join(modes)} lock row for {lock_key!r} "
-                f"in {'.'.join(table)} (see dislockctl ls)"
-            )
+            # A typo is not a success; but row-level security may be hiding the row.
+            security = send(conn, row_security(table))
+            hidden_from = security.role if security and security.hides(lock_key) else None
+            error(no_row_text(lock_key, modes, table, hidden_from=hidden_from))
             return EXIT_FAILURE
         held_by = f" by {escape(owner)}" if owner else ""
         which = f"slot {slot} of the lease" if slot is not None else " or ".join(modes)

@@ -670,6 +670,110 @@ def test_a_grant_that_public_privileges_would_undo_is_refused(
         db.execute(sql.SQL("REVOKE UPDATE, TRUNCATE ON {} FROM PUBLIC").format(table))
 
 
+def test_grants_audits_privileges_granted_by_hand(
+    fleet: Fleet, db: psycopg.Connection[Any]
+) -> None:
+    """``grants`` exits 1 while any role can get around its policies: a table-wide
+    privilege given by hand after ``grant`` (LOCK TABLE … EXCLUSIVE, TRUNCATE), to a
+    granted role or to one without a grant."""
+    table = sql.Identifier(*fleet.table)
+    name = ".".join(fleet.table)
+    status, out, err = ctl(fleet.admin_url, "grants", "--json", table=fleet.table)
+    assert (status, json.loads(out)["loopholes"]) == (0, []), err
+    db.execute(sql.SQL("GRANT UPDATE ON {} TO dislock_sec_billing").format(table))
+    db.execute(sql.SQL("GRANT TRUNCATE, DELETE ON {} TO PUBLIC").format(table))
+    try:
+        with fleet.connect(fleet.billing) as billing, billing.transaction():
+            billing.execute(sql.SQL("LOCK TABLE {} IN EXCLUSIVE MODE").format(table))
+        status, out, err = ctl(fleet.admin_url, "grants", table=fleet.table)
+        assert status == 1, (out, err)
+        holes = [line for line in out.splitlines() if line.startswith("loophole: ")]
+        assert holes == [
+            f"loophole: role 'dislock_sec_billing' has UPDATE, TRUNCATE, DELETE on {name},"
+            f" which no policy limits: REVOKE UPDATE, TRUNCATE, DELETE ON {name} FROM"
+            " dislock_sec_billing (or take it from the role or PUBLIC it comes through)",
+            # The operator holds DELETE on purpose: only TRUNCATE is a loophole for it.
+            f"loophole: role 'dislock_sec_ops' has TRUNCATE on {name}, which no policy limits:"
+            f" REVOKE TRUNCATE ON {name} FROM dislock_sec_ops (or take it from the role or"
+            " PUBLIC it comes through)",
+            f"loophole: role 'dislock_sec_reader' has TRUNCATE, DELETE on {name}, which no"
+            f" policy limits: REVOKE TRUNCATE, DELETE ON {name} FROM dislock_sec_reader (or"
+            " take it from the role or PUBLIC it comes through)",
+            f"loophole: role 'dislock_sec_reports' has TRUNCATE, DELETE on {name}, which no"
+            f" policy limits: REVOKE TRUNCATE, DELETE ON {name} FROM dislock_sec_reports (or"
+            " take it from the role or PUBLIC it comes through)",
+        ], out
+        status, out, _ = ctl(fleet.admin_url, "grants", "--json", table=fleet.table)
+        assert status == 1
+        assert {h["role"]: h["privileges"] for h in json.loads(out)["loopholes"]}[
+            "dislock_sec_billing"
+        ] == ["UPDATE", "TRUNCATE", "DELETE"]
+    finally:
+        db.execute(sql.SQL("REVOKE TRUNCATE, DELETE ON {} FROM PUBLIC").format(table))
+        db.execute(sql.SQL("REVOKE UPDATE ON {} FROM dislock_sec_billing").format(table))
+    status, out, err = ctl(fleet.admin_url, "grants", table=fleet.table)
+    assert status == 0 and "loophole" not in out, (out, err)
+
+
+def test_serve_counts_the_loopholes_as_the_reader_role_sees_them(
+    fleet: Fleet, db: psycopg.Connection[Any]
+) -> None:
+    from dislock.cli.fleet_reader import FleetReader
+    from dislock.cli.metrics import metric_families
+    from dislock.core.history import create_history, history_table
+
+    runs = history_table(fleet.table)
+    for statement in create_history(runs):
+        db.execute(statement)
+    status, _, err = ctl(
+        fleet.admin_url, "grant", "dislock_sec_reader", "--reader", table=fleet.table
+    )
+    assert status == 0, err
+    reader = FleetReader(fleet.reader, fleet.table, runs)
+
+    def loopholes() -> list[tuple[tuple[str, ...], float]]:
+        families = metric_families(reader.snapshot())
+        (family,) = [f for f in families if f.name == "dislock_grant_loopholes"]
+        return list(family.samples)
+
+    try:
+        assert loopholes() == [((), 0.0)]
+        db.execute(
+            sql.SQL("GRANT UPDATE ON {} TO dislock_sec_reports").format(
+                sql.Identifier(*fleet.table)
+            )
+        )
+        assert loopholes() == [((), 1.0)]
+    finally:
+        reader.close()
+
+
+def test_maintain_is_a_loophole_where_the_server_has_it(
+    fleet: Fleet, db: psycopg.Connection[Any]
+) -> None:
+    """PostgreSQL 17's MAINTAIN lets a member of pg_maintain take LOCK TABLE … ACCESS
+    EXCLUSIVE: ``grant`` refuses such a role and ``grants`` lists it.  Older servers have
+    no such privilege, and the audit must not trip over the word."""
+    version = int(db.execute("SHOW server_version_num").fetchone()[0])  # type: ignore[index]
+    if version < 170000:
+        status, out, err = ctl(fleet.admin_url, "grants", table=fleet.table)
+        assert status == 0 and "loophole" not in out, (out, err)
+        return
+    db.execute("GRANT pg_maintain TO dislock_sec_reports")
+    try:
+        status, out, _ = ctl(fleet.admin_url, "grants", "--json", table=fleet.table)
+        assert status == 1
+        assert json.loads(out)["loopholes"] == [
+            {"role": "dislock_sec_reports", "privileges": ["MAINTAIN"]}
+        ]
+        status, _, err = ctl(
+            fleet.admin_url, "grant", "dislock_sec_reports", "--keys", "x-*", table=fleet.table
+        )
+        assert status == 1 and "MAINTAIN" in err and "nothing was granted" in err, err
+    finally:
+        db.execute("REVOKE pg_maintain FROM dislock_sec_reports")
+
+
 def test_patterns_may_hold_any_character(fleet: Fleet) -> None:
     from dislock import LeaseLock
 

@@ -37,6 +37,7 @@ from dislock.cli.scrape import (
 from dislock.cli.sending import send
 from dislock.cli.slot_windows import ScheduleWindows
 from dislock.core.dsn import connection_kwargs, scrub
+from dislock.core.grant_catalog import audit
 
 logger = logging.getLogger("dislock.serve")
 
@@ -56,6 +57,7 @@ class _Read(NamedTuple):
     """A copy: the next scrape's reading does not change it."""
     runs_total: dict[str, dict[str, int]]
     lock_delay_end: datetime | None
+    grant_loopholes: int
 
 
 class FleetReader:
@@ -126,7 +128,7 @@ class FleetReader:
             missed=missed,
             next_slots=next_slots,
             covered=covered,
-        )._replace(lock_delay_end=read.lock_delay_end)
+        )._replace(lock_delay_end=read.lock_delay_end, grant_loopholes=read.grant_loopholes)
 
     def _read(self, conn: psycopg.Connection[Any]) -> _Read:
         with conn.transaction():
@@ -145,6 +147,7 @@ class FleetReader:
             self._follow_runs(conn, since, [row.lock_key for row in latest])
             query, params = lock_delay_query(self._table)
             found = conn.execute(query, params).fetchone()
+            loopholes = send(conn, audit(self._table))
         return _Read(
             now,
             since,
@@ -153,6 +156,7 @@ class FleetReader:
             self._starts.copy(),
             self._counts.by_key(),
             lock_delay_end(found[0] if found else None, now),
+            len(loopholes),
         )
 
     def _latest(self, conn: psycopg.Connection[Any], since: datetime) -> list[LatestRow]:

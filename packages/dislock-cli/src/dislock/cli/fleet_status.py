@@ -96,6 +96,8 @@ class FleetSnapshot(NamedTuple):
     lock_delay_end: datetime | None = None
     """While a lock delay after a database failover runs, when it ends (no lock is
     taken before); None when none runs."""
+    grant_loopholes: int = 0
+    """How many roles can get around the table's grants (``dislockctl grants``)."""
 
 
 def page_order(keys: Iterable[KeyStatus]) -> list[KeyStatus]:

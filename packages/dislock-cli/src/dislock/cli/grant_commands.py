@@ -17,6 +17,7 @@ from psycopg import sql
 
 from dislock.cli import EXIT_FAILURE, EXIT_OK
 from dislock.cli.commands._call import columns
+from dislock.cli.sending import send
 from dislock.cli.table_change import TableBusy, change
 from dislock.core import grant_catalog, grants
 from dislock.core.bounds import escape
@@ -132,7 +133,7 @@ def _grant(
     (found,) = conn.execute(
         grant_catalog.loopholes_query(), {"role": role, "table": _name(qualified)}
     ).fetchone()
-    holes = grant_catalog.loopholes(access, found or [])
+    holes = found or []
     if holes:
         raise _Refused(
             f"role {escape(role)!r} would still have {', '.join(holes)} on"
@@ -214,6 +215,8 @@ def list_grants(conn: Any, table: tuple[str, ...], *, as_json: bool) -> int:
         for name, comment in conn.execute(grant_catalog.grants_query(), (_name(table),)).fetchall()
     ]
     listed = [g for g in found if g is not None]
+    holes = send(conn, grant_catalog.audit(table))
+    status = EXIT_FAILURE if holes else EXIT_OK
     if as_json:
         print(
             json.dumps(
@@ -222,11 +225,14 @@ def list_grants(conn: Any, table: tuple[str, ...], *, as_json: bool) -> int:
                     "row_level_security": bool(secured),
                     "max_ttl_seconds": float(max_ttl),
                     "grants": [g._asdict() | {"keys": list(g.keys)} for g in listed],
+                    "loopholes": [
+                        {"role": h.role, "privileges": list(h.privileges)} for h in holes
+                    ],
                 },
                 indent=2,
             )
         )
-        return EXIT_OK
+        return status
     origin = "" if recorded else " (the default)"
     print(f"table {'.'.join(table)}: maximum lease TTL {float(max_ttl):g} s{origin}")
     if not secured:
@@ -238,7 +244,9 @@ def list_grants(conn: Any, table: tuple[str, ...], *, as_json: bool) -> int:
     for g in listed:
         keys = ", ".join(escape(p) for p in g.keys) if g.keys else "every key (read only)"
         print(f"{escape(g.role):<{width}}  {g.access:<8}  {keys}")
-    return EXIT_OK
+    for hole in holes:
+        print(grant_catalog.describe(hole, ".".join(table)))
+    return status
 
 
 def set_table_max_ttl(conn: Any, table: tuple[str, ...], seconds: float) -> list[sql.Composed]:

@@ -86,9 +86,18 @@ def metric_families(snapshot: FleetSnapshot) -> list[Family]:
         (),
         (((), _timestamp(snapshot.lock_delay_end) or 0.0),) if snapshot.up else (),
     )
+    loopholes = Family(
+        "dislock_grant_loopholes",
+        "gauge",
+        "How many roles can get around the lock table's grants (table-wide privileges,"
+        " MAINTAIN, membership in the owner, BYPASSRLS): dislockctl grants lists them.",
+        (),
+        (((), float(snapshot.grant_loopholes)),) if snapshot.up else (),
+    )
     return [
         up,
         delay,
+        loopholes,
         Family(
             "dislock_lock_held",
             "gauge",

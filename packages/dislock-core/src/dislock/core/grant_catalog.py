@@ -5,9 +5,13 @@ lives, and what would let a granted role around its policies."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from typing import NamedTuple
 
-from dislock.core.grants import OPERATOR, POLICY_PREFIX, Grant
+from psycopg import sql
+
+from dislock.core.bounds import escape
+from dislock.core.exchange import Exchange, Rows
+from dislock.core.grants import POLICY_PREFIX, Grant
 
 
 def qualified_query() -> str:
@@ -20,30 +24,84 @@ def qualified_query() -> str:
     )
 
 
+# What lets a role around the policies, for a row ``r`` of pg_roles and ``c`` of
+# pg_class: table-wide UPDATE, TRUNCATE (LOCK TABLE in modes that stop every
+# acquisition, emptying the table), TRIGGER or REFERENCES (code run in other roles'
+# sessions), DELETE (but for an operator, whose delete policy bounds it), MAINTAIN
+# on PostgreSQL 17+ (LOCK TABLE again; pg_maintain's members have it), membership
+# in the owner's role (SET ROLE), BYPASSRLS.  The version is asked first: older
+# servers do not know the MAINTAIN privilege.
+_LOOPHOLES = (
+    "array_remove(ARRAY["
+    " CASE WHEN has_table_privilege(r.oid, c.oid, 'UPDATE') THEN 'UPDATE' END,"
+    " CASE WHEN has_table_privilege(r.oid, c.oid, 'TRUNCATE') THEN 'TRUNCATE' END,"
+    " CASE WHEN has_table_privilege(r.oid, c.oid, 'TRIGGER') THEN 'TRIGGER' END,"
+    " CASE WHEN has_table_privilege(r.oid, c.oid, 'REFERENCES') THEN 'REFERENCES' END,"
+    " CASE WHEN EXISTS (SELECT FROM pg_policy p WHERE p.polrelid = c.oid"
+    f"  AND p.polname = '{POLICY_PREFIX}' || r.rolname || ':delete') THEN NULL"
+    " WHEN has_table_privilege(r.oid, c.oid, 'DELETE') THEN 'DELETE' END,"
+    " CASE WHEN current_setting('server_version_num')::int < 170000 THEN NULL"
+    " WHEN has_table_privilege(r.oid, c.oid, 'MAINTAIN') THEN 'MAINTAIN' END,"
+    " CASE WHEN r.oid <> c.relowner AND pg_has_role(r.oid, c.relowner, 'MEMBER')"
+    " THEN 'membership in the owner' END,"
+    " CASE WHEN r.rolbypassrls OR r.rolsuper THEN 'BYPASSRLS' END], NULL)"
+)
+
+
 def loopholes_query() -> str:
-    """What would let a granted role around its policies (parameters: role, table as
-    text, role again): table-wide ``UPDATE``, ``TRUNCATE``, ``TRIGGER`` or
-    ``REFERENCES`` (``LOCK TABLE``, emptying the table, code run in others'
-    sessions), ``DELETE``, and membership in the owner's role (``SET ROLE``) or
-    ``BYPASSRLS``, held through ``PUBLIC`` or a role it belongs to after its own
-    grant was replaced."""
+    """What would let one granted role around its policies (parameters: role, table
+    as text), held through ``PUBLIC`` or a role it belongs to after its own grant
+    was replaced: a list, empty when there is none."""
     return (
-        "SELECT array_remove(ARRAY["
-        " CASE WHEN has_table_privilege(%(role)s, %(table)s, 'UPDATE') THEN 'UPDATE' END,"
-        " CASE WHEN has_table_privilege(%(role)s, %(table)s, 'TRUNCATE') THEN 'TRUNCATE' END,"
-        " CASE WHEN has_table_privilege(%(role)s, %(table)s, 'TRIGGER') THEN 'TRIGGER' END,"
-        " CASE WHEN has_table_privilege(%(role)s, %(table)s, 'REFERENCES') THEN 'REFERENCES' END,"
-        " CASE WHEN has_table_privilege(%(role)s, %(table)s, 'DELETE') THEN 'DELETE' END,"
-        " CASE WHEN pg_has_role(%(role)s, c.relowner, 'MEMBER') THEN 'membership in the owner' END,"
-        " CASE WHEN r.rolbypassrls OR r.rolsuper THEN 'BYPASSRLS' END], NULL)"
-        " FROM pg_class c, pg_roles r WHERE c.oid = to_regclass(%(table)s) AND r.rolname = %(role)s"
+        f"SELECT {_LOOPHOLES} FROM pg_class c, pg_roles r"
+        " WHERE c.oid = to_regclass(%(table)s) AND r.rolname = %(role)s"
     )
 
 
-def loopholes(access: str, found: Sequence[str]) -> list[str]:
-    """The entries of ``loopholes_query``'s answer that undo ``access`` (an operator
-    holds ``DELETE`` on purpose)."""
-    return [what for what in found if not (access == OPERATOR and what == "DELETE")]
+class Loophole(NamedTuple):
+    """A role that can get around the table's policies, and how."""
+
+    role: str
+    privileges: tuple[str, ...]
+
+
+def _read_audit(rows: Rows) -> list[Loophole]:
+    return [Loophole(str(role), tuple(map(str, holes))) for role, holes in rows]
+
+
+def audit(table: tuple[str, ...]) -> Exchange[list[Loophole]]:
+    """Every role that can get around ``table``'s policies (``dislockctl grants``,
+    ``dislock_grant_loopholes``); none without row-level security, where every role
+    with privileges on the table locks every key anyway.  The owner and superusers
+    are the administrators the policies do not bind, and PostgreSQL's own ``pg_*``
+    roles are reported through their members."""
+    query = sql.SQL(
+        "SELECT rolname, holes FROM (SELECT r.rolname, " + _LOOPHOLES + " AS holes"
+        " FROM pg_class c, pg_roles r"
+        " WHERE c.oid = to_regclass(%(table)s) AND c.relrowsecurity"
+        " AND r.oid <> c.relowner AND NOT r.rolsuper"
+        " AND r.rolname NOT LIKE 'pg\\_%%') audited"
+        " WHERE holes <> '{}' ORDER BY rolname"
+    )
+    return Exchange(query, {"table": sql.Identifier(*table).as_string(None)}, _read_audit)
+
+
+def describe(loophole: Loophole, table: str) -> str:
+    """One line: what ``loophole.role`` holds and how to take it away."""
+    role = escape(loophole.role)
+    privileges = [p for p in loophole.privileges if p.isupper() and p != "BYPASSRLS"]
+    fixes = []
+    if privileges:
+        fixes.append(f"REVOKE {', '.join(privileges)} ON {table} FROM {role}")
+    if "membership in the owner" in loophole.privileges:
+        fixes.append(f"REVOKE <the owner of {table}> FROM {role}")
+    if "BYPASSRLS" in loophole.privileges:
+        fixes.append(f"ALTER ROLE {role} NOBYPASSRLS")
+    return (
+        f"loophole: role '{role}' has {', '.join(loophole.privileges)} on {table}, which no"
+        f" policy limits: {'; '.join(fixes)} (or take it from the role or PUBLIC it comes"
+        " through)"
+    )
 
 
 def grants_query() -> str:

@@ -16,7 +16,7 @@ import struct
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -40,8 +40,15 @@ def _address(served: Served) -> tuple[str, int]:
     return parts.hostname, parts.port
 
 
-def _connect(served: Served) -> socket.socket:
-    sock = socket.create_connection(_address(served), timeout=PATIENCE)
+OTHER_CLIENT = "127.0.0.2"
+"""A second client on this machine: the whole of 127.0.0.0/8 is loopback on Linux,
+and serve tells clients apart by their address."""
+
+
+def _connect(served: Served, source: str | None = None) -> socket.socket:
+    """A connection to serve, from ``source`` (an address of this machine) if given."""
+    bind = None if source is None else (source, 0)
+    sock = socket.create_connection(_address(served), timeout=PATIENCE, source_address=bind)
     sock.settimeout(PATIENCE)
     return sock
 
@@ -54,12 +61,14 @@ def _read_all(sock: socket.socket) -> bytes:
     return b"".join(chunks)
 
 
-def _request(served: Served, path: str, *hosts: str) -> tuple[int, bytes]:
+def _request(
+    served: Served, path: str, *hosts: str, source: str | None = None
+) -> tuple[int, bytes]:
     """Status and body of GET ``path`` sent with these Host headers (default: the
-    address it listens on)."""
+    address it listens on), from ``source`` if given."""
     host, port = _address(served)
     lines = [f"GET {path} HTTP/1.1", *(f"Host: {name}" for name in hosts or (f"{host}:{port}",))]
-    with _connect(served) as sock:
+    with _connect(served, source) as sock:
         sock.sendall(("\r\n".join([*lines, "Connection: close", "", ""])).encode())
         answer = _read_all(sock)
     head, _, body = answer.partition(b"\r\n\r\n")
@@ -118,11 +127,12 @@ def test_half_sent_requests_are_dropped_and_later_ones_answered(
 ) -> None:
     with serving(history_env, "--request-timeout", "2") as served:
         threads_before = _threads(served.process.pid)
-        held = [_half_sent(served) for _ in range(10)]
+        # Eight, as many as one address is served at once.
+        held = [_half_sent(served) for _ in range(7)]
         # Slowloris: a header line every 0.3 s would renew a per-read timeout forever.
         drip = _half_sent(served)
-        # While they are held, other requests are answered.
-        assert _request(served, "/healthz") == (200, b"ok\n")
+        # While they are held, other clients' requests are answered.
+        assert _request(served, "/healthz", source=OTHER_CLIENT) == (200, b"ok\n")
         deadline = time.monotonic() + PATIENCE
         dripped = b""
         while True:
@@ -167,6 +177,75 @@ def test_connections_beyond_the_cap_are_refused_at_once(history_env: dict[str, s
     _assert_quiet(served)
 
 
+def _readable(sock: socket.socket) -> bool:
+    """Whether the server has sent something or closed the connection."""
+    return bool(select.select([sock], [], [], 0)[0])
+
+
+def test_one_clients_idle_connections_cannot_starve_the_others(
+    history_env: dict[str, str],
+) -> None:
+    """A security review held 32 idle connections from one address (the default
+    --max-connections): every other client got 503.  Now one address is served at
+    most 8 connections at once; the rest of its connections are refused at once,
+    without a thread, and the other clients are answered."""
+    # Held connections that do not time out during the test: the cap is what refuses.
+    with serving(history_env, "--request-timeout", "600") as served, ExitStack() as opened:
+        pid = served.process.pid
+        threads_before = _threads(pid)
+        # From 127.0.0.1, sending nothing.
+        idle = [opened.enter_context(_connect(served)) for _ in range(32)]
+
+        def all_dealt_with() -> bool:
+            # Each idle connection either holds a thread or was answered and closed.
+            refused = sum(_readable(sock) for sock in idle)
+            return refused + _threads(pid) - threads_before >= len(idle)
+
+        _wait(all_dealt_with, "the idle connections were neither served nor refused")
+        for _ in range(23):
+            status, body = _request(served, "/metrics", source=OTHER_CLIENT)
+            assert status == 200, (status, body[:200])
+        assert _request(served, "/healthz", source=OTHER_CLIENT) == (200, b"ok\n")
+        held = [sock for sock in idle if not _readable(sock)]
+        assert len(held) == 8, len(held)  # still open, still holding their threads
+        assert _threads(pid) == threads_before + 8
+        for sock in idle:
+            if sock not in held:
+                answer = _read_all(sock)
+                assert answer.startswith(b"HTTP/1.0 503 "), answer[:100]
+                assert b"from your address" in answer and b"dislock_" not in answer
+        # The address with 8 held is refused; another one is not.
+        with _connect(served) as extra:
+            extra.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            assert _read_all(extra).startswith(b"HTTP/1.0 503 ")
+        for sock in held:
+            _reset(sock)
+        _wait(lambda: _threads(pid) <= threads_before, "the held connections did not end")
+        assert _request(served, "/healthz") == (200, b"ok\n")  # 127.0.0.1 again
+    log = "".join(served.log)
+    told = "8 connections at once from 127.0.0.1: refusing more from that address with 503"
+    assert log.count(told) == 1, log
+    _assert_quiet(served)
+
+
+def test_idle_connections_are_closed_after_the_request_timeout(
+    history_env: dict[str, str],
+) -> None:
+    with serving(history_env, "--request-timeout", "2") as served:
+        pid = served.process.pid
+        threads_before = _threads(pid)
+        with ExitStack() as opened:
+            since = time.monotonic()
+            idle = [opened.enter_context(_connect(served)) for _ in range(8)]  # nothing sent
+            for sock in idle:
+                assert _read_all(sock) == b"", "an idle connection got an answer"
+        # Closed by serve, once the 2 s that began after they were opened were over.
+        assert time.monotonic() - since >= 2.0
+        _wait(lambda: _threads(pid) <= threads_before, "threads left behind")
+        assert _request(served, "/healthz") == (200, b"ok\n")
+    _assert_quiet(served)
+
+
 def test_only_allowed_host_names_are_answered(history_env: dict[str, str]) -> None:
     key = history_env["LOCK_KEY"]
     assert run_job(history_env, "true").returncode == 0
@@ -198,6 +277,7 @@ def test_only_allowed_host_names_are_answered(history_env: dict[str, str]) -> No
         (("--allow-host", "evil.example:80"), "--allow-host 'evil.example:80'"),
         (("--allow-host", ""), "--allow-host ''"),
         (("--request-timeout", "0"), "--request-timeout must be"),
+        (("--max-connections-per-client", "0"), "--max-connections-per-client"),
     ],
 )
 def test_bad_serve_options_are_one_line_and_exit_2(

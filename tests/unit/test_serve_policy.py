@@ -1,4 +1,5 @@
-"""``dislockctl serve``'s rules before and around the database: Host names, recorded
+"""``dislockctl serve``'s rules before and around the database: Host names, connections
+per client, recorded
 zones, and the bounded slot computation (``dislock.cli.http_policy``,
 ``dislock.cli.slot_windows``, ``dislock.core.cron_zone.recorded_zone``)."""
 
@@ -10,7 +11,15 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from dislock.cli.fleet_status import FleetSnapshot, lock_delay_end
-from dislock.cli.http_policy import HostPolicy, allowed_host, host_name, request_timeout
+from dislock.cli.http_policy import (
+    Admission,
+    HostPolicy,
+    Limits,
+    allowed_host,
+    client_of,
+    host_name,
+    request_timeout,
+)
 from dislock.cli.metrics import metric_families
 from dislock.cli.missed_slots import schedule_slots
 from dislock.cli.scrape import WindowStarts
@@ -67,6 +76,38 @@ def test_bad_allow_host_values(bad: str) -> None:
 def test_bad_request_timeouts(bad: str) -> None:
     with pytest.raises(ConfigurationError, match="--request-timeout"):
         request_timeout(bad)
+
+
+@pytest.mark.parametrize(
+    ("address", "client"),
+    [
+        ("127.0.0.1", "127.0.0.1"),
+        ("127.0.0.2", "127.0.0.2"),
+        ("::ffff:10.0.0.7", "10.0.0.7"),  # an IPv4 client of a dual-stack socket
+        ("::1", "::1"),
+        ("2001:db8:1:2:aaaa::1", "2001:db8:1:2::/64"),
+        ("2001:db8:1:2:ffff:ffff:ffff:ffff", "2001:db8:1:2::/64"),  # the same host's /64
+        ("2001:db8:1:3::1", "2001:db8:1:3::/64"),
+        ("fe80::1%eth0", "fe80::/64"),
+        ("/run/x.sock", "/run/x.sock"),
+    ],
+)
+def test_who_a_connection_counts_as(address: str, client: str) -> None:
+    assert client_of(address) == client
+
+
+def test_one_client_is_served_its_share_and_no_more() -> None:
+    admission = Admission(Limits(max_connections=5, max_per_client=2))
+    assert [admission.admit("a") for _ in range(3)] == [None, None, "client"]
+    assert [admission.admit("b") for _ in range(2)] == [None, None]
+    assert admission.admit("c") is None
+    assert admission.admit("d") == "all"  # 5 served: whoever asks
+    admission.done("a")
+    assert admission.admit("a") is None
+    assert admission.admit("a") == "all"
+    for client in ("a", "a", "b", "b", "c"):
+        admission.done(client)
+    assert (admission.total, admission.by_client) == (0, {})  # nothing kept of clients gone
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,8 @@
     dislockctl URL_VARIABLE missed LOCK_KEY [--schedule CRON] [--since 24h] [--json]
     dislockctl URL_VARIABLE check
     dislockctl URL_VARIABLE serve [--listen HOST:PORT] [--allow-host NAME ...]
-                                  [--max-connections N] [--request-timeout SECONDS]
+                                  [--max-connections N] [--max-connections-per-client N]
+                                  [--request-timeout SECONDS]
     dislockctl URL_VARIABLE grant ROLE (--keys PATTERN ... [--operator] | --reader) [--print-sql]
     dislockctl URL_VARIABLE revoke ROLE [--print-sql]
     dislockctl URL_VARIABLE grants [--json]

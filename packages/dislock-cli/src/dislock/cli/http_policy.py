@@ -2,10 +2,10 @@
 
 Which ``Host`` names it answers for (a page on loopback is otherwise readable by
 any web page a local browser opens, through a DNS name that the page's owner
-points at 127.0.0.1: DNS rebinding), how many connections it serves at once, and
-how long a client may take to send its request; and where it listens
-(``parse_listen``).  Plain data and parsing: the server in ``dislock.cli.serve``
-applies them.
+points at 127.0.0.1: DNS rebinding), how many connections it serves at once, in
+all and from one client (``Admission``), and how long a client may take to send
+its request; and where it listens (``parse_listen``).  Plain data and parsing:
+the server in ``dislock.cli.serve`` applies them.
 """
 
 from __future__ import annotations
@@ -24,6 +24,12 @@ MAX_CONNECTIONS = 32
 """Connections served at once (``--max-connections``); one more is answered 503
 at once and closed."""
 
+MAX_CONNECTIONS_PER_CLIENT = 8
+"""Connections served at once from one client (``--max-connections-per-client``):
+its IPv4 address, or its IPv6 /64 (one host is usually handed a whole /64).  One
+more from it is answered 503 at once and closed, so that one client's idle
+connections cannot take every one of ``MAX_CONNECTIONS``."""
+
 REQUEST_TIMEOUT = 5.0
 """Seconds a client has to send its whole request, line and headers
 (``--request-timeout``); then the connection is closed without an answer."""
@@ -37,6 +43,55 @@ MAX_REQUEST_TIMEOUT = 3600.0
 class Limits(NamedTuple):
     max_connections: int = MAX_CONNECTIONS
     request_timeout: float = REQUEST_TIMEOUT
+    max_per_client: int = MAX_CONNECTIONS_PER_CLIENT
+
+
+def client_of(address: str) -> str:
+    """Who a peer address counts as, for ``max_per_client``: an IPv4 address (also
+    one an IPv6 socket reports as ``::ffff:a.b.c.d``) as itself, an IPv6 address
+    as its /64, which one host can fill with addresses of its own."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return address  # not an IP address (a Unix socket): as given
+    if isinstance(ip, ipaddress.IPv4Address):
+        return ip.compressed
+    if ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped.compressed
+    if ip.is_loopback:
+        return ip.compressed
+    return ipaddress.IPv6Network((int(ip) >> 64 << 64, 64)).compressed
+
+
+class Admission:
+    """The connections being served, in all and per client (``client_of``): whether
+    one more is.  Not thread-safe: the server holds its lock around each call."""
+
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
+        self.total = 0
+        self.by_client: dict[str, int] = {}
+
+    def admit(self, client: str) -> str | None:
+        """Count a new connection from ``client`` in and None, or refuse it: ``"all"``
+        when ``max_connections`` are served, ``"client"`` when ``max_per_client``
+        of them are ``client``'s."""
+        if self.total >= self.limits.max_connections:
+            return "all"
+        if self.by_client.get(client, 0) >= self.limits.max_per_client:
+            return "client"
+        self.total += 1
+        self.by_client[client] = self.by_client.get(client, 0) + 1
+        return None
+
+    def done(self, client: str) -> None:
+        """An admitted connection of ``client`` ended."""
+        self.total -= 1
+        left = self.by_client[client] - 1
+        if left:
+            self.by_client[client] = left
+        else:
+            del self.by_client[client]  # a client gone leaves nothing behind
 
 
 def request_timeout(text: str) -> float:

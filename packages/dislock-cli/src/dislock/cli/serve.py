@@ -30,7 +30,14 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from dislock.cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 from dislock.cli._prometheus import Exposition
 from dislock.cli.fleet_reader import FleetReader
-from dislock.cli.http_policy import WRITE_TIMEOUT, HostPolicy, Limits, parse_listen
+from dislock.cli.http_policy import (
+    WRITE_TIMEOUT,
+    Admission,
+    HostPolicy,
+    Limits,
+    client_of,
+    parse_listen,
+)
 from dislock.cli.metrics import metric_families
 from dislock.cli.status_page import render_page
 from dislock.core.dsn import scrub
@@ -64,11 +71,15 @@ class _DeadlineReader(io.RawIOBase):
         return self._sock.recv_into(buffer)
 
 
-_BUSY_BODY = b"too many connections at once; try again\n"
-_BUSY = (
-    b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
-    b"Content-Length: %d\r\nRetry-After: 5\r\nConnection: close\r\n\r\n%s"
-) % (len(_BUSY_BODY), _BUSY_BODY)
+def _unavailable(body: bytes) -> bytes:
+    return (
+        b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
+        b"Content-Length: %d\r\nRetry-After: 5\r\nConnection: close\r\n\r\n%s"
+    ) % (len(body), body)
+
+
+_BUSY = _unavailable(b"too many connections at once; try again\n")
+_CLIENT_BUSY = _unavailable(b"too many connections at once from your address; try again\n")
 
 _MISDIRECTED = (
     b"this server does not answer for that host name; dislockctl serve --allow-host adds one\n"
@@ -149,53 +160,64 @@ class _Server(ThreadingHTTPServer):
         self.hosts = hosts
         self.limits = limits
         self.exposition = Exposition()
-        self._active = 0
+        self._admission = Admission(limits)
         self._active_lock = threading.Lock()
         self._busy_told = -math.inf
+        self._client_busy_told = -math.inf
         self._hosts_told: set[str] = set()
         super().__init__(address, _Handler)
 
     def process_request(self, request: Any, client_address: Any) -> None:
+        client = client_of(str(client_address[0]))
         with self._active_lock:
-            busy = self._active >= self.limits.max_connections
-            if not busy:
-                self._active += 1
-        if busy:
-            self._refuse(request)
+            refused = self._admission.admit(client)
+        if refused is not None:
+            self._refuse(request, client, refused)
             return
         try:
             super().process_request(request, client_address)
         except BaseException:
-            self._done()  # no thread started to end it
+            self._done(client)  # no thread started to end it
             raise
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
-            self._done()
+            self._done(client_of(str(client_address[0])))
 
-    def _done(self) -> None:
+    def _done(self, client: str) -> None:
         with self._active_lock:
-            self._active -= 1
+            self._admission.done(client)
 
-    def _refuse(self, request: socket.socket) -> None:
-        """503 and close, never waiting: this is the thread that accepts connections."""
+    def _refuse(self, request: socket.socket, client: str, refused: str) -> None:
+        """503 and close, never waiting: this is the thread that accepts connections.
+        ``refused``: ``"all"`` (too many connections) or ``"client"`` (too many
+        from ``client``), as ``Admission.admit`` says."""
         try:
             request.setblocking(False)
             # What the client already sent, read so that closing does not reset the
             # connection before it has read the answer.
             with contextlib.suppress(BlockingIOError, InterruptedError):
                 request.recv(65536)
-            request.send(_BUSY)
+            request.send(_BUSY if refused == "all" else _CLIENT_BUSY)
         except OSError:
             pass
         self.shutdown_request(request)
-        if time.monotonic() - self._busy_told >= BUSY_LOG_INTERVAL:
-            self._busy_told = time.monotonic()
+        now = time.monotonic()
+        if refused == "all" and now - self._busy_told >= BUSY_LOG_INTERVAL:
+            self._busy_told = now
             logger.warning(
                 "%d connections at once: refusing more with 503 until one ends",
                 self.limits.max_connections,
+            )
+        elif refused == "client" and now - self._client_busy_told >= BUSY_LOG_INTERVAL:
+            self._client_busy_told = now
+            logger.warning(
+                "%d connections at once from %s: refusing more from that address with 503"
+                " until one ends (--max-connections-per-client)",
+                self.limits.max_per_client,
+                client,
             )
 
     def refused_host(self, headers: list[str]) -> None:

@@ -31,6 +31,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="connections served at once; more are refused with 503 (default 32)",
     )
     parser.add_argument(
+        "--max-connections-per-client",
+        metavar="N",
+        type=positive_int,
+        default=8,
+        help="connections served at once from one client address (an IPv6 one's /64); "
+        "more from it are refused with 503 (default 8)",
+    )
+    parser.add_argument(
         "--request-timeout",
         metavar="SECONDS",
         default="5",
@@ -44,5 +52,9 @@ def run(call: Call) -> int:
 
     args = call.args
     history = call.history_table()
-    limits = Limits(args.max_connections, request_timeout(args.request_timeout))
+    limits = Limits(
+        args.max_connections,
+        request_timeout(args.request_timeout),
+        args.max_connections_per_client,
+    )
     return serve(call.url, call.table, history, args.listen, args.allow_host, limits)

@@ -13,12 +13,14 @@ from dislock.cli.settings import read_wrapper_settings
 from dislock.core.bounds import (
     BOUNDS,
     MAX_KEY_BYTES,
+    SHOWN_CHARS,
     SLOTS,
     TTL,
     Bound,
     check_key,
     check_number,
     check_reason,
+    clip,
     escape,
     printable,
 )
@@ -129,3 +131,15 @@ def test_pause_reasons_may_be_empty_or_long_but_not_longer_or_broken() -> None:
     for bad, words in (("é" * 501, "1002 bytes long"), ("a\tb", "control"), ("\udcff", "control")):
         with pytest.raises(ConfigurationError, match=words):
             check_reason("--reason", bad)
+
+
+def test_clipping_escapes_and_cuts_to_the_limit() -> None:
+    assert clip("plain key") == "plain key"
+    assert clip("x" * SHOWN_CHARS) == "x" * SHOWN_CHARS
+    assert clip("x" * 5_000_000) == "x" * (SHOWN_CHARS - 1) + "…"
+    assert clip("a\x1b[2Jb") == "a\\x1b[2Jb"
+    # An escape is never cut in two, and the result never exceeds the limit.
+    assert clip("ab\x1b", limit=5) == "ab…"
+    assert clip("\x1b" * 100, limit=10) == "\\x1b\\x1b…"
+    for text in ("é" * 100, "\u202e" * 30, "x\ny" * 40):
+        assert len(clip(text, limit=20)) <= 20 and clip(text, limit=20).endswith("…")

@@ -238,6 +238,17 @@ MAX_REASON_BYTES = 1000
 printed in every skip message of every machine and in ``dislockctl ls``."""
 
 
+MAX_STORED_BYTES = 4096
+"""The longest text, in UTF-8 bytes, that a role of ``dislockctl grant`` may write into
+a text column of the lock table (``key``, ``value``) or of the run history (``lock_key``,
+``modes``, ``owner``, ``host``, ``cron``, ``cron_tz``); the server refuses longer ones
+(``dislock.core.grants``).  dislock's own longest is a lock row's owner token of
+:data:`MAX_KEY_BYTES` with a release mark appended; pause reasons
+(:data:`MAX_REASON_BYTES`), host names, cron expressions, zone names and the failover
+bookkeeping's numbers are all shorter.  ``dislockctl`` reads no column longer than
+this many characters, whoever wrote it (``dislock.cli.shown``)."""
+
+
 def check_reason(name: str, value: str) -> str:
     """A pause reason: at most :data:`MAX_REASON_BYTES` UTF-8 bytes, none of the
     characters a lock key may not hold (it is printed on one line too); may be empty."""
@@ -275,3 +286,27 @@ def escape(text: str) -> str:
     if not any(_refused(char) for char in text):
         return text
     return "".join(ascii(char)[1:-1] if _refused(char) else char for char in text)
+
+
+SHOWN_CHARS = 64
+"""How much of a key, an owner token or a host name one cell of ``dislockctl``'s tables
+and of the status page shows: longer ones end in an ellipsis (``clip``), so that
+no row written by hand widens every line of a table."""
+
+
+def clip(text: str, limit: int = SHOWN_CHARS) -> str:
+    """``text`` for one cell of output: escaped as :func:`escape` escapes it and, when
+    that is longer than ``limit`` characters, cut to ``limit`` with ``…`` last."""
+    if len(text) <= limit and not any(_refused(char) for char in text):
+        return text
+    parts: list[str] = []
+    size = 0
+    for char in text:
+        part = ascii(char)[1:-1] if _refused(char) else char
+        if size + len(part) > limit:
+            while parts and size + 1 > limit:  # room for the ellipsis
+                size -= len(parts.pop())
+            return "".join(parts) + "…"
+        parts.append(part)
+        size += len(part)
+    return "".join(parts)

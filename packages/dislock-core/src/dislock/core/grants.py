@@ -13,7 +13,10 @@ PostgreSQL, so the server enforces it whatever a machine sends by hand:
   and only when the recorded one is stale, a TTL record only the role's own
   (``dislock.core.policy_functions``).
 * **Bounds** on what every such role writes: no lease row and no lock delay may
-  end more than the table's maximum TTL from now (``dislock.core.limits``).  The
+  end more than the table's maximum TTL from now (``dislock.core.limits``); no text
+  it writes, in the lock table or the history, is longer than
+  ``dislock.core.bounds.MAX_STORED_BYTES``, and a run's outcome is one of
+  ``dislock.core.history.OUTCOMES`` (plain comparisons, no function of dislock's).  The
   maximum lives in a function beside the table that the planner folds into a
   constant (a policy that read the table it guards would recurse), so
   ``dislockctl init --max-ttl`` replaces that function and no policy.
@@ -38,9 +41,10 @@ from typing import Any, NamedTuple
 
 from psycopg import sql
 
+from dislock.core.bounds import MAX_STORED_BYTES
 from dislock.core.errors import ConfigurationError
 from dislock.core.failover import TIMELINE, TIMELINE_KEY
-from dislock.core.history import ENDED, STARTED
+from dislock.core.history import ENDED, OUTCOMES, STARTED
 from dislock.core.kinds import KEY_PREFIX
 from dislock.core.policy_functions import (
     MAX_NAME,
@@ -155,6 +159,16 @@ def _like_any(likes: Sequence[str], column: str = "key") -> sql.Composed:
     # dislock.core.policy_functions).
     return sql.SQL("{} LIKE ANY ({}::text[])").format(
         sql.Identifier(column), sql.Literal(list(likes))
+    )
+
+
+def _fits(*columns: str, nullable: bool = False) -> sql.Composed:
+    """``columns`` hold at most ``MAX_STORED_BYTES`` each (a NULL too, if ``nullable``):
+    one comparison each, of a length the server knows without reading the text."""
+    limit = sql.Literal(MAX_STORED_BYTES)
+    form = "(octet_length({}) <= {}) IS NOT FALSE" if nullable else "octet_length({}) <= {}"
+    return sql.SQL(" AND ").join(
+        sql.SQL(form).format(sql.Identifier(column), limit) for column in columns
     )
 
 
@@ -273,6 +287,10 @@ def grant_statements(
             max_ttl_function(table_parts),
             _rarely(table_parts, slot_keys, existing=False),
         )
+        # Every row written: its value within the bound, and its key when inserted (an
+        # update cannot change the key: no privilege on the column); checked first,
+        # as the cheapest condition.
+        fits = _fits("value")
         reads = sql.SQL("({} OR {})").format(
             _like_any(["dislock:%", *schedules, *leases, *pauses]), slots
         )
@@ -291,7 +309,7 @@ def grant_statements(
                 table,
                 role,
                 "INSERT",
-                check=bounded,
+                check=sql.SQL("{} AND {} AND {}").format(_fits("key"), fits, bounded),
             ),
             _policy(
                 policy_name(role, "write"),
@@ -301,7 +319,7 @@ def grant_statements(
                 using=sql.SQL("({} OR {})").format(
                     writable, _rarely(table_parts, slot_keys, existing=True)
                 ),
-                check=bounded,
+                check=sql.SQL("{} AND {}").format(fits, bounded),
             ),
         ]
         if access == OPERATOR:
@@ -344,6 +362,17 @@ def _history_grant(
         )
         return statements
     mine = _like_any(_likes("", patterns), "lock_key")
+    # A run's start writes its texts (the end, under its column privileges, none of
+    # them: a run recorded before the bounds still ends), its end an outcome of
+    # dislock's, which becomes a label value of dislock_runs_total.
+    started = sql.SQL("{} AND {} AND {}").format(
+        mine,
+        _fits("lock_key", "modes", "owner", "host"),
+        _fits("cron", "cron_tz", nullable=True),
+    )
+    ended = sql.SQL("{} AND (outcome IN ({})) IS NOT FALSE").format(
+        mine, sql.SQL(", ").join(map(sql.Literal, OUTCOMES))
+    )
     statements += [
         # A run's start inserts its row (the table numbers it: a role choosing ids
         # could take the next ones and so keep other teams' runs from being
@@ -352,14 +381,14 @@ def _history_grant(
         sql.SQL("GRANT INSERT ({}) ON {} TO {}").format(_columns(STARTED), table, who),
         sql.SQL("GRANT UPDATE ({}) ON {} TO {}").format(_columns(ENDED), table, who),
         _policy(policy_name(role, "read"), table, role, "SELECT", using=mine),
-        _policy(policy_name(role, "take"), table, role, "INSERT", check=mine),
+        _policy(policy_name(role, "take"), table, role, "INSERT", check=started),
         _policy(
             policy_name(role, "write"),
             table,
             role,
             "UPDATE",
             using=sql.SQL("({}) AND ended_at IS NULL").format(mine),
-            check=mine,
+            check=ended,
         ),
     ]
     if access == OPERATOR:  # pruning

@@ -14,24 +14,21 @@ from datetime import datetime
 from functools import partial
 from time import monotonic
 
+from dislock.core.acquisition import let_go, releasing, trying_lease
 from dislock.core.context import LeaseLossPolicy, LockContext
-from dislock.core.dsn import scrub
 from dislock.core.errors import LeaseLostError, LockDelayedError, LockNotAcquiredError
 from dislock.core.exits import Exc, ExcType, Tb
 from dislock.core.failover import delayed
 from dislock.core.kinds import LEASE
 from dislock.core.lease import LeaseClock, LeaseSettings, raises_on_exit
-from dislock.core.lock_statements import statements_for
 from dislock.core.patience import ConnectPatience
-from dislock.core.pause import paused_error
 from dislock.core.renewal import Renewal
 from dislock.core.rows import lease_key
 from dislock.core.supervision import LOSS_LOGGER
-from dislock.core.timeouts import RELEASE_TIMEOUT
 from dislock.core.unknown_outcome import HELD
-from dislock.core.waiting import slot_keys, slot_retry
+from dislock.core.waiting import slot_keys
 
-from ._acquiring import acquire, acquire_slot, hand_back_rows
+from ._acquiring import drive, hand_back_rows
 from ._compat import Event
 from ._hub import Hub, enter_hub, leave_hub
 from ._recording import RunRecording, record_alone
@@ -220,94 +217,12 @@ class LeaseLock:
     ) -> tuple[LeaseClock, int | None] | None:
         """One try at the lease (or at a free slot of it): its clock and fencing
         token when taken."""
-        context = self.context
-        statements = statements_for(context)
-        attempts = 0
-        while True:
-            attempts += 1
-            # Connected before the lease's clock starts: waiting for a connection
-            # must not eat into the lease's time.
-            await hub.connect_patiently(patience)
-            sent_at = monotonic()
-            clock = LeaseClock(self.settings, acquired_at=sent_at)
-            if context.slots == 1:
-                self.key = lease_key(context.lock_key)
-                answer = await acquire(
-                    hub,
-                    statements.acquire_for(self.key, context.owner, self.settings.ttl),
-                    clock.attempt_timeout(sent_at),
-                    context=context,
-                    key=self.key,
-                    what=f"lease {self.key!r}",
-                    patience=patience,
-                    look=statements.look_for(self.key, self.settings.ttl),
-                )
-                acquired, fence, free = answer.acquired, answer.token, 0
-                reason, paused_until = answer.paused_for, answer.paused_until
-                self._delayed_until = answer.delayed_until
-            else:
-                slot = await acquire_slot(
-                    hub,
-                    statements.acquire_slot(self._slot_keys, context.owner, self.settings.ttl),
-                    clock.attempt_timeout(sent_at),
-                    context=context,
-                    keys=self._slot_keys,
-                    patience=patience,
-                )
-                fence, free, reason, paused_until = (
-                    slot.token,
-                    slot.free,
-                    slot.paused_for,
-                    slot.paused_until,
-                )
-                self._delayed_until = slot.delayed_until
-                acquired = slot.key is not None
-                if slot.key is not None:
-                    self.key = slot.key
-            if paused_until is not None:
-                # Paused fleet-wide: not worth waiting for, not a held lease.
-                raise paused_error(context.lock_key, reason, paused_until)
-            if acquired and clock.check_deadline(monotonic()):
-                # Taken, but the answer came so late that the row may be free
-                # again already: hand it back rather than work on it.
-                self._let_go(self.key, released=await self._expire_row(hub))
-                acquired = False
-            if acquired:
-                return clock, fence
-            if not slot_retry(free=free, attempts=attempts, slots=context.slots):
-                return None
+        tried = await drive(hub, trying_lease(self.context, self.settings, patience))
+        self.key, self._delayed_until = tried.key, tried.delayed_until
+        return None if tried.clock is None else (tried.clock, tried.fence)
 
     def _let_go(self, key: str, *, released: bool) -> None:
-        """Tell ``HELD`` that the row ``key`` is no longer held: ``released`` (the release
-        was confirmed just now), or left to expire by itself within the TTL, or
-        later if a renewal stuck on a retired connection still goes through."""
-        ttl, now = self.settings.ttl, monotonic()
-        context = self.context
-        HELD.let_go(
-            tuple(context.table_parts),
-            key,
-            context.owner,
-            visible_until=now if released else now + 2 * ttl,
-            forget_at=now + 3 * ttl,
-        )
-
-    async def _expire_row(self, hub: Hub) -> bool:
-        """Expire our row now (owner-guarded), waking the lease's waiters; whether the
-        release was confirmed."""
-        context = self.context
-        release = statements_for(context).release(self.key, context.owner, context.lock_key)
-        try:
-            await hub.ask(release, RELEASE_TIMEOUT)
-        except Exception as exc:
-            logger.warning(
-                "could not release lease %s (it expires by itself within %g s): %s",
-                self.key,
-                self.settings.ttl,
-                scrub(str(exc), context.url),
-            )
-            return False
-        logger.info("released lease %s", self.key)
-        return True
+        let_go(self.context, key, self.settings.ttl, released=released, now=monotonic())
 
     @property
     def holding(self) -> bool:
@@ -338,7 +253,9 @@ class LeaseLock:
             # the shared connection, and one stuck on a retired connection finds
             # the row expired (renewals skip expired rows): the release stands.
             if not lost and not held.clock.check_deadline(monotonic()):
-                released = await self._expire_row(held.hub)
+                released = await drive(
+                    held.hub, releasing(self.context, held.renewal.key, self.settings.ttl)
+                )
         finally:
             self._let_go(held.renewal.key, released=released)
             await leave_hub(held.hub)

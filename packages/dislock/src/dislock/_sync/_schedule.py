@@ -4,7 +4,7 @@
 
 Hand-written in ``dislock/aio/_schedule.py``; ``dislock/_sync/_schedule.py`` is
 generated from it by ``tools/async_to_sync.py``.  Which slot, and the statements
-that claim it, are ``dislock.core.cron``'s and ``dislock.core.lock_statements``'.
+that claim it in which order, are ``dislock.core.acquisition``'s.
 """
 
 from __future__ import annotations
@@ -14,20 +14,17 @@ from datetime import datetime, timezone
 from functools import partial
 from time import monotonic
 
-from dislock.core.answers import Acquired
+from dislock.core.acquisition import claiming_schedule_slot, schedule_refusal
 from dislock.core.context import LockContext
-from dislock.core.cron import SlotCandidates, slot_end
-from dislock.core.errors import ConfigurationError, LockDelayedError, LockNotAcquiredError
+from dislock.core.cron import slot_end
+from dislock.core.errors import ConfigurationError
 from dislock.core.exits import Exc, ExcType, Tb
-from dislock.core.failover import delayed
 from dislock.core.kinds import SCHEDULE
-from dislock.core.lock_statements import statements_for
 from dislock.core.patience import ConnectPatience, SlotEnd
-from dislock.core.pause import paused_error
 from dislock.core.rows import schedule_key
 from dislock.core.unknown_outcome import HELD
 
-from ._acquiring import acquire
+from ._acquiring import drive
 from ._hub import enter_hub, leave_hub
 from ._recording import RunRecording, record_alone
 
@@ -74,8 +71,6 @@ class ScheduleLock:
 
     def __enter__(self) -> ScheduleLock:
         context = self.context
-        statements = statements_for(context)
-        timeout = context.connect_timeout_seconds
         # The connection is given back at once: a slot needs nothing while the job runs.
         hub = enter_hub(context.url, context.connect_timeout_seconds)
         # One patience for every connection on the way to the decision, until the slot ends.
@@ -85,57 +80,14 @@ class ScheduleLock:
             monotonic(),
             slot=partial(_slot_end, context, datetime.now(timezone.utc)),
         )
-        claim = partial(
-            acquire,
-            hub,
-            timeout=timeout,
-            context=context,
-            key=self.key,
-            what=f"schedule slot {self.key!r}",
-            patience=patience,
-        )
         try:
             hub.connect_patiently(patience)
-            expires_at = context.next_run_time
-            answer: Acquired | None = None
-            if expires_at is None:
-                zone = context.cron_zone  # resolved with the schedule
-                assert context.schedule is not None and zone is not None
-                # No round trip for the database clock first: the acquiring
-                # statement picks the slot by its NOW() among the ends around the
-                # local clock.
-                candidates = SlotCandidates.around(
-                    context.schedule, datetime.now(timezone.utc), zone.tz
-                )
-                answer = claim(
-                    statements.acquire_by_clock(self.key, context.owner, candidates),
-                    slot_ends=candidates.ends,
-                    look=statements.look_by_clock(self.key, candidates),
-                )
-                expires_at = answer.slot_end
-                if expires_at is None:
-                    # The database clock is far from ours: read it, then claim.
-                    now = hub.ask(statements.now(), timeout, patience)
-                    expires_at = slot_end(context.schedule, now, zone.tz)
-                    answer = None
-            if answer is None:
-                answer = claim(
-                    statements.acquire_until(self.key, context.owner, expires_at),
-                    slot_ends=[expires_at],
-                    look=statements.look_until(self.key),
-                )
+            answer, expires_at = drive(hub, claiming_schedule_slot(context, self.key, patience))
         finally:
             leave_hub(hub)
-        if answer.paused_until is not None:
-            raise paused_error(context.lock_key, answer.paused_for, answer.paused_until)
-        if not answer.acquired:
-            slot = f"schedule slot of {context.lock_key!r} ending {expires_at.isoformat()}"
-            if answer.delayed_until is not None:
-                until = answer.delayed_until
-                raise LockDelayedError(delayed(slot, until), until)
-            raise LockNotAcquiredError(
-                f"{slot} was already started by another owner (or has already ended)"
-            )
+        refusal = schedule_refusal(context, answer, expires_at)
+        if refusal is not None:
+            raise refusal
         self.expires_at = expires_at
         self.fence = answer.token
         HELD.add(tuple(context.table_parts), self.key, context.owner, slot_end=expires_at)

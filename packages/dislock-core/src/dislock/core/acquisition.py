@@ -1,0 +1,475 @@
+"""The acquisition as one I/O-free sequence: which statements a lock sends, in which
+order, and what each answer decides.
+
+A sequence is a generator, in the manner of psycopg's ``generators``: it yields
+``Step``s and is fed their answers.  ``Ask`` is a statement to send (the driver
+feeds back the exchange's answer, or throws in the error it raised), ``Pause`` a
+wait, ``Connect`` a connection to open, ``Cold`` the question whether the
+connection has planned nothing yet, and ``Noted`` the server timeline an answer
+carried.  It returns the outcome, or
+raises the documented error.  ``dislock.aio._acquiring.drive`` (and its generated
+sync twin) carries the steps out; nothing here touches a socket, so every path of
+an acquisition can be followed without a database (``tests/unit/test_acquisition.py``).
+
+The paths: on a new connection a look (one primary-key read) refuses a live row
+for less than planning the acquiring statement costs; an answer that synchronous
+replication did not confirm is handed back; a refusal by the role's grant is
+``KeyNotGrantedError``; an answer the connection lost is found out by reading the
+owner's rows back within the connection patience, and the statement sent again
+when it took nothing (``dislock.core.unknown_outcome``); a schedule slot is
+claimed by the database clock, and when that clock is far from ours, by the slot
+of the clock read first; a lease's slot lost in a race is tried again while others
+looked free, and a lease whose answer came too late to work on is released.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from time import monotonic
+from typing import Any, Generic, TypeAlias, TypeVar
+
+import psycopg
+
+from dislock.core.answers import Acquired, SlotAnswer
+from dislock.core.context import LockContext
+from dislock.core.cron import SlotCandidates, slot_end
+from dislock.core.dsn import error_line, scrub
+from dislock.core.errors import (
+    DatabaseUnreachableError,
+    LockDelayedError,
+    LockNotAcquiredError,
+    NotReplicatedError,
+)
+from dislock.core.exchange import Exchange
+from dislock.core.failover import delayed
+from dislock.core.lease import LeaseClock, LeaseSettings
+from dislock.core.lock_statements import statements_for
+from dislock.core.patience import ConnectPatience
+from dislock.core.pause import paused_error
+from dislock.core.refusal import refused
+from dislock.core.rows import lease_key
+from dislock.core.timeouts import RELEASE_TIMEOUT
+from dislock.core.unknown_outcome import HELD, Mine, Verdict, judge, outcome_unknown
+from dislock.core.waiting import slot_keys, slot_retry
+
+logger = logging.getLogger("dislock")
+
+Answer = TypeVar("Answer")
+Outcome = TypeVar("Outcome")
+
+
+@dataclass(frozen=True, slots=True)
+class Ask(Generic[Answer]):
+    """Send ``exchange`` within ``timeout`` seconds (opening a connection within
+    ``patience`` if one is needed); answered with the exchange's answer."""
+
+    exchange: Exchange[Answer]
+    timeout: float
+    patience: ConnectPatience | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Pause:
+    """Wait ``seconds``; answered with None."""
+
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class Connect:
+    """Open the connection if it is not open, within ``patience``; answered with None."""
+
+    patience: ConnectPatience
+
+
+@dataclass(frozen=True, slots=True)
+class Cold:
+    """Whether the next statement is the first on its connection (``Hub.cold``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Noted:
+    """The server timeline an answer carried, for the hub to compare after a
+    reconnection; answered with None."""
+
+    timeline: object
+
+
+Step: TypeAlias = "Ask[Any] | Pause | Connect | Cold | Noted"
+Steps: TypeAlias = Generator[Step, Any, Outcome]
+"""A sequence: the steps it yields, what it returns."""
+
+Clock = Callable[[], float]
+
+
+def sending(
+    exchange: Exchange[Answer],
+    timeout: float,
+    *,
+    context: LockContext,
+    keys: list[str],
+    what: str,
+    patience: ConnectPatience | None,
+    slot_ends: Sequence[datetime] | None = None,
+    clock: Clock = monotonic,
+) -> Steps[Answer | Mine | None]:
+    """Send an acquiring statement that takes one of ``keys`` (``what``, in words, for
+    the messages): its answer; or, when the connection lost the answer, the row it
+    took (a ``Mine``), or None when an owner's row found there cannot be trusted to
+    be this acquisition's (not acquired).  ``slot_ends``: the ends a schedule
+    slot's statement may give its row."""
+    while True:
+        sent_at = clock()
+        try:
+            answer: Answer = yield Ask(exchange, timeout, patience)
+            return answer
+        except NotReplicatedError as exc:
+            yield from handing_back(context, keys)
+            raise NotReplicatedError(f"{what} was not acquired (handed back): {exc}") from None
+        except psycopg.Error as exc:
+            denied = refused(exc, url=context.url, key=keys[0], table_parts=context.table_parts)
+            if denied is not None:
+                raise denied from None
+            if patience is None or not outcome_unknown(exc):
+                raise
+            verdict = yield from _finding_out(
+                context, keys, what, patience, exc, sent_at, slot_ends, clock
+            )
+            if not verdict.send_again:
+                return verdict.taken
+            logger.info("the acquisition of %s had taken nothing; sending it again", what)
+
+
+def _finding_out(
+    context: LockContext,
+    keys: list[str],
+    what: str,
+    patience: ConnectPatience,
+    error: Exception,
+    sent_at: float,
+    slot_ends: Sequence[datetime] | None,
+    clock: Clock,
+) -> Steps[Verdict]:
+    """Reconnect within ``patience`` and read whether the statement that lost its
+    answer to ``error`` took one of ``keys``."""
+    read = statements_for(context).mine(keys, context.owner)
+    while True:
+        detail = error_line(error, context.url)
+        now = clock()
+        delay = patience.answer_lost(what, now, attempt_started=sent_at)
+        if delay is None:
+            raise patience.lost_answer_error(detail, now) from error
+        logger.info(
+            "lost the connection during the acquisition of %s (%s); reading whether it took"
+            " its row",
+            what,
+            detail,
+        )
+        if delay > 0:
+            yield Pause(delay)
+        sent_at = clock()
+        try:
+            # (A connection it opens waits out refusals within the patience.)
+            found: list[Mine] = yield Ask(read, context.connect_timeout_seconds, patience)
+        except DatabaseUnreachableError:
+            raise
+        except psycopg.OperationalError as exc:
+            if not outcome_unknown(exc):
+                raise
+            error = exc  # a read is safe to send again
+            continue
+        patience.answer_found()
+        verdict = judge(
+            found,
+            table_parts=tuple(context.table_parts),
+            owner=context.owner,
+            read_sent_at=sent_at,
+            slot_ends=slot_ends,
+        )
+        if verdict.taken is not None:
+            yield Noted(verdict.taken.timeline)
+            logger.info("the acquisition of %s had taken %s", what, verdict.taken.key)
+        elif not verdict.send_again:
+            logger.info(
+                "a live row of owner %r among %s was not this acquisition's to claim",
+                context.owner,
+                ", ".join(keys),
+            )
+        return verdict
+
+
+def claiming(
+    exchange: Exchange[Acquired],
+    timeout: float,
+    *,
+    context: LockContext,
+    key: str,
+    what: str,
+    patience: ConnectPatience | None = None,
+    slot_ends: Sequence[datetime] | None = None,
+    look: Exchange[Acquired | None] | None = None,
+    clock: Clock = monotonic,
+) -> Steps[Acquired]:
+    """An acquiring upsert of the row ``key`` (``sending``): whether it took the row,
+    the fencing token, and the pause that refused it, if one did.
+
+    ``look``: the read that gives the same refusal when the row is live, sent first
+    on a new connection: there, planning the acquiring statement costs the server
+    several times what the read does, and when every machine's crontab fires at
+    once all but one of them are refused.  A look that fails leaves the answer to
+    the acquiring statement (a read: nothing to find out).
+    """
+    if look is not None and (yield Cold()):
+        try:
+            refusal: Acquired | None = yield Ask(look, timeout, patience)
+        except DatabaseUnreachableError:
+            raise
+        except psycopg.Error as exc:
+            logger.debug("a look at the lock row failed: %s", error_line(exc, context.url))
+        else:
+            if refusal is not None:
+                return refusal
+    answer = yield from sending(
+        exchange,
+        timeout,
+        context=context,
+        keys=[key],
+        what=what,
+        patience=patience,
+        slot_ends=slot_ends,
+        clock=clock,
+    )
+    if answer is None:
+        return Acquired.nothing()
+    if isinstance(answer, Mine):
+        return Acquired.from_mine(answer)
+    yield Noted(answer.timeline)
+    return answer
+
+
+def claiming_slot(
+    exchange: Exchange[SlotAnswer],
+    timeout: float,
+    *,
+    context: LockContext,
+    keys: list[str],
+    what: str,
+    patience: ConnectPatience,
+    clock: Clock = monotonic,
+) -> Steps[SlotAnswer]:
+    """``acquire_slot`` over the slot rows ``keys`` (``sending``): the slot taken, if
+    any, and what refused it otherwise."""
+    answer = yield from sending(
+        exchange, timeout, context=context, keys=keys, what=what, patience=patience, clock=clock
+    )
+    if answer is None:
+        return SlotAnswer.nothing()
+    if isinstance(answer, Mine):
+        return SlotAnswer.from_mine(answer)
+    return answer
+
+
+def handing_back(context: LockContext, keys: list[str]) -> Steps[None]:
+    """Expire ``context``'s rows among ``keys`` (owner-guarded, one statement, waking
+    the lease's waiters), best effort: an acquisition that synchronous replication
+    did not confirm, or that was interrupted after it may have taken a row."""
+    try:
+        yield Ask(
+            statements_for(context).hand_back(keys, context.owner, context.lock_key),
+            RELEASE_TIMEOUT,
+        )
+    except Exception as error:  # unconfirmed too, most likely: it still expired here
+        logger.debug("handing back %s: %s", ", ".join(keys), scrub(str(error), context.url))
+
+
+def claiming_schedule_slot(
+    context: LockContext,
+    key: str,
+    patience: ConnectPatience,
+    *,
+    local_now: datetime | None = None,
+    clock: Clock = monotonic,
+) -> Steps[tuple[Acquired, datetime]]:
+    """Claim the row ``key`` of the schedule slot ``context`` names (its
+    ``next_run_time``, or the slot of ``schedule`` at the database's clock): the
+    answer, and the slot's end.  Without ``next_run_time`` there is no round trip
+    for the database clock first: the acquiring statement picks the slot by its
+    ``NOW()`` among the ends around ``local_now``; only a database clock far from
+    ours costs a read of it, and a second claim."""
+    statements = statements_for(context)
+    timeout = context.connect_timeout_seconds
+
+    def claim(
+        exchange: Exchange[Acquired], ends: Sequence[datetime], look: Exchange[Acquired | None]
+    ) -> Steps[Acquired]:
+        return claiming(
+            exchange,
+            timeout,
+            context=context,
+            key=key,
+            what=f"schedule slot {key!r}",
+            patience=patience,
+            slot_ends=ends,
+            look=look,
+            clock=clock,
+        )
+
+    expires_at = context.next_run_time
+    if expires_at is None:
+        zone = context.cron_zone  # resolved with the schedule
+        assert context.schedule is not None and zone is not None
+        candidates = SlotCandidates.around(
+            context.schedule, local_now or datetime.now(timezone.utc), zone.tz
+        )
+        answer = yield from claim(
+            statements.acquire_by_clock(key, context.owner, candidates),
+            candidates.ends,
+            statements.look_by_clock(key, candidates),
+        )
+        if answer.slot_end is not None:
+            return answer, answer.slot_end
+        # The database clock is far from ours: read it, then claim.
+        now: datetime = yield Ask(statements.now(), timeout, patience)
+        expires_at = slot_end(context.schedule, now, zone.tz)
+    answer = yield from claim(
+        statements.acquire_until(key, context.owner, expires_at),
+        [expires_at],
+        statements.look_until(key),
+    )
+    return answer, expires_at
+
+
+def schedule_refusal(
+    context: LockContext, answer: Acquired, expires_at: datetime
+) -> Exception | None:
+    """The error a schedule slot's answer means (paused, delayed by a failover,
+    already started), or None: taken."""
+    if answer.paused_until is not None:
+        return paused_error(context.lock_key, answer.paused_for, answer.paused_until)
+    if answer.acquired:
+        return None
+    slot = f"schedule slot of {context.lock_key!r} ending {expires_at.isoformat()}"
+    if answer.delayed_until is not None:
+        return LockDelayedError(delayed(slot, answer.delayed_until), answer.delayed_until)
+    return LockNotAcquiredError(
+        f"{slot} was already started by another owner (or has already ended)"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseTry:
+    """One try at a lease (or at a free slot of it)."""
+
+    key: str
+    """The row taken; when none was, the lease's row."""
+    clock: LeaseClock | None
+    """The lease's clock, started as its statement was sent; None: not taken."""
+    fence: int | None
+    delayed_until: datetime | None
+    """The end of a lock delay after a failover that refused the try."""
+
+
+def trying_lease(
+    context: LockContext,
+    settings: LeaseSettings,
+    patience: ConnectPatience,
+    *,
+    clock: Clock = monotonic,
+) -> Steps[LeaseTry]:
+    """One try at ``context``'s lease: its row, or with ``slots`` a free slot row (tried
+    again at once while the race for one was lost and others looked free).  A pause
+    raises ``LockPausedError``; an answer that came after the lease's deadline is
+    released rather than worked on."""
+    statements = statements_for(context)
+    keys = slot_keys(context.lock_key, context.slots)
+    attempts = 0
+    while True:
+        attempts += 1
+        # Connected before the lease's clock starts: waiting for a connection must
+        # not eat into the lease's time.
+        yield Connect(patience)
+        sent_at = clock()
+        lease_clock = LeaseClock(settings, acquired_at=sent_at)
+        timeout = lease_clock.attempt_timeout(sent_at)
+        if context.slots == 1:
+            key = lease_key(context.lock_key)
+            answer = yield from claiming(
+                statements.acquire_for(key, context.owner, settings.ttl),
+                timeout,
+                context=context,
+                key=key,
+                what=f"lease {key!r}",
+                patience=patience,
+                look=statements.look_for(key, settings.ttl),
+                clock=clock,
+            )
+            taken, fence, free = answer.acquired, answer.token, 0
+            reason, paused_until, delayed_until = (
+                answer.paused_for,
+                answer.paused_until,
+                answer.delayed_until,
+            )
+        else:
+            slot = yield from claiming_slot(
+                statements.acquire_slot(keys, context.owner, settings.ttl),
+                timeout,
+                context=context,
+                keys=keys,
+                what=f"a slot of lease {lease_key(context.lock_key)!r}",
+                patience=patience,
+                clock=clock,
+            )
+            key = slot.key or lease_key(context.lock_key)
+            taken, fence, free = slot.key is not None, slot.token, slot.free
+            reason, paused_until, delayed_until = (
+                slot.paused_for,
+                slot.paused_until,
+                slot.delayed_until,
+            )
+        if paused_until is not None:
+            # Paused fleet-wide: not worth waiting for, not a held lease.
+            raise paused_error(context.lock_key, reason, paused_until)
+        if taken and lease_clock.check_deadline(clock()):
+            # Taken, but the answer came so late that the row may be free again
+            # already: hand it back rather than work on it.
+            released = yield from releasing(context, key, settings.ttl)
+            let_go(context, key, settings.ttl, released=released, now=clock())
+            taken = False
+        if taken:
+            return LeaseTry(key, lease_clock, fence, delayed_until)
+        if not slot_retry(free=free, attempts=attempts, slots=context.slots):
+            return LeaseTry(key, None, None, delayed_until)
+
+
+def releasing(context: LockContext, key: str, ttl: float) -> Steps[bool]:
+    """Expire the lease row ``key`` now (owner-guarded), waking the lease's waiters:
+    whether the release was confirmed (if not, the row expires within ``ttl``)."""
+    release = statements_for(context).release(key, context.owner, context.lock_key)
+    try:
+        yield Ask(release, RELEASE_TIMEOUT)
+    except Exception as exc:
+        logger.warning(
+            "could not release lease %s (it expires by itself within %g s): %s",
+            key,
+            ttl,
+            scrub(str(exc), context.url),
+        )
+        return False
+    logger.info("released lease %s", key)
+    return True
+
+
+def let_go(context: LockContext, key: str, ttl: float, *, released: bool, now: float) -> None:
+    """Tell ``HELD`` that the row ``key`` is no longer held: ``released`` (the release
+    was confirmed just now), or left to expire by itself within the TTL, or later if
+    a renewal stuck on a retired connection still goes through."""
+    HELD.let_go(
+        tuple(context.table_parts),
+        key,
+        context.owner,
+        visible_until=now if released else now + 2 * ttl,
+        forget_at=now + 3 * ttl,
+    )

@@ -1,0 +1,408 @@
+"""Every path of an acquisition (``dislock.core.acquisition``), followed without a
+database: each case lists the steps the sequence takes, the replies it is fed (an
+answer, or the error the driver would throw in), and what it decides.
+
+The same paths run against a real PostgreSQL in the contract suite
+(``contract/test_locks.py``, ``contract/test_lost_answers.py``,
+``contract/one_implementation/test_lost_answers_in_process.py``,
+``contract/one_implementation/test_lock_delay.py``, ``contract/test_connection_limits.py``);
+here each is one row of a table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import psycopg
+import psycopg.errors
+import pytest
+
+from dislock.core.acquisition import (
+    Ask,
+    Cold,
+    Connect,
+    LeaseTry,
+    Noted,
+    Pause,
+    Steps,
+    claiming,
+    claiming_schedule_slot,
+    claiming_slot,
+    schedule_refusal,
+    trying_lease,
+)
+from dislock.core.answers import Acquired, SlotAnswer
+from dislock.core.context import LockContext, default_owner
+from dislock.core.errors import (
+    DatabaseUnreachableError,
+    KeyNotGrantedError,
+    LockDelayedError,
+    LockNotAcquiredError,
+    LockPausedError,
+    NotReplicatedError,
+)
+from dislock.core.lease import LeaseSettings
+from dislock.core.lock_statements import statements_for
+from dislock.core.patience import ConnectPatience
+from dislock.core.unknown_outcome import Mine
+
+URL = "postgresql://jobs:hunter2@db.internal/app"
+NOW = datetime(2026, 12, 3, 12, 0, 30, tzinfo=timezone.utc)
+SLOT_END = datetime(2026, 12, 3, 12, 1, tzinfo=timezone.utc)
+LOST = psycopg.OperationalError("server closed the connection unexpectedly")
+TAKEN = Acquired(True, 7, None, None, timeline=3)
+HELD_ELSEWHERE = Acquired(False, None, None, None)
+
+
+READERS = {
+    "lease_reader.<locals>.read": "acquire",
+    "slot_reader.<locals>.read": "acquire",
+    "read_by_clock": "acquire",
+    "read_slot_claim": "acquire",
+    "look_reader.<locals>.read": "look",
+    "read_mine": "mine",
+    "read_clock": "now",
+    "read_released": "release",  # (or the hand back of rows a failed acquisition may hold)
+}
+
+
+def statement_name(ask: Ask[Any]) -> str:
+    """Which statement of ``LockStatements`` an ``Ask`` sends, by how its answer reads."""
+    return READERS[ask.exchange.read.__qualname__]
+
+
+@dataclass(frozen=True)
+class Late:
+    """An answer that comes ``seconds`` after its statement was sent."""
+
+    seconds: float
+    answer: Any
+
+
+@dataclass
+class Database:
+    """The replies of one case, in order: an answer, or an error to throw in."""
+
+    replies: list[Any]
+    cold: bool = False
+    now: list[float] = field(default_factory=lambda: [0.0])
+    steps: list[str] = field(default_factory=list)
+
+    def clock(self) -> float:
+        return self.now[0]
+
+    def run(self, sequence: Steps[Any]) -> Any:
+        reply: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                step = sequence.throw(error) if error is not None else sequence.send(reply)
+            except StopIteration as done:
+                return done.value
+            reply, error = None, None
+            if isinstance(step, Cold):
+                self.steps.append("cold?")
+                reply = self.cold
+            elif isinstance(step, Pause):
+                self.steps.append("pause")
+                self.now[0] += step.seconds
+            elif isinstance(step, Noted):
+                self.steps.append(f"noted {step.timeline}")
+            elif isinstance(step, Connect):
+                self.steps.append("connect")
+            else:
+                assert isinstance(step, Ask)
+                self.steps.append(statement_name(step))
+                found = self.replies.pop(0)
+                if isinstance(found, Late):
+                    self.now[0] += found.seconds
+                    found = found.answer
+                if isinstance(found, BaseException):
+                    error = found
+                else:
+                    reply = found
+
+
+def lease_context(**fields: Any) -> LockContext:
+    fields.setdefault("owner", default_owner())
+    fields.setdefault("run_ttl_seconds", 30.0)
+    fields.setdefault("lease_interval_seconds", 10.0)
+    return LockContext(url=URL, table_parts=["locks"], lock_key="nightly", **fields)
+
+
+def lease_claim(db: Database, context: LockContext, *, patience: bool = True) -> Steps[Acquired]:
+    statements = statements_for(context)
+    key = "cronjob-lock:lease:nightly"
+    return claiming(
+        statements.acquire_for(key, context.owner, 30.0),
+        10.0,
+        context=context,
+        key=key,
+        what=f"lease {key!r}",
+        patience=ConnectPatience(5.0, db.clock()) if patience else None,
+        look=statements.look_for(key, 30.0),
+        clock=db.clock,
+    )
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    replies: list[Any]
+    steps: list[str]
+    expect: Callable[[Any], bool] | type[BaseException]
+    cold: bool = False
+
+
+def mine(key: str = "cronjob-lock:lease:nightly", expire_at: datetime = SLOT_END) -> Mine:
+    return Mine(key, 9, expire_at, 4)
+
+
+LEASE_CASES = [
+    Case(
+        "a warm connection sends the acquiring statement alone",
+        [TAKEN],
+        ["cold?", "acquire", "noted 3"],
+        lambda answer: answer == TAKEN,
+    ),
+    Case(
+        "on a new connection a live row is refused by the look, for a read's cost",
+        [HELD_ELSEWHERE],
+        ["cold?", "look"],
+        lambda answer: answer == HELD_ELSEWHERE,
+        cold=True,
+    ),
+    Case(
+        "a look that finds the row free leaves the decision to the acquiring statement",
+        [None, TAKEN],
+        ["cold?", "look", "acquire", "noted 3"],
+        lambda answer: answer == TAKEN,
+        cold=True,
+    ),
+    Case(
+        "a look that fails is no answer: the acquiring statement is sent",
+        [psycopg.errors.UndefinedColumn("column fence does not exist"), TAKEN],
+        ["cold?", "look", "acquire", "noted 3"],
+        lambda answer: answer == TAKEN,
+        cold=True,
+    ),
+    Case(
+        "a lost answer is read back: the row was taken",
+        [LOST, [mine()]],
+        ["cold?", "acquire", "mine", "noted 4"],
+        lambda answer: answer.acquired and answer.token == 9 and answer.timeline == 4,
+    ),
+    Case(
+        "a lost answer that took nothing is sent again",
+        [LOST, [], TAKEN],
+        ["cold?", "acquire", "mine", "acquire", "noted 3"],
+        lambda answer: answer == TAKEN,
+    ),
+    Case(
+        "the read back loses its answer too: it is read again",
+        [LOST, LOST, [mine()]],
+        ["cold?", "acquire", "mine", "pause", "mine", "noted 4"],
+        lambda answer: answer.acquired,
+    ),
+    Case(
+        "an answer synchronous replication did not confirm is handed back",
+        [NotReplicatedError("not confirmed by a standby"), True],
+        ["cold?", "acquire", "release"],
+        NotReplicatedError,
+    ),
+    Case(
+        "a hand back that fails still raises the replication error",
+        [NotReplicatedError("not confirmed by a standby"), LOST],
+        ["cold?", "acquire", "release"],
+        NotReplicatedError,
+    ),
+    Case(
+        "row-level security refusing the key is the grant's error",
+        [psycopg.errors.InsufficientPrivilege("new row violates row-level security policy")],
+        ["cold?", "acquire"],
+        KeyNotGrantedError,
+    ),
+    Case(
+        "a missing privilege is the server's error, not an unknown outcome",
+        [psycopg.errors.InsufficientPrivilege("permission denied for table locks")],
+        ["cold?", "acquire"],
+        psycopg.errors.InsufficientPrivilege,
+    ),
+    Case(
+        "an error the server answered with did nothing: raised as it is",
+        [psycopg.errors.QueryCanceled("canceling statement due to statement timeout")],
+        ["cold?", "acquire"],
+        psycopg.errors.QueryCanceled,
+    ),
+]
+
+
+@pytest.mark.parametrize("case", LEASE_CASES, ids=[case.name for case in LEASE_CASES])
+def test_a_lease_claim(case: Case) -> None:
+    db = Database(list(case.replies), cold=case.cold)
+    if isinstance(case.expect, type):
+        with pytest.raises(case.expect):
+            db.run(lease_claim(db, lease_context()))
+    else:
+        assert case.expect(db.run(lease_claim(db, lease_context())))
+    assert db.steps == case.steps
+    assert db.replies == []
+
+
+def test_a_lost_answer_without_patience_is_not_read_back() -> None:
+    db = Database([LOST])
+    with pytest.raises(psycopg.OperationalError):
+        db.run(lease_claim(db, lease_context(), patience=False))
+    assert db.steps == ["cold?", "acquire"]
+
+
+def test_a_lost_answer_is_read_back_only_within_the_patience() -> None:
+    db = Database([LOST] + [LOST] * 50)
+    with pytest.raises(DatabaseUnreachableError, match="lost"):
+        db.run(lease_claim(db, lease_context()))
+    assert db.steps[:3] == ["cold?", "acquire", "mine"]
+    assert set(db.steps[3:]) == {"pause", "mine"}
+    assert db.clock() <= 5.0 + 2.0  # the patience, and at most one last pause
+
+
+def test_an_owner_chosen_by_the_user_is_not_trusted_after_a_lost_answer() -> None:
+    """Another machine may share it: its row is not proof of this acquisition."""
+    db = Database([LOST, [mine()]])
+    answer = db.run(lease_claim(db, lease_context(owner="nightly-job")))
+    assert answer == Acquired.nothing()
+
+
+def test_a_slot_of_an_n_holder_lease() -> None:
+    context = lease_context(slots=3)
+    keys = [f"cronjob-lock:lease#{n}:nightly" for n in (1, 2, 3)]
+    db = Database([LOST, [mine(keys[1])]])
+    answer = db.run(
+        claiming_slot(
+            statements_for(context).acquire_slot(keys, context.owner, 30.0),
+            10.0,
+            context=context,
+            keys=keys,
+            what="a slot of lease 'nightly'",
+            patience=ConnectPatience(5.0, db.clock()),
+            clock=db.clock,
+        )
+    )
+    assert answer == SlotAnswer(keys[1], 9, 1, None, None, None)
+    assert db.steps == ["acquire", "mine", "noted 4"]
+
+
+def schedule_claim(db: Database, context: LockContext) -> Steps[tuple[Acquired, datetime]]:
+    return claiming_schedule_slot(
+        context,
+        "cronjob-lock:schedule:nightly",
+        ConnectPatience(5.0, db.clock()),
+        local_now=NOW,
+        clock=db.clock,
+    )
+
+
+def test_a_slot_is_claimed_by_the_database_clock_in_one_statement() -> None:
+    db = Database([TAKEN._replace(slot_end=SLOT_END)])
+    answer, ends = db.run(schedule_claim(db, lease_context(schedule="* * * * *")))
+    assert (answer.acquired, ends) == (True, SLOT_END)
+    assert db.steps == ["cold?", "acquire", "noted 3"]
+
+
+def test_a_database_clock_far_from_ours_is_read_before_the_slot_is_claimed() -> None:
+    far = NOW + timedelta(hours=2)
+    db = Database([Acquired.nothing(), far, TAKEN])
+    answer, ends = db.run(schedule_claim(db, lease_context(schedule="* * * * *")))
+    assert answer == TAKEN
+    assert ends == datetime(2026, 12, 3, 14, 1, tzinfo=timezone.utc)
+    assert db.steps == ["cold?", "acquire", "noted None", "now", "cold?", "acquire", "noted 3"]
+
+
+def test_a_slot_given_by_next_run_time_is_claimed_until_it() -> None:
+    db = Database([HELD_ELSEWHERE], cold=True)
+    answer, ends = db.run(schedule_claim(db, lease_context(next_run_time=SLOT_END)))
+    assert (answer, ends) == (HELD_ELSEWHERE, SLOT_END)
+    assert db.steps == ["cold?", "look"]
+
+
+def test_a_slot_lost_answer_trusts_only_a_row_ending_where_this_slot_ends() -> None:
+    """A live row of an earlier slot, which a database clock behind ours still shows,
+    is not the new slot's."""
+    earlier = SLOT_END - timedelta(minutes=1)
+    db = Database([LOST, [mine("cronjob-lock:schedule:nightly", earlier)], TAKEN])
+    answer, _ = db.run(schedule_claim(db, lease_context(next_run_time=SLOT_END)))
+    assert answer == TAKEN
+    assert db.steps == ["cold?", "acquire", "mine", "acquire", "noted 3"]
+
+
+@pytest.mark.parametrize(
+    ("answer", "error"),
+    [
+        (TAKEN, None),
+        (Acquired(False, None, "db migration", NOW + timedelta(hours=1)), LockPausedError),
+        (HELD_ELSEWHERE._replace(delayed_until=NOW + timedelta(seconds=40)), LockDelayedError),
+        (HELD_ELSEWHERE, LockNotAcquiredError),
+    ],
+    ids=["taken", "paused", "delayed", "started elsewhere"],
+)
+def test_what_a_slots_answer_means(answer: Acquired, error: type[Exception] | None) -> None:
+    refusal = schedule_refusal(lease_context(schedule="* * * * *"), answer, SLOT_END)
+    if error is None:
+        assert refusal is None
+    else:
+        assert isinstance(refusal, error), refusal
+        assert "nightly" in str(refusal)
+
+
+def lease_try(db: Database, context: LockContext) -> Steps[LeaseTry]:
+    settings = LeaseSettings.from_context(context)
+    return trying_lease(context, settings, ConnectPatience(5.0, db.clock()), clock=db.clock)
+
+
+def test_a_lease_is_taken_with_its_clock_started_as_the_statement_was_sent() -> None:
+    context = lease_context()
+    db = Database([Late(0.5, TAKEN)])
+    tried = db.run(lease_try(db, context))
+    assert (tried.key, tried.fence) == ("cronjob-lock:lease:nightly", 7)
+    assert tried.clock is not None and tried.clock.deadline == 30.0 - tried.clock.margin
+    assert db.steps == ["connect", "cold?", "acquire", "noted 3"]
+
+
+def test_a_lease_held_elsewhere_is_not_taken_and_says_why() -> None:
+    delay = NOW + timedelta(seconds=40)
+    db = Database([HELD_ELSEWHERE._replace(delayed_until=delay)])
+    tried = db.run(lease_try(db, lease_context()))
+    assert (tried.clock, tried.delayed_until) == (None, delay)
+
+
+def test_a_paused_lease_raises_at_once() -> None:
+    db = Database([Acquired(False, None, "db migration", NOW + timedelta(hours=1))])
+    with pytest.raises(LockPausedError, match="db migration"):
+        db.run(lease_try(db, lease_context()))
+
+
+def test_an_answer_after_the_lease_deadline_is_released_not_worked_on() -> None:
+    context = lease_context(run_ttl_seconds=10.0, lease_interval_seconds=2.0)
+    db = Database([Late(9.5, TAKEN), True])
+    tried = db.run(lease_try(db, context))
+    assert tried.clock is None
+    assert db.steps == ["connect", "cold?", "acquire", "noted 3", "release"]
+
+
+def test_a_slot_lost_in_a_race_is_tried_again_while_others_looked_free() -> None:
+    context = lease_context(slots=3)
+    slot_2 = "cronjob-lock:lease#2:nightly"
+    lost_race = SlotAnswer(None, None, 2, None, None, None)
+    db = Database([lost_race, SlotAnswer(slot_2, 5, 1, None, None, None)])
+    tried = db.run(lease_try(db, context))
+    assert (tried.key, tried.fence) == (slot_2, 5)
+    assert db.steps == ["connect", "acquire", "connect", "acquire"]
+
+
+def test_a_full_lease_of_slots_is_not_tried_again() -> None:
+    db = Database([SlotAnswer(None, None, 0, None, None, None)])
+    tried = db.run(lease_try(db, lease_context(slots=3)))
+    assert (tried.key, tried.clock) == ("cronjob-lock:lease:nightly", None)
+    assert db.steps == ["connect", "acquire"]

@@ -145,6 +145,50 @@ def test_ls_shows_owners_expiry_and_state(
         assert ctl("ls", "no-such-prefix").stdout.startswith("no locks in")
 
 
+def test_ls_lists_each_lock_keys_rows_together(ctl: Ctl, rows: Rows) -> None:
+    """A key's schedule slot, lease (with its slots) and pause come on adjacent lines,
+    though their row keys sort apart (every lease, then every pause, then every slot)."""
+    for key, owner, seconds in [
+        (lease_key("alpha"), "a:1:00", 60),
+        (schedule_key("beta"), "b:1:00", 3600),
+        (lease_key("beta"), "b:1:00", 60),
+        ("cronjob-lock:lease#2:beta", "b:2:00", -30),
+        (schedule_key("gamma"), "g:1:00", 3600),
+        (lease_key("gamma"), "g:1:00", 60),
+    ]:
+        rows.plant(key, owner, seconds)
+    assert ctl("pause", "beta", "--for", "1h", "--reason", "upgrade").returncode == 0
+    expected = [
+        ("alpha", "lease", 1),
+        ("beta", "schedule", 1),
+        ("beta", "lease", 1),
+        ("beta", "lease", 2),
+        ("beta", "pause", 1),
+        ("gamma", "schedule", 1),
+        ("gamma", "lease", 1),
+    ]
+
+    listed = ctl("ls", "--json")
+    assert listed.returncode == 0, listed.stderr
+    found = [(row["lock_key"], row["mode"], row["slot"]) for row in json.loads(listed.stdout)]
+    assert found == expected
+
+    table = ctl("ls")
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()[1:-1]  # no header, no table limits
+    assert [line.split()[:2] for line in lines] == [
+        ["alpha", "lease"],
+        ["beta", "schedule"],
+        ["beta", "lease"],  # the lease's two slots under one line: 1/2 held
+        ["slot", "1"],
+        ["slot", "2"],
+        ["beta", "pause"],
+        ["gamma", "schedule"],
+        ["gamma", "lease"],
+    ], table.stdout
+    assert lines[2].endswith("1/2 held") and lines[5].endswith("paused: upgrade")
+
+
 def test_release_lease_makes_its_holder_stop_with_75(
     ctl: Ctl, cli_env: dict[str, str], rows: Rows, tmp_path: Path
 ) -> None:

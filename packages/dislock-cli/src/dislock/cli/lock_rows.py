@@ -78,7 +78,8 @@ def _list_query(table_parts: tuple[str, ...]) -> sql.Composed:
 
 def listing(table_parts: tuple[str, ...], prefix: str = "") -> Exchange[list[LockRow]]:
     """Every lock row whose lock key starts with ``prefix``, on the database clock:
-    the rows of every kind, the extra slots of N-holder leases, and live pauses."""
+    the rows of every kind, the extra slots of N-holder leases, and live pauses; by
+    lock key, then mode (``LISTED_MODES``), then slot."""
     params = {
         "prefixes": [kind.row_key(prefix) for kind in kinds.KINDS],
         "prefix": prefix,
@@ -89,7 +90,19 @@ def listing(table_parts: tuple[str, ...], prefix: str = "") -> Exchange[list[Loc
 
 
 def _read_lock_rows(rows: Rows) -> list[LockRow]:
-    return [LockRow.from_row(row) for row in rows]
+    # Not in the rows' own order (ORDER BY key), which lists every key's lease, then
+    # every pause, then every schedule slot: each lock key's rows together.
+    return sorted((LockRow.from_row(row) for row in rows), key=_listed_order)
+
+
+LISTED_MODES = (*kinds.NAMES, PAUSE)
+"""The order of one lock key's rows in ``listing``: its schedule slot, its lease (and
+the lease's slots), its pause; a row of no known mode last."""
+
+
+def _listed_order(row: LockRow) -> tuple[str, int, int]:
+    rank = LISTED_MODES.index(row.mode) if row.mode in LISTED_MODES else len(LISTED_MODES)
+    return (row.lock_key, rank, row.slot)
 
 
 @lru_cache(maxsize=16)

@@ -11,6 +11,7 @@ from dislock.core.dsn import (
     redact_dsn,
     scrub,
 )
+from dislock.core.errors import DatabaseUnreachableError
 from dislock.core.lock_queries import queries
 from dislock.core.rows import lease_key, schedule_key
 from dislock.core.table import create_table_sql
@@ -140,6 +141,26 @@ def test_a_short_password_does_not_mangle_the_message() -> None:
         error, table_parts=("key_value",), url="postgresql://u:e@db.example/app"
     )
     assert "connection failed: server closed the connection unexpectedly" in message
+
+
+def test_one_attempt_is_not_attempts() -> None:
+    from dislock.cli.diagnosis import describe_database_error
+
+    def message(attempts: int, lost: str | None = None) -> str:
+        error = DatabaseUnreachableError(
+            "x",
+            detail="Connection refused",
+            unreachable_for=0.5,
+            attempts=attempts,
+            patience=0.5,
+            lost_answer_of=lost,
+        )
+        return describe_database_error(error, table_parts=("key_value",), url="postgresql://h/d")
+
+    assert "unreachable for 0.5 s, 1 attempt (LOCK_CONNECT_PATIENCE_SECONDS=0.5)" in message(1)
+    assert "unreachable for 0.5 s, 2 attempts (LOCK_CONNECT" in message(2)
+    assert "unreachable for 0.5 s, 1 attempt (LOCK_CONNECT" in message(1, "lease 'k'")
+    assert "1 attempts" not in message(1) + message(1, "lease 'k'")
 
 
 def test_statements_are_rendered_once_per_connection() -> None:

@@ -241,6 +241,7 @@ def _unreachable(error: DatabaseUnreachableError, url: str) -> str:
     it give up, which slot went by (the command did not run in it here)."""
     detail = scrub(error.detail, url)
     where = redact_dsn(url)
+    tries = f"{error.attempts} attempt{'' if error.attempts == 1 else 's'}"
     lost = error.lost_answer_of
     # The connection broke under the acquiring statement: "cannot connect" would
     # send the operator looking at the wrong thing.
@@ -259,12 +260,12 @@ def _unreachable(error: DatabaseUnreachableError, url: str) -> str:
     if lost is not None:
         return (
             f"lost the connection to the database ({where}) during the acquisition of {lost},"
-            f" and it stayed unreachable for {error.unreachable_for:.1f} s, {error.attempts}"
-            f" attempts (LOCK_CONNECT_PATIENCE_SECONDS={error.patience:g}); whether it was"
+            f" and it stayed unreachable for {error.unreachable_for:.1f} s, {tries}"
+            f" (LOCK_CONNECT_PATIENCE_SECONDS={error.patience:g}); whether it was"
             f" taken is unknown (a row it took expires by itself): {detail}"
         )
     return (
         f"cannot connect to the database ({where}): unreachable for"
-        f" {error.unreachable_for:.1f} s, {error.attempts} attempts"
+        f" {error.unreachable_for:.1f} s, {tries}"
         f" (LOCK_CONNECT_PATIENCE_SECONDS={error.patience:g}): {detail}"
     )

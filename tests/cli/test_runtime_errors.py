@@ -37,6 +37,8 @@ def test_unreachable_database(run_cli: RunCli, cli_env: dict[str, str], tmp_path
     marker = tmp_path / "ran"
     result = run_cli(["DATABASE_URL", "touch", str(marker)], env)
     assert_one_line_failure(result, "cannot connect to the database", "password=***")
+    # libpq's two lines, joined as two sentences: not "Connection refused Is the server"
+    assert "Connection refused. Is the server running" in result.stderr
     assert "hunter2" not in result.stderr
     assert not marker.exists()
 

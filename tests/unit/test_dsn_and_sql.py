@@ -8,6 +8,7 @@ from dislock.core.dsn import (
     connection_kwargs,
     host_count,
     longest_connect_timeout,
+    one_line,
     redact_dsn,
     scrub,
 )
@@ -141,6 +142,39 @@ def test_a_short_password_does_not_mangle_the_message() -> None:
         error, table_parts=("key_value",), url="postgresql://u:e@db.example/app"
     )
     assert "connection failed: server closed the connection unexpectedly" in message
+
+
+@pytest.mark.parametrize(
+    ("message", "line"),
+    [
+        # libpq's refusal and its hint, two sentences on two lines
+        (
+            'connection failed: connection to server at "127.0.0.1", port 1 failed:'
+            " Connection refused\n\tIs the server running on that host and accepting"
+            " TCP/IP connections?\n",
+            'connection failed: connection to server at "127.0.0.1", port 1 failed:'
+            " Connection refused. Is the server running on that host and accepting"
+            " TCP/IP connections?",
+        ),
+        # several hosts: a line ending in ":" goes on with a space; list items with "; "
+        (
+            "connection timeout expired\nMultiple connection attempts failed. All failures"
+            " were:\n- host: 'a', port: '5432': connection timeout expired\n- host: 'b',"
+            " port: '5432': session is read-only",
+            "connection timeout expired. Multiple connection attempts failed. All failures"
+            " were: - host: 'a', port: '5432': connection timeout expired; - host: 'b',"
+            " port: '5432': session is read-only",
+        ),
+        ("one  line\twith   blanks", "one line with blanks"),
+        (
+            "duplicate key\n\nDETAIL:  Key (key)=(k) exists.",
+            "duplicate key. DETAIL: Key (key)=(k) exists.",
+        ),
+        ("", ""),
+    ],
+)
+def test_a_message_of_several_lines_is_one_line_with_separators(message: str, line: str) -> None:
+    assert one_line(message) == line
 
 
 def test_one_attempt_is_not_attempts() -> None:

@@ -29,6 +29,7 @@ from dislock.core.dsn import (
     connection_kwargs,
     host_count,
     longest_connect_timeout,
+    one_line,
     parse_dsn,
     scrub,
 )
@@ -181,7 +182,7 @@ class Hub:
                 return await self._reopen(timeout)
             except OperationalError as exc:
                 now = monotonic()
-                detail = scrub(" ".join(str(exc).split()), self.url)
+                detail = scrub(one_line(str(exc)), self.url)
                 delay = patience.next_delay(exc, now, attempt_started=started)
                 if delay is None:
                     unreachable = patience.unreachable(exc, detail, now)
@@ -237,7 +238,7 @@ class Hub:
         logger.warning(
             "the server lost a prepared statement (%s); statements on this connection"
             " stay unprepared from now on",
-            scrub(" ".join(str(exc).split()), self.url),
+            scrub(one_line(str(exc)), self.url),
         )
 
     def note_timeline(self, timeline: object) -> None:

@@ -18,7 +18,7 @@ from typing import Protocol
 
 from dislock.core import history
 from dislock.core.context import LEASE_LOST_EXIT_CODE, LeaseLossPolicy, LockContext
-from dislock.core.dsn import scrub
+from dislock.core.dsn import one_line, scrub
 from dislock.core.exits import Exc, ExcType, Tb
 from dislock.core.patience import ConnectPatience
 
@@ -134,7 +134,7 @@ class RunRecording:
             logger.warning(
                 "could not record the end of %s yet (%s); retrying for up to %g s",
                 self.context.lock_key,
-                scrub(" ".join(str(error).split()), self.context.url),
+                scrub(one_line(str(error)), self.context.url),
                 self.context.connect_patience_seconds,
             )
             try:

@@ -20,7 +20,7 @@ from dislock.cli.diagnosis import (
 )
 from dislock.cli.lock_rows import RowSecurity, row_security
 from dislock.cli.sending import send
-from dislock.core.dsn import connection_kwargs, parse_dsn, scrub
+from dislock.core.dsn import connection_kwargs, one_line, parse_dsn, scrub
 
 PROBE_CONNECT_TIMEOUT = 5.0
 """The command's connection is closed by the time its refusal is explained: one more,
@@ -54,7 +54,7 @@ def explain_denial(
     except psycopg.Error:
         if role is None:
             role = parse_dsn(url).get("user")  # libpq's default otherwise: not guessed here
-    detail = scrub(" ".join(str(error).split()), url)
+    detail = scrub(one_line(str(error)), url)
     table = next((need.name for need in needs if need.kind == "table"), "?")
     fix = None if security is None else grant_line(command, security, key)
     return describe_denial(label, missing=missing, role=role, table=table, detail=detail, fix=fix)

@@ -20,7 +20,7 @@ from typing import NamedTuple
 from psycopg import sql
 
 from dislock.cli.lock_rows import RowSecurity, matches
-from dislock.core.dsn import redact_dsn, scrub
+from dislock.core.dsn import one_line, redact_dsn, scrub
 from dislock.core.errors import DatabaseUnreachableError
 from dislock.core.grants import OPERATOR, READER, WRAPPER
 from dislock.core.table import create_table_sql
@@ -38,7 +38,7 @@ def describe_database_error(error: BaseException, *, table_parts: tuple[str, ...
     table = ".".join(table_parts)
     # Only the driver's own words can carry a secret (libpq quotes what it parsed);
     # scrubbing just them keeps a short password from mangling the rest.
-    detail = scrub(" ".join(str(error).split()), url) or type(error).__name__
+    detail = scrub(one_line(str(error)), url) or type(error).__name__
     sqlstate = getattr(error, "sqlstate", None)
     if isinstance(error, DatabaseUnreachableError):
         return _unreachable(error, url)

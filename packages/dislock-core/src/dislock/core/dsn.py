@@ -69,10 +69,27 @@ def scrub(text: str, url: str) -> str:
     return text
 
 
+def one_line(text: str) -> str:
+    """A driver's or a server's message, often several lines, as one: blanks collapsed,
+    and each line joined to the one before with ``". "`` where it starts a sentence
+    (libpq's ``Connection refused`` then ``Is the server running on that host…``),
+    ``"; "`` where it does not, a space after a line that ends in punctuation."""
+    joined = ""
+    for line in text.splitlines():
+        line = " ".join(line.split())
+        if not line:
+            continue
+        if not joined or joined[-1] in ".,:;!?":
+            joined += f" {line}" if joined else line
+        else:
+            joined += f". {line}" if line[0].isupper() else f"; {line}"
+    return joined
+
+
 def error_line(error: BaseException, url: str) -> str:
     """``error`` as one line, ``Type: text``, scrubbed of ``url``'s secrets: a server's
     or a trigger's message may quote anything, the password included."""
-    return f"{type(error).__name__}: {scrub(' '.join(str(error).split()), url)}"
+    return f"{type(error).__name__}: {scrub(one_line(str(error)), url)}"
 
 
 def connection_kwargs(

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from dislock.core.context import LeaseLossPolicy, LockContext
+from dislock.core.dsn import one_line
 from dislock.core.errors import ConfigurationError
 
 RETRY_FLOOR = 0.05
@@ -118,9 +119,7 @@ class LeaseClock:
         until then.  Only a passed deadline or a row that is no longer ours loses it.
         """
         self.last_error = (
-            error
-            if isinstance(error, str)
-            else f"{type(error).__name__}: {' '.join(str(error).split())}"
+            error if isinstance(error, str) else f"{type(error).__name__}: {one_line(str(error))}"
         )
         if self.lost:
             return False

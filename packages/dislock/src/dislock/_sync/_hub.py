@@ -31,6 +31,7 @@ from dislock.core.dsn import (
     connection_kwargs,
     host_count,
     longest_connect_timeout,
+    one_line,
     parse_dsn,
     scrub,
 )
@@ -183,7 +184,7 @@ class Hub:
                 return self._reopen(timeout)
             except OperationalError as exc:
                 now = monotonic()
-                detail = scrub(" ".join(str(exc).split()), self.url)
+                detail = scrub(one_line(str(exc)), self.url)
                 delay = patience.next_delay(exc, now, attempt_started=started)
                 if delay is None:
                     unreachable = patience.unreachable(exc, detail, now)
@@ -239,7 +240,7 @@ class Hub:
         logger.warning(
             "the server lost a prepared statement (%s); statements on this connection"
             " stay unprepared from now on",
-            scrub(" ".join(str(exc).split()), self.url),
+            scrub(one_line(str(exc)), self.url),
         )
 
     def note_timeline(self, timeline: object) -> None:

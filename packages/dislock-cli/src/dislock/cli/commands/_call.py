@@ -56,7 +56,7 @@ class Call:
 
         from dislock.cli.diagnosis import describe_database_error
         from dislock.core.context import DEFAULT_CONNECT_TIMEOUT
-        from dislock.core.dsn import connection_kwargs, scrub
+        from dislock.core.dsn import connection_kwargs, one_line, scrub
 
         url = self.url
         try:
@@ -64,7 +64,7 @@ class Call:
                 return body(conn)
         except psycopg.errors.InsufficientPrivilege as exc:
             if on_denied is not None:
-                message = on_denied(scrub(" ".join(str(exc).split()), url))
+                message = on_denied(scrub(one_line(str(exc)), url))
             else:
                 message = self._denied(exc, history, denied_as or self.command)
             error(message)

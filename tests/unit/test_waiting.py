@@ -24,6 +24,27 @@ def test_delays_are_jittered_around_the_cadence_and_never_pass_the_deadline() ->
     assert waiting.WaitPlan(0.0, started_at=5.0).next_delay(5.0, listening=False) is None
 
 
+def test_wake_ups_are_read_no_closer_than_the_spacing() -> None:
+    reads = waiting.WakeReads()
+    assert reads.pause(100.0) == 0.0  # the first wake-up is read at once
+    reads.read(100.0)
+    assert reads.pause(100.0) == pytest.approx(waiting.WAKE_SPACING)
+    assert reads.pause(100.0 + waiting.WAKE_SPACING / 2) == pytest.approx(waiting.WAKE_SPACING / 2)
+    assert reads.pause(100.0 + waiting.WAKE_SPACING) == 0.0
+    assert reads.pause(200.0) == 0.0
+
+
+def test_the_wake_up_read_is_one_read_by_primary_key() -> None:
+    text = waiting.held_query(("s", "locks")).as_string(None)
+    assert text == (
+        'SELECT count(*) >= %(slots)s FROM "s"."locks" WHERE key = ANY(%(keys)s::text[])'
+        " AND expire_at > NOW()"
+    )
+    assert waiting.held_query(("s", "locks")) is waiting.held_query(("s", "locks"))  # built once
+    assert waiting.read_held([(True,)]) is True
+    assert waiting.read_held([(False,)]) is False
+
+
 def test_waiting_and_slots_need_a_lease() -> None:
     waiting.check_waiting(("lease",), 5.0, 3)
     waiting.check_waiting(("schedule", "lease"), 5.0, 3)

@@ -1,11 +1,14 @@
 """What wakes a waiter (``LISTEN``/``NOTIFY``), through the sync API and the statements
-themselves: the wake payload is the server's, however the table is named, and a
-hand-back wakes as a release does."""
+themselves: the wake payload is the server's, however the table is named, a
+hand-back wakes as a release does, and a flood of ``NOTIFY``s that released
+nothing costs a waiter a few reads by primary key."""
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -16,7 +19,10 @@ from psycopg import sql
 
 from dislock import LockContext
 from dislock.cli.sending import send
-from dislock.core.waiting import wake_key
+from dislock.core.rows import lease_key
+from dislock.core.waiting import WAKE_CHANNEL, WAKE_SPACING, listen_query, wake_key
+from tests.support.eventually import eventually
+from tests.support.rows import Rows
 
 MakeContext = Callable[..., LockContext]
 LEASE = {"run_ttl_seconds": 3.0, "lease_interval_seconds": 0.5}
@@ -115,3 +121,109 @@ def test_handing_back_the_slots_of_an_acquisition_wakes_the_leases_waiters(
         (keys,),
     ).fetchall()
     assert held == [(keys[1], "other")]
+
+
+def _scans(db: psycopg.Connection[Any], table: tuple[str, str]) -> int:
+    """Sequential and index scans of ``table`` so far, as the server counts them."""
+    found = db.execute(
+        "SELECT seq_scan + coalesce(idx_scan, 0) FROM pg_stat_user_tables"
+        " WHERE relid = %s::regclass",
+        (sql.Identifier(*table).as_string(db),),
+    ).fetchone()
+    assert found is not None
+    return int(found[0])
+
+
+@pytest.mark.direct_postgres
+def test_a_flood_of_notifies_costs_a_waiter_a_few_reads(
+    make_context: MakeContext,
+    lock_table: tuple[str, str],
+    database_url: str,
+    db: psycopg.Connection[Any],
+    rows: Rows,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Any role may ``NOTIFY`` with the payload a release sends (a security review's
+    reader role sent 400; the waiter's scans of the table went from 293 to 2,088
+    per 10 s).  Those wake-ups are taken together, and each read of them is one
+    read by primary key: the waiter never sends the acquiring statement while the
+    lease's row is live, however many arrive."""
+    from psycopg.conninfo import make_conninfo
+
+    import dislock._sync._lease as lease_module
+    import dislock._sync._waiting as waiting_module
+    from dislock import acquire_locks
+
+    tried: list[float] = []
+    read: list[float] = []
+    wait_for_release = waiting_module.wait_for_release
+    still_held = waiting_module._still_held
+
+    def counting_tries(context: LockContext, attempt: Any, patience: Any) -> Any:
+        def counted() -> Any:
+            tried.append(time.monotonic())
+            return attempt()
+
+        return wait_for_release(context, counted, patience)
+
+    def counting_reads(*args: Any) -> bool:
+        read.append(time.monotonic())
+        return still_held(*args)
+
+    monkeypatch.setattr(lease_module, "wait_for_release", counting_tries)
+    monkeypatch.setattr(waiting_module, "_still_held", counting_reads)
+    refused = waiting_for_a_release(monkeypatch)
+    name = f"flooded-{uuid.uuid4().hex[:8]}"  # the waiter's connections, to see them end
+    context = make_context(
+        **LEASE,
+        url=make_conninfo(database_url, application_name=name),
+        wait_seconds=120,
+        wait_poll_seconds=30,  # polls 15 to 45 s apart: the flood is what wakes it
+    )
+    key = lease_key(context.lock_key)
+    rows.plant(key, "holder", 3600)  # held, by nobody that renews or releases it
+    row = db.execute(listen_query(lock_table), {"wake_key": wake_key(context.lock_key)}).fetchone()
+    assert row is not None
+    payload = row[1]
+    before = _scans(db, lock_table)
+
+    def wait_then_take() -> None:
+        with acquire_locks(context, ["lease"]):
+            pass
+
+    with ThreadPoolExecutor(1) as pool:
+        waiter = pool.submit(wait_then_take)
+        assert refused.wait(60), "the waiter never began to wait for a release"
+        waiting_since = time.monotonic()
+        flood_began = time.monotonic()
+        for _ in range(400):  # each its own transaction: none is folded into another
+            db.execute("SELECT pg_notify(%s, %s)", (WAKE_CHANNEL, payload))
+        flood_ended = time.monotonic()
+        # Then a real release.
+        rows.expire(key)
+        db.execute("SELECT pg_notify(%s, %s)", (WAKE_CHANNEL, payload))
+        waiter.result(timeout=60)
+        waited = time.monotonic() - waiting_since
+
+    # Tries: the first (refused), and the one after the release; a poll only if
+    # this machine took 15 s or more.
+    assert len(tried) <= 2 + int(waited // 15), (len(tried), waited)
+    # Reads: at most one per WAKE_SPACING while the flood lasted, one after it,
+    # and the release's.  (Before, each wake-up cost a try: 118 of them.)
+    flood = flood_ended - flood_began
+    assert len(read) <= 3 + int(flood / WAKE_SPACING), (len(read), flood)
+    assert all(later - earlier >= WAKE_SPACING for earlier, later in itertools.pairwise(read))
+    # The server's count, once the waiter's connections have ended (a backend
+    # reports its counts at the latest when it exits): the tries and releases' few
+    # scans each, and one per read.  (Before: 590 scans for this flood.)
+    eventually(
+        lambda: (
+            db.execute(
+                "SELECT count(*) = 0 FROM pg_stat_activity WHERE application_name = %s", (name,)
+            ).fetchone()
+            == (True,)
+        ),
+        message="the waiter's connections did not end",
+    )
+    scans = _scans(db, lock_table) - before
+    assert scans <= 10 * len(tried) + len(read) + 10, (scans, len(tried), len(read))

@@ -8,6 +8,13 @@ server connection is free, so a notification reaches nobody), by jittered
 polling.  Polling also runs, more slowly, beside ``LISTEN``: a holder that died
 never sends its release, and its row simply expires.
 
+Any role may ``NOTIFY`` on any channel with any payload, so a wake-up is a hint,
+not a fact: a waiter woken reads the lease's rows by primary key
+(``held_query``) and tries the lease only when one is free; wake-ups that
+arrive while it reads, or within ``WAKE_SPACING`` of its last read, are taken
+together with the next one (``WakeReads``).  400 ``NOTIFY``s cost a waiter a
+few reads, not 400 tries of the acquiring statement.
+
 Every delay ``WaitPlan`` hands out ends by the wait's deadline, so the jitter
 never stretches a wait past what the user set; the last try happens at it.
 
@@ -17,6 +24,8 @@ spreads a fleet started by one cron tick, is decided here too.
 
 from __future__ import annotations
 
+import functools
+import math
 import random
 from collections.abc import Callable, Iterable, Sequence
 
@@ -38,6 +47,15 @@ expires without a release, is found this way."""
 POLL_JITTER = 0.5
 """Each delay is the cadence times a random factor in [1 - this, 1 + this], so that
 waiters that started together do not try together for ever."""
+
+WAKE_SPACING = 0.1
+"""Seconds from one read that a wake-up prompted to the next: the wake-ups in
+between are read once, together.  A release just after a read that found the
+lease held is seen at most this much later."""
+
+WAKE_READ_TIMEOUT = 2.0
+"""Seconds a wake-up's read may take before it is cancelled; then the waiter
+tries the lease, as it did before it read first."""
 
 MAX_SLOTS = 1000
 """More holders than this at once is not a lock any more; it also bounds the
@@ -74,6 +92,41 @@ def listen_query(table_parts: Sequence[str]) -> sql.Composed:
     name = sql.Literal(sql.Identifier(*table_parts).as_string(None))
     oid = sql.SQL("{}::regclass::oid").format(name)
     return sql.SQL("SELECT pg_backend_pid(), {}").format(wake_payload(oid))
+
+
+@functools.lru_cache(maxsize=64)
+def held_query(table_parts: tuple[str, ...]) -> sql.Composed:
+    """Whether every slot row of a lease is live, read by primary key: what a
+    waiter reads when a ``NOTIFY`` wakes it, before it tries the lease.  Params:
+    keys (``slot_keys``), slots.  One row, one boolean; built once per table
+    (``dislock.core.rendering``)."""
+    return sql.SQL(
+        "SELECT count(*) >= %(slots)s FROM {} WHERE key = ANY(%(keys)s::text[])"
+        " AND expire_at > NOW()"
+    ).format(sql.Identifier(*table_parts))
+
+
+def read_held(rows: Sequence[Sequence[object]]) -> bool:
+    """``held_query``'s answer."""
+    return bool(rows[0][0])
+
+
+class WakeReads:
+    """When a waiter woken by a ``NOTIFY`` may read the lease's rows next; reads no
+    clock itself."""
+
+    __slots__ = ("_next",)
+
+    def __init__(self) -> None:
+        self._next = -math.inf
+
+    def pause(self, now: float) -> float:
+        """Seconds to let wake-ups gather before reading (0: read now)."""
+        return max(0.0, self._next - now)
+
+    def read(self, now: float) -> None:
+        """A read ended at ``now``."""
+        self._next = now + WAKE_SPACING
 
 
 def slot_keys(lock_key: str, slots: int) -> list[str]:

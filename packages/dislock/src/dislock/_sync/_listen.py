@@ -61,15 +61,31 @@ class Listener:
         return cls(conn, wake)
 
     def wait(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` for a release of our lease; whether one came."""
+        """Wait up to ``timeout`` for a release of our lease; whether one came.  The
+        notifications already received with it are dropped (``drain``): one
+        wake-up stands for them all."""
         deadline = time.monotonic() + timeout
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
                 return False
-            for notify in self.conn.notifies(timeout=left):
-                if notify.payload == self.wake:
-                    return True
+            notifies = self.conn.notifies(timeout=left)
+            try:
+                for notify in notifies:
+                    if notify.payload == self.wake:
+                        break
+                else:
+                    continue
+            finally:
+                # Closed now: it holds the connection until it ends.
+                notifies.close()
+            self.drain()
+            return True
+
+    def drain(self) -> None:
+        """Drop the notifications received so far, without waiting for more."""
+        for _ in self.conn.notifies(timeout=0):
+            pass
 
     def close(self) -> None:
         with contextlib.suppress(Exception):

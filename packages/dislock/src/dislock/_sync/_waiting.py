@@ -1,7 +1,8 @@
 # GENERATED from dislock-aio's dislock/aio/_waiting.py by tools/async_to_sync.py: do not edit.
 # Change the asyncio source, then run `hatch run generate`.
 """Waiting for a lease held elsewhere: woken by its release (``LISTEN``), or by
-polling where no notification can reach us.
+polling where no notification can reach us.  A wake-up is read as a hint: the
+lease's rows are read by primary key, and it is tried only when one is free.
 
 Hand-written in ``dislock/aio/_waiting.py``; ``dislock/_sync/_waiting.py`` is
 generated from it by ``tools/async_to_sync.py``.  How long to wait and how often
@@ -16,11 +17,23 @@ from typing import Protocol, TypeVar
 
 from dislock.core.context import LockContext
 from dislock.core.dsn import connection_kwargs, scrub
+from dislock.core.exchange import Exchange
 from dislock.core.patience import ConnectPatience
 from dislock.core.rows import lease_key
-from dislock.core.waiting import WAKE_CHANNEL, WaitPlan, listen_query, wake_key
+from dislock.core.waiting import (
+    WAKE_CHANNEL,
+    WAKE_READ_TIMEOUT,
+    WaitPlan,
+    WakeReads,
+    held_query,
+    listen_query,
+    read_held,
+    slot_keys,
+    wake_key,
+)
 
 from ._compat import sleep
+from ._hub import Hub, enter_hub, leave_hub
 from ._listen import Listener
 
 logger = logging.getLogger("dislock")
@@ -50,6 +63,8 @@ def wait_for_release(
         "woken by releases" if listener is not None else "polling",
     )
     waited_from: float | None = None
+    reads = WakeReads()
+    hub = enter_hub(context.url, context.connect_timeout_seconds)
     try:
         while True:
             if waited_from is not None:
@@ -68,7 +83,7 @@ def wait_for_release(
                 sleep(delay)
                 continue
             try:
-                listener.wait(delay)
+                _until_free(context, hub, listener, waited_from + delay, reads)
             except Exception as exc:
                 logger.warning(
                     "stopped listening for releases, polling instead: %s",
@@ -79,6 +94,50 @@ def wait_for_release(
     finally:
         if listener is not None:
             listener.close()
+        leave_hub(hub)
+
+
+def _until_free(
+    context: LockContext, hub: Hub, listener: Listener, poll_at: float, reads: WakeReads
+) -> None:
+    """Return when a wake-up found a row of the lease free, or at ``poll_at``.
+
+    Anyone may send the wake-up (``NOTIFY`` needs no right on the table), so each
+    is checked with a read by primary key rather than the acquiring statement;
+    the wake-ups that arrive while it is read, or less than ``WAKE_SPACING``
+    after the last read, are read once, together (``WakeReads``).
+    """
+    while True:
+        left = poll_at - monotonic()
+        if left <= 0 or not listener.wait(left):
+            return  # time to poll
+        pause = reads.pause(monotonic())
+        if pause > 0:
+            if pause >= poll_at - monotonic():
+                sleep(max(0.0, poll_at - monotonic()))
+                return  # the poll comes first
+            sleep(pause)
+            listener.drain()  # what came meanwhile is read below
+        held = _still_held(context, hub)
+        reads.read(monotonic())
+        if not held:
+            return
+
+
+def _still_held(context: LockContext, hub: Hub) -> bool:
+    """Whether every row of the lease is live, read on the shared connection.  False
+    when the read fails: then the lease is tried, whose statement waits out a
+    connection that failed and says what went wrong."""
+    exchange = Exchange(
+        held_query(tuple(context.table_parts)),
+        {"keys": slot_keys(context.lock_key, context.slots), "slots": context.slots},
+        read_held,
+    )
+    try:
+        return hub.ask(exchange, WAKE_READ_TIMEOUT)
+    except Exception as exc:
+        logger.debug("reading the lease after a wake-up failed: %s", scrub(str(exc), context.url))
+        return False
 
 
 def _listen(context: LockContext) -> Listener | None:

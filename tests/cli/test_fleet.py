@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -69,7 +70,12 @@ def test_ls_tells_held_released_expired_ended_and_paused(
         (schedule_key("old-slot"), "s:1:cc", -60),
     ]:
         rows.db.execute(insert.format(rows.table), (row_key, value, seconds))
-    assert ctl("pause", key, "--for", "2h", "--reason", "disk full").returncode == 0
+    paused = ctl("pause", key, "--for", "2h", "--reason", "disk full")
+    assert paused.returncode == 0, paused.stderr
+    # NOW() + 2h, to the second: no microseconds in what people read
+    assert re.search(
+        r" until 20\d\d-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d \(disk full\)", paused.stdout
+    )
 
     listing = ctl("ls")
     assert listing.returncode == 0, listing.stderr
@@ -80,6 +86,7 @@ def test_ls_tells_held_released_expired_ended_and_paused(
     assert state["dead-job"].endswith("expired")
     assert state["old-slot"].endswith("ended")
     assert state[key].endswith("paused: disk full") and "until 20" in state[key]
+    assert re.search(r"until 20\d\d-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d ", state[key]), state[key]
 
     entries = {e["lock_key"]: e for e in json.loads(ctl("ls", "--json").stdout)}
     assert {name: e["state"] for name, e in entries.items()} == {

@@ -98,6 +98,11 @@ def test_pause_keys_and_messages() -> None:
     assert str(error) == "'nightly' is paused until 2026-12-01T06:00:00+00:00: migration"
     assert str(paused_error("n", "", UNTIL_RESUMED)) == "'n' is paused until resumed"
     assert describe_until(None) == "until resumed"
+    # An end NOW() + 2h computed: to the nearest second, as the wrapper and ls print it.
+    assert describe_until(until.replace(microsecond=499_999)) == "until 2026-12-01T06:00:00+00:00"
+    late = until.replace(second=59, microsecond=500_000)
+    assert describe_until(late) == "until 2026-12-01T06:01:00+00:00"
+    assert str(paused_error("n", "", late)) == "'n' is paused until 2026-12-01T06:01:00+00:00"
 
 
 def test_row_states() -> None:

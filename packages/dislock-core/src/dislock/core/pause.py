@@ -9,7 +9,7 @@ wrappers on the same table do not look at it: they keep starting the job.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 from psycopg import sql
 
@@ -22,9 +22,14 @@ load it into a datetime, and every reader of the table would fail on the row.)""
 
 
 def describe_until(until: datetime | None) -> str:
+    """``until resumed``, or ``until`` and the end, to the nearest second (a pause
+    ``--for 2h`` ends at a time with microseconds, which no one needs to read)."""
     if until is None or until >= UNTIL_RESUMED:
         return "until resumed"
-    return f"until {until.isoformat()}"
+    rounded = until.replace(microsecond=0)
+    if until.microsecond >= 500_000:
+        rounded += timedelta(seconds=1)
+    return f"until {rounded.isoformat()}"
 
 
 def paused_error(lock_key: str, reason: str | None, until: datetime | None) -> LockPausedError:

@@ -13,6 +13,7 @@ from dislock.cli.metrics import (
     Family,
     HostRecord,
     host_families,
+    key_label,
     metric_families,
     read_host_records,
     record_run,
@@ -213,3 +214,26 @@ def test_lock_held_is_one_sample_per_key_and_mode() -> None:
         (("pool", "lease"), 2.0),
         (("pool", "schedule"), 0.0),
     )
+
+
+def test_label_values_are_keys_dislock_takes_or_clipped_apart() -> None:
+    """Every key dislock takes is its own label value; one written by hand that no
+    key could be is escaped and clipped, and two such keys stay two series (a
+    duplicate would make Prometheus refuse the scrape)."""
+    for key in ("nightly", "a b/c", "é" * 1024):
+        assert key_label(key) == key
+    long_a, long_b = "k" * 5000 + "a", "k" * 5000 + "b"
+    assert key_label(long_a) != key_label(long_b)
+    assert all(len(key_label(key)) < 80 for key in (long_a, long_b, "\x1b" * 100))
+    assert key_label("a\x1bb") != key_label("a\\x1bb")
+    assert "\x1b" not in key_label("a\x1bb") and key_label("a\x1bb").startswith("a\\x1bb (")
+    runs = {"ok": 2, "\x1b]0;owned\x07": 1, "x" * 100: 1}
+    snapshot = FleetSnapshot(NOW, up=True, keys=(KeyStatus("nightly", runs_total=runs),))
+    (family,) = [f for f in metric_families(snapshot) if f.name == "dislock_runs"]
+    assert dict((labels[1], value) for labels, value in family.samples) == {
+        "ok": 2.0,
+        "failed": 0.0,
+        "lease_lost": 0.0,
+        "killed": 0.0,
+        "other": 2.0,
+    }

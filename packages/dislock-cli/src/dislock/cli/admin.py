@@ -14,7 +14,7 @@ from psycopg import sql
 
 from dislock.cli.lock_rows import PAUSE, LockRow
 from dislock.core import kinds
-from dislock.core.bounds import escape
+from dislock.core.bounds import MAX_REASON_BYTES, clip, escape
 from dislock.core.table import create_table
 
 MODES = kinds.NAMES
@@ -81,7 +81,9 @@ def format_duration(seconds: float) -> str:
 def render_table(rows: Sequence[LockRow]) -> str:
     """Rows as aligned columns, each with its state (``STATES``).  The slots of an
     N-holder lease come together under one line saying how many are held (of the
-    slots that have rows: a slot gets its row the first time it is taken)."""
+    slots that have rows: a slot gets its row the first time it is taken).  Keys and
+    owners are escaped and clipped (``clip``): rows written by other versions or by
+    hand may hold control characters, or megabytes that would widen every line."""
     from dislock.core.pause import describe_until
 
     headers = ("LOCK KEY", "MODE", "OWNER", "EXPIRES", "FENCE", "STATE")
@@ -91,17 +93,16 @@ def render_table(rows: Sequence[LockRow]) -> str:
         if len(group) > 1 or first.slot > 1:
             held = sum(row.held for row in group)
             lines.append(
-                (escape(first.lock_key), first.mode, "", "", "", f"{held}/{len(group)} held")
+                (clip(first.lock_key), first.mode, "", "", "", f"{held}/{len(group)} held")
             )
         for row in group:
             lines.append(
                 (
-                    # Rows written by other versions or by hand may hold control characters.
-                    escape(row.lock_key)
+                    clip(row.lock_key)
                     if len(group) == 1 and row.slot == 1
                     else f"  slot {row.slot}",
                     row.mode,
-                    "-" if row.mode == PAUSE else escape(row.owner),
+                    "-" if row.mode == PAUSE else clip(row.owner),
                     describe_until(row.expire_at)
                     if row.mode == PAUSE
                     else describe_expiry(row.expires_in_seconds),
@@ -118,7 +119,8 @@ def render_table(rows: Sequence[LockRow]) -> str:
 
 def _describe_state(row: LockRow) -> str:
     if row.mode == PAUSE:
-        return f"paused: {escape(row.owner)}" if row.owner else "paused"
+        # The last column: a reason as long as pause accepts is shown whole.
+        return f"paused: {clip(row.owner, MAX_REASON_BYTES)}" if row.owner else "paused"
     if row.forced:
         return "released (by dislockctl)"
     return row.state

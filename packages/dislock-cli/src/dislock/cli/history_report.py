@@ -34,19 +34,20 @@ def describe_outcome(run: Run) -> str:
 
 def render_runs(runs: Sequence[Run]) -> str:
     from dislock.cli.admin import format_duration
-    from dislock.core.bounds import escape
+    from dislock.core.bounds import clip
 
     headers = ("STARTED (UTC)", "LOCK KEY", "HOST", "PID", "DURATION", "OUTCOME")
     lines = [
         (
             format_time(run.started_at),
-            # Written by any machine (or by hand): escaped as `ls` escapes, so that
-            # a terminal sequence in a host name is shown, never obeyed.
-            escape(run.key),
-            escape(run.host),
+            # Written by any machine (or by hand): escaped and clipped as `ls` does,
+            # so that a terminal sequence in a host name is shown, never obeyed, and
+            # a long one does not widen every line.
+            clip(run.key),
+            clip(run.host),
             str(run.pid),
             "-" if run.duration_seconds is None else format_duration(run.duration_seconds),
-            escape(describe_outcome(run)),
+            clip(describe_outcome(run)),
         )
         for run in runs
     ]

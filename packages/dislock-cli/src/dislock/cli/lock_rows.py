@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 
 from psycopg import sql
 
+from dislock.cli.shown import cut, read, was_cut
 from dislock.core import kinds
 from dislock.core.exchange import Exchange, Rows
 from dislock.core.grant_catalog import parse_grant
@@ -62,7 +63,7 @@ def _list_query(table_parts: tuple[str, ...]) -> sql.Composed:
     # ``fence`` is read through ``to_jsonb`` so that one query serves tables with
     # and without the fencing column.
     return sql.SQL(
-        "SELECT key, value, expire_at,"
+        "SELECT {key}, {value}, expire_at,"
         " EXTRACT(EPOCH FROM (expire_at - NOW()))::float8,"
         " (to_jsonb(held) ->> 'fence')::bigint"
         " FROM {table} AS held"
@@ -73,7 +74,7 @@ def _list_query(table_parts: tuple[str, ...]) -> sql.Composed:
         # A pause that ran out is inert: not shown.
         " OR (starts_with(key, %(pause_prefix)s) AND expire_at > NOW())"
         " ORDER BY key"
-    ).format(table=sql.Identifier(*table_parts))
+    ).format(table=sql.Identifier(*table_parts), key=read("key"), value=read("value"))
 
 
 def listing(table_parts: tuple[str, ...], prefix: str = "") -> Exchange[list[LockRow]]:
@@ -108,9 +109,9 @@ def _listed_order(row: LockRow) -> tuple[str, int, int]:
 @lru_cache(maxsize=16)
 def _state_query(table_parts: tuple[str, ...]) -> sql.Composed:
     return sql.SQL(
-        "SELECT key, value, EXTRACT(EPOCH FROM (expire_at - NOW()))::float8"
+        "SELECT {key}, {value}, EXTRACT(EPOCH FROM (expire_at - NOW()))::float8"
         " FROM {table} WHERE key = ANY(%(keys)s)"
-    ).format(table=sql.Identifier(*table_parts))
+    ).format(table=sql.Identifier(*table_parts), key=read("key"), value=read("value"))
 
 
 def states(table_parts: tuple[str, ...], keys: Sequence[str]) -> Exchange[list[RowState]]:
@@ -120,7 +121,7 @@ def states(table_parts: tuple[str, ...], keys: Sequence[str]) -> Exchange[list[R
 
 def _read_states(rows: Rows) -> list[RowState]:
     # (The forced release answers a fourth column, its NOTIFY's: nothing to read.)
-    return [RowState(str(key), str(value), float(left)) for key, value, left, *_ in rows]
+    return [RowState(cut(key), cut(value), float(left)) for key, value, left, *_ in rows]
 
 
 def _slot_pattern(modes: Sequence[str]) -> str | None:
@@ -141,13 +142,15 @@ def _release_query(table_parts: tuple[str, ...]) -> sql.Composed:
         # Marked, so that ls tells a forced release from an abandoned lease.
         " UPDATE {table} AS held SET expire_at = NOW(), value = held.value || {mark} FROM target"
         " WHERE held.key = target.key"
-        " RETURNING held.key, target.value,"
+        " RETURNING {key}, {value},"
         " EXTRACT(EPOCH FROM (target.expire_at - NOW()))::float8,"
         " pg_notify(%(channel)s, {wake})"
     ).format(
         table=sql.Identifier(*table_parts),
         mark=sql.Literal(FORCED_MARK),
         wake=wake_payload(sql.SQL("held.tableoid")),
+        key=read(sql.SQL("held.key")),
+        value=read(sql.SQL("target.value")),
     )
 
 
@@ -264,7 +267,11 @@ class LockRow:
     slot: int = 1
     """Which slot of an N-holder lease the row is (1 for every other row)."""
     value: str = ""
-    """The ``value`` column as stored."""
+    """The ``value`` column as stored (cut, if ``truncated``)."""
+    truncated: bool = False
+    """``key`` or ``value`` was longer than any text a granted role may write
+    (``dislock.core.bounds.MAX_STORED_BYTES``), and is cut to that many characters
+    (``dislock.cli.shown``); then a release mark it ended with is not seen either."""
 
     @property
     def held(self) -> bool:
@@ -289,6 +296,8 @@ class LockRow:
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> LockRow:
         key, value, expire_at, expires_in, fence = row
+        truncated = was_cut(key) or was_cut(value)
+        key, value = cut(key), cut(value)
         found, lock_key, slot = kinds.parse_row_key(key)
         mode = "?" if found is None else found.name
         if found is None and key.startswith(pause_key("")):
@@ -296,7 +305,9 @@ class LockRow:
         owner = value
         if expires_in <= 0:
             owner = value.removesuffix(RELEASED_MARK).removesuffix(FORCED_MARK)
-        return cls(key, mode, lock_key, owner, expire_at, float(expires_in), fence, slot, value)
+        return cls(
+            key, mode, lock_key, owner, expire_at, float(expires_in), fence, slot, value, truncated
+        )
 
     def as_json(self) -> dict[str, Any]:
         data = asdict(self)

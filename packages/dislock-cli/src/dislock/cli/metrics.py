@@ -7,11 +7,14 @@ CLI depends on.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta, timezone
 from typing import NamedTuple
 
 from dislock.cli.fleet_status import MISSED_WINDOW, FleetSnapshot, KeyStatus, LastRun
+from dislock.cli.shown import OTHER_OUTCOME
+from dislock.core.bounds import MAX_KEY_BYTES, clip, escape
 from dislock.core.history import OUTCOMES
 
 
@@ -29,6 +32,24 @@ class Family(NamedTuple):
 RUN_OUTCOMES = OUTCOMES
 """Finished outcomes ``dislock_runs_total`` always reports (zero if none), so that
 ``increase()`` sees a key's first failure."""
+
+
+def key_label(key: str) -> str:
+    """A lock key as a label value: as it is, if it could be a lock key (at most
+    ``MAX_KEY_BYTES``, no control or invisible characters: every key dislock takes);
+    else escaped and clipped (``clip``), followed by the first 8 hex digits of its
+    SHA-256, so that two such keys stay two series (a duplicate series would make
+    Prometheus refuse the whole scrape)."""
+    if escape(key) == key and len(key.encode()) <= MAX_KEY_BYTES:
+        return key
+    digest = hashlib.sha256(key.encode()).hexdigest()[:8]
+    return f"{clip(key)} ({digest})"
+
+
+def outcome_label(outcome: str) -> str:
+    """A recorded outcome as a label value: dislock's own, else ``other`` (written by
+    hand: a label value must neither carry what anyone wrote nor multiply series)."""
+    return outcome if outcome in RUN_OUTCOMES else OTHER_OUTCOME
 
 
 def _timestamp(value: datetime | None) -> float | None:
@@ -54,7 +75,7 @@ def metric_families(snapshot: FleetSnapshot) -> list[Family]:
     missed: list[tuple[tuple[str, ...], float]] = []
     covered: list[tuple[tuple[str, ...], float]] = []
     for key in snapshot.keys:
-        name = key.lock_key
+        name = key_label(key.lock_key)
         # One sample per mode: an N-holder lease has a row per slot, and counts its held ones.
         modes: dict[str, float] = {}
         for lock in key.locks:
@@ -69,7 +90,10 @@ def metric_families(snapshot: FleetSnapshot) -> list[Family]:
         if success is not None:
             successes.append(((name,), success))
         if key.last_run is not None or key.runs_total:
-            outcomes = dict.fromkeys(RUN_OUTCOMES, 0) | dict(key.runs_total)
+            outcomes = dict.fromkeys(RUN_OUTCOMES, 0)
+            for outcome, count in key.runs_total.items():
+                label = outcome_label(outcome)
+                outcomes[label] = outcomes.get(label, 0) + count
             runs.extend(
                 ((name, outcome), float(count)) for outcome, count in sorted(outcomes.items())
             )

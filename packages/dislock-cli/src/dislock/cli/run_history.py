@@ -16,6 +16,8 @@ from typing import Any, NamedTuple
 
 from psycopg import sql
 
+from dislock.cli.shown import READ, cut, read, was_cut
+from dislock.core.bounds import SHOWN_CHARS, clip, printable
 from dislock.core.exchange import Exchange, Rows
 from dislock.core.rows import lease_key, schedule_key
 
@@ -51,6 +53,10 @@ class Run(NamedTuple):
     """Ended minus started; for a running run, so far; None when abandoned."""
     cron: str | None
     cron_tz: str | None
+    truncated: bool = False
+    """A text of the run was longer than any a granted role may write
+    (``dislock.core.bounds.MAX_STORED_BYTES``), and is cut to that many characters
+    (``dislock.cli.shown``)."""
 
     def as_json(self) -> dict[str, Any]:
         data = self._asdict()
@@ -93,25 +99,47 @@ def runs(
     return Exchange(_runs_query(history, locks, by_key=key is not None), params, _read_runs)
 
 
+_TEXTS = ("key", "modes", "owner", "host", "outcome", "cron", "cron_tz")
+"""The text fields of a ``Run``, each read as ``dislock.cli.shown`` reads texts."""
+
+
 def _read_runs(rows: Rows) -> list[Run]:
-    return [Run(*row) for row in rows]
+    runs = []
+    for row in rows:
+        data: dict[str, Any] = Run(*row)._asdict()
+        for name in _TEXTS:
+            if was_cut(data[name]):
+                data[name] = cut(data[name])
+                data["truncated"] = True
+        runs.append(Run(**data))
+    return runs
 
 
 def _runs_query(history: tuple[str, ...], locks: tuple[str, ...], *, by_key: bool) -> sql.Composed:
     held = still_held("h", locks)
     key_filter = sql.SQL(" AND h.lock_key = %(key)s") if by_key else sql.SQL("")
     return sql.SQL(
-        "SELECT h.id, h.lock_key, h.modes, h.slot_end, h.owner, h.host, h.pid,"
-        " h.started_at, h.ended_at, state.outcome, h.exit_code, h.signal,"
+        "SELECT h.id, {lock_key}, {modes}, h.slot_end, {owner}, {host}, h.pid,"
+        " h.started_at, h.ended_at, {outcome}, h.exit_code, h.signal,"
         " CASE WHEN state.outcome = 'abandoned' THEN NULL"
         " ELSE EXTRACT(EPOCH FROM (COALESCE(h.ended_at, NOW()) - h.started_at))::float8 END,"
-        " h.cron, h.cron_tz"
+        " {cron}, {cron_tz}"
         " FROM {history} AS h,"
         " LATERAL (SELECT CASE WHEN h.ended_at IS NOT NULL THEN h.outcome"
         " WHEN {held} THEN 'running' ELSE 'abandoned' END AS outcome) AS state"
         " WHERE h.started_at >= NOW() - make_interval(secs => %(since)s){key_filter}"
         " ORDER BY h.started_at DESC LIMIT %(limit)s"
-    ).format(history=sql.Identifier(*history), held=held, key_filter=key_filter)
+    ).format(
+        history=sql.Identifier(*history),
+        held=held,
+        key_filter=key_filter,
+        outcome=read(sql.SQL("state.outcome")),
+        **{name: read(sql.Identifier("h", name)) for name in _COLUMNS},
+    )
+
+
+_COLUMNS = ("lock_key", "modes", "owner", "host", "cron", "cron_tz")
+"""The history's text columns (as written)."""
 
 
 def latest(history: tuple[str, ...], locks: tuple[str, ...]) -> Exchange[list[Latest]]:
@@ -123,10 +151,10 @@ def latest(history: tuple[str, ...], locks: tuple[str, ...]) -> Exchange[list[La
     lease, slot = lease_key(""), schedule_key("")
     held = still_held("last", locks)
     query = sql.SQL(
-        "SELECT keys.lock_key, last.id, last.started_at, last.ended_at,"
-        " CASE WHEN last.id IS NULL THEN NULL WHEN last.ended_at IS NOT NULL THEN last.outcome"
+        "SELECT {key}, last.id, last.started_at, last.ended_at,"
+        " CASE WHEN last.id IS NULL THEN NULL WHEN last.ended_at IS NOT NULL THEN {outcome}"
         " WHEN {held} THEN 'running' ELSE 'abandoned' END,"
-        " EXTRACT(EPOCH FROM (last.ended_at - last.started_at))::float8, last.host,"
+        " EXTRACT(EPOCH FROM (last.ended_at - last.started_at))::float8, {host},"
         " ok.started_at, ok.ended_at"
         " FROM (SELECT DISTINCT substr(key, length(CASE WHEN starts_with(key, {lease})"
         " THEN {lease} ELSE {slot} END) + 1) AS lock_key FROM {locks}"
@@ -143,12 +171,19 @@ def latest(history: tuple[str, ...], locks: tuple[str, ...]) -> Exchange[list[La
         lease=sql.Literal(lease),
         slot=sql.Literal(slot),
         held=held,
+        key=read(sql.SQL("keys.lock_key")),
+        outcome=read(sql.SQL("last.outcome")),
+        host=read(sql.SQL("last.host")),
     )
     return Exchange(query, {}, _read_latest)
 
 
 def _read_latest(rows: Rows) -> list[Latest]:
-    return [Latest(*row) for row in rows]
+    found = []
+    for key, run_id, started, ended, outcome, duration, host, *rest in rows:
+        texts = (cut(key), None if outcome is None else cut(outcome), host and cut(host))
+        found.append(Latest(texts[0], run_id, started, ended, texts[1], duration, texts[2], *rest))
+    return found
 
 
 class Latest(NamedTuple):
@@ -185,9 +220,9 @@ class Recorded(NamedTuple):
 def recorded_schedule(history: tuple[str, ...], key: str) -> Exchange[Recorded | None]:
     """The cron expression (and zone) recorded with ``key``'s newest run that had one."""
     query = sql.SQL(
-        "SELECT cron, cron_tz FROM {} WHERE lock_key = %(key)s AND cron IS NOT NULL"
+        "SELECT {}, {} FROM {} WHERE lock_key = %(key)s AND cron IS NOT NULL"
         " ORDER BY started_at DESC LIMIT 1"
-    ).format(sql.Identifier(*history))
+    ).format(read("cron"), read("cron_tz"), sql.Identifier(*history))
     return Exchange(query, {"key": key}, _read_recorded)
 
 
@@ -195,7 +230,7 @@ def _read_recorded(rows: Rows) -> Recorded | None:
     if not rows:
         return None
     ((cron, cron_tz),) = rows
-    return Recorded(str(cron), None if cron_tz is None else str(cron_tz))
+    return Recorded(cut(cron), None if cron_tz is None else cut(cron_tz))
 
 
 def readings_of(
@@ -207,17 +242,27 @@ def readings_of(
     different machines puts several real fires into one slot (or none), so a key
     with more than one reading is worth an operator's attention."""
     query = sql.SQL(
-        "SELECT lock_key, cron, coalesce(cron_tz, 'UTC'), count(*),"
-        " string_agg(DISTINCT host, ', ' ORDER BY host)"
-        " FROM {} WHERE started_at >= %(since)s AND cron IS NOT NULL"
+        "SELECT {key}, {cron}, coalesce({zone}, 'UTC'), count(*),"
+        " substr(string_agg(DISTINCT {host}, ', ' ORDER BY {host}), 1, {most})"
+        " FROM {table} WHERE started_at >= %(since)s AND cron IS NOT NULL"
         " AND (%(key)s::text IS NULL OR lock_key = %(key)s::text)"
         " GROUP BY 1, 2, 3 ORDER BY 1, 4 DESC, 2, 3"
-    ).format(sql.Identifier(*history))
+    ).format(
+        key=read("lock_key"),
+        cron=read("cron"),
+        zone=read("cron_tz"),
+        host=read("host"),
+        most=sql.Literal(READ),
+        table=sql.Identifier(*history),
+    )
     return Exchange(query, {"key": key, "since": since}, _read_readings)
 
 
 def _read_readings(rows: Rows) -> list[Reading]:
-    return [Reading(*row) for row in rows]
+    return [
+        Reading(cut(key), cut(cron), cut(zone), runs, cut(hosts or ""))
+        for key, cron, zone, runs, hosts in rows
+    ]
 
 
 class Reading(NamedTuple):
@@ -243,9 +288,14 @@ def disagreements(readings: Sequence[Reading]) -> dict[str, list[Reading]]:
 
 def describe_disagreement(key: str, readings: Sequence[Reading]) -> str:
     """One line for an operator: the key, each reading, and what to do."""
-    ways = "; ".join(f"{r.cron!r} in {r.cron_tz} by {r.runs} run(s) on {r.hosts}" for r in readings)
+    ways = "; ".join(
+        f"{printable(r.cron, limit=SHOWN_CHARS)} in {clip(r.cron_tz)} by {r.runs} run(s)"
+        f" on {clip(r.hosts, 4 * SHOWN_CHARS)}"
+        for r in readings
+    )
     return (
-        f"warning: the runs of {key!r} read its schedule differently ({ways}): "
+        f"warning: the runs of {printable(key, limit=SHOWN_CHARS)} read its schedule"
+        f" differently ({ways}): "
         "set the same CRON_TZ (and CRON_SCHEDULE) on every machine"
     )
 

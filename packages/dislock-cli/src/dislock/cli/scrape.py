@@ -13,6 +13,7 @@ from psycopg import sql
 
 from dislock.cli.missed_slots import SPANS_BEFORE, Span, span_of
 from dislock.cli.run_history import still_held
+from dislock.cli.shown import known_outcome, read
 from dislock.core.failover import TIMELINE_KEY
 
 SCRAPE_CONNECT_TIMEOUT = 3.0
@@ -146,11 +147,25 @@ def scrape_statements(history: tuple[str, ...], locks: tuple[str, ...]) -> Scrap
         return sql.SQL(SPAN_COLUMNS).format(run=sql.Identifier(run), held=still_held(run, locks))
 
     def on_history(text: str) -> sql.Composed:
-        return sql.SQL(text).format(table=table, spans=spans("h"), spans_b=spans("b"))
+        # Texts as dislockctl reads them (``dislock.cli.shown``): anyone may have
+        # written them, and outcomes become label values.
+        return sql.SQL(text).format(
+            table=table,
+            spans=spans("h"),
+            spans_b=spans("b"),
+            key=read("lock_key"),
+            h_key=read(sql.Identifier("h", "lock_key")),
+            b_key=read(sql.Identifier("b", "lock_key")),
+            outcome=known_outcome(sql.Identifier("outcome")),
+            h_outcome=known_outcome(sql.Identifier("h", "outcome")),
+            owner=read(sql.Identifier("h", "owner")),
+            cron=read(sql.Identifier("h", "cron")),
+            cron_tz=read(sql.Identifier("h", "cron_tz")),
+        )
 
     return ScrapeStatements(
         run_details=on_history(
-            "SELECT h.id, h.owner, h.exit_code, h.cron, h.cron_tz,"
+            "SELECT h.id, {owner}, h.exit_code, {cron}, {cron_tz},"
             " EXISTS (SELECT FROM {table} AS p WHERE p.lock_key = h.lock_key"
             " AND p.started_at < %(since)s)"
             " FROM {table} AS h WHERE h.id = ANY(%(ids)s)"
@@ -161,20 +176,20 @@ def scrape_statements(history: tuple[str, ...], locks: tuple[str, ...]) -> Scrap
             " ORDER BY started_at DESC LIMIT 1), 0)"
         ),
         census=on_history(
-            "SELECT lock_key, outcome, count(*)::bigint,"
+            "SELECT {key}, {outcome}, count(*)::bigint,"
             " array_agg(id) FILTER (WHERE outcome IS NULL)"
-            " FROM {table} WHERE id <= %(floor)s GROUP BY lock_key, outcome"
+            " FROM {table} WHERE id <= %(floor)s GROUP BY 1, 2"
         ),
         window_starts=on_history(
-            "SELECT h.id, h.lock_key, h.started_at, h.slot_end,{spans} FROM {table} AS h"
+            "SELECT h.id, {h_key}, h.started_at, h.slot_end,{spans} FROM {table} AS h"
             " WHERE h.started_at >= %(since)s AND h.cron IS NOT NULL"
         ),
         new_runs=on_history(
-            "SELECT h.id, h.lock_key, h.outcome, h.started_at, h.slot_end, h.cron IS NOT NULL,"
+            "SELECT h.id, {h_key}, {h_outcome}, h.started_at, h.slot_end, h.cron IS NOT NULL,"
             "{spans} FROM {table} AS h WHERE h.id > %(floor)s OR h.id = ANY(%(pending)s)"
         ),
         spans_before=on_history(
-            "SELECT b.id, b.lock_key, b.started_at,{spans_b}"
+            "SELECT b.id, {b_key}, b.started_at,{spans_b}"
             " FROM unnest(%(keys)s::text[]) AS k(lock_key),"
             " LATERAL (SELECT * FROM {table} AS p WHERE p.lock_key = k.lock_key"
             " AND p.started_at < %(since)s ORDER BY p.started_at DESC"

@@ -2,7 +2,9 @@
 
 Plain server-rendered HTML with a little inline CSS; it reloads itself.  Every
 value that comes from the database (keys, owners, hosts, pause reasons) is
-escaped: a lock key is whatever a crontab said, and must not become markup.
+escaped: a lock key is whatever a crontab said, and must not become markup.  And
+clipped (``dislock.core.bounds.clip``, which escapes control characters too): a
+row written by hand may hold megabytes, which would make the page as large.
 """
 
 from __future__ import annotations
@@ -12,6 +14,9 @@ from html import escape
 
 from dislock.cli.admin import format_duration
 from dislock.cli.fleet_status import MISSED_WINDOW, FleetSnapshot, KeyStatus, page_order
+from dislock.core import bounds
+from dislock.core.bounds import MAX_REASON_BYTES, SHOWN_CHARS
+from dislock.core.history import OUTCOMES
 from dislock.core.pause import UNTIL_RESUMED
 
 REFRESH_SECONDS = 15
@@ -26,7 +31,7 @@ th{background:#eef1f5;font-weight:600;font-size:.9em;color:#3a4456}
 td.num{text-align:right;font-variant-numeric:tabular-nums}
 small{color:#6b7585}
 .badge{display:inline-block;padding:.05em .5em;border-radius:.8em;font-size:.85em;font-weight:600}
-.held{background:#dbeafe;color:#1e40af}.released,.ended,.free{background:#e5e7eb;color:#374151}
+.held{background:#dbeafe;color:#1e40af}.released,.ended,.free,.other{background:#e5e7eb;color:#374151}
 .expired{background:#fde68a;color:#7c4a03}.paused{background:#ede9fe;color:#5b21b6}
 .ok{background:#dcfce7;color:#166534}.running{background:#dbeafe;color:#1e40af}
 .failed,.lease_lost,.killed,.abandoned{background:#fee2e2;color:#991b1b}
@@ -47,14 +52,27 @@ def _when(moment: datetime | None, now: datetime) -> str:
     )
 
 
+_BADGES = frozenset(
+    ("held", "released", "ended", "free", "expired", "paused", "running", "abandoned", *OUTCOMES)
+)
+"""The words the style sheet colours."""
+
+
+def _clip(text: str, limit: int = SHOWN_CHARS) -> str:
+    """Text from the database, for the page: clipped, control characters escaped,
+    then escaped as HTML."""
+    return escape(bounds.clip(text, limit))
+
+
 def _badge(word: str) -> str:
-    return f'<span class="badge {escape(word)}">{escape(word.replace("_", " "))}</span>'
+    kind = word if word in _BADGES else "other"
+    return f'<span class="badge {kind}">{_clip(word.replace("_", " "))}</span>'
 
 
 def _state_cell(key: KeyStatus, now: datetime) -> str:
     parts = [_badge(key.state)]
     if key.paused_until is not None:
-        reason = f": {key.pause_reason}" if key.pause_reason else ""
+        reason = f": {bounds.clip(key.pause_reason, MAX_REASON_BYTES)}" if key.pause_reason else ""
         if key.paused_until >= UNTIL_RESUMED:
             until = "until resumed"
         else:
@@ -63,17 +81,18 @@ def _state_cell(key: KeyStatus, now: datetime) -> str:
             )
         parts.append(f"<small>{escape(until)}{escape(reason)}</small>")
     for lock in key.locks:
+        owner = bounds.clip(lock.owner)
         if lock.state == "held":
-            detail = f"{lock.mode} held by {lock.owner}, {format_duration(lock.seconds_left)} left"
+            detail = f"{lock.mode} held by {owner}, {format_duration(lock.seconds_left)} left"
         elif lock.state == "expired":
             ago = format_duration(-lock.seconds_left)
-            detail = f"{lock.mode} abandoned by {lock.owner} {ago} ago"
+            detail = f"{lock.mode} abandoned by {owner} {ago} ago"
         elif lock.state == "ended":
-            detail = f"{lock.mode} slot of {lock.owner} ended"
+            detail = f"{lock.mode} slot of {owner} ended"
         elif lock.forced:
-            detail = f"{lock.mode} of {lock.owner} released by dislockctl"
+            detail = f"{lock.mode} of {owner} released by dislockctl"
         else:
-            detail = f"{lock.mode} released by {lock.owner}"
+            detail = f"{lock.mode} released by {owner}"
         parts.append(f"<small>{escape(detail)}</small>")
     return "<br>".join(parts)
 
@@ -91,7 +110,7 @@ def _run_cells(key: KeyStatus, now: datetime) -> str:
     if run.exit_code is not None and run.outcome != "ok":
         outcome += f" <small>exit {run.exit_code}</small>"
     duration = "-" if run.duration_seconds is None else format_duration(run.duration_seconds)
-    where = f"{escape(run.host)}<br><small>{escape(run.owner)}</small>"
+    where = f"{_clip(run.host)}<br><small>{_clip(run.owner)}</small>"
     return (
         f"<td>{_when(run.started_at, now)}</td><td>{where}</td>"
         f'<td>{outcome}</td><td class="num">{escape(duration)}</td>'
@@ -99,7 +118,11 @@ def _run_cells(key: KeyStatus, now: datetime) -> str:
 
 
 def _next_cell(key: KeyStatus, now: datetime) -> str:
-    schedule = f"<br><small><code>{escape(key.schedule)}</code></small>" if key.schedule else ""
+    schedule = (
+        f"<br><small><code>{_clip(key.schedule, 2 * SHOWN_CHARS)}</code></small>"
+        if key.schedule
+        else ""
+    )
     if key.paused_until is not None:
         # Its slots come and go without a start until it is resumed.
         return f"{_badge('paused')}{schedule}"
@@ -124,10 +147,13 @@ def _row(key: KeyStatus, now: datetime) -> str:
     missed = "-" if key.missed_slots is None else str(key.missed_slots)
     covered = "-" if key.covered_slots is None else str(key.covered_slots)
     return (
-        f'<tr class="{classes}" data-key="{escape(key.lock_key)}" data-state="{escape(key.state)}"'
-        f' data-outcome="{escape(outcome)}" data-missed="{escape(missed)}"'
+        # data-key is the whole key (every key dislock takes is at most 2048 bytes),
+        # for scripts to find the row by.
+        f'<tr class="{classes}" data-key="{escape(bounds.escape(key.lock_key))}"'
+        f' data-state="{escape(key.state)}"'
+        f' data-outcome="{_clip(outcome)}" data-missed="{escape(missed)}"'
         f' data-covered="{escape(covered)}">'
-        f"<td><strong>{escape(key.lock_key)}</strong></td>"
+        f"<td><strong>{_clip(key.lock_key)}</strong></td>"
         f"<td>{_state_cell(key, now)}</td>"
         f"{_run_cells(key, now)}"
         f"<td>{_next_cell(key, now)}</td>"

@@ -34,7 +34,7 @@ def _check(conn: Any, settings: WrapperSettings) -> int:
     from dislock.cli.admin import describe_expiry, format_duration
     from dislock.cli.lock_rows import states
     from dislock.cli.sending import send
-    from dislock.core.bounds import escape
+    from dislock.core.bounds import MAX_REASON_BYTES, clip, escape
     from dislock.core.cron import next_fires, slot_end
     from dislock.core.kinds import kind
     from dislock.core.lease import LeaseClock, LeaseSettings
@@ -129,7 +129,7 @@ def _check(conn: Any, settings: WrapperSettings) -> int:
     print("lock state")
     reason, left = found.get(paused, ("", 0.0))
     if left > 0:
-        why = f": {reason}" if reason else ""
+        why = f": {clip(reason, MAX_REASON_BYTES)}" if reason else ""
         span = "until resumed" if left > 100 * 365 * 86400 else f"for {format_duration(left)}"
         print(f"  paused          {span}{why}: a run now would skip")
     for strategy in settings.strategies:
@@ -143,7 +143,7 @@ def _check(conn: Any, settings: WrapperSettings) -> int:
         else:
             owner, remaining = held[0]
             expires = describe_expiry(remaining)
-            state = f"held by {escape(owner)}, expires {expires}: a run now would {busy}"
+            state = f"held by {clip(owner)}, expires {expires}: a run now would {busy}"
         print(f"  {strategy:<14}  {state}")
     return EXIT_OK
 

@@ -18,7 +18,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--limit", type=positive_int, default=100, help="at most N runs (default 100)"
     )
-    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help='machine-readable output (a text over 4096 characters is cut: "truncated": true)',
+    )
     parser.add_argument(
         "--prune-older-than",
         metavar="DURATION",

@@ -13,7 +13,11 @@ from dislock.cli.commands._call import Call
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("prefix", nargs="?", default="", help="only lock keys starting so")
-    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help='machine-readable output (a text over 4096 characters is cut: "truncated": true)',
+    )
 
 
 def run(call: Call) -> int:

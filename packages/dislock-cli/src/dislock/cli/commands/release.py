@@ -49,7 +49,7 @@ def _release(
     from dislock.cli.admin import format_duration, no_row_text, released_text
     from dislock.cli.lock_rows import forced_release, release_keys, row_security, states
     from dislock.cli.sending import send
-    from dislock.core.bounds import escape
+    from dislock.core.bounds import clip, escape
     from dislock.core.kinds import parse_row_key
 
     modes = (
@@ -72,7 +72,7 @@ def _release(
         what = "?" if found is None else found.name
         label = f"{what} slot {number}" if number > 1 or slot is not None else what
         print(
-            f"released {label} {lock_key!r} held by {escape(row.owner)} "
+            f"released {label} {lock_key!r} held by {clip(row.owner)} "
             f"({format_duration(row.seconds_left)} were left); {released_text(what)}"
         )
     return EXIT_OK

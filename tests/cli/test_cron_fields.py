@@ -19,6 +19,20 @@ def test_the_wrapper_refuses_a_seconds_first_schedule(
     assert_refused_in_one_line(result, "write '* * * * * */10'", marker)
 
 
+def test_the_wrapper_names_the_field_out_of_range(
+    run_cli: RunCli, cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    marker = tmp_path / "ran"
+    env = {**cli_env, "CRON_SCHEDULE": "60 * * * *"}
+    result = run_cli(["DATABASE_URL", "touch", str(marker)], env)
+    assert_refused_in_one_line(
+        result,
+        "CRON_SCHEDULE is not a valid cron expression: '60 * * * *'"
+        " (minute field '60' is out of range 0-59)",
+        marker,
+    )
+
+
 def test_check_refuses_it_too(ctl: Ctl, cli_env: dict[str, str]) -> None:
     result = ctl("check", env={**cli_env, "CRON_SCHEDULE": "0 */5 * * * *"})
     assert result.returncode == 2

@@ -67,3 +67,33 @@ def test_next_fires_are_the_next_boundaries_in_the_zone() -> None:
         "2026-03-10T03:00:00-04:00",
     ]
     assert [f.second for f in next_fires("* * * * * */20", now, timezone.utc)] == [40, 0, 20]
+
+
+@pytest.mark.parametrize(
+    ("expression", "why"),
+    [
+        ("60 * * * *", "minute field '60' is out of range 0-59"),
+        ("0 24 * * *", "hour field '24' is out of range 0-23"),
+        ("0 3 0 * *", "day-of-month field '0' is out of range 1-31"),
+        ("0 3 * 0-12 *", "month field '0-12' is out of range 1-12"),
+        ("0 3 * * 1,8", "day-of-week field '1,8' is out of range 0-7"),
+        ("* * * * * 60", "second field '60' is out of range 0-59"),
+        ("0 3 1 1 * 0 2100", "year field '2100' is out of range 1970-2099"),
+        ("1-70/5 * * * *", "minute field '1-70/5' is out of range 0-59"),
+        ("0 3 * foo *", "month field 'foo' is not valid: values are 1-12 or jan-dec, with *"),
+        ("*/0 * * * *", "minute field '*/0' is not valid: values are 0-59, with *"),
+        ("daily", "it has 1 field; a schedule has 5: minute hour day-of-month month day-of-week"),
+        ("0 3 * *", "it has 4 fields; a schedule has 5"),
+        ("@reboot", "the @ forms are @yearly, @annually, @monthly, @weekly, @daily"),
+    ],
+)
+def test_an_invalid_expression_names_the_field_and_its_range(expression: str, why: str) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        check_cron(expression, name="CRON_SCHEDULE")
+    message = str(caught.value)
+    assert "\n" not in message and message.endswith(")")
+    assert message.startswith(
+        f"CRON_SCHEDULE is not a valid cron expression: {expression!r} ({why}"
+    ), message
+    if "out of range" in why:
+        assert message.endswith(f"({why})")  # the whole reason: nothing after the range

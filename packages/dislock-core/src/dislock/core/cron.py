@@ -19,6 +19,7 @@ makes one slot end early.
 from __future__ import annotations
 
 import math
+import re
 from datetime import datetime, timedelta, timezone, tzinfo
 
 from dislock.core.errors import ConfigurationError
@@ -57,9 +58,61 @@ def _valid(expression: object, name: str) -> str:
         raise ConfigurationError(f"{name} must be a cron expression, got {expression!r}")
     text = " ".join(expression.split())  # one line, whatever separated the fields
     if not croniter.is_valid(text):
-        raise ConfigurationError(f"{name} is not a valid cron expression: {expression!r}")
+        why = invalid_because(text)
+        raise ConfigurationError(
+            f"{name} is not a valid cron expression: {expression!r}" + (f" ({why})" if why else "")
+        )
     _refuse_seconds_first(text, name)
     return text
+
+
+FIELDS = (
+    ("minute", 0, 59, ""),
+    ("hour", 0, 23, ""),
+    ("day-of-month", 1, 31, ""),
+    ("month", 1, 12, " or jan-dec"),
+    ("day-of-week", 0, 7, " or sun-sat"),
+    ("second", 0, 59, ""),
+    ("year", 1970, 2099, ""),
+)
+"""croniter's fields in its order (seconds sixth, a year seventh), with their ranges."""
+
+SHORTCUTS = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly")
+
+
+def invalid_because(text: str) -> str | None:
+    """Why croniter refuses ``text`` (one line), naming the field and its range: the
+    count of fields, or the first field refused on its own; None if no one field is."""
+    from croniter import croniter
+
+    fields = text.split()
+    if text.startswith("@"):
+        return f"the @ forms are {', '.join(SHORTCUTS)}"
+    if not 5 <= len(fields) <= len(FIELDS):
+        count = f"{len(fields)} field{'' if len(fields) == 1 else 's'}"
+        return (
+            f"it has {count}; a schedule has 5: minute hour day-of-month month day-of-week,"
+            " then optionally seconds, then optionally a year"
+        )
+    for index, field in enumerate(fields):
+        alone = ["*"] * len(fields)
+        alone[index] = field
+        if croniter.is_valid(" ".join(alone)):
+            continue
+        label, low, high, names = FIELDS[index]
+        if any(not low <= number <= high for number in _numbers(field)):
+            return f"{label} field {field!r} is out of range {low}-{high}"
+        return (
+            f"{label} field {field!r} is not valid: values are {low}-{high}{names},"
+            " with *, ranges a-b, lists a,b and steps */n"
+        )
+    return None
+
+
+def _numbers(field: str) -> list[int]:
+    """The values a field names (not its steps ``/n``, nor a weekday's ``#n``)."""
+    values = [item.split("/")[0].split("#")[0] for item in field.split(",")]
+    return [int(number) for value in values for number in re.findall(r"[0-9]+", value)]
 
 
 EVERY_SECOND = frozenset({"*", "?"})

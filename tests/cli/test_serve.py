@@ -103,8 +103,11 @@ def test_a_database_that_does_not_answer_is_up_0_not_a_crash(history_env: dict[s
     assert sample(metrics, "dislock_up") == 0.0
     assert not [name for name, _ in metrics if name != "dislock_up"]
     assert status == 200 and 'id="down"' in page
+    # Which log: the reason is dislockctl serve's line below, not the PostgreSQL server's.
+    assert "dislockctl serve logged why on its standard error" in page
     log = "".join(served.log)
     assert "the database did not answer: cannot connect" in log
+    assert "Connection refused. Is the server running" in log  # libpq's two lines, joined
     for text in (page, log, *map(str, metrics)):
         assert password not in text and url not in text
 

@@ -182,8 +182,9 @@ def render_page(snapshot: FleetSnapshot, *, title: str = "dislock fleet") -> str
     else:
         summary = f"Server clock {stamp}; reloads every {REFRESH_SECONDS} s."
         banner = (
-            '<div class="down" id="down">The database did not answer; the server\'s log says'
-            " why. This page tries again at its next reload.</div>"
+            '<div class="down" id="down">The database did not answer; dislockctl serve logged'
+            " why on its standard error (the PostgreSQL server's log may say more). This page"
+            " tries again at its next reload.</div>"
         )
     if snapshot.lock_delay_end is not None:
         end = snapshot.lock_delay_end

@@ -77,6 +77,26 @@ def ctl(url: str, *args: str, table: tuple[str, ...]) -> tuple[int, str, str]:
     return status, out.getvalue(), err.getvalue()
 
 
+def with_history(
+    fleet: Fleet, db: psycopg.Connection[Any], *grants: tuple[str, ...]
+) -> tuple[str, ...]:
+    """Create the fleet's run history table and grant ``grants`` (each a role and its
+    ``grant`` options) again, as the docs say, so that they cover it too: its name."""
+    from dislock.core.history import create_history, history_table
+
+    history = history_table(fleet.table)
+    for statement in create_history(history):
+        db.execute(statement)
+    for role, *options in grants:
+        status, _, err = ctl(fleet.admin_url, "grant", role, *options, table=fleet.table)
+        assert status == 0, err
+    return history
+
+
+BILLING = ("dislock_sec_billing", "--keys", "billing-*")
+"""billing's grant, with its history (``with_history``)."""
+
+
 @pytest.fixture
 def fleet(
     database_url: str, lock_table: tuple[str, str], db: psycopg.Connection[Any], fleet_roles: None

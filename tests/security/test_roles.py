@@ -18,7 +18,7 @@ from psycopg import sql
 
 from dislock import KeyNotGrantedError, LockContext
 from dislock.core.failover import TIMELINE, TIMELINE_KEY, TTL_KEY_PREFIX
-from tests.security.conftest import Fleet, ctl
+from tests.security.conftest import BILLING, Fleet, ctl, with_history
 from tests.support.drivers import Driver
 
 
@@ -456,15 +456,8 @@ def test_grant_prints_its_sql_for_migrations(fleet: Fleet) -> None:
 
 def test_a_wrapper_role_records_its_runs(fleet: Fleet, db: psycopg.Connection[Any]) -> None:
     from dislock import acquire_locks
-    from dislock.core.history import create_history, history_table
 
-    runs = history_table(fleet.table)
-    for statement in create_history(runs):
-        db.execute(statement)
-    status, _, err = ctl(
-        fleet.admin_url, "grant", "dislock_sec_billing", "--keys", "billing-*", table=fleet.table
-    )
-    assert status == 0, err
+    runs = with_history(fleet, db, BILLING)
     key = unique("billing-")
     with acquire_locks(context(fleet, fleet.billing, key, history=True), strategies=("lease",)):
         pass
@@ -486,15 +479,8 @@ def test_a_wrapper_role_can_neither_number_a_run_nor_rewrite_a_finished_one(
     fleet: Fleet, db: psycopg.Connection[Any]
 ) -> None:
     from dislock import acquire_locks
-    from dislock.core.history import create_history, history_table
 
-    runs = history_table(fleet.table)
-    for statement in create_history(runs):
-        db.execute(statement)
-    status, _, err = ctl(
-        fleet.admin_url, "grant", "dislock_sec_billing", "--keys", "billing-*", table=fleet.table
-    )
-    assert status == 0, err
+    runs = with_history(fleet, db, BILLING)
     table = sql.Identifier(*runs)
     with fleet.connect(fleet.billing) as billing:
         # Taking the next ids would make other teams' runs fail to record; taking the
@@ -720,15 +706,8 @@ def test_serve_counts_the_loopholes_as_the_reader_role_sees_them(
 ) -> None:
     from dislock.cli.fleet_reader import FleetReader
     from dislock.cli.metrics import metric_families
-    from dislock.core.history import create_history, history_table
 
-    runs = history_table(fleet.table)
-    for statement in create_history(runs):
-        db.execute(statement)
-    status, _, err = ctl(
-        fleet.admin_url, "grant", "dislock_sec_reader", "--reader", table=fleet.table
-    )
-    assert status == 0, err
+    runs = with_history(fleet, db, ("dislock_sec_reader", "--reader"))
     reader = FleetReader(fleet.reader, fleet.table, runs)
 
     def loopholes() -> list[tuple[tuple[str, ...], float]]:

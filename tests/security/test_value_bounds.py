@@ -21,8 +21,7 @@ from psycopg import sql
 
 from dislock.core.bounds import MAX_KEY_BYTES, MAX_REASON_BYTES
 from dislock.core.failover import TTL_KEY_PREFIX
-from dislock.core.history import create_history, history_table
-from tests.security.conftest import Fleet, ctl
+from tests.security.conftest import BILLING, Fleet, ctl, with_history
 
 BIG = 5_000_000
 """Bytes of an oversized text: far past any bound, small enough to send quickly."""
@@ -139,13 +138,7 @@ def test_a_role_cannot_write_an_oversized_lock_row(
 def runs(fleet: Fleet, db: psycopg.Connection[Any]) -> tuple[str, ...]:
     """The history table of the fleet's lock table, covered by billing's grant, with
     one unfinished run of billing's."""
-    history = history_table(fleet.table)
-    for statement in create_history(history):
-        db.execute(statement)
-    status, _, err = ctl(
-        fleet.admin_url, "grant", "dislock_sec_billing", "--keys", "billing-*", table=fleet.table
-    )
-    assert status == 0, err
+    history = with_history(fleet, db, BILLING)
     db.execute(
         sql.SQL(
             "INSERT INTO {} (lock_key, modes, owner, host, pid, started_at)"

@@ -57,15 +57,32 @@ def grant(
         )
     qualified = _qualified(conn, table)
     history_parts = _qualified(conn, history) if columns(conn, history) else None
+
+    def statements(conn: Any) -> list[sql.Composed]:
+        # Read in the transaction that runs them: the maximum TTL they bound leases by.
+        max_ttl, _ = conn.execute(max_ttl_query(qualified)).fetchone()
+        return grants.grant_statements(
+            qualified,
+            role,
+            access,
+            patterns,
+            max_ttl=float(max_ttl),
+            fencing="fence" in found,
+            history=history_parts,
+        )
+
     if print_sql:
-        _print_grant(conn, qualified, history_parts, role, access, patterns, found)
+        print("BEGIN;")
+        for statement in statements(conn):
+            print(f"{statement.as_string(None)};")
+        print("COMMIT;")
         return EXIT_OK
     try:
         change(
             conn,
             "grant",
             [qualified, *([history_parts] if history_parts else [])],
-            lambda conn: _grant(conn, qualified, history_parts, role, access, patterns, found),
+            lambda conn: _grant(conn, statements(conn), qualified, role),
             patience=patience,
         )
     except (_Refused, TableBusy) as refusal:
@@ -81,54 +98,12 @@ def grant(
     return EXIT_OK
 
 
-def _statements(
-    conn: Any,
-    qualified: tuple[str, ...],
-    history_parts: tuple[str, ...] | None,
-    role: str,
-    access: str,
-    patterns: list[str],
-    columns: list[str],
-) -> list[sql.Composed]:
-    max_ttl, _ = conn.execute(max_ttl_query(qualified)).fetchone()
-    return grants.grant_statements(
-        qualified,
-        role,
-        access,
-        patterns,
-        max_ttl=float(max_ttl),
-        fencing="fence" in columns,
-        history=history_parts,
-    )
-
-
-def _print_grant(
-    conn: Any,
-    qualified: tuple[str, ...],
-    history_parts: tuple[str, ...] | None,
-    role: str,
-    access: str,
-    patterns: list[str],
-    columns: list[str],
-) -> None:
-    print("BEGIN;")
-    for statement in _statements(conn, qualified, history_parts, role, access, patterns, columns):
-        print(f"{statement.as_string(None)};")
-    print("COMMIT;")
-
-
 def _grant(
-    conn: Any,
-    qualified: tuple[str, ...],
-    history_parts: tuple[str, ...] | None,
-    role: str,
-    access: str,
-    patterns: list[str],
-    columns: list[str],
+    conn: Any, statements: list[sql.Composed], qualified: tuple[str, ...], role: str
 ) -> None:
-    """The grant's statements, in the transaction ``change`` opened.  A grant that a
-    privilege held elsewhere would undo raises ``_Refused``, and is rolled back."""
-    for statement in _statements(conn, qualified, history_parts, role, access, patterns, columns):
+    """Run the grant's ``statements`` in the transaction ``change`` opened.  A grant
+    that a privilege held elsewhere would undo raises ``_Refused``, and is rolled back."""
+    for statement in statements:
         conn.execute(statement)
     (found,) = conn.execute(
         grant_catalog.loopholes_query(), {"role": role, "table": _name(qualified)}

@@ -394,6 +394,7 @@ def trying_lease(
         sent_at = clock()
         lease_clock = LeaseClock(settings, acquired_at=sent_at)
         timeout = lease_clock.attempt_timeout(sent_at)
+        answer: Acquired | SlotAnswer
         if context.slots == 1:
             key = lease_key(context.lock_key)
             answer = yield from claiming(
@@ -406,14 +407,9 @@ def trying_lease(
                 look=statements.look_for(key, settings.ttl),
                 clock=clock,
             )
-            taken, fence, free = answer.acquired, answer.token, 0
-            reason, paused_until, delayed_until = (
-                answer.paused_for,
-                answer.paused_until,
-                answer.delayed_until,
-            )
+            taken, free = answer.acquired, 0
         else:
-            slot = yield from claiming_slot(
+            answer = yield from claiming_slot(
                 statements.acquire_slot(keys, context.owner, settings.ttl),
                 timeout,
                 context=context,
@@ -422,16 +418,12 @@ def trying_lease(
                 patience=patience,
                 clock=clock,
             )
-            key = slot.key or lease_key(context.lock_key)
-            taken, fence, free = slot.key is not None, slot.token, slot.free
-            reason, paused_until, delayed_until = (
-                slot.paused_for,
-                slot.paused_until,
-                slot.delayed_until,
-            )
+            key = answer.key or lease_key(context.lock_key)
+            taken, free = answer.key is not None, answer.free
+        fence, paused_until, delayed_until = answer.token, answer.paused_until, answer.delayed_until
         if paused_until is not None:
             # Paused fleet-wide: not worth waiting for, not a held lease.
-            raise paused_error(context.lock_key, reason, paused_until)
+            raise paused_error(context.lock_key, answer.paused_for, paused_until)
         if taken and lease_clock.check_deadline(clock()):
             # Taken, but the answer came so late that the row may be free again
             # already: hand it back rather than work on it.

@@ -5,7 +5,11 @@
     hatch run release:check            # build into dist/, then check
     hatch run release:check --no-build # check what is already in dist/
 
-Checks, each against freshly built wheels in a fresh virtualenv:
+First, before building: each distribution's README.md, the page PyPI shows for it,
+has at least ``README_MIN_LINES`` lines (what it is, how to install it, an example,
+links to the documentation).
+
+Then checks, each against freshly built wheels in a fresh virtualenv:
 
 * the wheels: each ships ``py.typed``, no two ship the same file (pip would
   silently overwrite it), all have one version and pin each other to it exactly;
@@ -39,6 +43,8 @@ from typing import Any, NoReturn
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("dislock-core", "dislock", "dislock-aio", "dislock-cli")
 DIST = ROOT / "dist"
+README_MIN_LINES = 30
+"""A distribution's README.md (its PyPI page) shorter than this fails the check."""
 
 
 def say(message: str) -> None:
@@ -77,6 +83,24 @@ def build_into(
         if result.returncode != 0:
             return f"{' '.join(args)} exited {result.returncode}:\n{result.stdout}{result.stderr}"
     return None
+
+
+def check_readmes(root: Path = ROOT, packages: Sequence[str] = PACKAGES) -> None:
+    """Fail unless each of ``packages`` has a README.md (under ``root``/packages) of at
+    least ``README_MIN_LINES`` lines: it is what PyPI shows of the distribution."""
+    short = []
+    for package in packages:
+        readme = root / "packages" / package / "README.md"
+        lines = len(readme.read_text().splitlines()) if readme.exists() else 0
+        if lines < README_MIN_LINES:
+            short.append(f"packages/{package}/README.md has {lines} lines")
+    if short:
+        fail(
+            f"{'; '.join(short)}: a distribution's README is its PyPI page and needs at least"
+            f" {README_MIN_LINES} lines (what it is, the install line, an example, links to"
+            " the docs)"
+        )
+    say(f"READMEs: each distribution's has at least {README_MIN_LINES} lines")
 
 
 def build() -> None:
@@ -250,6 +274,8 @@ def main() -> int:
     parser.add_argument("--no-build", action="store_true", help="check the files already in dist/")
     parser.add_argument("--build-only", action="store_true", help="only build into dist/")
     args = parser.parse_args()
+    if not args.build_only:
+        check_readmes()
     if not args.no_build:
         build()
     if args.build_only:

@@ -287,6 +287,7 @@ def test_the_readme_crontab_runs_once_a_minute_and_keeps_the_password_out_of_mai
             assert secret not in mail, f"the password is in {user}'s mail:\n{mail}"
             assert "not found" not in mail, mail
     assert mails(CONTROL), "the control user got no mail: the mail check would prove nothing"
+    assert all(secret in mail for mail in mails(CONTROL)), mails(CONTROL)
 
     # The env file's LOCK_HISTORY=1 recorded every run, on whichever machine it ran.
     with psycopg.connect(url, autocommit=True) as conn:

@@ -198,20 +198,21 @@ def test_a_flood_of_notifies_costs_a_waiter_a_few_reads(
         flood_began = time.monotonic()
         for _ in range(400):  # each its own transaction: none is folded into another
             db.execute("SELECT pg_notify(%s, %s)", (WAKE_CHANNEL, payload))
-        flood_ended = time.monotonic()
         # Then a real release.
         rows.expire(key)
         db.execute("SELECT pg_notify(%s, %s)", (WAKE_CHANNEL, payload))
         waiter.result(timeout=60)
-        waited = time.monotonic() - waiting_since
+        waiter_ended = time.monotonic()
+        waited = waiter_ended - waiting_since
 
     # Tries: the first (refused), and the one after the release; a poll only if
     # this machine took 15 s or more.
     assert len(tried) <= 2 + int(waited // 15), (len(tried), waited)
-    # Reads: at most one per WAKE_SPACING while the flood lasted, one after it,
-    # and the release's.  (Before, each wake-up cost a try: 118 of them.)
-    flood = flood_ended - flood_began
-    assert len(read) <= 3 + int(flood / WAKE_SPACING), (len(read), flood)
+    # Reads: at most one per WAKE_SPACING from the flood's start until the waiter
+    # was done (its NOTIFYs arrive a little after they are sent), whatever their
+    # number.  (Before, each wake-up cost a try: 118 of them.)
+    span = waiter_ended - flood_began
+    assert len(read) <= 2 + int(span / WAKE_SPACING) < 400, (len(read), span)
     assert all(later - earlier >= WAKE_SPACING for earlier, later in itertools.pairwise(read))
     # The server's count, once the waiter's connections have ended (a backend
     # reports its counts at the latest when it exits): the tries and releases' few

@@ -674,21 +674,26 @@ def test_grants_audits_privileges_granted_by_hand(
         status, out, err = ctl(fleet.admin_url, "grants", table=fleet.table)
         assert status == 1, (out, err)
         holes = [line for line in out.splitlines() if line.startswith("loophole: ")]
+        quoted = sql.Identifier(*fleet.table).as_string(None)
+
+        def line(role: str, held: str) -> str:
+            return (
+                f"loophole: role '{role}' has {held} on {name}, which no policy limits:"
+                f' REVOKE {held} ON {quoted} FROM "{role}" (or take it from the role or'
+                " PUBLIC it comes through)"
+            )
+
         assert holes == [
-            f"loophole: role 'dislock_sec_billing' has UPDATE, TRUNCATE, DELETE on {name},"
-            f" which no policy limits: REVOKE UPDATE, TRUNCATE, DELETE ON {name} FROM"
-            " dislock_sec_billing (or take it from the role or PUBLIC it comes through)",
+            line("dislock_sec_billing", "UPDATE, TRUNCATE, DELETE"),
             # The operator holds DELETE on purpose: only TRUNCATE is a loophole for it.
-            f"loophole: role 'dislock_sec_ops' has TRUNCATE on {name}, which no policy limits:"
-            f" REVOKE TRUNCATE ON {name} FROM dislock_sec_ops (or take it from the role or"
-            " PUBLIC it comes through)",
-            f"loophole: role 'dislock_sec_reader' has TRUNCATE, DELETE on {name}, which no"
-            f" policy limits: REVOKE TRUNCATE, DELETE ON {name} FROM dislock_sec_reader (or"
-            " take it from the role or PUBLIC it comes through)",
-            f"loophole: role 'dislock_sec_reports' has TRUNCATE, DELETE on {name}, which no"
-            f" policy limits: REVOKE TRUNCATE, DELETE ON {name} FROM dislock_sec_reports (or"
-            " take it from the role or PUBLIC it comes through)",
+            line("dislock_sec_ops", "TRUNCATE"),
+            line("dislock_sec_reader", "TRUNCATE, DELETE"),
+            line("dislock_sec_reports", "TRUNCATE, DELETE"),
         ], out
+        # Each fix runs as printed (here in a transaction rolled back).
+        fix = holes[0].split("limits: ")[1].split(" (or take")[0]
+        with db.transaction(force_rollback=True):
+            db.execute(fix)
         status, out, _ = ctl(fleet.admin_url, "grants", "--json", table=fleet.table)
         assert status == 1
         assert {h["role"]: h["privileges"] for h in json.loads(out)["loopholes"]}[
@@ -699,6 +704,29 @@ def test_grants_audits_privileges_granted_by_hand(
         db.execute(sql.SQL("REVOKE UPDATE ON {} FROM dislock_sec_billing").format(table))
     status, out, err = ctl(fleet.admin_url, "grants", table=fleet.table)
     assert status == 0 and "loophole" not in out, (out, err)
+
+
+def test_bypassrls_is_a_loophole_only_on_a_table_the_role_may_touch(
+    fleet: Fleet, db: psycopg.Connection[Any]
+) -> None:
+    """A cluster's other BYPASSRLS roles (an admin's, a tool's) are not this table's
+    business until they hold a privilege on it."""
+    role = f"dislock_sec_bypass_{uuid.uuid4().hex[:6]}"
+    db.execute(sql.SQL("CREATE ROLE {} BYPASSRLS").format(sql.Identifier(role)))
+    try:
+        status, out, _ = ctl(fleet.admin_url, "grants", "--json", table=fleet.table)
+        assert (status, json.loads(out)["loopholes"]) == (0, [])
+        db.execute(
+            sql.SQL("GRANT SELECT ON {} TO {}").format(
+                sql.Identifier(*fleet.table), sql.Identifier(role)
+            )
+        )
+        status, out, _ = ctl(fleet.admin_url, "grants", "--json", table=fleet.table)
+        assert status == 1
+        assert json.loads(out)["loopholes"] == [{"role": role, "privileges": ["BYPASSRLS"]}]
+    finally:
+        db.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+        db.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
 
 
 def test_serve_counts_the_loopholes_as_the_reader_role_sees_them(

@@ -47,3 +47,16 @@ def test_a_session_with_several_locks_is_named_once() -> None:
     assert exchange.params == {"tables": ['"ops"."locks"', '"ops"."locks_history"']}
     rows = [(7, "a", "psql", "AccessShareLock", 3.0), (7, "a", "psql", "RowShareLock", 3.0)]
     assert exchange.read(rows) == [Holder(7, "a", "psql", "AccessShareLock", 3.0)]
+
+
+def test_a_prepared_transaction_is_named_as_one() -> None:
+    exchange = holders([("locks",)])
+    rows = [(None, "", "", "AccessShareLock", None), (8, "b", "", "RowShareLock", 2.0)]
+    found = exchange.read(rows)
+    assert [holder.pid for holder in found] == [None, 8]
+    line = busy("revoke", ("locks",), found, 3.0)
+    assert "a prepared transaction (AccessShareLock: COMMIT PREPARED or ROLLBACK PREPARED" in line
+    assert line.endswith("(or SELECT pg_terminate_backend(8)) and run it again")
+    assert busy("revoke", ("locks",), found[:1], 3.0).endswith(
+        "end that transaction and run it again"
+    )

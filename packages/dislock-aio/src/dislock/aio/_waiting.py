@@ -116,13 +116,14 @@ async def _until_free(
                 return  # the poll comes first
             await sleep(pause)
             await listener.drain()  # what came meanwhile is read below
-        held = await _still_held(context, hub)
+        # Never past the poll: a wake-up just before the wait ends must not delay its last try.
+        held = await _still_held(context, hub, min(WAKE_READ_TIMEOUT, poll_at - monotonic()))
         reads.read(monotonic())
         if not held:
             return
 
 
-async def _still_held(context: LockContext, hub: Hub) -> bool:
+async def _still_held(context: LockContext, hub: Hub, timeout: float) -> bool:
     """Whether every row of the lease is live, read on the shared connection.  False
     when the read fails: then the lease is tried, whose statement waits out a
     connection that failed and says what went wrong."""
@@ -132,7 +133,7 @@ async def _still_held(context: LockContext, hub: Hub) -> bool:
         read_held,
     )
     try:
-        return await hub.ask(exchange, WAKE_READ_TIMEOUT)
+        return await hub.ask(exchange, timeout)
     except Exception as exc:
         logger.debug("reading the lease after a wake-up failed: %s", scrub(str(exc), context.url))
         return False

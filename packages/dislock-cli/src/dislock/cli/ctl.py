@@ -1,7 +1,7 @@
 """``dislockctl``: look at, create and repair what the ``dislock`` wrapper relies on.
 
     dislockctl URL_VARIABLE init [--fencing] [--history [--history-table T]] [--max-ttl 1h]
-                                 [--print-sql]
+                                 [--print-sql] [--wait 30s]
     dislockctl URL_VARIABLE ls [PREFIX] [--json]        (also: status)
     dislockctl URL_VARIABLE release LOCK_KEY [--mode schedule|lease|all] [--owner TOKEN]
                                              [--slot N]
@@ -15,7 +15,8 @@
                                   [--max-connections N] [--max-connections-per-client N]
                                   [--request-timeout SECONDS]
     dislockctl URL_VARIABLE grant ROLE (--keys PATTERN ... [--operator] | --reader) [--print-sql]
-    dislockctl URL_VARIABLE revoke ROLE [--print-sql]
+                                  [--wait 30s]
+    dislockctl URL_VARIABLE revoke ROLE [--print-sql] [--wait 30s]
     dislockctl URL_VARIABLE grants [--json]
 
 Like the wrapper, it takes the NAME of the variable holding the database URL and

@@ -220,7 +220,7 @@ def list_grants(conn: Any, table: tuple[str, ...], *, as_json: bool) -> int:
         keys = ", ".join(escape(p) for p in g.keys) if g.keys else "every key (read only)"
         print(f"{escape(g.role):<{width}}  {g.access:<8}  {keys}")
     for hole in holes:
-        print(grant_catalog.describe(hole, ".".join(table)))
+        print(grant_catalog.describe(hole, table))
     return status
 
 

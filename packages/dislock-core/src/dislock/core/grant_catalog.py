@@ -29,8 +29,8 @@ def qualified_query() -> str:
 # acquisition, emptying the table), TRIGGER or REFERENCES (code run in other roles'
 # sessions), DELETE (but for an operator, whose delete policy bounds it), MAINTAIN
 # on PostgreSQL 17+ (LOCK TABLE again; pg_maintain's members have it), membership
-# in the owner's role (SET ROLE), BYPASSRLS.  The version is asked first: older
-# servers do not know the MAINTAIN privilege.
+# in the owner's role (SET ROLE), BYPASSRLS where the role may touch the table at
+# all.  The version is asked first: older servers do not know the MAINTAIN privilege.
 _LOOPHOLES = (
     "array_remove(ARRAY["
     " CASE WHEN has_table_privilege(r.oid, c.oid, 'UPDATE') THEN 'UPDATE' END,"
@@ -44,7 +44,9 @@ _LOOPHOLES = (
     " WHEN has_table_privilege(r.oid, c.oid, 'MAINTAIN') THEN 'MAINTAIN' END,"
     " CASE WHEN r.oid <> c.relowner AND pg_has_role(r.oid, c.relowner, 'MEMBER')"
     " THEN 'membership in the owner' END,"
-    " CASE WHEN r.rolbypassrls OR r.rolsuper THEN 'BYPASSRLS' END], NULL)"
+    " CASE WHEN (r.rolbypassrls OR r.rolsuper)"
+    "  AND has_table_privilege(r.oid, c.oid, 'SELECT, INSERT, UPDATE, DELETE')"
+    " THEN 'BYPASSRLS' END], NULL)"
 )
 
 
@@ -86,21 +88,22 @@ def audit(table: tuple[str, ...]) -> Exchange[list[Loophole]]:
     return Exchange(query, {"table": sql.Identifier(*table).as_string(None)}, _read_audit)
 
 
-def describe(loophole: Loophole, table: str) -> str:
-    """One line: what ``loophole.role`` holds and how to take it away."""
-    role = escape(loophole.role)
+def describe(loophole: Loophole, table: tuple[str, ...]) -> str:
+    """One line: what ``loophole.role`` holds and how to take it away (statements
+    that run as printed: names quoted as identifiers)."""
+    name, who = sql.Identifier(*table).as_string(None), sql.Identifier(loophole.role)
     privileges = [p for p in loophole.privileges if p.isupper() and p != "BYPASSRLS"]
     fixes = []
     if privileges:
-        fixes.append(f"REVOKE {', '.join(privileges)} ON {table} FROM {role}")
+        fixes.append(f"REVOKE {', '.join(privileges)} ON {name} FROM {who.as_string(None)}")
     if "membership in the owner" in loophole.privileges:
-        fixes.append(f"REVOKE <the owner of {table}> FROM {role}")
+        fixes.append(f"REVOKE <the owner of {name}> FROM {who.as_string(None)}")
     if "BYPASSRLS" in loophole.privileges:
-        fixes.append(f"ALTER ROLE {role} NOBYPASSRLS")
-    return (
-        f"loophole: role '{role}' has {', '.join(loophole.privileges)} on {table}, which no"
-        f" policy limits: {'; '.join(fixes)} (or take it from the role or PUBLIC it comes"
-        " through)"
+        fixes.append(f"ALTER ROLE {who.as_string(None)} NOBYPASSRLS")
+    return escape(
+        f"loophole: role '{loophole.role}' has {', '.join(loophole.privileges)} on"
+        f" {'.'.join(table)}, which no policy limits: {'; '.join(fixes)} (or take it from"
+        " the role or PUBLIC it comes through)"
     )
 
 

@@ -58,7 +58,8 @@ class Tries:
 class Holder(NamedTuple):
     """A session holding a lock on the table (or asking for one before us)."""
 
-    pid: int
+    pid: int | None
+    """None: a prepared transaction (``PREPARE TRANSACTION``), which no session holds."""
     role: str
     application: str
     mode: str
@@ -67,23 +68,30 @@ class Holder(NamedTuple):
     (another role's session, without ``pg_read_all_stats``)."""
 
 
+# Holders before waiters, other roles' sessions before this role's own, oldest first
+# (an age this role may not see counts as the oldest): the first is the likeliest
+# to be in the way.
 _HOLDERS = sql.SQL(
-    "SELECT l.pid, coalesce(a.usename, '?'), coalesce(a.application_name, ''), l.mode,"
+    "SELECT l.pid, coalesce(a.usename, ''), coalesce(a.application_name, ''), l.mode,"
     " extract(epoch FROM clock_timestamp() - a.xact_start)"
     " FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid"
     " WHERE l.locktype = 'relation'"
     " AND l.relation IN (SELECT to_regclass(t) FROM unnest(%(tables)s::text[]) t)"
-    " AND l.pid <> pg_backend_pid()"
-    " ORDER BY a.xact_start NULLS LAST, l.pid"
+    " AND l.pid IS DISTINCT FROM pg_backend_pid()"
+    " ORDER BY l.granted DESC, a.usename IS NOT DISTINCT FROM current_user,"
+    " a.xact_start NULLS FIRST, l.pid"
 )
 
 
 def _read_holders(rows: Rows) -> list[Holder]:
-    holders: dict[int, Holder] = {}
+    holders: dict[object, Holder] = {}
     for pid, role, application, mode, seconds in rows:
-        if pid not in holders:  # a session holding several locks is named once
+        if pid is None or pid not in holders:  # a session holding several locks: once
             age = None if seconds is None else float(seconds)
-            holders[int(pid)] = Holder(int(pid), str(role), str(application), str(mode), age)
+            holder = Holder(
+                None if pid is None else int(pid), str(role), str(application), str(mode), age
+            )
+            holders[pid if pid is not None else object()] = holder
     return list(holders.values())
 
 
@@ -102,15 +110,18 @@ def busy(what: str, table: Sequence[str], found: Sequence[Holder], waited: float
         return f"{head} (no session holds it now: run it again)"
     shown = [_describe(holder) for holder in found[:3]]
     more = f" and {len(found) - 3} more" if len(found) > 3 else ""
-    first = found[0].pid
-    return (
-        f"{head}: {'; '.join(shown)}{more}; end that transaction"
-        f" (or SELECT pg_terminate_backend({first})) and run it again"
-    )
+    sessions = [holder.pid for holder in found if holder.pid is not None]
+    end = f" (or SELECT pg_terminate_backend({sessions[0]}))" if sessions else ""
+    return f"{head}: {'; '.join(shown)}{more}; end that transaction{end} and run it again"
 
 
 def _describe(holder: Holder) -> str:
-    parts = [f"role '{escape(holder.role)}' (pid {holder.pid}"]
+    if holder.pid is None:
+        return (
+            f"a prepared transaction ({holder.mode}: COMMIT PREPARED or ROLLBACK PREPARED"
+            " one of SELECT gid FROM pg_prepared_xacts)"
+        )
+    parts = [f"role '{escape(holder.role or '?')}' (pid {holder.pid}"]
     if holder.application:
         parts.append(f", '{escape(holder.application)}'")
     parts.append(f", {holder.mode}")

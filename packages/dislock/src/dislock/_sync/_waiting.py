@@ -118,13 +118,14 @@ def _until_free(
                 return  # the poll comes first
             sleep(pause)
             listener.drain()  # what came meanwhile is read below
-        held = _still_held(context, hub)
+        # Never past the poll: a wake-up just before the wait ends must not delay its last try.
+        held = _still_held(context, hub, min(WAKE_READ_TIMEOUT, poll_at - monotonic()))
         reads.read(monotonic())
         if not held:
             return
 
 
-def _still_held(context: LockContext, hub: Hub) -> bool:
+def _still_held(context: LockContext, hub: Hub, timeout: float) -> bool:
     """Whether every row of the lease is live, read on the shared connection.  False
     when the read fails: then the lease is tried, whose statement waits out a
     connection that failed and says what went wrong."""
@@ -134,7 +135,7 @@ def _still_held(context: LockContext, hub: Hub) -> bool:
         read_held,
     )
     try:
-        return hub.ask(exchange, WAKE_READ_TIMEOUT)
+        return hub.ask(exchange, timeout)
     except Exception as exc:
         logger.debug("reading the lease after a wake-up failed: %s", scrub(str(exc), context.url))
         return False

@@ -32,7 +32,9 @@ CTL = [sys.executable, "-m", "dislock.cli.ctl", "DISLOCK_ADMIN_URL"]
 @contextmanager
 def open_read(fleet: Fleet, url: str) -> Iterator[psycopg.Connection[Any]]:
     """A session of ``url``'s role inside a transaction that has read the lock table."""
-    with psycopg.connect(url) as conn:  # not autocommit: the read's transaction stays open
+    # Not autocommit: the read's transaction stays open.  Nothing prepared: the
+    # suite also runs through PgBouncer in transaction pooling.
+    with psycopg.connect(url, prepare_threshold=None) as conn:
         conn.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(*fleet.table)))
         yield conn
 
@@ -46,6 +48,18 @@ def start_ctl(fleet: Fleet, *args: str) -> subprocess.Popen[str]:
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+@contextmanager
+def stopped_on_failure(process: subprocess.Popen[str]) -> Iterator[None]:
+    """Kills ``process`` and closes its pipes if the block fails, so a failed
+    assertion is reported as itself and not also as unclosed files."""
+    try:
+        yield
+    except BaseException:
+        process.kill()
+        process.communicate()
+        raise
 
 
 def acquisition_seconds(fleet: Fleet) -> float:
@@ -79,8 +93,9 @@ def test_a_change_behind_an_open_read_holds_no_other_team_up(
         process = start_ctl(fleet, *change, "--wait", "3")
         took: list[float] = []
         deadline = time.monotonic() + 60
-        while process.poll() is None and time.monotonic() < deadline:
-            took.append(acquisition_seconds(fleet))
+        with stopped_on_failure(process):
+            while process.poll() is None and time.monotonic() < deadline:
+                took.append(acquisition_seconds(fleet))
         out, err = process.communicate(timeout=30)
     # Each of the acquisitions made while the change was trying got through at once.
     assert len(took) >= 3, (took, err)
@@ -99,7 +114,9 @@ def test_a_revoke_goes_through_once_the_read_ends(fleet: Fleet) -> None:
         waiting = sql.SQL(
             "SELECT 1 FROM pg_locks WHERE NOT granted AND relation = to_regclass({})"
         ).format(sql.Literal(sql.Identifier(*fleet.table).as_string(None)))
-        with psycopg.connect(fleet.admin_url, autocommit=True) as admin:
+        # Polled hundreds of times on one session: fleet.connect prepares nothing,
+        # which PgBouncer in transaction pooling would lose between transactions.
+        with fleet.connect(fleet.admin_url) as admin, stopped_on_failure(process):
             # Seen trying (waiting for its lock) before the read ends.
             eventually(
                 lambda: process.poll() is None and admin.execute(waiting).fetchone(),

@@ -41,8 +41,14 @@ def run_workers(
         )
         for n in range(count)
     ]
-    for worker in workers:
-        assert worker.wait(timeout=600) == 0
+    try:
+        for worker in workers:
+            assert worker.wait(timeout=600) == 0
+    finally:  # one worker failed: the others must not outlive the test
+        for worker in workers:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait()
 
 
 def seed_counters(conn: psycopg.Connection[Any], keys: list[str]) -> None:

@@ -21,7 +21,14 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from dislock import LeaseLock, LeaseLossPolicy, LockContext, LockNotAcquiredError, ScheduleLock
+from dislock import (
+    LeaseLock,
+    LeaseLossPolicy,
+    LockContext,
+    LockNotAcquiredError,
+    ScheduleLock,
+    StatementTimeout,
+)
 
 MEET_TIMEOUT = 120.0
 """Seconds a ``--meet`` worker waits for the others (a loaded machine starts them slowly)."""
@@ -112,6 +119,12 @@ def lease(args: argparse.Namespace, work: psycopg.Connection[Any]) -> None:
             done += 1
         except LockNotAcquiredError:
             time.sleep(random.uniform(0.01, 0.05))  # as a polite retry loop would
+        except StatementTimeout:
+            # A try whose statement got no answer within its second (a loaded
+            # machine, eight workers queued on two rows) is handed back and
+            # raised: tried again, as a retry loop would.  Exclusion and the
+            # counters are what this test checks, not the server's speed.
+            time.sleep(random.uniform(0.01, 0.05))
 
 
 def agreed_start(work: psycopg.Connection[Any], workers: int) -> float:

@@ -36,9 +36,11 @@ READING = """## Reading the results
   event loops in one process (each its own connection, as separate hosts would have) race one
   lock through a role whose `CONNECTION LIMIT` is 20 or 50. Refused connections are retried with
   jittered exponential backoff (`connect_patience_seconds`), so no machine fails; with the
-  patience set to 0, most of them fail with `too many connections for role`. On a new
-  connection the lock reads the key's row before it sends the acquiring statement, so a loser
-  costs the server a connection and a primary-key read. That is still several milliseconds
+  patience set to 0, most of them fail with `too many connections for role`. A machine that
+  was refused a connection first reads the key's row before it sends the acquiring statement,
+  so a loser that waited at the door costs the server a connection and a primary-key read (a
+  lone run, which finds the door open, sends the acquiring statement alone: one round trip,
+  and the first machines in pay for planning it). That is still several milliseconds
   each: a backend is forked, authenticated and loads its catalog caches for every connection
   (a bare connect and close costs about 2 ms here, a refused one about 1.5 ms), and the
   server shares the machine's two cores with the herd's process. Through PgBouncer the server

@@ -217,3 +217,86 @@ def test_a_link_retired_before_the_first_statement_is_reopened_patiently(
         assert row is not None and not row.expired
     finally:
         holding.release()
+
+
+@pytest.fixture
+def sent(driver: Driver, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """What the locks' hub sends, in order: ``acquire`` for a statement that writes,
+    ``read`` for one that only reads (the look at the row)."""
+    sent: list[str] = []
+
+    def kind(statement: Any) -> str:
+        return "acquire" if "INSERT INTO" in statement.as_string(None) else "read"
+
+    if isinstance(driver, AioDriver):
+        original_aio = dislock.aio._hub.Hub.execute
+
+        async def execute_aio(self: Any, statement: Any, *args: Any, **kwargs: Any) -> Any:
+            sent.append(kind(statement))
+            return await original_aio(self, statement, *args, **kwargs)
+
+        monkeypatch.setattr(dislock.aio._hub.Hub, "execute", execute_aio)
+    else:
+        original = dislock._sync._hub.Hub.execute
+
+        def execute(self: Any, statement: Any, *args: Any, **kwargs: Any) -> Any:
+            sent.append(kind(statement))
+            return original(self, statement, *args, **kwargs)
+
+        monkeypatch.setattr(dislock._sync._hub.Hub, "execute", execute)
+    return sent
+
+
+class _GiveBackOnRetry(logging.Handler):
+    """Closes ``blockers`` once a lock says it could not connect and will retry."""
+
+    def __init__(self, blockers: list[psycopg.Connection[Any]]) -> None:
+        super().__init__(logging.INFO)
+        self.blockers = blockers
+        self.refused = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "retrying" in record.getMessage() and not self.refused:
+            self.refused = True
+            for blocker in self.blockers:
+                blocker.close()
+
+
+@pytest.mark.needs("python-api")
+@pytest.mark.parametrize("crowded", [False, True], ids=["door-open", "door-crowded"])
+def test_a_look_goes_first_only_on_a_connection_opened_through_a_crowded_door(
+    driver: Driver,
+    make_context: MakeContext,
+    rows: Rows,
+    limited_url: str,
+    sent: list[str],
+    crowded: bool,
+) -> None:
+    """A lone run finds the server's door open and decides in one round trip: the
+    acquiring statement alone.  A run that was refused a connection first (a herd:
+    every machine's crontab fired at once) looks at the row before planning the
+    acquiring statement, and a live row is refused by that read alone."""
+    from dislock import LockNotAcquiredError
+
+    context = make_context(
+        url=limited_url, run_ttl_seconds=10, lease_interval_seconds=1, connect_patience_seconds=30
+    )
+    rows.plant(lease_key(context.lock_key), "another-machine", 600)
+    blockers = [psycopg.connect(limited_url) for _ in range(LIMIT)] if crowded else []
+    door = _GiveBackOnRetry(blockers)
+    logger = logging.getLogger("dislock")
+    logger.addHandler(door)
+    previous = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        with pytest.raises(LockNotAcquiredError):
+            driver.hold(context, ["lease"])
+    finally:
+        logger.removeHandler(door)
+        logger.setLevel(previous)
+        for blocker in blockers:
+            blocker.close()
+    assert door.refused is crowded
+    assert sent == (["read"] if crowded else ["acquire"])
+    row = rows.get(lease_key(context.lock_key))
+    assert row is not None and row.value == "another-machine" and not row.expired

@@ -22,8 +22,8 @@ import pytest
 
 from dislock.core.acquisition import (
     Ask,
-    Cold,
     Connect,
+    Crowded,
     LeaseTry,
     Noted,
     Pause,
@@ -87,7 +87,7 @@ class Database:
     """The replies of one case, in order: an answer, or an error to throw in."""
 
     replies: list[Any]
-    cold: bool = False
+    crowded: bool = False
     now: list[float] = field(default_factory=lambda: [0.0])
     steps: list[str] = field(default_factory=list)
 
@@ -103,9 +103,9 @@ class Database:
             except StopIteration as done:
                 return done.value
             reply, error = None, None
-            if isinstance(step, Cold):
-                self.steps.append("cold?")
-                reply = self.cold
+            if isinstance(step, Crowded):
+                self.steps.append("crowded?")
+                reply = self.crowded
             elif isinstance(step, Pause):
                 self.steps.append("pause")
                 self.now[0] += step.seconds
@@ -154,7 +154,7 @@ class Case:
     replies: list[Any]
     steps: list[str]
     expect: Callable[[Any], bool] | type[BaseException]
-    cold: bool = False
+    crowded: bool = False
 
 
 def mine(key: str = "cronjob-lock:lease:nightly", expire_at: datetime = SLOT_END) -> Mine:
@@ -163,78 +163,78 @@ def mine(key: str = "cronjob-lock:lease:nightly", expire_at: datetime = SLOT_END
 
 LEASE_CASES = [
     Case(
-        "a warm connection sends the acquiring statement alone",
+        "a connection opened at the first try sends the acquiring statement alone (one round trip)",
         [TAKEN],
-        ["cold?", "acquire", "noted 3"],
+        ["crowded?", "acquire", "noted 3"],
         lambda answer: answer == TAKEN,
     ),
     Case(
-        "on a new connection a live row is refused by the look, for a read's cost",
+        "through a crowded door (a herd) a live row is refused by the look, for a read's cost",
         [HELD_ELSEWHERE],
-        ["cold?", "look"],
+        ["crowded?", "look"],
         lambda answer: answer == HELD_ELSEWHERE,
-        cold=True,
+        crowded=True,
     ),
     Case(
         "a look that finds the row free leaves the decision to the acquiring statement",
         [None, TAKEN],
-        ["cold?", "look", "acquire", "noted 3"],
+        ["crowded?", "look", "acquire", "noted 3"],
         lambda answer: answer == TAKEN,
-        cold=True,
+        crowded=True,
     ),
     Case(
         "a look that fails is no answer: the acquiring statement is sent",
         [psycopg.errors.UndefinedColumn("column fence does not exist"), TAKEN],
-        ["cold?", "look", "acquire", "noted 3"],
+        ["crowded?", "look", "acquire", "noted 3"],
         lambda answer: answer == TAKEN,
-        cold=True,
+        crowded=True,
     ),
     Case(
         "a lost answer is read back: the row was taken",
         [LOST, [mine()]],
-        ["cold?", "acquire", "mine", "noted 4"],
+        ["crowded?", "acquire", "mine", "noted 4"],
         lambda answer: answer.acquired and answer.token == 9 and answer.timeline == 4,
     ),
     Case(
         "a lost answer that took nothing is sent again",
         [LOST, [], TAKEN],
-        ["cold?", "acquire", "mine", "acquire", "noted 3"],
+        ["crowded?", "acquire", "mine", "acquire", "noted 3"],
         lambda answer: answer == TAKEN,
     ),
     Case(
         "the read back loses its answer too: it is read again",
         [LOST, LOST, [mine()]],
-        ["cold?", "acquire", "mine", "pause", "mine", "noted 4"],
+        ["crowded?", "acquire", "mine", "pause", "mine", "noted 4"],
         lambda answer: answer.acquired,
     ),
     Case(
         "an answer synchronous replication did not confirm is handed back",
         [NotReplicatedError("not confirmed by a standby"), True],
-        ["cold?", "acquire", "release"],
+        ["crowded?", "acquire", "release"],
         NotReplicatedError,
     ),
     Case(
         "a hand back that fails still raises the replication error",
         [NotReplicatedError("not confirmed by a standby"), LOST],
-        ["cold?", "acquire", "release"],
+        ["crowded?", "acquire", "release"],
         NotReplicatedError,
     ),
     Case(
         "row-level security refusing the key is the grant's error",
         [psycopg.errors.InsufficientPrivilege("new row violates row-level security policy")],
-        ["cold?", "acquire"],
+        ["crowded?", "acquire"],
         KeyNotGrantedError,
     ),
     Case(
         "a missing privilege is the server's error, not an unknown outcome",
         [psycopg.errors.InsufficientPrivilege("permission denied for table locks")],
-        ["cold?", "acquire"],
+        ["crowded?", "acquire"],
         psycopg.errors.InsufficientPrivilege,
     ),
     Case(
         "an error the server answered with did nothing: raised as it is",
         [psycopg.errors.QueryCanceled("canceling statement due to statement timeout")],
-        ["cold?", "acquire"],
+        ["crowded?", "acquire"],
         psycopg.errors.QueryCanceled,
     ),
 ]
@@ -242,7 +242,7 @@ LEASE_CASES = [
 
 @pytest.mark.parametrize("case", LEASE_CASES, ids=[case.name for case in LEASE_CASES])
 def test_a_lease_claim(case: Case) -> None:
-    db = Database(list(case.replies), cold=case.cold)
+    db = Database(list(case.replies), crowded=case.crowded)
     if isinstance(case.expect, type):
         with pytest.raises(case.expect):
             db.run(lease_claim(db, lease_context()))
@@ -256,14 +256,14 @@ def test_a_lost_answer_without_patience_is_not_read_back() -> None:
     db = Database([LOST])
     with pytest.raises(psycopg.OperationalError):
         db.run(lease_claim(db, lease_context(), patience=False))
-    assert db.steps == ["cold?", "acquire"]
+    assert db.steps == ["crowded?", "acquire"]
 
 
 def test_a_lost_answer_is_read_back_only_within_the_patience() -> None:
     db = Database([LOST] + [LOST] * 50)
     with pytest.raises(DatabaseUnreachableError, match="lost"):
         db.run(lease_claim(db, lease_context()))
-    assert db.steps[:3] == ["cold?", "acquire", "mine"]
+    assert db.steps[:3] == ["crowded?", "acquire", "mine"]
     assert set(db.steps[3:]) == {"pause", "mine"}
     assert db.clock() <= 5.0 + 2.0  # the patience, and at most one last pause
 
@@ -308,7 +308,7 @@ def test_a_slot_is_claimed_by_the_database_clock_in_one_statement() -> None:
     db = Database([TAKEN._replace(slot_end=SLOT_END)])
     answer, ends = db.run(schedule_claim(db, lease_context(schedule="* * * * *")))
     assert (answer.acquired, ends) == (True, SLOT_END)
-    assert db.steps == ["cold?", "acquire", "noted 3"]
+    assert db.steps == ["crowded?", "acquire", "noted 3"]
 
 
 def test_a_database_clock_far_from_ours_is_read_before_the_slot_is_claimed() -> None:
@@ -317,14 +317,22 @@ def test_a_database_clock_far_from_ours_is_read_before_the_slot_is_claimed() -> 
     answer, ends = db.run(schedule_claim(db, lease_context(schedule="* * * * *")))
     assert answer == TAKEN
     assert ends == datetime(2026, 12, 3, 14, 1, tzinfo=timezone.utc)
-    assert db.steps == ["cold?", "acquire", "noted None", "now", "cold?", "acquire", "noted 3"]
+    assert db.steps == [
+        "crowded?",
+        "acquire",
+        "noted None",
+        "now",
+        "crowded?",
+        "acquire",
+        "noted 3",
+    ]
 
 
 def test_a_slot_given_by_next_run_time_is_claimed_until_it() -> None:
-    db = Database([HELD_ELSEWHERE], cold=True)
+    db = Database([HELD_ELSEWHERE], crowded=True)
     answer, ends = db.run(schedule_claim(db, lease_context(next_run_time=SLOT_END)))
     assert (answer, ends) == (HELD_ELSEWHERE, SLOT_END)
-    assert db.steps == ["cold?", "look"]
+    assert db.steps == ["crowded?", "look"]
 
 
 def test_a_slot_lost_answer_trusts_only_a_row_ending_where_this_slot_ends() -> None:
@@ -334,7 +342,7 @@ def test_a_slot_lost_answer_trusts_only_a_row_ending_where_this_slot_ends() -> N
     db = Database([LOST, [mine("cronjob-lock:schedule:nightly", earlier)], TAKEN])
     answer, _ = db.run(schedule_claim(db, lease_context(next_run_time=SLOT_END)))
     assert answer == TAKEN
-    assert db.steps == ["cold?", "acquire", "mine", "acquire", "noted 3"]
+    assert db.steps == ["crowded?", "acquire", "mine", "acquire", "noted 3"]
 
 
 @pytest.mark.parametrize(
@@ -367,7 +375,7 @@ def test_a_lease_is_taken_with_its_clock_started_as_the_statement_was_sent() -> 
     tried = db.run(lease_try(db, context))
     assert (tried.key, tried.fence) == ("cronjob-lock:lease:nightly", 7)
     assert tried.clock is not None and tried.clock.deadline == 30.0 - tried.clock.margin
-    assert db.steps == ["connect", "cold?", "acquire", "noted 3"]
+    assert db.steps == ["connect", "crowded?", "acquire", "noted 3"]
 
 
 def test_a_lease_held_elsewhere_is_not_taken_and_says_why() -> None:
@@ -388,7 +396,7 @@ def test_an_answer_after_the_lease_deadline_is_released_not_worked_on() -> None:
     db = Database([Late(9.5, TAKEN), True])
     tried = db.run(lease_try(db, context))
     assert tried.clock is None
-    assert db.steps == ["connect", "cold?", "acquire", "noted 3", "release"]
+    assert db.steps == ["connect", "crowded?", "acquire", "noted 3", "release"]
 
 
 def test_a_slot_lost_in_a_race_is_tried_again_while_others_looked_free() -> None:

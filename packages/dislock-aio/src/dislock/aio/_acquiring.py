@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dislock.core.acquisition import Ask, Cold, Connect, Outcome, Pause, Steps, handing_back
+from dislock.core.acquisition import Ask, Connect, Crowded, Outcome, Pause, Steps, handing_back
 from dislock.core.context import LockContext
 
 from ._compat import sleep
@@ -38,8 +38,8 @@ async def drive(hub: Hub, sequence: Steps[Outcome]) -> Outcome:
             await sleep(step.seconds)
         elif isinstance(step, Connect):
             await hub.connect_patiently(step.patience)
-        elif isinstance(step, Cold):
-            reply = hub.cold
+        elif isinstance(step, Crowded):
+            reply = hub.crowded
         else:
             hub.note_timeline(step.timeline)
 

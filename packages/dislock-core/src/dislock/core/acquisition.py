@@ -4,15 +4,16 @@ order, and what each answer decides.
 A sequence is a generator, in the manner of psycopg's ``generators``: it yields
 ``Step``s and is fed their answers.  ``Ask`` is a statement to send (the driver
 feeds back the exchange's answer, or throws in the error it raised), ``Pause`` a
-wait, ``Connect`` a connection to open, ``Cold`` the question whether the
-connection has planned nothing yet, and ``Noted`` the server timeline an answer
-carried.  It returns the outcome, or
+wait, ``Connect`` a connection to open, ``Crowded`` the question whether the
+connection is new and was opened only after refused tries, and ``Noted`` the
+server timeline an answer carried.  It returns the outcome, or
 raises the documented error.  ``dislock.aio._acquiring.drive`` (and its generated
 sync twin) carries the steps out; nothing here touches a socket, so every path of
 an acquisition can be followed without a database (``tests/unit/test_acquisition.py``).
 
-The paths: on a new connection a look (one primary-key read) refuses a live row
-for less than planning the acquiring statement costs; an answer that synchronous
+The paths: on a connection opened through a crowded door (a herd), a look (one
+primary-key read) refuses a live row for less than planning the acquiring
+statement costs; an answer that synchronous
 replication did not confirm is handed back; a refusal by the role's grant is
 ``KeyNotGrantedError``; an answer the connection lost is found out by reading the
 owner's rows back within the connection patience, and the statement sent again
@@ -86,8 +87,10 @@ class Connect:
 
 
 @dataclass(frozen=True, slots=True)
-class Cold:
-    """Whether the next statement is the first on its connection (``Hub.cold``)."""
+class Crowded:
+    """Whether the next statement is the first on a connection that was opened only
+    after the server refused or failed earlier tries (``Hub.crowded``): the sign,
+    seen from one machine, that many others are at the server's door at once."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +101,7 @@ class Noted:
     timeline: object
 
 
-Step: TypeAlias = "Ask[Any] | Pause | Connect | Cold | Noted"
+Step: TypeAlias = "Ask[Any] | Pause | Connect | Crowded | Noted"
 Steps: TypeAlias = Generator[Step, Any, Outcome]
 """A sequence: the steps it yields, what it returns."""
 
@@ -217,12 +220,14 @@ def claiming(
     the fencing token, and the pause that refused it, if one did.
 
     ``look``: the read that gives the same refusal when the row is live, sent first
-    on a new connection: there, planning the acquiring statement costs the server
-    several times what the read does, and when every machine's crontab fires at
-    once all but one of them are refused.  A look that fails leaves the answer to
+    on a connection opened through a crowded door (``Crowded``): in a herd,
+    planning the acquiring statement costs the server several times what the read
+    does, and all but one machine are refused.  Anywhere else it would be a second
+    round trip for nothing: a lone cron run finds the row free, and a warm process
+    has paid for its connection already.  A look that fails leaves the answer to
     the acquiring statement (a read: nothing to find out).
     """
-    if look is not None and (yield Cold()):
+    if look is not None and (yield Crowded()):
         try:
             refusal: Acquired | None = yield Ask(look, timeout, patience)
         except DatabaseUnreachableError:

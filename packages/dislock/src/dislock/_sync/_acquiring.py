@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dislock.core.acquisition import Ask, Cold, Connect, Outcome, Pause, Steps, handing_back
+from dislock.core.acquisition import Ask, Connect, Crowded, Outcome, Pause, Steps, handing_back
 from dislock.core.context import LockContext
 
 from ._compat import sleep
@@ -40,8 +40,8 @@ def drive(hub: Hub, sequence: Steps[Outcome]) -> Outcome:
             sleep(step.seconds)
         elif isinstance(step, Connect):
             hub.connect_patiently(step.patience)
-        elif isinstance(step, Cold):
-            reply = hub.cold
+        elif isinstance(step, Crowded):
+            reply = hub.crowded
         else:
             hub.note_timeline(step.timeline)
 

@@ -98,6 +98,8 @@ class Hub:
         self.timeline: int | None = None
         """The server timeline a lock was last taken on (see ``dislock.core.failover``)."""
         self._preparation: tuple[Link, Preparation] | None = None
+        # The link last opened after a refused or failed try (``crowded``).
+        self._crowded_link: Link | None = None
         """The current link's statement count, until it may prepare (``dislock.core.preparing``)."""
 
     def execute(
@@ -149,14 +151,14 @@ class Hub:
         return exchange.read(cursor.fetchall() if cursor.description is not None else [])
 
     @property
-    def cold(self) -> bool:
-        """Whether the next statement opens the connection or is the first on it: a
-        backend that has planned nothing yet, which is every machine of a herd
-        (``dislock.core.lock_queries.Queries.look``)."""
+    def crowded(self) -> bool:
+        """Whether the next statement is the first on a connection opened only after
+        refused or failed tries: a herd at the server's door, where a look at the
+        row first saves the server work (``dislock.core.acquisition.claiming``)."""
         link, counted = self._link, self._preparation
-        if link is None or link.retired or counted is None or counted[0] is not link:
-            return True
-        return counted[1].statements == 0
+        if link is None or link.retired or link is not self._crowded_link:
+            return False
+        return counted is not None and counted[0] is link and counted[1].statements == 0
 
     def connect(self) -> None:
         """Open the shared connection now if it is not open."""
@@ -177,12 +179,17 @@ class Hub:
             return link
         if patience is None:
             return self._reopen(None)
+        refused = False
         while True:
             started = monotonic()
             try:
                 timeout = patience.attempt_timeout(self._longest_connect, self._hosts, started)
-                return self._reopen(timeout)
+                link = self._reopen(timeout)
+                if refused:
+                    self._crowded_link = link
+                return link
             except OperationalError as exc:
+                refused = True
                 now = monotonic()
                 detail = scrub(one_line(str(exc)), self.url)
                 delay = patience.next_delay(exc, now, attempt_started=started)

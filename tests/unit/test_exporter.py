@@ -151,7 +151,13 @@ def test_host_records_round_trip_through_their_samples() -> None:
     ]
     again = read_host_records(samples)
     assert again["nightly"].last_success == 160.0
-    assert again["nightly"].runs == {"ok": 1, "failed": 1, "lease_lost": 0, "killed": 0}
+    assert again["nightly"].runs == {
+        "ok": 1,
+        "failed": 1,
+        "lease_lost": 0,
+        "killed": 0,
+        "timed_out": 0,
+    }
 
 
 def test_the_chunked_exposition_is_prometheus_clients_own() -> None:
@@ -235,5 +241,6 @@ def test_label_values_are_keys_dislock_takes_or_clipped_apart() -> None:
         "failed": 0.0,
         "lease_lost": 0.0,
         "killed": 0.0,
+        "timed_out": 0.0,
         "other": 2.0,
     }

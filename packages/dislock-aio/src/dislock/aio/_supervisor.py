@@ -39,14 +39,21 @@ then neither signals nor the guard reach it.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import signal
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AsyncExitStack
 from time import monotonic
+from typing import NamedTuple
 
 from dislock.core.config import SCHEDULE
-from dislock.core.context import LEASE_LOST_EXIT_CODE, LeaseLossPolicy, LockContext
+from dislock.core.context import (
+    LEASE_LOST_EXIT_CODE,
+    MAX_RUNTIME_EXIT_CODE,
+    LeaseLossPolicy,
+    LockContext,
+)
 from dislock.core.errors import Interrupted, LeaseLostError
 from dislock.core.history import end_of_command
 from dislock.core.processes import (
@@ -58,6 +65,7 @@ from dislock.core.processes import (
 )
 from dislock.core.supervision import (
     GUARD_FIRED,
+    GUARD_LAG_MAX,
     KILL_GRACE,
     SignalAction,
     SignalRoute,
@@ -67,6 +75,7 @@ from dislock.core.supervision import (
     guard_lag,
     inherited_environment,
     lease_loss_line,
+    max_runtime_line,
     new_run_token,
 )
 
@@ -175,10 +184,22 @@ async def supervise(
             session.run_end = end_of_command(None, LEASE_LOST_EXIT_CODE, lease_lost=True)
             return LEASE_LOST_EXIT_CODE
         guard = Guard.start(run_token, base)
+        bound = session.locks[0].context.max_runtime_seconds
+        # Taken before the command starts: its bound can only come early, by the
+        # time a spawn takes, never late.
+        stop_at = None if bound is None else monotonic() + bound
         lag = 0.0
-        if guard is not None and lease is not None and policy is LeaseLossPolicy.TERMINATE:
-            # (Under CONTINUE a lost lease does not stop the command: nor does its deadline.)
+        follows = guard is not None and lease is not None and policy is LeaseLossPolicy.TERMINATE
+        if lease is not None and follows:
             lag = guard_lag(lease.settings.ttl)
+        if guard is not None and stop_at is not None:
+            # The guard kills the group once the bound and its grace are over,
+            # should the wrapper not have stopped it by then (stopped, frozen).
+            guard.cap(stop_at + KILL_GRACE + (lag or GUARD_LAG_MAX))
+            if not follows:
+                guard.kill_at(math.inf)  # the cap
+        if guard is not None and lease is not None and follows:
+            # (Under CONTINUE a lost lease does not stop the command: nor does its deadline.)
             guard.follow(lease, lag)
         try:
             child = await Child.start(
@@ -193,10 +214,14 @@ async def supervise(
             for signum in route.started(child.group):
                 _forward(child.group, signum)
         try:
-            code = await _watch(child, argv, lease, policy, guard, lag)
+            code, timed_out = await _watch(
+                child, argv, lease, policy, guard, lag, _Bound.of(session, stop_at)
+            )
             await clear_group(child.group)
             lost = lease is not None and lease.is_lost()
-            session.run_end = end_of_command(child.returncode, code, lease_lost=lost)
+            session.run_end = end_of_command(
+                child.returncode, code, lease_lost=lost, timed_out=timed_out
+            )
             return code
         except BaseException:
             # Interrupted (KeyboardInterrupt, cancellation): never leave the command
@@ -241,6 +266,22 @@ def _on_signal(route: SignalRoute, interrupt: Callable[[int], None]) -> Callable
     return on_signal
 
 
+class _Bound(NamedTuple):
+    """A run's maximum runtime: the lock key it is reported under, the bound, and
+    when (monotonic) it is over."""
+
+    lock_key: str
+    seconds: float
+    stop_at: float
+
+    @classmethod
+    def of(cls, session: LockSession, stop_at: float | None) -> _Bound | None:
+        context = session.locks[0].context
+        if stop_at is None or context.max_runtime_seconds is None:
+            return None
+        return cls(context.lock_key, context.max_runtime_seconds, stop_at)
+
+
 async def _watch(
     child: Child,
     argv: Sequence[str],
@@ -248,28 +289,50 @@ async def _watch(
     policy: LeaseLossPolicy,
     guard: Guard | None,
     lag: float,
-) -> int:
+    bound: _Bound | None,
+) -> tuple[int, bool]:
+    """The wrapper's exit status once the command is over, and whether it was
+    stopped for running past its bound."""
     while True:
         deadline: float | None = None
+        wake = None if bound is None else bound.stop_at
         if lease is None:
-            code = await child.wait(None)
+            code = await child.wait(None if wake is None else max(wake - monotonic(), 0.001))
         else:
             # Woken by the loss itself, as soon as it is known; and at the
             # lease's deadline, in case nothing could declare it by then: the
             # command must be stopping before its row can expire on the server.
             deadline = lease.deadline
-            timeout = None if deadline is None else max(deadline - monotonic(), 0.001)
+            if deadline is not None:
+                wake = deadline if wake is None else min(wake, deadline)
+            timeout = None if wake is None else max(wake - monotonic(), 0.001)
             code = await child.wait_or(lease.lease_lost, timeout)
-        if lease is not None and guard is not None and policy is LeaseLossPolicy.TERMINATE:
+        following = lease is not None and policy is LeaseLossPolicy.TERMINATE
+        if guard is not None and (following or bound is not None):
             # A command SIGKILLed may be the guard's doing: it exits right after.
             # So may one not yet seen dead when we woke past the guard's instant
             # (the wrapper was stopped): its exit may not have been reaped yet.
-            overdue = deadline is not None and monotonic() >= deadline + lag
+            now = monotonic()
+            overdue = (following and deadline is not None and now >= deadline + lag) or (
+                bound is not None and now >= bound.stop_at + KILL_GRACE
+            )
             killed = code == -signal.SIGKILL
             patience = _GUARD_VERDICT_PATIENCE if killed or overdue else 0.0
             if await _guard_killed_at_deadline(guard, patience):
                 if code is None:
                     await child.wait(None)  # SIGKILLed: it is going, if not gone
+                # Which instant the guard kept: the bound's, unless the lease's
+                # deadline came first.
+                if bound is not None and (
+                    not following or deadline is None or bound.stop_at + KILL_GRACE < deadline
+                ):
+                    consequence = (
+                        f"its guard killed the process group of {argv[0]} (pid {child.pid}),"
+                        f" exit {MAX_RUNTIME_EXIT_CODE}"
+                    )
+                    logger.error("%s", max_runtime_line(bound.lock_key, bound.seconds, consequence))
+                    return MAX_RUNTIME_EXIT_CODE, True
+                assert lease is not None
                 lease.declare_if_lost()
                 consequence = (
                     f"its guard killed the process group of {argv[0]} (pid {child.pid}),"
@@ -278,9 +341,9 @@ async def _watch(
                 logger.error(
                     "%s", lease_loss_line(lease.context.lock_key, GUARD_FIRED, consequence)
                 )
-                return LEASE_LOST_EXIT_CODE
+                return LEASE_LOST_EXIT_CODE, False
         if code is not None:
-            return exit_status(code)
+            return exit_status(code), False
         if lease is not None and lease.declare_if_lost():
             if policy is LeaseLossPolicy.TERMINATE:
                 # The wrapper stops the command itself: the guard waits out the grace.
@@ -296,9 +359,26 @@ async def _watch(
                     f" exit {LEASE_LOST_EXIT_CODE}",
                 )
                 await _finish_stop(child, KILL_GRACE, started)
-                return LEASE_LOST_EXIT_CODE
+                return LEASE_LOST_EXIT_CODE, False
             _report_loss(lease, f"{argv[0]} keeps running (lease loss policy: continue)")
             lease = None  # CONTINUE: stop checking
+        if bound is not None and monotonic() >= bound.stop_at:
+            # The wrapper stops the command itself: the guard waits out the grace.
+            started = monotonic()
+            if guard is not None:
+                guard.kill_at(started + KILL_GRACE + (lag or GUARD_LAG_MAX))
+            signal_group(child.group, signal.SIGTERM)
+            logger.error(
+                "%s",
+                max_runtime_line(
+                    bound.lock_key,
+                    bound.seconds,
+                    f"terminating {argv[0]} (pid {child.pid}, SIGKILL after {KILL_GRACE:g} s),"
+                    f" exit {MAX_RUNTIME_EXIT_CODE}",
+                ),
+            )
+            await _finish_stop(child, KILL_GRACE, started)
+            return MAX_RUNTIME_EXIT_CODE, True
 
 
 def _report_loss(lease: LeaseLock, consequence: str) -> None:

@@ -22,7 +22,7 @@ KEY --since 24h`` lists.  ``dislock_covered_slots`` counts the ones without a st
 during which a run still held the key's lease.  A key that first ran within the
 window is judged from its first run's slot on."""
 
-FAILED_OUTCOMES = ("failed", "lease_lost", "killed", "abandoned")
+FAILED_OUTCOMES = ("failed", "lease_lost", "killed", "timed_out", "abandoned")
 """Outcomes a person must look at; the status page lists these first."""
 
 

@@ -130,7 +130,12 @@ def read_wrapper_settings(
             jitter_name=variables.JITTER.name,
             schedule_name=variables.SCHEDULE.name,
         )
-    for variable in (variables.LEASE_LOSS, variables.FENCING, variables.HISTORY):
+    for variable in (
+        variables.LEASE_LOSS,
+        variables.MAX_RUNTIME,
+        variables.FENCING,
+        variables.HISTORY,
+    ):
         _read(fields, variable, environ)
     _read(fields, variables.HISTORY_TABLE, environ)
     pass_url = read_pass_url(environ)

@@ -90,6 +90,15 @@ CONNECT_PATIENCE = Bound(
     "mistake (a schedule lock never waits past its slot anyway)",
 )
 
+MAX_RUNTIME = Bound(
+    "LOCK_MAX_RUNTIME_SECONDS",
+    "max_runtime_seconds",
+    1.0,
+    30 * DAY,
+    "s",
+    "a bound under a second stops a command before it is under way; a job meant to run "
+    "for more than a month wants no bound rather than one nobody remembers",
+)
 WAIT = Bound(
     "LOCK_WAIT_SECONDS",
     "wait_seconds",
@@ -133,6 +142,7 @@ BOUNDS: tuple[Bound, ...] = (
     JITTER,
     CONNECT_TIMEOUT,
     CONNECT_PATIENCE,
+    MAX_RUNTIME,
     WAIT,
     WAIT_POLL,
     SLOTS,

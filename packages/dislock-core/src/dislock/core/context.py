@@ -25,6 +25,10 @@ DEFAULT_CONNECT_TIMEOUT = 10.0
 LEASE_LOST_EXIT_CODE = 75
 """Exit code of a wrapped command terminated because its lease was lost (EX_TEMPFAIL)."""
 
+MAX_RUNTIME_EXIT_CODE = 124
+"""Exit code of a wrapped command stopped because it ran past ``max_runtime_seconds``
+(as ``timeout(1)`` exits)."""
+
 URL_VARIABLE = "DATABASE_URL"
 """Where a ``LockContext`` given no ``url`` reads it: the variable the CLI's examples name."""
 
@@ -105,6 +109,11 @@ class LockContext:
     """Keep retrying a refused connection (too many connections, a server starting up or
     restarting) this long, with jittered backoff, before reporting it; for a schedule
     lock never past the end of the slot. 0: report the first refusal."""
+    max_runtime_seconds: float | None = None
+    """Stop a command run with ``run_with_locks`` (the wrapper) this long after it
+    started: SIGTERM to its process group, SIGKILL after the grace, exit
+    ``MAX_RUNTIME_EXIT_CODE`` (124), recorded as ``timed_out``.  Its guard holds the
+    bound when the wrapper cannot (stopped, frozen).  None: no bound."""
     fencing: bool = False
     """Hand out fencing tokens: each acquisition bumps and returns the row's ``fence``
     column (``dislockctl init --fencing`` adds it). Off, the three-column table works
@@ -201,6 +210,14 @@ class LockContext:
                 schedule_name="schedule",
             )
         _set(self, "lease_loss_policy", LeaseLossPolicy.parse(self.lease_loss_policy))
+        if self.max_runtime_seconds is not None:
+            _set(
+                self,
+                "max_runtime_seconds",
+                bounds.check_number(
+                    bounds.MAX_RUNTIME, self.max_runtime_seconds, name="max_runtime_seconds"
+                ),
+            )
         if not isinstance(self.fencing, bool):
             raise ConfigurationError(f"fencing must be True or False, got {self.fencing!r}")
         if not isinstance(self.history, bool):

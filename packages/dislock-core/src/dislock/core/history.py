@@ -22,7 +22,7 @@ The table (one per lock table, ``<table>_history`` unless named otherwise)::
     started_at  timestamptz       NOW() of the start statement
     ended_at    timestamptz       NOW() of the end statement; NULL while running
                                   (or when the machine died)
-    outcome     text              ok | failed | lease_lost | killed; NULL until ended
+    outcome     text              ok | failed | lease_lost | killed | timed_out; NULL until ended
     exit_code   integer           the command's status (128+n when signal n killed it)
     signal      integer           the signal that killed it
     cron        text              the cron expression, when there is one
@@ -46,7 +46,7 @@ from dislock.core.exchange import Exchange, Rows
 HISTORY_TIMEOUT = 2.0
 """Seconds a history statement may take before it is cancelled and logged."""
 
-OUTCOMES = ("ok", "failed", "lease_lost", "killed")
+OUTCOMES = ("ok", "failed", "lease_lost", "killed", "timed_out")
 """What the end statement records; ``running`` and ``abandoned`` are derived when reading."""
 
 SUFFIX = "_history"
@@ -192,11 +192,16 @@ class RunEnd(NamedTuple):
     signal: int | None = None
 
 
-def end_of_command(returncode: int | None, status: int, *, lease_lost: bool) -> RunEnd:
+def end_of_command(
+    returncode: int | None, status: int, *, lease_lost: bool, timed_out: bool = False
+) -> RunEnd:
     """The end of a wrapped command: its raw return code (negative: killed by that
     signal, as subprocess reports it; None: it never started), the status the
-    wrapper returns, and whether its lease was lost meanwhile."""
+    wrapper returns, whether its lease was lost meanwhile, and whether it was
+    stopped for running past its ``max_runtime_seconds``."""
     killed_by = -returncode if returncode is not None and returncode < 0 else None
+    if timed_out:
+        return RunEnd("timed_out", status, killed_by)
     if lease_lost:
         return RunEnd("lease_lost", status, killed_by)
     if killed_by is not None:

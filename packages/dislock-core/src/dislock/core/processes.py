@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import math
 import os
 import shutil
 import signal
@@ -79,6 +80,9 @@ class Guard:
         # The renewer's thread writes deadlines while the main thread may stand the
         # guard down: a closed descriptor's number must never be written to.
         self._lock = threading.Lock()
+        # No instant later than this is ever sent (``cap``): the guard only ever
+        # moves its instant later, so a bound must be kept on this side.
+        self._cap = math.inf
 
     @classmethod
     def start(cls, run_token: str, base: Mapping[str, str] | None = None) -> Guard | None:
@@ -125,8 +129,15 @@ class Guard:
 
     def kill_at(self, when: float) -> None:
         """Kill the group at ``when`` (monotonic; ``math.inf``: never) unless told a
-        later instant first (an earlier one changes nothing)."""
-        self._send(until_line(when))
+        later instant first (an earlier one changes nothing); never later than the
+        ``cap``."""
+        self._send(until_line(min(when, self._cap)))
+
+    def cap(self, when: float) -> None:
+        """Never kill the group later than ``when`` (a run's maximum runtime, and its
+        grace), whatever instants follow.  Set before the first instant is sent:
+        the guard never moves an instant earlier."""
+        self._cap = when
 
     def follow(self, lease: Deadlined, lag: float) -> None:
         """Kill the group ``lag`` seconds after the lease's local deadline, told

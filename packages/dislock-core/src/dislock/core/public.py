@@ -11,6 +11,7 @@ API; ``LOCK_NAMES`` are what each flavour defines for itself: the sync one in
 from __future__ import annotations
 
 from dislock.core.context import LEASE_LOST_EXIT_CODE as LEASE_LOST_EXIT_CODE
+from dislock.core.context import MAX_RUNTIME_EXIT_CODE as MAX_RUNTIME_EXIT_CODE
 from dislock.core.context import LeaseLossPolicy as LeaseLossPolicy
 from dislock.core.context import LockContext as LockContext
 from dislock.core.errors import ConfigurationError as ConfigurationError
@@ -26,6 +27,7 @@ from dislock.core.errors import StatementTimeout as StatementTimeout
 
 __all__ = [
     "LEASE_LOST_EXIT_CODE",
+    "MAX_RUNTIME_EXIT_CODE",
     "ConfigurationError",
     "DatabaseUnreachableError",
     "DislockError",

@@ -188,3 +188,11 @@ blocked on a full pipe, a machine too loaded to run it)."""
 def lease_loss_line(lock_key: str, reason: str | None, consequence: str) -> str:
     """What the wrapper says when a lease is lost: one line, for the operator."""
     return f"lease lost for lock {lock_key!r}: {reason or 'unknown reason'}; {consequence}"
+
+
+def max_runtime_line(lock_key: str, seconds: float, consequence: str) -> str:
+    """What the wrapper says when a command ran past its bound: one line, naming it."""
+    return (
+        f"lock {lock_key!r}: the command ran past its maximum runtime of {seconds:g} s"
+        f" (LOCK_MAX_RUNTIME_SECONDS); {consequence}"
+    )

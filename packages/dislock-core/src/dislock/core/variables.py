@@ -186,6 +186,15 @@ LEASE_LOSS = Variable(
     _policy,
     lambda policy: str(policy.value),
 )
+MAX_RUNTIME = Variable(
+    "LOCK_MAX_RUNTIME_SECONDS",
+    "max_runtime_seconds",
+    "-",
+    "stop the command this long after it started (SIGTERM, SIGKILL after 10 s, exit 124): {range}",
+    _number(bounds.MAX_RUNTIME),
+    lambda seconds: None if seconds is None else str(seconds),
+    bounds.MAX_RUNTIME,
+)
 FENCING = Variable(
     "LOCK_FENCING",
     "fencing",
@@ -302,6 +311,7 @@ VARIABLES: tuple[Variable, ...] = (
     HEARTBEAT,
     JITTER,
     LEASE_LOSS,
+    MAX_RUNTIME,
     FENCING,
     PASS_URL,
     WAIT,

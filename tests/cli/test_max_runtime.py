@@ -1,0 +1,153 @@
+"""``LOCK_MAX_RUNTIME_SECONDS``: a run is bounded as ``timeout(1)`` bounds one, by the
+wrapper while it can act, and by its guard when it cannot (stopped or frozen)."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from dislock.core.supervision import KILL_GRACE
+from tests.cli.conftest import DISLOCK, RunCli
+from tests.support.rows import history_runs
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie (exited, not yet reaped by init) counts as gone.
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def wait_for(path: Path, timeout: float = 30) -> str:
+    deadline = time.monotonic() + timeout
+    while not (path.exists() and path.read_text().strip()):
+        assert time.monotonic() < deadline, f"{path} never written"
+        time.sleep(0.02)
+    return path.read_text().strip()
+
+
+def docs_block() -> str:
+    """The shell block of docs/cli.md's "Bounding a run", as a user would paste it."""
+    text = (ROOT / "docs" / "cli.md").read_text()
+    section = text.split("## Bounding a run", 1)[1]
+    found = re.search(r"```sh\n(.*?)```", section, re.S)
+    assert found is not None
+    return found.group(1)
+
+
+def test_the_docs_block_runs_as_pasted(cli_env: dict[str, str], tmp_path: Path) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "dislock").write_text(f'#!/bin/sh\nexec {" ".join(DISLOCK)} "$@"\n')
+    (bin_dir / "dislock").chmod(0o755)
+    env = {**cli_env, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    started = time.monotonic()
+    result = subprocess.run(
+        ["bash", "-c", docs_block()], env=env, capture_output=True, text=True, timeout=60
+    )
+    took = time.monotonic() - started
+    assert result.stdout == "exit 124\n", (result.stdout, result.stderr)
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(
+        "dislock: lock 'stuck-job': the command ran past its maximum runtime of 2 s"
+        " (LOCK_MAX_RUNTIME_SECONDS); terminating sleep (pid "
+    ), lines[0]
+    assert lines[0].endswith(", SIGKILL after 10 s), exit 124"), lines[0]
+    # sleep goes at SIGTERM: the bound, not the grace, decides when.
+    assert 2.0 <= took < 2.0 + KILL_GRACE, took
+
+
+@pytest.mark.parametrize("strategy", ["schedule", "lease", "schedule,lease"])
+def test_a_command_ignoring_sigterm_is_killed_after_the_grace_with_its_helpers(
+    history_env: dict[str, str],
+    run_cli: RunCli,
+    db: psycopg.Connection[Any],
+    tmp_path: Path,
+    strategy: str,
+) -> None:
+    helper = tmp_path / "helper.pid"
+    # Ignored signals are inherited: the background helper ignores SIGTERM too.
+    script = f"trap '' TERM; sleep 300 & echo $! > {helper}; sleep 300"
+    env = {**history_env, "LOCK_STRATEGY": strategy, "LOCK_MAX_RUNTIME_SECONDS": "1"}
+    started = time.monotonic()
+    result = run_cli(["DATABASE_URL", "sh", "-c", script], env, timeout=120)
+    took = time.monotonic() - started
+    assert result.returncode == 124, result.stderr
+    assert "maximum runtime of 1 s" in result.stderr and "exit 124" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert 1.0 + KILL_GRACE <= took < 1.0 + KILL_GRACE + 20, took
+    assert not alive(int(helper.read_text())), "the background helper outlived the bound"
+    schema, table = env["LOCK_TABLE"].split(".")
+    (run,) = history_runs(db, (schema, f"{table}_history"), env["LOCK_KEY"])
+    assert (run["outcome"], run["exit_code"], run["signal"]) == ("timed_out", 124, 9)
+    assert run["ordered"]
+
+
+def test_a_command_within_its_bound_keeps_its_exit_status(
+    cli_env: dict[str, str], run_cli: RunCli
+) -> None:
+    env = {**cli_env, "LOCK_MAX_RUNTIME_SECONDS": "30"}
+    result = run_cli(["DATABASE_URL", "sh", "-c", "exit 124"], env)
+    assert result.returncode == 124 and result.stderr == "", result.stderr
+    result = run_cli(["DATABASE_URL", "sh", "-c", "exit 0"], {**env, "LOCK_KEY": "other"})
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+
+
+@pytest.mark.parametrize("strategy", ["schedule", "lease"])
+def test_the_bound_holds_while_the_wrapper_is_stopped(
+    cli_env: dict[str, str], tmp_path: Path, strategy: str
+) -> None:
+    """Frozen at its bound, the wrapper cannot stop the command: its guard kills the
+    group once the bound and the grace are over, and the wrapper, resumed, says so."""
+    pid_file = tmp_path / "command.pid"
+    env = {
+        **cli_env,
+        "LOCK_STRATEGY": strategy,
+        "LOCK_MAX_RUNTIME_SECONDS": "1",
+        # A lease long enough that its own deadline is no part of this.
+        "RUN_LOCK_TTL_SECONDS": "600",
+    }
+    wrapper = subprocess.Popen(
+        [*DISLOCK, "DATABASE_URL", "sh", "-c", f"echo $$ > {pid_file}; exec sleep 300"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        command = int(wait_for(pid_file))
+        wrapper.send_signal(signal.SIGSTOP)
+        stopped = time.monotonic()
+        deadline = stopped + 1.0 + KILL_GRACE + 30
+        while alive(command):
+            assert time.monotonic() < deadline, "the guard never killed the command"
+            time.sleep(0.05)
+        gone = time.monotonic() - stopped
+        # Not before the bound and its grace (the guard is no quicker than the
+        # wrapper would be), and not much after.
+        assert gone >= KILL_GRACE, gone
+        wrapper.send_signal(signal.SIGCONT)
+        _, stderr = wrapper.communicate(timeout=60)
+    finally:
+        if wrapper.poll() is None:
+            wrapper.send_signal(signal.SIGCONT)
+            wrapper.kill()
+            wrapper.communicate()
+    assert wrapper.returncode == 124, stderr
+    lines = stderr.splitlines()
+    assert len(lines) == 1, lines
+    assert "maximum runtime of 1 s" in lines[0] and "its guard killed" in lines[0], lines[0]

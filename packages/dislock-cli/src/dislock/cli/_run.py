@@ -12,7 +12,6 @@ import psycopg.errors
 
 from dislock._sync import run_with_locks
 from dislock.cli import EXIT_FAILURE, EXIT_USAGE
-from dislock.cli.diagnosis import describe_database_error
 from dislock.cli.settings import WrapperSettings
 from dislock.core.dsn import scrub
 from dislock.core.errors import (
@@ -64,6 +63,10 @@ def run(settings: WrapperSettings, *, debug: bool, metrics_textfile: str | None 
         return EXIT_FAILURE
     except psycopg.Error as exc:
         table_parts = tuple(context.table_parts)
+        # Imported on failure only: a run that goes well never pays for the
+        # diagnosis (and the grant catalogue and row views it reads).
+        from dislock.cli.diagnosis import describe_database_error
+
         message = describe_database_error(exc, table_parts=table_parts, url=context.url)
         _fail(message, exc, context.url, debug)
         return EXIT_FAILURE

@@ -27,10 +27,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Generator, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from time import monotonic
-from typing import Any, Generic, TypeAlias, TypeVar
+from typing import Any, Generic, NamedTuple, TypeAlias, TypeVar
 
 import psycopg
 
@@ -62,8 +61,7 @@ Answer = TypeVar("Answer")
 Outcome = TypeVar("Outcome")
 
 
-@dataclass(frozen=True, slots=True)
-class Ask(Generic[Answer]):
+class Ask(NamedTuple, Generic[Answer]):
     """Send ``exchange`` within ``timeout`` seconds (opening a connection within
     ``patience`` if one is needed); answered with the exchange's answer."""
 
@@ -72,29 +70,25 @@ class Ask(Generic[Answer]):
     patience: ConnectPatience | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Pause:
+class Pause(NamedTuple):
     """Wait ``seconds``; answered with None."""
 
     seconds: float
 
 
-@dataclass(frozen=True, slots=True)
-class Connect:
+class Connect(NamedTuple):
     """Open the connection if it is not open, within ``patience``; answered with None."""
 
     patience: ConnectPatience
 
 
-@dataclass(frozen=True, slots=True)
-class Crowded:
+class Crowded(NamedTuple):
     """Whether the next statement is the first on a connection that was opened only
     after the server refused or failed earlier tries (``Hub.crowded``): the sign,
     seen from one machine, that many others are at the server's door at once."""
 
 
-@dataclass(frozen=True, slots=True)
-class Noted:
+class Noted(NamedTuple):
     """The server timeline an answer carried, for the hub to compare after a
     reconnection; answered with None."""
 
@@ -364,8 +358,7 @@ def schedule_refusal(
     )
 
 
-@dataclass(frozen=True, slots=True)
-class LeaseTry:
+class LeaseTry(NamedTuple):
     """One try at a lease (or at a free slot of it)."""
 
     key: str

@@ -10,8 +10,7 @@ answer can be tested without a database.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from psycopg import sql
 
@@ -20,8 +19,7 @@ Answer = TypeVar("Answer")
 Rows = Sequence[Sequence[Any]]
 
 
-@dataclass(frozen=True, slots=True)
-class Exchange(Generic[Answer]):
+class Exchange(NamedTuple, Generic[Answer]):
     query: sql.SQL | sql.Composed
     """Built once per table, so that connections can keep its rendering
     (``dislock.core.rendering``)."""

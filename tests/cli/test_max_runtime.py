@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 from dislock.core.supervision import KILL_GRACE
-from tests.cli.conftest import DISLOCK, RunCli
+from tests.cli.conftest import DISLOCK, RunCli, assert_refused_in_one_line
 from tests.support.rows import history_runs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -151,3 +151,13 @@ def test_the_bound_holds_while_the_wrapper_is_stopped(
     lines = stderr.splitlines()
     assert len(lines) == 1, lines
     assert "maximum runtime of 1 s" in lines[0] and "its guard killed" in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("value", ["0", "0.5", "forever", "-3", "2592001"])
+def test_a_bound_out_of_range_is_one_line_and_exit_2(
+    cli_env: dict[str, str], run_cli: RunCli, tmp_path: Path, value: str
+) -> None:
+    marker = tmp_path / "ran"
+    env = {**cli_env, "LOCK_MAX_RUNTIME_SECONDS": value}
+    result = run_cli(["DATABASE_URL", "touch", str(marker)], env)
+    assert_refused_in_one_line(result, "LOCK_MAX_RUNTIME_SECONDS", marker)

@@ -143,3 +143,11 @@ def test_clipping_escapes_and_cuts_to_the_limit() -> None:
     assert clip("\x1b" * 100, limit=10) == "\\x1b\\x1b…"
     for text in ("é" * 100, "\u202e" * 30, "x\ny" * 40):
         assert len(clip(text, limit=20)) <= 20 and clip(text, limit=20).endswith("…")
+
+
+@pytest.mark.parametrize("bound", [0, 0.5, -1, 31 * 86400, "soon", True])
+def test_a_max_runtime_out_of_range_is_refused_by_the_context(bound: object) -> None:
+    from dislock import LockContext
+
+    with pytest.raises(ConfigurationError, match="max_runtime_seconds"):
+        LockContext(url="postgresql://db/app", lock_key="k", max_runtime_seconds=bound)  # type: ignore[arg-type]

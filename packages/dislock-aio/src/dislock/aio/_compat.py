@@ -279,25 +279,30 @@ async def interrupting(route: SignalRoute) -> AsyncIterator[None]:
 
 
 class LossGuard:
-    """Cancels the task running a guarded block once its lease is lost.
+    """Cancels the task running a guarded block once its lease is lost, or at
+    ``stop_at`` (monotonic), the end of its maximum runtime.
 
     Created as the block starts, in the task that runs it; ``stop`` as the block
     ends says whether the block ended because the guard cancelled it, so that the
-    caller can raise ``LeaseLostError`` in place of the ``CancelledError``.  (The
-    sync flavour's guard does nothing: a thread cannot be interrupted safely.)
+    caller can raise ``LeaseLostError`` (or, when ``out_of_time``,
+    ``MaxRuntimeExceeded``) in place of the ``CancelledError``.  (The sync
+    flavour's guard only tells: a thread cannot be interrupted safely.)
     """
 
-    def __init__(self, lost: Event) -> None:
+    def __init__(self, lost: Event, stop_at: float | None = None) -> None:
         self._task = asyncio.current_task()
         self._fired = False
+        self.out_of_time = False
         self._watcher: asyncio.Task[None] | None = None
         if self._task is not None:
             self._watcher = asyncio.get_running_loop().create_task(
-                self._watch(lost), name="dislock-loss-guard"
+                self._watch(lost, stop_at), name="dislock-loss-guard"
             )
 
-    async def _watch(self, lost: Event) -> None:
-        await lost.wait()
+    async def _watch(self, lost: Event, stop_at: float | None) -> None:
+        timeout = None if stop_at is None else max(0.0, stop_at - time.monotonic())
+        if not await wait_event(lost, timeout):
+            self.out_of_time = True
         assert self._task is not None
         # False once the task is done: a block entered by a task that has finished
         # (the lock handed to another task) is not cancelled.
@@ -306,8 +311,9 @@ class LossGuard:
     def stop(self, exc_type: type[BaseException] | None) -> bool:
         """Stop watching, as the block ends with ``exc_type``; whether the block was
         ended by the guard's cancellation alone (or swallowed it), so that the caller
-        is to raise ``LeaseLostError``.  Another cancellation of the task still
-        stands, and another exception from the block is not masked: False."""
+        is to raise ``LeaseLostError`` or ``MaxRuntimeExceeded``.  Another
+        cancellation of the task still stands, and another exception from the
+        block is not masked: False."""
         if self._watcher is not None:
             self._watcher.cancel()
         if not self._fired or asyncio.current_task() is not self._task:

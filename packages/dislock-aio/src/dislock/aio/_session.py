@@ -14,12 +14,13 @@ from contextlib import AsyncExitStack
 from dataclasses import replace
 from datetime import datetime
 from functools import wraps
+from time import monotonic
 from typing import ParamSpec, Protocol, TypeVar
 
 from dislock.core import history, kinds
 from dislock.core.config import SCHEDULE, normalize_strategies
 from dislock.core.context import LeaseLossPolicy, LockContext, default_owner
-from dislock.core.errors import LeaseLostError
+from dislock.core.errors import LeaseLostError, MaxRuntimeExceeded
 from dislock.core.exits import Exc, ExcType, Tb
 from dislock.core.kinds import LEASE
 from dislock.core.waiting import check_waiting, jitter_delay
@@ -49,12 +50,13 @@ class LockSession:
     ``lease_lost`` is always an event, for work that wants to stop at a safe
     point (``if session.lease_lost.is_set(): break``): the lease's
     ``LeaseLock.lease_lost``, set once the lease is lost, whatever the loss
-    policy; without a lease lock, an event that is never set.
+    policy; without a lease lock, an event that is never set.  ``time_left``
+    is the same for ``LockContext.max_runtime_seconds``.
     """
 
     # A plain class rather than a dataclass: building one of those costs the
     # wrapper half a millisecond of start-up on every cron run.
-    __slots__ = ("lease_lost", "locks", "run_end")
+    __slots__ = ("lease_lost", "locks", "run_end", "stop_at")
 
     def __init__(self, locks: tuple[Lock, ...], lease_lost: Event | None = None) -> None:
         self.locks = locks
@@ -65,6 +67,16 @@ class LockSession:
         self.run_end: history.RunEnd | None = None
         """How the run ended, for its history row (``LockContext.history``); set by
         ``run_with_locks``, judged from the block's exception when left None."""
+        self.stop_at: float | None = None
+        """When (``time.monotonic()``) the block's maximum runtime is over; None:
+        no bound."""
+
+    def time_left(self) -> float | None:
+        """Seconds left of the block's ``max_runtime_seconds`` (0 once it is over),
+        for work that stops at a safe point; None without a bound."""
+        if self.stop_at is None:
+            return None
+        return max(0.0, self.stop_at - monotonic())
 
     def __repr__(self) -> str:
         return f"LockSession(locks={self.locks!r}, lease_lost={self.lease_lost!r})"
@@ -195,13 +207,17 @@ class Acquisition:
             raise
         self._session = session
         lease = session.lease
-        if (
-            self._cancel_on_loss
-            and lease is not None
-            and context.lease_loss_policy is LeaseLossPolicy.TERMINATE
-        ):
-            # Nothing is waited for between here and the block: the guard watches it all.
-            self._guard = LossGuard(lease.lease_lost)
+        bound = context.max_runtime_seconds
+        if bound is not None:
+            session.stop_at = monotonic() + bound
+        if not self._cancel_on_loss:
+            return session
+        terminating = lease is not None and context.lease_loss_policy is LeaseLossPolicy.TERMINATE
+        if terminating or bound is not None:
+            # Nothing is waited for between here and the block: the guard watches it
+            # all.  (A loss it is not to act on is an event never set.)
+            lost = lease.lease_lost if lease is not None and terminating else Event()
+            self._guard = LossGuard(lost, session.stop_at)
         return session
 
     async def __aexit__(self, exc_type: ExcType, exc: Exc, tb: Tb) -> bool | None:
@@ -214,6 +230,10 @@ class Acquisition:
         # Stopped before anything else is awaited: no cancellation can come after it.
         cancelled = guard.stop(exc_type)
         try:
+            if guard.out_of_time and (cancelled or exc_type is None):
+                out_of_time = self._out_of_time_error(cancelled)
+                await stack.__aexit__(type(out_of_time), out_of_time, None)
+                raise out_of_time from None
             if cancelled:
                 error = self._cancelled_error()
                 await stack.__aexit__(type(error), error, None)
@@ -229,6 +249,14 @@ class Acquisition:
         return LeaseLostError(
             f"lease {lease.key!r} was lost while the block ran: {reason}; the block was cancelled",
             reason=reason,
+        )
+
+    def _out_of_time_error(self, cancelled: bool) -> MaxRuntimeExceeded:
+        bound = self._context.max_runtime_seconds
+        what = "the block was cancelled" if cancelled else "it ended late"
+        return MaxRuntimeExceeded(
+            f"lock {self._context.lock_key!r}: the block ran past its maximum runtime"
+            f" of {bound:g} s (max_runtime_seconds); {what}"
         )
 
     def for_one_call(self) -> Acquisition:

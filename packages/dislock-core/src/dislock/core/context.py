@@ -110,10 +110,13 @@ class LockContext:
     restarting) this long, with jittered backoff, before reporting it; for a schedule
     lock never past the end of the slot. 0: report the first refusal."""
     max_runtime_seconds: float | None = None
-    """Stop a command run with ``run_with_locks`` (the wrapper) this long after it
-    started: SIGTERM to its process group, SIGKILL after the grace, exit
-    ``MAX_RUNTIME_EXIT_CODE`` (124), recorded as ``timed_out``.  Its guard holds the
-    bound when the wrapper cannot (stopped, frozen).  None: no bound."""
+    """Bound a run: a command run with ``run_with_locks`` (the wrapper) is stopped
+    this long after it started (SIGTERM to its process group, SIGKILL after the
+    grace, exit ``MAX_RUNTIME_EXIT_CODE``, 124), its guard holding the bound when
+    the wrapper cannot (stopped, frozen); a block guarded by ``acquire_locks`` or
+    ``with_locks`` ends with ``MaxRuntimeExceeded`` (``dislock.aio`` cancels it at
+    the bound; a sync block reads ``LockSession.time_left`` and raises as it ends
+    late).  Recorded as ``timed_out``.  None: no bound."""
     fencing: bool = False
     """Hand out fencing tokens: each acquisition bumps and returns the row's ``fence``
     column (``dislockctl init --fencing`` adds it). Off, the three-column table works

@@ -68,6 +68,17 @@ class LeaseLostError(DislockError):
         self.reason = reason
 
 
+class MaxRuntimeExceeded(DislockError, TimeoutError):
+    """A guarded block ran past ``LockContext.max_runtime_seconds``.
+
+    ``dislock.aio`` cancels the task running the block at the bound and raises
+    this in place of the ``CancelledError``; the sync flavour cannot interrupt a
+    thread, so a block that finishes past its bound raises it as it ends
+    (``LockSession.time_left`` lets it stop at a safe point before).  A wrapped
+    command is stopped instead, and the wrapper exits ``MAX_RUNTIME_EXIT_CODE``.
+    """
+
+
 class StatementTimeout(DislockError, TimeoutError):
     """A lock statement got no answer in time and was cancelled.
 

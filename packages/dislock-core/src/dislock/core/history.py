@@ -211,6 +211,10 @@ def end_of_command(
 
 def end_of_block(error: BaseException | None, *, lease_lost: bool) -> RunEnd:
     """The end of a block guarded by ``acquire_locks``."""
+    from dislock.core.errors import MaxRuntimeExceeded
+
+    if isinstance(error, MaxRuntimeExceeded):
+        return RunEnd("timed_out")
     if lease_lost:
         return RunEnd("lease_lost")
     return RunEnd("ok") if error is None else RunEnd("failed")

@@ -22,6 +22,7 @@ from dislock.core.errors import LeaseLostError as LeaseLostError
 from dislock.core.errors import LockDelayedError as LockDelayedError
 from dislock.core.errors import LockNotAcquiredError as LockNotAcquiredError
 from dislock.core.errors import LockPausedError as LockPausedError
+from dislock.core.errors import MaxRuntimeExceeded as MaxRuntimeExceeded
 from dislock.core.errors import NotReplicatedError as NotReplicatedError
 from dislock.core.errors import StatementTimeout as StatementTimeout
 
@@ -38,6 +39,7 @@ __all__ = [
     "LockDelayedError",
     "LockNotAcquiredError",
     "LockPausedError",
+    "MaxRuntimeExceeded",
     "NotReplicatedError",
     "StatementTimeout",
 ]

@@ -338,15 +338,19 @@ def interrupting(route: SignalRoute) -> Iterator[None]:
 
 
 class LossGuard:
-    """The asyncio flavour's guard cancels a block's task once its lease is lost;
-    a thread cannot be interrupted safely, so this one never intervenes and the
-    loss is reported as the block ends (``LeaseLostError``)."""
+    """The asyncio flavour's guard cancels a block's task once its lease is lost
+    or its maximum runtime is over; a thread cannot be interrupted safely, so this
+    one never intervenes: the loss (``LeaseLostError``) or the bound
+    (``MaxRuntimeExceeded``, ``out_of_time``) is reported as the block ends."""
 
-    def __init__(self, lost: Event) -> None:
+    def __init__(self, lost: Event, stop_at: float | None = None) -> None:
         del lost
+        self._stop_at = stop_at
+        self.out_of_time = False
 
     def stop(self, exc_type: type[BaseException] | None) -> bool:
         del exc_type
+        self.out_of_time = self._stop_at is not None and time.monotonic() >= self._stop_at
         return False
 
     def finish(self) -> None:

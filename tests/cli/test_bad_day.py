@@ -47,7 +47,9 @@ def cluster() -> Iterator[Cluster]:
 class Wrapper:
     """A lease job under the wrapper, its stderr read line by line as it comes."""
 
-    def __init__(self, url: str, script: str, ttl: float, interval: float) -> None:
+    def __init__(
+        self, url: str, script: str, ttl: float, interval: float, **variables: str
+    ) -> None:
         env = {key: value for key, value in os.environ.items() if not key.startswith("LOCK_")}
         env.update(
             DATABASE_URL=url,
@@ -58,6 +60,7 @@ class Wrapper:
             LOCK_LEASE_INTERVAL=str(interval),
             LOCK_CONNECT_PATIENCE_SECONDS="120",
         )
+        env.update(variables)
         self.process = subprocess.Popen(
             [*DISLOCK, "DATABASE_URL", "sh", "-c", script],
             env=env,
@@ -154,3 +157,60 @@ def test_an_outage_ridden_out_is_one_failure_and_one_recovery(
     assert sum(FAILED in line for line in wrapper.lines) == 1, wrapper.lines
     assert "lease cronjob-lock:lease:job" in recovered
     assert outcome(cluster.url) == ("failed", 3)
+
+
+def test_an_end_the_database_never_took_is_kept_and_recorded_by_the_next_run(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """Past the connect patience, the end of a run whose database stayed away is
+    kept on the host, and the next run with history there records it, with the
+    time it really ended: the run does not read as abandoned."""
+    started = tmp_path / "started"
+    state = tmp_path / "state"
+    wrapper = Wrapper(
+        cluster.url,
+        f'touch "{started}"; exec sleep 600',
+        ttl=3.0,
+        interval=0.3,
+        LOCK_CONNECT_PATIENCE_SECONDS="1",
+        XDG_STATE_HOME=str(state),
+    )
+    try:
+        wait_for(started, timeout=60)
+        cluster.stop()
+        wrapper.wait_for_line(re.escape(LOST))
+        assert wrapper.finish() == 75, wrapper.lines
+    finally:
+        if wrapper.process.poll() is None:
+            wrapper.process.kill()
+            wrapper.finish()
+    ended = time.time()
+    (kept,) = (state / "dislock" / "unrecorded").iterdir()
+    assert any(f"kept in {kept}" in line for line in wrapper.lines), wrapper.lines
+    cluster.start()
+    assert outcome(cluster.url) == (None, None)  # abandoned, as far as the table knows
+
+    env = {key: value for key, value in os.environ.items() if not key.startswith("LOCK_")}
+    env.update(
+        DATABASE_URL=cluster.url,
+        LOCK_KEY="another-job",
+        LOCK_STRATEGY="lease",
+        LOCK_HISTORY="1",
+        XDG_STATE_HOME=str(state),
+        CRONJOB_LOCK_LOG_LEVEL="INFO",
+    )
+    later = subprocess.run(
+        [*DISLOCK, "DATABASE_URL", "true"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert later.returncode == 0, later.stderr
+    assert "recorded the end of run 1 (lease_lost at " in later.stderr, later.stderr
+    assert not kept.exists()
+    with psycopg.connect(cluster.url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT lock_key, outcome, exit_code, extract(epoch FROM ended_at)"
+            " FROM key_value_history ORDER BY id"
+        ).fetchall()
+    (lock_key, recorded, code, ended_at), (another, *_) = rows
+    assert (lock_key, recorded, code) == ("job", "lease_lost", 75)
+    assert ended_at <= ended  # when it ended, not when it was recorded
+    assert another == "another-job"

@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 from dislock.core.supervision import KILL_GRACE
-from tests.cli.conftest import DISLOCK, RunCli, assert_refused_in_one_line
+from tests.cli.conftest import DISLOCK, Ctl, RunCli, assert_refused_in_one_line
 from tests.support.rows import history_runs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -161,3 +161,13 @@ def test_a_bound_out_of_range_is_one_line_and_exit_2(
     env = {**cli_env, "LOCK_MAX_RUNTIME_SECONDS": value}
     result = run_cli(["DATABASE_URL", "touch", str(marker)], env)
     assert_refused_in_one_line(result, "LOCK_MAX_RUNTIME_SECONDS", marker)
+
+
+def test_history_shows_a_timed_out_run_with_its_exit_status(
+    history_env: dict[str, str], run_cli: RunCli, ctl: Ctl
+) -> None:
+    env = {**history_env, "LOCK_MAX_RUNTIME_SECONDS": "1"}
+    assert run_cli(["DATABASE_URL", "sleep", "30"], env).returncode == 124
+    shown = ctl("history", env["LOCK_KEY"], env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.splitlines()[1].endswith("timed out (124)"), shown.stdout

@@ -12,7 +12,7 @@ import logging
 import os
 import socket
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timezone
 from time import monotonic
 from typing import Protocol
 
@@ -87,6 +87,7 @@ class RunRecording:
         )
         try:
             self.run_id = await self.hub.ask(start, history.HISTORY_TIMEOUT)
+            await self._record_kept_ends(self.hub)
         except Exception as exc:
             logger.warning(
                 "could not record the start of %s in history table %s: %s",
@@ -99,6 +100,26 @@ class RunRecording:
             await leave_hub(hub)
             raise
         return self
+
+    async def _record_kept_ends(self, hub: Hub) -> None:
+        """Record the ends of earlier runs on this host that the database could not
+        take (``dislock.core.unrecorded``): its start is in, so it answers."""
+        from dislock.core import unrecorded
+
+        for path, kept in unrecorded.kept_ends(self.context.url, self.table):
+            try:
+                ending = history.late_end(kept.table, kept.run_id, kept.end, kept.ended_at)
+                await hub.ask(ending, history.HISTORY_TIMEOUT)
+            except Exception as exc:  # tried again by the next run
+                logger.debug("could not record a kept end (%s): %s", path.name, exc)
+                return
+            unrecorded.forget(path)
+            logger.info(
+                "recorded the end of run %d (%s at %s), kept on this host since",
+                kept.run_id,
+                kept.end.outcome,
+                kept.ended_at.isoformat(timespec="seconds"),
+            )
 
     @property
     def holding(self) -> bool:
@@ -125,11 +146,12 @@ class RunRecording:
             if terminate:  # the lease went as the command ended: the wrapper returns 75
                 end = history.RunEnd("lease_lost", LEASE_LOST_EXIT_CODE)
         ending = history.end(self.table, run_id, end)
+        ended_at = datetime.now(timezone.utc)
         try:
             await hub.ask(ending, history.HISTORY_TIMEOUT)
         except Exception as error:
             if not (history.retry_end(error) and self.context.connect_patience_seconds > 0):
-                self._not_recorded(error)
+                self._not_recorded(error, run_id, end, ended_at)
                 return
             logger.warning(
                 "could not record the end of %s yet (%s); retrying for up to %g s",
@@ -142,16 +164,35 @@ class RunRecording:
                 await hub.connect_patiently(patience)
                 await hub.ask(ending, history.HISTORY_TIMEOUT, patience)
             except Exception as again:
-                self._not_recorded(again)
+                self._not_recorded(again, run_id, end, ended_at)
                 return
             logger.warning("recorded the end of %s: %s", self.context.lock_key, end.outcome)
 
-    def _not_recorded(self, error: BaseException) -> None:
+    def _not_recorded(
+        self, error: BaseException, run_id: int, end: history.RunEnd, ended_at: datetime
+    ) -> None:
+        """Say so, and keep the end on this host for a later run to record, when the
+        database was away (another refusal would refuse it again)."""
+        from dislock.core import unrecorded
+
+        context = self.context
+        detail = scrub(one_line(str(error)), context.url)
+        kept = ""
+        if history.retry_end(error):
+            try:
+                path = unrecorded.keep(
+                    context.url, unrecorded.KeptEnd(self.table, run_id, end, ended_at)
+                )
+            except OSError as exc:
+                kept = f"; could not keep it on this host either ({exc.strerror})"
+            else:
+                kept = f"; kept in {path}, for the next run with history on this host to record"
         logger.warning(
-            "could not record the end of %s in history table %s: %s",
-            self.context.lock_key,
+            "could not record the end of %s in history table %s: %s%s",
+            context.lock_key,
             ".".join(self.table),
-            error,
+            detail,
+            kept,
         )
 
 

@@ -27,7 +27,7 @@ def describe_outcome(run: Run) -> str:
         except ValueError:
             name = f"signal {run.signal}"
         return f"killed ({name})"
-    if run.outcome in ("failed", "lease_lost") and run.exit_code is not None:
+    if run.outcome in ("failed", "lease_lost", "timed_out") and run.exit_code is not None:
         return f"{run.outcome.replace('_', ' ')} ({run.exit_code})"
     return run.outcome.replace("_", " ")
 

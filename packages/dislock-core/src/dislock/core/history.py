@@ -35,6 +35,7 @@ first; the missed-slot check) and ``(started_at)`` (every key's, and pruning).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from functools import lru_cache
 from typing import Any, NamedTuple
 
@@ -133,6 +134,17 @@ def _end_query(history: tuple[str, ...]) -> sql.Composed:
     ).format(sql.Identifier(*history), async_commit=_ASYNC_COMMIT)
 
 
+@lru_cache(maxsize=64)
+def _late_end_query(history: tuple[str, ...]) -> sql.Composed:
+    # As _end_query, with the time the run really ended (it could not be recorded
+    # then): only a row still without an end is completed.
+    return sql.SQL(
+        "UPDATE {} SET ended_at = %(ended_at)s, outcome = %(outcome)s,"
+        " exit_code = %(exit_code)s, signal = %(signal)s"
+        " WHERE id = %(id)s AND ended_at IS NULL"
+    ).format(sql.Identifier(*history))
+
+
 def read_run_id(rows: Rows) -> int:
     """The answer of ``start``: the new run's id."""
     (row,) = rows
@@ -172,6 +184,15 @@ def start(
 def end(history: tuple[str, ...], run_id: int, run_end: RunEnd) -> Exchange[None]:
     """Complete the row of run ``run_id`` with how it ended, on the database clock."""
     return Exchange(_end_query(history), {"id": run_id, **run_end._asdict()}, read_nothing)
+
+
+def late_end(
+    history: tuple[str, ...], run_id: int, run_end: RunEnd, ended_at: datetime
+) -> Exchange[None]:
+    """Complete the row of run ``run_id`` with an end that could not be recorded
+    when it happened (``dislock.core.unrecorded``), at ``ended_at``."""
+    params = {"id": run_id, "ended_at": ended_at, **run_end._asdict()}
+    return Exchange(_late_end_query(history), params, read_nothing)
 
 
 def retry_end(error: BaseException) -> bool:

@@ -21,7 +21,16 @@ from ._hub import Hub
 
 
 def drive(hub: Hub, sequence: Steps[Outcome]) -> Outcome:
-    """Run ``sequence`` on ``hub`` to its outcome (or the error it raises)."""
+    """Run ``sequence`` on ``hub`` to its outcome (or the error it raises).  An
+    interruption (a cancellation, ``KeyboardInterrupt``) closes the sequence at the
+    step it was at, rather than leaving it suspended for the garbage collector."""
+    try:
+        return _drive(hub, sequence)
+    finally:
+        sequence.close()
+
+
+def _drive(hub: Hub, sequence: Steps[Outcome]) -> Outcome:
     reply: Any = None
     error: Exception | None = None
     while True:

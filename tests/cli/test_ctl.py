@@ -229,6 +229,8 @@ def test_check_reports_without_acquiring(ctl: Ctl, cli_env: dict[str, str], rows
         slot_end.minute % 15 == 0 and slot_end.second == 0 and slot_end.utcoffset() == timedelta(0)
     )
     assert out.count("free: a run now would take it") == 2
+    now_line = next(line for line in out.splitlines() if "database now" in line)
+    assert re.fullmatch(r"  database now    \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00", now_line)
     assert rows.get(schedule_key(cli_env["LOCK_KEY"])) is None
     assert rows.get(lease_key(cli_env["LOCK_KEY"])) is None
 

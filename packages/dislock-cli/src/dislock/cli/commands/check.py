@@ -111,7 +111,7 @@ def _check(conn: Any, settings: WrapperSettings) -> int:
         print(f"  history         {'.'.join(runs)}{state}")
     else:
         print("  history         off")
-    print(f"  database now    {now.isoformat()}")
+    print(f"  database now    {now.isoformat(timespec='seconds')}")
     if _print_max_ttl(conn, table_parts, settings) is not None:
         return EXIT_USAGE
     _print_lock_delay(conn, table_parts)

@@ -16,6 +16,7 @@ from types import FrameType
 
 import psycopg
 
+from dislock.core.history import create_history
 from dislock.core.table import create_table_sql
 from tests.support.postgres import embedded_postgres
 
@@ -25,7 +26,8 @@ def main() -> int:
     parser.add_argument(
         "--init",
         action="store_true",
-        help="also create the lock table key_value (as `dislockctl DATABASE_URL init` would)",
+        help="also create the lock table key_value and its run history"
+        " (as `dislockctl DATABASE_URL init --history` would)",
     )
     args = parser.parse_args()
     stop = threading.Event()
@@ -40,12 +42,14 @@ def main() -> int:
         if args.init:
             with psycopg.connect(url, autocommit=True) as conn:
                 conn.execute(create_table_sql(("key_value",)))
+                for statement in create_history(("key_value_history",)):
+                    conn.execute(statement)
         print(
             f"PostgreSQL is running: {url}\n"
             "\n"
             "In another terminal, from this directory:\n"
             f"  export DATABASE_URL='{url}'\n"
-            "  hatch run dislockctl DATABASE_URL init\n"
+            "  hatch run dislockctl DATABASE_URL init --history\n"
             "  hatch run dislockctl DATABASE_URL ls\n"
             '  LOCK_KEY=hello CRON_SCHEDULE="* * * * *" hatch run dislock DATABASE_URL echo hello\n'
             "\n"

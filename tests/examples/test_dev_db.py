@@ -30,7 +30,10 @@ GETTING_STARTED = ROOT / "docs" / "getting-started.md"
 # What each command the banner gives must print, by the command without its variables and
 # without `hatch run`; a banner line missing here fails, so that it is run and checked too.
 EXPECTED = {
-    "dislockctl DATABASE_URL init": "lock table key_value is ready\n",
+    "dislockctl DATABASE_URL init --history": (
+        "lock table key_value is ready\n"
+        "history table key_value_history is ready: set LOCK_HISTORY=1 to record runs\n"
+    ),
     "dislockctl DATABASE_URL ls": "no locks in key_value\n",
     "dislock DATABASE_URL echo hello": "hello\n",
 }

@@ -32,7 +32,10 @@ from tests.support.waiting import WAITS
 pytestmark = pytest.mark.slow
 
 # The page's command line: the lock's variables, then the wrapped beat.
-LOCK = "LOCK_KEY=celery-beat LOCK_STRATEGY=lease RUN_LOCK_TTL_SECONDS=30 LOCK_WAIT_SECONDS=86400"
+LOCK = (
+    "LOCK_KEY=celery-beat\nLOCK_STRATEGY=lease\nRUN_LOCK_TTL_SECONDS=30\nLOCK_WAIT_SECONDS=86400\n"
+)
+"""The lock's lines of the page's environment file."""
 BEAT = "celery -A examples.one_beat beat --loglevel=INFO"
 TTL = 5
 """The test's lease, shorter than the page's 30 s so that a takeover comes quickly."""

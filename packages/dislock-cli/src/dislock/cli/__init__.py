@@ -5,7 +5,7 @@
 Exit codes: the command's own; 0 (or LOCK_CONFLICT_EXIT_CODE) when another
 machine holds the lock; 128+n on signal n before the command started; 1 on
 a runtime failure; 2 on bad configuration or usage; 75 when the lease was lost
-and the command was terminated.
+and the command was terminated; 124 when it ran past LOCK_MAX_RUNTIME_SECONDS.
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ exit status:
   1   runtime failure: database unreachable, table missing, ...
   2   invalid configuration or usage
   75  the lease was lost and the command was terminated
+  124 the command ran past LOCK_MAX_RUNTIME_SECONDS and was stopped
 
 The command runs in its own process group. TERM, INT, HUP, QUIT, USR1 and USR2
 sent to dislock are passed on to that group, and the lock is released once no

@@ -68,8 +68,11 @@ class LeaseLostError(DislockError):
         self.reason = reason
 
 
-class MaxRuntimeExceeded(DislockError, TimeoutError):
+class MaxRuntimeExceeded(DislockError):
     """A guarded block ran past ``LockContext.max_runtime_seconds``.
+
+    Not a ``TimeoutError``: that is an ``OSError``, and a block's own ``except
+    OSError`` (a retry around file or network calls) must not swallow its bound.
 
     ``dislock.aio`` cancels the task running the block at the bound and raises
     this in place of the ``CancelledError``; the sync flavour cannot interrupt a

@@ -192,7 +192,5 @@ def lease_loss_line(lock_key: str, reason: str | None, consequence: str) -> str:
 
 def max_runtime_line(lock_key: str, seconds: float, consequence: str) -> str:
     """What the wrapper says when a command ran past its bound: one line, naming it."""
-    return (
-        f"lock {lock_key!r}: the command ran past its maximum runtime of {seconds:g} s"
-        f" (LOCK_MAX_RUNTIME_SECONDS); {consequence}"
-    )
+    bound = f"the command ran past its maximum runtime of {seconds:g} s"
+    return f"lock {lock_key!r}: {bound}; {consequence}"

@@ -117,7 +117,7 @@ class RunRecording:
                 return
             unrecorded.forget(path)
             logger.info(
-                "recorded the end of run %d (%s at %s), kept on this host since",
+                "recorded the end of run %d (%s at %s), which this host had kept",
                 kept.run_id,
                 kept.end.outcome,
                 kept.ended_at.isoformat(timespec="seconds"),

@@ -126,23 +126,18 @@ def _start_query(history: tuple[str, ...]) -> sql.Composed:
 
 
 @lru_cache(maxsize=64)
-def _end_query(history: tuple[str, ...]) -> sql.Composed:
+def _end_query(history: tuple[str, ...], late: bool = False) -> sql.Composed:
     # A run's end is written once: sent again after a lost answer, it changes nothing.
+    # ``late``: an end kept on the host (``dislock.core.unrecorded``) carries the time
+    # the run really ended, rather than the database's time of the statement.
     return sql.SQL(
-        "UPDATE {} SET ended_at = NOW(), outcome = %(outcome)s, exit_code = %(exit_code)s,"
+        "UPDATE {} SET ended_at = {ended_at}, outcome = %(outcome)s, exit_code = %(exit_code)s,"
         " signal = %(signal)s FROM {async_commit} WHERE id = %(id)s AND ended_at IS NULL"
-    ).format(sql.Identifier(*history), async_commit=_ASYNC_COMMIT)
-
-
-@lru_cache(maxsize=64)
-def _late_end_query(history: tuple[str, ...]) -> sql.Composed:
-    # As _end_query, with the time the run really ended (it could not be recorded
-    # then): only a row still without an end is completed.
-    return sql.SQL(
-        "UPDATE {} SET ended_at = %(ended_at)s, outcome = %(outcome)s,"
-        " exit_code = %(exit_code)s, signal = %(signal)s"
-        " WHERE id = %(id)s AND ended_at IS NULL"
-    ).format(sql.Identifier(*history))
+    ).format(
+        sql.Identifier(*history),
+        ended_at=sql.SQL("%(ended_at)s" if late else "NOW()"),
+        async_commit=_ASYNC_COMMIT,
+    )
 
 
 def read_run_id(rows: Rows) -> int:
@@ -192,7 +187,7 @@ def late_end(
     """Complete the row of run ``run_id`` with an end that could not be recorded
     when it happened (``dislock.core.unrecorded``), at ``ended_at``."""
     params = {"id": run_id, "ended_at": ended_at, **run_end._asdict()}
-    return Exchange(_late_end_query(history), params, read_nothing)
+    return Exchange(_end_query(history, late=True), params, read_nothing)
 
 
 def retry_end(error: BaseException) -> bool:

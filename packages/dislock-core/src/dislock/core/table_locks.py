@@ -68,9 +68,11 @@ class Holder(NamedTuple):
     (another role's session, without ``pg_read_all_stats``)."""
 
 
-# Holders before waiters, other roles' sessions before this role's own, oldest first
-# (an age this role may not see counts as the oldest): the first is the likeliest
-# to be in the way.
+# Holders before waiters, other roles' sessions before this role's own, oldest
+# transaction first: the first is the likeliest to be in the way.  A session with no
+# transaction age comes after those with one: either it was between statements when
+# the activity view was read (pg_locks is read live, the view once: a fleet's wrappers
+# take and drop the table's lock in milliseconds), or this role may not see its age.
 _HOLDERS = sql.SQL(
     "SELECT l.pid, coalesce(a.usename, ''), coalesce(a.application_name, ''), l.mode,"
     " extract(epoch FROM clock_timestamp() - a.xact_start)"
@@ -79,7 +81,7 @@ _HOLDERS = sql.SQL(
     " AND l.relation IN (SELECT to_regclass(t) FROM unnest(%(tables)s::text[]) t)"
     " AND l.pid IS DISTINCT FROM pg_backend_pid()"
     " ORDER BY l.granted DESC, a.usename IS NOT DISTINCT FROM current_user,"
-    " a.xact_start NULLS FIRST, l.pid"
+    " a.xact_start NULLS LAST, l.pid"
 )
 
 

@@ -42,6 +42,7 @@ from typing import Any, NamedTuple
 from psycopg import sql
 
 from dislock.core.config import check_table_parts
+from dislock.core.errors import MaxRuntimeExceeded
 from dislock.core.exchange import Exchange, Rows
 
 HISTORY_TIMEOUT = 2.0
@@ -227,8 +228,6 @@ def end_of_command(
 
 def end_of_block(error: BaseException | None, *, lease_lost: bool) -> RunEnd:
     """The end of a block guarded by ``acquire_locks``."""
-    from dislock.core.errors import MaxRuntimeExceeded
-
     if isinstance(error, MaxRuntimeExceeded):
         return RunEnd("timed_out")
     if lease_lost:

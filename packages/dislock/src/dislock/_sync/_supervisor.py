@@ -186,22 +186,19 @@ def supervise(
             session.run_end = end_of_command(None, LEASE_LOST_EXIT_CODE, lease_lost=True)
             return LEASE_LOST_EXIT_CODE
         guard = Guard.start(run_token, base)
-        bound = session.locks[0].context.max_runtime_seconds
-        # Taken before the command starts: its bound can only come early, by the
-        # time a spawn takes, never late.
-        stop_at = None if bound is None else monotonic() + bound
-        lag = 0.0
+        # (Under CONTINUE a lost lease does not stop the command: nor does its deadline.)
         follows = guard is not None and lease is not None and policy is LeaseLossPolicy.TERMINATE
-        if lease is not None and follows:
-            lag = guard_lag(lease.settings.ttl)
-        if guard is not None and stop_at is not None:
+        lag = guard_lag(lease.settings.ttl) if lease is not None and follows else 0.0
+        # Started before the command is: its bound can only come early, by the time
+        # a spawn takes, never late.
+        bound = _Bound.starting(session.locks[0].context, lag or GUARD_LAG_MAX)
+        if guard is not None and bound is not None:
             # The guard kills the group once the bound and its grace are over,
             # should the wrapper not have stopped it by then (stopped, frozen).
-            guard.cap(stop_at + KILL_GRACE + (lag or GUARD_LAG_MAX))
+            guard.cap(bound.guard_at)
             if not follows:
                 guard.kill_at(math.inf)  # the cap
         if guard is not None and lease is not None and follows:
-            # (Under CONTINUE a lost lease does not stop the command: nor does its deadline.)
             guard.follow(lease, lag)
         try:
             child = Child.start(
@@ -216,9 +213,7 @@ def supervise(
             for signum in route.started(child.group):
                 _forward(child.group, signum)
         try:
-            code, timed_out = _watch(
-                child, argv, lease, policy, guard, lag, _Bound.of(session, stop_at)
-            )
+            code, timed_out = _watch(child, argv, lease, policy, guard, lag, bound)
             clear_group(child.group)
             lost = lease is not None and lease.is_lost()
             session.run_end = end_of_command(
@@ -269,19 +264,50 @@ def _on_signal(route: SignalRoute, interrupt: Callable[[int], None]) -> Callable
 
 
 class _Bound(NamedTuple):
-    """A run's maximum runtime: the lock key it is reported under, the bound, and
-    when (monotonic) it is over."""
+    """A run's maximum runtime: the lock key it is reported under, the bound, when
+    (monotonic) it is over, and how long after its grace the guard kills."""
 
     lock_key: str
     seconds: float
     stop_at: float
+    guard_lag: float
 
     @classmethod
-    def of(cls, session: LockSession, stop_at: float | None) -> _Bound | None:
-        context = session.locks[0].context
-        if stop_at is None or context.max_runtime_seconds is None:
+    def starting(cls, context: LockContext, guard_lag: float) -> _Bound | None:
+        """``context``'s bound, counted from now; None without one."""
+        seconds = context.max_runtime_seconds
+        if seconds is None:
             return None
-        return cls(context.lock_key, context.max_runtime_seconds, stop_at)
+        return cls(context.lock_key, seconds, monotonic() + seconds, guard_lag)
+
+    @property
+    def guard_at(self) -> float:
+        """The latest instant the guard may be told: the bound, its grace, the lag."""
+        return self.stop_at + KILL_GRACE + self.guard_lag
+
+    def line(self, consequence: str) -> str:
+        return max_runtime_line(self.lock_key, self.seconds, consequence)
+
+
+def _terminating(argv: Sequence[str], child: Child, status: int) -> str:
+    return f"terminating {argv[0]} (pid {child.pid}, SIGKILL after {KILL_GRACE:g} s), exit {status}"
+
+
+def _guard_killed(argv: Sequence[str], child: Child, status: int) -> str:
+    return f"its guard killed the process group of {argv[0]} (pid {child.pid}), exit {status}"
+
+
+def _terminate(child: Child, guard: Guard | None, lag: float, line: str) -> None:
+    """The wrapper stops the command itself (SIGTERM, SIGKILL after the grace), and
+    tells the guard to wait out the grace and ``lag``.  ``line`` is said once the
+    signal is sent: a wrapper blocked writing it (a full stderr pipe) must not hold
+    the command's stop up."""
+    started = monotonic()
+    if guard is not None:
+        guard.kill_at(started + KILL_GRACE + lag)
+    signal_group(child.group, signal.SIGTERM)
+    logger.error("%s", line)
+    _finish_stop(child, KILL_GRACE, started)
 
 
 def _watch(
@@ -328,18 +354,13 @@ def _watch(
                 if bound is not None and (
                     not following or deadline is None or bound.stop_at + KILL_GRACE < deadline
                 ):
-                    consequence = (
-                        f"its guard killed the process group of {argv[0]} (pid {child.pid}),"
-                        f" exit {MAX_RUNTIME_EXIT_CODE}"
+                    logger.error(
+                        "%s", bound.line(_guard_killed(argv, child, MAX_RUNTIME_EXIT_CODE))
                     )
-                    logger.error("%s", max_runtime_line(bound.lock_key, bound.seconds, consequence))
                     return MAX_RUNTIME_EXIT_CODE, True
                 assert lease is not None
                 lease.declare_if_lost()
-                consequence = (
-                    f"its guard killed the process group of {argv[0]} (pid {child.pid}),"
-                    f" exit {LEASE_LOST_EXIT_CODE}"
-                )
+                consequence = _guard_killed(argv, child, LEASE_LOST_EXIT_CODE)
                 logger.error(
                     "%s", lease_loss_line(lease.context.lock_key, GUARD_FIRED, consequence)
                 )
@@ -348,38 +369,15 @@ def _watch(
             return exit_status(code), False
         if lease is not None and lease.declare_if_lost():
             if policy is LeaseLossPolicy.TERMINATE:
-                # The wrapper stops the command itself: the guard waits out the grace.
-                started = monotonic()
-                if guard is not None:
-                    guard.kill_at(started + KILL_GRACE + lag)
-                signal_group(child.group, signal.SIGTERM)
-                # Said once the signal is sent: a wrapper blocked writing this line
-                # (a full stderr pipe) must not hold the command's stop up.
-                _report_loss(
-                    lease,
-                    f"terminating {argv[0]} (pid {child.pid}, SIGKILL after {KILL_GRACE:g} s),"
-                    f" exit {LEASE_LOST_EXIT_CODE}",
-                )
-                _finish_stop(child, KILL_GRACE, started)
+                consequence = _terminating(argv, child, LEASE_LOST_EXIT_CODE)
+                line = lease_loss_line(lease.context.lock_key, lease.lost_reason, consequence)
+                _terminate(child, guard, lag, line)
                 return LEASE_LOST_EXIT_CODE, False
             _report_loss(lease, f"{argv[0]} keeps running (lease loss policy: continue)")
             lease = None  # CONTINUE: stop checking
         if bound is not None and monotonic() >= bound.stop_at:
-            # The wrapper stops the command itself: the guard waits out the grace.
-            started = monotonic()
-            if guard is not None:
-                guard.kill_at(started + KILL_GRACE + (lag or GUARD_LAG_MAX))
-            signal_group(child.group, signal.SIGTERM)
-            logger.error(
-                "%s",
-                max_runtime_line(
-                    bound.lock_key,
-                    bound.seconds,
-                    f"terminating {argv[0]} (pid {child.pid}, SIGKILL after {KILL_GRACE:g} s),"
-                    f" exit {MAX_RUNTIME_EXIT_CODE}",
-                ),
-            )
-            _finish_stop(child, KILL_GRACE, started)
+            line = bound.line(_terminating(argv, child, MAX_RUNTIME_EXIT_CODE))
+            _terminate(child, guard, bound.guard_lag, line)
             return MAX_RUNTIME_EXIT_CODE, True
 
 

@@ -16,27 +16,11 @@ import pytest
 
 from dislock.core.supervision import KILL_GRACE
 from tests.cli.conftest import DISLOCK, Ctl, RunCli, assert_refused_in_one_line
+from tests.support.eventually import eventually
+from tests.support.processes import alive
 from tests.support.rows import history_runs
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie (exited, not yet reaped by init) counts as gone.
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
-def wait_for(path: Path, timeout: float = 30) -> str:
-    deadline = time.monotonic() + timeout
-    while not (path.exists() and path.read_text().strip()):
-        assert time.monotonic() < deadline, f"{path} never written"
-        time.sleep(0.02)
-    return path.read_text().strip()
 
 
 def docs_block() -> str:
@@ -129,7 +113,12 @@ def test_the_bound_holds_while_the_wrapper_is_stopped(
         text=True,
     )
     try:
-        command = int(wait_for(pid_file))
+        eventually(
+            lambda: pid_file.exists() and pid_file.read_text().strip(),
+            timeout=30,
+            message=f"{pid_file} never written",
+        )
+        command = int(pid_file.read_text())
         wrapper.send_signal(signal.SIGSTOP)
         stopped = time.monotonic()
         deadline = stopped + 1.0 + KILL_GRACE + 30

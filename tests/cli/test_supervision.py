@@ -18,16 +18,8 @@ import pytest
 from dislock.core.rows import lease_key
 from tests.cli.conftest import DISLOCK, RunCli
 from tests.support.eventually import wait_for
+from tests.support.processes import alive
 from tests.support.rows import Rows
-
-
-def alive(pid: int) -> bool:
-    """Whether ``pid`` is a live process (a zombie awaiting its reaper counts as dead)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state not in ("Z", "X")
 
 
 def wait_dead(pid: int, timeout: float) -> bool:

@@ -27,6 +27,7 @@ from tests.examples.test_scheduler_recipes import (
     recipe_url,  # noqa: F401 (the fixture: a database of the test's own)
 )
 from tests.support.eventually import eventually
+from tests.support.processes import alive
 from tests.support.waiting import WAITS
 
 pytestmark = pytest.mark.slow
@@ -46,15 +47,6 @@ BEAT_START = 60
 """How long a beat may take to start and send once its wrapper holds the lease."""
 WATCH = 6.0
 """How long each phase is watched, in seconds."""
-
-
-def alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie, dead and not yet reaped, does not)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
 
 
 @dataclass

@@ -153,6 +153,29 @@ class _Watcher(logging.Handler):
         self._fault.saw(record.getMessage())
 
 
+def before_each_statement(
+    driver: Driver, monkeypatch: pytest.MonkeyPatch, hook: Callable[[Any, Any], object]
+) -> None:
+    """Call ``hook(hub, statement)`` before the locks' hub sends each statement, in
+    the driver's flavour."""
+    if isinstance(driver, AioDriver):
+        original_aio = dislock.aio._hub.Hub.execute
+
+        async def execute_aio(self: Any, statement: Any, *args: Any, **kwargs: Any) -> Any:
+            hook(self, statement)
+            return await original_aio(self, statement, *args, **kwargs)
+
+        monkeypatch.setattr(dislock.aio._hub.Hub, "execute", execute_aio)
+    else:
+        original = dislock._sync._hub.Hub.execute
+
+        def execute(self: Any, statement: Any, *args: Any, **kwargs: Any) -> Any:
+            hook(self, statement)
+            return original(self, statement, *args, **kwargs)
+
+        monkeypatch.setattr(dislock._sync._hub.Hub, "execute", execute)
+
+
 @pytest.fixture
 def retire_first_link(
     driver: Driver,
@@ -162,23 +185,7 @@ def retire_first_link(
     caplog: pytest.LogCaptureFixture,
 ) -> Iterator[RetireFirstLink]:
     fault = RetireFirstLink(db, limited_url)
-    execute: Callable[..., Any]
-    if isinstance(driver, AioDriver):
-        original_aio = dislock.aio._hub.Hub.execute
-
-        async def execute_aio(self: Any, *args: Any, **kwargs: Any) -> Any:
-            fault.before_statement(self)
-            return await original_aio(self, *args, **kwargs)
-
-        monkeypatch.setattr(dislock.aio._hub.Hub, "execute", execute_aio)
-    else:
-        original = dislock._sync._hub.Hub.execute
-
-        def execute(self: Any, *args: Any, **kwargs: Any) -> Any:
-            fault.before_statement(self)
-            return original(self, *args, **kwargs)
-
-        monkeypatch.setattr(dislock._sync._hub.Hub, "execute", execute)
+    before_each_statement(driver, monkeypatch, lambda hub, _: fault.before_statement(hub))
     caplog.set_level(logging.INFO, logger="dislock")
     watcher = _Watcher(fault)
     logger = logging.getLogger("dislock")
@@ -228,22 +235,7 @@ def sent(driver: Driver, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     def kind(statement: Any) -> str:
         return "acquire" if "INSERT INTO" in statement.as_string(None) else "read"
 
-    if isinstance(driver, AioDriver):
-        original_aio = dislock.aio._hub.Hub.execute
-
-        async def execute_aio(self: Any, statement: Any, *args: Any, **kwargs: Any) -> Any:
-            sent.append(kind(statement))
-            return await original_aio(self, statement, *args, **kwargs)
-
-        monkeypatch.setattr(dislock.aio._hub.Hub, "execute", execute_aio)
-    else:
-        original = dislock._sync._hub.Hub.execute
-
-        def execute(self: Any, statement: Any, *args: Any, **kwargs: Any) -> Any:
-            sent.append(kind(statement))
-            return original(self, statement, *args, **kwargs)
-
-        monkeypatch.setattr(dislock._sync._hub.Hub, "execute", execute)
+    before_each_statement(driver, monkeypatch, lambda _, statement: sent.append(kind(statement)))
     return sent
 
 

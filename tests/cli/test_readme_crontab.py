@@ -1,11 +1,14 @@
-"""The README's crontab, as pasted, under Debian's real cron daemon, for two minutes.
+"""The README's crontabs, as pasted, under Debian's real cron daemon, for two minutes.
 
-Three unprivileged users stand for three machines. Each gets the README's crontab block and
-environment file, read from README.md so the two cannot drift; only the file's path, the URL,
-the directory on the ``PATH`` line, the jobs' commands and (so that two minutes see two slots)
-the schedules are put in. ``dislock`` comes from wheels built from this checkout, installed
-into a venv of their own with the system Python, as a user's pipx would. Asserted: exactly one
-report per minute across the three, the lease job never twice at once, and cron's mail (exim4,
+Three unprivileged users stand for three machines. Each gets the README's crontab blocks (the
+first example's and the retries-and-deadlines one) and environment file, read from README.md so
+they cannot drift; only the file's path, the URL, the directory on the ``PATH`` line, the jobs'
+commands, the schedules (so that two minutes see two slots, and the nightly slot began an hour
+ago) and the retry delay (a second, not ten minutes) are put in. ``dislock`` comes from wheels
+built from this checkout, installed into a venv of their own with the system Python, as a
+user's pipx would. Asserted: exactly one
+report per minute across the three, the lease job never twice at once, the export that fails
+its first attempt retried once and only once, and cron's mail (exim4,
 delivered to ``/var/mail/USER``) arrives but never holds the password. A fourth user with a
 ``DATABASE_URL=`` line in its crontab shows that the mail check can fail.
 
@@ -26,6 +29,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import psycopg
@@ -116,6 +120,13 @@ def logged(log: Path, kind: str) -> list[tuple[str, float]]:
     ]
 
 
+def logged_attempts(log: Path) -> list[tuple[str, str, float]]:
+    """The (user, attempt, time) of each export the jobs wrote to ``log``, by time."""
+    lines = log.read_text().split("\n") if log.exists() else []
+    found = [line.split()[1:] for line in lines if line.startswith("export ")]
+    return sorted(((w[0], w[1], float(w[2])) for w in found if len(w) == 3), key=lambda a: a[2])
+
+
 @pytest.fixture
 def workdir() -> Iterator[Path]:
     """A temporary directory the job users can reach (pytest's tmp_path is root-only)."""
@@ -185,6 +196,10 @@ def test_the_readme_crontab_runs_once_a_minute_and_keeps_the_password_out_of_mai
     readme = (ROOT / "README.md").read_text()
     block = fenced_block(readme, "crontab", "## Wrapping a command (the CLI)")
     env_block = fenced_block(readme, "sh", "## Wrapping a command (the CLI)")
+    retried_block = fenced_block(readme, "crontab", "## Retries and deadlines")
+    # The nightly slot, moved to have begun an hour ago (local time, as cron and the
+    # wrapper read it): within its six-hour deadline, and not ending during the test.
+    began = datetime.now().astimezone() - timedelta(hours=1)
 
     log = workdir / "runs.log"
     log.touch()
@@ -200,6 +215,11 @@ def test_the_readme_crontab_runs_once_a_minute_and_keeps_the_password_out_of_mai
         f"sleep {LEASE_SECONDS}\n"
         f'echo "import-end $(id -un) $(date +%s.%N)" >> {log}\necho "import done"\n'
     )
+    # Fails its first attempt, as a job with a bad night would; the retry succeeds.
+    (jobs / "export").write_text(
+        f'#!/bin/sh\necho "export $(id -un) $DISLOCK_ATTEMPT $(date +%s.%N)" >> {log}\n'
+        'echo "export attempt $DISLOCK_ATTEMPT"\n[ "$DISLOCK_ATTEMPT" != 1 ]\n'
+    )
     for script in jobs.iterdir():
         script.chmod(0o755)
 
@@ -214,6 +234,12 @@ def test_the_readme_crontab_runs_once_a_minute_and_keeps_the_password_out_of_mai
         crontab = replaced(crontab, "python3 importer.py", str(jobs / "import"), 1)
         crontab = replaced(crontab, "0 3 * * *", "* * * * *", 2)
         crontab = replaced(crontab, "*/5 * * * *", "* * * * *", 1)
+        retried = replaced(retried_block, README_ENV_FILE, str(env_file), 1)
+        retried = replaced(retried, "python3 export.py", str(jobs / "export"), 1)
+        retried = replaced(retried, "*/5 * * * *", "* * * * *", 1)
+        retried = replaced(retried, "0 3 * * *", f"{began.minute} {began.hour} * * *", 1)
+        retried = replaced(retried, "LOCK_RETRY_DELAY_SECONDS=600", "LOCK_RETRY_DELAY_SECONDS=1", 1)
+        crontab += retried
         installed = workdir / f"{user}.crontab"
         installed.write_text(crontab)
         run("crontab", "-u", user, str(installed))
@@ -235,9 +261,14 @@ def test_the_readme_crontab_runs_once_a_minute_and_keeps_the_password_out_of_mai
         def done(kind: str) -> bool:
             return any(t >= second for _, t in logged(log, kind))
 
-        # Wait for the second minute's report and import to end, then stop cron before
-        # it fires a third time.
-        while time.time() < second + 55 and not (done("report") and done("import-end")):
+        def export_retried() -> bool:
+            return len(logged_attempts(log)) >= 2
+
+        # Wait for the second minute's report and import to end, and the export's retry,
+        # then stop cron before it fires a third time.
+        while time.time() < second + 55 and not (
+            done("report") and done("import-end") and export_retried()
+        ):
             assert cron.poll() is None, f"cron exited: {cron.communicate()[0]}"
             time.sleep(0.5)
     finally:
@@ -272,8 +303,16 @@ def test_the_readme_crontab_runs_once_a_minute_and_keeps_the_password_out_of_mai
     for (_, end), (start, _) in itertools.pairwise(intervals):
         assert start >= end, f"two imports at once: {intervals}"
 
+    # The export failed once and was retried once, by whichever machine ticked first
+    # after the delay; its success closed the night.
+    attempts = logged_attempts(log)
+    assert [attempt for _, attempt, _ in attempts] == ["1", "2"], events
+    assert attempts[0][2] < attempts[1][2], events
+
     # Every run printed a line, so every run sent its user a mail.
-    ran = Counter(line.split()[1] for line in events if line.startswith(("report ", "import-end ")))
+    ran = Counter(
+        line.split()[1] for line in events if line.startswith(("report ", "import-end ", "export "))
+    )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and (
         any(len(mails(user)) < ran[user] for user in MACHINES) or not mails(CONTROL)
@@ -292,9 +331,11 @@ def test_the_readme_crontab_runs_once_a_minute_and_keeps_the_password_out_of_mai
     # The env file's LOCK_HISTORY=1 recorded every run, on whichever machine it ran.
     with psycopg.connect(url, autocommit=True) as conn:
         recorded = conn.execute(
-            "SELECT lock_key, outcome, count(*) FROM key_value_history GROUP BY 1, 2 ORDER BY 1"
+            "SELECT lock_key, outcome, count(*) FROM key_value_history GROUP BY 1, 2 ORDER BY 1, 2"
         ).fetchall()
     assert recorded == [
         ("daily-report", "ok", sum(per_minute.values())),
         ("importer", "ok", len(intervals)),
+        ("nightly-export", "failed", 1),
+        ("nightly-export", "ok", 1),
     ], recorded

@@ -53,7 +53,12 @@ def test_the_docs_show_the_rules_this_test_checks() -> None:
         for group in as_rule_file(text)["groups"]
         for rule in group["rules"]
     }
-    assert {"DislockGrantLoopholes", "DislockMissedSlots", "DislockLockDelay"} <= names
+    assert {
+        "DislockGrantLoopholes",
+        "DislockMissedSlots",
+        "DislockLockDelay",
+        "DislockLateSlots",
+    } <= names
 
 
 @pytest.mark.parametrize(("where", "text"), rule_blocks(), ids=[w for w, _ in rule_blocks()])
@@ -92,6 +97,45 @@ def test_the_loophole_alert_fires_on_a_loophole_only(tmp_path: Path) -> None:
                                         "exp_annotations": {
                                             "summary": "2 roles can get around the lock table's"
                                             " grants (dislockctl grants lists them)"
+                                        },
+                                    }
+                                ],
+                            },
+                        ],
+                    }
+                ],
+            }
+        )
+    )
+    tested = promtool("test", "rules", "test.yml", cwd=tmp_path)
+    assert tested.returncode == 0, (where, tested.stdout, tested.stderr)
+
+
+def test_the_late_slots_alert_fires_once_a_slot_is_late_and_not_before(tmp_path: Path) -> None:
+    ((where, text),) = [b for b in rule_blocks() if "DislockLateSlots" in b[1]]
+    (tmp_path / "rules.yml").write_text(yaml.safe_dump(as_rule_file(text)))
+    series = 'dislock_runs_total{key="nightly-export",outcome="late"}'
+    (tmp_path / "test.yml").write_text(
+        yaml.safe_dump(
+            {
+                "rule_files": ["rules.yml"],
+                "evaluation_interval": "1m",
+                "tests": [
+                    {
+                        "interval": "1m",
+                        "input_series": [{"series": series, "values": "0 0 0 1 1"}],
+                        "alert_rule_test": [
+                            {"eval_time": "2m", "alertname": "DislockLateSlots", "exp_alerts": []},
+                            {
+                                "eval_time": "4m",
+                                "alertname": "DislockLateSlots",
+                                "exp_alerts": [
+                                    {
+                                        "exp_labels": {"key": "nightly-export", "outcome": "late"},
+                                        "exp_annotations": {
+                                            "summary": "nightly-export had a slot nobody started"
+                                            " before its deadline (dislockctl history"
+                                            " nightly-export)"
                                         },
                                     }
                                 ],

@@ -43,6 +43,7 @@ from dislock.core.errors import (
     LockNotAcquiredError,
     LockPausedError,
     NotReplicatedError,
+    SlotLateError,
 )
 from dislock.core.lease import LeaseSettings
 from dislock.core.lock_statements import statements_for
@@ -62,6 +63,7 @@ READERS = {
     "slot_reader.<locals>.read": "acquire",
     "read_by_clock": "acquire",
     "read_slot_claim": "acquire",
+    "read_retrying_claim": "acquire",
     "look_reader.<locals>.read": "look",
     "read_mine": "mine",
     "read_clock": "now",
@@ -343,6 +345,57 @@ def test_a_slot_lost_answer_trusts_only_a_row_ending_where_this_slot_ends() -> N
     answer, _ = db.run(schedule_claim(db, lease_context(next_run_time=SLOT_END)))
     assert answer == TAKEN
     assert db.steps == ["crowded?", "acquire", "mine", "acquire", "noted 3"]
+
+
+def test_a_slot_with_retries_reads_the_clock_then_claims_its_next_attempt() -> None:
+    """The slot's end names it in the row's mark, so it is known before the claim;
+    no look goes first (a vanished holder's row is live, yet takeable)."""
+    context = lease_context(schedule="* * * * *", retries=2)
+    db = Database([NOW, TAKEN._replace(attempt=2)], crowded=True)
+    answer, ends = db.run(schedule_claim(db, context))
+    assert (answer.attempt, ends) == (2, SLOT_END)
+    assert db.steps == ["now", "acquire", "noted 3"]
+
+
+@pytest.mark.parametrize(
+    ("now", "late"),
+    [(NOW, False), (NOW + timedelta(seconds=20), True)],
+    ids=["within", "past"],
+)
+def test_past_its_start_deadline_a_slot_is_claimed_as_its_late_mark(
+    now: datetime, late: bool
+) -> None:
+    """The slot of ``* * * * *`` that ends at 12:01 began at 12:00; the deadline is 40 s."""
+    context = lease_context(schedule="* * * * *", start_deadline_seconds=40)
+    db = Database([now, TAKEN])
+    answer, ends = db.run(schedule_claim(db, context))
+    assert ends == SLOT_END
+    assert db.steps == ["now", "acquire", "noted 3"]
+    assert answer.began_at == (SLOT_END - timedelta(minutes=1) if late else None)
+    refusal = schedule_refusal(context, answer, ends)
+    if late:
+        assert isinstance(refusal, SlotLateError)
+        assert "began at 2026-12-03T12:00:00+00:00, more than 40 s ago" in str(refusal)
+    else:
+        assert refusal is None
+
+
+@pytest.mark.parametrize(
+    ("answer", "said"),
+    [
+        (
+            HELD_ELSEWHERE._replace(retry_at=NOW + timedelta(minutes=5)),
+            "an attempt failed; the next may start at 2026-12-03T12:05:30+00:00",
+        ),
+        (HELD_ELSEWHERE._replace(attempt=4), "has used its 3 attempts"),
+        (HELD_ELSEWHERE, "was already started by another owner"),
+    ],
+    ids=["reopened for later", "attempts used", "taken"],
+)
+def test_what_a_retried_slots_refusal_says(answer: Acquired, said: str) -> None:
+    refusal = schedule_refusal(lease_context(schedule="* * * * *", retries=2), answer, SLOT_END)
+    assert isinstance(refusal, LockNotAcquiredError)
+    assert said in str(refusal)
 
 
 @pytest.mark.parametrize(

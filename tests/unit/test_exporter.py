@@ -157,6 +157,7 @@ def test_host_records_round_trip_through_their_samples() -> None:
         "lease_lost": 0,
         "killed": 0,
         "timed_out": 0,
+        "late": 0,
     }
 
 
@@ -242,5 +243,6 @@ def test_label_values_are_keys_dislock_takes_or_clipped_apart() -> None:
         "lease_lost": 0.0,
         "killed": 0.0,
         "timed_out": 0.0,
+        "late": 0.0,
         "other": 2.0,
     }

@@ -44,7 +44,21 @@ class Run(Protocol):
     def run_end(self) -> history.RunEnd | None: ...
 
 
-class _Alone:
+def run_end(context: LockContext, run: Run, exc: BaseException | None) -> history.RunEnd:
+    """How ``run`` ended, as its history row and its slot's retries count it: as
+    ``run_with_locks`` said, else judged from the block's exception ``exc``."""
+    lease = run.lease
+    lost = lease is not None and lease.is_lost()
+    end = run.run_end
+    if end is None:
+        return history.end_of_block(exc, lease_lost=lost)
+    if lost and end.outcome == "ok" and context.lease_loss_policy is LeaseLossPolicy.TERMINATE:
+        # The lease went as the command ended: the wrapper returns 75.
+        return history.RunEnd("lease_lost", LEASE_LOST_EXIT_CODE)
+    return end
+
+
+class Alone:
     """The run of a lock entered by itself, without ``acquire_locks``."""
 
     def __init__(self, lease: Lease | None) -> None:
@@ -136,15 +150,7 @@ class RunRecording:
             await leave_hub(hub)
 
     async def _record_end(self, hub: Hub, run_id: int, exc: BaseException | None) -> None:
-        lease = self.run.lease
-        lost = lease is not None and lease.is_lost()
-        end = self.run.run_end
-        if end is None:
-            end = history.end_of_block(exc, lease_lost=lost)
-        elif lost and end.outcome == "ok":
-            terminate = self.context.lease_loss_policy is LeaseLossPolicy.TERMINATE
-            if terminate:  # the lease went as the command ended: the wrapper returns 75
-                end = history.RunEnd("lease_lost", LEASE_LOST_EXIT_CODE)
+        end = run_end(self.context, self.run, exc)
         ending = history.end(self.table, run_id, end)
         ended_at = datetime.now(timezone.utc)
         try:
@@ -205,6 +211,16 @@ async def record_alone(
 ) -> RunRecording:
     """The history row of a run guarded by one lock alone, of ``mode`` (a strategy's
     name), already inserted: ``slot_end`` for a schedule slot, ``lease`` for a lease."""
-    recording = RunRecording(context, _Alone(lease), (mode,), slot_end)
+    recording = RunRecording(context, Alone(lease), (mode,), slot_end)
     await recording.__aenter__()
     return recording
+
+
+async def record_late(context: LockContext, slot_end: datetime) -> None:
+    """Record the slot ending at ``slot_end`` as ``late``: its start deadline had
+    passed before anyone started it, and this acquisition marked it so."""
+    run = Alone(None)
+    run.run_end = history.RunEnd("late")
+    recording = RunRecording(context, run, ("schedule",), slot_end)
+    await recording.__aenter__()
+    await recording.__aexit__(None, None, None)

@@ -23,6 +23,8 @@ from dislock.core.context import LeaseLossPolicy, LockContext, default_owner
 from dislock.core.errors import LeaseLostError, MaxRuntimeExceeded
 from dislock.core.exits import Exc, ExcType, Tb
 from dislock.core.kinds import LEASE
+from dislock.core.retries import check_retries
+from dislock.core.rows import lease_key
 from dislock.core.waiting import check_waiting, jitter_delay
 
 from ._compat import Event, LossGuard, sleep
@@ -90,6 +92,13 @@ class LockSession:
         return next((lock for lock in self.locks if isinstance(lock, ScheduleLock)), None)
 
     @property
+    def attempt(self) -> int:
+        """Which attempt of its schedule slot this run is (``LockContext.retries``):
+        1 for the slot's first run, 2 for its first retry, …; 1 without a schedule."""
+        schedule = self.schedule
+        return 1 if schedule is None else schedule.attempt
+
+    @property
     def fencing_token(self) -> int | None:
         """The token to pass along with writes (``LockContext.fencing``): the lease's,
         or the schedule slot's when there is no lease; None without fencing."""
@@ -117,7 +126,13 @@ def build_locks(context: LockContext, strategies: str | Iterable[str]) -> list[L
     """The locks for ``strategies``, in acquisition order (schedule first)."""
     names = normalize_strategies(strategies)
     check_waiting(names, context.wait_seconds, context.slots)
-    return [_LOCK_CLASSES[kinds.kind(name).lock_class](context) for name in names]
+    check_retries(names, context.retries, context.start_deadline_seconds)
+    locks = [_LOCK_CLASSES[kinds.kind(name).lock_class](context) for name in names]
+    if context.retries and LEASE in names and context.slots == 1:
+        for lock in locks:
+            if isinstance(lock, ScheduleLock):
+                lock.lease_row = lease_key(context.lock_key)
+    return locks
 
 
 class _Entering(Protocol[_Entered]):
@@ -194,8 +209,13 @@ class Acquisition:
             try:
                 for lock in locks:
                     lock.records_history = False  # the session records the run
+                    if isinstance(lock, ScheduleLock):
+                        lock.run = None  # until the run starts: a slot is not retried before
                     await enter_exit_first(stack, lock)
                 session = LockSession(locks=tuple(locks))
+                schedule = session.schedule
+                if schedule is not None:
+                    schedule.run = session
                 if context.history:
                     recording = RunRecording(context, session, _modes(locks), _slot(session))
                     await enter_exit_first(stack, recording)

@@ -174,7 +174,11 @@ async def supervise(
     run_token = new_run_token()
     base = inherited_environment(os.environ, withheld_variables)
     env = child_environment(
-        base, session.locks[0].context.lock_key, session.fencing_token, run_token
+        base,
+        session.locks[0].context.lock_key,
+        session.fencing_token,
+        run_token,
+        attempt=session.attempt,
     )
     lease = session.lease
     try:
@@ -401,7 +405,9 @@ async def run_with_locks(
     any lock, when the command cannot be run.
 
     The command's environment also holds ``DISLOCK_LOCK_KEY``, ``DISLOCK_RUN_TOKEN``
-    (random, the run's own) and, with ``LockContext.fencing``, ``DISLOCK_FENCING_TOKEN``;
+    (random, the run's own), ``DISLOCK_ATTEMPT`` (which attempt of its schedule
+    slot it is: 1, or more with ``LockContext.retries``) and, with
+    ``LockContext.fencing``, ``DISLOCK_FENCING_TOKEN``;
     it inherits ours except ``withheld_variables`` (e.g. the one holding the
     database URL, so that the command cannot use the lock credential).
 

@@ -4,7 +4,7 @@ slots, outcomes in words, the summary line, and JSON."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
@@ -79,9 +79,17 @@ def describe_missed(
     return line
 
 
-def render_missed(slots: Sequence[Slot]) -> str:
-    headers = ("SLOT START (UTC)", "SLOT END (UTC)")
-    return _columns(headers, [(format_time(s.start), format_time(s.end)) for s in slots])
+def render_missed(slots: Sequence[Slot], late: Collection[datetime] = ()) -> str:
+    """The missed slots, each ``missed`` (nobody started it) or ``late`` (nobody
+    started it before its start deadline: ``late`` holds those slots' ends)."""
+    headers = ("SLOT START (UTC)", "SLOT END (UTC)", "STATE")
+    return _columns(
+        headers,
+        [
+            (format_time(s.start), format_time(s.end), "late" if s.end in late else "missed")
+            for s in slots
+        ],
+    )
 
 
 def _columns(headers: Sequence[str], lines: Sequence[Sequence[str]]) -> str:

@@ -28,12 +28,12 @@ slow cron daemon): ``missed --grace``."""
 
 
 def starts_query(history: tuple[str, ...]) -> sql.Composed:
-    """When %(key)s's runs since %(since)s started and which slot they claimed, with
-    the database clock and whether the key ran before %(since)s (first row; NULLs
-    when there are no runs).  The earlier run is one index probe of
-    ``(lock_key, started_at DESC)``."""
+    """When %(key)s's runs since %(since)s started, which slot they claimed and how
+    they ended, with the database clock and whether the key ran before %(since)s
+    (first row; NULLs when there are no runs).  The earlier run is one index probe
+    of ``(lock_key, started_at DESC)``."""
     return sql.SQL(
-        "SELECT NOW(), h.started_at, h.slot_end,"
+        "SELECT NOW(), h.started_at, h.slot_end, h.outcome,"
         " EXISTS (SELECT FROM {history} AS b WHERE b.lock_key = %(key)s"
         " AND b.started_at < %(since)s)"
         " FROM (VALUES (1)) AS one"

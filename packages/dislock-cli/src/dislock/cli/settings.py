@@ -133,6 +133,8 @@ def read_wrapper_settings(
     for variable in (
         variables.LEASE_LOSS,
         variables.MAX_RUNTIME,
+        variables.RETRIES,
+        variables.RETRY_DELAY,
         variables.FENCING,
         variables.HISTORY,
     ):
@@ -144,6 +146,16 @@ def read_wrapper_settings(
         schedule = _read(fields, variables.SCHEDULE, environ)
         if schedule is not None:
             zone = read_cron_zone(environ)  # and the zone it is read in, as for a slot
+    _read(fields, variables.START_DEADLINE, environ)
+    if fields.get("retries") or fields.get("start_deadline_seconds") is not None:
+        from dislock.core.retries import check_retries
+
+        check_retries(
+            strategies,
+            fields.get("retries", 0),
+            fields.get("start_deadline_seconds"),
+            names=(variables.RETRIES.name, variables.START_DEADLINE.name),
+        )
     conflict_exit_code = read_waiting(environ, strategies, fields)
     _read(fields, variables.CONNECT_PATIENCE, environ)
     if zone is not None:

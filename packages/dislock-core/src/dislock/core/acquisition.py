@@ -35,13 +35,14 @@ import psycopg
 
 from dislock.core.answers import Acquired, SlotAnswer
 from dislock.core.context import LockContext
-from dislock.core.cron import SlotCandidates, slot_end
+from dislock.core.cron import SlotCandidates, slot_end, slot_start
 from dislock.core.dsn import error_line, scrub
 from dislock.core.errors import (
     DatabaseUnreachableError,
     LockDelayedError,
     LockNotAcquiredError,
     NotReplicatedError,
+    SlotLateError,
 )
 from dislock.core.exchange import Exchange
 from dislock.core.failover import delayed
@@ -50,6 +51,7 @@ from dislock.core.lock_statements import statements_for
 from dislock.core.patience import ConnectPatience
 from dislock.core.pause import paused_error
 from dislock.core.refusal import refused
+from dislock.core.retries import LATE_MARK
 from dislock.core.rows import lease_key
 from dislock.core.timeouts import RELEASE_TIMEOUT
 from dislock.core.unknown_outcome import HELD, Mine, Verdict, judge, outcome_unknown
@@ -290,6 +292,7 @@ def claiming_schedule_slot(
     patience: ConnectPatience,
     *,
     local_now: datetime | None = None,
+    lease: str | None = None,
     clock: Clock = monotonic,
 ) -> Steps[tuple[Acquired, datetime]]:
     """Claim the row ``key`` of the schedule slot ``context`` names (its
@@ -297,7 +300,10 @@ def claiming_schedule_slot(
     answer, and the slot's end.  Without ``next_run_time`` there is no round trip
     for the database clock first: the acquiring statement picks the slot by its
     ``NOW()`` among the ends around ``local_now``; only a database clock far from
-    ours costs a read of it, and a second claim."""
+    ours costs a read of it, and a second claim.  With retries or a start deadline
+    (``dislock.core.retries``) the clock is read first; past the deadline the claim
+    marks the slot late (``Acquired.began_at`` set).  ``lease`` is the lease row
+    whose unreleased expiry proves a holder vanished (None: nothing proves it)."""
     statements = statements_for(context)
     timeout = context.connect_timeout_seconds
 
@@ -317,6 +323,46 @@ def claiming_schedule_slot(
         )
 
     expires_at = context.next_run_time
+    deadline = context.start_deadline_seconds
+    if context.retries or deadline is not None:
+        # The slot's end names it in the row's mark, and its start is measured against
+        # the deadline: the clock is read first (one round trip more, for jobs with
+        # retries or a start deadline only).
+        zone = context.cron_zone
+        clock_read: datetime = yield Ask(statements.now(), timeout, patience)
+        if expires_at is None:
+            assert context.schedule is not None and zone is not None
+            expires_at = slot_end(context.schedule, clock_read, zone.tz)
+        owner, began_at = context.owner, None
+        if deadline is not None:
+            assert context.schedule is not None and zone is not None
+            began = slot_start(context.schedule, expires_at, zone.tz)
+            if (clock_read - began).total_seconds() > deadline:
+                # Too late to start: the claim marks the slot late instead, so that
+                # no later acquisition starts it either.
+                owner, began_at = context.owner + LATE_MARK, began
+        if context.retries:
+            exchange = statements.acquire_retrying(
+                key,
+                owner,
+                expires_at,
+                lease=lease,
+                retries=context.retries,
+                delay=context.retry_delay_seconds,
+            )
+        else:
+            exchange = statements.acquire_until(key, owner, expires_at)
+        answer = yield from claiming(
+            exchange,
+            timeout,
+            context=context,
+            key=key,
+            what=f"schedule slot {key!r}",
+            patience=patience,
+            slot_ends=[expires_at],
+            clock=clock,
+        )
+        return answer._replace(began_at=began_at), expires_at
     if expires_at is None:
         zone = context.cron_zone  # resolved with the schedule
         assert context.schedule is not None and zone is not None
@@ -344,15 +390,31 @@ def claiming_schedule_slot(
 def schedule_refusal(
     context: LockContext, answer: Acquired, expires_at: datetime
 ) -> Exception | None:
-    """The error a schedule slot's answer means (paused, delayed by a failover,
-    already started), or None: taken."""
+    """The error a schedule slot's answer means (paused, past its start deadline,
+    delayed by a failover, reopened for a later attempt, already started), or None:
+    taken."""
     if answer.paused_until is not None:
         return paused_error(context.lock_key, answer.paused_for, answer.paused_until)
+    slot = f"schedule slot of {context.lock_key!r} ending {expires_at.isoformat()}"
+    if answer.began_at is not None:
+        late = (
+            f"{slot} began at {answer.began_at.isoformat(timespec='seconds')}, more than"
+            f" {context.start_deadline_seconds:g} s ago (its start deadline)"
+        )
+        if answer.acquired:
+            return SlotLateError(f"{late}: not started; marked late")
+        return LockNotAcquiredError(f"{late}, and was started or marked late already")
     if answer.acquired:
         return None
-    slot = f"schedule slot of {context.lock_key!r} ending {expires_at.isoformat()}"
     if answer.delayed_until is not None:
         return LockDelayedError(delayed(slot, answer.delayed_until), answer.delayed_until)
+    if answer.retry_at is not None:
+        return LockNotAcquiredError(
+            f"{slot}: an attempt failed; the next may start at"
+            f" {answer.retry_at.isoformat(timespec='seconds')}"
+        )
+    if answer.attempt is not None and answer.attempt > context.retries + 1:
+        return LockNotAcquiredError(f"{slot} has used its {context.retries + 1} attempts")
     return LockNotAcquiredError(
         f"{slot} was already started by another owner (or has already ended)"
     )

@@ -37,6 +37,15 @@ class Acquired(NamedTuple):
     anything (``dislock.core.failover``); None when no delay runs."""
     timeline: int | None = None
     """The server's timeline the statement ran on (None when it is not known)."""
+    attempt: int | None = None
+    """With retries (``acquire_retrying``): the attempt of the slot it took, or would
+    have taken; None when none may start now (or without retries)."""
+    retry_at: datetime | None = None
+    """With retries: when a failed attempt reopened the slot for a later one, the
+    moment that one may start (the row is not taken before)."""
+    began_at: datetime | None = None
+    """Set when the slot's start deadline had passed: when the slot began.  The claim
+    was then the slot's late mark (taken: this acquisition marked it late)."""
 
     @classmethod
     def nothing(cls) -> Acquired:
@@ -86,6 +95,25 @@ def read_slot_claim(rows: Rows) -> Acquired:
     """The answer of ``acquire_until``."""
     acquired, token, paused_for, paused_until, timeline, delayed_until, _ = _one(rows)
     return Acquired(bool(acquired), token, paused_for, paused_until, None, delayed_until, timeline)
+
+
+def read_retrying_claim(rows: Rows) -> Acquired:
+    """The answer of ``acquire_retrying``: ``acquire_until``'s, then the attempt and
+    the moment a reopened slot's next attempt may start."""
+    acquired, token, paused_for, paused_until, timeline, delayed_until, attempt, retry_at = _one(
+        rows
+    )
+    return Acquired(
+        bool(acquired),
+        token,
+        paused_for,
+        paused_until,
+        None,
+        delayed_until,
+        timeline,
+        attempt,
+        retry_at,
+    )
 
 
 def lease_reader(ttl: float) -> Callable[[Rows], Acquired]:

@@ -99,6 +99,34 @@ MAX_RUNTIME = Bound(
     "a bound under a second stops a command before it is under way; a job meant to run "
     "for more than a month wants no bound rather than one nobody remembers",
 )
+RETRIES = Bound(
+    "LOCK_RETRIES",
+    "retries",
+    0,
+    100,
+    "",
+    "more attempts than this in one slot is a loop, not a retry",
+    integer=True,
+)
+RETRY_DELAY = Bound(
+    "LOCK_RETRY_DELAY_SECONDS",
+    "retry_delay_seconds",
+    1.0,
+    DAY,
+    "s",
+    "the first retry waits this long after the failed attempt ended, each later one twice "
+    "as long as the one before; under a second, a retry starts before the failure's "
+    "cause could change",
+)
+START_DEADLINE = Bound(
+    "LOCK_START_DEADLINE_SECONDS",
+    "start_deadline_seconds",
+    1.0,
+    366 * DAY,
+    "s",
+    "under a second refuses every start that cron or a busy machine delays at all; no slot "
+    "is longer than a year",
+)
 WAIT = Bound(
     "LOCK_WAIT_SECONDS",
     "wait_seconds",
@@ -143,6 +171,9 @@ BOUNDS: tuple[Bound, ...] = (
     CONNECT_TIMEOUT,
     CONNECT_PATIENCE,
     MAX_RUNTIME,
+    RETRIES,
+    RETRY_DELAY,
+    START_DEADLINE,
     WAIT,
     WAIT_POLL,
     SLOTS,

@@ -117,6 +117,22 @@ class LockContext:
     ``with_locks`` ends with ``MaxRuntimeExceeded`` (``dislock.aio`` cancels it at
     the bound; a sync block reads ``LockSession.time_left`` and raises as it ends
     late).  Recorded as ``timed_out``.  None: no bound."""
+    retries: int = 0
+    """With a schedule: how many more attempts a slot gets after a run in it failed
+    (a non-zero exit or an exception, a lost lease, a maximum runtime passed, and
+    with ``schedule,lease`` a holder whose lease expired unreleased).  Each is taken
+    by the first acquisition, on any machine, at least ``retry_delay_seconds`` after
+    the failed one ended (twice that after the second, and so on), within the same
+    slot; a success closes the slot (``dislock.core.retries``).  0: none."""
+    retry_delay_seconds: float = 60.0
+    """The pause before a slot's first retry; it doubles for each retry after it."""
+    start_deadline_seconds: float | None = None
+    """With ``schedule``: an acquisition more than this many seconds after its slot
+    began (the cron fire that opened it, on the database clock) does not start the
+    slot; it raises ``SlotLateError`` (a ``LockNotAcquiredError``) and, if the slot
+    was not started yet, marks it late, so that no later acquisition starts it
+    either (recorded as ``late`` with ``history``).  None: a slot may start until
+    it ends."""
     fencing: bool = False
     """Hand out fencing tokens: each acquisition bumps and returns the row's ``fence``
     column (``dislockctl init --fencing`` adds it). Off, the three-column table works
@@ -261,6 +277,29 @@ class LockContext:
                 f"wait_listen must be True, False or None, got {self.wait_listen!r}"
             )
         _set(self, "slots", bounds.check_count(bounds.SLOTS, self.slots, name="slots"))
+        _set(self, "retries", bounds.check_count(bounds.RETRIES, self.retries, name="retries"))
+        if self.start_deadline_seconds is not None:
+            _set(
+                self,
+                "start_deadline_seconds",
+                bounds.check_number(
+                    bounds.START_DEADLINE,
+                    self.start_deadline_seconds,
+                    name="start_deadline_seconds",
+                ),
+            )
+            if self.schedule is None:
+                raise ConfigurationError(
+                    "start_deadline_seconds needs schedule: a slot's start is the cron fire"
+                    " that opened it"
+                )
+        _set(
+            self,
+            "retry_delay_seconds",
+            bounds.check_number(
+                bounds.RETRY_DELAY, self.retry_delay_seconds, name="retry_delay_seconds"
+            ),
+        )
 
     def __repr__(self) -> str:
         fields = ", ".join(
@@ -281,6 +320,10 @@ class LockContext:
                 "history_table",
                 "wait_seconds",
                 "slots",
+                "max_runtime_seconds",
+                "retries",
+                "retry_delay_seconds",
+                "start_deadline_seconds",
             )
         )
         return f"LockContext(url={redact_dsn(self.url)!r}, {fields})"

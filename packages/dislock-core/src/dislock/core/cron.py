@@ -222,6 +222,20 @@ def next_boundary(expression: str, now: datetime, tz: tzinfo = UTC) -> datetime:
             return best
 
 
+def slot_start(expression: str, end: datetime, tz: tzinfo = UTC) -> datetime:
+    """When the slot that ends at ``end`` began: the last cron boundary before it."""
+    from croniter import croniter
+
+    fires = croniter(_valid(expression, "schedule"), _wall(end, tz) + MAX_CLOCK_SHIFT)
+    while True:
+        candidate = fires.get_prev(datetime)
+        if not isinstance(candidate, datetime):  # croniter's return type is loose
+            raise TypeError(f"croniter returned {candidate!r}")
+        earlier = [instant for instant in _instants(candidate, tz) if instant < end]
+        if earlier:
+            return max(earlier)
+
+
 def slot_end(expression: str, now: datetime, tz: tzinfo = UTC) -> datetime:
     """When the slot a start at ``now`` (database clock) belongs to ends, reading
     ``expression`` in ``tz``."""

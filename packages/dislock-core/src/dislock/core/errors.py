@@ -23,6 +23,11 @@ class LockNotAcquiredError(DislockError):
     """Another owner holds the lock: the schedule slot or the lease is taken."""
 
 
+class SlotLateError(LockNotAcquiredError):
+    """A schedule slot was not started because its start deadline had passed
+    (``LockContext.start_deadline_seconds``); this acquisition marked it late."""
+
+
 class LockDelayedError(LockNotAcquiredError):
     """Nobody may take the lock yet: the lock delay after a database failover is running
     (``dislock.core.failover``), so that a holder cut off with the old primary has

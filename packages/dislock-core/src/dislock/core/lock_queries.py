@@ -21,6 +21,7 @@ from typing import NamedTuple
 
 from psycopg import sql
 
+from dislock.core import retries
 from dislock.core.failover import (
     TIMELINE,
     TIMELINE_KEY,
@@ -80,6 +81,15 @@ class Queries(NamedTuple):
     Answers like ``acquire_until``, but its last column is the slot's end, NULL when
     ``NOW()`` was outside the candidates (then nothing was taken: read the clock,
     use ``acquire_until``)."""
+    acquire_retrying: sql.Composed
+    """Params: key, pause, owner, expire_at, and ``dislock.core.retries.claim_params``.
+    ``acquire_until`` for a job with retries: it takes the slot's row as its next
+    attempt when an earlier attempt failed and reopened it, or vanished
+    (``dislock.core.retries``).  Answers like ``acquire_until``, then the attempt
+    it took or would have taken (NULL: none may start now) and, when a failed
+    attempt reopened the slot for later, the moment the next may start."""
+    reopen: sql.Composed
+    """``dislock.core.retries.reopen_query``."""
     look: sql.Composed
     """Params: key, pause.  A read sent before the acquiring statement on a new
     connection (``dislock.core.answers.look_reader``): ``(NOW(), clock_timestamp(),
@@ -145,7 +155,7 @@ def queries(table_parts: tuple[str, ...], fencing: bool = False) -> Queries:
         " {row}"
         " ON CONFLICT (key) DO UPDATE"
         " SET value = EXCLUDED.value, expire_at = EXCLUDED.expire_at{bump}"
-        " WHERE held.expire_at <= NOW()"
+        " WHERE {claimable}"
         " RETURNING {token}, {timeline}"
     )
     answer = sql.SQL(
@@ -156,7 +166,12 @@ def queries(table_parts: tuple[str, ...], fencing: bool = False) -> Queries:
     )
     # ``_acquire_slot`` formats this same upsert: a placeholder added to it must be
     # given there too (through ``parts``, ideally), so that slots keep every check.
-    parts: dict[str, sql.Composable] = {"table": table, "columns": columns, "bump": bump}
+    parts: dict[str, sql.Composable] = {
+        "table": table,
+        "columns": columns,
+        "bump": bump,
+        "claimable": sql.SQL("held.expire_at <= NOW()"),
+    }
     lease_expiry = sql.SQL("NOW() + make_interval(secs => %(ttl)s)")
     # After a failover, no one takes a missing or expired row for a while (see
     # dislock.core.failover); the fragment also returns the server's timeline.
@@ -244,6 +259,10 @@ def queries(table_parts: tuple[str, ...], fencing: bool = False) -> Queries:
         acquire_by_clock=_acquire_by_clock(
             upsert, pause, parts, first_token, token, (slot_ctes, slot_calm), free
         ),
+        acquire_retrying=_acquire_retrying(
+            upsert, pause, parts, first_token, token, (slot_ctes, slot_calm)
+        ),
+        reopen=retries.reopen_query(table),
         look=sql.SQL(
             "SELECT NOW(), clock_timestamp(), {timeline}, key, value, expire_at FROM {table}"
             " WHERE key IN (%(key)s, %(pause)s, {timeline_key}, {max_ttl_key})"
@@ -356,4 +375,46 @@ def _acquire_slot(
         calm=calm,
         delay_end=delay_end_returned(),
         within=sql.SQL(WITHIN_CAP),
+    )
+
+
+def _acquire_retrying(
+    upsert: sql.SQL,
+    pause: sql.Composable,
+    parts: dict[str, sql.Composable],
+    first_token: sql.Composable,
+    token: sql.Composable,
+    delay: tuple[sql.Composable, sql.Composable],
+) -> sql.Composed:
+    """``acquire_until``'s upsert for a job with retries (``dislock.core.retries``):
+    the row it writes names the attempt, and it may take a row that is still live
+    when the attempt holding it vanished (its lease expired unreleased)."""
+    ctes, calm = delay
+    table = parts["table"]
+    assert isinstance(table, sql.Identifier)
+    row = sql.SQL(
+        "SELECT %(key)s, %(owner)s || CASE WHEN attempt.n > 1"
+        " THEN ' (attempt ' || attempt.n || ')' ELSE '' END,"
+        " %(expire_at)s::timestamptz{first_token} FROM attempt"
+        " WHERE %(expire_at)s::timestamptz > NOW() AND attempt.n <= %(attempts)s"
+        " AND NOT EXISTS (SELECT FROM pause) AND {calm}"
+    ).format(first_token=first_token, calm=calm)
+    taking = upsert.format(
+        row=row,
+        token=token,
+        delay=sql.SQL(""),
+        **{**parts, "claimable": retries.claimable(table)},
+    )
+    return sql.SQL(
+        "WITH {ctes}, {pause}, {attempt}, taken (token, timeline) AS ({taking})"
+        " SELECT EXISTS (SELECT FROM taken), (SELECT token FROM taken),"
+        " pause.value, pause.expire_at, {timeline}, {delay_end}, attempt.n, attempt.retry_at"
+        " FROM attempt LEFT JOIN pause ON true"
+    ).format(
+        ctes=ctes,
+        pause=pause,
+        attempt=retries.next_attempt(table),
+        taking=taking,
+        timeline=parts["timeline"],
+        delay_end=delay_end_returned(),
     )

@@ -14,6 +14,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from dislock.core import answers, lock_queries
+from dislock.core import retries as retries_module
 from dislock.core.answers import Acquired, SlotAnswer
 from dislock.core.exchange import Exchange
 from dislock.core.rows import pause_key_of
@@ -38,6 +39,35 @@ class LockStatements:
         """Take the schedule row ``key`` until ``expire_at``, a slot's end."""
         params = {"key": key, "pause": pause_key_of(key), "owner": owner, "expire_at": expire_at}
         return Exchange(self.queries.acquire_until, params, answers.read_slot_claim)
+
+    def acquire_retrying(
+        self,
+        key: str,
+        owner: str,
+        expire_at: datetime,
+        *,
+        lease: str | None,
+        retries: int,
+        delay: float,
+    ) -> Exchange[Acquired]:
+        """``acquire_until`` for a job with ``retries`` (``dislock.core.retries``): its
+        next attempt, ``delay`` seconds (doubling) after the last failed; ``lease``, the
+        row whose expiry proves a holder vanished (None: no lease, never proven)."""
+        params = {
+            "key": key,
+            "pause": pause_key_of(key),
+            "owner": owner,
+            "expire_at": expire_at,
+            **retries_module.claim_params(lease, expire_at, retries, delay),
+        }
+        return Exchange(self.queries.acquire_retrying, params, answers.read_retrying_claim)
+
+    def reopen(
+        self, key: str, value: str, slot_end: datetime, delay: float
+    ) -> Exchange[datetime | None]:
+        """Reopen the slot a failed attempt (its row ``value``) took, ``delay`` seconds
+        from now (``dislock.core.retries.reopen``)."""
+        return retries_module.reopen(self.queries.reopen, key, value, slot_end, delay)
 
     def acquire_by_clock(
         self, key: str, owner: str, candidates: SlotCandidates

@@ -119,6 +119,7 @@ class SignalRoute:
 
 LOCK_KEY_VARIABLE = "DISLOCK_LOCK_KEY"
 FENCING_TOKEN_VARIABLE = "DISLOCK_FENCING_TOKEN"
+ATTEMPT_VARIABLE = "DISLOCK_ATTEMPT"
 
 
 def new_run_token() -> str:
@@ -133,13 +134,20 @@ def inherited_environment(base: Mapping[str, str], withheld: Iterable[str]) -> d
 
 
 def child_environment(
-    base: Mapping[str, str], lock_key: str, fencing_token: int | None, run_token: str
+    base: Mapping[str, str],
+    lock_key: str,
+    fencing_token: int | None,
+    run_token: str,
+    *,
+    attempt: int = 1,
 ) -> dict[str, str]:
     """The wrapped command's environment: ours, plus the lock it runs under, the
-    run's token and, with fencing, the token to pass along with whatever it writes."""
+    run's token, which attempt of its slot it is (``dislock.core.retries``) and, with
+    fencing, the token to pass along with whatever it writes."""
     env = dict(base)
     env[LOCK_KEY_VARIABLE] = lock_key
     env[RUN_TOKEN_VARIABLE] = run_token
+    env[ATTEMPT_VARIABLE] = str(attempt)
     if fencing_token is None:
         env.pop(FENCING_TOKEN_VARIABLE, None)  # never a stale token from an outer run
     else:

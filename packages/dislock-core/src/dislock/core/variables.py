@@ -195,6 +195,36 @@ MAX_RUNTIME = Variable(
     lambda seconds: None if seconds is None else str(seconds),
     bounds.MAX_RUNTIME,
 )
+RETRIES = Variable(
+    "LOCK_RETRIES",
+    "retries",
+    "0",
+    "with a schedule, a failed run leaves its slot to up to this many more attempts, "
+    "each by the first wrapper on any machine to start after the delay: {range}",
+    _count(bounds.RETRIES),
+    str,
+    bounds.RETRIES,
+)
+RETRY_DELAY = Variable(
+    "LOCK_RETRY_DELAY_SECONDS",
+    "retry_delay_seconds",
+    "60",
+    "wait this long after a failed attempt before the next, twice as long after each "
+    "later one: {range}",
+    _number(bounds.RETRY_DELAY),
+    str,
+    bounds.RETRY_DELAY,
+)
+START_DEADLINE = Variable(
+    "LOCK_START_DEADLINE_SECONDS",
+    "start_deadline_seconds",
+    "-",
+    "with a schedule, a wrapper started more than this long after its slot began does not "
+    "start it, and marks the slot late: {range}",
+    _number(bounds.START_DEADLINE),
+    lambda seconds: None if seconds is None else str(seconds),
+    bounds.START_DEADLINE,
+)
 FENCING = Variable(
     "LOCK_FENCING",
     "fencing",
@@ -312,6 +342,9 @@ VARIABLES: tuple[Variable, ...] = (
     JITTER,
     LEASE_LOSS,
     MAX_RUNTIME,
+    RETRIES,
+    RETRY_DELAY,
+    START_DEADLINE,
     FENCING,
     PASS_URL,
     WAIT,

@@ -17,16 +17,20 @@ from time import monotonic
 from dislock.core.acquisition import claiming_schedule_slot, schedule_refusal
 from dislock.core.context import LockContext
 from dislock.core.cron import slot_end
+from dislock.core.dsn import one_line, scrub
 from dislock.core.errors import ConfigurationError
 from dislock.core.exits import Exc, ExcType, Tb
 from dislock.core.kinds import SCHEDULE
+from dislock.core.lock_statements import statements_for
 from dislock.core.patience import ConnectPatience, SlotEnd
+from dislock.core.retries import attempt_ended, attempt_suffix, backoff
 from dislock.core.rows import schedule_key
+from dislock.core.timeouts import RELEASE_TIMEOUT
 from dislock.core.unknown_outcome import HELD
 
 from ._acquiring import drive
 from ._hub import enter_hub, leave_hub
-from ._recording import RunRecording, record_alone
+from ._recording import Alone, Run, RunRecording, record_alone, record_late, run_end
 
 logger = logging.getLogger("dislock")
 
@@ -68,6 +72,19 @@ class ScheduleLock:
         """Whether entering and leaving record the run (``LockContext.history``);
         ``acquire_locks`` turns it off for its locks and records the run itself."""
         self._recording: RunRecording | None = None
+        self.attempt = 1
+        """Which attempt of its slot this run is (``LockContext.retries``): 1 for the
+        slot's first, 2 for its first retry, …"""
+        self.lease_row: str | None = None
+        """With retries: the lease row whose unreleased expiry proves that a holder of
+        this slot vanished (``acquire_locks`` sets it for ``schedule,lease``)."""
+        self.run: Run | None = Alone(None)
+        """The run the slot was taken for, whose end decides whether it is retried;
+        ``acquire_locks`` gives its session once it has one (None before: a run that
+        never started leaves its slot as it is)."""
+        self._taken_as: str | None = None
+        """With retries: the row's value as this attempt took it (it reopens the slot
+        with it)."""
 
     def __enter__(self) -> ScheduleLock:
         context = self.context
@@ -82,27 +99,84 @@ class ScheduleLock:
         )
         try:
             hub.connect_patiently(patience)
-            answer, expires_at = drive(hub, claiming_schedule_slot(context, self.key, patience))
+            answer, expires_at = drive(
+                hub, claiming_schedule_slot(context, self.key, patience, lease=self.lease_row)
+            )
         finally:
             leave_hub(hub)
         refusal = schedule_refusal(context, answer, expires_at)
         if refusal is not None:
+            if answer.began_at is not None and answer.acquired and context.history:
+                record_late(context, expires_at)
             raise refusal
         self.expires_at = expires_at
         self.fence = answer.token
         HELD.add(tuple(context.table_parts), self.key, context.owner, slot_end=expires_at)
-        logger.info("acquired schedule slot %s until %s", self.key, expires_at.isoformat())
+        if context.retries:
+            self.attempt = answer.attempt or 1
+            self._taken_as = context.owner + attempt_suffix(self.attempt)
+            logger.info(
+                "acquired schedule slot %s until %s (attempt %d of %d)",
+                self.key,
+                expires_at.isoformat(),
+                self.attempt,
+                context.retries + 1,
+            )
+        else:
+            logger.info("acquired schedule slot %s until %s", self.key, expires_at.isoformat())
         if self.records_history:
             self._recording = record_alone(context, SCHEDULE, slot_end=expires_at)
         return self
 
     @property
     def holding(self) -> bool:
-        """Whether the exit has anything to do: only a run to record (the slot
-        stays taken until it ends)."""
-        return self._recording is not None
+        """Whether the exit has anything to do: a run to record, or with retries a
+        failed attempt's slot to reopen (otherwise the slot stays taken until it ends)."""
+        return self._recording is not None or self._taken_as is not None
 
     def __exit__(self, exc_type: ExcType, exc: Exc, tb: Tb) -> None:
         recording, self._recording = self._recording, None
-        if recording is not None:
-            recording.__exit__(exc_type, exc, tb)
+        try:
+            if recording is not None:
+                recording.__exit__(exc_type, exc, tb)
+        finally:
+            taken_as, self._taken_as = self._taken_as, None
+            if taken_as is not None and self.run is not None:
+                end = run_end(self.context, self.run, exc)
+                if end.outcome != "ok":
+                    self._reopen(taken_as, end.outcome)
+
+    def _reopen(self, taken_as: str, outcome: str) -> None:
+        """Leave the slot to its next attempt, if one is left: the row expires after
+        the backoff, for the first wrapper on any machine to take.  Best effort: a
+        slot not reopened stays taken (never two attempts, at worst one too few)."""
+        context = self.context
+        ended = attempt_ended(context.lock_key, self.attempt, context.retries, outcome)
+        if self.attempt > context.retries:
+            logger.warning("%s; no attempt is left in this slot", ended)
+            return
+        assert self.expires_at is not None
+        delay = backoff(context.retry_delay_seconds, self.attempt)
+        reopen = statements_for(context).reopen(self.key, taken_as, self.expires_at, delay)
+        hub = enter_hub(context.url, context.connect_timeout_seconds)
+        try:
+            retry_at = hub.ask(reopen, RELEASE_TIMEOUT)
+        except Exception as error:
+            logger.warning(
+                "%s, and the slot could not be left to the next attempt (it stays taken until"
+                " it ends): %s",
+                ended,
+                scrub(one_line(str(error)), context.url),
+            )
+            return
+        finally:
+            leave_hub(hub)
+        if retry_at is None:
+            logger.warning("%s; the slot ends before another attempt could start", ended)
+        else:
+            logger.warning(
+                "%s; attempt %d may start on any machine from %s",
+                ended,
+                self.attempt + 1,
+                retry_at.isoformat(timespec="seconds"),
+            )

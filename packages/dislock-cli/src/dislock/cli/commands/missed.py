@@ -12,6 +12,9 @@ from dislock.cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 from dislock.cli.commands._call import Call, error
 from dislock.cli.commands._recorded import unknown_key, warn_disagreements
 
+LATE = "late"
+"""The outcome of a slot that an acquisition past its start deadline marked late."""
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("lock_key", metavar="LOCK_KEY")
@@ -110,13 +113,20 @@ def _missed(
     (now,) = conn.execute("SELECT NOW()").fetchone()
     since = now - asked.since
     rows = conn.execute(starts_query(history), {"key": key, "since": since}).fetchall()
-    starts = [(started, slot_end) for _, started, slot_end, _ in rows if started is not None]
+    # A slot marked late (past its start deadline, nobody started it) has a row but no
+    # start: it is judged as missed, and said to be late.
+    late = {slot_end for _, started, slot_end, outcome, _ in rows if outcome == LATE}
+    starts = [
+        (started, slot_end)
+        for _, started, slot_end, outcome, _ in rows
+        if started is not None and outcome != LATE
+    ]
     try:
         slots = list(schedule_slots(schedule, since, now, asked.grace, zone.tz))
     except ConfigurationError as exc:
         error(str(exc))
         return EXIT_USAGE
-    if not rows[0][3]:
+    if not rows[0][4]:
         # A job new within the window did not miss the slots before it existed.
         slots = from_first_run(slots, starts)
     found = conn.execute(spans_query(history, table), {"key": key, "since": since})
@@ -134,7 +144,10 @@ def _missed(
                     "until": now.isoformat(),
                     "slots": len(slots),
                     "runs": len(starts),
-                    "missed": [slot.as_json() for slot in missed],
+                    "missed": [
+                        {**slot.as_json(), "state": "late" if slot.end in late else "missed"}
+                        for slot in missed
+                    ],
                     "covered": [slot.as_json() for slot in covered],
                     "readings": [reading.as_json() for reading in readings],
                 }
@@ -142,7 +155,7 @@ def _missed(
         )
     else:
         if missed:
-            print(render_missed(missed))
+            print(render_missed(missed, late))
         print(
             describe_missed(
                 key,

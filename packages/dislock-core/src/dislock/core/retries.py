@@ -1,0 +1,224 @@
+"""Retries within a schedule slot (``LockContext.retries``): the slot row as the
+slot's ledger, the statements that take an attempt and reopen a slot, and the
+backoff between attempts.
+
+A slot row (``cronjob-lock:schedule:<key>``) is taken until the slot ends and
+stays taken: that is how one start per slot is kept, by every dislock version.
+A job with retries writes two more things into the same row, in its ``value``:
+
+* the attempt a run is, after its owner token, from the second one on
+  (``owner (attempt 2)``);
+* when an attempt failed and another is left, a mark naming the slot
+  (``… (failed; retry in slot 1733283600)``), with ``expire_at`` moved back to
+  the moment the next attempt may start.
+
+So a failed run *reopens* its slot: the row expires at the retry time, and the
+first wrapper on any machine that ticks after it takes the row again, as the
+next attempt, with the same atomic upsert that takes any expired row (two
+wrappers cannot both take it).  A success writes nothing: the row stays taken
+until the slot ends.  A reopened row that nobody takes before its slot ends is
+an ordinary expired row for the next slot (the mark names the slot it was for).
+
+A holder that vanished (its machine died) records nothing.  With a lease beside
+the slot (``schedule,lease``), its lease row says so: still the owner's, never
+released, and expired, so its command is gone (the guard kills it by the lease's
+deadline whatever the wrapper does).  The retrying statement counts such a slot
+as failed once that lease has been expired for the retry delay.  A schedule
+without a lease has no heartbeat, so a vanished holder's slot is never retried:
+nothing proves its command is not still running.
+
+A start deadline (``LockContext.start_deadline_seconds``) uses the same row: an
+acquisition that comes too late claims the slot as usual, but writes its owner
+with ``LATE_MARK`` and starts nothing, so the slot reads as taken (and late) until
+it ends, and no later acquisition starts it.
+
+Nothing here costs a job without retries or a deadline anything: its statements are unchanged.
+A job with retries reads the database clock first (the slot's end must be known
+to name it in the mark), so it pays one round trip more at start, and one
+statement more when an attempt fails.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from psycopg import sql
+
+from dislock.core.errors import ConfigurationError
+from dislock.core.exchange import Exchange, Rows
+from dislock.core.kinds import SCHEDULE
+
+LATE_MARK = " (late)"
+"""Follows the owner token in the row of a slot that an acquisition past the slot's
+start deadline marked late (``LockContext.start_deadline_seconds``): it started
+nothing, and no later acquisition starts the slot."""
+
+MAX_BACKOFF_DOUBLINGS = 10
+"""The delay doubles after each failed attempt, ten times at most (1024 times the delay)."""
+
+_ATTEMPT = r" \(attempt (\d+)\)"
+"""How the attempt follows the owner token in ``value`` (a regular expression)."""
+
+
+def attempt_suffix(attempt: int) -> str:
+    """What follows the owner token in the row of ``attempt``: nothing for the first."""
+    return "" if attempt <= 1 else f" (attempt {attempt})"
+
+
+def reopened_suffix(slot_end: datetime) -> str:
+    """The mark a failed attempt leaves in its row for the slot ending at ``slot_end``."""
+    return f" (failed; retry in slot {int(slot_end.timestamp())})"
+
+
+def backoff(delay: float, attempt: int) -> float:
+    """Seconds between the end of failed ``attempt`` and the start of the next:
+    ``delay`` after the first, doubling after each one after it."""
+    return delay * float(2 ** min(max(attempt - 1, 0), MAX_BACKOFF_DOUBLINGS))
+
+
+def _attempt_of(value: sql.Composable) -> sql.Composed:
+    return sql.SQL("COALESCE((regexp_match({value}, {pattern}))[1]::int, 1)").format(
+        value=value, pattern=sql.Literal(_ATTEMPT + r"(?: \(failed; retry in slot \d+\))?$")
+    )
+
+
+def _owner_of(value: sql.Composable) -> sql.Composed:
+    return sql.SQL("regexp_replace({value}, {pattern}, '')").format(
+        value=value, pattern=sql.Literal(_ATTEMPT + "$")
+    )
+
+
+def _delay_of(attempt: sql.Composable) -> sql.Composed:
+    return sql.SQL(
+        "make_interval(secs => %(delay)s * power(2, least({attempt} - 1, {doublings})))"
+    ).format(attempt=attempt, doublings=sql.Literal(MAX_BACKOFF_DOUBLINGS))
+
+
+def vanished(row: str, table: sql.Identifier) -> sql.Composed:
+    """Whether the slot row ``row`` (an alias) is this slot's, taken by an attempt
+    whose lease row (``%(lease)s``) is still its own, unreleased, and has been
+    expired for the retry delay: its holder vanished, its command is gone."""
+    return sql.SQL(
+        "({row}.expire_at = %(expire_at)s AND right({row}.value, length(%(reopened)s))"
+        " <> %(reopened)s AND %(lease)s::text IS NOT NULL AND EXISTS (SELECT FROM {table} AS gone"
+        " WHERE gone.key = %(lease)s AND gone.value = {owner}"
+        " AND gone.expire_at <= NOW() - {delay}))"
+    ).format(
+        row=sql.Identifier(row),
+        table=table,
+        owner=_owner_of(sql.SQL("{}.value").format(sql.Identifier(row))),
+        delay=_delay_of(_attempt_of(sql.SQL("{}.value").format(sql.Identifier(row)))),
+    )
+
+
+def next_attempt(table: sql.Identifier) -> sql.Composed:
+    """The ``prior`` and ``attempt`` common table expressions of a retrying claim: the
+    slot row as the statement found it, and the attempt a claim would be (NULL:
+    none may start now)."""
+    reopened_here = sql.SQL("right(prior.value, length(%(reopened)s)) = %(reopened)s")
+    return sql.SQL(
+        "prior AS (SELECT value, expire_at FROM {table} WHERE key = %(key)s),"
+        " attempt AS (SELECT CASE"
+        " WHEN NOT EXISTS (SELECT FROM prior) THEN 1"
+        " ELSE (SELECT CASE"
+        " WHEN prior.expire_at <= NOW() AND {reopened_here} THEN {attempt} + 1"
+        " WHEN prior.expire_at <= NOW() THEN 1"
+        " WHEN {vanished} THEN {attempt} + 1"
+        " END FROM prior) END AS n,"
+        " (SELECT CASE WHEN prior.expire_at > NOW() AND {reopened_here}"
+        " THEN prior.expire_at END FROM prior) AS retry_at)"
+    ).format(
+        table=table,
+        reopened_here=reopened_here,
+        attempt=_attempt_of(sql.SQL("prior.value")),
+        vanished=vanished("prior", table),
+    )
+
+
+def claimable(table: sql.Identifier) -> sql.Composed:
+    """The retrying upsert's condition on the row it found in its way (``held``):
+    the row the statement read (so the attempt it counted is this row's), expired
+    or left by a vanished holder."""
+    return sql.SQL(
+        "held.value = (SELECT value FROM prior) AND (held.expire_at <= NOW() OR {vanished})"
+    ).format(vanished=vanished("held", table))
+
+
+def claim_params(
+    lease: str | None, slot_end: datetime, retries: int, delay: float
+) -> dict[str, object]:
+    """The parameters a retrying claim adds to ``acquire_until``'s."""
+    return {
+        "lease": lease,
+        "reopened": reopened_suffix(slot_end),
+        "attempts": retries + 1,
+        "delay": delay,
+    }
+
+
+def reopen_query(table: sql.Identifier) -> sql.Composed:
+    """Params: key, value (the row as the attempt took it), expire_at (the slot's
+    end), reopened, delay (seconds).  Reopens the slot for its next attempt at
+    ``NOW() + delay``, unless the slot ends first; answers that moment, or no row."""
+    return sql.SQL(
+        "UPDATE {table} SET value = value || %(reopened)s,"
+        " expire_at = NOW() + make_interval(secs => %(delay)s)"
+        " WHERE key = %(key)s AND value = %(value)s AND expire_at = %(expire_at)s"
+        " AND NOW() + make_interval(secs => %(delay)s) < %(expire_at)s"
+        " RETURNING expire_at"
+    ).format(table=table)
+
+
+def _read_reopened(rows: Rows) -> datetime | None:
+    return rows[0][0] if rows else None
+
+
+def reopen(
+    query: sql.Composed, key: str, value: str, slot_end: datetime, delay: float
+) -> Exchange[datetime | None]:
+    """Reopen the slot ending ``slot_end`` that an attempt (its row ``value``) failed
+    in, ``delay`` seconds from now: when the next attempt may start, or None (the
+    slot ends before, or the row is no longer this attempt's)."""
+    params = {
+        "key": key,
+        "value": value,
+        "expire_at": slot_end,
+        "reopened": reopened_suffix(slot_end),
+        "delay": delay,
+    }
+    return Exchange(query, params, _read_reopened)
+
+
+_ENDED = {"lease_lost": "lost its lease", "killed": "was killed", "timed_out": "ran too long"}
+
+
+def attempt_ended(lock_key: str, attempt: int, retries: int, outcome: str) -> str:
+    """The start of the line that says a slot's attempt ended with ``outcome``
+    (``dislock.core.history.OUTCOMES``, any but ``ok``)."""
+    how = _ENDED.get(outcome, "failed")
+    return f"lock {lock_key!r}: attempt {attempt} of {retries + 1} in this slot {how}"
+
+
+def check_retries(
+    strategies: Sequence[str],
+    retries: int,
+    start_deadline: float | None = None,
+    *,
+    names: tuple[str, str] = ("retries", "start_deadline_seconds"),
+) -> None:
+    """Retries and a start deadline are a schedule slot's: a lease alone has no slot
+    to retry in or to start late.  ``names``: what the two settings are called
+    where they were set."""
+    if SCHEDULE in strategies:
+        return
+    if retries > 0:
+        raise ConfigurationError(
+            f"{names[0]} ({retries}) need the schedule strategy: a retry is another attempt"
+            " in the same schedule slot; use 'schedule' or 'schedule,lease'"
+        )
+    if start_deadline is not None:
+        raise ConfigurationError(
+            f"{names[1]} needs the schedule strategy: it bounds how late a schedule slot may"
+            " start; use 'schedule' or 'schedule,lease'"
+        )

@@ -1,0 +1,197 @@
+"""``LOCK_RETRIES`` through the wrapper: a machine that dies mid-run leaves its slot
+to another once its lease has expired, and a reopened slot raced by many machines
+gets one start."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from dislock.core.rows import lease_key, schedule_key
+from tests.cli.conftest import DISLOCK, Ctl, RunCli
+from tests.support.eventually import eventually
+from tests.support.processes import alive
+from tests.support.rows import Rows
+
+RACERS = 20
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def docs_block() -> str:
+    """The shell block of docs/cli.md's "Retries within a slot", as a user would paste it."""
+    section = (ROOT / "docs" / "cli.md").read_text().split("## Retries within a slot", 1)[1]
+    found = re.search(r"```sh\n(.*?)```", section, re.S)
+    assert found is not None
+    return found.group(1)
+
+
+def test_the_docs_block_runs_as_pasted(cli_env: dict[str, str], tmp_path: Path) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "dislock").write_text(f'#!/bin/sh\nexec {" ".join(DISLOCK)} "$@"\n')
+    (bin_dir / "dislock").chmod(0o755)
+    # The block's own key, on this test's table: each run of the test starts afresh.
+    table = f"{cli_env['LOCK_TABLE']}"
+    env = {
+        **{k: v for k, v in cli_env.items() if k not in ("LOCK_KEY", "CRON_SCHEDULE")},
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "LOCK_TABLE": table,
+    }
+    result = subprocess.run(
+        ["bash", "-c", docs_block()], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert result.stdout == "attempt 1 failed\nattempt 2 succeeded\n", result.stderr
+    (line,) = result.stderr.splitlines()
+    assert re.fullmatch(
+        r"dislock: lock 'flaky-export': attempt 1 of 3 in this slot failed; attempt 2 may start"
+        r" on any machine from \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d",
+        line,
+    ), line
+
+
+def _attempt_script(attempts: Path, status: int, pid_file: Path | None = None) -> str:
+    record = f'echo "$DISLOCK_ATTEMPT" >> "{attempts}"'
+    if pid_file is None:
+        return f"{record}; exit {status}"
+    return f'echo $$ > "{pid_file}"; {record}; sleep 300'
+
+
+def test_a_machine_killed_mid_run_is_retried_once_its_lease_expired_not_before(
+    cli_env: dict[str, str],
+    run_cli: RunCli,
+    db: psycopg.Connection[Any],
+    lock_table: tuple[str, str],
+    tmp_path: Path,
+) -> None:
+    attempts, pid_file = tmp_path / "attempts", tmp_path / "first.pid"
+    env = {
+        **cli_env,
+        "LOCK_STRATEGY": "schedule,lease",
+        "LOCK_RETRIES": "1",
+        "LOCK_RETRY_DELAY_SECONDS": "1",
+        # Long enough that the refused try below cannot come after the expiry.
+        "RUN_LOCK_TTL_SECONDS": "15",
+        "LOCK_LEASE_INTERVAL": "1",
+    }
+    rows = Rows(db, lock_table)
+    first = subprocess.Popen(
+        [*DISLOCK, "DATABASE_URL", "sh", "-c", _attempt_script(attempts, 0, pid_file)],
+        env=env,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        eventually(lambda: pid_file.exists() and pid_file.read_text().strip(), timeout=60)
+        command = int(pid_file.read_text())
+        first.send_signal(signal.SIGKILL)  # the machine dies: nothing is recorded or released
+        first.wait(timeout=30)
+        lease = rows.get(lease_key(env["LOCK_KEY"]))
+        assert lease is not None and not lease.expired
+        refused = run_cli(["DATABASE_URL", "sh", "-c", _attempt_script(attempts, 0)], env)
+        assert refused.returncode == 0, refused.stderr
+        assert attempts.read_text().split() == ["1"], "a retry before the lease expired"
+
+        def retried() -> bool:
+            result = run_cli(["DATABASE_URL", "sh", "-c", _attempt_script(attempts, 0)], env)
+            assert result.returncode == 0, result.stderr
+            return len(attempts.read_text().split()) > 1
+
+        eventually(retried, timeout=90, interval=1)
+        # The guard stopped the first attempt's command by its lease's deadline.
+        assert not alive(command)
+        assert attempts.read_text().split() == ["1", "2"]
+        slot = rows.get(schedule_key(env["LOCK_KEY"]))
+        assert slot is not None and slot.value.endswith(" (attempt 2)")
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+        if pid_file.exists() and alive(int(pid_file.read_text())):
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
+
+
+def test_machines_racing_for_a_reopened_slot_start_one_attempt(
+    cli_env: dict[str, str],
+    run_cli: RunCli,
+    db: psycopg.Connection[Any],
+    lock_table: tuple[str, str],
+    tmp_path: Path,
+) -> None:
+    attempts = tmp_path / "attempts"
+    env = {
+        **cli_env,
+        "LOCK_RETRIES": "3",
+        "LOCK_RETRY_DELAY_SECONDS": "1",
+        "CRONJOB_LOCK_LOG_LEVEL": "INFO",
+    }
+    failed = run_cli(["DATABASE_URL", "sh", "-c", _attempt_script(attempts, 3)], env)
+    assert failed.returncode == 3, failed.stderr
+    assert "attempt 2 may start on any machine from" in failed.stderr
+    rows = Rows(db, lock_table)
+    key = schedule_key(env["LOCK_KEY"])
+    eventually(lambda: (row := rows.get(key)) is not None and row.expired, timeout=30)
+    racers = [
+        subprocess.Popen(
+            [*DISLOCK, "DATABASE_URL", "sh", "-c", _attempt_script(attempts, 0)],
+            env=env,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(RACERS)
+    ]
+    said = [racer.communicate(timeout=120)[1] for racer in racers]
+    assert [racer.returncode for racer in racers] == [0] * RACERS, said
+    assert attempts.read_text().split() == ["1", "2"], said
+    assert sum("not running" in text for text in said) == RACERS - 1, said[0]
+
+
+def test_a_slot_past_its_deadline_is_refused_in_one_line_and_missed_says_late(
+    history_env: dict[str, str], run_cli: RunCli, ctl: Ctl, tmp_path: Path
+) -> None:
+    began = datetime.now(timezone.utc) - timedelta(hours=2)
+    env = {
+        **history_env,
+        "CRON_SCHEDULE": f"{began.minute} {began.hour} * * *",
+        "CRON_TZ": "UTC",
+        "LOCK_START_DEADLINE_SECONDS": "60",
+        "CRONJOB_LOCK_LOG_LEVEL": "INFO",
+    }
+    marker = tmp_path / "ran"
+    result = run_cli(["DATABASE_URL", "touch", str(marker)], env)
+    assert result.returncode == 0 and not marker.exists()
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"dislock: not running touch: schedule slot of {env['LOCK_KEY']!r}")
+    assert line.endswith("more than 60 s ago (its start deadline): not started; marked late")
+    again = run_cli(["DATABASE_URL", "touch", str(marker)], {**env, "LOCK_CONFLICT_EXIT_CODE": "3"})
+    assert again.returncode == 3 and "marked late already" in again.stderr
+    assert not marker.exists()
+
+    history = ctl("history", env["LOCK_KEY"], env=env)
+    assert history.returncode == 0 and " late" in history.stdout, history.stdout
+    missed = ctl("missed", env["LOCK_KEY"], "--since", "3h", "--json", env=env)
+    assert missed.returncode == 1, missed.stderr
+    report = json.loads(missed.stdout)
+    assert [slot["state"] for slot in report["missed"]] == ["late"], report
+    assert report["runs"] == 0
+    text = ctl("missed", env["LOCK_KEY"], "--since", "3h", env=env)
+    assert text.returncode == 1 and text.stdout.splitlines()[1].endswith("  late"), text.stdout
+
+
+def test_retries_on_a_lease_alone_are_refused_in_one_line(
+    cli_env: dict[str, str], run_cli: RunCli, tmp_path: Path
+) -> None:
+    marker = tmp_path / "ran"
+    for name, value in (("LOCK_RETRIES", "2"), ("LOCK_START_DEADLINE_SECONDS", "60")):
+        env = {**cli_env, "LOCK_STRATEGY": "lease", name: value}
+        result = run_cli(["DATABASE_URL", "touch", str(marker)], env)
+        assert result.returncode == 2, result.stderr
+        (line,) = result.stderr.splitlines()
+        assert line.startswith(f"dislock: error: {name}") and "schedule strategy" in line, line
+    assert not marker.exists()

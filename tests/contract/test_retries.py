@@ -1,0 +1,153 @@
+"""Contract: ``retries`` (``LOCK_RETRIES``) gives a schedule slot whose run failed
+more attempts, each taken by whichever machine comes next after the delay, on
+every implementation of ``run_with_locks``.
+
+Every run here is another owner (another machine, as the slot row sees it). The
+slot is a day long, so no boundary falls inside a test; where a test must not
+wait out a retry delay, it makes the row's time run out (``Rows.expire``), as
+waiting would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from dislock import LockContext, LockNotAcquiredError
+from dislock.core.rows import schedule_key
+from tests.support.drivers import Driver
+from tests.support.eventually import eventually
+from tests.support.rows import Rows, history_runs
+
+MakeContext = Callable[..., LockContext]
+DAILY = "0 0 * * *"
+
+
+def _attempt(marker: Path, status: int) -> list[str]:
+    """A command that appends its attempt number to ``marker`` and exits ``status``."""
+    return ["sh", "-c", f'echo "$DISLOCK_ATTEMPT" >> "{marker}"; exit {status}']
+
+
+def _attempts(marker: Path) -> list[str]:
+    return marker.read_text().split() if marker.exists() else []
+
+
+@pytest.mark.parametrize("strategies", [["schedule"], ["schedule", "lease"]])
+def test_a_failed_run_is_retried_by_another_machine_after_the_delay_and_once_only(
+    driver: Driver, make_context: MakeContext, rows: Rows, tmp_path: Path, strategies: list[str]
+) -> None:
+    marker = tmp_path / "attempts"
+    settings = {"schedule": DAILY, "retries": 2, "retry_delay_seconds": 600}
+    if "lease" in strategies:
+        settings |= {"run_ttl_seconds": 5.0, "lease_interval_seconds": 0.5}
+    key = schedule_key(make_context(**settings).lock_key)
+
+    assert driver.run_with_locks(_attempt(marker, 3), make_context(**settings), strategies) == 3
+    row = rows.get(key)
+    assert row is not None and not row.expired, "a failed attempt leaves its slot for later"
+    assert "(failed; retry in slot " in row.value
+    # Not before the delay (ten minutes from the failure's end): another machine is refused.
+    with pytest.raises(LockNotAcquiredError):
+        driver.run_with_locks(_attempt(marker, 0), make_context(**settings), strategies)
+    assert _attempts(marker) == ["1"]
+
+    rows.expire(key)  # the delay has passed
+    assert driver.run_with_locks(_attempt(marker, 0), make_context(**settings), strategies) == 0
+    assert _attempts(marker) == ["1", "2"]
+    row = rows.get(key)
+    assert row is not None and not row.expired and row.value.endswith(" (attempt 2)")
+    # A success closes the slot: no third attempt, though one was allowed.
+    with pytest.raises(LockNotAcquiredError):
+        driver.run_with_locks(_attempt(marker, 0), make_context(**settings), strategies)
+    assert _attempts(marker) == ["1", "2"]
+
+
+def test_a_slot_whose_attempts_all_failed_stays_taken(
+    driver: Driver, make_context: MakeContext, rows: Rows, tmp_path: Path
+) -> None:
+    marker = tmp_path / "attempts"
+    settings = {"schedule": DAILY, "retries": 1, "retry_delay_seconds": 1}
+    key = schedule_key(make_context(**settings).lock_key)
+    assert driver.run_with_locks(_attempt(marker, 4), make_context(**settings), ["schedule"]) == 4
+
+    def retried() -> bool:
+        try:
+            status = driver.run_with_locks(
+                _attempt(marker, 5), make_context(**settings), ["schedule"]
+            )
+        except LockNotAcquiredError:
+            return False
+        assert status == 5
+        return True
+
+    # The second attempt, once the second's delay has passed (the machine's own pace).
+    eventually(retried, timeout=60, interval=0.5)
+    assert _attempts(marker) == ["1", "2"]
+    row = rows.get(key)
+    assert row is not None and not row.expired and row.value.endswith(" (attempt 2)")
+    assert "(failed" not in row.value, "no attempt is left, so the slot is not reopened"
+    with pytest.raises(LockNotAcquiredError):
+        driver.run_with_locks(_attempt(marker, 0), make_context(**settings), ["schedule"])
+    assert _attempts(marker) == ["1", "2"]
+
+
+def test_without_retries_a_failed_run_keeps_its_slot(
+    driver: Driver, make_context: MakeContext, rows: Rows, tmp_path: Path
+) -> None:
+    marker = tmp_path / "attempts"
+    context = make_context(schedule=DAILY)
+    assert driver.run_with_locks(_attempt(marker, 3), context, ["schedule"]) == 3
+    row = rows.get(schedule_key(context.lock_key))
+    assert row is not None and not row.expired and "(failed" not in row.value
+    with pytest.raises(LockNotAcquiredError):
+        driver.run_with_locks(_attempt(marker, 0), make_context(schedule=DAILY), ["schedule"])
+    assert _attempts(marker) == ["1"]
+
+
+# -- the start deadline ----------------------------------------------------------
+
+YEARLY = "0 0 1 1 *"
+"""Its slot began on January 1st: an hour's deadline has passed unless the test runs
+in the first hour of the year (then the first test below would fail, not pass)."""
+
+
+@pytest.mark.parametrize("strategies", [["schedule"], ["schedule", "lease"]])
+def test_a_slot_past_its_start_deadline_is_not_started_and_is_marked_late_once(
+    driver: Driver,
+    make_context: MakeContext,
+    rows: Rows,
+    db: psycopg.Connection[Any],
+    history: tuple[str, ...],
+    tmp_path: Path,
+    strategies: list[str],
+) -> None:
+    marker = tmp_path / "attempts"
+    settings: dict[str, Any] = {"schedule": YEARLY, "start_deadline_seconds": 3600}
+    if "lease" in strategies:
+        settings |= {"run_ttl_seconds": 5.0, "lease_interval_seconds": 0.5}
+    context = make_context(history=True, **settings)
+    with pytest.raises(LockNotAcquiredError, match="its start deadline"):
+        driver.run_with_locks(_attempt(marker, 0), context, strategies)
+    row = rows.get(schedule_key(context.lock_key))
+    assert row is not None and not row.expired and row.value.endswith(" (late)")
+    # Another machine, late too, and one that has no deadline at all: neither starts it.
+    no_deadline = {name: value for name, value in settings.items() if "deadline" not in name}
+    for late_or_not in ({**settings, "history": True}, no_deadline):
+        with pytest.raises(LockNotAcquiredError):
+            driver.run_with_locks(_attempt(marker, 0), make_context(**late_or_not), strategies)
+    assert not marker.exists()
+    (run,) = history_runs(db, history, context.lock_key)
+    assert run["outcome"] == "late" and run["ordered"] and run["slot_end"] is not None
+
+
+def test_a_slot_within_its_start_deadline_starts(
+    driver: Driver, make_context: MakeContext, tmp_path: Path
+) -> None:
+    marker = tmp_path / "attempts"
+    context = make_context(schedule=YEARLY, start_deadline_seconds=366 * 86400)
+    assert driver.run_with_locks(_attempt(marker, 0), context, ["schedule"]) == 0
+    assert _attempts(marker) == ["1"]

@@ -831,3 +831,32 @@ def test_a_new_maximum_ttl_holds_on_connections_already_open(fleet: Fleet) -> No
                 billing.execute(ninety_minutes + sql.SQL(" WHERE key = %s"), (key,), prepare=True)
         finally:
             ctl(fleet.admin_url, "init", "--max-ttl", "1h", table=fleet.table)
+
+
+def test_the_operator_reruns_its_keys_slots_only(fleet: Fleet) -> None:
+    mine, theirs = unique("billing-"), unique("reports-")
+    with fleet.connect(fleet.admin_url) as admin:
+        for key in (mine, theirs):
+            admin.execute(
+                sql.SQL(
+                    "INSERT INTO {} VALUES (%s, 'web-1:41:9f2c1a3b', NOW() + interval '1 hour')"
+                ).format(sql.Identifier(*fleet.table)),
+                (f"cronjob-lock:schedule:{key}",),
+            )
+    before = snapshot(fleet)
+    status, _, err = ctl(fleet.ops, "rerun", theirs, table=fleet.table)
+    assert status == 1 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert "that role 'dislock_sec_ops' may see" in err, err
+    assert snapshot(fleet) == before
+    status, out, err = ctl(fleet.ops, "rerun", mine, "--reason", "fixed", table=fleet.table)
+    assert status == 0, err
+    assert out.startswith(f"reopened the slot of {mine!r}"), out
+    with fleet.connect(fleet.admin_url) as admin:
+        row = admin.execute(
+            sql.SQL("SELECT value, expire_at <= NOW() FROM {} WHERE key = %s").format(
+                sql.Identifier(*fleet.table)
+            ),
+            (f"cronjob-lock:schedule:{mine}",),
+        ).fetchone()
+    assert row is not None and row[1], row
+    assert row[0].startswith("rerun by dislock_sec_ops (attempt 0) (failed; retry in slot ")

@@ -31,9 +31,9 @@ from dislock.core.supervision import FORWARDED_SIGNALS
 
 
 def _signalling_environment(real: Callable[..., dict[str, str]]) -> Callable[..., Any]:
-    def environment(*args: Any) -> dict[str, str]:
+    def environment(*args: Any, **kwargs: Any) -> dict[str, str]:
         os.kill(os.getpid(), signal.SIGTERM)
-        return real(*args)
+        return real(*args, **kwargs)
 
     return environment
 

@@ -158,6 +158,7 @@ def test_host_records_round_trip_through_their_samples() -> None:
         "killed": 0,
         "timed_out": 0,
         "late": 0,
+        "rerun": 0,
     }
 
 
@@ -244,5 +245,6 @@ def test_label_values_are_keys_dislock_takes_or_clipped_apart() -> None:
         "killed": 0.0,
         "timed_out": 0.0,
         "late": 0.0,
+        "rerun": 0.0,
         "other": 2.0,
     }

@@ -183,9 +183,13 @@ def scrape_statements(history: tuple[str, ...], locks: tuple[str, ...]) -> Scrap
         window_starts=on_history(
             "SELECT h.id, {h_key}, h.started_at, h.slot_end,{spans} FROM {table} AS h"
             " WHERE h.started_at >= %(since)s AND h.cron IS NOT NULL"
+            # A slot marked late (nobody started it before its deadline) has a row,
+            # but no start: it is missed.
+            " AND h.outcome IS DISTINCT FROM 'late'"
         ),
         new_runs=on_history(
-            "SELECT h.id, {h_key}, {h_outcome}, h.started_at, h.slot_end, h.cron IS NOT NULL,"
+            "SELECT h.id, {h_key}, {h_outcome}, h.started_at, h.slot_end,"
+            " h.cron IS NOT NULL AND h.outcome IS DISTINCT FROM 'late',"
             "{spans} FROM {table} AS h WHERE h.id > %(floor)s OR h.id = ANY(%(pending)s)"
         ),
         spans_before=on_history(

@@ -38,6 +38,10 @@ COMMANDS: dict[str, Command] = {
     "release": Command("force-expire a stuck schedule slot or lease, saying what it removed"),
     "pause": Command("stop every machine from starting LOCK_KEY (they skip it) until resumed"),
     "resume": Command("end a pause of LOCK_KEY"),
+    "rerun": Command(
+        "open LOCK_KEY's current schedule slot for one more run, by the next wrapper to start",
+        history_table=True,
+    ),
     "history": Command(
         "recorded runs, newest first: where, how long, outcome (init --history)",
         history_table=True,

@@ -14,6 +14,8 @@ from dislock.cli.commands._recorded import unknown_key, warn_disagreements
 
 LATE = "late"
 """The outcome of a slot that an acquisition past its start deadline marked late."""
+NO_START = (LATE, "rerun")
+"""Outcomes of history rows that are not a run of the job (``dislock.core.rerun``)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -114,12 +116,12 @@ def _missed(
     since = now - asked.since
     rows = conn.execute(starts_query(history), {"key": key, "since": since}).fetchall()
     # A slot marked late (past its start deadline, nobody started it) has a row but no
-    # start: it is judged as missed, and said to be late.
+    # start: it is judged as missed, and said to be late.  A rerun's row is no start either.
     late = {slot_end for _, started, slot_end, outcome, _ in rows if outcome == LATE}
     starts = [
         (started, slot_end)
         for _, started, slot_end, outcome, _ in rows
-        if started is not None and outcome != LATE
+        if started is not None and outcome not in NO_START
     ]
     try:
         slots = list(schedule_slots(schedule, since, now, asked.grace, zone.tz))

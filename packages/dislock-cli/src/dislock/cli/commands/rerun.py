@@ -1,0 +1,84 @@
+"""``dislockctl rerun``: open LOCK_KEY's current schedule slot for one more run, taken by
+the next wrapper that starts on any machine (``dislock.core.rerun``); recorded in the
+run history, when there is one, with the operator's role and reason."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from dislock.cli import EXIT_FAILURE, EXIT_OK
+from dislock.cli.commands._call import Call, error
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("lock_key", metavar="LOCK_KEY")
+    parser.add_argument(
+        "--reason",
+        default="",
+        help="recorded with the rerun in the run history (at most 1000 bytes, one line)",
+    )
+
+
+def run(call: Call) -> int:
+    from dislock.core.bounds import check_reason
+    from dislock.core.config import check_text
+
+    args = call.args
+    check_text("LOCK_KEY", args.lock_key)
+    check_reason("--reason", args.reason)
+    history = call.history_table()
+    return call.connected(
+        lambda conn: _rerun(conn, call.table, history, args.lock_key, args.reason),
+        history=history,
+    )
+
+
+def _rerun(
+    conn: Any, table: tuple[str, ...], history: tuple[str, ...], lock_key: str, reason: str
+) -> int:
+    import os
+    import socket
+
+    from dislock.cli.admin import no_row_text
+    from dislock.cli.history_report import format_time
+    from dislock.cli.lock_rows import row_security
+    from dislock.cli.run_history import table_exists
+    from dislock.cli.sending import send
+    from dislock.core import rerun
+    from dislock.core.bounds import clip
+
+    done = send(conn, rerun.rerun(table, lock_key))
+    if done.leased_by is not None:
+        error(
+            f"a run of {lock_key!r} is still going (its lease is held by {clip(done.leased_by)}):"
+            " rerun it once that run has ended"
+        )
+        return EXIT_FAILURE
+    if not done.reopened:
+        if done.value is None:
+            # A typo is not a success; but row-level security may be hiding the row.
+            security = send(conn, row_security(table))
+            hidden_from = security.role if security and security.hides(lock_key) else None
+            error(no_row_text(lock_key, ("schedule",), table, hidden_from=hidden_from))
+            return EXIT_FAILURE
+        print(
+            f"nothing to reopen: the current slot of {lock_key!r} has not started yet (or was"
+            " reopened already); the next wrapper to start runs it"
+        )
+        return EXIT_OK
+    recorded = ""
+    if send(conn, table_exists(history)):
+        run_id = send(
+            conn, rerun.record_start(history, lock_key, reason, socket.gethostname(), os.getpid())
+        )
+        send(conn, rerun.record_end(history, run_id))
+        recorded = f"; recorded in {'.'.join(history)}"
+    assert done.value is not None and done.expire_at is not None
+    slot_end = rerun.slot_end_of(done.value, done.expire_at)
+    print(
+        f"reopened the slot of {lock_key!r} that ends {format_time(slot_end)} UTC"
+        f" (it was {clip(done.value)}): the next wrapper to start, on any machine, runs"
+        f" it{recorded}"
+    )
+    return EXIT_OK

@@ -1,0 +1,100 @@
+"""``dislockctl rerun``: one more run of a key's current schedule slot, whatever became
+of it (done, failed with its attempts used, marked late), taken by the next wrapper
+that starts, on any machine.
+
+It rewrites the slot row as a failed attempt would reopen it (``dislock.core.retries``):
+expired now, with the reopened mark of its slot, and as the run of an attempt 0, so
+that a job with retries takes it as attempt 1 of a fresh count, and one without
+takes it as it takes any expired row.  It refuses while a run of the key holds its
+lease: the next wrapper would take the slot and then find the lease held, and the
+slot would be spent without a run.  The operator's role and reason are written in
+the row and, when there is a run history, as a run with the outcome ``rerun``.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone
+from typing import NamedTuple
+
+from psycopg import sql
+
+from dislock.core.exchange import Exchange, Rows
+from dislock.core.rows import lease_key, schedule_key
+
+OUTCOME = "rerun"
+"""The outcome of the history row that records a rerun (it is no run of the job)."""
+
+
+class Rerun(NamedTuple):
+    """What the rerun statement found and did."""
+
+    value: str | None
+    """The slot row's value before (None: the key has no slot row)."""
+    expire_at: datetime | None
+    leased_by: str | None
+    """The owner of a live lease of the key, which kept the slot as it was."""
+    reopened: bool
+    now: datetime
+
+
+def _read(rows: Rows) -> Rerun:
+    ((value, expire_at, leased_by, reopened, now),) = rows
+    return Rerun(value, expire_at, leased_by, bool(reopened), now)
+
+
+def rerun(table_parts: tuple[str, ...], lock_key: str) -> Exchange[Rerun]:
+    """Open ``lock_key``'s live slot row for one more run, now, unless its lease is
+    held (one statement; the role that runs it is named in the row)."""
+    table = sql.Identifier(*table_parts)
+    query = sql.SQL(
+        "WITH before AS (SELECT value, expire_at FROM {table} WHERE key = %(key)s),"
+        " leased AS (SELECT value FROM {table} WHERE key = %(lease)s AND expire_at > NOW()),"
+        " reopened AS (UPDATE {table}"
+        " SET value = 'rerun by ' || current_user || ' (attempt 0) (failed; retry in slot '"
+        " || COALESCE((regexp_match(value, {slot}))[1],"
+        " extract(epoch FROM expire_at)::bigint::text)"
+        " || ')', expire_at = NOW()"
+        " WHERE key = %(key)s AND expire_at > NOW() AND NOT EXISTS (SELECT FROM leased)"
+        " RETURNING key)"
+        " SELECT (SELECT value FROM before), (SELECT expire_at FROM before),"
+        " (SELECT value FROM leased), EXISTS (SELECT FROM reopened), NOW()"
+    ).format(table=table, slot=sql.Literal(r" \(failed; retry in slot (\d+)\)$"))
+    params = {"key": schedule_key(lock_key), "lease": lease_key(lock_key)}
+    return Exchange(query, params, _read)
+
+
+def slot_end_of(value: str, expire_at: datetime) -> datetime:
+    """The end of the slot a live slot row stands for: the slot its reopened mark
+    names, else its ``expire_at`` (a taken slot row expires as its slot ends)."""
+    found = re.search(r" \(failed; retry in slot (\d+)\)$", value)
+    if found is None:
+        return expire_at
+    return datetime.fromtimestamp(int(found.group(1)), timezone.utc)
+
+
+def _read_id(rows: Rows) -> int:
+    ((run_id,),) = rows
+    return int(run_id)
+
+
+def record_start(
+    history: tuple[str, ...], lock_key: str, reason: str, host: str, pid: int
+) -> Exchange[int]:
+    """The history row of a rerun: the operator's role and reason as its owner; its id."""
+    query = sql.SQL(
+        "INSERT INTO {} (lock_key, modes, owner, host, pid, started_at)"
+        " VALUES (%(key)s, 'schedule', 'rerun by ' || current_user || %(why)s, %(host)s,"
+        " %(pid)s, NOW()) RETURNING id"
+    ).format(sql.Identifier(*history))
+    why = f": {reason}" if reason else ""
+    return Exchange(query, {"key": lock_key, "why": why, "host": host, "pid": pid}, _read_id)
+
+
+def record_end(history: tuple[str, ...], run_id: int) -> Exchange[None]:
+    """The rerun's history row, ended as it started (a role may write the end columns
+    of a row it inserted, not insert them)."""
+    query = sql.SQL(
+        "UPDATE {} SET ended_at = started_at, outcome = %(outcome)s WHERE id = %(id)s"
+    ).format(sql.Identifier(*history))
+    return Exchange(query, {"id": run_id, "outcome": OUTCOME}, lambda rows: None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -22,6 +23,27 @@ CTL = [sys.executable, "-m", "dislock.cli.ctl"]
 Ctl = Callable[..., subprocess.CompletedProcess[str]]
 UNREACHABLE = "postgresql://app:hunter2-secret@127.0.0.1:1/app"
 """A URL no server answers, with a password that must never be printed."""
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def docs_block(page: str, heading: str) -> str:
+    """The first shell block under ``heading`` of ``docs/<page>``, as a user would paste it."""
+    section = (ROOT / "docs" / page).read_text().split(heading, 1)[1]
+    found = re.search(r"```sh\n(.*?)```", section, re.S)
+    assert found is not None, f"no sh block under {heading!r} in docs/{page}"
+    return found.group(1)
+
+
+def dislock_on_path(tmp_path: Path) -> str:
+    """A ``PATH`` on which ``dislock`` is this checkout's wrapper, as a pasted block
+    finds it after an install."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "dislock").write_text(f'#!/bin/sh\nexec {" ".join(DISLOCK)} "$@"\n')
+    (bin_dir / "dislock").chmod(0o755)
+    return f"{bin_dir}:{os.environ['PATH']}"
 
 
 def assert_refused_in_one_line(

@@ -3,8 +3,6 @@ wrapper while it can act, and by its guard when it cannot (stopped or frozen).""
 
 from __future__ import annotations
 
-import os
-import re
 import signal
 import subprocess
 import time
@@ -15,32 +13,28 @@ import psycopg
 import pytest
 
 from dislock.core.supervision import KILL_GRACE
-from tests.cli.conftest import DISLOCK, Ctl, RunCli, assert_refused_in_one_line
+from tests.cli.conftest import (
+    DISLOCK,
+    Ctl,
+    RunCli,
+    assert_refused_in_one_line,
+    dislock_on_path,
+    docs_block,
+)
 from tests.support.eventually import eventually
 from tests.support.processes import alive
 from tests.support.rows import history_runs
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def docs_block() -> str:
-    """The shell block of docs/cli.md's "Bounding a run", as a user would paste it."""
-    text = (ROOT / "docs" / "cli.md").read_text()
-    section = text.split("## Bounding a run", 1)[1]
-    found = re.search(r"```sh\n(.*?)```", section, re.S)
-    assert found is not None
-    return found.group(1)
-
 
 def test_the_docs_block_runs_as_pasted(cli_env: dict[str, str], tmp_path: Path) -> None:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "dislock").write_text(f'#!/bin/sh\nexec {" ".join(DISLOCK)} "$@"\n')
-    (bin_dir / "dislock").chmod(0o755)
-    env = {**cli_env, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    env = {**cli_env, "PATH": dislock_on_path(tmp_path)}
     started = time.monotonic()
     result = subprocess.run(
-        ["bash", "-c", docs_block()], env=env, capture_output=True, text=True, timeout=60
+        ["bash", "-c", docs_block("cli.md", "## Bounding a run")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     took = time.monotonic() - started
     assert result.stdout == "exit 124\n", (result.stdout, result.stderr)

@@ -16,37 +16,21 @@ from typing import Any
 import psycopg
 
 from dislock.core.rows import lease_key, schedule_key
-from tests.cli.conftest import DISLOCK, Ctl, RunCli
+from tests.cli.conftest import DISLOCK, Ctl, RunCli, dislock_on_path, docs_block
 from tests.support.eventually import eventually
 from tests.support.processes import alive
 from tests.support.rows import Rows
 
 RACERS = 20
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def docs_block() -> str:
-    """The shell block of docs/cli.md's "Retries within a slot", as a user would paste it."""
-    section = (ROOT / "docs" / "cli.md").read_text().split("## Retries within a slot", 1)[1]
-    found = re.search(r"```sh\n(.*?)```", section, re.S)
-    assert found is not None
-    return found.group(1)
 
 
 def test_the_docs_block_runs_as_pasted(cli_env: dict[str, str], tmp_path: Path) -> None:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "dislock").write_text(f'#!/bin/sh\nexec {" ".join(DISLOCK)} "$@"\n')
-    (bin_dir / "dislock").chmod(0o755)
-    # The block's own key, on this test's table: each run of the test starts afresh.
-    table = f"{cli_env['LOCK_TABLE']}"
-    env = {
-        **{k: v for k, v in cli_env.items() if k not in ("LOCK_KEY", "CRON_SCHEDULE")},
-        "PATH": f"{bin_dir}:{os.environ['PATH']}",
-        "LOCK_TABLE": table,
-    }
+    # The block's own key and schedule, on this test's table: each run starts afresh.
+    env = {k: v for k, v in cli_env.items() if k not in ("LOCK_KEY", "CRON_SCHEDULE")}
+    env["PATH"] = dislock_on_path(tmp_path)
+    block = docs_block("cli.md", "## Retries within a slot")
     result = subprocess.run(
-        ["bash", "-c", docs_block()], env=env, capture_output=True, text=True, timeout=120
+        ["bash", "-c", block], env=env, capture_output=True, text=True, timeout=120
     )
     assert result.stdout == "attempt 1 failed\nattempt 2 succeeded\n", result.stderr
     (line,) = result.stderr.splitlines()

@@ -68,83 +68,56 @@ def test_each_rule_block_passes_promtool(where: str, text: str, tmp_path: Path) 
     assert checked.returncode == 0, (where, checked.stdout, checked.stderr)
 
 
-def test_the_loophole_alert_fires_on_a_loophole_only(tmp_path: Path) -> None:
-    ((where, text),) = [b for b in rule_blocks() if "DislockGrantLoopholes" in b[1]]
+def promtool_test(
+    tmp_path: Path, alert: str, series: str, values: str, quiet_at: str, fires_at: str, **fired: Any
+) -> None:
+    """The docs' rule ``alert``, fed ``series`` with ``values`` a minute apart: silent at
+    ``quiet_at``, firing at ``fires_at`` with the ``exp_labels`` and ``exp_annotations``
+    of ``fired``, in the real ``promtool test rules``."""
+    ((where, text),) = [b for b in rule_blocks() if alert in b[1]]
     (tmp_path / "rules.yml").write_text(yaml.safe_dump(as_rule_file(text)))
-    (tmp_path / "test.yml").write_text(
-        yaml.safe_dump(
-            {
-                "rule_files": ["rules.yml"],
-                "evaluation_interval": "1m",
-                "tests": [
-                    {
-                        "interval": "1m",
-                        "input_series": [
-                            {"series": 'dislock_grant_loopholes{job="dislock"}', "values": "0 0 2"}
-                        ],
-                        "alert_rule_test": [
-                            {
-                                "eval_time": "1m",
-                                "alertname": "DislockGrantLoopholes",
-                                "exp_alerts": [],
-                            },
-                            {
-                                "eval_time": "2m",
-                                "alertname": "DislockGrantLoopholes",
-                                "exp_alerts": [
-                                    {
-                                        "exp_labels": {"job": "dislock", "severity": "page"},
-                                        "exp_annotations": {
-                                            "summary": "2 roles can get around the lock table's"
-                                            " grants (dislockctl grants lists them)"
-                                        },
-                                    }
-                                ],
-                            },
-                        ],
-                    }
-                ],
-            }
-        )
-    )
+    expected = [
+        {"eval_time": quiet_at, "alertname": alert, "exp_alerts": []},
+        {"eval_time": fires_at, "alertname": alert, "exp_alerts": [fired]},
+    ]
+    test = {
+        "interval": "1m",
+        "input_series": [{"series": series, "values": values}],
+        "alert_rule_test": expected,
+    }
+    tests = {"rule_files": ["rules.yml"], "evaluation_interval": "1m", "tests": [test]}
+    (tmp_path / "test.yml").write_text(yaml.safe_dump(tests))
     tested = promtool("test", "rules", "test.yml", cwd=tmp_path)
     assert tested.returncode == 0, (where, tested.stdout, tested.stderr)
+
+
+def test_the_loophole_alert_fires_on_a_loophole_only(tmp_path: Path) -> None:
+    promtool_test(
+        tmp_path,
+        "DislockGrantLoopholes",
+        'dislock_grant_loopholes{job="dislock"}',
+        "0 0 2",
+        "1m",
+        "2m",
+        exp_labels={"job": "dislock", "severity": "page"},
+        exp_annotations={
+            "summary": "2 roles can get around the lock table's grants"
+            " (dislockctl grants lists them)"
+        },
+    )
 
 
 def test_the_late_slots_alert_fires_once_a_slot_is_late_and_not_before(tmp_path: Path) -> None:
-    ((where, text),) = [b for b in rule_blocks() if "DislockLateSlots" in b[1]]
-    (tmp_path / "rules.yml").write_text(yaml.safe_dump(as_rule_file(text)))
-    series = 'dislock_runs_total{key="nightly-export",outcome="late"}'
-    (tmp_path / "test.yml").write_text(
-        yaml.safe_dump(
-            {
-                "rule_files": ["rules.yml"],
-                "evaluation_interval": "1m",
-                "tests": [
-                    {
-                        "interval": "1m",
-                        "input_series": [{"series": series, "values": "0 0 0 1 1"}],
-                        "alert_rule_test": [
-                            {"eval_time": "2m", "alertname": "DislockLateSlots", "exp_alerts": []},
-                            {
-                                "eval_time": "4m",
-                                "alertname": "DislockLateSlots",
-                                "exp_alerts": [
-                                    {
-                                        "exp_labels": {"key": "nightly-export", "outcome": "late"},
-                                        "exp_annotations": {
-                                            "summary": "nightly-export had a slot nobody started"
-                                            " before its deadline (dislockctl history"
-                                            " nightly-export)"
-                                        },
-                                    }
-                                ],
-                            },
-                        ],
-                    }
-                ],
-            }
-        )
+    promtool_test(
+        tmp_path,
+        "DislockLateSlots",
+        'dislock_runs_total{key="nightly-export",outcome="late"}',
+        "0 0 0 1 1",
+        "2m",
+        "4m",
+        exp_labels={"key": "nightly-export", "outcome": "late"},
+        exp_annotations={
+            "summary": "nightly-export had a slot nobody started before its deadline"
+            " (dislockctl history nightly-export)"
+        },
     )
-    tested = promtool("test", "rules", "test.yml", cwd=tmp_path)
-    assert tested.returncode == 0, (where, tested.stdout, tested.stderr)

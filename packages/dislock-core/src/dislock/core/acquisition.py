@@ -308,7 +308,9 @@ def claiming_schedule_slot(
     timeout = context.connect_timeout_seconds
 
     def claim(
-        exchange: Exchange[Acquired], ends: Sequence[datetime], look: Exchange[Acquired | None]
+        exchange: Exchange[Acquired],
+        ends: Sequence[datetime],
+        look: Exchange[Acquired | None] | None = None,
     ) -> Steps[Acquired]:
         return claiming(
             exchange,
@@ -352,16 +354,8 @@ def claiming_schedule_slot(
             )
         else:
             exchange = statements.acquire_until(key, owner, expires_at)
-        answer = yield from claiming(
-            exchange,
-            timeout,
-            context=context,
-            key=key,
-            what=f"schedule slot {key!r}",
-            patience=patience,
-            slot_ends=[expires_at],
-            clock=clock,
-        )
+        # No look first: a vanished holder's row is live, and yet may be taken.
+        answer = yield from claim(exchange, [expires_at])
         return answer._replace(began_at=began_at), expires_at
     if expires_at is None:
         zone = context.cron_zone  # resolved with the schedule

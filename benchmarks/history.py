@@ -175,7 +175,7 @@ def history_rows(url: str, cycles: int, rows: int) -> list[Row]:
             ).fetchall()
             slots = list(missed_slots.schedule_slots("0 * * * *", since, now))
             return missed_slots.missed_slots(
-                slots, [(s, e) for _, s, e, _ in starts if s is not None]
+                slots, [(s, e) for _, s, e, _outcome, _before in starts if s is not None]
             )
 
         missed_ms = query_ms(missed)

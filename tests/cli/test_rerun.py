@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 from dislock.core.history import history_table
 from dislock.core.rows import schedule_key
@@ -114,3 +115,30 @@ def test_a_rerun_of_a_slot_not_started_changes_nothing_and_a_typo_is_an_error(
     assert typo.returncode == 1 and "no schedule lock row for 'no-such-job'" in typo.stderr
     long_reason = ctl("rerun", cli_env["LOCK_KEY"], "--reason", "x" * 1001, env=cli_env)
     assert long_reason.returncode == 2 and long_reason.stderr.count("\n") == 1
+
+
+def test_a_rerun_the_history_refuses_is_still_a_rerun_and_leaves_no_half_row(
+    history_env: dict[str, str],
+    run_cli: RunCli,
+    ctl: Ctl,
+    db: psycopg.Connection[Any],
+    lock_table: tuple[str, str],
+    tmp_path: Path,
+) -> None:
+    """As under a grant made before the outcome ``rerun`` existed: the end is refused."""
+    marker = tmp_path / "runs"
+    assert run_cli(_job(marker, 0), history_env).returncode == 0
+    history = history_table(lock_table)
+    db.execute(
+        sql.SQL("ALTER TABLE {} ADD CONSTRAINT no_rerun CHECK (outcome <> 'rerun')").format(
+            sql.Identifier(*history)
+        )
+    )
+    result = ctl("rerun", history_env["LOCK_KEY"], env=history_env)
+    assert result.returncode == 0, result.stderr
+    (warning,) = result.stderr.splitlines()
+    assert warning.startswith("dislockctl: warning: the rerun is not recorded in "), warning
+    assert result.stdout.rstrip().endswith("; not recorded in " + ".".join(history))
+    assert [run["outcome"] for run in history_runs(db, history, history_env["LOCK_KEY"])] == ["ok"]
+    assert run_cli(_job(marker, 0), history_env).returncode == 0
+    assert _runs(marker) == ["1", "1"]

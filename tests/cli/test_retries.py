@@ -92,7 +92,7 @@ def test_a_machine_killed_mid_run_is_retried_once_its_lease_expired_not_before(
         assert not alive(command)
         assert attempts.read_text().split() == ["1", "2"]
         slot = rows.get(schedule_key(env["LOCK_KEY"]))
-        assert slot is not None and slot.value.endswith(" (attempt 2)")
+        assert slot is not None and slot.value.endswith(" (attempt 2) (done)"), slot
     finally:
         if first.poll() is None:
             first.kill()

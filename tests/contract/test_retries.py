@@ -16,9 +16,10 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from dislock import LockContext, LockNotAcquiredError
-from dislock.core.rows import schedule_key
+from dislock.core.rows import lease_key, schedule_key
 from tests.support.drivers import Driver
 from tests.support.eventually import eventually
 from tests.support.rows import Rows, history_runs
@@ -59,7 +60,9 @@ def test_a_failed_run_is_retried_by_another_machine_after_the_delay_and_once_onl
     assert driver.run_with_locks(_attempt(marker, 0), make_context(**settings), strategies) == 0
     assert _attempts(marker) == ["1", "2"]
     row = rows.get(key)
-    assert row is not None and not row.expired and row.value.endswith(" (attempt 2)")
+    # With a lease, the success is marked in the row before the lease is released.
+    done = " (attempt 2) (done)" if "lease" in strategies else " (attempt 2)"
+    assert row is not None and not row.expired and row.value.endswith(done), row
     # A success closes the slot: no third attempt, though one was allowed.
     with pytest.raises(LockNotAcquiredError):
         driver.run_with_locks(_attempt(marker, 0), make_context(**settings), strategies)
@@ -105,6 +108,36 @@ def test_without_retries_a_failed_run_keeps_its_slot(
     assert row is not None and not row.expired and "(failed" not in row.value
     with pytest.raises(LockNotAcquiredError):
         driver.run_with_locks(_attempt(marker, 0), make_context(schedule=DAILY), ["schedule"])
+    assert _attempts(marker) == ["1"]
+
+
+def test_a_lease_left_unreleased_after_a_success_is_not_taken_for_a_vanished_holder(
+    driver: Driver, make_context: MakeContext, rows: Rows, tmp_path: Path
+) -> None:
+    """As if the wrapper had been killed between its command's success and its release:
+    the lease row is its owner's again, expired and unreleased, which is what a dead
+    holder leaves.  The slot was marked done before the release, so nothing retries it."""
+    marker = tmp_path / "attempts"
+    settings = {
+        "schedule": DAILY,
+        "retries": 2,
+        "retry_delay_seconds": 1,
+        "run_ttl_seconds": 5.0,
+        "lease_interval_seconds": 0.5,
+    }
+    first = make_context(**settings)
+    assert driver.run_with_locks(_attempt(marker, 0), first, ["schedule", "lease"]) == 0
+    slot = rows.get(schedule_key(first.lock_key))
+    assert slot is not None and slot.value.endswith(" (done)"), slot
+    owner = slot.value.removesuffix(" (done)")
+    rows.db.execute(
+        sql.SQL(
+            "UPDATE {} SET value = %s, expire_at = NOW() - interval '1 minute' WHERE key = %s"
+        ).format(rows.table),
+        (owner, lease_key(first.lock_key)),
+    )
+    with pytest.raises(LockNotAcquiredError):
+        driver.run_with_locks(_attempt(marker, 0), make_context(**settings), ["schedule", "lease"])
     assert _attempts(marker) == ["1"]
 
 

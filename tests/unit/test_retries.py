@@ -82,3 +82,35 @@ def test_a_start_deadline_needs_a_schedule() -> None:
         LockContext(url=URL, lock_key="nightly", run_ttl_seconds=60, start_deadline_seconds=60)
     with pytest.raises(ConfigurationError, match="start_deadline_seconds needs the schedule"):
         check_retries(("lease",), 0, 60)
+
+
+@pytest.mark.parametrize(
+    ("policy", "supervised", "proves"),
+    [("terminate", True, True), ("continue", True, False), ("terminate", False, False)],
+    ids=["supervised command", "continue", "guarded block"],
+)
+def test_an_expired_lease_proves_a_holder_gone_only_when_its_guard_ends_the_command(
+    policy: str, supervised: bool, proves: bool
+) -> None:
+    """Under ``continue`` a command outlives its lease, and a guarded block is never
+    killed, so its expiry proves nothing: only a command run_with_locks supervises."""
+    from dislock import ScheduleLock, build_locks
+
+    context = LockContext(
+        url=URL,
+        lock_key="nightly",
+        schedule="0 3 * * *",
+        run_ttl_seconds=60,
+        retries=1,
+        lease_loss_policy=policy,  # type: ignore[arg-type]
+    )
+    (schedule, _) = build_locks(context, "schedule,lease", supervised=supervised)
+    assert isinstance(schedule, ScheduleLock)
+    assert (schedule.lease_row == "cronjob-lock:lease:nightly") is proves
+
+
+@pytest.mark.parametrize("owner", ["web-1:42:ab (attempt 0)", "x (late)", "y (done)"])
+def test_an_owner_that_reads_as_a_mark_is_refused_with_retries(owner: str) -> None:
+    with pytest.raises(ConfigurationError, match="owner must not contain"):
+        LockContext(url=URL, lock_key="nightly", schedule="0 3 * * *", owner=owner, retries=1)
+    LockContext(url=URL, lock_key="nightly", schedule="0 3 * * *", owner=owner)

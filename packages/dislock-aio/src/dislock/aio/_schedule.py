@@ -144,6 +144,32 @@ class ScheduleLock:
                 if end.outcome != "ok":
                     await self._reopen(taken_as, end.outcome)
 
+    async def closing(self, exc_type: ExcType, exc: Exc, tb: Tb) -> None:
+        """With ``lease_row`` (a holder's vanishing is proven by its lease), before the
+        lease is released: a successful attempt marks its slot done, so that a lease
+        its wrapper could not release afterwards is not taken for a vanished holder."""
+        taken_as = self._taken_as
+        if taken_as is None or self.run is None:
+            return
+        if run_end(self.context, self.run, exc).outcome != "ok":
+            return  # reopened, if it may be, as the slot is left (after the lease)
+        self._taken_as = None
+        context = self.context
+        assert self.expires_at is not None
+        done = statements_for(context).done(self.key, taken_as, self.expires_at)
+        hub = enter_hub(context.url, context.connect_timeout_seconds)
+        try:
+            await hub.ask(done, RELEASE_TIMEOUT)
+        except Exception as error:
+            logger.warning(
+                "lock %r: could not mark this slot's successful attempt done (if its lease is"
+                " not released either, another attempt may follow once it expires): %s",
+                context.lock_key,
+                scrub(one_line(str(error)), context.url),
+            )
+        finally:
+            await leave_hub(hub)
+
     async def _reopen(self, taken_as: str, outcome: str) -> None:
         """Leave the slot to its next attempt, if one is left: the row expires after
         the backoff, for the first wrapper on any machine to take.  Best effort: a

@@ -49,7 +49,9 @@ exit status:
   executable, both reported before any lock is taken)
   0   also when another machine holds the lock (logged at INFO only), after
       any wait, or the key is paused (dislockctl pause; the line names the
-      reason); LOCK_CONFLICT_EXIT_CODE sets another status for these cases
+      reason), or the slot is not to start (past LOCK_START_DEADLINE_SECONDS,
+      waiting for a retry's delay, attempts used up); LOCK_CONFLICT_EXIT_CODE
+      sets another status for these cases
   128+n  signal n arrived before the command started (jitter or wait)
   1   runtime failure: database unreachable, table missing, ...
   2   invalid configuration or usage

@@ -390,6 +390,7 @@ def schedule_refusal(
     if answer.paused_until is not None:
         return paused_error(context.lock_key, answer.paused_for, answer.paused_until)
     slot = f"schedule slot of {context.lock_key!r} ending {expires_at.isoformat()}"
+    late = None
     if answer.began_at is not None:
         late = (
             f"{slot} began at {answer.began_at.isoformat(timespec='seconds')}, more than"
@@ -397,11 +398,12 @@ def schedule_refusal(
         )
         if answer.acquired:
             return SlotLateError(f"{late}: not started; marked late")
-        return LockNotAcquiredError(f"{late}, and was started or marked late already")
     if answer.acquired:
         return None
     if answer.delayed_until is not None:
         return LockDelayedError(delayed(slot, answer.delayed_until), answer.delayed_until)
+    if late is not None:
+        return LockNotAcquiredError(f"{late}, and was started or marked late already")
     if answer.retry_at is not None:
         return LockNotAcquiredError(
             f"{slot}: an attempt failed; the next may start at"

@@ -120,7 +120,8 @@ class LockContext:
     retries: int = 0
     """With a schedule: how many more attempts a slot gets after a run in it failed
     (a non-zero exit or an exception, a lost lease, a maximum runtime passed, and
-    with ``schedule,lease`` a holder whose lease expired unreleased).  Each is taken
+    with ``schedule,lease``, one holder and ``TERMINATE``, a holder whose lease
+    expired unreleased).  Each is taken
     by the first acquisition, on any machine, at least ``retry_delay_seconds`` after
     the failed one ended (twice that after the second, and so on), within the same
     slot; a success closes the slot (``dislock.core.retries``).  0: none."""
@@ -129,9 +130,10 @@ class LockContext:
     start_deadline_seconds: float | None = None
     """With ``schedule``: an acquisition more than this many seconds after its slot
     began (the cron fire that opened it, on the database clock) does not start the
-    slot; it raises ``SlotLateError`` (a ``LockNotAcquiredError``) and, if the slot
-    was not started yet, marks it late, so that no later acquisition starts it
-    either (recorded as ``late`` with ``history``).  None: a slot may start until
+    slot.  If the slot was not started (or was reopened for a retry), it marks it
+    late, so that no later acquisition starts it either, and raises
+    ``SlotLateError`` (recorded as ``late`` with ``history``); otherwise it raises
+    ``LockNotAcquiredError``, as for any slot taken.  None: a slot may start until
     it ends."""
     fencing: bool = False
     """Hand out fencing tokens: each acquisition bumps and returns the row's ``fence``
@@ -278,6 +280,10 @@ class LockContext:
             )
         _set(self, "slots", bounds.check_count(bounds.SLOTS, self.slots, name="slots"))
         _set(self, "retries", bounds.check_count(bounds.RETRIES, self.retries, name="retries"))
+        if self.retries or self.start_deadline_seconds is not None:
+            from dislock.core.retries import check_owner
+
+            check_owner(self.owner)
         if self.start_deadline_seconds is not None:
             _set(
                 self,

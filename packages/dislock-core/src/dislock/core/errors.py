@@ -25,7 +25,9 @@ class LockNotAcquiredError(DislockError):
 
 class SlotLateError(LockNotAcquiredError):
     """A schedule slot was not started because its start deadline had passed
-    (``LockContext.start_deadline_seconds``); this acquisition marked it late."""
+    (``LockContext.start_deadline_seconds``), and this acquisition marked it late
+    (one acquisition does; those after it, past the deadline too, find the slot
+    taken and raise a plain ``LockNotAcquiredError``)."""
 
 
 class LockDelayedError(LockNotAcquiredError):

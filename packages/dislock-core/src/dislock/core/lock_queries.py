@@ -90,6 +90,8 @@ class Queries(NamedTuple):
     attempt reopened the slot for later, the moment the next may start."""
     reopen: sql.Composed
     """``dislock.core.retries.reopen_query``."""
+    done: sql.Composed
+    """``dislock.core.retries.done_query``."""
     look: sql.Composed
     """Params: key, pause.  A read sent before the acquiring statement on a new
     connection (``dislock.core.answers.look_reader``): ``(NOW(), clock_timestamp(),
@@ -263,6 +265,7 @@ def queries(table_parts: tuple[str, ...], fencing: bool = False) -> Queries:
             upsert, pause, parts, first_token, token, (slot_ctes, slot_calm)
         ),
         reopen=retries.reopen_query(table),
+        done=retries.done_query(table),
         look=sql.SQL(
             "SELECT NOW(), clock_timestamp(), {timeline}, key, value, expire_at FROM {table}"
             " WHERE key IN (%(key)s, %(pause)s, {timeline_key}, {max_ttl_key})"

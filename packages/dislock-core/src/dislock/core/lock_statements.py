@@ -69,6 +69,11 @@ class LockStatements:
         from now (``dislock.core.retries.reopen``)."""
         return retries_module.reopen(self.queries.reopen, key, value, slot_end, delay)
 
+    def done(self, key: str, value: str, slot_end: datetime) -> Exchange[None]:
+        """Mark the slot a successful attempt (its row ``value``) took done
+        (``dislock.core.retries.done``)."""
+        return retries_module.done(self.queries.done, key, value, slot_end)
+
     def acquire_by_clock(
         self, key: str, owner: str, candidates: SlotCandidates
     ) -> Exchange[Acquired]:

@@ -24,6 +24,7 @@ from dislock.core.errors import LockNotAcquiredError as LockNotAcquiredError
 from dislock.core.errors import LockPausedError as LockPausedError
 from dislock.core.errors import MaxRuntimeExceeded as MaxRuntimeExceeded
 from dislock.core.errors import NotReplicatedError as NotReplicatedError
+from dislock.core.errors import SlotLateError as SlotLateError
 from dislock.core.errors import StatementTimeout as StatementTimeout
 
 __all__ = [
@@ -41,6 +42,7 @@ __all__ = [
     "LockPausedError",
     "MaxRuntimeExceeded",
     "NotReplicatedError",
+    "SlotLateError",
     "StatementTimeout",
 ]
 

@@ -53,7 +53,7 @@ def rerun(table_parts: tuple[str, ...], lock_key: str) -> Exchange[Rerun]:
         " reopened AS (UPDATE {table}"
         " SET value = 'rerun by ' || current_user || ' (attempt 0) (failed; retry in slot '"
         " || COALESCE((regexp_match(value, {slot}))[1],"
-        " extract(epoch FROM expire_at)::bigint::text)"
+        " floor(extract(epoch FROM expire_at))::bigint::text)"
         " || ')', expire_at = NOW()"
         " WHERE key = %(key)s AND expire_at > NOW() AND NOT EXISTS (SELECT FROM leased)"
         " RETURNING key)"
@@ -67,10 +67,13 @@ def rerun(table_parts: tuple[str, ...], lock_key: str) -> Exchange[Rerun]:
 def slot_end_of(value: str, expire_at: datetime) -> datetime:
     """The end of the slot a live slot row stands for: the slot its reopened mark
     names, else its ``expire_at`` (a taken slot row expires as its slot ends)."""
-    found = re.search(r" \(failed; retry in slot (\d+)\)$", value)
+    found = re.search(r" \(failed; retry in slot (\d{1,11})\)$", value)
     if found is None:
         return expire_at
-    return datetime.fromtimestamp(int(found.group(1)), timezone.utc)
+    try:
+        return datetime.fromtimestamp(int(found.group(1)), timezone.utc)
+    except (OverflowError, OSError, ValueError):  # a mark written by hand
+        return expire_at
 
 
 def _read_id(rows: Rows) -> int:

@@ -49,6 +49,12 @@ from dislock.core.errors import ConfigurationError
 from dislock.core.exchange import Exchange, Rows
 from dislock.core.kinds import SCHEDULE
 
+DONE_MARK = " (done)"
+"""Follows the attempt in the slot row of a job whose holder could vanish
+(``schedule,lease``) once the attempt succeeded, before its lease is released: a
+lease left unreleased after a success (the wrapper killed before its release) then
+proves nothing, and the slot is not retried."""
+
 LATE_MARK = " (late)"
 """Follows the owner token in the row of a slot that an acquisition past the slot's
 start deadline marked late (``LockContext.start_deadline_seconds``): it started
@@ -57,7 +63,7 @@ nothing, and no later acquisition starts the slot."""
 MAX_BACKOFF_DOUBLINGS = 10
 """The delay doubles after each failed attempt, ten times at most (1024 times the delay)."""
 
-_ATTEMPT = r" \(attempt (\d+)\)"
+_ATTEMPT = r" \(attempt (\d{1,9})\)"
 """How the attempt follows the owner token in ``value`` (a regular expression)."""
 
 
@@ -101,11 +107,14 @@ def vanished(row: str, table: sql.Identifier) -> sql.Composed:
     expired for the retry delay: its holder vanished, its command is gone."""
     return sql.SQL(
         "({row}.expire_at = %(expire_at)s AND right({row}.value, length(%(reopened)s))"
-        " <> %(reopened)s AND %(lease)s::text IS NOT NULL AND EXISTS (SELECT FROM {table} AS gone"
+        " <> %(reopened)s AND right({row}.value, {done_length}) <> {done}"
+        " AND %(lease)s::text IS NOT NULL AND EXISTS (SELECT FROM {table} AS gone"
         " WHERE gone.key = %(lease)s AND gone.value = {owner}"
         " AND gone.expire_at <= NOW() - {delay}))"
     ).format(
         row=sql.Identifier(row),
+        done=sql.Literal(DONE_MARK),
+        done_length=sql.Literal(len(DONE_MARK)),
         table=table,
         owner=_owner_of(sql.SQL("{}.value").format(sql.Identifier(row))),
         delay=_delay_of(_attempt_of(sql.SQL("{}.value").format(sql.Identifier(row)))),
@@ -170,6 +179,21 @@ def reopen_query(table: sql.Identifier) -> sql.Composed:
     ).format(table=table)
 
 
+def done_query(table: sql.Identifier) -> sql.Composed:
+    """Params: key, value (the row as the attempt took it), expire_at (the slot's
+    end).  Marks the slot's successful attempt done (``DONE_MARK``); answers nothing."""
+    return sql.SQL(
+        "UPDATE {table} SET value = value || {done}"
+        " WHERE key = %(key)s AND value = %(value)s AND expire_at = %(expire_at)s"
+    ).format(table=table, done=sql.Literal(DONE_MARK))
+
+
+def done(query: sql.Composed, key: str, value: str, slot_end: datetime) -> Exchange[None]:
+    """Mark the slot ending ``slot_end`` done by the attempt that took it as ``value``."""
+    params = {"key": key, "value": value, "expire_at": slot_end}
+    return Exchange(query, params, lambda rows: None)
+
+
 def _read_reopened(rows: Rows) -> datetime | None:
     return rows[0][0] if rows else None
 
@@ -198,6 +222,21 @@ def attempt_ended(lock_key: str, attempt: int, retries: int, outcome: str) -> st
     (``dislock.core.history.OUTCOMES``, any but ``ok``)."""
     how = _ENDED.get(outcome, "failed")
     return f"lock {lock_key!r}: attempt {attempt} of {retries + 1} in this slot {how}"
+
+
+MARKS = (" (attempt ", " (failed; retry in slot ", LATE_MARK, DONE_MARK)
+"""What the slot row's ``value`` may carry after the owner token."""
+
+
+def check_owner(owner: str) -> None:
+    """An owner token that holds a mark would be read as one: an owner ending in
+    ``(attempt 0)`` would make every attempt the first."""
+    for mark in MARKS:
+        if mark in owner:
+            raise ConfigurationError(
+                f"owner must not contain {mark.strip()!r} with retries or a start deadline:"
+                " the slot row writes that after the owner"
+            )
 
 
 def check_retries(

@@ -120,13 +120,23 @@ _LOCK_CLASSES: dict[str, type[ScheduleLock] | type[LeaseLock]] = {
 """The classes named by ``dislock.core.kinds.KINDS``."""
 
 
-def build_locks(context: LockContext, strategies: str | Iterable[str]) -> list[Lock]:
-    """The locks for ``strategies``, in acquisition order (schedule first)."""
+def build_locks(
+    context: LockContext, strategies: str | Iterable[str], *, supervised: bool = False
+) -> list[Lock]:
+    """The locks for ``strategies``, in acquisition order (schedule first).
+    ``supervised``: for a command ``run_with_locks`` supervises, whose guard kills it
+    by the lease's deadline whatever the process does."""
     names = normalize_strategies(strategies)
     check_waiting(names, context.wait_seconds, context.slots)
     check_retries(names, context.retries, context.start_deadline_seconds)
     locks = [_LOCK_CLASSES[kinds.kind(name).lock_class](context) for name in names]
-    if context.retries and LEASE in names and context.slots == 1:
+    # An expired lease proves its holder's work is gone only when a guard killed it at
+    # the lease's deadline: a supervised command under TERMINATE, with a one-row
+    # lease.  A guarded block is not killed (a sync block runs on; a frozen process
+    # cancels nothing), so its slot is not taken from a holder that seems gone.
+    terminating = context.lease_loss_policy is LeaseLossPolicy.TERMINATE
+    proven = supervised and terminating and context.slots == 1
+    if context.retries and LEASE in names and proven:
         for lock in locks:
             if isinstance(lock, ScheduleLock):
                 lock.lease_row = lease_key(context.lock_key)
@@ -192,7 +202,7 @@ class Acquisition:
         if self._stack is not None:
             raise RuntimeError("these locks are already held; call acquire_locks once per use")
         context = self._context
-        locks = build_locks(context, self._strategies)
+        locks = build_locks(context, self._strategies, supervised=not self._cancel_on_loss)
         delay = jitter_delay(context.jitter_max_seconds)
         if delay:
             logger.debug("sleeping %.3f s of startup jitter", delay)
@@ -214,6 +224,9 @@ class Acquisition:
                 schedule = session.schedule
                 if schedule is not None:
                     schedule.run = session
+                    if schedule.lease_row is not None:
+                        # Left before the lease is released (the stack unwinds in reverse).
+                        stack.push(schedule.closing)
                 if context.history:
                     recording = RunRecording(context, session, _modes(locks), _slot(session))
                     enter_exit_first(stack, recording)

@@ -29,21 +29,23 @@ def run(call: Call) -> int:
     check_reason("--reason", args.reason)
     history = call.history_table()
     return call.connected(
-        lambda conn: _rerun(conn, call.table, history, args.lock_key, args.reason),
+        lambda conn: _rerun(conn, call.table, history, args.lock_key, args.reason, call.url),
         history=history,
     )
 
 
 def _rerun(
-    conn: Any, table: tuple[str, ...], history: tuple[str, ...], lock_key: str, reason: str
+    conn: Any,
+    table: tuple[str, ...],
+    history: tuple[str, ...],
+    lock_key: str,
+    reason: str,
+    url: str,
 ) -> int:
-    import os
-    import socket
 
     from dislock.cli.admin import no_row_text
     from dislock.cli.history_report import format_time
     from dislock.cli.lock_rows import row_security
-    from dislock.cli.run_history import table_exists
     from dislock.cli.sending import send
     from dislock.core import rerun
     from dislock.core.bounds import clip
@@ -67,13 +69,7 @@ def _rerun(
             " reopened already); the next wrapper to start runs it"
         )
         return EXIT_OK
-    recorded = ""
-    if send(conn, table_exists(history)):
-        run_id = send(
-            conn, rerun.record_start(history, lock_key, reason, socket.gethostname(), os.getpid())
-        )
-        send(conn, rerun.record_end(history, run_id))
-        recorded = f"; recorded in {'.'.join(history)}"
+    recorded = _record(conn, history, lock_key, reason, url)
     assert done.value is not None and done.expire_at is not None
     slot_end = rerun.slot_end_of(done.value, done.expire_at)
     print(
@@ -82,3 +78,34 @@ def _rerun(
         f" it{recorded}"
     )
     return EXIT_OK
+
+
+def _record(conn: Any, history: tuple[str, ...], lock_key: str, reason: str, url: str) -> str:
+    """Record the rerun in the run history, if there is one (both statements in one
+    transaction, so that a refused end leaves no row that reads as a run still
+    going): what the summary line adds.  The slot is reopened whatever happens here."""
+    import os
+    import socket
+    import sys
+
+    import psycopg
+
+    from dislock.cli.run_history import table_exists
+    from dislock.cli.sending import send
+    from dislock.core import rerun
+    from dislock.core.dsn import one_line, scrub
+
+    where = ".".join(history)
+    try:
+        if not send(conn, table_exists(history)):
+            return ""
+        with conn.transaction():
+            start = rerun.record_start(history, lock_key, reason, socket.gethostname(), os.getpid())
+            send(conn, rerun.record_end(history, send(conn, start)))
+    except psycopg.Error as exc:
+        detail = scrub(one_line(str(exc)), url)
+        print(
+            f"dislockctl: warning: the rerun is not recorded in {where}: {detail}", file=sys.stderr
+        )
+        return f"; not recorded in {where}"
+    return f"; recorded in {where}"

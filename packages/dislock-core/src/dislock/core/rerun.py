@@ -1,6 +1,7 @@
 """``dislockctl rerun``: one more run of a key's current schedule slot, whatever became
-of it (done, failed with its attempts used, marked late), taken by the next wrapper
-that starts, on any machine.
+of it (done, failed with its attempts used), taken by the next wrapper that starts,
+on any machine.  A start deadline still holds: past it, that wrapper marks the slot
+late instead (``LockContext.start_deadline_seconds``).
 
 It rewrites the slot row as a failed attempt would reopen it (``dislock.core.retries``):
 expired now, with the reopened mark of its slot, and as the run of an attempt 0, so

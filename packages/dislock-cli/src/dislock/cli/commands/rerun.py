@@ -42,7 +42,6 @@ def _rerun(
     reason: str,
     url: str,
 ) -> int:
-
     from dislock.cli.admin import no_row_text
     from dislock.cli.history_report import format_time
     from dislock.cli.lock_rows import row_security
@@ -65,8 +64,8 @@ def _rerun(
             error(no_row_text(lock_key, ("schedule",), table, hidden_from=hidden_from))
             return EXIT_FAILURE
         print(
-            f"nothing to reopen: the current slot of {lock_key!r} has not started yet (or was"
-            " reopened already); the next wrapper to start runs it"
+            f"nothing to reopen: the current slot of {lock_key!r} is open (not started, or its"
+            " row expired); the next wrapper to start runs it"
         )
         return EXIT_OK
     recorded = _record(conn, history, lock_key, reason, url)

@@ -183,3 +183,40 @@ def test_retries_on_a_lease_alone_are_refused_in_one_line(
         (line,) = result.stderr.splitlines()
         assert line.startswith(f"dislock: error: {name}") and "schedule strategy" in line, line
     assert not marker.exists()
+
+
+def test_a_later_attempt_still_going_reads_as_running_in_history(
+    history_env: dict[str, str],
+    run_cli: RunCli,
+    ctl: Ctl,
+    db: psycopg.Connection[Any],
+    lock_table: tuple[str, str],
+    tmp_path: Path,
+) -> None:
+    """Its slot row's owner has the attempt after it: history still finds the run's lock."""
+    env = {**history_env, "LOCK_RETRIES": "1", "LOCK_RETRY_DELAY_SECONDS": "1"}
+    assert run_cli(["DATABASE_URL", "false"], env).returncode == 1
+    key = schedule_key(env["LOCK_KEY"])
+    rows = Rows(db, lock_table)
+    eventually(lambda: (row := rows.get(key)) is not None and row.expired, timeout=30)
+    started, release = tmp_path / "started", tmp_path / "release"
+    second = subprocess.Popen(
+        [
+            *DISLOCK,
+            "DATABASE_URL",
+            "sh",
+            "-c",
+            f'touch "{started}"; while [ ! -e "{release}" ]; do sleep 0.05; done',
+        ],
+        env=env,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        eventually(started.exists, timeout=60)
+        shown = ctl("history", env["LOCK_KEY"], "--json", env=env)
+        assert shown.returncode == 0, shown.stderr
+        assert [run["outcome"] for run in json.loads(shown.stdout)] == ["running", "failed"]
+    finally:
+        release.touch()
+        second.wait(timeout=60)
+    assert second.returncode == 0

@@ -69,10 +69,13 @@ class Run(NamedTuple):
 def still_held(run: str, locks: tuple[str, ...]) -> sql.Composed:
     """Whether the run ``run`` (an alias) still holds a lock of its key: its lease
     (or a slot of an N-holder lease, ``cronjob-lock:lease#<n>:<key>``) when it took
-    one, else its schedule slot, with its owner token and not expired.  Evaluated
-    only for runs without an end."""
+    one, else its schedule slot, with its owner token (a slot's later attempt writes
+    its number after it, ``dislock.core.retries``) and not expired.  Evaluated only
+    for runs without an end."""
     return sql.SQL(
-        "EXISTS (SELECT FROM {locks} AS l WHERE l.value = {run}.owner AND l.expire_at > NOW()"
+        "EXISTS (SELECT FROM {locks} AS l"
+        " WHERE (l.value = {run}.owner OR starts_with(l.value, {run}.owner || ' (attempt '))"
+        " AND l.expire_at > NOW()"
         " AND starts_with(l.key, CASE WHEN position('lease' IN {run}.modes) > 0"
         " THEN {lease} ELSE {slot} END)"
         " AND right(l.key, length({run}.lock_key) + 1) = ':' || {run}.lock_key)"

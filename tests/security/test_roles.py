@@ -860,3 +860,28 @@ def test_the_operator_reruns_its_keys_slots_only(fleet: Fleet) -> None:
         ).fetchone()
     assert row is not None and row[1], row
     assert row[0].startswith("rerun by dislock_sec_ops (attempt 0) (failed; retry in slot ")
+
+
+def test_the_operators_pauses_are_recorded_for_its_keys_only(
+    fleet: Fleet, db: psycopg.Connection[Any]
+) -> None:
+    """A pause and a resume are history rows of the operator's own (what tells a paused
+    slot from a missed one), written under the same grant, named by its role."""
+    history = with_history(fleet, db, ("dislock_sec_ops", "--keys", "billing-*", "--operator"))
+    mine, theirs = unique("billing-"), unique("reports-")
+    status, out, err = ctl(fleet.ops, "pause", mine, "--reason", "swap", table=fleet.table)
+    assert status == 0 and "warning" not in err, err  # (a note: the key has no lock row yet)
+    assert out.rstrip().endswith("; recorded in " + ".".join(history)), out
+    status, out, err = ctl(fleet.ops, "resume", mine, table=fleet.table)
+    assert status == 0 and err == "" and "; recorded in " in out, err
+    status, _, err = ctl(fleet.ops, "pause", theirs, table=fleet.table)
+    assert status == 1 and err.count("\n") == 1, err
+    recorded = db.execute(
+        sql.SQL("SELECT lock_key, owner, outcome, slot_end > NOW() FROM {} ORDER BY id").format(
+            sql.Identifier(*history)
+        )
+    ).fetchall()
+    assert recorded == [
+        (mine, "pause by dislock_sec_ops: swap", "paused", True),
+        (mine, "resume by dislock_sec_ops", "resumed", None),
+    ]

@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 from psycopg import sql
 
 from dislock.cli.shown import READ, cut, read, was_cut
+from dislock.core import events
 from dislock.core.bounds import SHOWN_CHARS, clip, printable
 from dislock.core.exchange import Exchange, Rows
 from dislock.core.rows import lease_key, schedule_key
@@ -163,6 +164,8 @@ def latest(history: tuple[str, ...], locks: tuple[str, ...]) -> Exchange[list[La
         " THEN {lease} ELSE {slot} END) + 1) AS lock_key FROM {locks}"
         " WHERE starts_with(key, {lease}) OR starts_with(key, {slot})) AS keys"
         " LEFT JOIN LATERAL (SELECT * FROM {history} AS h WHERE h.lock_key = keys.lock_key"
+        # An operator's event (a rerun, a pause) is no run: the newest run is before it.
+        " AND COALESCE(h.outcome <> ALL({events}), true)"
         " ORDER BY h.started_at DESC LIMIT 1) AS last ON true"
         " LEFT JOIN LATERAL (SELECT h.started_at, h.ended_at FROM {history} AS h"
         " WHERE h.lock_key = keys.lock_key AND h.outcome = 'ok'"
@@ -174,6 +177,7 @@ def latest(history: tuple[str, ...], locks: tuple[str, ...]) -> Exchange[list[La
         lease=sql.Literal(lease),
         slot=sql.Literal(slot),
         held=held,
+        events=sql.Literal(list(events.OUTCOMES)),
         key=read(sql.SQL("keys.lock_key")),
         outcome=read(sql.SQL("last.outcome")),
         host=read(sql.SQL("last.host")),

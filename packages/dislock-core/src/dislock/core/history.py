@@ -22,8 +22,9 @@ The table (one per lock table, ``<table>_history`` unless named otherwise)::
     started_at  timestamptz       NOW() of the start statement
     ended_at    timestamptz       NOW() of the end statement; NULL while running
                                   (or when the machine died)
-    outcome     text              ok | failed | lease_lost | killed | timed_out | late
-                                  | rerun; NULL until ended
+    outcome     text              ok | failed | lease_lost | killed | timed_out | late,
+                                  or an operator's event: rerun | paused | resumed;
+                                  NULL until ended
     exit_code   integer           the command's status (128+n when signal n killed it)
     signal      integer           the signal that killed it
     cron        text              the cron expression, when there is one
@@ -49,11 +50,21 @@ from dislock.core.exchange import Exchange, Rows
 HISTORY_TIMEOUT = 2.0
 """Seconds a history statement may take before it is cancelled and logged."""
 
-OUTCOMES = ("ok", "failed", "lease_lost", "killed", "timed_out", "late", "rerun")
+OUTCOMES = (
+    "ok",
+    "failed",
+    "lease_lost",
+    "killed",
+    "timed_out",
+    "late",
+    "rerun",
+    "paused",
+    "resumed",
+)
 """What the end statement records (``late``: a slot past its start deadline, not
-started, marked by the acquisition that found it so; ``rerun``: not a run, an
-operator's ``dislockctl rerun``, ``dislock.core.rerun``); ``running`` and
-``abandoned`` are derived when reading."""
+started, marked by the acquisition that found it so; ``rerun``, ``paused``,
+``resumed``: no runs, an operator's commands, ``dislock.core.events``);
+``running`` and ``abandoned`` are derived when reading."""
 
 SUFFIX = "_history"
 

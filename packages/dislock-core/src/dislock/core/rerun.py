@@ -9,7 +9,7 @@ that a job with retries takes it as attempt 1 of a fresh count, and one without
 takes it as it takes any expired row.  It refuses while a run of the key holds its
 lease: the next wrapper would take the slot and then find the lease held, and the
 slot would be spent without a run.  The operator's role and reason are written in
-the row and, when there is a run history, as a run with the outcome ``rerun``.
+the row and, when there is a run history, as an event (``dislock.core.events``).
 """
 
 from __future__ import annotations
@@ -22,9 +22,6 @@ from psycopg import sql
 
 from dislock.core.exchange import Exchange, Rows
 from dislock.core.rows import lease_key, schedule_key
-
-OUTCOME = "rerun"
-"""The outcome of the history row that records a rerun (it is no run of the job)."""
 
 
 class Rerun(NamedTuple):
@@ -68,37 +65,26 @@ def rerun(table_parts: tuple[str, ...], lock_key: str) -> Exchange[Rerun]:
 def slot_end_of(value: str, expire_at: datetime) -> datetime:
     """The end of the slot a live slot row stands for: the slot its reopened mark
     names, else its ``expire_at`` (a taken slot row expires as its slot ends)."""
+    return reopened_slot(value) or expire_at
+
+
+def reopened_slot(value: str) -> datetime | None:
+    """The end of the slot a slot row's value says is reopened for another attempt
+    (by a failed attempt or a rerun), or None."""
     found = re.search(r" \(failed; retry in slot (\d{1,11})\)$", value)
     if found is None:
-        return expire_at
+        return None
     try:
         return datetime.fromtimestamp(int(found.group(1)), timezone.utc)
     except (OverflowError, OSError, ValueError):  # a mark written by hand
-        return expire_at
+        return None
 
 
-def _read_id(rows: Rows) -> int:
-    ((run_id,),) = rows
-    return int(run_id)
+def waiting(table_parts: tuple[str, ...], lock_key: str) -> Exchange[datetime | None]:
+    """The end of ``lock_key``'s slot whose row waits for another attempt, if one does."""
+    query = sql.SQL("SELECT value FROM {} WHERE key = %(key)s").format(sql.Identifier(*table_parts))
 
+    def read(rows: Rows) -> datetime | None:
+        return reopened_slot(rows[0][0]) if rows else None
 
-def record_start(
-    history: tuple[str, ...], lock_key: str, reason: str, host: str, pid: int
-) -> Exchange[int]:
-    """The history row of a rerun: the operator's role and reason as its owner; its id."""
-    query = sql.SQL(
-        "INSERT INTO {} (lock_key, modes, owner, host, pid, started_at)"
-        " VALUES (%(key)s, 'schedule', 'rerun by ' || current_user || %(why)s, %(host)s,"
-        " %(pid)s, NOW()) RETURNING id"
-    ).format(sql.Identifier(*history))
-    why = f": {reason}" if reason else ""
-    return Exchange(query, {"key": lock_key, "why": why, "host": host, "pid": pid}, _read_id)
-
-
-def record_end(history: tuple[str, ...], run_id: int) -> Exchange[None]:
-    """The rerun's history row, ended as it started (a role may write the end columns
-    of a row it inserted, not insert them)."""
-    query = sql.SQL(
-        "UPDATE {} SET ended_at = started_at, outcome = %(outcome)s WHERE id = %(id)s"
-    ).format(sql.Identifier(*history))
-    return Exchange(query, {"id": run_id, "outcome": OUTCOME}, lambda rows: None)
+    return Exchange(query, {"key": schedule_key(lock_key)}, read)

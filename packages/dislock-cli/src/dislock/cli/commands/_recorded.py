@@ -1,10 +1,12 @@
-"""What ``history`` and ``missed`` both read of the recorded runs: whether a key is
-known at all, and the keys whose runs read their schedule differently."""
+"""What the commands share about the run history: whether a key is known at all
+and the keys whose runs read their schedule differently (``history``, ``missed``),
+and the recording of an operator's command as an event (``rerun``, ``pause``,
+``resume``)."""
 
 from __future__ import annotations
 
 import sys
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from dislock.cli.commands._call import error
@@ -36,3 +38,54 @@ def warn_disagreements(
     for found_key, found in disagreements(readings).items():
         print(f"dislockctl: {escape(describe_disagreement(found_key, found))}", file=sys.stderr)
     return readings
+
+
+def record_event(
+    conn: Any,
+    history: tuple[str, ...],
+    url: str,
+    lock_key: str,
+    outcome: str,
+    *,
+    reason: str = "",
+    until: datetime | None = None,
+) -> str:
+    """Record an operator's command in the run history, if there is one
+    (``dislock.core.events``; both statements in one transaction, so that a refused
+    end leaves no row that reads as a run still going): what the command's summary
+    line adds.  The command has done its work whatever happens here; a refusal is a
+    warning on stderr."""
+    import os
+    import socket
+
+    import psycopg
+
+    from dislock.cli.run_history import table_exists
+    from dislock.cli.sending import send
+    from dislock.core import events
+    from dislock.core.dsn import one_line, scrub
+
+    where = ".".join(history)
+    try:
+        if not send(conn, table_exists(history)):
+            return ""
+        with conn.transaction():
+            start = events.record_start(
+                history,
+                lock_key,
+                outcome,
+                reason=reason,
+                host=socket.gethostname(),
+                pid=os.getpid(),
+                until=until,
+            )
+            send(conn, events.record_end(history, send(conn, start), outcome))
+    except psycopg.Error as exc:
+        detail = scrub(one_line(str(exc)), url)
+        print(
+            f"dislockctl: warning: the {events.OUTCOME_VERBS[outcome]} is not recorded in"
+            f" {where}: {detail}",
+            file=sys.stderr,
+        )
+        return f"; not recorded in {where}"
+    return f"; recorded in {where}"

@@ -1,5 +1,6 @@
 """``dislockctl pause``: every wrapper skips LOCK_KEY (exit 0) until the pause ends
-or ``resume`` ends it.  The pause is a row of the lock table (``dislock.core.pause``)."""
+or ``resume`` ends it.  The pause is a row of the lock table (``dislock.core.pause``),
+and an event in the run history when there is one (``dislock.core.events``)."""
 
 from __future__ import annotations
 
@@ -34,21 +35,29 @@ def run(call: Call) -> int:
     check_reason("--reason", args.reason)
     pause_for = None if args.for_ is None else parse_duration(args.for_, name="--for")
     until = None if args.until is None else parse_time(args.until, name="--until")
+    history = call.history_table()
     return call.connected(
-        lambda conn: _pause(conn, call.table, args.lock_key, args.reason, pause_for, until)
+        lambda conn: _pause(
+            conn, call.table, history, call.url, args.lock_key, args.reason, pause_for, until
+        ),
+        history=history,
     )
 
 
 def _pause(
     conn: Any,
     table: tuple[str, ...],
+    history: tuple[str, ...],
+    url: str,
     lock_key: str,
     reason: str,
     pause_for: timedelta | None,
     until: datetime | None,
 ) -> int:
+    from dislock.cli.commands._recorded import record_event
     from dislock.cli.lock_rows import states
     from dislock.cli.sending import send
+    from dislock.core.events import PAUSED
     from dislock.core.pause import UNTIL_RESUMED, describe_until, pause_params, pause_statement
     from dislock.core.rows import lease_key, schedule_key
 
@@ -64,9 +73,11 @@ def _pause(
         error(f"--until {until} is not in the future (database clock)")
         return EXIT_USAGE
     why = f" ({reason})" if reason else ""
+    # Recorded, so that the slots it covers read as paused rather than missed.
+    recorded = record_event(conn, history, url, lock_key, PAUSED, reason=reason, until=found[0])
     print(
         f"paused {lock_key!r} {describe_until(found[0])}{why}: every dislock wrapper skips it "
-        "(dislock 0.1.0 wrappers do not know pauses)"
+        f"(dislock 0.1.0 wrappers do not know pauses){recorded}"
     )
     if not send(conn, states(table, [schedule_key(lock_key), lease_key(lock_key)])):
         print(f"note: {lock_key!r} has no lock row yet; check its spelling", file=sys.stderr)

@@ -43,10 +43,11 @@ def _rerun(
     url: str,
 ) -> int:
     from dislock.cli.admin import no_row_text
+    from dislock.cli.commands._recorded import record_event
     from dislock.cli.history_report import format_time
     from dislock.cli.lock_rows import row_security
     from dislock.cli.sending import send
-    from dislock.core import rerun
+    from dislock.core import events, rerun
     from dislock.core.bounds import clip
 
     done = send(conn, rerun.rerun(table, lock_key))
@@ -68,7 +69,7 @@ def _rerun(
             " row expired); the next wrapper to start runs it"
         )
         return EXIT_OK
-    recorded = _record(conn, history, lock_key, reason, url)
+    recorded = record_event(conn, history, url, lock_key, events.RERUN, reason=reason)
     assert done.value is not None and done.expire_at is not None
     slot_end = rerun.slot_end_of(done.value, done.expire_at)
     print(
@@ -77,34 +78,3 @@ def _rerun(
         f" it{recorded}"
     )
     return EXIT_OK
-
-
-def _record(conn: Any, history: tuple[str, ...], lock_key: str, reason: str, url: str) -> str:
-    """Record the rerun in the run history, if there is one (both statements in one
-    transaction, so that a refused end leaves no row that reads as a run still
-    going): what the summary line adds.  The slot is reopened whatever happens here."""
-    import os
-    import socket
-    import sys
-
-    import psycopg
-
-    from dislock.cli.run_history import table_exists
-    from dislock.cli.sending import send
-    from dislock.core import rerun
-    from dislock.core.dsn import one_line, scrub
-
-    where = ".".join(history)
-    try:
-        if not send(conn, table_exists(history)):
-            return ""
-        with conn.transaction():
-            start = rerun.record_start(history, lock_key, reason, socket.gethostname(), os.getpid())
-            send(conn, rerun.record_end(history, send(conn, start)))
-    except psycopg.Error as exc:
-        detail = scrub(one_line(str(exc)), url)
-        print(
-            f"dislockctl: warning: the rerun is not recorded in {where}: {detail}", file=sys.stderr
-        )
-        return f"; not recorded in {where}"
-    return f"; recorded in {where}"

@@ -1,4 +1,5 @@
-"""``dislockctl resume``: end a pause of LOCK_KEY (exit 1 if it was not paused)."""
+"""``dislockctl resume``: end a pause of LOCK_KEY (exit 1 if it was not paused),
+recorded in the run history when there is one (``dislock.core.events``)."""
 
 from __future__ import annotations
 
@@ -14,10 +15,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(call: Call) -> int:
-    return call.connected(lambda conn: _resume(conn, call.table, call.args.lock_key))
+    history = call.history_table()
+    return call.connected(
+        lambda conn: _resume(conn, call.table, history, call.url, call.args.lock_key),
+        history=history,
+    )
 
 
-def _resume(conn: Any, table: tuple[str, ...], lock_key: str) -> int:
+def _resume(
+    conn: Any, table: tuple[str, ...], history: tuple[str, ...], url: str, lock_key: str
+) -> int:
+    from dislock.cli.commands._recorded import record_event
+    from dislock.core.events import RESUMED
     from dislock.core.pause import resume_statement
     from dislock.core.rows import pause_key
 
@@ -25,5 +34,6 @@ def _resume(conn: Any, table: tuple[str, ...], lock_key: str) -> int:
     if found is None or not found[0]:
         error(f"{lock_key!r} is not paused")
         return EXIT_FAILURE
-    print(f"resumed {lock_key!r}: its next start runs")
+    recorded = record_event(conn, history, url, lock_key, RESUMED)
+    print(f"resumed {lock_key!r}: its next start runs{recorded}")
     return EXIT_OK

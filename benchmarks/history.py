@@ -141,7 +141,8 @@ def explain(conn: psycopg.Connection[Any], exchange: Exchange[Any]) -> list[Any]
 
 
 def history_rows(url: str, cycles: int, rows: int) -> list[Row]:
-    from dislock.cli import missed_slots, run_history
+    from dislock.cli import missed_slots, run_history, slot_states
+    from dislock.core import events
     from dislock.core.history import create_history
 
     history = ("key_value_history",)
@@ -170,12 +171,19 @@ def history_rows(url: str, cycles: int, rows: int) -> list[Row]:
         def missed() -> object:
             (now,) = conn.execute("SELECT NOW()").fetchone()  # type: ignore[misc]
             since = now - timedelta(hours=24)
-            starts = conn.execute(
-                missed_slots.starts_query(history), {"key": "job-7", "since": since}
-            ).fetchall()
+            params = {"key": "job-7", "since": since}
+            starts = conn.execute(missed_slots.starts_query(history, locks), params).fetchall()
+            pauses = conn.execute(events.pauses_query(history), params).fetchall()
             slots = list(missed_slots.schedule_slots("0 * * * *", since, now))
-            return missed_slots.missed_slots(
-                slots, [(s, e) for _, s, e, _outcome, _before in starts if s is not None]
+            return slot_states.slot_states(
+                slots,
+                [
+                    slot_states.Attempt(s, e, outcome, bool(running))
+                    for _, s, e, outcome, _before, running in starts
+                    if s is not None
+                ],
+                now=now,
+                pauses=events.pause_spans(pauses),
             )
 
         missed_ms = query_ms(missed)

@@ -14,7 +14,7 @@ import psycopg
 from prometheus_client.parser import text_string_to_metric_families
 from psycopg import sql
 
-from dislock.core.history import OUTCOMES
+from dislock.cli.metrics import RUN_OUTCOMES
 from tests.cli.conftest import Ctl
 from tests.cli.serving import serving
 
@@ -153,7 +153,7 @@ def test_the_page_and_the_metrics_stay_small_and_inert(
             for sample in family.samples
             if "outcome" in sample.labels
         }
-        assert outcomes == {*OUTCOMES, "other"}
+        assert outcomes == {*RUN_OUTCOMES, "other"}
         keys = {
             sample.labels["key"]
             for family in text_string_to_metric_families(body)

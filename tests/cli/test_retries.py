@@ -17,6 +17,7 @@ import psycopg
 
 from dislock.core.rows import lease_key, schedule_key
 from tests.cli.conftest import DISLOCK, Ctl, RunCli, dislock_on_path, docs_block
+from tests.cli.serving import sample, serving
 from tests.support.eventually import eventually
 from tests.support.processes import alive
 from tests.support.rows import Rows
@@ -169,7 +170,14 @@ def test_a_slot_past_its_deadline_is_refused_in_one_line_and_missed_says_late(
     assert [slot["state"] for slot in report["missed"]] == ["late"], report
     assert report["runs"] == 0
     text = ctl("missed", env["LOCK_KEY"], "--since", "3h", env=env)
-    assert text.returncode == 1 and text.stdout.splitlines()[1].endswith("  late"), text.stdout
+    assert text.returncode == 1 and text.stdout.splitlines()[1].split()[-2:] == ["late", "0"], (
+        text.stdout
+    )
+    with serving(env) as served:
+        metrics = served.metrics()
+    assert sample(metrics, "dislock_late_slots", key=env["LOCK_KEY"]) == 1.0
+    assert sample(metrics, "dislock_missed_slots", key=env["LOCK_KEY"]) == 1.0  # late ones too
+    assert sample(metrics, "dislock_failed_slots", key=env["LOCK_KEY"]) == 0.0
 
 
 def test_retries_on_a_lease_alone_are_refused_in_one_line(

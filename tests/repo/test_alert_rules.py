@@ -58,6 +58,7 @@ def test_the_docs_show_the_rules_this_test_checks() -> None:
         "DislockMissedSlots",
         "DislockLockDelay",
         "DislockLateSlots",
+        "DislockFailedSlots",
     } <= names
 
 
@@ -119,5 +120,21 @@ def test_the_late_slots_alert_fires_once_a_slot_is_late_and_not_before(tmp_path:
         exp_annotations={
             "summary": "nightly-export had a slot nobody started before its deadline"
             " (dislockctl history nightly-export)"
+        },
+    )
+
+
+def test_the_failed_slots_alert_fires_once_a_slot_failed_and_not_before(tmp_path: Path) -> None:
+    promtool_test(
+        tmp_path,
+        "DislockFailedSlots",
+        'dislock_failed_slots{key="nightly-export"}',
+        "0 0 0 1 1",
+        "2m",
+        "4m",
+        exp_labels={"key": "nightly-export"},
+        exp_annotations={
+            "summary": "nightly-export failed 1 slots in the last 24 h, every attempt"
+            " (dislockctl missed nightly-export)"
         },
     )

@@ -61,10 +61,14 @@ def test_overlapping_and_nested_spans_merge() -> None:
 
 def test_the_summary_says_covered_apart_from_missed() -> None:
     since = NOW - timedelta(minutes=10)
-    line = describe_missed("job", "* * * * *", "UTC", since, judged=10, missed=0, covered=7)
-    assert "0 of 10 slot(s)" in line and ": none missed; 7 slot(s) were covered" in line
-    line = describe_missed("job", "* * * * *", "UTC", since, judged=10, missed=2, covered=0)
-    assert line.endswith("had no run of 'job'")
+    line = describe_missed("job", "* * * * *", "UTC", since, {"done": 3, "covered": 7})
+    assert line.startswith("0 of 10 slot(s) of '* * * * *' (UTC)")
+    assert line.endswith(
+        "failed for 'job'; 3 done, 7 covered;"
+        " covered: no start, but a run of it was still going and held its lease"
+    )
+    line = describe_missed("job", "* * * * *", "UTC", since, {"missed": 2, "done": 8})
+    assert line.endswith("were missed, late or failed for 'job' (2 missed); 8 done")
 
 
 def test_covered_slots_are_their_own_metric() -> None:
@@ -91,7 +95,7 @@ def test_the_page_says_what_it_counts_and_why_a_cell_is_empty() -> None:
     )
     page = render_page(FleetSnapshot(NOW, True, keys))
     # Two keys missed five slots between them: the header counts keys, and says so.
-    assert "2 with missed slots in the last 24 h" in page
+    assert "2 with missed or failed slots in the last 24 h" in page
     paused = page[page.index('data-key="paused"') :].split("</tr>", 1)[0]
     assert "in 44s" not in paused and '<span class="badge paused">paused</span>' in paused
     bare = page[page.index('data-key="no-history"') :].split("</tr>", 1)[0]

@@ -9,7 +9,7 @@
     dislockctl URL_VARIABLE resume LOCK_KEY
     dislockctl URL_VARIABLE history [LOCK_KEY] [--since 24h] [--limit N] [--json]
     dislockctl URL_VARIABLE history --prune-older-than 30d
-    dislockctl URL_VARIABLE missed LOCK_KEY [--schedule CRON] [--since 24h] [--json]
+    dislockctl URL_VARIABLE missed LOCK_KEY [--schedule CRON] [--since 24h] [--all] [--json]
     dislockctl URL_VARIABLE check
     dislockctl URL_VARIABLE serve [--listen HOST:PORT] [--allow-host NAME ...]
                                   [--max-connections N] [--max-connections-per-client N]

@@ -21,7 +21,7 @@ from dislock.cli.fleet_status import (
     lock_delay_end,
 )
 from dislock.cli.lock_rows import LockRow, listing
-from dislock.cli.missed_slots import from_first_run, missed_slots, split_covered
+from dislock.cli.missed_slots import from_first_run
 from dislock.cli.run_history import latest as latest_runs
 from dislock.cli.run_history import table_exists
 from dislock.cli.scrape import (
@@ -35,8 +35,10 @@ from dislock.cli.scrape import (
     span_of_row,
 )
 from dislock.cli.sending import send
+from dislock.cli.slot_states import FAILED, count, slot_states
 from dislock.cli.slot_windows import ScheduleWindows
 from dislock.core.dsn import connection_kwargs, scrub
+from dislock.core.events import PAUSED, RESUMED
 from dislock.core.grant_catalog import audit
 
 logger = logging.getLogger("dislock.serve")
@@ -80,7 +82,7 @@ class FleetReader:
         self._was_up: bool | None = None
         self._counts = RunCounts()
         self._starts = WindowStarts()
-        self._missed: dict[str, tuple[tuple[Any, ...], tuple[int, int]]] = {}
+        self._missed: dict[str, tuple[tuple[Any, ...], dict[str, int]]] = {}
         self._windows = ScheduleWindows()
         # Reads are numbered, and their slots computed in that order, so that the
         # windows never step back in time when two requests overlap.
@@ -114,7 +116,7 @@ class FleetReader:
         with self._windows_turn:
             self._windows_turn.wait_for(lambda: self._computed == turn - 1)
             try:
-                missed, covered, next_slots = self._schedules(
+                slot_counts, next_slots = self._schedules(
                     read.latest, read.starts, read.since, read.now
                 )
             finally:
@@ -125,9 +127,8 @@ class FleetReader:
             read.lock_rows,
             read.latest,
             runs_total=read.runs_total,
-            missed=missed,
+            slot_counts=slot_counts,
             next_slots=next_slots,
-            covered=covered,
         )._replace(lock_delay_end=read.lock_delay_end, grant_loopholes=read.grant_loopholes)
 
     def _read(self, conn: psycopg.Connection[Any]) -> _Read:
@@ -204,11 +205,15 @@ class FleetReader:
             census = conn.execute(self._statements.census, {"floor": floor}).fetchall()
             self._counts.absorb_initial(floor, census)
         if not self._starts.loaded:
-            for run_id, lock_key, started_at, slot_end, *span in conn.execute(
+            for run_id, lock_key, outcome, started_at, slot_end, *span in conn.execute(
                 self._statements.window_starts, {"since": since}
             ):
-                self._starts.add(run_id, lock_key, started_at, slot_end)
+                self._starts.add(run_id, lock_key, started_at, slot_end, outcome, span[-1])
                 self._starts.set_span(run_id, lock_key, span_of_row(started_at, *span))
+            for run_id, lock_key, outcome, started_at, slot_end in conn.execute(
+                self._statements.window_pauses, {"since": since}
+            ):
+                self._starts.add_event(run_id, lock_key, outcome, started_at, slot_end)
             # Runs begun before the window may cover its first slots; later scrapes
             # see them again only while they are unfinished (pending).
             for run_id, lock_key, started_at, *span in conn.execute(
@@ -219,20 +224,21 @@ class FleetReader:
         params = {"floor": self._counts.floor, "pending": sorted(self._counts.pending)}
         rows = conn.execute(self._statements.new_runs, params).fetchall()
         self._counts.absorb(floor, rows)
-        for run_id, lock_key, _, started_at, slot_end, scheduled, *span in rows:
+        for run_id, lock_key, outcome, started_at, slot_end, scheduled, *span in rows:
+            if outcome in (PAUSED, RESUMED):
+                self._starts.add_event(run_id, lock_key, outcome, started_at, slot_end)
             if scheduled and started_at >= since:
-                self._starts.add(run_id, lock_key, started_at, slot_end)
+                self._starts.add(run_id, lock_key, started_at, slot_end, outcome, span[-1])
             if scheduled:
                 self._starts.set_span(run_id, lock_key, span_of_row(started_at, *span))
         self._starts.trim(since)
 
     def _schedules(
         self, latest: list[LatestRow], starts: WindowStarts, since: datetime, now: datetime
-    ) -> tuple[dict[str, int], dict[str, int], dict[str, datetime]]:
-        """Missed and covered slots and the next slot of every key whose latest run
-        had a schedule."""
-        missed: dict[str, int] = {}
-        covered: dict[str, int] = {}
+    ) -> tuple[dict[str, dict[str, int]], dict[str, datetime]]:
+        """How many slots of each state (``dislock.cli.slot_states``) and the next slot
+        of every key whose latest run had a schedule."""
+        counted: dict[str, dict[str, int]] = {}
         next_slots: dict[str, datetime] = {}
         # The zone the wrapper read it in (none recorded: UTC, as before zones were).
         found = self._windows.scrape(
@@ -252,7 +258,9 @@ class FleetReader:
                 continue  # unreadable, too dense, or not computed yet: no count, not a wrong one
             slots = window.slots
             schedule = (row.cron, row.cron_tz or "UTC")
-            # Recounted only when the key's starts or its schedule's slots changed.
+            # Recounted only when the key's runs or its schedule's slots changed.  A slot
+            # whose attempts all failed counts once it is over (a retry may still come
+            # before): at the latest when the next slot is judged, which changes the slots.
             inputs = (
                 schedule,
                 window.version,
@@ -261,17 +269,28 @@ class FleetReader:
             )
             cached = self._missed.get(row.lock_key)
             if cached is not None and cached[0] == inputs:
-                missed[row.lock_key], covered[row.lock_key] = cached[1]
+                counted[row.lock_key] = cached[1]
                 continue
-            runs = starts.of(row.lock_key)
+            attempts = starts.attempts_of(row.lock_key)
             if not row.ran_before_window:
                 # A job new within the window: the slots before its first run are not missed.
-                slots = from_first_run(slots, runs or [(row.started_at, None)])
-            nobody, going = split_covered(missed_slots(slots, runs), starts.spans_of(row.lock_key))
-            counts = (len(nobody), len(going))
+                first = starts.of(row.lock_key) + starts.marks_of(row.lock_key)
+                first = first or [(row.started_at, None)]
+                slots = from_first_run(slots, first)
+            states = slot_states(
+                slots,
+                attempts,
+                now=now,
+                late=starts.late_of(row.lock_key),
+                pauses=starts.pauses_of(row.lock_key),
+                spans=starts.spans_of(row.lock_key),
+            )
+            counts = count(
+                [state for state in states if state.state != FAILED or state.slot.end <= now]
+            )
             self._missed[row.lock_key] = (inputs, counts)
-            missed[row.lock_key], covered[row.lock_key] = counts
-        return missed, covered, next_slots
+            counted[row.lock_key] = counts
+        return counted, next_slots
 
     def check_tables(self) -> str | None:
         """At start-up: what is missing, or None.  A database that does not answer

@@ -15,12 +15,15 @@ from dislock.cli.admin import MODES
 from dislock.cli.lock_rows import LockRow
 
 MISSED_WINDOW = timedelta(hours=24)
-"""``dislock_missed_slots`` counts the slots of the key's schedule that began in the
-last 24 hours (and at least a minute ago, ``dislock.cli.missed_slots.DEFAULT_GRACE``) in
-which no run of the key started and none was still going: what ``dislockctl missed
-KEY --since 24h`` lists.  ``dislock_covered_slots`` counts the ones without a start
-during which a run still held the key's lease.  A key that first ran within the
-window is judged from its first run's slot on."""
+"""The slot counts are of the slots of the key's schedule that began in the last 24
+hours (and at least a minute ago, ``dislock.cli.missed_slots.DEFAULT_GRACE``), by
+what became of them (``dislock.cli.slot_states``), as ``dislockctl missed KEY
+--since 24h`` judges them: ``dislock_missed_slots`` those nobody started (late ones
+included, which ``dislock_late_slots`` counts apart), ``dislock_failed_slots`` those
+over whose every attempt failed, ``dislock_paused_slots`` those a pause skipped,
+``dislock_covered_slots`` those without a start during which a run still held the
+key's lease.  A key that first ran within the window is judged from its first
+run's slot on."""
 
 FAILED_OUTCOMES = ("failed", "lease_lost", "killed", "timed_out", "abandoned")
 """Outcomes a person must look at; the status page lists these first."""
@@ -69,6 +72,13 @@ class KeyStatus(NamedTuple):
     """Slots in the window nobody ran in (None: no schedule known)."""
     covered_slots: int | None = None
     """Slots in the window without a start while a run still held the lease."""
+    failed_slots: int | None = None
+    """Slots in the window, over, whose every attempt failed."""
+    late_slots: int | None = None
+    """Slots in the window nobody started before their start deadline (in
+    ``missed_slots`` too)."""
+    paused_slots: int | None = None
+    """Slots in the window nobody started while a pause was in force as they began."""
 
     @property
     def state(self) -> str:
@@ -110,8 +120,13 @@ def page_order(keys: Iterable[KeyStatus]) -> list[KeyStatus]:
         reverse=True,
     )
     rest = [key for key in keys if not key.failing]
-    missing = sorted((key for key in rest if key.missed_slots), key=lambda key: key.lock_key)
-    others = sorted((key for key in rest if not key.missed_slots), key=lambda key: key.lock_key)
+    missing = sorted(
+        (key for key in rest if key.missed_slots or key.failed_slots), key=lambda key: key.lock_key
+    )
+    others = sorted(
+        (key for key in rest if not (key.missed_slots or key.failed_slots)),
+        key=lambda key: key.lock_key,
+    )
     return failing + missing + others
 
 
@@ -148,11 +163,12 @@ def build_snapshot(
     latest: Iterable[LatestRow],
     *,
     runs_total: Mapping[str, Mapping[str, int]],
-    missed: Mapping[str, int],
+    slot_counts: Mapping[str, Mapping[str, int]],
     next_slots: Mapping[str, datetime],
-    covered: Mapping[str, int] | None = None,
 ) -> FleetSnapshot:
-    """One ``KeyStatus`` per key found in the lock table or the history."""
+    """One ``KeyStatus`` per key found in the lock table or the history;
+    ``slot_counts``: per key with a schedule, its slots in the window by state
+    (``dislock.cli.slot_states``)."""
     locks: dict[str, list[HeldLock]] = {}
     pauses: dict[str, tuple[str, datetime]] = {}
     for lock in lock_rows:
@@ -184,6 +200,7 @@ def build_snapshot(
                 duration,
             )
         reason, until = pauses.get(lock_key, (None, None))
+        counts = slot_counts.get(lock_key)
         statuses.append(
             KeyStatus(
                 lock_key,
@@ -197,8 +214,12 @@ def build_snapshot(
                 runs_total=dict(runs_total.get(lock_key, {})),
                 schedule=_schedule_text(row) if row else None,
                 next_slot=next_slots.get(lock_key),
-                missed_slots=missed.get(lock_key),
-                covered_slots=(covered or {}).get(lock_key),
+                # Late slots are slots nobody started too: counted apart as well.
+                missed_slots=None if counts is None else counts["missed"] + counts["late"],
+                covered_slots=None if counts is None else counts["covered"],
+                failed_slots=None if counts is None else counts["failed"],
+                late_slots=None if counts is None else counts["late"],
+                paused_slots=None if counts is None else counts["paused"],
             )
         )
     return FleetSnapshot(now, up=True, keys=tuple(statuses))

@@ -4,12 +4,13 @@ slots, outcomes in words, the summary line, and JSON."""
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from dislock.cli.missed_slots import Slot
 from dislock.cli.run_history import Run
+from dislock.cli.slot_states import SlotState
+from dislock.core.events import OUTCOMES as EVENTS
 
 
 def format_time(value: datetime | None) -> str:
@@ -19,6 +20,10 @@ def format_time(value: datetime | None) -> str:
 
 
 def describe_outcome(run: Run) -> str:
+    if run.outcome == "paused":
+        from dislock.core.pause import describe_until
+
+        return f"paused {describe_until(run.slot_end)}"
     if run.outcome == "killed" and run.signal is not None:
         import signal
 
@@ -46,7 +51,10 @@ def render_runs(runs: Sequence[Run]) -> str:
             clip(run.key),
             clip(run.host),
             str(run.pid),
-            "-" if run.duration_seconds is None else format_duration(run.duration_seconds),
+            # An operator's event (a pause, a rerun) takes no time of the job's.
+            "-"
+            if run.duration_seconds is None or run.outcome in EVENTS
+            else format_duration(run.duration_seconds),
             clip(describe_outcome(run)),
         )
         for run in runs
@@ -59,35 +67,43 @@ def describe_missed(
     schedule: str,
     zone: str,
     since: datetime,
-    *,
-    judged: int,
-    missed: int,
-    covered: int,
+    counts: Mapping[str, int],
 ) -> str:
-    """The summary line of ``dislockctl missed``."""
+    """The summary line of ``dislockctl missed``: how many slots are to look at
+    (``dislock.cli.slot_states.TO_LOOK_AT``), then how many are in each other state."""
+    from dislock.cli.slot_states import COVERED, PAUSED, STATES, TO_LOOK_AT
+
+    judged = sum(counts.values())
+    wrong = sum(counts.get(state, 0) for state in TO_LOOK_AT)
     line = (
-        f"{missed} of {judged} slot(s) of {schedule!r} ({zone}) since {since:%Y-%m-%d %H:%M:%S}"
-        f" UTC had no run of {key!r}"
+        f"{wrong} of {judged} slot(s) of {schedule!r} ({zone}) since {since:%Y-%m-%d %H:%M:%S}"
+        f" UTC were missed, late or failed for {key!r}"
     )
-    if not missed:
-        line += ": none missed"
-    if covered:
-        line += (
-            f"; {covered} slot(s) were covered (no start, but a run of it was still going"
-            " and held its lease)"
-        )
+    if wrong:
+        line += " (" + _counted(counts, TO_LOOK_AT) + ")"
+    rest = [state for state in STATES if state not in TO_LOOK_AT]
+    if any(counts.get(state, 0) for state in rest):
+        line += "; " + _counted(counts, rest)
+    if counts.get(PAUSED):
+        line += "; paused: a dislockctl pause was in force as the slot began"
+    if counts.get(COVERED):
+        line += "; covered: no start, but a run of it was still going and held its lease"
     return line
 
 
-def render_missed(slots: Sequence[Slot], late: Collection[datetime] = ()) -> str:
-    """The missed slots, each ``missed`` (nobody started it) or ``late`` (nobody
-    started it before its start deadline: ``late`` holds those slots' ends)."""
-    headers = ("SLOT START (UTC)", "SLOT END (UTC)", "STATE")
+def _counted(counts: Mapping[str, int], states: Sequence[str]) -> str:
+    return ", ".join(f"{counts[state]} {state}" for state in states if counts.get(state, 0))
+
+
+def render_slots(states: Sequence[SlotState]) -> str:
+    """Slots and what became of them (``dislock.cli.slot_states``), with the
+    number of attempts each had."""
+    headers = ("SLOT START (UTC)", "SLOT END (UTC)", "STATE", "ATTEMPTS")
     return _columns(
         headers,
         [
-            (format_time(s.start), format_time(s.end), "late" if s.end in late else "missed")
-            for s in slots
+            (format_time(s.slot.start), format_time(s.slot.end), s.state, str(s.attempts))
+            for s in states
         ],
     )
 

@@ -15,6 +15,7 @@ from typing import NamedTuple
 from dislock.cli.fleet_status import MISSED_WINDOW, FleetSnapshot, KeyStatus, LastRun
 from dislock.cli.shown import OTHER_OUTCOME
 from dislock.core.bounds import MAX_KEY_BYTES, clip, escape
+from dislock.core.events import PAUSED, RESUMED
 from dislock.core.history import OUTCOMES
 
 
@@ -29,7 +30,11 @@ class Family(NamedTuple):
     samples: tuple[tuple[tuple[str, ...], float], ...]
 
 
-RUN_OUTCOMES = OUTCOMES
+PAUSE_EVENTS = (PAUSED, RESUMED)
+"""History rows of ``dislockctl pause`` and ``resume``: no runs, and not counted as
+any (``dislock_paused`` and ``dislock_paused_slots`` tell of pauses)."""
+
+RUN_OUTCOMES = tuple(outcome for outcome in OUTCOMES if outcome not in PAUSE_EVENTS)
 """Finished outcomes ``dislock_runs_total`` always reports (zero if none), so that
 ``increase()`` sees a key's first failure."""
 
@@ -74,6 +79,9 @@ def metric_families(snapshot: FleetSnapshot) -> list[Family]:
     runs: list[tuple[tuple[str, ...], float]] = []
     missed: list[tuple[tuple[str, ...], float]] = []
     covered: list[tuple[tuple[str, ...], float]] = []
+    failed: list[tuple[tuple[str, ...], float]] = []
+    late: list[tuple[tuple[str, ...], float]] = []
+    paused_slots: list[tuple[tuple[str, ...], float]] = []
     for key in snapshot.keys:
         name = key_label(key.lock_key)
         # One sample per mode: an N-holder lease has a row per slot, and counts its held ones.
@@ -92,6 +100,8 @@ def metric_families(snapshot: FleetSnapshot) -> list[Family]:
         if key.last_run is not None or key.runs_total:
             outcomes = dict.fromkeys(RUN_OUTCOMES, 0)
             for outcome, count in key.runs_total.items():
+                if outcome in PAUSE_EVENTS:
+                    continue
                 label = outcome_label(outcome)
                 outcomes[label] = outcomes.get(label, 0) + count
             runs.extend(
@@ -101,6 +111,12 @@ def metric_families(snapshot: FleetSnapshot) -> list[Family]:
             missed.append(((name,), float(key.missed_slots)))
         if key.covered_slots is not None:
             covered.append(((name,), float(key.covered_slots)))
+        if key.failed_slots is not None:
+            failed.append(((name,), float(key.failed_slots)))
+        if key.late_slots is not None:
+            late.append(((name,), float(key.late_slots)))
+        if key.paused_slots is not None:
+            paused_slots.append(((name,), float(key.paused_slots)))
     window = int(MISSED_WINDOW.total_seconds() // 3600)
     delay = Family(
         "dislock_lock_delay_end_timestamp_seconds",
@@ -169,9 +185,33 @@ def metric_families(snapshot: FleetSnapshot) -> list[Family]:
             "dislock_missed_slots",
             "gauge",
             f"Schedule slots that began in the last {window} h in which no run of the key"
-            " started and none was still going.",
+            " started and none was still going (late ones included; paused ones not).",
             ("key",),
             tuple(missed),
+        ),
+        Family(
+            "dislock_failed_slots",
+            "gauge",
+            f"Schedule slots that began in the last {window} h and are over, in which every"
+            " attempt of the key failed (its retries used up, or none asked for).",
+            ("key",),
+            tuple(failed),
+        ),
+        Family(
+            "dislock_late_slots",
+            "gauge",
+            f"Schedule slots that began in the last {window} h that nobody started before"
+            " their start deadline (LOCK_START_DEADLINE_SECONDS).",
+            ("key",),
+            tuple(late),
+        ),
+        Family(
+            "dislock_paused_slots",
+            "gauge",
+            f"Schedule slots that began in the last {window} h without a start while a"
+            " dislockctl pause of the key was in force (not missed).",
+            ("key",),
+            tuple(paused_slots),
         ),
         Family(
             "dislock_covered_slots",

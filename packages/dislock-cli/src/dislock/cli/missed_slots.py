@@ -27,18 +27,20 @@ DEFAULT_GRACE = timedelta(minutes=1)
 slow cron daemon): ``missed --grace``."""
 
 
-def starts_query(history: tuple[str, ...]) -> sql.Composed:
-    """When %(key)s's runs since %(since)s started, which slot they claimed and how
-    they ended, with the database clock and whether the key ran before %(since)s
+def starts_query(history: tuple[str, ...], locks: tuple[str, ...]) -> sql.Composed:
+    """When %(key)s's runs since %(since)s started, which slot they claimed, how
+    they ended, whether one without an end still holds its lock (running, else
+    abandoned), with the database clock and whether the key ran before %(since)s
     (first row; NULLs when there are no runs).  The earlier run is one index probe
     of ``(lock_key, started_at DESC)``."""
     return sql.SQL(
         "SELECT NOW(), h.started_at, h.slot_end, h.outcome,"
         " EXISTS (SELECT FROM {history} AS b WHERE b.lock_key = %(key)s"
-        " AND b.started_at < %(since)s)"
+        " AND b.started_at < %(since)s),"
+        " h.ended_at IS NULL AND {held}"
         " FROM (VALUES (1)) AS one"
         " LEFT JOIN {history} AS h ON h.lock_key = %(key)s AND h.started_at >= %(since)s"
-    ).format(history=sql.Identifier(*history))
+    ).format(history=sql.Identifier(*history), held=still_held("h", locks))
 
 
 class Slot(NamedTuple):

@@ -14,6 +14,8 @@ from psycopg import sql
 from dislock.cli.missed_slots import SPANS_BEFORE, Span, span_of
 from dislock.cli.run_history import still_held
 from dislock.cli.shown import known_outcome, read
+from dislock.cli.slot_states import Attempt
+from dislock.core.events import PAUSED, RESUMED, Pause, pause_spans
 from dislock.core.failover import TIMELINE_KEY
 
 SCRAPE_CONNECT_TIMEOUT = 3.0
@@ -111,13 +113,18 @@ class ScrapeStatements(NamedTuple):
     census: sql.Composed
     """The first scrape's count of the runs up to %(floor)s, for ``RunCounts.absorb_initial``."""
     window_starts: sql.Composed
-    """The first scrape's starts since %(since)s of runs with a schedule, for
-    ``WindowStarts``, through the ``(started_at)`` index: id, lock_key, started_at,
-    slot_end, then the run's span columns (``span_columns``)."""
+    """The first scrape's starts since %(since)s of runs with a schedule (and late
+    marks), for ``WindowStarts``, through the ``(started_at)`` index: id, lock_key,
+    outcome, started_at, slot_end, then the run's span columns (``span_columns``)."""
+    window_pauses: sql.Composed
+    """The first scrape's pause and resume events that can tell which slots since
+    %(since)s were paused (``dislock.core.events.pauses_query``' rule, for every
+    key): id, lock_key, outcome, started_at, slot_end.  Two scans of the history,
+    once; later scrapes see new events among ``new_runs``."""
     new_runs: sql.Composed
-    """Runs past %(floor)s or among %(pending)s, for ``RunCounts.absorb`` and
-    ``WindowStarts``: id, lock_key, outcome, started_at, slot_end, has a schedule,
-    then the span columns."""
+    """Runs and events past %(floor)s or among %(pending)s, for ``RunCounts.absorb``
+    and ``WindowStarts``: id, lock_key, outcome, started_at, slot_end, has a
+    schedule, then the span columns."""
     spans_before: sql.Composed
     """The first scrape's runs of the keys %(keys)s that began before %(since)s and
     may still have been going then (``dislock.cli.missed_slots.spans_query``'s rule): id,
@@ -161,6 +168,8 @@ def scrape_statements(history: tuple[str, ...], locks: tuple[str, ...]) -> Scrap
             owner=read(sql.Identifier("h", "owner")),
             cron=read(sql.Identifier("h", "cron")),
             cron_tz=read(sql.Identifier("h", "cron_tz")),
+            paused=sql.Literal(PAUSED),
+            resumed=sql.Literal(RESUMED),
         )
 
     return ScrapeStatements(
@@ -181,15 +190,17 @@ def scrape_statements(history: tuple[str, ...], locks: tuple[str, ...]) -> Scrap
             " FROM {table} WHERE id <= %(floor)s GROUP BY 1, 2"
         ),
         window_starts=on_history(
-            "SELECT h.id, {h_key}, h.started_at, h.slot_end,{spans} FROM {table} AS h"
+            "SELECT h.id, {h_key}, {h_outcome}, h.started_at, h.slot_end,{spans} FROM {table} AS h"
             " WHERE h.started_at >= %(since)s AND h.cron IS NOT NULL"
-            # A slot marked late (nobody started it before its deadline) has a row,
-            # but no start: it is missed.
-            " AND h.outcome IS DISTINCT FROM 'late'"
+        ),
+        window_pauses=on_history(
+            "SELECT h.id, {h_key}, {h_outcome}, h.started_at, h.slot_end FROM {table} AS h"
+            " WHERE h.outcome IN ({paused}, {resumed}) AND h.started_at >= LEAST(%(since)s,"
+            " (SELECT min(p.started_at) FROM {table} AS p"
+            " WHERE p.outcome = {paused} AND p.slot_end > %(since)s))"
         ),
         new_runs=on_history(
-            "SELECT h.id, {h_key}, {h_outcome}, h.started_at, h.slot_end,"
-            " h.cron IS NOT NULL AND h.outcome IS DISTINCT FROM 'late',"
+            "SELECT h.id, {h_key}, {h_outcome}, h.started_at, h.slot_end, h.cron IS NOT NULL,"
             "{spans} FROM {table} AS h WHERE h.id > %(floor)s OR h.id = ANY(%(pending)s)"
         ),
         spans_before=on_history(
@@ -205,23 +216,30 @@ def scrape_statements(history: tuple[str, ...], locks: tuple[str, ...]) -> Scrap
 
 
 class WindowStarts:
-    """Each key's scheduled run starts in the missed-slot window, kept across scrapes.
+    """Each key's scheduled runs in the missed-slot window, and its pauses, kept
+    across scrapes.
 
-    The first scrape reads the window (``ScrapeStatements.window_starts``); later ones
-    only add the runs ``ScrapeStatements.new_runs`` returns anyway, and drop those the
-    window left.
+    The first scrape reads the window (``ScrapeStatements.window_starts`` and
+    ``window_pauses``); later ones only add the runs and events
+    ``ScrapeStatements.new_runs`` returns anyway (a run again while it has no end,
+    so that its outcome is known once it ends), and drop those the window left.
     It keeps the spans of the key's lease runs as well (``set_span``): those that
     were still going at some point of the window, which cover the slots they
     overlap (``dislock.cli.missed_slots.split_covered``).
-    ``version`` changes with a key's starts or spans, so that its missed-slot count
-    is only recomputed when they (or its schedule's slots) changed.
+    ``version`` changes with a key's runs, spans or pauses, so that its slot
+    states are only recomputed when they (or its schedule's slots) changed.
     """
 
     def __init__(self) -> None:
         self.loaded = False
-        self._by_key: dict[str, dict[int, tuple[datetime, datetime | None]]] = {}
+        self._by_key: dict[str, dict[int, Attempt]] = {}
+        self._late: dict[str, dict[int, tuple[datetime, datetime | None]]] = {}
+        self._events: dict[str, dict[int, tuple[datetime, datetime | None, str]]] = {}
         self._spans: dict[str, dict[int, Span]] = {}
         self._versions: dict[str, int] = {}
+
+    def _changed(self, lock_key: str) -> None:
+        self._versions[lock_key] = self._versions.get(lock_key, 0) + 1
 
     def set_span(self, run_id: int, lock_key: str, span: Span | None) -> None:
         """The run's span as last read (None: none, or no longer: it was abandoned)."""
@@ -232,36 +250,87 @@ class WindowStarts:
             del spans[run_id]
         else:
             spans[run_id] = span
-        self._versions[lock_key] = self._versions.get(lock_key, 0) + 1
+        self._changed(lock_key)
 
     def spans_of(self, lock_key: str) -> list[Span]:
         return list(self._spans.get(lock_key, {}).values())
 
     def add(
-        self, run_id: int, lock_key: str, started_at: datetime, slot_end: datetime | None
+        self,
+        run_id: int,
+        lock_key: str,
+        started_at: datetime,
+        slot_end: datetime | None,
+        outcome: str | None = None,
+        running: bool = False,
     ) -> None:
+        """A scheduled run as last read (a ``late`` mark is no run: its slot is late)."""
+        if outcome == "late":
+            marks = self._late.setdefault(lock_key, {})
+            if run_id not in marks:
+                marks[run_id] = (started_at, slot_end)
+                self._changed(lock_key)
+            self._by_key.get(lock_key, {}).pop(run_id, None)
+            return
         runs = self._by_key.setdefault(lock_key, {})
-        if run_id not in runs:
-            runs[run_id] = (started_at, slot_end)
-            self._versions[lock_key] = self._versions.get(lock_key, 0) + 1
+        attempt = Attempt(started_at, slot_end, outcome, running)
+        if runs.get(run_id) != attempt:
+            runs[run_id] = attempt
+            self._changed(lock_key)
+
+    def add_event(
+        self,
+        run_id: int,
+        lock_key: str,
+        outcome: str,
+        started_at: datetime,
+        slot_end: datetime | None,
+    ) -> None:
+        """A pause or resume event of the key (``dislock.core.events``)."""
+        found = self._events.setdefault(lock_key, {})
+        if run_id not in found:
+            found[run_id] = (started_at, slot_end, outcome)
+            self._changed(lock_key)
 
     def trim(self, since: datetime) -> None:
-        for lock_key, runs in self._by_key.items():
-            stale = [run_id for run_id, (started, _) in runs.items() if started < since]
-            for run_id in stale:
-                del runs[run_id]
-            if stale:
-                self._versions[lock_key] = self._versions.get(lock_key, 0) + 1
+        for by_key in (self._by_key, self._late):
+            for lock_key, runs in by_key.items():
+                stale = [run_id for run_id, run in runs.items() if run[0] < since]
+                for run_id in stale:
+                    del runs[run_id]
+                if stale:
+                    self._changed(lock_key)
+        for lock_key, events in self._events.items():
+            # An event matters while a pause from it or before it may reach into the window.
+            pauses = pause_spans(events.values())
+            if pauses and pauses[-1].end > since:
+                continue
+            events.clear()
+            self._changed(lock_key)
         for lock_key, spans in self._spans.items():
             # A span still matters while it reaches into the window.
             over = [run for run, span in spans.items() if span.end and span.end <= since]
             for run in over:
                 del spans[run]
             if over:
-                self._versions[lock_key] = self._versions.get(lock_key, 0) + 1
+                self._changed(lock_key)
 
     def of(self, lock_key: str) -> list[tuple[datetime, datetime | None]]:
+        return [(run.started_at, run.slot_end) for run in self.attempts_of(lock_key)]
+
+    def attempts_of(self, lock_key: str) -> list[Attempt]:
         return list(self._by_key.get(lock_key, {}).values())
+
+    def late_of(self, lock_key: str) -> set[datetime]:
+        return {end for _, end in self._late.get(lock_key, {}).values() if end is not None}
+
+    def marks_of(self, lock_key: str) -> list[tuple[datetime, datetime | None]]:
+        """The late marks' starts and slots, which tell where a job's slots begin as
+        its runs do (``dislock.cli.missed_slots.from_first_run``)."""
+        return list(self._late.get(lock_key, {}).values())
+
+    def pauses_of(self, lock_key: str) -> list[Pause]:
+        return pause_spans(self._events.get(lock_key, {}).values())
 
     def copy(self) -> WindowStarts:
         """A copy that the original's later changes leave alone: every per-key map is

@@ -135,9 +135,17 @@ def _slots_cell(key: KeyStatus) -> str:
     if key.missed_slots is None:
         return "-"
     cell = escape(str(key.missed_slots))
+    notes = []
+    if key.late_slots:
+        notes.append(f"{key.late_slots} of them late (past the start deadline)")
+    if key.failed_slots:
+        notes.append(f"{key.failed_slots} failed (every attempt)")
+    if key.paused_slots:
+        notes.append(f"{key.paused_slots} paused")
     if key.covered_slots:
-        covered = f"{key.covered_slots} covered by a run still going"
-        cell += f"<br><small>{escape(covered)}</small>"
+        notes.append(f"{key.covered_slots} covered by a run still going")
+    for note in notes:
+        cell += f"<br><small>{escape(note)}</small>"
     return cell
 
 
@@ -146,13 +154,14 @@ def _row(key: KeyStatus, now: datetime) -> str:
     classes = "failing" if key.failing else ""
     missed = "-" if key.missed_slots is None else str(key.missed_slots)
     covered = "-" if key.covered_slots is None else str(key.covered_slots)
+    failed = "-" if key.failed_slots is None else str(key.failed_slots)
     return (
         # data-key is the whole key (every key dislock takes is at most 2048 bytes),
         # for scripts to find the row by.
         f'<tr class="{classes}" data-key="{escape(bounds.escape(key.lock_key))}"'
         f' data-state="{escape(key.state)}"'
         f' data-outcome="{_clip(outcome)}" data-missed="{escape(missed)}"'
-        f' data-covered="{escape(covered)}">'
+        f' data-covered="{escape(covered)}" data-failed="{escape(failed)}">'
         f"<td><strong>{_clip(key.lock_key)}</strong></td>"
         f"<td>{_state_cell(key, now)}</td>"
         f"{_run_cells(key, now)}"
@@ -167,15 +176,16 @@ def render_page(snapshot: FleetSnapshot, *, title: str = "dislock fleet") -> str
     now = snapshot.now
     keys = page_order(snapshot.keys)
     failing = sum(1 for key in keys if key.failing)
-    missing = sum(1 for key in keys if key.missed_slots)
+    missing = sum(1 for key in keys if key.missed_slots or key.failed_slots)
     paused = sum(1 for key in keys if key.paused_until is not None)
     held = sum(1 for key in keys if key.state == "held")
     stamp = now.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
     window = int(MISSED_WINDOW.total_seconds() // 3600)
     if snapshot.up:
         summary = (
-            f"{len(keys)} keys: {held} held, {failing} failing, {missing} with missed slots"
-            f" in the last {window} h, {paused} paused. Database clock {stamp};"
+            f"{len(keys)} keys: {held} held, {failing} failing,"
+            f" {missing} with missed or failed slots in the last {window} h, {paused} paused."
+            f" Database clock {stamp};"
             f" reloads every {REFRESH_SECONDS} s."
         )
         banner = ""

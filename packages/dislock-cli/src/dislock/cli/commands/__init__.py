@@ -36,8 +36,11 @@ COMMANDS: dict[str, Command] = {
         "list locks: held, released, expired (abandoned), ended slots, paused", ("status",)
     ),
     "release": Command("force-expire a stuck schedule slot or lease, saying what it removed"),
-    "pause": Command("stop every machine from starting LOCK_KEY (they skip it) until resumed"),
-    "resume": Command("end a pause of LOCK_KEY"),
+    "pause": Command(
+        "stop every machine from starting LOCK_KEY (they skip it) until resumed",
+        history_table=True,
+    ),
+    "resume": Command("end a pause of LOCK_KEY", history_table=True),
     "rerun": Command(
         "open LOCK_KEY's current schedule slot for one more run, by the next wrapper to start",
         history_table=True,
@@ -47,7 +50,7 @@ COMMANDS: dict[str, Command] = {
         history_table=True,
     ),
     "missed": Command(
-        "slots of LOCK_KEY's schedule in which no run started; exit 1 if any",
+        "what became of each slot of LOCK_KEY's schedule; exit 1 if one was missed, late or failed",
         history_table=True,
     ),
     "check": Command(

@@ -1,6 +1,6 @@
-"""``dislockctl missed``: the slots of LOCK_KEY's schedule in which no run started
-(exit 1 if any), judged from the recorded runs; slots a longer run covered are
-told apart."""
+"""``dislockctl missed``: what became of each slot of LOCK_KEY's schedule, judged
+from the recorded runs and an operator's events (``dislock.cli.slot_states``): the
+slots missed, late or failed are listed (exit 1 if any), ``--all`` lists every one."""
 
 from __future__ import annotations
 
@@ -11,11 +11,12 @@ from typing import Any, NamedTuple
 from dislock.cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 from dislock.cli.commands._call import Call, error
 from dislock.cli.commands._recorded import unknown_key, warn_disagreements
+from dislock.core.events import OUTCOMES as EVENTS
 
 LATE = "late"
 """The outcome of a slot that an acquisition past its start deadline marked late."""
-NO_START = (LATE, "rerun")
-"""Outcomes of history rows that are not a run of the job (``dislock.core.rerun``)."""
+NO_START = (LATE, *EVENTS)
+"""Outcomes of history rows that are not a run of the job (``dislock.core.events``)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,6 +33,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--grace", default="1m", help="do not judge a slot younger than this (default 1m)"
     )
+    parser.add_argument(
+        "--all",
+        action="store_true",
+        help="list every slot, done, running, paused and covered ones too",
+    )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -41,6 +47,8 @@ class _Asked(NamedTuple):
     schedule: str | None
     zone: Any
     """The CronZone of ``--tz`` (None: the one recorded with the runs, else CRON_TZ/local)."""
+    every: bool
+    """``--all``."""
 
 
 def run(call: Call) -> int:
@@ -53,7 +61,9 @@ def run(call: Call) -> int:
     history = call.history_table()
     schedule = None if args.schedule is None else check_cron(args.schedule, name="--schedule")
     zone = None if args.tz is None else load_zone(args.tz, name="--tz")
-    asked = _Asked(parse_duration(args.since, name="--since"), _grace(args.grace), schedule, zone)
+    asked = _Asked(
+        parse_duration(args.since, name="--since"), _grace(args.grace), schedule, zone, args.all
+    )
     return call.on_history(
         history, lambda conn: _missed(conn, call.table, history, asked, args.lock_key, args.json)
     )
@@ -73,20 +83,21 @@ def _missed(
     key: str,
     as_json: bool,
 ) -> int:
-    from dislock.cli.history_report import describe_missed, dump, render_missed
+    from dislock.cli.history_report import describe_missed, dump, render_slots
     from dislock.cli.missed_slots import (
         from_first_run,
-        missed_slots,
         schedule_slots,
         span_of,
         spans_query,
-        split_covered,
         starts_query,
     )
     from dislock.cli.run_history import recorded_schedule
     from dislock.cli.sending import send
+    from dislock.cli.slot_states import COVERED, TO_LOOK_AT, Attempt, count, slot_states
     from dislock.core.cron_zone import cron_zone, load_zone, recorded_zone
     from dislock.core.errors import ConfigurationError
+    from dislock.core.events import pause_spans, pauses_query
+    from dislock.core.rerun import waiting
 
     schedule, zone = asked.schedule, asked.zone
     if schedule is None:
@@ -114,15 +125,17 @@ def _missed(
             return EXIT_USAGE
     (now,) = conn.execute("SELECT NOW()").fetchone()
     since = now - asked.since
-    rows = conn.execute(starts_query(history), {"key": key, "since": since}).fetchall()
+    rows = conn.execute(starts_query(history, table), {"key": key, "since": since}).fetchall()
     # A slot marked late (past its start deadline, nobody started it) has a row but no
-    # start: it is judged as missed, and said to be late.  A rerun's row is no start either.
-    late = {slot_end for _, started, slot_end, outcome, _ in rows if outcome == LATE}
-    starts = [
-        (started, slot_end)
-        for _, started, slot_end, outcome, _ in rows
+    # start; neither has an operator's event (a rerun, a pause).
+    marks = [(started, slot_end) for _, started, slot_end, outcome, _, _ in rows if outcome == LATE]
+    late = {slot_end for _, slot_end in marks}
+    attempts = [
+        Attempt(started, slot_end, outcome, bool(running))
+        for _, started, slot_end, outcome, _, running in rows
         if started is not None and outcome not in NO_START
     ]
+    starts = [(attempt.started_at, attempt.slot_end) for attempt in attempts]
     try:
         slots = list(schedule_slots(schedule, since, now, asked.grace, zone.tz))
     except ConfigurationError as exc:
@@ -130,10 +143,21 @@ def _missed(
         return EXIT_USAGE
     if not rows[0][4]:
         # A job new within the window did not miss the slots before it existed.
-        slots = from_first_run(slots, starts)
+        slots = from_first_run(slots, starts + marks)
     found = conn.execute(spans_query(history, table), {"key": key, "since": since})
     spans = [span for span in (span_of(*row) for row in found) if span is not None]
-    missed, covered = split_covered(missed_slots(slots, starts), spans)
+    events = conn.execute(pauses_query(history), {"key": key, "since": since}).fetchall()
+    states = slot_states(
+        slots,
+        attempts,
+        now=now,
+        late=late,
+        pauses=pause_spans(events),
+        spans=spans,
+        retrying=send(conn, waiting(table, key)),
+    )
+    counts = count(states)
+    to_look_at = [found for found in states if found.state in TO_LOOK_AT]
     readings = warn_disagreements(conn, history, asked.since, key)
     if as_json:
         print(
@@ -145,28 +169,18 @@ def _missed(
                     "since": since.isoformat(),
                     "until": now.isoformat(),
                     "slots": len(slots),
-                    "runs": len(starts),
-                    "missed": [
-                        {**slot.as_json(), "state": "late" if slot.end in late else "missed"}
-                        for slot in missed
-                    ],
-                    "covered": [slot.as_json() for slot in covered],
+                    "runs": len(attempts),
+                    "missed": [found.as_json() for found in to_look_at],
+                    "covered": [found.slot.as_json() for found in states if found.state == COVERED],
+                    "counts": counts,
+                    "states": [found.as_json() for found in states],
                     "readings": [reading.as_json() for reading in readings],
                 }
             )
         )
     else:
-        if missed:
-            print(render_missed(missed, late))
-        print(
-            describe_missed(
-                key,
-                schedule,
-                zone.name,
-                since,
-                judged=len(slots),
-                missed=len(missed),
-                covered=len(covered),
-            )
-        )
-    return EXIT_FAILURE if missed else EXIT_OK
+        listed = states if asked.every else to_look_at
+        if listed:
+            print(render_slots(listed))
+        print(describe_missed(key, schedule, zone.name, since, counts))
+    return EXIT_FAILURE if to_look_at else EXIT_OK

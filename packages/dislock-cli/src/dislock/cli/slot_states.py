@@ -1,0 +1,139 @@
+"""What became of each slot of a key's schedule, from its recorded runs and events.
+
+``dislockctl missed`` lists the states and ``serve`` counts them
+(``dislock_missed_slots``, ``dislock_failed_slots``, ``dislock_paused_slots``).  A
+slot is
+
+* ``done``: an attempt in it succeeded (with how many attempts it took);
+* ``running``: none succeeded yet and one is still going;
+* ``retrying``: every attempt so far failed and the slot's row waits for the next
+  (``LOCK_RETRIES``, or a ``dislockctl rerun``); only the current slot can be;
+* ``failed``: every attempt failed (or was abandoned) and none is due;
+* ``late``: nobody started it, and a wrapper past its start deadline marked it so;
+* ``paused``: nobody started it, and a ``dislockctl pause`` of the key was in force
+  as it began (``dislock.core.events``);
+* ``covered``: nobody started it because a run begun earlier still held the lease
+  (``dislock.cli.missed_slots.split_covered``);
+* ``missed``: nobody started it.
+
+``missed``, ``late`` and ``failed`` are the ones someone should look at (``missed``
+exits 1 for them); the others are the lock working or an operator's choice.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Collection, Sequence
+from datetime import datetime, timedelta
+from typing import NamedTuple
+
+from dislock.cli.missed_slots import Slot, Span, split_covered
+from dislock.core.events import Pause
+
+DONE = "done"
+RUNNING = "running"
+RETRYING = "retrying"
+FAILED = "failed"
+LATE = "late"
+PAUSED = "paused"
+COVERED = "covered"
+MISSED = "missed"
+STATES = (DONE, RUNNING, RETRYING, FAILED, LATE, PAUSED, COVERED, MISSED)
+TO_LOOK_AT = (MISSED, LATE, FAILED)
+"""The states ``dislockctl missed`` lists by default and exits 1 for."""
+
+
+class Attempt(NamedTuple):
+    """A run of the job as the history recorded it."""
+
+    started_at: datetime
+    slot_end: datetime | None
+    """The end of the slot it claimed (a schedule lock); None for a lease alone."""
+    outcome: str | None
+    """How it ended; None while no end is recorded."""
+    running: bool = False
+    """No end recorded and it still holds its lock (otherwise it was abandoned)."""
+
+
+class SlotState(NamedTuple):
+    slot: Slot
+    state: str
+    attempts: int
+
+    def as_json(self) -> dict[str, object]:
+        return {**self.slot.as_json(), "state": self.state, "attempts": self.attempts}
+
+
+def attempts_by_slot(slots: Sequence[Slot], attempts: Sequence[Attempt]) -> list[list[Attempt]]:
+    """Each slot's attempts: those that claimed its end (a schedule lock), and those
+    without a claim that started in it, a start up to ``EARLY_FIRE_TOLERANCE`` early
+    counting for the next slot (``dislock.cli.missed_slots.missed_slots``' rule)."""
+    from dislock.core.cron import EARLY_FIRE_TOLERANCE
+
+    early = timedelta(seconds=EARLY_FIRE_TOLERANCE)
+    by_end = {slot.end: index for index, slot in enumerate(slots)}
+    beginnings = [slot.start for slot in slots]
+    found: list[list[Attempt]] = [[] for _ in slots]
+    for attempt in attempts:
+        if attempt.slot_end is not None:
+            index = by_end.get(attempt.slot_end, -1)
+        else:
+            index = bisect_right(beginnings, attempt.started_at + early) - 1
+            if index >= 0 and attempt.started_at >= slots[index].end:
+                index = -1
+        if index >= 0:
+            found[index].append(attempt)
+    return found
+
+
+def slot_states(
+    slots: Sequence[Slot],
+    attempts: Sequence[Attempt],
+    *,
+    now: datetime,
+    late: Collection[datetime] = (),
+    pauses: Sequence[Pause] = (),
+    spans: Sequence[Span] = (),
+    retrying: datetime | None = None,
+) -> list[SlotState]:
+    """The state of each of ``slots`` (in order).  ``late``: the ends of slots
+    marked late; ``pauses``: the key's pauses; ``spans``: its lease runs'
+    (``split_covered``); ``retrying``: the end of the slot whose row waits for
+    another attempt, if one does."""
+    states: dict[int, SlotState] = {}
+    unstarted: list[Slot] = []
+    for index, (slot, tried) in enumerate(
+        zip(slots, attempts_by_slot(slots, attempts), strict=True)
+    ):
+        if tried:
+            states[index] = SlotState(slot, _tried(slot, tried, now, retrying), len(tried))
+        elif slot.end in late:
+            states[index] = SlotState(slot, LATE, 0)
+        elif any(pause.covers(slot.start) for pause in pauses):
+            states[index] = SlotState(slot, PAUSED, 0)
+        else:
+            unstarted.append(slot)
+    _, covered = split_covered(unstarted, spans)
+    covered_ends = {slot.end for slot in covered}
+    return [
+        states.get(index) or SlotState(slot, COVERED if slot.end in covered_ends else MISSED, 0)
+        for index, slot in enumerate(slots)
+    ]
+
+
+def _tried(slot: Slot, tried: Sequence[Attempt], now: datetime, retrying: datetime | None) -> str:
+    if any(attempt.outcome == "ok" for attempt in tried):
+        return DONE
+    if any(attempt.outcome is None and attempt.running for attempt in tried):
+        return RUNNING
+    if retrying == slot.end and slot.end > now:
+        return RETRYING
+    return FAILED
+
+
+def count(states: Sequence[SlotState]) -> dict[str, int]:
+    """How many slots are in each state (every state, zeros included)."""
+    counts = dict.fromkeys(STATES, 0)
+    for found in states:
+        counts[found.state] += 1
+    return counts

@@ -1,0 +1,195 @@
+"""What became of each slot, as ``dislockctl missed``, ``serve``'s metrics and its page
+tell it: done, failed, retrying, paused and missed apart.
+
+Runs are real wrappers and pauses real ``dislockctl pause``/``resume`` commands,
+except in the serve test, where the runs and events of the last ten minutes are
+written as the wrappers and commands write them, their starts placed in minutes
+gone by (serve judges only slots that began a minute ago or more).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from dislock.core.rows import schedule_key
+from tests.cli.conftest import Ctl, RunCli
+from tests.cli.serving import sample, serving
+from tests.support.clock import clear_of_boundary
+from tests.support.rows import Rows
+
+EVERY_MINUTE = "* * * * *"
+EVERY_SECOND = "* * * * * *"
+
+
+def history(env: dict[str, str]) -> sql.Identifier:
+    schema, table = env["LOCK_TABLE"].split(".")
+    return sql.Identifier(schema, f"{table}_history")
+
+
+def states(report: dict[str, Any]) -> list[tuple[datetime, str, int]]:
+    return [
+        (datetime.fromisoformat(slot["slot_start"]), slot["state"], slot["attempts"])
+        for slot in report["states"]
+    ]
+
+
+def test_a_paused_slot_is_not_missed_and_a_slot_after_the_resume_is(
+    ctl: Ctl, history_env: dict[str, str], run_cli: RunCli
+) -> None:
+    env = {**history_env, "LOCK_STRATEGY": "schedule", "CRON_SCHEDULE": EVERY_SECOND}
+    key = env["LOCK_KEY"]
+    assert run_cli(["DATABASE_URL", "true"], env).returncode == 0
+    paused = ctl("pause", key, "--reason", "disk swap", env=env)
+    assert paused.returncode == 0, paused.stderr
+    assert paused.stdout.rstrip().endswith("; recorded in " + ".".join(history_parts(env)))
+    time.sleep(3)
+    resumed = ctl("resume", key, env=env)
+    assert resumed.returncode == 0 and "; recorded in " in resumed.stdout, resumed.stderr
+    time.sleep(2.5)
+
+    found = ctl("missed", key, "--since", "2m", "--grace", "0", "--json", env=env)
+    # The slots after the resume had no start: missed, exit 1.
+    assert found.returncode == 1, found.stderr
+    report = json.loads(found.stdout)
+    events = json.loads(ctl("history", key, "--json", env=env).stdout)
+    (pause,) = [event for event in events if event["outcome"] == "paused"]
+    (resume,) = [event for event in events if event["outcome"] == "resumed"]
+    assert pause["owner"].endswith(": disk swap") and pause["owner"].startswith("pause by ")
+    began, ended = (datetime.fromisoformat(e["started_at"]) for e in (pause, resume))
+    judged = states(report)
+    assert judged[0][1:] == ("done", 1)
+    # Every slot that began while the pause was in force reads paused, and only those.
+    for start, state, attempts in judged[1:]:
+        assert state == ("paused" if began <= start < ended else "missed"), (start, judged)
+        assert attempts == 0
+    counts = report["counts"]
+    assert counts["paused"] >= 2 and counts["missed"] >= 2, counts
+    assert [slot["state"] for slot in report["missed"]] == ["missed"] * counts["missed"]
+    # The text lists what to look at, --all every slot.
+    text = ctl("missed", key, "--since", "2m", "--grace", "0", env=env).stdout
+    assert "paused" not in text.splitlines()[1] and "  missed  0" in text
+    assert " paused; paused: a dislockctl pause was in force as the slot began" in text
+    every = ctl("missed", key, "--since", "2m", "--grace", "0", "--all", env=env).stdout
+    assert "  done    1" in every and "  paused  0" in every
+    # The history tells the pause with its end and no duration.
+    listed = ctl("history", key, env=env).stdout
+    assert "paused until resumed" in listed and "resumed" in listed.splitlines()[1]
+
+
+def history_parts(env: dict[str, str]) -> tuple[str, str]:
+    schema, table = env["LOCK_TABLE"].split(".")
+    return schema, f"{table}_history"
+
+
+def test_a_slot_whose_attempts_all_failed_and_one_waiting_for_its_retry(
+    ctl: Ctl, history_env: dict[str, str], run_cli: RunCli, db: psycopg.Connection[Any], rows: Rows
+) -> None:
+    env = {**history_env, "LOCK_STRATEGY": "schedule", "CRON_SCHEDULE": EVERY_MINUTE}
+    key = env["LOCK_KEY"]
+    clear_of_boundary(rows, EVERY_MINUTE, seconds=25)
+    # Last minute's slot: two attempts (one retry asked for), both failed; a third
+    # wrapper finds the slot's attempts used up.
+    once_more = {**env, "LOCK_RETRIES": "1", "LOCK_RETRY_DELAY_SECONDS": "1"}
+    assert run_cli(["DATABASE_URL", "false"], once_more).returncode == 1
+    time.sleep(1.5)
+    second = run_cli(["DATABASE_URL", "sh", "-c", 'echo "$DISLOCK_ATTEMPT"; false'], once_more)
+    assert second.returncode == 1 and second.stdout == "2\n", second
+    assert run_cli(["DATABASE_URL", "false"], once_more).returncode == 0
+    db.execute(
+        sql.SQL(
+            "UPDATE {} SET started_at = started_at - interval '1 minute',"
+            " ended_at = ended_at - interval '1 minute', slot_end = slot_end - interval '1 minute'"
+            " WHERE lock_key = %s"
+        ).format(history(env)),
+        (key,),
+    )
+    # This minute's (the slot row the run above took is let go, as the next minute
+    # would have): failed, and a retry is due later in the slot.
+    db.execute(
+        sql.SQL("DELETE FROM {} WHERE key = %s").format(
+            sql.Identifier(*env["LOCK_TABLE"].split("."))
+        ),
+        (schedule_key(key),),
+    )
+    retrying = {**env, "LOCK_RETRIES": "2", "LOCK_RETRY_DELAY_SECONDS": "5"}
+    assert run_cli(["DATABASE_URL", "false"], retrying).returncode == 1
+
+    found = ctl("missed", key, "--since", "3m", "--grace", "0", "--json", env=env)
+    assert found.returncode == 1, found.stderr
+    report = json.loads(found.stdout)
+    assert [state[1:] for state in states(report)] == [("failed", 2), ("retrying", 1)]
+    assert [slot["state"] for slot in report["missed"]] == ["failed"]
+    text = ctl("missed", key, "--since", "3m", "--grace", "0", env=env).stdout
+    assert "were missed, late or failed for" in text and "(1 failed); 1 retrying" in text
+
+
+def test_serve_counts_failed_and_paused_slots_apart_from_missed(
+    ctl: Ctl, history_env: dict[str, str], run_cli: RunCli, db: psycopg.Connection[Any], rows: Rows
+) -> None:
+    env = {**history_env, "LOCK_STRATEGY": "schedule", "CRON_SCHEDULE": EVERY_MINUTE}
+    key = env["LOCK_KEY"]
+    assert run_cli(["DATABASE_URL", "true"], env).returncode == 0
+    clear_of_boundary(rows, EVERY_MINUTE, seconds=25)
+    table = history(env)
+    minute = "date_trunc('minute', NOW()) - interval '{} minutes'"
+    # The run: ten minutes ago, done.  A pause from just before the slot of 8
+    # minutes ago to just before that of 5 (three slots), a failed run 4 minutes
+    # ago; nothing else: 9, 5, 3, 2 and 1 minutes ago were missed.
+    at = {f"m{n}": sql.SQL(minute.format(n)) for n in (3, 4, 5, 8, 9, 10)}
+    params = {"key": key, "cron": EVERY_MINUTE}
+    db.execute(
+        sql.SQL(
+            "UPDATE {t} SET started_at = {m10} + interval '1 second',"
+            " ended_at = {m10} + interval '2 seconds', slot_end = {m9} WHERE lock_key = %(key)s"
+        ).format(t=table, **at),
+        params,
+    )
+    db.execute(
+        sql.SQL(
+            "INSERT INTO {t} (lock_key, modes, slot_end, owner, host, pid, started_at, ended_at,"
+            " outcome) VALUES (%(key)s, 'pause', {m5} - interval '1 second', 'pause by test',"
+            " 'here', 1, {m8} - interval '1 second', {m8} - interval '1 second', 'paused')"
+        ).format(t=table, **at),
+        params,
+    )
+    db.execute(
+        sql.SQL(
+            "INSERT INTO {t} (lock_key, modes, slot_end, owner, host, pid, started_at, ended_at,"
+            " outcome, exit_code, cron) VALUES (%(key)s, 'schedule', {m3}, 'w:1:ab', 'here', 1,"
+            " {m4} + interval '1 second', {m4} + interval '2 seconds', 'failed', 1, %(cron)s)"
+        ).format(t=table, **at),
+        params,
+    )
+    found = ctl("missed", key, "--since", "11m", "--json", env=env)
+    assert found.returncode == 1, found.stderr
+    assert [state[1] for state in states(json.loads(found.stdout))] == [
+        "done",
+        "missed",
+        "paused",
+        "paused",
+        "paused",
+        "missed",
+        "failed",
+        "missed",
+        "missed",
+        "missed",
+    ]
+    with serving(env) as served:
+        metrics = served.metrics()
+        page = served.get("/")[2]
+    assert sample(metrics, "dislock_missed_slots", key=key) == 5.0
+    assert sample(metrics, "dislock_paused_slots", key=key) == 3.0
+    assert sample(metrics, "dislock_failed_slots", key=key) == 1.0
+    assert sample(metrics, "dislock_late_slots", key=key) == 0.0
+    # The pause is no run: the key's latest run is the failed one.
+    assert sample(metrics, "dislock_runs_total", key=key, outcome="failed") == 1.0
+    assert sample(metrics, "dislock_runs_total", key=key, outcome="ok") == 1.0
+    row = page[page.index(f'data-key="{key}"') :].split("</tr>", 1)[0]
+    assert 'data-outcome="failed"' in row and 'data-failed="1"' in row, row
+    assert "1 failed (every attempt)" in row and "3 paused" in row, row

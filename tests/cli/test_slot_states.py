@@ -127,6 +127,10 @@ def test_a_slot_whose_attempts_all_failed_and_one_waiting_for_its_retry(
     assert [slot["state"] for slot in report["missed"]] == ["failed"]
     text = ctl("missed", key, "--since", "3m", "--grace", "0", env=env).stdout
     assert "were missed, late or failed for" in text and "(1 failed); 1 retrying" in text
+    # The history numbers each run's attempt at its slot, newest first.
+    runs = json.loads(ctl("history", key, "--json", env=env).stdout)
+    assert [run["attempt"] for run in runs] == [1, 2, 1], runs
+    assert "failed (1), attempt 2" in ctl("history", key, env=env).stdout
 
 
 def test_serve_counts_failed_and_paused_slots_apart_from_missed(

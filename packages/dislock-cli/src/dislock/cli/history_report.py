@@ -37,9 +37,27 @@ def describe_outcome(run: Run) -> str:
     return run.outcome.replace("_", " ")
 
 
+def attempts(runs: Sequence[Run]) -> dict[int, int]:
+    """Which attempt at its slot each run of ``runs`` was (by run id), counted in the
+    order they started among the runs that claimed the same slot of the same key; a
+    rerun of the key starts the count again, as it does for the wrappers.  Runs
+    without a claimed slot (a lease alone), late marks and events have none."""
+    counted: dict[tuple[str, object], int] = {}
+    found: dict[int, int] = {}
+    for run in sorted(runs, key=lambda run: run.started_at):
+        if run.outcome == "rerun":
+            counted = {slot: n for slot, n in counted.items() if slot[0] != run.key}
+        elif run.slot_end is not None and run.outcome not in ("late", *EVENTS):
+            slot = (run.key, run.slot_end)
+            counted[slot] = found[run.id] = counted.get(slot, 0) + 1
+    return found
+
+
 def render_runs(runs: Sequence[Run]) -> str:
     from dislock.cli.admin import format_duration
     from dislock.core.bounds import clip
+
+    numbers = attempts(runs)
 
     headers = ("STARTED (UTC)", "LOCK KEY", "HOST", "PID", "DURATION", "OUTCOME")
     lines = [
@@ -55,7 +73,8 @@ def render_runs(runs: Sequence[Run]) -> str:
             "-"
             if run.duration_seconds is None or run.outcome in EVENTS
             else format_duration(run.duration_seconds),
-            clip(describe_outcome(run)),
+            clip(describe_outcome(run))
+            + (f", attempt {numbers[run.id]}" if numbers.get(run.id, 1) > 1 else ""),
         )
         for run in runs
     ]

@@ -77,7 +77,7 @@ def _history(
     as_json: bool,
 ) -> int:
     from dislock.cli.admin import format_duration
-    from dislock.cli.history_report import dump, render_runs
+    from dislock.cli.history_report import attempts, dump, render_runs
     from dislock.cli.run_history import runs as runs_of
     from dislock.cli.sending import send
 
@@ -85,7 +85,8 @@ def _history(
         return EXIT_FAILURE
     runs = send(conn, runs_of(history, table, key, since, limit))
     if as_json:
-        print(dump([run.as_json() for run in runs]))
+        numbers = attempts(runs)
+        print(dump([{**run.as_json(), "attempt": numbers.get(run.id)} for run in runs]))
     elif runs:
         print(render_runs(runs))
     else:

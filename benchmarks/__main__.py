@@ -22,6 +22,7 @@ from benchmarks.herd import HERD_SIZES, herd_rows
 from benchmarks.history import HISTORY_ROWS, history_rows
 from benchmarks.hot import hot_rows
 from benchmarks.import_cost import import_rows
+from benchmarks.output import output_rows
 from benchmarks.plot import plot
 from benchmarks.race import race_rows
 from benchmarks.renewal_cpu import renewal_cpu_rows
@@ -49,6 +50,7 @@ def measures(url: str, quick: bool) -> list[tuple[str, Callable[[], list[Row]]]]
         ("herd", partial(herd_rows, url, HERD_SIZES[quick])),
         ("scale", partial(lease_scale_rows, url, 50 if quick else 1000)),
         ("renewal", partial(renewal_cpu_rows, url, 2.0 if quick else 10.0)),
+        ("output", partial(output_rows, url, 16 if quick else 256)),
         ("hot", partial(hot_rows, url, 50 if quick else 1000, 4.0 if quick else 300.0)),
         (
             "history",
@@ -66,7 +68,7 @@ def main() -> int:
     parser.add_argument(
         "--only",
         help="comma-separated parts to run (cli, import, cycle, roles, race, waiting, herd,"
-        " scale, renewal, hot, history, serve); prints their rows and writes nothing",
+        " scale, renewal, output, hot, history, serve); prints their rows and writes nothing",
     )
     parser.add_argument(
         "--herd",

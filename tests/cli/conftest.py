@@ -37,12 +37,13 @@ def docs_block(page: str, heading: str) -> str:
 
 
 def dislock_on_path(tmp_path: Path) -> str:
-    """A ``PATH`` on which ``dislock`` is this checkout's wrapper, as a pasted block
-    finds it after an install."""
+    """A ``PATH`` on which ``dislock`` and ``dislockctl`` are this checkout's, as a
+    pasted block finds them after an install."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "dislock").write_text(f'#!/bin/sh\nexec {" ".join(DISLOCK)} "$@"\n')
-    (bin_dir / "dislock").chmod(0o755)
+    for name, argv in (("dislock", DISLOCK), ("dislockctl", CTL)):
+        (bin_dir / name).write_text(f'#!/bin/sh\nexec {" ".join(argv)} "$@"\n')
+        (bin_dir / name).chmod(0o755)
     return f"{bin_dir}:{os.environ['PATH']}"
 
 

@@ -72,6 +72,13 @@ def test_the_page_in_a_browser(
     hostile = '<img src=x onerror="alert(1)"> & "friends"'
     lease = {"LOCK_STRATEGY": "lease", "RUN_LOCK_TTL_SECONDS": "3"}
     assert run_job(history_env, "true", LOCK_KEY=hostile, **lease).returncode == 0
+    # A failed run whose output's end is kept, with markup and a terminal escape in it.
+    told = "echo '<img src=y onerror=\"alert(2)\">'; printf '\\033[31mdisk full\\n' >&2; exit 5"
+    tail_key = f"{fleet.failed}-told"
+    told_run = run_job(
+        history_env, "sh", "-c", told, LOCK_KEY=tail_key, LOCK_OUTPUT_TAIL_BYTES="200", **lease
+    )
+    assert told_run.returncode == 5, told_run.stderr
 
     screenshot = Path(os.environ.get("DISLOCK_SCREENSHOT") or tmp_path / "status-page.png")
     with serving(history_env) as served:
@@ -88,11 +95,12 @@ def test_the_page_in_a_browser(
     page.feed(dom)
     rows = {row["data-key"]: row for row in page.rows}
     order = [row["data-key"] for row in page.rows]
-    # The newest failures first (the abandoned run started last of the three),
+    # The newest failures first (the abandoned run started last of the fleet's three),
     # then the key that missed slots, then the rest by name.
-    assert order[:4] == [fleet.abandoned, fleet.lost, fleet.failed, fleet.missed], order
-    assert sorted(order[4:]) == order[4:]
+    assert order[:5] == [tail_key, fleet.abandoned, fleet.lost, fleet.failed, fleet.missed], order
+    assert sorted(order[5:]) == order[5:]
     assert set(order) == {
+        tail_key,
         fleet.ok,
         fleet.failed,
         fleet.lost,
@@ -119,6 +127,10 @@ def test_the_page_in_a_browser(
     # The hostile key is text in the browser, not markup.
     assert rows[hostile]["data-outcome"] == "ok"
     assert "img" not in page.tags
+    # The failed run's output: folded under its outcome, markup as text, the escape inert.
+    assert "details" in page.tags and "pre" in page.tags
+    assert '&lt;img src=y onerror="alert(2)"&gt;' in dom, dom
+    assert "\\x1b[31mdisk full" in dom and "\x1b" not in dom
     assert "disk &lt;full&gt; &amp; slow" in dom  # the pause reason, escaped
 
     image = screenshot.read_bytes()

@@ -885,3 +885,46 @@ def test_the_operators_pauses_are_recorded_for_its_keys_only(
         (mine, "pause by dislock_sec_ops: swap", "paused", True),
         (mine, "resume by dislock_sec_ops", "resumed", None),
     ]
+
+
+def test_a_wrapper_role_records_a_failed_runs_output_within_its_bound(
+    fleet: Fleet, db: psycopg.Connection[Any]
+) -> None:
+    """On a table made before the output's tail (its grant adds the columns), and no
+    tail longer than the wrapper writes, which the policy checks, not the wrapper."""
+    from dislock import run_with_locks
+
+    runs = with_history(fleet, db)
+    table = sql.Identifier(*runs)
+    db.execute(
+        sql.SQL("ALTER TABLE {} DROP COLUMN stdout_tail, DROP COLUMN stderr_tail").format(table)
+    )
+    status, _, err = ctl(fleet.admin_url, "grant", *BILLING, table=fleet.table)
+    assert status == 0, err
+    key = unique("billing-")
+    failing = ["sh", "-c", "echo partial; echo oops >&2; exit 2"]
+    ran = context(fleet, fleet.billing, key, history=True, output_tail_bytes=64)
+    assert run_with_locks(failing, context=ran, strategies=("lease",)) == 2
+    recorded = db.execute(
+        sql.SQL("SELECT outcome, stdout_tail, stderr_tail FROM {} WHERE lock_key = %s").format(
+            table
+        ),
+        (key,),
+    ).fetchall()
+    assert recorded == [("failed", "partial\n", "oops\n")]
+    with fleet.connect(fleet.billing) as billing:
+        (run_id,) = billing.execute(
+            sql.SQL(
+                "INSERT INTO {} (lock_key, modes, owner, host, pid, started_at)"
+                " VALUES (%s, 'lease', 'o', 'h', 1, NOW()) RETURNING id"
+            ).format(table),
+            (key,),
+        ).fetchone() or (None,)
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            billing.execute(
+                sql.SQL(
+                    "UPDATE {} SET ended_at = NOW(), outcome = 'failed',"
+                    " stdout_tail = repeat('x', 262145) WHERE id = %s"
+                ).format(table),
+                (run_id,),
+            )

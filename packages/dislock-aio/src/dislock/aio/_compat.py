@@ -35,6 +35,11 @@ Worker = asyncio.Task[None]
 sleep = asyncio.sleep
 
 
+async def to_thread(function: Callable[[], T]) -> T:
+    """``function()``, run in a thread so that the loop goes on meanwhile (it blocks)."""
+    return await asyncio.to_thread(function)
+
+
 _registries: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Registry] = (
     weakref.WeakKeyDictionary()
 )
@@ -189,10 +194,16 @@ class Child:
 
     @classmethod
     async def start(
-        cls, argv: list[str], env: dict[str, str], preexec_fn: Callable[[], None] | None
+        cls,
+        argv: list[str],
+        env: dict[str, str],
+        preexec_fn: Callable[[], None] | None,
+        output: tuple[int, int] | None = None,
     ) -> Child:
+        """``output``: the descriptors for its stdout and stderr (None: ours)."""
+        out, err = output or (None, None)
         process = await asyncio.create_subprocess_exec(
-            *argv, env=env, start_new_session=True, preexec_fn=preexec_fn
+            *argv, env=env, start_new_session=True, preexec_fn=preexec_fn, stdout=out, stderr=err
         )
         return cls(process)
 

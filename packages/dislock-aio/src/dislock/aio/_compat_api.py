@@ -82,7 +82,11 @@ class Child(Protocol):
 
 class ChildStarter(Protocol):
     async def start(
-        self, argv: list[str], env: dict[str, str], preexec_fn: Callable[[], None] | None
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        preexec_fn: Callable[[], None] | None,
+        output: tuple[int, int] | None = None,
     ) -> Child: ...
 
 
@@ -114,6 +118,8 @@ class Compat(Protocol):
     def LossGuard(self) -> Callable[[Any, float | None], LossGuard]: ...
 
     def sleep(self, delay: float, /) -> Any: ...
+
+    def to_thread(self, function: Callable[[], Any], /) -> Any: ...
 
     def local_registry(self) -> Registry: ...
 

@@ -150,12 +150,25 @@ class RunRecording:
             await leave_hub(hub)
 
     async def _record_end(self, hub: Hub, run_id: int, exc: BaseException | None) -> None:
-        end = run_end(self.context, self.run, exc)
+        await self._record_end_of(hub, run_id, run_end(self.context, self.run, exc))
+
+    async def _record_end_of(self, hub: Hub, run_id: int, end: history.RunEnd) -> None:
         ending = history.end(self.table, run_id, end)
         ended_at = datetime.now(timezone.utc)
         try:
             await hub.ask(ending, history.HISTORY_TIMEOUT)
         except Exception as error:
+            if end.has_tail and history.without_tail(error):
+                logger.warning(
+                    "the history table %s has no column for the output's tail (run dislockctl"
+                    " init --history again to add it): recording the end of %s without it",
+                    ".".join(self.table),
+                    self.context.lock_key,
+                )
+                await self._record_end_of(
+                    hub, run_id, end._replace(stdout_tail=None, stderr_tail=None)
+                )
+                return
             if not (history.retry_end(error) and self.context.connect_patience_seconds > 0):
                 self._not_recorded(error, run_id, end, ended_at)
                 return

@@ -176,7 +176,7 @@ class FleetReader:
             if run.run_id is None or run.run_id not in details:
                 continue  # never ran (or pruned in between): the lock rows tell its state
             assert run.started_at is not None and run.outcome is not None
-            owner, exit_code, cron, cron_tz, ran_before = details[run.run_id]
+            owner, exit_code, cron, cron_tz, ran_before, *tails = details[run.run_id]
             latest.append(
                 LatestRow(
                     run.key,
@@ -191,6 +191,7 @@ class FleetReader:
                     run.duration_seconds,
                     run.last_success_ended_at,
                     ran_before,
+                    (tails[0], tails[1]) if any(tails) else None,
                 )
             )
         return latest

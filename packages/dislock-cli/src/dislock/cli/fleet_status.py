@@ -54,6 +54,9 @@ class LastRun(NamedTuple):
     or, with no end recorded, ``running`` or ``abandoned``."""
     exit_code: int | None
     duration_seconds: float | None
+    output: tuple[str | None, str | None] | None = None
+    """The end of its stdout and stderr, kept for a failed run
+    (``LOCK_OUTPUT_TAIL_BYTES``)."""
 
 
 class KeyStatus(NamedTuple):
@@ -149,6 +152,8 @@ class LatestRow(NamedTuple):
     """None while it runs (then it is counted up to ``now``) or once abandoned."""
     last_success_at: datetime | None
     ran_before_window: bool
+    output: tuple[str | None, str | None] | None = None
+    """The tails of its stdout and stderr, when a failed run kept them."""
 
 
 def _schedule_text(row: LatestRow) -> str | None:
@@ -198,6 +203,7 @@ def build_snapshot(
                 row.outcome,
                 row.exit_code,
                 duration,
+                row.output,
             )
         reason, until = pauses.get(lock_key, (None, None))
         counts = slot_counts.get(lock_key)

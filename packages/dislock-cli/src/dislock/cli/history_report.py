@@ -81,6 +81,36 @@ def render_runs(runs: Sequence[Run]) -> str:
     return _columns(headers, lines)
 
 
+TAIL_LINES = 20
+"""Lines of each stream's tail ``history`` shows under its table (``--json``: all)."""
+
+
+def render_tails(runs: Sequence[Run]) -> str:
+    """The end of each listed run's output that was kept (a failed run's, with
+    ``LOCK_OUTPUT_TAIL_BYTES``), its last ``TAIL_LINES`` lines per stream, every
+    control character but the line breaks escaped; empty when none was kept."""
+    from dislock.core.bounds import clip, escape
+
+    blocks = []
+    for run in runs:
+        streams = [
+            (n, t) for n, t in (("stdout", run.stdout_tail), ("stderr", run.stderr_tail)) if t
+        ]
+        if not streams:
+            continue
+        block = [
+            f"output of run {run.id} ({clip(run.key)} on {clip(run.host)},"
+            f" {clip(describe_outcome(run))}, started {format_time(run.started_at)} UTC):"
+        ]
+        for name, text in streams:
+            lines = text.splitlines()
+            cut = "" if len(lines) <= TAIL_LINES else f", last {TAIL_LINES} lines"
+            block.append(f"  {name}{cut}:")
+            block += [f"    {escape(line)}" for line in lines[-TAIL_LINES:]]
+        blocks.append("\n".join(block))
+    return "\n\n".join(blocks)
+
+
 def describe_missed(
     key: str,
     schedule: str,

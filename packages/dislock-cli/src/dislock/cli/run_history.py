@@ -18,8 +18,9 @@ from psycopg import sql
 
 from dislock.cli.shown import READ, cut, read, was_cut
 from dislock.core import events
-from dislock.core.bounds import SHOWN_CHARS, clip, printable
+from dislock.core.bounds import OUTPUT_TAIL, SHOWN_CHARS, clip, printable
 from dislock.core.exchange import Exchange, Rows
+from dislock.core.history import TAILS
 from dislock.core.rows import lease_key, schedule_key
 
 
@@ -54,6 +55,9 @@ class Run(NamedTuple):
     """Ended minus started; for a running run, so far; None when abandoned."""
     cron: str | None
     cron_tz: str | None
+    stdout_tail: str | None = None
+    stderr_tail: str | None = None
+    """The end of a failed run's output (``LockContext.output_tail_bytes``)."""
     truncated: bool = False
     """A text of the run was longer than any a granted role may write
     (``dislock.core.bounds.MAX_STORED_BYTES``), and is cut to that many characters
@@ -64,6 +68,8 @@ class Run(NamedTuple):
         for name in ("slot_end", "started_at", "ended_at"):
             value = data[name]
             data[name] = None if value is None else value.isoformat()
+        out, err = data.pop("stdout_tail"), data.pop("stderr_tail")
+        data["output"] = None if out is None and err is None else {"stdout": out, "stderr": err}
         return data
 
 
@@ -127,7 +133,9 @@ def _runs_query(history: tuple[str, ...], locks: tuple[str, ...], *, by_key: boo
         " h.started_at, h.ended_at, {outcome}, h.exit_code, h.signal,"
         " CASE WHEN state.outcome = 'abandoned' THEN NULL"
         " ELSE EXTRACT(EPOCH FROM (COALESCE(h.ended_at, NOW()) - h.started_at))::float8 END,"
-        " {cron}, {cron_tz}"
+        " {cron}, {cron_tz},"
+        # Through the row as JSON: a table made before the tail's columns has none.
+        " {stdout_tail}, {stderr_tail}"
         " FROM {history} AS h,"
         " LATERAL (SELECT CASE WHEN h.ended_at IS NOT NULL THEN h.outcome"
         " WHEN {held} THEN 'running' ELSE 'abandoned' END AS outcome) AS state"
@@ -139,6 +147,15 @@ def _runs_query(history: tuple[str, ...], locks: tuple[str, ...], *, by_key: boo
         key_filter=key_filter,
         outcome=read(sql.SQL("state.outcome")),
         **{name: read(sql.Identifier("h", name)) for name in _COLUMNS},
+        **{name: _tail(name) for name in TAILS},
+    )
+
+
+def _tail(column: str) -> sql.Composed:
+    """A tail column of the run ``h``, NULL when the table has none, read to at most
+    what the wrapper writes."""
+    return sql.SQL("left(to_jsonb(h) ->> {}, {})").format(
+        sql.Literal(column), sql.Literal(int(OUTPUT_TAIL.high))
     )
 
 

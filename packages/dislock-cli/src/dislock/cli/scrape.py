@@ -15,6 +15,7 @@ from dislock.cli.missed_slots import SPANS_BEFORE, Span, span_of
 from dislock.cli.run_history import still_held
 from dislock.cli.shown import known_outcome, read
 from dislock.cli.slot_states import Attempt
+from dislock.core.bounds import OUTPUT_TAIL
 from dislock.core.events import PAUSED, RESUMED, Pause, pause_spans
 from dislock.core.failover import TIMELINE_KEY
 
@@ -105,8 +106,8 @@ class ScrapeStatements(NamedTuple):
     run_details: sql.Composed
     """What the page and the missed-slot count need of the runs %(ids)s beyond
     ``latest_query``: id, owner, exit code, cron expression and zone, whether the key ran
-    before %(since)s (the start of the missed-slot window): primary-key lookups and
-    one ``(lock_key, started_at)`` index probe per run."""
+    before %(since)s (the start of the missed-slot window), the tails of its stdout and
+    stderr: primary-key lookups and one ``(lock_key, started_at)`` index probe per run."""
     floor: sql.Composed
     """``RunCounts.floor``: the id of the newest run that started more than
     %(recent)s seconds ago (0 if none)."""
@@ -169,6 +170,7 @@ def scrape_statements(history: tuple[str, ...], locks: tuple[str, ...]) -> Scrap
             cron=read(sql.Identifier("h", "cron")),
             cron_tz=read(sql.Identifier("h", "cron_tz")),
             paused=sql.Literal(PAUSED),
+            tail=sql.Literal(int(OUTPUT_TAIL.high)),
             resumed=sql.Literal(RESUMED),
         )
 
@@ -176,7 +178,11 @@ def scrape_statements(history: tuple[str, ...], locks: tuple[str, ...]) -> Scrap
         run_details=on_history(
             "SELECT h.id, {owner}, h.exit_code, {cron}, {cron_tz},"
             " EXISTS (SELECT FROM {table} AS p WHERE p.lock_key = h.lock_key"
-            " AND p.started_at < %(since)s)"
+            " AND p.started_at < %(since)s),"
+            # The end of a failed run's output, for the page (a table made before
+            # the tail's columns has none: read through the row as JSON).
+            " left(to_jsonb(h) ->> 'stdout_tail', {tail}),"
+            " left(to_jsonb(h) ->> 'stderr_tail', {tail})"
             " FROM {table} AS h WHERE h.id = ANY(%(ids)s)"
         ),
         floor=on_history(

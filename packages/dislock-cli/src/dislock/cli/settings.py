@@ -135,10 +135,16 @@ def read_wrapper_settings(
         variables.MAX_RUNTIME,
         variables.RETRIES,
         variables.RETRY_DELAY,
+        variables.OUTPUT_TAIL,
         variables.FENCING,
         variables.HISTORY,
     ):
         _read(fields, variable, environ)
+    if fields.get("output_tail_bytes") and not fields.get("history"):
+        raise ConfigurationError(
+            f"{variables.OUTPUT_TAIL.name} keeps a failed run's output in its history row:"
+            f" it needs {variables.HISTORY.name}=1 (and dislockctl init --history)"
+        )
     _read(fields, variables.HISTORY_TABLE, environ)
     pass_url = read_pass_url(environ)
     if fields.get("history") and "schedule" not in fields:

@@ -38,6 +38,8 @@ small{color:#6b7585}
 tr.failing td:first-child{box-shadow:inset 4px 0 #dc2626}
 .down{background:#fee2e2;color:#991b1b;padding:.8em 1em;border-radius:.3em;margin-bottom:1em}
 .delay{background:#fde68a;color:#7c4a03;padding:.8em 1em;border-radius:.3em;margin-bottom:1em}
+details.output pre{max-width:60em;max-height:20em;overflow:auto;font-size:.85em;margin:.3em 0;
+background:#f3f4f6;padding:.4em;white-space:pre-wrap}
 """
 
 
@@ -109,11 +111,30 @@ def _run_cells(key: KeyStatus, now: datetime) -> str:
     outcome = _badge(run.outcome)
     if run.exit_code is not None and run.outcome != "ok":
         outcome += f" <small>exit {run.exit_code}</small>"
+    if run.output is not None:
+        outcome += _output(run.output)
     duration = "-" if run.duration_seconds is None else format_duration(run.duration_seconds)
     where = f"{_clip(run.host)}<br><small>{_clip(run.owner)}</small>"
     return (
         f"<td>{_when(run.started_at, now)}</td><td>{where}</td>"
         f'<td>{outcome}</td><td class="num">{escape(duration)}</td>'
+    )
+
+
+def _output(output: tuple[str | None, str | None]) -> str:
+    """The end of a failed run's output, folded: each stream's last lines, every
+    control character but the line breaks escaped, then the whole HTML-escaped."""
+    from dislock.cli.history_report import TAIL_LINES
+
+    parts = []
+    for name, text in zip(("stdout", "stderr"), output, strict=True):
+        if text:
+            lines = "\n".join(bounds.escape(line) for line in text.splitlines()[-TAIL_LINES:])
+            parts.append(f"<b>{name}</b>\n{escape(lines)}")
+    return (
+        '<details class="output"><summary>last output</summary><pre>'
+        + "\n".join(parts)
+        + "</pre></details>"
     )
 
 

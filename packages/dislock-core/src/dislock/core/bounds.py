@@ -127,6 +127,16 @@ START_DEADLINE = Bound(
     "under a second refuses every start that cron or a busy machine delays at all; no slot "
     "is longer than a year",
 )
+OUTPUT_TAIL = Bound(
+    "LOCK_OUTPUT_TAIL_BYTES",
+    "output_tail_bytes",
+    0,
+    65536,
+    "",
+    "the end of a failed run's output is what says why; more than 64 KiB a run is a log, "
+    "and a log belongs in a log store, not in every failed run's history row",
+    integer=True,
+)
 WAIT = Bound(
     "LOCK_WAIT_SECONDS",
     "wait_seconds",
@@ -174,6 +184,7 @@ BOUNDS: tuple[Bound, ...] = (
     RETRIES,
     RETRY_DELAY,
     START_DEADLINE,
+    OUTPUT_TAIL,
     WAIT,
     WAIT_POLL,
     SLOTS,

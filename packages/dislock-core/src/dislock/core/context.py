@@ -117,6 +117,11 @@ class LockContext:
     ``with_locks`` ends with ``MaxRuntimeExceeded`` (``dislock.aio`` cancels it at
     the bound; a sync block reads ``LockSession.time_left`` and raises as it ends
     late).  Recorded as ``timed_out``.  None: no bound."""
+    output_tail_bytes: int = 0
+    """For a command run with ``run_with_locks`` (the wrapper) and ``history``: its
+    stdout and stderr pass through the wrapper, which keeps the last this many bytes
+    of each and stores them in the history row of a run that did not succeed
+    (``dislock.core.output_tail``).  0: the command inherits the streams."""
     retries: int = 0
     """With a schedule: how many more attempts a slot gets after a run in it failed
     (a non-zero exit or an exception, a lost lease, a maximum runtime passed, and
@@ -280,6 +285,18 @@ class LockContext:
             )
         _set(self, "slots", bounds.check_count(bounds.SLOTS, self.slots, name="slots"))
         _set(self, "retries", bounds.check_count(bounds.RETRIES, self.retries, name="retries"))
+        _set(
+            self,
+            "output_tail_bytes",
+            bounds.check_count(
+                bounds.OUTPUT_TAIL, self.output_tail_bytes, name="output_tail_bytes"
+            ),
+        )
+        if self.output_tail_bytes and not self.history:
+            raise ConfigurationError(
+                "output_tail_bytes keeps a failed run's output in its history row:"
+                " it needs history=True"
+            )
         if self.retries or self.start_deadline_seconds is not None:
             from dislock.core.retries import check_owner
 
@@ -330,6 +347,7 @@ class LockContext:
                 "retries",
                 "retry_delay_seconds",
                 "start_deadline_seconds",
+                "output_tail_bytes",
             )
         )
         return f"LockContext(url={redact_dsn(self.url)!r}, {fields})"

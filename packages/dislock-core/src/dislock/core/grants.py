@@ -41,10 +41,10 @@ from typing import Any, NamedTuple
 
 from psycopg import sql
 
-from dislock.core.bounds import MAX_STORED_BYTES
+from dislock.core.bounds import MAX_STORED_BYTES, OUTPUT_TAIL
 from dislock.core.errors import ConfigurationError
 from dislock.core.failover import TIMELINE, TIMELINE_KEY
-from dislock.core.history import ENDED, OUTCOMES, STARTED
+from dislock.core.history import ENDED, OUTCOMES, STARTED, TAILS, add_tail_columns
 from dislock.core.kinds import KEY_PREFIX
 from dislock.core.policy_functions import (
     MAX_NAME,
@@ -351,6 +351,8 @@ def _history_grant(
     table = sql.Identifier(*history)
     who = sql.Identifier(role)
     statements = [
+        # A table made before the output's tail has no column for it yet.
+        add_tail_columns(history),
         sql.SQL("ALTER TABLE {} ENABLE ROW LEVEL SECURITY").format(table),
         sql.SQL("REVOKE ALL ON {} FROM {}").format(table, who),
         *_drop(table, role),
@@ -370,8 +372,15 @@ def _history_grant(
         _fits("lock_key", "modes", "owner", "host"),
         _fits("cron", "cron_tz", nullable=True),
     )
-    ended = sql.SQL("{} AND (outcome IN ({})) IS NOT FALSE").format(
-        mine, sql.SQL(", ").join(map(sql.Literal, OUTCOMES))
+    # An output's tail: the wrapper keeps at most OUTPUT_TAIL's characters of each.
+    tails = sql.SQL(" AND ").join(
+        sql.SQL("(octet_length({}) <= {}) IS NOT FALSE").format(
+            sql.Identifier(column), sql.Literal(4 * int(OUTPUT_TAIL.high))
+        )
+        for column in TAILS
+    )
+    ended = sql.SQL("{} AND (outcome IN ({})) IS NOT FALSE AND {}").format(
+        mine, sql.SQL(", ").join(map(sql.Literal, OUTCOMES)), tails
     )
     statements += [
         # A run's start inserts its row (the table numbers it: a role choosing ids
@@ -379,7 +388,7 @@ def _history_grant(
         # recorded), and its end fills in how it ended, once.
         sql.SQL("GRANT SELECT ON {} TO {}").format(table, who),
         sql.SQL("GRANT INSERT ({}) ON {} TO {}").format(_columns(STARTED), table, who),
-        sql.SQL("GRANT UPDATE ({}) ON {} TO {}").format(_columns(ENDED), table, who),
+        sql.SQL("GRANT UPDATE ({}) ON {} TO {}").format(_columns((*ENDED, *TAILS)), table, who),
         _policy(policy_name(role, "read"), table, role, "SELECT", using=mine),
         _policy(policy_name(role, "take"), table, role, "INSERT", check=started),
         _policy(

@@ -29,6 +29,10 @@ The table (one per lock table, ``<table>_history`` unless named otherwise)::
     signal      integer           the signal that killed it
     cron        text              the cron expression, when there is one
     cron_tz     text              the zone the cron expression is read in
+    stdout_tail, stderr_tail      the end of a failed run's output, with
+                text              ``LockContext.output_tail_bytes``
+                                  (``dislock.core.output_tail``); added by
+                                  ``init --history`` to a table made before
 
 It is indexed on ``(lock_key, started_at DESC)`` (one key's runs, newest
 first; the missed-slot check) and ``(started_at)`` (every key's, and pruning).
@@ -73,6 +77,11 @@ STARTED = ("lock_key", "modes", "slot_end", "owner", "host", "pid", "started_at"
 which the table numbers, so that no role can take another run's number)."""
 
 ENDED = ("ended_at", "outcome", "exit_code", "signal")
+
+TAILS = ("stdout_tail", "stderr_tail")
+"""The columns of an output's tail: written by the end statement of a failed run
+whose tail was asked for, and only then, so that a table made before them (and a
+role granted before them) records every other run as before."""
 """The columns a run's end writes: all a granted role may update."""
 
 
@@ -112,6 +121,7 @@ def create_history(history: tuple[str, ...]) -> list[sql.Composed]:
             # The end statement updates unindexed columns only: room for HOT updates.
             " WITH (fillfactor = 90)"
         ).format(table=table),
+        add_tail_columns(history),
         sql.SQL("CREATE INDEX IF NOT EXISTS {name} ON {table} (lock_key, started_at DESC)").format(
             name=_index_name(history, "key_started"), table=table
         ),
@@ -120,6 +130,15 @@ def create_history(history: tuple[str, ...]) -> list[sql.Composed]:
         ),
     ]
     return statements
+
+
+def add_tail_columns(history: tuple[str, ...]) -> sql.Composed:
+    """The ``TAILS`` columns, on a table made before them too (idempotent)."""
+    columns = sql.SQL(", ").join(
+        sql.SQL("ADD COLUMN IF NOT EXISTS {} text").format(sql.Identifier(column))
+        for column in TAILS
+    )
+    return sql.SQL("ALTER TABLE {} {}").format(sql.Identifier(*history), columns)
 
 
 # History is telemetry: its writes commit asynchronously (``synchronous_commit``
@@ -142,16 +161,19 @@ def _start_query(history: tuple[str, ...]) -> sql.Composed:
 
 
 @lru_cache(maxsize=64)
-def _end_query(history: tuple[str, ...], late: bool = False) -> sql.Composed:
+def _end_query(history: tuple[str, ...], late: bool = False, tails: bool = False) -> sql.Composed:
     # A run's end is written once: sent again after a lost answer, it changes nothing.
     # ``late``: an end kept on the host (``dislock.core.unrecorded``) carries the time
     # the run really ended, rather than the database's time of the statement.
     return sql.SQL(
         "UPDATE {} SET ended_at = {ended_at}, outcome = %(outcome)s, exit_code = %(exit_code)s,"
-        " signal = %(signal)s FROM {async_commit} WHERE id = %(id)s AND ended_at IS NULL"
+        " signal = %(signal)s{tails} FROM {async_commit} WHERE id = %(id)s AND ended_at IS NULL"
     ).format(
         sql.Identifier(*history),
         ended_at=sql.SQL("%(ended_at)s" if late else "NOW()"),
+        tails=sql.SQL(
+            ", stdout_tail = %(stdout_tail)s, stderr_tail = %(stderr_tail)s" if tails else ""
+        ),
         async_commit=_ASYNC_COMMIT,
     )
 
@@ -194,7 +216,15 @@ def start(
 
 def end(history: tuple[str, ...], run_id: int, run_end: RunEnd) -> Exchange[None]:
     """Complete the row of run ``run_id`` with how it ended, on the database clock."""
-    return Exchange(_end_query(history), {"id": run_id, **run_end._asdict()}, read_nothing)
+    query = _end_query(history, tails=run_end.has_tail)
+    return Exchange(query, {"id": run_id, **run_end.params()}, read_nothing)
+
+
+def without_tail(error: BaseException) -> bool:
+    """Whether an end statement that failed with ``error`` is worth sending again
+    without the output's tail: the table has no column for it (made before it, and
+    ``init --history`` not run since)."""
+    return getattr(error, "sqlstate", None) == "42703"  # undefined_column
 
 
 def late_end(
@@ -202,7 +232,11 @@ def late_end(
 ) -> Exchange[None]:
     """Complete the row of run ``run_id`` with an end that could not be recorded
     when it happened (``dislock.core.unrecorded``), at ``ended_at``."""
-    params = {"id": run_id, "ended_at": ended_at, **run_end._asdict()}
+    params = {
+        "id": run_id,
+        "ended_at": ended_at,
+        **run_end._replace(stdout_tail=None, stderr_tail=None).params(),
+    }
     return Exchange(_end_query(history, late=True), params, read_nothing)
 
 
@@ -222,6 +256,20 @@ class RunEnd(NamedTuple):
     outcome: str
     exit_code: int | None = None
     signal: int | None = None
+    stdout_tail: str | None = None
+    stderr_tail: str | None = None
+    """The end of the command's output, for a failed run (``dislock.core.output_tail``)."""
+
+    @property
+    def has_tail(self) -> bool:
+        return self.stdout_tail is not None or self.stderr_tail is not None
+
+    def params(self) -> dict[str, object]:
+        """The end statement's parameters (the tail's only when it has one)."""
+        found = self._asdict()
+        if not self.has_tail:
+            del found["stdout_tail"], found["stderr_tail"]
+        return found
 
 
 def end_of_command(

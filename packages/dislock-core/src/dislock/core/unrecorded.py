@@ -71,7 +71,8 @@ def keep(url: str, kept: KeptEnd, environ: Mapping[str, str] = os.environ) -> Pa
     data = {
         "table": list(kept.table),
         "run_id": kept.run_id,
-        "end": kept.end._asdict(),
+        # (Not the output's tail: a file on the host is no place for it.)
+        "end": {name: getattr(kept.end, name) for name in ("outcome", "exit_code", "signal")},
         "ended_at": kept.ended_at.isoformat(),
     }
     temporary = path.with_suffix(".tmp")

@@ -225,6 +225,16 @@ START_DEADLINE = Variable(
     lambda seconds: None if seconds is None else str(seconds),
     bounds.START_DEADLINE,
 )
+OUTPUT_TAIL = Variable(
+    "LOCK_OUTPUT_TAIL_BYTES",
+    "output_tail_bytes",
+    "0",
+    "keep the last this many bytes of the command's stdout and of its stderr in the history "
+    "row of a run that failed (LOCK_HISTORY=1); 0: none. {range}",
+    _count(bounds.OUTPUT_TAIL),
+    str,
+    bounds.OUTPUT_TAIL,
+)
 FENCING = Variable(
     "LOCK_FENCING",
     "fencing",
@@ -345,6 +355,7 @@ VARIABLES: tuple[Variable, ...] = (
     RETRIES,
     RETRY_DELAY,
     START_DEADLINE,
+    OUTPUT_TAIL,
     FENCING,
     PASS_URL,
     WAIT,

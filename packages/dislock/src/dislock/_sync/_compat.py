@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from psycopg import Connection, Cursor, errors
 from psycopg.rows import TupleRow
@@ -57,7 +57,14 @@ class Event(threading.Event):
 
 Lock = threading.Lock
 Worker = threading.Thread
+T = TypeVar("T")
+
 sleep = time.sleep
+
+
+def to_thread(function: Callable[[], T]) -> T:
+    """``function()`` (the asyncio twin runs it in a thread; here, blocking is fine)."""
+    return function()
 
 
 _registry = Registry()
@@ -260,9 +267,18 @@ class Child:
 
     @classmethod
     def start(
-        cls, argv: list[str], env: dict[str, str], preexec_fn: Callable[[], None] | None
+        cls,
+        argv: list[str],
+        env: dict[str, str],
+        preexec_fn: Callable[[], None] | None,
+        output: tuple[int, int] | None = None,
     ) -> Child:
-        return cls(subprocess.Popen(argv, env=env, start_new_session=True, preexec_fn=preexec_fn))
+        """``output``: the descriptors for its stdout and stderr (None: ours)."""
+        out, err = output or (None, None)
+        process = subprocess.Popen(
+            argv, env=env, start_new_session=True, preexec_fn=preexec_fn, stdout=out, stderr=err
+        )
+        return cls(process)
 
     def wait(self, timeout: float | None) -> int | None:
         """The child's return code, or None if it is still running after ``timeout``."""

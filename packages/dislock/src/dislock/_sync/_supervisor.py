@@ -58,6 +58,7 @@ from dislock.core.context import (
 )
 from dislock.core.errors import Interrupted, LeaseLostError
 from dislock.core.history import end_of_command
+from dislock.core.output_tail import OutputTails
 from dislock.core.processes import (
     Guard,
     ensure_runnable,
@@ -81,7 +82,7 @@ from dislock.core.supervision import (
     new_run_token,
 )
 
-from ._compat import Child, handling_signals, interrupter, interrupting, sleep
+from ._compat import Child, handling_signals, interrupter, interrupting, sleep, to_thread
 from ._lease import LeaseLock
 from ._session import LockSession, acquire_unguarded, enter_exit_first
 
@@ -204,13 +205,26 @@ def supervise(
                 guard.kill_at(math.inf)  # the cap
         if guard is not None and lease is not None and follows:
             guard.follow(lease, lag)
+        context = session.locks[0].context
+        outputs = (
+            OutputTails(context.output_tail_bytes, context.url)
+            if context.output_tail_bytes and context.history
+            else None
+        )
         try:
             child = Child.start(
-                list(argv), env, None if guard is not None else parent_death_signal()
+                list(argv),
+                env,
+                None if guard is not None else parent_death_signal(),
+                None if outputs is None else outputs.child_ends,
             )
         except BaseException:
+            if outputs is not None:
+                outputs.abandon()
             _dismiss(guard, lease)
             raise
+        if outputs is not None:
+            outputs.start()
         if guard is not None:
             guard.watch(child.group)
         if route is not None:
@@ -220,9 +234,13 @@ def supervise(
             code, timed_out = _watch(child, argv, lease, policy, guard, lag, bound)
             clear_group(child.group)
             lost = lease is not None and lease.is_lost()
-            session.run_end = end_of_command(
-                child.returncode, code, lease_lost=lost, timed_out=timed_out
-            )
+            end = end_of_command(child.returncode, code, lease_lost=lost, timed_out=timed_out)
+            if outputs is not None:
+                # Its group is gone: the pipes end once the copying has caught up.
+                stdout_tail, stderr_tail = to_thread(outputs.finish)
+                if end.outcome != "ok":
+                    end = end._replace(stdout_tail=stdout_tail, stderr_tail=stderr_tail)
+            session.run_end = end
             return code
         except BaseException:
             # Interrupted (KeyboardInterrupt, cancellation): never leave the command

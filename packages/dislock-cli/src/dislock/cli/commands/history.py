@@ -77,7 +77,7 @@ def _history(
     as_json: bool,
 ) -> int:
     from dislock.cli.admin import format_duration
-    from dislock.cli.history_report import attempts, dump, render_runs
+    from dislock.cli.history_report import attempts, dump, render_runs, render_tails
     from dislock.cli.run_history import runs as runs_of
     from dislock.cli.sending import send
 
@@ -89,6 +89,9 @@ def _history(
         print(dump([{**run.as_json(), "attempt": numbers.get(run.id)} for run in runs]))
     elif runs:
         print(render_runs(runs))
+        tails = render_tails(runs)
+        if tails:
+            print(f"\n{tails}")
     else:
         what = f" of {key!r}" if key else ""
         print(f"no runs{what} in the last {format_duration(since.total_seconds())}")

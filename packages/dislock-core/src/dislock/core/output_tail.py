@@ -1,0 +1,137 @@
+"""The last bytes of a wrapped command's output, kept for its run's history row
+(``LockContext.output_tail_bytes``, ``LOCK_OUTPUT_TAIL_BYTES``).
+
+With a tail asked for, the command's stdout and stderr are pipes of the wrapper's:
+a thread per stream copies what arrives, as it arrives, to the wrapper's own
+stdout or stderr (bytes as they are, in order within each stream; a reader of the
+wrapper's output sees what it would have seen with the streams inherited, and a
+closed one of ours is drained on, so that the command never blocks on it), and
+keeps the stream's last bytes in a ``Tail``.  Threads, not the event loop: the
+copying has no flavour and is written once for both wrappers, like
+``dislock.core.processes``.
+
+What is stored is text, bounded and inert: bytes that are not UTF-8 and NUL
+(which a PostgreSQL text cannot hold) written as ``\\xNN``, the lock URL and its
+password replaced by ``***`` before the tail is cut (so that a cut never leaves
+a secret's end), then the last ``limit`` characters.  Control characters stay
+as they are in the row and are escaped wherever dislockctl shows them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Sequence
+
+from dislock.core.dsn import scrub, secrets_in
+
+CHUNK = 65536
+"""Bytes read from a pipe at a time (a pipe holds 64 KiB on Linux)."""
+
+JOIN_SECONDS = 2.0
+"""How long the end of a run waits for the copying to catch up once the command's
+process group is gone; a descendant that left the group and holds a pipe open
+does not hold up the wrapper longer."""
+
+
+class Tail:
+    """The last bytes of one stream, and the text stored for them."""
+
+    def __init__(self, limit: int, url: str = "") -> None:
+        self.limit = limit
+        self._url = url
+        self._secrets = [secret for secret in (url, *secrets_in(url)) if secret]
+        # Kept beyond the limit: a secret cut by the limit is still found whole, and
+        # each byte may become four characters (\xNN), of which the text keeps `limit`.
+        self._keep = limit + max((len(s.encode()) for s in self._secrets), default=0) + 4
+        self._data = bytearray()
+        self._lock = threading.Lock()
+
+    def feed(self, data: bytes) -> None:
+        with self._lock:
+            self._data += data
+            if len(self._data) > self._keep:
+                del self._data[: len(self._data) - self._keep]
+
+    def text(self) -> str | None:
+        """What the history keeps of the stream (None: it wrote nothing)."""
+        with self._lock:
+            data = bytes(self._data)
+        if not data:
+            return None
+        text = data.decode("utf-8", "backslashreplace").replace("\x00", "\\x00")
+        if self._url:
+            text = scrub(text.replace(self._url, "***"), self._url)
+        return text[-self.limit :]
+
+
+class _Copy(threading.Thread):
+    def __init__(self, source: int, target: int, tail: Tail) -> None:
+        super().__init__(name="dislock-output", daemon=True)
+        self._source, self._target, self.tail = source, target, tail
+
+    def run(self) -> None:
+        writing = True
+        try:
+            while data := os.read(self._source, CHUNK):
+                self.tail.feed(data)
+                if writing:
+                    writing = _write_all(self._target, data)
+        except OSError:
+            pass  # the pipe is gone: nothing more will come
+        finally:
+            with contextlib.suppress(OSError):
+                os.close(self._source)
+
+
+def _write_all(fd: int, data: bytes) -> bool:
+    """Write ``data`` whole; False once ``fd`` refuses (closed, a broken pipe)."""
+    view = memoryview(data)
+    try:
+        while view:
+            view = view[os.write(fd, view) :]
+    except OSError:
+        return False
+    return True
+
+
+class OutputTails:
+    """The pipes a command writes its stdout and stderr to, and their copying."""
+
+    def __init__(self, limit: int, url: str = "", targets: Sequence[int] = (1, 2)) -> None:
+        self._pipes = [os.pipe() for _ in targets]
+        self._targets = list(targets)
+        self._copies: list[_Copy] = []
+        self.tails = [Tail(limit, url) for _ in targets]
+
+    @property
+    def child_ends(self) -> tuple[int, int]:
+        """The write ends, for the command's stdout and stderr."""
+        return self._pipes[0][1], self._pipes[1][1]
+
+    def start(self) -> None:
+        """Once the command has started: close our copies of its ends, so that the
+        pipes end when it (and whatever inherited them) has gone, and copy."""
+        for (read_end, write_end), target, tail in zip(
+            self._pipes, self._targets, self.tails, strict=True
+        ):
+            os.close(write_end)
+            copy = _Copy(read_end, target, tail)
+            copy.start()
+            self._copies.append(copy)
+
+    def abandon(self) -> None:
+        """The command did not start: close every end."""
+        for read_end, write_end in self._pipes:
+            for fd in (read_end, write_end):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+
+    def finish(self, timeout: float = JOIN_SECONDS) -> tuple[str | None, str | None]:
+        """Wait (up to ``timeout``) for the copying to reach the pipes' ends; the
+        stored text of stdout and of stderr."""
+        for copy in self._copies:
+            copy.join(timeout)
+        out, err = (tail.text() for tail in self.tails)
+        return out, err

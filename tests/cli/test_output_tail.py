@@ -1,0 +1,123 @@
+"""The end of a failed run's output, kept in its history row (``LOCK_OUTPUT_TAIL_BYTES``):
+the output passes through the wrapper whole, in order and as bytes, and only the
+tail, scrubbed of the lock URL's secrets, is stored and shown escaped."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from tests.cli.conftest import DISLOCK, Ctl, RunCli, dislock_on_path, docs_block
+
+
+def tail_env(history_env: dict[str, str], limit: int = 100) -> dict[str, str]:
+    return {**history_env, "LOCK_STRATEGY": "lease", "LOCK_OUTPUT_TAIL_BYTES": str(limit)}
+
+
+def last_run(ctl: Ctl, env: dict[str, str]) -> dict[str, Any]:
+    runs = json.loads(ctl("history", env["LOCK_KEY"], "--json", env=env).stdout)
+    return runs[0]  # type: ignore[no-any-return]
+
+
+def test_a_failed_runs_tail_is_kept_and_its_output_passed_through_whole(
+    ctl: Ctl, history_env: dict[str, str]
+) -> None:
+    env = tail_env(history_env, 200)
+    script = "seq 1 20000; echo 'to stderr' >&2; exit 3"
+    result = subprocess.run(
+        [*DISLOCK, "DATABASE_URL", "sh", "-c", script], env=env, capture_output=True, timeout=120
+    )
+    assert result.returncode == 3, result.stderr
+    assert result.stdout == b"".join(b"%d\n" % n for n in range(1, 20001))
+    assert result.stderr == b"to stderr\n"
+    output = last_run(ctl, env)["output"]
+    assert output["stdout"].endswith("19999\n20000\n") and len(output["stdout"]) == 200
+    assert output["stderr"] == "to stderr\n"
+    shown = ctl("history", env["LOCK_KEY"], env=env).stdout
+    assert "  stdout, last 20 lines:\n" in shown and "    20000\n" in shown, shown
+    assert "  stderr:\n    to stderr" in shown
+
+
+def test_a_success_keeps_nothing_and_bytes_pass_as_bytes(
+    ctl: Ctl, history_env: dict[str, str]
+) -> None:
+    env = tail_env(history_env)
+    binary = "printf 'a\\000b\\377\\033[31mred\\n'"
+    ok = subprocess.run(
+        [*DISLOCK, "DATABASE_URL", "sh", "-c", binary], env=env, capture_output=True, timeout=60
+    )
+    assert ok.returncode == 0 and ok.stdout == b"a\x00b\xff\x1b[31mred\n", ok
+    assert last_run(ctl, env)["output"] is None
+    failed = subprocess.run(
+        [*DISLOCK, "DATABASE_URL", "sh", "-c", binary + "; exit 1"],
+        env=env,
+        capture_output=True,
+        timeout=60,
+    )
+    assert failed.returncode == 1 and failed.stdout == ok.stdout
+    # Stored as text a PostgreSQL text can hold; shown with its escape sequence inert.
+    assert last_run(ctl, env)["output"]["stdout"] == "a\\x00b\\xff\x1b[31mred\n"
+    shown = ctl("history", env["LOCK_KEY"], env=env).stdout
+    assert "\x1b" not in shown and "    a\\x00b\\xff\\x1b[31mred" in shown, shown
+
+
+def test_a_command_that_closes_its_stdout_early_and_the_url_never_stored(
+    ctl: Ctl, history_env: dict[str, str], run_cli: RunCli
+) -> None:
+    env = tail_env(history_env, 4096)
+    script = 'exec >&-; sleep 0.3; echo "connecting to $DATABASE_URL" >&2; exit 1'
+    result = run_cli(["DATABASE_URL", "sh", "-c", script], env)
+    assert result.returncode == 1 and result.stdout == ""
+    url = env["DATABASE_URL"]
+    assert f"connecting to {url}" in result.stderr  # its own output is its own
+    output = last_run(ctl, env)["output"]
+    assert output == {"stdout": None, "stderr": "connecting to ***\n"}
+
+
+def test_a_tail_needs_the_history_and_a_table_without_its_columns_still_records(
+    history_env: dict[str, str], run_cli: RunCli, ctl: Ctl, db: psycopg.Connection[Any]
+) -> None:
+    bare = {**tail_env(history_env), "LOCK_HISTORY": "0"}
+    refused = run_cli(["DATABASE_URL", "false"], bare)
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+    assert "LOCK_OUTPUT_TAIL_BYTES" in refused.stderr and "LOCK_HISTORY=1" in refused.stderr
+
+    schema, table = history_env["LOCK_TABLE"].split(".")
+    db.execute(
+        sql.SQL("ALTER TABLE {} DROP COLUMN stdout_tail, DROP COLUMN stderr_tail").format(
+            sql.Identifier(schema, f"{table}_history")
+        )
+    )
+    env = tail_env(history_env)
+    result = run_cli(["DATABASE_URL", "sh", "-c", "echo boom; exit 4"], env)
+    assert result.returncode == 4 and result.stdout == "boom\n"
+    (warning,) = [line for line in result.stderr.splitlines() if "no column" in line]
+    assert "dislockctl init --history again" in warning, result.stderr
+    run = last_run(ctl, env)
+    assert run["outcome"] == "failed" and run["exit_code"] == 4 and run["output"] is None
+
+
+def test_the_docs_block_runs_as_pasted(history_env: dict[str, str], tmp_path: Path) -> None:
+    env = {**history_env, "PATH": dislock_on_path(tmp_path)}
+    result = subprocess.run(
+        ["bash", "-c", docs_block("cli.md", "### The end of a failed run's output")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    # The command's own output, then the history with its kept end.
+    assert result.stdout.startswith("importing 3 files\nSTARTED (UTC)"), result.stdout
+    assert result.stderr == "error: disk full\n", result.stderr
+    table, kept = result.stdout.split("\n\n")
+    assert table.splitlines()[2].endswith("failed (3)")
+    assert kept.startswith("output of run ") and "nightly-import on " in kept
+    assert kept.endswith(
+        "failed (3), started " + kept.split("started ", 1)[1].split(" UTC", 1)[0] + " UTC):\n"
+        "  stdout:\n    importing 3 files\n  stderr:\n    error: disk full\n"
+    ), kept

@@ -182,6 +182,36 @@ def test_check_shows_the_history_table(ctl: Ctl, with_history: dict[str, str]) -
     assert "nowhere (MISSING: dislockctl init --history" in missing.stdout
 
 
+def test_check_shows_the_bounds_of_a_run(
+    ctl: Ctl, with_history: dict[str, str], db: psycopg.Connection[Any]
+) -> None:
+    env = {
+        **with_history,
+        "CRON_SCHEDULE": "0 3 * * *",
+        "LOCK_MAX_RUNTIME_SECONDS": "3600",
+        "LOCK_RETRIES": "2",
+        "LOCK_RETRY_DELAY_SECONDS": "300",
+        "LOCK_START_DEADLINE_SECONDS": "21600",
+        "LOCK_OUTPUT_TAIL_BYTES": "4096",
+    }
+    checked = ctl("check", env=env)
+    assert checked.returncode == 0, checked.stderr
+    lines = checked.stdout
+    assert "  max runtime     3600 s (then SIGTERM" in lines
+    assert "  retries         2 more attempts in a failed slot, the first 300 s after" in lines
+    assert "must tick more often than the schedule" in lines
+    assert "  start deadline  21600 s after the slot began" in lines
+    assert "  output tail     the last 4096 bytes of stdout and of stderr" in lines, lines
+    assert "MISSING" not in lines
+    db.execute(
+        sql.SQL("ALTER TABLE {} DROP COLUMN stdout_tail, DROP COLUMN stderr_tail").format(
+            history_table(with_history)
+        )
+    )
+    again = ctl("check", env=env).stdout
+    assert "stderr, kept for a run that fails (its columns are MISSING" in again, again
+
+
 def test_pause_until_a_time(ctl: Ctl, cli_env: dict[str, str], rows: Rows) -> None:
     key = cli_env["LOCK_KEY"]
     until = (datetime.now(timezone.utc) + timedelta(days=1)).replace(microsecond=0)

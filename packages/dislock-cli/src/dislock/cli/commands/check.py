@@ -84,6 +84,23 @@ def _check(conn: Any, settings: WrapperSettings) -> int:
         print(heartbeat)
         print(f"  on lease loss   {lease.policy.value}")
     print(f"  startup jitter  up to {context.jitter_max_seconds:g} s")
+    if context.max_runtime_seconds is not None:
+        print(
+            f"  max runtime     {context.max_runtime_seconds:g} s (then SIGTERM, SIGKILL 10 s"
+            " later, exit 124)"
+        )
+    if context.retries:
+        print(
+            f"  retries         {context.retries} more attempts in a failed slot, the first"
+            f" {context.retry_delay_seconds:g} s after the failure (twice as long after each"
+            " further one); each needs a wrapper that starts within the slot after it, so the"
+            " crontab line must tick more often than the schedule"
+        )
+    if context.start_deadline_seconds is not None:
+        print(
+            f"  start deadline  {context.start_deadline_seconds:g} s after the slot began"
+            " (later, the slot is marked late and not started)"
+        )
     if context.wait_seconds > 0:
         how = {
             None: "LISTEN on a direct connection, else polling",
@@ -103,12 +120,19 @@ def _check(conn: Any, settings: WrapperSettings) -> int:
         from dislock.core.history import history_table
 
         runs = history_table(table_parts, context.history_table)
-        state = (
-            ""
-            if columns(conn, runs)
-            else " (MISSING: dislockctl init --history; runs log a warning)"
-        )
+        found_columns = columns(conn, runs)
+        state = "" if found_columns else " (MISSING: dislockctl init --history; runs log a warning)"
         print(f"  history         {'.'.join(runs)}{state}")
+        if context.output_tail_bytes:
+            tails = (
+                ""
+                if not found_columns or "stdout_tail" in found_columns
+                else " (its columns are MISSING: dislockctl init --history adds them)"
+            )
+            print(
+                f"  output tail     the last {context.output_tail_bytes} bytes of stdout and of"
+                f" stderr, kept for a run that fails{tails}"
+            )
     else:
         print("  history         off")
     print(f"  database now    {now.isoformat(timespec='seconds')}")

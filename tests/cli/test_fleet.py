@@ -617,3 +617,32 @@ def test_runs_that_agree_on_the_zone_draw_no_warning(
         assert ran.returncode == 0, ran.stderr
     for command in (["missed", env["LOCK_KEY"], "--since", "1h"], ["history"]):
         assert "differently" not in ctl(*command).stderr
+
+
+def test_ls_says_when_a_held_leases_process_is_gone_from_this_host(
+    ctl: Ctl, cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    env = {**cli_env, "LOCK_STRATEGY": "lease", "RUN_LOCK_TTL_SECONDS": "120"}
+    started = tmp_path / "started"
+    wrapper = subprocess.Popen(
+        [*DISLOCK, "DATABASE_URL", "sh", "-c", f'touch "{started}"; exec sleep 600'],
+        env=env,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        wait_for(started, timeout=60)
+        (running,) = json.loads(ctl("ls", env["LOCK_KEY"], "--json", env=env).stdout)
+        assert running["state"] == "held" and running["holder_gone_pid"] is None, running
+        assert "not running on this host" not in ctl("ls", env["LOCK_KEY"], env=env).stdout
+        os.kill(wrapper.pid, signal.SIGKILL)
+        wrapper.wait(timeout=30)
+        (gone,) = json.loads(ctl("ls", env["LOCK_KEY"], "--json", env=env).stdout)
+        # Still held in the table (until its TTL), and said to be gone here.
+        assert gone["state"] == "held" and gone["holder_gone_pid"] == wrapper.pid, gone
+        listed = ctl("ls", env["LOCK_KEY"], env=env).stdout
+        assert f"held (its process {wrapper.pid} is not running on this host" in listed, listed
+    finally:
+        if wrapper.poll() is None:
+            os.killpg(wrapper.pid, signal.SIGKILL)
+        wrapper.wait(timeout=30)

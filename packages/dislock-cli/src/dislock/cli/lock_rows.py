@@ -309,12 +309,22 @@ class LockRow:
             key, mode, lock_key, owner, expire_at, float(expires_in), fence, slot, value, truncated
         )
 
+    @property
+    def holder_gone(self) -> int | None:
+        """The pid of a held row's holder when the token names this host and no
+        process of that pid runs here (its wrapper was killed: the row stays until
+        its TTL); None otherwise (``dislock.core.processes.gone_here``)."""
+        from dislock.core.processes import gone_here
+
+        return gone_here(self.owner) if self.held and self.mode != PAUSE else None
+
     def as_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["expire_at"] = self.expire_at.isoformat()
         data["held"] = self.held
         data["state"] = self.state
         data["forced"] = self.forced
+        data["holder_gone_pid"] = self.holder_gone
         if self.mode == PAUSE:
             data["reason"] = data.pop("owner")
         return data

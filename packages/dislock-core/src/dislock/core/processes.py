@@ -14,6 +14,7 @@ import ctypes
 import errno
 import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -236,3 +237,28 @@ def _group_runs(pgid: int) -> bool:
         if runs_in_group(line, pgid):
             return True
     return False
+
+
+_OWNER = re.compile(r"(?P<host>.+):(?P<pid>[0-9]{1,10}):[0-9a-f]{8}(?: \(|$)")
+"""An owner token as ``LockContext``'s default makes it (``host:pid:nonce``), maybe
+followed by a mark of dislock's (`` (attempt 2)``)."""
+
+
+def gone_here(owner: str) -> int | None:
+    """The pid of ``owner``'s process if the token names this host and no process
+    of that pid runs here (the wrapper was killed, its row stays until its TTL);
+    None when it runs, or the token is another host's or not dislock's.  A pid
+    reused since reads as running: never a holder said gone that is not."""
+    import socket
+
+    found = _OWNER.match(owner)
+    if found is None or found["host"] != socket.gethostname():
+        return None
+    pid = int(found["pid"])
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return pid
+    except (PermissionError, OverflowError):
+        return None
+    return None

@@ -197,3 +197,48 @@ def test_serve_counts_failed_and_paused_slots_apart_from_missed(
     row = page[page.index(f'data-key="{key}"') :].split("</tr>", 1)[0]
     assert 'data-outcome="failed"' in row and 'data-failed="1"' in row, row
     assert "1 failed (every attempt)" in row and "3 paused" in row, row
+
+
+def test_a_rerun_slot_is_judged_by_the_run_after_the_rerun(
+    ctl: Ctl, history_env: dict[str, str], run_cli: RunCli, rows: Rows
+) -> None:
+    env = {**history_env, "LOCK_STRATEGY": "schedule", "CRON_SCHEDULE": EVERY_MINUTE}
+    key = env["LOCK_KEY"]
+    clear_of_boundary(rows, EVERY_MINUTE, seconds=25)
+    assert run_cli(["DATABASE_URL", "true"], env).returncode == 0
+    done = json.loads(ctl("missed", key, "--since", "2m", "--grace", "0", "--json", env=env).stdout)
+    assert [state[1:] for state in states(done)] == [("done", 1)]
+    rerun = ctl("rerun", key, "--reason", "bucket fixed", env=env)
+    assert rerun.returncode == 0, rerun.stderr
+    waiting = json.loads(
+        ctl("missed", key, "--since", "2m", "--grace", "0", "--json", env=env).stdout
+    )
+    assert [state[1:] for state in states(waiting)] == [("retrying", 0)]
+    assert run_cli(["DATABASE_URL", "false"], env).returncode == 1
+    found = ctl("missed", key, "--since", "2m", "--grace", "0", "--json", env=env)
+    # The success before the rerun does not hide the failure after it.
+    assert found.returncode == 1, found.stdout
+    assert [state[1:] for state in states(json.loads(found.stdout))] == [("failed", 1)]
+
+
+def test_pruning_keeps_a_pause_still_in_force(
+    ctl: Ctl, history_env: dict[str, str], run_cli: RunCli, db: psycopg.Connection[Any]
+) -> None:
+    env = {**history_env, "LOCK_STRATEGY": "lease"}
+    key = env["LOCK_KEY"]
+    assert run_cli(["DATABASE_URL", "true"], env).returncode == 0
+    assert ctl("pause", key, env=env).returncode == 0
+    aged = sql.SQL(
+        "UPDATE {} SET started_at = started_at - interval '40 days',"
+        " ended_at = ended_at - interval '40 days' WHERE lock_key = %s"
+    ).format(history(env))
+    db.execute(aged, (key,))
+    pruned = ctl("history", "--prune-older-than", "30d", env=env)
+    assert pruned.stdout.startswith("deleted 1 run(s)"), pruned.stdout  # the run, not the pause
+    left = json.loads(ctl("history", key, "--since", "60d", "--json", env=env).stdout)
+    assert [run["outcome"] for run in left] == ["paused"]
+    # Once resumed (and that long ago too), the pause goes with the rest.
+    assert ctl("resume", key, env=env).returncode == 0
+    db.execute(aged, (key,))
+    again = ctl("history", "--prune-older-than", "30d", env=env)
+    assert again.stdout.startswith("deleted 2 run(s)"), again.stdout

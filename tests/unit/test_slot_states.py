@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 from dislock.cli.missed_slots import Slot, Span, schedule_slots
 from dislock.cli.slot_states import Attempt, count, slot_states
-from dislock.core.events import PAUSED, RESUMED, Pause, pause_spans
+from dislock.core.events import PAUSED, RERUN, RESUMED, Pause, pause_spans, reruns
 from dislock.core.pause import UNTIL_RESUMED
 
 NOW = datetime(2026, 12, 4, 12, 0, 30, tzinfo=timezone.utc)
@@ -31,10 +31,12 @@ def test_each_state_from_the_runs_in_its_slot() -> None:
         # 0: failed, then done on the second attempt (a claim names the slot's end).
         Attempt(slots[0].start + SECOND, slots[0].end, "failed"),
         Attempt(slots[0].start + 20 * SECOND, slots[0].end, "ok"),
-        # 1: three attempts, every one failed or abandoned: failed.
+        # 1: three attempts, failed, abandoned, then failed: failed.
         Attempt(slots[1].start + SECOND, slots[1].end, "failed"),
-        Attempt(slots[1].start + 9 * SECOND, slots[1].end, "lease_lost"),
-        Attempt(slots[1].start + 19 * SECOND, slots[1].end, None, running=False),
+        Attempt(slots[1].start + 9 * SECOND, slots[1].end, None, running=False),
+        Attempt(slots[1].start + 19 * SECOND, slots[1].end, "lease_lost"),
+        # 5: its only attempt has no end and holds nothing: abandoned, not failed.
+        Attempt(slots[5].start + SECOND, slots[5].end, None, running=False),
         # 2: a lease run without a claim, started a little early (a host clock
         # ahead): it counts for the slot, and it is still going.
         Attempt(slots[2].start - 0.5 * SECOND, None, None, running=True),
@@ -55,15 +57,38 @@ def test_each_state_from_the_runs_in_its_slot() -> None:
         ("running", 1),
         ("late", 0),
         ("paused", 0),
-        ("missed", 0),
+        ("abandoned", 1),
         ("missed", 0),
         ("retrying", 1),
     ]
     counts = count(found)
-    assert counts["missed"] == 2 and counts["covered"] == 0 and sum(counts.values()) == 8
+    assert counts["missed"] == 1 and counts["covered"] == 0 and sum(counts.values()) == 8
     # The row waiting for a retry names another slot (or none): the current slot failed.
     assert states_of(slots, attempts=attempts, retrying=slots[6].end)[7] == "failed"
     assert states_of(slots, attempts=attempts)[7] == "failed"
+
+
+def test_a_rerun_slot_is_judged_by_the_attempts_after_the_rerun() -> None:
+    slots = minutes(3)
+    done_then_rerun = slots[0].start + 30 * SECOND
+    attempts = [
+        Attempt(slots[0].start + SECOND, slots[0].end, "ok"),
+        Attempt(done_then_rerun + SECOND, slots[0].end, "failed"),
+        Attempt(slots[1].start + SECOND, slots[1].end, "ok"),
+    ]
+    reruns = {slots[0].end: done_then_rerun, slots[2].end: slots[2].start + SECOND}
+    found = slot_states(slots, attempts, now=NOW, reruns=reruns, retrying=slots[2].end)
+    # The success before the rerun does not hide the failure after it; the current
+    # slot, reopened and not taken yet, waits for its run.
+    assert [(s.state, s.attempts) for s in found] == [("failed", 1), ("done", 1), ("retrying", 0)]
+    assert states_of(slots, attempts=attempts)[0] == "done"  # the control: no rerun known
+
+
+def test_a_slot_paused_past_its_deadline_reads_paused_though_marked_late() -> None:
+    slots = minutes(2)
+    pause = [Pause(slots[0].start - SECOND, slots[1].start - SECOND)]
+    assert states_of(slots, attempts=[], late=[slots[0].end], pauses=pause) == ["paused", "missed"]
+    assert states_of(slots, attempts=[], late=[slots[0].end]) == ["late", "missed"]
 
 
 def test_a_pause_counts_only_if_in_force_as_the_slot_began() -> None:
@@ -119,3 +144,8 @@ def test_pauses_end_as_planned_or_at_the_next_event_of_the_key() -> None:
     ]
     assert spans[3].covers(NOW) and not spans[1].covers(t + 2 * hour)
     assert pause_spans([(t, t + hour, RESUMED)]) == []
+    # A rerun is an event of the key, but no end of its pause.
+    assert pause_spans([(t, None, PAUSED), (t + hour, None, RERUN)]) == [Pause(t, UNTIL_RESUMED)]
+    assert reruns([(t, t + hour, RERUN), (t + hour, t + hour, RERUN), (t, None, PAUSED)]) == {
+        t + hour: t + hour
+    }

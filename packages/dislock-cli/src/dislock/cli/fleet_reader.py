@@ -38,7 +38,7 @@ from dislock.cli.sending import send
 from dislock.cli.slot_states import FAILED, count, slot_states
 from dislock.cli.slot_windows import ScheduleWindows
 from dislock.core.dsn import connection_kwargs, scrub
-from dislock.core.events import PAUSED, RESUMED
+from dislock.core.events import PAUSED, RERUN, RESUMED
 from dislock.core.grant_catalog import audit
 
 logger = logging.getLogger("dislock.serve")
@@ -212,7 +212,7 @@ class FleetReader:
                 self._starts.add(run_id, lock_key, started_at, slot_end, outcome, span[-1])
                 self._starts.set_span(run_id, lock_key, span_of_row(started_at, *span))
             for run_id, lock_key, outcome, started_at, slot_end in conn.execute(
-                self._statements.window_pauses, {"since": since}
+                self._statements.window_events, {"since": since}
             ):
                 self._starts.add_event(run_id, lock_key, outcome, started_at, slot_end)
             # Runs begun before the window may cover its first slots; later scrapes
@@ -226,7 +226,7 @@ class FleetReader:
         rows = conn.execute(self._statements.new_runs, params).fetchall()
         self._counts.absorb(floor, rows)
         for run_id, lock_key, outcome, started_at, slot_end, scheduled, *span in rows:
-            if outcome in (PAUSED, RESUMED):
+            if outcome in (PAUSED, RESUMED, RERUN):
                 self._starts.add_event(run_id, lock_key, outcome, started_at, slot_end)
             if scheduled and started_at >= since:
                 self._starts.add(run_id, lock_key, started_at, slot_end, outcome, span[-1])
@@ -285,6 +285,7 @@ class FleetReader:
                 late=starts.late_of(row.lock_key),
                 pauses=starts.pauses_of(row.lock_key),
                 spans=starts.spans_of(row.lock_key),
+                reruns=starts.reruns_of(row.lock_key),
             )
             counts = count(
                 [state for state in states if state.state != FAILED or state.slot.end <= now]

@@ -325,11 +325,21 @@ def describe_disagreement(key: str, readings: Sequence[Reading]) -> str:
 
 
 def prune(history: tuple[str, ...], older: timedelta) -> Exchange[int]:
-    """Delete the runs that started longer than ``older`` ago; answers how many."""
+    """Delete the runs that started longer than ``older`` ago; answers how many.  A
+    pause still in force is kept however old (the newest pause or resume of its key,
+    and a pause whose end is to come): its slots would read as missed without it."""
     query = sql.SQL(
-        "WITH gone AS (DELETE FROM {} WHERE started_at < NOW() - make_interval(secs => %(older)s)"
+        "WITH gone AS (DELETE FROM {table} AS h"
+        " WHERE h.started_at < NOW() - make_interval(secs => %(older)s)"
+        " AND NOT (h.modes = {pause} AND h.outcome = {paused} AND h.slot_end > NOW()"
+        " AND NOT EXISTS (SELECT FROM {table} AS later WHERE later.lock_key = h.lock_key"
+        " AND later.modes = {pause} AND later.started_at > h.started_at))"
         " RETURNING 1) SELECT count(*) FROM gone"
-    ).format(sql.Identifier(*history))
+    ).format(
+        table=sql.Identifier(*history),
+        pause=sql.Literal(events.PAUSE_MODES),
+        paused=sql.Literal(events.PAUSED),
+    )
     return Exchange(query, {"older": older.total_seconds()}, _read_count)
 
 

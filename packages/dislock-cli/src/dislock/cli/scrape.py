@@ -16,7 +16,7 @@ from dislock.cli.run_history import still_held
 from dislock.cli.shown import known_outcome, read
 from dislock.cli.slot_states import Attempt
 from dislock.core.bounds import OUTPUT_TAIL
-from dislock.core.events import PAUSED, RESUMED, Pause, pause_spans
+from dislock.core.events import PAUSE_MODES, PAUSED, RERUN, Pause, pause_spans, reruns
 from dislock.core.failover import TIMELINE_KEY
 
 SCRAPE_CONNECT_TIMEOUT = 3.0
@@ -117,11 +117,11 @@ class ScrapeStatements(NamedTuple):
     """The first scrape's starts since %(since)s of runs with a schedule (and late
     marks), for ``WindowStarts``, through the ``(started_at)`` index: id, lock_key,
     outcome, started_at, slot_end, then the run's span columns (``span_columns``)."""
-    window_pauses: sql.Composed
-    """The first scrape's pause and resume events that can tell which slots since
-    %(since)s were paused (``dislock.core.events.pauses_query``' rule, for every
-    key): id, lock_key, outcome, started_at, slot_end.  Two scans of the history,
-    once; later scrapes see new events among ``new_runs``."""
+    window_events: sql.Composed
+    """The first scrape's events that tell what became of the slots since %(since)s
+    (``dislock.core.events.pauses_query``' rule, for every key): id, lock_key,
+    outcome, started_at, slot_end.  Read once; later scrapes see new events among
+    ``new_runs``."""
     new_runs: sql.Composed
     """Runs and events past %(floor)s or among %(pending)s, for ``RunCounts.absorb``
     and ``WindowStarts``: id, lock_key, outcome, started_at, slot_end, has a
@@ -171,7 +171,8 @@ def scrape_statements(history: tuple[str, ...], locks: tuple[str, ...]) -> Scrap
             cron_tz=read(sql.Identifier("h", "cron_tz")),
             paused=sql.Literal(PAUSED),
             tail=sql.Literal(int(OUTPUT_TAIL.high)),
-            resumed=sql.Literal(RESUMED),
+            pause=sql.Literal(PAUSE_MODES),
+            rerun=sql.Literal(RERUN),
         )
 
     return ScrapeStatements(
@@ -199,11 +200,13 @@ def scrape_statements(history: tuple[str, ...], locks: tuple[str, ...]) -> Scrap
             "SELECT h.id, {h_key}, {h_outcome}, h.started_at, h.slot_end,{spans} FROM {table} AS h"
             " WHERE h.started_at >= %(since)s AND h.cron IS NOT NULL"
         ),
-        window_pauses=on_history(
+        window_events=on_history(
             "SELECT h.id, {h_key}, {h_outcome}, h.started_at, h.slot_end FROM {table} AS h"
-            " WHERE h.outcome IN ({paused}, {resumed}) AND h.started_at >= LEAST(%(since)s,"
+            " WHERE h.modes = {pause} AND h.started_at >= LEAST(%(since)s,"
             " (SELECT min(p.started_at) FROM {table} AS p"
-            " WHERE p.outcome = {paused} AND p.slot_end > %(since)s))"
+            " WHERE p.modes = {pause} AND p.outcome = {paused} AND p.slot_end > %(since)s))"
+            " UNION ALL SELECT h.id, {h_key}, {h_outcome}, h.started_at, h.slot_end"
+            " FROM {table} AS h WHERE h.started_at >= %(since)s AND h.outcome = {rerun}"
         ),
         new_runs=on_history(
             "SELECT h.id, {h_key}, {h_outcome}, h.started_at, h.slot_end, h.cron IS NOT NULL,"
@@ -292,7 +295,7 @@ class WindowStarts:
         started_at: datetime,
         slot_end: datetime | None,
     ) -> None:
-        """A pause or resume event of the key (``dislock.core.events``)."""
+        """A pause, resume or rerun event of the key (``dislock.core.events``)."""
         found = self._events.setdefault(lock_key, {})
         if run_id not in found:
             found[run_id] = (started_at, slot_end, outcome)
@@ -307,12 +310,19 @@ class WindowStarts:
                 if stale:
                     self._changed(lock_key)
         for lock_key, events in self._events.items():
-            # An event matters while a pause from it or before it may reach into the window.
+            # A rerun matters while it is in the window; a pause or resume while a
+            # pause from it or before it may reach into the window.
             pauses = pause_spans(events.values())
-            if pauses and pauses[-1].end > since:
-                continue
-            events.clear()
-            self._changed(lock_key)
+            reaching = bool(pauses) and pauses[-1].end > since
+            stale = [
+                run_id
+                for run_id, (started, _, outcome) in events.items()
+                if (started < since if outcome == RERUN else not reaching)
+            ]
+            for run_id in stale:
+                del events[run_id]
+            if stale:
+                self._changed(lock_key)
         for lock_key, spans in self._spans.items():
             # A span still matters while it reaches into the window.
             over = [run for run, span in spans.items() if span.end and span.end <= since]
@@ -337,6 +347,9 @@ class WindowStarts:
 
     def pauses_of(self, lock_key: str) -> list[Pause]:
         return pause_spans(self._events.get(lock_key, {}).values())
+
+    def reruns_of(self, lock_key: str) -> dict[datetime, datetime]:
+        return reruns(self._events.get(lock_key, {}).values())
 
     def copy(self) -> WindowStarts:
         """A copy that the original's later changes leave alone: every per-key map is

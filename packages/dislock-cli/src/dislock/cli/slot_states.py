@@ -8,7 +8,10 @@ slot is
 * ``running``: none succeeded yet and one is still going;
 * ``retrying``: every attempt so far failed and the slot's row waits for the next
   (``LOCK_RETRIES``, or a ``dislockctl rerun``); only the current slot can be;
-* ``failed``: every attempt failed (or was abandoned) and none is due;
+* ``failed``: every attempt failed and none is due;
+* ``abandoned``: none succeeded or failed: the last attempt has no end recorded and
+  holds no lock (its machine died, or a schedule-only run is still going after its
+  slot, which ``history`` tells once it ends);
 * ``late``: nobody started it, and a wrapper past its start deadline marked it so;
 * ``paused``: nobody started it, and a ``dislockctl pause`` of the key was in force
   as it began (``dislock.core.events``);
@@ -17,13 +20,15 @@ slot is
 * ``missed``: nobody started it.
 
 ``missed``, ``late`` and ``failed`` are the ones someone should look at (``missed``
-exits 1 for them); the others are the lock working or an operator's choice.
+exits 1 for them); the others are the lock working, an operator's choice, or not
+known yet.  A slot a ``dislockctl rerun`` reopened is judged by the attempts after
+the rerun only.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
@@ -34,11 +39,12 @@ DONE = "done"
 RUNNING = "running"
 RETRYING = "retrying"
 FAILED = "failed"
+ABANDONED = "abandoned"
 LATE = "late"
 PAUSED = "paused"
 COVERED = "covered"
 MISSED = "missed"
-STATES = (DONE, RUNNING, RETRYING, FAILED, LATE, PAUSED, COVERED, MISSED)
+STATES = (DONE, RUNNING, RETRYING, FAILED, ABANDONED, LATE, PAUSED, COVERED, MISSED)
 TO_LOOK_AT = (MISSED, LATE, FAILED)
 """The states ``dislockctl missed`` lists by default and exits 1 for."""
 
@@ -95,22 +101,32 @@ def slot_states(
     pauses: Sequence[Pause] = (),
     spans: Sequence[Span] = (),
     retrying: datetime | None = None,
+    reruns: Mapping[datetime, datetime] | None = None,
 ) -> list[SlotState]:
     """The state of each of ``slots`` (in order).  ``late``: the ends of slots
     marked late; ``pauses``: the key's pauses; ``spans``: its lease runs'
     (``split_covered``); ``retrying``: the end of the slot whose row waits for
-    another attempt, if one does."""
+    another attempt, if one does; ``reruns``: when a slot (by its end) was last
+    reopened by ``dislockctl rerun`` (``dislock.core.events.reruns``)."""
     states: dict[int, SlotState] = {}
     unstarted: list[Slot] = []
     for index, (slot, tried) in enumerate(
         zip(slots, attempts_by_slot(slots, attempts), strict=True)
     ):
+        rerun = (reruns or {}).get(slot.end)
+        if rerun is not None:
+            # What the operator asked for is the run after the rerun.
+            tried = [attempt for attempt in tried if attempt.started_at > rerun]
         if tried:
             states[index] = SlotState(slot, _tried(slot, tried, now, retrying), len(tried))
+        elif retrying == slot.end and slot.end > now:
+            states[index] = SlotState(slot, RETRYING, 0)  # a rerun not taken yet
+        elif any(pause.covers(slot.start) for pause in pauses):
+            # Paused wins over a late mark: the first wrapper after a resume marks a
+            # slot paused past its deadline late, which was the pause's doing.
+            states[index] = SlotState(slot, PAUSED, 0)
         elif slot.end in late:
             states[index] = SlotState(slot, LATE, 0)
-        elif any(pause.covers(slot.start) for pause in pauses):
-            states[index] = SlotState(slot, PAUSED, 0)
         else:
             unstarted.append(slot)
     _, covered = split_covered(unstarted, spans)
@@ -128,7 +144,8 @@ def _tried(slot: Slot, tried: Sequence[Attempt], now: datetime, retrying: dateti
         return RUNNING
     if retrying == slot.end and slot.end > now:
         return RETRYING
-    return FAILED
+    last = max(tried, key=lambda attempt: attempt.started_at)
+    return ABANDONED if last.outcome is None else FAILED
 
 
 def count(states: Sequence[SlotState]) -> dict[str, int]:

@@ -9,9 +9,10 @@ a row it inserted, not insert both at once (``dislock.core.grants``).
 
 A pause's row holds the end the operator asked for in ``slot_end``
 (``dislock.core.pause.UNTIL_RESUMED`` when none); a ``resume`` of the key, or a
-later ``pause`` that replaced it, ends it sooner (``pause_spans``).  Reading the
-spans back needs no new column and no new index: a key's events are found through
-``(lock_key, started_at)`` as its runs are.
+later ``pause`` that replaced it, ends it sooner (``pause_spans``).  A rerun's row
+holds the end of the slot it reopened, so that the slot is judged by the attempts
+after it (``reruns``).  No new column: a key's pauses are found through a partial
+index on ``modes = 'pause'``, its reruns through ``(lock_key, started_at)``.
 """
 
 from __future__ import annotations
@@ -30,7 +31,12 @@ RESUMED = "resumed"
 OUTCOMES = (RERUN, PAUSED, RESUMED)
 """The outcomes of event rows (``dislock.core.history.OUTCOMES`` has them too)."""
 
-_MODES = {RERUN: "schedule", PAUSED: "pause", RESUMED: "pause"}
+PAUSE_MODES = "pause"
+"""The ``modes`` of a pause's and a resume's rows, set as they are inserted and never
+changed: a partial index on it (``dislock.core.history.create_history``) finds a
+key's pauses among all its runs, and leaves the end statement's updates HOT."""
+
+_MODES = {RERUN: "schedule", PAUSED: PAUSE_MODES, RESUMED: PAUSE_MODES}
 OUTCOME_VERBS = {RERUN: "rerun", PAUSED: "pause", RESUMED: "resume"}
 
 
@@ -50,7 +56,8 @@ def record_start(
     until: datetime | None = None,
 ) -> Exchange[int]:
     """The start of the row of event ``outcome`` (one of ``OUTCOMES``), owned by
-    ``<verb> by <role>[: reason]``; ``until``: a pause's planned end.  Its id."""
+    ``<verb> by <role>[: reason]``; ``until``: a pause's planned end, or the end of
+    the slot a rerun reopened.  Its id."""
     query = sql.SQL(
         "INSERT INTO {} (lock_key, modes, slot_end, owner, host, pid, started_at)"
         " VALUES (%(key)s, %(modes)s, %(until)s, %(verb)s || ' by ' || current_user || %(why)s,"
@@ -77,17 +84,35 @@ def record_end(history: tuple[str, ...], run_id: int, outcome: str) -> Exchange[
 
 
 def pauses_query(history: tuple[str, ...]) -> sql.Composed:
-    """The pause and resume events of %(key)s that can tell which of its slots since
-    %(since)s were paused: every pause whose planned end is later, and every event
-    from the oldest of those on (one of them may have ended it sooner).
-    started_at, slot_end, outcome; for ``pause_spans``."""
+    """The events of %(key)s that tell what became of its slots since %(since)s: its
+    reruns since then, every pause whose planned end is later, and every pause and
+    resume from the oldest of those on (one of them may have ended it sooner).
+    started_at, slot_end, outcome; for ``pause_spans`` and ``reruns``.  Pause rows
+    are found through the partial index on ``modes = 'pause'`` (``PAUSE_INDEX``)."""
     table = sql.Identifier(*history)
     return sql.SQL(
         "SELECT e.started_at, e.slot_end, e.outcome FROM {table} AS e"
-        " WHERE e.lock_key = %(key)s AND e.outcome IN ({paused}, {resumed})"
+        " WHERE e.lock_key = %(key)s AND e.modes = {pause}"
         " AND e.started_at >= LEAST(%(since)s, (SELECT min(p.started_at) FROM {table} AS p"
-        " WHERE p.lock_key = %(key)s AND p.outcome = {paused} AND p.slot_end > %(since)s))"
-    ).format(table=table, paused=sql.Literal(PAUSED), resumed=sql.Literal(RESUMED))
+        " WHERE p.lock_key = %(key)s AND p.modes = {pause} AND p.outcome = {paused}"
+        " AND p.slot_end > %(since)s))"
+        " UNION ALL SELECT r.started_at, r.slot_end, r.outcome FROM {table} AS r"
+        " WHERE r.lock_key = %(key)s AND r.started_at >= %(since)s AND r.outcome = {rerun}"
+    ).format(
+        table=table,
+        pause=sql.Literal(PAUSE_MODES),
+        paused=sql.Literal(PAUSED),
+        rerun=sql.Literal(RERUN),
+    )
+
+
+def reruns(events: Iterable[tuple[datetime, datetime | None, str]]) -> dict[datetime, datetime]:
+    """For each slot (by its end) a rerun reopened, when the latest rerun of it was."""
+    found: dict[datetime, datetime] = {}
+    for started, slot_end, outcome in events:
+        if outcome == RERUN and slot_end is not None:
+            found[slot_end] = max(started, found.get(slot_end, started))
+    return found
 
 
 class Pause(NamedTuple):
@@ -106,7 +131,10 @@ def pause_spans(events: Iterable[tuple[datetime, datetime | None, str]]) -> list
     event, whichever comes first (a new pause replaces the row of the old one)."""
     from dislock.core.pause import UNTIL_RESUMED
 
-    ordered = sorted(events, key=lambda event: event[0])
+    # A rerun is an event of the key too, but no end of a pause.
+    ordered = sorted(
+        (event for event in events if event[2] in (PAUSED, RESUMED)), key=lambda event: event[0]
+    )
     spans = []
     for index, (started, planned, outcome) in enumerate(ordered):
         if outcome != PAUSED:

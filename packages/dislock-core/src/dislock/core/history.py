@@ -35,7 +35,8 @@ The table (one per lock table, ``<table>_history`` unless named otherwise)::
                                   ``init --history`` to a table made before
 
 It is indexed on ``(lock_key, started_at DESC)`` (one key's runs, newest
-first; the missed-slot check) and ``(started_at)`` (every key's, and pruning).
+first; the missed-slot check), ``(started_at)`` (every key's, and pruning) and,
+for the rows of pauses only, ``(lock_key, started_at)``.
 """
 
 from __future__ import annotations
@@ -128,6 +129,12 @@ def create_history(history: tuple[str, ...]) -> list[sql.Composed]:
         sql.SQL("CREATE INDEX IF NOT EXISTS {name} ON {table} (started_at)").format(
             name=_index_name(history, "started"), table=table
         ),
+        # A key's pauses among its runs (``dislock.core.events``): ``modes`` is written
+        # once, as a row is inserted, so the end statement's updates stay HOT.
+        sql.SQL(
+            "CREATE INDEX IF NOT EXISTS {name} ON {table} (lock_key, started_at)"
+            " WHERE modes = 'pause'"
+        ).format(name=_index_name(history, "pauses"), table=table),
     ]
     return statements
 

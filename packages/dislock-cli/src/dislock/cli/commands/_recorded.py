@@ -9,7 +9,7 @@ import sys
 from datetime import datetime, timedelta
 from typing import Any
 
-from dislock.cli.commands._call import error
+from dislock.cli.commands._call import Call, error
 
 
 def unknown_key(conn: Any, table: tuple[str, ...], history: tuple[str, ...], key: str) -> bool:
@@ -40,9 +40,21 @@ def warn_disagreements(
     return readings
 
 
+def recorded_history(call: Call) -> tuple[str, ...] | None:
+    """The history table an operator's command is recorded in; None, with a warning,
+    when its name is wrong: a pause must not wait for a fixed variable."""
+    from dislock.core.errors import ConfigurationError
+
+    try:
+        return call.history_table()
+    except ConfigurationError as exc:
+        print(f"dislockctl: warning: {exc}; not recording this in the run history", file=sys.stderr)
+        return None
+
+
 def record_event(
     conn: Any,
-    history: tuple[str, ...],
+    history: tuple[str, ...] | None,
     url: str,
     lock_key: str,
     outcome: str,
@@ -65,6 +77,8 @@ def record_event(
     from dislock.core import events
     from dislock.core.dsn import one_line, scrub
 
+    if history is None:
+        return ""
     where = ".".join(history)
     try:
         if not send(conn, table_exists(history)):

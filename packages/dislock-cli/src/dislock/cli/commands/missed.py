@@ -96,7 +96,7 @@ def _missed(
     from dislock.cli.slot_states import COVERED, TO_LOOK_AT, Attempt, count, slot_states
     from dislock.core.cron_zone import cron_zone, load_zone, recorded_zone
     from dislock.core.errors import ConfigurationError
-    from dislock.core.events import pause_spans, pauses_query
+    from dislock.core.events import pause_spans, pauses_query, reruns
     from dislock.core.rerun import waiting
 
     schedule, zone = asked.schedule, asked.zone
@@ -155,6 +155,7 @@ def _missed(
         pauses=pause_spans(events),
         spans=spans,
         retrying=send(conn, waiting(table, key)),
+        reruns=reruns(events),
     )
     counts = count(states)
     to_look_at = [found for found in states if found.state in TO_LOOK_AT]

@@ -11,6 +11,7 @@ from typing import Any
 
 from dislock.cli import EXIT_OK, EXIT_USAGE
 from dislock.cli.commands._call import Call, error
+from dislock.cli.commands._recorded import recorded_history
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,7 +36,7 @@ def run(call: Call) -> int:
     check_reason("--reason", args.reason)
     pause_for = None if args.for_ is None else parse_duration(args.for_, name="--for")
     until = None if args.until is None else parse_time(args.until, name="--until")
-    history = call.history_table()
+    history = recorded_history(call)
     return call.connected(
         lambda conn: _pause(
             conn, call.table, history, call.url, args.lock_key, args.reason, pause_for, until
@@ -47,7 +48,7 @@ def run(call: Call) -> int:
 def _pause(
     conn: Any,
     table: tuple[str, ...],
-    history: tuple[str, ...],
+    history: tuple[str, ...] | None,
     url: str,
     lock_key: str,
     reason: str,

@@ -69,9 +69,12 @@ def _rerun(
             " row expired); the next wrapper to start runs it"
         )
         return EXIT_OK
-    recorded = record_event(conn, history, url, lock_key, events.RERUN, reason=reason)
     assert done.value is not None and done.expire_at is not None
     slot_end = rerun.slot_end_of(done.value, done.expire_at)
+    # With the slot it reopened, which is judged from the attempts after it.
+    recorded = record_event(
+        conn, history, url, lock_key, events.RERUN, reason=reason, until=slot_end
+    )
     print(
         f"reopened the slot of {lock_key!r} that ends {format_time(slot_end)} UTC"
         f" (it was {clip(done.value)}): the next wrapper to start, on any machine, runs"

@@ -8,6 +8,7 @@ from typing import Any
 
 from dislock.cli import EXIT_FAILURE, EXIT_OK
 from dislock.cli.commands._call import Call, error
+from dislock.cli.commands._recorded import recorded_history
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -15,7 +16,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(call: Call) -> int:
-    history = call.history_table()
+    history = recorded_history(call)
     return call.connected(
         lambda conn: _resume(conn, call.table, history, call.url, call.args.lock_key),
         history=history,
@@ -23,7 +24,7 @@ def run(call: Call) -> int:
 
 
 def _resume(
-    conn: Any, table: tuple[str, ...], history: tuple[str, ...], url: str, lock_key: str
+    conn: Any, table: tuple[str, ...], history: tuple[str, ...] | None, url: str, lock_key: str
 ) -> int:
     from dislock.cli.commands._recorded import record_event
     from dislock.core.events import RESUMED

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +101,13 @@ def test_a_tail_needs_the_history_and_a_table_without_its_columns_still_records(
     assert "dislockctl init --history again" in warning, result.stderr
     run = last_run(ctl, env)
     assert run["outcome"] == "failed" and run["exit_code"] == 4 and run["output"] is None
+    # init --history brings the table up to date; then the tail is kept again.
+    upgraded = ctl("init", "--history", env=env)
+    assert upgraded.returncode == 0 and "already exists" not in upgraded.stdout, upgraded.stdout
+    assert run_cli(["DATABASE_URL", "sh", "-c", "echo boom; exit 4"], env).returncode == 4
+    assert last_run(ctl, env)["output"] == {"stdout": "boom\n", "stderr": None}
+    again = ctl("init", "--history", env=env)
+    assert "history table" in again.stdout and "already exists" in again.stdout, again.stdout
 
 
 def test_the_docs_block_runs_as_pasted(history_env: dict[str, str], tmp_path: Path) -> None:
@@ -121,3 +129,50 @@ def test_the_docs_block_runs_as_pasted(history_env: dict[str, str], tmp_path: Pa
         "failed (3), started " + kept.split("started ", 1)[1].split(" UTC", 1)[0] + " UTC):\n"
         "  stdout:\n    importing 3 files\n  stderr:\n    error: disk full\n"
     ), kept
+
+
+def test_a_slow_reader_gets_every_byte_and_a_closed_one_stops_the_command(
+    ctl: Ctl, history_env: dict[str, str], tmp_path: Path
+) -> None:
+    env = tail_env(history_env)
+    script = "head -c 300000 /dev/zero; echo END; exit 1"
+    with subprocess.Popen(
+        [*DISLOCK, "DATABASE_URL", "sh", "-c", script], env=env, stdout=subprocess.PIPE
+    ) as slow:
+        assert slow.stdout is not None
+        received = b""
+        while chunk := slow.stdout.read(65536):
+            received += chunk
+            time.sleep(0.5)  # longer, in all, than the wait for output that no longer comes
+        assert slow.wait(timeout=60) == 1
+    assert received == b"\0" * 300000 + b"END\n"
+    assert last_run(ctl, env)["output"]["stdout"].endswith("\\x00END\n")
+
+    # `dislock … yes | head -1` ends as it would without the wrapper between: the
+    # command's stdout becomes a broken pipe too.
+    env = {**env, "PATH": dislock_on_path(tmp_path)}
+    piped = subprocess.run(
+        ["bash", "-c", "dislock DATABASE_URL yes | head -1"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert piped.stdout == "y\n", piped
+    assert last_run(ctl, env)["outcome"] in ("killed", "failed")
+
+
+def test_a_wrapper_started_without_a_stdout_copies_into_no_socket(
+    ctl: Ctl, history_env: dict[str, str]
+) -> None:
+    env = tail_env(history_env)
+    result = subprocess.run(
+        ["bash", "-c", f"{' '.join(DISLOCK)} DATABASE_URL sh -c 'echo hi; exit 1' >&-"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1, result.stderr
+    run = last_run(ctl, env)
+    assert run["outcome"] == "failed" and run["output"]["stdout"] == "hi\n", run

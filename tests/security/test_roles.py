@@ -912,6 +912,21 @@ def test_a_wrapper_role_records_a_failed_runs_output_within_its_bound(
         (key,),
     ).fetchall()
     assert recorded == [("failed", "partial\n", "oops\n")]
+    # A role granted before the tail's columns may not write them: its runs' ends are
+    # recorded without the tail, never lost.
+    db.execute(
+        sql.SQL("REVOKE UPDATE (stdout_tail, stderr_tail) ON {} FROM dislock_sec_billing").format(
+            table
+        )
+    )
+    second = unique("billing-")
+    ran = context(fleet, fleet.billing, second, history=True, output_tail_bytes=64)
+    assert run_with_locks(failing, context=ran, strategies=("lease",)) == 2
+    without = db.execute(
+        sql.SQL("SELECT outcome, stdout_tail FROM {} WHERE lock_key = %s").format(table),
+        (second,),
+    ).fetchall()
+    assert without == [("failed", None)]
     with fleet.connect(fleet.billing) as billing:
         (run_id,) = billing.execute(
             sql.SQL(

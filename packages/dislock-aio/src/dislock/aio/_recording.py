@@ -160,9 +160,11 @@ class RunRecording:
         except Exception as error:
             if end.has_tail and history.without_tail(error):
                 logger.warning(
-                    "the history table %s has no column for the output's tail (run dislockctl"
-                    " init --history again to add it): recording the end of %s without it",
+                    "the history table %s has no column for the output's tail, or this role may"
+                    " not write it (run dislockctl init --history again, and grant again): %s;"
+                    " recording the end of %s without it",
                     ".".join(self.table),
+                    scrub(one_line(str(error)), self.context.url),
                     self.context.lock_key,
                 )
                 await self._record_end_of(

@@ -104,6 +104,18 @@ def console_main() -> NoReturn:
     exit_now(status)
 
 
+def _open_standard_streams() -> None:
+    """``/dev/null`` on each of descriptors 0, 1 and 2 that we were started without."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            opened = os.open(os.devnull, os.O_RDWR)
+            if opened != fd:
+                os.dup2(opened, fd)
+                os.close(opened)
+
+
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
     """Run the ``dislock`` command line; returns the exit status."""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -134,6 +146,10 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         print(f"dislock: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
 
+    if settings.context.output_tail_bytes:
+        # Its output is copied to our descriptors 1 and 2: those must be the streams
+        # we were given, not the first files opened (a database socket).
+        _open_standard_streams()
     from dislock.cli._run import run
     from dislock.core.variables import METRICS_TEXTFILE
 

@@ -78,12 +78,13 @@ STARTED = ("lock_key", "modes", "slot_end", "owner", "host", "pid", "started_at"
 which the table numbers, so that no role can take another run's number)."""
 
 ENDED = ("ended_at", "outcome", "exit_code", "signal")
+"""The columns every run's end writes."""
 
 TAILS = ("stdout_tail", "stderr_tail")
 """The columns of an output's tail: written by the end statement of a failed run
 whose tail was asked for, and only then, so that a table made before them (and a
-role granted before them) records every other run as before."""
-"""The columns a run's end writes: all a granted role may update."""
+role granted before them) records every other run as before.  With ``ENDED``, all
+a granted role may update."""
 
 
 def history_table(
@@ -98,8 +99,12 @@ def history_table(
 
 
 def _index_name(history: tuple[str, ...], what: str) -> sql.Identifier:
+    return sql.Identifier(_index_text(history, what))
+
+
+def _index_text(history: tuple[str, ...], what: str) -> str:
     # PostgreSQL truncates names to 63 bytes; keep the distinguishing suffix.
-    return sql.Identifier(f"{history[-1][: 63 - len(what) - 1]}_{what}")
+    return f"{history[-1][: 63 - len(what) - 1]}_{what}"
 
 
 def create_history(history: tuple[str, ...]) -> list[sql.Composed]:
@@ -137,6 +142,22 @@ def create_history(history: tuple[str, ...]) -> list[sql.Composed]:
         ).format(name=_index_name(history, "pauses"), table=table),
     ]
     return statements
+
+
+def up_to_date_query(history: tuple[str, ...]) -> sql.Composed:
+    """Whether the existing table ``history`` has everything ``create_history`` makes
+    (a table made by an earlier version lacks the tail's columns and the pauses'
+    index): one boolean."""
+    index = sql.Identifier(*history[:-1], _index_text(history, "pauses"))
+    return sql.SQL(
+        "SELECT to_regclass({index}) IS NOT NULL AND (SELECT count(*) = {n} FROM pg_attribute"
+        " WHERE attrelid = to_regclass({table}) AND attname IN ({tails}) AND NOT attisdropped)"
+    ).format(
+        index=sql.Literal(index.as_string(None)),
+        table=sql.Literal(sql.Identifier(*history).as_string(None)),
+        n=sql.Literal(len(TAILS)),
+        tails=sql.SQL(", ").join(map(sql.Literal, TAILS)),
+    )
 
 
 def add_tail_columns(history: tuple[str, ...]) -> sql.Composed:
@@ -230,8 +251,11 @@ def end(history: tuple[str, ...], run_id: int, run_end: RunEnd) -> Exchange[None
 def without_tail(error: BaseException) -> bool:
     """Whether an end statement that failed with ``error`` is worth sending again
     without the output's tail: the table has no column for it (made before it, and
-    ``init --history`` not run since)."""
-    return getattr(error, "sqlstate", None) == "42703"  # undefined_column
+    ``init --history`` not run since), or the role may not write it (granted before
+    it, and not granted again since)."""
+    # undefined_column, insufficient_privilege (a refusal that has nothing to do with
+    # the tail is refused again, and then reported as any refused end is)
+    return getattr(error, "sqlstate", None) in ("42703", "42501")
 
 
 def late_end(

@@ -4,11 +4,13 @@
 With a tail asked for, the command's stdout and stderr are pipes of the wrapper's:
 a thread per stream copies what arrives, as it arrives, to the wrapper's own
 stdout or stderr (bytes as they are, in order within each stream; a reader of the
-wrapper's output sees what it would have seen with the streams inherited, and a
-closed one of ours is drained on, so that the command never blocks on it), and
-keeps the stream's last bytes in a ``Tail``.  Threads, not the event loop: the
-copying has no flavour and is written once for both wrappers, like
-``dislock.core.processes``.
+wrapper's output sees what it would have seen with the streams inherited, and when
+one of ours is closed or a broken pipe, the command's becomes one too), and keeps
+the stream's last bytes in a ``Tail``.  The targets are the process's descriptors
+1 and 2 as they are then: the CLI makes sure they are open before it opens
+anything else (``dislock.cli``), so that neither can be a database socket.
+Threads, not the event loop: the copying has no flavour and is written once for
+both wrappers, like ``dislock.core.processes``.
 
 What is stored is text, bounded and inert: bytes that are not UTF-8 and NUL
 (which a PostgreSQL text cannot hold) written as ``\\xNN``, the lock URL and its
@@ -21,7 +23,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import threading
+import time
 from collections.abc import Sequence
 
 from dislock.core.dsn import scrub, secrets_in
@@ -41,11 +45,13 @@ class Tail:
     def __init__(self, limit: int, url: str = "") -> None:
         self.limit = limit
         self._url = url
-        self._secrets = [secret for secret in (url, *secrets_in(url)) if secret]
-        # Kept beyond the limit: a secret cut by the limit is still found whole, and
-        # each byte may become four characters (\xNN), of which the text keeps `limit`.
-        self._keep = limit + max((len(s.encode()) for s in self._secrets), default=0) + 4
+        secrets = [secret for secret in (url, *secrets_in(url)) if secret]
+        self._longest = max((len(secret.encode()) for secret in secrets), default=0)
+        # Kept: enough bytes for `limit` characters of four bytes each, once the first
+        # `_longest` are dropped (they may hold the end of a secret whose start is gone).
+        self._keep = 4 * limit + self._longest
         self._data = bytearray()
+        self._cut = False
         self._lock = threading.Lock()
 
     def feed(self, data: bytes) -> None:
@@ -53,15 +59,17 @@ class Tail:
             self._data += data
             if len(self._data) > self._keep:
                 del self._data[: len(self._data) - self._keep]
+                self._cut = True
 
     def text(self) -> str | None:
         """What the history keeps of the stream (None: it wrote nothing)."""
         with self._lock:
-            data = bytes(self._data)
+            data = bytes(self._data[self._longest :] if self._cut else self._data)
         if not data:
             return None
         text = data.decode("utf-8", "backslashreplace").replace("\x00", "\\x00")
         if self._url:
+            # Scrubbed whole, before the cut: no part of a secret is left to cut into.
             text = scrub(text.replace(self._url, "***"), self._url)
         return text[-self.limit :]
 
@@ -70,27 +78,37 @@ class _Copy(threading.Thread):
     def __init__(self, source: int, target: int, tail: Tail) -> None:
         super().__init__(name="dislock-output", daemon=True)
         self._source, self._target, self.tail = source, target, tail
+        self.reading = True
+        """Waiting for the command's output (not passing it on)."""
 
     def run(self) -> None:
-        writing = True
         try:
             while data := os.read(self._source, CHUNK):
+                self.reading = False
                 self.tail.feed(data)
-                if writing:
-                    writing = _write_all(self._target, data)
+                if not _write_all(self._target, data):
+                    # Ours is closed or a broken pipe: the command's becomes one too, as
+                    # it would have with the stream inherited (`dislock … yes | head -1`).
+                    break
+                self.reading = True
         except OSError:
             pass  # the pipe is gone: nothing more will come
         finally:
+            self.reading = True
             with contextlib.suppress(OSError):
                 os.close(self._source)
 
 
 def _write_all(fd: int, data: bytes) -> bool:
-    """Write ``data`` whole; False once ``fd`` refuses (closed, a broken pipe)."""
+    """Write ``data`` whole, waiting on a non-blocking ``fd`` as a blocking one would;
+    False once ``fd`` refuses (closed, a broken pipe)."""
     view = memoryview(data)
     try:
         while view:
-            view = view[os.write(fd, view) :]
+            try:
+                view = view[os.write(fd, view) :]
+            except BlockingIOError:
+                select.select([], [fd], [])
     except OSError:
         return False
     return True
@@ -129,9 +147,18 @@ class OutputTails:
                     os.close(fd)
 
     def finish(self, timeout: float = JOIN_SECONDS) -> tuple[str | None, str | None]:
-        """Wait (up to ``timeout``) for the copying to reach the pipes' ends; the
-        stored text of stdout and of stderr."""
-        for copy in self._copies:
-            copy.join(timeout)
+        """Wait for the copying to reach the pipes' ends: for as long as it passes
+        output on (a slow reader of ours is waited for, as the command itself would
+        have waited), and up to ``timeout`` for output that no longer comes (a
+        process that left the command's group holds a pipe open); the stored text of
+        stdout and of stderr."""
+        deadline = time.monotonic() + timeout
+        while any(copy.is_alive() for copy in self._copies):
+            if time.monotonic() >= deadline and all(
+                copy.reading for copy in self._copies if copy.is_alive()
+            ):
+                break
+            for copy in self._copies:
+                copy.join(0.05)
         out, err = (tail.text() for tail in self.tails)
         return out, err

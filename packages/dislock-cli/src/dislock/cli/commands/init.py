@@ -87,11 +87,13 @@ def _init(
     patience: float,
 ) -> int:
     from dislock.cli.admin import init_statements
-    from dislock.core.history import create_history
+    from dislock.core.history import create_history, up_to_date_query
 
     found = columns(conn, table)
-    history_columns = columns(conn, history) if history is not None else ["present"]
-    if found and (not fencing or "fence" in found) and history_columns:
+    history_ready = history is None or (
+        bool(columns(conn, history)) and conn.execute(up_to_date_query(history)).fetchone()[0]
+    )
+    if found and (not fencing or "fence" in found) and history_ready:
         # Nothing to create: an application role without DDL rights gets here too.
         print(f"lock table {'.'.join(table)} already exists" + (" with fencing" if fencing else ""))
         if history is not None:

@@ -1,0 +1,44 @@
+"""What the history keeps of a command's output (``dislock.core.output_tail.Tail``):
+bounded, inert, and no part of the lock URL's password, wherever the cut falls."""
+
+from __future__ import annotations
+
+from dislock.core.output_tail import Tail
+
+URL = "postgresql://jobs:Passw0rdXYZ@db.example:5432/locks"
+PASSWORD = "Passw0rdXYZ"
+
+
+def fed(tail: Tail, data: bytes, chunk: int = 7) -> str | None:
+    for start in range(0, len(data), chunk):
+        tail.feed(data[start : start + chunk])
+    return tail.text()
+
+
+def no_part_of_the_password(text: str) -> bool:
+    return not any(PASSWORD[i:] in text for i in range(len(PASSWORD) - 2))
+
+
+def test_no_fragment_of_a_secret_survives_the_cut() -> None:
+    # The cut falls anywhere in a URL: after scrubbing, what is left of the front of
+    # the buffer could otherwise slide into the tail.
+    for shift in range(len(URL) + 1):
+        output = ("x" * shift + f"connecting to {URL}\n" * 40).encode()
+        text = fed(Tail(40, URL), output)
+        assert text is not None and len(text) <= 40
+        assert no_part_of_the_password(text), (shift, text)
+    # Characters of several bytes after the URL: fewer characters than bytes kept.
+    text = fed(Tail(63, URL), (f"{URL}" + "é" * 63).encode(), chunk=5)
+    assert text == "é" * 63
+    assert fed(Tail(100, URL), f"a short one: {URL}\n".encode()) == "a short one: ***\n"
+    # The password alone, too, and whole words that merely contain it are left.
+    assert fed(Tail(100, URL), f"pw={PASSWORD} not{PASSWORD}s\n".encode()) == (
+        f"pw=*** not{PASSWORD}s\n"
+    )
+
+
+def test_bytes_that_are_not_text_are_kept_as_escapes() -> None:
+    text = fed(Tail(100), b"a\x00b\xff\x1b[31mred\n")
+    assert text == "a\\x00b\\xff\x1b[31mred\n"
+    assert Tail(10).text() is None
+    assert fed(Tail(4), b"0123456789") == "6789"

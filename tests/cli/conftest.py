@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -148,3 +150,25 @@ def ctl(cli_env: dict[str, str]) -> Ctl:
         )
 
     return run
+
+
+@contextlib.contextmanager
+def holding(env: Mapping[str, str], tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """A wrapper (in a session of its own) whose command has started and sleeps ten
+    minutes, holding its locks; it and its group are killed at the end."""
+    from tests.support.eventually import wait_for
+
+    started = tmp_path / "started"
+    holder = subprocess.Popen(
+        [*DISLOCK, "DATABASE_URL", "sh", "-c", f'touch "{started}"; exec sleep 600'],
+        env=dict(env),
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        wait_for(started, timeout=60)
+        yield holder
+    finally:
+        if holder.poll() is None:
+            os.killpg(holder.pid, signal.SIGKILL)
+        holder.wait(timeout=30)

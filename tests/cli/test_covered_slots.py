@@ -23,10 +23,9 @@ import pytest
 from psycopg import sql
 
 from dislock.core.rows import lease_key
-from tests.cli.conftest import DISLOCK, Ctl, RunCli
+from tests.cli.conftest import Ctl, RunCli, holding
 from tests.cli.serving import sample, serving
 from tests.support.clock import clear_of_boundary
-from tests.support.eventually import wait_for
 from tests.support.rows import Rows
 
 EVERY_MINUTE = "* * * * *"
@@ -44,20 +43,8 @@ def long_job(
         "RUN_LOCK_TTL_SECONDS": "30",
         "LOCK_LEASE_INTERVAL": "1",
     }
-    started = tmp_path / "started"
-    holder = subprocess.Popen(
-        [*DISLOCK, "DATABASE_URL", "sh", "-c", f'touch "{started}"; exec sleep 600'],
-        env=env,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    try:
-        wait_for(started, timeout=60)
+    with holding(env, tmp_path) as holder:
         yield env, holder
-    finally:
-        if holder.poll() is None:
-            os.killpg(holder.pid, signal.SIGKILL)
-        holder.wait(timeout=30)
 
 
 def history(env: dict[str, str]) -> sql.Identifier:

@@ -21,7 +21,7 @@ from dislock.cli.missed_slots import Slot, from_first_run, missed_slots, schedul
 from dislock.cli.time_args import parse_duration
 from dislock.core.errors import ConfigurationError
 from dislock.core.rows import lease_key, pause_key, schedule_key
-from tests.cli.conftest import CTL, DISLOCK, Ctl, RunCli, env_context
+from tests.cli.conftest import CTL, DISLOCK, Ctl, RunCli, env_context, holding
 from tests.support.clock import clear_of_boundary
 from tests.support.eventually import wait_for
 from tests.support.rows import Rows
@@ -623,15 +623,7 @@ def test_ls_says_when_a_held_leases_process_is_gone_from_this_host(
     ctl: Ctl, cli_env: dict[str, str], tmp_path: Path
 ) -> None:
     env = {**cli_env, "LOCK_STRATEGY": "lease", "RUN_LOCK_TTL_SECONDS": "120"}
-    started = tmp_path / "started"
-    wrapper = subprocess.Popen(
-        [*DISLOCK, "DATABASE_URL", "sh", "-c", f'touch "{started}"; exec sleep 600'],
-        env=env,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    try:
-        wait_for(started, timeout=60)
+    with holding(env, tmp_path) as wrapper:
         (running,) = json.loads(ctl("ls", env["LOCK_KEY"], "--json", env=env).stdout)
         assert running["state"] == "held" and running["holder_gone_pid"] is None, running
         assert "not running on this host" not in ctl("ls", env["LOCK_KEY"], env=env).stdout
@@ -642,7 +634,3 @@ def test_ls_says_when_a_held_leases_process_is_gone_from_this_host(
         assert gone["state"] == "held" and gone["holder_gone_pid"] == wrapper.pid, gone
         listed = ctl("ls", env["LOCK_KEY"], env=env).stdout
         assert f"held (its process {wrapper.pid} is not running on this host" in listed, listed
-    finally:
-        if wrapper.poll() is None:
-            os.killpg(wrapper.pid, signal.SIGKILL)
-        wrapper.wait(timeout=30)

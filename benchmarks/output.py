@@ -52,16 +52,17 @@ def output_rows(url: str, megabytes: int) -> list[Row]:
             }
             times[name].append(_drained(command, env))
     inherited, tail = (statistics.median(times[name]) for name in ("inherited", "tail"))
-    rate = megabytes / tail
+    # What the copying adds, per MiB: the whole runs' start-up and release cancel out.
+    per_mib_ms = max(0.0, tail - inherited) * 1000 / megabytes
     return [
         Row(
             f"a failed command's {megabytes} MiB of output through the wrapper, its end kept"
-            " (LOCK_OUTPUT_TAIL_BYTES=4096) / written by the command itself (whole run,"
-            " drained through a pipe)",
-            "{ratio:.2f} ({rate:.0f} MiB/s)",
-            "≥ 200 MiB/s",
-            met(rate >= 200),
-            {"ratio": tail / inherited, "rate": rate},
+            " (LOCK_OUTPUT_TAIL_BYTES=4096) / written by the command itself (whole runs,"
+            " drained through a pipe); and what the copying adds per MiB",
+            "{ratio:.2f} (+{per_mib_ms:.2f} ms per MiB)",
+            "≤ 5 ms per MiB (≥ 200 MiB/s)",
+            met(per_mib_ms <= 5),
+            {"ratio": tail / inherited, "per_mib_ms": per_mib_ms},
             key="output_tail",
         )
     ]

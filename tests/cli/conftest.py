@@ -38,6 +38,19 @@ def docs_block(page: str, heading: str) -> str:
     return found.group(1)
 
 
+def run_pasted(
+    page: str, heading: str, env: Mapping[str, str], timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """The first shell block under ``heading`` of ``docs/<page>``, run by bash as pasted."""
+    return subprocess.run(
+        ["bash", "-c", docs_block(page, heading)],
+        env=dict(env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 def dislock_on_path(tmp_path: Path) -> str:
     """A ``PATH`` on which ``dislock`` and ``dislockctl`` are this checkout's, as a
     pasted block finds them after an install."""

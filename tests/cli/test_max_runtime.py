@@ -19,7 +19,7 @@ from tests.cli.conftest import (
     RunCli,
     assert_refused_in_one_line,
     dislock_on_path,
-    docs_block,
+    run_pasted,
 )
 from tests.support.eventually import eventually
 from tests.support.processes import alive
@@ -29,13 +29,7 @@ from tests.support.rows import history_runs
 def test_the_docs_block_runs_as_pasted(cli_env: dict[str, str], tmp_path: Path) -> None:
     env = {**cli_env, "PATH": dislock_on_path(tmp_path)}
     started = time.monotonic()
-    result = subprocess.run(
-        ["bash", "-c", docs_block("cli.md", "## Bounding a run")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = run_pasted("cli.md", "## Bounding a run", env, timeout=60)
     took = time.monotonic() - started
     assert result.stdout == "exit 124\n", (result.stdout, result.stderr)
     lines = result.stderr.splitlines()

@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from tests.cli.conftest import DISLOCK, Ctl, RunCli, dislock_on_path, docs_block
+from tests.cli.conftest import DISLOCK, Ctl, RunCli, dislock_on_path, run_pasted
 
 
 def tail_env(history_env: dict[str, str], limit: int = 100) -> dict[str, str]:
@@ -112,13 +112,7 @@ def test_a_tail_needs_the_history_and_a_table_without_its_columns_still_records(
 
 def test_the_docs_block_runs_as_pasted(history_env: dict[str, str], tmp_path: Path) -> None:
     env = {**history_env, "PATH": dislock_on_path(tmp_path)}
-    result = subprocess.run(
-        ["bash", "-c", docs_block("cli.md", "### The end of a failed run's output")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = run_pasted("cli.md", "### The end of a failed run's output", env)
     # The command's own output, then the history with its kept end.
     assert result.stdout.startswith("importing 3 files\nSTARTED (UTC)"), result.stdout
     assert result.stderr == "error: disk full\n", result.stderr

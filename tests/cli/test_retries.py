@@ -16,7 +16,7 @@ from typing import Any
 import psycopg
 
 from dislock.core.rows import lease_key, schedule_key
-from tests.cli.conftest import DISLOCK, Ctl, RunCli, dislock_on_path, docs_block
+from tests.cli.conftest import DISLOCK, Ctl, RunCli, dislock_on_path, run_pasted
 from tests.cli.serving import sample, serving
 from tests.support.eventually import eventually
 from tests.support.processes import alive
@@ -33,10 +33,7 @@ def test_the_docs_block_runs_as_pasted(cli_env: dict[str, str], tmp_path: Path) 
     # where 03:00 is hours away (Etc/GMT-6 is UTC+6).
     near_three = datetime.now(timezone.utc).hour in (2, 3)
     env["CRON_TZ"] = "Etc/GMT-6" if near_three else "UTC"
-    block = docs_block("cli.md", "## Retries within a slot")
-    result = subprocess.run(
-        ["bash", "-c", block], env=env, capture_output=True, text=True, timeout=120
-    )
+    result = run_pasted("cli.md", "## Retries within a slot", env)
     assert result.stdout == "attempt 1 failed\nattempt 2 succeeded\n", result.stderr
     (line,) = result.stderr.splitlines()
     assert re.fullmatch(

@@ -85,11 +85,20 @@ TAIL_LINES = 20
 """Lines of each stream's tail ``history`` shows under its table (``--json``: all)."""
 
 
+def shown_tail(text: str) -> tuple[list[str], bool]:
+    """A kept stream's last ``TAIL_LINES`` lines as shown, each with every control
+    character escaped, and whether earlier lines were left out."""
+    from dislock.core.bounds import escape
+
+    lines = text.splitlines()
+    return [escape(line) for line in lines[-TAIL_LINES:]], len(lines) > TAIL_LINES
+
+
 def render_tails(runs: Sequence[Run]) -> str:
     """The end of each listed run's output that was kept (a failed run's, with
     ``LOCK_OUTPUT_TAIL_BYTES``), its last ``TAIL_LINES`` lines per stream, every
     control character but the line breaks escaped; empty when none was kept."""
-    from dislock.core.bounds import clip, escape
+    from dislock.core.bounds import clip
 
     blocks = []
     for run in runs:
@@ -103,10 +112,9 @@ def render_tails(runs: Sequence[Run]) -> str:
             f" {clip(describe_outcome(run))}, started {format_time(run.started_at)} UTC):"
         ]
         for name, text in streams:
-            lines = text.splitlines()
-            cut = "" if len(lines) <= TAIL_LINES else f", last {TAIL_LINES} lines"
-            block.append(f"  {name}{cut}:")
-            block += [f"    {escape(line)}" for line in lines[-TAIL_LINES:]]
+            lines, cut = shown_tail(text)
+            block.append(f"  {name}{f', last {TAIL_LINES} lines' if cut else ''}:")
+            block += [f"    {line}" for line in lines]
         blocks.append("\n".join(block))
     return "\n\n".join(blocks)
 

@@ -133,9 +133,7 @@ def _runs_query(history: tuple[str, ...], locks: tuple[str, ...], *, by_key: boo
         " h.started_at, h.ended_at, {outcome}, h.exit_code, h.signal,"
         " CASE WHEN state.outcome = 'abandoned' THEN NULL"
         " ELSE EXTRACT(EPOCH FROM (COALESCE(h.ended_at, NOW()) - h.started_at))::float8 END,"
-        " {cron}, {cron_tz},"
-        # Through the row as JSON: a table made before the tail's columns has none.
-        " {stdout_tail}, {stderr_tail}"
+        " {cron}, {cron_tz}, {stdout_tail}, {stderr_tail}"
         " FROM {history} AS h,"
         " LATERAL (SELECT CASE WHEN h.ended_at IS NOT NULL THEN h.outcome"
         " WHEN {held} THEN 'running' ELSE 'abandoned' END AS outcome) AS state"
@@ -147,15 +145,16 @@ def _runs_query(history: tuple[str, ...], locks: tuple[str, ...], *, by_key: boo
         key_filter=key_filter,
         outcome=read(sql.SQL("state.outcome")),
         **{name: read(sql.Identifier("h", name)) for name in _COLUMNS},
-        **{name: _tail(name) for name in TAILS},
+        **{name: tail_column("h", name) for name in TAILS},
     )
 
 
-def _tail(column: str) -> sql.Composed:
-    """A tail column of the run ``h``, NULL when the table has none, read to at most
+def tail_column(run: str, column: str) -> sql.Composed:
+    """A tail column (``TAILS``) of the history row ``run``, NULL when the table has
+    none (it was made before them: read through the row as JSON), read to at most
     what the wrapper writes."""
-    return sql.SQL("left(to_jsonb(h) ->> {}, {})").format(
-        sql.Literal(column), sql.Literal(int(OUTPUT_TAIL.high))
+    return sql.SQL("left(to_jsonb({}) ->> {}, {})").format(
+        sql.Identifier(run), sql.Literal(column), sql.Literal(int(OUTPUT_TAIL.high))
     )
 
 

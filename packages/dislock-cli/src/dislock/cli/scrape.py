@@ -12,12 +12,12 @@ from typing import Any, NamedTuple
 from psycopg import sql
 
 from dislock.cli.missed_slots import SPANS_BEFORE, Span, span_of
-from dislock.cli.run_history import still_held
+from dislock.cli.run_history import still_held, tail_column
 from dislock.cli.shown import known_outcome, read
 from dislock.cli.slot_states import Attempt
-from dislock.core.bounds import OUTPUT_TAIL
 from dislock.core.events import PAUSE_MODES, PAUSED, RERUN, Pause, pause_spans, reruns
 from dislock.core.failover import TIMELINE_KEY
+from dislock.core.history import TAILS
 
 SCRAPE_CONNECT_TIMEOUT = 3.0
 """Seconds a scrape waits for a connection: Prometheus gives up after 10 s by default."""
@@ -170,7 +170,7 @@ def scrape_statements(history: tuple[str, ...], locks: tuple[str, ...]) -> Scrap
             cron=read(sql.Identifier("h", "cron")),
             cron_tz=read(sql.Identifier("h", "cron_tz")),
             paused=sql.Literal(PAUSED),
-            tail=sql.Literal(int(OUTPUT_TAIL.high)),
+            **{name: tail_column("h", name) for name in TAILS},
             pause=sql.Literal(PAUSE_MODES),
             rerun=sql.Literal(RERUN),
         )
@@ -180,10 +180,8 @@ def scrape_statements(history: tuple[str, ...], locks: tuple[str, ...]) -> Scrap
             "SELECT h.id, {owner}, h.exit_code, {cron}, {cron_tz},"
             " EXISTS (SELECT FROM {table} AS p WHERE p.lock_key = h.lock_key"
             " AND p.started_at < %(since)s),"
-            # The end of a failed run's output, for the page (a table made before
-            # the tail's columns has none: read through the row as JSON).
-            " left(to_jsonb(h) ->> 'stdout_tail', {tail}),"
-            " left(to_jsonb(h) ->> 'stderr_tail', {tail})"
+            # The end of a failed run's output, for the page.
+            " {stdout_tail}, {stderr_tail}"
             " FROM {table} AS h WHERE h.id = ANY(%(ids)s)"
         ),
         floor=on_history(

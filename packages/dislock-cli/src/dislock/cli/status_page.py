@@ -124,12 +124,12 @@ def _run_cells(key: KeyStatus, now: datetime) -> str:
 def _output(output: tuple[str | None, str | None]) -> str:
     """The end of a failed run's output, folded: each stream's last lines, every
     control character but the line breaks escaped, then the whole HTML-escaped."""
-    from dislock.cli.history_report import TAIL_LINES
+    from dislock.cli.history_report import shown_tail
 
     parts = []
     for name, text in zip(("stdout", "stderr"), output, strict=True):
         if text:
-            lines = "\n".join(bounds.escape(line) for line in text.splitlines()[-TAIL_LINES:])
+            lines = "\n".join(shown_tail(text)[0])
             parts.append(f"<b>{name}</b>\n{escape(lines)}")
     return (
         '<details class="output"><summary>last output</summary><pre>'

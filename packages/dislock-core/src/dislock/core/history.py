@@ -50,6 +50,7 @@ from psycopg import sql
 
 from dislock.core.config import check_table_parts
 from dislock.core.errors import MaxRuntimeExceeded
+from dislock.core.events import PAUSE_MODES
 from dislock.core.exchange import Exchange, Rows
 
 HISTORY_TIMEOUT = 2.0
@@ -138,8 +139,8 @@ def create_history(history: tuple[str, ...]) -> list[sql.Composed]:
         # once, as a row is inserted, so the end statement's updates stay HOT.
         sql.SQL(
             "CREATE INDEX IF NOT EXISTS {name} ON {table} (lock_key, started_at)"
-            " WHERE modes = 'pause'"
-        ).format(name=_index_name(history, "pauses"), table=table),
+            " WHERE modes = {pause}"
+        ).format(name=_index_name(history, "pauses"), table=table, pause=sql.Literal(PAUSE_MODES)),
     ]
     return statements
 

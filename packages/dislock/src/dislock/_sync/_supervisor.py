@@ -175,10 +175,11 @@ def supervise(
     does, and the signals that arrive while the command runs go to its group.
     Neither the command nor its guard inherits ``withheld_variables``."""
     run_token = new_run_token()
+    context = session.locks[0].context
     base = inherited_environment(os.environ, withheld_variables)
     env = child_environment(
         base,
-        session.locks[0].context.lock_key,
+        context.lock_key,
         session.fencing_token,
         run_token,
         attempt=session.attempt,
@@ -196,7 +197,7 @@ def supervise(
         lag = guard_lag(lease.settings.ttl) if lease is not None and follows else 0.0
         # Started before the command is: its bound can only come early, by the time
         # a spawn takes, never late.
-        bound = _Bound.starting(session.locks[0].context, lag or GUARD_LAG_MAX)
+        bound = _Bound.starting(context, lag or GUARD_LAG_MAX)
         if guard is not None and bound is not None:
             # The guard kills the group once the bound and its grace are over,
             # should the wrapper not have stopped it by then (stopped, frozen).
@@ -205,7 +206,6 @@ def supervise(
                 guard.kill_at(math.inf)  # the cap
         if guard is not None and lease is not None and follows:
             guard.follow(lease, lag)
-        context = session.locks[0].context
         outputs = (
             OutputTails(context.output_tail_bytes, context.url)
             if context.output_tail_bytes and context.history

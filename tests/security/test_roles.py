@@ -125,6 +125,42 @@ def test_another_roles_live_lock_is_neither_seen_nor_taken(fleet: Fleet) -> None
         assert snapshot(fleet) == before
 
 
+def test_replacing_needs_the_grant_that_running_the_key_needs(fleet: Fleet) -> None:
+    """Another team's run cannot be replaced (nor its row marked); a run of a key two
+    roles may both lock can be replaced by either."""
+    import threading
+
+    from dislock import LeaseLock, LeaseLostError
+
+    key = unique("reports-")
+    with LeaseLock(context(fleet, fleet.reports, key)) as held:
+        before = snapshot(fleet)
+        with (
+            pytest.raises(KeyNotGrantedError),
+            LeaseLock(context(fleet, fleet.billing, key, replace=True)),
+        ):
+            pass
+        assert snapshot(fleet) == before
+        assert not held.lease_lost.is_set()
+
+    # reports-nightly is billing's too: its run by reports is billing's to replace.
+    held = LeaseLock(context(fleet, fleet.reports, "reports-nightly"))
+    held.__enter__()
+    replacer = LeaseLock(context(fleet, fleet.billing, "reports-nightly", replace=True))
+    taking = threading.Thread(target=replacer.__enter__)
+    taking.start()
+    try:
+        assert held.lease_lost.wait(30)
+        assert held.lost_reason is not None
+        assert f"replaced by {replacer.context.owner} on " in held.lost_reason
+    finally:
+        with pytest.raises(LeaseLostError):  # and, its block over, hands the lease over
+            held.__exit__(None, None, None)
+        taking.join(60)
+    assert replacer.holding
+    replacer.__exit__(None, None, None)
+
+
 ATTACKS = [
     # (what, statement; {t} is the table, {k} a key of the other team's)
     (

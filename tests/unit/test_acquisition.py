@@ -68,6 +68,8 @@ READERS = {
     "read_mine": "mine",
     "read_clock": "now",
     "read_released": "release",  # (or the hand back of rows a failed acquisition may hold)
+    "_read_marked": "mark",  # dislock.core.replace's
+    "_read_successor": "hand over",
 }
 
 

@@ -221,15 +221,16 @@ def read_pass_url(environ: Mapping[str, str]) -> bool:
 def read_waiting(
     environ: Mapping[str, str], strategies: Sequence[str], fields: dict[str, Any]
 ) -> int:
-    """``LOCK_WAIT_SECONDS``, ``LOCK_WAIT_POLL_SECONDS``, ``LOCK_WAIT_LISTEN`` and
-    ``LOCK_SLOTS`` into ``fields``; ``LOCK_CONFLICT_EXIT_CODE`` returned."""
+    """``LOCK_WAIT_SECONDS``, ``LOCK_WAIT_POLL_SECONDS``, ``LOCK_WAIT_LISTEN``,
+    ``LOCK_SLOTS`` and ``LOCK_REPLACE`` into ``fields``; ``LOCK_CONFLICT_EXIT_CODE`` returned."""
     wait = _read(fields, variables.WAIT, environ)
     _read(fields, variables.WAIT_POLL, environ)
     _read(fields, variables.WAIT_LISTEN, environ)
     slots = _read(fields, variables.SLOTS, environ)
+    replace = _read(fields, variables.REPLACE, environ)
     code: int | None = variables.CONFLICT_EXIT_CODE.read(environ)
     try:
-        check_waiting(strategies, wait or 0.0, slots or 1)
+        check_waiting(strategies, wait or 0.0, slots or 1, bool(replace))
     except ConfigurationError as exc:
         name = variables.STRATEGY.name
         raise ConfigurationError(f"{name}={','.join(strategies)!r}: {exc}") from None

@@ -51,6 +51,7 @@ from dislock.core.lock_statements import statements_for
 from dislock.core.patience import ConnectPatience
 from dislock.core.pause import paused_error
 from dislock.core.refusal import refused
+from dislock.core.replace import hand_over
 from dislock.core.retries import LATE_MARK
 from dislock.core.rows import lease_key
 from dislock.core.timeouts import RELEASE_TIMEOUT
@@ -494,10 +495,14 @@ def trying_lease(
 
 def releasing(context: LockContext, key: str, ttl: float) -> Steps[bool]:
     """Expire the lease row ``key`` now (owner-guarded), waking the lease's waiters:
-    whether the release was confirmed (if not, the row expires within ``ttl``)."""
+    whether the release was confirmed (if not, the row expires within ``ttl``).  A
+    row that was no longer ours to release may have been marked by a replacer
+    since the last renewal: it is handed over (``handing_over``)."""
     release = statements_for(context).release(key, context.owner, context.lock_key)
     try:
-        yield Ask(release, RELEASE_TIMEOUT)
+        ended: bool = yield Ask(release, RELEASE_TIMEOUT)
+        if not ended:
+            yield from handing_over(context, key)
     except Exception as exc:
         logger.warning(
             "could not release lease %s (it expires by itself within %g s): %s",
@@ -521,3 +526,22 @@ def let_go(context: LockContext, key: str, ttl: float, *, released: bool, now: f
         visible_until=now if released else now + 2 * ttl,
         forget_at=now + 3 * ttl,
     )
+
+
+def handing_over(context: LockContext, key: str) -> Steps[str | None]:
+    """Hand ``context``'s marked lease row ``key`` to the replacer that marked it,
+    once the holder's work is over: who took it (None: the row was not marked, or
+    has expired already), best effort."""
+    exchange = hand_over(tuple(context.table_parts), key, context.owner)
+    try:
+        taker: str | None = yield Ask(exchange, RELEASE_TIMEOUT)
+    except Exception as exc:
+        logger.warning(
+            "could not hand lease %s over (its replacer takes it as it expires): %s",
+            key,
+            scrub(str(exc), context.url),
+        )
+        return None
+    if taker is not None:
+        logger.info("handed lease %s over to %s", key, taker)
+    return taker

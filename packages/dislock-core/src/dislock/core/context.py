@@ -163,6 +163,11 @@ class LockContext:
     (None: ``LISTEN`` unless the connection goes through a pooler such as PgBouncer)."""
     slots: int = 1
     """How many holders a lease admits at once (a semaphore); 1 is a plain lease."""
+    replace: bool = False
+    """With a lease held by a live holder: ask it to stop and hand the lease over,
+    rather than be refused.  The holder's command (or block) is stopped as on any
+    lease loss and hands the row over once it is gone; a holder that does not
+    (dead, frozen) is outlived by its row's expiry (``dislock.core.replace``)."""
     cron_tz: str | tzinfo | None = None
     """Time zone ``schedule`` is read in: an IANA name (``"Europe/Berlin"``) or a
     ``tzinfo``. Default: the local zone (``TZ``, else ``/etc/localtime``), the zone
@@ -284,6 +289,13 @@ class LockContext:
                 f"wait_listen must be True, False or None, got {self.wait_listen!r}"
             )
         _set(self, "slots", bounds.check_count(bounds.SLOTS, self.slots, name="slots"))
+        if not isinstance(self.replace, bool):
+            raise ConfigurationError(f"replace must be True or False, got {self.replace!r}")
+        if self.replace and self.slots > 1:
+            raise ConfigurationError(
+                f"replace takes over a lease's one holder; it cannot be combined with"
+                f" {self.slots} slots"
+            )
         _set(self, "retries", bounds.check_count(bounds.RETRIES, self.retries, name="retries"))
         _set(
             self,
@@ -343,6 +355,7 @@ class LockContext:
                 "history_table",
                 "wait_seconds",
                 "slots",
+                "replace",
                 "max_runtime_seconds",
                 "retries",
                 "retry_delay_seconds",

@@ -79,6 +79,10 @@ class LeaseClock:
         self.lost_reason: str | None = None
         self.last_error: str | None = None
         self.renewals = 0
+        self.row_gone = False
+        """Whether a renewal found the row no longer ours (rather than a deadline passing)."""
+        self.replaced_by: str | None = None
+        """Who the row was handed over to, when a replacer marked it (``dislock.core.replace``)."""
 
     @property
     def lost(self) -> bool:
@@ -95,6 +99,7 @@ class LeaseClock:
         if self.lost:
             return False
         if rows != 1:
+            self.row_gone = True
             return self._lose(
                 "the lock row is no longer ours (expired, released or taken by another owner)"
             )
@@ -129,6 +134,13 @@ class LeaseClock:
             )
         self.next_renewal = now + self.retry_delay(now)
         return True
+
+    def replaced(self, successor: str) -> None:
+        """Record that the row a renewal found gone had been marked for ``successor``:
+        the loss is a replacement, and says by whom."""
+        if self.row_gone:
+            self.replaced_by = successor
+            self.lost_reason = f"replaced by {successor}"
 
     def attempt_timeout(self, now: float) -> float:
         """How long one renewal statement may take before it is cancelled: a

@@ -100,6 +100,11 @@ class Queries(NamedTuple):
     primary key.  A new backend plans the acquiring statement for several times the
     server CPU this read costs (and, behind a pooler, every backend plans it anew),
     and when a fleet's crontabs fire together every machine but one is refused."""
+    take_over: sql.Composed
+    """Params: key, pause, owner, successor, ttl.  Takes the live lease row ``key``
+    that a replaced holder handed over to ``successor`` (``dislock.core.replace``)
+    for ``ttl`` seconds, unless paused or over the TTL cap.  Answers like
+    ``acquire_for``."""
 
 
 NO_CAP = sql.SQL("NULL::float8")
@@ -266,6 +271,25 @@ def queries(table_parts: tuple[str, ...], fencing: bool = False) -> Queries:
         ),
         reopen=retries.reopen_query(table),
         done=retries.done_query(table),
+        take_over=answer.format(
+            delay=lease_delay,
+            delay_end=delay_end_returned(),
+            ttl_cap=ttl_refused,
+            pause=pause,
+            upsert=sql.SQL(
+                "UPDATE {table} AS held SET value = %(owner)s, expire_at = {expiry}{bump}"
+                " WHERE held.key = %(key)s AND held.value = %(successor)s"
+                " AND held.expire_at > NOW() AND NOT EXISTS (SELECT FROM pause) AND {within}"
+                " RETURNING {token}, {timeline}"
+            ).format(
+                table=table,
+                expiry=lease_expiry,
+                bump=bump,
+                within=sql.SQL(WITHIN_CAP),
+                token=token,
+                timeline=parts["timeline"],
+            ),
+        ),
         look=sql.SQL(
             "SELECT NOW(), clock_timestamp(), {timeline}, key, value, expire_at FROM {table}"
             " WHERE key IN (%(key)s, %(pause)s, {timeline_key}, {max_ttl_key})"

@@ -96,6 +96,17 @@ class LockStatements:
         params = {"key": key, "pause": pause_key_of(key), "owner": owner, "ttl": ttl}
         return Exchange(self.queries.acquire_for, params, answers.lease_reader(ttl))
 
+    def take_over(self, key: str, owner: str, successor: str, ttl: float) -> Exchange[Acquired]:
+        """Take the lease row ``key`` handed over to ``successor`` for ``ttl`` seconds."""
+        params = {
+            "key": key,
+            "pause": pause_key_of(key),
+            "owner": owner,
+            "successor": successor,
+            "ttl": ttl,
+        }
+        return Exchange(self.queries.take_over, params, answers.lease_reader(ttl))
+
     def acquire_slot(self, keys: list[str], owner: str, ttl: float) -> Exchange[SlotAnswer]:
         """Take the first free row among the slot rows ``keys`` (``keys[0]`` is the
         plain lease row) for ``ttl`` seconds."""

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from dislock.core.lease import LeaseClock
+from dislock.core.replace import replaced_by
 
 BATCH_WINDOW_RATIO = 0.5
 """A lease due within half a heartbeat joins a batch that is being sent anyway.
@@ -220,6 +221,25 @@ def failure_summary(renewal: Renewal, now: float) -> str | None:
         return None
     seconds = now - renewal.failing_since
     return f"renewal of lease {renewal.key} failed {count} times over {seconds:.1f} s"
+
+
+EXPLAIN_TIMEOUT = 0.5
+"""How long the read that says why leases were found gone may delay their loss."""
+
+
+def gone(lost: Iterable[Renewal]) -> list[Renewal]:
+    """The leases among ``lost`` that a renewal found no longer theirs: a read of
+    their rows may tell that a replacer asked for them (``explain``)."""
+    return [r for r in lost if r.clock.row_gone]
+
+
+def explain(renewals: Iterable[Renewal], values: dict[str, str]) -> None:
+    """Give each of ``renewals`` whose row (``values``, by key) was marked by a
+    replacer the reason that names it (``dislock.core.replace``)."""
+    for r in renewals:
+        successor = replaced_by(r.owner, values.get(r.key))
+        if successor is not None:
+            r.clock.replaced(successor)
 
 
 def new_deadlines(batch: Batch) -> list[tuple[Callable[[float], None], float]]:

@@ -289,6 +289,15 @@ SLOTS = Variable(
     str,
     bounds.SLOTS,
 )
+REPLACE = Variable(
+    "LOCK_REPLACE",
+    "replace",
+    "0",
+    "1: a lease held by a live holder is taken over: its command is stopped (it exits 75) "
+    "and this one starts once it is gone (needs lease; not with LOCK_SLOTS)",
+    config.parse_flag,
+    _flag,
+)
 CONFLICT_EXIT_CODE = Variable(
     "LOCK_CONFLICT_EXIT_CODE",
     None,
@@ -362,6 +371,7 @@ VARIABLES: tuple[Variable, ...] = (
     WAIT_POLL,
     WAIT_LISTEN,
     SLOTS,
+    REPLACE,
     CONFLICT_EXIT_CODE,
     CONNECT_PATIENCE,
     HISTORY,

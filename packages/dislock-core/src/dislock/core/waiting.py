@@ -144,9 +144,11 @@ def slot_retry(*, free: int, attempts: int, slots: int) -> bool:
     return free > 1 and attempts < slots
 
 
-def check_waiting(strategies: Iterable[str], wait_seconds: float, slots: int) -> None:
-    """Waiting and slots belong to a kind that is held while the work runs; a
-    schedule slot alone is taken once or not at all."""
+def check_waiting(
+    strategies: Iterable[str], wait_seconds: float, slots: int, replace: bool = False
+) -> None:
+    """Waiting, slots and replacing belong to a kind that is held while the work
+    runs; a schedule slot alone is taken once or not at all."""
     chosen = [kinds.kind(name) for name in strategies]
     if wait_seconds > 0 and not any(kind.can_wait for kind in chosen):
         raise ConfigurationError(
@@ -156,6 +158,11 @@ def check_waiting(strategies: Iterable[str], wait_seconds: float, slots: int) ->
     if slots > 1 and not any(kind.renewed for kind in chosen):
         raise ConfigurationError(
             f"{slots} slots need the lease strategy: a schedule slot has one start"
+        )
+    if replace and not any(kind.renewed for kind in chosen):
+        raise ConfigurationError(
+            "replacing the running holder needs the lease strategy: a schedule slot"
+            " is started once; use 'schedule,lease' to replace the previous slot's run"
         )
 
 

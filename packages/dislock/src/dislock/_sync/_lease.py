@@ -16,7 +16,7 @@ from datetime import datetime
 from functools import partial
 from time import monotonic
 
-from dislock.core.acquisition import let_go, releasing, trying_lease
+from dislock.core.acquisition import handing_over, let_go, releasing, trying_lease
 from dislock.core.context import LeaseLossPolicy, LockContext
 from dislock.core.errors import LeaseLostError, LockDelayedError, LockNotAcquiredError
 from dislock.core.exits import Exc, ExcType, Tb
@@ -25,13 +25,15 @@ from dislock.core.kinds import LEASE
 from dislock.core.lease import LeaseClock, LeaseSettings, raises_on_exit
 from dislock.core.patience import ConnectPatience
 from dislock.core.renewal import Renewal
+from dislock.core.replace import POLL_SECONDS, SLACK_SECONDS
+from dislock.core.replacing import marking, taking_over
 from dislock.core.rows import lease_key
 from dislock.core.supervision import LOSS_LOGGER
 from dislock.core.unknown_outcome import HELD
 from dislock.core.waiting import slot_keys
 
 from ._acquiring import drive, hand_back_rows
-from ._compat import Event
+from ._compat import Event, sleep
 from ._hub import Hub, enter_hub, leave_hub
 from ._recording import RunRecording, record_alone
 from ._waiting import wait_for_release
@@ -95,6 +97,7 @@ class LeaseLock:
         """Whether entering and leaving record the run (``LockContext.history``);
         ``acquire_locks`` turns it off for its locks and records the run itself."""
         self._recording: RunRecording | None = None
+        self._replacing: str | None = None  # the holder a replacer asked for the lease
 
     @property
     def deadline(self) -> float | None:
@@ -142,6 +145,7 @@ class LeaseLock:
     def __enter__(self) -> LeaseLock:
         if self._held is not None:
             raise RuntimeError("this LeaseLock is already held; create one per acquisition")
+        self._replacing = None
         context = self.context
         hub = enter_hub(context.url, context.connect_timeout_seconds)
         held: _Held | None = None
@@ -150,6 +154,8 @@ class LeaseLock:
         patience = ConnectPatience(context.connect_patience_seconds, monotonic())
         try:
             taken = self._attempt(hub, patience)
+            if taken is None and context.replace and self._delayed_until is None:
+                taken = self._replace(hub, patience)
             if taken is None and context.wait_seconds > 0:
                 attempt = partial(self._attempt, hub, patience)
                 taken = wait_for_release(context, attempt, patience)
@@ -212,7 +218,40 @@ class LeaseLock:
             return f"all {context.slots} slots of lease {lease!r} are held{waited}"
         if self._delayed_until is not None:
             return delayed(f"lease {self.key!r}", self._delayed_until) + waited
+        if self._replacing is not None:
+            return (
+                f"lease {self.context.lock_key!r} was not handed over by {self._replacing},"
+                f" which was asked to stop (replace), before its row expired{waited}"
+            )
         return f"lease {self.key!r} is held by another owner{waited}"
+
+    def _replace(self, hub: Hub, patience: ConnectPatience) -> tuple[LeaseClock, int | None] | None:
+        """Ask the lease's live holder to stop and hand it over, then take it: as soon
+        as the holder's work is gone and it handed the row over, else once the row
+        expires (a dead or frozen holder); None if neither happened by then."""
+        context = self.context
+        timeout = max(self.settings.interval, 1.0)
+        text, marked = drive(hub, marking(context, self.key, timeout, patience))
+        if marked is None:  # free by now, or being replaced already
+            return self._attempt(hub, patience)
+        self._replacing = marked.holder
+        logger.info(
+            "lease %r is held by %s: asked it to stop and hand the lease over (replace)",
+            context.lock_key,
+            marked.holder,
+        )
+        until = monotonic() + marked.remaining + SLACK_SECONDS
+        while True:
+            tried = drive(hub, taking_over(context, self.settings, patience, text))
+            if tried is not None:
+                self.key = tried.key
+                assert tried.clock is not None
+                return tried.clock, tried.fence
+            # Expired unhanded (a dead or frozen holder), or released.
+            taken = self._attempt(hub, patience)
+            if taken is not None or monotonic() >= until:
+                return taken
+            sleep(min(POLL_SECONDS, max(0.0, until - monotonic())))
 
     def _attempt(self, hub: Hub, patience: ConnectPatience) -> tuple[LeaseClock, int | None] | None:
         """One try at the lease (or at a free slot of it): its clock and fencing
@@ -256,6 +295,9 @@ class LeaseLock:
                 released = drive(
                     held.hub, releasing(self.context, held.renewal.key, self.settings.ttl)
                 )
+            elif held.clock.row_gone:
+                # Its work is over: a replacer that marked the row takes it now.
+                drive(held.hub, handing_over(self.context, held.renewal.key))
         finally:
             self._let_go(held.renewal.key, released=released)
             leave_hub(held.hub)

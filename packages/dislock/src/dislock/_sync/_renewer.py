@@ -24,15 +24,19 @@ from dislock.core.dsn import error_line
 from dislock.core.exchange import Answer, Exchange
 from dislock.core.lock_statements import statements
 from dislock.core.renewal import (
+    EXPLAIN_TIMEOUT,
     Batch,
     Renewal,
     RenewalPlan,
     count_failure,
+    explain,
     failure_summary,
+    gone,
     new_deadlines,
     recovery_summary,
     report_renewal,
 )
+from dislock.core.replace import values
 from dislock.core.supervision import LOSS_LOGGER
 from dislock.core.timeouts import CANCEL_GRACE, RENEWER_STOP_TIMEOUT
 
@@ -226,7 +230,22 @@ class Renewer:
             took = monotonic() - sent_at
             logger.debug("renewed %s in %.1f ms", _leases(batch), took * 1000)
             report_renewal(batch, took)
+            if gone(lost):
+                self._explain(batch, gone(lost))
         self._declare(lost)
+
+    def _explain(self, batch: Batch, renewals: list[Renewal]) -> None:
+        """Read the rows of ``renewals``, found gone, to say why they were lost: a
+        replacer that asked for one is named in its loss.  Briefly: the loss waits."""
+        try:
+            found = self.hub.ask(
+                values(batch.table_parts, [r.key for r in renewals]), EXPLAIN_TIMEOUT
+            )
+        except Exception as exc:
+            logger.debug("reading why leases were lost failed: %s", error_line(exc, self.hub.url))
+            return
+        with self._guard:
+            explain(renewals, found)
 
     def _watch(self) -> None:
         """Declare leases lost at their deadlines, whatever the renewer is doing,

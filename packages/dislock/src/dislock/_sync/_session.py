@@ -127,7 +127,7 @@ def build_locks(
     ``supervised``: for a command ``run_with_locks`` supervises, whose guard kills it
     by the lease's deadline whatever the process does."""
     names = normalize_strategies(strategies)
-    check_waiting(names, context.wait_seconds, context.slots)
+    check_waiting(names, context.wait_seconds, context.slots, context.replace)
     check_retries(names, context.retries, context.start_deadline_seconds)
     locks = [_LOCK_CLASSES[kinds.kind(name).lock_class](context) for name in names]
     # An expired lease proves its holder's work is gone only when a guard killed it at

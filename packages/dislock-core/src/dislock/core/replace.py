@@ -1,0 +1,139 @@
+"""Replacing a lease's running holder (``LockContext.replace``, ``LOCK_REPLACE=1``):
+the marks in the lease row, the statements that write and read them, and their
+answers.
+
+The newest run wins, and never overlaps the one it replaces.  The hand-over goes
+through the lease row's ``value`` alone, in three steps:
+
+1. The replacer, refused by a live row, *marks* it: ``holder (replaced by S)``,
+   where ``S`` is the replacer's successor text (``successor``).  ``expire_at``
+   is left alone: the row stays live for everyone else, and it expires when the
+   holder's last renewal said it would.
+2. The holder's next renewal finds its ``value`` gone (renewals are guarded by
+   it), so the lease is lost, as it is on any other loss: its command's group is
+   stopped (the guard does it at the lease's deadline if the wrapper cannot).
+   The renewer reads the row once to say why (``replaced_by``).  Once the group
+   is gone, the holder *hands over*: the row's ``value`` becomes ``S``, still
+   live until the same ``expire_at``.
+3. The replacer, polling, *takes over* the row whose ``value`` is its ``S``
+   (``dislock.core.lock_queries``' ``take_over``: pause, TTL cap and fencing as
+   any acquisition), or, once it expired, takes it as any expired row.
+
+A holder that is dead or frozen never hands over; its row expires no later than
+its last renewal said, and its command was stopped by then (the guard).  A
+third wrapper waiting for the lease is not woken by the hand-over (the row stays
+live throughout) and so does not slip in between.  Marking needs the right to
+update the key's row, as running it does: a role's grant decides.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import NamedTuple
+
+from psycopg import sql
+
+from dislock.core.exchange import Exchange, Rows
+
+REPLACED_MARK = " (replaced by "
+"""Follows the holder's owner token in a lease row a replacer marked; the
+successor text and ``)`` follow it."""
+
+POLL_SECONDS = 0.2
+"""How often a replacer tries to take the row over while it waits for it."""
+
+SLACK_SECONDS = 1.0
+"""How long past the marked row's expiry a replacer keeps trying: the expiry is
+measured on the server's clock, the wait on ours."""
+
+
+def successor(owner: str, host: str) -> str:
+    """What a replacer writes into the mark, and the holder hands the row over to:
+    its owner token, which names its host already unless the owner was chosen."""
+    return owner if owner.startswith(f"{host}:") else f"{owner} on {host}"
+
+
+class Marked(NamedTuple):
+    """A live holder's row, marked: whose it was, and how long it may stay live."""
+
+    holder: str
+    remaining: float
+    """Seconds until the row expires (the server's clock), at the mark."""
+
+
+def _table(table_parts: tuple[str, ...]) -> sql.Identifier:
+    return sql.Identifier(*table_parts)
+
+
+@lru_cache(maxsize=32)
+def mark_query(table_parts: tuple[str, ...]) -> sql.Composed:
+    """Mark the live lease row ``key`` for ``successor``, unless a replacer marked it
+    already (the first one waits its turn; a later one is refused as held)."""
+    return sql.SQL(
+        "UPDATE {table} SET value = value || %(mark)s"
+        " WHERE key = %(key)s AND expire_at > NOW() AND strpos(value, %(marked)s) = 0"
+        " RETURNING left(value, -length(%(mark)s)),"
+        " extract(epoch FROM expire_at - NOW())::float8"
+    ).format(table=_table(table_parts))
+
+
+def mark(table_parts: tuple[str, ...], key: str, successor: str) -> Exchange[Marked | None]:
+    """Ask the live holder of the lease row ``key`` to hand it over to ``successor``:
+    who held it and for how long yet, or None (free, or being replaced already)."""
+    params = {"key": key, "mark": f"{REPLACED_MARK}{successor})", "marked": REPLACED_MARK}
+    return Exchange(mark_query(table_parts), params, _read_marked)
+
+
+def _read_marked(rows: Rows) -> Marked | None:
+    if not rows:
+        return None
+    holder, remaining = rows[0]
+    return Marked(str(holder), max(0.0, float(remaining)))
+
+
+@lru_cache(maxsize=32)
+def hand_over_query(table_parts: tuple[str, ...]) -> sql.Composed:
+    """The owner's marked live row ``key`` becomes its successor's; ``expire_at`` stays."""
+    return sql.SQL(
+        "UPDATE {table} SET value = substr(value, %(cut)s, length(value) - %(cut)s)"
+        " WHERE key = %(key)s AND starts_with(value, %(prefix)s) AND right(value, 1) = ')'"
+        " AND expire_at > NOW()"
+        " RETURNING value"
+    ).format(table=_table(table_parts))
+
+
+def hand_over(table_parts: tuple[str, ...], key: str, owner: str) -> Exchange[str | None]:
+    """Hand ``owner``'s marked lease row ``key`` to the replacer that marked it: the
+    successor's text, or None (not marked for a successor, or expired)."""
+    prefix = f"{owner}{REPLACED_MARK}"
+    params = {"key": key, "prefix": prefix, "cut": len(prefix) + 1}
+    return Exchange(hand_over_query(table_parts), params, _read_successor)
+
+
+def _read_successor(rows: Rows) -> str | None:
+    return str(rows[0][0]) if rows else None
+
+
+@lru_cache(maxsize=32)
+def values_query(table_parts: tuple[str, ...]) -> sql.Composed:
+    """The ``(key, value)`` of the rows ``keys``."""
+    return sql.SQL("SELECT key, value FROM {table} WHERE key = ANY(%(keys)s::text[])").format(
+        table=_table(table_parts)
+    )
+
+
+def values(table_parts: tuple[str, ...], keys: list[str]) -> Exchange[dict[str, str]]:
+    """The value of each row among ``keys`` that exists: why renewals found them gone."""
+    return Exchange(values_query(table_parts), {"keys": keys}, _read_values)
+
+
+def _read_values(rows: Rows) -> dict[str, str]:
+    return {str(key): str(value) for key, value in rows}
+
+
+def replaced_by(owner: str, value: str | None) -> str | None:
+    """The successor ``owner``'s row ``value`` was marked for, or None."""
+    prefix = f"{owner}{REPLACED_MARK}"
+    if value is None or not value.startswith(prefix) or not value.endswith(")"):
+        return None
+    return value[len(prefix) : -1]

@@ -1,0 +1,84 @@
+"""A replacer's sequences (``LockContext.replace``), in ``dislock.core.acquisition``'s
+steps: marking the live holder's lease row, then taking it over once handed over.
+The marks and statements are ``dislock.core.replace``'s; the holder's hand-over is
+part of its release (``dislock.core.acquisition.releasing``); ``LeaseLock`` drives
+both sequences and waits between tries.
+"""
+
+from __future__ import annotations
+
+import socket
+from time import monotonic
+
+import psycopg
+
+from dislock.core.acquisition import (
+    Ask,
+    Clock,
+    Connect,
+    LeaseTry,
+    Steps,
+    claiming,
+    let_go,
+    releasing,
+)
+from dislock.core.context import LockContext
+from dislock.core.lease import LeaseClock, LeaseSettings
+from dislock.core.lock_statements import statements_for
+from dislock.core.patience import ConnectPatience
+from dislock.core.pause import paused_error
+from dislock.core.refusal import refused
+from dislock.core.replace import Marked, mark, successor
+from dislock.core.rows import lease_key
+
+
+def marking(
+    context: LockContext, key: str, timeout: float, patience: ConnectPatience
+) -> Steps[tuple[str, Marked | None]]:
+    """Mark the live lease row ``key`` for ``context``'s owner: the successor text
+    written, and whose row it was (None: it was free, or being replaced already).
+    A role without the right to run the key is refused as its acquisition is."""
+    text = successor(context.owner, socket.gethostname())
+    table_parts = tuple(context.table_parts)
+    try:
+        marked: Marked | None = yield Ask(mark(table_parts, key, text), timeout, patience)
+    except psycopg.Error as exc:
+        denied = refused(exc, url=context.url, key=key, table_parts=context.table_parts)
+        if denied is not None:
+            raise denied from None
+        raise
+    return text, marked
+
+
+def taking_over(
+    context: LockContext,
+    settings: LeaseSettings,
+    patience: ConnectPatience,
+    text: str,
+    *,
+    clock: Clock = monotonic,
+) -> Steps[LeaseTry | None]:
+    """One try at the lease row handed over to ``text``: taken (with its clock, as
+    ``trying_lease`` takes a row), or None while it has not been."""
+    key = lease_key(context.lock_key)
+    yield Connect(patience)
+    sent_at = clock()
+    lease_clock = LeaseClock(settings, acquired_at=sent_at)
+    answer = yield from claiming(
+        statements_for(context).take_over(key, context.owner, text, settings.ttl),
+        lease_clock.attempt_timeout(sent_at),
+        context=context,
+        key=key,
+        what=f"lease {key!r}",
+        patience=patience,
+        clock=clock,
+    )
+    if answer.paused_until is not None:
+        raise paused_error(context.lock_key, answer.paused_for, answer.paused_until)
+    if not answer.acquired:
+        return None
+    if lease_clock.check_deadline(clock()):
+        released = yield from releasing(context, key, settings.ttl)
+        let_go(context, key, settings.ttl, released=released, now=clock())
+        return None
+    return LeaseTry(key, lease_clock, answer.token, None)

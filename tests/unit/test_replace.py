@@ -1,0 +1,172 @@
+"""Replacing a running holder (``dislock.core.replace``, ``dislock.core.replacing``):
+the marks, the answers, and the sequences, followed without a database.  The same
+paths run against PostgreSQL in ``contract/test_replace.py`` and ``cli/test_replace.py``."""
+
+from __future__ import annotations
+
+import socket
+
+import psycopg.errors
+import pytest
+
+from dislock.core.acquisition import releasing
+from dislock.core.answers import Acquired
+from dislock.core.errors import KeyNotGrantedError, LockPausedError
+from dislock.core.lease import LeaseClock, LeaseSettings
+from dislock.core.patience import ConnectPatience
+from dislock.core.renewal import Renewal, explain, gone
+from dislock.core.replace import (
+    REPLACED_MARK,
+    Marked,
+    mark,
+    replaced_by,
+    successor,
+)
+from dislock.core.replacing import marking, taking_over
+from tests.unit.test_acquisition import TAKEN, Database, Late, lease_context
+
+KEY = "cronjob-lock:lease:nightly"
+
+
+@pytest.mark.parametrize(
+    ("owner", "host", "text"),
+    [
+        ("web-3:4242:9f3a0c1e", "web-3", "web-3:4242:9f3a0c1e"),
+        ("nightly-import", "web-3", "nightly-import on web-3"),
+        # A host that merely starts the owner is not its host part.
+        ("web-30:1:aa", "web-3", "web-30:1:aa on web-3"),
+    ],
+)
+def test_the_successor_names_its_host_once(owner: str, host: str, text: str) -> None:
+    assert successor(owner, host) == text
+
+
+@pytest.mark.parametrize(
+    "owner",
+    ["web-3:4242:9f3a0c1e", "odd (owner)", f"owner{REPLACED_MARK}someone)", "with ) inside"],
+)
+def test_a_marked_value_names_its_successor_whatever_the_owner(owner: str) -> None:
+    text = "web-4:77:0badc0de"
+    assert replaced_by(owner, f"{owner}{REPLACED_MARK}{text})") == text
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        None,
+        "web-3:4242:9f3a0c1e",  # still the holder's: released, renewed
+        "web-3:4242:9f3a0c1e (released)",
+        "someone-else (replaced by web-4:1:aa)",  # another owner's row
+        "web-3:4242:9f3a0c1e (replaced by web-4:1:aa",  # cut short
+    ],
+)
+def test_anything_else_is_no_replacement(value: str | None) -> None:
+    assert replaced_by("web-3:4242:9f3a0c1e", value) is None
+
+
+def test_the_mark_names_the_successor_and_only_marks_an_unmarked_row() -> None:
+    exchange = mark(("locks",), KEY, "web-4:77:0badc0de")
+    assert exchange.params["mark"] == " (replaced by web-4:77:0badc0de)"
+    assert exchange.params["marked"] == REPLACED_MARK
+    assert exchange.read([]) is None
+    assert exchange.read([("web-3:1:aa", 4.5)]) == Marked("web-3:1:aa", 4.5)
+    # A row past its expiry by the time the statement ran reads as none left.
+    assert exchange.read([("web-3:1:aa", -0.01)]) == Marked("web-3:1:aa", 0.0)
+
+
+def _renewal(owner: str, *, lost_by: str) -> Renewal:
+    settings = LeaseSettings.from_context(lease_context(owner=owner))
+    clock = LeaseClock(settings, acquired_at=100.0)
+    if lost_by == "row":
+        clock.renewed(sent_at=101.0, now=101.1, rows=0)
+    else:
+        clock.check_deadline(1000.0)
+    return Renewal(key=f"k-{owner}", owner=owner, table_parts=("locks",), clock=clock)
+
+
+def test_a_loss_is_named_a_replacement_only_when_its_row_was_marked_for_it() -> None:
+    replaced = _renewal("a:1:aa", lost_by="row")
+    taken = _renewal("b:2:bb", lost_by="row")
+    late = _renewal("c:3:cc", lost_by="deadline")
+    assert gone([replaced, taken, late]) == [replaced, taken]
+    explain(
+        [replaced, taken, late],
+        {
+            "k-a:1:aa": "a:1:aa (replaced by web-4:77:0badc0de)",
+            "k-b:2:bb": "other:9:ff",  # taken over after it expired: not a replacement
+            "k-c:3:cc": "c:3:cc (replaced by web-4:77:0badc0de)",
+        },
+    )
+    assert replaced.clock.lost_reason == "replaced by web-4:77:0badc0de"
+    assert replaced.clock.replaced_by == "web-4:77:0badc0de"
+    assert taken.clock.lost_reason is not None and "no longer ours" in taken.clock.lost_reason
+    assert taken.clock.replaced_by is None
+    # A deadline that passed is the loss, whatever the row says by then.
+    assert late.clock.lost_reason is not None and "deadline" in late.clock.lost_reason
+    assert late.clock.replaced_by is None
+
+
+def test_marking_returns_what_it_wrote_and_who_held_the_row() -> None:
+    context = lease_context(owner="web-4:77:0badc0de")
+    db = Database([Marked("web-3:1:aa", 4.0)])
+    text, marked = db.run(marking(context, KEY, 1.0, ConnectPatience(5.0, 0.0)))
+    assert db.steps == ["mark"]
+    assert marked == Marked("web-3:1:aa", 4.0)
+    assert text == successor(context.owner, socket.gethostname())
+
+
+def test_marking_a_key_the_role_may_not_run_is_refused_as_its_acquisition_is() -> None:
+    context = lease_context()
+    denied = psycopg.errors.InsufficientPrivilege("new row violates row-level security policy")
+    db = Database([denied])
+    with pytest.raises(KeyNotGrantedError):
+        db.run(marking(context, KEY, 1.0, ConnectPatience(5.0, 0.0)))
+
+
+def _taking(db: Database) -> object:
+    context = lease_context(owner="web-4:77:0badc0de")
+    settings = LeaseSettings.from_context(context)
+    return db.run(
+        taking_over(
+            context, settings, ConnectPatience(5.0, 0.0), "web-4:77:0badc0de", clock=db.clock
+        )
+    )
+
+
+def test_taking_over_a_handed_row_starts_the_lease_clock_as_the_statement_is_sent() -> None:
+    db = Database([TAKEN], now=[50.0])
+    tried = _taking(db)
+    assert db.steps == ["connect", "acquire", "noted 3"]
+    assert tried is not None and tried.fence == 7  # type: ignore[attr-defined]
+    assert tried.clock.deadline == pytest.approx(50.0 + 30.0 - 1.0)  # type: ignore[attr-defined]
+
+
+def test_a_row_not_handed_over_yet_is_not_taken() -> None:
+    db = Database([Acquired(False, None, None, None)])
+    assert _taking(db) is None
+    assert db.steps == ["connect", "acquire", "noted None"]
+
+
+def test_a_pause_that_came_meanwhile_refuses_the_take_over() -> None:
+    from datetime import datetime, timezone
+
+    until = datetime(2026, 12, 4, 13, 0, tzinfo=timezone.utc)
+    db = Database([Acquired(False, None, "maintenance", until)])
+    with pytest.raises(LockPausedError):
+        _taking(db)
+
+
+def test_a_take_over_answered_past_the_lease_deadline_is_released() -> None:
+    db = Database([Late(40.0, TAKEN), True])
+    assert _taking(db) is None
+    assert db.steps == ["connect", "acquire", "noted 3", "release"]
+
+
+def test_a_release_that_found_the_row_marked_hands_it_over() -> None:
+    context = lease_context(owner="web-3:1:aa")
+    db = Database([False, "web-4:77:0badc0de"])
+    assert db.run(releasing(context, KEY, 30.0)) is True
+    assert db.steps == ["release", "hand over"]
+    db = Database([True])
+    db.run(releasing(context, KEY, 30.0))
+    assert db.steps == ["release"]

@@ -193,7 +193,10 @@ def test_check_shows_the_bounds_of_a_run(
         "LOCK_RETRY_DELAY_SECONDS": "300",
         "LOCK_START_DEADLINE_SECONDS": "21600",
         "LOCK_OUTPUT_TAIL_BYTES": "4096",
+        "LOCK_STRATEGY": "schedule,lease",
+        "LOCK_REPLACE": "1",
     }
+    assert "  replace " not in ctl("check", env={**env, "LOCK_REPLACE": "0"}).stdout
     checked = ctl("check", env=env)
     assert checked.returncode == 0, checked.stderr
     lines = checked.stdout
@@ -202,6 +205,7 @@ def test_check_shows_the_bounds_of_a_run(
     assert "must tick more often than the schedule" in lines
     assert "  start deadline  21600 s after the slot began" in lines
     assert "  output tail     the last 4096 bytes of stdout and of stderr" in lines, lines
+    assert "  replace         a running copy is asked to stop (it exits 75)" in lines, lines
     assert "MISSING" not in lines
     db.execute(
         sql.SQL("ALTER TABLE {} DROP COLUMN stdout_tail, DROP COLUMN stderr_tail").format(

@@ -5,6 +5,7 @@ tail, scrubbed of the lock URL's secrets, is stored and shown escaped."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -170,3 +171,39 @@ def test_a_wrapper_started_without_a_stdout_copies_into_no_socket(
     assert result.returncode == 1, result.stderr
     run = last_run(ctl, env)
     assert run["outcome"] == "failed" and run["output"]["stdout"] == "hi\n", run
+
+
+def test_a_success_whose_lease_went_as_it_ended_keeps_its_tail(
+    ctl: Ctl, history_env: dict[str, str]
+) -> None:
+    """The command prints, stops its own wrapper (as a frozen machine would) and
+    exits 0; the wrapper, resumed past the lease's deadline, finds its lease gone:
+    the run is ``lease_lost`` (exit 75), and its tail is kept like any failed run's
+    (before, an ``ok`` end turned ``lease_lost`` as it was recorded kept none)."""
+    env = {**tail_env(history_env), "RUN_LOCK_TTL_SECONDS": "2", "LOCK_LEASE_INTERVAL": "0.3"}
+    script = 'echo "last words"; echo "said on stderr" >&2; kill -STOP "$PPID"'
+    wrapper = subprocess.Popen(
+        [*DISLOCK, "DATABASE_URL", "sh", "-c", script],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        stopped = time.monotonic() + 60
+        while Path(f"/proc/{wrapper.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "T":
+            assert time.monotonic() < stopped, "the command never stopped its wrapper"
+            time.sleep(0.05)
+        time.sleep(3.0)  # past the lease's TTL: its row may be anyone's now
+        wrapper.send_signal(signal.SIGCONT)
+        stdout, stderr = wrapper.communicate(timeout=60)
+    finally:
+        if wrapper.poll() is None:
+            wrapper.send_signal(signal.SIGCONT)
+            wrapper.kill()
+            wrapper.communicate()
+    assert wrapper.returncode == 75, stderr
+    assert stdout == "last words\n"
+    run = last_run(ctl, env)
+    assert run["outcome"] == "lease_lost", run
+    assert run["output"] == {"stdout": "last words\n", "stderr": "said on stderr\n"}, run

@@ -42,3 +42,36 @@ def test_bytes_that_are_not_text_are_kept_as_escapes() -> None:
     assert text == "a\\x00b\\xff\x1b[31mred\n"
     assert Tail(10).text() is None
     assert fed(Tail(4), b"0123456789") == "6789"
+
+
+class _Lease:
+    def __init__(self, lost: bool) -> None:
+        self.lost = lost
+
+    def is_lost(self) -> bool:
+        return self.lost
+
+
+class _Run:
+    def __init__(self, end: object, lost: bool) -> None:
+        self.lease = _Lease(lost)
+        self.run_end = end
+
+
+def test_a_success_keeps_no_tail_and_one_whose_lease_went_as_it_ended_keeps_it() -> None:
+    """How a wrapped command's end is recorded (``_recording.run_end``): the wrapper
+    hands over its tails whatever the outcome."""
+    from dislock._sync._recording import run_end
+    from dislock.core.context import LockContext
+    from dislock.core.history import RunEnd
+
+    context = LockContext(
+        url="postgresql://db/app", lock_key="k", run_ttl_seconds=10, lease_interval_seconds=2
+    )
+    ended = RunEnd("ok", 0, stdout_tail="done\n", stderr_tail="")
+    kept = run_end(context, _Run(ended, lost=False), None)  # type: ignore[arg-type]
+    assert kept == RunEnd("ok", 0)
+    lost = run_end(context, _Run(ended, lost=True), None)  # type: ignore[arg-type]
+    assert lost == RunEnd("lease_lost", 75, stdout_tail="done\n", stderr_tail="")
+    failed = RunEnd("failed", 3, stdout_tail="oops\n", stderr_tail=None)
+    assert run_end(context, _Run(failed, lost=False), None) == failed  # type: ignore[arg-type]

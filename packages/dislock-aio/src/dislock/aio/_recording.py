@@ -54,7 +54,14 @@ def run_end(context: LockContext, run: Run, exc: BaseException | None) -> histor
         return history.end_of_block(exc, lease_lost=lost)
     if lost and end.outcome == "ok" and context.lease_loss_policy is LeaseLossPolicy.TERMINATE:
         # The lease went as the command ended: the wrapper returns 75.
-        return history.RunEnd("lease_lost", LEASE_LOST_EXIT_CODE)
+        return history.RunEnd(
+            "lease_lost",
+            LEASE_LOST_EXIT_CODE,
+            stdout_tail=end.stdout_tail,
+            stderr_tail=end.stderr_tail,
+        )
+    if end.outcome == "ok":
+        return end._replace(stdout_tail=None, stderr_tail=None)  # a success keeps no output
     return end
 
 

@@ -235,9 +235,10 @@ async def supervise(
             end = end_of_command(child.returncode, code, lease_lost=lost, timed_out=timed_out)
             if outputs is not None:
                 # Its group is gone: the pipes end once the copying has caught up.
+                # Kept whatever the outcome: the run's record drops them for a
+                # success, and a success whose lease went as it ended is no success.
                 stdout_tail, stderr_tail = await to_thread(outputs.finish)
-                if end.outcome != "ok":
-                    end = end._replace(stdout_tail=stdout_tail, stderr_tail=stderr_tail)
+                end = end._replace(stdout_tail=stdout_tail, stderr_tail=stderr_tail)
             session.run_end = end
             return code
         except BaseException:

@@ -113,6 +113,11 @@ def _check(conn: Any, settings: WrapperSettings) -> int:
         )
     if context.slots > 1:
         print(f"  slots           {context.slots} holders at once")
+    if context.replace:
+        print(
+            "  replace         a running copy is asked to stop (it exits 75); this one starts"
+            " once it is gone"
+        )
     if settings.conflict_exit_code:
         print(f"  when held       exit {settings.conflict_exit_code}")
     print(f"  fencing         {'on' if context.fencing else 'off'}")

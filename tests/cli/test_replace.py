@@ -26,9 +26,10 @@ from tests.cli.conftest import (
 from tests.support.eventually import eventually
 from tests.support.processes import alive
 
-# The command: it logs its start and, on SIGTERM, its end, on the monotonic clock
-# (one clock for every process of the machine), with its wrapper's pid; and as it
-# starts, whether the command of $WATCH_PID (another wrapper's) is still alive.
+# The command: it logs its start and, on SIGTERM, its end (with $IGNORE_TERM, only
+# that it got it), on the monotonic clock (one clock for every process of the
+# machine), with its wrapper's pid; and as it starts, whether the command of
+# $WATCH_PID (another wrapper's) is still alive.
 COMMAND = """
 import os, signal, sys, time
 log = sys.argv[1]
@@ -42,6 +43,9 @@ def note(what, other=0):
     with open(log, "a") as f:
         f.write(f"{what} {os.getppid()} {time.monotonic_ns()} {os.getpid()} {other}\\n")
 def end(*_):
+    if os.environ.get("IGNORE_TERM"):
+        note("term")  # and carries on: only SIGKILL ends it
+        return
     note("end")
     os._exit(143)
 signal.signal(signal.SIGTERM, end)
@@ -138,7 +142,7 @@ def assert_one_at_a_time(log: Path) -> None:
             assert not running and not event.overlap, (event, ordered)
             if event.pid in ends:
                 running.add(event.pid)
-        else:
+        elif event.what == "end":
             running.discard(event.pid)
 
 
@@ -158,7 +162,7 @@ def test_the_docs_block_runs_as_pasted(cli_env: dict[str, str], tmp_path: Path) 
     assert line.startswith(
         f"dislock: lease lost for lock 'report-builder': replaced by {socket.gethostname()}:"
     ), line
-    assert "; terminating sh (pid " in line and line.endswith(", SIGKILL after 10 s), exit 75")
+    assert "; terminating sh (pid " in line and line.endswith(" s), exit 75"), line
 
 
 def test_twenty_replacements_never_overlap(wrappers: Wrappers) -> None:
@@ -203,34 +207,76 @@ def test_a_frozen_holder_is_replaced_once_its_guard_killed_its_command(
     assert_one_at_a_time(wrappers.log)
 
 
+def children(pid: int) -> list[int]:
+    """The processes ``pid`` started (its guard and its command, for a wrapper)."""
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(child) for child in (task / "children").read_text().split()]
+    return found
+
+
 def test_a_dead_holder_is_replaced_as_its_row_expires(wrappers: Wrappers) -> None:
     holder = wrappers.start()
     command = wrappers.running(holder)
-    os.killpg(holder.pid, signal.SIGKILL)  # the machine died: wrapper, guard and command
+    # The machine died: the wrapper, its guard and its command at once (the guard
+    # and the command each lead a session of their own).
+    helpers = children(holder.pid)
+    assert command.pid in helpers and len(helpers) == 2, helpers
+    for pid in (holder.pid, *helpers):
+        os.kill(pid, signal.SIGKILL)
     died = time.monotonic()
-    replacer = wrappers.start(watch=command)
-    assert not wrappers.running(replacer).overlap
+    replacer = wrappers.start()
+    wrappers.running(replacer)
     waited = time.monotonic() - died
-    assert not alive(command.pid)
-    assert waited >= 3 - 2 * 0.3 - 0.5, waited
+    # Not before the row expired: a TTL (3 s) after the last renewal.
+    assert waited >= 3 - 0.3 - 0.5, waited
     replacer.send_signal(signal.SIGTERM)
     _, stderr = replacer.communicate(timeout=60)
     assert "Traceback" not in stderr, stderr
 
 
-def test_a_waiting_wrapper_does_not_slip_in_between(wrappers: Wrappers) -> None:
+def test_a_holder_that_ignores_sigterm_is_killed_before_its_row_can_expire(
+    wrappers: Wrappers,
+) -> None:
+    """Its grace after SIGTERM ends at its lease's deadline, not 10 s later: the
+    row stays live until then, and the replacer (or anyone) may take it after."""
+    holder = wrappers.start(IGNORE_TERM="1")
+    command = wrappers.running(holder)
+    replacer = wrappers.start(watch=command)
+    assert not wrappers.running(replacer).overlap
+    _, stderr = holder.communicate(timeout=60)
+    assert holder.returncode == 75, stderr
+    (line,) = stderr.splitlines()
+    assert "replaced by " in line and "SIGKILL after 10 s" not in line, line
+    assert [e.what for e in events(wrappers.log) if e.pid == command.pid] == ["start", "term"]
+    assert_one_at_a_time(wrappers.log)
+
+
+def test_a_waiting_wrapper_does_not_slip_in_between(wrappers: Wrappers, tmp_path: Path) -> None:
     """A third wrapper waiting for the lease (no replace) is not woken by the
     hand-over: the replacer runs next, then the waiter once the replacer ends."""
     holder = wrappers.start()
     wrappers.running(holder)
-    waiter = wrappers.start(LOCK_REPLACE="0", LOCK_WAIT_SECONDS="120")
-    time.sleep(1.0)  # waiting (as its INFO log would say), not running
-    assert waiter.poll() is None and len(starts(wrappers.log)) == 1
+    said = tmp_path / "waiter.stderr"
+    with said.open("w") as stderr:
+        waiter = subprocess.Popen(
+            [*DISLOCK, "DATABASE_URL", sys.executable, "-c", COMMAND, str(wrappers.log)],
+            env={
+                **wrappers.env,
+                "LOCK_REPLACE": "0",
+                "LOCK_WAIT_SECONDS": "120",
+                "CRONJOB_LOCK_LOG_LEVEL": "INFO",
+            },
+            stderr=stderr,
+            text=True,
+            start_new_session=True,
+        )
+    wrappers.started.append(waiter)
+    eventually(lambda: "is held; waiting up to 120 s" in said.read_text(), timeout=60)
     replacer = wrappers.start()
     wrappers.running(replacer)
     holder.communicate(timeout=60)
     assert holder.returncode == 75
-    time.sleep(1.0)
     assert [e.wrapper for e in starts(wrappers.log)] == [holder.pid, replacer.pid]
     os.kill(replacer.pid, signal.SIGTERM)  # forwarded to its command; then released
     replacer.communicate(timeout=60)

@@ -68,6 +68,7 @@ def test_the_mark_names_the_successor_and_only_marks_an_unmarked_row() -> None:
     exchange = mark(("locks",), KEY, "web-4:77:0badc0de")
     assert exchange.params["mark"] == " (replaced by web-4:77:0badc0de)"
     assert exchange.params["marked"] == REPLACED_MARK
+    assert exchange.params["handed"] == " (handed over)"  # nor a row being handed over
     assert exchange.read([]) is None
     assert exchange.read([("web-3:1:aa", 4.5)]) == Marked("web-3:1:aa", 4.5)
     # A row past its expiry by the time the statement ran reads as none left.
@@ -101,6 +102,10 @@ def test_a_loss_is_named_a_replacement_only_when_its_row_was_marked_for_it() -> 
     assert replaced.clock.replaced_by == "web-4:77:0badc0de"
     assert taken.clock.lost_reason is not None and "no longer ours" in taken.clock.lost_reason
     assert taken.clock.replaced_by is None
+    # Only a replacement cuts the command's grace short (the row stays live for the
+    # replacer); a row found gone and never read since might be one.
+    assert replaced.clock.replacing and not taken.clock.replacing and not late.clock.replacing
+    assert _renewal("d:4:dd", lost_by="row").clock.replacing
     # A deadline that passed is the loss, whatever the row says by then.
     assert late.clock.lost_reason is not None and "deadline" in late.clock.lost_reason
     assert late.clock.replaced_by is None
@@ -170,3 +175,21 @@ def test_a_release_that_found_the_row_marked_hands_it_over() -> None:
     db = Database([True])
     db.run(releasing(context, KEY, 30.0))
     assert db.steps == ["release"]
+
+
+@pytest.mark.parametrize(
+    ("replacing", "until_deadline", "grace"),
+    [
+        (False, 2.0, 10.0),  # a deadline that passed: the usual grace
+        (False, None, 10.0),
+        (True, 2.5, 2.5),  # replaced: the grace ends at the lease's deadline
+        (True, 30.0, 10.0),
+        (True, -1.0, 0.0),
+    ],
+)
+def test_a_replaced_commands_grace_ends_by_its_lease_deadline(
+    replacing: bool, until_deadline: float | None, grace: float
+) -> None:
+    from dislock.core.supervision import loss_grace
+
+    assert loss_grace(replacing, until_deadline) == grace

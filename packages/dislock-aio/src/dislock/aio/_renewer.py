@@ -235,6 +235,9 @@ class Renewer:
     async def _explain(self, batch: Batch, renewals: list[Renewal]) -> None:
         """Read the rows of ``renewals``, found gone, to say why they were lost: a
         replacer that asked for one is named in its loss.  Briefly: the loss waits."""
+        with self._guard:
+            # Watched as a renewal is: one stuck on a dead network is replaced.
+            self._sending_since, self._sending_for = monotonic(), EXPLAIN_TIMEOUT
         try:
             found = await self.hub.ask(
                 values(batch.table_parts, [r.key for r in renewals]), EXPLAIN_TIMEOUT
@@ -242,6 +245,9 @@ class Renewer:
         except Exception as exc:
             logger.debug("reading why leases were lost failed: %s", error_line(exc, self.hub.url))
             return
+        finally:
+            with self._guard:
+                self._sending_since = None
         with self._guard:
             explain(renewals, found)
 

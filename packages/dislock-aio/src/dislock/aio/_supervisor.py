@@ -76,6 +76,7 @@ from dislock.core.supervision import (
     guard_lag,
     inherited_environment,
     lease_loss_line,
+    loss_grace,
     max_runtime_line,
     new_run_token,
 )
@@ -310,25 +311,27 @@ class _Bound(NamedTuple):
         return max_runtime_line(self.lock_key, self.seconds, consequence)
 
 
-def _terminating(argv: Sequence[str], child: Child, status: int) -> str:
-    return f"terminating {argv[0]} (pid {child.pid}, SIGKILL after {KILL_GRACE:g} s), exit {status}"
+def _terminating(argv: Sequence[str], child: Child, status: int, grace: float = KILL_GRACE) -> str:
+    return f"terminating {argv[0]} (pid {child.pid}, SIGKILL after {grace:.3g} s), exit {status}"
 
 
 def _guard_killed(argv: Sequence[str], child: Child, status: int) -> str:
     return f"its guard killed the process group of {argv[0]} (pid {child.pid}), exit {status}"
 
 
-async def _terminate(child: Child, guard: Guard | None, lag: float, line: str) -> None:
-    """The wrapper stops the command itself (SIGTERM, SIGKILL after the grace), and
+async def _terminate(
+    child: Child, guard: Guard | None, lag: float, line: str, grace: float = KILL_GRACE
+) -> None:
+    """The wrapper stops the command itself (SIGTERM, SIGKILL after ``grace``), and
     tells the guard to wait out the grace and ``lag``.  ``line`` is said once the
     signal is sent: a wrapper blocked writing it (a full stderr pipe) must not hold
     the command's stop up."""
     started = monotonic()
     if guard is not None:
-        guard.kill_at(started + KILL_GRACE + lag)
+        guard.kill_at(started + grace + lag)
     signal_group(child.group, signal.SIGTERM)
     logger.error("%s", line)
-    await _finish_stop(child, KILL_GRACE, started)
+    await _finish_stop(child, grace, started)
 
 
 async def _watch(
@@ -390,9 +393,13 @@ async def _watch(
             return exit_status(code), False
         if lease is not None and lease.declare_if_lost():
             if policy is LeaseLossPolicy.TERMINATE:
-                consequence = _terminating(argv, child, LEASE_LOST_EXIT_CODE)
+                deadline = lease.deadline
+                grace = loss_grace(
+                    lease.replacing, None if deadline is None else deadline - monotonic()
+                )
+                consequence = _terminating(argv, child, LEASE_LOST_EXIT_CODE, grace)
                 line = lease_loss_line(lease.context.lock_key, lease.lost_reason, consequence)
-                await _terminate(child, guard, lag, line)
+                await _terminate(child, guard, lag, line, grace)
                 return LEASE_LOST_EXIT_CODE, False
             _report_loss(lease, f"{argv[0]} keeps running (lease loss policy: continue)")
             lease = None  # CONTINUE: stop checking

@@ -14,6 +14,7 @@ from dislock.core import bounds, config
 from dislock.core.dsn import parse_dsn, redact_dsn
 from dislock.core.errors import ConfigurationError
 from dislock.core.patience import DEFAULT_CONNECT_PATIENCE
+from dislock.core.replace import MAX_OWNER_BYTES
 from dislock.core.waiting import DEFAULT_POLL_SECONDS
 
 if TYPE_CHECKING:
@@ -291,6 +292,11 @@ class LockContext:
         _set(self, "slots", bounds.check_count(bounds.SLOTS, self.slots, name="slots"))
         if not isinstance(self.replace, bool):
             raise ConfigurationError(f"replace must be True or False, got {self.replace!r}")
+        if self.replace and len(self.owner.encode()) > MAX_OWNER_BYTES:
+            raise ConfigurationError(
+                f"replace writes its owner token beside the holder's: it must be at most"
+                f" {MAX_OWNER_BYTES} bytes (UTF-8)"
+            )
         if self.replace and self.slots > 1:
             raise ConfigurationError(
                 f"replace takes over a lease's one holder; it cannot be combined with"

@@ -83,6 +83,8 @@ class LeaseClock:
         """Whether a renewal found the row no longer ours (rather than a deadline passing)."""
         self.replaced_by: str | None = None
         """Who the row was handed over to, when a replacer marked it (``dislock.core.replace``)."""
+        self.explained = False
+        """Whether the row found gone was read since, to tell a replacement (``replaced``)."""
 
     @property
     def lost(self) -> bool:
@@ -135,12 +137,21 @@ class LeaseClock:
         self.next_renewal = now + self.retry_delay(now)
         return True
 
-    def replaced(self, successor: str) -> None:
-        """Record that the row a renewal found gone had been marked for ``successor``:
-        the loss is a replacement, and says by whom."""
+    def replaced(self, successor: str | None) -> None:
+        """Record what the row a renewal found gone showed when read: marked for
+        ``successor`` (the loss is a replacement, and says by whom), or not (None)."""
         if self.row_gone:
-            self.replaced_by = successor
-            self.lost_reason = f"replaced by {successor}"
+            self.explained = True
+            if successor is not None:
+                self.replaced_by = successor
+                self.lost_reason = f"replaced by {successor}"
+
+    @property
+    def replacing(self) -> bool:
+        """Whether the loss may be a replacement: the row was marked for a successor, or
+        was found gone and could not be read since.  Its row then stays live until its
+        expiry, for the successor, so the command must be gone by the deadline."""
+        return self.replaced_by is not None or (self.row_gone and not self.explained)
 
     def attempt_timeout(self, now: float) -> float:
         """How long one renewal statement may take before it is cancelled: a

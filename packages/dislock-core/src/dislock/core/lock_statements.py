@@ -17,6 +17,7 @@ from dislock.core import answers, lock_queries
 from dislock.core import retries as retries_module
 from dislock.core.answers import Acquired, SlotAnswer
 from dislock.core.exchange import Exchange
+from dislock.core.replace import handed
 from dislock.core.rows import pause_key_of
 from dislock.core.unknown_outcome import Mine
 from dislock.core.waiting import WAKE_CHANNEL, wake_key
@@ -102,7 +103,7 @@ class LockStatements:
             "key": key,
             "pause": pause_key_of(key),
             "owner": owner,
-            "successor": successor,
+            "successor": handed(successor),
             "ttl": ttl,
         }
         return Exchange(self.queries.take_over, params, answers.lease_reader(ttl))

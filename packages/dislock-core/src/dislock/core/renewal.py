@@ -237,9 +237,7 @@ def explain(renewals: Iterable[Renewal], values: dict[str, str]) -> None:
     """Give each of ``renewals`` whose row (``values``, by key) was marked by a
     replacer the reason that names it (``dislock.core.replace``)."""
     for r in renewals:
-        successor = replaced_by(r.owner, values.get(r.key))
-        if successor is not None:
-            r.clock.replaced(successor)
+        r.clock.replaced(replaced_by(r.owner, values.get(r.key)))
 
 
 def new_deadlines(batch: Batch) -> list[tuple[Callable[[float], None], float]]:

@@ -39,6 +39,13 @@ REPLACED_MARK = " (replaced by "
 """Follows the holder's owner token in a lease row a replacer marked; the
 successor text and ``)`` follow it."""
 
+HANDED_MARK = " (handed over)"
+"""Follows the successor text in a row a replaced holder handed over."""
+
+MAX_OWNER_BYTES = 1000
+"""The longest owner token of a replacer: the mark holds two owners, and a row's
+``value`` at most ``dislock.core.bounds.MAX_STORED_BYTES``."""
+
 POLL_SECONDS = 0.2
 """How often a replacer tries to take the row over while it waits for it."""
 
@@ -68,10 +75,12 @@ def _table(table_parts: tuple[str, ...]) -> sql.Identifier:
 @lru_cache(maxsize=32)
 def mark_query(table_parts: tuple[str, ...]) -> sql.Composed:
     """Mark the live lease row ``key`` for ``successor``, unless a replacer marked it
-    already (the first one waits its turn; a later one is refused as held)."""
+    already or it is being handed over (the first replacer waits its turn; a later
+    one is refused as by a held lease)."""
     return sql.SQL(
         "UPDATE {table} SET value = value || %(mark)s"
         " WHERE key = %(key)s AND expire_at > NOW() AND strpos(value, %(marked)s) = 0"
+        " AND strpos(value, %(handed)s) = 0"
         " RETURNING left(value, -length(%(mark)s)),"
         " extract(epoch FROM expire_at - NOW())::float8"
     ).format(table=_table(table_parts))
@@ -80,7 +89,12 @@ def mark_query(table_parts: tuple[str, ...]) -> sql.Composed:
 def mark(table_parts: tuple[str, ...], key: str, successor: str) -> Exchange[Marked | None]:
     """Ask the live holder of the lease row ``key`` to hand it over to ``successor``:
     who held it and for how long yet, or None (free, or being replaced already)."""
-    params = {"key": key, "mark": f"{REPLACED_MARK}{successor})", "marked": REPLACED_MARK}
+    params = {
+        "key": key,
+        "mark": f"{REPLACED_MARK}{successor})",
+        "marked": REPLACED_MARK,
+        "handed": HANDED_MARK,
+    }
     return Exchange(mark_query(table_parts), params, _read_marked)
 
 
@@ -93,25 +107,66 @@ def _read_marked(rows: Rows) -> Marked | None:
 
 @lru_cache(maxsize=32)
 def hand_over_query(table_parts: tuple[str, ...]) -> sql.Composed:
-    """The owner's marked live row ``key`` becomes its successor's; ``expire_at`` stays."""
+    """The owner's marked live row ``key`` is handed over to its successor;
+    ``expire_at`` stays.  (Lengths in characters, as the server counts them.)"""
     return sql.SQL(
-        "UPDATE {table} SET value = substr(value, %(cut)s, length(value) - %(cut)s)"
+        "UPDATE {table}"
+        " SET value = substr(value, length(%(prefix)s) + 1,"
+        " length(value) - length(%(prefix)s) - 1) || %(handed)s"
         " WHERE key = %(key)s AND starts_with(value, %(prefix)s) AND right(value, 1) = ')'"
         " AND expire_at > NOW()"
-        " RETURNING value"
+        " RETURNING left(value, -length(%(handed)s))"
     ).format(table=_table(table_parts))
 
 
 def hand_over(table_parts: tuple[str, ...], key: str, owner: str) -> Exchange[str | None]:
     """Hand ``owner``'s marked lease row ``key`` to the replacer that marked it: the
     successor's text, or None (not marked for a successor, or expired)."""
-    prefix = f"{owner}{REPLACED_MARK}"
-    params = {"key": key, "prefix": prefix, "cut": len(prefix) + 1}
+    params = {"key": key, "prefix": f"{owner}{REPLACED_MARK}", "handed": HANDED_MARK}
     return Exchange(hand_over_query(table_parts), params, _read_successor)
 
 
 def _read_successor(rows: Rows) -> str | None:
     return str(rows[0][0]) if rows else None
+
+
+def handed(successor: str) -> str:
+    """The ``value`` of a row handed over to ``successor``."""
+    return f"{successor}{HANDED_MARK}"
+
+
+@lru_cache(maxsize=32)
+def withdraw_query(table_parts: tuple[str, ...]) -> sql.Composed:
+    """Undo a replacer's mark (the holder's renewals succeed again), or free the row
+    handed over to it, whichever the live row ``key`` shows.  The mark names the
+    replacer's own token, so no other replacer's row matches."""
+    return sql.SQL(
+        "UPDATE {table}"
+        " SET value = CASE WHEN value = %(handed)s THEN value || %(released)s"
+        " ELSE left(value, -length(%(mark)s)) END,"
+        " expire_at = CASE WHEN value = %(handed)s THEN NOW() ELSE expire_at END"
+        " WHERE key = %(key)s AND expire_at > NOW()"
+        " AND (value = %(handed)s OR right(value, length(%(mark)s)) = %(mark)s)"
+        " RETURNING 1"
+    ).format(table=_table(table_parts))
+
+
+def withdraw(
+    table_parts: tuple[str, ...], key: str, successor: str, released: str
+) -> Exchange[bool]:
+    """A replacer's (``successor``'s) withdrawal from the lease row ``key`` it marked
+    (``released``: the mark a release leaves): whether there was anything to undo."""
+    params = {
+        "key": key,
+        "mark": f"{REPLACED_MARK}{successor})",
+        "handed": handed(successor),
+        "released": released,
+    }
+    return Exchange(withdraw_query(table_parts), params, _read_any)
+
+
+def _read_any(rows: Rows) -> bool:
+    return len(rows) > 0
 
 
 @lru_cache(maxsize=32)

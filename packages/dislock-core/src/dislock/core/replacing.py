@@ -1,5 +1,6 @@
 """A replacer's sequences (``LockContext.replace``), in ``dislock.core.acquisition``'s
-steps: marking the live holder's lease row, then taking it over once handed over.
+steps: marking the live holder's lease row, taking it over once handed over, and
+withdrawing when it gives up.
 The marks and statements are ``dislock.core.replace``'s; the holder's hand-over is
 part of its release (``dislock.core.acquisition.releasing``); ``LeaseLock`` drives
 both sequences and waits between tries.
@@ -7,6 +8,7 @@ both sequences and waits between tries.
 
 from __future__ import annotations
 
+import logging
 import socket
 from time import monotonic
 
@@ -23,13 +25,18 @@ from dislock.core.acquisition import (
     releasing,
 )
 from dislock.core.context import LockContext
+from dislock.core.dsn import scrub
 from dislock.core.lease import LeaseClock, LeaseSettings
 from dislock.core.lock_statements import statements_for
 from dislock.core.patience import ConnectPatience
 from dislock.core.pause import paused_error
 from dislock.core.refusal import refused
-from dislock.core.replace import Marked, mark, successor
-from dislock.core.rows import lease_key
+from dislock.core.replace import Marked, mark, successor, withdraw
+from dislock.core.rows import RELEASED_MARK, lease_key
+from dislock.core.timeouts import RELEASE_TIMEOUT
+from dislock.core.unknown_outcome import outcome_unknown
+
+logger = logging.getLogger("dislock")
 
 
 def marking(
@@ -46,6 +53,8 @@ def marking(
         denied = refused(exc, url=context.url, key=key, table_parts=context.table_parts)
         if denied is not None:
             raise denied from None
+        if outcome_unknown(exc):  # it may have marked the row: take that back
+            yield from withdrawing(context, key, text)
         raise
     return text, marked
 
@@ -82,3 +91,20 @@ def taking_over(
         let_go(context, key, settings.ttl, released=released, now=clock())
         return None
     return LeaseTry(key, lease_clock, answer.token, None)
+
+
+def withdrawing(context: LockContext, key: str, text: str) -> Steps[None]:
+    """Give up replacing the holder of the lease row ``key``, best effort: take the
+    mark for ``text`` back (its renewals succeed again, unless it noticed already),
+    or free the row it handed over, so that the key does not sit idle until the
+    row expires."""
+    exchange = withdraw(tuple(context.table_parts), key, text, RELEASED_MARK)
+    try:
+        yield Ask(exchange, RELEASE_TIMEOUT)
+    except Exception as exc:
+        logger.warning(
+            "could not take back the request to replace the holder of lease %r (it expires"
+            " by itself): %s",
+            context.lock_key,
+            scrub(str(exc), context.url),
+        )

@@ -193,6 +193,17 @@ wrapper let the deadline pass without acting (``SIGSTOP``, a debugger, a write
 blocked on a full pipe, a machine too loaded to run it)."""
 
 
+def loss_grace(replacing: bool, until_deadline: float | None) -> float:
+    """Seconds between the ``SIGTERM`` and the ``SIGKILL`` of a command whose lease was
+    lost: ``KILL_GRACE``; but when a replacer marked the row before the lease's local
+    deadline (``dislock.core.lease.LeaseClock.replacing``, ``dislock.core.replace``),
+    only until that deadline: the row stays live until then, and whoever takes it
+    next must find the command gone."""
+    if not replacing or until_deadline is None:
+        return KILL_GRACE
+    return max(0.0, min(KILL_GRACE, until_deadline))
+
+
 def lease_loss_line(lock_key: str, reason: str | None, consequence: str) -> str:
     """What the wrapper says when a lease is lost: one line, for the operator."""
     return f"lease lost for lock {lock_key!r}: {reason or 'unknown reason'}; {consequence}"

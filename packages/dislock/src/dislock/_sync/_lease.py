@@ -26,7 +26,7 @@ from dislock.core.lease import LeaseClock, LeaseSettings, raises_on_exit
 from dislock.core.patience import ConnectPatience
 from dislock.core.renewal import Renewal
 from dislock.core.replace import POLL_SECONDS, SLACK_SECONDS
-from dislock.core.replacing import marking, taking_over
+from dislock.core.replacing import marking, taking_over, withdrawing
 from dislock.core.rows import lease_key
 from dislock.core.supervision import LOSS_LOGGER
 from dislock.core.unknown_outcome import HELD
@@ -118,6 +118,12 @@ class LeaseLock:
     def lost_reason(self) -> str | None:
         """Why the latest acquisition was lost (None while it is not)."""
         return None if self._clock is None else self._clock.lost_reason
+
+    @property
+    def replacing(self) -> bool:
+        """Whether the latest acquisition's loss may be a replacement
+        (``LeaseClock.replacing``): its command must be gone by its deadline."""
+        return self._clock is not None and self._clock.replacing
 
     @property
     def renewals(self) -> int:
@@ -241,17 +247,26 @@ class LeaseLock:
             marked.holder,
         )
         until = monotonic() + marked.remaining + SLACK_SECONDS
-        while True:
-            tried = drive(hub, taking_over(context, self.settings, patience, text))
-            if tried is not None:
-                self.key = tried.key
-                assert tried.clock is not None
-                return tried.clock, tried.fence
-            # Expired unhanded (a dead or frozen holder), or released.
-            taken = self._attempt(hub, patience)
-            if taken is not None or monotonic() >= until:
-                return taken
-            sleep(min(POLL_SECONDS, max(0.0, until - monotonic())))
+        try:
+            while True:
+                tried = drive(hub, taking_over(context, self.settings, patience, text))
+                if tried is not None:
+                    self.key = tried.key
+                    assert tried.clock is not None
+                    return tried.clock, tried.fence
+                # Expired unhanded (a dead or frozen holder), or released.
+                taken = self._attempt(hub, patience)
+                if taken is not None:
+                    return taken
+                if monotonic() >= until:
+                    break
+                sleep(min(POLL_SECONDS, max(0.0, until - monotonic())))
+        except BaseException:
+            # Interrupted or failed: the holder is not left stopping for nobody.
+            drive(hub, withdrawing(context, self.key, text))
+            raise
+        drive(hub, withdrawing(context, self.key, text))
+        return None
 
     def _attempt(self, hub: Hub, patience: ConnectPatience) -> tuple[LeaseClock, int | None] | None:
         """One try at the lease (or at a free slot of it): its clock and fencing

@@ -638,3 +638,25 @@ def test_ls_says_when_a_held_leases_process_is_gone_from_this_host(
         assert gone["state"] == "held" and gone["holder_gone_pid"] == wrapper.pid, gone
         listed = ctl("ls", env["LOCK_KEY"], env=env).stdout
         assert f"held (its process {wrapper.pid} is not running on this host" in listed, listed
+    # A schedule slot is held until it ends, its run long over: nothing to say.
+    slot = {**cli_env, "LOCK_KEY": f"{cli_env['LOCK_KEY']}-slot"}
+    assert subprocess.run([*DISLOCK, "DATABASE_URL", "true"], env=slot, check=False).returncode == 0
+    (ended,) = json.loads(ctl("ls", slot["LOCK_KEY"], "--json", env=slot).stdout)
+    assert ended["state"] == "held" and ended["holder_gone_pid"] is None, ended
+    assert "not running on this host" not in ctl("ls", slot["LOCK_KEY"], env=slot).stdout
+
+
+def test_check_says_a_slot_past_its_start_deadline_would_not_start(
+    ctl: Ctl, cli_env: dict[str, str]
+) -> None:
+    # The slot began on January 1st: long past a deadline of a minute.
+    late = {**cli_env, "CRON_SCHEDULE": "0 0 1 1 *", "LOCK_START_DEADLINE_SECONDS": "60"}
+    checked = ctl("check", env=late)
+    assert checked.returncode == 0, checked.stderr
+    assert (
+        "  schedule        free: a run now would mark it late and not start"
+        " (past its start deadline)"
+    ) in checked.stdout, checked.stdout
+    # Every minute's slot began less than a day ago.
+    timely = {**late, "CRON_SCHEDULE": "* * * * *", "LOCK_START_DEADLINE_SECONDS": "86400"}
+    assert "  schedule        free: a run now would take it\n" in ctl("check", env=timely).stdout

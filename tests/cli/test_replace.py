@@ -289,7 +289,7 @@ def test_a_waiting_wrapper_does_not_slip_in_between(wrappers: Wrappers, tmp_path
     ("extra", "expected"),
     [
         ({"LOCK_STRATEGY": "schedule"}, "replacing the running holder needs the lease strategy"),
-        ({"LOCK_SLOTS": "2"}, "cannot be combined with 2 slots"),
+        ({"LOCK_SLOTS": "2"}, "cannot be combined with LOCK_SLOTS=2"),
         ({"LOCK_REPLACE": "maybe"}, "LOCK_REPLACE"),
     ],
 )

@@ -211,3 +211,18 @@ def test_password_never_printed_even_at_debug_on_a_working_run(
     assert first.returncode == 0 and second.returncode == 0
     assert "acquired lease" in first.stderr and "not running" in second.stderr
     assert "hunter2" not in first.stderr + second.stderr
+
+
+def test_a_missing_history_table_is_one_warning_line_and_the_run_goes_on(
+    run_cli: RunCli, cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    marker = tmp_path / "ran"
+    env = {**cli_env, "LOCK_HISTORY": "1", "LOCK_HISTORY_TABLE": "no_such_history"}
+    result = run_cli(["DATABASE_URL", "touch", str(marker)], env)
+    assert result.returncode == 0 and marker.exists(), result.stderr
+    (line,) = result.stderr.splitlines()  # not the statement the server quotes
+    assert line == (
+        f"dislock: could not record the start of {env['LOCK_KEY']!r} in history table"
+        ' no_such_history: relation "no_such_history" does not exist'
+        " (dislockctl init --history creates it)"
+    ), line

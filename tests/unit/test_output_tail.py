@@ -75,3 +75,16 @@ def test_a_success_keeps_no_tail_and_one_whose_lease_went_as_it_ended_keeps_it()
     assert lost == RunEnd("lease_lost", 75, stdout_tail="done\n", stderr_tail="")
     failed = RunEnd("failed", 3, stdout_tail="oops\n", stderr_tail=None)
     assert run_end(context, _Run(failed, lost=False), None) == failed  # type: ignore[arg-type]
+
+
+def test_history_shows_a_long_lines_end_and_the_last_lines() -> None:
+    from dislock.cli.history_report import TAIL_LINE_CHARS, TAIL_LINES, shown_tail
+
+    long = "x" * 5000 + "disk full"
+    lines, cut = shown_tail(f"{long}\n")
+    assert not cut and len(lines) == 1
+    assert len(lines[0]) == TAIL_LINE_CHARS and lines[0].startswith("…")
+    assert lines[0].endswith("xdisk full")
+    many = "".join(f"line {n}\x1b\n" for n in range(100))
+    lines, cut = shown_tail(many)
+    assert cut and len(lines) == TAIL_LINES and lines[-1] == "line 99\\x1b", lines[-1]

@@ -18,7 +18,7 @@ from typing import Protocol
 
 from dislock.core import history
 from dislock.core.context import LEASE_LOST_EXIT_CODE, LeaseLossPolicy, LockContext
-from dislock.core.dsn import one_line, scrub
+from dislock.core.dsn import message_line, one_line, scrub
 from dislock.core.exits import Exc, ExcType, Tb
 from dislock.core.patience import ConnectPatience
 
@@ -111,10 +111,11 @@ class RunRecording:
             await self._record_kept_ends(self.hub)
         except Exception as exc:
             logger.warning(
-                "could not record the start of %s in history table %s: %s",
+                "could not record the start of %r in history table %s: %s%s",
                 context.lock_key,
                 ".".join(self.table),
-                scrub(str(exc), context.url),
+                message_line(exc, context.url),
+                " (dislockctl init --history creates it)" if history.missing_table(exc) else "",
             )
         except BaseException:  # interrupted: nothing left for the exit to do
             hub, self.hub = self.hub, None

@@ -17,7 +17,6 @@ from dislock.core.context import LockContext
 from dislock.core.dsn import connection_kwargs, scrub
 from dislock.core.exchange import Exchange
 from dislock.core.patience import ConnectPatience
-from dislock.core.rows import lease_key
 from dislock.core.waiting import (
     WAKE_CHANNEL,
     WAKE_READ_TIMEOUT,
@@ -55,8 +54,8 @@ async def wait_for_release(
     )
     listener = await _listen(context)
     logger.info(
-        "lease %s is held; waiting up to %g s (%s)",
-        lease_key(context.lock_key),
+        "lease %r is held; waiting up to %g s (%s)",
+        context.lock_key,
         context.wait_seconds,
         "woken by releases" if listener is not None else "polling",
     )

@@ -5,7 +5,8 @@
 Exit codes: the command's own; 0 (or LOCK_CONFLICT_EXIT_CODE) when another
 machine holds the lock; 128+n on signal n before the command started; 1 on
 a runtime failure; 2 on bad configuration or usage; 75 when the lease was lost
-and the command was terminated; 124 when it ran past LOCK_MAX_RUNTIME_SECONDS.
+(or taken over, LOCK_REPLACE) and the command was terminated; 124 when it ran
+past LOCK_MAX_RUNTIME_SECONDS.
 """
 
 from __future__ import annotations
@@ -55,7 +56,8 @@ exit status:
   128+n  signal n arrived before the command started (jitter or wait)
   1   runtime failure: database unreachable, table missing, ...
   2   invalid configuration or usage
-  75  the lease was lost and the command was terminated
+  75  the lease was lost and the command was terminated, or a newer run took
+      it over (LOCK_REPLACE=1)
   124 the command ran past LOCK_MAX_RUNTIME_SECONDS and was stopped
 
 The command runs in its own process group. TERM, INT, HUP, QUIT, USR1 and USR2

@@ -85,13 +85,23 @@ TAIL_LINES = 20
 """Lines of each stream's tail ``history`` shows under its table (``--json``: all)."""
 
 
+TAIL_LINE_CHARS = 400
+"""The longest line of a kept stream shown in full; a longer one shows its end,
+where a failure usually says what happened (``--json`` has all of it)."""
+
+
 def shown_tail(text: str) -> tuple[list[str], bool]:
     """A kept stream's last ``TAIL_LINES`` lines as shown, each with every control
-    character escaped, and whether earlier lines were left out."""
+    character escaped and at most ``TAIL_LINE_CHARS`` long, and whether earlier lines
+    were left out."""
     from dislock.core.bounds import escape
 
     lines = text.splitlines()
-    return [escape(line) for line in lines[-TAIL_LINES:]], len(lines) > TAIL_LINES
+    shown = [
+        line if len(line) <= TAIL_LINE_CHARS else f"…{line[-(TAIL_LINE_CHARS - 1) :]}"
+        for line in lines[-TAIL_LINES:]
+    ]
+    return [escape(line) for line in shown], len(lines) > TAIL_LINES
 
 
 def render_tails(runs: Sequence[Run]) -> str:

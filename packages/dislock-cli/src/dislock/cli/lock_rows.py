@@ -311,12 +311,14 @@ class LockRow:
 
     @property
     def holder_gone(self) -> int | None:
-        """The pid of a held row's holder when the token names this host and no
-        process of that pid runs here (its wrapper was killed: the row stays until
-        its TTL); None otherwise (``dislock.core.processes.gone_here``)."""
+        """The pid of a held lease row's holder when the token names this host and
+        no process of that pid runs here (its wrapper was killed: the row stays until
+        its TTL); None otherwise (``dislock.core.processes.gone_here``).  A schedule
+        slot stays held until it ends whether its run goes on or not: only a lease
+        row says its holder is still there."""
         from dislock.core.processes import gone_here
 
-        return gone_here(self.owner) if self.held and self.mode != PAUSE else None
+        return gone_here(self.owner) if self.held and self.mode == kinds.LEASE else None
 
     def as_json(self) -> dict[str, Any]:
         data = asdict(self)

@@ -228,6 +228,11 @@ def read_waiting(
     _read(fields, variables.WAIT_LISTEN, environ)
     slots = _read(fields, variables.SLOTS, environ)
     replace = _read(fields, variables.REPLACE, environ)
+    if replace and slots is not None and slots > 1:
+        raise ConfigurationError(
+            f"{variables.REPLACE.name}=1 takes over a lease's one holder: it cannot be"
+            f" combined with {variables.SLOTS.name}={slots}"
+        )
     code: int | None = variables.CONFLICT_EXIT_CODE.read(environ)
     try:
         check_waiting(strategies, wait or 0.0, slots or 1, bool(replace))

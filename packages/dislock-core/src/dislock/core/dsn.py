@@ -92,6 +92,15 @@ def error_line(error: BaseException, url: str) -> str:
     return f"{type(error).__name__}: {scrub(one_line(str(error)), url)}"
 
 
+def message_line(error: BaseException, url: str) -> str:
+    """What went wrong, in one line scrubbed of ``url``'s secrets: a server error's
+    primary message alone (without the statement it quotes, ``LINE 1: …`` and a
+    caret under it), any other error's text as ``one_line`` joins it."""
+    diag = getattr(error, "diag", None)
+    primary = getattr(diag, "message_primary", None) if diag is not None else None
+    return scrub(one_line(primary if isinstance(primary, str) and primary else str(error)), url)
+
+
 def connection_kwargs(
     url: str, connect_timeout_seconds: float, *, attempt_timeout: float | None = None
 ) -> dict[str, Any]:

@@ -272,6 +272,11 @@ def late_end(
     return Exchange(_end_query(history, late=True), params, read_nothing)
 
 
+def missing_table(error: BaseException) -> bool:
+    """Whether a history statement failed because its table does not exist."""
+    return getattr(error, "sqlstate", None) == "42P01"  # undefined_table
+
+
 def retry_end(error: BaseException) -> bool:
     """Whether an end statement that failed with ``error`` is worth sending again
     once a connection opens: the server was down, restarting or full, or the

@@ -426,8 +426,10 @@ def run_with_locks(
 ) -> int:
     """Acquire the locks, run ``command`` and return its exit status.
 
-    Returns the command's exit code (128+n if signal n killed it), or
-    ``LEASE_LOST_EXIT_CODE`` (75) when the lease was lost under ``TERMINATE``.
+    Returns the command's exit code (128+n if signal n killed it),
+    ``LEASE_LOST_EXIT_CODE`` (75) when the lease was lost under ``TERMINATE`` (or
+    taken over, ``LockContext.replace``), or ``MAX_RUNTIME_EXIT_CODE`` (124) when it
+    ran past ``LockContext.max_runtime_seconds``.
     Raises ``LockNotAcquiredError`` when another owner holds a lock, without
     running the command, and FileNotFoundError or PermissionError, before taking
     any lock, when the command cannot be run.

@@ -15,6 +15,7 @@ from dislock.cli.commands._call import Call, columns, error
 
 if TYPE_CHECKING:
     from dislock.cli.settings import WrapperSettings
+    from dislock.core.context import LockContext
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -168,7 +169,11 @@ def _check(conn: Any, settings: WrapperSettings) -> int:
                 busy if len(held) == slots[strategy] else "take one"
             )
         elif not held:
-            state = "free: a run now would take it"
+            state = "free: a run now would " + (
+                "mark it late and not start (past its start deadline)"
+                if strategy == "schedule" and _past_deadline(context, now)
+                else "take it"
+            )
         else:
             owner, remaining = held[0]
             expires = describe_expiry(remaining)
@@ -225,3 +230,15 @@ def _print_lock_delay(conn: Any, table: tuple[str, ...]) -> None:
             f"; lock delay after failover: no takeover until it ends {describe_expiry(remaining)}"
         )
     print(line)
+
+
+def _past_deadline(context: LockContext, now: datetime) -> bool:
+    """Whether the current slot began more than ``start_deadline_seconds`` ago, on the
+    database clock: the wrapper would mark it late rather than start it."""
+    from dislock.core.cron import slot_end, slot_start
+
+    zone = context.cron_zone
+    if context.start_deadline_seconds is None or context.schedule is None or zone is None:
+        return False
+    began = slot_start(context.schedule, slot_end(context.schedule, now, zone.tz), zone.tz)
+    return (now - began).total_seconds() > context.start_deadline_seconds

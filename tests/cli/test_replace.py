@@ -190,6 +190,21 @@ def test_twenty_replacements_never_overlap(wrappers: Wrappers) -> None:
     assert all(a.pid == b.pid for a, b in zip(ordered[::2], ordered[1::2], strict=False))
 
 
+def test_a_slots_run_replaces_the_previous_slots_run_still_going(wrappers: Wrappers) -> None:
+    """``schedule,lease``: each slot starts once, and a run still going when the next
+    slot starts is replaced (Kubernetes' ``concurrencyPolicy: Replace``)."""
+    every_second = {"LOCK_STRATEGY": "schedule,lease", "CRON_SCHEDULE": "* * * * * *"}
+    holder = wrappers.start(**every_second)
+    first = wrappers.running(holder)
+    time.sleep(1.1)  # the next slot: the holder's own is taken, and stays so
+    replacer = wrappers.start(**every_second)
+    second = wrappers.running(replacer)
+    _, stderr = holder.communicate(timeout=60)
+    assert holder.returncode == 75 and f"replaced by {owner_of(replacer)}" in stderr, stderr
+    assert second.at > first.at
+    assert_one_at_a_time(wrappers.log)
+
+
 def test_a_frozen_holder_is_replaced_once_its_guard_killed_its_command(
     wrappers: Wrappers,
 ) -> None:

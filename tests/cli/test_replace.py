@@ -193,11 +193,11 @@ def test_twenty_replacements_never_overlap(wrappers: Wrappers) -> None:
 def test_a_slots_run_replaces_the_previous_slots_run_still_going(wrappers: Wrappers) -> None:
     """``schedule,lease``: each slot starts once, and a run still going when the next
     slot starts is replaced (Kubernetes' ``concurrencyPolicy: Replace``)."""
-    every_second = {"LOCK_STRATEGY": "schedule,lease", "CRON_SCHEDULE": "* * * * * *"}
-    holder = wrappers.start(**every_second)
+    wrappers.env.update(LOCK_STRATEGY="schedule,lease", CRON_SCHEDULE="* * * * * *")
+    holder = wrappers.start()
     first = wrappers.running(holder)
     time.sleep(1.1)  # the next slot: the holder's own is taken, and stays so
-    replacer = wrappers.start(**every_second)
+    replacer = wrappers.start()
     second = wrappers.running(replacer)
     _, stderr = holder.communicate(timeout=60)
     assert holder.returncode == 75 and f"replaced by {owner_of(replacer)}" in stderr, stderr

@@ -22,7 +22,7 @@ from tests.cli.conftest import (
     run_pasted,
 )
 from tests.support.eventually import eventually
-from tests.support.processes import alive
+from tests.support.processes import alive, killed_if_left
 from tests.support.rows import history_runs
 
 
@@ -100,7 +100,7 @@ def test_the_bound_holds_while_the_wrapper_is_stopped(
         stderr=subprocess.PIPE,
         text=True,
     )
-    try:
+    with killed_if_left(wrapper):
         eventually(
             lambda: pid_file.exists() and pid_file.read_text().strip(),
             timeout=30,
@@ -119,11 +119,6 @@ def test_the_bound_holds_while_the_wrapper_is_stopped(
         assert gone >= KILL_GRACE, gone
         wrapper.send_signal(signal.SIGCONT)
         _, stderr = wrapper.communicate(timeout=60)
-    finally:
-        if wrapper.poll() is None:
-            wrapper.send_signal(signal.SIGCONT)
-            wrapper.kill()
-            wrapper.communicate()
     assert wrapper.returncode == 124, stderr
     lines = stderr.splitlines()
     assert len(lines) == 1, lines

@@ -15,6 +15,7 @@ import psycopg
 from psycopg import sql
 
 from tests.cli.conftest import DISLOCK, Ctl, RunCli, dislock_on_path, run_pasted
+from tests.support.processes import killed_if_left, state
 
 
 def tail_env(history_env: dict[str, str], limit: int = 100) -> dict[str, str]:
@@ -189,19 +190,14 @@ def test_a_success_whose_lease_went_as_it_ended_keeps_its_tail(
         stderr=subprocess.PIPE,
         text=True,
     )
-    try:
+    with killed_if_left(wrapper):
         stopped = time.monotonic() + 60
-        while Path(f"/proc/{wrapper.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "T":
+        while state(wrapper.pid) != "T":
             assert time.monotonic() < stopped, "the command never stopped its wrapper"
             time.sleep(0.05)
         time.sleep(3.0)  # past the lease's TTL: its row may be anyone's now
         wrapper.send_signal(signal.SIGCONT)
         stdout, stderr = wrapper.communicate(timeout=60)
-    finally:
-        if wrapper.poll() is None:
-            wrapper.send_signal(signal.SIGCONT)
-            wrapper.kill()
-            wrapper.communicate()
     assert wrapper.returncode == 75, stderr
     assert stdout == "last words\n"
     run = last_run(ctl, env)

@@ -75,8 +75,14 @@ def old_dislock_venv(cache: Path | None = None) -> Path:
             )
         # A venv works from where it is moved to when run as ``python -m``
         # (only its scripts' #! lines name the old place).
-        shutil.rmtree(venv, ignore_errors=True)
-        building.rename(venv)
+        try:
+            building.rename(venv)  # refused while another run's venv is there
+        except OSError:
+            if not _works(venv):  # a broken one: replaced
+                shutil.rmtree(venv, ignore_errors=True)
+                building.rename(venv)
+            # else another run (a second pytest worker) finished first: keep its venv,
+            # which its tests may be running from.
         if not _works(venv):
             raise RuntimeError(f"dislock {OLD_VERSION} installed into {venv} but does not run")
         return venv

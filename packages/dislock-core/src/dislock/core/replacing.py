@@ -1,6 +1,7 @@
 """A replacer's sequences (``LockContext.replace``), in ``dislock.core.acquisition``'s
 steps: marking the live holder's lease row, taking it over once handed over, and
 withdrawing when it gives up.
+
 The marks and statements are ``dislock.core.replace``'s; the holder's hand-over is
 part of its release (``dislock.core.acquisition.releasing``); ``LeaseLock`` drives
 both sequences and waits between tries.

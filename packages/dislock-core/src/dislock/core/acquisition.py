@@ -35,7 +35,7 @@ import psycopg
 
 from dislock.core.answers import Acquired, SlotAnswer
 from dislock.core.context import LockContext
-from dislock.core.cron import SlotCandidates, slot_end, slot_start
+from dislock.core.cron import SlotCandidates, begun_too_long_ago, slot_end
 from dislock.core.dsn import error_line, scrub
 from dislock.core.errors import (
     DatabaseUnreachableError,
@@ -339,11 +339,13 @@ def claiming_schedule_slot(
         owner, began_at = context.owner, None
         if deadline is not None:
             assert context.schedule is not None and zone is not None
-            began = slot_start(context.schedule, expires_at, zone.tz)
-            if (clock_read - began).total_seconds() > deadline:
+            began_at = begun_too_long_ago(
+                context.schedule, expires_at, zone.tz, deadline, clock_read
+            )
+            if began_at is not None:
                 # Too late to start: the claim marks the slot late instead, so that
                 # no later acquisition starts it either.
-                owner, began_at = context.owner + LATE_MARK, began
+                owner = context.owner + LATE_MARK
         if context.retries:
             exchange = statements.acquire_retrying(
                 key,

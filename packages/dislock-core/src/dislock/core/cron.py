@@ -236,6 +236,16 @@ def slot_start(expression: str, end: datetime, tz: tzinfo = UTC) -> datetime:
             return max(earlier)
 
 
+def begun_too_long_ago(
+    expression: str, end: datetime, tz: tzinfo, deadline: float, now: datetime
+) -> datetime | None:
+    """When the slot ending at ``end`` began, if that was more than ``deadline``
+    seconds before ``now`` (a start deadline, ``LockContext.start_deadline_seconds``,
+    passed: the slot is marked late, not started); None while it may still start."""
+    began = slot_start(expression, end, tz)
+    return began if (now - began).total_seconds() > deadline else None
+
+
 def slot_end(expression: str, now: datetime, tz: tzinfo = UTC) -> datetime:
     """When the slot a start at ``now`` (database clock) belongs to ends, reading
     ``expression`` in ``tz``."""

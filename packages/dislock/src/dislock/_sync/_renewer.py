@@ -230,8 +230,9 @@ class Renewer:
             took = monotonic() - sent_at
             logger.debug("renewed %s in %.1f ms", _leases(batch), took * 1000)
             report_renewal(batch, took)
-            if gone(lost):
-                self._explain(batch, gone(lost))
+            found_gone = gone(lost)
+            if found_gone:
+                self._explain(batch, found_gone)
         self._declare(lost)
 
     def _explain(self, batch: Batch, renewals: list[Renewal]) -> None:

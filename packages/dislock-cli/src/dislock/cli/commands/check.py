@@ -235,10 +235,10 @@ def _print_lock_delay(conn: Any, table: tuple[str, ...]) -> None:
 def _past_deadline(context: LockContext, now: datetime) -> bool:
     """Whether the current slot began more than ``start_deadline_seconds`` ago, on the
     database clock: the wrapper would mark it late rather than start it."""
-    from dislock.core.cron import slot_end, slot_start
+    from dislock.core.cron import begun_too_long_ago, slot_end
 
-    zone = context.cron_zone
-    if context.start_deadline_seconds is None or context.schedule is None or zone is None:
+    zone, schedule, deadline = context.cron_zone, context.schedule, context.start_deadline_seconds
+    if deadline is None or schedule is None or zone is None:
         return False
-    began = slot_start(context.schedule, slot_end(context.schedule, now, zone.tz), zone.tz)
-    return (now - began).total_seconds() > context.start_deadline_seconds
+    end = slot_end(schedule, now, zone.tz)
+    return begun_too_long_ago(schedule, end, zone.tz, deadline, now) is not None

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from typing import Any
@@ -56,11 +57,18 @@ def test_check_shows_the_timeline_and_a_running_lock_delay(
     assert "(recorded 999: the next lock taken starts a lock delay" in changed.stdout
     timeline = db.execute(CURRENT_TIMELINE).fetchone()
     assert timeline is not None
+    # The failover noticed 30 s ago; the lease above recorded the default TTL, 60 s.
     db.execute(
         sql.SQL(
-            "UPDATE {} SET value = %s, expire_at = NOW() + interval '30 seconds' WHERE key = %s"
+            "UPDATE {} SET value = %s, expire_at = NOW() - interval '30 seconds' WHERE key = %s"
         ).format(table),
         (str(timeline[0]), TIMELINE_KEY),
     )
     delayed = check(cli_env)
-    assert "lock delay after failover: no takeover until it ends in" in delayed.stdout
+    said = re.search(
+        r"lock delay after failover: each key waits for the longest TTL of the roles that"
+        r" may hold it, the last ends in (\d+\.\d)s",
+        delayed.stdout,
+    )
+    assert said is not None, delayed.stdout
+    assert 0 < float(said[1]) <= 30

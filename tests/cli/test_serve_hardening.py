@@ -26,7 +26,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from psycopg import sql
 
-from dislock.core.failover import TIMELINE_KEY
+from dislock.core.failover import TIMELINE_KEY, TTL_KEY_PREFIX
 from tests.cli.serving import Metrics, Served, ctl, run_job, sample, serving
 from tests.support.eventually import eventually
 
@@ -468,23 +468,27 @@ def test_the_end_of_a_lock_delay_is_exported(history_env: dict[str, str]) -> Non
         serving(history_env) as served,
     ):
         assert sample(_metrics(served), "dislock_lock_delay_end_timestamp_seconds") == 0.0
-        # As a new timeline's first acquisition would start it.
+        # As a new timeline's first acquisition would record it, noticed now, with a
+        # role whose leases lasted up to an hour: no key waits longer than that.
+        conn.execute(
+            sql.SQL("INSERT INTO {} VALUES (%s, '3600', 'infinity')").format(locks),
+            (TTL_KEY_PREFIX + "someone",),
+        )
         found = conn.execute(
-            sql.SQL(
-                "UPDATE {} SET expire_at = NOW() + interval '1 hour' WHERE key = %s"
-                " RETURNING expire_at"
-            ).format(locks),
+            sql.SQL("UPDATE {} SET expire_at = NOW() WHERE key = %s RETURNING expire_at").format(
+                locks
+            ),
             (TIMELINE_KEY,),
         ).fetchone()
         assert found is not None
         value = sample(_metrics(served), "dislock_lock_delay_end_timestamp_seconds")
-        assert value == pytest.approx(found[0].timestamp(), abs=0.001)
+        assert value == pytest.approx(found[0].timestamp() + 3600, abs=0.001)
         status, page = _request(served, "/")
         assert status == 200 and b'id="lock-delay"' in page
         conn.execute(
-            sql.SQL("UPDATE {} SET expire_at = NOW() - interval '1 second' WHERE key = %s").format(
-                locks
-            ),
+            sql.SQL(
+                "UPDATE {} SET expire_at = NOW() - interval '3601 seconds' WHERE key = %s"
+            ).format(locks),
             (TIMELINE_KEY,),
         )
         assert sample(_metrics(served), "dislock_lock_delay_end_timestamp_seconds") == 0.0

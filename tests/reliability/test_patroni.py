@@ -364,7 +364,7 @@ def test_a_crashed_leader_hands_the_lease_on_only_after_its_holder_stopped(
     scenario.contenders = Contenders(lambda name: wrapper(url, table, tmp_path, name, seconds=0.5))
     # From the promotion until the delay ends (DELAY_TTL after the first lock taken
     # on the new timeline), check names it: "... starts a lock delay after
-    # failover", then "lock delay after failover: no takeover until it ends ...".
+    # failover", then "lock delay after failover: each key waits for ...".
     # Checks run back to back from the crash on, so that one falls in that window
     # however long a check takes to start on a loaded machine (less than DELAY_TTL).
     shown = threading.Event()

@@ -9,7 +9,9 @@ as it was.
 from __future__ import annotations
 
 import json
+import time
 import uuid
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -17,7 +19,7 @@ import pytest
 from psycopg import sql
 
 from dislock import KeyNotGrantedError, LockContext
-from dislock.core.failover import TIMELINE, TIMELINE_KEY, TTL_KEY_PREFIX
+from dislock.core.failover import SCOPE_KEY_PREFIX, TIMELINE, TIMELINE_KEY, TTL_KEY_PREFIX
 from tests.security.conftest import BILLING, Fleet, ctl, with_history
 from tests.support.drivers import Driver
 
@@ -587,40 +589,84 @@ def test_without_grants_the_same_attack_goes_through(
     assert snapshot(fleet) != before
 
 
-def test_a_failover_under_grants_delays_as_before(fleet: Fleet) -> None:
-    """The bookkeeping a granted role's acquisition writes after a failover (a new
-    timeline, simulated by rewriting the recorded one) is what the policies let through:
-    the delay starts, lasts the longest recent TTL, and the timeline is recorded."""
-    from dislock import LeaseLock, LockDelayedError, ScheduleLock
-
+def noticed_failover(fleet: Fleet) -> Any:
+    """Simulate a failover (the recorded timeline is not the server's): the instant
+    before it, by the database clock."""
     table = sql.Identifier(*fleet.table)
-    with LeaseLock(context(fleet, fleet.billing, unique("billing-"), run_ttl_seconds=6.0)):
-        pass
     with fleet.connect(fleet.admin_url) as admin:
         admin.execute(
             sql.SQL("UPDATE {} SET value = '999' WHERE key = %s").format(table), (TIMELINE_KEY,)
         )
         before = admin.execute("SELECT NOW()").fetchone()
     assert before is not None
+    return before[0]
+
+
+def delayed_until(fleet: Fleet, url: str, key: str) -> Any:
+    """The end of the lock delay that refuses a 2 s lease of ``key`` taken as ``url``."""
+    from dislock import LeaseLock, LockDelayedError
+
     with (
         pytest.raises(LockDelayedError) as refused,
-        LeaseLock(context(fleet, fleet.reports, unique("reports-"))),
+        LeaseLock(context(fleet, url, key, run_ttl_seconds=2.0)),
     ):
         pass
-    # The longest recent TTL (billing's 6 s, not reports' own 5 s), from the refusal on.
-    seconds = (refused.value.until - before[0]).total_seconds()
-    assert 6.0 <= seconds <= 6.0 + 60, seconds
+    return refused.value.until
+
+
+def test_after_a_failover_each_team_waits_for_its_own_longest_ttl(fleet: Fleet) -> None:
+    """#35 item 4: billing's 30 s leases hold up billing's keys after a failover, and
+    the keys its grant shares with reports (``reports-nightly``), but not reports'
+    other keys, which wait for reports' own longest TTL.  The policies let the
+    bookkeeping through, and the timeline is recorded with the instant it was noticed."""
+    from dislock import LeaseLock, ScheduleLock
+
+    table = sql.Identifier(*fleet.table)
+    with LeaseLock(context(fleet, fleet.billing, unique("billing-"), run_ttl_seconds=30.0)):
+        pass
+    with LeaseLock(context(fleet, fleet.reports, unique("reports-"), run_ttl_seconds=2.0)):
+        pass
+    before = noticed_failover(fleet)
+    reports_key, billing_key = unique("reports-"), unique("billing-")
+    reports_until = delayed_until(fleet, fleet.reports, reports_key)
+    billing_until = delayed_until(fleet, fleet.billing, billing_key)
+    shared_until = delayed_until(fleet, fleet.reports, "reports-nightly")
     with fleet.connect(fleet.admin_url) as admin:
         recorded = admin.execute(
-            sql.SQL("SELECT value FROM {} WHERE key = %s").format(table), (TIMELINE_KEY,)
-        ).fetchone()
-        assert recorded is not None and recorded[0] != "999"
-        admin.execute(
-            sql.SQL("UPDATE {} SET expire_at = NOW() WHERE key = %s").format(table),
+            sql.SQL("SELECT value, expire_at FROM {} WHERE key = %s").format(table),
             (TIMELINE_KEY,),
-        )
+        ).fetchone()
+    assert recorded is not None and recorded[0] != "999"
+    noticed = recorded[1]
+    assert before <= noticed
+    # One instant, the notice; each key's delay from it.
+    assert reports_until - noticed == timedelta(seconds=2)
+    assert billing_until - noticed == timedelta(seconds=30)
+    assert shared_until - noticed == timedelta(seconds=30)
+    # Once reports' 2 s have passed, its keys are taken; billing's still wait.
+    with fleet.connect(fleet.admin_url) as admin:
+        wait = admin.execute("SELECT %s - clock_timestamp()", (reports_until,)).fetchone()
+    assert wait is not None
+    time.sleep(max(0.0, wait[0].total_seconds()) + 0.2)
+    with LeaseLock(context(fleet, fleet.reports, reports_key, run_ttl_seconds=2.0)):
+        pass
+    assert delayed_until(fleet, fleet.billing, billing_key) == billing_until
     with ScheduleLock(context(fleet, fleet.reports, unique("reports-"))):
-        pass  # the delay over, granted roles lock again
+        pass  # a schedule slot of reports' too
+
+
+def test_a_record_of_a_role_without_a_grant_counts_for_every_key(fleet: Fleet) -> None:
+    """The table's owner (or any role ``dislockctl grant`` did not scope) may hold any
+    key: its longest TTL holds up every team's keys after a failover."""
+    from dislock import LeaseLock
+
+    with LeaseLock(context(fleet, fleet.admin_url, unique("admin-"), run_ttl_seconds=20.0)):
+        pass
+    with LeaseLock(context(fleet, fleet.reports, unique("reports-"), run_ttl_seconds=2.0)):
+        pass
+    before = noticed_failover(fleet)
+    until = delayed_until(fleet, fleet.reports, unique("reports-"))
+    assert timedelta(seconds=20) <= until - before <= timedelta(seconds=20 + 60)
 
 
 def test_a_delay_of_zero_refuses_nothing(fleet: Fleet) -> None:
@@ -646,30 +692,57 @@ def test_a_delay_of_zero_refuses_nothing(fleet: Fleet) -> None:
 
 def test_no_role_can_cut_a_delay_short_after_a_failover(fleet: Fleet) -> None:
     """Right after a failover the timeline row is stale, and a granted role's acquisition
-    may write it: but only with a delay at least as long as the longest recorded TTL."""
+    may write it: but only as noticed now.  Noticed earlier would end every key's delay
+    early, later would hold up every team; nor can a role write a scope (whose keys its
+    longest TTL holds up), its own or another's."""
     from dislock import LeaseLock
 
     table = sql.Identifier(*fleet.table)
     with LeaseLock(context(fleet, fleet.billing, unique("billing-"), run_ttl_seconds=30.0)):
         pass
-    with fleet.connect(fleet.admin_url) as admin:
-        admin.execute(
-            sql.SQL("UPDATE {} SET value = '999' WHERE key = %s").format(table), (TIMELINE_KEY,)
-        )
+    noticed_failover(fleet)
     before = snapshot(fleet)
-    forged = sql.SQL(
-        "UPDATE {} SET value = {}::text, expire_at = NOW() + interval '1 second' WHERE key = %s"
-    ).format(table, TIMELINE)
-    with (
-        fleet.connect(fleet.reports) as attacker,
-        pytest.raises(psycopg.errors.InsufficientPrivilege),
-    ):
-        attacker.execute(forged, (TIMELINE_KEY,))
+    timeline = (TIMELINE_KEY,)
+    forgeries: list[tuple[sql.Composed, tuple[str, ...]]] = [
+        (
+            sql.SQL(
+                "UPDATE {} SET value = {}::text, expire_at = NOW() - interval '1 hour'"
+                " WHERE key = %s"
+            ).format(table, TIMELINE),
+            timeline,
+        ),
+        (
+            sql.SQL(
+                "UPDATE {} SET value = {}::text, expire_at = NOW() + interval '1 hour'"
+                " WHERE key = %s"
+            ).format(table, TIMELINE),
+            timeline,
+        ),
+    ]
+    for role in ("dislock_sec_reports", "dislock_sec_billing"):
+        scope = (SCOPE_KEY_PREFIX + role,)
+        forgeries += [
+            (sql.SQL("UPDATE {} SET value = '^$' WHERE key = %s").format(table), scope),
+            (
+                sql.SQL(
+                    "INSERT INTO {} VALUES (%s, '^$', 'infinity') ON CONFLICT (key) DO UPDATE"
+                    " SET value = EXCLUDED.value"
+                ).format(table),
+                scope,
+            ),
+        ]
+    for forged, params in forgeries:
+        with fleet.connect(fleet.reports) as attacker:
+            try:
+                done = attacker.execute(forged, params)
+            except psycopg.errors.InsufficientPrivilege:
+                continue
+            assert done.rowcount == 0, forged  # no row the role may write: nothing
     assert snapshot(fleet) == before
-    # The same update with the full delay is what an acquisition writes: allowed.
-    honest = sql.SQL(
-        "UPDATE {} SET value = {}::text, expire_at = NOW() + interval '30 seconds' WHERE key = %s"
-    ).format(table, TIMELINE)
+    # Noticed now is what an acquisition writes: allowed.
+    honest = sql.SQL("UPDATE {} SET value = {}::text, expire_at = NOW() WHERE key = %s").format(
+        table, TIMELINE
+    )
     with fleet.connect(fleet.reports) as reports:
         assert reports.execute(honest, (TIMELINE_KEY,)).rowcount == 1
 

@@ -53,6 +53,14 @@ def new_timeline(db: psycopg.Connection[Any], table: tuple[str, str]) -> None:
     )
 
 
+def end_the_delay(db: psycopg.Connection[Any], table: tuple[str, str]) -> None:
+    """The failover noticed long ago: every key's delay is over."""
+    db.execute(
+        sql.SQL("UPDATE {} SET expire_at = 'epoch' WHERE key = %s").format(sql.Identifier(*table)),
+        (TIMELINE_KEY,),
+    )
+
+
 def lease(make_context: Callable[..., LockContext], key: str, ttl: float = 2.0) -> LeaseLock:
     return LeaseLock(make_context(lock_key=key, run_ttl_seconds=ttl, lease_interval_seconds=0.3))
 
@@ -129,17 +137,18 @@ def test_a_new_timeline_keeps_missing_and_expired_rows_for_the_longest_ttl(
             # The longest TTL from when the first lock saw the new timeline (bounded
             # by the clock's reads, not by how fast a loaded machine got here).
             assert seen_from + LONGEST <= ends <= rows.now() + LONGEST
-        value, left = metadata(db, lock_table)[TIMELINE_KEY]
+        value, _ = metadata(db, lock_table)[TIMELINE_KEY]
         assert value != "999"  # the server's timeline, recorded by the first to see it
-        # The longest TTL ever used, not the acquirer's 2 s: the delay ends then.
+        # Recorded with the instant it was noticed; the longest TTL ever used, not
+        # the acquirer's 2 s, from then on: the delay ends then.
         recorded = rows.get(TIMELINE_KEY)
-        assert recorded is not None and recorded.expire_at == ends
-        assert 0 < left <= LONGEST.total_seconds()
+        assert recorded is not None and recorded.expire_at + LONGEST == ends
+        assert seen_from <= recorded.expire_at <= rows.now()
         time.sleep(2.5)  # past the held lease's TTL: its renewals are not delayed
         assert not held.is_lost()
     finally:
         held.__exit__(None, None, None)
-    rows.expire(TIMELINE_KEY)  # the delay is over
+    end_the_delay(db, lock_table)
     with lease(make_context, "fresh"):
         pass
 
@@ -198,6 +207,6 @@ def test_no_slot_of_an_n_holder_lease_is_free_during_the_delay(
     new_timeline(db, lock_table)
     with pytest.raises(LockNotAcquiredError, match=r"no slot of lease .* lock delay after"):
         slotted().__enter__()
-    rows.expire(TIMELINE_KEY)
+    end_the_delay(db, lock_table)
     with slotted() as lock:
         assert lock.key.startswith("cronjob-lock:lease:n")

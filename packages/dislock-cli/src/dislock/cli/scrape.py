@@ -16,7 +16,7 @@ from dislock.cli.run_history import still_held, tail_column
 from dislock.cli.shown import known_outcome, read
 from dislock.cli.slot_states import Attempt
 from dislock.core.events import PAUSE_MODES, PAUSED, RERUN, Pause, pause_spans, reruns
-from dislock.core.failover import TIMELINE_KEY
+from dislock.core.failover import TIMELINE_KEY, longest_delay
 from dislock.core.history import TAILS
 
 SCRAPE_CONNECT_TIMEOUT = 3.0
@@ -28,11 +28,15 @@ not as a scrape that hangs until Prometheus gives up on it."""
 
 
 def lock_delay_query(table: tuple[str, ...]) -> tuple[sql.Composed, tuple[str]]:
-    """The end of the latest lock delay (``expire_at`` of the timeline's metadata row,
-    ``dislock.core.failover.TIMELINE_KEY``); no row before the first acquisition.
-    Unlike ``check``'s query it does not read the server's timeline, which a standby
-    (where a read-only scrape may well go) cannot tell."""
-    query = sql.SQL("SELECT expire_at FROM {} WHERE key = %s").format(sql.Identifier(*table))
+    """The end of the longest lock delay after the latest failover (the key of the
+    timeline's metadata row is the parameter, ``dislock.core.failover``); no row
+    before the first acquisition.  Unlike ``check``'s query it does not read the
+    server's timeline, which a standby (where a read-only scrape may well go)
+    cannot tell."""
+    table_id = sql.Identifier(*table)
+    query = sql.SQL("SELECT {ends} FROM {table} WHERE key = %s").format(
+        ends=longest_delay(table_id, sql.SQL("expire_at")), table=table_id
+    )
     return query, (TIMELINE_KEY,)
 
 

@@ -10,7 +10,7 @@ acquisition whose answer was lost and was found afterwards by reading its row
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 from dislock.core.errors import ConfigurationError
@@ -161,13 +161,17 @@ def look_reader(
         if held is None or held[1] <= now or (paused is not None and paused[1] > now):
             return None
         try:
-            seen = found.get(TIMELINE_KEY)
-            if seen is not None and (int(seen[0]) != timeline or clock < seen[1]):
-                return None
             cap = found.get(MAX_TTL_KEY)
-            if ttl is not None and ttl > (DEFAULT_MAX_TTL if cap is None else float(cap[0])):
+            max_ttl = DEFAULT_MAX_TTL if cap is None else float(cap[0])
+            seen = found.get(TIMELINE_KEY)
+            # A key's delay ends within the maximum TTL of the failover's notice.
+            if seen is not None and (
+                int(seen[0]) != timeline or clock < seen[1] + timedelta(seconds=max_ttl)
+            ):
                 return None
-        except (TypeError, ValueError):
+            if ttl is not None and ttl > max_ttl:
+                return None
+        except (TypeError, ValueError, OverflowError):
             return None
         slot_end = None
         if pick is not None:

@@ -15,16 +15,22 @@ Two decisions live here, both plain data for the shells to act on:
   (``pg_walfile_name(pg_current_wal_lsn())``, which any role may call, unlike
   ``pg_control_checkpoint()`` on hardened servers) and compare it with the one
   recorded in a metadata row of the lock table.  The first acquisition to see a
-  different timeline records it, and until the delay has passed no acquisition
-  takes a missing or expired row.  The delay is the longest TTL any lease of
-  the table was ever taken with (each role keeps its own record, which only
-  grows), and never more than the table's maximum TTL (``dislock.core.limits``):
-  every holder from before the failover has passed its own deadline by the time
-  anyone else gets in, and no single long-TTL run can make every later failover
-  stop the fleet for longer than the maximum.  (A record that lapsed with time
-  would be unsafe: the acquisition a failover loses is the one that wrote it.)
-  A delay of zero (a table that only ever held schedule slots) refuses nothing.
-  A restart keeps the timeline: no delay.
+  different timeline records it with the instant it noticed it, and from then
+  on no acquisition takes a missing or expired row of a key until that key's
+  delay has passed.  A key's delay is the longest TTL that any role **which may
+  hold that key** ever took a lease with (each role keeps its own record, which
+  only grows), and never more than the table's maximum TTL
+  (``dislock.core.limits``): every holder of the key from before the failover
+  has passed its own deadline by the time anyone else gets in.  Which keys a
+  role may hold is its grant's (``dislock.core.grants`` writes each granted
+  role's *scope* beside its record, which the role itself cannot write); a role
+  without a scope (a table without grants, an administrator, a role granted by
+  hand) may hold any key, so its record counts for every key.  One team's long
+  leases therefore hold up its own keys only, after a failover, and no single
+  long-TTL run can stop the fleet for longer than the maximum.  (A record that
+  lapsed with time would be unsafe: the acquisition a failover loses is the one
+  that wrote it.)  A delay of zero (keys only ever held as schedule slots)
+  refuses nothing.  A restart keeps the timeline: no delay.
 
 The metadata rows' keys do not start with ``cronjob-lock:``, so ``dislockctl
 ls`` and dislock 0.1.0 (which only read their own keys) never see them.
@@ -44,8 +50,13 @@ if TYPE_CHECKING:
     from psycopg.errors import Diagnostic
 
 TIMELINE_KEY = "dislock:failover:timeline"
-"""Metadata row: ``value`` is the server timeline last seen, ``expire_at`` the end of
-the lock delay that started when it was first seen (in the past when none runs)."""
+"""Metadata row: ``value`` is the server timeline last seen, ``expire_at`` the instant
+it was first seen, where every key's lock delay starts (``NEVER_NOTICED`` for the
+first timeline ever recorded, which starts none)."""
+
+NEVER_NOTICED = sql.SQL("'epoch'::timestamptz")
+"""The ``expire_at`` of the first timeline ever recorded: long enough ago that no
+delay runs from it."""
 
 TTL_KEY_PREFIX = "dislock:failover:ttl:"
 """Metadata rows ``<prefix><role>``: ``value`` is the longest lease TTL (seconds) that
@@ -53,6 +64,12 @@ role ever took a lease with, up to the table's maximum; they never expire.  One 
 per role, so that no role can hold up another's acquisitions by locking a shared
 row, nor lower another's record.  (dislock before 0.2.0's release kept one
 ``dislock:failover:longest-ttl`` row, with no maximum; it is no longer read.)"""
+
+SCOPE_KEY_PREFIX = "dislock:failover:scope:"
+"""Metadata rows ``<prefix><role>``, written by ``dislockctl grant`` alone: ``value``
+is a regular expression (PostgreSQL's ARE) of the lock keys the role was granted.
+A role's TTL record counts for the keys its scope matches; without a scope row, for
+every key."""
 
 TTL_RECORD = sql.SQL('({} || current_user::text COLLATE "default")').format(
     sql.Literal(TTL_KEY_PREFIX)
@@ -112,41 +129,54 @@ def unconfirmed(message: str | None) -> NotReplicatedError:
     )
 
 
-def lock_delay(table: sql.Identifier, ttl: sql.Composable) -> tuple[sql.Composed, sql.SQL]:
+def lock_delay(
+    table: sql.Identifier, ttl: sql.Composable, lock_key: sql.Composable
+) -> tuple[sql.Composed, sql.SQL]:
     """The lock-delay fragment of an acquiring upsert on ``table``.
 
     Returns ``(ctes, calm)``: ``ctes`` are common table expressions for the
     statement's ``WITH`` clause (before the ``INSERT``), ``calm`` a condition for
     its row source (an acquisition with no candidate row neither inserts nor
     takes over anything).  ``ttl`` is the acquisition's own TTL in seconds (``0``
-    for a schedule slot).  ``dislock_cap`` (the table's maximum TTL) is one of
-    the expressions, for the acquiring statement to check its own TTL against.
+    for a schedule slot), ``lock_key`` its lock key (an expression).
+    ``dislock_cap`` (the table's maximum TTL) is one of the expressions, for the
+    acquiring statement to check its own TTL against.
 
-    It costs no round trip: the common case reads the timeline row, the cap and
-    the role's own TTL record by primary key and writes nothing.  The timeline
-    row is written only when the timeline changes, a TTL record only when its
-    role takes a longer lease than ever before, so acquisitions of different keys
-    never queue on a shared row.  The scan over every role's record happens only
-    when a delay starts.
+    It costs no round trip: the common case reads the timeline row and the cap
+    by primary key and writes nothing.  The timeline row is written only when the
+    timeline changes, a TTL record only when its role takes a longer lease than
+    ever before, so acquisitions of different keys never queue on a shared row.
+    The key's own delay (a scan over the roles' records and scopes) is computed
+    only within the table's maximum TTL of a failover: ``CASE`` evaluates its
+    branches lazily, and so does the scalar subquery of ``dislock_longest``.
     """
     recorded = sql.SQL(
-        "(SELECT max(value::float8) FROM {table} WHERE starts_with(key, {prefix}))"
-    ).format(table=table, prefix=sql.Literal(TTL_KEY_PREFIX))
+        "(SELECT max(r.value::float8) FROM {table} AS r"
+        " LEFT JOIN {table} AS scope ON scope.key = {scope_prefix} || substr(r.key, {after})"
+        " WHERE starts_with(r.key, {prefix}) AND (scope.key IS NULL OR {lock_key} ~ scope.value))"
+    ).format(
+        table=table,
+        prefix=sql.Literal(TTL_KEY_PREFIX),
+        scope_prefix=sql.Literal(SCOPE_KEY_PREFIX),
+        after=sql.Literal(len(TTL_KEY_PREFIX) + 1),
+        lock_key=lock_key,
+    )
     ctes = sql.SQL(
         "dislock_server AS (SELECT {timeline} AS timeline),"
         " dislock_seen AS ("
-        "SELECT value::int8 AS timeline, expire_at AS delay_ends"
+        "SELECT value::int8 AS timeline, expire_at AS noticed"
         " FROM {table} WHERE key = {timeline_key}),"
         " dislock_cap AS (SELECT {cap} AS max_ttl),"
+        # This key's delay: the longest TTL of the roles that may hold it.
         " dislock_longest AS (SELECT least((SELECT max_ttl FROM dislock_cap),"
         " greatest({ttl}::float8, coalesce({recorded}, 0))) AS ttl),"
-        # A different timeline than the one recorded starts the delay (for the
-        # longest TTL); the first one ever recorded starts none.
+        # A different timeline than the one recorded is recorded with the instant
+        # it was noticed, where every key's delay starts; the first one ever
+        # recorded starts none.
         " dislock_note_timeline AS ("
         "INSERT INTO {table} AS noted (key, value, expire_at)"
         " SELECT {timeline_key}, h.timeline::text,"
-        " CASE WHEN EXISTS (SELECT FROM dislock_seen) THEN NOW()"
-        " + make_interval(secs => (SELECT ttl FROM dislock_longest)) ELSE NOW() END"
+        " CASE WHEN EXISTS (SELECT FROM dislock_seen) THEN NOW() ELSE {never_noticed} END"
         " FROM dislock_server h"
         " WHERE NOT EXISTS (SELECT FROM dislock_seen s WHERE s.timeline = h.timeline)"
         " ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, expire_at = EXCLUDED.expire_at"
@@ -165,15 +195,18 @@ def lock_delay(table: sql.Identifier, ttl: sql.Composable) -> tuple[sql.Composed
         # Two acquisitions of one role at once: the shorter TTL must not win.
         " ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value"
         " WHERE noted.value::float8 < EXCLUDED.value::float8),"
-        # A new timeline with a delay of zero (no lease ever) refuses nothing.  A
+        # A new timeline with a delay of zero for this key refuses nothing.  A
         # running delay is judged by the real time: NOW() is this transaction's
-        # start, which can come before the commit that recorded the timeline (with
-        # no delay, or a zero one: its end is that statement's NOW()) although this
-        # statement sees the row; NOW() would then refuse for nothing.
+        # start, which can come before the commit that recorded the timeline
+        # although this statement sees the row.  Past the table's maximum TTL
+        # since the failover no key waits, and the key's own delay is not computed.
         " dislock_calm AS (SELECT NOT EXISTS ("
         "SELECT FROM dislock_seen s, dislock_server h"
         " WHERE CASE WHEN s.timeline <> h.timeline THEN (SELECT ttl FROM dislock_longest) > 0"
-        " ELSE clock_timestamp() < s.delay_ends END) AS calm)"
+        " WHEN clock_timestamp() >= s.noticed"
+        " + make_interval(secs => (SELECT max_ttl FROM dislock_cap)) THEN false"
+        " ELSE clock_timestamp() < s.noticed"
+        " + make_interval(secs => (SELECT ttl FROM dislock_longest)) END) AS calm)"
     ).format(
         timeline=TIMELINE,
         table=table,
@@ -183,6 +216,7 @@ def lock_delay(table: sql.Identifier, ttl: sql.Composable) -> tuple[sql.Composed
         record=TTL_RECORD,
         ttl=ttl,
         never=sql.Literal(NEVER_EXPIRES),
+        never_noticed=NEVER_NOTICED,
     )
     return ctes, sql.SQL("(SELECT calm FROM dislock_calm)")
 
@@ -195,14 +229,14 @@ def timeline_returned() -> sql.SQL:
 
 def delay_end_returned() -> sql.SQL:
     """What an acquiring upsert with the fragment returns after the timeline: the end
-    of the lock delay that kept it from taking anything, NULL when none runs (so that
-    a refusal during a delay is not reported as a lock held by someone else).  A
-    timeline noticed by this very statement starts its delay now."""
+    of the key's lock delay that kept it from taking anything, NULL when none runs
+    (so that a refusal during a delay is not reported as a lock held by someone
+    else).  A timeline noticed by this very statement starts its delay now."""
     return sql.SQL(
         "(SELECT CASE WHEN c.calm THEN NULL"
         " WHEN s.timeline IS DISTINCT FROM h.timeline"
         " THEN NOW() + make_interval(secs => (SELECT ttl FROM dislock_longest))"
-        " ELSE s.delay_ends END"
+        " ELSE s.noticed + make_interval(secs => (SELECT ttl FROM dislock_longest)) END"
         " FROM dislock_calm c CROSS JOIN dislock_server h LEFT JOIN dislock_seen s ON true)"
     )
 
@@ -215,13 +249,32 @@ def delayed(what: str, until: datetime) -> str:
     )
 
 
-def lock_delay_query(table: sql.Identifier) -> sql.Composed:
-    """``(timeline recorded, lock delay ends, seconds left, server timeline)`` for
-    ``dislockctl check``; no row before the first acquisition."""
+def longest_delay(table: sql.Identifier, noticed: sql.Composable) -> sql.Composed:
+    """A scalar SQL expression: the end of the longest lock delay that a timeline
+    noticed at ``noticed`` starts, whatever the key (every role's record counts),
+    up to the table's maximum TTL.  The operator views show it: no key waits longer."""
     return sql.SQL(
-        "SELECT value::int8, expire_at, EXTRACT(EPOCH FROM (expire_at - NOW()))::float8, {timeline}"
-        " FROM {table} WHERE key = {timeline_key}"
-    ).format(timeline=TIMELINE, table=table, timeline_key=sql.Literal(TIMELINE_KEY))
+        "{noticed} + make_interval(secs => least({cap}, coalesce("
+        "(SELECT max(r.value::float8) FROM {table} AS r WHERE starts_with(r.key, {prefix})), 0)))"
+    ).format(
+        noticed=noticed, cap=max_ttl_of(table), table=table, prefix=sql.Literal(TTL_KEY_PREFIX)
+    )
+
+
+def lock_delay_query(table: sql.Identifier) -> sql.Composed:
+    """``(timeline recorded, the longest lock delay ends, seconds left, server
+    timeline)`` for ``dislockctl check`` and ``ls``; no row before the first
+    acquisition."""
+    return sql.SQL(
+        "SELECT recorded, ends, EXTRACT(EPOCH FROM (ends - NOW()))::float8, {timeline}"
+        " FROM (SELECT value::int8 AS recorded, {ends} AS ends"
+        " FROM {table} WHERE key = {timeline_key}) AS seen"
+    ).format(
+        timeline=TIMELINE,
+        ends=longest_delay(table, sql.SQL("expire_at")),
+        table=table,
+        timeline_key=sql.Literal(TIMELINE_KEY),
+    )
 
 
 def timeline_change(before: int | None, after: int | None) -> str | None:

@@ -43,9 +43,10 @@ from psycopg import sql
 
 from dislock.core.bounds import MAX_STORED_BYTES, OUTPUT_TAIL
 from dislock.core.errors import ConfigurationError
-from dislock.core.failover import TIMELINE, TIMELINE_KEY
+from dislock.core.failover import NEVER_NOTICED, SCOPE_KEY_PREFIX, TIMELINE, TIMELINE_KEY
 from dislock.core.history import ENDED, OUTCOMES, STARTED, TAILS, add_tail_columns
 from dislock.core.kinds import KEY_PREFIX
+from dislock.core.limits import NEVER_EXPIRES
 from dislock.core.policy_functions import (
     MAX_NAME,
     max_ttl_function,
@@ -258,9 +259,11 @@ def grant_statements(
         # The timeline as the first lock would record it (no delay), so that no
         # granted role ever inserts that row, only updates a stale one.
         sql.SQL(
-            "INSERT INTO {table} (key, value, expire_at) SELECT {key}, {timeline}::text, NOW()"
+            "INSERT INTO {table} (key, value, expire_at) SELECT {key}, {timeline}::text, {never}"
             " ON CONFLICT (key) DO NOTHING"
-        ).format(table=table, key=sql.Literal(TIMELINE_KEY), timeline=TIMELINE),
+        ).format(
+            table=table, key=sql.Literal(TIMELINE_KEY), timeline=TIMELINE, never=NEVER_NOTICED
+        ),
         sql.SQL("REVOKE ALL ON {} FROM {}").format(table, who),
         *_drop(table, role),
         *policy_functions(table_parts, max_ttl),
@@ -295,6 +298,17 @@ def grant_statements(
             _like_any(["dislock:%", *schedules, *leases, *pauses]), slots
         )
         statements += [
+            # The keys this role's record of its longest TTL holds up after a
+            # failover (dislock.core.failover): its own, not every team's.
+            sql.SQL(
+                "INSERT INTO {table} (key, value, expire_at) VALUES ({key}, {scope}, {never})"
+                " ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value"
+            ).format(
+                table=table,
+                key=sql.Literal(SCOPE_KEY_PREFIX + role),
+                scope=sql.Literal("^" + _alternatives(patterns)),
+                never=sql.Literal(NEVER_EXPIRES),
+            ),
             sql.SQL("GRANT SELECT, INSERT ON {} TO {}").format(table, who),
             sql.SQL("GRANT UPDATE ({}) ON {} TO {}").format(_columns(columns), table, who),
             _policy(

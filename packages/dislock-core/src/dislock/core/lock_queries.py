@@ -30,7 +30,7 @@ from dislock.core.failover import (
     timeline_returned,
 )
 from dislock.core.limits import MAX_TTL_KEY, max_ttl_of
-from dislock.core.rows import RELEASED_MARK
+from dislock.core.rows import RELEASED_MARK, lock_key_of_pause
 from dislock.core.waiting import wake_payload
 
 
@@ -182,8 +182,9 @@ def queries(table_parts: tuple[str, ...], fencing: bool = False) -> Queries:
     lease_expiry = sql.SQL("NOW() + make_interval(secs => %(ttl)s)")
     # After a failover, no one takes a missing or expired row for a while (see
     # dislock.core.failover); the fragment also returns the server's timeline.
-    slot_ctes, slot_calm = lock_delay(table, sql.SQL("0"))
-    lease_ctes, lease_calm = lock_delay(table, sql.SQL("%(ttl)s"))
+    lock_key = lock_key_of_pause(sql.SQL("%(pause)s"))
+    slot_ctes, slot_calm = lock_delay(table, sql.SQL("0"), lock_key)
+    lease_ctes, lease_calm = lock_delay(table, sql.SQL("%(ttl)s"), lock_key)
     # Its common table expressions go first: PostgreSQL allows data-modifying
     # ones only at the top of a statement.
     slot_delay = sql.SQL("{}, ").format(slot_ctes)

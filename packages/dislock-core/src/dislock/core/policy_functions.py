@@ -13,7 +13,6 @@ rarely need sits behind one call to a function here:
   immutable SQL function of one literal, so the planner folds it into a constant
   (bounding a lease row costs a comparison), and replacing it (``dislockctl init
   --max-ttl``) discards every cached plan that folded the old value.
-* ``<table>_dislock_delay()``: the shortest lock delay a new timeline may start.
 * ``<table>_dislock_noting(key, value, expire_at, existing, slots)``: whether a
   role may write a row it rarely writes, within its bounds: the failover
   bookkeeping, and its keys' further lease slots (``slots``, their regular
@@ -29,7 +28,7 @@ from __future__ import annotations
 
 from psycopg import sql
 
-from dislock.core.failover import TIMELINE, TIMELINE_KEY, TTL_KEY_PREFIX, TTL_RECORD
+from dislock.core.failover import TIMELINE, TIMELINE_KEY, TTL_RECORD
 
 MAX_NAME = 63  # PostgreSQL truncates longer identifiers (NAMEDATALEN - 1)
 
@@ -46,11 +45,9 @@ def max_ttl_function(table_parts: tuple[str, ...]) -> sql.Identifier:
     return _beside(table_parts, "_dislock_max_ttl")
 
 
-def floor_function(table_parts: tuple[str, ...]) -> sql.Identifier:
-    """The shortest lock delay a new timeline may start: the table's longest recorded
-    lease TTL, up to its maximum.  A policy cannot read the table it guards (the read
-    would apply the policy again), so the function runs as the table's owner
-    (``SECURITY DEFINER``), whom row-level security does not apply to."""
+def former_floor_function(table_parts: tuple[str, ...]) -> sql.Identifier:
+    """A function that grants before per-key lock delays wrote (the shortest delay a
+    new timeline could record); it is dropped when the others are written."""
     return _beside(table_parts, "_dislock_delay")
 
 
@@ -62,8 +59,10 @@ def noting_function(table_parts: tuple[str, ...]) -> sql.Identifier:
 def _noting_body(table_parts: tuple[str, ...], cap: sql.Literal) -> sql.Composed:
     # A further slot of the role's keys ends within the maximum, as its first does;
     # the timeline row only with the server's real timeline, over a stale one (a
-    # role cannot forge a failover, nor end one's delay), its delay between the
-    # floor and the maximum; the role's own TTL record, up to the maximum.
+    # role cannot forge a failover), noticed now (every key's delay starts then:
+    # a role can neither end a delay early nor start one late); the role's own
+    # TTL record, up to the maximum.  A scope row (dislock.core.failover) is the
+    # grant's alone.
     return sql.SQL(
         "BEGIN"
         " IF key ~ slots THEN"
@@ -71,9 +70,7 @@ def _noting_body(table_parts: tuple[str, ...], cap: sql.Literal) -> sql.Composed
         " END IF;"
         " IF key = {timeline_key} THEN"
         " IF existing THEN RETURN value IS DISTINCT FROM {timeline}::text; END IF;"
-        " RETURN value = {timeline}::text"
-        " AND expire_at <= NOW() + make_interval(secs => {cap})"
-        " AND expire_at >= NOW() + make_interval(secs => {floor}());"
+        " RETURN value = {timeline}::text AND expire_at = NOW();"
         " END IF;"
         " IF key = {record} THEN RETURN existing OR value::float8 <= {cap}; END IF;"
         " RETURN false;"
@@ -82,7 +79,6 @@ def _noting_body(table_parts: tuple[str, ...], cap: sql.Literal) -> sql.Composed
         timeline_key=sql.Literal(TIMELINE_KEY),
         timeline=TIMELINE,
         cap=cap,
-        floor=floor_function(table_parts),
         record=TTL_RECORD,
     )
 
@@ -90,13 +86,7 @@ def _noting_body(table_parts: tuple[str, ...], cap: sql.Literal) -> sql.Composed
 def policy_functions(table_parts: tuple[str, ...], max_ttl: float) -> list[sql.Composed]:
     """The functions (re)written with a table's first grant and by ``dislockctl init
     --max-ttl``: the maximum is a literal in each (a policy cannot read the table)."""
-    table = sql.Identifier(*table_parts)
     cap = sql.Literal(float(max_ttl))
-    floor = floor_function(table_parts)
-    longest = sql.SQL(
-        "SELECT least({cap}, coalesce((SELECT max(value::float8) FROM {table}"
-        " WHERE starts_with(key, {prefix})), 0))"
-    ).format(cap=cap, table=table, prefix=sql.Literal(TTL_KEY_PREFIX))
     statements = [
         sql.SQL(
             "CREATE OR REPLACE FUNCTION {fn}() RETURNS interval LANGUAGE sql IMMUTABLE"
@@ -107,10 +97,6 @@ def policy_functions(table_parts: tuple[str, ...], max_ttl: float) -> list[sql.C
             body=sql.Literal(f"SELECT interval '{float(max_ttl)!r} seconds'"),
         ),
         sql.SQL(
-            "CREATE OR REPLACE FUNCTION {fn}() RETURNS float8 LANGUAGE sql STABLE"
-            " SECURITY DEFINER {pinned} AS {body}"
-        ).format(fn=floor, pinned=PINNED, body=sql.Literal(longest.as_string(None))),
-        sql.SQL(
             "CREATE OR REPLACE FUNCTION {fn}(key text, value text, expire_at timestamptz,"
             " existing boolean, slots text) RETURNS boolean LANGUAGE plpgsql STABLE {pinned}"
             " AS {body}"
@@ -119,11 +105,12 @@ def policy_functions(table_parts: tuple[str, ...], max_ttl: float) -> list[sql.C
             pinned=PINNED,
             body=sql.Literal(_noting_body(table_parts, cap).as_string(None)),
         ),
+        # (After the function that called it was replaced.)
+        sql.SQL("DROP FUNCTION IF EXISTS {}()").format(former_floor_function(table_parts)),
     ]
     # (PUBLIC has EXECUTE by default, unless a hardened server revoked it.)
     for fn, args in (
         (max_ttl_function(table_parts), ""),
-        (floor, ""),
         (noting_function(table_parts), "text, text, timestamptz, boolean, text"),
     ):
         statements.append(

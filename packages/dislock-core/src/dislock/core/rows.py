@@ -7,6 +7,8 @@ The keys are shared with dislock 0.1.0 on one table and never change
 
 from __future__ import annotations
 
+from psycopg import sql
+
 from dislock.core.kinds import KEY_PREFIX, LEASE, SCHEDULE, kind
 
 
@@ -21,7 +23,16 @@ def lease_key(lock_key: str) -> str:
 def pause_key(lock_key: str) -> str:
     """The row that pauses ``lock_key`` fleet-wide: ``value`` holds the reason and
     ``expire_at`` the end of the pause (``dislockctl pause``)."""
-    return f"{KEY_PREFIX}:pause:{lock_key}"
+    return f"{PAUSE_PREFIX}{lock_key}"
+
+
+PAUSE_PREFIX = f"{KEY_PREFIX}:pause:"
+
+
+def lock_key_of_pause(pause: sql.Composable) -> sql.Composed:
+    """A scalar SQL expression: the lock key of the pause row key ``pause`` (an
+    expression): what the acquiring statements match a role's scope against."""
+    return sql.SQL("substr({}, {})").format(pause, sql.Literal(len(PAUSE_PREFIX) + 1))
 
 
 def pause_key_of(row_key: str) -> str:

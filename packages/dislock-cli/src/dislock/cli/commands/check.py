@@ -227,7 +227,8 @@ def _print_lock_delay(conn: Any, table: tuple[str, ...]) -> None:
         line += f" (recorded {recorded}: the next lock taken starts a lock delay after failover)"
     elif remaining > 0:
         line += (
-            f"; lock delay after failover: no takeover until it ends {describe_expiry(remaining)}"
+            "; lock delay after failover: each key waits for the longest TTL of the roles"
+            f" that may hold it, the last ends {describe_expiry(remaining)}"
         )
     print(line)
 

@@ -55,5 +55,8 @@ def _table_limits(conn: Any, table: tuple[str, ...]) -> str:
     delay = conn.execute(lock_delay_query(sql.Identifier(*table))).fetchone()
     if delay is not None and delay[2] > 0:
         ends = describe_expiry(delay[2])
-        line += f"; LOCK DELAY after a failover: nothing is taken until it ends {ends}"
+        line += (
+            "; LOCK DELAY after a failover: each key waits for the longest TTL of the roles"
+            f" that may hold it, the last ends {ends}"
+        )
     return line

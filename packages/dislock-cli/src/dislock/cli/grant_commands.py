@@ -29,6 +29,13 @@ def _name(table: tuple[str, ...]) -> str:
     return sql.Identifier(*table).as_string(None)
 
 
+def _bound(access: str, max_keys: int) -> str:
+    """How many keys a role may hold, as the end of its line."""
+    if access == grants.READER:
+        return ""
+    return f" (at most {max_keys} keys)" if max_keys > 0 else " (any number of keys)"
+
+
 def _error(message: str) -> int:
     print(f"dislockctl: error: {message}", file=sys.stderr)
     return EXIT_FAILURE
@@ -44,9 +51,11 @@ def grant(
     *,
     print_sql: bool,
     patience: float,
+    max_keys: int | None = None,
 ) -> int:
     """Give ``role`` ``access`` to the keys ``patterns`` match (replacing its earlier
-    grant), trying for the tables' locks for at most ``patience`` seconds."""
+    grant), at most ``max_keys`` of them (0: no limit; None: the access's default,
+    ``grants.quota_of``), trying for the tables' locks for at most ``patience`` seconds."""
     found = columns(conn, table)
     if not found:
         return _error(f"lock table {'.'.join(table)} does not exist: dislockctl init first")
@@ -69,6 +78,7 @@ def grant(
             max_ttl=float(max_ttl),
             fencing="fence" in found,
             history=history_parts,
+            max_keys=max_keys,
         )
 
     if print_sql:
@@ -93,7 +103,8 @@ def grant(
         grants.READER: "may read",
     }[access]
     keys = ", ".join(escape(p) for p in patterns) if patterns else "every key"
-    print(f"role {escape(role)!r} {what} {keys} in {'.'.join(table)}")
+    bound = _bound(access, grants.quota_of(access, max_keys))
+    print(f"role {escape(role)!r} {what} {keys} in {'.'.join(table)}{bound}")
     _warn_if_exempt(conn, table, role)
     return EXIT_OK
 
@@ -218,7 +229,8 @@ def list_grants(conn: Any, table: tuple[str, ...], *, as_json: bool) -> int:
     width = max([len(escape(g.role)) for g in listed] + [4])
     for g in listed:
         keys = ", ".join(escape(p) for p in g.keys) if g.keys else "every key (read only)"
-        print(f"{escape(g.role):<{width}}  {g.access:<8}  {keys}")
+        bound = _bound(g.access, g.max_keys or 0)
+        print(f"{escape(g.role):<{width}}  {g.access:<8}  {keys}{bound}")
     for hole in holes:
         print(grant_catalog.describe(hole, table))
     return status

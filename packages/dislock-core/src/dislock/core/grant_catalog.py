@@ -123,8 +123,14 @@ def parse_grant(policy: str, comment: str | None) -> Grant | None:
     role = policy[len(POLICY_PREFIX) : -len(":read")]
     try:
         described = json.loads(comment or "")
-        return Grant(role, str(described["access"]), tuple(map(str, described["keys"])))
-    except (ValueError, KeyError, TypeError):
+        most = described.get("max_keys")
+        return Grant(
+            role,
+            str(described["access"]),
+            tuple(map(str, described["keys"])),
+            None if most is None else int(most),
+        )
+    except (ValueError, KeyError, TypeError, AttributeError):
         return None
 
 

@@ -45,6 +45,7 @@ from dislock.core.bounds import MAX_STORED_BYTES, OUTPUT_TAIL
 from dislock.core.errors import ConfigurationError
 from dislock.core.failover import NEVER_NOTICED, SCOPE_KEY_PREFIX, TIMELINE, TIMELINE_KEY
 from dislock.core.history import ENDED, OUTCOMES, STARTED, TAILS, add_tail_columns
+from dislock.core.key_quota import DEFAULT_MAX_KEYS, quota_trigger, set_quota
 from dislock.core.kinds import KEY_PREFIX
 from dislock.core.limits import NEVER_EXPIRES
 from dislock.core.policy_functions import (
@@ -85,6 +86,21 @@ class Grant(NamedTuple):
     access: str
     keys: tuple[str, ...]
     """Key patterns (``billing-*``, ``reports-nightly``); empty for a reader (every key)."""
+    max_keys: int | None = None
+    """The most keys the role may hold (``dislock.core.key_quota``); None: no limit (a
+    reader, ``--max-keys 0``, or a grant written before quotas)."""
+
+
+def quota_of(access: str, max_keys: int | None) -> int:
+    """The most keys a grant lets its role hold (``dislock.core.key_quota``), 0 for no
+    limit: ``max_keys`` if given; else a wrapper's default, since a machine looping
+    over fresh keys is what it guards against, and no limit for an operator (a
+    person's role, which pauses keys across the fleet) or a reader (writes nothing)."""
+    if access == READER:
+        return 0
+    if max_keys is not None:
+        return max_keys
+    return DEFAULT_MAX_KEYS if access == WRAPPER else 0
 
 
 def check_patterns(patterns: Sequence[str], access: str) -> tuple[str, ...]:
@@ -238,6 +254,7 @@ def grant_statements(
     max_ttl: float,
     fencing: bool,
     history: tuple[str, ...] | None,
+    max_keys: int | None = None,
 ) -> list[sql.Composed]:
     """Everything ``dislockctl grant`` runs, in one transaction: row-level security
     on, the role's earlier grant replaced, its privileges and policies on the lock
@@ -271,6 +288,7 @@ def grant_statements(
     columns = ["value", "expire_at", *(["fence"] if fencing else [])]
     if access == READER:
         statements += [
+            set_quota(table_parts, role, 0),
             sql.SQL("GRANT SELECT ON {} TO {}").format(table, who),
             _policy(policy_name(role, "read"), table, role, "SELECT", using=sql.SQL("true")),
         ]
@@ -309,6 +327,8 @@ def grant_statements(
                 scope=sql.Literal("^" + _alternatives(patterns)),
                 never=sql.Literal(NEVER_EXPIRES),
             ),
+            set_quota(table_parts, role, quota_of(access, max_keys)),
+            *quota_trigger(table_parts),
             sql.SQL("GRANT SELECT, INSERT ON {} TO {}").format(table, who),
             sql.SQL("GRANT UPDATE ({}) ON {} TO {}").format(_columns(columns), table, who),
             _policy(
@@ -351,7 +371,15 @@ def grant_statements(
         sql.SQL("COMMENT ON POLICY {name} ON {table} IS {text}").format(
             name=sql.Identifier(policy_name(role, "read")),
             table=table,
-            text=sql.Literal(json.dumps({"access": access, "keys": list(patterns)})),
+            text=sql.Literal(
+                json.dumps(
+                    {
+                        "access": access,
+                        "keys": list(patterns),
+                        "max_keys": quota_of(access, max_keys) or None,
+                    }
+                )
+            ),
         )
     )
     if history is not None:

@@ -9,7 +9,9 @@ from collections.abc import Sequence
 
 from psycopg.conninfo import conninfo_to_dict
 
+from dislock.core.bounds import escape
 from dislock.core.errors import KeyNotGrantedError
+from dislock.core.key_quota import OVER_QUOTA
 from dislock.core.kinds import parse_row_key
 
 
@@ -27,6 +29,8 @@ def refused(
         return None
     diag = getattr(error, "diag", None)
     message = getattr(diag, "message_primary", None) or str(error)
+    if OVER_QUOTA in message:  # dislock.core.key_quota's trigger, in its own words
+        return KeyNotGrantedError(escape(message))
     if "row-level security" not in message:
         return None
     kind, lock_key, _ = parse_row_key(key)

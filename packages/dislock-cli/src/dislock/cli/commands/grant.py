@@ -8,6 +8,7 @@ import argparse
 
 from dislock.cli.commands._call import Call
 from dislock.cli.table_change import add_wait_argument, patience_of
+from dislock.core.key_quota import DEFAULT_MAX_KEYS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -27,9 +28,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--reader", action="store_true", help="read every key (ls, history, missed, serve)"
     )
     parser.add_argument(
+        "--max-keys",
+        metavar="N",
+        type=_count,
+        default=None,
+        help=f"the most lock keys the role may hold (default {DEFAULT_MAX_KEYS} for a wrapper,"
+        " no limit for an operator; 0: no limit)",
+    )
+    parser.add_argument(
         "--print-sql", action="store_true", help="print the statements instead of running them"
     )
     add_wait_argument(parser)
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of keys (0: no limit)")
+    return value
 
 
 def run(call: Call) -> int:
@@ -52,5 +71,6 @@ def run(call: Call) -> int:
             args.keys,
             print_sql=args.print_sql,
             patience=patience,
+            max_keys=args.max_keys,
         )
     )

@@ -1,0 +1,108 @@
+"""How many lock keys a granted role may hold in a table (``dislockctl grant --max-keys``).
+
+A role with a grant writes rows only for keys its patterns match, but a pattern
+like ``billing-*`` matches without end: one machine looping over fresh keys
+would fill the table, and every operator view with it.  So each granted role has
+a quota, ``dislock:quota:<role>`` (a metadata row only ``dislockctl grant``
+writes), and a trigger beside the table refuses a new row of a key beyond it.
+
+The trigger fires **after an insert only** (a new key, or a key's first lease
+slot or pause): an acquisition of a key that has its row already updates it and
+never reaches the trigger, so the warm cycle pays nothing.  (An ``INSERT`` policy
+could not do the same: PostgreSQL checks it on every ``INSERT … ON CONFLICT``,
+even one that ends in an update.)  It runs as the inserting role, under that
+role's row-level security, so it counts the keys that role can see within its
+scope (``dislock.core.failover``): its own.  Roles without a quota row (the
+table's owner, roles granted by hand, fleets without grants, dislock 0.1.0) pay
+one primary-key read per new row.  Two new keys inserted at the same instant
+may both pass at the limit: the bound is one key per concurrent insert loose.
+"""
+
+from __future__ import annotations
+
+from psycopg import sql
+
+from dislock.core.failover import SCOPE_KEY_PREFIX
+from dislock.core.limits import NEVER_EXPIRES
+from dislock.core.policy_functions import MAX_NAME, PINNED
+
+QUOTA_KEY_PREFIX = "dislock:quota:"
+"""Metadata rows ``<prefix><role>``: ``value`` is the most keys the role may hold."""
+
+DEFAULT_MAX_KEYS = 1000
+"""A granted role's quota unless ``--max-keys`` says otherwise."""
+
+OVER_QUOTA = "may hold at most"
+"""Words of the trigger's refusal that the clients recognise it by."""
+
+TRIGGER = "dislock_key_quota"
+
+_LOCK_KEY = r"substring(key from '^[^:]*:[^:]*:(.*)$')"
+"""The lock key of a row key (``cronjob-lock:<mode>:<lock key>``)."""
+
+
+def quota_function(table_parts: tuple[str, ...]) -> sql.Identifier:
+    *schema, name = table_parts
+    suffix = "_dislock_quota"
+    return sql.Identifier(*schema, f"{name[: MAX_NAME - len(suffix)]}{suffix}")
+
+
+def quota_trigger(table_parts: tuple[str, ...]) -> list[sql.Composed]:
+    """The function and the trigger that hold each granted role to its quota."""
+    table = sql.Identifier(*table_parts)
+    shown = ".".join(table_parts)
+    body = sql.SQL(
+        "DECLARE most int8; scope text; held int8;"
+        " BEGIN"
+        " IF starts_with(NEW.key, 'dislock:') THEN RETURN NULL; END IF;"
+        " SELECT value::int8 INTO most FROM {table}"
+        ' WHERE key = {quota} || current_user::text COLLATE "default";'
+        " IF most IS NULL THEN RETURN NULL; END IF;"
+        " SELECT value INTO scope FROM {table}"
+        ' WHERE key = {scope_prefix} || current_user::text COLLATE "default";'
+        " SELECT count(DISTINCT {lock_key}) INTO held FROM {table}"
+        " WHERE NOT starts_with(key, 'dislock:') AND {lock_key} ~ coalesce(scope, '');"
+        " IF held > most THEN"
+        " RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege', MESSAGE = format("
+        "'role %L ' || {over} || ' %s %s in %s: key %L would be one more'"
+        " || ' (its dislockctl grant again with --max-keys N raises the limit)',"
+        " current_user::text, most, CASE WHEN most = 1 THEN 'key' ELSE 'keys' END, {shown},"
+        " substring(NEW.key from '^[^:]*:[^:]*:(.*)$'));"
+        " END IF;"
+        " RETURN NULL;"
+        " END"
+    ).format(
+        table=table,
+        quota=sql.Literal(QUOTA_KEY_PREFIX),
+        scope_prefix=sql.Literal(SCOPE_KEY_PREFIX),
+        lock_key=sql.SQL(_LOCK_KEY),
+        over=sql.Literal(OVER_QUOTA),
+        shown=sql.Literal(shown),
+    )
+    function = quota_function(table_parts)
+    return [
+        sql.SQL(
+            "CREATE OR REPLACE FUNCTION {fn}() RETURNS trigger LANGUAGE plpgsql {pinned} AS {body}"
+        ).format(fn=function, pinned=PINNED, body=sql.Literal(body.as_string(None))),
+        sql.SQL(
+            "CREATE OR REPLACE TRIGGER {name} AFTER INSERT ON {table}"
+            " FOR EACH ROW EXECUTE FUNCTION {fn}()"
+        ).format(name=sql.Identifier(TRIGGER), table=table, fn=function),
+    ]
+
+
+def set_quota(table_parts: tuple[str, ...], role: str, max_keys: int) -> sql.Composed:
+    """Record ``role``'s quota; ``0`` removes it (no limit)."""
+    table = sql.Identifier(*table_parts)
+    key = sql.Literal(QUOTA_KEY_PREFIX + role)
+    if max_keys <= 0:
+        return sql.SQL("DELETE FROM {table} WHERE key = {key}").format(table=table, key=key)
+    return sql.SQL(
+        "INSERT INTO {table} (key, value, expire_at) VALUES ({key}, {value}, {never})"
+        " ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value"
+    ).format(
+        table=table,
+        key=key,
+        value=sql.Literal(str(max_keys)),
+        never=sql.Literal(NEVER_EXPIRES),
+    )

@@ -87,6 +87,21 @@ def test_context_repr_and_str_never_show_the_password() -> None:
         assert "password=***" in text
 
 
+def test_context_repr_shows_every_field_but_the_url_redacted() -> None:
+    """Generated from the fields: one added later is shown without anyone listing it
+    (the hand-written repr had missed four)."""
+    import dataclasses
+
+    ctx = context(wait_listen=False, connect_patience_seconds=7.0)
+    text = repr(ctx)
+    shown = [f.name for f in dataclasses.fields(ctx) if f.repr]
+    assert "url" not in shown and "cron_zone" not in shown
+    for name in shown:
+        assert f"{name}={getattr(ctx, name)!r}" in text, name
+    assert "wait_listen=False" in text and "connect_patience_seconds=7.0" in text
+    assert text.startswith("LockContext(url='") and "password=***" in text
+
+
 def test_context_with_unparseable_url_does_not_echo_it() -> None:
     with pytest.raises(ConfigurationError) as raised:
         context(url="postgresql//app:s3cr3t-pw@db")

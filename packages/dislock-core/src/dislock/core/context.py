@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import os
 import socket
@@ -178,6 +179,16 @@ class LockContext:
     """The resolved zone, with the name to show and record (``None`` without a schedule)."""
 
     def __post_init__(self) -> None:
+        self._check_where()
+        self._check_lease()
+        self._check_schedule()
+        self._check_run()
+        self._check_connecting()
+        self._check_waiting()
+        self._check_slot_bounds()
+
+    def _check_where(self) -> None:
+        """The database, the table, the key, and who holds it."""
         if self.url == URL_FROM_ENVIRONMENT:
             url = os.environ.get(URL_VARIABLE, "")
             if not url.strip():
@@ -187,16 +198,9 @@ class LockContext:
         _set(self, "table_parts", config.check_table_parts(self.table_parts))
         bounds.check_key("lock_key", self.lock_key)
         bounds.check_key("owner", self.owner)
-        if self.next_run_time is not None:
-            if not isinstance(self.next_run_time, datetime):
-                raise ConfigurationError(
-                    f"next_run_time must be a datetime, got {self.next_run_time!r}"
-                )
-            if self.next_run_time.tzinfo is None or self.next_run_time.utcoffset() is None:
-                raise ConfigurationError(
-                    "next_run_time must be timezone-aware (e.g. datetime.now(timezone.utc)); "
-                    f"got naive {self.next_run_time.isoformat()}"
-                )
+
+    def _check_lease(self) -> None:
+        """The TTL and the heartbeat, the one derived from the other when left out."""
         if self.run_ttl_seconds is not None:
             ttl = bounds.check_number(bounds.TTL, self.run_ttl_seconds, name="run_ttl_seconds")
             _set(self, "run_ttl_seconds", ttl)
@@ -215,6 +219,20 @@ class LockContext:
             if self.run_ttl_seconds is not None:
                 config.check_interval(
                     self.run_ttl_seconds, interval, interval_name="lease_interval_seconds"
+                )
+        _set(self, "lease_loss_policy", LeaseLossPolicy.parse(self.lease_loss_policy))
+
+    def _check_schedule(self) -> None:
+        """The slot: its end, or the cron expression and zone it is computed from."""
+        if self.next_run_time is not None:
+            if not isinstance(self.next_run_time, datetime):
+                raise ConfigurationError(
+                    f"next_run_time must be a datetime, got {self.next_run_time!r}"
+                )
+            if self.next_run_time.tzinfo is None or self.next_run_time.utcoffset() is None:
+                raise ConfigurationError(
+                    "next_run_time must be timezone-aware (e.g. datetime.now(timezone.utc)); "
+                    f"got naive {self.next_run_time.isoformat()}"
                 )
         if self.schedule is not None:
             from dislock.core.cron import check_cron
@@ -241,7 +259,9 @@ class LockContext:
                 jitter_name="jitter_max_seconds",
                 schedule_name="schedule",
             )
-        _set(self, "lease_loss_policy", LeaseLossPolicy.parse(self.lease_loss_policy))
+
+    def _check_run(self) -> None:
+        """What a run is bounded by, and what it records."""
         if self.max_runtime_seconds is not None:
             _set(
                 self,
@@ -258,6 +278,20 @@ class LockContext:
             _set(self, "history_table", config.check_table_parts(self.history_table))
         _set(
             self,
+            "output_tail_bytes",
+            bounds.check_count(
+                bounds.OUTPUT_TAIL, self.output_tail_bytes, name="output_tail_bytes"
+            ),
+        )
+        if self.output_tail_bytes and not self.history:
+            raise ConfigurationError(
+                "output_tail_bytes keeps a failed run's output in its history row:"
+                " it needs history=True"
+            )
+
+    def _check_connecting(self) -> None:
+        _set(
+            self,
             "connect_timeout_seconds",
             bounds.check_number(
                 bounds.CONNECT_TIMEOUT, self.connect_timeout_seconds, name="connect_timeout_seconds"
@@ -272,9 +306,9 @@ class LockContext:
                 name="connect_patience_seconds",
             ),
         )
-        self._check_waiting()
 
     def _check_waiting(self) -> None:
+        """Waiting for a held lease, its slots, and replacing its holder."""
         _set(
             self,
             "wait_seconds",
@@ -302,19 +336,10 @@ class LockContext:
                 f"replace takes over a lease's one holder; it cannot be combined with"
                 f" {self.slots} slots"
             )
+
+    def _check_slot_bounds(self) -> None:
+        """A slot's retries and their delay, and its start deadline."""
         _set(self, "retries", bounds.check_count(bounds.RETRIES, self.retries, name="retries"))
-        _set(
-            self,
-            "output_tail_bytes",
-            bounds.check_count(
-                bounds.OUTPUT_TAIL, self.output_tail_bytes, name="output_tail_bytes"
-            ),
-        )
-        if self.output_tail_bytes and not self.history:
-            raise ConfigurationError(
-                "output_tail_bytes keeps a failed run's output in its history row:"
-                " it needs history=True"
-            )
         if self.retries or self.start_deadline_seconds is not None:
             from dislock.core.retries import check_owner
 
@@ -343,33 +368,12 @@ class LockContext:
         )
 
     def __repr__(self) -> str:
-        fields = ", ".join(
-            f"{name}={getattr(self, name)!r}"
-            for name in (
-                "table_parts",
-                "lock_key",
-                "owner",
-                "next_run_time",
-                "run_ttl_seconds",
-                "lease_interval_seconds",
-                "schedule",
-                "cron_tz",
-                "jitter_max_seconds",
-                "lease_loss_policy",
-                "fencing",
-                "history",
-                "history_table",
-                "wait_seconds",
-                "slots",
-                "replace",
-                "max_runtime_seconds",
-                "retries",
-                "retry_delay_seconds",
-                "start_deadline_seconds",
-                "output_tail_bytes",
-            )
+        # Every field but those that ask not to be shown (``url``, whose password
+        # must never be, comes first, redacted): a field added later shows itself.
+        shown = ", ".join(
+            f"{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self) if f.repr
         )
-        return f"LockContext(url={redact_dsn(self.url)!r}, {fields})"
+        return f"LockContext(url={redact_dsn(self.url)!r}, {shown})"
 
     __str__ = __repr__
 

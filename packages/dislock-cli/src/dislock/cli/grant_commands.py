@@ -29,7 +29,7 @@ def _name(table: tuple[str, ...]) -> str:
     return sql.Identifier(*table).as_string(None)
 
 
-def _bound(access: str, max_keys: int) -> str:
+def _bound(access: grants.Access, max_keys: int) -> str:
     """How many keys a role may hold, as the end of its line."""
     if access == grants.READER:
         return ""
@@ -46,7 +46,7 @@ def grant(
     table: tuple[str, ...],
     history: tuple[str, ...],
     role: str,
-    access: str,
+    access: grants.Access,
     patterns: list[str],
     *,
     print_sql: bool,

@@ -11,7 +11,7 @@ from psycopg import sql
 
 from dislock.core.bounds import escape
 from dislock.core.exchange import Exchange, Rows
-from dislock.core.grants import POLICY_PREFIX, Grant
+from dislock.core.grants import POLICY_PREFIX, Access, Grant
 
 
 def qualified_query() -> str:
@@ -126,7 +126,7 @@ def parse_grant(policy: str, comment: str | None) -> Grant | None:
         most = described.get("max_keys")
         return Grant(
             role,
-            str(described["access"]),
+            Access(described["access"]),
             tuple(map(str, described["keys"])),
             None if most is None else int(most),
         )

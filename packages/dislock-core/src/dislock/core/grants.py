@@ -34,6 +34,7 @@ patterns are kept in a comment on the role's read policy, for ``dislockctl grant
 
 from __future__ import annotations
 
+import enum
 import json
 import re
 from collections.abc import Sequence
@@ -56,20 +57,25 @@ from dislock.core.policy_functions import (
 )
 from dislock.core.rows import lease_key, pause_key, schedule_key
 
-WRAPPER = "wrapper"
-"""Takes, renews, releases and hands back its keys' locks, reads their pauses, records
-their runs."""
+
+class Access(enum.StrEnum):
+    """What a grant lets its role do (its value is the word the policies' comment
+    and ``grants --json`` hold)."""
+
+    WRAPPER = "wrapper"
+    """Takes, renews, releases and hands back its keys' locks, reads their pauses,
+    records their runs."""
+
+    OPERATOR = "operator"
+    """A wrapper that may also pause, resume, force-release and prune its keys."""
+
+    READER = "reader"
+    """Reads every row (``ls``, ``history``, ``missed``, ``serve``); writes nothing."""
 
 
-OPERATOR = "operator"
-"""A wrapper that may also pause, resume, force-release and prune its keys."""
+WRAPPER, OPERATOR, READER = Access.WRAPPER, Access.OPERATOR, Access.READER
 
-
-READER = "reader"
-"""Reads every row (``ls``, ``history``, ``missed``, ``serve``); writes nothing."""
-
-
-ACCESS = (WRAPPER, OPERATOR, READER)
+ACCESS = tuple(Access)
 
 
 POLICY_PREFIX = "dislock:"
@@ -83,7 +89,7 @@ class Grant(NamedTuple):
     """One role's access to a lock table, as ``dislockctl grants`` lists it."""
 
     role: str
-    access: str
+    access: Access
     keys: tuple[str, ...]
     """Key patterns (``billing-*``, ``reports-nightly``); empty for a reader (every key)."""
     max_keys: int | None = None
@@ -91,7 +97,7 @@ class Grant(NamedTuple):
     reader, ``--max-keys 0``, or a grant written before quotas)."""
 
 
-def quota_of(access: str, max_keys: int | None) -> int:
+def quota_of(access: Access, max_keys: int | None) -> int:
     """The most keys a grant lets its role hold (``dislock.core.key_quota``), 0 for no
     limit: ``max_keys`` if given; else a wrapper's default, since a machine looping
     over fresh keys is what it guards against, and no limit for an operator (a
@@ -103,7 +109,7 @@ def quota_of(access: str, max_keys: int | None) -> int:
     return DEFAULT_MAX_KEYS if access == WRAPPER else 0
 
 
-def check_patterns(patterns: Sequence[str], access: str) -> tuple[str, ...]:
+def check_patterns(patterns: Sequence[str], access: Access) -> tuple[str, ...]:
     """The key patterns of a grant, validated: an exact key, or a prefix ending in
     ``*`` (``*`` alone: every key).  A reader reads every key and takes none."""
     if access not in ACCESS:
@@ -248,7 +254,7 @@ def _drop(table: sql.Identifier, role: str) -> list[sql.Composed]:
 def grant_statements(
     table_parts: tuple[str, ...],
     role: str,
-    access: str,
+    access: Access,
     patterns: Sequence[str],
     *,
     max_ttl: float,
@@ -388,7 +394,7 @@ def grant_statements(
 
 
 def _history_grant(
-    history: tuple[str, ...], role: str, access: str, patterns: Sequence[str]
+    history: tuple[str, ...], role: str, access: Access, patterns: Sequence[str]
 ) -> list[sql.Composed]:
     table = sql.Identifier(*history)
     who = sql.Identifier(role)

@@ -10,7 +10,7 @@ import traceback
 import psycopg
 import psycopg.errors
 
-from dislock._sync import run_with_locks
+from dislock import run_with_locks
 from dislock.cli import EXIT_FAILURE, EXIT_USAGE
 from dislock.cli.settings import WrapperSettings
 from dislock.core.dsn import scrub

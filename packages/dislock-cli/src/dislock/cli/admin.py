@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from datetime import datetime
 
 from psycopg import sql
 
 from dislock.cli.lock_rows import PAUSE, LockRow
 from dislock.core import kinds
 from dislock.core.bounds import MAX_REASON_BYTES, clip, escape
+from dislock.core.exchange import Exchange, Rows
 from dislock.core.table import create_table
 
 MODES = kinds.NAMES
@@ -141,9 +143,30 @@ def render_json(rows: Sequence[LockRow]) -> str:
     return json.dumps([row.as_json() for row in rows], indent=2)
 
 
-WRITABLE_QUERY = "SELECT pg_is_in_recovery(), current_setting('transaction_read_only') = 'on'"
-"""Whether the server is a standby, and whether this session is read-only
-(``default_transaction_read_only``, or a standby's)."""
+def _read_writable(rows: Rows) -> str | None:
+    ((in_recovery, read_only),) = rows
+    return read_only_reason(in_recovery=bool(in_recovery), read_only=bool(read_only))
+
+
+def refusing_writes() -> Exchange[str | None]:
+    """Why this session cannot take locks (the server is a standby, or the session is
+    read-only: ``default_transaction_read_only``, or a standby's), or None."""
+    query = sql.SQL(
+        "SELECT pg_is_in_recovery() AS in_recovery,"
+        " current_setting('transaction_read_only') = 'on' AS read_only"
+    )
+    return Exchange(query, {}, _read_writable)
+
+
+def _read_now(rows: Rows) -> datetime:
+    ((now,),) = rows
+    if not isinstance(now, datetime):
+        raise TypeError(f"NOW() answered {now!r}")
+    return now
+
+
+DATABASE_NOW: Exchange[datetime] = Exchange(sql.SQL("SELECT NOW() AS now"), {}, _read_now)
+"""The database clock (its transaction's start)."""
 
 
 def read_only_reason(*, in_recovery: bool, read_only: bool) -> str | None:

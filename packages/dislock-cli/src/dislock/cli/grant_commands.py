@@ -21,7 +21,7 @@ from dislock.cli.sending import send
 from dislock.cli.table_change import TableBusy, change
 from dislock.core import grant_catalog, grants
 from dislock.core.bounds import escape
-from dislock.core.limits import max_ttl_query, set_max_ttl
+from dislock.core.limits import max_ttl, set_max_ttl
 from dislock.core.policy_functions import policy_functions
 
 
@@ -69,13 +69,13 @@ def grant(
 
     def statements(conn: Any) -> list[sql.Composed]:
         # Read in the transaction that runs them: the maximum TTL they bound leases by.
-        max_ttl, _ = conn.execute(max_ttl_query(qualified)).fetchone()
+        most = send(conn, max_ttl(qualified)).seconds
         return grants.grant_statements(
             qualified,
             role,
             access,
             patterns,
-            max_ttl=float(max_ttl),
+            max_ttl=most,
             fencing="fence" in found,
             history=history_parts,
             max_keys=max_keys,
@@ -195,7 +195,7 @@ def list_grants(conn: Any, table: tuple[str, ...], *, as_json: bool) -> int:
     if not columns(conn, table):
         return _error(f"lock table {'.'.join(table)} does not exist: dislockctl init first")
     (secured,) = conn.execute(grant_catalog.security_query(), (_name(table),)).fetchone()
-    max_ttl, recorded = conn.execute(max_ttl_query(table)).fetchone()
+    most, recorded = send(conn, max_ttl(table))
     found = [
         grant_catalog.parse_grant(name, comment)
         for name, comment in conn.execute(grant_catalog.grants_query(), (_name(table),)).fetchall()
@@ -209,7 +209,7 @@ def list_grants(conn: Any, table: tuple[str, ...], *, as_json: bool) -> int:
                 {
                     "table": ".".join(table),
                     "row_level_security": bool(secured),
-                    "max_ttl_seconds": float(max_ttl),
+                    "max_ttl_seconds": most,
                     "grants": [g._asdict() | {"keys": list(g.keys)} for g in listed],
                     "loopholes": [
                         {"role": h.role, "privileges": list(h.privileges)} for h in holes
@@ -220,7 +220,7 @@ def list_grants(conn: Any, table: tuple[str, ...], *, as_json: bool) -> int:
         )
         return status
     origin = "" if recorded else " (the default)"
-    print(f"table {'.'.join(table)}: maximum lease TTL {float(max_ttl):g} s{origin}")
+    print(f"table {'.'.join(table)}: maximum lease TTL {most:g} s{origin}")
     if not secured:
         print("no grants: every role with privileges on the table may lock every key")
         return EXIT_OK

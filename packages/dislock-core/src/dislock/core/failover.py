@@ -39,11 +39,12 @@ ls`` and dislock 0.1.0 (which only read their own keys) never see them.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from psycopg import sql
 
 from dislock.core.errors import NotReplicatedError
+from dislock.core.exchange import Exchange, Rows
 from dislock.core.limits import NEVER_EXPIRES, max_ttl_of
 
 if TYPE_CHECKING:
@@ -261,12 +262,33 @@ def longest_delay(table: sql.Identifier, noticed: sql.Composable) -> sql.Compose
     )
 
 
-def lock_delay_query(table: sql.Identifier) -> sql.Composed:
-    """``(timeline recorded, the longest lock delay ends, seconds left, server
-    timeline)`` for ``dislockctl check`` and ``ls``; no row before the first
-    acquisition."""
-    return sql.SQL(
-        "SELECT recorded, ends, EXTRACT(EPOCH FROM (ends - NOW()))::float8, {timeline}"
+class DelayState(NamedTuple):
+    """The timeline and the lock delay after a failover, as ``check`` and ``ls`` show them."""
+
+    recorded: int
+    """The timeline recorded in the table."""
+    ends: datetime
+    """When the longest lock delay of any key ends (``longest_delay``)."""
+    seconds_left: float
+    """Until ``ends``; not above 0 when no delay runs."""
+    server: int
+    """The server's own timeline: another than ``recorded`` means a failover that no
+    acquisition noticed yet."""
+
+
+def _read_delay_state(rows: Rows) -> DelayState | None:
+    if not rows:
+        return None
+    ((recorded, ends, left, server),) = rows
+    return DelayState(int(recorded), ends, float(left), int(server))
+
+
+def delay_state(table_parts: tuple[str, ...]) -> Exchange[DelayState | None]:
+    """The table's timeline and lock delay; None before the first acquisition."""
+    table = sql.Identifier(*table_parts)
+    query = sql.SQL(
+        "SELECT recorded, ends, EXTRACT(EPOCH FROM (ends - NOW()))::float8 AS seconds_left,"
+        " {timeline} AS server"
         " FROM (SELECT value::int8 AS recorded, {ends} AS ends"
         " FROM {table} WHERE key = {timeline_key}) AS seen"
     ).format(
@@ -275,6 +297,7 @@ def lock_delay_query(table: sql.Identifier) -> sql.Composed:
         table=table,
         timeline_key=sql.Literal(TIMELINE_KEY),
     )
+    return Exchange(query, {}, _read_delay_state)
 
 
 def timeline_change(before: int | None, after: int | None) -> str | None:

@@ -13,7 +13,11 @@ other role a way to.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from psycopg import sql
+
+from dislock.core.exchange import Exchange, Rows
 
 MAX_TTL_KEY = "dislock:config:max-ttl"
 """Metadata row: ``value`` is the maximum lease TTL in seconds; it never expires."""
@@ -48,12 +52,26 @@ def set_max_ttl(table_parts: tuple[str, ...], seconds: float) -> sql.Composed:
     )
 
 
-def max_ttl_query(table_parts: tuple[str, ...]) -> sql.Composed:
-    """``(maximum TTL, whether the table records one)``, for ``check`` and ``ls``."""
+class MaxTtl(NamedTuple):
+    """A table's maximum lease TTL, as ``check``, ``ls``, ``grant`` and ``grants`` read it."""
+
+    seconds: float
+    recorded: bool
+    """Whether the table records one (``init --max-ttl``); else the default applies."""
+
+
+def _read_max_ttl(rows: Rows) -> MaxTtl:
+    ((seconds, recorded),) = rows
+    return MaxTtl(float(seconds), bool(recorded))
+
+
+def max_ttl(table_parts: tuple[str, ...]) -> Exchange[MaxTtl]:
+    """The table's maximum lease TTL, and whether it records one."""
     table = sql.Identifier(*table_parts)
-    return sql.SQL("SELECT {cap}, EXISTS (SELECT FROM {table} WHERE key = {key})").format(
-        cap=max_ttl_of(table), table=table, key=sql.Literal(MAX_TTL_KEY)
-    )
+    query = sql.SQL(
+        "SELECT {cap} AS seconds, EXISTS (SELECT FROM {table} WHERE key = {key}) AS recorded"
+    ).format(cap=max_ttl_of(table), table=table, key=sql.Literal(MAX_TTL_KEY))
+    return Exchange(query, {}, _read_max_ttl)
 
 
 def _seconds_text(seconds: float) -> str:

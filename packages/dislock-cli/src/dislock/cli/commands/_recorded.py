@@ -29,11 +29,12 @@ def warn_disagreements(
     """Warn (on stderr, so that --json output stays clean) about keys whose runs
     read their schedule in different zones or expressions; returns the readings of
     ``key`` (all of them, for --json)."""
+    from dislock.cli.admin import DATABASE_NOW
     from dislock.cli.run_history import describe_disagreement, disagreements, readings_of
     from dislock.cli.sending import send
     from dislock.core.bounds import escape
 
-    (now,) = conn.execute("SELECT NOW()").fetchone()
+    now = send(conn, DATABASE_NOW)
     readings = send(conn, readings_of(history, now - since, key))
     for found_key, found in disagreements(readings).items():
         print(f"dislockctl: {escape(describe_disagreement(found_key, found))}", file=sys.stderr)

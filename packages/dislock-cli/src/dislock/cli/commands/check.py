@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from dislock.cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 from dislock.cli.commands._call import Call, columns, error
+from dislock.cli.sending import send
 
 if TYPE_CHECKING:
     from dislock.cli.settings import WrapperSettings
@@ -34,7 +35,6 @@ def _check(conn: Any, settings: WrapperSettings) -> int:
 
     from dislock.cli.admin import describe_expiry, format_duration
     from dislock.cli.lock_rows import states
-    from dislock.cli.sending import send
     from dislock.core.bounds import MAX_REASON_BYTES, clip, escape
     from dislock.core.cron import next_fires, slot_end
     from dislock.core.kinds import kind
@@ -59,7 +59,9 @@ def _check(conn: Any, settings: WrapperSettings) -> int:
             )
         )
     table = ".".join(table_parts)
-    now: datetime = conn.execute("SELECT NOW()").fetchone()[0]
+    from dislock.cli.admin import DATABASE_NOW
+
+    now = send(conn, DATABASE_NOW)
     print("configuration is valid")
     print(f"  lock key        {escape(context.lock_key)}")
     print(f"  strategies      {','.join(settings.strategies)}")
@@ -184,10 +186,9 @@ def _check(conn: Any, settings: WrapperSettings) -> int:
 
 def _refuses_writes(conn: Any) -> str | None:
     """Why this session cannot take locks (a standby, a read-only session), or None."""
-    from dislock.cli.admin import WRITABLE_QUERY, read_only_reason
+    from dislock.cli.admin import refusing_writes
 
-    in_recovery, read_only = conn.execute(WRITABLE_QUERY).fetchone()
-    return read_only_reason(in_recovery=in_recovery, read_only=read_only)
+    return send(conn, refusing_writes())
 
 
 def _print_max_ttl(
@@ -195,10 +196,10 @@ def _print_max_ttl(
 ) -> str | None:
     """The table's maximum lease TTL; the refusal when the configured lease exceeds it."""
     from dislock.core.lease import LeaseSettings
-    from dislock.core.limits import max_ttl_query, too_long
+    from dislock.core.limits import max_ttl, too_long
     from dislock.core.variables import TTL
 
-    cap, recorded = conn.execute(max_ttl_query(table)).fetchone()
+    cap, recorded = send(conn, max_ttl(table))
     print(f"  max lease TTL   {cap:g} s" + ("" if recorded else " (the default)"))
     if settings is None or "lease" not in settings.strategies:
         return None
@@ -212,23 +213,22 @@ def _print_max_ttl(
 
 def _print_lock_delay(conn: Any, table: tuple[str, ...]) -> None:
     """The server timeline and the lock delay after a failover (dislock.core.failover)."""
-    from psycopg import sql
-
     from dislock.cli.admin import describe_expiry
-    from dislock.core.failover import lock_delay_query
+    from dislock.core.failover import delay_state
 
-    row = conn.execute(lock_delay_query(sql.Identifier(*table))).fetchone()
-    if row is None:
+    state = send(conn, delay_state(table))
+    if state is None:
         print("  timeline        not recorded yet (the first lock taken records it)")
         return
-    recorded, _, remaining, current = row
-    line = f"  timeline        {current}"
-    if recorded != current:
-        line += f" (recorded {recorded}: the next lock taken starts a lock delay after failover)"
-    elif remaining > 0:
+    line = f"  timeline        {state.server}"
+    if state.recorded != state.server:
+        line += (
+            f" (recorded {state.recorded}: the next lock taken starts a lock delay after failover)"
+        )
+    elif state.seconds_left > 0:
         line += (
             "; lock delay after failover: each key waits for the longest TTL of the roles"
-            f" that may hold it, the last ends {describe_expiry(remaining)}"
+            f" that may hold it, the last ends {describe_expiry(state.seconds_left)}"
         )
     print(line)
 

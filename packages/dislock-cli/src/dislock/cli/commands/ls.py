@@ -9,6 +9,7 @@ from typing import Any
 
 from dislock.cli import EXIT_OK
 from dislock.cli.commands._call import Call
+from dislock.cli.sending import send
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,7 +29,6 @@ def run(call: Call) -> int:
 def _list(conn: Any, table: tuple[str, ...], prefix: str, as_json: bool) -> int:
     from dislock.cli.admin import render_json, render_table
     from dislock.cli.lock_rows import listing
-    from dislock.cli.sending import send
 
     rows = send(conn, listing(table, prefix))
     if as_json:
@@ -44,17 +44,15 @@ def _list(conn: Any, table: tuple[str, ...], prefix: str, as_json: bool) -> int:
 
 def _table_limits(conn: Any, table: tuple[str, ...]) -> str:
     """The last line: the table's maximum lease TTL, and a running lock delay."""
-    from psycopg import sql
-
     from dislock.cli.admin import describe_expiry
-    from dislock.core.failover import lock_delay_query
-    from dislock.core.limits import max_ttl_query
+    from dislock.core.failover import delay_state
+    from dislock.core.limits import max_ttl
 
-    cap, recorded = conn.execute(max_ttl_query(table)).fetchone()
+    cap, recorded = send(conn, max_ttl(table))
     line = f"maximum lease TTL {cap:g} s" + ("" if recorded else " (the default)")
-    delay = conn.execute(lock_delay_query(sql.Identifier(*table))).fetchone()
-    if delay is not None and delay[2] > 0:
-        ends = describe_expiry(delay[2])
+    delay = send(conn, delay_state(table))
+    if delay is not None and delay.seconds_left > 0:
+        ends = describe_expiry(delay.seconds_left)
         line += (
             "; LOCK DELAY after a failover: each key waits for the longest TTL of the roles"
             f" that may hold it, the last ends {ends}"

@@ -123,7 +123,10 @@ def _missed(
         except ConfigurationError as exc:
             error(str(exc))
             return EXIT_USAGE
-    (now,) = conn.execute("SELECT NOW()").fetchone()
+    from dislock.cli.admin import DATABASE_NOW
+    from dislock.cli.sending import send
+
+    now = send(conn, DATABASE_NOW)
     since = now - asked.since
     rows = conn.execute(starts_query(history, table), {"key": key, "since": since}).fetchall()
     # A slot marked late (past its start deadline, nobody started it) has a row but no

@@ -16,7 +16,7 @@ from typing import Any
 from psycopg import sql
 
 from dislock.cli import EXIT_FAILURE, EXIT_OK
-from dislock.cli.commands._call import columns
+from dislock.cli.lock_rows import columns as columns_query
 from dislock.cli.sending import send
 from dislock.cli.table_change import TableBusy, change
 from dislock.core import grant_catalog, grants
@@ -56,7 +56,7 @@ def grant(
     """Give ``role`` ``access`` to the keys ``patterns`` match (replacing its earlier
     grant), at most ``max_keys`` of them (0: no limit; None: the access's default,
     ``grants.quota_of``), trying for the tables' locks for at most ``patience`` seconds."""
-    found = columns(conn, table)
+    found = send(conn, columns_query(table))
     if not found:
         return _error(f"lock table {'.'.join(table)} does not exist: dislockctl init first")
     if conn.execute("SELECT FROM pg_roles WHERE rolname = %s", (role,)).fetchone() is None:
@@ -65,7 +65,7 @@ def grant(
             f" (CREATE ROLE {sql.Identifier(role).as_string(None)} LOGIN PASSWORD …)"
         )
     qualified = _qualified(conn, table)
-    history_parts = _qualified(conn, history) if columns(conn, history) else None
+    history_parts = _qualified(conn, history) if send(conn, columns_query(history)) else None
 
     def statements(conn: Any) -> list[sql.Composed]:
         # Read in the transaction that runs them: the maximum TTL they bound leases by.
@@ -163,7 +163,7 @@ def revoke(
     """Take ``role``'s grant away: it no longer sees or writes any row.  Tries for the
     tables' locks for at most ``patience`` seconds: the role itself may be holding
     them, and every other role's statements would queue behind a revoke that waited."""
-    history_parts = history if columns(conn, history) else None
+    history_parts = history if send(conn, columns_query(history)) else None
     statements = grants.revoke_statements(table, grants.check_role(role), history=history_parts)
     if print_sql:
         for statement in statements:
@@ -192,7 +192,7 @@ def revoke(
 
 def list_grants(conn: Any, table: tuple[str, ...], *, as_json: bool) -> int:
     """Every role's grant on the table, with the table's maximum TTL."""
-    if not columns(conn, table):
+    if not send(conn, columns_query(table)):
         return _error(f"lock table {'.'.join(table)} does not exist: dislockctl init first")
     (secured,) = conn.execute(grant_catalog.security_query(), (_name(table),)).fetchone()
     most, recorded = send(conn, max_ttl(table))

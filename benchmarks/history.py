@@ -141,7 +141,7 @@ def explain(conn: psycopg.Connection[Any], exchange: Exchange[Any]) -> list[Any]
 
 
 def history_rows(url: str, cycles: int, rows: int) -> list[Row]:
-    from dislock.cli import missed_slots, run_history, slot_states
+    from dislock.cli.runs import missed_slots, run_history, slot_states
     from dislock.core import events
     from dislock.core.history import create_history
 
@@ -254,7 +254,7 @@ def history_rows(url: str, cycles: int, rows: int) -> list[Row]:
         ),
         Row(
             f"newest run and newest success of each of {HISTORY_KEYS:,} keys"
-            f" (`dislock.cli.run_history.latest`) with {rows:,} rows",
+            f" (`dislock.cli.runs.run_history.latest`) with {rows:,} rows",
             "{query_ms:.1f} ms",
             "report",
             numbers={"query_ms": latest_ms},

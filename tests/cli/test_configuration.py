@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import dislock
-import dislock.cli.wrapper
+import dislock.cli.wrapper.command
 from tests.cli.conftest import UNREACHABLE, RunCli, assert_refused_in_one_line
 
 
@@ -163,7 +163,7 @@ def test_version(run_cli: RunCli, cli_env: dict[str, str]) -> None:
 def test_lease_only_run_imports_neither_croniter_nor_aio(cli_env: dict[str, str]) -> None:
     code = (
         "import sys\n"
-        "from dislock.cli.wrapper import main\n"
+        "from dislock.cli.wrapper.command import main\n"
         "status = main(['DATABASE_URL', 'true'])\n"
         "assert status == 0, status\n"
         "loaded = [m for m in sys.modules if m.startswith(('croniter', 'dislock.aio'))]\n"

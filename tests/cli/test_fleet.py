@@ -17,7 +17,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from dislock.cli.missed_slots import Slot, from_first_run, missed_slots, schedule_slots
+from dislock.cli.runs.missed_slots import Slot, from_first_run, missed_slots, schedule_slots
 from dislock.cli.time_args import parse_duration
 from dislock.core.errors import ConfigurationError
 from dislock.core.rows import lease_key, pause_key, schedule_key
@@ -512,7 +512,7 @@ def test_latest_run_and_success_per_key(
     ctl: Ctl, with_history: dict[str, str], run_cli: RunCli, db: psycopg.Connection[Any]
 ) -> None:
     """The per-key summary a fleet report (an exporter, a status page) reads."""
-    from dislock.cli.run_history import latest as latest_runs
+    from dislock.cli.runs.run_history import latest as latest_runs
     from dislock.cli.sending import send
 
     env = {**with_history, **LEASE}

@@ -6,7 +6,7 @@ documented (the command ran; or exit 1 with one line for a database failure), or
 refusal with exit 2 / ``ConfigurationError`` in one line; never a traceback, never
 the password, never a row written by a refused run.
 
-Most examples call ``dislock.cli.wrapper.main`` and ``dislock.cli.ctl.main`` in-process
+Most examples call ``dislock.cli.wrapper.command.main`` and ``dislock.cli.ctl.main`` in-process
 (a subprocess per example would take minutes); ``test_configuration.py`` runs the
 regression cases through the real console script.  The example budget is fixed
 (``BUDGET``) and the examples derandomized, so every CI leg tries the same cases in
@@ -35,7 +35,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 import dislock
 import dislock.cli.ctl
-import dislock.cli.wrapper
+import dislock.cli.wrapper.command
 from dislock import ConfigurationError, LockContext
 from dislock.core.bounds import escape
 from dislock.core.rows import lease_key, schedule_key
@@ -315,7 +315,7 @@ def test_generated_wrapper_environments(
     argv = [url_variable, *([command, str(marker)] if command else [])]
     before = _rows(db, lock_table)
 
-    status, out, err = _call(dislock.cli.wrapper.main, argv, environ, capsys)
+    status, out, err = _call(dislock.cli.wrapper.command.main, argv, environ, capsys)
     event(f"dislock exit {status}")
 
     text = out + err
@@ -647,7 +647,10 @@ def test_urls_the_server_rejects_exit_1_in_one_line(
     marker = tmp_path / "ran"
     if tool == "dislock":
         status, out, err = _call(
-            dislock.cli.wrapper.main, ["DATABASE_URL", "touch", str(marker)], environ, capsys
+            dislock.cli.wrapper.command.main,
+            ["DATABASE_URL", "touch", str(marker)],
+            environ,
+            capsys,
         )
     else:
         status, out, err = _call(dislock.cli.ctl.main, ["DATABASE_URL", "ls"], environ, capsys)

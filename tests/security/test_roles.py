@@ -841,8 +841,8 @@ def test_bypassrls_is_a_loophole_only_on_a_table_the_role_may_touch(
 def test_serve_counts_the_loopholes_as_the_reader_role_sees_them(
     fleet: Fleet, db: psycopg.Connection[Any]
 ) -> None:
-    from dislock.cli.fleet_reader import FleetReader
-    from dislock.cli.metrics import metric_families
+    from dislock.cli.serve.fleet_reader import FleetReader
+    from dislock.cli.serve.metrics import metric_families
 
     runs = with_history(fleet, db, ("dislock_sec_reader", "--reader"))
     reader = FleetReader(fleet.reader, fleet.table, runs)

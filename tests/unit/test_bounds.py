@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from dislock import ConfigurationError
-from dislock.cli.settings import read_wrapper_settings
-from dislock.cli.wrapper import help_text
+from dislock.cli.wrapper.command import help_text
+from dislock.cli.wrapper.settings import read_wrapper_settings
 from dislock.core.bounds import (
     BOUNDS,
     MAX_KEY_BYTES,

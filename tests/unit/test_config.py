@@ -180,7 +180,7 @@ def test_context_normalises_numbers_and_policy() -> None:
 
 
 def test_wrapper_settings_repr_never_shows_the_password() -> None:
-    from dislock.cli.settings import read_wrapper_settings
+    from dislock.cli.wrapper.settings import read_wrapper_settings
 
     url = "postgresql://app:s3cr3t-pw@db.example/app"
     settings = read_wrapper_settings(

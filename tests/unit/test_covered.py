@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from dislock.cli.fleet_status import FleetSnapshot, HeldLock, KeyStatus, LastRun
-from dislock.cli.history_report import describe_missed
-from dislock.cli.metrics import metric_families
-from dislock.cli.missed_slots import Slot, Span, schedule_slots, split_covered
-from dislock.cli.status_page import render_page
+from dislock.cli.runs.history_report import describe_missed
+from dislock.cli.runs.missed_slots import Slot, Span, schedule_slots, split_covered
+from dislock.cli.serve.fleet_status import FleetSnapshot, HeldLock, KeyStatus, LastRun
+from dislock.cli.serve.metrics import metric_families
+from dislock.cli.serve.status_page import render_page
 from dislock.core.context import LeaseLossPolicy
 from dislock.core.lease import LeaseClock, LeaseSettings
 from dislock.core.renewal import (

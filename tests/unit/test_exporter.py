@@ -7,9 +7,9 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from dislock.cli.fleet_status import FleetSnapshot, KeyStatus, LastRun, page_order
-from dislock.cli.http_policy import parse_listen
-from dislock.cli.metrics import (
+from dislock.cli.serve.fleet_status import FleetSnapshot, KeyStatus, LastRun, page_order
+from dislock.cli.serve.http_policy import parse_listen
+from dislock.cli.serve.metrics import (
     Family,
     HostRecord,
     host_families,
@@ -18,8 +18,8 @@ from dislock.cli.metrics import (
     read_host_records,
     record_run,
 )
-from dislock.cli.scrape import RunCounts, WindowStarts
-from dislock.cli.status_page import render_page
+from dislock.cli.serve.scrape import RunCounts, WindowStarts
+from dislock.cli.serve.status_page import render_page
 from dislock.core.errors import ConfigurationError
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
@@ -166,7 +166,7 @@ def test_the_chunked_exposition_is_prometheus_clients_own() -> None:
     from prometheus_client.exposition import generate_latest
     from prometheus_client.registry import CollectorRegistry
 
-    from dislock.cli._prometheus import Exposition, Families
+    from dislock.cli.serve._prometheus import Exposition, Families
 
     def whole(families: list[Family]) -> bytes:
         registry = CollectorRegistry(auto_describe=False)
@@ -186,7 +186,7 @@ def test_the_chunked_exposition_is_prometheus_clients_own() -> None:
 
 
 def test_the_page_says_how_each_lock_was_let_go() -> None:
-    from dislock.cli.fleet_status import HeldLock
+    from dislock.cli.serve.fleet_status import HeldLock
     from dislock.core.pause import UNTIL_RESUMED
 
     key = KeyStatus(
@@ -206,7 +206,7 @@ def test_the_page_says_how_each_lock_was_let_go() -> None:
 
 
 def test_lock_held_is_one_sample_per_key_and_mode() -> None:
-    from dislock.cli.fleet_status import HeldLock
+    from dislock.cli.serve.fleet_status import HeldLock
 
     key = KeyStatus(
         "pool",

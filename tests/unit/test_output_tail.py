@@ -78,7 +78,7 @@ def test_a_success_keeps_no_tail_and_one_whose_lease_went_as_it_ended_keeps_it()
 
 
 def test_history_shows_a_long_lines_end_and_the_last_lines() -> None:
-    from dislock.cli.history_report import TAIL_LINE_CHARS, TAIL_LINES, shown_tail
+    from dislock.cli.runs.history_report import TAIL_LINE_CHARS, TAIL_LINES, shown_tail
 
     long = "x" * 5000 + "disk full"
     lines, cut = shown_tail(f"{long}\n")

@@ -1,7 +1,7 @@
 """``dislockctl serve``'s rules before and around the database: Host names, connections
 per client, recorded
-zones, and the bounded slot computation (``dislock.cli.http_policy``,
-``dislock.cli.slot_windows``, ``dislock.core.cron_zone.recorded_zone``)."""
+zones, and the bounded slot computation (``dislock.cli.serve.http_policy``,
+``dislock.cli.serve.slot_windows``, ``dislock.core.cron_zone.recorded_zone``)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from dislock.cli.fleet_status import FleetSnapshot, lock_delay_end
-from dislock.cli.http_policy import (
+from dislock.cli.runs.missed_slots import schedule_slots
+from dislock.cli.serve.fleet_status import FleetSnapshot, lock_delay_end
+from dislock.cli.serve.http_policy import (
     Admission,
     HostPolicy,
     Limits,
@@ -20,11 +21,10 @@ from dislock.cli.http_policy import (
     host_name,
     request_timeout,
 )
-from dislock.cli.metrics import metric_families
-from dislock.cli.missed_slots import schedule_slots
-from dislock.cli.scrape import WindowStarts
-from dislock.cli.slot_windows import ScheduleWindows
-from dislock.cli.status_page import render_page
+from dislock.cli.serve.metrics import metric_families
+from dislock.cli.serve.scrape import WindowStarts
+from dislock.cli.serve.slot_windows import ScheduleWindows
+from dislock.cli.serve.status_page import render_page
 from dislock.core.cron_zone import recorded_zone
 from dislock.core.errors import ConfigurationError
 

@@ -1,12 +1,12 @@
-"""What became of each slot (``dislock.cli.slot_states``) and a key's pauses
+"""What became of each slot (``dislock.cli.runs.slot_states``) and a key's pauses
 (``dislock.core.events.pause_spans``), without a database."""
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from dislock.cli.missed_slots import Slot, Span, schedule_slots
-from dislock.cli.slot_states import Attempt, count, slot_states
+from dislock.cli.runs.missed_slots import Slot, Span, schedule_slots
+from dislock.cli.runs.slot_states import Attempt, count, slot_states
 from dislock.core.events import PAUSED, RERUN, RESUMED, Pause, pause_spans, reruns
 from dislock.core.pause import UNTIL_RESUMED
 

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from dislock import ConfigurationError, LeaseLossPolicy, LockContext
-from dislock.cli.settings import read_wrapper_settings
-from dislock.cli.wrapper import help_text
+from dislock.cli.wrapper.command import help_text
+from dislock.cli.wrapper.settings import read_wrapper_settings
 from dislock.core import variables
 from dislock.core.bounds import BOUNDS
 from dislock.core.variables import VARIABLES, Variable

@@ -1,4 +1,4 @@
-"""dislock-cli: the ``dislock`` wrapper (``dislock.cli.wrapper``) and the operator
+"""dislock-cli: the ``dislock`` wrapper (``dislock.cli.wrapper.command``) and the operator
 tool ``dislockctl`` (``dislock.cli.ctl``), with what both exit with."""
 
 from __future__ import annotations

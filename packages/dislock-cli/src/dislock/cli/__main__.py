@@ -1,5 +1,5 @@
 """``python -m dislock.cli``: the same as the ``dislock`` command."""
 
-from dislock.cli.wrapper import console_main
+from dislock.cli.wrapper.command import console_main
 
 console_main()

@@ -112,7 +112,7 @@ def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> int:
     env = os.environ if environ is None else environ
 
     from dislock.cli.commands._call import Call, error
-    from dislock.cli.settings import read_database_url, read_table
+    from dislock.cli.wrapper.settings import read_database_url, read_table
     from dislock.core import variables
     from dislock.core.bounds import check_utf8
     from dislock.core.errors import ConfigurationError

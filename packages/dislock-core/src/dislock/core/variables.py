@@ -2,7 +2,7 @@
 field, how its text is read (and checked: a refusal names the variable), how a
 field's value is written back as text, its default and its ``dislock --help`` line.
 
-``dislock.cli.settings`` reads the environment through it, ``dislock --help`` and
+``dislock.cli.wrapper.settings`` reads the environment through it, ``dislock --help`` and
 ``docs/cli.md`` list it (a test holds them to it), ``dislockctl check`` reports
 with it, and the tests' CLI driver turns a ``LockContext`` into an environment
 with it.  A numeric variable refers to its entry of ``dislock.core.bounds``.

@@ -33,7 +33,7 @@ class Call:
     def history_table(self) -> tuple[str, ...]:
         """The run history table (``--history-table``, ``LOCK_HISTORY_TABLE``, or the
         lock table's name with ``_history``); raises ConfigurationError."""
-        from dislock.cli.settings import read_history_table
+        from dislock.cli.wrapper.settings import read_history_table
         from dislock.core.history import history_table
 
         return history_table(self.table, read_history_table(self.env))
@@ -112,7 +112,7 @@ def columns(conn: Any, table: tuple[str, ...]) -> list[str]:
 
 def history_exists(conn: Any, history: tuple[str, ...]) -> bool:
     """Whether the history table exists; if not, says how to create it."""
-    from dislock.cli.run_history import table_exists
+    from dislock.cli.runs.run_history import table_exists
     from dislock.cli.sending import send
 
     if send(conn, table_exists(history)):

@@ -14,7 +14,7 @@ from dislock.cli.commands._call import Call, error
 
 def unknown_key(conn: Any, table: tuple[str, ...], history: tuple[str, ...], key: str) -> bool:
     """Whether ``key`` has neither a recorded run nor a lock row; if so, says so."""
-    from dislock.cli.run_history import known_key
+    from dislock.cli.runs.run_history import known_key
     from dislock.cli.sending import send
 
     if send(conn, known_key(history, table, key)):
@@ -30,7 +30,7 @@ def warn_disagreements(
     read their schedule in different zones or expressions; returns the readings of
     ``key`` (all of them, for --json)."""
     from dislock.cli.admin import DATABASE_NOW
-    from dislock.cli.run_history import describe_disagreement, disagreements, readings_of
+    from dislock.cli.runs.run_history import describe_disagreement, disagreements, readings_of
     from dislock.cli.sending import send
     from dislock.core.bounds import escape
 
@@ -73,7 +73,7 @@ def record_event(
 
     import psycopg
 
-    from dislock.cli.run_history import table_exists
+    from dislock.cli.runs.run_history import table_exists
     from dislock.cli.sending import send
     from dislock.core import events
     from dislock.core.dsn import one_line, scrub

@@ -1,5 +1,5 @@
 """``dislockctl check``: validate the wrapper's environment (every variable it
-reads, as the wrapper does: ``dislock.cli.settings``) and show what a run would
+reads, as the wrapper does: ``dislock.cli.wrapper.settings``) and show what a run would
 do now, on the database's clock, acquiring nothing: the schedule's next fires,
 the lease's timing, the table's limits, a running lock delay and the state of
 the run's lock rows."""
@@ -15,7 +15,7 @@ from dislock.cli.commands._call import Call, columns, error
 from dislock.cli.sending import send
 
 if TYPE_CHECKING:
-    from dislock.cli.settings import WrapperSettings
+    from dislock.cli.wrapper.settings import WrapperSettings
     from dislock.core.context import LockContext
 
 
@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(call: Call) -> int:
-    from dislock.cli.settings import read_wrapper_settings
+    from dislock.cli.wrapper.settings import read_wrapper_settings
 
     settings = read_wrapper_settings(call.args.url_variable, ["true"], call.env)
     return call.connected(lambda conn: _check(conn, settings))

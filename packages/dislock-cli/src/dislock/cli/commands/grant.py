@@ -52,7 +52,7 @@ def _count(text: str) -> int:
 
 
 def run(call: Call) -> int:
-    from dislock.cli import grant_commands
+    from dislock.cli.commands import _granting as grant_commands
     from dislock.core.grants import OPERATOR, READER, WRAPPER, check_patterns, check_role
 
     args = call.args

@@ -13,7 +13,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(call: Call) -> int:
-    from dislock.cli import grant_commands
+    from dislock.cli.commands import _granting as grant_commands
 
     return call.connected(
         lambda conn: grant_commands.list_grants(conn, call.table, as_json=call.args.json)

@@ -56,7 +56,7 @@ def run(call: Call) -> int:
 
 def _prune(conn: Any, history: tuple[str, ...], older: timedelta) -> int:
     from dislock.cli.admin import format_duration
-    from dislock.cli.run_history import prune
+    from dislock.cli.runs.run_history import prune
     from dislock.cli.sending import send
 
     count = send(conn, prune(history, older))
@@ -77,8 +77,8 @@ def _history(
     as_json: bool,
 ) -> int:
     from dislock.cli.admin import format_duration
-    from dislock.cli.history_report import attempts, dump, render_runs, render_tails
-    from dislock.cli.run_history import runs as runs_of
+    from dislock.cli.runs.history_report import attempts, dump, render_runs, render_tails
+    from dislock.cli.runs.run_history import runs as runs_of
     from dislock.cli.sending import send
 
     if key is not None and unknown_key(conn, table, history, key):

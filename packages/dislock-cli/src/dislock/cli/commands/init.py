@@ -123,7 +123,7 @@ def _init(
 def _record_max_ttl(conn: Any, table: tuple[str, ...], max_ttl: float | None) -> int:
     if max_ttl is None:
         return EXIT_OK
-    from dislock.cli.grant_commands import set_table_max_ttl
+    from dislock.cli.commands._granting import set_table_max_ttl
 
     with conn.transaction():
         for statement in set_table_max_ttl(conn, table, max_ttl):

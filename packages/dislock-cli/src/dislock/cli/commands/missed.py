@@ -1,5 +1,5 @@
 """``dislockctl missed``: what became of each slot of LOCK_KEY's schedule, judged
-from the recorded runs and an operator's events (``dislock.cli.slot_states``): the
+from the recorded runs and an operator's events (``dislock.cli.runs.slot_states``): the
 slots missed, late or failed are listed (exit 1 if any), ``--all`` lists every one."""
 
 from __future__ import annotations
@@ -83,17 +83,17 @@ def _missed(
     key: str,
     as_json: bool,
 ) -> int:
-    from dislock.cli.history_report import describe_missed, dump, render_slots
-    from dislock.cli.missed_slots import (
+    from dislock.cli.runs.history_report import describe_missed, dump, render_slots
+    from dislock.cli.runs.missed_slots import (
         from_first_run,
         schedule_slots,
         span_of,
         spans_query,
         starts_query,
     )
-    from dislock.cli.run_history import recorded_schedule
+    from dislock.cli.runs.run_history import recorded_schedule
+    from dislock.cli.runs.slot_states import COVERED, TO_LOOK_AT, Attempt, count, slot_states
     from dislock.cli.sending import send
-    from dislock.cli.slot_states import COVERED, TO_LOOK_AT, Attempt, count, slot_states
     from dislock.core.cron_zone import cron_zone, load_zone, recorded_zone
     from dislock.core.errors import ConfigurationError
     from dislock.core.events import pause_spans, pauses_query, reruns

@@ -1,4 +1,4 @@
-"""``dislockctl revoke``: take ROLE's grant away (``dislock.cli.grant_commands``)."""
+"""``dislockctl revoke``: take ROLE's grant away (``dislock.cli.commands._granting``)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(call: Call) -> int:
-    from dislock.cli import grant_commands
+    from dislock.cli.commands import _granting as grant_commands
 
     args = call.args
     history = call.history_table()

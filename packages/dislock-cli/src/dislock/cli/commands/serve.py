@@ -1,5 +1,5 @@
 """``dislockctl serve``: Prometheus metrics (``/metrics``) and a status page (``/``)
-over HTTP, read-only (the server itself is ``dislock.cli.serve``)."""
+over HTTP, read-only (the server itself is ``dislock.cli.serve.server``)."""
 
 from __future__ import annotations
 
@@ -47,8 +47,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(call: Call) -> int:
-    from dislock.cli.http_policy import Limits, request_timeout
-    from dislock.cli.serve import serve
+    from dislock.cli.serve.http_policy import Limits, request_timeout
+    from dislock.cli.serve.server import serve
 
     args = call.args
     history = call.history_table()

@@ -3,7 +3,7 @@
 A small read-only HTTP server.  Every request that needs the database reads one
 snapshot in a READ ONLY transaction on one kept connection; a database that does
 not answer is reported (``dislock_up 0``, a banner on the page), never a crash.
-What the snapshot means lives in ``dislock.cli.fleet_status``, ``metrics`` and
+What the snapshot means lives in ``dislock.cli.serve.fleet_status``, ``metrics`` and
 ``status_page``, the scrape's statements in ``scrape``; this module only does
 I/O.  The database URL appears in no response and no log line: errors are
 described with ``describe_database_error``, which scrubs it.
@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from dislock.cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
-from dislock.cli._prometheus import Exposition
-from dislock.cli.fleet_reader import FleetReader
-from dislock.cli.http_policy import (
+from dislock.cli.serve._prometheus import Exposition
+from dislock.cli.serve.fleet_reader import FleetReader
+from dislock.cli.serve.http_policy import (
     WRITE_TIMEOUT,
     Admission,
     HostPolicy,
@@ -38,8 +38,8 @@ from dislock.cli.http_policy import (
     client_of,
     parse_listen,
 )
-from dislock.cli.metrics import metric_families
-from dislock.cli.status_page import render_page
+from dislock.cli.serve.metrics import metric_families
+from dislock.cli.serve.status_page import render_page
 from dislock.core.dsn import scrub
 from dislock.core.errors import ConfigurationError
 

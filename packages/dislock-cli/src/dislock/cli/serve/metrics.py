@@ -1,7 +1,7 @@
 """The Prometheus metric families of a fleet snapshot (``metric_families``), and of
 the per-host textfile the wrapper writes (``DISLOCK_METRICS_TEXTFILE``: its
 records, ``host_families``).  Plain data, independent of any Prometheus library:
-``dislock.cli._prometheus`` hands them to ``prometheus_client``, which only the
+``dislock.cli.serve._prometheus`` hands them to ``prometheus_client``, which only the
 CLI depends on.
 """
 
@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta, timezone
 from typing import NamedTuple
 
-from dislock.cli.fleet_status import MISSED_WINDOW, FleetSnapshot, KeyStatus, LastRun
+from dislock.cli.serve.fleet_status import MISSED_WINDOW, FleetSnapshot, KeyStatus, LastRun
 from dislock.cli.shown import OTHER_OUTCOME
 from dislock.core.bounds import MAX_KEY_BYTES, clip, escape
 from dislock.core.events import PAUSED, RESUMED

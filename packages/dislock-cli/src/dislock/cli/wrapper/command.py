@@ -8,7 +8,7 @@ a runtime failure; 2 on bad configuration or usage; 75 when the lease was lost
 (or taken over, LOCK_REPLACE) and the command was terminated; 124 when it ran
 past LOCK_MAX_RUNTIME_SECONDS.
 
-This module reads the command line and the environment; ``dislock.cli._run`` takes
+This module reads the command line and the environment; ``dislock.cli.wrapper.run`` takes
 the locks and supervises the command.
 """
 
@@ -130,7 +130,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         return EXIT_OK
 
     # Deferred imports keep `--help` instant; the rest costs psycopg and no more.
-    from dislock.cli.settings import parse_log_level, read_wrapper_settings
+    from dislock.cli.wrapper.settings import parse_log_level, read_wrapper_settings
     from dislock.core.errors import ConfigurationError
 
     level, level_warning = parse_log_level(env)
@@ -151,7 +151,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         # Its output is copied to our descriptors 1 and 2: those must be the streams
         # we were given, not the first files opened (a database socket).
         _open_standard_streams()
-    from dislock.cli._run import run
+    from dislock.cli.wrapper.run import run
     from dislock.core.variables import METRICS_TEXTFILE
 
     try:

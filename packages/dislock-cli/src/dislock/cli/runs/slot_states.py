@@ -16,7 +16,7 @@ slot is
 * ``paused``: nobody started it, and a ``dislockctl pause`` of the key was in force
   as it began (``dislock.core.events``);
 * ``covered``: nobody started it because a run begun earlier still held the lease
-  (``dislock.cli.missed_slots.split_covered``);
+  (``dislock.cli.runs.missed_slots.split_covered``);
 * ``missed``: nobody started it.
 
 ``missed``, ``late`` and ``failed`` are the ones someone should look at (``missed``
@@ -32,7 +32,7 @@ from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
-from dislock.cli.missed_slots import Slot, Span, split_covered
+from dislock.cli.runs.missed_slots import Slot, Span, split_covered
 from dislock.core.events import Pause
 
 DONE = "done"
@@ -73,7 +73,7 @@ class SlotState(NamedTuple):
 def attempts_by_slot(slots: Sequence[Slot], attempts: Sequence[Attempt]) -> list[list[Attempt]]:
     """Each slot's attempts: those that claimed its end (a schedule lock), and those
     without a claim that started in it, a start up to ``EARLY_FIRE_TOLERANCE`` early
-    counting for the next slot (``dislock.cli.missed_slots.missed_slots``' rule)."""
+    counting for the next slot (``dislock.cli.runs.missed_slots.missed_slots``' rule)."""
     from dislock.core.cron import EARLY_FIRE_TOLERANCE
 
     early = timedelta(seconds=EARLY_FIRE_TOLERANCE)

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone, tzinfo
 from typing import NamedTuple
 
-from dislock.cli.missed_slots import DEFAULT_GRACE, Slot
+from dislock.cli.runs.missed_slots import DEFAULT_GRACE, Slot
 from dislock.core.cron import next_boundary
 from dislock.core.cron_zone import recorded_zone
 from dislock.core.errors import ConfigurationError
@@ -37,7 +37,7 @@ from dislock.core.errors import ConfigurationError
 MAX_WINDOW_SLOTS = 3000
 """Slots of one reading in the missed-slot window that ``serve`` counts at most: a
 schedule that fires every 30 s or less often (``dislockctl missed`` counts denser
-ones, up to ``dislock.cli.missed_slots.MAX_SLOTS``)."""
+ones, up to ``dislock.cli.runs.missed_slots.MAX_SLOTS``)."""
 
 MAX_READINGS_PER_KEY = 4
 """(cron expression, zone) readings of one key kept at once; a key whose machines

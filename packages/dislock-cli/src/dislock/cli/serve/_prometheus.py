@@ -1,4 +1,4 @@
-"""``dislock.cli.metrics``' metric families, handed to ``prometheus_client``."""
+"""``dislock.cli.serve.metrics``' metric families, handed to ``prometheus_client``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from dislock.cli.metrics import Family
+from dislock.cli.serve.metrics import Family
 
 
 def prometheus_metric(family: Family) -> Metric:

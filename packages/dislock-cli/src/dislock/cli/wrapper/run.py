@@ -12,7 +12,7 @@ import psycopg.errors
 
 from dislock import run_with_locks
 from dislock.cli import EXIT_FAILURE, EXIT_USAGE
-from dislock.cli.settings import WrapperSettings
+from dislock.cli.wrapper.settings import WrapperSettings
 from dislock.core.dsn import scrub
 from dislock.core.errors import (
     ConfigurationError,
@@ -80,7 +80,7 @@ def run(settings: WrapperSettings, *, debug: bool, metrics_textfile: str | None 
         _fail(f"{type(exc).__name__}: {exc}", exc, context.url, debug)
         return EXIT_FAILURE
     if metrics_textfile is not None:  # only runs that started their command get here
-        from dislock.cli.textfile import record
+        from dislock.cli.wrapper.textfile import record
 
         record(metrics_textfile, context.lock_key, started, time.time(), status)
     return status

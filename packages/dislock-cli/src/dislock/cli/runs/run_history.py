@@ -5,7 +5,7 @@ newest run, how the runs read their schedule, and pruning.
 exchanges (``dislock.core.exchange``): ``runs`` answers runs with their derived
 state (``running`` while the run's lock is still held by its owner, ``abandoned``
 once it expired).  The statements a run writes are ``dislock.core.history``'s;
-which slots no run started in is ``dislock.cli.missed_slots``.
+which slots no run started in is ``dislock.cli.runs.missed_slots``.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ any web page a local browser opens, through a DNS name that the page's owner
 points at 127.0.0.1: DNS rebinding), how many connections it serves at once, in
 all and from one client (``Admission``), and how long a client may take to send
 its request; and where it listens (``parse_listen``).  Plain data and parsing:
-the server in ``dislock.cli.serve`` applies them.
+the server in ``dislock.cli.serve.server`` applies them.
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from dislock.cli.run_history import Run
-from dislock.cli.slot_states import SlotState
+from dislock.cli.runs.run_history import Run
+from dislock.cli.runs.slot_states import SlotState
 from dislock.core.events import OUTCOMES as EVENTS
 
 
@@ -137,8 +137,8 @@ def describe_missed(
     counts: Mapping[str, int],
 ) -> str:
     """The summary line of ``dislockctl missed``: how many slots are to look at
-    (``dislock.cli.slot_states.TO_LOOK_AT``), then how many are in each other state."""
-    from dislock.cli.slot_states import COVERED, PAUSED, STATES, TO_LOOK_AT
+    (``dislock.cli.runs.slot_states.TO_LOOK_AT``), then how many are in each other state."""
+    from dislock.cli.runs.slot_states import COVERED, PAUSED, STATES, TO_LOOK_AT
 
     judged = sum(counts.values())
     wrong = sum(counts.get(state, 0) for state in TO_LOOK_AT)
@@ -163,7 +163,7 @@ def _counted(counts: Mapping[str, int], states: Sequence[str]) -> str:
 
 
 def render_slots(states: Sequence[SlotState]) -> str:
-    """Slots and what became of them (``dislock.cli.slot_states``), with the
+    """Slots and what became of them (``dislock.cli.runs.slot_states``), with the
     number of attempts each had."""
     headers = ("SLOT START (UTC)", "SLOT END (UTC)", "STATE", "ATTEMPTS")
     return _columns(

@@ -13,18 +13,20 @@ from typing import Any, NamedTuple
 import psycopg
 
 from dislock.cli.diagnosis import describe_database_error
-from dislock.cli.fleet_status import (
+from dislock.cli.lock_rows import LockRow, listing
+from dislock.cli.runs.missed_slots import from_first_run
+from dislock.cli.runs.run_history import latest as latest_runs
+from dislock.cli.runs.run_history import table_exists
+from dislock.cli.runs.slot_states import FAILED, count, slot_states
+from dislock.cli.sending import send
+from dislock.cli.serve.fleet_status import (
     MISSED_WINDOW,
     FleetSnapshot,
     LatestRow,
     build_snapshot,
     lock_delay_end,
 )
-from dislock.cli.lock_rows import LockRow, listing
-from dislock.cli.missed_slots import from_first_run
-from dislock.cli.run_history import latest as latest_runs
-from dislock.cli.run_history import table_exists
-from dislock.cli.scrape import (
+from dislock.cli.serve.scrape import (
     RECENT_SECONDS,
     SCRAPE_CONNECT_TIMEOUT,
     SCRAPE_STATEMENT_TIMEOUT_MS,
@@ -34,9 +36,7 @@ from dislock.cli.scrape import (
     scrape_statements,
     span_of_row,
 )
-from dislock.cli.sending import send
-from dislock.cli.slot_states import FAILED, count, slot_states
-from dislock.cli.slot_windows import ScheduleWindows
+from dislock.cli.serve.slot_windows import ScheduleWindows
 from dislock.core.dsn import connection_kwargs, scrub
 from dislock.core.events import PAUSED, RERUN, RESUMED
 from dislock.core.grant_catalog import audit
@@ -237,7 +237,7 @@ class FleetReader:
     def _schedules(
         self, latest: list[LatestRow], starts: WindowStarts, since: datetime, now: datetime
     ) -> tuple[dict[str, dict[str, int]], dict[str, datetime]]:
-        """How many slots of each state (``dislock.cli.slot_states``) and the next slot
+        """How many slots of each state (``dislock.cli.runs.slot_states``) and the next slot
         of every key whose latest run had a schedule."""
         counted: dict[str, dict[str, int]] = {}
         next_slots: dict[str, datetime] = {}

@@ -1,8 +1,8 @@
 """What ``dislockctl serve`` knows about a fleet at one moment: one ``KeyStatus``
 per lock key, built from one read-only snapshot of the lock table and the run
 history (``build_snapshot``), and the status page's order of rows.  Plain data:
-the metrics (``dislock.cli.metrics``) and the page (``dislock.cli.status_page``)
-are made from it; the statements that read it are ``dislock.cli.scrape``'s.
+the metrics (``dislock.cli.serve.metrics``) and the page (``dislock.cli.serve.status_page``)
+are made from it; the statements that read it are ``dislock.cli.serve.scrape``'s.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from dislock.cli.lock_rows import LockRow
 
 MISSED_WINDOW = timedelta(hours=24)
 """The slot counts are of the slots of the key's schedule that began in the last 24
-hours (and at least a minute ago, ``dislock.cli.missed_slots.DEFAULT_GRACE``), by
-what became of them (``dislock.cli.slot_states``), as ``dislockctl missed KEY
+hours (and at least a minute ago, ``dislock.cli.runs.missed_slots.DEFAULT_GRACE``), by
+what became of them (``dislock.cli.runs.slot_states``), as ``dislockctl missed KEY
 --since 24h`` judges them: ``dislock_missed_slots`` those nobody started (late ones
 included, which ``dislock_late_slots`` counts apart), ``dislock_failed_slots`` those
 over whose every attempt failed, ``dislock_paused_slots`` those a pause skipped,
@@ -134,7 +134,7 @@ def page_order(keys: Iterable[KeyStatus]) -> list[KeyStatus]:
 
 
 class LatestRow(NamedTuple):
-    """A key's latest run: ``dislock.cli.run_history.latest_query``'s row (outcome derived
+    """A key's latest run: ``dislock.cli.runs.run_history.latest_query``'s row (outcome derived
     there: ``running`` or ``abandoned`` when no end was recorded) completed by
     ``ScrapeStatements.run_details``."""
 
@@ -173,7 +173,7 @@ def build_snapshot(
 ) -> FleetSnapshot:
     """One ``KeyStatus`` per key found in the lock table or the history;
     ``slot_counts``: per key with a schedule, its slots in the window by state
-    (``dislock.cli.slot_states``)."""
+    (``dislock.cli.runs.slot_states``)."""
     locks: dict[str, list[HeldLock]] = {}
     pauses: dict[str, tuple[str, datetime]] = {}
     for lock in lock_rows:

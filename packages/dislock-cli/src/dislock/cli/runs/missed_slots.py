@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 from psycopg import sql
 
-from dislock.cli.run_history import still_held
+from dislock.cli.runs.run_history import still_held
 from dislock.core.errors import ConfigurationError
 
 MAX_SLOTS = 100_000

@@ -1,6 +1,6 @@
 """The statements of a ``dislockctl serve`` scrape, and the state a server keeps
 between scrapes so that it does not reread the whole history each time
-(``RunCounts``, ``WindowStarts``).  Sans-I/O: ``dislock.cli.serve`` runs them.
+(``RunCounts``, ``WindowStarts``).  Sans-I/O: ``dislock.cli.serve.server`` runs them.
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from typing import Any, NamedTuple
 
 from psycopg import sql
 
-from dislock.cli.missed_slots import SPANS_BEFORE, Span, span_of
-from dislock.cli.run_history import still_held, tail_column
+from dislock.cli.runs.missed_slots import SPANS_BEFORE, Span, span_of
+from dislock.cli.runs.run_history import still_held, tail_column
+from dislock.cli.runs.slot_states import Attempt
 from dislock.cli.shown import known_outcome, read
-from dislock.cli.slot_states import Attempt
 from dislock.core.events import PAUSE_MODES, PAUSED, RERUN, Pause, pause_spans, reruns
 from dislock.core.failover import TIMELINE_KEY, longest_delay
 from dislock.core.history import TAILS
@@ -132,7 +132,7 @@ class ScrapeStatements(NamedTuple):
     schedule, then the span columns."""
     spans_before: sql.Composed
     """The first scrape's runs of the keys %(keys)s that began before %(since)s and
-    may still have been going then (``dislock.cli.missed_slots.spans_query``'s rule): id,
+    may still have been going then (``dislock.cli.runs.missed_slots.spans_query``'s rule): id,
     lock_key, started_at, then the span columns."""
 
 
@@ -140,7 +140,7 @@ SPAN_COLUMNS = (
     " position('lease' IN {run}.modes) > 0, {run}.ended_at, {run}.ended_at IS NULL AND {held}"
 )
 """Whether the run took a lease, its end, and whether it still holds its lease
-(``dislock.cli.missed_slots.span_of``'s arguments, after the first)."""
+(``dislock.cli.runs.missed_slots.span_of``'s arguments, after the first)."""
 
 
 def span_of_row(
@@ -236,7 +236,7 @@ class WindowStarts:
     so that its outcome is known once it ends), and drop those the window left.
     It keeps the spans of the key's lease runs as well (``set_span``): those that
     were still going at some point of the window, which cover the slots they
-    overlap (``dislock.cli.missed_slots.split_covered``).
+    overlap (``dislock.cli.runs.missed_slots.split_covered``).
     ``version`` changes with a key's runs, spans or pauses, so that its slot
     states are only recomputed when they (or its schedule's slots) changed.
     """
@@ -344,7 +344,7 @@ class WindowStarts:
 
     def marks_of(self, lock_key: str) -> list[tuple[datetime, datetime | None]]:
         """The late marks' starts and slots, which tell where a job's slots begin as
-        its runs do (``dislock.cli.missed_slots.from_first_run``)."""
+        its runs do (``dislock.cli.runs.missed_slots.from_first_run``)."""
         return list(self._late.get(lock_key, {}).values())
 
     def pauses_of(self, lock_key: str) -> list[Pause]:

@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from html import escape
 
 from dislock.cli.admin import format_duration
-from dislock.cli.fleet_status import MISSED_WINDOW, FleetSnapshot, KeyStatus, page_order
+from dislock.cli.serve.fleet_status import MISSED_WINDOW, FleetSnapshot, KeyStatus, page_order
 from dislock.core import bounds
 from dislock.core.bounds import MAX_REASON_BYTES, SHOWN_CHARS
 from dislock.core.history import OUTCOMES
@@ -124,7 +124,7 @@ def _run_cells(key: KeyStatus, now: datetime) -> str:
 def _output(output: tuple[str | None, str | None]) -> str:
     """The end of a failed run's output, folded: each stream's last lines, every
     control character but the line breaks escaped, then the whole HTML-escaped."""
-    from dislock.cli.history_report import shown_tail
+    from dislock.cli.runs.history_report import shown_tail
 
     parts = []
     for name, text in zip(("stdout", "stderr"), output, strict=True):

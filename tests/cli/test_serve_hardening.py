@@ -471,7 +471,7 @@ def test_the_end_of_a_lock_delay_is_exported(history_env: dict[str, str]) -> Non
         # As a new timeline's first acquisition would record it, noticed now, with a
         # role whose leases lasted up to an hour: no key waits longer than that.
         conn.execute(
-            sql.SQL("INSERT INTO {} VALUES (%s, '3600', 'infinity')").format(locks),
+            sql.SQL("INSERT INTO {} VALUES (%s, '3600', '9999-12-31')").format(locks),
             (TTL_KEY_PREFIX + "someone",),
         )
         found = conn.execute(

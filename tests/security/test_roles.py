@@ -725,7 +725,7 @@ def test_no_role_can_cut_a_delay_short_after_a_failover(fleet: Fleet) -> None:
             (sql.SQL("UPDATE {} SET value = '^$' WHERE key = %s").format(table), scope),
             (
                 sql.SQL(
-                    "INSERT INTO {} VALUES (%s, '^$', 'infinity') ON CONFLICT (key) DO UPDATE"
+                    "INSERT INTO {} VALUES (%s, '^$', '9999-12-31') ON CONFLICT (key) DO UPDATE"
                     " SET value = EXCLUDED.value"
                 ).format(table),
                 scope,

@@ -311,9 +311,14 @@ def test_a_client_that_goes_away_leaves_no_traceback(
                 waiting.sendall(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
                 deadline = time.monotonic() + PATIENCE
                 while time.monotonic() < deadline and not select.select([waiting], [], [], 0)[0]:
+                    # This table's waiters only: another xdist worker's scrapes
+                    # on the same server are not this one.
                     found = db.execute(
-                        "SELECT count(*) FROM pg_stat_activity WHERE application_name ="
-                        " 'dislockctl-serve' AND wait_event_type = 'Lock'"
+                        "SELECT count(DISTINCT a.pid) FROM pg_stat_activity a"
+                        " JOIN pg_locks l ON l.pid = a.pid WHERE a.application_name ="
+                        " 'dislockctl-serve' AND a.wait_event_type = 'Lock'"
+                        " AND NOT l.granted AND l.relation = to_regclass(%s)",
+                        (sql.Identifier(schema, table).as_string(None),),
                     ).fetchone()
                     if found == (1,):
                         break

@@ -49,13 +49,20 @@ def test_row_locked_by_another_transaction_loses_the_lease_by_its_deadline(
 @pytest.mark.needs("python-api")
 @pytest.mark.direct_postgres
 def test_terminated_backend_is_replaced_and_the_lease_kept(
-    driver: Driver, make_context: MakeContext, rows: Rows, db: psycopg.Connection[Any]
+    driver: Driver,
+    make_context: MakeContext,
+    rows: Rows,
+    db: psycopg.Connection[Any],
+    tagged_url: str,
 ) -> None:
-    context = make_context(run_ttl_seconds=2.0, lease_interval_seconds=0.2)
+    # The lock's connections carry an application name of their own: killing every
+    # 'dislock' backend would kill those of the tests another xdist worker runs.
+    context = make_context(url=tagged_url, run_ttl_seconds=2.0, lease_interval_seconds=0.2)
     held = driver.hold(context, ["lease"])
     killed = db.execute(
         "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
-        " WHERE application_name = 'dislock' AND pid <> pg_backend_pid()"
+        " WHERE application_name = %s AND pid <> pg_backend_pid()",
+        (conninfo_to_dict(tagged_url)["application_name"],),
     ).fetchone()
     assert killed is not None and killed[0] >= 1
     before = rows.get(lease_key(context.lock_key))

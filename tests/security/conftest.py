@@ -1,13 +1,16 @@
 """Fixtures of the trust tests: login roles of a fleet, and a lock table with grants.
 
-The roles have fixed names (``dislock_sec_*``) so that a PgBouncer in front of the
-server can list them in its ``auth_file`` (``.ci/run``); they are created once per
-session and dropped after it.  Every test gets its own lock table, secured by the
-real ``dislockctl grant`` as the table's owner.
+The roles are cluster-wide, unlike the lock tables: each pytest-xdist worker has
+roles of its own (``dislock_sec_billing_gw0``; without xdist ``dislock_sec_billing``),
+so that two workers on one server neither race to create them nor drop the other's.
+They are created once per session and dropped after it (a PgBouncer in front of the
+server looks each one up as its ``auth_user``, ``.ci/run``).  Every test gets its own
+lock table, secured by the real ``dislockctl grant`` as the table's owner.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +23,18 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from tests.contract.conftest import driver as driver
 from tests.contract.conftest import pytest_generate_tests as pytest_generate_tests
 
-ROLES = ("dislock_sec_billing", "dislock_sec_reports", "dislock_sec_ops", "dislock_sec_reader")
+
+def role_name(team: str) -> str:
+    """The role of ``team`` (billing, reports, ops, reader) in this worker's fleet."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    return f"dislock_sec_{team}" + (f"_{worker}" if worker else "")
+
+
+BILLING_ROLE = role_name("billing")
+REPORTS_ROLE = role_name("reports")
+OPS_ROLE = role_name("ops")
+READER_ROLE = role_name("reader")
+ROLES = (BILLING_ROLE, REPORTS_ROLE, OPS_ROLE, READER_ROLE)
 
 
 @dataclass(frozen=True)
@@ -93,7 +107,7 @@ def with_history(
     return history
 
 
-BILLING = ("dislock_sec_billing", "--keys", "billing-*")
+BILLING = (BILLING_ROLE, "--keys", "billing-*")
 """billing's grant, with its history (``with_history``)."""
 
 
@@ -107,10 +121,10 @@ def fleet(
             sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(*map(sql.Identifier, (schema, role)))
         )
     grants = [
-        ("dislock_sec_billing", "--keys", "billing-*", "--keys", "reports-nightly"),
-        ("dislock_sec_reports", "--keys", "reports-*"),
-        ("dislock_sec_ops", "--keys", "billing-*", "--operator"),
-        ("dislock_sec_reader", "--reader"),
+        (BILLING_ROLE, "--keys", "billing-*", "--keys", "reports-nightly"),
+        (REPORTS_ROLE, "--keys", "reports-*"),
+        (OPS_ROLE, "--keys", "billing-*", "--operator"),
+        (READER_ROLE, "--reader"),
     ]
     for arguments in grants:
         status, _, err = ctl(database_url, "grant", *arguments, table=lock_table)
@@ -118,10 +132,10 @@ def fleet(
     yield Fleet(
         admin_url=database_url,
         table=lock_table,
-        billing=as_role(database_url, "dislock_sec_billing"),
-        reports=as_role(database_url, "dislock_sec_reports"),
-        ops=as_role(database_url, "dislock_sec_ops"),
-        reader=as_role(database_url, "dislock_sec_reader"),
+        billing=as_role(database_url, BILLING_ROLE),
+        reports=as_role(database_url, REPORTS_ROLE),
+        ops=as_role(database_url, OPS_ROLE),
+        reader=as_role(database_url, READER_ROLE),
     )
     for role in ROLES:
         db.execute(

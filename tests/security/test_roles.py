@@ -20,7 +20,17 @@ from psycopg import sql
 
 from dislock import KeyNotGrantedError, LockContext
 from dislock.core.failover import SCOPE_KEY_PREFIX, TIMELINE, TIMELINE_KEY, TTL_KEY_PREFIX
-from tests.security.conftest import BILLING, Fleet, ctl, with_history
+from tests.security.conftest import (
+    BILLING,
+    BILLING_ROLE,
+    OPS_ROLE,
+    READER_ROLE,
+    REPORTS_ROLE,
+    ROLES,
+    Fleet,
+    ctl,
+    with_history,
+)
 from tests.support.drivers import Driver
 
 
@@ -98,7 +108,7 @@ def test_a_key_outside_the_grant_is_one_line_and_writes_nothing(
         # The lock key and the strategy, as LOCK_KEY and LOCK_STRATEGY name them: never
         # the row key ('cronjob-lock:lease:…'), which no operator typed.
         assert (
-            f"role 'dislock_sec_billing' may not lock {key!r} (strategy {strategies[0]})"
+            f"role '{BILLING_ROLE}' may not lock {key!r} (strategy {strategies[0]})"
             f" in {'.'.join(fleet.table)}: no grant covers that key"
         ) in message, message
         assert "cronjob-lock:" not in message, message
@@ -164,7 +174,8 @@ def test_replacing_needs_the_grant_that_running_the_key_needs(fleet: Fleet) -> N
 
 
 ATTACKS = [
-    # (what, statement; {t} is the table, {k} a key of the other team's)
+    # (what, statement; {t} is the table, {k} a key of the other team's, {own} one of
+    # billing's and ops', {reports_ttl} the key of reports' TTL record)
     (
         "steal another key's row",
         "UPDATE {t} SET value = 'thief', expire_at = NOW() + interval '1 hour' WHERE key = {k}",
@@ -225,8 +236,7 @@ ATTACKS = [
     ),
     (
         "write another role's TTL record",
-        "INSERT INTO {t} VALUES ('dislock:failover:ttl:dislock_sec_reports', '1', NOW() + "
-        "interval '1 hour')",
+        "INSERT INTO {t} VALUES ({reports_ttl}, '1', NOW() + interval '1 hour')",
     ),
     (
         "raise its own TTL record past the maximum",
@@ -235,7 +245,7 @@ ATTACKS = [
     ),
     (
         "lower another role's TTL record",
-        "UPDATE {t} SET value = '0' WHERE key = 'dislock:failover:ttl:dislock_sec_reports'",
+        "UPDATE {t} SET value = '0' WHERE key = {reports_ttl}",
     ),
     (
         "change the maximum TTL",
@@ -306,12 +316,15 @@ def test_a_role_cannot(fleet: Fleet, role: str, what: str, statement: str) -> No
             sql.SQL("INSERT INTO {} VALUES (%s, '30', '9999-12-31')").format(
                 sql.Identifier(*fleet.table)
             ),
-            (TTL_KEY_PREFIX + "dislock_sec_reports",),
+            (TTL_KEY_PREFIX + REPORTS_ROLE,),
         )
     # The grant recorded the timeline row: every attack on it meets it.
     before = snapshot(fleet)
     text = sql.SQL(statement).format(
-        t=sql.Identifier(*fleet.table), k=sql.Literal(victim), own=sql.Literal(own)
+        t=sql.Identifier(*fleet.table),
+        k=sql.Literal(victim),
+        own=sql.Literal(own),
+        reports_ttl=sql.Literal(TTL_KEY_PREFIX + REPORTS_ROLE),
     )
     with fleet.connect(getattr(fleet, role)) as attacker:
         try:
@@ -353,22 +366,22 @@ def test_a_wrapper_pausing_its_own_key_is_told_the_operators_grant(fleet: Fleet)
     assert status == 1 and err.count("\n") == 1 and "Traceback" not in err, err
     assert err.startswith("dislockctl: error: pause: permission denied: UPDATE on table"), err
     assert err.endswith(
-        " for role dislock_sec_billing (row-level security is on: as the table's owner,"
-        " dislockctl URL_VARIABLE grant dislock_sec_billing --operator --keys 'billing-*'"
+        f" for role {BILLING_ROLE} (row-level security is on: as the table's owner,"
+        f" dislockctl URL_VARIABLE grant {BILLING_ROLE} --operator --keys 'billing-*'"
         " --keys 'reports-nightly', see docs/security.md)\n"
     ), err
     assert snapshot(fleet) == before
 
 
 def test_a_role_without_a_grant_is_told_the_readers(fleet: Fleet) -> None:
-    status, _, err = ctl(fleet.admin_url, "revoke", "dislock_sec_reader", table=fleet.table)
+    status, _, err = ctl(fleet.admin_url, "revoke", READER_ROLE, table=fleet.table)
     assert status == 0, err
     status, _, err = ctl(fleet.reader, "ls", table=fleet.table)
     assert status == 1
     assert err == (
         f"dislockctl: error: ls: permission denied: SELECT on table {'.'.join(fleet.table)}"
-        " for role dislock_sec_reader (row-level security is on: as the table's owner,"
-        " dislockctl URL_VARIABLE grant dislock_sec_reader --reader, see docs/security.md)\n"
+        f" for role {READER_ROLE} (row-level security is on: as the table's owner,"
+        f" dislockctl URL_VARIABLE grant {READER_ROLE} --reader, see docs/security.md)\n"
     )
 
 
@@ -377,7 +390,7 @@ def test_a_wrapper_role_without_a_grant_is_told_the_grant_of_its_key(fleet: Flee
 
     from tests.support.drivers import CliDriver
 
-    status, _, err = ctl(fleet.admin_url, "revoke", "dislock_sec_reports", table=fleet.table)
+    status, _, err = ctl(fleet.admin_url, "revoke", REPORTS_ROLE, table=fleet.table)
     assert status == 0, err
     key = unique("reports-")
     result = subprocess.run(
@@ -392,8 +405,8 @@ def test_a_wrapper_role_without_a_grant_is_told_the_grant_of_its_key(fleet: Flee
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("dislock: error: permission denied: "), lines[0]
     assert lines[0].endswith(
-        " for role dislock_sec_reports (row-level security is on: as the table's owner,"
-        f" dislockctl URL_VARIABLE grant dislock_sec_reports --keys '{key}',"
+        f" for role {REPORTS_ROLE} (row-level security is on: as the table's owner,"
+        f" dislockctl URL_VARIABLE grant {REPORTS_ROLE} --keys '{key}',"
         " see docs/security.md)"
     ), lines[0]
 
@@ -410,7 +423,7 @@ def test_a_release_outside_the_grant_says_the_row_may_exist(fleet: Fleet) -> Non
         assert status == 1, out
         assert err == (
             f"dislockctl: error: no schedule or lease lock row for {theirs!r} that role"
-            f" 'dislock_sec_ops' may see in {table}: the row may exist, but no grant of that"
+            f" '{OPS_ROLE}' may see in {table}: the row may exist, but no grant of that"
             " role covers the key (row-level security; dislockctl URL_VARIABLE grants lists"
             " the grants)\n"
         )
@@ -449,12 +462,12 @@ def test_grants_lists_and_revoke_removes(fleet: Fleet) -> None:
     assert listed["max_ttl_seconds"] == 3600
     by_role = {g["role"]: (g["access"], g["keys"]) for g in listed["grants"]}
     assert by_role == {
-        "dislock_sec_billing": ("wrapper", ["billing-*", "reports-nightly"]),
-        "dislock_sec_reports": ("wrapper", ["reports-*"]),
-        "dislock_sec_ops": ("operator", ["billing-*"]),
-        "dislock_sec_reader": ("reader", []),
+        BILLING_ROLE: ("wrapper", ["billing-*", "reports-nightly"]),
+        REPORTS_ROLE: ("wrapper", ["reports-*"]),
+        OPS_ROLE: ("operator", ["billing-*"]),
+        READER_ROLE: ("reader", []),
     }
-    status, _, err = ctl(fleet.admin_url, "revoke", "dislock_sec_reports", table=fleet.table)
+    status, _, err = ctl(fleet.admin_url, "revoke", REPORTS_ROLE, table=fleet.table)
     assert status == 0, err
     with pytest.raises(psycopg.errors.InsufficientPrivilege), fleet.connect(fleet.reports) as r:
         r.execute(sql.SQL("SELECT * FROM {}").format(sql.Identifier(*fleet.table)))
@@ -463,9 +476,9 @@ def test_grants_lists_and_revoke_removes(fleet: Fleet) -> None:
 @pytest.mark.parametrize(
     ("arguments", "expected"),
     [
-        (["grant", "dislock_sec_billing"], "--keys PATTERN"),
-        (["grant", "dislock_sec_billing", "--keys", "a*b"], "prefix ending in '*'"),
-        (["grant", "dislock_sec_billing", "--reader", "--keys", "x"], "drop --keys"),
+        (["grant", BILLING_ROLE], "--keys PATTERN"),
+        (["grant", BILLING_ROLE, "--keys", "a*b"], "prefix ending in '*'"),
+        (["grant", BILLING_ROLE, "--reader", "--keys", "x"], "drop --keys"),
         (["grant", "no_such_role_here", "--keys", "x"], "does not exist"),
     ],
 )
@@ -478,7 +491,7 @@ def test_grant_prints_its_sql_for_migrations(fleet: Fleet) -> None:
     status, out, err = ctl(
         fleet.admin_url,
         "grant",
-        "dislock_sec_reports",
+        REPORTS_ROLE,
         "--keys",
         "x-*",
         "--print-sql",
@@ -489,7 +502,7 @@ def test_grant_prints_its_sql_for_migrations(fleet: Fleet) -> None:
     # Nothing ran: the role's grant is still the fixture's.
     status, out, _ = ctl(fleet.admin_url, "grants", "--json", table=fleet.table)
     keys = {g["role"]: g["keys"] for g in json.loads(out)["grants"]}
-    assert keys["dislock_sec_reports"] == ["reports-*"]
+    assert keys[REPORTS_ROLE] == ["reports-*"]
 
 
 def test_a_wrapper_role_records_its_runs(fleet: Fleet, db: psycopg.Connection[Any]) -> None:
@@ -566,7 +579,7 @@ def test_the_ttl_record_key_is_the_roles_own(fleet: Fleet) -> None:
             sql.SQL("SELECT count(*) FROM {} WHERE key = %s").format(sql.Identifier(*fleet.table)),
             (TIMELINE_KEY,),
         ).fetchone()
-    assert records == [(TTL_KEY_PREFIX + "dislock_sec_billing", "7")]
+    assert records == [(TTL_KEY_PREFIX + BILLING_ROLE, "7")]
     assert timeline == (1,)
 
 
@@ -578,7 +591,11 @@ def test_without_grants_the_same_attack_goes_through(
     victim = "cronjob-lock:lease:reports-victim"
     table = sql.Identifier(*fleet.table)
     db.execute(sql.SQL("ALTER TABLE {} DISABLE ROW LEVEL SECURITY").format(table))
-    db.execute(sql.SQL("GRANT SELECT, INSERT, UPDATE ON {} TO dislock_sec_billing").format(table))
+    db.execute(
+        sql.SQL("GRANT SELECT, INSERT, UPDATE ON {} TO {}").format(
+            table, sql.Identifier(BILLING_ROLE)
+        )
+    )
     db.execute(sql.SQL("INSERT INTO {} VALUES (%s, 'victim', NOW())").format(table), (victim,))
     before = snapshot(fleet)
     with fleet.connect(fleet.billing) as attacker:
@@ -719,7 +736,7 @@ def test_no_role_can_cut_a_delay_short_after_a_failover(fleet: Fleet) -> None:
             timeline,
         ),
     ]
-    for role in ("dislock_sec_reports", "dislock_sec_billing"):
+    for role in (REPORTS_ROLE, BILLING_ROLE):
         scope = (SCOPE_KEY_PREFIX + role,)
         forgeries += [
             (sql.SQL("UPDATE {} SET value = '^$' WHERE key = %s").format(table), scope),
@@ -754,13 +771,13 @@ def test_a_grant_that_public_privileges_would_undo_is_refused(
     db.execute(sql.SQL("GRANT UPDATE, TRUNCATE ON {} TO PUBLIC").format(table))
     try:
         status, _, err = ctl(
-            fleet.admin_url, "grant", "dislock_sec_reports", "--keys", "x-*", table=fleet.table
+            fleet.admin_url, "grant", REPORTS_ROLE, "--keys", "x-*", table=fleet.table
         )
         assert status == 1 and err.count("\n") == 1, err
         assert "UPDATE, TRUNCATE" in err and "nothing was granted" in err, err
         status, out, _ = ctl(fleet.admin_url, "grants", "--json", table=fleet.table)
         keys = {g["role"]: g["keys"] for g in json.loads(out)["grants"]}
-        assert keys["dislock_sec_reports"] == ["reports-*"]  # the earlier grant stands
+        assert keys[REPORTS_ROLE] == ["reports-*"]  # the earlier grant stands
     finally:
         db.execute(sql.SQL("REVOKE UPDATE, TRUNCATE ON {} FROM PUBLIC").format(table))
 
@@ -775,14 +792,13 @@ def test_grants_audits_privileges_granted_by_hand(
     name = ".".join(fleet.table)
     status, out, err = ctl(fleet.admin_url, "grants", "--json", table=fleet.table)
     assert (status, json.loads(out)["loopholes"]) == (0, []), err
-    db.execute(sql.SQL("GRANT UPDATE ON {} TO dislock_sec_billing").format(table))
+    db.execute(sql.SQL("GRANT UPDATE ON {} TO {}").format(table, sql.Identifier(BILLING_ROLE)))
     db.execute(sql.SQL("GRANT TRUNCATE, DELETE ON {} TO PUBLIC").format(table))
     try:
         with fleet.connect(fleet.billing) as billing, billing.transaction():
             billing.execute(sql.SQL("LOCK TABLE {} IN EXCLUSIVE MODE").format(table))
         status, out, err = ctl(fleet.admin_url, "grants", table=fleet.table)
         assert status == 1, (out, err)
-        holes = [line for line in out.splitlines() if line.startswith("loophole: ")]
         quoted = sql.Identifier(*fleet.table).as_string(None)
 
         def line(role: str, held: str) -> str:
@@ -792,25 +808,42 @@ def test_grants_audits_privileges_granted_by_hand(
                 " PUBLIC it comes through)"
             )
 
-        assert holes == [
-            line("dislock_sec_billing", "UPDATE, TRUNCATE, DELETE"),
+        # PUBLIC reaches every role of the cluster: on a server shared with other
+        # tests (another xdist worker's fleet, a role a test makes for a moment) the
+        # audit rightly lists those too.  This fleet's lines are checked exactly, and
+        # every other line says what PUBLIC gave that role.
+        holes: list[tuple[str, str]] = []
+        others: list[tuple[str, str]] = []
+        for found in out.splitlines():
+            if found.startswith("loophole: "):
+                role = found.split("'")[1]
+                (holes if role in ROLES else others).append((role, found))
+        for role, found in others:
+            assert found.startswith(f"loophole: role '{role}' has TRUNCATE, DELETE"), out
+            assert f'FROM "{role}"' in found, out
+        assert [found for _, found in holes] == [
+            line(BILLING_ROLE, "UPDATE, TRUNCATE, DELETE"),
             # The operator holds DELETE on purpose: only TRUNCATE is a loophole for it.
-            line("dislock_sec_ops", "TRUNCATE"),
-            line("dislock_sec_reader", "TRUNCATE, DELETE"),
-            line("dislock_sec_reports", "TRUNCATE, DELETE"),
+            line(OPS_ROLE, "TRUNCATE"),
+            line(READER_ROLE, "TRUNCATE, DELETE"),
+            line(REPORTS_ROLE, "TRUNCATE, DELETE"),
         ], out
         # Each fix runs as printed (here in a transaction rolled back).
-        fix = holes[0].split("limits: ")[1].split(" (or take")[0]
+        fix = holes[0][1].split("limits: ")[1].split(" (or take")[0]
         with db.transaction(force_rollback=True):
             db.execute(fix)
         status, out, _ = ctl(fleet.admin_url, "grants", "--json", table=fleet.table)
         assert status == 1
-        assert {h["role"]: h["privileges"] for h in json.loads(out)["loopholes"]}[
-            "dislock_sec_billing"
-        ] == ["UPDATE", "TRUNCATE", "DELETE"]
+        assert {h["role"]: h["privileges"] for h in json.loads(out)["loopholes"]}[BILLING_ROLE] == [
+            "UPDATE",
+            "TRUNCATE",
+            "DELETE",
+        ]
     finally:
         db.execute(sql.SQL("REVOKE TRUNCATE, DELETE ON {} FROM PUBLIC").format(table))
-        db.execute(sql.SQL("REVOKE UPDATE ON {} FROM dislock_sec_billing").format(table))
+        db.execute(
+            sql.SQL("REVOKE UPDATE ON {} FROM {}").format(table, sql.Identifier(BILLING_ROLE))
+        )
     status, out, err = ctl(fleet.admin_url, "grants", table=fleet.table)
     assert status == 0 and "loophole" not in out, (out, err)
 
@@ -844,7 +877,7 @@ def test_serve_counts_the_loopholes_as_the_reader_role_sees_them(
     from dislock.cli.serve.fleet_reader import FleetReader
     from dislock.cli.serve.metrics import metric_families
 
-    runs = with_history(fleet, db, ("dislock_sec_reader", "--reader"))
+    runs = with_history(fleet, db, (READER_ROLE, "--reader"))
     reader = FleetReader(fleet.reader, fleet.table, runs)
 
     def loopholes() -> list[tuple[tuple[str, ...], float]]:
@@ -855,8 +888,8 @@ def test_serve_counts_the_loopholes_as_the_reader_role_sees_them(
     try:
         assert loopholes() == [((), 0.0)]
         db.execute(
-            sql.SQL("GRANT UPDATE ON {} TO dislock_sec_reports").format(
-                sql.Identifier(*fleet.table)
+            sql.SQL("GRANT UPDATE ON {} TO {}").format(
+                sql.Identifier(*fleet.table), sql.Identifier(REPORTS_ROLE)
             )
         )
         assert loopholes() == [((), 1.0)]
@@ -875,19 +908,17 @@ def test_maintain_is_a_loophole_where_the_server_has_it(
         status, out, err = ctl(fleet.admin_url, "grants", table=fleet.table)
         assert status == 0 and "loophole" not in out, (out, err)
         return
-    db.execute("GRANT pg_maintain TO dislock_sec_reports")
+    db.execute(sql.SQL("GRANT pg_maintain TO {}").format(sql.Identifier(REPORTS_ROLE)))
     try:
         status, out, _ = ctl(fleet.admin_url, "grants", "--json", table=fleet.table)
         assert status == 1
-        assert json.loads(out)["loopholes"] == [
-            {"role": "dislock_sec_reports", "privileges": ["MAINTAIN"]}
-        ]
+        assert json.loads(out)["loopholes"] == [{"role": REPORTS_ROLE, "privileges": ["MAINTAIN"]}]
         status, _, err = ctl(
-            fleet.admin_url, "grant", "dislock_sec_reports", "--keys", "x-*", table=fleet.table
+            fleet.admin_url, "grant", REPORTS_ROLE, "--keys", "x-*", table=fleet.table
         )
         assert status == 1 and "MAINTAIN" in err and "nothing was granted" in err, err
     finally:
-        db.execute("REVOKE pg_maintain FROM dislock_sec_reports")
+        db.execute(sql.SQL("REVOKE pg_maintain FROM {}").format(sql.Identifier(REPORTS_ROLE)))
 
 
 def test_patterns_may_hold_any_character(fleet: Fleet) -> None:
@@ -895,7 +926,7 @@ def test_patterns_may_hold_any_character(fleet: Fleet) -> None:
 
     pattern = "ünï_(c%de|x)\\.*"
     status, _, err = ctl(
-        fleet.admin_url, "grant", "dislock_sec_reports", "--keys", pattern, table=fleet.table
+        fleet.admin_url, "grant", REPORTS_ROLE, "--keys", pattern, table=fleet.table
     )
     assert status == 0, err
     with LeaseLock(context(fleet, fleet.reports, "ünï_(c%de|x)\\.nightly")):
@@ -955,7 +986,7 @@ def test_the_operator_reruns_its_keys_slots_only(fleet: Fleet) -> None:
     before = snapshot(fleet)
     status, _, err = ctl(fleet.ops, "rerun", theirs, table=fleet.table)
     assert status == 1 and err.count("\n") == 1 and "Traceback" not in err, err
-    assert "that role 'dislock_sec_ops' may see" in err, err
+    assert f"that role '{OPS_ROLE}' may see" in err, err
     assert snapshot(fleet) == before
     status, out, err = ctl(fleet.ops, "rerun", mine, "--reason", "fixed", table=fleet.table)
     assert status == 0, err
@@ -968,7 +999,7 @@ def test_the_operator_reruns_its_keys_slots_only(fleet: Fleet) -> None:
             (f"cronjob-lock:schedule:{mine}",),
         ).fetchone()
     assert row is not None and row[1], row
-    assert row[0].startswith("rerun by dislock_sec_ops (attempt 0) (failed; retry in slot ")
+    assert row[0].startswith(f"rerun by {OPS_ROLE} (attempt 0) (failed; retry in slot "), row
 
 
 def test_the_operators_pauses_are_recorded_for_its_keys_only(
@@ -976,7 +1007,7 @@ def test_the_operators_pauses_are_recorded_for_its_keys_only(
 ) -> None:
     """A pause and a resume are history rows of the operator's own (what tells a paused
     slot from a missed one), written under the same grant, named by its role."""
-    history = with_history(fleet, db, ("dislock_sec_ops", "--keys", "billing-*", "--operator"))
+    history = with_history(fleet, db, (OPS_ROLE, "--keys", "billing-*", "--operator"))
     mine, theirs = unique("billing-"), unique("reports-")
     status, out, err = ctl(fleet.ops, "pause", mine, "--reason", "swap", table=fleet.table)
     assert status == 0 and "warning" not in err, err  # (a note: the key has no lock row yet)
@@ -991,8 +1022,8 @@ def test_the_operators_pauses_are_recorded_for_its_keys_only(
         )
     ).fetchall()
     assert recorded == [
-        (mine, "pause by dislock_sec_ops: swap", "paused", True),
-        (mine, "resume by dislock_sec_ops", "resumed", None),
+        (mine, f"pause by {OPS_ROLE}: swap", "paused", True),
+        (mine, f"resume by {OPS_ROLE}", "resumed", None),
     ]
 
 
@@ -1024,8 +1055,8 @@ def test_a_wrapper_role_records_a_failed_runs_output_within_its_bound(
     # A role granted before the tail's columns may not write them: its runs' ends are
     # recorded without the tail, never lost.
     db.execute(
-        sql.SQL("REVOKE UPDATE (stdout_tail, stderr_tail) ON {} FROM dislock_sec_billing").format(
-            table
+        sql.SQL("REVOKE UPDATE (stdout_tail, stderr_tail) ON {} FROM {}").format(
+            table, sql.Identifier(BILLING_ROLE)
         )
     )
     second = unique("billing-")

@@ -23,7 +23,7 @@ import pytest
 from psycopg import sql
 
 from dislock import LeaseLock, LockContext
-from tests.security.conftest import Fleet, ctl
+from tests.security.conftest import READER_ROLE, Fleet, ctl
 from tests.support.eventually import eventually
 
 CTL = [sys.executable, "-m", "dislock.cli.ctl", "DISLOCK_ADMIN_URL"]
@@ -80,8 +80,8 @@ def acquisition_seconds(fleet: Fleet) -> float:
 @pytest.mark.parametrize(
     "change",
     [
-        ("revoke", "dislock_sec_reader"),
-        ("grant", "dislock_sec_reader", "--reader"),
+        ("revoke", READER_ROLE),
+        ("grant", READER_ROLE, "--reader"),
     ],
     ids=["revoke", "grant"],
 )
@@ -104,13 +104,13 @@ def test_a_change_behind_an_open_read_holds_no_other_team_up(
     assert process.returncode == 1, (out, err)
     assert err.count("\n") == 1 and "Traceback" not in err, err
     assert f"{change[0]} gave up after 3 s" in err, err
-    assert f"role 'dislock_sec_reader' (pid {reader_pid}" in err, err
+    assert f"role '{READER_ROLE}' (pid {reader_pid}" in err, err
     assert f"pg_terminate_backend({reader_pid})" in err, err
 
 
 def test_a_revoke_goes_through_once_the_read_ends(fleet: Fleet) -> None:
     with open_read(fleet, fleet.reader):
-        process = start_ctl(fleet, "revoke", "dislock_sec_reader", "--wait", "60")
+        process = start_ctl(fleet, "revoke", READER_ROLE, "--wait", "60")
         waiting = sql.SQL(
             "SELECT 1 FROM pg_locks WHERE NOT granted AND relation = to_regclass({})"
         ).format(sql.Literal(sql.Identifier(*fleet.table).as_string(None)))
@@ -133,6 +133,6 @@ def test_a_revoke_goes_through_once_the_read_ends(fleet: Fleet) -> None:
 
 def test_a_wait_that_is_not_a_duration_is_one_line(fleet: Fleet) -> None:
     status, _, err = ctl(
-        fleet.admin_url, "revoke", "dislock_sec_reader", "--wait", "soon", table=fleet.table
+        fleet.admin_url, "revoke", READER_ROLE, "--wait", "soon", table=fleet.table
     )
     assert status == 2 and err.count("\n") == 1 and "--wait" in err, err

@@ -21,7 +21,7 @@ from psycopg import sql
 
 from dislock.core.bounds import MAX_KEY_BYTES, MAX_REASON_BYTES
 from dislock.core.failover import TTL_KEY_PREFIX
-from tests.security.conftest import BILLING, Fleet, ctl, with_history
+from tests.security.conftest import BILLING, Fleet, ctl, role_name, with_history
 
 BIG = 5_000_000
 """Bytes of an oversized text: far past any bound, small enough to send quickly."""
@@ -128,7 +128,7 @@ def test_a_role_cannot_write_an_oversized_lock_row(
     text = sql.SQL(statement).format(
         t=sql.Identifier(*fleet.table),
         own=sql.Literal(OWN),
-        record=sql.Literal(TTL_KEY_PREFIX + f"dislock_sec_{role}"),
+        record=sql.Literal(TTL_KEY_PREFIX + role_name(role)),
     )
     refused(fleet, getattr(fleet, role), text, {"big": "x" * BIG})
     assert snapshot(fleet, fleet.table) == before, what

@@ -151,10 +151,13 @@ def lock_delay(
     only within the table's maximum TTL of a failover: ``CASE`` evaluates its
     branches lazily, and so does the scalar subquery of ``dislock_longest``.
     """
+    # (A correlated read of each record's scope rather than a join: the statement is
+    # planned on every execution, and a join's nodes are set up even when, as
+    # outside a failover's window, they never run.)
     recorded = sql.SQL(
-        "(SELECT max(r.value::float8) FROM {table} AS r"
-        " LEFT JOIN {table} AS scope ON scope.key = {scope_prefix} || substr(r.key, {after})"
-        " WHERE starts_with(r.key, {prefix}) AND (scope.key IS NULL OR {lock_key} ~ scope.value))"
+        "(SELECT max(r.value::float8) FROM {table} AS r WHERE starts_with(r.key, {prefix})"
+        " AND coalesce({lock_key} ~ (SELECT scope.value FROM {table} AS scope"
+        " WHERE scope.key = {scope_prefix} || substr(r.key, {after})), true))"
     ).format(
         table=table,
         prefix=sql.Literal(TTL_KEY_PREFIX),
@@ -201,13 +204,14 @@ def lock_delay(
         # start, which can come before the commit that recorded the timeline
         # although this statement sees the row.  Past the table's maximum TTL
         # since the failover no key waits, and the key's own delay is not computed.
+        # (One reference to each of the cap and the key's delay: every subquery of
+        # the statement is set up on every execution, run or not.)
         " dislock_calm AS (SELECT NOT EXISTS ("
         "SELECT FROM dislock_seen s, dislock_server h"
-        " WHERE CASE WHEN s.timeline <> h.timeline THEN (SELECT ttl FROM dislock_longest) > 0"
-        " WHEN clock_timestamp() >= s.noticed"
+        " WHERE CASE WHEN s.timeline = h.timeline AND clock_timestamp() >= s.noticed"
         " + make_interval(secs => (SELECT max_ttl FROM dislock_cap)) THEN false"
-        " ELSE clock_timestamp() < s.noticed"
-        " + make_interval(secs => (SELECT ttl FROM dislock_longest)) END) AS calm)"
+        " ELSE (SELECT ttl FROM dislock_longest) > CASE WHEN s.timeline <> h.timeline THEN 0"
+        " ELSE EXTRACT(EPOCH FROM clock_timestamp() - s.noticed) END END) AS calm)"
     ).format(
         timeline=TIMELINE,
         table=table,
@@ -235,9 +239,8 @@ def delay_end_returned() -> sql.SQL:
     else).  A timeline noticed by this very statement starts its delay now."""
     return sql.SQL(
         "(SELECT CASE WHEN c.calm THEN NULL"
-        " WHEN s.timeline IS DISTINCT FROM h.timeline"
-        " THEN NOW() + make_interval(secs => (SELECT ttl FROM dislock_longest))"
-        " ELSE s.noticed + make_interval(secs => (SELECT ttl FROM dislock_longest)) END"
+        " ELSE CASE WHEN s.timeline IS DISTINCT FROM h.timeline THEN NOW() ELSE s.noticed END"
+        " + make_interval(secs => (SELECT ttl FROM dislock_longest)) END"
         " FROM dislock_calm c CROSS JOIN dislock_server h LEFT JOIN dislock_seen s ON true)"
     )
 

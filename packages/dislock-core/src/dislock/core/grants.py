@@ -48,7 +48,7 @@ from dislock.core.failover import NEVER_NOTICED, SCOPE_KEY_PREFIX, TIMELINE, TIM
 from dislock.core.history import ENDED, OUTCOMES, STARTED, TAILS, add_tail_columns
 from dislock.core.key_quota import DEFAULT_MAX_KEYS, quota_trigger, set_quota
 from dislock.core.kinds import KEY_PREFIX
-from dislock.core.limits import NEVER_EXPIRES
+from dislock.core.limits import metadata_row
 from dislock.core.policy_functions import (
     MAX_NAME,
     max_ttl_function,
@@ -324,15 +324,7 @@ def grant_statements(
         statements += [
             # The keys this role's record of its longest TTL holds up after a
             # failover (dislock.core.failover): its own, not every team's.
-            sql.SQL(
-                "INSERT INTO {table} (key, value, expire_at) VALUES ({key}, {scope}, {never})"
-                " ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value"
-            ).format(
-                table=table,
-                key=sql.Literal(SCOPE_KEY_PREFIX + role),
-                scope=sql.Literal("^" + _alternatives(patterns)),
-                never=sql.Literal(NEVER_EXPIRES),
-            ),
+            metadata_row(table_parts, SCOPE_KEY_PREFIX + role, "^" + _alternatives(patterns)),
             set_quota(table_parts, role, quota_of(access, max_keys)),
             *quota_trigger(table_parts),
             sql.SQL("GRANT SELECT, INSERT ON {} TO {}").format(table, who),

@@ -23,7 +23,7 @@ from __future__ import annotations
 from psycopg import sql
 
 from dislock.core.failover import SCOPE_KEY_PREFIX
-from dislock.core.limits import NEVER_EXPIRES
+from dislock.core.limits import metadata_row
 from dislock.core.policy_functions import MAX_NAME, PINNED
 
 QUOTA_KEY_PREFIX = "dislock:quota:"
@@ -93,16 +93,8 @@ def quota_trigger(table_parts: tuple[str, ...]) -> list[sql.Composed]:
 
 def set_quota(table_parts: tuple[str, ...], role: str, max_keys: int) -> sql.Composed:
     """Record ``role``'s quota; ``0`` removes it (no limit)."""
-    table = sql.Identifier(*table_parts)
-    key = sql.Literal(QUOTA_KEY_PREFIX + role)
     if max_keys <= 0:
-        return sql.SQL("DELETE FROM {table} WHERE key = {key}").format(table=table, key=key)
-    return sql.SQL(
-        "INSERT INTO {table} (key, value, expire_at) VALUES ({key}, {value}, {never})"
-        " ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value"
-    ).format(
-        table=table,
-        key=key,
-        value=sql.Literal(str(max_keys)),
-        never=sql.Literal(NEVER_EXPIRES),
-    )
+        return sql.SQL("DELETE FROM {table} WHERE key = {key}").format(
+            table=sql.Identifier(*table_parts), key=sql.Literal(QUOTA_KEY_PREFIX + role)
+        )
+    return metadata_row(table_parts, QUOTA_KEY_PREFIX + role, str(max_keys))

@@ -39,17 +39,23 @@ def max_ttl_of(table: sql.Identifier) -> sql.Composed:
     ).format(table=table, key=sql.Literal(MAX_TTL_KEY), default=sql.Literal(DEFAULT_MAX_TTL))
 
 
-def set_max_ttl(table_parts: tuple[str, ...], seconds: float) -> sql.Composed:
-    """Record ``seconds`` as the table's maximum lease TTL."""
+def metadata_row(table_parts: tuple[str, ...], key: str, value: str) -> sql.Composed:
+    """Write the metadata row ``key`` (one that never expires) with ``value``, as an
+    administrator's command does (the maximum TTL, a role's scope or quota)."""
     return sql.SQL(
         "INSERT INTO {table} (key, value, expire_at) VALUES ({key}, {value}, {never})"
         " ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, expire_at = EXCLUDED.expire_at"
     ).format(
         table=sql.Identifier(*table_parts),
-        key=sql.Literal(MAX_TTL_KEY),
-        value=sql.Literal(_seconds_text(seconds)),
+        key=sql.Literal(key),
+        value=sql.Literal(value),
         never=sql.Literal(NEVER_EXPIRES),
     )
+
+
+def set_max_ttl(table_parts: tuple[str, ...], seconds: float) -> sql.Composed:
+    """Record ``seconds`` as the table's maximum lease TTL."""
+    return metadata_row(table_parts, MAX_TTL_KEY, _seconds_text(seconds))
 
 
 class MaxTtl(NamedTuple):

@@ -20,7 +20,7 @@ import psycopg
 from prometheus_client.parser import text_string_to_metric_families
 from psycopg import sql
 
-from dislock.core.pause import pause_params, pause_statement
+from dislock.core.pause import pausing
 from dislock.core.rows import lease_key
 from tests.cli.conftest import DISLOCK
 from tests.support.eventually import eventually, wait_for
@@ -189,10 +189,8 @@ def make_fleet(env: dict[str, str], db: psycopg.Connection[Any], tmp: Path) -> F
     # Paused: it ran once, then an operator paused it; the next start is skipped.
     assert run_job(env, "true", LOCK_KEY=fleet.paused, **lease).returncode == 0
     schema, table = env["LOCK_TABLE"].split(".")
-    db.execute(
-        pause_statement((schema, table), for_interval=True),
-        pause_params(fleet.paused, "disk <full> & slow", seconds=3600),
-    )
+    paused = pausing((schema, table), fleet.paused, "disk <full> & slow", seconds=3600)
+    db.execute(paused.query, paused.params)
     skipped = run_job(env, "sh", "-c", "echo ran", LOCK_KEY=fleet.paused, **lease)
     assert skipped.returncode == 0 and skipped.stdout == ""
 

@@ -13,7 +13,7 @@ from psycopg import sql
 
 from dislock import LockContext, LockNotAcquiredError, LockPausedError
 from dislock.core.history import history_table
-from dislock.core.pause import UNTIL_RESUMED, pause_params, pause_statement
+from dislock.core.pause import pausing
 from dislock.core.rows import lease_key, pause_key, schedule_key
 from tests.support.drivers import Driver
 from tests.support.rows import Rows, history_runs
@@ -33,10 +33,8 @@ def pause(
     seconds: float | None = None,
 ) -> None:
     """What `dislockctl pause` writes."""
-    end: dict[str, object] = {"until": UNTIL_RESUMED} if seconds is None else {"seconds": seconds}
-    db.execute(
-        pause_statement(table, for_interval=seconds is not None), pause_params(key, reason, **end)
-    )
+    paused = pausing(table, key, reason, seconds=seconds)
+    db.execute(paused.query, paused.params)
 
 
 @pytest.mark.parametrize("strategies", [["schedule"], ["lease"], ["schedule", "lease"]])

@@ -17,7 +17,7 @@ from psycopg import sql
 
 from dislock import LockContext, LockNotAcquiredError
 from dislock.core.failover import TIMELINE_KEY
-from dislock.core.pause import UNTIL_RESUMED, pause_params, pause_statement
+from dislock.core.pause import pausing
 from dislock.core.preparing import CHECK_AFTER, PREPARE_THRESHOLD
 from dislock.core.rows import lease_key, pause_key
 from tests.support.drivers import Driver
@@ -104,10 +104,8 @@ def test_a_warm_connection_prepares_only_when_direct_and_decides_the_same(
         driver.hold(context, ["lease"]).release()
 
         # A pause refuses it with its reason; resumed, it is taken again.
-        db.execute(
-            pause_statement(lock_table, for_interval=False),
-            pause_params(context.lock_key, "warm pause", until=UNTIL_RESUMED),
-        )
+        paused = pausing(lock_table, context.lock_key, "warm pause")
+        db.execute(paused.query, paused.params)
         with pytest.raises(LockNotAcquiredError, match="warm pause"):
             driver.hold(context, ["lease"])
         rows.expire(pause_key(context.lock_key))

@@ -14,14 +14,27 @@ from dislock.core.exchange import Exchange, Rows
 from dislock.core.grants import POLICY_PREFIX, Access, Grant
 
 
-def qualified_query() -> str:
-    """``(schema, name)`` of a table (parameter: its name as text, as the search path
-    finds it): the function the policies call is created beside it, under a name
-    that does not depend on the search path."""
-    return (
-        "SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
-        " WHERE c.oid = to_regclass(%s)"
+def _name(table: tuple[str, ...]) -> str:
+    return sql.Identifier(*table).as_string(None)
+
+
+def _read_qualified(rows: Rows) -> tuple[str, str] | None:
+    if not rows:
+        return None
+    ((schema, name),) = rows
+    return str(schema), str(name)
+
+
+def qualified(table: tuple[str, ...]) -> Exchange[tuple[str, str] | None]:
+    """``(schema, name)`` of ``table`` as the search path finds it (None: no such
+    table): the functions the policies call are created beside it, under names that
+    do not depend on the search path."""
+    query = sql.SQL(
+        "SELECT n.nspname AS schema, c.relname AS name"
+        " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE c.oid = to_regclass(%(table)s)"
     )
+    return Exchange(query, {"table": _name(table)}, _read_qualified)
 
 
 # What lets a role around the policies, for a row ``r`` of pg_roles and ``c`` of
@@ -50,14 +63,33 @@ _LOOPHOLES = (
 )
 
 
-def loopholes_query() -> str:
-    """What would let one granted role around its policies (parameters: role, table
-    as text), held through ``PUBLIC`` or a role it belongs to after its own grant
-    was replaced: a list, empty when there is none."""
-    return (
-        f"SELECT {_LOOPHOLES} FROM pg_class c, pg_roles r"
+def _read_loopholes(rows: Rows) -> list[str]:
+    return [str(hole) for (holes,) in rows for hole in holes or []]
+
+
+def loopholes(role: str, table: tuple[str, ...]) -> Exchange[list[str]]:
+    """What would let ``role`` around its policies on ``table``, held through
+    ``PUBLIC`` or a role it belongs to after its own grant was replaced: empty when
+    there is none."""
+    query = sql.SQL(
+        "SELECT " + _LOOPHOLES + " AS holes FROM pg_class c, pg_roles r"
         " WHERE c.oid = to_regclass(%(table)s) AND r.rolname = %(role)s"
     )
+    return Exchange(query, {"role": role, "table": _name(table)}, _read_loopholes)
+
+
+def _read_flag(rows: Rows) -> bool:
+    return any(bool(flag) for (flag,) in rows)
+
+
+def exempt(role: str, table: tuple[str, ...]) -> Exchange[bool]:
+    """Whether ``role`` owns ``table``, is a superuser or bypasses row-level security:
+    no grant limits it."""
+    query = sql.SQL(
+        "SELECT r.rolsuper OR r.rolbypassrls OR c.relowner = r.oid AS exempt"
+        " FROM pg_roles r, pg_class c WHERE r.rolname = %(role)s AND c.oid = to_regclass(%(table)s)"
+    )
+    return Exchange(query, {"role": role, "table": _name(table)}, _read_flag)
 
 
 class Loophole(NamedTuple):
@@ -107,19 +139,26 @@ def describe(loophole: Loophole, table: tuple[str, ...]) -> str:
     )
 
 
-def grants_query() -> str:
-    """The dislock grants on a table (parameter: its name as ``regclass`` text): each
-    role's read policy and the comment that holds its access and patterns."""
-    return (
-        "SELECT p.polname, d.description FROM pg_policy p"
+def _read_grants(rows: Rows) -> list[Grant]:
+    found = (parse_grant(str(policy), comment) for policy, comment in rows)
+    return [grant for grant in found if grant is not None]
+
+
+def grants_on(table: tuple[str, ...]) -> Exchange[list[Grant]]:
+    """The dislock grants on ``table``, by role: each role's read policy and the
+    comment that holds its access, patterns and quota (a policy whose comment cannot
+    be read is left out)."""
+    query = sql.SQL(
+        "SELECT p.polname AS policy, d.description AS comment FROM pg_policy p"
         " LEFT JOIN pg_description d ON d.classoid = 'pg_policy'::regclass AND d.objoid = p.oid"
-        " WHERE p.polrelid = to_regclass(%s) AND p.polname LIKE 'dislock:%%:read'"
+        " WHERE p.polrelid = to_regclass(%(table)s) AND p.polname LIKE 'dislock:%%:read'"
         " ORDER BY p.polname"
     )
+    return Exchange(query, {"table": _name(table)}, _read_grants)
 
 
 def parse_grant(policy: str, comment: str | None) -> Grant | None:
-    """A row of ``grants_query`` as a grant (None for a policy it cannot read)."""
+    """A read policy and its comment as a grant (None for a comment it cannot read)."""
     role = policy[len(POLICY_PREFIX) : -len(":read")]
     try:
         described = json.loads(comment or "")
@@ -134,6 +173,9 @@ def parse_grant(policy: str, comment: str | None) -> Grant | None:
         return None
 
 
-def security_query() -> str:
-    """Whether row-level security is on for a table (parameter: its name as text)."""
-    return "SELECT relrowsecurity FROM pg_class WHERE oid = to_regclass(%s)"
+def secured(table: tuple[str, ...]) -> Exchange[bool]:
+    """Whether row-level security is on for ``table`` (False: no such table)."""
+    query = sql.SQL(
+        "SELECT relrowsecurity AS secured FROM pg_class WHERE oid = to_regclass(%(table)s)"
+    )
+    return Exchange(query, {"table": _name(table)}, _read_flag)

@@ -145,20 +145,26 @@ def create_history(history: tuple[str, ...]) -> list[sql.Composed]:
     return statements
 
 
-def up_to_date_query(history: tuple[str, ...]) -> sql.Composed:
+def _read_up_to_date(rows: Rows) -> bool:
+    return any(bool(ready) for (ready,) in rows)
+
+
+def up_to_date(history: tuple[str, ...]) -> Exchange[bool]:
     """Whether the existing table ``history`` has everything ``create_history`` makes
     (a table made by an earlier version lacks the tail's columns and the pauses'
-    index): one boolean."""
+    index)."""
     index = sql.Identifier(*history[:-1], _index_text(history, "pauses"))
-    return sql.SQL(
+    query = sql.SQL(
         "SELECT to_regclass({index}) IS NOT NULL AND (SELECT count(*) = {n} FROM pg_attribute"
         " WHERE attrelid = to_regclass({table}) AND attname IN ({tails}) AND NOT attisdropped)"
+        " AS up_to_date"
     ).format(
         index=sql.Literal(index.as_string(None)),
         table=sql.Literal(sql.Identifier(*history).as_string(None)),
         n=sql.Literal(len(TAILS)),
         tails=sql.SQL(", ").join(map(sql.Literal, TAILS)),
     )
+    return Exchange(query, {}, _read_up_to_date)
 
 
 def add_tail_columns(history: tuple[str, ...]) -> sql.Composed:

@@ -14,6 +14,7 @@ from datetime import datetime, timedelta, timezone
 from psycopg import sql
 
 from dislock.core.errors import LockPausedError
+from dislock.core.exchange import Exchange, Rows
 from dislock.core.rows import pause_key
 
 UNTIL_RESUMED = datetime(9999, 12, 31, tzinfo=timezone.utc)
@@ -39,29 +40,48 @@ def paused_error(lock_key: str, reason: str | None, until: datetime | None) -> L
     )
 
 
-def pause_statement(table_parts: tuple[str, ...], *, for_interval: bool) -> sql.Composed:
-    """Params: key, reason, and ``seconds`` (``for_interval``) or ``until``.
-    Writes (or replaces) the pause row; returns its end, or no row when that end
-    is not in the future."""
-    end = (
-        sql.SQL("NOW() + make_interval(secs => %(seconds)s)")
-        if for_interval
-        else sql.SQL("%(until)s::timestamptz")
-    )
-    return sql.SQL(
+def _read_end(rows: Rows) -> datetime | None:
+    if not rows:
+        return None
+    ((ends,),) = rows
+    if not isinstance(ends, datetime):
+        raise TypeError(f"a pause answered {ends!r} for its end")
+    return ends
+
+
+def pausing(
+    table_parts: tuple[str, ...],
+    lock_key: str,
+    reason: str,
+    *,
+    seconds: float | None = None,
+    until: datetime | None = None,
+) -> Exchange[datetime | None]:
+    """Write (or replace) ``lock_key``'s pause row, for ``seconds`` or ``until`` (else
+    until resumed): its end, or None when that end is not in the future on the
+    database's clock (nothing is then written)."""
+    if seconds is not None:
+        end = sql.SQL("NOW() + make_interval(secs => %(seconds)s)")
+        params: dict[str, object] = {"seconds": seconds}
+    else:
+        end = sql.SQL("%(until)s::timestamptz")
+        params = {"until": until or UNTIL_RESUMED}
+    query = sql.SQL(
         "INSERT INTO {table} AS held (key, value, expire_at)"
         " SELECT %(key)s, %(reason)s, {end} WHERE {end} > NOW()"
         " ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, expire_at = EXCLUDED.expire_at"
-        " RETURNING held.expire_at"
+        " RETURNING held.expire_at AS ends"
     ).format(table=sql.Identifier(*table_parts), end=end)
+    return Exchange(query, {"key": pause_key(lock_key), "reason": reason, **params}, _read_end)
 
 
-def resume_statement(table_parts: tuple[str, ...]) -> sql.Composed:
-    """Params: key. Deletes the pause row; returns whether it was still live."""
-    return sql.SQL("DELETE FROM {} WHERE key = %(key)s RETURNING expire_at > NOW()").format(
-        sql.Identifier(*table_parts)
-    )
+def _read_resumed(rows: Rows) -> bool:
+    return any(bool(live) for (live,) in rows)
 
 
-def pause_params(lock_key: str, reason: str, **end: object) -> dict[str, object]:
-    return {"key": pause_key(lock_key), "reason": reason, **end}
+def resuming(table_parts: tuple[str, ...], lock_key: str) -> Exchange[bool]:
+    """Delete ``lock_key``'s pause row: whether it was still live (paused)."""
+    query = sql.SQL(
+        "DELETE FROM {} WHERE key = %(key)s RETURNING expire_at > NOW() AS was_live"
+    ).format(sql.Identifier(*table_parts))
+    return Exchange(query, {"key": pause_key(lock_key)}, _read_resumed)

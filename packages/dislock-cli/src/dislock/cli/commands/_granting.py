@@ -25,10 +25,6 @@ from dislock.core.limits import max_ttl, set_max_ttl
 from dislock.core.policy_functions import policy_functions
 
 
-def _name(table: tuple[str, ...]) -> str:
-    return sql.Identifier(*table).as_string(None)
-
-
 def _bound(access: grants.Access, max_keys: int) -> str:
     """How many keys a role may hold, as the end of its line."""
     if access == grants.READER:
@@ -116,10 +112,7 @@ def _grant(
     that a privilege held elsewhere would undo raises ``_Refused``, and is rolled back."""
     for statement in statements:
         conn.execute(statement)
-    (found,) = conn.execute(
-        grant_catalog.loopholes_query(), {"role": role, "table": _name(qualified)}
-    ).fetchone()
-    holes = found or []
+    holes = send(conn, grant_catalog.loopholes(role, qualified))
     if holes:
         raise _Refused(
             f"role {escape(role)!r} would still have {', '.join(holes)} on"
@@ -133,17 +126,12 @@ class _Refused(Exception):
 
 
 def _qualified(conn: Any, table: tuple[str, ...]) -> tuple[str, ...]:
-    row = conn.execute(grant_catalog.qualified_query(), (_name(table),)).fetchone()
-    return table if row is None else (str(row[0]), str(row[1]))
+    found = send(conn, grant_catalog.qualified(table))
+    return table if found is None else found
 
 
 def _warn_if_exempt(conn: Any, table: tuple[str, ...], role: str) -> None:
-    row = conn.execute(
-        "SELECT r.rolsuper OR r.rolbypassrls OR c.relowner = r.oid"
-        " FROM pg_roles r, pg_class c WHERE r.rolname = %s AND c.oid = to_regclass(%s)",
-        (role, _name(table)),
-    ).fetchone()
-    if row is not None and row[0]:
+    if send(conn, grant_catalog.exempt(role, table)):
         print(
             f"warning: role {escape(role)!r} owns the table, is a superuser or bypasses"
             " row-level security: the grant does not limit it",
@@ -194,13 +182,9 @@ def list_grants(conn: Any, table: tuple[str, ...], *, as_json: bool) -> int:
     """Every role's grant on the table, with the table's maximum TTL."""
     if not send(conn, columns_query(table)):
         return _error(f"lock table {'.'.join(table)} does not exist: dislockctl init first")
-    (secured,) = conn.execute(grant_catalog.security_query(), (_name(table),)).fetchone()
+    secured = send(conn, grant_catalog.secured(table))
     most, recorded = send(conn, max_ttl(table))
-    found = [
-        grant_catalog.parse_grant(name, comment)
-        for name, comment in conn.execute(grant_catalog.grants_query(), (_name(table),)).fetchall()
-    ]
-    listed = [g for g in found if g is not None]
+    listed = send(conn, grant_catalog.grants_on(table))
     holes = send(conn, grant_catalog.audit(table))
     status = EXIT_FAILURE if holes else EXIT_OK
     if as_json:
@@ -240,7 +224,6 @@ def set_table_max_ttl(conn: Any, table: tuple[str, ...], seconds: float) -> list
     """The statements that make ``seconds`` the table's maximum TTL: its metadata row,
     and the bound every granted role is held to, where row-level security is on."""
     statements = [set_max_ttl(table, seconds)]
-    row = conn.execute(grant_catalog.security_query(), (_name(table),)).fetchone()
-    if row is not None and row[0]:
+    if send(conn, grant_catalog.secured(table)):
         statements += policy_functions(_qualified(conn, table), seconds)
     return statements

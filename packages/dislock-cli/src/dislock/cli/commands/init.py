@@ -87,11 +87,12 @@ def _init(
     patience: float,
 ) -> int:
     from dislock.cli.admin import init_statements
-    from dislock.core.history import create_history, up_to_date_query
+    from dislock.cli.sending import send
+    from dislock.core.history import create_history, up_to_date
 
     found = columns(conn, table)
     history_ready = history is None or (
-        bool(columns(conn, history)) and conn.execute(up_to_date_query(history)).fetchone()[0]
+        bool(columns(conn, history)) and send(conn, up_to_date(history))
     )
     if found and (not fencing or "fence" in found) and history_ready:
         # Nothing to create: an application role without DDL rights gets here too.

@@ -59,25 +59,19 @@ def _pause(
     from dislock.cli.lock_rows import states
     from dislock.cli.sending import send
     from dislock.core.events import PAUSED
-    from dislock.core.pause import UNTIL_RESUMED, describe_until, pause_params, pause_statement
+    from dislock.core.pause import describe_until, pausing
     from dislock.core.rows import lease_key, schedule_key
 
-    if pause_for is not None:
-        end: dict[str, object] = {"seconds": pause_for.total_seconds()}
-    else:
-        end = {"until": until or UNTIL_RESUMED}
-    found = conn.execute(
-        pause_statement(table, for_interval=pause_for is not None),
-        pause_params(lock_key, reason, **end),
-    ).fetchone()
-    if found is None:
+    seconds = None if pause_for is None else pause_for.total_seconds()
+    ends = send(conn, pausing(table, lock_key, reason, seconds=seconds, until=until))
+    if ends is None:
         error(f"--until {until} is not in the future (database clock)")
         return EXIT_USAGE
     why = f" ({reason})" if reason else ""
     # Recorded, so that the slots it covers read as paused rather than missed.
-    recorded = record_event(conn, history, url, lock_key, PAUSED, reason=reason, until=found[0])
+    recorded = record_event(conn, history, url, lock_key, PAUSED, reason=reason, until=ends)
     print(
-        f"paused {lock_key!r} {describe_until(found[0])}{why}: every dislock wrapper skips it "
+        f"paused {lock_key!r} {describe_until(ends)}{why}: every dislock wrapper skips it "
         f"(dislock 0.1.0 wrappers do not know pauses){recorded}"
     )
     if not send(conn, states(table, [schedule_key(lock_key), lease_key(lock_key)])):

@@ -27,12 +27,11 @@ def _resume(
     conn: Any, table: tuple[str, ...], history: tuple[str, ...] | None, url: str, lock_key: str
 ) -> int:
     from dislock.cli.commands._recorded import record_event
+    from dislock.cli.sending import send
     from dislock.core.events import RESUMED
-    from dislock.core.pause import resume_statement
-    from dislock.core.rows import pause_key
+    from dislock.core.pause import resuming
 
-    found = conn.execute(resume_statement(table), {"key": pause_key(lock_key)}).fetchone()
-    if found is None or not found[0]:
+    if not send(conn, resuming(table, lock_key)):
         error(f"{lock_key!r} is not paused")
         return EXIT_FAILURE
     recorded = record_event(conn, history, url, lock_key, RESUMED)

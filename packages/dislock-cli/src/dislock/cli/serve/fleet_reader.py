@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 
 import psycopg
 
+from dislock.cli.admin import DATABASE_NOW
 from dislock.cli.diagnosis import describe_database_error
 from dislock.cli.lock_rows import LockRow, listing
 from dislock.cli.runs.missed_slots import from_first_run
@@ -32,7 +33,7 @@ from dislock.cli.serve.scrape import (
     SCRAPE_STATEMENT_TIMEOUT_MS,
     RunCounts,
     WindowStarts,
-    lock_delay_query,
+    lock_delay_end_of,
     scrape_statements,
     span_of_row,
 )
@@ -139,15 +140,12 @@ class FleetReader:
                 "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY;"
                 f" SET LOCAL statement_timeout = {int(SCRAPE_STATEMENT_TIMEOUT_MS)}"
             )
-            found = conn.execute("SELECT NOW()").fetchone()
-            assert found is not None
-            now: datetime = found[0]
+            now = send(conn, DATABASE_NOW)
             since = now - MISSED_WINDOW
             lock_rows = send(conn, listing(self._table))
             latest = self._latest(conn, since)
             self._follow_runs(conn, since, [row.lock_key for row in latest])
-            query, params = lock_delay_query(self._table)
-            found = conn.execute(query, params).fetchone()
+            delay_ends = send(conn, lock_delay_end_of(self._table))
             loopholes = send(conn, audit(self._table))
         return _Read(
             now,
@@ -156,7 +154,7 @@ class FleetReader:
             latest,
             self._starts.copy(),
             self._counts.by_key(),
-            lock_delay_end(found[0] if found else None, now),
+            lock_delay_end(delay_ends, now),
             len(loopholes),
         )
 

@@ -16,6 +16,7 @@ from dislock.cli.runs.run_history import still_held, tail_column
 from dislock.cli.runs.slot_states import Attempt
 from dislock.cli.shown import known_outcome, read
 from dislock.core.events import PAUSE_MODES, PAUSED, RERUN, Pause, pause_spans, reruns
+from dislock.core.exchange import Exchange, Rows
 from dislock.core.failover import TIMELINE_KEY, longest_delay
 from dislock.core.history import TAILS
 
@@ -27,17 +28,25 @@ SCRAPE_STATEMENT_TIMEOUT_MS = 5000
 not as a scrape that hangs until Prometheus gives up on it."""
 
 
-def lock_delay_query(table: tuple[str, ...]) -> tuple[sql.Composed, tuple[str]]:
-    """The end of the longest lock delay after the latest failover (the key of the
-    timeline's metadata row is the parameter, ``dislock.core.failover``); no row
-    before the first acquisition.  Unlike ``check``'s query it does not read the
-    server's timeline, which a standby (where a read-only scrape may well go)
-    cannot tell."""
+def _read_delay_end(rows: Rows) -> datetime | None:
+    if not rows:
+        return None
+    ((ends,),) = rows
+    return ends if isinstance(ends, datetime) else None
+
+
+def lock_delay_end_of(table: tuple[str, ...]) -> Exchange[datetime | None]:
+    """The end of the longest lock delay after the latest failover
+    (``dislock.core.failover``); None before the first acquisition.  Unlike
+    ``check``'s ``delay_state`` it does not read the server's timeline, which a
+    standby (where a read-only scrape may well go) cannot tell."""
     table_id = sql.Identifier(*table)
-    query = sql.SQL("SELECT {ends} FROM {table} WHERE key = %s").format(
-        ends=longest_delay(table_id, sql.SQL("expire_at")), table=table_id
+    query = sql.SQL("SELECT {ends} AS ends FROM {table} WHERE key = {key}").format(
+        ends=longest_delay(table_id, sql.SQL("expire_at")),
+        table=table_id,
+        key=sql.Literal(TIMELINE_KEY),
     )
-    return query, (TIMELINE_KEY,)
+    return Exchange(query, {}, _read_delay_end)
 
 
 RECENT_SECONDS = 60

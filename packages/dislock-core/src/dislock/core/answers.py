@@ -79,6 +79,58 @@ class SlotAnswer(NamedTuple):
         return cls(mine.key, mine.token, 1, None, None, None)
 
 
+class ClaimRow(NamedTuple):
+    """The row ``acquire_until``, ``acquire_for`` and ``take_over`` answer (the names of
+    its columns, ``dislock.core.exchange.select_list``)."""
+
+    acquired: bool
+    token: int | None
+    paused_for: str | None
+    paused_until: datetime | None
+    timeline: int | None
+    delayed_until: datetime | None
+    ttl_cap: float | None
+    """The table's maximum TTL when the lease asked for more (it took nothing)."""
+
+
+class ClockClaimRow(NamedTuple):
+    """The row ``acquire_by_clock`` answers: ``ClaimRow``'s, the slot end it picked last."""
+
+    acquired: bool
+    token: int | None
+    paused_for: str | None
+    paused_until: datetime | None
+    timeline: int | None
+    delayed_until: datetime | None
+    slot_end: datetime | None
+
+
+class RetryingClaimRow(NamedTuple):
+    """The row ``acquire_retrying`` answers: the attempt and when a reopened slot's next
+    attempt may start, after ``ClaimRow``'s first six."""
+
+    acquired: bool
+    token: int | None
+    paused_for: str | None
+    paused_until: datetime | None
+    timeline: int | None
+    delayed_until: datetime | None
+    attempt: int | None
+    retry_at: datetime | None
+
+
+class SlotClaimRow(NamedTuple):
+    """The row ``acquire_slot`` answers."""
+
+    key: str | None
+    token: int | None
+    free: int
+    paused_for: str | None
+    paused_until: datetime | None
+    delayed_until: datetime | None
+    ttl_cap: float | None
+
+
 def _one(rows: Rows) -> Sequence[Any]:
     if len(rows) != 1:
         raise ValueError(f"an acquiring statement answers one row, not {len(rows)}")
@@ -91,50 +143,45 @@ def _within(ttl: float, ttl_cap: float | None) -> None:
         raise ConfigurationError(too_long(ttl, ttl_cap))
 
 
+def _claimed(row: ClaimRow | ClockClaimRow | RetryingClaimRow, **more: Any) -> Acquired:
+    return Acquired(
+        bool(row.acquired),
+        row.token,
+        row.paused_for,
+        row.paused_until,
+        delayed_until=row.delayed_until,
+        timeline=row.timeline,
+        **more,
+    )
+
+
 def read_slot_claim(rows: Rows) -> Acquired:
     """The answer of ``acquire_until``."""
-    acquired, token, paused_for, paused_until, timeline, delayed_until, _ = _one(rows)
-    return Acquired(bool(acquired), token, paused_for, paused_until, None, delayed_until, timeline)
+    return _claimed(ClaimRow(*_one(rows)))
 
 
 def read_retrying_claim(rows: Rows) -> Acquired:
     """The answer of ``acquire_retrying``: ``acquire_until``'s, then the attempt and
     the moment a reopened slot's next attempt may start."""
-    acquired, token, paused_for, paused_until, timeline, delayed_until, attempt, retry_at = _one(
-        rows
-    )
-    return Acquired(
-        bool(acquired),
-        token,
-        paused_for,
-        paused_until,
-        None,
-        delayed_until,
-        timeline,
-        attempt,
-        retry_at,
-    )
+    row = RetryingClaimRow(*_one(rows))
+    return _claimed(row, attempt=row.attempt, retry_at=row.retry_at)
 
 
 def lease_reader(ttl: float) -> Callable[[Rows], Acquired]:
     """The reader of ``acquire_for``'s answer for a lease of ``ttl`` seconds."""
 
     def read(rows: Rows) -> Acquired:
-        acquired, token, paused_for, paused_until, timeline, delayed_until, ttl_cap = _one(rows)
-        _within(ttl, ttl_cap)
-        return Acquired(
-            bool(acquired), token, paused_for, paused_until, None, delayed_until, timeline
-        )
+        row = ClaimRow(*_one(rows))
+        _within(ttl, row.ttl_cap)
+        return _claimed(row)
 
     return read
 
 
 def read_by_clock(rows: Rows) -> Acquired:
     """The answer of ``acquire_by_clock``: ``acquire_until``'s, the slot's end last."""
-    acquired, token, paused_for, paused_until, timeline, delayed_until, slot_end = _one(rows)
-    return Acquired(
-        bool(acquired), token, paused_for, paused_until, slot_end, delayed_until, timeline
-    )
+    row = ClockClaimRow(*_one(rows))
+    return _claimed(row, slot_end=row.slot_end)
 
 
 def look_reader(
@@ -187,15 +234,15 @@ def slot_reader(ttl: float) -> Callable[[Rows], SlotAnswer]:
     """The reader of ``acquire_slot``'s answer for slots of ``ttl`` seconds."""
 
     def read(rows: Rows) -> SlotAnswer:
-        key, token, free, paused_for, paused_until, delayed_until, ttl_cap = _one(rows)
-        _within(ttl, ttl_cap)
+        row = SlotClaimRow(*_one(rows))
+        _within(ttl, row.ttl_cap)
         return SlotAnswer(
-            None if key is None else str(key),
-            token,
-            int(free),
-            paused_for,
-            paused_until,
-            delayed_until,
+            None if row.key is None else str(row.key),
+            row.token,
+            int(row.free),
+            row.paused_for,
+            row.paused_until,
+            row.delayed_until,
         )
 
     return read

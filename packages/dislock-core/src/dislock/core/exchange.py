@@ -19,6 +19,17 @@ Answer = TypeVar("Answer")
 Rows = Sequence[Sequence[Any]]
 
 
+def select_list(fields: Sequence[str], **expressions: sql.Composable) -> sql.Composed:
+    """A ``SELECT`` list naming each column: ``expression AS field``, in the order of
+    ``fields`` (a reader's row type's ``_fields``), so that a statement's columns are
+    named once, by the type its reader reads the row into, and cannot drift from it."""
+    if set(expressions) != set(fields):
+        raise ValueError(f"columns {sorted(expressions)} do not match the row's {list(fields)}")
+    return sql.SQL(", ").join(
+        sql.SQL("{} AS {}").format(expressions[field], sql.Identifier(field)) for field in fields
+    )
+
+
 class Exchange(NamedTuple, Generic[Answer]):
     query: sql.SQL | sql.Composed
     """Built once per table, so that connections can keep its rendering

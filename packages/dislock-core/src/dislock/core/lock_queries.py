@@ -22,6 +22,8 @@ from typing import NamedTuple
 from psycopg import sql
 
 from dislock.core import retries
+from dislock.core.answers import ClaimRow, ClockClaimRow, RetryingClaimRow, SlotClaimRow
+from dislock.core.exchange import select_list
 from dislock.core.failover import (
     TIMELINE,
     TIMELINE_KEY,
@@ -40,10 +42,10 @@ class Queries(NamedTuple):
 
     acquire_until: sql.Composed
     """Params: key, pause, owner, expire_at (timestamptz).  Takes the row until
-    ``expire_at``.  One row: whether it took the row, the fencing token (NULL without
-    fencing), the reason and end of a live pause that refused it, the server's
-    timeline, the end of a running lock delay after a failover (during which it
-    takes nothing), and NULL (no TTL cap applies)."""
+    ``expire_at``.  One row, ``dislock.core.answers.ClaimRow``: whether it took the
+    row, the fencing token (NULL without fencing), the reason and end of a live pause
+    that refused it, the server's timeline, the end of a running lock delay after a
+    failover (during which it takes nothing), and NULL (no TTL cap applies)."""
     acquire_for: sql.Composed
     """Params: key, pause, owner, ttl (seconds).  Answers like ``acquire_until``, the
     last column the table's maximum TTL when ``ttl`` is over it (then it took
@@ -65,7 +67,8 @@ class Queries(NamedTuple):
     """The database clock (statement time), one row of one column."""
     acquire_slot: sql.Composed
     """Params: keys (the slots' row keys, slot 1 first), pause, owner, ttl.  Takes the
-    first free slot, in the same upsert as ``acquire_for``.  One row: the key taken
+    first free slot, in the same upsert as ``acquire_for``.  One row
+    (``dislock.core.answers.SlotClaimRow``): the key taken
     (NULL if none), the fencing token, how many slots it found free (to tell a
     full lease from a slot another holder took in the same instant), the reason
     and end of a live pause that refused it, the end of a running lock delay, and
@@ -78,14 +81,14 @@ class Queries(NamedTuple):
     """Params: key, pause, owner, covered_from and ``end_<i>``/``latest_<i>`` for each
     candidate of ``dislock.core.cron.SlotCandidates``.  ``acquire_until`` for the
     schedule slot that ``NOW()`` picks among the candidates, in one statement.
-    Answers like ``acquire_until``, but its last column is the slot's end, NULL when
+    Answers ``ClockClaimRow``: ``acquire_until``'s, but its last column is the slot's end, NULL when
     ``NOW()`` was outside the candidates (then nothing was taken: read the clock,
     use ``acquire_until``)."""
     acquire_retrying: sql.Composed
     """Params: key, pause, owner, expire_at, and ``dislock.core.retries.claim_params``.
     ``acquire_until`` for a job with retries: it takes the slot's row as its next
     attempt when an earlier attempt failed and reopened it, or vanished
-    (``dislock.core.retries``).  Answers like ``acquire_until``, then the attempt
+    (``dislock.core.retries``).  Answers ``RetryingClaimRow``: ``acquire_until``'s, then the attempt
     it took or would have taken (NULL: none may start now) and, when a failed
     attempt reopened the slot for later, the moment the next may start."""
     reopen: sql.Composed
@@ -165,12 +168,30 @@ def queries(table_parts: tuple[str, ...], fencing: bool = False) -> Queries:
         " WHERE {claimable}"
         " RETURNING {token}, {timeline}"
     )
-    answer = sql.SQL(
-        "WITH {delay}{pause}, taken (token, timeline) AS ({upsert})"
-        " SELECT EXISTS (SELECT FROM taken), (SELECT token FROM taken),"
-        " pause.value, pause.expire_at, (SELECT timeline FROM dislock_server), {delay_end},"
-        " {ttl_cap} FROM (VALUES (1)) AS answer LEFT JOIN pause ON true"
-    )
+
+    def answer(
+        delay: sql.Composable, upsert: sql.Composable, ttl_cap: sql.Composable
+    ) -> sql.Composed:
+        """The one row of an acquisition's answer (``ClaimRow``), around its upsert."""
+        return sql.SQL(
+            "WITH {delay}{pause}, taken (token, timeline) AS ({upsert})"
+            " SELECT {columns} FROM (VALUES (1)) AS answer LEFT JOIN pause ON true"
+        ).format(
+            delay=delay,
+            pause=pause,
+            upsert=upsert,
+            columns=select_list(
+                ClaimRow._fields,
+                acquired=sql.SQL("EXISTS (SELECT FROM taken)"),
+                token=sql.SQL("(SELECT token FROM taken)"),
+                paused_for=sql.SQL("pause.value"),
+                paused_until=sql.SQL("pause.expire_at"),
+                timeline=sql.SQL("(SELECT timeline FROM dislock_server)"),
+                delayed_until=delay_end_returned(),
+                ttl_cap=ttl_cap,
+            ),
+        )
+
     # ``_acquire_slot`` formats this same upsert: a placeholder added to it must be
     # given there too (through ``parts``, ideally), so that slots keep every check.
     parts: dict[str, sql.Composable] = {
@@ -217,12 +238,8 @@ def queries(table_parts: tuple[str, ...], fencing: bool = False) -> Queries:
             calm=calm,
             only=sql.SQL(only).format(expiry=expiry),
         )
-        return answer.format(
-            delay=delay,
-            delay_end=delay_end_returned(),
-            ttl_cap=ttl_cap,
-            pause=pause,
-            upsert=upsert.format(row=row, token=token, delay=sql.SQL(""), **parts),
+        return answer(
+            delay, upsert.format(row=row, token=token, delay=sql.SQL(""), **parts), ttl_cap
         )
 
     return Queries(
@@ -272,12 +289,9 @@ def queries(table_parts: tuple[str, ...], fencing: bool = False) -> Queries:
         ),
         reopen=retries.reopen_query(table),
         done=retries.done_query(table),
-        take_over=answer.format(
-            delay=lease_delay,
-            delay_end=delay_end_returned(),
-            ttl_cap=ttl_refused,
-            pause=pause,
-            upsert=sql.SQL(
+        take_over=answer(
+            lease_delay,
+            sql.SQL(
                 "UPDATE {table} AS held SET value = %(owner)s, expire_at = {expiry}{bump}"
                 " WHERE held.key = %(key)s AND held.value = %(successor)s"
                 " AND held.expire_at > NOW() AND NOT EXISTS (SELECT FROM pause) AND {within}"
@@ -290,6 +304,7 @@ def queries(table_parts: tuple[str, ...], fencing: bool = False) -> Queries:
                 token=token,
                 timeline=parts["timeline"],
             ),
+            ttl_refused,
         ),
         look=sql.SQL(
             "SELECT NOW(), clock_timestamp(), {timeline}, key, value, expire_at FROM {table}"
@@ -315,8 +330,8 @@ def _acquire_by_clock(
     """``acquire_until``'s upsert, its slot end picked by ``NOW()`` from scalar
     candidates with a CASE (no arrays: a new server session, which every cron run
     has, plans it fastest); the round trip that reads the clock is saved.  It
-    answers like ``acquire_until`` (the timeline fifth, the lock delay's end sixth),
-    then the slot end it picked (NULL when the database clock is outside the candidates)."""
+    answers ``ClockClaimRow``: ``acquire_until``'s columns, then the slot end it picked
+    (NULL when the database clock is outside the candidates)."""
     from dislock.core.cron import SlotCandidates
 
     ctes, calm = delay
@@ -341,16 +356,22 @@ def _acquire_by_clock(
         " slot AS (SELECT CASE WHEN NOW() < %(covered_from)s::timestamptz THEN NULL{choices}"
         " END AS slot_end),"
         " taken (token, timeline) AS ({taking})"
-        " SELECT EXISTS (SELECT FROM taken), (SELECT token FROM taken),"
-        " pause.value, pause.expire_at, {timeline}, {delay_end}, slot.slot_end"
-        " FROM slot LEFT JOIN pause ON true"
+        " SELECT {columns} FROM slot LEFT JOIN pause ON true"
     ).format(
         ctes=ctes,
         pause=pause,
         choices=choices,
         taking=taking,
-        timeline=parts["timeline"],
-        delay_end=delay_end_returned(),
+        columns=select_list(
+            ClockClaimRow._fields,
+            acquired=sql.SQL("EXISTS (SELECT FROM taken)"),
+            token=sql.SQL("(SELECT token FROM taken)"),
+            paused_for=sql.SQL("pause.value"),
+            paused_until=sql.SQL("pause.expire_at"),
+            timeline=parts["timeline"],
+            delayed_until=delay_end_returned(),
+            slot_end=sql.SQL("slot.slot_end"),
+        ),
     )
 
 
@@ -383,17 +404,13 @@ def _acquire_slot(
         delay=sql.SQL(""),
         **parts,
     )
-    # Answers: the key taken (NULL if none), the token, how many slots looked
-    # free, the reason and end of a live pause (which took nothing), and the end of
-    # a lock delay (which took nothing either).
     return sql.SQL(
         "WITH {ctes}, {pause}, free AS ("
         " SELECT slot.key, slot.n FROM unnest(%(keys)s::text[]) WITH ORDINALITY AS slot (key, n)"
         " WHERE NOT EXISTS (SELECT FROM {table} AS held"
         " WHERE held.key = slot.key AND held.expire_at > NOW()) AND {calm}),"
         " taken (key, token, timeline) AS ({taking})"
-        " SELECT taken.key, taken.token, (SELECT count(*) FROM free), pause.value, pause.expire_at,"
-        " {delay_end}, CASE WHEN NOT {within} THEN (SELECT max_ttl FROM dislock_cap) END"
+        " SELECT {columns}"
         " FROM (SELECT) AS one LEFT JOIN taken ON true LEFT JOIN pause ON true"
     ).format(
         ctes=ctes,
@@ -401,8 +418,18 @@ def _acquire_slot(
         table=table,
         taking=taking,
         calm=calm,
-        delay_end=delay_end_returned(),
-        within=sql.SQL(WITHIN_CAP),
+        columns=select_list(
+            SlotClaimRow._fields,
+            key=sql.SQL("taken.key"),
+            token=sql.SQL("taken.token"),
+            free=sql.SQL("(SELECT count(*) FROM free)"),
+            paused_for=sql.SQL("pause.value"),
+            paused_until=sql.SQL("pause.expire_at"),
+            delayed_until=delay_end_returned(),
+            ttl_cap=sql.SQL("CASE WHEN NOT {} THEN (SELECT max_ttl FROM dislock_cap) END").format(
+                sql.SQL(WITHIN_CAP)
+            ),
+        ),
     )
 
 
@@ -435,14 +462,21 @@ def _acquire_retrying(
     )
     return sql.SQL(
         "WITH {ctes}, {pause}, {attempt}, taken (token, timeline) AS ({taking})"
-        " SELECT EXISTS (SELECT FROM taken), (SELECT token FROM taken),"
-        " pause.value, pause.expire_at, {timeline}, {delay_end}, attempt.n, attempt.retry_at"
-        " FROM attempt LEFT JOIN pause ON true"
+        " SELECT {columns} FROM attempt LEFT JOIN pause ON true"
     ).format(
         ctes=ctes,
         pause=pause,
         attempt=retries.next_attempt(table),
         taking=taking,
-        timeline=parts["timeline"],
-        delay_end=delay_end_returned(),
+        columns=select_list(
+            RetryingClaimRow._fields,
+            acquired=sql.SQL("EXISTS (SELECT FROM taken)"),
+            token=sql.SQL("(SELECT token FROM taken)"),
+            paused_for=sql.SQL("pause.value"),
+            paused_until=sql.SQL("pause.expire_at"),
+            timeline=parts["timeline"],
+            delayed_until=delay_end_returned(),
+            attempt=sql.SQL("attempt.n"),
+            retry_at=sql.SQL("attempt.retry_at"),
+        ),
     )

@@ -1,0 +1,67 @@
+"""The acquiring statements answer the columns their readers' row types name
+(``dislock.core.answers``), by those names and in that order: the server's own
+description of each answer, on the shared server."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import psycopg
+import pytest
+
+from dislock.core.answers import ClaimRow, ClockClaimRow, RetryingClaimRow, SlotClaimRow
+from dislock.core.cron import SlotCandidates
+from dislock.core.exchange import Exchange, select_list
+from dislock.core.lock_statements import statements
+from dislock.core.rows import lease_key, schedule_key
+
+
+def described(db: psycopg.Connection[Any], exchange: Exchange[Any]) -> list[str]:
+    cursor = db.execute(exchange.query, exchange.params)
+    assert cursor.description is not None
+    return [column.name for column in cursor.description]
+
+
+@pytest.mark.parametrize("fencing", [False, True])
+def test_every_acquiring_statement_answers_its_row_types_columns(
+    db: psycopg.Connection[Any], lock_table: tuple[str, str], fencing: bool
+) -> None:
+    if fencing:
+        from psycopg import sql
+
+        db.execute(
+            sql.SQL("ALTER TABLE {} ADD COLUMN fence bigint NOT NULL DEFAULT 0").format(
+                sql.Identifier(*lock_table)
+            )
+        )
+    made = statements(lock_table, fencing=fencing)
+    later = datetime.now(timezone.utc) + timedelta(hours=1)
+    candidates = SlotCandidates.around("* * * * *", datetime.now(timezone.utc))
+    answered: dict[str, tuple[Exchange[Any], tuple[str, ...]]] = {
+        "acquire_until": (made.acquire_until(schedule_key("a"), "o", later), ClaimRow._fields),
+        "acquire_for": (made.acquire_for(lease_key("b"), "o", 5.0), ClaimRow._fields),
+        "take_over": (made.take_over(lease_key("c"), "o", "s", 5.0), ClaimRow._fields),
+        "acquire_by_clock": (
+            made.acquire_by_clock(schedule_key("d"), "o", candidates),
+            ClockClaimRow._fields,
+        ),
+        "acquire_retrying": (
+            made.acquire_retrying(schedule_key("e"), "o", later, lease=None, retries=2, delay=1.0),
+            RetryingClaimRow._fields,
+        ),
+        "acquire_slot": (made.acquire_slot([lease_key("f")], "o", 5.0), SlotClaimRow._fields),
+    }
+    for name, (exchange, fields) in answered.items():
+        assert described(db, exchange) == list(fields), name
+
+
+def test_a_select_list_names_each_field_once_or_refuses() -> None:
+    from psycopg import sql
+
+    listed = select_list(("a", "b"), b=sql.SQL("2"), a=sql.SQL("1"))
+    assert listed.as_string(None) == '1 AS "a", 2 AS "b"'
+    with pytest.raises(ValueError, match="do not match"):
+        select_list(("a", "b"), a=sql.SQL("1"))
+    with pytest.raises(ValueError, match="do not match"):
+        select_list(("a",), a=sql.SQL("1"), c=sql.SQL("3"))

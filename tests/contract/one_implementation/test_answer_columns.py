@@ -1,6 +1,6 @@
-"""The acquiring statements answer the columns their readers' row types name
-(``dislock.core.answers``), by those names and in that order: the server's own
-description of each answer, on the shared server."""
+"""The acquiring statements, and the reads before (``look``) and after (``mine``) them,
+answer the columns their readers' row types name (``dislock.core.answers``), by those
+names and in that order: the server's own description of each answer."""
 
 from __future__ import annotations
 
@@ -10,11 +10,12 @@ from typing import Any
 import psycopg
 import pytest
 
-from dislock.core.answers import ClaimRow, ClockClaimRow, RetryingClaimRow, SlotClaimRow
+from dislock.core.answers import ClaimRow, ClockClaimRow, LookRow, RetryingClaimRow, SlotClaimRow
 from dislock.core.cron import SlotCandidates
 from dislock.core.exchange import Exchange, select_list
 from dislock.core.lock_statements import statements
 from dislock.core.rows import lease_key, schedule_key
+from dislock.core.unknown_outcome import Mine
 
 
 def described(db: psycopg.Connection[Any], exchange: Exchange[Any]) -> list[str]:
@@ -51,6 +52,8 @@ def test_every_acquiring_statement_answers_its_row_types_columns(
             RetryingClaimRow._fields,
         ),
         "acquire_slot": (made.acquire_slot([lease_key("f")], "o", 5.0), SlotClaimRow._fields),
+        "look": (made.look_for(lease_key("b"), 5.0), LookRow._fields),
+        "mine": (made.mine([lease_key("b")], "o"), Mine._fields),
     }
     for name, (exchange, fields) in answered.items():
         assert described(db, exchange) == list(fields), name

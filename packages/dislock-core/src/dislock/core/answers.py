@@ -184,6 +184,18 @@ def read_by_clock(rows: Rows) -> Acquired:
     return _claimed(row, slot_end=row.slot_end)
 
 
+class LookRow(NamedTuple):
+    """A row ``look`` answers: the clocks and the timeline, then one metadata or lock
+    row of those it reads."""
+
+    now: datetime
+    clock: datetime
+    timeline: int
+    key: str
+    value: str
+    expire_at: datetime
+
+
 def look_reader(
     key: str,
     pause: str,
@@ -202,8 +214,9 @@ def look_reader(
     def read(rows: Rows) -> Acquired | None:
         if not rows:
             return None
-        now, clock, timeline = rows[0][:3]
-        found = {row[3]: (row[4], row[5]) for row in rows}
+        looked = list(map(LookRow._make, rows))
+        now, clock, timeline = looked[0].now, looked[0].clock, looked[0].timeline
+        found = {row.key: (row.value, row.expire_at) for row in looked}
         held, paused = found.get(key), found.get(pause)
         if held is None or held[1] <= now or (paused is not None and paused[1] > now):
             return None
@@ -267,4 +280,4 @@ def read_clock(rows: Rows) -> datetime:
 
 def read_mine(rows: Rows) -> list[Mine]:
     """The answer of ``mine``: the owner's live rows among the keys."""
-    return [Mine(str(key), token, expire_at, timeline) for key, token, expire_at, timeline in rows]
+    return [mine._replace(key=str(mine.key)) for mine in map(Mine._make, rows)]

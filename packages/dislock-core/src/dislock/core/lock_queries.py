@@ -22,7 +22,7 @@ from typing import NamedTuple
 from psycopg import sql
 
 from dislock.core import retries
-from dislock.core.answers import ClaimRow, ClockClaimRow, RetryingClaimRow, SlotClaimRow
+from dislock.core.answers import ClaimRow, ClockClaimRow, LookRow, RetryingClaimRow, SlotClaimRow
 from dislock.core.exchange import select_list
 from dislock.core.failover import (
     TIMELINE,
@@ -33,6 +33,7 @@ from dislock.core.failover import (
 )
 from dislock.core.limits import MAX_TTL_KEY, max_ttl_of
 from dislock.core.rows import RELEASED_MARK, lock_key_of_pause
+from dislock.core.unknown_outcome import Mine
 from dislock.core.waiting import wake_payload
 
 
@@ -274,10 +275,19 @@ def queries(table_parts: tuple[str, ...], fencing: bool = False) -> Queries:
         hand_back=releasing(sql.SQL("key = ANY(%(keys)s::text[])")),
         now=sql.SQL("SELECT NOW()"),
         mine=sql.SQL(
-            "SELECT key, {token}, expire_at, {timeline} FROM {table} AS held"
+            "SELECT {columns} FROM {table} AS held"
             " WHERE key = ANY(%(keys)s::text[]) AND value = %(owner)s AND expire_at > NOW()"
             " ORDER BY key"
-        ).format(token=token, timeline=TIMELINE, table=table),
+        ).format(
+            columns=select_list(
+                Mine._fields,
+                key=sql.SQL("key"),
+                token=token,
+                expire_at=sql.SQL("expire_at"),
+                timeline=TIMELINE,
+            ),
+            table=table,
+        ),
         acquire_slot=_acquire_slot(
             upsert, pause, parts, table, first_token, token, lease_expiry, (lease_ctes, lease_calm)
         ),
@@ -307,11 +317,19 @@ def queries(table_parts: tuple[str, ...], fencing: bool = False) -> Queries:
             ttl_refused,
         ),
         look=sql.SQL(
-            "SELECT NOW(), clock_timestamp(), {timeline}, key, value, expire_at FROM {table}"
+            "SELECT {columns} FROM {table}"
             " WHERE key IN (%(key)s, %(pause)s, {timeline_key}, {max_ttl_key})"
         ).format(
             table=table,
-            timeline=TIMELINE,
+            columns=select_list(
+                LookRow._fields,
+                now=sql.SQL("NOW()"),
+                clock=sql.SQL("clock_timestamp()"),
+                timeline=TIMELINE,
+                key=sql.SQL("key"),
+                value=sql.SQL("value"),
+                expire_at=sql.SQL("expire_at"),
+            ),
             timeline_key=sql.Literal(TIMELINE_KEY),
             max_ttl_key=sql.Literal(MAX_TTL_KEY),
         ),

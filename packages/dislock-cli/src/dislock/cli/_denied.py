@@ -6,7 +6,7 @@ gives them, asked of the server (the wording and the needs are in
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 import psycopg
 
@@ -21,6 +21,9 @@ from dislock.cli.diagnosis import (
 from dislock.cli.lock_rows import RowSecurity, row_security
 from dislock.cli.sending import send
 from dislock.core.dsn import connection_kwargs, one_line, parse_dsn, scrub
+
+if TYPE_CHECKING:
+    from dislock.cli.sending import Connection
 
 PROBE_CONNECT_TIMEOUT = 5.0
 """The command's connection is closed by the time its refusal is explained: one more,
@@ -60,9 +63,13 @@ def explain_denial(
     return describe_denial(label, missing=missing, role=role, table=table, detail=detail, fix=fix)
 
 
-def _probe(conn: Any, needs: list[Need]) -> tuple[str, list[Need]]:
+def _probe(conn: Connection, needs: list[Need]) -> tuple[str, list[Need]]:
+    from psycopg.rows import dict_row
+
     query, params = privilege_probe(needs)
-    row = conn.execute(query, params).fetchone()
-    role, granted = str(row[0]), list(row[1] or [])
+    row = conn.cursor(row_factory=dict_row).execute(query, params).fetchone()
+    if row is None:
+        raise RuntimeError("the privilege probe answered no row")
+    role, granted = str(row["role"]), list(row["granted"] or [])
     # NULL: a table not looked up, its schema's USAGE lacking (listed itself).
     return role, [need for need, has in zip(needs, granted, strict=True) if has is False]

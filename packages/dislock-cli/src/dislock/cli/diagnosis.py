@@ -197,7 +197,10 @@ def privilege_probe(needs: Sequence[Need]) -> tuple[str, list[str]]:
             params.append(need.schema)
         checks.append(check)
         params += [need.identifier, need.privilege]
-    return f"SELECT current_user::text, ARRAY[{', '.join(checks)}]::bool[]", params
+    return (
+        f"SELECT current_user::text AS role, ARRAY[{', '.join(checks)}]::bool[] AS granted",
+        params,
+    )
 
 
 def describe_denial(

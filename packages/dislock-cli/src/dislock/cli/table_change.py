@@ -7,12 +7,15 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg.errors
 
 from dislock.cli.sending import send
 from dislock.core import table_locks
+
+if TYPE_CHECKING:
+    from dislock.cli.sending import Connection
 
 Result = TypeVar("Result")
 
@@ -43,7 +46,7 @@ def patience_of(args: argparse.Namespace) -> float:
 
 
 def change(
-    conn: Any,
+    conn: Connection,
     what: str,
     tables: Sequence[tuple[str, ...]],
     body: Callable[[Any], Result],

@@ -6,9 +6,12 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dislock.cli import EXIT_FAILURE
+
+if TYPE_CHECKING:
+    from dislock.cli.sending import Connection
 
 
 class Call:
@@ -83,7 +86,7 @@ class Call:
         """``connected``, for a command that reads the run history table: exit 1 with
         one line saying how to create it when it does not exist."""
 
-        def checked(conn: Any) -> int:
+        def checked(conn: Connection) -> int:
             return body(conn) if history_exists(conn, history) else EXIT_FAILURE
 
         return self.connected(checked, history=history, denied_as=denied_as)
@@ -102,7 +105,7 @@ def error(message: str) -> None:
     print(f"dislockctl: error: {message}", file=sys.stderr)
 
 
-def columns(conn: Any, table: tuple[str, ...]) -> list[str]:
+def columns(conn: Connection, table: tuple[str, ...]) -> list[str]:
     """The columns of ``table`` (none: it does not exist)."""
     from dislock.cli.lock_rows import columns as columns_of
     from dislock.cli.sending import send
@@ -110,7 +113,7 @@ def columns(conn: Any, table: tuple[str, ...]) -> list[str]:
     return send(conn, columns_of(table))
 
 
-def history_exists(conn: Any, history: tuple[str, ...]) -> bool:
+def history_exists(conn: Connection, history: tuple[str, ...]) -> bool:
     """Whether the history table exists; if not, says how to create it."""
     from dislock.cli.runs.run_history import table_exists
     from dislock.cli.sending import send

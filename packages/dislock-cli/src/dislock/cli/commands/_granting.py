@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 from psycopg import sql
 
@@ -23,6 +23,9 @@ from dislock.core import grant_catalog, grants
 from dislock.core.bounds import escape
 from dislock.core.limits import max_ttl, set_max_ttl
 from dislock.core.policy_functions import policy_functions
+
+if TYPE_CHECKING:
+    from dislock.cli.sending import Connection
 
 
 def _bound(access: grants.Access, max_keys: int) -> str:
@@ -38,7 +41,7 @@ def _error(message: str) -> int:
 
 
 def grant(
-    conn: Any,
+    conn: Connection,
     table: tuple[str, ...],
     history: tuple[str, ...],
     role: str,
@@ -63,7 +66,7 @@ def grant(
     qualified = _qualified(conn, table)
     history_parts = _qualified(conn, history) if send(conn, columns_query(history)) else None
 
-    def statements(conn: Any) -> list[sql.Composed]:
+    def statements(conn: Connection) -> list[sql.Composed]:
         # Read in the transaction that runs them: the maximum TTL they bound leases by.
         most = send(conn, max_ttl(qualified)).seconds
         return grants.grant_statements(
@@ -106,7 +109,7 @@ def grant(
 
 
 def _grant(
-    conn: Any, statements: list[sql.Composed], qualified: tuple[str, ...], role: str
+    conn: Connection, statements: list[sql.Composed], qualified: tuple[str, ...], role: str
 ) -> None:
     """Run the grant's ``statements`` in the transaction ``change`` opened.  A grant
     that a privilege held elsewhere would undo raises ``_Refused``, and is rolled back."""
@@ -125,12 +128,12 @@ class _Refused(Exception):
     """A grant that would not hold: its transaction is rolled back."""
 
 
-def _qualified(conn: Any, table: tuple[str, ...]) -> tuple[str, ...]:
+def _qualified(conn: Connection, table: tuple[str, ...]) -> tuple[str, ...]:
     found = send(conn, grant_catalog.qualified(table))
     return table if found is None else found
 
 
-def _warn_if_exempt(conn: Any, table: tuple[str, ...], role: str) -> None:
+def _warn_if_exempt(conn: Connection, table: tuple[str, ...], role: str) -> None:
     if send(conn, grant_catalog.exempt(role, table)):
         print(
             f"warning: role {escape(role)!r} owns the table, is a superuser or bypasses"
@@ -140,7 +143,7 @@ def _warn_if_exempt(conn: Any, table: tuple[str, ...], role: str) -> None:
 
 
 def revoke(
-    conn: Any,
+    conn: Connection,
     table: tuple[str, ...],
     history: tuple[str, ...],
     role: str,
@@ -160,7 +163,7 @@ def revoke(
     if conn.execute("SELECT FROM pg_roles WHERE rolname = %s", (role,)).fetchone() is None:
         return _error(f"role {escape(role)!r} does not exist")
 
-    def run(conn: Any) -> None:
+    def run(conn: Connection) -> None:
         for statement in statements:
             conn.execute(statement)
 
@@ -178,7 +181,7 @@ def revoke(
     return EXIT_OK
 
 
-def list_grants(conn: Any, table: tuple[str, ...], *, as_json: bool) -> int:
+def list_grants(conn: Connection, table: tuple[str, ...], *, as_json: bool) -> int:
     """Every role's grant on the table, with the table's maximum TTL."""
     if not send(conn, columns_query(table)):
         return _error(f"lock table {'.'.join(table)} does not exist: dislockctl init first")
@@ -220,7 +223,9 @@ def list_grants(conn: Any, table: tuple[str, ...], *, as_json: bool) -> int:
     return status
 
 
-def set_table_max_ttl(conn: Any, table: tuple[str, ...], seconds: float) -> list[sql.Composed]:
+def set_table_max_ttl(
+    conn: Connection, table: tuple[str, ...], seconds: float
+) -> list[sql.Composed]:
     """The statements that make ``seconds`` the table's maximum TTL: its metadata row,
     and the bound every granted role is held to, where row-level security is on."""
     statements = [set_max_ttl(table, seconds)]

@@ -7,12 +7,17 @@ from __future__ import annotations
 
 import sys
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dislock.cli.commands._call import Call, error
 
+if TYPE_CHECKING:
+    from dislock.cli.sending import Connection
 
-def unknown_key(conn: Any, table: tuple[str, ...], history: tuple[str, ...], key: str) -> bool:
+
+def unknown_key(
+    conn: Connection, table: tuple[str, ...], history: tuple[str, ...], key: str
+) -> bool:
     """Whether ``key`` has neither a recorded run nor a lock row; if so, says so."""
     from dislock.cli.runs.run_history import known_key
     from dislock.cli.sending import send
@@ -24,7 +29,7 @@ def unknown_key(conn: Any, table: tuple[str, ...], history: tuple[str, ...], key
 
 
 def warn_disagreements(
-    conn: Any, history: tuple[str, ...], since: timedelta, key: str | None
+    conn: Connection, history: tuple[str, ...], since: timedelta, key: str | None
 ) -> list[Any]:
     """Warn (on stderr, so that --json output stays clean) about keys whose runs
     read their schedule in different zones or expressions; returns the readings of
@@ -54,7 +59,7 @@ def recorded_history(call: Call) -> tuple[str, ...] | None:
 
 
 def record_event(
-    conn: Any,
+    conn: Connection,
     history: tuple[str, ...] | None,
     url: str,
     lock_key: str,

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import argparse
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from dislock.cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 from dislock.cli.commands._call import Call, columns, error
 from dislock.cli.sending import send
 
 if TYPE_CHECKING:
+    from dislock.cli.sending import Connection
     from dislock.cli.wrapper.settings import WrapperSettings
     from dislock.core.context import LockContext
 
@@ -30,7 +31,7 @@ def run(call: Call) -> int:
     return call.connected(lambda conn: _check(conn, settings))
 
 
-def _check(conn: Any, settings: WrapperSettings) -> int:
+def _check(conn: Connection, settings: WrapperSettings) -> int:
     from psycopg import sql
 
     from dislock.cli.admin import describe_expiry, format_duration
@@ -184,7 +185,7 @@ def _check(conn: Any, settings: WrapperSettings) -> int:
     return EXIT_OK
 
 
-def _refuses_writes(conn: Any) -> str | None:
+def _refuses_writes(conn: Connection) -> str | None:
     """Why this session cannot take locks (a standby, a read-only session), or None."""
     from dislock.cli.admin import refusing_writes
 
@@ -192,7 +193,7 @@ def _refuses_writes(conn: Any) -> str | None:
 
 
 def _print_max_ttl(
-    conn: Any, table: tuple[str, ...], settings: WrapperSettings | None
+    conn: Connection, table: tuple[str, ...], settings: WrapperSettings | None
 ) -> str | None:
     """The table's maximum lease TTL; the refusal when the configured lease exceeds it."""
     from dislock.core.lease import LeaseSettings
@@ -211,7 +212,7 @@ def _print_max_ttl(
     return refusal
 
 
-def _print_lock_delay(conn: Any, table: tuple[str, ...]) -> None:
+def _print_lock_delay(conn: Connection, table: tuple[str, ...]) -> None:
     """The server timeline and the lock delay after a failover (dislock.core.failover)."""
     from dislock.cli.admin import describe_expiry
     from dislock.core.failover import delay_state

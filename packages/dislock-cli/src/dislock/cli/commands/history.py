@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import argparse
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING
 
 from dislock.cli import EXIT_FAILURE, EXIT_OK
 from dislock.cli.commands._call import Call, positive_int
 from dislock.cli.commands._recorded import unknown_key, warn_disagreements
+
+if TYPE_CHECKING:
+    from dislock.cli.sending import Connection
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -54,7 +57,7 @@ def run(call: Call) -> int:
     )
 
 
-def _prune(conn: Any, history: tuple[str, ...], older: timedelta) -> int:
+def _prune(conn: Connection, history: tuple[str, ...], older: timedelta) -> int:
     from dislock.cli.admin import format_duration
     from dislock.cli.runs.run_history import prune
     from dislock.cli.sending import send
@@ -68,7 +71,7 @@ def _prune(conn: Any, history: tuple[str, ...], older: timedelta) -> int:
 
 
 def _history(
-    conn: Any,
+    conn: Connection,
     table: tuple[str, ...],
     history: tuple[str, ...],
     since: timedelta,

@@ -5,11 +5,14 @@ statements for a migration (``--print-sql``)."""
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING
 
 from dislock.cli import EXIT_FAILURE, EXIT_OK
 from dislock.cli.commands._call import Call, columns, error
 from dislock.cli.table_change import add_wait_argument, patience_of
+
+if TYPE_CHECKING:
+    from dislock.cli.sending import Connection
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -79,7 +82,7 @@ def _statements(
 
 
 def _init(
-    conn: Any,
+    conn: Connection,
     table: tuple[str, ...],
     fencing: bool,
     history: tuple[str, ...] | None,
@@ -102,7 +105,7 @@ def _init(
         return _record_max_ttl(conn, table, max_ttl)
     from dislock.cli.table_change import TableBusy, change
 
-    def create(conn: Any) -> None:
+    def create(conn: Connection) -> None:
         for statement in init_statements(table, fencing=fencing):
             conn.execute(statement)
         for statement in create_history(history) if history is not None else []:
@@ -121,7 +124,7 @@ def _init(
     return _record_max_ttl(conn, table, max_ttl)
 
 
-def _record_max_ttl(conn: Any, table: tuple[str, ...], max_ttl: float | None) -> int:
+def _record_max_ttl(conn: Connection, table: tuple[str, ...], max_ttl: float | None) -> int:
     if max_ttl is None:
         return EXIT_OK
     from dislock.cli.commands._granting import set_table_max_ttl

@@ -5,11 +5,14 @@ delay."""
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING
 
 from dislock.cli import EXIT_OK
 from dislock.cli.commands._call import Call
 from dislock.cli.sending import send
+
+if TYPE_CHECKING:
+    from dislock.cli.sending import Connection
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,7 +29,7 @@ def run(call: Call) -> int:
     return call.connected(lambda conn: _list(conn, call.table, args.prefix, args.json))
 
 
-def _list(conn: Any, table: tuple[str, ...], prefix: str, as_json: bool) -> int:
+def _list(conn: Connection, table: tuple[str, ...], prefix: str, as_json: bool) -> int:
     from dislock.cli.admin import render_json, render_table
     from dislock.cli.lock_rows import listing
 
@@ -42,7 +45,7 @@ def _list(conn: Any, table: tuple[str, ...], prefix: str, as_json: bool) -> int:
     return EXIT_OK
 
 
-def _table_limits(conn: Any, table: tuple[str, ...]) -> str:
+def _table_limits(conn: Connection, table: tuple[str, ...]) -> str:
     """The last line: the table's maximum lease TTL, and a running lock delay."""
     from dislock.cli.admin import describe_expiry
     from dislock.core.failover import delay_state

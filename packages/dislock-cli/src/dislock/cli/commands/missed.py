@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import argparse
 from datetime import timedelta
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dislock.cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 from dislock.cli.commands._call import Call, error
 from dislock.cli.commands._recorded import unknown_key, warn_disagreements
 from dislock.core.events import OUTCOMES as EVENTS
+
+if TYPE_CHECKING:
+    from dislock.cli.sending import Connection
 
 LATE = "late"
 """The outcome of a slot that an acquisition past its start deadline marked late."""
@@ -76,7 +79,7 @@ def _grace(text: str) -> timedelta:
 
 
 def _missed(
-    conn: Any,
+    conn: Connection,
     table: tuple[str, ...],
     history: tuple[str, ...],
     asked: _Asked,

@@ -7,11 +7,14 @@ from __future__ import annotations
 import argparse
 import sys
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING
 
 from dislock.cli import EXIT_OK, EXIT_USAGE
 from dislock.cli.commands._call import Call, error
 from dislock.cli.commands._recorded import recorded_history
+
+if TYPE_CHECKING:
+    from dislock.cli.sending import Connection
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -46,7 +49,7 @@ def run(call: Call) -> int:
 
 
 def _pause(
-    conn: Any,
+    conn: Connection,
     table: tuple[str, ...],
     history: tuple[str, ...] | None,
     url: str,

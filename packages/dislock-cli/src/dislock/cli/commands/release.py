@@ -5,11 +5,14 @@ an N-holder lease with ``--slot``, only while a given owner holds it with
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING
 
 from dislock.cli import EXIT_FAILURE, EXIT_OK
 from dislock.cli.commands._call import Call, error
 from dislock.core.kinds import NAMES as MODES
+
+if TYPE_CHECKING:
+    from dislock.cli.sending import Connection
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,7 +42,7 @@ def run(call: Call) -> int:
 
 
 def _release(
-    conn: Any,
+    conn: Connection,
     table: tuple[str, ...],
     lock_key: str,
     mode: str,

@@ -5,10 +5,13 @@ run history, when there is one, with the operator's role and reason."""
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING
 
 from dislock.cli import EXIT_FAILURE, EXIT_OK
 from dislock.cli.commands._call import Call, error
+
+if TYPE_CHECKING:
+    from dislock.cli.sending import Connection
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,7 +38,7 @@ def run(call: Call) -> int:
 
 
 def _rerun(
-    conn: Any,
+    conn: Connection,
     table: tuple[str, ...],
     history: tuple[str, ...],
     lock_key: str,

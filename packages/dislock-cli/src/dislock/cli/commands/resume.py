@@ -4,11 +4,14 @@ recorded in the run history when there is one (``dislock.core.events``)."""
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING
 
 from dislock.cli import EXIT_FAILURE, EXIT_OK
 from dislock.cli.commands._call import Call, error
 from dislock.cli.commands._recorded import recorded_history
+
+if TYPE_CHECKING:
+    from dislock.cli.sending import Connection
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,7 +27,11 @@ def run(call: Call) -> int:
 
 
 def _resume(
-    conn: Any, table: tuple[str, ...], history: tuple[str, ...] | None, url: str, lock_key: str
+    conn: Connection,
+    table: tuple[str, ...],
+    history: tuple[str, ...] | None,
+    url: str,
+    lock_key: str,
 ) -> int:
     from dislock.cli.commands._recorded import record_event
     from dislock.cli.sending import send

@@ -161,3 +161,46 @@ def test_the_owner_and_ungranted_fleets_have_no_quota(
         with LeaseLock(context(fleet, fleet.admin_url, f"billing-owner-{n}")):
             pass
     assert lock_key_count(fleet) == 3
+
+
+def test_over_its_quota_a_role_still_writes_the_rows_of_keys_it_has(fleet: Fleet) -> None:
+    """A quota lowered below what a role holds refuses new keys only: the first
+    schedule row of a key it already leases is not one more key."""
+    keys = [f"billing-{uuid.uuid4().hex[:8]}" for _ in range(3)]
+    for key in keys:
+        with LeaseLock(context(fleet, fleet.billing, key)):
+            pass
+    regrant(fleet, fleet.billing, "--max-keys", "1")
+    with ScheduleLock(context(fleet, fleet.billing, keys[0])):
+        pass
+    with pytest.raises(KeyNotGrantedError, match="may hold at most 1 key in"):
+        LeaseLock(context(fleet, fleet.billing, "billing-new")).__enter__()
+
+
+def test_a_member_of_a_granted_role_is_held_to_its_quota(
+    fleet: Fleet, db: psycopg.Connection[Any]
+) -> None:
+    """A login role that takes its grant through a team's role (GRANT team TO member)
+    is held to the team's quota, though it has no quota of its own."""
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    member = f"dislock_sec_member_{uuid.uuid4().hex[:8]}"
+    db.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(member)))
+    try:
+        db.execute(
+            sql.SQL("GRANT {} TO {}").format(
+                sql.Identifier(role_of(fleet.billing)), sql.Identifier(member)
+            )
+        )
+        regrant(fleet, fleet.billing, "--max-keys", "2")
+        url = make_conninfo("", **{**conninfo_to_dict(fleet.billing), "user": member})
+        for n in range(2):
+            with LeaseLock(context(fleet, url, f"billing-member-{n}")):
+                pass
+        before = snapshot(fleet)
+        with pytest.raises(KeyNotGrantedError, match="may hold at most 2 keys"):
+            LeaseLock(context(fleet, url, "billing-member-2")).__enter__()
+        assert snapshot(fleet) == before
+    finally:
+        db.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(member)))
+        db.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(member)))

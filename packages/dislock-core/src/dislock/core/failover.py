@@ -256,7 +256,8 @@ def delayed(what: str, until: datetime) -> str:
 def longest_delay(table: sql.Identifier, noticed: sql.Composable) -> sql.Composed:
     """A scalar SQL expression: the end of the longest lock delay that a timeline
     noticed at ``noticed`` starts, whatever the key (every role's record counts),
-    up to the table's maximum TTL.  The operator views show it: no key waits longer."""
+    up to the table's maximum TTL.  The operator views show it: no key waits longer,
+    but for a lease longer than every recorded one, which waits for its own TTL."""
     return sql.SQL(
         "{noticed} + make_interval(secs => least({cap}, coalesce("
         "(SELECT max(r.value::float8) FROM {table} AS r WHERE starts_with(r.key, {prefix})), 0)))"

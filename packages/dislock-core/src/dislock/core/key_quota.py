@@ -4,15 +4,18 @@ A role with a grant writes rows only for keys its patterns match, but a pattern
 like ``billing-*`` matches without end: one machine looping over fresh keys
 would fill the table, and every operator view with it.  So each granted role has
 a quota, ``dislock:quota:<role>`` (a metadata row only ``dislockctl grant``
-writes), and a trigger beside the table refuses a new row of a key beyond it.
+writes), and a trigger beside the table refuses the row of a new key beyond it.
 
 The trigger fires **after an insert only** (a new key, or a key's first lease
 slot or pause): an acquisition of a key that has its row already updates it and
 never reaches the trigger, so the warm cycle pays nothing.  (An ``INSERT`` policy
 could not do the same: PostgreSQL checks it on every ``INSERT … ON CONFLICT``,
 even one that ends in an update.)  It runs as the inserting role, under that
-role's row-level security, so it counts the keys that role can see within its
-scope (``dislock.core.failover``): its own.  Roles without a quota row (the
+role's row-level security, so it counts the keys that have rows under its grant
+(within its scope, ``dislock.core.failover``): released and expired rows count
+too, as dislock keeps them, and so do rows another role wrote for keys both
+grants name.  A role is held to the smallest quota of its own and of the roles
+it is a member of.  Roles without a quota row (the
 table's owner, roles granted by hand, fleets without grants, dislock 0.1.0) pay
 one primary-key read per new row.  Two new keys inserted at the same instant
 may both pass at the limit: the bound is one key per concurrent insert loose.
@@ -53,11 +56,26 @@ def quota_trigger(table_parts: tuple[str, ...]) -> list[sql.Composed]:
     shown = ".".join(table_parts)
     body = sql.SQL(
         "DECLARE most int8; scope text; held int8;"
+        " mine text := substring(NEW.key from '^[^:]*:[^:]*:(.*)$');"
         " BEGIN"
         " IF starts_with(NEW.key, 'dislock:') THEN RETURN NULL; END IF;"
-        " SELECT value::int8 INTO most FROM {table}"
-        ' WHERE key = {quota} || current_user::text COLLATE "default";'
+        # No policy binds the owner (or its members), a superuser or a role that
+        # bypasses row-level security: no quota either (a superuser is a member of
+        # every role, whose quotas it would otherwise inherit).
+        " IF EXISTS (SELECT FROM pg_roles AS r, pg_class AS c"
+        " WHERE r.rolname = current_user AND c.oid = TG_RELID"
+        " AND (r.rolsuper OR r.rolbypassrls OR pg_has_role(r.oid, c.relowner, 'MEMBER')))"
+        " THEN RETURN NULL; END IF;"
+        # The smallest quota of the role and of the roles it is a member of: a login
+        # role in a team's group role is held to the group's.
+        " SELECT min(q.value::int8) INTO most FROM {table} AS q"
+        ' WHERE q.key IN (SELECT {quota} || a.rolname::text COLLATE "default"'
+        " FROM pg_roles AS a WHERE pg_has_role(current_user, a.oid, 'MEMBER'));"
         " IF most IS NULL THEN RETURN NULL; END IF;"
+        # A key that has a row already (its other strategy, another slot, its
+        # pause) is not one more key, whatever the count.
+        " IF EXISTS (SELECT FROM {table} WHERE {lock_key} = mine AND key <> NEW.key)"
+        " THEN RETURN NULL; END IF;"
         " SELECT value INTO scope FROM {table}"
         ' WHERE key = {scope_prefix} || current_user::text COLLATE "default";'
         " SELECT count(DISTINCT {lock_key}) INTO held FROM {table}"
@@ -67,7 +85,7 @@ def quota_trigger(table_parts: tuple[str, ...]) -> list[sql.Composed]:
         "'role %L ' || {over} || ' %s %s in %s: key %L would be one more'"
         " || ' (its dislockctl grant again with --max-keys N raises the limit)',"
         " current_user::text, most, CASE WHEN most = 1 THEN 'key' ELSE 'keys' END, {shown},"
-        " substring(NEW.key from '^[^:]*:[^:]*:(.*)$'));"
+        " mine);"
         " END IF;"
         " RETURN NULL;"
         " END"

@@ -204,3 +204,27 @@ def test_a_member_of_a_granted_role_is_held_to_its_quota(
     finally:
         db.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(member)))
         db.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(member)))
+
+
+def test_a_keys_further_slots_are_bounded_as_dislock_numbers_them(fleet: Fleet) -> None:
+    """The quota counts keys, so a key's slot rows must not be without end: a granted
+    role writes slots 2 to the most a lease may have (``LOCK_SLOTS``), as dislock
+    numbers them, and no others."""
+    import re
+
+    from dislock.core.bounds import SLOTS
+    from dislock.core.grants import _SLOT_NUMBER
+
+    numbers = re.compile(f"^{_SLOT_NUMBER}$")
+    assert [n for n in range(0, int(SLOTS.high) + 100) if numbers.match(str(n))] == list(
+        range(2, int(SLOTS.high) + 1)
+    )
+    table = sql.Identifier(*fleet.table)
+    insert = sql.SQL("INSERT INTO {} VALUES (%s, 'o', NOW() + interval '5 seconds')").format(table)
+    with fleet.connect(fleet.billing) as billing:
+        billing.execute(insert, (f"cronjob-lock:lease#{int(SLOTS.high)}:billing-x",))
+        before = snapshot(fleet)
+        for slot in (str(int(SLOTS.high) + 1), "02", "99999"):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                billing.execute(insert, (f"cronjob-lock:lease#{slot}:billing-x",))
+    assert snapshot(fleet) == before

@@ -195,10 +195,16 @@ def _fits(*columns: str, nullable: bool = False) -> sql.Composed:
     )
 
 
+_SLOT_NUMBER = "(?:[2-9]|[1-9][0-9]|[1-9][0-9][0-9]|1000)"
+"""The slot numbers of a lease's further slots, 2 to 1000, in a regular expression."""
+
+
 def _slots(patterns: Sequence[str]) -> str:
     """The keys of a lease's further slots (``cronjob-lock:lease#<n>:<key>``), which
     ``LIKE`` cannot tell from other keys: only a regular expression is exact."""
-    return rf"^{KEY_PREFIX}:lease#[0-9]+:" + _alternatives(patterns)
+    # Slots 2 to the most a lease may have (``bounds.SLOTS``), written as dislock
+    # writes them: a quota counts keys, so a key's slots must not be without end.
+    return rf"^{KEY_PREFIX}:lease#{_SLOT_NUMBER}:" + _alternatives(patterns)
 
 
 def _rarely(

@@ -181,14 +181,9 @@ def queries(table_parts: tuple[str, ...], fencing: bool = False) -> Queries:
             delay=delay,
             pause=pause,
             upsert=upsert,
-            columns=select_list(
+            columns=_claim_columns(
                 ClaimRow._fields,
-                acquired=sql.SQL("EXISTS (SELECT FROM taken)"),
-                token=sql.SQL("(SELECT token FROM taken)"),
-                paused_for=sql.SQL("pause.value"),
-                paused_until=sql.SQL("pause.expire_at"),
-                timeline=sql.SQL("(SELECT timeline FROM dislock_server)"),
-                delayed_until=delay_end_returned(),
+                sql.SQL("(SELECT timeline FROM dislock_server)"),
                 ttl_cap=ttl_cap,
             ),
         )
@@ -336,6 +331,24 @@ def queries(table_parts: tuple[str, ...], fencing: bool = False) -> Queries:
     )
 
 
+def _claim_columns(
+    fields: tuple[str, ...], timeline: sql.Composable, **last: sql.Composable
+) -> sql.Composed:
+    """The columns every claim answers (``ClaimRow``'s first six: whether it took the
+    row, its token, a pause that refused it, the timeline, a lock delay's end), then
+    ``last``, named by the reader's row type's ``fields``."""
+    return select_list(
+        fields,
+        acquired=sql.SQL("EXISTS (SELECT FROM taken)"),
+        token=sql.SQL("(SELECT token FROM taken)"),
+        paused_for=sql.SQL("pause.value"),
+        paused_until=sql.SQL("pause.expire_at"),
+        timeline=timeline,
+        delayed_until=delay_end_returned(),
+        **last,
+    )
+
+
 def _acquire_by_clock(
     upsert: sql.SQL,
     pause: sql.Composable,
@@ -380,15 +393,8 @@ def _acquire_by_clock(
         pause=pause,
         choices=choices,
         taking=taking,
-        columns=select_list(
-            ClockClaimRow._fields,
-            acquired=sql.SQL("EXISTS (SELECT FROM taken)"),
-            token=sql.SQL("(SELECT token FROM taken)"),
-            paused_for=sql.SQL("pause.value"),
-            paused_until=sql.SQL("pause.expire_at"),
-            timeline=parts["timeline"],
-            delayed_until=delay_end_returned(),
-            slot_end=sql.SQL("slot.slot_end"),
+        columns=_claim_columns(
+            ClockClaimRow._fields, parts["timeline"], slot_end=sql.SQL("slot.slot_end")
         ),
     )
 
@@ -486,14 +492,9 @@ def _acquire_retrying(
         pause=pause,
         attempt=retries.next_attempt(table),
         taking=taking,
-        columns=select_list(
+        columns=_claim_columns(
             RetryingClaimRow._fields,
-            acquired=sql.SQL("EXISTS (SELECT FROM taken)"),
-            token=sql.SQL("(SELECT token FROM taken)"),
-            paused_for=sql.SQL("pause.value"),
-            paused_until=sql.SQL("pause.expire_at"),
-            timeline=parts["timeline"],
-            delayed_until=delay_end_returned(),
+            parts["timeline"],
             attempt=sql.SQL("attempt.n"),
             retry_at=sql.SQL("attempt.retry_at"),
         ),

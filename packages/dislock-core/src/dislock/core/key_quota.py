@@ -15,10 +15,11 @@ role's row-level security, so it counts the keys that have rows under its grant
 (within its scope, ``dislock.core.failover``): released and expired rows count
 too, as dislock keeps them, and so do rows another role wrote for keys both
 grants name.  A role is held to the smallest quota of its own and of the roles
-it is a member of.  Roles without a quota row (the
-table's owner, roles granted by hand, fleets without grants, dislock 0.1.0) pay
-one primary-key read per new row.  Two new keys inserted at the same instant
-may both pass at the limit: the bound is one key per concurrent insert loose.
+it is a member of; the table's owner, superusers and roles that bypass row-level
+security have none.  A role without a quota pays, per new row, a look at its own
+catalog row and at the quota rows of its roles.  Two new keys inserted at the
+same instant may both pass at the limit: the bound is one key per concurrent
+insert loose.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from psycopg import sql
 
 from dislock.cli.lock_rows import PAUSE, LockRow
 from dislock.core import kinds
+from dislock.core.answers import read_clock
 from dislock.core.bounds import MAX_REASON_BYTES, clip, escape
 from dislock.core.exchange import Exchange, Rows
 from dislock.core.table import create_table
@@ -158,14 +159,7 @@ def refusing_writes() -> Exchange[str | None]:
     return Exchange(query, {}, _read_writable)
 
 
-def _read_now(rows: Rows) -> datetime:
-    ((now,),) = rows
-    if not isinstance(now, datetime):
-        raise TypeError(f"NOW() answered {now!r}")
-    return now
-
-
-DATABASE_NOW: Exchange[datetime] = Exchange(sql.SQL("SELECT NOW() AS now"), {}, _read_now)
+DATABASE_NOW: Exchange[datetime] = Exchange(sql.SQL("SELECT NOW() AS now"), {}, read_clock)
 """The database clock (its transaction's start)."""
 
 

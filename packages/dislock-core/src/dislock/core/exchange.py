@@ -37,3 +37,9 @@ class Exchange(NamedTuple, Generic[Answer]):
     params: dict[str, Any]
     read: Callable[[Rows], Answer]
     """The answer of the statement's rows (all of them, possibly none)."""
+
+
+def read_flag(rows: Rows) -> bool:
+    """The answer of a statement of one boolean column: whether a row says true (no
+    row: false)."""
+    return any(bool(flag) for (flag,) in rows)

@@ -10,7 +10,7 @@ from typing import NamedTuple
 from psycopg import sql
 
 from dislock.core.bounds import escape
-from dislock.core.exchange import Exchange, Rows
+from dislock.core.exchange import Exchange, Rows, read_flag
 from dislock.core.grants import POLICY_PREFIX, Access, Grant
 
 
@@ -78,10 +78,6 @@ def loopholes(role: str, table: tuple[str, ...]) -> Exchange[list[str]]:
     return Exchange(query, {"role": role, "table": _name(table)}, _read_loopholes)
 
 
-def _read_flag(rows: Rows) -> bool:
-    return any(bool(flag) for (flag,) in rows)
-
-
 def exempt(role: str, table: tuple[str, ...]) -> Exchange[bool]:
     """Whether ``role`` owns ``table``, is a superuser or bypasses row-level security:
     no grant limits it."""
@@ -89,7 +85,7 @@ def exempt(role: str, table: tuple[str, ...]) -> Exchange[bool]:
         "SELECT r.rolsuper OR r.rolbypassrls OR c.relowner = r.oid AS exempt"
         " FROM pg_roles r, pg_class c WHERE r.rolname = %(role)s AND c.oid = to_regclass(%(table)s)"
     )
-    return Exchange(query, {"role": role, "table": _name(table)}, _read_flag)
+    return Exchange(query, {"role": role, "table": _name(table)}, read_flag)
 
 
 class Loophole(NamedTuple):
@@ -178,4 +174,4 @@ def secured(table: tuple[str, ...]) -> Exchange[bool]:
     query = sql.SQL(
         "SELECT relrowsecurity AS secured FROM pg_class WHERE oid = to_regclass(%(table)s)"
     )
-    return Exchange(query, {"table": _name(table)}, _read_flag)
+    return Exchange(query, {"table": _name(table)}, read_flag)

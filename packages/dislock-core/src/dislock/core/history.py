@@ -51,7 +51,7 @@ from psycopg import sql
 from dislock.core.config import check_table_parts
 from dislock.core.errors import MaxRuntimeExceeded
 from dislock.core.events import PAUSE_MODES
-from dislock.core.exchange import Exchange, Rows
+from dislock.core.exchange import Exchange, Rows, read_flag
 
 HISTORY_TIMEOUT = 2.0
 """Seconds a history statement may take before it is cancelled and logged."""
@@ -145,10 +145,6 @@ def create_history(history: tuple[str, ...]) -> list[sql.Composed]:
     return statements
 
 
-def _read_up_to_date(rows: Rows) -> bool:
-    return any(bool(ready) for (ready,) in rows)
-
-
 def up_to_date(history: tuple[str, ...]) -> Exchange[bool]:
     """Whether the existing table ``history`` has everything ``create_history`` makes
     (a table made by an earlier version lacks the tail's columns and the pauses'
@@ -164,7 +160,7 @@ def up_to_date(history: tuple[str, ...]) -> Exchange[bool]:
         n=sql.Literal(len(TAILS)),
         tails=sql.SQL(", ").join(map(sql.Literal, TAILS)),
     )
-    return Exchange(query, {}, _read_up_to_date)
+    return Exchange(query, {}, read_flag)
 
 
 def add_tail_columns(history: tuple[str, ...]) -> sql.Composed:

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta, timezone
 from psycopg import sql
 
 from dislock.core.errors import LockPausedError
-from dislock.core.exchange import Exchange, Rows
+from dislock.core.exchange import Exchange, Rows, read_flag
 from dislock.core.rows import pause_key
 
 UNTIL_RESUMED = datetime(9999, 12, 31, tzinfo=timezone.utc)
@@ -75,13 +75,9 @@ def pausing(
     return Exchange(query, {"key": pause_key(lock_key), "reason": reason, **params}, _read_end)
 
 
-def _read_resumed(rows: Rows) -> bool:
-    return any(bool(live) for (live,) in rows)
-
-
 def resuming(table_parts: tuple[str, ...], lock_key: str) -> Exchange[bool]:
     """Delete ``lock_key``'s pause row: whether it was still live (paused)."""
     query = sql.SQL(
         "DELETE FROM {} WHERE key = %(key)s RETURNING expire_at > NOW() AS was_live"
     ).format(sql.Identifier(*table_parts))
-    return Exchange(query, {"key": pause_key(lock_key)}, _read_resumed)
+    return Exchange(query, {"key": pause_key(lock_key)}, read_flag)

@@ -3,9 +3,8 @@
 Every replica runs a worker with its own beat
 (``celery -A examples.celery_beat worker -B --pool=solo --without-mingle --without-gossip``),
 so each task is sent three times; the locks let one run: the report once per 5-second slot,
-the import (longer than the 3 s between its sends) never on two workers at once. The broker
-is kombu's filesystem transport in ``CELERY_BROKER_FOLDER``, so that the example needs no
-broker server; any broker works the same.
+the import (longer than the 3 s between its sends) never on two workers at once. The
+replicas share one broker, ``CELERY_BROKER_URL`` (Redis here; any broker works the same).
 """
 
 from __future__ import annotations
@@ -17,14 +16,8 @@ from celery import Celery
 
 from dislock import with_locks
 
-FOLDER = os.environ["CELERY_BROKER_FOLDER"]
-app = Celery("celery_beat", broker="filesystem://")
+app = Celery("celery_beat", broker=os.environ["CELERY_BROKER_URL"])
 app.conf.update(
-    broker_transport_options={
-        "data_folder_in": FOLDER,
-        "data_folder_out": FOLDER,
-        "control_folder": os.path.join(FOLDER, "control"),  # else ./control
-    },
     broker_connection_retry_on_startup=True,
     beat_scheduler="celery.beat:Scheduler",  # in memory: each replica's beat starts afresh
     beat_schedule={

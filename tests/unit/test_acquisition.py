@@ -70,6 +70,9 @@ READERS = {
     "read_released": "release",  # (or the hand back of rows a failed acquisition may hold)
     "_read_marked": "mark",  # dislock.core.replace's
     "_read_successor": "hand over",
+    "_read_any": "withdraw",
+    "_read_reopened": "reopen",
+    "done.<locals>.<lambda>": "done",  # dislock.core.retries'
 }
 
 

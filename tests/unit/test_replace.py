@@ -22,7 +22,7 @@ from dislock.core.replace import (
     replaced_by,
     successor,
 )
-from dislock.core.replacing import marking, taking_over
+from dislock.core.replacing import marking, replacing, taking_over
 from tests.unit.test_acquisition import TAKEN, Database, Late, lease_context
 
 KEY = "cronjob-lock:lease:nightly"
@@ -165,6 +165,55 @@ def test_a_take_over_answered_past_the_lease_deadline_is_released() -> None:
     db = Database([Late(40.0, TAKEN), True])
     assert _taking(db) is None
     assert db.steps == ["connect", "acquire", "noted 3", "release"]
+
+
+def _replacing(db: Database) -> object:
+    context = lease_context(owner="web-4:77:0badc0de")
+    settings = LeaseSettings.from_context(context)
+    marked = Marked("web-3:1:aa", 1.0)  # the holder's row expires in 1 s
+    patience = ConnectPatience(5.0, 0.0)
+    return db.run(
+        replacing(context, settings, patience, "web-4:77:0badc0de", marked, clock=db.clock)
+    )
+
+
+NOT_HANDED = Acquired(False, None, None, None)
+
+
+def test_a_replacer_takes_the_row_as_soon_as_it_is_handed_over() -> None:
+    db = Database([NOT_HANDED, NOT_HANDED, TAKEN])
+    tried = _replacing(db)
+    assert tried is not None and tried.fence == 7  # type: ignore[attr-defined]
+    take_over, free = ["connect", "acquire", "noted None"], ["connect", "crowded?", "acquire"]
+    assert db.steps == [*take_over, *free, "noted None", "pause", *take_over[:2], "noted 3"]
+
+
+def test_a_replacer_takes_a_row_that_expired_unhanded_as_any_acquisition_would() -> None:
+    db = Database([NOT_HANDED, TAKEN])
+    tried = _replacing(db)
+    assert tried is not None and tried.clock is not None  # type: ignore[attr-defined]
+    assert db.steps == [
+        "connect",
+        "acquire",
+        "noted None",
+        "connect",
+        "crowded?",
+        "acquire",
+        "noted 3",
+    ]
+
+
+def test_a_replacer_gives_up_past_the_rows_expiry_and_withdraws_its_mark() -> None:
+    # Each answer comes 0.5 s after its statement; the row's 1 s and 1 s of slack are
+    # over after the second round of tries (at 2.2 s), with one poll's pause between.
+    db = Database([Late(0.5, NOT_HANDED)] * 4 + [True])
+    tried = _replacing(db)
+    assert tried is not None and tried.clock is None  # type: ignore[attr-defined]
+    take_over, free = ["connect", "acquire", "noted None"], ["connect", "crowded?", "acquire"]
+    rounds = [*take_over, *free, "noted None"]
+    assert db.steps == [*rounds, "pause", *rounds, "withdraw"]
+    assert db.now[0] == pytest.approx(2.2)
+    assert db.replies == []
 
 
 def test_a_release_that_found_the_row_marked_hands_it_over() -> None:

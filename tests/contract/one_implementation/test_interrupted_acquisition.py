@@ -1,7 +1,8 @@
 """An acquisition interrupted after its statement took the row hands the row back.
 
 The interruption is made to come at the worst moment, between the acquiring
-statement's answer and the lease's registration with the renewer: a Ctrl-C or a
+statement's answer and the lease's registration with the renewer (the bookkeeping
+both flavours share, ``dislock.core.lease_state``, is made to fail there): a Ctrl-C or a
 signal (sync), a cancellation (asyncio).  The row must not be left held until its
 TTL runs out, with nobody renewing it and nobody running the work.
 """
@@ -15,9 +16,8 @@ from typing import Any
 import pytest
 
 from dislock import LeaseLock, LockContext
-from dislock._sync import _lease as sync_lease
 from dislock.aio import LeaseLock as AioLeaseLock
-from dislock.aio import _lease as aio_lease
+from dislock.core import lease_state
 from dislock.core.rows import lease_key
 from tests.support.rows import Rows, released_owner
 
@@ -36,7 +36,7 @@ def test_sync_interrupted_after_taking_the_row_hands_it_back(
     make_context: MakeContext, rows: Rows, monkeypatch: pytest.MonkeyPatch, slots: int
 ) -> None:
     context = make_context(run_ttl_seconds=60.0, lease_interval_seconds=5.0, slots=slots)
-    monkeypatch.setattr(sync_lease, "Renewal", interrupting_renewal(KeyboardInterrupt()))
+    monkeypatch.setattr(lease_state, "Renewal", interrupting_renewal(KeyboardInterrupt()))
     with pytest.raises(KeyboardInterrupt):
         LeaseLock(context).__enter__()
     row = rows.get(lease_key(context.lock_key))  # slot 1 is the plain lease row
@@ -52,7 +52,7 @@ async def test_aio_cancelled_after_taking_the_row_hands_it_back(
     make_context: MakeContext, rows: Rows, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     context = make_context(run_ttl_seconds=60.0, lease_interval_seconds=5.0)
-    monkeypatch.setattr(aio_lease, "Renewal", interrupting_renewal(asyncio.CancelledError()))
+    monkeypatch.setattr(lease_state, "Renewal", interrupting_renewal(asyncio.CancelledError()))
     with pytest.raises(asyncio.CancelledError):
         await AioLeaseLock(context).__aenter__()
     row = rows.get(lease_key(context.lock_key))

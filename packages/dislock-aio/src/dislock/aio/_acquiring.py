@@ -15,7 +15,7 @@ from dislock.core.acquisition import Ask, Connect, Crowded, Outcome, Pause, Step
 from dislock.core.context import LockContext
 
 from ._compat import sleep
-from ._hub import Hub
+from ._hub import Hub, enter_hub, leave_hub
 
 
 async def drive(hub: Hub, sequence: Steps[Outcome]) -> Outcome:
@@ -51,6 +51,15 @@ async def _drive(hub: Hub, sequence: Steps[Outcome]) -> Outcome:
             reply = hub.crowded
         else:
             hub.note_timeline(step.timeline)
+
+
+async def drive_briefly(context: LockContext, sequence: Steps[Outcome]) -> Outcome:
+    """Run ``sequence`` on the hub of ``context``'s database, used only meanwhile."""
+    hub = enter_hub(context.url, context.connect_timeout_seconds)
+    try:
+        return await drive(hub, sequence)
+    finally:
+        await leave_hub(hub)
 
 
 async def hand_back_rows(hub: Hub, context: LockContext, keys: list[str]) -> None:

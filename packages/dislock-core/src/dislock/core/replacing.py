@@ -1,10 +1,10 @@
 """A replacer's sequences (``LockContext.replace``), in ``dislock.core.acquisition``'s
-steps: marking the live holder's lease row, taking it over once handed over, and
-withdrawing when it gives up.
+steps: marking the live holder's lease row, waiting for it to be handed over (or to
+expire) and taking it, and withdrawing when it gives up.
 
 The marks and statements are ``dislock.core.replace``'s; the holder's hand-over is
 part of its release (``dislock.core.acquisition.releasing``); ``LeaseLock`` drives
-both sequences and waits between tries.
+the sequences, and withdraws the mark itself when it is interrupted.
 """
 
 from __future__ import annotations
@@ -20,10 +20,12 @@ from dislock.core.acquisition import (
     Clock,
     Connect,
     LeaseTry,
+    Pause,
     Steps,
     claiming,
     let_go,
     releasing,
+    trying_lease,
 )
 from dislock.core.context import LockContext
 from dislock.core.dsn import scrub
@@ -32,7 +34,7 @@ from dislock.core.lock_statements import statements_for
 from dislock.core.patience import ConnectPatience
 from dislock.core.pause import paused_error
 from dislock.core.refusal import refused
-from dislock.core.replace import Marked, mark, successor, withdraw
+from dislock.core.replace import POLL_SECONDS, SLACK_SECONDS, Marked, mark, successor, withdraw
 from dislock.core.rows import RELEASED_MARK, lease_key
 from dislock.core.timeouts import RELEASE_TIMEOUT
 from dislock.core.unknown_outcome import outcome_unknown
@@ -92,6 +94,40 @@ def taking_over(
         let_go(context, key, settings.ttl, released=released, now=clock())
         return None
     return LeaseTry(key, lease_clock, answer.token, None)
+
+
+def replacing(
+    context: LockContext,
+    settings: LeaseSettings,
+    patience: ConnectPatience,
+    text: str,
+    marked: Marked,
+    *,
+    clock: Clock = monotonic,
+) -> Steps[LeaseTry]:
+    """Once the live holder's row is ``marked`` for ``text``: take the lease as soon as
+    the holder's work is gone and it handed the row over, else once the row expires
+    (a dead or frozen holder).  The try that took it, or the last one, untaken, when
+    neither happened by then (the mark is then withdrawn)."""
+    logger.info(
+        "lease %r is held by %s: asked it to stop and hand the lease over (replace)",
+        context.lock_key,
+        marked.holder,
+    )
+    until = clock() + marked.remaining + SLACK_SECONDS
+    while True:
+        handed = yield from taking_over(context, settings, patience, text, clock=clock)
+        if handed is not None:
+            return handed
+        # Expired unhanded (a dead or frozen holder), or released.
+        tried = yield from trying_lease(context, settings, patience, clock=clock)
+        if tried.clock is not None:
+            return tried
+        if clock() >= until:
+            break
+        yield Pause(min(POLL_SECONDS, max(0.0, until - clock())))
+    yield from withdrawing(context, lease_key(context.lock_key), text)
+    return tried
 
 
 def withdrawing(context: LockContext, key: str, text: str) -> Steps[None]:

@@ -17,7 +17,7 @@ from dislock.core.acquisition import Ask, Connect, Crowded, Outcome, Pause, Step
 from dislock.core.context import LockContext
 
 from ._compat import sleep
-from ._hub import Hub
+from ._hub import Hub, enter_hub, leave_hub
 
 
 def drive(hub: Hub, sequence: Steps[Outcome]) -> Outcome:
@@ -53,6 +53,15 @@ def _drive(hub: Hub, sequence: Steps[Outcome]) -> Outcome:
             reply = hub.crowded
         else:
             hub.note_timeline(step.timeline)
+
+
+def drive_briefly(context: LockContext, sequence: Steps[Outcome]) -> Outcome:
+    """Run ``sequence`` on the hub of ``context``'s database, used only meanwhile."""
+    hub = enter_hub(context.url, context.connect_timeout_seconds)
+    try:
+        return drive(hub, sequence)
+    finally:
+        leave_hub(hub)
 
 
 def hand_back_rows(hub: Hub, context: LockContext, keys: list[str]) -> None:

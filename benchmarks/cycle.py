@@ -20,7 +20,7 @@ import psycopg
 from benchmarks.rows import Row, met
 from benchmarks.timing import ROUNDS
 from dislock.core.lock_statements import statements as lock_statements
-from dislock.core.preparing import BACKEND_PID, prepare_threshold
+from dislock.core.preparing import SERVER_PID, prepare_threshold
 
 
 def commits(conn: psycopg.Connection[tuple[object, ...]]) -> int:
@@ -142,8 +142,8 @@ def cycle_rows(url: str, cycles: int) -> list[Row]:
         # Prepared as dislock's shared connection prepares them: only when no
         # pooler is in between (dislock.core.preparing).
         manual = psycopg.connect(url, autocommit=True, prepare_threshold=None)
-        pid = manual.execute(BACKEND_PID).fetchone()
-        manual.prepare_threshold = prepare_threshold(manual.info.backend_pid, pid and pid[0])
+        pid = SERVER_PID.read(manual.execute(SERVER_PID.query).fetchall())
+        manual.prepare_threshold = prepare_threshold(manual.info.backend_pid, pid)
 
         def by_hand() -> float:
             """The same two statements, sent with psycopg and nothing else."""

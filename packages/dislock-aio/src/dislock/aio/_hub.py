@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import select
-import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from time import monotonic
@@ -25,41 +24,20 @@ from psycopg.rows import TupleRow
 from psycopg.sql import SQL, Composed
 
 from dislock.core.context import DEFAULT_CONNECT_TIMEOUT
-from dislock.core.dsn import (
-    connection_kwargs,
-    host_count,
-    longest_connect_timeout,
-    one_line,
-    parse_dsn,
-    scrub,
-)
+from dislock.core.dsn import connection_kwargs, one_line, parse_dsn, scrub
 from dislock.core.errors import NotSent, StatementTimeout
 from dislock.core.exchange import Answer, Exchange
-from dislock.core.failover import CURRENT_TIMELINE, timeline_change
+from dislock.core.failover import TIMELINE_NOW
+from dislock.core.hub_state import HubState
 from dislock.core.patience import ConnectPatience
-from dislock.core.preparing import (
-    BACKEND_PID,
-    PREPARED_STATEMENT_ERRORS,
-    Preparation,
-    prepare_threshold,
-)
-from dislock.core.renewal import (
-    Renewal,
-)
-from dislock.core.supervision import LOSS_LOGGER
+from dislock.core.preparing import PREPARED_STATEMENT_ERRORS, SERVER_PID
+from dislock.core.renewal import Renewal
 from dislock.core.timeouts import STATEMENT_FLOOR
 
-from ._compat import (
-    Event,
-    Link,
-    Lock,
-    local_registry,
-    sleep,
-)
+from ._compat import Event, Link, Lock, local_registry, sleep
 from ._renewer import Renewer
 
 logger = logging.getLogger("dislock")
-loss_logger = logging.getLogger(LOSS_LOGGER)
 
 
 def _answered_while_idle(link: Link) -> bool:
@@ -75,30 +53,15 @@ def _answered_while_idle(link: Link) -> bool:
     return bool(readable)
 
 
-class Hub:
+class Hub(HubState[Link]):
     """The shared connection to one database, and (in ``renewer``) the renewer and
-    watchdog of the leases held on it."""
+    watchdog of the leases held on it.  Its bookkeeping between statements is
+    ``dislock.core.hub_state.HubState``'s."""
 
     def __init__(self, url: str, connect_timeout: float) -> None:
-        self.url = url
-        self.connect_timeout = connect_timeout
-        # What a patient try needs to share its time among the URL's hosts.
-        self._hosts = host_count(url)
-        self._longest_connect = longest_connect_timeout(url, connect_timeout)
-        self.users = 0
-        """Locks and ``keep_connected`` scopes using the hub (guarded by the registry)."""
+        super().__init__(url, connect_timeout)
         self.renewer = Renewer(self)
-        # Guards which link is current: the renewer retires links while locks
-        # open new ones; never held across I/O.
-        self._guard = threading.Lock()
-        self._link: Link | None = None
         self._connecting = Lock()
-        self.timeline: int | None = None
-        """The server timeline a lock was last taken on (see ``dislock.core.failover``)."""
-        self._preparation: tuple[Link, Preparation] | None = None
-        # The link last opened after a refused or failed try (``crowded``).
-        self._crowded_link: Link | None = None
-        """The current link's statement count, until it may prepare (``dislock.core.preparing``)."""
 
     async def execute(
         self,
@@ -147,16 +110,6 @@ class Hub:
         """Send ``exchange`` as ``execute`` does and read its answer from its rows."""
         cursor = await self.execute(exchange.query, exchange.params, timeout, patience)
         return exchange.read(await cursor.fetchall() if cursor.description is not None else [])
-
-    @property
-    def crowded(self) -> bool:
-        """Whether the next statement is the first on a connection opened only after
-        refused or failed tries: a herd at the server's door, where a look at the
-        row first saves the server work (``dislock.core.acquisition.claiming``)."""
-        link, counted = self._link, self._preparation
-        if link is None or link.retired or link is not self._crowded_link:
-            return False
-        return counted is not None and counted[0] is link and counted[1].statements == 0
 
     async def connect(self) -> None:
         """Open the shared connection now if it is not open."""
@@ -211,9 +164,7 @@ class Hub:
                     self.url, self.connect_timeout, attempt_timeout=attempt_timeout
                 )
                 link = await Link.open(self.url, kwargs)
-                with self._guard:
-                    self._link = link
-                    self._preparation = (link, Preparation())
+                self._adopt(link)
                 if self.timeline is not None and self.renewer.holds_leases():
                     await self._compare_timeline(link)
             return link
@@ -222,50 +173,29 @@ class Hub:
         """Once ``link`` has served a few statements, let psycopg prepare the ones it
         repeats if it reaches the server directly (``dislock.core.preparing``).  Checked
         before a statement, not after: an interruption here leaves that one unsent."""
-        counted = self._preparation
-        if counted is None or counted[0] is not link or not counted[1].check_due():
+        if not self._check_due(link):
             return
         try:
-            cursor = await link.execute(BACKEND_PID, {}, self.connect_timeout)
-            row = await cursor.fetchone()
+            server_pid = await self._read(link, SERVER_PID)
         except Exception as exc:  # the statement that follows finds out, if it matters
             logger.debug("could not read the server's backend pid: %s", scrub(str(exc), self.url))
             return
-        threshold = prepare_threshold(link.conn.info.backend_pid, None if row is None else row[0])
-        link.conn.prepare_threshold = threshold
-        if threshold is None:
-            logger.debug("a pooler is in between: statements stay unprepared")
-        else:
-            logger.debug("direct connection: repeated statements are prepared")
-
-    def _stop_preparing(self, link: Link, exc: Exception) -> None:
-        """Never prepare on ``link`` again: something between here and the server (a
-        pooler that passes the server's backend pid on) lost a prepared statement."""
-        link.conn.prepare_threshold = None
-        logger.warning(
-            "the server lost a prepared statement (%s); statements on this connection"
-            " stay unprepared from now on",
-            scrub(one_line(str(exc)), self.url),
-        )
-
-    def note_timeline(self, timeline: object) -> None:
-        if isinstance(timeline, int):
-            self.timeline = timeline
+        self._prepare_if_direct(link, server_pid)
 
     async def _compare_timeline(self, link: Link) -> None:
         """A holder reconnecting: say so if the server's history changed (one
         statement per reconnection, none on the common path)."""
         try:
-            cursor = await link.execute(CURRENT_TIMELINE, {}, self.connect_timeout)
-            row = await cursor.fetchone()
+            timeline = await self._read(link, TIMELINE_NOW)
         except Exception as exc:  # a standby, a server without WAL functions
             logger.debug("could not read the server timeline: %s", scrub(str(exc), self.url))
             return
-        now = None if row is None else row[0]
-        warning = timeline_change(self.timeline, now)
-        if warning:
-            logger.warning("%s", warning)
-        self.note_timeline(now)
+        self._timeline_read(timeline)
+
+    async def _read(self, link: Link, exchange: Exchange[Answer]) -> Answer:
+        """``exchange``'s answer on ``link`` itself, within the connect timeout."""
+        cursor = await link.execute(exchange.query, exchange.params, self.connect_timeout)
+        return exchange.read(await cursor.fetchall())
 
     def _usable(self, link: Link) -> bool:
         conn = link.conn
@@ -274,9 +204,7 @@ class Hub:
         )
 
     async def _retire(self, link: Link) -> None:
-        with self._guard:  # a link just opened by another thread stays current
-            if self._link is link:
-                self._link = None
+        self._forget(link)
         await link.retire()
 
     # What the locks ask of the renewer.

@@ -88,7 +88,16 @@ TIMELINE = sql.SQL("('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))
 first eight hex digits of a segment name are its timeline).  Fails on a standby,
 which cannot take locks anyway."""
 
-CURRENT_TIMELINE = sql.SQL("SELECT {}").format(TIMELINE)
+CURRENT_TIMELINE = sql.SQL("SELECT {} AS timeline").format(TIMELINE)
+
+
+def _read_timeline(rows: Rows) -> int | None:
+    """The answer of ``TIMELINE_NOW``."""
+    return next((value for (value,) in rows), None)
+
+
+TIMELINE_NOW = Exchange(CURRENT_TIMELINE, {}, _read_timeline)
+"""The server's current timeline, read by a holder that reconnected."""
 
 
 def not_replicated(

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from psycopg import errors, sql
 
+from dislock.core.exchange import Exchange, Rows
+
 CHECK_AFTER = 8
 """Statements a connection serves before it is checked: more than a one-shot run of
 the wrapper sends (acquisitions, releases and history writes), so that a run that
@@ -39,7 +41,13 @@ PREPARED_STATEMENT_ERRORS = (errors.InvalidSqlStatementName, errors.DuplicatePre
 the one it reaches (SQLSTATE 26000, 42P05): it refused the statement before running
 it, so the statement can be sent again unprepared."""
 
-BACKEND_PID = sql.SQL("SELECT pg_backend_pid()")
+
+def _read_server_pid(rows: Rows) -> object:
+    """The answer of ``SERVER_PID``, checked by ``prepare_threshold``."""
+    return next((value for (value,) in rows), None)
+
+
+SERVER_PID = Exchange(sql.SQL("SELECT pg_backend_pid() AS pid"), {}, _read_server_pid)
 """The server's own process id for this session."""
 
 
@@ -63,7 +71,7 @@ class Preparation:
 
 def prepare_threshold(announced_pid: int, server_pid: object) -> int | None:
     """psycopg's ``prepare_threshold`` for a connection whose startup announced
-    ``announced_pid`` and whose server says ``server_pid`` (``BACKEND_PID``): None
+    ``announced_pid`` and whose server says ``server_pid`` (``SERVER_PID``): None
     (never prepare) unless they are the same process, i.e. no pooler is in between."""
     direct = isinstance(server_pid, int) and not isinstance(server_pid, bool)
     return PREPARE_THRESHOLD if direct and server_pid == announced_pid else None

@@ -22,6 +22,7 @@ from time import monotonic
 from typing import Any
 
 from psycopg import Cursor, OperationalError
+from psycopg.pq import ExecStatus
 from psycopg.rows import TupleRow
 from psycopg.sql import SQL, Composed
 
@@ -111,7 +112,11 @@ class Hub(HubState[Link]):
     ) -> Answer:
         """Send ``exchange`` as ``execute`` does and read its answer from its rows."""
         cursor = self.execute(exchange.query, exchange.params, timeout, patience)
-        return exchange.read(cursor.fetchall() if cursor.description is not None else [])
+        # The result's status, not ``description``: building the columns' descriptions
+        # costs more than reading a lock statement's answer.
+        result = cursor.pgresult
+        answered = result is not None and result.status == ExecStatus.TUPLES_OK
+        return exchange.read(cursor.fetchall() if answered else [])
 
     def connect(self) -> None:
         """Open the shared connection now if it is not open."""

@@ -23,8 +23,8 @@ def readme_test_command() -> str:
 
 
 def readme_shared_server_command() -> str:
-    """The README's command for a server of one's own (``TEST_DATABASE_URL=…``): one
-    worker, as the tests share that server."""
+    """The README's command for a server of one's own (``TEST_DATABASE_URL=…``): the
+    tests of two workers sharing that server."""
     readme = (ROOT / "README.md").read_text()
     match = re.search(r"^TEST_DATABASE_URL=\S+ (hatch test\b[^#\n]*?)\s*(#|$)", readme, re.M)
     assert match, "README.md documents no `TEST_DATABASE_URL=… hatch test` command"
@@ -44,7 +44,8 @@ def test_compose_runs_the_readme_test_command_against_its_postgres() -> None:
     assert re.fullmatch(r"python:3\.(1[0-9])(-slim)?", tests["image"])
     assert tests["depends_on"]["postgres"]["condition"] == "service_healthy"
     command = " ".join(tests["command"])
-    assert command.endswith(f"&& {readme_shared_server_command()}"), command
+    # The same words, in the shell's quotes of a YAML string.
+    assert command.replace("'", '"').endswith(f"&& {readme_shared_server_command()}"), command
     url = tests["environment"]["TEST_DATABASE_URL"]
     assert re.match(r"postgresql://[^@]+@postgres:5432/", url)
     password = postgres["environment"]["POSTGRES_PASSWORD"]
@@ -61,3 +62,9 @@ def test_compose_postgres_is_the_version_of_the_second_ci_leg() -> None:
 def test_ci_runs_the_readme_test_command() -> None:
     ci = (ROOT / ".ci" / "run").read_text()
     assert re.search(rf"^{readme_test_command()}$", ci, re.MULTILINE)
+
+
+def test_ci_runs_the_readme_shared_server_command_on_its_postgresql_15() -> None:
+    ci = (ROOT / ".ci" / "run").read_text()
+    shared = re.escape(readme_shared_server_command())
+    assert re.search(rf'^TEST_DATABASE_URL="[^"]+" {shared}$', ci, re.MULTILINE), shared

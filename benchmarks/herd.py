@@ -4,7 +4,9 @@ Machines are asyncio event loops in threads of one process, each with its own
 connection (as separate hosts would have), racing one lock through a role whose
 ``CONNECTION LIMIT`` is far below their number.  Correctness is the measure
 (exactly one start, no failures); the decision times and the server CPU per
-machine are reported, the latter with no floor but the postmaster's own forks.
+machine are reported, the latter beside a floor: the same herd of machines that
+each only connect (retrying refused connections as dislock does) and read one row
+by its primary key, the least any lock decision costs the server.
 """
 
 from __future__ import annotations
@@ -112,6 +114,46 @@ def herd(url: str, strategy: str, machines: int) -> tuple[int, int, list[float],
     return len(starts), len(failures), decided, failures
 
 
+def floor_herd(url: str, machines: int) -> int:
+    """``machines`` event loops in threads that each connect (a refused connection
+    retried after dislock's own backoff, ``ConnectPatience``) and read one row by its
+    primary key, then close: how many failed."""
+    import threading
+
+    from dislock.core.patience import ConnectPatience
+
+    go = threading.Event()
+    failures: list[str] = []
+
+    async def machine() -> None:
+        patience = ConnectPatience(60.0, time.monotonic())
+        while True:
+            started = time.monotonic()
+            try:
+                conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
+                break
+            except psycopg.OperationalError as exc:
+                delay = patience.next_delay(exc, time.monotonic(), attempt_started=started)
+                if delay is None:
+                    failures.append(str(exc))
+                    return
+                await asyncio.sleep(delay)
+        async with conn:
+            await conn.execute("SELECT value FROM key_value WHERE key = 'herd-floor'")
+
+    def run() -> None:
+        go.wait()
+        asyncio.run(machine())
+
+    threads = [threading.Thread(target=run, daemon=True) for _ in range(machines)]
+    for thread in threads:
+        thread.start()
+    go.set()
+    for thread in threads:
+        thread.join(180)
+    return len(failures)
+
+
 HERD_SIZES = {True: ((50, 20),), False: ((200, 20), (1000, 50), (2000, 50))}
 """(machines, the role's connection limit) of the herds of a quick and a full run."""
 
@@ -129,6 +171,14 @@ def herd_rows(url: str, sizes: Sequence[tuple[int, int]]) -> list[Row]:
     for machines, cap in sizes:
         with capped_role(url, cap) as capped:
             role = str(conninfo_to_dict(capped)["user"])
+            floor_ms: float | None = None
+            if cpu is not None:
+                backends_gone(url, role)
+                floor_before = cpu()
+                floor_failed = floor_herd(capped, machines)
+                backends_gone(url, role)
+                if not floor_failed:
+                    floor_ms = (cpu() - floor_before) * 1000 / machines
             for strategy, what in (("schedule", "one slot"), ("lease", "one lease")):
                 backends_gone(url, role)
                 before = None if cpu is None else cpu()
@@ -144,6 +194,18 @@ def herd_rows(url: str, sizes: Sequence[tuple[int, int]]) -> list[Row]:
                     "n/a (the server is not local)" if spent is None else "{cpu_ms:.1f} ms",
                     {} if spent is None else {"cpu_ms": spent * 1000 / machines},
                 )
+                if spent is not None and floor_ms is not None:
+                    ours = spent * 1000 / machines
+                    rows.append(
+                        Row(
+                            "  the same / the floor: as many machines that only connect"
+                            " (retried as dislock retries) and read one row by its key",
+                            "{ratio:.2f} ({cpu_ms:.1f} ms / {floor_ms:.1f} ms)",
+                            "≤ 1.2",
+                            met(ours / floor_ms <= 1.2),
+                            {"ratio": ours / floor_ms, "cpu_ms": ours, "floor_ms": floor_ms},
+                        )
+                    )
             if not pgbouncer_available():
                 rows.append(
                     Row(f"{machines} machines through PgBouncer", "n/a (not installed)", "report")

@@ -1,4 +1,4 @@
-"""The ``dislock`` namespace: core names eager, sync names lazy."""
+"""The ``dislock`` namespace: every name resolved on first use, nothing imported before."""
 
 from __future__ import annotations
 
@@ -14,6 +14,24 @@ def test_core_names_are_exported() -> None:
     for name in ("LockContext", "LeaseLossPolicy", "LEASE_LOST_EXIT_CODE", "DislockError"):
         assert hasattr(dislock, name)
     assert dislock.LEASE_LOST_EXIT_CODE == 75
+
+
+def test_importing_dislock_imports_neither_psycopg_nor_a_flavour() -> None:
+    code = (
+        "import sys, dislock\n"
+        "assert 'psycopg' not in sys.modules, 'psycopg'\n"
+        "assert 'dislock.core.public' not in sys.modules\n"
+        "from dislock import LockContext\n"
+        "assert 'psycopg' in sys.modules and 'dislock._sync' not in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_core_names_module_lists_what_public_exports() -> None:
+    from dislock.core import public
+    from dislock.core.names import CORE_NAMES
+
+    assert public.__all__ == list(CORE_NAMES)
 
 
 def test_sync_names_resolve_lazily() -> None:

@@ -3,8 +3,10 @@
 This file belongs to the ``dislock-core`` distribution, which owns the ``dislock``
 namespace.  The other distributions add subpackages to it: ``dislock._sync`` (from
 ``dislock``), ``dislock.aio`` (from ``dislock-aio``) and ``dislock.cli`` (from
-``dislock-cli``).  The core names below are imported eagerly; the sync names are
-resolved on first use so that an async-only install never imports them.
+``dislock-cli``).  Every name is resolved on first use: the sync names so that an
+async-only install never imports them, the core names so that ``import dislock``
+(which importing any subpackage does first) imports nothing, not even psycopg, until a
+name is asked for (``dislock.cli`` needs that: ``dislock.cli.quick_import``).
 """
 
 from __future__ import annotations
@@ -19,9 +21,8 @@ __path__ = _extend_path(__path__, __name__)
 from importlib import import_module as _import_module
 from typing import TYPE_CHECKING
 
-from dislock.core.public import *  # noqa: F403  (the core names, imported eagerly)
-from dislock.core.public import CORE_NAMES as _CORE_NAMES
-from dislock.core.public import LOCK_NAMES as _LOCK_NAMES
+from dislock.core.names import CORE_NAMES as _CORE_NAMES
+from dislock.core.names import LOCK_NAMES as _LOCK_NAMES
 
 __version__ = "0.2.0"
 
@@ -29,7 +30,7 @@ __all__ = [*_CORE_NAMES, *_LOCK_NAMES]
 
 if TYPE_CHECKING:
     # For type checkers, which cannot follow __getattr__ (tests/unit/test_namespace.py
-    # checks that these are the LOCK_NAMES).
+    # checks that these are the LOCK_NAMES, and the star the CORE_NAMES).
     from dislock._sync import LeaseLock as LeaseLock
     from dislock._sync import LockSession as LockSession
     from dislock._sync import ScheduleLock as ScheduleLock
@@ -38,11 +39,15 @@ if TYPE_CHECKING:
     from dislock._sync import keep_connected as keep_connected
     from dislock._sync import run_with_locks as run_with_locks
     from dislock._sync import with_locks as with_locks
+    from dislock.core.public import *  # noqa: F403
 
 
 def __getattr__(name: str) -> object:
-    # PEP 562: the sync API lives in another distribution, imported on first use.
-    if name in _LOCK_NAMES:
+    # PEP 562: the core names are imported on first use, and the sync API, which
+    # lives in another distribution, too.
+    if name in _CORE_NAMES:
+        value = getattr(_import_module("dislock.core.public"), name)
+    elif name in _LOCK_NAMES:
         try:
             _sync = _import_module("dislock._sync")
         except ModuleNotFoundError as exc:
@@ -52,8 +57,11 @@ def __getattr__(name: str) -> object:
                 f"dislock.{name} is part of the sync API, which is not installed: "
                 "pip install dislock"
             ) from exc
-        return getattr(_sync, name)
-    raise AttributeError(f"module 'dislock' has no attribute {name!r}")
+        value = getattr(_sync, name)
+    else:
+        raise AttributeError(f"module 'dislock' has no attribute {name!r}")
+    globals()[name] = value  # the next use is a plain attribute
+    return value
 
 
 def __dir__() -> list[str]:

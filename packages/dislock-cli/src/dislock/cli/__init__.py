@@ -3,6 +3,10 @@ tool ``dislockctl`` (``dislock.cli.ctl``), with what both exit with."""
 
 from __future__ import annotations
 
+from dislock.cli.quick_psycopg import prime
+
+prime()  # before anything of dislock's imports psycopg
+
 __version__ = "0.2.0"
 
 EXIT_OK = 0

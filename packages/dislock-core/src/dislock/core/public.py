@@ -1,11 +1,5 @@
-"""dislock's public names, listed once.
-
-``CORE_NAMES`` are defined in this package and exported by every flavour of the
-API; ``LOCK_NAMES`` are what each flavour defines for itself: the sync one in
-``dislock._sync`` (re-exported by ``dislock``) and the asyncio one in
-``dislock.aio``.  Their ``__all__`` are built from these two lists, and
-``tests/unit/test_namespace.py`` checks that every module exports exactly them.
-``from dislock.core.public import *`` gives the core names.
+"""dislock's core public names (``dislock.core.names.CORE_NAMES``), gathered from the
+modules that define them: ``from dislock.core.public import *`` gives them.
 """
 
 from __future__ import annotations
@@ -26,7 +20,10 @@ from dislock.core.errors import MaxRuntimeExceeded as MaxRuntimeExceeded
 from dislock.core.errors import NotReplicatedError as NotReplicatedError
 from dislock.core.errors import SlotLateError as SlotLateError
 from dislock.core.errors import StatementTimeout as StatementTimeout
+from dislock.core.names import CORE_NAMES as CORE_NAMES
+from dislock.core.names import LOCK_NAMES as LOCK_NAMES
 
+# Written out, for type checkers; tests/unit/test_namespace.py holds it to CORE_NAMES.
 __all__ = [
     "LEASE_LOST_EXIT_CODE",
     "MAX_RUNTIME_EXIT_CODE",
@@ -45,16 +42,3 @@ __all__ = [
     "SlotLateError",
     "StatementTimeout",
 ]
-
-CORE_NAMES: tuple[str, ...] = tuple(__all__)
-
-LOCK_NAMES: tuple[str, ...] = (
-    "LeaseLock",
-    "LockSession",
-    "ScheduleLock",
-    "acquire_locks",
-    "build_locks",
-    "keep_connected",
-    "run_with_locks",
-    "with_locks",
-)

@@ -20,7 +20,6 @@ from dislock.core.kinds import LEASE
 from dislock.core.lease import LeaseClock, raises_on_exit
 from dislock.core.lease_state import Held, LeaseState
 from dislock.core.patience import ConnectPatience
-from dislock.core.replacing import marking, replacing, withdrawing
 from dislock.core.supervision import LOSS_LOGGER
 from dislock.core.unknown_outcome import HELD
 
@@ -28,7 +27,6 @@ from ._acquiring import drive, hand_back_rows
 from ._compat import Event
 from ._hub import Hub, enter_hub, leave_hub
 from ._recording import RunRecording, record_alone
-from ._waiting import wait_for_release
 
 logger = logging.getLogger("dislock")
 
@@ -76,6 +74,8 @@ class LeaseLock(LeaseState[Hub, Event]):
             if taken is None and context.replace and self._delayed_until is None:
                 taken = await self._replace(hub, patience)
             if taken is None and context.wait_seconds > 0:
+                from ._waiting import wait_for_release  # (a lone run never waits: not imported)
+
                 attempt = partial(self._attempt, hub, patience)
                 taken = await wait_for_release(context, attempt, patience)
             if taken is None:
@@ -117,6 +117,8 @@ class LeaseLock(LeaseState[Hub, Event]):
         """Ask the lease's live holder to stop and hand it over, then take it: as soon
         as the holder's work is gone and it handed the row over, else once the row
         expires (a dead or frozen holder); None if neither happened by then."""
+        from dislock.core.replacing import marking, replacing, withdrawing  # (only replacers)
+
         context = self.context
         timeout = max(self.settings.interval, 1.0)
         text, marked = await drive(hub, marking(context, self.key, timeout, patience))

@@ -1,9 +1,12 @@
 """A lock statement refused by a role's grant, in the operator's words: which role
-may not lock which key, and where to look."""
+may not lock which key, and where to look.
+
+Every acquisition imports this module, and almost none is refused: what only a
+refusal needs (the quota trigger's words, ``getpass``) is imported when one comes.
+"""
 
 from __future__ import annotations
 
-import getpass
 import os
 from collections.abc import Sequence
 
@@ -11,7 +14,6 @@ from psycopg.conninfo import conninfo_to_dict
 
 from dislock.core.bounds import escape
 from dislock.core.errors import KeyNotGrantedError
-from dislock.core.key_quota import OVER_QUOTA
 from dislock.core.kinds import parse_row_key
 
 
@@ -27,6 +29,8 @@ def refused(
     ``lc_messages``: elsewhere the refusal is reported as a missing privilege)."""
     if getattr(error, "sqlstate", None) != "42501":
         return None
+    from dislock.core.key_quota import OVER_QUOTA
+
     diag = getattr(error, "diag", None)
     message = getattr(diag, "message_primary", None) or str(error)
     if OVER_QUOTA in message:  # dislock.core.key_quota's trigger, in its own words
@@ -48,4 +52,8 @@ def role_of(url: str) -> str:
         user = conninfo_to_dict(url).get("user")
     except Exception:
         user = None
-    return str(user or os.environ.get("PGUSER") or getpass.getuser())
+    if user or os.environ.get("PGUSER"):
+        return str(user or os.environ["PGUSER"])
+    import getpass
+
+    return getpass.getuser()

@@ -1,6 +1,7 @@
 """The acquiring statements, and the reads before (``look``) and after (``mine``) them,
 answer the columns their readers' row types name (``dislock.core.answers``), by those
-names and in that order: the server's own description of each answer."""
+names and in that order: the server's own description of each answer.  So do the
+other statements whose rows have several columns (a waiter's ``listen``)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from dislock.core.exchange import Exchange, select_list
 from dislock.core.lock_statements import statements
 from dislock.core.rows import lease_key, schedule_key
 from dislock.core.unknown_outcome import Mine
+from dislock.core.waiting import ListenRow, listen
 
 
 def described(db: psycopg.Connection[Any], exchange: Exchange[Any]) -> list[str]:
@@ -57,6 +59,12 @@ def test_every_acquiring_statement_answers_its_row_types_columns(
     }
     for name, (exchange, fields) in answered.items():
         assert described(db, exchange) == list(fields), name
+
+
+def test_a_waiters_listen_read_answers_its_row_types_columns(
+    db: psycopg.Connection[Any], lock_table: tuple[str, str]
+) -> None:
+    assert described(db, listen(lock_table, "a")) == list(ListenRow._fields)
 
 
 def test_a_select_list_names_each_field_once_or_refuses() -> None:

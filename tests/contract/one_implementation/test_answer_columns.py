@@ -1,7 +1,8 @@
 """The acquiring statements, and the reads before (``look``) and after (``mine``) them,
 answer the columns their readers' row types name (``dislock.core.answers``), by those
 names and in that order: the server's own description of each answer.  So do the
-other statements whose rows have several columns (a waiter's ``listen``)."""
+other statements whose rows have several columns: a waiter's ``listen``, and
+``dislockctl``'s reads (``dislock.cli``)."""
 
 from __future__ import annotations
 
@@ -65,6 +66,24 @@ def test_a_waiters_listen_read_answers_its_row_types_columns(
     db: psycopg.Connection[Any], lock_table: tuple[str, str]
 ) -> None:
     assert described(db, listen(lock_table, "a")) == list(ListenRow._fields)
+
+
+def test_dislockctls_statements_answer_their_row_types_columns(
+    db: psycopg.Connection[Any], lock_table: tuple[str, str]
+) -> None:
+    from dislock.cli import lock_rows
+
+    answered: dict[str, tuple[Exchange[Any], tuple[str, ...]]] = {
+        "listing": (lock_rows.listing(lock_table), lock_rows.ListedRow._fields),
+        "states": (lock_rows.states(lock_table, [lease_key("a")]), lock_rows.RowState._fields),
+        "forced_release": (
+            lock_rows.forced_release(lock_table, "a", ["lease"]),
+            lock_rows.ReleasedRow._fields,
+        ),
+        "row_security": (lock_rows.row_security(lock_table), lock_rows.SecurityRow._fields),
+    }
+    for name, (exchange, fields) in answered.items():
+        assert described(db, exchange) == list(fields), name
 
 
 def test_a_select_list_names_each_field_once_or_refuses() -> None:

@@ -69,9 +69,12 @@ def test_a_waiters_listen_read_answers_its_row_types_columns(
 
 
 def test_dislockctls_statements_answer_their_row_types_columns(
-    db: psycopg.Connection[Any], lock_table: tuple[str, str]
+    db: psycopg.Connection[Any], lock_table: tuple[str, str], history: tuple[str, ...]
 ) -> None:
     from dislock.cli import lock_rows
+    from dislock.cli.runs import run_history
+
+    day = timedelta(days=1)
 
     answered: dict[str, tuple[Exchange[Any], tuple[str, ...]]] = {
         "listing": (lock_rows.listing(lock_table), lock_rows.ListedRow._fields),
@@ -81,6 +84,20 @@ def test_dislockctls_statements_answer_their_row_types_columns(
             lock_rows.ReleasedRow._fields,
         ),
         "row_security": (lock_rows.row_security(lock_table), lock_rows.SecurityRow._fields),
+        "runs": (run_history.runs(history, lock_table, None, day, 5), run_history.Run._fields),
+        "runs of a key": (
+            run_history.runs(history, lock_table, "a", day, 5),
+            run_history.Run._fields,
+        ),
+        "latest": (run_history.latest(history, lock_table), run_history.Latest._fields),
+        "recorded_schedule": (
+            run_history.recorded_schedule(history, "a"),
+            run_history.Recorded._fields,
+        ),
+        "readings_of": (
+            run_history.readings_of(history, datetime.now(timezone.utc) - day, None),
+            run_history.Reading._fields,
+        ),
     }
     for name, (exchange, fields) in answered.items():
         assert described(db, exchange) == list(fields), name

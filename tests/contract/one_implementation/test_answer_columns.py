@@ -72,9 +72,11 @@ def test_dislockctls_statements_answer_their_row_types_columns(
     db: psycopg.Connection[Any], lock_table: tuple[str, str], history: tuple[str, ...]
 ) -> None:
     from dislock.cli import lock_rows
-    from dislock.cli.runs import run_history
+    from dislock.cli.runs import missed_slots, run_history
+    from dislock.core import events
 
     day = timedelta(days=1)
+    since = datetime.now(timezone.utc) - day
 
     answered: dict[str, tuple[Exchange[Any], tuple[str, ...]]] = {
         "listing": (lock_rows.listing(lock_table), lock_rows.ListedRow._fields),
@@ -95,9 +97,18 @@ def test_dislockctls_statements_answer_their_row_types_columns(
             run_history.Recorded._fields,
         ),
         "readings_of": (
-            run_history.readings_of(history, datetime.now(timezone.utc) - day, None),
+            run_history.readings_of(history, since, None),
             run_history.Reading._fields,
         ),
+        "starts": (
+            missed_slots.starts(history, lock_table, "a", since),
+            missed_slots.StartRow._fields,
+        ),
+        "spans": (
+            missed_slots.spans(history, lock_table, "a", since),
+            missed_slots.SpanRow._fields,
+        ),
+        "pauses": (events.pauses(history, "a", since), events.Event._fields),
     }
     for name, (exchange, fields) in answered.items():
         assert described(db, exchange) == list(fields), name

@@ -11,11 +11,11 @@ from typing import Any, NamedTuple
 
 from psycopg import sql
 
-from dislock.cli.runs.missed_slots import SPANS_BEFORE, Span, span_of
+from dislock.cli.runs.missed_slots import SPANS_BEFORE, Span, SpanRow, span_of
 from dislock.cli.runs.run_history import still_held, tail_column
 from dislock.cli.runs.slot_states import Attempt
 from dislock.cli.shown import known_outcome, read
-from dislock.core.events import PAUSE_MODES, PAUSED, RERUN, Pause, pause_spans, reruns
+from dislock.core.events import PAUSE_MODES, PAUSED, RERUN, Event, Pause, pause_spans, reruns
 from dislock.core.exchange import Exchange, Rows
 from dislock.core.failover import TIMELINE_KEY, longest_delay
 from dislock.core.history import TAILS
@@ -132,7 +132,7 @@ class ScrapeStatements(NamedTuple):
     outcome, started_at, slot_end, then the run's span columns (``span_columns``)."""
     window_events: sql.Composed
     """The first scrape's events that tell what became of the slots since %(since)s
-    (``dislock.core.events.pauses_query``' rule, for every key): id, lock_key,
+    (``dislock.core.events.pauses``' rule, for every key): id, lock_key,
     outcome, started_at, slot_end.  Read once; later scrapes see new events among
     ``new_runs``."""
     new_runs: sql.Composed
@@ -141,7 +141,7 @@ class ScrapeStatements(NamedTuple):
     schedule, then the span columns."""
     spans_before: sql.Composed
     """The first scrape's runs of the keys %(keys)s that began before %(since)s and
-    may still have been going then (``dislock.cli.runs.missed_slots.spans_query``'s rule): id,
+    may still have been going then (``dislock.cli.runs.missed_slots.spans``' rule): id,
     lock_key, started_at, then the span columns."""
 
 
@@ -156,7 +156,7 @@ def span_of_row(
     started_at: datetime, leased: bool, ended_at: datetime | None, running: bool
 ) -> Span | None:
     """A history row's span (None: not a lease run, or abandoned)."""
-    return span_of(started_at, ended_at, running) if leased else None
+    return span_of(SpanRow(started_at, ended_at, running)) if leased else None
 
 
 def scrape_statements(history: tuple[str, ...], locks: tuple[str, ...]) -> ScrapeStatements:
@@ -254,7 +254,7 @@ class WindowStarts:
         self.loaded = False
         self._by_key: dict[str, dict[int, Attempt]] = {}
         self._late: dict[str, dict[int, tuple[datetime, datetime | None]]] = {}
-        self._events: dict[str, dict[int, tuple[datetime, datetime | None, str]]] = {}
+        self._events: dict[str, dict[int, Event]] = {}
         self._spans: dict[str, dict[int, Span]] = {}
         self._versions: dict[str, int] = {}
 
@@ -309,7 +309,7 @@ class WindowStarts:
         """A pause, resume or rerun event of the key (``dislock.core.events``)."""
         found = self._events.setdefault(lock_key, {})
         if run_id not in found:
-            found[run_id] = (started_at, slot_end, outcome)
+            found[run_id] = Event(started_at, slot_end, outcome)
             self._changed(lock_key)
 
     def trim(self, since: datetime) -> None:
@@ -327,8 +327,8 @@ class WindowStarts:
             reaching = bool(pauses) and pauses[-1].end > since
             stale = [
                 run_id
-                for run_id, (started, _, outcome) in events.items()
-                if (started < since if outcome == RERUN else not reaching)
+                for run_id, event in events.items()
+                if (event.started_at < since if event.outcome == RERUN else not reaching)
             ]
             for run_id in stale:
                 del events[run_id]

@@ -73,6 +73,7 @@ def test_dislockctls_statements_answer_their_row_types_columns(
 ) -> None:
     from dislock.cli import lock_rows
     from dislock.cli.runs import missed_slots, run_history
+    from dislock.cli.serve import scrape
     from dislock.core import events
 
     day = timedelta(days=1)
@@ -109,6 +110,15 @@ def test_dislockctls_statements_answer_their_row_types_columns(
             missed_slots.SpanRow._fields,
         ),
         "pauses": (events.pauses(history, "a", since), events.Event._fields),
+    }
+    scraping = scrape.scrape_statements(history, lock_table)
+    answered |= {
+        "run_details": (scraping.run_details([1], since), scrape.RunDetails._fields),
+        "census": (scraping.census(0), scrape.CensusRow._fields),
+        "window_starts": (scraping.window_starts(since), scrape.ScrapedRun._fields),
+        "window_events": (scraping.window_events(since), scrape.KeyEvent._fields),
+        "new_runs": (scraping.new_runs(0, [1]), scrape.ScrapedRun._fields),
+        "spans_before": (scraping.spans_before(since, ["a"]), scrape.EarlierRun._fields),
     }
     for name, (exchange, fields) in answered.items():
         assert described(db, exchange) == list(fields), name

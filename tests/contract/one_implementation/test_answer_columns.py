@@ -1,8 +1,8 @@
 """The acquiring statements, and the reads before (``look``) and after (``mine``) them,
 answer the columns their readers' row types name (``dislock.core.answers``), by those
 names and in that order: the server's own description of each answer.  So do the
-other statements whose rows have several columns: a waiter's ``listen``, and
-``dislockctl``'s reads (``dislock.cli``)."""
+other statements whose rows have several columns: the renewals, a waiter's
+``listen``, core's other reads, and ``dislockctl``'s (``dislock.cli``)."""
 
 from __future__ import annotations
 
@@ -62,16 +62,36 @@ def test_every_acquiring_statement_answers_its_row_types_columns(
         assert described(db, exchange) == list(fields), name
 
 
-def test_a_waiters_listen_read_answers_its_row_types_columns(
+def test_cores_other_statements_answer_their_row_types_columns(
     db: psycopg.Connection[Any], lock_table: tuple[str, str]
 ) -> None:
-    assert described(db, listen(lock_table, "a")) == list(ListenRow._fields)
+    from dislock.core import answers, failover, grant_catalog, limits, replace, rerun, table_locks
+
+    renewing: dict[str, list[Any]] = {"keys": [], "owners": [], "ttls": []}
+    answered: dict[str, tuple[Exchange[Any], tuple[str, ...]]] = {
+        "listen": (listen(lock_table, "a"), ListenRow._fields),
+        "renew": (
+            Exchange(statements(lock_table).queries.renew_batch, renewing, answers.read_renewed),
+            answers.Renewed._fields,
+        ),
+        "max_ttl": (limits.max_ttl(lock_table), limits.MaxTtl._fields),
+        "delay_state": (failover.delay_state(lock_table), failover.DelayState._fields),
+        "mark": (replace.mark(lock_table, lease_key("a"), "s"), replace.Marked._fields),
+        "values": (replace.values(lock_table, [lease_key("a")]), replace.KeyValue._fields),
+        "qualified": (grant_catalog.qualified(lock_table), grant_catalog.Qualified._fields),
+        "audit": (grant_catalog.audit(lock_table), grant_catalog.Loophole._fields),
+        "grants_on": (grant_catalog.grants_on(lock_table), grant_catalog.PolicyRow._fields),
+        "rerun": (rerun.rerun(lock_table, "a"), rerun.Rerun._fields),
+        "holders": (table_locks.holders([lock_table]), table_locks.Holder._fields),
+    }
+    for name, (exchange, fields) in answered.items():
+        assert described(db, exchange) == list(fields), name
 
 
 def test_dislockctls_statements_answer_their_row_types_columns(
     db: psycopg.Connection[Any], lock_table: tuple[str, str], history: tuple[str, ...]
 ) -> None:
-    from dislock.cli import lock_rows
+    from dislock.cli import admin, lock_rows
     from dislock.cli.runs import missed_slots, run_history
     from dislock.cli.serve import scrape
     from dislock.core import events
@@ -120,6 +140,7 @@ def test_dislockctls_statements_answer_their_row_types_columns(
         "new_runs": (scraping.new_runs(0, [1]), scrape.ScrapedRun._fields),
         "spans_before": (scraping.spans_before(since, ["a"]), scrape.EarlierRun._fields),
     }
+    answered["refusing_writes"] = (admin.refusing_writes(), admin.Writability._fields)
     for name, (exchange, fields) in answered.items():
         assert described(db, exchange) == list(fields), name
 

@@ -171,16 +171,17 @@ def history_rows(url: str, cycles: int, rows: int) -> list[Row]:
         def missed() -> object:
             (now,) = conn.execute("SELECT NOW()").fetchone()  # type: ignore[misc]
             since = now - timedelta(hours=24)
-            params = {"key": "job-7", "since": since}
-            starts = conn.execute(missed_slots.starts_query(history, locks), params).fetchall()
-            pauses = conn.execute(events.pauses_query(history), params).fetchall()
+            starts = send(conn, missed_slots.starts(history, locks, "job-7", since))
+            pauses = send(conn, events.pauses(history, "job-7", since))
             slots = list(missed_slots.schedule_slots("0 * * * *", since, now))
             return slot_states.slot_states(
                 slots,
                 [
-                    slot_states.Attempt(s, e, outcome, bool(running))
-                    for _, s, e, outcome, _before, running in starts
-                    if s is not None
+                    slot_states.Attempt(
+                        row.started_at, row.slot_end, row.outcome, bool(row.running)
+                    )
+                    for row in starts
+                    if row.started_at is not None
                 ],
                 now=now,
                 pauses=events.pause_spans(pauses),

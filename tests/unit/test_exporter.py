@@ -18,7 +18,7 @@ from dislock.cli.serve.metrics import (
     read_host_records,
     record_run,
 )
-from dislock.cli.serve.scrape import RunCounts, WindowStarts
+from dislock.cli.serve.scrape import CensusRow, RunCounts, ScrapedRun, WindowStarts
 from dislock.cli.serve.status_page import render_page
 from dislock.core.errors import ConfigurationError
 
@@ -48,18 +48,28 @@ def test_bad_listen_addresses(text: str) -> None:
 
 
 def test_run_counts_count_each_run_once_and_follow_unfinished_ones() -> None:
+    def run(run_id: int, lock_key: str, outcome: str | None) -> ScrapedRun:
+        return ScrapedRun(run_id, lock_key, outcome, NOW, None, True, False, None, False)
+
     counts = RunCounts()
     counts.absorb_initial(
-        10, [("a", "ok", 7, None), ("a", None, 2, [3, 9]), ("b", "failed", 1, None)]
+        10,
+        [
+            CensusRow("a", "ok", 7, None),
+            CensusRow("a", None, 2, [3, 9]),
+            CensusRow("b", "failed", 1, None),
+        ],
     )
     assert counts.pending == {3, 9}
     # Above the floor: 11 finished, 12 running; pending 3 finished meanwhile.
-    counts.absorb(11, [(3, "a", "ok"), (9, "a", None), (11, "b", "ok"), (12, "a", None)])
+    counts.absorb(
+        11, [run(3, "a", "ok"), run(9, "a", None), run(11, "b", "ok"), run(12, "a", None)]
+    )
     assert counts.by_key() == {"a": {"ok": 8}, "b": {"failed": 1, "ok": 1}}
     assert counts.pending == {9}
     # The same rows again (as an overlapping read would give them): nothing counted twice.
-    counts.absorb(12, [(9, "a", None), (12, "a", "killed")])
-    counts.absorb(12, [(9, "a", None), (12, "a", "killed")])
+    counts.absorb(12, [run(9, "a", None), run(12, "a", "killed")])
+    counts.absorb(12, [run(9, "a", None), run(12, "a", "killed")])
     assert counts.by_key()["a"] == {"ok": 8, "killed": 1}
     # A floor that moved back (clock step) does not rewind.
     counts.absorb(5, [])

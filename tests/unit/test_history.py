@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from dislock import ConfigurationError, LockContext, LockPausedError
-from dislock.cli.lock_rows import LockRow
+from dislock.cli.lock_rows import ListedRow, LockRow
 from dislock.core.history import (
     RunEnd,
     create_history,
@@ -109,7 +109,7 @@ def test_row_states() -> None:
     now = datetime.now(timezone.utc)
 
     def row(key: str, value: str, left: float) -> LockRow:
-        return LockRow.from_row((key, value, now, left, None))
+        return LockRow.from_row(ListedRow(key, value, now, left, None))
 
     assert row("cronjob-lock:lease:a", "o", 5).state == "held"
     released = row("cronjob-lock:lease:a", "o" + RELEASED_MARK, -1)

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 from dislock.cli.runs.missed_slots import Slot, Span, schedule_slots
 from dislock.cli.runs.slot_states import Attempt, count, slot_states
-from dislock.core.events import PAUSED, RERUN, RESUMED, Pause, pause_spans, reruns
+from dislock.core.events import PAUSED, RERUN, RESUMED, Event, Pause, pause_spans, reruns
 from dislock.core.pause import UNTIL_RESUMED
 
 NOW = datetime(2026, 12, 4, 12, 0, 30, tzinfo=timezone.utc)
@@ -129,11 +129,11 @@ def test_pauses_end_as_planned_or_at_the_next_event_of_the_key() -> None:
             # Paused for 30 min (ended by itself), then until resumed and resumed
             # an hour later; then paused for 2 h and replaced after one by a pause
             # until resumed, still in force.  Given in any order.
-            (t + 3 * hour, t + 5 * hour, PAUSED),
-            (t, t + hour / 2, PAUSED),
-            (t + hour, UNTIL_RESUMED, PAUSED),
-            (t + 2 * hour, t + 2 * hour, RESUMED),
-            (t + 4 * hour, None, PAUSED),
+            Event(t + 3 * hour, t + 5 * hour, PAUSED),
+            Event(t, t + hour / 2, PAUSED),
+            Event(t + hour, UNTIL_RESUMED, PAUSED),
+            Event(t + 2 * hour, t + 2 * hour, RESUMED),
+            Event(t + 4 * hour, None, PAUSED),
         ]
     )
     assert spans == [
@@ -143,9 +143,11 @@ def test_pauses_end_as_planned_or_at_the_next_event_of_the_key() -> None:
         Pause(t + 4 * hour, UNTIL_RESUMED),
     ]
     assert spans[3].covers(NOW) and not spans[1].covers(t + 2 * hour)
-    assert pause_spans([(t, t + hour, RESUMED)]) == []
+    assert pause_spans([Event(t, t + hour, RESUMED)]) == []
     # A rerun is an event of the key, but no end of its pause.
-    assert pause_spans([(t, None, PAUSED), (t + hour, None, RERUN)]) == [Pause(t, UNTIL_RESUMED)]
-    assert reruns([(t, t + hour, RERUN), (t + hour, t + hour, RERUN), (t, None, PAUSED)]) == {
-        t + hour: t + hour
-    }
+    assert pause_spans([Event(t, None, PAUSED), Event(t + hour, None, RERUN)]) == [
+        Pause(t, UNTIL_RESUMED)
+    ]
+    assert reruns(
+        [Event(t, t + hour, RERUN), Event(t + hour, t + hour, RERUN), Event(t, None, PAUSED)]
+    ) == {t + hour: t + hour}

@@ -21,7 +21,7 @@ from psycopg import sql
 from dislock import LockContext
 from dislock.cli.sending import send
 from dislock.core.rows import lease_key
-from dislock.core.waiting import WAKE_CHANNEL, WAKE_SPACING, listen_query, wake_key
+from dislock.core.waiting import WAKE_CHANNEL, WAKE_SPACING, listen
 from tests.support.eventually import eventually
 from tests.support.rows import Rows
 
@@ -94,14 +94,12 @@ def test_handing_back_the_slots_of_an_acquisition_wakes_the_leases_waiters(
     acquisition may have taken wakes waiters as a holder's own release does, and
     only when it released a row of ours."""
     from dislock.core.lock_statements import statements as lock_statements
-    from dislock.core.waiting import WAKE_CHANNEL, listen_query, slot_keys
+    from dislock.core.waiting import WAKE_CHANNEL, slot_keys
 
     statements = lock_statements(lock_table)
     keys = slot_keys("job", 3)
     with psycopg.connect(database_url, autocommit=True) as waiter:
-        row = waiter.execute(listen_query(lock_table), {"wake_key": wake_key("job")}).fetchone()
-        assert row is not None
-        expected = row[1]
+        expected = send(waiter, listen(lock_table, "job")).wake
         oid = expected.split(":")[0]
 
         def anothers(payload: str) -> bool:
@@ -197,9 +195,7 @@ def test_a_flood_of_notifies_costs_a_waiter_a_few_reads(
     )
     key = lease_key(context.lock_key)
     rows.plant(key, "holder", 3600)  # held, by nobody that renews or releases it
-    row = db.execute(listen_query(lock_table), {"wake_key": wake_key(context.lock_key)}).fetchone()
-    assert row is not None
-    payload = row[1]
+    payload = send(db, listen(lock_table, context.lock_key)).wake
     before = _scans(db, lock_table)
 
     def wait_then_take() -> None:

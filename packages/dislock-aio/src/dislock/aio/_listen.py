@@ -12,7 +12,10 @@ from typing import Any
 
 from psycopg import AsyncConnection
 from psycopg.rows import TupleRow
-from psycopg.sql import SQL, Composed, Identifier
+from psycopg.sql import SQL, Identifier
+
+from dislock.core.exchange import Exchange
+from dislock.core.waiting import ListenRow
 
 
 class Listener:
@@ -23,8 +26,8 @@ class Listener:
     is soon serving someone else.  A pooler shows itself by answering the startup
     with a backend process id of its own making, which ``open`` compares with the
     one the server reports.  The payload it waits for is the server's own making
-    too (``dislock.core.waiting.listen_query``), so that it is the one a release
-    sends, whatever names the table.
+    too (``dislock.core.waiting.listen``), so that it is the one a release sends,
+    whatever names the table.
     """
 
     def __init__(self, conn: AsyncConnection[TupleRow], wake: str) -> None:
@@ -37,21 +40,21 @@ class Listener:
         url: str,
         kwargs: dict[str, Any],
         channel: str,
-        query: tuple[Composed, dict[str, Any]],
+        exchange: Exchange[ListenRow],
         *,
         detect: bool,
     ) -> Listener | None:
         """A listening connection; None when ``detect`` finds a pooler in between.
-        ``query`` (with its parameters) answers the backend pid and the payload."""
+        ``exchange`` (``dislock.core.waiting.listen``) answers the backend pid and
+        the payload."""
         conn = await AsyncConnection.connect(url, **kwargs)
         try:
-            cursor = await conn.execute(*query)
-            row = await cursor.fetchone()
-            assert row is not None, "the listen query answers one row"
-            if detect and row[0] != conn.info.backend_pid:
+            cursor = await conn.execute(exchange.query, exchange.params)
+            found = exchange.read(await cursor.fetchall())
+            if detect and found.backend_pid != conn.info.backend_pid:
                 await conn.close()
                 return None
-            wake = str(row[1])
+            wake = found.wake
             await conn.execute(SQL("LISTEN {}").format(Identifier(channel)))
         except BaseException:
             await conn.close()

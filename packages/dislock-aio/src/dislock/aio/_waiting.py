@@ -23,10 +23,9 @@ from dislock.core.waiting import (
     WaitPlan,
     WakeReads,
     held_query,
-    listen_query,
+    listen,
     read_held,
     slot_keys,
-    wake_key,
 )
 
 from ._compat import sleep
@@ -147,7 +146,7 @@ async def _listen(context: LockContext) -> Listener | None:
             context.url,
             connection_kwargs(context.url, context.connect_timeout_seconds),
             WAKE_CHANNEL,
-            (listen_query(context.table_parts), {"wake_key": wake_key(context.lock_key)}),
+            listen(context.table_parts, context.lock_key),
             detect=context.wait_listen is None,
         )
     except Exception as exc:

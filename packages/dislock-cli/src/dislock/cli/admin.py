@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from datetime import datetime
+from typing import NamedTuple
 
 from psycopg import sql
 
@@ -17,7 +18,7 @@ from dislock.cli.lock_rows import PAUSE, LockRow
 from dislock.core import kinds
 from dislock.core.answers import read_clock
 from dislock.core.bounds import MAX_REASON_BYTES, clip, escape
-from dislock.core.exchange import Exchange, Rows
+from dislock.core.exchange import Exchange, Rows, select_list
 from dislock.core.table import create_table
 
 MODES = kinds.NAMES
@@ -144,18 +145,30 @@ def render_json(rows: Sequence[LockRow]) -> str:
     return json.dumps([row.as_json() for row in rows], indent=2)
 
 
+class Writability(NamedTuple):
+    """The row ``refusing_writes`` answers."""
+
+    in_recovery: bool
+    """The server is a standby."""
+    read_only: bool
+    """The session's transactions are read-only."""
+
+
 def _read_writable(rows: Rows) -> str | None:
-    ((in_recovery, read_only),) = rows
-    return read_only_reason(in_recovery=bool(in_recovery), read_only=bool(read_only))
+    (row,) = rows
+    found = Writability._make(row)
+    return read_only_reason(in_recovery=bool(found.in_recovery), read_only=bool(found.read_only))
 
 
 def refusing_writes() -> Exchange[str | None]:
     """Why this session cannot take locks (the server is a standby, or the session is
     read-only: ``default_transaction_read_only``, or a standby's), or None."""
-    query = sql.SQL(
-        "SELECT pg_is_in_recovery() AS in_recovery,"
-        " current_setting('transaction_read_only') = 'on' AS read_only"
+    columns = select_list(
+        Writability._fields,
+        in_recovery=sql.SQL("pg_is_in_recovery()"),
+        read_only=sql.SQL("current_setting('transaction_read_only') = 'on'"),
     )
+    query = sql.SQL("SELECT {}").format(columns)
     return Exchange(query, {}, _read_writable)
 
 

@@ -17,7 +17,7 @@ from psycopg import sql
 
 from dislock.cli.shown import cut, read, was_cut
 from dislock.core import kinds
-from dislock.core.exchange import Exchange, Rows
+from dislock.core.exchange import Exchange, Rows, select_list
 from dislock.core.grant_catalog import parse_grant
 from dislock.core.grants import POLICY_PREFIX, READER, Grant
 from dislock.core.rows import FORCED_MARK, RELEASED_MARK, pause_key
@@ -35,11 +35,44 @@ renewing: abandoned), ``ended`` (a schedule slot that is over, as slots end), an
 
 class RowState(NamedTuple):
     """A lock row's owner (a pause's reason) and its seconds left (<= 0: not live);
-    for a row ``forced_release`` ended, the seconds it had left."""
+    for a row ``forced_release`` ended, the seconds it had left.  Also the row
+    ``states`` answers, its columns named by these fields."""
 
     key: str
     owner: str
     seconds_left: float
+
+
+class ReleasedRow(NamedTuple):
+    """The row ``forced_release`` answers for each row it ended."""
+
+    key: str
+    owner: str
+    """Its owner before the release's mark."""
+    seconds_left: float
+    """The seconds it had left."""
+    woken: object
+    """``pg_notify``'s answer (void): the column is there for the wake-up it sends."""
+
+
+class ListedRow(NamedTuple):
+    """The row ``listing`` answers, before ``LockRow.from_row`` reads it."""
+
+    key: str
+    value: str
+    expire_at: datetime
+    expires_in_seconds: float
+    fence: int | None
+    """None without the fencing column."""
+
+
+class SecurityRow(NamedTuple):
+    """The row ``row_security`` answers."""
+
+    role: str
+    limited: bool
+    comment: str | None
+    """The description of the role's read policy: its grant (``parse_grant``)."""
 
 
 def columns(table_parts: tuple[str, ...]) -> Exchange[list[str]]:
@@ -58,14 +91,24 @@ def _read_names(rows: Rows) -> list[str]:
     return [str(name) for (name,) in rows]
 
 
+_SECONDS_LEFT = sql.SQL("EXTRACT(EPOCH FROM (expire_at - NOW()))::float8")
+"""A lock row's seconds left on the database clock (<= 0: not live)."""
+
+
 @lru_cache(maxsize=16)
 def _list_query(table_parts: tuple[str, ...]) -> sql.Composed:
     # ``fence`` is read through ``to_jsonb`` so that one query serves tables with
     # and without the fencing column.
+    columns = select_list(
+        ListedRow._fields,
+        key=read("key"),
+        value=read("value"),
+        expire_at=sql.SQL("expire_at"),
+        expires_in_seconds=_SECONDS_LEFT,
+        fence=sql.SQL("(to_jsonb(held) ->> 'fence')::bigint"),
+    )
     return sql.SQL(
-        "SELECT {key}, {value}, expire_at,"
-        " EXTRACT(EPOCH FROM (expire_at - NOW()))::float8,"
-        " (to_jsonb(held) ->> 'fence')::bigint"
+        "SELECT {columns}"
         " FROM {table} AS held"
         " WHERE EXISTS (SELECT FROM unnest(%(prefixes)s::text[]) AS p (prefix)"
         " WHERE starts_with(key, p.prefix))"
@@ -73,8 +116,10 @@ def _list_query(table_parts: tuple[str, ...]) -> sql.Composed:
         " AND starts_with(regexp_replace(key, %(slot_pattern)s, ''), %(prefix)s))"
         # A pause that ran out is inert: not shown.
         " OR (starts_with(key, %(pause_prefix)s) AND expire_at > NOW())"
-        " ORDER BY key"
-    ).format(table=sql.Identifier(*table_parts), key=read("key"), value=read("value"))
+        # The stored key: a bare ``key`` would name the column read of it (ORDER BY
+        # takes an output column's name first).
+        " ORDER BY held.key"
+    ).format(table=sql.Identifier(*table_parts), columns=columns)
 
 
 def listing(table_parts: tuple[str, ...], prefix: str = "") -> Exchange[list[LockRow]]:
@@ -93,7 +138,7 @@ def listing(table_parts: tuple[str, ...], prefix: str = "") -> Exchange[list[Loc
 def _read_lock_rows(rows: Rows) -> list[LockRow]:
     # Not in the rows' own order (ORDER BY key), which lists every key's lease, then
     # every pause, then every schedule slot: each lock key's rows together.
-    return sorted((LockRow.from_row(row) for row in rows), key=_listed_order)
+    return sorted((LockRow.from_row(ListedRow._make(row)) for row in rows), key=_listed_order)
 
 
 LISTED_MODES = (*kinds.NAMES, PAUSE)
@@ -108,10 +153,12 @@ def _listed_order(row: LockRow) -> tuple[str, int, int]:
 
 @lru_cache(maxsize=16)
 def _state_query(table_parts: tuple[str, ...]) -> sql.Composed:
-    return sql.SQL(
-        "SELECT {key}, {value}, EXTRACT(EPOCH FROM (expire_at - NOW()))::float8"
-        " FROM {table} WHERE key = ANY(%(keys)s)"
-    ).format(table=sql.Identifier(*table_parts), key=read("key"), value=read("value"))
+    columns = select_list(
+        RowState._fields, key=read("key"), owner=read("value"), seconds_left=_SECONDS_LEFT
+    )
+    return sql.SQL("SELECT {columns} FROM {table} WHERE key = ANY(%(keys)s)").format(
+        table=sql.Identifier(*table_parts), columns=columns
+    )
 
 
 def states(table_parts: tuple[str, ...], keys: Sequence[str]) -> Exchange[list[RowState]]:
@@ -120,8 +167,19 @@ def states(table_parts: tuple[str, ...], keys: Sequence[str]) -> Exchange[list[R
 
 
 def _read_states(rows: Rows) -> list[RowState]:
-    # (The forced release answers a fourth column, its NOTIFY's: nothing to read.)
-    return [RowState(cut(key), cut(value), float(left)) for key, value, left, *_ in rows]
+    return [
+        _state(found.key, found.owner, found.seconds_left) for found in map(RowState._make, rows)
+    ]
+
+
+def _read_released(rows: Rows) -> list[RowState]:
+    return [
+        _state(found.key, found.owner, found.seconds_left) for found in map(ReleasedRow._make, rows)
+    ]
+
+
+def _state(key: str, owner: str, seconds_left: float) -> RowState:
+    return RowState(cut(key), cut(owner), float(seconds_left))
 
 
 def _slot_pattern(modes: Sequence[str]) -> str | None:
@@ -142,15 +200,19 @@ def _release_query(table_parts: tuple[str, ...]) -> sql.Composed:
         # Marked, so that ls tells a forced release from an abandoned lease.
         " UPDATE {table} AS held SET expire_at = NOW(), value = held.value || {mark} FROM target"
         " WHERE held.key = target.key"
-        " RETURNING {key}, {value},"
-        " EXTRACT(EPOCH FROM (target.expire_at - NOW()))::float8,"
-        " pg_notify(%(channel)s, {wake})"
+        " RETURNING {columns}"
     ).format(
         table=sql.Identifier(*table_parts),
         mark=sql.Literal(FORCED_MARK),
-        wake=wake_payload(sql.SQL("held.tableoid")),
-        key=read(sql.SQL("held.key")),
-        value=read(sql.SQL("target.value")),
+        columns=select_list(
+            ReleasedRow._fields,
+            key=read(sql.SQL("held.key")),
+            owner=read(sql.SQL("target.value")),
+            seconds_left=sql.SQL("EXTRACT(EPOCH FROM (target.expire_at - NOW()))::float8"),
+            woken=sql.SQL("pg_notify(%(channel)s, {})").format(
+                wake_payload(sql.SQL("held.tableoid"))
+            ),
+        ),
     )
 
 
@@ -181,7 +243,7 @@ def forced_release(
         "channel": WAKE_CHANNEL,
         "wake_key": wake_key(lock_key),
     }
-    return Exchange(_release_query(table_parts), params, _read_states)
+    return Exchange(_release_query(table_parts), params, _read_released)
 
 
 class RowSecurity(NamedTuple):
@@ -222,19 +284,27 @@ def _security_query(table_parts: tuple[str, ...]) -> sql.Composed:
         table = sql.SQL("to_regclass({})").format(
             sql.Literal(sql.Identifier(*table_parts).as_string(None))
         )
+    columns = select_list(
+        SecurityRow._fields,
+        role=sql.SQL("current_user::text"),
+        limited=sql.SQL(
+            "c.relrowsecurity AND NOT (r.rolsuper OR r.rolbypassrls"
+            " OR pg_has_role(c.relowner, 'USAGE'))"
+            # Policies of the DBA's own, and none of dislock's: not dislockctl grant's table.
+            " AND (EXISTS (SELECT FROM pg_policy q WHERE q.polrelid = c.oid"
+            " AND starts_with(q.polname, %(prefix)s::text))"
+            " OR NOT EXISTS (SELECT FROM pg_policy q WHERE q.polrelid = c.oid))"
+        ),
+        comment=sql.SQL(
+            "(SELECT d.description FROM pg_policy p JOIN pg_description d"
+            " ON d.classoid = 'pg_policy'::regclass AND d.objoid = p.oid"
+            " WHERE p.polrelid = c.oid AND p.polname = %(prefix)s::text || current_user || ':read')"
+        ),
+    )
     return sql.SQL(
-        "SELECT current_user::text,"
-        " c.relrowsecurity AND NOT (r.rolsuper OR r.rolbypassrls"
-        " OR pg_has_role(c.relowner, 'USAGE'))"
-        # Policies of the DBA's own, and none of dislock's: not dislockctl grant's table.
-        " AND (EXISTS (SELECT FROM pg_policy q WHERE q.polrelid = c.oid"
-        " AND starts_with(q.polname, %(prefix)s::text))"
-        " OR NOT EXISTS (SELECT FROM pg_policy q WHERE q.polrelid = c.oid)),"
-        " (SELECT d.description FROM pg_policy p JOIN pg_description d"
-        " ON d.classoid = 'pg_policy'::regclass AND d.objoid = p.oid"
-        " WHERE p.polrelid = c.oid AND p.polname = %(prefix)s::text || current_user || ':read')"
+        "SELECT {columns}"
         " FROM pg_class c JOIN pg_roles r ON r.rolname = current_user WHERE c.oid = {table}"
-    ).format(table=table)
+    ).format(columns=columns, table=table)
 
 
 def row_security(table_parts: tuple[str, ...]) -> Exchange[RowSecurity | None]:
@@ -244,10 +314,10 @@ def row_security(table_parts: tuple[str, ...]) -> Exchange[RowSecurity | None]:
 
 
 def _read_security(rows: Rows) -> RowSecurity | None:
-    for role, limited, comment in rows:
-        policy = f"{POLICY_PREFIX}{role}:read"
-        grant = None if comment is None else parse_grant(policy, str(comment))
-        return RowSecurity(str(role), bool(limited), grant)
+    for found in map(SecurityRow._make, rows):
+        policy = f"{POLICY_PREFIX}{found.role}:read"
+        grant = None if found.comment is None else parse_grant(policy, str(found.comment))
+        return RowSecurity(str(found.role), bool(found.limited), grant)
     return None
 
 
@@ -294,19 +364,27 @@ class LockRow:
         return "ended" if self.mode == kinds.SCHEDULE else "expired"
 
     @classmethod
-    def from_row(cls, row: Sequence[Any]) -> LockRow:
-        key, value, expire_at, expires_in, fence = row
-        truncated = was_cut(key) or was_cut(value)
-        key, value = cut(key), cut(value)
+    def from_row(cls, row: ListedRow) -> LockRow:
+        truncated = was_cut(row.key) or was_cut(row.value)
+        key, value = cut(row.key), cut(row.value)
         found, lock_key, slot = kinds.parse_row_key(key)
         mode = "?" if found is None else found.name
         if found is None and key.startswith(pause_key("")):
             mode, lock_key = PAUSE, key.removeprefix(pause_key(""))
         owner = value
-        if expires_in <= 0:
+        if row.expires_in_seconds <= 0:
             owner = value.removesuffix(RELEASED_MARK).removesuffix(FORCED_MARK)
         return cls(
-            key, mode, lock_key, owner, expire_at, float(expires_in), fence, slot, value, truncated
+            key,
+            mode,
+            lock_key,
+            owner,
+            row.expire_at,
+            float(row.expires_in_seconds),
+            row.fence,
+            slot,
+            value,
+            truncated,
         )
 
     @property

@@ -266,9 +266,16 @@ def read_released(rows: Rows) -> bool:
     return len(rows) > 0
 
 
-def read_renewed(rows: Rows) -> list[tuple[str, str]]:
-    """The answer of ``renew_batch``: the ``(key, owner)`` of each lease renewed."""
-    return [(str(key), str(value)) for key, value in rows]
+class Renewed(NamedTuple):
+    """A lease ``renew_batch`` renewed: the row it answers for it."""
+
+    key: str
+    owner: str
+
+
+def read_renewed(rows: Rows) -> list[Renewed]:
+    """The answer of ``renew_batch``: each lease renewed."""
+    return [Renewed(str(row.key), str(row.owner)) for row in map(Renewed._make, rows)]
 
 
 def read_clock(rows: Rows) -> datetime:

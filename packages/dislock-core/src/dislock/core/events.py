@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 from psycopg import sql
 
-from dislock.core.exchange import Exchange, Rows
+from dislock.core.exchange import Exchange, Rows, select_list
 
 RERUN = "rerun"
 PAUSED = "paused"
@@ -83,35 +83,63 @@ def record_end(history: tuple[str, ...], run_id: int, outcome: str) -> Exchange[
     return Exchange(query, {"id": run_id, "outcome": outcome}, lambda rows: None)
 
 
-def pauses_query(history: tuple[str, ...]) -> sql.Composed:
-    """The events of %(key)s that tell what became of its slots since %(since)s: its
+class Event(NamedTuple):
+    """An event of a key, as ``pause_spans`` and ``reruns`` read it: the row
+    ``pauses`` answers, its fields naming the statement's columns."""
+
+    started_at: datetime
+    slot_end: datetime | None
+    """A pause's planned end, the end of the slot a rerun reopened (a resume has
+    none)."""
+    outcome: str
+    """One of ``OUTCOMES``."""
+
+
+def event_columns(row: str) -> sql.Composed:
+    """The columns of an ``Event`` read from the history row ``row`` (an alias), in
+    its order: each branch of a ``UNION`` must answer them in the same order."""
+    return select_list(
+        Event._fields, **{field: sql.Identifier(row, field) for field in Event._fields}
+    )
+
+
+def pauses(history: tuple[str, ...], key: str, since: datetime) -> Exchange[list[Event]]:
+    """The events of ``key`` that tell what became of its slots since ``since``: its
     reruns since then, every pause whose planned end is later, and every pause and
-    resume from the oldest of those on (one of them may have ended it sooner).
-    started_at, slot_end, outcome; for ``pause_spans`` and ``reruns``.  Pause rows
-    are found through the partial index on ``modes = 'pause'`` (``PAUSE_INDEX``)."""
+    resume from the oldest of those on (one of them may have ended it sooner); for
+    ``pause_spans`` and ``reruns``.  Pause rows are found through the partial index
+    on ``modes = 'pause'`` (``PAUSE_INDEX``)."""
     table = sql.Identifier(*history)
-    return sql.SQL(
-        "SELECT e.started_at, e.slot_end, e.outcome FROM {table} AS e"
+    query = sql.SQL(
+        "SELECT {e} FROM {table} AS e"
         " WHERE e.lock_key = %(key)s AND e.modes = {pause}"
         " AND e.started_at >= LEAST(%(since)s, (SELECT min(p.started_at) FROM {table} AS p"
         " WHERE p.lock_key = %(key)s AND p.modes = {pause} AND p.outcome = {paused}"
         " AND p.slot_end > %(since)s))"
-        " UNION ALL SELECT r.started_at, r.slot_end, r.outcome FROM {table} AS r"
+        " UNION ALL SELECT {r} FROM {table} AS r"
         " WHERE r.lock_key = %(key)s AND r.started_at >= %(since)s AND r.outcome = {rerun}"
     ).format(
+        e=event_columns("e"),
+        r=event_columns("r"),
         table=table,
         pause=sql.Literal(PAUSE_MODES),
         paused=sql.Literal(PAUSED),
         rerun=sql.Literal(RERUN),
     )
+    return Exchange(query, {"key": key, "since": since}, _read_events)
 
 
-def reruns(events: Iterable[tuple[datetime, datetime | None, str]]) -> dict[datetime, datetime]:
+def _read_events(rows: Rows) -> list[Event]:
+    return list(map(Event._make, rows))
+
+
+def reruns(events: Iterable[Event]) -> dict[datetime, datetime]:
     """For each slot (by its end) a rerun reopened, when the latest rerun of it was."""
     found: dict[datetime, datetime] = {}
-    for started, slot_end, outcome in events:
-        if outcome == RERUN and slot_end is not None:
-            found[slot_end] = max(started, found.get(slot_end, started))
+    for event in events:
+        if event.outcome == RERUN and event.slot_end is not None:
+            started = event.started_at
+            found[event.slot_end] = max(started, found.get(event.slot_end, started))
     return found
 
 
@@ -125,23 +153,24 @@ class Pause(NamedTuple):
         return self.start <= instant < self.end
 
 
-def pause_spans(events: Iterable[tuple[datetime, datetime | None, str]]) -> list[Pause]:
-    """One key's pauses, in order, from its events (started_at, slot_end, outcome):
-    each pause lasts until its planned end, or until the key's next pause or resume
-    event, whichever comes first (a new pause replaces the row of the old one)."""
+def pause_spans(events: Iterable[Event]) -> list[Pause]:
+    """One key's pauses, in order, from its events: each pause lasts until its
+    planned end, or until the key's next pause or resume event, whichever comes
+    first (a new pause replaces the row of the old one)."""
     from dislock.core.pause import UNTIL_RESUMED
 
     # A rerun is an event of the key too, but no end of a pause.
     ordered = sorted(
-        (event for event in events if event[2] in (PAUSED, RESUMED)), key=lambda event: event[0]
+        (event for event in events if event.outcome in (PAUSED, RESUMED)),
+        key=lambda event: event.started_at,
     )
     spans = []
-    for index, (started, planned, outcome) in enumerate(ordered):
-        if outcome != PAUSED:
+    for index, event in enumerate(ordered):
+        if event.outcome != PAUSED:
             continue
-        end = planned or UNTIL_RESUMED
+        end = event.slot_end or UNTIL_RESUMED
         if index + 1 < len(ordered):
-            end = min(end, ordered[index + 1][0])
-        if end > started:
-            spans.append(Pause(started, end))
+            end = min(end, ordered[index + 1].started_at)
+        if end > event.started_at:
+            spans.append(Pause(event.started_at, end))
     return spans

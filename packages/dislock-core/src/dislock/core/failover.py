@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from psycopg import sql
 
 from dislock.core.errors import NotReplicatedError
-from dislock.core.exchange import Exchange, Rows
+from dislock.core.exchange import Exchange, Rows, select_list
 from dislock.core.limits import NEVER_EXPIRES, max_ttl_of
 
 if TYPE_CHECKING:
@@ -276,7 +276,8 @@ def longest_delay(table: sql.Identifier, noticed: sql.Composable) -> sql.Compose
 
 
 class DelayState(NamedTuple):
-    """The timeline and the lock delay after a failover, as ``check`` and ``ls`` show them."""
+    """The timeline and the lock delay after a failover, as ``check`` and ``ls`` show
+    them: the row ``delay_state`` answers."""
 
     recorded: int
     """The timeline recorded in the table."""
@@ -292,20 +293,26 @@ class DelayState(NamedTuple):
 def _read_delay_state(rows: Rows) -> DelayState | None:
     if not rows:
         return None
-    ((recorded, ends, left, server),) = rows
-    return DelayState(int(recorded), ends, float(left), int(server))
+    (row,) = rows
+    found = DelayState._make(row)
+    return DelayState(int(found.recorded), found.ends, float(found.seconds_left), int(found.server))
 
 
 def delay_state(table_parts: tuple[str, ...]) -> Exchange[DelayState | None]:
     """The table's timeline and lock delay; None before the first acquisition."""
     table = sql.Identifier(*table_parts)
     query = sql.SQL(
-        "SELECT recorded, ends, EXTRACT(EPOCH FROM (ends - NOW()))::float8 AS seconds_left,"
-        " {timeline} AS server"
+        "SELECT {columns}"
         " FROM (SELECT value::int8 AS recorded, {ends} AS ends"
         " FROM {table} WHERE key = {timeline_key}) AS seen"
     ).format(
-        timeline=TIMELINE,
+        columns=select_list(
+            DelayState._fields,
+            recorded=sql.SQL("recorded"),
+            ends=sql.SQL("ends"),
+            seconds_left=sql.SQL("EXTRACT(EPOCH FROM (ends - NOW()))::float8"),
+            server=TIMELINE,
+        ),
         ends=longest_delay(table, sql.SQL("expire_at")),
         table=table,
         timeline_key=sql.Literal(TIMELINE_KEY),

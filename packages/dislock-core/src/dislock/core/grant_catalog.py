@@ -10,7 +10,7 @@ from typing import NamedTuple
 from psycopg import sql
 
 from dislock.core.bounds import escape
-from dislock.core.exchange import Exchange, Rows, read_flag
+from dislock.core.exchange import Exchange, Rows, read_flag, select_list
 from dislock.core.grants import POLICY_PREFIX, Access, Grant
 
 
@@ -18,22 +18,30 @@ def _name(table: tuple[str, ...]) -> str:
     return sql.Identifier(*table).as_string(None)
 
 
+class Qualified(NamedTuple):
+    """The row ``qualified`` answers."""
+
+    schema: str
+    name: str
+
+
 def _read_qualified(rows: Rows) -> tuple[str, str] | None:
     if not rows:
         return None
-    ((schema, name),) = rows
-    return str(schema), str(name)
+    (row,) = rows
+    found = Qualified._make(row)
+    return str(found.schema), str(found.name)
 
 
 def qualified(table: tuple[str, ...]) -> Exchange[tuple[str, str] | None]:
     """``(schema, name)`` of ``table`` as the search path finds it (None: no such
     table): the functions the policies call are created beside it, under names that
     do not depend on the search path."""
+    columns = select_list(Qualified._fields, schema=sql.SQL("n.nspname"), name=sql.SQL("c.relname"))
     query = sql.SQL(
-        "SELECT n.nspname AS schema, c.relname AS name"
-        " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+        "SELECT {} FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
         " WHERE c.oid = to_regclass(%(table)s)"
-    )
+    ).format(columns)
     return Exchange(query, {"table": _name(table)}, _read_qualified)
 
 
@@ -89,14 +97,18 @@ def exempt(role: str, table: tuple[str, ...]) -> Exchange[bool]:
 
 
 class Loophole(NamedTuple):
-    """A role that can get around the table's policies, and how."""
+    """A role that can get around the table's policies, and how: the row ``audit``
+    answers."""
 
     role: str
     privileges: tuple[str, ...]
 
 
 def _read_audit(rows: Rows) -> list[Loophole]:
-    return [Loophole(str(role), tuple(map(str, holes))) for role, holes in rows]
+    return [
+        Loophole(str(row.role), tuple(map(str, row.privileges)))
+        for row in map(Loophole._make, rows)
+    ]
 
 
 def audit(table: tuple[str, ...]) -> Exchange[list[Loophole]]:
@@ -105,14 +117,15 @@ def audit(table: tuple[str, ...]) -> Exchange[list[Loophole]]:
     with privileges on the table locks every key anyway.  The owner and superusers
     are the administrators the policies do not bind, and PostgreSQL's own ``pg_*``
     roles are reported through their members."""
+    columns = select_list(Loophole._fields, role=sql.SQL("rolname"), privileges=sql.SQL("holes"))
     query = sql.SQL(
-        "SELECT rolname, holes FROM (SELECT r.rolname, " + _LOOPHOLES + " AS holes"
+        "SELECT {} FROM (SELECT r.rolname, " + _LOOPHOLES + " AS holes"
         " FROM pg_class c, pg_roles r"
         " WHERE c.oid = to_regclass(%(table)s) AND c.relrowsecurity"
         " AND r.oid <> c.relowner AND NOT r.rolsuper"
         " AND r.rolname NOT LIKE 'pg\\_%%') audited"
-        " WHERE holes <> '{}' ORDER BY rolname"
-    )
+        " WHERE holes <> '{{}}' ORDER BY rolname"
+    ).format(columns)
     return Exchange(query, {"table": sql.Identifier(*table).as_string(None)}, _read_audit)
 
 
@@ -135,8 +148,15 @@ def describe(loophole: Loophole, table: tuple[str, ...]) -> str:
     )
 
 
+class PolicyRow(NamedTuple):
+    """The row ``grants_on`` answers: a role's read policy and its comment."""
+
+    policy: str
+    comment: str | None
+
+
 def _read_grants(rows: Rows) -> list[Grant]:
-    found = (parse_grant(str(policy), comment) for policy, comment in rows)
+    found = (parse_grant(str(row.policy), row.comment) for row in map(PolicyRow._make, rows))
     return [grant for grant in found if grant is not None]
 
 
@@ -144,12 +164,15 @@ def grants_on(table: tuple[str, ...]) -> Exchange[list[Grant]]:
     """The dislock grants on ``table``, by role: each role's read policy and the
     comment that holds its access, patterns and quota (a policy whose comment cannot
     be read is left out)."""
+    columns = select_list(
+        PolicyRow._fields, policy=sql.SQL("p.polname"), comment=sql.SQL("d.description")
+    )
     query = sql.SQL(
-        "SELECT p.polname AS policy, d.description AS comment FROM pg_policy p"
+        "SELECT {} FROM pg_policy p"
         " LEFT JOIN pg_description d ON d.classoid = 'pg_policy'::regclass AND d.objoid = p.oid"
         " WHERE p.polrelid = to_regclass(%(table)s) AND p.polname LIKE 'dislock:%%:read'"
         " ORDER BY p.polname"
-    )
+    ).format(columns)
     return Exchange(query, {"table": _name(table)}, _read_grants)
 
 

@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 from psycopg import sql
 
-from dislock.core.exchange import Exchange, Rows
+from dislock.core.exchange import Exchange, Rows, select_list
 
 MAX_TTL_KEY = "dislock:config:max-ttl"
 """Metadata row: ``value`` is the maximum lease TTL in seconds; it never expires."""
@@ -59,7 +59,8 @@ def set_max_ttl(table_parts: tuple[str, ...], seconds: float) -> sql.Composed:
 
 
 class MaxTtl(NamedTuple):
-    """A table's maximum lease TTL, as ``check``, ``ls``, ``grant`` and ``grants`` read it."""
+    """A table's maximum lease TTL, as ``check``, ``ls``, ``grant`` and ``grants`` read
+    it: the row ``max_ttl`` answers."""
 
     seconds: float
     recorded: bool
@@ -67,16 +68,22 @@ class MaxTtl(NamedTuple):
 
 
 def _read_max_ttl(rows: Rows) -> MaxTtl:
-    ((seconds, recorded),) = rows
-    return MaxTtl(float(seconds), bool(recorded))
+    (row,) = rows
+    found = MaxTtl._make(row)
+    return MaxTtl(float(found.seconds), bool(found.recorded))
 
 
 def max_ttl(table_parts: tuple[str, ...]) -> Exchange[MaxTtl]:
     """The table's maximum lease TTL, and whether it records one."""
     table = sql.Identifier(*table_parts)
-    query = sql.SQL(
-        "SELECT {cap} AS seconds, EXISTS (SELECT FROM {table} WHERE key = {key}) AS recorded"
-    ).format(cap=max_ttl_of(table), table=table, key=sql.Literal(MAX_TTL_KEY))
+    columns = select_list(
+        MaxTtl._fields,
+        seconds=max_ttl_of(table),
+        recorded=sql.SQL("EXISTS (SELECT FROM {table} WHERE key = {key})").format(
+            table=table, key=sql.Literal(MAX_TTL_KEY)
+        ),
+    )
+    query = sql.SQL("SELECT {}").format(columns)
     return Exchange(query, {}, _read_max_ttl)
 
 

@@ -22,7 +22,14 @@ from typing import NamedTuple
 from psycopg import sql
 
 from dislock.core import retries
-from dislock.core.answers import ClaimRow, ClockClaimRow, LookRow, RetryingClaimRow, SlotClaimRow
+from dislock.core.answers import (
+    ClaimRow,
+    ClockClaimRow,
+    LookRow,
+    Renewed,
+    RetryingClaimRow,
+    SlotClaimRow,
+)
 from dislock.core.exchange import select_list
 from dislock.core.failover import (
     TIMELINE,
@@ -264,8 +271,14 @@ def queries(table_parts: tuple[str, ...], fencing: bool = False) -> Queries:
             # renewed, so it alone is lost, rather than failing the whole batch
             # under row-level security (dislock.core.grants).
             " AND batch.ttl <= {cap}"
-            " RETURNING held.key, held.value"
-        ).format(table=table, cap=max_ttl_of(table)),
+            " RETURNING {columns}"
+        ).format(
+            table=table,
+            cap=max_ttl_of(table),
+            columns=select_list(
+                Renewed._fields, key=sql.SQL("held.key"), owner=sql.SQL("held.value")
+            ),
+        ),
         release=releasing(sql.SQL("key = %(key)s")),
         hand_back=releasing(sql.SQL("key = ANY(%(keys)s::text[])")),
         now=sql.SQL("SELECT NOW()"),

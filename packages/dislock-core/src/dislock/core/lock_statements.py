@@ -137,7 +137,7 @@ class LockStatements:
         reader = answers.look_reader(key, pause, ttl=ttl, pick=pick)
         return Exchange(self.queries.look, {"key": key, "pause": pause}, reader)
 
-    def renew(self, batch: Batch) -> Exchange[list[tuple[str, str]]]:
+    def renew(self, batch: Batch) -> Exchange[list[answers.Renewed]]:
         """Renew the leases of ``batch``, each by its own TTL."""
         return Exchange(self.queries.renew_batch, batch.params(), answers.read_renewed)
 

@@ -33,7 +33,7 @@ from typing import NamedTuple
 
 from psycopg import sql
 
-from dislock.core.exchange import Exchange, Rows
+from dislock.core.exchange import Exchange, Rows, select_list
 
 REPLACED_MARK = " (replaced by "
 """Follows the holder's owner token in a lease row a replacer marked; the
@@ -61,7 +61,8 @@ def successor(owner: str, host: str) -> str:
 
 
 class Marked(NamedTuple):
-    """A live holder's row, marked: whose it was, and how long it may stay live."""
+    """A live holder's row, marked: whose it was, and how long it may stay live (the
+    row ``mark`` answers)."""
 
     holder: str
     remaining: float
@@ -81,9 +82,15 @@ def mark_query(table_parts: tuple[str, ...]) -> sql.Composed:
         "UPDATE {table} SET value = value || %(mark)s"
         " WHERE key = %(key)s AND expire_at > NOW() AND strpos(value, %(marked)s) = 0"
         " AND strpos(value, %(handed)s) = 0"
-        " RETURNING left(value, -length(%(mark)s)),"
-        " extract(epoch FROM expire_at - NOW())::float8"
-    ).format(table=_table(table_parts))
+        " RETURNING {columns}"
+    ).format(
+        table=_table(table_parts),
+        columns=select_list(
+            Marked._fields,
+            holder=sql.SQL("left(value, -length(%(mark)s))"),
+            remaining=sql.SQL("extract(epoch FROM expire_at - NOW())::float8"),
+        ),
+    )
 
 
 def mark(table_parts: tuple[str, ...], key: str, successor: str) -> Exchange[Marked | None]:
@@ -101,8 +108,8 @@ def mark(table_parts: tuple[str, ...], key: str, successor: str) -> Exchange[Mar
 def _read_marked(rows: Rows) -> Marked | None:
     if not rows:
         return None
-    holder, remaining = rows[0]
-    return Marked(str(holder), max(0.0, float(remaining)))
+    found = Marked._make(rows[0])
+    return Marked(str(found.holder), max(0.0, float(found.remaining)))
 
 
 @lru_cache(maxsize=32)
@@ -169,11 +176,19 @@ def _read_any(rows: Rows) -> bool:
     return len(rows) > 0
 
 
+class KeyValue(NamedTuple):
+    """A lock row's key and value: the row ``values`` answers."""
+
+    key: str
+    value: str
+
+
 @lru_cache(maxsize=32)
 def values_query(table_parts: tuple[str, ...]) -> sql.Composed:
-    """The ``(key, value)`` of the rows ``keys``."""
-    return sql.SQL("SELECT key, value FROM {table} WHERE key = ANY(%(keys)s::text[])").format(
-        table=_table(table_parts)
+    """The ``KeyValue`` of the rows ``keys``."""
+    columns = select_list(KeyValue._fields, key=sql.SQL("key"), value=sql.SQL("value"))
+    return sql.SQL("SELECT {columns} FROM {table} WHERE key = ANY(%(keys)s::text[])").format(
+        columns=columns, table=_table(table_parts)
     )
 
 
@@ -183,7 +198,7 @@ def values(table_parts: tuple[str, ...], keys: list[str]) -> Exchange[dict[str, 
 
 
 def _read_values(rows: Rows) -> dict[str, str]:
-    return {str(key): str(value) for key, value in rows}
+    return {str(row.key): str(row.value) for row in map(KeyValue._make, rows)}
 
 
 def replaced_by(owner: str, value: str | None) -> str | None:

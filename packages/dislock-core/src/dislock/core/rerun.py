@@ -20,12 +20,12 @@ from typing import NamedTuple
 
 from psycopg import sql
 
-from dislock.core.exchange import Exchange, Rows
+from dislock.core.exchange import Exchange, Rows, select_list
 from dislock.core.rows import lease_key, schedule_key
 
 
 class Rerun(NamedTuple):
-    """What the rerun statement found and did."""
+    """What the rerun statement found and did: the row it answers."""
 
     value: str | None
     """The slot row's value before (None: the key has no slot row)."""
@@ -37,8 +37,9 @@ class Rerun(NamedTuple):
 
 
 def _read(rows: Rows) -> Rerun:
-    ((value, expire_at, leased_by, reopened, now),) = rows
-    return Rerun(value, expire_at, leased_by, bool(reopened), now)
+    (row,) = rows
+    found = Rerun._make(row)
+    return found._replace(reopened=bool(found.reopened))
 
 
 def rerun(table_parts: tuple[str, ...], lock_key: str) -> Exchange[Rerun]:
@@ -55,9 +56,19 @@ def rerun(table_parts: tuple[str, ...], lock_key: str) -> Exchange[Rerun]:
         " || ')', expire_at = NOW()"
         " WHERE key = %(key)s AND expire_at > NOW() AND NOT EXISTS (SELECT FROM leased)"
         " RETURNING key)"
-        " SELECT (SELECT value FROM before), (SELECT expire_at FROM before),"
-        " (SELECT value FROM leased), EXISTS (SELECT FROM reopened), NOW()"
-    ).format(table=table, slot=sql.Literal(r" \(failed; retry in slot (\d+)\)$"))
+        " SELECT {columns}"
+    ).format(
+        table=table,
+        slot=sql.Literal(r" \(failed; retry in slot (\d+)\)$"),
+        columns=select_list(
+            Rerun._fields,
+            value=sql.SQL("(SELECT value FROM before)"),
+            expire_at=sql.SQL("(SELECT expire_at FROM before)"),
+            leased_by=sql.SQL("(SELECT value FROM leased)"),
+            reopened=sql.SQL("EXISTS (SELECT FROM reopened)"),
+            now=sql.SQL("NOW()"),
+        ),
+    )
     params = {"key": schedule_key(lock_key), "lease": lease_key(lock_key)}
     return Exchange(query, params, _read)
 

@@ -22,7 +22,7 @@ from typing import NamedTuple
 from psycopg import sql
 
 from dislock.core.bounds import escape
-from dislock.core.exchange import Exchange, Rows
+from dislock.core.exchange import Exchange, Rows, select_list
 from dislock.core.patience import backoff_delay
 
 LOCK_WAIT_MS = 100
@@ -56,7 +56,8 @@ class Tries:
 
 
 class Holder(NamedTuple):
-    """A session holding a lock on the table (or asking for one before us)."""
+    """A session holding a lock on the table (or asking for one before us): the row
+    ``holders`` answers."""
 
     pid: int | None
     """None: a prepared transaction (``PREPARE TRANSACTION``), which no session holds."""
@@ -74,24 +75,37 @@ class Holder(NamedTuple):
 # the activity view was read (pg_locks is read live, the view once: a fleet's wrappers
 # take and drop the table's lock in milliseconds), or this role may not see its age.
 _HOLDERS = sql.SQL(
-    "SELECT l.pid, coalesce(a.usename, ''), coalesce(a.application_name, ''), l.mode,"
-    " extract(epoch FROM clock_timestamp() - a.xact_start)"
+    "SELECT {columns}"
     " FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid"
     " WHERE l.locktype = 'relation'"
     " AND l.relation IN (SELECT to_regclass(t) FROM unnest(%(tables)s::text[]) t)"
     " AND l.pid IS DISTINCT FROM pg_backend_pid()"
     " ORDER BY l.granted DESC, a.usename IS NOT DISTINCT FROM current_user,"
     " a.xact_start NULLS LAST, l.pid"
+).format(
+    columns=select_list(
+        Holder._fields,
+        pid=sql.SQL("l.pid"),
+        role=sql.SQL("coalesce(a.usename, '')"),
+        application=sql.SQL("coalesce(a.application_name, '')"),
+        mode=sql.SQL("l.mode"),
+        transaction_seconds=sql.SQL("extract(epoch FROM clock_timestamp() - a.xact_start)"),
+    )
 )
 
 
 def _read_holders(rows: Rows) -> list[Holder]:
     holders: dict[object, Holder] = {}
-    for pid, role, application, mode, seconds in rows:
+    for row in map(Holder._make, rows):
+        pid, seconds = row.pid, row.transaction_seconds
         if pid is None or pid not in holders:  # a session holding several locks: once
             age = None if seconds is None else float(seconds)
             holder = Holder(
-                None if pid is None else int(pid), str(role), str(application), str(mode), age
+                None if pid is None else int(pid),
+                str(row.role),
+                str(row.application),
+                str(row.mode),
+                age,
             )
             holders[pid if pid is not None else object()] = holder
     return list(holders.values())

@@ -28,11 +28,13 @@ import functools
 import math
 import random
 from collections.abc import Callable, Iterable, Sequence
+from typing import NamedTuple
 
 from psycopg import sql
 
 from dislock.core import kinds
 from dislock.core.errors import ConfigurationError
+from dislock.core.exchange import Exchange, Rows, select_list
 
 WAKE_CHANNEL = "dislock_release"
 """The ``NOTIFY`` channel of every release; the payload says which lease."""
@@ -86,12 +88,33 @@ def wake_key(lock_key: str) -> str:
     return kinds.kind(kinds.LEASE).row_key(lock_key)
 
 
-def listen_query(table_parts: Sequence[str]) -> sql.Composed:
-    """For a waiter's listening connection: ``(backend pid, the payload it waits
-    for)``; the pid tells a pooler in between (see ``Listener``).  Params: wake_key."""
+class ListenRow(NamedTuple):
+    """What a waiter's listening connection reads before it listens (``listen``)."""
+
+    backend_pid: int
+    """The server's process id of the connection: another one than the startup
+    answered tells a pooler in between (see ``Listener``)."""
+    wake: str
+    """The payload a release of the lease sends (``wake_payload``)."""
+
+
+def listen(table_parts: Sequence[str], lock_key: str) -> Exchange[ListenRow]:
+    """For a waiter's listening connection: its backend pid and the payload a
+    release of ``lock_key``'s lease sends, computed by the server."""
     name = sql.Literal(sql.Identifier(*table_parts).as_string(None))
     oid = sql.SQL("{}::regclass::oid").format(name)
-    return sql.SQL("SELECT pg_backend_pid(), {}").format(wake_payload(oid))
+    columns = select_list(
+        ListenRow._fields, backend_pid=sql.SQL("pg_backend_pid()"), wake=wake_payload(oid)
+    )
+    query = sql.SQL("SELECT {}").format(columns)
+    return Exchange(query, {"wake_key": wake_key(lock_key)}, read_listen)
+
+
+def read_listen(rows: Rows) -> ListenRow:
+    """``listen``'s answer: its one row."""
+    (row,) = rows
+    found = ListenRow._make(row)
+    return ListenRow(int(found.backend_pid), str(found.wake))
 
 
 @functools.lru_cache(maxsize=64)

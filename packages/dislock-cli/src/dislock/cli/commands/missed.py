@@ -86,20 +86,14 @@ def _missed(
     key: str,
     as_json: bool,
 ) -> int:
+    from dislock.cli.runs import missed_slots
     from dislock.cli.runs.history_report import describe_missed, dump, render_slots
-    from dislock.cli.runs.missed_slots import (
-        from_first_run,
-        schedule_slots,
-        span_of,
-        spans_query,
-        starts_query,
-    )
     from dislock.cli.runs.run_history import recorded_schedule
     from dislock.cli.runs.slot_states import COVERED, TO_LOOK_AT, Attempt, count, slot_states
     from dislock.cli.sending import send
     from dislock.core.cron_zone import cron_zone, load_zone, recorded_zone
     from dislock.core.errors import ConfigurationError
-    from dislock.core.events import pause_spans, pauses_query, reruns
+    from dislock.core.events import pause_spans, pauses, reruns
     from dislock.core.rerun import waiting
 
     schedule, zone = asked.schedule, asked.zone
@@ -131,28 +125,31 @@ def _missed(
 
     now = send(conn, DATABASE_NOW)
     since = now - asked.since
-    rows = conn.execute(starts_query(history, table), {"key": key, "since": since}).fetchall()
+    rows = send(conn, missed_slots.starts(history, table, key, since))
     # A slot marked late (past its start deadline, nobody started it) has a row but no
     # start; neither has an operator's event (a rerun, a pause).
-    marks = [(started, slot_end) for _, started, slot_end, outcome, _, _ in rows if outcome == LATE]
-    late = {slot_end for _, slot_end in marks}
+    marks = [
+        (row.started_at, row.slot_end)
+        for row in rows
+        if row.outcome == LATE and row.started_at is not None
+    ]
+    late = {slot_end for _, slot_end in marks if slot_end is not None}
     attempts = [
-        Attempt(started, slot_end, outcome, bool(running))
-        for _, started, slot_end, outcome, _, running in rows
-        if started is not None and outcome not in NO_START
+        Attempt(row.started_at, row.slot_end, row.outcome, bool(row.running))
+        for row in rows
+        if row.started_at is not None and row.outcome not in NO_START
     ]
     starts = [(attempt.started_at, attempt.slot_end) for attempt in attempts]
     try:
-        slots = list(schedule_slots(schedule, since, now, asked.grace, zone.tz))
+        slots = list(missed_slots.schedule_slots(schedule, since, now, asked.grace, zone.tz))
     except ConfigurationError as exc:
         error(str(exc))
         return EXIT_USAGE
-    if not rows[0][4]:
+    if not rows[0].ran_before:
         # A job new within the window did not miss the slots before it existed.
-        slots = from_first_run(slots, starts + marks)
-    found = conn.execute(spans_query(history, table), {"key": key, "since": since})
-    spans = [span for span in (span_of(*row) for row in found) if span is not None]
-    events = conn.execute(pauses_query(history), {"key": key, "since": since}).fetchall()
+        slots = missed_slots.from_first_run(slots, starts + marks)
+    events = send(conn, pauses(history, key, since))
+    spans = send(conn, missed_slots.spans(history, table, key, since))
     states = slot_states(
         slots,
         attempts,

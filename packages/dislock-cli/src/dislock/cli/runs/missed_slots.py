@@ -17,6 +17,7 @@ from psycopg import sql
 
 from dislock.cli.runs.run_history import still_held
 from dislock.core.errors import ConfigurationError
+from dislock.core.exchange import Exchange, Rows, select_list
 
 MAX_SLOTS = 100_000
 """Slots ``missed`` examines at most (a per-second schedule over a day is 86,400)."""
@@ -27,20 +28,50 @@ DEFAULT_GRACE = timedelta(minutes=1)
 slow cron daemon): ``missed --grace``."""
 
 
-def starts_query(history: tuple[str, ...], locks: tuple[str, ...]) -> sql.Composed:
-    """When %(key)s's runs since %(since)s started, which slot they claimed, how
-    they ended, whether one without an end still holds its lock (running, else
-    abandoned), with the database clock and whether the key ran before %(since)s
-    (first row; NULLs when there are no runs).  The earlier run is one index probe
-    of ``(lock_key, started_at DESC)``."""
-    return sql.SQL(
-        "SELECT NOW(), h.started_at, h.slot_end, h.outcome,"
-        " EXISTS (SELECT FROM {history} AS b WHERE b.lock_key = %(key)s"
-        " AND b.started_at < %(since)s),"
-        " h.ended_at IS NULL AND {held}"
+class StartRow(NamedTuple):
+    """A row ``starts`` answers: a history row of the key in the window (a run, a
+    late mark, an operator's event), or, when there is none, one of NULLs but
+    ``ran_before``."""
+
+    started_at: datetime | None
+    slot_end: datetime | None
+    """The slot it claimed."""
+    outcome: str | None
+    """How it ended (None: no end recorded)."""
+    ran_before: bool
+    """Whether the key ran before the window (the same on every row)."""
+    running: bool | None
+    """Without an end: whether it still holds its lock (running, else abandoned)."""
+
+
+def starts(
+    history: tuple[str, ...], locks: tuple[str, ...], key: str, since: datetime
+) -> Exchange[list[StartRow]]:
+    """When ``key``'s runs since ``since`` started, which slot they claimed, how
+    they ended, whether one without an end still holds its lock, and whether the
+    key ran before ``since`` (at least one row: ``StartRow``).  The earlier run is
+    one index probe of ``(lock_key, started_at DESC)``."""
+    columns = select_list(
+        StartRow._fields,
+        started_at=sql.SQL("h.started_at"),
+        slot_end=sql.SQL("h.slot_end"),
+        outcome=sql.SQL("h.outcome"),
+        ran_before=sql.SQL(
+            "EXISTS (SELECT FROM {history} AS b WHERE b.lock_key = %(key)s"
+            " AND b.started_at < %(since)s)"
+        ).format(history=sql.Identifier(*history)),
+        running=sql.SQL("h.ended_at IS NULL AND {held}").format(held=still_held("h", locks)),
+    )
+    query = sql.SQL(
+        "SELECT {columns}"
         " FROM (VALUES (1)) AS one"
         " LEFT JOIN {history} AS h ON h.lock_key = %(key)s AND h.started_at >= %(since)s"
-    ).format(history=sql.Identifier(*history), held=still_held("h", locks))
+    ).format(columns=columns, history=sql.Identifier(*history))
+    return Exchange(query, {"key": key, "since": since}, _read_starts)
+
+
+def _read_starts(rows: Rows) -> list[StartRow]:
+    return list(map(StartRow._make, rows))
 
 
 class Slot(NamedTuple):
@@ -117,35 +148,63 @@ SPANS_BEFORE = 16
 whether they were still going when it began (an N-holder lease has a few at once)."""
 
 
-def spans_query(history: tuple[str, ...], locks: tuple[str, ...]) -> sql.Composed:
-    """The lease runs of %(key)s that may cover a slot since %(since)s: those that
-    started since then, and those of the newest ``SPANS_BEFORE`` before it that
-    ended after it or have no end: started_at, ended_at, and whether a run without
-    an end still holds its lease (``running``; otherwise it is abandoned).  Index
-    scans of ``(lock_key, started_at DESC)``."""
+class SpanRow(NamedTuple):
+    """A lease run's row, as ``span_of`` reads it (the row ``spans`` answers)."""
+
+    started_at: datetime
+    ended_at: datetime | None
+    running: bool
+    """Without an end: whether it still holds its lease (otherwise it is abandoned)."""
+
+
+def span_columns(run: str, locks: tuple[str, ...]) -> sql.Composed:
+    """A ``SpanRow``'s columns of the history row ``run`` (an alias), in its order:
+    each branch of a ``UNION`` must answer them in the same order."""
+    ran = sql.Identifier(run)
+    return select_list(
+        SpanRow._fields,
+        started_at=sql.SQL("{}.started_at").format(ran),
+        ended_at=sql.SQL("{}.ended_at").format(ran),
+        running=sql.SQL("{}.ended_at IS NULL AND {}").format(ran, still_held(run, locks)),
+    )
+
+
+def spans(
+    history: tuple[str, ...], locks: tuple[str, ...], key: str, since: datetime
+) -> Exchange[list[Span]]:
+    """The spans of the lease runs of ``key`` that may cover a slot since ``since``:
+    those that started since then, and those of the newest ``SPANS_BEFORE`` before
+    it that ended after it or have no end (an abandoned run has none).  Index scans
+    of ``(lock_key, started_at DESC)``."""
     table = sql.Identifier(*history)
-    return sql.SQL(
-        "SELECT h.started_at, h.ended_at, h.ended_at IS NULL AND {held_h} FROM {table} AS h"
+    query = sql.SQL(
+        "SELECT {h} FROM {table} AS h"
         " WHERE h.lock_key = %(key)s AND h.started_at >= %(since)s"
         " AND position('lease' IN h.modes) > 0"
-        " UNION ALL SELECT b.started_at, b.ended_at, b.ended_at IS NULL AND {held_b}"
+        " UNION ALL SELECT {b}"
         " FROM (SELECT * FROM {table} AS p WHERE p.lock_key = %(key)s"
         " AND p.started_at < %(since)s ORDER BY p.started_at DESC LIMIT {limit}) AS b"
         " WHERE position('lease' IN b.modes) > 0"
         " AND (b.ended_at IS NULL OR b.ended_at > %(since)s)"
     ).format(
         table=table,
-        held_h=still_held("h", locks),
-        held_b=still_held("b", locks),
+        h=span_columns("h", locks),
+        b=span_columns("b", locks),
         limit=sql.Literal(SPANS_BEFORE),
     )
+    return Exchange(query, {"key": key, "since": since}, _read_spans)
 
 
-def span_of(started_at: datetime, ended_at: datetime | None, running: bool) -> Span | None:
+def _read_spans(rows: Rows) -> list[Span]:
+    found = (span_of(row) for row in map(SpanRow._make, rows))
+    return [span for span in found if span is not None]
+
+
+def span_of(row: SpanRow) -> Span | None:
     """The span of a lease run from its history row (None: abandoned, no span)."""
-    if ended_at is not None:
-        return Span(started_at, ended_at)
-    return Span(started_at, None) if running else None
+    if row.ended_at is not None:
+        return Span(row.started_at, row.ended_at)
+    return Span(row.started_at, None) if row.running else None
 
 
 def split_covered(slots: Sequence[Slot], spans: Sequence[Span]) -> tuple[list[Slot], list[Slot]]:

@@ -19,7 +19,7 @@ from psycopg import sql
 from dislock.cli.shown import READ, cut, read, was_cut
 from dislock.core import events
 from dislock.core.bounds import OUTPUT_TAIL, SHOWN_CHARS, clip, printable
-from dislock.core.exchange import Exchange, Rows
+from dislock.core.exchange import Exchange, Rows, select_list
 from dislock.core.history import TAILS
 from dislock.core.rows import lease_key, schedule_key
 
@@ -36,7 +36,8 @@ def _read_flag(rows: Rows) -> bool:
 
 
 class Run(NamedTuple):
-    """One run from the history, as ``runs`` answers it."""
+    """One run from the history, as ``runs`` answers it; its fields name the
+    statement's columns."""
 
     id: int
     key: str
@@ -61,7 +62,7 @@ class Run(NamedTuple):
     truncated: bool = False
     """A text of the run was longer than any a granted role may write
     (``dislock.core.bounds.MAX_STORED_BYTES``), and is cut to that many characters
-    (``dislock.cli.shown``)."""
+    (``dislock.cli.shown``).  The statement answers false; its reader tells."""
 
     def as_json(self) -> dict[str, Any]:
         data = self._asdict()
@@ -116,7 +117,7 @@ _TEXTS = ("key", "modes", "owner", "host", "outcome", "cron", "cron_tz")
 def _read_runs(rows: Rows) -> list[Run]:
     runs = []
     for row in rows:
-        data: dict[str, Any] = Run(*row)._asdict()
+        data: dict[str, Any] = Run._make(row)._asdict()
         for name in _TEXTS:
             if was_cut(data[name]):
                 data[name] = cut(data[name])
@@ -128,24 +129,37 @@ def _read_runs(rows: Rows) -> list[Run]:
 def _runs_query(history: tuple[str, ...], locks: tuple[str, ...], *, by_key: bool) -> sql.Composed:
     held = still_held("h", locks)
     key_filter = sql.SQL(" AND h.lock_key = %(key)s") if by_key else sql.SQL("")
+    columns = select_list(
+        Run._fields,
+        id=sql.SQL("h.id"),
+        key=read(sql.Identifier("h", "lock_key")),
+        slot_end=sql.SQL("h.slot_end"),
+        pid=sql.SQL("h.pid"),
+        started_at=sql.SQL("h.started_at"),
+        ended_at=sql.SQL("h.ended_at"),
+        outcome=read(sql.SQL("state.outcome")),
+        exit_code=sql.SQL("h.exit_code"),
+        signal=sql.SQL("h.signal"),
+        duration_seconds=sql.SQL(
+            "CASE WHEN state.outcome = 'abandoned' THEN NULL"
+            " ELSE EXTRACT(EPOCH FROM (COALESCE(h.ended_at, NOW()) - h.started_at))::float8 END"
+        ),
+        truncated=sql.SQL("false"),
+        **{name: read(sql.Identifier("h", name)) for name in _COLUMNS},
+        **{name: tail_column("h", name) for name in TAILS},
+    )
     return sql.SQL(
-        "SELECT h.id, {lock_key}, {modes}, h.slot_end, {owner}, {host}, h.pid,"
-        " h.started_at, h.ended_at, {outcome}, h.exit_code, h.signal,"
-        " CASE WHEN state.outcome = 'abandoned' THEN NULL"
-        " ELSE EXTRACT(EPOCH FROM (COALESCE(h.ended_at, NOW()) - h.started_at))::float8 END,"
-        " {cron}, {cron_tz}, {stdout_tail}, {stderr_tail}"
+        "SELECT {columns}"
         " FROM {history} AS h,"
         " LATERAL (SELECT CASE WHEN h.ended_at IS NOT NULL THEN h.outcome"
         " WHEN {held} THEN 'running' ELSE 'abandoned' END AS outcome) AS state"
         " WHERE h.started_at >= NOW() - make_interval(secs => %(since)s){key_filter}"
         " ORDER BY h.started_at DESC LIMIT %(limit)s"
     ).format(
+        columns=columns,
         history=sql.Identifier(*history),
         held=held,
         key_filter=key_filter,
-        outcome=read(sql.SQL("state.outcome")),
-        **{name: read(sql.Identifier("h", name)) for name in _COLUMNS},
-        **{name: tail_column("h", name) for name in TAILS},
     )
 
 
@@ -158,8 +172,9 @@ def tail_column(run: str, column: str) -> sql.Composed:
     )
 
 
-_COLUMNS = ("lock_key", "modes", "owner", "host", "cron", "cron_tz")
-"""The history's text columns (as written)."""
+_COLUMNS = ("modes", "owner", "host", "cron", "cron_tz")
+"""The history's text columns a ``Run`` reads under their own names (as written);
+its ``key`` is the ``lock_key``."""
 
 
 def latest(history: tuple[str, ...], locks: tuple[str, ...]) -> Exchange[list[Latest]]:
@@ -170,12 +185,23 @@ def latest(history: tuple[str, ...], locks: tuple[str, ...]) -> Exchange[list[La
     not with the history's length (an exporter's scrape, a status page)."""
     lease, slot = lease_key(""), schedule_key("")
     held = still_held("last", locks)
+    columns = select_list(
+        Latest._fields,
+        key=read(sql.SQL("keys.lock_key")),
+        run_id=sql.SQL("last.id"),
+        started_at=sql.SQL("last.started_at"),
+        ended_at=sql.SQL("last.ended_at"),
+        outcome=sql.SQL(
+            "CASE WHEN last.id IS NULL THEN NULL WHEN last.ended_at IS NOT NULL THEN {outcome}"
+            " WHEN {held} THEN 'running' ELSE 'abandoned' END"
+        ).format(outcome=read(sql.SQL("last.outcome")), held=held),
+        duration_seconds=sql.SQL("EXTRACT(EPOCH FROM (last.ended_at - last.started_at))::float8"),
+        host=read(sql.SQL("last.host")),
+        last_success_started_at=sql.SQL("ok.started_at"),
+        last_success_ended_at=sql.SQL("ok.ended_at"),
+    )
     query = sql.SQL(
-        "SELECT {key}, last.id, last.started_at, last.ended_at,"
-        " CASE WHEN last.id IS NULL THEN NULL WHEN last.ended_at IS NOT NULL THEN {outcome}"
-        " WHEN {held} THEN 'running' ELSE 'abandoned' END,"
-        " EXTRACT(EPOCH FROM (last.ended_at - last.started_at))::float8, {host},"
-        " ok.started_at, ok.ended_at"
+        "SELECT {columns}"
         " FROM (SELECT DISTINCT substr(key, length(CASE WHEN starts_with(key, {lease})"
         " THEN {lease} ELSE {slot} END) + 1) AS lock_key FROM {locks}"
         " WHERE starts_with(key, {lease}) OR starts_with(key, {slot})) AS keys"
@@ -188,29 +214,30 @@ def latest(history: tuple[str, ...], locks: tuple[str, ...]) -> Exchange[list[La
         " ORDER BY h.started_at DESC LIMIT 1) AS ok ON true"
         " ORDER BY keys.lock_key"
     ).format(
+        columns=columns,
         history=sql.Identifier(*history),
         locks=sql.Identifier(*locks),
         lease=sql.Literal(lease),
         slot=sql.Literal(slot),
-        held=held,
         events=sql.Literal(list(events.OUTCOMES)),
-        key=read(sql.SQL("keys.lock_key")),
-        outcome=read(sql.SQL("last.outcome")),
-        host=read(sql.SQL("last.host")),
     )
     return Exchange(query, {}, _read_latest)
 
 
 def _read_latest(rows: Rows) -> list[Latest]:
-    found = []
-    for key, run_id, started, ended, outcome, duration, host, *rest in rows:
-        texts = (cut(key), None if outcome is None else cut(outcome), host and cut(host))
-        found.append(Latest(texts[0], run_id, started, ended, texts[1], duration, texts[2], *rest))
-    return found
+    return [
+        row._replace(
+            key=cut(row.key),
+            outcome=None if row.outcome is None else cut(row.outcome),
+            host=row.host and cut(row.host),
+        )
+        for row in map(Latest._make, rows)
+    ]
 
 
 class Latest(NamedTuple):
-    """A key's row of ``latest``; the run fields are None for a key that never ran."""
+    """A key's row of ``latest``, its fields naming the statement's columns; the run
+    fields are None for a key that never ran."""
 
     key: str
     run_id: int | None
@@ -234,7 +261,8 @@ def known_key(history: tuple[str, ...], locks: tuple[str, ...], key: str) -> Exc
 
 
 class Recorded(NamedTuple):
-    """The schedule a key's newest run recorded, and the zone it was read in."""
+    """The schedule a key's newest run recorded, and the zone it was read in (the
+    row ``recorded_schedule`` answers)."""
 
     cron: str
     cron_tz: str | None
@@ -242,18 +270,20 @@ class Recorded(NamedTuple):
 
 def recorded_schedule(history: tuple[str, ...], key: str) -> Exchange[Recorded | None]:
     """The cron expression (and zone) recorded with ``key``'s newest run that had one."""
+    columns = select_list(Recorded._fields, cron=read("cron"), cron_tz=read("cron_tz"))
     query = sql.SQL(
-        "SELECT {}, {} FROM {} WHERE lock_key = %(key)s AND cron IS NOT NULL"
+        "SELECT {} FROM {} WHERE lock_key = %(key)s AND cron IS NOT NULL"
         " ORDER BY started_at DESC LIMIT 1"
-    ).format(read("cron"), read("cron_tz"), sql.Identifier(*history))
+    ).format(columns, sql.Identifier(*history))
     return Exchange(query, {"key": key}, _read_recorded)
 
 
 def _read_recorded(rows: Rows) -> Recorded | None:
     if not rows:
         return None
-    ((cron, cron_tz),) = rows
-    return Recorded(cut(cron), None if cron_tz is None else cut(cron_tz))
+    (row,) = rows
+    found = Recorded._make(row)
+    return Recorded(cut(found.cron), None if found.cron_tz is None else cut(found.cron_tz))
 
 
 def readings_of(
@@ -264,32 +294,38 @@ def readings_of(
     and the hosts that read it so.  A schedule read in different zones by
     different machines puts several real fires into one slot (or none), so a key
     with more than one reading is worth an operator's attention."""
+    host = read("host")
+    columns = select_list(
+        Reading._fields,
+        key=read("lock_key"),
+        cron=read("cron"),
+        cron_tz=sql.SQL("coalesce({}, 'UTC')").format(read("cron_tz")),
+        runs=sql.SQL("count(*)"),
+        hosts=sql.SQL(
+            "substr(string_agg(DISTINCT {host}, ', ' ORDER BY {host}), 1, {most})"
+        ).format(host=host, most=sql.Literal(READ)),
+    )
+    # Grouped and ordered by position: ``cron`` names both a column read and the
+    # table's own (GROUP BY would take the table's, ORDER BY the one read).
     query = sql.SQL(
-        "SELECT {key}, {cron}, coalesce({zone}, 'UTC'), count(*),"
-        " substr(string_agg(DISTINCT {host}, ', ' ORDER BY {host}), 1, {most})"
+        "SELECT {columns}"
         " FROM {table} WHERE started_at >= %(since)s AND cron IS NOT NULL"
         " AND (%(key)s::text IS NULL OR lock_key = %(key)s::text)"
         " GROUP BY 1, 2, 3 ORDER BY 1, 4 DESC, 2, 3"
-    ).format(
-        key=read("lock_key"),
-        cron=read("cron"),
-        zone=read("cron_tz"),
-        host=read("host"),
-        most=sql.Literal(READ),
-        table=sql.Identifier(*history),
-    )
+    ).format(columns=columns, table=sql.Identifier(*history))
     return Exchange(query, {"key": key, "since": since}, _read_readings)
 
 
 def _read_readings(rows: Rows) -> list[Reading]:
     return [
-        Reading(cut(key), cut(cron), cut(zone), runs, cut(hosts or ""))
-        for key, cron, zone, runs, hosts in rows
+        Reading(cut(row.key), cut(row.cron), cut(row.cron_tz), row.runs, cut(row.hosts or ""))
+        for row in map(Reading._make, rows)
     ]
 
 
 class Reading(NamedTuple):
-    """One way the runs of a key read its schedule (a row of ``readings``)."""
+    """One way the runs of a key read its schedule (a row of ``readings_of``, its
+    fields naming the statement's columns)."""
 
     key: str
     cron: str

@@ -163,33 +163,29 @@ class FleetReader:
         with the details the page and the missed-slot count need."""
         found = send(conn, latest_runs(self._history, self._table))
         ids = [run.run_id for run in found if run.run_id is not None]
-        details = {
-            run_id: rest
-            for run_id, *rest in conn.execute(
-                self._statements.run_details, {"ids": ids, "since": since}
-            )
-        }
+        details = send(conn, self._statements.run_details(ids, since))
         latest = []
         for run in found:
             if run.run_id is None or run.run_id not in details:
                 continue  # never ran (or pruned in between): the lock rows tell its state
             assert run.started_at is not None and run.outcome is not None
-            owner, exit_code, cron, cron_tz, ran_before, *tails = details[run.run_id]
+            more = details[run.run_id]
+            output = (more.stdout_tail, more.stderr_tail)
             latest.append(
                 LatestRow(
                     run.key,
-                    owner,
+                    more.owner,
                     run.host or "",
                     run.started_at,
                     run.ended_at,
                     run.outcome,
-                    exit_code,
-                    cron,
-                    cron_tz,
+                    more.exit_code,
+                    more.cron,
+                    more.cron_tz,
                     run.duration_seconds,
                     run.last_success_ended_at,
-                    ran_before,
-                    (tails[0], tails[1]) if any(tails) else None,
+                    more.ran_before_window,
+                    output if any(output) else None,
                 )
             )
         return latest
@@ -197,39 +193,40 @@ class FleetReader:
     def _follow_runs(self, conn: psycopg.Connection[Any], since: datetime, keys: list[str]) -> None:
         """Bring the run counts and the window's starts and spans up to date, reading
         (after the first scrape) only the runs that are new or were unfinished."""
-        found = conn.execute(self._statements.floor, {"recent": RECENT_SECONDS}).fetchone()
-        assert found is not None
-        floor = int(found[0])
+        statements = self._statements
+        floor = send(conn, statements.floor(RECENT_SECONDS))
         if self._counts.floor is None:  # the first scrape counts the history once
-            census = conn.execute(self._statements.census, {"floor": floor}).fetchall()
+            census = send(conn, statements.census(floor))
             self._counts.absorb_initial(floor, census)
         if not self._starts.loaded:
-            for run_id, lock_key, outcome, started_at, slot_end, *span in conn.execute(
-                self._statements.window_starts, {"since": since}
-            ):
-                self._starts.add(run_id, lock_key, started_at, slot_end, outcome, span[-1])
-                self._starts.set_span(run_id, lock_key, span_of_row(started_at, *span))
-            for run_id, lock_key, outcome, started_at, slot_end in conn.execute(
-                self._statements.window_events, {"since": since}
-            ):
-                self._starts.add_event(run_id, lock_key, outcome, started_at, slot_end)
+            for run in send(conn, statements.window_starts(since)):
+                self._starts.add(
+                    run.id, run.lock_key, run.started_at, run.slot_end, run.outcome, run.running
+                )
+                self._starts.set_span(run.id, run.lock_key, span_of_row(run))
+            for event in send(conn, statements.window_events(since)):
+                self._starts.add_event(
+                    event.id, event.lock_key, event.outcome, event.started_at, event.slot_end
+                )
             # Runs begun before the window may cover its first slots; later scrapes
             # see them again only while they are unfinished (pending).
-            for run_id, lock_key, started_at, *span in conn.execute(
-                self._statements.spans_before, {"since": since, "keys": keys}
-            ):
-                self._starts.set_span(run_id, lock_key, span_of_row(started_at, *span))
+            for earlier in send(conn, statements.spans_before(since, keys)):
+                self._starts.set_span(earlier.id, earlier.lock_key, span_of_row(earlier))
             self._starts.loaded = True
-        params = {"floor": self._counts.floor, "pending": sorted(self._counts.pending)}
-        rows = conn.execute(self._statements.new_runs, params).fetchall()
+        assert self._counts.floor is not None  # set by the census
+        rows = send(conn, statements.new_runs(self._counts.floor, sorted(self._counts.pending)))
         self._counts.absorb(floor, rows)
-        for run_id, lock_key, outcome, started_at, slot_end, scheduled, *span in rows:
-            if outcome in (PAUSED, RESUMED, RERUN):
-                self._starts.add_event(run_id, lock_key, outcome, started_at, slot_end)
-            if scheduled and started_at >= since:
-                self._starts.add(run_id, lock_key, started_at, slot_end, outcome, span[-1])
-            if scheduled:
-                self._starts.set_span(run_id, lock_key, span_of_row(started_at, *span))
+        for run in rows:
+            if run.outcome in (PAUSED, RESUMED, RERUN):
+                self._starts.add_event(
+                    run.id, run.lock_key, run.outcome, run.started_at, run.slot_end
+                )
+            if run.scheduled and run.started_at >= since:
+                self._starts.add(
+                    run.id, run.lock_key, run.started_at, run.slot_end, run.outcome, run.running
+                )
+            if run.scheduled:
+                self._starts.set_span(run.id, run.lock_key, span_of_row(run))
         self._starts.trim(since)
 
     def _schedules(

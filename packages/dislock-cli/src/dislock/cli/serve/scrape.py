@@ -1,22 +1,23 @@
 """The statements of a ``dislockctl serve`` scrape, and the state a server keeps
 between scrapes so that it does not reread the whole history each time
-(``RunCounts``, ``WindowStarts``).  Sans-I/O: ``dislock.cli.serve.server`` runs them.
+(``RunCounts``, ``WindowStarts``).  Sans-I/O: ``dislock.cli.serve.fleet_reader``
+sends them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import NamedTuple, TypeVar
 
 from psycopg import sql
 
-from dislock.cli.runs.missed_slots import SPANS_BEFORE, Span, span_of
+from dislock.cli.runs.missed_slots import SPANS_BEFORE, Span, SpanRow, span_of
 from dislock.cli.runs.run_history import still_held, tail_column
 from dislock.cli.runs.slot_states import Attempt
 from dislock.cli.shown import known_outcome, read
-from dislock.core.events import PAUSE_MODES, PAUSED, RERUN, Pause, pause_spans, reruns
-from dislock.core.exchange import Exchange, Rows
+from dislock.core.events import PAUSE_MODES, PAUSED, RERUN, Event, Pause, pause_spans, reruns
+from dislock.core.exchange import Exchange, Rows, select_list
 from dislock.core.failover import TIMELINE_KEY, longest_delay
 from dislock.core.history import TAILS
 
@@ -76,23 +77,25 @@ class RunCounts:
         self._counted: set[int] = set()
         """Finished runs above ``floor`` already counted."""
 
-    def absorb_initial(
-        self, floor: int, grouped: Sequence[tuple[str, str | None, int, Sequence[int] | None]]
-    ) -> None:
-        """The first scrape's census of the runs up to ``floor``: ``(lock_key, outcome,
-        count, ids of the unfinished)`` per key and outcome (outcome None: unfinished)."""
-        for lock_key, outcome, count, unfinished in grouped:
+    def absorb_initial(self, floor: int, grouped: Iterable[CensusRow]) -> None:
+        """The first scrape's census of the runs up to ``floor``, per key and outcome
+        (outcome None: unfinished)."""
+        for group in grouped:
+            lock_key, outcome = group.lock_key, group.outcome
             if outcome is None:
-                self.pending.update(unfinished or ())
+                self.pending.update(group.unfinished or ())
             else:
-                self.totals[lock_key, outcome] = self.totals.get((lock_key, outcome), 0) + count
+                self.totals[lock_key, outcome] = (
+                    self.totals.get((lock_key, outcome), 0) + group.runs
+                )
         self.floor = floor
 
-    def absorb(self, new_floor: int, rows: Iterable[Sequence[Any]]) -> None:
-        """Rows ``(id, lock_key, outcome, ...)`` above the old floor or pending, read in
-        the same snapshot as ``new_floor``."""
+    def absorb(self, new_floor: int, rows: Iterable[ScrapedRun]) -> None:
+        """The runs above the old floor or pending, read in the same snapshot as
+        ``new_floor``."""
         old_floor = self.floor or 0
-        for run_id, lock_key, outcome, *_ in rows:
+        for row in rows:
+            run_id, lock_key, outcome = row.id, row.lock_key, row.outcome
             # Below the old floor only a pending run is news; the rest was counted.
             fresh = run_id > old_floor or run_id in self.pending
             if outcome is not None and fresh and run_id not in self._counted:
@@ -112,127 +115,260 @@ class RunCounts:
         return found
 
 
-class ScrapeStatements(NamedTuple):
-    """The statements of a scrape, on one history table.  Each runs in the scrape's
-    READ ONLY, REPEATABLE READ transaction, so they all see one moment."""
+class RunDetails(NamedTuple):
+    """What the page and the missed-slot count need of a key's latest run beyond
+    ``dislock.cli.runs.run_history.latest``: the row ``run_details`` answers."""
 
-    run_details: sql.Composed
-    """What the page and the missed-slot count need of the runs %(ids)s beyond
-    ``latest_query``: id, owner, exit code, cron expression and zone, whether the key ran
-    before %(since)s (the start of the missed-slot window), the tails of its stdout and
-    stderr: primary-key lookups and one ``(lock_key, started_at)`` index probe per run."""
-    floor: sql.Composed
-    """``RunCounts.floor``: the id of the newest run that started more than
-    %(recent)s seconds ago (0 if none)."""
-    census: sql.Composed
-    """The first scrape's count of the runs up to %(floor)s, for ``RunCounts.absorb_initial``."""
-    window_starts: sql.Composed
-    """The first scrape's starts since %(since)s of runs with a schedule (and late
-    marks), for ``WindowStarts``, through the ``(started_at)`` index: id, lock_key,
-    outcome, started_at, slot_end, then the run's span columns (``span_columns``)."""
-    window_events: sql.Composed
-    """The first scrape's events that tell what became of the slots since %(since)s
-    (``dislock.core.events.pauses_query``' rule, for every key): id, lock_key,
-    outcome, started_at, slot_end.  Read once; later scrapes see new events among
-    ``new_runs``."""
-    new_runs: sql.Composed
-    """Runs and events past %(floor)s or among %(pending)s, for ``RunCounts.absorb``
-    and ``WindowStarts``: id, lock_key, outcome, started_at, slot_end, has a
-    schedule, then the span columns."""
-    spans_before: sql.Composed
-    """The first scrape's runs of the keys %(keys)s that began before %(since)s and
-    may still have been going then (``dislock.cli.runs.missed_slots.spans_query``'s rule): id,
-    lock_key, started_at, then the span columns."""
+    id: int
+    owner: str
+    exit_code: int | None
+    cron: str | None
+    cron_tz: str | None
+    ran_before_window: bool
+    """Whether the key ran before the start of the missed-slot window."""
+    stdout_tail: str | None
+    stderr_tail: str | None
+    """The end of a failed run's output, for the page."""
 
 
-SPAN_COLUMNS = (
-    " position('lease' IN {run}.modes) > 0, {run}.ended_at, {run}.ended_at IS NULL AND {held}"
-)
-"""Whether the run took a lease, its end, and whether it still holds its lease
-(``dislock.cli.runs.missed_slots.span_of``'s arguments, after the first)."""
+class CensusRow(NamedTuple):
+    """The runs of a key with one outcome (None: unfinished): a row of ``census``."""
+
+    lock_key: str
+    outcome: str | None
+    runs: int
+    unfinished: Sequence[int] | None
+    """The ids of the unfinished runs (None for an outcome)."""
 
 
-def span_of_row(
-    started_at: datetime, leased: bool, ended_at: datetime | None, running: bool
-) -> Span | None:
-    """A history row's span (None: not a lease run, or abandoned)."""
-    return span_of(started_at, ended_at, running) if leased else None
+class ScrapedRun(NamedTuple):
+    """A history row as ``RunCounts`` and ``WindowStarts`` read it: a row of
+    ``window_starts`` and ``new_runs``."""
+
+    id: int
+    lock_key: str
+    outcome: str | None
+    """As ``serve`` counts it (``dislock.cli.shown.known_outcome``)."""
+    started_at: datetime
+    slot_end: datetime | None
+    scheduled: bool
+    """Whether the run had a schedule (always, among ``window_starts``)."""
+    leased: bool
+    """Whether the run took a lease: only then has it a span (``span_of_row``)."""
+    ended_at: datetime | None
+    running: bool
+    """Without an end: whether it still holds its lock (otherwise it is abandoned)."""
 
 
-def scrape_statements(history: tuple[str, ...], locks: tuple[str, ...]) -> ScrapeStatements:
-    """The statements of a scrape of ``history`` (each ``{table}`` below) next to
-    the lock table ``locks``."""
-    table = sql.Identifier(*history)
+class EarlierRun(NamedTuple):
+    """A lease run begun before the window: a row of ``spans_before``."""
 
-    def spans(run: str) -> sql.Composed:
-        return sql.SQL(SPAN_COLUMNS).format(run=sql.Identifier(run), held=still_held(run, locks))
+    id: int
+    lock_key: str
+    started_at: datetime
+    leased: bool
+    ended_at: datetime | None
+    running: bool
 
-    def on_history(text: str) -> sql.Composed:
+
+class KeyEvent(NamedTuple):
+    """A pause, resume or rerun event of a key (``dislock.core.events``): a row of
+    ``window_events``."""
+
+    id: int
+    lock_key: str
+    outcome: str
+    started_at: datetime
+    slot_end: datetime | None
+
+
+class ScrapeStatements:
+    """The statements of a scrape, on one history table, each an exchange
+    (``dislock.core.exchange``) whose columns its row type names.  Each runs in the
+    scrape's READ ONLY, REPEATABLE READ transaction, so they all see one moment.
+    Their texts are built once, with the ``FleetReader`` that keeps them."""
+
+    def __init__(self, history: tuple[str, ...], locks: tuple[str, ...]) -> None:
+        table = sql.Identifier(*history)
         # Texts as dislockctl reads them (``dislock.cli.shown``): anyone may have
         # written them, and outcomes become label values.
-        return sql.SQL(text).format(
+        h_key = read(sql.Identifier("h", "lock_key"))
+        h_outcome = known_outcome(sql.Identifier("h", "outcome"))
+        self._run_details = sql.SQL(
+            "SELECT {columns} FROM {table} AS h WHERE h.id = ANY(%(ids)s)"
+        ).format(
             table=table,
-            spans=spans("h"),
-            spans_b=spans("b"),
-            key=read("lock_key"),
-            h_key=read(sql.Identifier("h", "lock_key")),
-            b_key=read(sql.Identifier("b", "lock_key")),
-            outcome=known_outcome(sql.Identifier("outcome")),
-            h_outcome=known_outcome(sql.Identifier("h", "outcome")),
-            owner=read(sql.Identifier("h", "owner")),
-            cron=read(sql.Identifier("h", "cron")),
-            cron_tz=read(sql.Identifier("h", "cron_tz")),
-            paused=sql.Literal(PAUSED),
-            **{name: tail_column("h", name) for name in TAILS},
-            pause=sql.Literal(PAUSE_MODES),
-            rerun=sql.Literal(RERUN),
+            columns=select_list(
+                RunDetails._fields,
+                id=sql.SQL("h.id"),
+                owner=read(sql.Identifier("h", "owner")),
+                exit_code=sql.SQL("h.exit_code"),
+                cron=read(sql.Identifier("h", "cron")),
+                cron_tz=read(sql.Identifier("h", "cron_tz")),
+                ran_before_window=sql.SQL(
+                    "EXISTS (SELECT FROM {table} AS p WHERE p.lock_key = h.lock_key"
+                    " AND p.started_at < %(since)s)"
+                ).format(table=table),
+                **{name: tail_column("h", name) for name in TAILS},
+            ),
         )
-
-    return ScrapeStatements(
-        run_details=on_history(
-            "SELECT h.id, {owner}, h.exit_code, {cron}, {cron_tz},"
-            " EXISTS (SELECT FROM {table} AS p WHERE p.lock_key = h.lock_key"
-            " AND p.started_at < %(since)s),"
-            # The end of a failed run's output, for the page.
-            " {stdout_tail}, {stderr_tail}"
-            " FROM {table} AS h WHERE h.id = ANY(%(ids)s)"
-        ),
-        floor=on_history(
+        self._floor = sql.SQL(
             "SELECT COALESCE((SELECT id FROM {table}"
             " WHERE started_at < NOW() - make_interval(secs => %(recent)s)"
             " ORDER BY started_at DESC LIMIT 1), 0)"
-        ),
-        census=on_history(
-            "SELECT {key}, {outcome}, count(*)::bigint,"
-            " array_agg(id) FILTER (WHERE outcome IS NULL)"
-            " FROM {table} WHERE id <= %(floor)s GROUP BY 1, 2"
-        ),
-        window_starts=on_history(
-            "SELECT h.id, {h_key}, {h_outcome}, h.started_at, h.slot_end,{spans} FROM {table} AS h"
+        ).format(table=table)
+        # Grouped by position: ``lock_key`` and ``outcome`` name the table's columns
+        # too, which GROUP BY would take; the FILTER reads the table's outcome.
+        self._census = sql.SQL(
+            "SELECT {columns} FROM {table} WHERE id <= %(floor)s GROUP BY 1, 2"
+        ).format(
+            table=table,
+            columns=select_list(
+                CensusRow._fields,
+                lock_key=read("lock_key"),
+                outcome=known_outcome(sql.Identifier("outcome")),
+                runs=sql.SQL("count(*)::bigint"),
+                unfinished=sql.SQL("array_agg(id) FILTER (WHERE outcome IS NULL)"),
+            ),
+        )
+        scraped = select_list(
+            ScrapedRun._fields,
+            id=sql.SQL("h.id"),
+            lock_key=h_key,
+            outcome=h_outcome,
+            started_at=sql.SQL("h.started_at"),
+            slot_end=sql.SQL("h.slot_end"),
+            scheduled=sql.SQL("h.cron IS NOT NULL"),
+            **span_columns("h", locks),
+        )
+        self._window_starts = sql.SQL(
+            "SELECT {columns} FROM {table} AS h"
             " WHERE h.started_at >= %(since)s AND h.cron IS NOT NULL"
-        ),
-        window_events=on_history(
-            "SELECT h.id, {h_key}, {h_outcome}, h.started_at, h.slot_end FROM {table} AS h"
+        ).format(table=table, columns=scraped)
+        event = select_list(
+            KeyEvent._fields,
+            id=sql.SQL("h.id"),
+            lock_key=h_key,
+            outcome=h_outcome,
+            started_at=sql.SQL("h.started_at"),
+            slot_end=sql.SQL("h.slot_end"),
+        )
+        self._window_events = sql.SQL(
+            "SELECT {event} FROM {table} AS h"
             " WHERE h.modes = {pause} AND h.started_at >= LEAST(%(since)s,"
             " (SELECT min(p.started_at) FROM {table} AS p"
             " WHERE p.modes = {pause} AND p.outcome = {paused} AND p.slot_end > %(since)s))"
-            " UNION ALL SELECT h.id, {h_key}, {h_outcome}, h.started_at, h.slot_end"
+            " UNION ALL SELECT {event}"
             " FROM {table} AS h WHERE h.started_at >= %(since)s AND h.outcome = {rerun}"
-        ),
-        new_runs=on_history(
-            "SELECT h.id, {h_key}, {h_outcome}, h.started_at, h.slot_end, h.cron IS NOT NULL,"
-            "{spans} FROM {table} AS h WHERE h.id > %(floor)s OR h.id = ANY(%(pending)s)"
-        ),
-        spans_before=on_history(
-            "SELECT b.id, {b_key}, b.started_at,{spans_b}"
+        ).format(
+            table=table,
+            event=event,
+            pause=sql.Literal(PAUSE_MODES),
+            paused=sql.Literal(PAUSED),
+            rerun=sql.Literal(RERUN),
+        )
+        self._new_runs = sql.SQL(
+            "SELECT {columns} FROM {table} AS h WHERE h.id > %(floor)s OR h.id = ANY(%(pending)s)"
+        ).format(table=table, columns=scraped)
+        self._spans_before = sql.SQL(
+            "SELECT {columns}"
             " FROM unnest(%(keys)s::text[]) AS k(lock_key),"
             " LATERAL (SELECT * FROM {table} AS p WHERE p.lock_key = k.lock_key"
             " AND p.started_at < %(since)s ORDER BY p.started_at DESC"
             f" LIMIT {int(SPANS_BEFORE)}) AS b"
             " WHERE b.cron IS NOT NULL AND position('lease' IN b.modes) > 0"
             " AND (b.ended_at IS NULL OR b.ended_at > %(since)s)"
-        ),
-    )
+        ).format(
+            table=table,
+            columns=select_list(
+                EarlierRun._fields,
+                id=sql.SQL("b.id"),
+                lock_key=read(sql.Identifier("b", "lock_key")),
+                started_at=sql.SQL("b.started_at"),
+                **span_columns("b", locks),
+            ),
+        )
+
+    def run_details(self, ids: Sequence[int], since: datetime) -> Exchange[dict[int, RunDetails]]:
+        """The ``RunDetails`` of the runs ``ids`` by id, ``since`` the start of the
+        missed-slot window: primary-key lookups and one ``(lock_key, started_at)``
+        index probe per run."""
+        return Exchange(self._run_details, {"ids": list(ids), "since": since}, _read_details)
+
+    def floor(self, recent: float) -> Exchange[int]:
+        """``RunCounts.floor``: the id of the newest run that started more than
+        ``recent`` seconds ago (0 if none)."""
+        return Exchange(self._floor, {"recent": recent}, _read_floor)
+
+    def census(self, floor: int) -> Exchange[list[CensusRow]]:
+        """The first scrape's count of the runs up to ``floor``, for
+        ``RunCounts.absorb_initial``."""
+        return Exchange(self._census, {"floor": floor}, _reader(CensusRow))
+
+    def window_starts(self, since: datetime) -> Exchange[list[ScrapedRun]]:
+        """The first scrape's starts since ``since`` of runs with a schedule (and late
+        marks), for ``WindowStarts``, through the ``(started_at)`` index."""
+        return Exchange(self._window_starts, {"since": since}, _reader(ScrapedRun))
+
+    def window_events(self, since: datetime) -> Exchange[list[KeyEvent]]:
+        """The first scrape's events that tell what became of the slots since ``since``
+        (``dislock.core.events.pauses``' rule, for every key).  Read once; later
+        scrapes see new events among ``new_runs``."""
+        return Exchange(self._window_events, {"since": since}, _reader(KeyEvent))
+
+    def new_runs(self, floor: int, pending: Sequence[int]) -> Exchange[list[ScrapedRun]]:
+        """Runs and events past ``floor`` or among ``pending``, for ``RunCounts.absorb``
+        and ``WindowStarts``."""
+        params = {"floor": floor, "pending": list(pending)}
+        return Exchange(self._new_runs, params, _reader(ScrapedRun))
+
+    def spans_before(self, since: datetime, keys: Sequence[str]) -> Exchange[list[EarlierRun]]:
+        """The first scrape's runs of ``keys`` that began before ``since`` and may
+        still have been going then (``dislock.cli.runs.missed_slots.spans``' rule)."""
+        params = {"since": since, "keys": list(keys)}
+        return Exchange(self._spans_before, params, _reader(EarlierRun))
+
+
+Row = TypeVar("Row", CensusRow, ScrapedRun, EarlierRun, KeyEvent)
+
+
+def _reader(row_type: type[Row]) -> Callable[[Rows], list[Row]]:
+    """The reader of a statement answering rows of ``row_type``, by name."""
+
+    def read_rows(rows: Rows) -> list[Row]:
+        return [row_type._make(row) for row in rows]
+
+    return read_rows
+
+
+def _read_details(rows: Rows) -> dict[int, RunDetails]:
+    return {details.id: details for details in map(RunDetails._make, rows)}
+
+
+def _read_floor(rows: Rows) -> int:
+    ((floor,),) = rows
+    return int(floor)
+
+
+def span_columns(run: str, locks: tuple[str, ...]) -> dict[str, sql.Composable]:
+    """Whether the history row ``run`` (an alias) took a lease, its end, and whether
+    it still holds its lock: the columns ``span_of_row`` reads."""
+    ran = sql.Identifier(run)
+    return {
+        "leased": sql.SQL("position('lease' IN {}.modes) > 0").format(ran),
+        "ended_at": sql.SQL("{}.ended_at").format(ran),
+        "running": sql.SQL("{}.ended_at IS NULL AND {}").format(ran, still_held(run, locks)),
+    }
+
+
+def span_of_row(run: ScrapedRun | EarlierRun) -> Span | None:
+    """A history row's span (None: not a lease run, or abandoned)."""
+    return span_of(SpanRow(run.started_at, run.ended_at, run.running)) if run.leased else None
+
+
+def scrape_statements(history: tuple[str, ...], locks: tuple[str, ...]) -> ScrapeStatements:
+    """The statements of a scrape of ``history`` next to the lock table ``locks``."""
+    return ScrapeStatements(history, locks)
 
 
 class WindowStarts:
@@ -254,7 +390,7 @@ class WindowStarts:
         self.loaded = False
         self._by_key: dict[str, dict[int, Attempt]] = {}
         self._late: dict[str, dict[int, tuple[datetime, datetime | None]]] = {}
-        self._events: dict[str, dict[int, tuple[datetime, datetime | None, str]]] = {}
+        self._events: dict[str, dict[int, Event]] = {}
         self._spans: dict[str, dict[int, Span]] = {}
         self._versions: dict[str, int] = {}
 
@@ -309,7 +445,7 @@ class WindowStarts:
         """A pause, resume or rerun event of the key (``dislock.core.events``)."""
         found = self._events.setdefault(lock_key, {})
         if run_id not in found:
-            found[run_id] = (started_at, slot_end, outcome)
+            found[run_id] = Event(started_at, slot_end, outcome)
             self._changed(lock_key)
 
     def trim(self, since: datetime) -> None:
@@ -327,8 +463,8 @@ class WindowStarts:
             reaching = bool(pauses) and pauses[-1].end > since
             stale = [
                 run_id
-                for run_id, (started, _, outcome) in events.items()
-                if (started < since if outcome == RERUN else not reaching)
+                for run_id, event in events.items()
+                if (event.started_at < since if event.outcome == RERUN else not reaching)
             ]
             for run_id in stale:
                 del events[run_id]

@@ -163,7 +163,6 @@ def test_a_flood_of_notifies_costs_a_waiter_a_few_reads(
     lease's row is live, however many arrive."""
     from psycopg.conninfo import make_conninfo
 
-    import dislock._sync._lease as lease_module
     import dislock._sync._waiting as waiting_module
     from dislock import acquire_locks
 
@@ -183,7 +182,8 @@ def test_a_flood_of_notifies_costs_a_waiter_a_few_reads(
         read.append(time.monotonic())
         return still_held(*args)
 
-    monkeypatch.setattr(lease_module, "wait_for_release", counting_tries)
+    # The lease imports it when it first waits: patched where it is defined.
+    monkeypatch.setattr(waiting_module, "wait_for_release", counting_tries)
     monkeypatch.setattr(waiting_module, "_still_held", counting_reads)
     refused = waiting_for_a_release(monkeypatch)
     name = f"flooded-{uuid.uuid4().hex[:8]}"  # the waiter's connections, to see them end

@@ -26,7 +26,7 @@ from dislock.core.names import LOCK_NAMES as _LOCK_NAMES
 
 __version__ = "0.2.0"
 
-__all__ = [*_CORE_NAMES, *_LOCK_NAMES]
+__all__ = list(_CORE_NAMES + _LOCK_NAMES)
 
 if TYPE_CHECKING:
     # For type checkers, which cannot follow __getattr__ (tests/unit/test_namespace.py

@@ -3,8 +3,9 @@
 Each machine runs the same beat wrapped in a lease
 (``dislock DATABASE_URL celery -A examples.one_beat beat``): one holds the lease and
 sends "tick" every second, the others wait for it. The broker is kombu's filesystem
-transport in ``CELERY_BROKER_FOLDER``, so that the example needs no broker server; any
-broker works the same.
+transport in ``CELERY_BROKER_FOLDER``, so that the example needs no broker server: beat
+only writes to it here. Give workers a real broker (Redis, RabbitMQ): the filesystem
+transport's reader may take a message file still being written (docs/recipes.md).
 """
 
 from __future__ import annotations

@@ -32,23 +32,30 @@ def prime() -> None:
     """Put psycopg's version modules in place, unless psycopg is imported already."""
     if "psycopg" in sys.modules:
         return
+    listings: dict[str, list[str]] = {}  # both packages are usually in one folder: listed once
     for package, distribution in VERSIONED:
-        module = _version_module(package, distribution)
+        module = _version_module(package, distribution, listings)
         if module is not None:
             sys.modules[module.__name__] = module
 
 
-def _version_module(package: str, distribution: str) -> types.ModuleType | None:
-    """``package.version`` with ``__version__`` from its ``.dist-info`` folder, or None."""
+def _version_module(
+    package: str, distribution: str, listings: dict[str, list[str]]
+) -> types.ModuleType | None:
+    """``package.version`` with ``__version__`` from its ``.dist-info`` folder, or None
+    (``listings``: the folders listed so far, by path)."""
     spec = PathFinder.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
         return None
     folder = spec.submodule_search_locations[0]
     path = os.path.join(folder, "version.py")
-    try:
-        beside = os.listdir(os.path.dirname(folder))
-    except OSError:
-        return None
+    parent = os.path.dirname(folder)
+    if parent not in listings:
+        try:
+            listings[parent] = os.listdir(parent)
+        except OSError:
+            return None
+    beside = listings[parent]
     prefix, suffix = f"{distribution}-", ".dist-info"
     versions = [
         entry[len(prefix) : -len(suffix)]

@@ -43,3 +43,8 @@ def read_flag(rows: Rows) -> bool:
     """The answer of a statement of one boolean column: whether a row says true (no
     row: false)."""
     return any(bool(flag) for (flag,) in rows)
+
+
+def read_value(rows: Rows) -> Any:
+    """The answer of a statement of one column: the first row's value (no row: None)."""
+    return next((value for (value,) in rows), None)

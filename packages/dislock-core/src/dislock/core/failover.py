@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from psycopg import sql
 
 from dislock.core.errors import NotReplicatedError
-from dislock.core.exchange import Exchange, Rows, select_list
+from dislock.core.exchange import Exchange, Rows, read_value, select_list
 from dislock.core.limits import NEVER_EXPIRES, max_ttl_of
 
 if TYPE_CHECKING:
@@ -91,12 +91,7 @@ which cannot take locks anyway."""
 CURRENT_TIMELINE = sql.SQL("SELECT {} AS timeline").format(TIMELINE)
 
 
-def _read_timeline(rows: Rows) -> int | None:
-    """The answer of ``TIMELINE_NOW``."""
-    return next((value for (value,) in rows), None)
-
-
-TIMELINE_NOW = Exchange(CURRENT_TIMELINE, {}, _read_timeline)
+TIMELINE_NOW: Exchange[int | None] = Exchange(CURRENT_TIMELINE, {}, read_value)
 """The server's current timeline, read by a holder that reconnected."""
 
 

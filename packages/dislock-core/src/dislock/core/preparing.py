@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from psycopg import errors, sql
 
-from dislock.core.exchange import Exchange, Rows
+from dislock.core.exchange import Exchange, read_value
 
 CHECK_AFTER = 8
 """Statements a connection serves before it is checked: more than a one-shot run of
@@ -42,13 +42,8 @@ the one it reaches (SQLSTATE 26000, 42P05): it refused the statement before runn
 it, so the statement can be sent again unprepared."""
 
 
-def _read_server_pid(rows: Rows) -> object:
-    """The answer of ``SERVER_PID``, checked by ``prepare_threshold``."""
-    return next((value for (value,) in rows), None)
-
-
-SERVER_PID = Exchange(sql.SQL("SELECT pg_backend_pid() AS pid"), {}, _read_server_pid)
-"""The server's own process id for this session."""
+SERVER_PID: Exchange[object] = Exchange(sql.SQL("SELECT pg_backend_pid() AS pid"), {}, read_value)
+"""The server's own process id for this session (checked by ``prepare_threshold``)."""
 
 
 class Preparation:

@@ -49,6 +49,7 @@ MODULES = (
     "_acquiring.py",
     "_compat_api.py",
     "_decorators.py",
+    "_fencing.py",
     "_hub.py",
     "_lease.py",
     "_listen.py",

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from dislock._sync import build_locks as build_locks
     from dislock._sync import keep_connected as keep_connected
     from dislock._sync import run_with_locks as run_with_locks
+    from dislock._sync import set_fencing_token as set_fencing_token
     from dislock._sync import with_locks as with_locks
     from dislock.core.public import *  # noqa: F403
 

@@ -10,6 +10,7 @@ exported here too, so that asyncio code needs no other import.
 """
 
 from dislock.aio._decorators import with_locks as with_locks
+from dislock.aio._fencing import set_fencing_token as set_fencing_token
 from dislock.aio._hub import keep_connected as keep_connected
 from dislock.aio._lease import LeaseLock as LeaseLock
 from dislock.aio._schedule import ScheduleLock as ScheduleLock

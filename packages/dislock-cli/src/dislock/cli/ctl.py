@@ -18,6 +18,8 @@
                                   [--wait 30s]
     dislockctl URL_VARIABLE revoke ROLE [--print-sql] [--wait 30s]
     dislockctl URL_VARIABLE grants [--json]
+    dislockctl URL_VARIABLE fence TABLE --key LOCK_KEY [--print-sql]
+    dislockctl URL_VARIABLE unfence TABLE [--print-sql]
 
 Like the wrapper, it takes the NAME of the variable holding the database URL and
 reads ``LOCK_TABLE`` (or ``--table``) and ``LOCK_HISTORY_TABLE`` (or

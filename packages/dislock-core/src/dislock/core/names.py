@@ -38,5 +38,6 @@ LOCK_NAMES: tuple[str, ...] = (
     "build_locks",
     "keep_connected",
     "run_with_locks",
+    "set_fencing_token",
     "with_locks",
 )

@@ -35,25 +35,25 @@ MAX_NAME = 63  # PostgreSQL truncates longer identifiers (NAMEDATALEN - 1)
 PINNED = sql.SQL("SET search_path = pg_catalog, pg_temp")
 
 
-def _beside(table_parts: tuple[str, ...], suffix: str) -> sql.Identifier:
+def beside(table_parts: tuple[str, ...], suffix: str) -> sql.Identifier:
     *schema, name = table_parts
     return sql.Identifier(*schema, f"{name[: MAX_NAME - len(suffix)]}{suffix}")
 
 
 def max_ttl_function(table_parts: tuple[str, ...]) -> sql.Identifier:
     """The table's maximum lease TTL, as an interval (folded by the planner)."""
-    return _beside(table_parts, "_dislock_max_ttl")
+    return beside(table_parts, "_dislock_max_ttl")
 
 
 def former_floor_function(table_parts: tuple[str, ...]) -> sql.Identifier:
     """A function that grants before per-key lock delays wrote (the shortest delay a
     new timeline could record); it is dropped when the others are written."""
-    return _beside(table_parts, "_dislock_delay")
+    return beside(table_parts, "_dislock_delay")
 
 
 def noting_function(table_parts: tuple[str, ...]) -> sql.Identifier:
     """Whether a granted role may write a row it rarely writes (``_noting_body``)."""
-    return _beside(table_parts, "_dislock_noting")
+    return beside(table_parts, "_dislock_noting")
 
 
 def _noting_body(table_parts: tuple[str, ...], cap: sql.Literal) -> sql.Composed:

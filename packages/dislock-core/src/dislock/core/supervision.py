@@ -120,6 +120,7 @@ class SignalRoute:
 LOCK_KEY_VARIABLE = "DISLOCK_LOCK_KEY"
 FENCING_TOKEN_VARIABLE = "DISLOCK_FENCING_TOKEN"
 ATTEMPT_VARIABLE = "DISLOCK_ATTEMPT"
+PGOPTIONS_VARIABLE = "PGOPTIONS"
 
 
 def new_run_token() -> str:
@@ -152,6 +153,16 @@ def child_environment(
         env.pop(FENCING_TOKEN_VARIABLE, None)  # never a stale token from an outer run
     else:
         env[FENCING_TOKEN_VARIABLE] = str(fencing_token)
+    if fencing_token is not None or "fencing_token" in env.get(PGOPTIONS_VARIABLE, ""):
+        # libpq clients the command starts carry the token to a fenced table by
+        # themselves (dislockctl fence).  Imported here: most runs are not fenced.
+        from dislock.core.fencing import pgoptions
+
+        options = pgoptions(env.get(PGOPTIONS_VARIABLE), fencing_token)
+        if options is None:
+            env.pop(PGOPTIONS_VARIABLE, None)
+        else:
+            env[PGOPTIONS_VARIABLE] = options
     return env
 
 

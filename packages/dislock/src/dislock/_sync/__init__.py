@@ -10,6 +10,7 @@ here are generated from the asyncio ones in ``dislock.aio`` (see
 """
 
 from dislock._sync._decorators import with_locks as with_locks
+from dislock._sync._fencing import set_fencing_token as set_fencing_token
 from dislock._sync._hub import keep_connected as keep_connected
 from dislock._sync._lease import LeaseLock as LeaseLock
 from dislock._sync._schedule import ScheduleLock as ScheduleLock

@@ -66,6 +66,10 @@ COMMANDS: dict[str, Command] = {
     ),
     "revoke": Command("take ROLE's grant away", history_table=True),
     "grants": Command("which role may lock which keys, and the maximum TTL"),
+    "fence": Command(
+        "make a table of yours refuse every write not carrying the token of LOCK_KEY's live lease"
+    ),
+    "unfence": Command("take fence's guard off a table"),
 }
 """Every command, in the order ``--help`` lists them."""
 

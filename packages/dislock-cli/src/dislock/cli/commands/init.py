@@ -16,7 +16,11 @@ if TYPE_CHECKING:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--fencing", action="store_true", help="add the fencing-token column")
+    parser.add_argument(
+        "--fencing",
+        action="store_true",
+        help="add the fencing-token column and the guard that `dislockctl fence` attaches",
+    )
     parser.add_argument(
         "--history", action="store_true", help="create the run history table too (LOCK_HISTORY=1)"
     )
@@ -73,12 +77,17 @@ def _statements(
     from dislock.core.limits import set_max_ttl
 
     statements = init_statements(table, fencing=fencing)
+    if fencing:
+        from dislock.core.fencing import guard_sql
+
+        # The guard names the table with its schema; without one, public's is meant.
+        statements.append(guard_sql(table if len(table) == 2 else ("public", table[0])))
     if history is not None:
         statements += create_history(history)
     if max_ttl is not None:
         # On a table with grants, also: dislockctl grant ... --print-sql (the bound).
         statements.append(set_max_ttl(table, max_ttl))
-    return [f"{s.as_string(None)};" for s in statements]
+    return [f"{s.as_string(None).rstrip().removesuffix(';')};" for s in statements]
 
 
 def _init(
@@ -97,7 +106,8 @@ def _init(
     history_ready = history is None or (
         bool(columns(conn, history)) and send(conn, up_to_date(history))
     )
-    if found and (not fencing or "fence" in found) and history_ready:
+    guarded = not fencing or ("fence" in found and _guard_installed(conn, table))
+    if found and guarded and history_ready:
         # Nothing to create: an application role without DDL rights gets here too.
         print(f"lock table {'.'.join(table)} already exists" + (" with fencing" if fencing else ""))
         if history is not None:
@@ -110,6 +120,11 @@ def _init(
             conn.execute(statement)
         for statement in create_history(history) if history is not None else []:
             conn.execute(statement)
+        if fencing:
+            from dislock.core.fencing import guard_sql
+            from dislock.core.grant_catalog import qualified
+
+            conn.execute(guard_sql(send(conn, qualified(table)) or ("public", table[-1])))
 
     # A table in use may get its fencing column here: in short tries, as grant does.
     try:
@@ -122,6 +137,16 @@ def _init(
     if history is not None:
         print(f"history table {'.'.join(history)} is ready: set LOCK_HISTORY=1 to record runs")
     return _record_max_ttl(conn, table, max_ttl)
+
+
+def _guard_installed(conn: Connection, table: tuple[str, ...]) -> bool:
+    """Whether the fencing guard of this version is beside the (existing) table."""
+    from dislock.cli.sending import send
+    from dislock.core.fencing import guard_installed
+    from dislock.core.grant_catalog import qualified
+
+    found = send(conn, qualified(table))
+    return found is not None and send(conn, guard_installed(found))
 
 
 def _record_max_ttl(conn: Connection, table: tuple[str, ...], max_ttl: float | None) -> int:

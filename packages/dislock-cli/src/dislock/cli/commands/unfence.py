@@ -1,0 +1,51 @@
+"""``dislockctl unfence``: take ``fence``'s guard off a table (exit 1 if it had none):
+the one way round the guard, for the table's owner."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from dislock.cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
+from dislock.cli.commands._call import Call, error
+
+if TYPE_CHECKING:
+    from dislock.cli.sending import Connection
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("user_table", metavar="TABLE", help="'table' or 'schema.table'")
+    parser.add_argument(
+        "--print-sql", action="store_true", help="print the statements instead of running them"
+    )
+
+
+def run(call: Call) -> int:
+    from dislock.core.config import parse_table
+    from dislock.core.fencing import unfence_statements
+
+    user_table = parse_table(call.args.user_table)
+    if call.args.print_sql:
+        for statement in unfence_statements(user_table):
+            print(f"{statement.as_string(None)};")
+        return EXIT_OK
+    return call.connected(lambda conn: _unfence(conn, user_table))
+
+
+def _unfence(conn: Connection, user_table: tuple[str, ...]) -> int:
+    from dislock.cli.sending import send
+    from dislock.core.fencing import table_state, unfence_statements
+
+    shown = ".".join(user_table)
+    state = send(conn, table_state(user_table))
+    if state is None:
+        error(f"table {shown} does not exist")
+        return EXIT_USAGE
+    if state.key is None:
+        error(f"table {shown} is not fenced")
+        return EXIT_FAILURE
+    with conn.transaction():
+        for statement in unfence_statements(user_table):
+            conn.execute(statement)
+    print(f"unfenced {shown}: writes no longer need {state.key!r}'s fencing token")
+    return EXIT_OK

@@ -39,7 +39,7 @@ pytestmark = pytest.mark.direct_postgres
 
 def set_for_role(db: psycopg.Connection[Any], url: str, setting: str, value: str | None) -> None:
     """``ALTER ROLE`` the URL's role: new sessions take it (None: reset it)."""
-    role = sql.Identifier(conninfo_to_dict(url)["user"])
+    role = sql.Identifier(str(conninfo_to_dict(url)["user"]))
     name = sql.Identifier(setting)
     if value is None:
         db.execute(sql.SQL("ALTER ROLE {} RESET {}").format(role, name))
@@ -176,32 +176,11 @@ def test_a_server_that_stays_read_only_is_reported_once_the_patience_is_spent(
 
 
 @pytest.fixture
-def synchronous_standby_nowhere(
-    db: psycopg.Connection[Any], database_url: str
-) -> Iterator[None]:
-    """Commits wait for a synchronous standby that does not exist, where
-    ``synchronous_commit`` is ``on`` (every session's default): the test's own
-    connection commits locally meanwhile."""
-    db.execute("SET synchronous_commit = local")
+def synchronous_standby_nowhere(db: psycopg.Connection[Any], database_url: str) -> Iterator[None]:
+    from tests.support.replication import synchronous_standby_nowhere
 
-    def configure(statement: str, expected: str) -> None:
-        db.execute(statement)
-        db.execute("SELECT pg_reload_conf()")
-
-        def applied() -> bool:  # the postmaster rereads its configuration in a while
-            with psycopg.connect(database_url, autocommit=True) as fresh:
-                fresh.execute("SET synchronous_commit = local")
-                row = fresh.execute("SHOW synchronous_standby_names").fetchone()
-            return row is not None and row[0] == expected
-
-        eventually(applied, timeout=30, message="the configuration was not reloaded")
-
-    nowhere = "dislock_test_nowhere"
-    configure(f"ALTER SYSTEM SET synchronous_standby_names = '{nowhere}'", nowhere)
-    try:
+    with synchronous_standby_nowhere(db, database_url):
         yield
-    finally:
-        configure("ALTER SYSTEM RESET synchronous_standby_names", "")
 
 
 @pytest.mark.parametrize("patience", [0.0, 60.0])

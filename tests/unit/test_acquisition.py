@@ -474,7 +474,9 @@ def test_a_full_lease_of_slots_is_not_tried_again() -> None:
     assert db.steps == ["connect", "acquire"]
 
 
-READ_ONLY = psycopg.errors.ReadOnlySqlTransaction("cannot execute INSERT in a read-only transaction")
+READ_ONLY = psycopg.errors.ReadOnlySqlTransaction(
+    "cannot execute INSERT in a read-only transaction"
+)
 
 
 def test_a_read_only_answer_is_ridden_out_from_a_fresh_connection_on() -> None:

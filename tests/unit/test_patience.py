@@ -6,9 +6,8 @@ import random
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-import pytest
-
 import psycopg
+import pytest
 from psycopg.errors import ObjectNotInPrerequisiteState, ReadOnlySqlTransaction
 
 from dislock import LockContext

@@ -33,6 +33,41 @@ def test_check_refuses_a_read_only_session_in_one_line(cli_env: dict[str, str]) 
     assert "read-only" in result.stderr and "default_transaction_read_only" in result.stderr
 
 
+def test_check_shows_the_standbys_and_whether_a_commit_waits_for_one(
+    cli_env: dict[str, str], db: psycopg.Connection[Any], lock_table: tuple[str, str]
+) -> None:
+    from tests.support.herd import limited_role
+    from tests.support.replication import NOWHERE, synchronous_standby_nowhere
+
+    alone = check(cli_env)
+    assert alone.returncode == 0, alone.stderr
+    assert "\n  standbys        0\n" in alone.stdout
+    assert (
+        "\n  synchronous     no: a commit waits for no standby (synchronous_standby_names='',"
+        " synchronous_commit=on)\n"
+    ) in alone.stdout
+    with limited_role(db, cli_env["DATABASE_URL"], lock_table, 5) as url:
+        unprivileged = check({**cli_env, "DATABASE_URL": url})
+        assert unprivileged.returncode == 0, unprivileged.stderr
+        assert (
+            "\n  standbys        0 (names and states need pg_monitor, which this role lacks)\n"
+        ) in unprivileged.stdout
+        role = sql.Identifier(str(conninfo_to_dict(url)["user"]))
+        db.execute(sql.SQL("GRANT pg_monitor TO {}").format(role))
+        monitor = check({**cli_env, "DATABASE_URL": url})
+        assert "\n  standbys        0\n" in monitor.stdout, monitor.stdout
+    with synchronous_standby_nowhere(db, cli_env["DATABASE_URL"]):
+        waits = check(cli_env)  # (it only reads: nothing of it waits)
+        params = conninfo_to_dict(cli_env["DATABASE_URL"])
+        params["options"] = "-c synchronous_commit=local"
+        local = check({**cli_env, "DATABASE_URL": make_conninfo("", **params)})
+    assert (
+        "\n  synchronous     yes: a commit waits for a standby (synchronous_standby_names="
+        f"'{NOWHERE}', synchronous_commit=on)\n"
+    ) in waits.stdout, waits.stdout
+    assert "\n  synchronous     no: a commit waits for no standby" in local.stdout, local.stdout
+
+
 def test_check_shows_the_timeline_and_a_running_lock_delay(
     cli_env: dict[str, str], db: psycopg.Connection[Any], lock_table: tuple[str, str]
 ) -> None:

@@ -301,6 +301,7 @@ def test_dislockctl_check_refuses_a_standby(pair: Pair) -> None:
         timeout=60,
     )
     assert both.returncode == 0, both.stderr
+    assert "\n  standbys        1: standby1 (async)\n" in both.stdout, both.stdout
 
 
 def test_the_wrapper_on_a_standby_fails_with_one_line(pair: Pair, tmp_path: Path) -> None:

@@ -280,6 +280,8 @@ class CliDriver(Driver):
 
     def __init__(self) -> None:
         self._tmp = Path(tempfile.mkdtemp(prefix="dislock-cli-driver-"))
+        self.hold_stderr: Path | None = None
+        """The stderr of the latest ``hold``'s wrapper, written as it runs."""
 
     @classmethod
     def command(cls) -> list[str]:
@@ -301,6 +303,7 @@ class CliDriver(Driver):
         run = self._tmp / uuid.uuid4().hex
         started, release = run.with_suffix(".started"), run.with_suffix(".release")
         token, said = run.with_suffix(".token"), run.with_suffix(".hold-stderr")
+        self.hold_stderr = said
         script = (
             f'echo "$DISLOCK_FENCING_TOKEN" > "{token}"; touch "{started}";'
             f' while [ ! -e "{release}" ]; do sleep 0.02; done'

@@ -9,12 +9,15 @@ checkpoint, nothing more sent to the standby), then ``pg_ctl promote``.
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 
 from tests.support.cluster import Cluster
+from tests.support.eventually import eventually
 
 STANDBY_NAME = "standby1"
 
@@ -99,3 +102,32 @@ class Pair:
     def destroy(self) -> None:
         self.primary.destroy()
         self.standby.destroy()
+
+
+@contextlib.contextmanager
+def synchronous_standby_nowhere(db: psycopg.Connection[Any], url: str) -> Iterator[None]:
+    """The test server's commits wait for a synchronous standby that does not exist,
+    where ``synchronous_commit`` is ``on`` (every session's default); ``db`` commits
+    locally meanwhile (``synchronous_standby_names`` is the server's alone: ``ALTER
+    SYSTEM``, reset afterwards)."""
+    db.execute("SET synchronous_commit = local")
+
+    def configure(statement: str, expected: str) -> None:
+        db.execute(statement)
+        db.execute("SELECT pg_reload_conf()")
+
+        def applied() -> bool:  # the postmaster rereads its configuration in a while
+            with psycopg.connect(url, autocommit=True) as fresh:
+                row = fresh.execute("SHOW synchronous_standby_names").fetchone()
+            return row is not None and row[0] == expected
+
+        eventually(applied, timeout=30, message="the configuration was not reloaded")
+
+    configure("ALTER SYSTEM SET synchronous_standby_names = 'dislock_test_nowhere'", NOWHERE)
+    try:
+        yield
+    finally:
+        configure("ALTER SYSTEM RESET synchronous_standby_names", "")
+
+
+NOWHERE = "dislock_test_nowhere"

@@ -472,3 +472,52 @@ def test_a_full_lease_of_slots_is_not_tried_again() -> None:
     tried = db.run(lease_try(db, lease_context(slots=3)))
     assert (tried.key, tried.clock) == ("cronjob-lock:lease:nightly", None)
     assert db.steps == ["connect", "acquire"]
+
+
+READ_ONLY = psycopg.errors.ReadOnlySqlTransaction(
+    "cannot execute INSERT in a read-only transaction"
+)
+
+
+def test_a_read_only_answer_is_ridden_out_from_a_fresh_connection_on() -> None:
+    """A demoting primary a proxy still routes to: the whole try again, after a pause
+    (the hub retired the connection that answered), its lease clock started anew."""
+    db = Database([READ_ONLY, Late(0.5, TAKEN)])
+    tried = db.run(lease_try(db, lease_context()))
+    assert tried.fence == 7 and tried.clock is not None
+    # The clock started as the second try was sent, after the pause, not at the first.
+    assert tried.clock.deadline > 30.0 - tried.clock.margin
+    again = ["connect", "crowded?", "acquire"]
+    assert db.steps == [*again, "pause", *again, "noted 3"]
+
+
+def test_an_unconfirmed_acquisition_is_handed_back_then_ridden_out() -> None:
+    db = Database([NotReplicatedError("not confirmed by a standby"), True, TAKEN])
+    tried = db.run(lease_try(db, lease_context()))
+    assert tried.fence == 7
+    assert db.steps == [
+        *["connect", "crowded?", "acquire", "release", "pause"],
+        *["connect", "crowded?", "acquire", "noted 3"],
+    ]
+
+
+def test_a_passing_answer_past_the_patience_is_raised_saying_how_long() -> None:
+    db = Database([READ_ONLY, Late(6.0, READ_ONLY)])  # the patience is 5 s
+    with pytest.raises(psycopg.errors.ReadOnlySqlTransaction, match=r"answered so for 6\.\d s"):
+        db.run(lease_try(db, lease_context()))
+    assert db.steps.count("acquire") == 2
+
+
+def test_a_schedule_slot_rides_out_a_read_only_answer() -> None:
+    db = Database([READ_ONLY, TAKEN._replace(slot_end=SLOT_END)])
+    answer, ends = db.run(schedule_claim(db, lease_context(schedule="* * * * *")))
+    assert (answer.acquired, ends) == (True, SLOT_END)
+    assert db.steps == ["crowded?", "acquire", "pause", "crowded?", "acquire", "noted 3"]
+
+
+def test_other_errors_are_not_ridden_out() -> None:
+    denied = psycopg.errors.InsufficientPrivilege("permission denied for table locks")
+    db = Database([denied])
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        db.run(lease_try(db, lease_context()))
+    assert db.steps == ["connect", "crowded?", "acquire"]

@@ -6,10 +6,12 @@ import random
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+import psycopg
 import pytest
+from psycopg.errors import ObjectNotInPrerequisiteState, ReadOnlySqlTransaction
 
 from dislock import LockContext
-from dislock.core.errors import ConfigurationError, DatabaseUnreachableError
+from dislock.core.errors import ConfigurationError, DatabaseUnreachableError, NotReplicatedError
 from dislock.core.patience import (
     BACKOFF_CAP,
     BACKOFF_FIRST,
@@ -19,6 +21,7 @@ from dislock.core.patience import (
     SlotEnd,
     backoff_delay,
     is_transient,
+    passing_answer,
     slot_patience,
 )
 
@@ -171,6 +174,59 @@ def test_the_patience_running_out_is_reported_with_how_long_it_lasted() -> None:
     )
     permanent = Refusal("password authentication failed")
     assert ConnectPatience(3.0, now=0.0).unreachable(permanent, "x", 0.0) is None
+
+
+READ_ONLY = ReadOnlySqlTransaction("cannot execute INSERT in a read-only transaction")
+
+
+@pytest.mark.parametrize(
+    ("error", "passing"),
+    [
+        (READ_ONLY, True),  # a standby, a demoting primary, a read-only session
+        (ObjectNotInPrerequisiteState("recovery is in progress"), True),  # a standby's WAL
+        (NotReplicatedError("lease 'x' was not acquired (handed back): ..."), True),
+        (ObjectNotInPrerequisiteState("lock table is not ready"), False),
+        (psycopg.errors.InsufficientPrivilege("permission denied for table locks"), False),
+        (psycopg.errors.UndefinedTable('relation "locks" does not exist'), False),
+        # A refused connection is the connection's patience (is_transient), not an answer.
+        (psycopg.OperationalError("connection refused"), False),
+        (
+            DatabaseUnreachableError(
+                "unreachable", detail="x", unreachable_for=1.0, attempts=2, patience=1.0
+            ),
+            False,
+        ),
+    ],
+    ids=str,
+)
+def test_a_failovers_passing_answers(error: Exception, passing: bool) -> None:
+    assert passing_answer(error) is passing
+
+
+def test_a_passing_answer_is_retried_within_the_patience_then_says_how_long() -> None:
+    state = ConnectPatience(3.0, now=0.0)
+    assert state.next_delay(READ_ONLY, 0.5, attempt_started=0.0) is not None
+    assert state.next_delay(READ_ONLY, 3.0) is None
+    error = state.still_answered(READ_ONLY, 3.0)
+    # Its own kind (so the same advice and exit), saying how long it was tried.
+    assert isinstance(error, ReadOnlySqlTransaction) and error.sqlstate == "25006"
+    assert str(error) == (
+        "cannot execute INSERT in a read-only transaction (answered so for 3.0 s,"
+        " 2 attempts, within a connect patience of 3 s)"
+    )
+    unconfirmed = NotReplicatedError("lease 'x' was not acquired (handed back)")
+    ends = datetime(2026, 12, 3, 12, 1, tzinfo=timezone.utc)
+    state = ConnectPatience(3.0, now=0.0, slot=lambda: SlotEnd("x", ends, ends))
+    assert state.next_delay(unconfirmed, 0.5, attempt_started=0.0) is None  # the slot ended
+    error = state.still_answered(unconfirmed, 0.5)
+    assert isinstance(error, NotReplicatedError)
+    assert str(error).endswith("(answered so for 0.5 s, 1 attempt, until the schedule slot ended)")
+
+
+def test_without_patience_a_passing_answer_is_reported_as_it_came() -> None:
+    state = ConnectPatience(0.0, now=0.0)
+    assert state.next_delay(READ_ONLY, 0.0, attempt_started=0.0) is None
+    assert state.still_answered(READ_ONLY, 0.0) is READ_ONLY
 
 
 def test_waiting_for_the_holder_does_not_spend_the_patience() -> None:

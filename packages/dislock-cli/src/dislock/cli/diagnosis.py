@@ -23,14 +23,13 @@ from dislock.cli.lock_rows import RowSecurity, matches
 from dislock.core.dsn import one_line, redact_dsn, scrub
 from dislock.core.errors import DatabaseUnreachableError
 from dislock.core.grants import OPERATOR, READER, WRAPPER
+from dislock.core.patience import passing_answer
 from dislock.core.table import create_table_sql
 
 _UNDEFINED_TABLE = "42P01"
 _UNDEFINED_COLUMN = "42703"
 _UNDEFINED_SCHEMA = "3F000"
 _INSUFFICIENT_PRIVILEGE = "42501"
-_READ_ONLY_TRANSACTION = "25006"
-_NOT_IN_PREREQUISITE_STATE = "55000"  # e.g. a standby asked for its WAL position
 
 
 def describe_database_error(error: BaseException, *, table_parts: tuple[str, ...], url: str) -> str:
@@ -65,9 +64,7 @@ def describe_database_error(error: BaseException, *, table_parts: tuple[str, ...
             " it (where the table has grants: dislockctl URL_VARIABLE grant ROLE --reader,"
             " see docs/security.md)"
         )
-    elif sqlstate == _READ_ONLY_TRANSACTION or (
-        sqlstate == _NOT_IN_PREREQUISITE_STATE and "recovery is in progress" in detail
-    ):
+    elif passing_answer(error):  # read-only, and still so once the patience was spent
         message = (
             f"the database is read-only ({detail}); point the URL at the primary, not a replica"
         )

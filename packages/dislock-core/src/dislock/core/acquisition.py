@@ -36,7 +36,7 @@ import psycopg
 from dislock.core.answers import Acquired, SlotAnswer
 from dislock.core.context import LockContext
 from dislock.core.cron import SlotCandidates, begun_too_long_ago, slot_end
-from dislock.core.dsn import error_line, scrub
+from dislock.core.dsn import error_line, one_line, scrub
 from dislock.core.errors import (
     DatabaseUnreachableError,
     LockDelayedError,
@@ -48,7 +48,7 @@ from dislock.core.exchange import Exchange
 from dislock.core.failover import delayed
 from dislock.core.lease import LeaseClock, LeaseSettings
 from dislock.core.lock_statements import statements_for
-from dislock.core.patience import ConnectPatience
+from dislock.core.patience import ConnectPatience, passing_answer
 from dislock.core.pause import paused_error
 from dislock.core.refusal import refused
 from dislock.core.replace import hand_over
@@ -287,7 +287,48 @@ def handing_back(context: LockContext, keys: list[str]) -> Steps[None]:
         logger.debug("handing back %s: %s", ", ".join(keys), scrub(str(error), context.url))
 
 
+def riding_out(
+    attempt: Callable[[], Steps[Outcome]], patience: ConnectPatience, clock: Clock = monotonic
+) -> Steps[Outcome]:
+    """``attempt()``'s outcome, the whole attempt made again after a failover's passing
+    answer (``dislock.core.patience.passing_answer``; the hub retired the connection
+    that gave it, so the next try opens a fresh one) with the connections' backoff,
+    until ``patience``'s deadline; then the answer is raised, saying how long."""
+    while True:
+        started = clock()
+        try:
+            return (yield from attempt())
+        except (NotReplicatedError, psycopg.Error) as exc:
+            if not passing_answer(exc):
+                raise
+            now = clock()
+            delay = patience.next_delay(exc, now, attempt_started=started)
+            if delay is None:
+                raise patience.still_answered(exc, now) from None
+            logger.info("%s; trying again in %.2f s", one_line(str(exc)), delay)
+        yield Pause(delay)
+
+
 def claiming_schedule_slot(
+    context: LockContext,
+    key: str,
+    patience: ConnectPatience,
+    *,
+    local_now: datetime | None = None,
+    lease: str | None = None,
+    clock: Clock = monotonic,
+) -> Steps[tuple[Acquired, datetime]]:
+    """``_claiming_schedule_slot``, ridden out (``riding_out``)."""
+    return riding_out(
+        lambda: _claiming_schedule_slot(
+            context, key, patience, local_now=local_now, lease=lease, clock=clock
+        ),
+        patience,
+        clock,
+    )
+
+
+def _claiming_schedule_slot(
     context: LockContext,
     key: str,
     patience: ConnectPatience,
@@ -437,6 +478,14 @@ def trying_lease(
     patience: ConnectPatience,
     *,
     clock: Clock = monotonic,
+) -> Steps[LeaseTry]:
+    """``_trying_lease``, ridden out (``riding_out``): the lease's clock starts again
+    with each try."""
+    return riding_out(lambda: _trying_lease(context, settings, patience, clock), patience, clock)
+
+
+def _trying_lease(
+    context: LockContext, settings: LeaseSettings, patience: ConnectPatience, clock: Clock
 ) -> Steps[LeaseTry]:
     """One try at ``context``'s lease: its row, or with ``slots`` a free slot row (tried
     again at once while the race for one was lost and others looked free).  A pause

@@ -20,6 +20,10 @@ is spent going round the hosts rather than waiting on one that never answers.
 Only *opening* a connection is retried here: a statement that failed mid-way
 may have taken effect.  An acquiring statement whose answer was lost is judged
 by ``dislock.core.unknown_outcome``, within the same patience (``answer_lost``).
+Two answers a failover gives for a moment (``passing_answer``) are waited out
+too, the whole try sent again on a fresh connection: a server that answers
+read-only (HAProxy still routes to a demoting primary, a standby not yet
+promoted) and a commit synchronous replication did not confirm (handed back).
 """
 
 from __future__ import annotations
@@ -29,7 +33,8 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import NamedTuple
 
-from dislock.core.errors import DatabaseUnreachableError
+from dislock.core.dsn import one_line
+from dislock.core.errors import DatabaseUnreachableError, NotReplicatedError
 
 DEFAULT_CONNECT_PATIENCE = 30.0
 """Seconds a lock keeps retrying a refused connection before reporting it."""
@@ -96,6 +101,19 @@ def is_transient(error: BaseException) -> bool:
     if any(word in text for word in _PERMANENT_WORDS):
         return False
     return any(word in text for word in _TRANSIENT_WORDS)
+
+
+def passing_answer(error: BaseException) -> bool:
+    """Whether a statement's error is an answer a failover gives for a moment: a
+    server that answers read-only (SQLSTATE 25006: a standby, a demoting primary, a
+    read-only session; or a standby asked for its WAL position) or an acquisition
+    synchronous replication did not confirm (handed back).  (Both also come from a
+    URL that names a replica, or a standby that never confirms: ridden out within the
+    patience all the same, then reported.)"""
+    if isinstance(error, NotReplicatedError):
+        return True
+    sqlstate = getattr(error, "sqlstate", None)
+    return sqlstate == "25006" or (sqlstate == "55000" and "recovery is in progress" in str(error))
 
 
 def backoff_delay(attempt: int, rng: random.Random | None = None) -> float:
@@ -210,7 +228,7 @@ class ConnectPatience:
         self.failures += 1
         if self.failing_since is None:
             self.failing_since = now if attempt_started is None else attempt_started
-        if not is_transient(error):
+        if not (is_transient(error) or passing_answer(error)):
             return None
         deadline = self.deadline(now)
         if now >= deadline:
@@ -259,6 +277,24 @@ class ConnectPatience:
         if not is_transient(error):
             return None
         return self._gave_up(detail, now)
+
+    def still_answered(self, error: Exception, now: float) -> Exception:
+        """The error to raise once ``next_delay`` gave up on a ``passing_answer``:
+        ``error`` itself without patience (nothing was waited out), else one of its
+        kind (its SQLSTATE, so the same advice) that says for how long it was tried."""
+        if self.patience <= 0:
+            return error
+        since = self.failing_since if self.failing_since is not None else now
+        tries = f"{self.failures} attempt{'s' if self.failures != 1 else ''}"
+        within = (
+            f"within a connect patience of {self.patience:g} s"
+            if self._slot_end is None
+            else "until the schedule slot ended"
+        )
+        return type(error)(
+            f"{one_line(str(error))} (answered so for {max(0.0, now - since):.1f} s,"
+            f" {tries}, {within})"
+        )
 
     def _gave_up(self, detail: str, now: float) -> DatabaseUnreachableError:
         since = self.failing_since if self.failing_since is not None else now

@@ -32,7 +32,7 @@ from dislock.core.errors import NotSent, StatementTimeout
 from dislock.core.exchange import Answer, Exchange
 from dislock.core.failover import TIMELINE_NOW
 from dislock.core.hub_state import HubState
-from dislock.core.patience import ConnectPatience
+from dislock.core.patience import ConnectPatience, passing_answer
 from dislock.core.preparing import PREPARED_STATEMENT_ERRORS, SERVER_PID
 from dislock.core.renewal import Renewal
 from dislock.core.timeouts import STATEMENT_FLOOR
@@ -100,7 +100,14 @@ class Hub(HubState[Link]):
             left = timeout - (monotonic() - started)
             return link.execute(statement, params, max(left, STATEMENT_FLOOR))
         except Exception as exc:
-            if isinstance(exc, StatementTimeout) or link.conn.broken or link.conn.closed:
+            # A connection that answered read-only or unconfirmed stays so (a read-only
+            # session, a demoting primary a proxy still routes to): a fresh one may not.
+            if (
+                isinstance(exc, StatementTimeout)
+                or passing_answer(exc)
+                or link.conn.broken
+                or link.conn.closed
+            ):
                 self._retire(link)
             raise
 

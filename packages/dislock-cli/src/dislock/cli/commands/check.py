@@ -148,6 +148,7 @@ def _check(conn: Connection, settings: WrapperSettings) -> int:
     if _print_max_ttl(conn, table_parts, settings) is not None:
         return EXIT_USAGE
     _print_lock_delay(conn, table_parts)
+    _print_replication(conn)
     slots = {name: context.slots if kind(name).renewed else 1 for name in settings.strategies}
     keys = {
         name: [kind(name).row_key(context.lock_key, n) for n in range(1, slots[name] + 1)]
@@ -232,6 +233,33 @@ def _print_lock_delay(conn: Connection, table: tuple[str, ...]) -> None:
             f" that may hold it, the last ends {describe_expiry(state.seconds_left)}"
         )
     print(line)
+
+
+def _print_replication(conn: Connection) -> None:
+    """The server's streaming standbys and whether a commit waits for one: what a
+    failover can cost the lock table (docs/guarantees.md#failover-and-replication)."""
+    row = conn.execute(
+        "SELECT current_setting('synchronous_standby_names'),"
+        " current_setting('synchronous_commit'),"
+        # Without pg_read_all_stats (pg_monitor has it) a role sees a standby's
+        # process, but not its name nor its state.
+        " pg_has_role(current_user, 'pg_read_all_stats', 'USAGE'),"
+        " ARRAY(SELECT format('%s (%s)', application_name, sync_state) FROM pg_stat_replication"
+        " WHERE state IS DISTINCT FROM 'startup' ORDER BY application_name)"
+    ).fetchone()
+    assert row is not None
+    names, commit, permitted, standbys = row
+    if not permitted:
+        line = f"{len(standbys)} (names and states need pg_monitor, which this role lacks)"
+    else:
+        line = f"{len(standbys)}" + (f": {', '.join(standbys)}" if standbys else "")
+    print(f"  standbys        {line}")
+    waits = bool(names) and commit not in ("off", "local")
+    print(
+        f"  synchronous     {'yes' if waits else 'no'}: a commit waits for "
+        + ("a standby" if waits else "no standby")
+        + f" (synchronous_standby_names={names!r}, synchronous_commit={commit})"
+    )
 
 
 def _past_deadline(context: LockContext, now: datetime) -> bool:

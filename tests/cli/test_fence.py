@@ -20,7 +20,8 @@ WRITER = textwrap.dedent(
     """
     import os, psycopg
     with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as conn:
-        conn.execute("INSERT INTO {table} VALUES (%s)", (os.environ.get("DISLOCK_FENCING_TOKEN", "none"),))
+        token = os.environ.get("DISLOCK_FENCING_TOKEN", "none")
+        conn.execute("INSERT INTO {table} VALUES (%s)", (token,))
         print(conn.execute("SHOW statement_timeout").fetchone()[0])
     """
 )

@@ -94,6 +94,7 @@ def test_a_stale_token_is_refused_and_the_live_one_only_while_live(
     with LeaseLock(context) as first:
         assert _write(url, report, first.fence) is None
     stale = first.fence
+    assert stale is not None
     refused = _write(url, report, stale)  # released: no holder at all
     assert refused is not None and "is not that of a live lease of lock 'nightly'" in refused
     with LeaseLock(dataclasses.replace(context, owner="b")) as second:

@@ -156,7 +156,8 @@ def test_a_takeover_before_the_commit_fails_the_commit(
 ) -> None:
     table = sql.Identifier(*lock_table)
     live = sql.SQL(
-        "INSERT INTO {} (key, value, expire_at, fence) VALUES (%s, 'old', NOW() + interval '1 h', 7)"
+        "INSERT INTO {} (key, value, expire_at, fence)"
+        " VALUES (%s, 'old', NOW() + interval '1 h', 7)"
     )
     db.execute(live.format(table), (lease_key(KEY),))
     with psycopg.connect(database_url, prepare_threshold=None) as writer:

@@ -34,6 +34,7 @@ def test_a_team_fences_its_own_tables_by_its_own_keys(
         fleet.billing, "fence", mine, "--key", "billing-export", table=fleet.table
     )
     assert status == 0, err
+    assert out.startswith(f"fenced {mine}: a write commits only with the fencing token")
     status, _, err = ctl(fleet.billing, "fence", mine, "--key", "reports-daily", table=fleet.table)
     assert status == 1
     assert "may not fence by 'reports-daily': its grant covers billing-*" in err

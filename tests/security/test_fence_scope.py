@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
+import pytest
 from psycopg import sql
 
 from dislock import LeaseLock, LockContext, set_fencing_token
@@ -62,11 +63,8 @@ def test_a_team_fences_its_own_tables_by_its_own_keys(
         with conn.transaction():
             set_fencing_token(conn, lock.fence)
             conn.execute(insert)
-        try:
-            with conn.transaction():
-                conn.execute(insert)
-        except psycopg.Error as exc:
-            assert exc.sqlstate == "FENCE"
-        else:
-            raise AssertionError("a write without the token went through")
+        no_token = pytest.raises(psycopg.Error, match="carries no fencing token")
+        with no_token as refused, conn.transaction():
+            conn.execute(insert)
+        assert refused.value.sqlstate == "FENCE"
     assert db.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.SQL(mine))).fetchone() == (1,)

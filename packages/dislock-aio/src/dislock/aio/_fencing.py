@@ -13,7 +13,7 @@ from dislock.core.fencing import set_token
 
 
 async def set_fencing_token(
-    conn: AsyncConnection[Any], token: int | str, *, session: bool = False
+    conn: AsyncConnection[Any], token: int | str | None, *, session: bool = False
 ) -> None:
     """Let ``conn``'s current transaction carry fencing ``token`` (a lock's ``fence``,
     a session's ``fencing_token``) to the tables ``dislockctl fence`` guards; with
@@ -22,8 +22,9 @@ async def set_fencing_token(
     Behind PgBouncer in transaction mode, call it first in each transaction, without
     ``session``: a session's setting would stay with the server connection, which
     serves other clients next.  Raises ``ConfigurationError`` for a token that is not
-    a whole number, and where no transaction is open (an autocommit connection
-    outside ``conn.transaction()``), since the setting would end with the call.
+    a whole number (None: a lock taken without fencing), and where no transaction is
+    open (an autocommit connection outside ``conn.transaction()``), since the setting
+    would end with the call.
     """
     exchange = set_token(token, local=not session)
     idle = conn.info.transaction_status == TransactionStatus.IDLE

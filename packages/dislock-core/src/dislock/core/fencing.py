@@ -177,7 +177,7 @@ def scoped_roles(lock_table: tuple[str, ...]) -> Exchange[set[str]]:
     return Exchange(query, params, lambda rows: {str(role) for (role,) in rows})
 
 
-def set_token(token: int | str, *, local: bool = True) -> Exchange[object]:
+def set_token(token: int | str | None, *, local: bool = True) -> Exchange[object]:
     """The statement that gives the rest of this transaction (``local``) or this session
     the fencing token ``token``."""
     query = sql.SQL("SELECT set_config(%(setting)s, %(token)s, %(local)s)")
@@ -187,10 +187,14 @@ def set_token(token: int | str, *, local: bool = True) -> Exchange[object]:
 
 def check_token(token: object) -> int:
     """A fencing token: a whole number of at least 1 (a lease's ``fence``)."""
+    from dislock.core.errors import ConfigurationError
+
+    if token is None:
+        raise ConfigurationError(
+            "no fencing token: the lock was taken without fencing (LockContext(fencing=True))"
+        )
     text = str(token).strip()
     if isinstance(token, bool) or not text.isdigit() or int(text) < 1 or len(text) > 18:
-        from dislock.core.errors import ConfigurationError
-
         raise ConfigurationError(f"fencing token {bounds.escape(text[:40])!r} is not a token")
     return int(text)
 

@@ -11,9 +11,9 @@ Nothing here asserts a time.  The table and a plot go to ``docs/benchmarks.md``
 and ``docs/benchmarks.png`` unless ``--no-write``.
 
 Layout: ``__main__`` parses the options and runs the measures; one module per
-measure (``cli``, ``import_cost``, ``cycle``, ``roles``, ``race``, ``waiting``,
-``herd``, ``scale``, ``hot``, ``history``, ``serve``) returns its ``rows.Row``\\ s;
-``timing``, ``wrapper``, ``installs`` and ``server`` are what several measures
-share (``herd_pgbouncer`` is the herd's PgBouncer); ``report`` and ``plot`` turn
-the rows' numbers into the page and its figure.
+measure (``cli``, ``import_cost``, ``cycle``, ``roles``, ``fence``, ``race``,
+``waiting``, ``herd``, ``scale``, ``hot``, ``history``, ``serve``) returns its
+``rows.Row``\\ s; ``timing``, ``wrapper``, ``installs`` and ``server`` are what
+several measures share (``herd_pgbouncer`` is the herd's PgBouncer); ``report`` and
+``plot`` turn the rows' numbers into the page and its figure.
 """

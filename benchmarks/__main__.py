@@ -18,6 +18,7 @@ from pathlib import Path
 import benchmarks
 from benchmarks.cli import cli_rows
 from benchmarks.cycle import cycle_rows
+from benchmarks.fence import fence_rows
 from benchmarks.herd import HERD_SIZES, herd_rows
 from benchmarks.history import HISTORY_ROWS, history_rows
 from benchmarks.hot import hot_rows
@@ -45,6 +46,7 @@ def measures(url: str, quick: bool) -> list[tuple[str, Callable[[], list[Row]]]]
         ("import", partial(import_rows, 3 if quick else 15)),
         ("cycle", partial(cycle_rows, url, 10 if quick else 150)),
         ("roles", partial(roles_rows, url, repeat, 10 if quick else 150)),
+        ("fence", partial(fence_rows, url, 50 if quick else 1000, 3 if quick else 15)),
         ("race", partial(race_rows, url, 32)),
         ("waiting", partial(waiting_rows, url, 5 if quick else 40)),
         ("herd", partial(herd_rows, url, HERD_SIZES[quick])),
@@ -67,8 +69,8 @@ def main() -> int:
     parser.add_argument("--no-write", action="store_true")
     parser.add_argument(
         "--only",
-        help="comma-separated parts to run (cli, import, cycle, roles, race, waiting, herd,"
-        " scale, renewal, output, hot, history, serve); prints their rows and writes nothing",
+        help="comma-separated parts to run (cli, import, cycle, roles, fence, race, waiting,"
+        " herd, scale, renewal, output, hot, history, serve); prints their rows and writes nothing",
     )
     parser.add_argument(
         "--herd",

@@ -14,6 +14,7 @@ import pytest
 from psycopg import sql
 
 from dislock import LeaseLock, LockContext
+from dislock.core.fencing import VERSION
 from tests.cli.conftest import Ctl, RunCli
 
 WRITER = textwrap.dedent(
@@ -197,6 +198,14 @@ def test_init_twice_changes_nothing(
     again = ctl("init", "--fencing")
     assert again.returncode == 0 and "already exists with fencing" in again.stdout
     assert db.execute(guard, (name,)).fetchone() == before
+    # A guard of an older release is rewritten (its functions keep their names).
+    db.execute(
+        sql.SQL("COMMENT ON FUNCTION {}() IS 'dislock fence guard 0'").format(sql.SQL(name[:-2]))
+    )
+    upgraded = ctl("init", "--fencing")
+    assert upgraded.returncode == 0 and "is ready with fencing tokens" in upgraded.stdout
+    comment = db.execute("SELECT obj_description(to_regprocedure(%s), 'pg_proc')", (name,))
+    assert comment.fetchone() == (VERSION,)
 
 
 def test_the_wrapper_gives_no_pgoptions_of_its_own_without_fencing(

@@ -33,7 +33,7 @@ TRIGGER = "dislock_fence"
 
 TRUNCATE_TRIGGER = "dislock_fence_truncate"
 
-VERSION = "dislock fence guard 1"
+VERSION = "dislock fence guard 2"
 """The guard functions' comment: ``init --fencing`` rewrites functions of another one."""
 
 HINT = (

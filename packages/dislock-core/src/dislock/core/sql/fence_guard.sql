@@ -10,14 +10,20 @@
 -- true once per transaction and lock key, so that a 10,000-row COPY queues one check
 -- for its commit, not 10,000.  The mark names the transaction, so that no setting of
 -- the session's can stand for it; a rolled-back savepoint takes its mark back with
--- the check it queued.
+-- the check it queued.  Runs for every row: written to be inlined into the WHEN (no
+-- SET clause, which would stop that), so every name in it, operators too, is
+-- qualified instead of pinning search_path.
 CREATE OR REPLACE FUNCTION {due}(lock_key text) RETURNS boolean
-LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $due$
+LANGUAGE sql VOLATILE AS $due$
     SELECT CASE
-        WHEN pg_catalog.current_setting('dislock.fence_due', true)
-            = pg_catalog.pg_current_xact_id()::text || ':' || lock_key THEN false
+        WHEN pg_catalog.current_setting('dislock.fence_due', true) OPERATOR(pg_catalog.=)
+            (pg_catalog.pg_current_xact_id()::pg_catalog.text
+             OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) lock_key) THEN false
         ELSE pg_catalog.set_config(
-            'dislock.fence_due', pg_catalog.pg_current_xact_id()::text || ':' || lock_key, true
+            'dislock.fence_due',
+            pg_catalog.pg_current_xact_id()::pg_catalog.text
+                OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) lock_key,
+            true
         ) IS NOT NULL
     END
 $due$;

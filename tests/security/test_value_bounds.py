@@ -175,6 +175,21 @@ def test_a_role_cannot_record_a_run_with_an_oversized_text(
     assert snapshot(fleet, runs) == before, column
 
 
+@pytest.mark.parametrize("started_at", ["NOW() + interval '100 years'", "NOW() - interval '1 day'"])
+def test_a_run_starts_on_the_servers_clock(
+    fleet: Fleet, runs: tuple[str, ...], started_at: str
+) -> None:
+    """Neither from the future (listed first, as abandoned, past every prune) nor
+    backdated: the server's clock, as dislock writes it."""
+    before = snapshot(fleet, runs)
+    statement = sql.SQL(
+        "INSERT INTO {} (lock_key, modes, owner, host, pid, started_at)"
+        " VALUES ('billing-x', 'lease', 'o', 'h', 1, {})"
+    ).format(sql.Identifier(*runs), sql.SQL(started_at))
+    refused(fleet, fleet.billing, statement, {})
+    assert snapshot(fleet, runs) == before
+
+
 @pytest.mark.parametrize(
     "outcome", ["x" * BIG, "\x1b[2J\x1b]0;owned\x07", "ok ", "OK", "running", "abandoned"]
 )

@@ -413,7 +413,9 @@ def _history_grant(
     # A run's start writes its texts (the end, under its column privileges, none of
     # them: a run recorded before the bounds still ends), its end an outcome of
     # dislock's, which becomes a label value of dislock_runs_total.
-    started = sql.SQL("{} AND {} AND {}").format(
+    # Its start is the server's clock, as dislock writes it (a run "from the future"
+    # would be listed first, as abandoned, and outlive every prune).
+    started = sql.SQL("{} AND {} AND {} AND started_at = NOW()").format(
         mine,
         _fits("lock_key", "modes", "owner", "host"),
         _fits("cron", "cron_tz", nullable=True),

@@ -865,7 +865,9 @@ def test_bypassrls_is_a_loophole_only_on_a_table_the_role_may_touch(
         )
         status, out, _ = ctl(fleet.admin_url, "grants", "--json", table=fleet.table)
         assert status == 1
-        assert json.loads(out)["loopholes"] == [{"role": role, "privileges": ["BYPASSRLS"]}]
+        assert json.loads(out)["loopholes"] == [
+            {"role": role, "privileges": ["BYPASSRLS"], "table": ".".join(fleet.table)}
+        ]
     finally:
         db.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
         db.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
@@ -912,7 +914,9 @@ def test_maintain_is_a_loophole_where_the_server_has_it(
     try:
         status, out, _ = ctl(fleet.admin_url, "grants", "--json", table=fleet.table)
         assert status == 1
-        assert json.loads(out)["loopholes"] == [{"role": REPORTS_ROLE, "privileges": ["MAINTAIN"]}]
+        assert json.loads(out)["loopholes"] == [
+            {"role": REPORTS_ROLE, "privileges": ["MAINTAIN"], "table": ".".join(fleet.table)}
+        ]
         status, _, err = ctl(
             fleet.admin_url, "grant", REPORTS_ROLE, "--keys", "x-*", table=fleet.table
         )
@@ -1083,3 +1087,39 @@ def test_a_wrapper_role_records_a_failed_runs_output_within_its_bound(
                 ).format(table),
                 (run_id,),
             )
+
+
+def test_grants_audits_the_run_history_too(fleet: Fleet, db: psycopg.Connection[Any]) -> None:
+    """A hand-made TRIGGER (code run as another team when it records a run), DELETE
+    (ACCESS EXCLUSIVE on the history, so that others' runs go unrecorded) or a
+    table-wide INSERT (choosing ids) on the history table is listed, with the
+    history's name, and ``grants`` exits 1 until it is revoked."""
+    history = with_history(fleet, db, BILLING)
+    table = sql.Identifier(*history)
+    granted = {
+        BILLING_ROLE: "TRIGGER",
+        REPORTS_ROLE: "DELETE",
+        READER_ROLE: "INSERT",
+    }
+    for role, privilege in granted.items():
+        db.execute(
+            sql.SQL(f"GRANT {privilege} ON {{}} TO {{}}").format(table, sql.Identifier(role))
+        )
+    try:
+        status, out, err = ctl(fleet.admin_url, "grants", "--json", table=fleet.table)
+        assert status == 1, err
+        found = {
+            h["role"]: (h["privileges"], h["table"])
+            for h in json.loads(out)["loopholes"]
+            if h["role"] in ROLES
+        }
+        assert found == {
+            role: ([privilege], ".".join(history)) for role, privilege in granted.items()
+        }, out
+    finally:
+        for role, privilege in granted.items():
+            db.execute(
+                sql.SQL(f"REVOKE {privilege} ON {{}} FROM {{}}").format(table, sql.Identifier(role))
+            )
+    status, out, err = ctl(fleet.admin_url, "grants", table=fleet.table)
+    assert status == 0 and "loophole" not in out, (out, err)

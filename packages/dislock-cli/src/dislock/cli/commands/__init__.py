@@ -65,7 +65,10 @@ COMMANDS: dict[str, Command] = {
         history_table=True,
     ),
     "revoke": Command("take ROLE's grant away", history_table=True),
-    "grants": Command("which role may lock which keys, and the maximum TTL"),
+    "grants": Command(
+        "which role may lock which keys, the maximum TTL; exit 1 on a privilege given by hand",
+        history_table=True,
+    ),
     "fence": Command(
         "make a table of yours refuse every write not carrying the token of LOCK_KEY's live lease"
     ),

@@ -181,14 +181,18 @@ def revoke(
     return EXIT_OK
 
 
-def list_grants(conn: Connection, table: tuple[str, ...], *, as_json: bool) -> int:
-    """Every role's grant on the table, with the table's maximum TTL."""
+def list_grants(
+    conn: Connection, table: tuple[str, ...], history: tuple[str, ...], *, as_json: bool
+) -> int:
+    """Every role's grant on the table, with the table's maximum TTL, and what lets a
+    role around the policies of the table or its run ``history`` (exit 1 if anything)."""
     if not send(conn, columns_query(table)):
         return _error(f"lock table {'.'.join(table)} does not exist: dislockctl init first")
     secured = send(conn, grant_catalog.secured(table))
     most, recorded = send(conn, max_ttl(table))
     listed = send(conn, grant_catalog.grants_on(table))
-    holes = send(conn, grant_catalog.audit(table))
+    holes = [(table, hole) for hole in send(conn, grant_catalog.audit(table))]
+    holes += [(history, h) for h in send(conn, grant_catalog.audit(history, history=True))]
     status = EXIT_FAILURE if holes else EXIT_OK
     if as_json:
         print(
@@ -199,7 +203,8 @@ def list_grants(conn: Connection, table: tuple[str, ...], *, as_json: bool) -> i
                     "max_ttl_seconds": most,
                     "grants": [g._asdict() | {"keys": list(g.keys)} for g in listed],
                     "loopholes": [
-                        {"role": h.role, "privileges": list(h.privileges)} for h in holes
+                        {"role": h.role, "privileges": list(h.privileges), "table": ".".join(t)}
+                        for t, h in holes
                     ],
                 },
                 indent=2,
@@ -218,8 +223,8 @@ def list_grants(conn: Connection, table: tuple[str, ...], *, as_json: bool) -> i
         keys = ", ".join(escape(p) for p in g.keys) if g.keys else "every key (read only)"
         bound = _bound(g.access, g.max_keys or 0)
         print(f"{escape(g.role):<{width}}  {g.access:<8}  {keys}{bound}")
-    for hole in holes:
-        print(grant_catalog.describe(hole, table))
+    for where, hole in holes:
+        print(grant_catalog.describe(hole, where))
     return status
 
 

@@ -19,6 +19,7 @@ def test_the_quick_start_is_the_demo_and_the_quick_check_with_its_time() -> None
     times = re.findall(r"^hatch test tests/unit +#.*quick check.*~(\d+ s)\)?$", readme, re.M)
     assert len(times) == 2 and len(set(times)) == 1, times
 
+
 def test_ci_runs_the_quick_start_as_written() -> None:
     ci = (ROOT / ".ci" / "run").read_text()
     assert re.search(r"^hatch run demo$", ci, re.M)

@@ -83,7 +83,7 @@ def _state_cell(key: KeyStatus, now: datetime) -> str:
             )
         parts.append(f"<small>{escape(until)}{escape(reason)}</small>")
     for lock in key.locks:
-        owner = bounds.clip(lock.owner)
+        owner = lock.owner  # clipped already
         if lock.state == "held":
             detail = f"{lock.mode} held by {owner}, {format_duration(lock.seconds_left)} left"
         elif lock.state == "expired":

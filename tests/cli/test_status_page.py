@@ -161,7 +161,6 @@ document.body.dataset.measured = JSON.stringify(found);
 def test_a_long_key_and_every_outcome_fit_a_1280_px_screen_styled(
     history_env: dict[str, str], tmp_path: Path
 ) -> None:
-    browser = chromium()
     long_key = "k" * 2000
     assert run_job(history_env, "true", LOCK_KEY=long_key).returncode == 0
     timed_out = run_job(history_env, "sleep", "5", LOCK_KEY="over", LOCK_MAX_RUNTIME_SECONDS="1")
@@ -175,14 +174,8 @@ def test_a_long_key_and_every_outcome_fit_a_1280_px_screen_styled(
     assert status == 200
     measured_page = tmp_path / "page.html"
     measured_page.write_text(page.replace("</body>", MEASURE))
-    dom = subprocess.run(
-        [browser, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom"]
-        + ["--window-size=1280,760", measured_page.as_uri()],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=True,
-    ).stdout
+    window = "--window-size=1280,760"
+    dom = browse(measured_page.as_uri(), tmp_path / "profile", "--dump-dom", window).stdout
     found = re.search(r'data-measured="([^"]*)"', dom)
     assert found is not None, dom[-2000:]
     measured = json.loads(unescape(found.group(1)))

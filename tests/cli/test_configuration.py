@@ -72,6 +72,14 @@ from tests.cli.conftest import UNREACHABLE, RunCli, assert_refused_in_one_line
         ({"DATABASE_URL": None}, "DATABASE_URL is unset or empty"),
         ({"DATABASE_URL": ""}, "DATABASE_URL is unset or empty"),
         ({"DATABASE_URL": "postgresql//app:hunter2-secret@x"}, "DATABASE_URL: database URL"),
+        (
+            {"DATABASE_URL": "postgresql://app:hunter2-secret@127.0.0.1:notaport/app"},
+            "DATABASE_URL: database URL's port is not a number from 1 to 65535",
+        ),
+        (
+            {"DATABASE_URL": "postgresql://app:hunter2-secret@h1:5432,h2:99999/app"},
+            "DATABASE_URL: database URL's port is not a number from 1 to 65535",
+        ),
     ],
 )
 def test_bad_variable_exits_2_without_running_the_command(

@@ -260,6 +260,13 @@ def test_check_shows_the_zone_the_schedule_is_read_in(
         (["check"], {"LOCK_STRATEGY": "mutex"}, 2, "LOCK_STRATEGY='mutex'"),
         (["ls"], {"LOCK_TABLE": "no_such_table"}, 1, "dislockctl URL_VARIABLE init"),
         (["ls"], {"DATABASE_URL": ""}, 2, "DATABASE_URL is unset or empty"),
+        # A typo, not an unreachable server: libpq itself refuses it only when connecting.
+        (
+            ["ls"],
+            {"DATABASE_URL": "postgresql://app:hunter2@127.0.0.1:notaport/app"},
+            2,
+            "DATABASE_URL: database URL's port is not a number from 1 to 65535",
+        ),
         (["release"], {}, 2, "LOCK_KEY"),
         ([], {}, 2, "COMMAND"),
     ],
@@ -276,6 +283,27 @@ def test_errors_are_one_line_with_the_documented_status(
     assert result.returncode == status
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0] and "Traceback" not in result.stderr
+    assert "hunter2" not in result.stderr + result.stdout
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["pause"], ["pause", "--for", "1h"], ["resume"], ["release"], ["rerun"], ["missed"]],
+    ids=" ".join,
+)
+def test_a_key_no_wrapper_can_take_is_refused_before_connecting(
+    ctl: Ctl, cli_env: dict[str, str], rows: Rows, command: list[str]
+) -> None:
+    """The wrapper refuses keys over 2048 bytes; pausing one would only pause nothing."""
+    key = "k" * 3000
+    env = {**cli_env, "DATABASE_URL": "postgresql://app:hunter2@127.0.0.1:1/app"}
+    result = ctl(command[0], key, *command[1:], env=env)  # an unreachable server: never asked
+    assert result.returncode == 2, result.stderr
+    assert result.stderr == (
+        "dislockctl: error: LOCK_KEY is 3000 bytes long; at most 2048 bytes (UTF-8) are accepted\n"
+    )
+    assert result.stdout == ""
+    assert ctl("pause", key[:2048], "--for", "1h").returncode == 0  # the longest key is taken
 
 
 def test_help_lists_every_command(ctl: Ctl) -> None:

@@ -18,7 +18,7 @@ import pytest
 from psycopg import sql
 
 from dislock.cli.runs.missed_slots import Slot, from_first_run, missed_slots, schedule_slots
-from dislock.cli.time_args import parse_duration
+from dislock.cli.time_args import parse_duration, parse_time
 from dislock.core.errors import ConfigurationError
 from dislock.core.rows import lease_key, pause_key, schedule_key
 from tests.cli.conftest import CTL, DISLOCK, Ctl, RunCli, env_context, holding
@@ -227,6 +227,22 @@ def test_pause_until_a_time(ctl: Ctl, cli_env: dict[str, str], rows: Rows) -> No
     assert past.returncode == 2 and "not in the future" in past.stderr
     row = rows.get(pause_key(key))
     assert row is not None and row.expire_at == until  # nothing written
+
+
+def test_the_documented_pause_until_times_stay_in_the_future(
+    ctl: Ctl, cli_env: dict[str, str], rows: Rows
+) -> None:
+    """An absolute ``--until`` in the docs is decades ahead: one a year ahead is refused
+    (not in the future) the year after."""
+    root = Path(__file__).resolve().parents[2]
+    pages = [root / "README.md", *root.glob("docs/*.md"), *root.glob("packages/*/README.md")]
+    times = [t for page in pages for t in re.findall(r"--until (\S+)", page.read_text())]
+    times += re.findall(r"like (\S+) or (\S+),", ctl("pause", "k", "--until", "soon").stderr)[0]
+    assert len(times) >= 3, times
+    for text in times:
+        assert parse_time(text, name="--until").year >= 2099, text
+        result = ctl("pause", cli_env["LOCK_KEY"], "--until", text)
+        assert result.returncode == 0, result.stderr
 
 
 @pytest.mark.parametrize(

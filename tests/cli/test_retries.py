@@ -12,6 +12,7 @@ import subprocess
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import psycopg
 
@@ -225,3 +226,29 @@ def test_a_later_attempt_still_going_reads_as_running_in_history(
         release.touch()
         second.wait(timeout=60)
     assert second.returncode == 0
+
+
+def test_a_reopened_slot_tells_its_retry_time_in_ls_and_on_the_page(
+    history_env: dict[str, str],
+    run_cli: RunCli,
+    ctl: Ctl,
+    db: psycopg.Connection[Any],
+    lock_table: tuple[str, str],
+) -> None:
+    """Not the slot's end in seconds since 1970: the time the retry may start, in the
+    database server's zone, and how long until it."""
+    env = {**history_env, "LOCK_RETRIES": "1", "LOCK_RETRY_DELAY_SECONDS": "600"}
+    assert run_cli(["DATABASE_URL", "false"], env).returncode == 1
+    row = Rows(db, lock_table).get(schedule_key(env["LOCK_KEY"]))
+    assert row is not None and "retry in slot" in row.value
+    zone = db.execute("SHOW TimeZone").fetchone()
+    assert zone is not None
+    # psycopg reads a timestamptz in the session's zone, the server's unless told otherwise.
+    when = row.expire_at.astimezone(ZoneInfo(zone[0])).strftime("%Y-%m-%d %H:%M:%S %Z")
+    told = re.escape(f"(failed; retry from {when}, in ") + r"(9m[0-5]\ds|10m00s)\)"
+    listing = ctl("ls", env=env)
+    assert listing.returncode == 0, listing.stderr
+    assert re.search(told, listing.stdout) and "retry in slot" not in listing.stdout, listing
+    with serving(env) as served:
+        _, _, page = served.get("/")
+    assert re.search(told, page) and "retry in slot" not in page, page

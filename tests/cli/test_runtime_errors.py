@@ -175,6 +175,19 @@ def test_unrunnable_command_fails_before_taking_any_lock(
     assert rows.get(lease_key(cli_env["LOCK_KEY"])) is None
 
 
+@pytest.mark.parametrize("content", [b"echo no #! line\n", b"\x7fELF not really"])
+def test_an_executable_that_is_no_program_exits_126_in_one_line(
+    run_cli: RunCli, cli_env: dict[str, str], tmp_path: Path, content: bytes
+) -> None:
+    """What env(1) and the shells say of it (exec format error), with their 126."""
+    program = tmp_path / "job"
+    program.write_bytes(content)
+    program.chmod(0o755)
+    result = run_cli(["DATABASE_URL", str(program)], cli_env)
+    assert result.returncode == 126, result.stderr
+    assert result.stderr == f"dislock: error: cannot run '{program}': exec format error\n"
+
+
 def test_missing_column_claims_no_lock(
     run_cli: RunCli, cli_env: dict[str, str], db: psycopg.Connection[Any], tmp_path: Path
 ) -> None:

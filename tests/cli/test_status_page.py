@@ -8,9 +8,13 @@ it built, and takes the screenshot ``docs/operator.md`` shows (written to
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import subprocess
+from datetime import datetime, timedelta, timezone
+from html import unescape
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -135,3 +139,52 @@ def test_the_page_in_a_browser(
 
     image = screenshot.read_bytes()
     assert image.startswith(b"\x89PNG\r\n\x1a\n") and len(image) > 10_000
+
+
+# Measures the page as laid out, and writes what it found where --dump-dom shows it.
+MEASURE = """<script>
+const box = (element) => element.getBoundingClientRect();
+const row = document.querySelector('tr[data-key^="kkkk"]');
+const found = {
+  viewport: document.documentElement.clientWidth,
+  headers: [...document.querySelectorAll("#keys th")].map((th) => box(th).right),
+  key: box(row.cells[0]).width,
+  title: row.cells[0].title.length,
+  stampLines: [...document.querySelectorAll(".when small")].map((s) => s.getClientRects().length),
+  badges: Object.fromEntries([...document.querySelectorAll(".badge")].map(
+    (b) => [b.classList[1], getComputedStyle(b).backgroundColor])),
+};
+document.body.dataset.measured = JSON.stringify(found);
+</script></body>"""
+
+
+def test_a_long_key_and_every_outcome_fit_a_1280_px_screen_styled(
+    history_env: dict[str, str], tmp_path: Path
+) -> None:
+    long_key = "k" * 2000
+    assert run_job(history_env, "true", LOCK_KEY=long_key).returncode == 0
+    timed_out = run_job(history_env, "sleep", "5", LOCK_KEY="over", LOCK_MAX_RUNTIME_SECONDS="1")
+    assert timed_out.returncode == 124, timed_out.stderr
+    began = datetime.now(timezone.utc) - timedelta(hours=2)
+    late = {"CRON_SCHEDULE": f"{began.minute} {began.hour} * * *", "CRON_TZ": "UTC"}
+    assert run_job(history_env, "true", LOCK_KEY="late", LOCK_START_DEADLINE_SECONDS="60", **late)
+    assert run_job(history_env, "false", LOCK_KEY="failed").returncode == 1
+    with serving(history_env) as served:
+        status, _, page = served.get("/")
+    assert status == 200
+    measured_page = tmp_path / "page.html"
+    measured_page.write_text(page.replace("</body>", MEASURE))
+    window = "--window-size=1280,760"
+    dom = browse(measured_page.as_uri(), tmp_path / "profile", "--dump-dom", window).stdout
+    found = re.search(r'data-measured="([^"]*)"', dom)
+    assert found is not None, dom[-2000:]
+    measured = json.loads(unescape(found.group(1)))
+    assert measured["viewport"] <= 1280
+    assert max(measured["headers"]) <= measured["viewport"], measured  # every column on screen
+    assert measured["key"] <= 260, measured  # the key wraps in its column...
+    assert measured["title"] == 2000  # ...and is whole on hover
+    assert set(measured["stampLines"]) == {1}, measured  # a date on one line
+    badges = measured["badges"]
+    red, unstyled = badges["failed"], "rgba(0, 0, 0, 0)"
+    assert badges["timed_out"] == red and red not in (unstyled, badges["ok"]), badges
+    assert badges["late"] not in (red, unstyled, badges["ok"]), badges

@@ -52,3 +52,23 @@ def test_the_console_scripts_end_through_it() -> None:
         )
         assert result.returncode == 2, (module, result.stderr)
         assert "error" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_guard_still_on_its_way_out_is_let_go_at_exit_without_a_warning() -> None:
+    """A Python program that ran a command exits while the command's guard is still
+    reading its "done": no ResourceWarning ("subprocess N is still running")."""
+    code = (
+        "from dislock.core.processes import Guard\n"
+        "guard = Guard.start('token')\n"
+        "assert guard is not None\n"
+        "guard.stand_down()\n"
+        "del guard\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-X", "dev", "-W", "error", "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (done.returncode, done.stderr) == (0, ""), done.stderr

@@ -5,13 +5,14 @@ zones, and the bounded slot computation (``dislock.cli.serve.http_policy``,
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
 import pytest
 
 from dislock.cli.runs.missed_slots import schedule_slots
-from dislock.cli.serve.fleet_status import FleetSnapshot, lock_delay_end
+from dislock.cli.serve.fleet_status import FAILED_OUTCOMES, FleetSnapshot, lock_delay_end
 from dislock.cli.serve.http_policy import (
     Admission,
     HostPolicy,
@@ -251,3 +252,16 @@ def test_keys_that_read_a_schedule_alike_share_its_slots() -> None:
     found = windows.scrape(fleet, SINCE, NOW)
     assert found.boundaries <= 3 * 26  # three expressions, whatever the number of keys
     assert all(window.slots is not None for window in found.windows.values())
+
+
+def test_the_page_styles_every_failed_outcome_red_and_late_its_own_way() -> None:
+    page = render_page(FleetSnapshot(NOW, True))
+    rules = dict(re.findall(r"([^{}\n]+)\{([^}]*)\}", page))
+    (red,) = [style for selector, style in rules.items() if ".failed" in selector.split(",")]
+    for outcome in FAILED_OUTCOMES:
+        (style,) = [
+            style for selector, style in rules.items() if f".{outcome}" in selector.split(",")
+        ]
+        assert style == red, outcome
+    late = [style for selector, style in rules.items() if ".late" in selector.split(",")]
+    assert late == [late[0]] and list(rules.values()).count(late[0]) == 1  # a style of its own

@@ -8,6 +8,7 @@ The statements that read and release lock rows, and their answers, are
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from datetime import datetime
 from typing import NamedTuple
@@ -82,6 +83,22 @@ def format_duration(seconds: float) -> str:
     return f"{hours // 24}d{hours % 24:02d}h"
 
 
+_REOPENED = re.compile(r" \(failed; retry in slot \d{1,11}\)$")
+"""The mark a failed attempt leaves after the owner (``dislock.core.retries``): the
+slot's end as seconds since 1970, which no one reads."""
+
+
+def shown_owner(owner: str, expire_at: datetime, seconds_left: float) -> str:
+    """``owner`` clipped, with a reopened slot's mark told as the time its retry may
+    start (the row's expiry, in the zone the database gave it) and how far off it is."""
+    mark = _REOPENED.search(owner)
+    if mark is None:
+        return clip(owner)
+    when = f"{expire_at:%Y-%m-%d %H:%M:%S %Z}".rstrip()
+    off = f"in {format_duration(seconds_left)}" if seconds_left > 0 else "due"
+    return f"{clip(owner[: mark.start()])} (failed; retry from {when}, {off})"
+
+
 def render_table(rows: Sequence[LockRow]) -> str:
     """Rows as aligned columns, each with its state (``STATES``).  The slots of an
     N-holder lease come together under one line saying how many are held (of the
@@ -106,7 +123,9 @@ def render_table(rows: Sequence[LockRow]) -> str:
                     if len(group) == 1 and row.slot == 1
                     else f"  slot {row.slot}",
                     row.mode,
-                    "-" if row.mode == PAUSE else clip(row.owner),
+                    "-"
+                    if row.mode == PAUSE
+                    else shown_owner(row.owner, row.expire_at, row.expires_in_seconds),
                     describe_until(row.expire_at)
                     if row.mode == PAUSE
                     else describe_expiry(row.expires_in_seconds),

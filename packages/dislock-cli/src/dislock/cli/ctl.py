@@ -116,7 +116,7 @@ def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> int:
     from dislock.cli.commands._call import Call, error
     from dislock.cli.wrapper.settings import read_database_url, read_table
     from dislock.core import variables
-    from dislock.core.bounds import check_utf8
+    from dislock.core.bounds import MAX_KEY_BYTES, check_size, check_utf8
     from dislock.core.errors import ConfigurationError
 
     if args.table is not None:
@@ -134,6 +134,10 @@ def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> int:
         ):
             if value is not None:
                 check_utf8(name, value)
+        if getattr(args, "lock_key", None) is not None:
+            # No wrapper takes a longer key: pausing or rerunning one would act on nothing.
+            # Control characters stay allowed, for rows another version (or a hand) wrote.
+            check_size(variables.KEY.name, args.lock_key, MAX_KEY_BYTES)
         # A command checks its own input before it connects: a mistake is exit 2.
         return load(command).run(Call(command, args, env, url, table))
     except ConfigurationError as exc:

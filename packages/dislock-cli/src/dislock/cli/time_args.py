@@ -1,5 +1,5 @@
 """The times and durations an operator gives ``dislockctl`` (``--since 24h``,
-``--until 2026-12-01T06:00``), read into ``timedelta`` and aware ``datetime``."""
+``--until 2099-12-01T06:00``), read into ``timedelta`` and aware ``datetime``."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def parse_time(text: str, *, name: str) -> datetime:
         value = datetime.fromisoformat(text.strip())
     except ValueError:
         raise ConfigurationError(
-            f"{name} must be an ISO 8601 time like 2026-12-01T06:00 or "
-            f"2026-12-01T06:00+01:00, got {text!r}"
+            f"{name} must be an ISO 8601 time like 2099-12-01T06:00 or "
+            f"2099-12-01T06:00+01:00, got {text!r}"
         ) from None
     return value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)

@@ -277,6 +277,11 @@ def _check_line(name: str, value: str, max_bytes: int) -> str:
             f"{name} must not contain control or invisible characters "
             f"(found {bad!a} in {printable(value, limit=80)})"
         )
+    return check_size(name, value, max_bytes)
+
+
+def check_size(name: str, value: str, max_bytes: int) -> str:
+    """Text of at most ``max_bytes`` of UTF-8 (``value`` encodes: see :func:`check_utf8`)."""
     size = len(value.encode("utf-8"))
     if size > max_bytes:
         raise ConfigurationError(

@@ -27,11 +27,22 @@ def parse_dsn(url: str) -> dict[str, Any]:
     if not isinstance(url, str) or not url.strip():
         raise ConfigurationError("database URL is empty")
     try:
-        return conninfo_to_dict(url)
+        params = conninfo_to_dict(url)
     except Exception:
         raise ConfigurationError(
             "database URL cannot be parsed (contents not shown: they may hold a password)"
         ) from None
+    # libpq parses any port and refuses it only when connecting, which would read as an
+    # unreachable server (exit 1) rather than the typo it is.  A list's empty entries
+    # are the default port; the port is not shown, as it may be a misplaced password.
+    for entry in str(params.get("port") or "").split(","):
+        port = entry.strip()
+        if port and not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
+            raise ConfigurationError(
+                "database URL's port is not a number from 1 to 65535 "
+                "(contents not shown: they may hold a password)"
+            )
+    return params
 
 
 def redact_dsn(url: str) -> str:

@@ -9,6 +9,7 @@ the guard program it talks to (``dislock.core.guard``) does.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import errno
@@ -20,6 +21,7 @@ import signal
 import subprocess
 import sys
 import threading
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
@@ -179,6 +181,17 @@ _guards_to_reap: list[subprocess.Popen[bytes]] = []
 
 def _reap_guards() -> None:
     _guards_to_reap[:] = [process for process in _guards_to_reap if process.poll() is None]
+
+
+@atexit.register
+def _let_guards_go() -> None:
+    """At exit, drop the guards still on their way out without waiting for them (init
+    reaps them): a Popen freed while its process runs warns, which under pytest's
+    ``filterwarnings = error`` is an "Exception ignored" after the last test."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        _reap_guards()
+        _guards_to_reap.clear()
 
 
 def ensure_runnable(program: str) -> None:

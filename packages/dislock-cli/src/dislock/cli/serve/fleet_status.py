@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
-from dislock.cli.admin import MODES
+from dislock.cli.admin import MODES, shown_owner
 from dislock.cli.lock_rows import LockRow
 
 MISSED_WINDOW = timedelta(hours=24)
@@ -35,6 +35,8 @@ class HeldLock(NamedTuple):
     mode: str
     """``schedule`` or ``lease``."""
     owner: str
+    """As ``dislockctl ls`` shows it (``dislock.cli.admin.shown_owner``): clipped, a
+    retry's time readable."""
     state: str
     """As ``dislockctl ls`` says it (``dislock.cli.admin.LockRow.state``): ``held``,
     ``released``, ``expired`` (abandoned) or ``ended`` (a slot that is over)."""
@@ -184,7 +186,13 @@ def build_snapshot(
         if lock.mode not in MODES:
             continue  # a kind of row this version does not know: not ours to judge
         locks.setdefault(lock.lock_key, []).append(
-            HeldLock(lock.mode, lock.owner, lock.state, lock.expires_in_seconds, lock.forced)
+            HeldLock(
+                lock.mode,
+                shown_owner(lock.owner, lock.expire_at, lock.expires_in_seconds),
+                lock.state,
+                lock.expires_in_seconds,
+                lock.forced,
+            )
         )
     runs = {row.lock_key: row for row in latest}
     statuses = []

@@ -13,7 +13,13 @@ from datetime import datetime, timezone
 from html import escape
 
 from dislock.cli.admin import format_duration
-from dislock.cli.serve.fleet_status import MISSED_WINDOW, FleetSnapshot, KeyStatus, page_order
+from dislock.cli.serve.fleet_status import (
+    FAILED_OUTCOMES,
+    MISSED_WINDOW,
+    FleetSnapshot,
+    KeyStatus,
+    page_order,
+)
 from dislock.core import bounds
 from dislock.core.bounds import MAX_REASON_BYTES, SHOWN_CHARS
 from dislock.core.history import OUTCOMES
@@ -21,12 +27,15 @@ from dislock.core.pause import UNTIL_RESUMED
 
 REFRESH_SECONDS = 15
 
-_STYLE = """
+_STYLE = (
+    """
 body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#1d2430;background:#f6f7f9}
 h1{font-size:1.3em;margin:0 0 .2em}
 p.meta{color:#5b6575;margin:0 0 1em}
 table{border-collapse:collapse;width:100%;background:#fff;box-shadow:0 1px 2px #0002}
 th,td{padding:.45em .7em;text-align:left;border-bottom:1px solid #e3e6eb;vertical-align:top}
+td.key{min-width:8em;max-width:16em;overflow-wrap:anywhere}
+.when small{white-space:nowrap}
 th{background:#eef1f5;font-weight:600;font-size:.9em;color:#3a4456}
 td.num{text-align:right;font-variant-numeric:tabular-nums}
 small{color:#6b7585}
@@ -34,13 +43,19 @@ small{color:#6b7585}
 .held{background:#dbeafe;color:#1e40af}.released,.ended,.free,.other{background:#e5e7eb;color:#374151}
 .expired{background:#fde68a;color:#7c4a03}.paused{background:#ede9fe;color:#5b21b6}
 .ok{background:#dcfce7;color:#166534}.running{background:#dbeafe;color:#1e40af}
-.failed,.lease_lost,.killed,.abandoned{background:#fee2e2;color:#991b1b}
+.late{background:#ffedd5;color:#9a3412}
 tr.failing td:first-child{box-shadow:inset 4px 0 #dc2626}
 .down{background:#fee2e2;color:#991b1b;padding:.8em 1em;border-radius:.3em;margin-bottom:1em}
 .delay{background:#fde68a;color:#7c4a03;padding:.8em 1em;border-radius:.3em;margin-bottom:1em}
 details.output pre{max-width:60em;max-height:20em;overflow:auto;font-size:.85em;margin:.3em 0;
 background:#f3f4f6;padding:.4em;white-space:pre-wrap}
 """
+    + (
+        # Every outcome the page counts as failing is red, whichever are added later.
+        ",".join(f".{outcome}" for outcome in FAILED_OUTCOMES)
+        + "{background:#fee2e2;color:#991b1b}"
+    )
+)
 
 
 def _when(moment: datetime | None, now: datetime) -> str:
@@ -50,7 +65,8 @@ def _when(moment: datetime | None, now: datetime) -> str:
     relative = f"{format_duration(delta)} ago" if delta >= 0 else f"in {format_duration(-delta)}"
     stamp = moment.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
     return (
-        f'<span title="{escape(stamp)}">{escape(relative)}</span><br><small>{escape(stamp)}</small>'
+        f'<span class="when" title="{escape(stamp)}">{escape(relative)}<br>'
+        f"<small>{escape(stamp)}</small></span>"
     )
 
 
@@ -83,7 +99,7 @@ def _state_cell(key: KeyStatus, now: datetime) -> str:
             )
         parts.append(f"<small>{escape(until)}{escape(reason)}</small>")
     for lock in key.locks:
-        owner = bounds.clip(lock.owner)
+        owner = lock.owner  # clipped already
         if lock.state == "held":
             detail = f"{lock.mode} held by {owner}, {format_duration(lock.seconds_left)} left"
         elif lock.state == "expired":
@@ -183,7 +199,9 @@ def _row(key: KeyStatus, now: datetime) -> str:
         f' data-state="{escape(key.state)}"'
         f' data-outcome="{_clip(outcome)}" data-missed="{escape(missed)}"'
         f' data-covered="{escape(covered)}" data-failed="{escape(failed)}">'
-        f"<td><strong>{_clip(key.lock_key)}</strong></td>"
+        # Wrapped within its column, whole on hover: a long key widened the table off-screen.
+        f'<td class="key" title="{escape(bounds.escape(key.lock_key))}">'
+        f"<strong>{_clip(key.lock_key, 2 * SHOWN_CHARS)}</strong></td>"
         f"<td>{_state_cell(key, now)}</td>"
         f"{_run_cells(key, now)}"
         f"<td>{_next_cell(key, now)}</td>"

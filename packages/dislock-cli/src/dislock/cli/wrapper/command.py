@@ -46,7 +46,8 @@ environment:
 _HELP_TAIL = """\
 exit status:
   the command's own (128+n if signal n killed it; 127 not found, 126 not
-  executable, both reported before any lock is taken)
+  executable, both reported before any lock is taken; 126 also for a file
+  that is no program, such as a script without a #! line)
   0   also when another machine holds the lock (logged at INFO only), after
       any wait, or the key is paused (dislockctl pause; the line names the
       reason), or the slot is not to start (past LOCK_START_DEADLINE_SECONDS,

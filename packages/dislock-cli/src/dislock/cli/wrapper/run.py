@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import sys
 import time
@@ -75,6 +76,13 @@ def run(settings: WrapperSettings, *, debug: bool, metrics_textfile: str | None 
         return 127
     except PermissionError as exc:
         _fail(f"cannot run {settings.command[0]!r}: permission denied", exc, context.url, debug)
+        return 126
+    except OSError as exc:
+        if exc.errno != errno.ENOEXEC:  # no #! line, or a binary for another machine
+            _fail(f"{type(exc).__name__}: {exc}", exc, context.url, debug)
+            return EXIT_FAILURE
+        # 126 and the wording of the shells and env(1): found, but it cannot be run.
+        _fail(f"cannot run {settings.command[0]!r}: exec format error", exc, context.url, debug)
         return 126
     except Exception as exc:
         _fail(f"{type(exc).__name__}: {exc}", exc, context.url, debug)

@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 from dislock.cli.admin import MODES
 from dislock.cli.lock_rows import LockRow
+from dislock.cli.runs.envelope import NOT_RUNS, Envelope
 
 MISSED_WINDOW = timedelta(hours=24)
 """The slot counts are of the slots of the key's schedule that began in the last 24
@@ -57,6 +58,15 @@ class LastRun(NamedTuple):
     output: tuple[str | None, str | None] | None = None
     """The end of its stdout and stderr, kept for a failed run
     (``LOCK_OUTPUT_TAIL_BYTES``)."""
+    envelope: Envelope | None = None
+    """Its key's envelope, of the successful runs before it (None: too few)."""
+
+    @property
+    def mark(self) -> str | None:
+        """``slow`` (a running one: so far) or ``short`` against ``envelope``."""
+        if self.envelope is None or self.outcome in NOT_RUNS:
+            return None
+        return self.envelope.judge(self.duration_seconds, running=self.outcome == "running")
 
 
 class KeyStatus(NamedTuple):
@@ -154,6 +164,7 @@ class LatestRow(NamedTuple):
     ran_before_window: bool
     output: tuple[str | None, str | None] | None = None
     """The tails of its stdout and stderr, when a failed run kept them."""
+    envelope: Envelope | None = None
 
 
 def _schedule_text(row: LatestRow) -> str | None:
@@ -204,6 +215,7 @@ def build_snapshot(
                 row.exit_code,
                 duration,
                 row.output,
+                row.envelope,
             )
         reason, until = pauses.get(lock_key, (None, None))
         counts = slot_counts.get(lock_key)

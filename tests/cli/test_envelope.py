@@ -69,7 +69,8 @@ def test_the_envelope_is_learned_from_the_keys_earlier_successes_only(
     def recorded(minutes_ago: int, seconds: float, outcome: str = "ok", of: str = key) -> datetime:
         row = db.execute(insert, (of, seconds, outcome, minutes_ago)).fetchone()
         assert row is not None
-        return row[0]
+        started: datetime = row[0]
+        return started
 
     for minute in range(100, 91, -1):  # nine successes of 1 s, then the tenth
         recorded(minute, 1.0)
@@ -81,7 +82,7 @@ def test_the_envelope_is_learned_from_the_keys_earlier_successes_only(
 
     def envelope_before(before: datetime | None) -> tuple[float, float, int] | None:
         (found,) = send(db, successes_before(history, [(key, before)]))
-        return None if found is None else (found.median, found.longest, found.count)
+        return None if found is None else (found.median, found.longest, found.runs)
 
     assert envelope_before(tenth) is None  # nine successes before it
     assert envelope_before(recorded(85, 1.0, "failed")) == (1.0, 1.0, 10)

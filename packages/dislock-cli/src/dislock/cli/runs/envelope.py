@@ -41,7 +41,7 @@ NOT_RUNS = ("late", *EVENTS)
 class Envelope(NamedTuple):
     median: float
     longest: float
-    count: int
+    runs: int
     """How many successful runs it was learned from (``MIN_RUNS`` to ``WINDOW``)."""
 
     @property
@@ -108,7 +108,7 @@ def describe(envelope: Envelope) -> str:
 
     return (
         f"median {format_duration(envelope.median)}, longest {format_duration(envelope.longest)}"
-        f" of the last {envelope.count} successful runs: slow past"
+        f" of the last {envelope.runs} successful runs: slow past"
         f" {format_duration(envelope.slow_after)}, short under"
         f" {format_duration(envelope.median / FACTOR)}"
     )

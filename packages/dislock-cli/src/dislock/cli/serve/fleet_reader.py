@@ -167,7 +167,8 @@ class FleetReader:
         details = send(conn, self._statements.run_details(ids, since))
         # Every scrape: a running run may pass its envelope between two of them.
         ran = [(run.key, run.started_at) for run in found if run.run_id is not None]
-        envelopes = dict(zip(ids, send(conn, successes_before(self._history, ran)), strict=True))
+        learned = send(conn, successes_before(self._history, ran))
+        envelopes = dict(zip(ids, learned, strict=True))
         latest = []
         for run in found:
             if run.run_id is None or run.run_id not in details:

@@ -91,13 +91,18 @@ def _read_envelopes(rows: Rows) -> list[Envelope | None]:
     return [envelope_of(durations) for (durations,) in rows]
 
 
+def mark(envelope: Envelope | None, outcome: str, seconds: float | None) -> str | None:
+    """A run's mark against its key's ``envelope``; a late mark or an operator's
+    event is no run, and has none."""
+    if envelope is None or outcome in NOT_RUNS:
+        return None
+    return envelope.judge(seconds, running=outcome == "running")
+
+
 def marks(runs: Sequence[Run], envelopes: Sequence[Envelope | None]) -> dict[int, str | None]:
-    """Each run's mark (by id), judged against the envelope ``successes_before``
-    answered for it; a late mark or an operator's event is no run, and has none."""
+    """Each run's mark (by id), against the envelope ``successes_before`` answered for it."""
     return {
-        run.id: None
-        if envelope is None or run.outcome in NOT_RUNS
-        else envelope.judge(run.duration_seconds, running=run.outcome == "running")
+        run.id: mark(envelope, run.outcome, run.duration_seconds)
         for run, envelope in zip(runs, envelopes, strict=True)
     }
 

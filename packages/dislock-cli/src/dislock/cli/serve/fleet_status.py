@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 from dislock.cli.admin import MODES
 from dislock.cli.lock_rows import LockRow
-from dislock.cli.runs.envelope import NOT_RUNS, Envelope
+from dislock.cli.runs.envelope import Envelope, mark
 
 MISSED_WINDOW = timedelta(hours=24)
 """The slot counts are of the slots of the key's schedule that began in the last 24
@@ -64,9 +64,7 @@ class LastRun(NamedTuple):
     @property
     def mark(self) -> str | None:
         """``slow`` (a running one: so far) or ``short`` against ``envelope``."""
-        if self.envelope is None or self.outcome in NOT_RUNS:
-            return None
-        return self.envelope.judge(self.duration_seconds, running=self.outcome == "running")
+        return mark(self.envelope, self.outcome, self.duration_seconds)
 
 
 class KeyStatus(NamedTuple):

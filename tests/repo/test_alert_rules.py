@@ -59,6 +59,7 @@ def test_the_docs_show_the_rules_this_test_checks() -> None:
         "DislockLockDelay",
         "DislockLateSlots",
         "DislockFailedSlots",
+        "DislockRunPastEnvelope",
     } <= names
 
 
@@ -136,5 +137,21 @@ def test_the_failed_slots_alert_fires_once_a_slot_failed_and_not_before(tmp_path
         exp_annotations={
             "summary": "nightly-export failed 1 slots in the last 24 h, every attempt"
             " (dislockctl missed nightly-export)"
+        },
+    )
+
+
+def test_the_envelope_alert_fires_while_a_run_is_past_its_envelope(tmp_path: Path) -> None:
+    promtool_test(
+        tmp_path,
+        "DislockRunPastEnvelope",
+        'dislock_running_past_envelope{key="nightly-export"}',
+        "0 0 1 1",
+        "1m",
+        "2m",
+        exp_labels={"key": "nightly-export"},
+        exp_annotations={
+            "summary": "nightly-export has been running longer than its runs usually take"
+            " (dislockctl history nightly-export)"
         },
     )

@@ -132,6 +132,12 @@ def _check(conn: Connection, settings: WrapperSettings) -> int:
         found_columns = columns(conn, runs)
         state = "" if found_columns else " (MISSING: dislockctl init --history; runs log a warning)"
         print(f"  history         {'.'.join(runs)}{state}")
+        if found_columns:
+            from dislock.cli.runs.envelope import describe, successes_before
+
+            (envelope,) = send(conn, successes_before(runs, [(context.lock_key, None)]))
+            if envelope is not None:
+                print(f"  runtime         {describe(envelope)}")
         if context.output_tail_bytes:
             tails = (
                 ""

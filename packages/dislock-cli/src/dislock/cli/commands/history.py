@@ -80,6 +80,7 @@ def _history(
     as_json: bool,
 ) -> int:
     from dislock.cli.admin import format_duration
+    from dislock.cli.runs.envelope import marks, successes_before
     from dislock.cli.runs.history_report import attempts, dump, render_runs, render_tails
     from dislock.cli.runs.run_history import runs as runs_of
     from dislock.cli.sending import send
@@ -87,11 +88,20 @@ def _history(
     if key is not None and unknown_key(conn, table, history, key):
         return EXIT_FAILURE
     runs = send(conn, runs_of(history, table, key, since, limit))
+    envelopes = send(conn, successes_before(history, [(run.key, run.started_at) for run in runs]))
+    marked = marks(runs, envelopes)
     if as_json:
         numbers = attempts(runs)
-        print(dump([{**run.as_json(), "attempt": numbers.get(run.id)} for run in runs]))
+        print(
+            dump(
+                [
+                    {**run.as_json(), "attempt": numbers.get(run.id), "envelope": marked[run.id]}
+                    for run in runs
+                ]
+            )
+        )
     elif runs:
-        print(render_runs(runs))
+        print(render_runs(runs, marked))
         tails = render_tails(runs)
         if tails:
             print(f"\n{tails}")

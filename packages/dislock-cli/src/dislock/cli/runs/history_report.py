@@ -53,8 +53,11 @@ def attempts(runs: Sequence[Run]) -> dict[int, int]:
     return found
 
 
-def render_runs(runs: Sequence[Run]) -> str:
+def render_runs(runs: Sequence[Run], marks: Mapping[int, str | None] | None = None) -> str:
+    """The runs as a table; ``marks``: each run's against its key's envelope
+    (``dislock.cli.runs.envelope``), explained under the table when any is marked."""
     from dislock.cli.admin import format_duration
+    from dislock.cli.runs.envelope import FACTOR, WINDOW
     from dislock.core.bounds import clip
 
     numbers = attempts(runs)
@@ -74,11 +77,18 @@ def render_runs(runs: Sequence[Run]) -> str:
             if run.duration_seconds is None or run.outcome in EVENTS
             else format_duration(run.duration_seconds),
             clip(describe_outcome(run))
-            + (f", attempt {numbers[run.id]}" if numbers.get(run.id, 1) > 1 else ""),
+            + (f", attempt {numbers[run.id]}" if numbers.get(run.id, 1) > 1 else "")
+            + (f", {marks[run.id]}" if marks and marks.get(run.id) else ""),
         )
         for run in runs
     ]
-    return _columns(headers, lines)
+    if not marks or not any(marks.values()):
+        return _columns(headers, lines)
+    return (
+        f"{_columns(headers, lines)}\n\nslow: longer than {FACTOR:g} x the median and the"
+        f" longest of its key's last {WINDOW} successful runs before it; short: under"
+        f" 1/{FACTOR:g} of that median"
+    )
 
 
 TAIL_LINES = 20

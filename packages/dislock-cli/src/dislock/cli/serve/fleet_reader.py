@@ -15,6 +15,7 @@ import psycopg
 from dislock.cli.admin import DATABASE_NOW
 from dislock.cli.diagnosis import describe_database_error
 from dislock.cli.lock_rows import LockRow, listing
+from dislock.cli.runs.envelope import successes_before
 from dislock.cli.runs.missed_slots import from_first_run
 from dislock.cli.runs.run_history import latest as latest_runs
 from dislock.cli.runs.run_history import table_exists
@@ -164,6 +165,10 @@ class FleetReader:
         found = send(conn, latest_runs(self._history, self._table))
         ids = [run.run_id for run in found if run.run_id is not None]
         details = send(conn, self._statements.run_details(ids, since))
+        # Every scrape: a running run may pass its envelope between two of them.
+        ran = [(run.key, run.started_at) for run in found if run.run_id is not None]
+        learned = send(conn, successes_before(self._history, ran))
+        envelopes = dict(zip(ids, learned, strict=True))
         latest = []
         for run in found:
             if run.run_id is None or run.run_id not in details:
@@ -186,6 +191,7 @@ class FleetReader:
                     run.last_success_ended_at,
                     more.ran_before_window,
                     output if any(output) else None,
+                    envelopes[run.run_id],
                 )
             )
         return latest

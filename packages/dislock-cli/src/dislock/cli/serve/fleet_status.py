@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 from dislock.cli.admin import MODES, shown_owner
 from dislock.cli.lock_rows import LockRow
+from dislock.cli.runs.envelope import Envelope, mark
 
 MISSED_WINDOW = timedelta(hours=24)
 """The slot counts are of the slots of the key's schedule that began in the last 24
@@ -59,6 +60,13 @@ class LastRun(NamedTuple):
     output: tuple[str | None, str | None] | None = None
     """The end of its stdout and stderr, kept for a failed run
     (``LOCK_OUTPUT_TAIL_BYTES``)."""
+    envelope: Envelope | None = None
+    """Its key's envelope, of the successful runs before it (None: too few)."""
+
+    @property
+    def mark(self) -> str | None:
+        """``slow`` (a running one: so far) or ``short`` against ``envelope``."""
+        return mark(self.envelope, self.outcome, self.duration_seconds)
 
 
 class KeyStatus(NamedTuple):
@@ -156,6 +164,7 @@ class LatestRow(NamedTuple):
     ran_before_window: bool
     output: tuple[str | None, str | None] | None = None
     """The tails of its stdout and stderr, when a failed run kept them."""
+    envelope: Envelope | None = None
 
 
 def _schedule_text(row: LatestRow) -> str | None:
@@ -212,6 +221,7 @@ def build_snapshot(
                 row.exit_code,
                 duration,
                 row.output,
+                row.envelope,
             )
         reason, until = pauses.get(lock_key, (None, None))
         counts = slot_counts.get(lock_key)

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta, timezone
 from typing import NamedTuple
 
+from dislock.cli.runs.envelope import FACTOR, MIN_RUNS, SLOW, WINDOW
 from dislock.cli.serve.fleet_status import MISSED_WINDOW, FleetSnapshot, KeyStatus, LastRun
 from dislock.cli.shown import OTHER_OUTCOME
 from dislock.core.bounds import MAX_KEY_BYTES, clip, escape
@@ -82,6 +83,7 @@ def metric_families(snapshot: FleetSnapshot) -> list[Family]:
     failed: list[tuple[tuple[str, ...], float]] = []
     late: list[tuple[tuple[str, ...], float]] = []
     paused_slots: list[tuple[tuple[str, ...], float]] = []
+    past_envelope: list[tuple[tuple[str, ...], float]] = []
     for key in snapshot.keys:
         name = key_label(key.lock_key)
         # One sample per mode: an N-holder lease has a row per slot, and counts its held ones.
@@ -94,6 +96,9 @@ def metric_families(snapshot: FleetSnapshot) -> list[Family]:
             starts.append(((name,), key.last_run.started_at.timestamp()))
             if key.last_run.duration_seconds is not None:
                 durations.append(((name,), key.last_run.duration_seconds))
+            if key.last_run.envelope is not None:
+                past = key.last_run.outcome == "running" and key.last_run.mark == SLOW
+                past_envelope.append(((name,), 1.0 if past else 0.0))
         success = _timestamp(key.last_success_at)
         if success is not None:
             successes.append(((name,), success))
@@ -173,6 +178,15 @@ def metric_families(snapshot: FleetSnapshot) -> list[Family]:
             "How long the key's latest run took (so far, while it runs).",
             ("key",),
             tuple(durations),
+        ),
+        Family(
+            "dislock_running_past_envelope",
+            "gauge",
+            f"1 while the key's latest run is still going and has run longer than {FACTOR:g} x"
+            f" the median and the longest of the key's last {WINDOW} successful runs before it"
+            f" (keys with at least {MIN_RUNS} of them).",
+            ("key",),
+            tuple(past_envelope),
         ),
         Family(
             "dislock_runs",

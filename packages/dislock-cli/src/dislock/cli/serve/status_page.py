@@ -44,6 +44,7 @@ small{color:#6b7585}
 .expired{background:#fde68a;color:#7c4a03}.paused{background:#ede9fe;color:#5b21b6}
 .ok{background:#dcfce7;color:#166534}.running{background:#dbeafe;color:#1e40af}
 .late{background:#ffedd5;color:#9a3412}
+.envelope{background:#fde68a;color:#7c4a03}
 tr.failing td:first-child{box-shadow:inset 4px 0 #dc2626}
 .down{background:#fee2e2;color:#991b1b;padding:.8em 1em;border-radius:.3em;margin-bottom:1em}
 .delay{background:#fde68a;color:#7c4a03;padding:.8em 1em;border-radius:.3em;margin-bottom:1em}
@@ -127,6 +128,10 @@ def _run_cells(key: KeyStatus, now: datetime) -> str:
     outcome = _badge(run.outcome)
     if run.exit_code is not None and run.outcome != "ok":
         outcome += f" <small>exit {run.exit_code}</small>"
+    if run.mark is not None:
+        # Its duration against the key's usual ones (dislock.cli.runs.envelope).
+        past = "running past its envelope" if run.outcome == "running" else run.mark
+        outcome += f' <span class="badge envelope">{escape(past)}</span>'
     if run.output is not None:
         outcome += _output(run.output)
     duration = "-" if run.duration_seconds is None else format_duration(run.duration_seconds)
@@ -188,6 +193,7 @@ def _slots_cell(key: KeyStatus) -> str:
 
 def _row(key: KeyStatus, now: datetime) -> str:
     outcome = key.last_run.outcome if key.last_run else ""
+    envelope = (key.last_run.mark if key.last_run else None) or ""
     classes = "failing" if key.failing else ""
     missed = "-" if key.missed_slots is None else str(key.missed_slots)
     covered = "-" if key.covered_slots is None else str(key.covered_slots)
@@ -197,7 +203,8 @@ def _row(key: KeyStatus, now: datetime) -> str:
         # for scripts to find the row by.
         f'<tr class="{classes}" data-key="{escape(bounds.escape(key.lock_key))}"'
         f' data-state="{escape(key.state)}"'
-        f' data-outcome="{_clip(outcome)}" data-missed="{escape(missed)}"'
+        f' data-outcome="{_clip(outcome)}" data-envelope="{envelope}"'
+        f' data-missed="{escape(missed)}"'
         f' data-covered="{escape(covered)}" data-failed="{escape(failed)}">'
         # Wrapped within its column, whole on hover: a long key widened the table off-screen.
         f'<td class="key" title="{escape(bounds.escape(key.lock_key))}">'

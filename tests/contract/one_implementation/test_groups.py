@@ -33,9 +33,9 @@ def test_sync_a_full_group_refuses_and_leaves_the_slot_open(
     slot_end = datetime.now(timezone.utc) + timedelta(hours=1)
     refused = keyed(make_context, group, next_run_time=slot_end)
     with dislock.acquire_locks(holder, "lease"):
-        with pytest.raises(LockNotAcquiredError, match=f"group {group.split(':')[0]!r}"):
-            with dislock.acquire_locks(refused, "schedule"):
-                pytest.fail("ran beside the group's holder")
+        full = pytest.raises(LockNotAcquiredError, match=f"group {group.split(':')[0]!r}")
+        with full, dislock.acquire_locks(refused, "schedule"):
+            pytest.fail("ran beside the group's holder")
         row = rows.get(schedule_key(refused.lock_key))
         assert row is not None and row.expired, row  # handed back: the slot is open
     with dislock.acquire_locks(refused, "schedule") as session:  # a later tick starts it

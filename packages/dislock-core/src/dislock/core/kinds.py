@@ -7,8 +7,8 @@ class.  The row keys are shared with dislock 0.1.0 on one table and never change
 ``cronjob-lock:schedule:<key>`` and ``cronjob-lock:lease:<key>``.  Slots 2..N of
 a lease with ``LockContext.slots`` live in ``cronjob-lock:lease#<n>:<key>``: the
 slot number sits in the mode part, so no lock key (whatever it contains) can
-name another key's slot, and slot 1 stays the plain lease row.  A group's slots (``LockContext.group``) are
-rows of a mode of their own, ``cronjob-lock:group:<name>`` and
+name another key's slot, and slot 1 stays the plain lease row.  A group's slots
+(``LockContext.group``) are rows of a mode of their own, ``cronjob-lock:group:<name>`` and
 ``cronjob-lock:group#<n>:<name>`` (``GROUP``): no lock key can name them, and no
 strategy takes them on their own.
 """

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 from dislock.cli import EXIT_OK
 from dislock.cli.commands._call import Call
 from dislock.cli.sending import send
-
 from dislock.core.bounds import printable
 from dislock.core.kinds import GROUP
 

@@ -222,7 +222,8 @@ def read_waiting(
     environ: Mapping[str, str], strategies: Sequence[str], fields: dict[str, Any]
 ) -> int:
     """``LOCK_WAIT_SECONDS``, ``LOCK_WAIT_POLL_SECONDS``, ``LOCK_WAIT_LISTEN``,
-    ``LOCK_SLOTS``, ``LOCK_GROUP`` and ``LOCK_REPLACE`` into ``fields``; ``LOCK_CONFLICT_EXIT_CODE`` returned."""
+    ``LOCK_SLOTS``, ``LOCK_GROUP`` and ``LOCK_REPLACE`` into ``fields``;
+    ``LOCK_CONFLICT_EXIT_CODE`` returned."""
     wait = _read(fields, variables.WAIT, environ)
     _read(fields, variables.WAIT_POLL, environ)
     _read(fields, variables.WAIT_LISTEN, environ)

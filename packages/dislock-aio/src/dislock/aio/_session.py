@@ -20,13 +20,15 @@ from typing import ParamSpec, Protocol, TypeVar
 from dislock.core import history, kinds
 from dislock.core.config import SCHEDULE, normalize_strategies
 from dislock.core.context import LeaseLossPolicy, LockContext, default_owner
-from dislock.core.errors import LeaseLostError, MaxRuntimeExceeded
+from dislock.core.errors import LeaseLostError, LockNotAcquiredError, MaxRuntimeExceeded
 from dislock.core.exits import Exc, ExcType, Tb
+from dislock.core.groups import group_context
 from dislock.core.kinds import LEASE
 from dislock.core.retries import check_retries
 from dislock.core.rows import lease_key
 from dislock.core.waiting import check_waiting, jitter_delay
 
+from ._acquiring import hand_back_rows
 from ._compat import Event, LossGuard, sleep
 from ._hub import enter_hub, leave_hub
 from ._lease import LeaseLock
@@ -102,12 +104,18 @@ class LockSession:
     def fencing_token(self) -> int | None:
         """The token to pass along with writes (``LockContext.fencing``): the lease's,
         or the schedule slot's when there is no lease; None without fencing."""
-        held = self.lease or self.schedule
+        lease = self.lease
+        held = lease if lease is not None and not _is_group(lease) else self.schedule
         return None if held is None else held.fence
 
 
+def _is_group(lock: Lock) -> bool:
+    return isinstance(lock, LeaseLock) and lock.context.lease_mode == kinds.GROUP.name
+
+
 def _modes(locks: Iterable[Lock]) -> list[str]:
-    return [SCHEDULE if isinstance(lock, ScheduleLock) else LEASE for lock in locks]
+    modes = [SCHEDULE if isinstance(lock, ScheduleLock) else LEASE for lock in locks]
+    return [mode for mode, lock in zip(modes, locks, strict=True) if not _is_group(lock)]
 
 
 def _slot(session: LockSession) -> datetime | None:
@@ -129,7 +137,8 @@ def build_locks(
     ``supervised``: for a command ``run_with_locks`` supervises, whose guard kills it
     by the lease's deadline whatever the process does."""
     names = normalize_strategies(strategies)
-    check_waiting(names, context.wait_seconds, context.slots, context.replace)
+    grouped = context.group is not None
+    check_waiting(names, context.wait_seconds, context.slots, context.replace, grouped)
     check_retries(names, context.retries, context.start_deadline_seconds)
     locks = [_LOCK_CLASSES[kinds.kind(name).lock_class](context) for name in names]
     # An expired lease proves its holder's work is gone only when a guard killed it at
@@ -142,7 +151,27 @@ def build_locks(
         for lock in locks:
             if isinstance(lock, ScheduleLock):
                 lock.lease_row = lease_key(context.lock_key)
+    if grouped:
+        # Taken last, a slot of the group's own N-slot lease; lost with the run's lease
+        # (one event: a loss of either stops the run, and neither row is released).
+        group = LeaseLock(group_context(context))
+        lease = next((lock for lock in locks if isinstance(lock, LeaseLock)), None)
+        if lease is not None:
+            group.lease_lost = lease.lease_lost
+        locks.append(group)
     return locks
+
+
+async def _hand_back_slot(context: LockContext, locks: list[Lock]) -> None:
+    """Hand back the schedule slot a run refused by its group took (the run's lease
+    is released as the acquisition unwinds), so that a later tick may start it."""
+    keys = [lock.key for lock in locks if isinstance(lock, ScheduleLock)]
+    if keys:  # (the statement is owner-guarded: it ends only a row of this run's)
+        hub = enter_hub(context.url, context.connect_timeout_seconds)
+        try:
+            await hand_back_rows(hub, context, keys)
+        finally:
+            await leave_hub(hub)
 
 
 class _Entering(Protocol[_Entered]):
@@ -221,7 +250,12 @@ class Acquisition:
                     lock.records_history = False  # the session records the run
                     if isinstance(lock, ScheduleLock):
                         lock.run = None  # until the run starts: a slot is not retried before
-                    await enter_exit_first(stack, lock)
+                    try:
+                        await enter_exit_first(stack, lock)
+                    except LockNotAcquiredError:
+                        if _is_group(lock):  # the group is full: the slot stays open
+                            await _hand_back_slot(context, locks)
+                        raise
                 session = LockSession(locks=tuple(locks))
                 schedule = session.schedule
                 if schedule is not None:

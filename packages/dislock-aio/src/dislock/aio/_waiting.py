@@ -127,7 +127,10 @@ async def _still_held(context: LockContext, hub: Hub, timeout: float) -> bool:
     connection that failed and says what went wrong."""
     exchange = Exchange(
         held_query(tuple(context.table_parts)),
-        {"keys": slot_keys(context.lock_key, context.slots), "slots": context.slots},
+        {
+            "keys": slot_keys(context.lock_key, context.slots, context.lease_mode),
+            "slots": context.slots,
+        },
         read_held,
     )
     try:
@@ -146,7 +149,7 @@ async def _listen(context: LockContext) -> Listener | None:
             context.url,
             connection_kwargs(context.url, context.connect_timeout_seconds),
             WAKE_CHANNEL,
-            listen(context.table_parts, context.lock_key),
+            listen(context.table_parts, context.lock_key, context.lease_mode),
             detect=context.wait_listen is None,
         )
     except Exception as exc:

@@ -127,9 +127,9 @@ def listing(table_parts: tuple[str, ...], prefix: str = "") -> Exchange[list[Loc
     the rows of every kind, the extra slots of N-holder leases, and live pauses; by
     lock key, then mode (``LISTED_MODES``), then slot."""
     params = {
-        "prefixes": [kind.row_key(prefix) for kind in kinds.KINDS],
+        "prefixes": [kind.row_key(prefix) for kind in kinds.BY_MODE.values()],
         "prefix": prefix,
-        "slot_pattern": _slot_pattern(kinds.NAMES),
+        "slot_pattern": _slot_pattern(tuple(kinds.BY_MODE)),
         "pause_prefix": pause_key(prefix),
     }
     return Exchange(_list_query(table_parts), params, _read_lock_rows)
@@ -141,7 +141,7 @@ def _read_lock_rows(rows: Rows) -> list[LockRow]:
     return sorted((LockRow.from_row(ListedRow._make(row)) for row in rows), key=_listed_order)
 
 
-LISTED_MODES = (*kinds.NAMES, PAUSE)
+LISTED_MODES = (*kinds.NAMES, PAUSE, kinds.GROUP.name)
 """The order of one lock key's rows in ``listing``: its schedule slot, its lease (and
 the lease's slots), its pause; a row of no known mode last."""
 
@@ -184,7 +184,7 @@ def _state(key: str, owner: str, seconds_left: float) -> RowState:
 
 def _slot_pattern(modes: Sequence[str]) -> str | None:
     """A regular expression matching the mode part of slot rows 2..N of ``modes``."""
-    slotted = [kinds.kind(mode).mode for mode in modes if kinds.kind(mode).renewed]
+    slotted = [kinds.BY_MODE[mode].mode for mode in modes if kinds.BY_MODE[mode].renewed]
     return f"^{kinds.KEY_PREFIX}:({'|'.join(slotted)})#[0-9]+:" if slotted else None
 
 

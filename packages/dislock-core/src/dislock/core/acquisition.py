@@ -53,7 +53,6 @@ from dislock.core.pause import paused_error
 from dislock.core.refusal import refused
 from dislock.core.replace import hand_over
 from dislock.core.retries import LATE_MARK
-from dislock.core.rows import lease_key
 from dislock.core.timeouts import RELEASE_TIMEOUT
 from dislock.core.unknown_outcome import HELD, Mine, Verdict, judge, outcome_unknown
 from dislock.core.waiting import slot_keys, slot_retry
@@ -280,7 +279,9 @@ def handing_back(context: LockContext, keys: list[str]) -> Steps[None]:
     did not confirm, or that was interrupted after it may have taken a row."""
     try:
         yield Ask(
-            statements_for(context).hand_back(keys, context.owner, context.lock_key),
+            statements_for(context).hand_back(
+                keys, context.owner, context.lock_key, context.lease_mode
+            ),
             RELEASE_TIMEOUT,
         )
     except Exception as error:  # unconfirmed too, most likely: it still expired here
@@ -492,7 +493,7 @@ def _trying_lease(
     raises ``LockPausedError``; an answer that came after the lease's deadline is
     released rather than worked on."""
     statements = statements_for(context)
-    keys = slot_keys(context.lock_key, context.slots)
+    keys = slot_keys(context.lock_key, context.slots, context.lease_mode)
     attempts = 0
     while True:
         attempts += 1
@@ -504,7 +505,7 @@ def _trying_lease(
         timeout = lease_clock.attempt_timeout(sent_at)
         answer: Acquired | SlotAnswer
         if context.slots == 1:
-            key = lease_key(context.lock_key)
+            key = keys[0]
             answer = yield from claiming(
                 statements.acquire_for(key, context.owner, settings.ttl),
                 timeout,
@@ -522,11 +523,11 @@ def _trying_lease(
                 timeout,
                 context=context,
                 keys=keys,
-                what=f"a slot of lease {lease_key(context.lock_key)!r}",
+                what=f"a slot of lease {keys[0]!r}",
                 patience=patience,
                 clock=clock,
             )
-            key = answer.key or lease_key(context.lock_key)
+            key = answer.key or keys[0]
             taken, free = answer.key is not None, answer.free
         fence, paused_until, delayed_until = answer.token, answer.paused_until, answer.delayed_until
         if paused_until is not None:
@@ -549,7 +550,9 @@ def releasing(context: LockContext, key: str, ttl: float) -> Steps[bool]:
     whether the release was confirmed (if not, the row expires within ``ttl``).  A
     row that was no longer ours to release may have been marked by a replacer
     since the last renewal: it is handed over (``handing_over``)."""
-    release = statements_for(context).release(key, context.owner, context.lock_key)
+    release = statements_for(context).release(
+        key, context.owner, context.lock_key, context.lease_mode
+    )
     try:
         ended: bool = yield Ask(release, RELEASE_TIMEOUT)
         if not ended:

@@ -165,6 +165,11 @@ class LockContext:
     (None: ``LISTEN`` unless the connection goes through a pooler such as PgBouncer)."""
     slots: int = 1
     """How many holders a lease admits at once (a semaphore); 1 is a plain lease."""
+    group: str | None = None
+    """``"NAME:N"``: at most N runs at once among every key naming group NAME, each
+    holding one of the group's N slots while it runs (``dislock.core.groups``)."""
+    lease_mode: str = field(default="lease", repr=False)
+    """The mode of the lease's row keys: ``"group"`` for a group's own slots."""
     replace: bool = False
     """With a lease held by a live holder: ask it to stop and hand the lease over,
     rather than be refused.  The holder's command (or block) is stopped as on any
@@ -290,22 +295,9 @@ class LockContext:
             )
 
     def _check_connecting(self) -> None:
-        _set(
-            self,
-            "connect_timeout_seconds",
-            bounds.check_number(
-                bounds.CONNECT_TIMEOUT, self.connect_timeout_seconds, name="connect_timeout_seconds"
-            ),
-        )
-        _set(
-            self,
-            "connect_patience_seconds",
-            bounds.check_number(
-                bounds.CONNECT_PATIENCE,
-                self.connect_patience_seconds,
-                name="connect_patience_seconds",
-            ),
-        )
+        for bound in (bounds.CONNECT_TIMEOUT, bounds.CONNECT_PATIENCE):
+            name = str(bound.field)
+            _set(self, name, bounds.check_number(bound, getattr(self, name), name=name))
 
     def _check_waiting(self) -> None:
         """Waiting for a held lease, its slots, and replacing its holder."""
@@ -324,6 +316,12 @@ class LockContext:
                 f"wait_listen must be True, False or None, got {self.wait_listen!r}"
             )
         _set(self, "slots", bounds.check_count(bounds.SLOTS, self.slots, name="slots"))
+        if self.group is not None:
+            from dislock.core.groups import parse_group
+
+            _set(self, "group", str(parse_group(self.group)))
+        if self.lease_mode not in ("lease", "group"):
+            raise ConfigurationError(f"lease_mode must be 'lease', got {self.lease_mode!r}")
         if not isinstance(self.replace, bool):
             raise ConfigurationError(f"replace must be True or False, got {self.replace!r}")
         if self.replace and len(self.owner.encode()) > MAX_OWNER_BYTES:

@@ -7,7 +7,10 @@ class.  The row keys are shared with dislock 0.1.0 on one table and never change
 ``cronjob-lock:schedule:<key>`` and ``cronjob-lock:lease:<key>``.  Slots 2..N of
 a lease with ``LockContext.slots`` live in ``cronjob-lock:lease#<n>:<key>``: the
 slot number sits in the mode part, so no lock key (whatever it contains) can
-name another key's slot, and slot 1 stays the plain lease row.
+name another key's slot, and slot 1 stays the plain lease row.  A group's slots
+(``LockContext.group``) are rows of a mode of their own, ``cronjob-lock:group:<name>`` and
+``cronjob-lock:group#<n>:<name>`` (``GROUP``): no lock key can name them, and no
+strategy takes them on their own.
 """
 
 from __future__ import annotations
@@ -51,8 +54,12 @@ KINDS: tuple[LockKind, ...] = (
 )
 """In acquisition order: a schedule slot is taken first and so released last."""
 
+GROUP = LockKind("group", "LeaseLock", True, True, "its holder notices at its next renewal")
+"""A group's N-slot lease (``dislock.core.groups``): not a strategy, so not in ``KINDS``."""
+
 NAMES: tuple[str, ...] = tuple(kind.name for kind in KINDS)
 BY_NAME: dict[str, LockKind] = {kind.name: kind for kind in KINDS}
+BY_MODE: dict[str, LockKind] = {**BY_NAME, GROUP.name: GROUP}
 
 
 def kind(name: str) -> LockKind:
@@ -64,7 +71,7 @@ def parse_row_key(key: str) -> tuple[LockKind | None, str, int]:
     prefix, _, rest = key.partition(":")
     mode, _, lock_key = rest.partition(":")
     base, hash_, number = mode.partition("#")
-    found = BY_NAME.get(base) if prefix == KEY_PREFIX else None
+    found = BY_MODE.get(base) if prefix == KEY_PREFIX else None
     if found is None:
         return None, key, 1
     if not hash_:

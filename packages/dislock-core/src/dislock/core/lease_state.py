@@ -20,7 +20,6 @@ from dislock.core.errors import LockDelayedError, LockNotAcquiredError
 from dislock.core.failover import delayed
 from dislock.core.lease import LeaseClock, LeaseSettings
 from dislock.core.renewal import Renewal
-from dislock.core.rows import lease_key
 from dislock.core.waiting import slot_keys
 
 
@@ -64,9 +63,9 @@ class LeaseState(Generic[HubT, EventT]):
     def __init__(self, context: LockContext, lease_lost: EventT) -> None:
         self.settings = LeaseSettings.from_context(context)
         self.context = context
-        self.key = lease_key(context.lock_key)
+        self._slot_keys = slot_keys(context.lock_key, context.slots, context.lease_mode)
+        self.key = self._slot_keys[0]
         """The row held: the lease's, or with ``LockContext.slots`` the slot's taken."""
-        self._slot_keys = slot_keys(context.lock_key, context.slots)
         self.lease_lost = lease_lost
         """Set once the lease is lost.  One event for the lock's whole life
         (fetching it before entering is fine), cleared as each acquisition
@@ -165,8 +164,13 @@ class LeaseState(Generic[HubT, EventT]):
     def _held_elsewhere(self) -> str:
         context = self.context
         waited = f" (waited {context.wait_seconds:g} s)" if context.wait_seconds > 0 else ""
+        if context.lease_mode == "group" and self._delayed_until is None:
+            return (
+                f"group {context.lock_key!r} is full: all {context.slots} slots are held"
+                f" by other runs{waited}"
+            )
         if context.slots > 1:
-            lease = lease_key(context.lock_key)
+            lease = self._slot_keys[0]
             if self._delayed_until is not None:
                 return delayed(f"no slot of lease {lease!r}", self._delayed_until) + waited
             return f"all {context.slots} slots of lease {lease!r} are held{waited}"

@@ -17,6 +17,7 @@ from dislock.core import answers, lock_queries
 from dislock.core import retries as retries_module
 from dislock.core.answers import Acquired, SlotAnswer
 from dislock.core.exchange import Exchange
+from dislock.core.kinds import LEASE
 from dislock.core.replace import handed
 from dislock.core.rows import pause_key_of
 from dislock.core.unknown_outcome import Mine
@@ -141,14 +142,17 @@ class LockStatements:
         """Renew the leases of ``batch``, each by its own TTL."""
         return Exchange(self.queries.renew_batch, batch.params(), answers.read_renewed)
 
-    def release(self, key: str, owner: str, lock_key: str) -> Exchange[bool]:
-        """End our row ``key`` of the lock ``lock_key`` now, waking the lease's waiters."""
-        params = {"key": key, **_waking(owner, lock_key)}
+    def release(self, key: str, owner: str, lock_key: str, mode: str = LEASE) -> Exchange[bool]:
+        """End our row ``key`` of the lock ``lock_key`` now, waking the lease's waiters
+        (``mode``: of a lease, or a group's)."""
+        params = {"key": key, **_waking(owner, lock_key, mode)}
         return Exchange(self.queries.release, params, answers.read_released)
 
-    def hand_back(self, keys: list[str], owner: str, lock_key: str) -> Exchange[bool]:
+    def hand_back(
+        self, keys: list[str], owner: str, lock_key: str, mode: str = LEASE
+    ) -> Exchange[bool]:
         """``release`` for each of our rows among ``keys``, of the lock ``lock_key``."""
-        params = {"keys": keys, **_waking(owner, lock_key)}
+        params = {"keys": keys, **_waking(owner, lock_key, mode)}
         return Exchange(self.queries.hand_back, params, answers.read_released)
 
     def mine(self, keys: list[str], owner: str) -> Exchange[list[Mine]]:
@@ -160,9 +164,9 @@ class LockStatements:
         return Exchange(self.queries.now, {}, answers.read_clock)
 
 
-def _waking(owner: str, lock_key: str) -> dict[str, Any]:
+def _waking(owner: str, lock_key: str, mode: str) -> dict[str, Any]:
     """The parameters of a release by ``owner`` that wakes the waiters of ``lock_key``."""
-    return {"owner": owner, "channel": WAKE_CHANNEL, "wake_key": wake_key(lock_key)}
+    return {"owner": owner, "channel": WAKE_CHANNEL, "wake_key": wake_key(lock_key, mode)}
 
 
 @lru_cache(maxsize=64)

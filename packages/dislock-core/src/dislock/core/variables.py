@@ -99,6 +99,12 @@ def _policy(name: str, raw: str) -> Any:
     return LeaseLossPolicy.parse(raw, name=name)
 
 
+def _group(name: str, raw: str) -> str:
+    from dislock.core.groups import read_group
+
+    return read_group(name, raw)
+
+
 def _zone(tz: Any) -> str | None:
     zone = getattr(tz, "key", None)  # an IANA zone; a zone read from a path has none
     return zone if isinstance(zone, str) and not zone.startswith("/") else None
@@ -289,6 +295,15 @@ SLOTS = Variable(
     str,
     bounds.SLOTS,
 )
+GROUP = Variable(
+    "LOCK_GROUP",
+    "group",
+    "-",
+    "NAME:N: at most N runs at once among every key naming group NAME, whatever its "
+    "strategy; a run finding the group full is refused (or waits, LOCK_WAIT_SECONDS)",
+    _group,
+    str,
+)
 REPLACE = Variable(
     "LOCK_REPLACE",
     "replace",
@@ -371,6 +386,7 @@ VARIABLES: tuple[Variable, ...] = (
     WAIT_POLL,
     WAIT_LISTEN,
     SLOTS,
+    GROUP,
     REPLACE,
     CONFLICT_EXIT_CODE,
     CONNECT_PATIENCE,

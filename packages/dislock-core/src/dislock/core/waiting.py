@@ -83,9 +83,10 @@ def wake_payload(table_oid: sql.Composable) -> sql.Composed:
     ).format(table_oid)
 
 
-def wake_key(lock_key: str) -> str:
-    """What a lease's wake payload digests: its plain lease row key, for every slot."""
-    return kinds.kind(kinds.LEASE).row_key(lock_key)
+def wake_key(lock_key: str, mode: str = kinds.LEASE) -> str:
+    """What a lease's wake payload digests: its plain lease row key, for every slot
+    (a group's: its first slot's row key, ``mode`` ``group``)."""
+    return kinds.BY_MODE[mode].row_key(lock_key)
 
 
 class ListenRow(NamedTuple):
@@ -98,7 +99,9 @@ class ListenRow(NamedTuple):
     """The payload a release of the lease sends (``wake_payload``)."""
 
 
-def listen(table_parts: Sequence[str], lock_key: str) -> Exchange[ListenRow]:
+def listen(
+    table_parts: Sequence[str], lock_key: str, mode: str = kinds.LEASE
+) -> Exchange[ListenRow]:
     """For a waiter's listening connection: its backend pid and the payload a
     release of ``lock_key``'s lease sends, computed by the server."""
     name = sql.Literal(sql.Identifier(*table_parts).as_string(None))
@@ -107,7 +110,7 @@ def listen(table_parts: Sequence[str], lock_key: str) -> Exchange[ListenRow]:
         ListenRow._fields, backend_pid=sql.SQL("pg_backend_pid()"), wake=wake_payload(oid)
     )
     query = sql.SQL("SELECT {}").format(columns)
-    return Exchange(query, {"wake_key": wake_key(lock_key)}, read_listen)
+    return Exchange(query, {"wake_key": wake_key(lock_key, mode)}, read_listen)
 
 
 def read_listen(rows: Rows) -> ListenRow:
@@ -152,10 +155,11 @@ class WakeReads:
         self._next = now + WAKE_SPACING
 
 
-def slot_keys(lock_key: str, slots: int) -> list[str]:
+def slot_keys(lock_key: str, slots: int, mode: str = kinds.LEASE) -> list[str]:
     """The row keys of a lease's slots, slot 1 first (the plain lease row, so that
-    one slot is exactly the lease dislock 0.1.0 takes)."""
-    lease = kinds.kind(kinds.LEASE)
+    one slot is exactly the lease dislock 0.1.0 takes); ``mode`` ``group``: a
+    group's slots."""
+    lease = kinds.BY_MODE[mode]
     return [lease.row_key(lock_key, slot) for slot in range(1, slots + 1)]
 
 
@@ -168,12 +172,17 @@ def slot_retry(*, free: int, attempts: int, slots: int) -> bool:
 
 
 def check_waiting(
-    strategies: Iterable[str], wait_seconds: float, slots: int, replace: bool = False
+    strategies: Iterable[str],
+    wait_seconds: float,
+    slots: int,
+    replace: bool = False,
+    group: bool = False,
 ) -> None:
     """Waiting, slots and replacing belong to a kind that is held while the work
-    runs; a schedule slot alone is taken once or not at all."""
+    runs; a schedule slot alone is taken once or not at all.  A run of a ``group``
+    may wait for the group's slot, whatever its strategy."""
     chosen = [kinds.kind(name) for name in strategies]
-    if wait_seconds > 0 and not any(kind.can_wait for kind in chosen):
+    if wait_seconds > 0 and not group and not any(kind.can_wait for kind in chosen):
         raise ConfigurationError(
             f"waiting ({wait_seconds:g} s) needs the lease strategy: a schedule slot is "
             "taken once or skipped; use 'schedule,lease' to wait for the lease"

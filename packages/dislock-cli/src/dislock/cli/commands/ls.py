@@ -10,8 +10,11 @@ from typing import TYPE_CHECKING
 from dislock.cli import EXIT_OK
 from dislock.cli.commands._call import Call
 from dislock.cli.sending import send
+from dislock.core.bounds import printable
+from dislock.core.kinds import GROUP
 
 if TYPE_CHECKING:
+    from dislock.cli.lock_rows import LockRow
     from dislock.cli.sending import Connection
 
 
@@ -39,10 +42,26 @@ def _list(conn: Connection, table: tuple[str, ...], prefix: str, as_json: bool) 
         return EXIT_OK
     if rows:
         print(render_table(rows))
+        for line in _groups(rows):
+            print(line)
     else:
         print(f"no locks in {'.'.join(table)}" + (f" starting with {prefix!r}" if prefix else ""))
     print(_table_limits(conn, table))
     return EXIT_OK
+
+
+def _groups(rows: list[LockRow]) -> list[str]:
+    """A line for each group listed: how many of its slots are held, and by whom (its
+    N is each member's own setting: only the slots ever taken are rows)."""
+    held: dict[str, list[LockRow]] = {}
+    for row in rows:
+        if row.mode == GROUP.name:
+            held.setdefault(row.lock_key, []).extend([row] if row.held else [])
+    return [
+        f"group {printable(name, limit=200)}: {len(slots)} held"
+        + (f" (by {', '.join(printable(row.owner, limit=200) for row in slots)})" if slots else "")
+        for name, slots in held.items()
+    ]
 
 
 def _table_limits(conn: Connection, table: tuple[str, ...]) -> str:

@@ -222,11 +222,13 @@ def read_waiting(
     environ: Mapping[str, str], strategies: Sequence[str], fields: dict[str, Any]
 ) -> int:
     """``LOCK_WAIT_SECONDS``, ``LOCK_WAIT_POLL_SECONDS``, ``LOCK_WAIT_LISTEN``,
-    ``LOCK_SLOTS`` and ``LOCK_REPLACE`` into ``fields``; ``LOCK_CONFLICT_EXIT_CODE`` returned."""
+    ``LOCK_SLOTS``, ``LOCK_GROUP`` and ``LOCK_REPLACE`` into ``fields``;
+    ``LOCK_CONFLICT_EXIT_CODE`` returned."""
     wait = _read(fields, variables.WAIT, environ)
     _read(fields, variables.WAIT_POLL, environ)
     _read(fields, variables.WAIT_LISTEN, environ)
     slots = _read(fields, variables.SLOTS, environ)
+    group = _read(fields, variables.GROUP, environ)
     replace = _read(fields, variables.REPLACE, environ)
     if replace and slots is not None and slots > 1:
         raise ConfigurationError(
@@ -235,7 +237,7 @@ def read_waiting(
         )
     code: int | None = variables.CONFLICT_EXIT_CODE.read(environ)
     try:
-        check_waiting(strategies, wait or 0.0, slots or 1, bool(replace))
+        check_waiting(strategies, wait or 0.0, slots or 1, bool(replace), group is not None)
     except ConfigurationError as exc:
         name = variables.STRATEGY.name
         raise ConfigurationError(f"{name}={','.join(strategies)!r}: {exc}") from None

@@ -12,6 +12,7 @@ from datetime import datetime, tzinfo
 from typing import TYPE_CHECKING
 
 from dislock.core import bounds, config
+from dislock.core.after import check_after
 from dislock.core.dsn import parse_dsn, redact_dsn
 from dislock.core.errors import ConfigurationError
 from dislock.core.patience import DEFAULT_CONNECT_PATIENCE
@@ -142,6 +143,11 @@ class LockContext:
     ``SlotLateError`` (recorded as ``late`` with ``history``); otherwise it raises
     ``LockNotAcquiredError``, as for any slot taken.  None: a slot may start until
     it ends."""
+    after: Sequence[str] = ()
+    """With ``schedule`` and ``history``: lock keys each of which must have a run that
+    succeeded and started within this slot before the slot starts; until then an
+    acquisition raises ``LockNotAcquiredError`` naming the key (or with
+    ``wait_seconds`` waits for it), and leaves the slot open (``dislock.core.after``)."""
     fencing: bool = False
     """Hand out fencing tokens: each acquisition bumps and returns the row's ``fence``
     column (``dislockctl init --fencing`` adds it). Off, the three-column table works
@@ -290,35 +296,13 @@ class LockContext:
             )
 
     def _check_connecting(self) -> None:
-        _set(
-            self,
-            "connect_timeout_seconds",
-            bounds.check_number(
-                bounds.CONNECT_TIMEOUT, self.connect_timeout_seconds, name="connect_timeout_seconds"
-            ),
-        )
-        _set(
-            self,
-            "connect_patience_seconds",
-            bounds.check_number(
-                bounds.CONNECT_PATIENCE,
-                self.connect_patience_seconds,
-                name="connect_patience_seconds",
-            ),
-        )
+        _bounded(self, bounds.CONNECT_TIMEOUT)
+        _bounded(self, bounds.CONNECT_PATIENCE)
 
     def _check_waiting(self) -> None:
         """Waiting for a held lease, its slots, and replacing its holder."""
-        _set(
-            self,
-            "wait_seconds",
-            bounds.check_number(bounds.WAIT, self.wait_seconds, name="wait_seconds"),
-        )
-        _set(
-            self,
-            "wait_poll_seconds",
-            bounds.check_number(bounds.WAIT_POLL, self.wait_poll_seconds, name="wait_poll_seconds"),
-        )
+        _bounded(self, bounds.WAIT)
+        _bounded(self, bounds.WAIT_POLL)
         if self.wait_listen is not None and not isinstance(self.wait_listen, bool):
             raise ConfigurationError(
                 f"wait_listen must be True, False or None, got {self.wait_listen!r}"
@@ -340,6 +324,7 @@ class LockContext:
     def _check_slot_bounds(self) -> None:
         """A slot's retries and their delay, and its start deadline."""
         _set(self, "retries", bounds.check_count(bounds.RETRIES, self.retries, name="retries"))
+        _set(self, "after", check_after(self.after, history=self.history, schedule=self.schedule))
         if self.retries or self.start_deadline_seconds is not None:
             from dislock.core.retries import check_owner
 
@@ -381,6 +366,13 @@ class LockContext:
 def _set(context: LockContext, name: str, value: object) -> None:
     # Normalising a field of a frozen dataclass during __post_init__.
     object.__setattr__(context, name, value)
+
+
+def _bounded(context: LockContext, bound: bounds.Bound) -> None:
+    # A numeric field, checked against its entry of ``dislock.core.bounds``.
+    assert bound.field is not None
+    value = getattr(context, bound.field)
+    _set(context, bound.field, bounds.check_number(bound, value, name=bound.field))
 
 
 def strategies_for(context: LockContext) -> tuple[str, ...]:

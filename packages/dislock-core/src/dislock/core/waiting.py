@@ -168,12 +168,17 @@ def slot_retry(*, free: int, attempts: int, slots: int) -> bool:
 
 
 def check_waiting(
-    strategies: Iterable[str], wait_seconds: float, slots: int, replace: bool = False
+    strategies: Iterable[str],
+    wait_seconds: float,
+    slots: int,
+    replace: bool = False,
+    after: bool = False,
 ) -> None:
     """Waiting, slots and replacing belong to a kind that is held while the work
-    runs; a schedule slot alone is taken once or not at all."""
+    runs; a schedule slot alone is taken once or not at all, but may wait for the
+    keys it comes ``after``."""
     chosen = [kinds.kind(name) for name in strategies]
-    if wait_seconds > 0 and not any(kind.can_wait for kind in chosen):
+    if wait_seconds > 0 and not after and not any(kind.can_wait for kind in chosen):
         raise ConfigurationError(
             f"waiting ({wait_seconds:g} s) needs the lease strategy: a schedule slot is "
             "taken once or skipped; use 'schedule,lease' to wait for the lease"

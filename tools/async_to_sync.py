@@ -47,6 +47,7 @@ SOURCE_DIR = ROOT / "packages/dislock-aio/src/dislock/aio"
 TARGET_DIR = ROOT / "packages/dislock/src/dislock/_sync"
 MODULES = (
     "_acquiring.py",
+    "_after.py",
     "_compat_api.py",
     "_decorators.py",
     "_fencing.py",

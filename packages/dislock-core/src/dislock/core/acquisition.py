@@ -33,9 +33,10 @@ from typing import Any, Generic, NamedTuple, TypeAlias, TypeVar
 
 import psycopg
 
+from dislock.core import after
 from dislock.core.answers import Acquired, SlotAnswer
 from dislock.core.context import LockContext
-from dislock.core.cron import SlotCandidates, begun_too_long_ago, slot_end
+from dislock.core.cron import SlotCandidates, begun_too_long_ago, slot_end, slot_start
 from dislock.core.dsn import error_line, one_line, scrub
 from dislock.core.errors import (
     DatabaseUnreachableError,
@@ -46,6 +47,7 @@ from dislock.core.errors import (
 )
 from dislock.core.exchange import Exchange
 from dislock.core.failover import delayed
+from dislock.core.history import history_table
 from dislock.core.lease import LeaseClock, LeaseSettings
 from dislock.core.lock_statements import statements_for
 from dislock.core.patience import ConnectPatience, passing_answer
@@ -369,10 +371,10 @@ def _claiming_schedule_slot(
 
     expires_at = context.next_run_time
     deadline = context.start_deadline_seconds
-    if context.retries or deadline is not None:
+    if context.retries or deadline is not None or context.after:
         # The slot's end names it in the row's mark, and its start is measured against
-        # the deadline: the clock is read first (one round trip more, for jobs with
-        # retries or a start deadline only).
+        # the deadline and the keys it comes after: the clock is read first (one round
+        # trip more, for jobs with retries, a start deadline or ``after`` only).
         zone = context.cron_zone
         clock_read: datetime = yield Ask(statements.now(), timeout, patience)
         if expires_at is None:
@@ -388,6 +390,8 @@ def _claiming_schedule_slot(
                 # Too late to start: the claim marks the slot late instead, so that
                 # no later acquisition starts it either.
                 owner = context.owner + LATE_MARK
+        if context.after and began_at is None:
+            yield from _checking_after(context, expires_at, patience)
         if context.retries:
             exchange = statements.acquire_retrying(
                 key,
@@ -424,6 +428,21 @@ def _claiming_schedule_slot(
         statements.look_until(key),
     )
     return answer, expires_at
+
+
+def _checking_after(
+    context: LockContext, expires_at: datetime, patience: ConnectPatience
+) -> Steps[None]:
+    """Raise ``DependencyPending`` unless each key of ``after`` succeeded in the slot
+    ending at ``expires_at``: read before the claim, so that a slot held back stays
+    open, with nothing written."""
+    assert context.schedule is not None and context.cron_zone is not None
+    began = slot_start(context.schedule, expires_at, context.cron_zone.tz)
+    table = history_table(context.table_parts, context.history_table)
+    exchange = after.pending(table, context.after, began)
+    key: str | None = yield Ask(exchange, context.connect_timeout_seconds, patience)
+    if key is not None:
+        raise after.held_back(context.lock_key, key, began, expires_at)
 
 
 def schedule_refusal(

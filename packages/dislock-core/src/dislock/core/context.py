@@ -12,8 +12,10 @@ from datetime import datetime, tzinfo
 from typing import TYPE_CHECKING
 
 from dislock.core import bounds, config
+from dislock.core.after import check_after
 from dislock.core.dsn import parse_dsn, redact_dsn
 from dislock.core.errors import ConfigurationError
+from dislock.core.groups import parse_group
 from dislock.core.patience import DEFAULT_CONNECT_PATIENCE
 from dislock.core.replace import MAX_OWNER_BYTES
 from dislock.core.waiting import DEFAULT_POLL_SECONDS
@@ -142,6 +144,10 @@ class LockContext:
     ``SlotLateError`` (recorded as ``late`` with ``history``); otherwise it raises
     ``LockNotAcquiredError``, as for any slot taken.  None: a slot may start until
     it ends."""
+    after: Sequence[str] = ()
+    """With ``schedule`` and ``history``: keys that each need a run that succeeded in
+    this slot before it starts; until then ``LockNotAcquiredError`` names the key (or
+    ``wait_seconds`` waits), the slot left open (``dislock.core.after``)."""
     fencing: bool = False
     """Hand out fencing tokens: each acquisition bumps and returns the row's ``fence``
     column (``dislockctl init --fencing`` adds it). Off, the three-column table works
@@ -153,8 +159,7 @@ class LockContext:
     one statement as it starts, one as it ends.  A failing history write is logged
     at WARNING and never fails the run."""
     history_table: Sequence[str] | None = None
-    """The history table, like ``table_parts``; default: ``<table>_history`` next
-    to the lock table."""
+    """The history table, like ``table_parts``; default: ``<table>_history`` beside it."""
     wait_seconds: float = 0.0
     """Wait up to this long for a lease held elsewhere before giving up (0: give up at
     once). Woken by the holder's release (``LISTEN``/``NOTIFY``), or by polling."""
@@ -295,33 +300,22 @@ class LockContext:
             )
 
     def _check_connecting(self) -> None:
-        for bound in (bounds.CONNECT_TIMEOUT, bounds.CONNECT_PATIENCE):
-            name = str(bound.field)
-            _set(self, name, bounds.check_number(bound, getattr(self, name), name=name))
+        _bounded(self, bounds.CONNECT_TIMEOUT)
+        _bounded(self, bounds.CONNECT_PATIENCE)
 
     def _check_waiting(self) -> None:
         """Waiting for a held lease, its slots, and replacing its holder."""
-        _set(
-            self,
-            "wait_seconds",
-            bounds.check_number(bounds.WAIT, self.wait_seconds, name="wait_seconds"),
-        )
-        _set(
-            self,
-            "wait_poll_seconds",
-            bounds.check_number(bounds.WAIT_POLL, self.wait_poll_seconds, name="wait_poll_seconds"),
-        )
+        _bounded(self, bounds.WAIT)
+        _bounded(self, bounds.WAIT_POLL)
         if self.wait_listen is not None and not isinstance(self.wait_listen, bool):
             raise ConfigurationError(
                 f"wait_listen must be True, False or None, got {self.wait_listen!r}"
             )
         _set(self, "slots", bounds.check_count(bounds.SLOTS, self.slots, name="slots"))
         if self.group is not None:
-            from dislock.core.groups import parse_group
-
             _set(self, "group", str(parse_group(self.group)))
         if self.lease_mode not in ("lease", "group"):
-            raise ConfigurationError(f"lease_mode must be 'lease', got {self.lease_mode!r}")
+            raise ConfigurationError(f"lease_mode must be 'lease' or 'group': {self.lease_mode!r}")
         if not isinstance(self.replace, bool):
             raise ConfigurationError(f"replace must be True or False, got {self.replace!r}")
         if self.replace and len(self.owner.encode()) > MAX_OWNER_BYTES:
@@ -338,6 +332,7 @@ class LockContext:
     def _check_slot_bounds(self) -> None:
         """A slot's retries and their delay, and its start deadline."""
         _set(self, "retries", bounds.check_count(bounds.RETRIES, self.retries, name="retries"))
+        _set(self, "after", check_after(self.after, history=self.history, schedule=self.schedule))
         if self.retries or self.start_deadline_seconds is not None:
             from dislock.core.retries import check_owner
 
@@ -379,6 +374,13 @@ class LockContext:
 def _set(context: LockContext, name: str, value: object) -> None:
     # Normalising a field of a frozen dataclass during __post_init__.
     object.__setattr__(context, name, value)
+
+
+def _bounded(context: LockContext, bound: bounds.Bound) -> None:
+    # A numeric field, checked against its entry of ``dislock.core.bounds``.
+    assert bound.field is not None
+    value = getattr(context, bound.field)
+    _set(context, bound.field, bounds.check_number(bound, value, name=bound.field))
 
 
 def strategies_for(context: LockContext) -> tuple[str, ...]:

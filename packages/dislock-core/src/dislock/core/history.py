@@ -48,6 +48,7 @@ from typing import Any, NamedTuple
 
 from psycopg import sql
 
+from dislock.core.after import success_notice
 from dislock.core.config import check_table_parts
 from dislock.core.errors import MaxRuntimeExceeded
 from dislock.core.events import PAUSE_MODES
@@ -195,10 +196,12 @@ def _start_query(history: tuple[str, ...]) -> sql.Composed:
 def _end_query(history: tuple[str, ...], late: bool = False, tails: bool = False) -> sql.Composed:
     # A run's end is written once: sent again after a lost answer, it changes nothing.
     # ``late``: an end kept on the host (``dislock.core.unrecorded``) carries the time
-    # the run really ended, rather than the database's time of the statement.
+    # the run really ended, rather than the database's time of the statement.  A
+    # success wakes the jobs that wait for it (``dislock.core.after``).
     return sql.SQL(
         "UPDATE {} SET ended_at = {ended_at}, outcome = %(outcome)s, exit_code = %(exit_code)s,"
         " signal = %(signal)s{tails} FROM {async_commit} WHERE id = %(id)s AND ended_at IS NULL"
+        " RETURNING {notice}"
     ).format(
         sql.Identifier(*history),
         ended_at=sql.SQL("%(ended_at)s" if late else "NOW()"),
@@ -206,6 +209,7 @@ def _end_query(history: tuple[str, ...], late: bool = False, tails: bool = False
             ", stdout_tail = %(stdout_tail)s, stderr_tail = %(stderr_tail)s" if tails else ""
         ),
         async_commit=_ASYNC_COMMIT,
+        notice=success_notice(),
     )
 
 
@@ -216,7 +220,7 @@ def read_run_id(rows: Rows) -> int:
 
 
 def read_nothing(rows: Rows) -> None:
-    """The answer of ``end``: nothing to read (the update returns no rows)."""
+    """The answer of ``end``: nothing to read (the wake-up it returns is for others)."""
 
 
 def start(

@@ -93,6 +93,12 @@ def _cron(name: str, raw: str) -> str:
     return check_cron(raw, name=name)
 
 
+def _parse_after() -> Callable[[str], Any]:
+    from dislock.core.after import parse_after  # its SQL: only LOCK_AFTER users import it
+
+    return parse_after
+
+
 def _policy(name: str, raw: str) -> Any:
     from dislock.core.context import LeaseLossPolicy
 
@@ -230,6 +236,16 @@ START_DEADLINE = Variable(
     _number(bounds.START_DEADLINE),
     lambda seconds: None if seconds is None else str(seconds),
     bounds.START_DEADLINE,
+)
+AFTER = Variable(
+    "LOCK_AFTER",
+    "after",
+    "-",
+    "KEY1[,KEY2...]: a slot starts only once each key has a run that succeeded and started "
+    "within it; until then the run is skipped as if the lock were held, or waited for with "
+    "LOCK_WAIT_SECONDS (needs LOCK_HISTORY=1)",
+    lambda name, raw: _prefixed(_parse_after())(name, raw),
+    lambda keys: ",".join(keys) or None,
 )
 OUTPUT_TAIL = Variable(
     "LOCK_OUTPUT_TAIL_BYTES",
@@ -379,6 +395,7 @@ VARIABLES: tuple[Variable, ...] = (
     RETRIES,
     RETRY_DELAY,
     START_DEADLINE,
+    AFTER,
     OUTPUT_TAIL,
     FENCING,
     PASS_URL,

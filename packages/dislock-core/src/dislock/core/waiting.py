@@ -177,12 +177,14 @@ def check_waiting(
     slots: int,
     replace: bool = False,
     group: bool = False,
+    after: bool = False,
 ) -> None:
     """Waiting, slots and replacing belong to a kind that is held while the work
-    runs; a schedule slot alone is taken once or not at all.  A run of a ``group``
-    may wait for the group's slot, whatever its strategy."""
+    runs; a schedule slot alone is taken once or not at all, but a run may wait for
+    its ``group``'s slot whatever its strategy, and a slot for the keys it comes
+    ``after``."""
     chosen = [kinds.kind(name) for name in strategies]
-    if wait_seconds > 0 and not group and not any(kind.can_wait for kind in chosen):
+    if wait_seconds > 0 and not (group or after) and not any(kind.can_wait for kind in chosen):
         raise ConfigurationError(
             f"waiting ({wait_seconds:g} s) needs the lease strategy: a schedule slot is "
             "taken once or skipped; use 'schedule,lease' to wait for the lease"

@@ -9,9 +9,11 @@ that claim it in which order, are ``dislock.core.acquisition``'s.
 
 from __future__ import annotations
 
+from datetime import datetime
 from time import monotonic
 
 from dislock.core.acquisition import claiming_schedule_slot, schedule_refusal
+from dislock.core.answers import Acquired
 from dislock.core.context import LockContext
 from dislock.core.exits import Exc, ExcType, Tb
 from dislock.core.kinds import SCHEDULE
@@ -19,6 +21,7 @@ from dislock.core.patience import ConnectPatience
 from dislock.core.schedule_state import ScheduleState
 
 from ._acquiring import drive, drive_briefly
+from ._after import wait_after
 from ._hub import enter_hub, leave_hub
 from ._recording import Alone, Run, RunRecording, record_alone, record_late, run_end
 
@@ -28,9 +31,10 @@ class ScheduleLock(ScheduleState):
 
     Entering claims the slot's row until ``next_run_time`` (or, without it, until
     the next boundary of ``schedule`` on the database clock) and raises
-    ``LockNotAcquiredError`` if another owner already started in this slot.
-    Leaving does nothing: the slot stays taken until it ends.  A slot is never
-    waited for (``LockContext.wait_seconds`` applies to the lease alone).  What it
+    ``LockNotAcquiredError`` if another owner already started in this slot, or
+    while a key of ``LockContext.after`` has not succeeded in it (waited for with
+    ``wait_seconds``: a taken slot never is).  Leaving does nothing: the slot
+    stays taken until it ends.  What it
     knows between statements is ``dislock.core.schedule_state.ScheduleState``'s.
     """
 
@@ -52,9 +56,16 @@ class ScheduleLock(ScheduleState):
         )
         try:
             hub.connect_patiently(patience)
-            answer, expires_at = drive(
-                hub, claiming_schedule_slot(context, self.key, patience, lease=self.lease_row)
-            )
+
+            def claim() -> tuple[Acquired, datetime]:
+                return drive(
+                    hub, claiming_schedule_slot(context, self.key, patience, lease=self.lease_row)
+                )
+
+            if context.after and context.wait_seconds:
+                answer, expires_at = wait_after(context, claim, patience)
+            else:
+                answer, expires_at = claim()
         finally:
             leave_hub(hub)
         refusal = schedule_refusal(context, answer, expires_at)

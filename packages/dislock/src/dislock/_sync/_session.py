@@ -20,6 +20,7 @@ from time import monotonic
 from typing import ParamSpec, Protocol, TypeVar
 
 from dislock.core import history, kinds
+from dislock.core.after import check_after
 from dislock.core.config import SCHEDULE, normalize_strategies
 from dislock.core.context import LeaseLossPolicy, LockContext, default_owner
 from dislock.core.errors import LeaseLostError, LockNotAcquiredError, MaxRuntimeExceeded
@@ -136,8 +137,17 @@ def build_locks(
     by the lease's deadline whatever the process does."""
     names = normalize_strategies(strategies)
     grouped = context.group is not None
-    check_waiting(names, context.wait_seconds, context.slots, context.replace, grouped)
+    check_waiting(
+        names,
+        context.wait_seconds,
+        context.slots,
+        context.replace,
+        group=grouped,
+        after=bool(context.after),
+    )
     check_retries(names, context.retries, context.start_deadline_seconds)
+    if context.after and SCHEDULE not in names:
+        check_after(context.after, history=context.history, schedule=None)
     locks = [_LOCK_CLASSES[kinds.kind(name).lock_class](context) for name in names]
     # An expired lease proves its holder's work is gone only when a guard killed it at
     # the lease's deadline: a supervised command under TERMINATE, with a one-row

@@ -162,6 +162,19 @@ def read_wrapper_settings(
             fields.get("start_deadline_seconds"),
             names=(variables.RETRIES.name, variables.START_DEADLINE.name),
         )
+    if _read(fields, variables.AFTER, environ):
+        from dislock.core.after import check_after
+
+        check_after(
+            fields["after"],
+            history=bool(fields.get("history")),
+            schedule=fields["schedule"] if config.SCHEDULE in strategies else None,
+            names=(
+                variables.AFTER.name,
+                f"{variables.HISTORY.name}=1 (and dislockctl init --history)",
+                f"{variables.STRATEGY.name}=schedule (or schedule,lease)",
+            ),
+        )
     conflict_exit_code = read_waiting(environ, strategies, fields)
     _read(fields, variables.CONNECT_PATIENCE, environ)
     if zone is not None:
@@ -237,7 +250,14 @@ def read_waiting(
         )
     code: int | None = variables.CONFLICT_EXIT_CODE.read(environ)
     try:
-        check_waiting(strategies, wait or 0.0, slots or 1, bool(replace), group is not None)
+        check_waiting(
+            strategies,
+            wait or 0.0,
+            slots or 1,
+            bool(replace),
+            group=group is not None,
+            after=bool(fields.get("after")),
+        )
     except ConfigurationError as exc:
         name = variables.STRATEGY.name
         raise ConfigurationError(f"{name}={','.join(strategies)!r}: {exc}") from None

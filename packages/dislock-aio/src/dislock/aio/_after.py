@@ -1,0 +1,103 @@
+"""Waiting for the keys a schedule slot comes after (``LockContext.after`` with
+``wait_seconds``): woken by their successes (``LISTEN``), or by polling where no
+notification can reach us.
+
+Hand-written in ``dislock/aio/_after.py``; ``dislock/_sync/_after.py`` is
+generated from it by ``tools/async_to_sync.py``.  What a slot waits for, and the
+wake-up a success sends, are ``dislock.core.after``'s; how long to wait and how
+often to poll, ``dislock.core.waiting``'s.
+"""
+
+from __future__ import annotations
+
+import logging
+from time import monotonic
+from typing import Protocol, TypeVar
+
+from dislock.core.after import DependencyPending, listen_after
+from dislock.core.context import LockContext
+from dislock.core.dsn import connection_kwargs, scrub
+from dislock.core.history import history_table
+from dislock.core.patience import ConnectPatience
+from dislock.core.waiting import WAKE_CHANNEL, WaitPlan
+
+from ._compat import sleep
+from ._listen import Listener
+
+logger = logging.getLogger("dislock")
+
+Taken = TypeVar("Taken", covariant=True)
+
+
+class Claim(Protocol[Taken]):
+    """The slot's claim, raising ``DependencyPending`` while a key has not succeeded."""
+
+    async def __call__(self) -> Taken: ...
+
+
+async def wait_after(context: LockContext, claim: Claim[Taken], patience: ConnectPatience) -> Taken:
+    """``claim()``'s answer, tried again while it raised ``DependencyPending``,
+    whenever the key it named may have succeeded, until the wait is over (then the
+    last refusal is raised)."""
+    plan = WaitPlan(
+        context.wait_seconds, started_at=monotonic(), poll_seconds=context.wait_poll_seconds
+    )
+    listener: Listener | None = None
+    listened: str | None = None
+    waited_from: float | None = None
+    try:
+        while True:
+            if waited_from is not None:
+                # Waiting for another job does not spend the patience with the database.
+                patience.postpone(monotonic() - waited_from)
+            try:
+                return await claim()
+            except DependencyPending as pending:
+                if pending.key != listened:
+                    # A success between the check and the LISTEN would be missed: so
+                    # the LISTEN comes first, then the check again.
+                    if waited_from is None:
+                        logger.info("%s; waiting up to %g s", pending, context.wait_seconds)
+                    if listener is not None:
+                        await listener.close()
+                    listener, listened = await _listen(context, pending.key), pending.key
+                    waited_from = monotonic()
+                    continue
+                delay = plan.next_delay(monotonic(), listening=listener is not None)
+                if delay is None:
+                    raise
+            waited_from = monotonic()
+            if listener is None:
+                await sleep(delay)
+                continue
+            try:
+                await listener.wait(delay)
+            except Exception as exc:
+                logger.warning(
+                    "stopped listening for successes, polling instead: %s",
+                    scrub(str(exc), context.url),
+                )
+                await listener.close()
+                listener = None
+    finally:
+        if listener is not None:
+            await listener.close()
+
+
+async def _listen(context: LockContext, key: str) -> Listener | None:
+    """A connection woken by successes of ``key``, unless only polling can work."""
+    if context.wait_listen is False:
+        return None
+    try:
+        return await Listener.open(
+            context.url,
+            connection_kwargs(context.url, context.connect_timeout_seconds),
+            WAKE_CHANNEL,
+            listen_after(history_table(context.table_parts, context.history_table), key),
+            detect=context.wait_listen is None,
+        )
+    except Exception as exc:
+        logger.warning(
+            "cannot listen for successes, polling instead: %s", scrub(str(exc), context.url)
+        )
+        return None

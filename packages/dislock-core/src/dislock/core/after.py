@@ -1,0 +1,140 @@
+"""A schedule slot that starts only after other keys succeeded in it
+(``LockContext.after``, ``LOCK_AFTER``): the check, its statement and its wake-up.
+
+A slot of a job with ``after`` starts only once each key named has a run that
+succeeded (history outcome ``ok``) and started at or after the slot's own start
+(its cron fire, read in the job's zone).  The history table already holds that:
+one read over its ``(lock_key, started_at DESC)`` index, sent before the slot is
+claimed, so that a slot held back stays open and nothing is written; a later
+start within the slot (or within its start deadline) may still start it.
+
+A waiting job (``wait_seconds``) is woken by the end statement of a successful
+run, which notifies on the release channel with a payload of its own making
+(``after_payload``), as a release wakes a lease's waiters; it polls as well,
+where ``LISTEN`` cannot work (a pooler) and for a wake-up it missed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from psycopg import sql
+
+from dislock.core import bounds
+from dislock.core.errors import ConfigurationError, LockNotAcquiredError
+from dislock.core.exchange import Exchange, Rows, select_list
+from dislock.core.waiting import WAKE_CHANNEL, ListenRow, read_listen
+
+SUCCEEDED = "ok"
+"""The history outcome of a run that succeeded."""
+
+
+class DependencyPending(LockNotAcquiredError):
+    """A schedule slot held back: ``key`` has no successful run started in it yet.
+    A ``LockNotAcquiredError``, so that code skipping a taken slot skips it too."""
+
+    def __init__(self, message: str, *, key: str) -> None:
+        super().__init__(message)
+        self.key = key
+        """The first key named in ``after`` that the slot still waits for."""
+
+
+def check_after(
+    after: object,
+    *,
+    history: bool,
+    schedule: str | None,
+    names: tuple[str, str, str] = ("after", "history=True", "schedule and the schedule strategy"),
+) -> tuple[str, ...]:
+    """``after`` as a tuple of keys, checked: it needs the history (where successes
+    are read) and a schedule (a slot's start is its cron fire).  ``names``: the
+    setting, the history and the schedule as the caller spelled them."""
+    if isinstance(after, str) or not isinstance(after, Sequence):
+        raise ConfigurationError(f"{names[0]} must be a list of lock keys, got {after!r}")
+    keys = tuple(after)
+    for key in keys:
+        bounds.check_key(names[0], key)
+    if not keys:
+        return keys
+    if len(set(keys)) != len(keys):
+        raise ConfigurationError(f"{names[0]} names a key twice: {', '.join(keys)}")
+    if not history:
+        raise ConfigurationError(
+            f"{names[0]} reads the keys' successful runs from the history: it needs {names[1]}"
+        )
+    if schedule is None:
+        raise ConfigurationError(
+            f"{names[0]} holds a schedule slot back until the keys succeeded in it:"
+            f" it needs {names[2]}"
+        )
+    return keys
+
+
+def parse_after(raw: str) -> tuple[str, ...]:
+    """``LOCK_AFTER``'s text: keys separated by commas (blanks around them dropped)."""
+    keys = tuple(key.strip() for key in raw.split(","))
+    if not all(keys):
+        raise ConfigurationError("an empty key between commas")
+    return keys
+
+
+def _payload(table_oid: sql.Composable, key: sql.Composable) -> sql.Composed:
+    # Like a release's payload (``dislock.core.waiting.wake_payload``): the table's
+    # oid, however it was named, and a digest of fixed length; ``after`` tells it
+    # from a lease's, whose row keys all start with ``cronjob-lock:``.
+    return sql.SQL("{}::text || ':after:' || encode(sha256(convert_to({}, 'UTF8')), 'hex')").format(
+        table_oid, key
+    )
+
+
+def success_notice() -> sql.Composed:
+    """What the history's end statement returns: a wake-up of the jobs waiting for
+    the row's key, sent (at commit) when the run succeeded, and only then."""
+    return sql.SQL(
+        "CASE WHEN outcome = {ok} THEN pg_notify({channel}, {payload}) END AS woken"
+    ).format(
+        ok=sql.Literal(SUCCEEDED),
+        channel=sql.Literal(WAKE_CHANNEL),
+        payload=_payload(sql.SQL("tableoid"), sql.SQL("lock_key")),
+    )
+
+
+def listen_after(history: Sequence[str], key: str) -> Exchange[ListenRow]:
+    """For a waiting job's listening connection: its backend pid, and the payload
+    a success of ``key`` sends."""
+    name = sql.Literal(sql.Identifier(*history).as_string(None))
+    oid = sql.SQL("{}::regclass::oid").format(name)
+    columns = select_list(
+        ListenRow._fields,
+        backend_pid=sql.SQL("pg_backend_pid()"),
+        wake=_payload(oid, sql.Placeholder("key")),
+    )
+    return Exchange(sql.SQL("SELECT {}").format(columns), {"key": key}, read_listen)
+
+
+def pending(history: Sequence[str], keys: Sequence[str], since: datetime) -> Exchange[str | None]:
+    """The first of ``keys`` without a successful run started at ``since`` or later
+    (None: every one has one); an index read per key."""
+    query = sql.SQL(
+        "SELECT dep.key FROM unnest(%(keys)s::text[]) WITH ORDINALITY AS dep (key, n)"
+        " WHERE NOT EXISTS (SELECT FROM {} AS run WHERE run.lock_key = dep.key"
+        " AND run.started_at >= %(since)s AND run.outcome = {ok})"
+        " ORDER BY dep.n LIMIT 1"
+    ).format(sql.Identifier(*history), ok=sql.Literal(SUCCEEDED))
+    return Exchange(query, {"keys": list(keys), "since": since}, read_pending)
+
+
+def read_pending(rows: Rows) -> str | None:
+    """``pending``'s answer."""
+    return str(rows[0][0]) if rows else None
+
+
+def held_back(lock_key: str, key: str, began: datetime, expires_at: datetime) -> DependencyPending:
+    """The refusal of a slot that waits for ``key``."""
+    return DependencyPending(
+        f"schedule slot of {lock_key!r} ending {expires_at.isoformat()} waits for {key!r}:"
+        f" no run of it that started since {began.isoformat(timespec='seconds')} (the slot's"
+        " start) has succeeded",
+        key=key,
+    )

@@ -1,24 +1,36 @@
 """A key's runtime envelope from real runs: ``history`` marks a slow and a short run,
 ``check`` shows the envelope once ten runs succeeded, ``serve`` flags a run still
-going past it; and which rows the envelope is learned from."""
+going past it, and a real Prometheus scraping ``serve`` raises the docs' alert for
+it; and which rows the envelope is learned from."""
 
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
+import yaml
 from psycopg import sql
 
 from dislock.cli.runs.envelope import successes_before
 from dislock.cli.sending import send
 from tests.cli.conftest import Ctl, RunCli, holding
 from tests.cli.serving import run_job, sample, serving
+from tests.repo.test_alert_rules import as_rule_file, rule_blocks
+from tests.support.cluster import free_port
 from tests.support.eventually import eventually
 
 LEASE = {"LOCK_STRATEGY": "lease"}
+PROMETHEUS = shutil.which("prometheus")
 
 
 def durations(ctl: Ctl, key: str) -> list[float]:
@@ -114,3 +126,156 @@ def test_serve_flags_a_run_still_going_past_its_envelope(
             )
             page = served.get("/")[2]
             assert 'data-envelope="slow"' in page and "running past its envelope" in page
+
+
+def insert_successes(db: psycopg.Connection[Any], env: dict[str, str], seconds: str) -> None:
+    """Ten successful runs of ``seconds`` each, five minutes apart, in the key's history."""
+    schema, table = env["LOCK_TABLE"].split(".")
+    db.execute(
+        sql.SQL(
+            "INSERT INTO {} (lock_key, modes, owner, host, pid, started_at, ended_at, outcome)"
+            " SELECT %s, 'lease', 'o', 'h', 1, t, t + %s::interval, 'ok' FROM"
+            " generate_series(NOW() - interval '55 min', NOW() - interval '10 min', '5 min')"
+            " AS t"
+        ).format(sql.Identifier(schema, f"{table}_history")),
+        (env["LOCK_KEY"], seconds),
+    )
+
+
+class Prometheus:
+    """A real Prometheus server on a loopback port, asked through its HTTP API."""
+
+    def __init__(self, base: str, process: subprocess.Popen[str], log: Path) -> None:
+        self.base = base
+        self.process = process
+        self.log = log
+
+    def api(self, path: str, **params: str) -> Any:
+        """The ``data`` of a successful answer to GET /api/v1/``path``."""
+        url = f"{self.base}/api/v1/{path}?{urllib.parse.urlencode(params)}"
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            body = json.load(answer)
+        assert body["status"] == "success", body
+        return body["data"]
+
+    def values(self, query: str) -> dict[str, float]:
+        """The ``key`` label and value of each series ``query`` returns now."""
+        return {
+            found["metric"].get("key", ""): float(found["value"][1])
+            for found in self.api("query", query=query)["result"]
+        }
+
+    def alerts(self, name: str) -> dict[str, str]:
+        """The ``key`` label and state (pending, firing) of each active alert ``name``."""
+        return {
+            alert["labels"].get("key", ""): alert["state"]
+            for alert in self.api("alerts")["alerts"]
+            if alert["labels"].get("alertname") == name
+        }
+
+    def tail(self) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-30:])
+
+
+@contextmanager
+def prometheus(tmp_path: Path, target: str, rules: dict[str, Any]) -> Iterator[Prometheus]:
+    """``prometheus`` scraping ``target`` (host:port of ``serve``) every second and
+    evaluating ``rules`` every second; killed at the end."""
+    assert PROMETHEUS is not None
+    home = tmp_path / "prometheus"
+    home.mkdir()
+    (home / "rules.yml").write_text(yaml.safe_dump(rules))
+    config = {
+        "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
+        "rule_files": [str(home / "rules.yml")],
+        "scrape_configs": [{"job_name": "dislock", "static_configs": [{"targets": [target]}]}],
+    }
+    (home / "prometheus.yml").write_text(yaml.safe_dump(config))
+    port = free_port()
+    log = home / "prometheus.log"
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            [
+                PROMETHEUS,
+                f"--config.file={home / 'prometheus.yml'}",
+                f"--storage.tsdb.path={home / 'data'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+            ],
+            cwd=home,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+    server = Prometheus(f"http://127.0.0.1:{port}", process, log)
+
+    def ready() -> bool:
+        assert process.poll() is None, f"prometheus exited: {server.tail()}"
+        try:
+            with urllib.request.urlopen(f"{server.base}/-/ready", timeout=5) as answer:
+                return bool(answer.status == 200)
+        except OSError:
+            return False
+
+    try:
+        eventually(ready, timeout=60, interval=0.2, message=lambda: f"not ready: {server.tail()}")
+        yield server
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=30)
+
+
+@pytest.mark.skipif(
+    PROMETHEUS is None, reason="prometheus not installed (apt-get install prometheus)"
+)
+def test_prometheus_raises_the_docs_alert_for_a_run_past_its_envelope(
+    history_env: dict[str, str], db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    """The docs' DislockRunPastEnvelope rule, as pasted, in a real Prometheus scraping
+    ``serve``: quiet while the key's runs are as usual, raised once one runs past them."""
+    ((where, text),) = [b for b in rule_blocks() if "DislockRunPastEnvelope" in b[1]]
+    rules = as_rule_file(text)
+    insert_successes(db, history_env, "600 ms")
+    env = {**history_env, **LEASE}
+    assert run_job(env, "true").returncode == 0  # its lease row lists the key
+    with serving(env) as served:
+        target = served.base.removeprefix("http://").rstrip("/")
+        assert target.startswith("127.0.0.1:"), served.base  # loopback only
+        with prometheus(tmp_path, target, rules) as server:
+            raises_the_alert(server, env, tmp_path, where)
+
+
+def raises_the_alert(server: Prometheus, env: dict[str, str], tmp_path: Path, where: str) -> None:
+    """The metric and the alert for ``env``'s key in ``server``: 0 and quiet, then 1 and
+    raised (pending or firing) while a run is held past the key's envelope."""
+    key = env["LOCK_KEY"]
+    past = f'dislock_running_past_envelope{{key="{key}"}}'
+
+    def scraped() -> str:
+        return f"up {server.values('up')}, alerts {server.alerts('DislockRunPastEnvelope')}"
+
+    eventually(
+        lambda: server.values(past) == {key: 0.0},
+        timeout=60,
+        interval=0.5,
+        message=lambda: f"serve was not scraped: {scraped()} {server.tail()}",
+    )
+    assert key not in server.alerts("DislockRunPastEnvelope"), where
+    with holding(env, tmp_path):
+        eventually(
+            lambda: server.values(past) == {key: 1.0},
+            timeout=60,
+            interval=0.5,
+            message=lambda: f"the run past its envelope was not scraped: {scraped()}",
+        )
+        eventually(
+            lambda: server.alerts("DislockRunPastEnvelope").get(key) in ("pending", "firing"),
+            timeout=60,
+            interval=0.5,
+            message=lambda: f"{where}: the alert was not raised: {scraped()}",
+        )
+        raised = server.values('ALERTS{alertname="DislockRunPastEnvelope"}')
+        assert raised.get(key) == 1.0, raised

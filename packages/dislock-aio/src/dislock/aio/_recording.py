@@ -17,6 +17,7 @@ from time import monotonic
 from typing import Protocol
 
 from dislock.core import history
+from dislock.core.after import DependencyPending
 from dislock.core.context import LEASE_LOST_EXIT_CODE, LeaseLossPolicy, LockContext
 from dislock.core.dsn import message_line, one_line, scrub
 from dislock.core.exits import Exc, ExcType, Tb
@@ -247,3 +248,51 @@ async def record_late(context: LockContext, slot_end: datetime) -> None:
     recording = RunRecording(context, run, ("schedule",), slot_end)
     await recording.__aenter__()
     await recording.__aexit__(None, None, None)
+
+
+async def record_held_back(context: LockContext, pending: DependencyPending) -> None:
+    """Record the slot ``pending`` refused as held back by the key it names, unless
+    the slot has such a row already (``dislock.core.held_back``); a failure is
+    logged, never raised."""
+    from dislock.core import held_back
+
+    if pending.slot_start is None or pending.slot_end is None:
+        return
+    table = history.history_table(context.table_parts, context.history_table)
+    start = held_back.record_start(
+        table,
+        lock_key=context.lock_key,
+        key=pending.key,
+        slot_start=pending.slot_start,
+        slot_end=pending.slot_end,
+        host=socket.gethostname(),
+        pid=os.getpid(),
+        cron=context.schedule,
+        cron_tz=None if context.cron_zone is None else context.cron_zone.name,
+    )
+    hub = enter_hub(context.url, context.connect_timeout_seconds)
+    try:
+        run_id = await hub.ask(start, history.HISTORY_TIMEOUT)
+        if run_id is None:
+            return  # recorded by an earlier refusal in the slot
+        try:
+            await hub.ask(held_back.record_end(table, run_id), history.HISTORY_TIMEOUT)
+        except Exception as exc:
+            if not held_back.refused(exc):
+                raise
+            logger.warning(
+                "this role may not record a slot held back (granted before it: grant it"
+                " again); marking the slot of %r late instead",
+                context.lock_key,
+            )
+            ending = held_back.record_end(table, run_id, held_back.LATE_FALLBACK)
+            await hub.ask(ending, history.HISTORY_TIMEOUT)
+    except Exception as exc:
+        logger.warning(
+            "could not record that a slot of %r is held back in history table %s: %s",
+            context.lock_key,
+            ".".join(table),
+            message_line(exc, context.url),
+        )
+    finally:
+        await leave_hub(hub)

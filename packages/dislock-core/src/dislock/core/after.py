@@ -34,10 +34,20 @@ class DependencyPending(LockNotAcquiredError):
     """A schedule slot held back: ``key`` has no successful run started in it yet.
     A ``LockNotAcquiredError``, so that code skipping a taken slot skips it too."""
 
-    def __init__(self, message: str, *, key: str) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        key: str,
+        slot_start: datetime | None = None,
+        slot_end: datetime | None = None,
+    ) -> None:
         super().__init__(message)
         self.key = key
         """The first key named in ``after`` that the slot still waits for."""
+        self.slot_start = slot_start
+        self.slot_end = slot_end
+        """The slot held back (``dislock.core.held_back`` records it)."""
 
 
 def check_after(
@@ -137,4 +147,6 @@ def held_back(lock_key: str, key: str, began: datetime, expires_at: datetime) ->
         f" no run of it that started since {began.isoformat(timespec='seconds')} (the slot's"
         " start) has succeeded",
         key=key,
+        slot_start=began,
+        slot_end=expires_at,
     )

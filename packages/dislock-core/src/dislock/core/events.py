@@ -24,12 +24,14 @@ from typing import NamedTuple
 from psycopg import sql
 
 from dislock.core.exchange import Exchange, Rows, select_list
+from dislock.core.held_back import HELD_BACK
 
 RERUN = "rerun"
 PAUSED = "paused"
 RESUMED = "resumed"
-OUTCOMES = (RERUN, PAUSED, RESUMED)
-"""The outcomes of event rows (``dislock.core.history.OUTCOMES`` has them too)."""
+OUTCOMES = (RERUN, PAUSED, RESUMED, HELD_BACK)
+"""The outcomes of event rows (``dislock.core.history.OUTCOMES`` has them too); a
+``held_back`` row is the wrapper's, not an operator's (``dislock.core.held_back``)."""
 
 PAUSE_MODES = "pause"
 """The ``modes`` of a pause's and a resume's rows, set as they are inserted and never
@@ -38,6 +40,7 @@ key's pauses among all its runs, and leaves the end statement's updates HOT."""
 
 _MODES = {RERUN: "schedule", PAUSED: PAUSE_MODES, RESUMED: PAUSE_MODES}
 OUTCOME_VERBS = {RERUN: "rerun", PAUSED: "pause", RESUMED: "resume"}
+"""The operator's events (``record_start`` writes these only)."""
 
 
 def _read_id(rows: Rows) -> int:

@@ -23,7 +23,7 @@ The table (one per lock table, ``<table>_history`` unless named otherwise)::
     ended_at    timestamptz       NOW() of the end statement; NULL while running
                                   (or when the machine died)
     outcome     text              ok | failed | lease_lost | killed | timed_out | late,
-                                  or an operator's event: rerun | paused | resumed;
+                                  or an event: rerun | paused | resumed | held_back;
                                   NULL until ended
     exit_code   integer           the command's status (128+n when signal n killed it)
     signal      integer           the signal that killed it
@@ -67,10 +67,12 @@ OUTCOMES = (
     "rerun",
     "paused",
     "resumed",
+    "held_back",
 )
 """What the end statement records (``late``: a slot past its start deadline, not
 started, marked by the acquisition that found it so; ``rerun``, ``paused``,
-``resumed``: no runs, an operator's commands, ``dislock.core.events``);
+``resumed``: no runs, an operator's commands, ``dislock.core.events``;
+``held_back``: a slot waiting for a key it comes after, ``dislock.core.held_back``);
 ``running`` and ``abandoned`` are derived when reading."""
 
 SUFFIX = "_history"

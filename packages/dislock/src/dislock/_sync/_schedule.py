@@ -13,6 +13,7 @@ from datetime import datetime
 from time import monotonic
 
 from dislock.core.acquisition import claiming_schedule_slot, schedule_refusal
+from dislock.core.after import DependencyPending
 from dislock.core.answers import Acquired
 from dislock.core.context import LockContext
 from dislock.core.exits import Exc, ExcType, Tb
@@ -23,7 +24,15 @@ from dislock.core.schedule_state import ScheduleState
 from ._acquiring import drive, drive_briefly
 from ._after import wait_after
 from ._hub import enter_hub, leave_hub
-from ._recording import Alone, Run, RunRecording, record_alone, record_late, run_end
+from ._recording import (
+    Alone,
+    Run,
+    RunRecording,
+    record_alone,
+    record_held_back,
+    record_late,
+    run_end,
+)
 
 
 class ScheduleLock(ScheduleState):
@@ -48,6 +57,28 @@ class ScheduleLock(ScheduleState):
 
     def __enter__(self) -> ScheduleLock:
         context = self.context
+        try:
+            answer, expires_at = self._claim()
+        except DependencyPending as pending:
+            # Held back by a key it comes after: recorded once per slot, so that the
+            # slot does not read as one nobody started (``dislock.core.held_back``).
+            if context.history:
+                record_held_back(context, pending)
+            raise
+        refusal = schedule_refusal(context, answer, expires_at)
+        if refusal is not None:
+            if answer.began_at is not None and answer.acquired and context.history:
+                record_late(context, expires_at)
+            raise refusal
+        self._took(answer, expires_at)
+        if self.records_history:
+            self._recording = record_alone(context, SCHEDULE, slot_end=expires_at)
+        return self
+
+    def _claim(self) -> tuple[Acquired, datetime]:
+        """The slot's claim and its end, waited for while a key of ``after`` has not
+        succeeded in it (with ``wait_seconds``)."""
+        context = self.context
         # The connection is given back at once: a slot needs nothing while the job runs.
         hub = enter_hub(context.url, context.connect_timeout_seconds)
         # One patience for every connection on the way to the decision, until the slot ends.
@@ -63,20 +94,10 @@ class ScheduleLock(ScheduleState):
                 )
 
             if context.after and context.wait_seconds:
-                answer, expires_at = wait_after(context, claim, patience)
-            else:
-                answer, expires_at = claim()
+                return wait_after(context, claim, patience)
+            return claim()
         finally:
             leave_hub(hub)
-        refusal = schedule_refusal(context, answer, expires_at)
-        if refusal is not None:
-            if answer.began_at is not None and answer.acquired and context.history:
-                record_late(context, expires_at)
-            raise refusal
-        self._took(answer, expires_at)
-        if self.records_history:
-            self._recording = record_alone(context, SCHEDULE, slot_end=expires_at)
-        return self
 
     @property
     def holding(self) -> bool:

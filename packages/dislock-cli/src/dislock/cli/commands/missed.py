@@ -12,8 +12,13 @@ from dislock.cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 from dislock.cli.commands._call import Call, error
 from dislock.cli.commands._recorded import unknown_key, warn_disagreements
 from dislock.core.events import OUTCOMES as EVENTS
+from dislock.core.held_back import HELD_BACK
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from datetime import datetime
+
+    from dislock.cli.runs.missed_slots import StartRow
     from dislock.cli.sending import Connection
 
 LATE = "late"
@@ -72,6 +77,18 @@ def run(call: Call) -> int:
     )
 
 
+def held_back_slots(rows: Iterable[StartRow]) -> dict[datetime, str]:
+    """The ends of the slots recorded held back (``dislock.core.held_back``), each with
+    the key it waited for (the first such row's, should a slot have two)."""
+    from dislock.core.held_back import waited_for
+
+    found: dict[datetime, str] = {}
+    for row in rows:
+        if row.outcome == HELD_BACK and row.slot_end is not None:
+            found.setdefault(row.slot_end, waited_for(row.waiting_for) or "?")
+    return found
+
+
 def _grace(text: str) -> timedelta:
     from dislock.cli.time_args import parse_duration
 
@@ -127,13 +144,15 @@ def _missed(
     since = now - asked.since
     rows = send(conn, missed_slots.starts(history, table, key, since))
     # A slot marked late (past its start deadline, nobody started it) has a row but no
-    # start; neither has an operator's event (a rerun, a pause).
+    # start; so has one held back by a key of its LOCK_AFTER; neither has an operator's
+    # event (a rerun, a pause).
     marks = [
         (row.started_at, row.slot_end)
         for row in rows
-        if row.outcome == LATE and row.started_at is not None
+        if row.outcome in (LATE, HELD_BACK) and row.started_at is not None
     ]
-    late = {slot_end for _, slot_end in marks if slot_end is not None}
+    late = {row.slot_end for row in rows if row.outcome == LATE and row.slot_end is not None}
+    held_back = held_back_slots(rows)
     attempts = [
         Attempt(row.started_at, row.slot_end, row.outcome, bool(row.running))
         for row in rows
@@ -159,6 +178,7 @@ def _missed(
         spans=spans,
         retrying=send(conn, waiting(table, key)),
         reruns=reruns(events),
+        held_back=held_back,
     )
     counts = count(states)
     to_look_at = [found for found in states if found.state in TO_LOOK_AT]

@@ -148,7 +148,7 @@ def describe_missed(
 ) -> str:
     """The summary line of ``dislockctl missed``: how many slots are to look at
     (``dislock.cli.runs.slot_states.TO_LOOK_AT``), then how many are in each other state."""
-    from dislock.cli.runs.slot_states import COVERED, PAUSED, STATES, TO_LOOK_AT
+    from dislock.cli.runs.slot_states import COVERED, HELD_BACK, PAUSED, STATES, TO_LOOK_AT
 
     judged = sum(counts.values())
     wrong = sum(counts.get(state, 0) for state in TO_LOOK_AT)
@@ -163,13 +163,17 @@ def describe_missed(
         line += "; " + _counted(counts, rest)
     if counts.get(PAUSED):
         line += "; paused: a dislockctl pause was in force as the slot began"
+    if counts.get(HELD_BACK):
+        line += "; held back: refused while a key of its LOCK_AFTER had not succeeded in it"
     if counts.get(COVERED):
         line += "; covered: no start, but a run of it was still going and held its lease"
     return line
 
 
 def _counted(counts: Mapping[str, int], states: Sequence[str]) -> str:
-    return ", ".join(f"{counts[state]} {state}" for state in states if counts.get(state, 0))
+    return ", ".join(
+        f"{counts[state]} {state.replace('_', ' ')}" for state in states if counts.get(state, 0)
+    )
 
 
 def render_slots(states: Sequence[SlotState]) -> str:
@@ -179,7 +183,7 @@ def render_slots(states: Sequence[SlotState]) -> str:
     return _columns(
         headers,
         [
-            (format_time(s.slot.start), format_time(s.slot.end), s.state, str(s.attempts))
+            (format_time(s.slot.start), format_time(s.slot.end), s.described(), str(s.attempts))
             for s in states
         ],
     )

@@ -16,8 +16,10 @@ from typing import NamedTuple
 from psycopg import sql
 
 from dislock.cli.runs.run_history import still_held
+from dislock.cli.shown import read
 from dislock.core.errors import ConfigurationError
 from dislock.core.exchange import Exchange, Rows, select_list
+from dislock.core.held_back import HELD_BACK
 
 MAX_SLOTS = 100_000
 """Slots ``missed`` examines at most (a per-second schedule over a day is 86,400)."""
@@ -42,6 +44,8 @@ class StartRow(NamedTuple):
     """Whether the key ran before the window (the same on every row)."""
     running: bool | None
     """Without an end: whether it still holds its lock (running, else abandoned)."""
+    waiting_for: str | None = None
+    """A ``held_back`` event's key waited for (``dislock.core.held_back``)."""
 
 
 def starts(
@@ -61,6 +65,9 @@ def starts(
             " AND b.started_at < %(since)s)"
         ).format(history=sql.Identifier(*history)),
         running=sql.SQL("h.ended_at IS NULL AND {held}").format(held=still_held("h", locks)),
+        waiting_for=sql.SQL("CASE WHEN h.outcome = {held_back} THEN {owner} END").format(
+            held_back=sql.Literal(HELD_BACK), owner=read(sql.Identifier("h", "owner"))
+        ),
     )
     query = sql.SQL(
         "SELECT {columns}"

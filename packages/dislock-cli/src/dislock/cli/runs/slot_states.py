@@ -13,16 +13,20 @@ slot is
   holds no lock (its machine died, or a schedule-only run is still going after its
   slot, which ``history`` tells once it ends);
 * ``late``: nobody started it, and a wrapper past its start deadline marked it so;
+* ``held_back``: nobody started it: a wrapper was refused because a key of its
+  ``LOCK_AFTER`` had not succeeded in it, and recorded so (``dislock.core.held_back``),
+  naming that key;
 * ``paused``: nobody started it, and a ``dislockctl pause`` of the key was in force
   as it began (``dislock.core.events``);
 * ``covered``: nobody started it because a run begun earlier still held the lease
   (``dislock.cli.runs.missed_slots.split_covered``);
 * ``missed``: nobody started it.
 
-``missed``, ``late`` and ``failed`` are the ones someone should look at (``missed``
-exits 1 for them); the others are the lock working, an operator's choice, or not
-known yet.  A slot a ``dislockctl rerun`` reopened is judged by the attempts after
-the rerun only.
+``missed``, ``held_back``, ``late`` and ``failed`` are the ones someone should look
+at (``missed`` exits 1 for them: a slot held back until it ended did not run, the
+job it waited for is the one to look at); the others are the lock working, an
+operator's choice, or not known yet.  A slot a ``dislockctl rerun`` reopened is
+judged by the attempts after the rerun only.
 """
 
 from __future__ import annotations
@@ -41,11 +45,12 @@ RETRYING = "retrying"
 FAILED = "failed"
 ABANDONED = "abandoned"
 LATE = "late"
+HELD_BACK = "held_back"
 PAUSED = "paused"
 COVERED = "covered"
 MISSED = "missed"
-STATES = (DONE, RUNNING, RETRYING, FAILED, ABANDONED, LATE, PAUSED, COVERED, MISSED)
-TO_LOOK_AT = (MISSED, LATE, FAILED)
+STATES = (DONE, RUNNING, RETRYING, FAILED, ABANDONED, HELD_BACK, LATE, PAUSED, COVERED, MISSED)
+TO_LOOK_AT = (MISSED, HELD_BACK, LATE, FAILED)
 """The states ``dislockctl missed`` lists by default and exits 1 for."""
 
 
@@ -65,9 +70,24 @@ class SlotState(NamedTuple):
     slot: Slot
     state: str
     attempts: int
+    waiting_for: str | None = None
+    """``held_back``: the key the slot waited for."""
 
     def as_json(self) -> dict[str, object]:
-        return {**self.slot.as_json(), "state": self.state, "attempts": self.attempts}
+        found: dict[str, object] = {
+            **self.slot.as_json(),
+            "state": self.state,
+            "attempts": self.attempts,
+        }
+        if self.waiting_for is not None:
+            found["waiting_for"] = self.waiting_for
+        return found
+
+    def described(self) -> str:
+        """The state as ``missed`` prints it: a held-back slot names its key."""
+        if self.state == HELD_BACK and self.waiting_for is not None:
+            return f"held back (waiting for {self.waiting_for!r})"
+        return self.state.replace("_", " ")
 
 
 def attempts_by_slot(slots: Sequence[Slot], attempts: Sequence[Attempt]) -> list[list[Attempt]]:
@@ -102,12 +122,15 @@ def slot_states(
     spans: Sequence[Span] = (),
     retrying: datetime | None = None,
     reruns: Mapping[datetime, datetime] | None = None,
+    held_back: Mapping[datetime, str | None] | None = None,
 ) -> list[SlotState]:
     """The state of each of ``slots`` (in order).  ``late``: the ends of slots
     marked late; ``pauses``: the key's pauses; ``spans``: its lease runs'
     (``split_covered``); ``retrying``: the end of the slot whose row waits for
     another attempt, if one does; ``reruns``: when a slot (by its end) was last
-    reopened by ``dislockctl rerun`` (``dislock.core.events.reruns``)."""
+    reopened by ``dislockctl rerun`` (``dislock.core.events.reruns``); ``held_back``:
+    the ends of slots recorded held back, each with the key it waited for when
+    known (``dislock.core.held_back``)."""
     states: dict[int, SlotState] = {}
     unstarted: list[Slot] = []
     for index, (slot, tried) in enumerate(
@@ -125,6 +148,9 @@ def slot_states(
             # Paused wins over a late mark: the first wrapper after a resume marks a
             # slot paused past its deadline late, which was the pause's doing.
             states[index] = SlotState(slot, PAUSED, 0)
+        elif held_back and slot.end in held_back:
+            # Before a late mark: waiting for the key is why it was not started in time.
+            states[index] = SlotState(slot, HELD_BACK, 0, held_back[slot.end])
         elif slot.end in late:
             states[index] = SlotState(slot, LATE, 0)
         else:

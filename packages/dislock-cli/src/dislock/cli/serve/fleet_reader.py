@@ -42,6 +42,7 @@ from dislock.cli.serve.slot_windows import ScheduleWindows
 from dislock.core.dsn import connection_kwargs, scrub
 from dislock.core.events import PAUSED, RERUN, RESUMED
 from dislock.core.grant_catalog import audit
+from dislock.core.held_back import HELD_BACK
 
 logger = logging.getLogger("dislock.serve")
 
@@ -284,6 +285,7 @@ class FleetReader:
                 attempts,
                 now=now,
                 late=starts.late_of(row.lock_key),
+                held_back=dict.fromkeys(starts.late_of(row.lock_key, HELD_BACK)),
                 pauses=starts.pauses_of(row.lock_key),
                 spans=starts.spans_of(row.lock_key),
                 reruns=starts.reruns_of(row.lock_key),

@@ -19,12 +19,12 @@ MISSED_WINDOW = timedelta(hours=24)
 """The slot counts are of the slots of the key's schedule that began in the last 24
 hours (and at least a minute ago, ``dislock.cli.runs.missed_slots.DEFAULT_GRACE``), by
 what became of them (``dislock.cli.runs.slot_states``), as ``dislockctl missed KEY
---since 24h`` judges them: ``dislock_missed_slots`` those nobody started (late ones
-included, which ``dislock_late_slots`` counts apart), ``dislock_failed_slots`` those
-over whose every attempt failed, ``dislock_paused_slots`` those a pause skipped,
-``dislock_covered_slots`` those without a start during which a run still held the
-key's lease.  A key that first ran within the window is judged from its first
-run's slot on."""
+--since 24h`` judges them: ``dislock_missed_slots`` those nobody started (late and
+held-back ones included; ``dislock_late_slots`` counts the late apart),
+``dislock_failed_slots`` those over whose every attempt failed,
+``dislock_paused_slots`` those a pause skipped, ``dislock_covered_slots`` those
+without a start during which a run still held the key's lease.  A key that first
+ran within the window is judged from its first run's slot on."""
 
 FAILED_OUTCOMES = ("failed", "lease_lost", "killed", "timed_out", "abandoned")
 """Outcomes a person must look at; the status page lists these first."""
@@ -90,6 +90,9 @@ class KeyStatus(NamedTuple):
     late_slots: int | None = None
     """Slots in the window nobody started before their start deadline (in
     ``missed_slots`` too)."""
+    held_back_slots: int | None = None
+    """Slots in the window nobody started because a key of their ``LOCK_AFTER`` had
+    not succeeded in them (in ``missed_slots`` too; ``dislock.core.held_back``)."""
     paused_slots: int | None = None
     """Slots in the window nobody started while a pause was in force as they began."""
 
@@ -238,11 +241,15 @@ def build_snapshot(
                 runs_total=dict(runs_total.get(lock_key, {})),
                 schedule=_schedule_text(row) if row else None,
                 next_slot=next_slots.get(lock_key),
-                # Late slots are slots nobody started too: counted apart as well.
-                missed_slots=None if counts is None else counts["missed"] + counts["late"],
+                # Late and held-back slots are slots nobody started too: counted apart
+                # as well.
+                missed_slots=None
+                if counts is None
+                else counts["missed"] + counts["late"] + counts["held_back"],
                 covered_slots=None if counts is None else counts["covered"],
                 failed_slots=None if counts is None else counts["failed"],
                 late_slots=None if counts is None else counts["late"],
+                held_back_slots=None if counts is None else counts["held_back"],
                 paused_slots=None if counts is None else counts["paused"],
             )
         )

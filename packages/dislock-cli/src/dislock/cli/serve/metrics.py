@@ -17,6 +17,7 @@ from dislock.cli.serve.fleet_status import MISSED_WINDOW, FleetSnapshot, KeyStat
 from dislock.cli.shown import OTHER_OUTCOME
 from dislock.core.bounds import MAX_KEY_BYTES, clip, escape
 from dislock.core.events import PAUSED, RESUMED
+from dislock.core.held_back import HELD_BACK
 from dislock.core.history import OUTCOMES
 
 
@@ -31,9 +32,10 @@ class Family(NamedTuple):
     samples: tuple[tuple[tuple[str, ...], float], ...]
 
 
-PAUSE_EVENTS = (PAUSED, RESUMED)
-"""History rows of ``dislockctl pause`` and ``resume``: no runs, and not counted as
-any (``dislock_paused`` and ``dislock_paused_slots`` tell of pauses)."""
+PAUSE_EVENTS = (PAUSED, RESUMED, HELD_BACK)
+"""History rows of ``dislockctl pause`` and ``resume``, and of a slot held back by
+``LOCK_AFTER``: no runs, and not counted as any (``dislock_paused``,
+``dislock_paused_slots`` and ``dislock_missed_slots`` tell of them)."""
 
 RUN_OUTCOMES = tuple(outcome for outcome in OUTCOMES if outcome not in PAUSE_EVENTS)
 """Finished outcomes ``dislock_runs_total`` always reports (zero if none), so that

@@ -19,6 +19,7 @@ from dislock.cli.shown import known_outcome, read
 from dislock.core.events import PAUSE_MODES, PAUSED, RERUN, Event, Pause, pause_spans, reruns
 from dislock.core.exchange import Exchange, Rows, select_list
 from dislock.core.failover import TIMELINE_KEY, longest_delay
+from dislock.core.held_back import HELD_BACK
 from dislock.core.history import TAILS
 
 SCRAPE_CONNECT_TIMEOUT = 3.0
@@ -389,7 +390,8 @@ class WindowStarts:
     def __init__(self) -> None:
         self.loaded = False
         self._by_key: dict[str, dict[int, Attempt]] = {}
-        self._late: dict[str, dict[int, tuple[datetime, datetime | None]]] = {}
+        # Late and held-back marks: (started_at, slot_end, outcome) by id.
+        self._late: dict[str, dict[int, tuple[datetime, datetime | None, str]]] = {}
         self._events: dict[str, dict[int, Event]] = {}
         self._spans: dict[str, dict[int, Span]] = {}
         self._versions: dict[str, int] = {}
@@ -420,11 +422,12 @@ class WindowStarts:
         outcome: str | None = None,
         running: bool = False,
     ) -> None:
-        """A scheduled run as last read (a ``late`` mark is no run: its slot is late)."""
-        if outcome == "late":
+        """A scheduled run as last read (a ``late`` or ``held_back`` mark is no run:
+        its slot is late, or held back, ``dislock.core.held_back``)."""
+        if outcome in ("late", HELD_BACK):
             marks = self._late.setdefault(lock_key, {})
             if run_id not in marks:
-                marks[run_id] = (started_at, slot_end)
+                marks[run_id] = (started_at, slot_end, outcome)
                 self._changed(lock_key)
             self._by_key.get(lock_key, {}).pop(run_id, None)
             return
@@ -484,13 +487,15 @@ class WindowStarts:
     def attempts_of(self, lock_key: str) -> list[Attempt]:
         return list(self._by_key.get(lock_key, {}).values())
 
-    def late_of(self, lock_key: str) -> set[datetime]:
-        return {end for _, end in self._late.get(lock_key, {}).values() if end is not None}
+    def late_of(self, lock_key: str, outcome: str = "late") -> set[datetime]:
+        """The ends of the slots marked ``outcome`` (``late``, or ``held_back``)."""
+        marks = self._late.get(lock_key, {}).values()
+        return {end for _, end, marked in marks if end is not None and marked == outcome}
 
     def marks_of(self, lock_key: str) -> list[tuple[datetime, datetime | None]]:
         """The late marks' starts and slots, which tell where a job's slots begin as
         its runs do (``dislock.cli.runs.missed_slots.from_first_run``)."""
-        return list(self._late.get(lock_key, {}).values())
+        return [(start, end) for start, end, _ in self._late.get(lock_key, {}).values()]
 
     def pauses_of(self, lock_key: str) -> list[Pause]:
         return pause_spans(self._events.get(lock_key, {}).values())

@@ -180,6 +180,8 @@ def _slots_cell(key: KeyStatus) -> str:
     notes = []
     if key.late_slots:
         notes.append(f"{key.late_slots} of them late (past the start deadline)")
+    if key.held_back_slots:
+        notes.append(f"{key.held_back_slots} of them held back (waiting for LOCK_AFTER's keys)")
     if key.failed_slots:
         notes.append(f"{key.failed_slots} failed (every attempt)")
     if key.paused_slots:

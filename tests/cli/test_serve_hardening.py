@@ -156,7 +156,9 @@ def test_half_sent_requests_are_dropped_and_later_ones_answered(
 
 def test_connections_beyond_the_cap_are_refused_at_once(history_env: dict[str, str]) -> None:
     # Held connections that do not time out during the test: the cap is what refuses.
-    with serving(history_env, "--max-connections", "4", "--request-timeout", "600") as served:
+    # Idle ones all kept (--max-idle-connections above the cap), so that they fill it.
+    args = ("--max-connections", "4", "--max-idle-connections", "5", "--request-timeout", "600")
+    with serving(history_env, *args) as served:
         pid = served.process.pid
         threads_before = _threads(pid)
         held = [_half_sent(served) for _ in range(4)]
@@ -226,6 +228,44 @@ def test_one_clients_idle_connections_cannot_starve_the_others(
     log = "".join(served.log)
     told = "8 connections at once from 127.0.0.1: refusing more from that address with 503"
     assert log.count(told) == 1, log
+    _assert_quiet(served)
+
+
+def test_idle_connections_from_many_addresses_cannot_starve_the_scrapes(
+    history_env: dict[str, str],
+) -> None:
+    """Security review #48 held 8 idle connections from each of six addresses (all of
+    127.0.0.0/8 is loopback): 45 of 46 scrapes got 503.  Now at most 16 idle ones
+    are kept from all addresses together, a new connection closing the oldest."""
+    with serving(history_env, "--request-timeout", "600") as served, ExitStack() as opened:
+        pid = served.process.pid
+        threads_before = _threads(pid)
+        idle = [
+            opened.enter_context(_connect(served, f"127.0.0.{source}"))
+            for source in range(2, 8)
+            for _ in range(8)
+        ]
+
+        def all_dealt_with() -> bool:
+            closed = sum(_readable(sock) for sock in idle)
+            return closed + _threads(pid) - threads_before == len(idle)
+
+        _wait(all_dealt_with, "the idle connections were neither kept nor closed")
+        held = [sock for sock in idle if not _readable(sock)]
+        assert len(held) == 16, len(held)
+        for _ in range(46):
+            status, body = _request(served, "/metrics")
+            assert status == 200, (status, body[:200])
+        for sock in idle:
+            if sock not in held or _readable(sock):
+                assert _read_all(sock) == b"", "a closed idle connection got an answer"
+        # The first scrape closed one more to make room; the rest found room.
+        assert sum(not _readable(sock) for sock in held) == 15
+        for sock in idle:
+            _reset(sock)
+        _wait(lambda: _threads(pid) <= threads_before, "the idle connections did not end")
+    log = "".join(served.log)
+    assert log.count("16 idle connections at once: closing the oldest") == 1, log
     _assert_quiet(served)
 
 

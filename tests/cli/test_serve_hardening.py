@@ -287,6 +287,52 @@ def test_idle_connections_are_closed_after_the_request_timeout(
     _assert_quiet(served)
 
 
+def test_a_client_that_does_not_read_the_answer_is_dropped_after_the_timeout(
+    history_env: dict[str, str], db: psycopg.Connection[Any]
+) -> None:
+    """The answer is written against one deadline, --request-timeout: a client that
+    asks for metrics larger than the sockets' buffers and reads none of them holds its
+    worker no longer."""
+    schema, name = history_env["LOCK_TABLE"].split(".")
+    key = history_env["LOCK_KEY"].ljust(80, "x")
+    # 4,000 keys of 80 characters, a failed run each: more than loopback's buffers hold.
+    db.execute(
+        sql.SQL(
+            "INSERT INTO {} (lock_key, modes, owner, host, pid, started_at, ended_at, outcome,"
+            " exit_code) SELECT %(key)s || n, 'lease', 'o', 'h', 1, NOW(), NOW(), 'failed', 1"
+            " FROM generate_series(1, 4000) AS n"
+        ).format(sql.Identifier(schema, f"{name}_history")),
+        {"key": key},
+    )
+    db.execute(
+        sql.SQL(
+            "INSERT INTO {} SELECT 'cronjob-lock:lease:' || %(key)s || n, 'o (released)',"
+            " NOW() FROM generate_series(1, 4000) AS n"
+        ).format(sql.Identifier(schema, name)),
+        {"key": key},
+    )
+    with serving(history_env, "--request-timeout", "2") as served:
+        pid = served.process.pid
+        threads_before = _threads(pid)
+        with socket.socket() as slow:
+            slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connecting
+            slow.settimeout(PATIENCE)
+            slow.connect(_address(served))
+            slow.sendall(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
+            # Its worker ends while it still has read nothing.
+            assert slow.recv(1, socket.MSG_PEEK)  # the answer began (nothing read)
+            _wait(lambda: _threads(pid) <= threads_before, "the slow reader kept its worker")
+            try:
+                answer = _read_all(slow)
+            except ConnectionResetError:
+                answer = b""
+        head, _, body = answer.partition(b"\r\n\r\n")
+        length = [line for line in head.split(b"\r\n") if line.startswith(b"Content-Length:")]
+        assert not length or len(body) < int(length[0].split()[1]), "the whole answer was sent"
+        assert _request(served, "/healthz") == (200, b"ok\n")
+    _assert_quiet(served)
+
+
 def test_only_allowed_host_names_are_answered(history_env: dict[str, str]) -> None:
     key = history_env["LOCK_KEY"]
     assert run_job(history_env, "true").returncode == 0

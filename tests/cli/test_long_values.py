@@ -162,3 +162,39 @@ def test_the_page_and_the_metrics_stay_small_and_inert(
         }
         assert key in keys and f"{key}-plain" in keys
         assert all(len(label) < 100 for label in keys), sorted(map(len, keys))
+
+
+def test_many_unended_runs_of_one_team_keep_the_page_and_the_metrics_up(
+    history_env: dict[str, str], db: psycopg.Connection[Any]
+) -> None:
+    """Security review #48: 20,000 runs that never ended, of one team, in the history
+    (a role may insert them): the scrape's reads of them hit the statement timeout,
+    and made ``dislock_up 0``.  What the scrape and the page read is bounded."""
+    key = history_env["LOCK_KEY"]
+    schema, name = _table(history_env)
+    db.execute(
+        sql.SQL(
+            "INSERT INTO {} (lock_key, modes, slot_end, owner, host, pid, started_at, cron,"
+            " cron_tz) SELECT %(key)s || '-' || n, 'schedule', NOW() - n * interval '1 s',"
+            " 'o', 'h', n, NOW() - n * interval '2 s', '* * * * *', 'UTC'"
+            " FROM generate_series(1, 20000) AS n"
+        ).format(sql.Identifier(schema, f"{name}_history")),
+        {"key": key},
+    )
+    # Each key with its slot's row, as its runs wrote them.
+    db.execute(
+        sql.SQL(
+            "INSERT INTO {} SELECT 'cronjob-lock:schedule:' || %(key)s || '-' || n, 'o',"
+            " NOW() + interval '1 hour' FROM generate_series(1, 20000) AS n"
+        ).format(sql.Identifier(schema, name)),
+        {"key": key},
+    )
+    with serving(history_env) as served:
+        for _ in range(3):  # the first scrape reads the history whole; later ones follow it
+            metrics = served.metrics()
+            assert metrics[("dislock_up", ())] == 1.0
+            status, _, page = served.get("/")
+            assert status == 200 and "did not answer" not in page
+            assert len(page.encode()) < 30 * SMALL, len(page)
+            assert "19500 more keys not shown" in page
+    assert "did not answer" not in "".join(served.log), served.log

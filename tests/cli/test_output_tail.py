@@ -15,6 +15,7 @@ import psycopg
 from psycopg import sql
 
 from tests.cli.conftest import DISLOCK, Ctl, RunCli, dislock_on_path, run_pasted
+from tests.cli.test_generated_input import with_password
 from tests.support.processes import killed_if_left, state
 
 
@@ -80,6 +81,25 @@ def test_a_command_that_closes_its_stdout_early_and_the_url_never_stored(
     assert f"connecting to {url}" in result.stderr  # its own output is its own
     output = last_run(ctl, env)["output"]
     assert output == {"stdout": None, "stderr": "connecting to ***\n"}
+
+
+def test_the_password_is_scrubbed_percent_encoded_and_glued_to_other_text(
+    ctl: Ctl, history_env: dict[str, str], run_cli: RunCli
+) -> None:
+    password = "p@ss/w0rd"
+    env = {
+        **tail_env(history_env),
+        "DATABASE_URL": with_password(history_env["DATABASE_URL"], password, "url", ""),
+    }
+    assert "p%40ss%2Fw0rd@" in env["DATABASE_URL"]  # as the URL writes it
+    script = (
+        "echo p%40ss%2Fw0rd p%40ss%2fw0rd; echo 'x=p@ss/w0rd;' >&2; echo xxp@ss/w0rdyy >&2; exit 1"
+    )
+    result = run_cli(["DATABASE_URL", "sh", "-c", script], env)
+    assert result.returncode == 1 and result.stdout == "p%40ss%2Fw0rd p%40ss%2fw0rd\n"
+    assert last_run(ctl, env)["output"] == {"stdout": "*** ***\n", "stderr": "x=***;\nxx***yy\n"}
+    shown = ctl("history", env["LOCK_KEY"], env=env).stdout
+    assert "w0rd" not in shown and "    xx***yy" in shown, shown
 
 
 def test_a_tail_needs_the_history_and_a_table_without_its_columns_still_records(

@@ -156,7 +156,9 @@ def test_half_sent_requests_are_dropped_and_later_ones_answered(
 
 def test_connections_beyond_the_cap_are_refused_at_once(history_env: dict[str, str]) -> None:
     # Held connections that do not time out during the test: the cap is what refuses.
-    with serving(history_env, "--max-connections", "4", "--request-timeout", "600") as served:
+    # Idle ones all kept (--max-idle-connections above the cap), so that they fill it.
+    args = ("--max-connections", "4", "--max-idle-connections", "5", "--request-timeout", "600")
+    with serving(history_env, *args) as served:
         pid = served.process.pid
         threads_before = _threads(pid)
         held = [_half_sent(served) for _ in range(4)]
@@ -229,6 +231,44 @@ def test_one_clients_idle_connections_cannot_starve_the_others(
     _assert_quiet(served)
 
 
+def test_idle_connections_from_many_addresses_cannot_starve_the_scrapes(
+    history_env: dict[str, str],
+) -> None:
+    """Security review #48 held 8 idle connections from each of six addresses (all of
+    127.0.0.0/8 is loopback): 45 of 46 scrapes got 503.  Now at most 16 idle ones
+    are kept from all addresses together, a new connection closing the oldest."""
+    with serving(history_env, "--request-timeout", "600") as served, ExitStack() as opened:
+        pid = served.process.pid
+        threads_before = _threads(pid)
+        idle = [
+            opened.enter_context(_connect(served, f"127.0.0.{source}"))
+            for source in range(2, 8)
+            for _ in range(8)
+        ]
+
+        def all_dealt_with() -> bool:
+            closed = sum(_readable(sock) for sock in idle)
+            return closed + _threads(pid) - threads_before == len(idle)
+
+        _wait(all_dealt_with, "the idle connections were neither kept nor closed")
+        held = [sock for sock in idle if not _readable(sock)]
+        assert len(held) == 16, len(held)
+        for _ in range(46):
+            status, body = _request(served, "/metrics")
+            assert status == 200, (status, body[:200])
+        for sock in idle:
+            if sock not in held or _readable(sock):
+                assert _read_all(sock) == b"", "a closed idle connection got an answer"
+        # The first scrape closed one more to make room; the rest found room.
+        assert sum(not _readable(sock) for sock in held) == 15
+        for sock in idle:
+            _reset(sock)
+        _wait(lambda: _threads(pid) <= threads_before, "the idle connections did not end")
+    log = "".join(served.log)
+    assert log.count("16 idle connections at once: closing the oldest") == 1, log
+    _assert_quiet(served)
+
+
 def test_idle_connections_are_closed_after_the_request_timeout(
     history_env: dict[str, str],
 ) -> None:
@@ -243,6 +283,52 @@ def test_idle_connections_are_closed_after_the_request_timeout(
         # Closed by serve, once the 2 s that began after they were opened were over.
         assert time.monotonic() - since >= 2.0
         _wait(lambda: _threads(pid) <= threads_before, "threads left behind")
+        assert _request(served, "/healthz") == (200, b"ok\n")
+    _assert_quiet(served)
+
+
+def test_a_client_that_does_not_read_the_answer_is_dropped_after_the_timeout(
+    history_env: dict[str, str], db: psycopg.Connection[Any]
+) -> None:
+    """The answer is written against one deadline, --request-timeout: a client that
+    asks for metrics larger than the sockets' buffers and reads none of them holds its
+    worker no longer."""
+    schema, name = history_env["LOCK_TABLE"].split(".")
+    key = history_env["LOCK_KEY"].ljust(80, "x")
+    # 4,000 keys of 80 characters, a failed run each: more than loopback's buffers hold.
+    db.execute(
+        sql.SQL(
+            "INSERT INTO {} (lock_key, modes, owner, host, pid, started_at, ended_at, outcome,"
+            " exit_code) SELECT %(key)s || n, 'lease', 'o', 'h', 1, NOW(), NOW(), 'failed', 1"
+            " FROM generate_series(1, 4000) AS n"
+        ).format(sql.Identifier(schema, f"{name}_history")),
+        {"key": key},
+    )
+    db.execute(
+        sql.SQL(
+            "INSERT INTO {} SELECT 'cronjob-lock:lease:' || %(key)s || n, 'o (released)',"
+            " NOW() FROM generate_series(1, 4000) AS n"
+        ).format(sql.Identifier(schema, name)),
+        {"key": key},
+    )
+    with serving(history_env, "--request-timeout", "2") as served:
+        pid = served.process.pid
+        threads_before = _threads(pid)
+        with socket.socket() as slow:
+            slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connecting
+            slow.settimeout(PATIENCE)
+            slow.connect(_address(served))
+            slow.sendall(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
+            # Its worker ends while it still has read nothing.
+            assert slow.recv(1, socket.MSG_PEEK)  # the answer began (nothing read)
+            _wait(lambda: _threads(pid) <= threads_before, "the slow reader kept its worker")
+            try:
+                answer = _read_all(slow)
+            except ConnectionResetError:
+                answer = b""
+        head, _, body = answer.partition(b"\r\n\r\n")
+        length = [line for line in head.split(b"\r\n") if line.startswith(b"Content-Length:")]
+        assert not length or len(body) < int(length[0].split()[1]), "the whole answer was sent"
         assert _request(served, "/healthz") == (200, b"ok\n")
     _assert_quiet(served)
 

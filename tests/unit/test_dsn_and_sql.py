@@ -34,6 +34,22 @@ def test_redacted_dsn_and_scrubbed_text_hold_no_password(url: str) -> None:
     assert scrub(f"failed: {SECRET} and again {SECRET}", url) == "failed: *** and again ***"
 
 
+def test_every_written_form_of_the_password_is_scrubbed() -> None:
+    url = "postgresql://app:p%40ss%2Fw%C3%A9rd@db/app"  # the password is p@ss/wérd
+    text = "p@ss/wérd p%40ss%2Fw%C3%A9rd p%40ss%2fw%c3%a9rd p@ss%2Fwérd xp%40ss/w%C3%A9rdy"
+    assert scrub(text, url) == "*** *** *** *** x***y"
+    # The same in a key=value DSN's password, where no URL encodes it.
+    assert scrub(f"[{text}]", "host=db password=p@ss/wérd") == "[*** *** *** *** x***y]"
+
+
+def test_a_short_password_is_scrubbed_as_a_whole_word_only() -> None:
+    url = "postgresql://app:e%2F1@db/app"  # e/1: shorter than GLUED_LENGTH
+    assert scrub("e/1 e%2f1 (e%2F1) were e/1x", url) == "*** *** (***) were e/1x"
+    assert scrub("sixsix glued: xsixsixy, xsixsiy", "postgresql://a:sixsix@db") == (
+        "*** glued: x***y, xsixsiy"
+    )
+
+
 def test_unparseable_dsn_is_never_shown() -> None:
     assert redact_dsn("postgresql//x:secret@h") == "<unparseable database URL>"
     assert "secret" not in scrub("bad dsn postgresql//x:secret@h", "postgresql//x:secret@h")

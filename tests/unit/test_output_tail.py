@@ -31,10 +31,17 @@ def test_no_fragment_of_a_secret_survives_the_cut() -> None:
     text = fed(Tail(63, URL), (f"{URL}" + "é" * 63).encode(), chunk=5)
     assert text == "é" * 63
     assert fed(Tail(100, URL), f"a short one: {URL}\n".encode()) == "a short one: ***\n"
-    # The password alone, too, and whole words that merely contain it are left.
-    assert fed(Tail(100, URL), f"pw={PASSWORD} not{PASSWORD}s\n".encode()) == (
-        f"pw=*** not{PASSWORD}s\n"
-    )
+    # The password alone, too, glued to other text or percent-encoded.
+    assert fed(Tail(100, URL), f"pw={PASSWORD} not{PASSWORD}s\n".encode()) == "pw=*** not***s\n"
+
+
+def test_no_fragment_of_a_percent_encoded_secret_survives_the_cut() -> None:
+    # Encoded, a secret is up to three times as long as the URL writes it.
+    url = "password=" + "/" * 20
+    encoded = "%2f" * 20
+    for shift in range(len(encoded) + 1):
+        text = fed(Tail(40, url), ("x" * shift + f"pw {encoded}\n" * 10).encode())
+        assert text is not None and "%2f%2f" not in text, (shift, text)
 
 
 def test_bytes_that_are_not_text_are_kept_as_escapes() -> None:

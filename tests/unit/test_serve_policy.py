@@ -98,17 +98,35 @@ def test_who_a_connection_counts_as(address: str, client: str) -> None:
 
 
 def test_one_client_is_served_its_share_and_no_more() -> None:
-    admission = Admission(Limits(max_connections=5, max_per_client=2))
-    assert [admission.admit("a") for _ in range(3)] == [None, None, "client"]
-    assert [admission.admit("b") for _ in range(2)] == [None, None]
-    assert admission.admit("c") is None
-    assert admission.admit("d") == "all"  # 5 served: whoever asks
-    admission.done("a")
-    assert admission.admit("a") is None
-    assert admission.admit("a") == "all"
-    for client in ("a", "a", "b", "b", "c"):
-        admission.done(client)
-    assert (admission.total, admission.by_client) == (0, {})  # nothing kept of clients gone
+    admission: Admission[int] = Admission(Limits(max_connections=5, max_per_client=2))
+    assert [admission.admit("a", n)[0] for n in range(3)] == [None, None, "client"]
+    assert [admission.admit("b", n)[0] for n in (3, 4)] == [None, None]
+    assert admission.admit("c", 5) == (None, [])
+    assert admission.admit("d", 6) == ("all", [])  # 5 served: whoever asks
+    for conn in range(6):
+        admission.started(conn)  # their requests were read: none is idle
+    admission.done(0)
+    assert admission.admit("a", 7) == (None, [])
+    assert admission.admit("d", 8) == ("all", [])
+    for conn in (1, 3, 4, 5, 7):
+        admission.done(conn)
+    assert (admission.total, admission.by_client, admission.idle) == (0, {}, {})
+
+
+def test_the_oldest_idle_connection_makes_room_for_a_new_one() -> None:
+    """Idle connections from many addresses (each under its own limit) took every
+    connection served: now at most ``max_idle`` of them are kept, the oldest closed."""
+    admission: Admission[int] = Admission(Limits(max_connections=8, max_per_client=2, max_idle=4))
+    assert [admission.admit(f"10.0.0.{n // 2}", n) for n in range(4)] == [(None, [])] * 4
+    assert admission.admit("10.0.0.2", 4) == (None, [0])  # the oldest idle one
+    admission.started(1)  # 1 sent its request: no longer idle, never closed for it
+    assert admission.admit("10.0.0.3", 5) == (None, [])
+    assert admission.admit("10.0.0.3", 6) == (None, [2])
+    assert (admission.total, list(admission.idle)) == (5, [3, 4, 5, 6])
+    assert admission.by_client == {"10.0.0.0": 1, "10.0.0.1": 1, "10.0.0.2": 1, "10.0.0.3": 2}
+    admission.done(0)  # its thread ends after it was closed: nothing counted twice
+    assert admission.total == 5
+    assert admission.admit("10.0.0.3", 7) == ("client", [])  # its own limit first
 
 
 @pytest.mark.parametrize(

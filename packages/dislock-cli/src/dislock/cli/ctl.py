@@ -13,7 +13,7 @@
     dislockctl URL_VARIABLE check
     dislockctl URL_VARIABLE serve [--listen HOST:PORT] [--allow-host NAME ...]
                                   [--max-connections N] [--max-connections-per-client N]
-                                  [--request-timeout SECONDS]
+                                  [--max-idle-connections N] [--request-timeout SECONDS]
     dislockctl URL_VARIABLE grant ROLE (--keys PATTERN ... [--operator] | --reader) [--print-sql]
                                   [--wait 30s]
     dislockctl URL_VARIABLE revoke ROLE [--print-sql] [--wait 30s]

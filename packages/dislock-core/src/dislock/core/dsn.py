@@ -68,14 +68,35 @@ def secrets_in(url: str) -> list[str]:
     return [secret for secret in found if secret]
 
 
+GLUED_LENGTH = 6
+"""A secret this long or longer is scrubbed wherever it occurs, glued to other text too;
+a shorter one only as a whole word (a password ``e`` would otherwise eat words)."""
+
+
+def _written(secret: str) -> str:
+    """A pattern for ``secret`` as text may carry it: each character as it is or
+    percent-encoded, as a URL writes it, in either case (``%2f``, ``%2F``)."""
+    forms = []
+    for char in secret:
+        encoded = "".join(f"%{byte:02x}" for byte in char.encode("utf-8", "surrogatepass"))
+        forms.append(f"(?:{re.escape(char)}|(?i:{encoded}))")
+    return "".join(forms)
+
+
 def scrub(text: str, url: str) -> str:
     """``text`` with every secret of ``url`` replaced by ``***``.
 
-    Only whole occurrences count (not inside a longer run of letters and
-    digits), so that a short password such as ``e`` leaves words intact.
+    A secret counts raw, percent-encoded (what the URL itself holds, in either
+    case, any of its characters encoded or not) and, from ``GLUED_LENGTH``
+    characters on, glued to other text (``xp%40ssw0rdy``).  A shorter one counts
+    only as a whole word (not inside a run of letters and digits), so that a
+    password such as ``e`` leaves words intact: a trade-off, as a short password
+    glued to other text is indistinguishable from that text.
     """
     for secret in sorted(secrets_in(url), key=len, reverse=True):
-        pattern = rf"(?<![A-Za-z0-9]){re.escape(secret)}(?![A-Za-z0-9])"
+        pattern = _written(secret)
+        if len(secret) < GLUED_LENGTH:
+            pattern = rf"(?<![A-Za-z0-9]){pattern}(?![A-Za-z0-9])"
         text = re.sub(pattern, "***", text)
     return text
 

@@ -45,11 +45,13 @@ class Tail:
     def __init__(self, limit: int, url: str = "") -> None:
         self.limit = limit
         self._url = url
+        # A secret may be written percent-encoded: three bytes for each of its bytes.
         secrets = [secret for secret in (url, *secrets_in(url)) if secret]
-        self._longest = max((len(secret.encode()) for secret in secrets), default=0)
-        # Kept: enough bytes for `limit` characters of four bytes each, once the first
-        # `_longest` are dropped (they may hold the end of a secret whose start is gone).
-        self._keep = 4 * limit + self._longest
+        self._longest = max((3 * len(secret.encode()) for secret in secrets), default=0)
+        # Kept: enough bytes for `limit` characters of four bytes each, once the text of
+        # the first `_longest` is dropped (it may hold the end of a secret whose start
+        # is gone), each of them four characters at most (`\xNN`).
+        self._keep = 4 * (limit + self._longest)
         self._data = bytearray()
         self._cut = False
         self._lock = threading.Lock()
@@ -64,13 +66,17 @@ class Tail:
     def text(self) -> str | None:
         """What the history keeps of the stream (None: it wrote nothing)."""
         with self._lock:
-            data = bytes(self._data[self._longest :] if self._cut else self._data)
+            data, cut = bytes(self._data), self._cut
         if not data:
             return None
         text = data.decode("utf-8", "backslashreplace").replace("\x00", "\\x00")
         if self._url:
             # Scrubbed whole, before the cut: no part of a secret is left to cut into.
             text = scrub(text.replace(self._url, "***"), self._url)
+        if cut:
+            # Only the front can still hold part of a secret (its start was dropped),
+            # and scrubbing may have shortened what follows: drop the front's text.
+            text = text[4 * self._longest :]
         return text[-self.limit :]
 
 

@@ -39,10 +39,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "more from it are refused with 503 (default 8)",
     )
     parser.add_argument(
+        "--max-idle-connections",
+        metavar="N",
+        type=positive_int,
+        default=16,
+        help="connections kept at once, from all clients, that have not sent their whole "
+        "request; one more closes the oldest of them (default 16)",
+    )
+    parser.add_argument(
         "--request-timeout",
         metavar="SECONDS",
         default="5",
-        help="a client that has not sent its whole request by then is dropped (default 5)",
+        help="a client that has not sent its whole request by then, or not read the "
+        "answer within as long again, is dropped (default 5)",
     )
 
 
@@ -56,5 +65,6 @@ def run(call: Call) -> int:
         args.max_connections,
         request_timeout(args.request_timeout),
         args.max_connections_per_client,
+        args.max_idle_connections,
     )
     return serve(call.url, call.table, history, args.listen, args.allow_host, limits)

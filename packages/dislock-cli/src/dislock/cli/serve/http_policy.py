@@ -3,17 +3,17 @@
 Which ``Host`` names it answers for (a page on loopback is otherwise readable by
 any web page a local browser opens, through a DNS name that the page's owner
 points at 127.0.0.1: DNS rebinding), how many connections it serves at once, in
-all and from one client (``Admission``), and how long a client may take to send
-its request; and where it listens (``parse_listen``).  Plain data and parsing:
-the server in ``dislock.cli.serve.server`` applies them.
+all, from one client and idle (``Admission``), and how long a client may take to
+send its request and read the answer; and where it listens (``parse_listen``).
+Plain data and parsing: the server in ``dislock.cli.serve.server`` applies them.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Iterable, Sequence
-from typing import NamedTuple
+from collections.abc import Hashable, Iterable, Sequence
+from typing import Generic, NamedTuple, TypeVar
 
 from dislock.core.errors import ConfigurationError
 
@@ -30,12 +30,15 @@ its IPv4 address, or its IPv6 /64 (one host is usually handed a whole /64).  One
 more from it is answered 503 at once and closed, so that one client's idle
 connections cannot take every one of ``MAX_CONNECTIONS``."""
 
-REQUEST_TIMEOUT = 5.0
-"""Seconds a client has to send its whole request, line and headers
-(``--request-timeout``); then the connection is closed without an answer."""
+MAX_IDLE_CONNECTIONS = 16
+"""Connections kept at once that have not sent their whole request yet, from all
+clients together (``--max-idle-connections``): one more closes the oldest of them,
+so that idle connections from many addresses cannot take every one of
+``MAX_CONNECTIONS`` (all of 127.0.0.0/8 is this machine's on Linux)."""
 
-WRITE_TIMEOUT = 10.0
-"""Seconds the answer may take to be sent to a client that does not read it."""
+REQUEST_TIMEOUT = 5.0
+"""Seconds a client has to send its whole request, line and headers, and then to
+read the answer (``--request-timeout``); then the connection is closed."""
 
 MAX_REQUEST_TIMEOUT = 3600.0
 
@@ -44,6 +47,7 @@ class Limits(NamedTuple):
     max_connections: int = MAX_CONNECTIONS
     request_timeout: float = REQUEST_TIMEOUT
     max_per_client: int = MAX_CONNECTIONS_PER_CLIENT
+    max_idle: int = MAX_IDLE_CONNECTIONS
 
 
 def client_of(address: str) -> str:
@@ -63,30 +67,53 @@ def client_of(address: str) -> str:
     return ipaddress.IPv6Network((int(ip) >> 64 << 64, 64)).compressed
 
 
-class Admission:
-    """The connections being served, in all and per client (``client_of``): whether
-    one more is.  Not thread-safe: the server holds its lock around each call."""
+Conn = TypeVar("Conn", bound=Hashable)
+
+
+class Admission(Generic[Conn]):
+    """The connections being served, in all and per client (``client_of``), and
+    which of them are idle (their request not read yet): whether one more is
+    served, and which idle ones are closed for it.  Not thread-safe: the server
+    holds its lock around each call."""
 
     def __init__(self, limits: Limits) -> None:
         self.limits = limits
-        self.total = 0
+        self.clients: dict[Conn, str] = {}
         self.by_client: dict[str, int] = {}
+        self.idle: dict[Conn, None] = {}  # oldest first
 
-    def admit(self, client: str) -> str | None:
-        """Count a new connection from ``client`` in and None, or refuse it: ``"all"``
+    @property
+    def total(self) -> int:
+        return len(self.clients)
+
+    def admit(self, client: str, conn: Conn) -> tuple[str | None, list[Conn]]:
+        """Count ``conn`` from ``client`` in, idle, and None; or refuse it: ``"all"``
         when ``max_connections`` are served, ``"client"`` when ``max_per_client``
-        of them are ``client``'s."""
-        if self.total >= self.limits.max_connections:
-            return "all"
+        of them are ``client``'s.  Also the idle connections to close first (no
+        longer counted): the oldest, while ``max_idle`` are idle."""
         if self.by_client.get(client, 0) >= self.limits.max_per_client:
-            return "client"
-        self.total += 1
+            return "client", []
+        evicted = []
+        while self.idle and len(self.idle) >= self.limits.max_idle:
+            evicted.append(next(iter(self.idle)))
+            self.done(evicted[-1])
+        if self.total >= self.limits.max_connections:
+            return "all", evicted
+        self.clients[conn] = client
         self.by_client[client] = self.by_client.get(client, 0) + 1
-        return None
+        self.idle[conn] = None
+        return None, evicted
 
-    def done(self, client: str) -> None:
-        """An admitted connection of ``client`` ended."""
-        self.total -= 1
+    def started(self, conn: Conn) -> None:
+        """``conn``'s request was read: it is no longer idle."""
+        self.idle.pop(conn, None)
+
+    def done(self, conn: Conn) -> None:
+        """An admitted connection ended (or was closed for being idle)."""
+        client = self.clients.pop(conn, None)
+        if client is None:
+            return  # closed for being idle, already not counted
+        self.idle.pop(conn, None)
         left = self.by_client[client] - 1
         if left:
             self.by_client[client] = left

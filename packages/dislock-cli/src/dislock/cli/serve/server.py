@@ -30,21 +30,14 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from dislock.cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 from dislock.cli.serve._prometheus import Exposition
 from dislock.cli.serve.fleet_reader import FleetReader
-from dislock.cli.serve.http_policy import (
-    WRITE_TIMEOUT,
-    Admission,
-    HostPolicy,
-    Limits,
-    client_of,
-    parse_listen,
-)
+from dislock.cli.serve.http_policy import Admission, HostPolicy, Limits, client_of, parse_listen
 from dislock.cli.serve.metrics import metric_families
 from dislock.cli.serve.status_page import render_page
 from dislock.core.dsn import scrub
 from dislock.core.errors import ConfigurationError
 
 if TYPE_CHECKING:
-    from _typeshed import WriteableBuffer
+    from _typeshed import ReadableBuffer, WriteableBuffer
 
 logger = logging.getLogger("dislock.serve")
 
@@ -52,9 +45,10 @@ BUSY_LOG_INTERVAL = 60.0
 """Seconds between two log lines about connections refused for being too many."""
 
 
-class _DeadlineReader(io.RawIOBase):
-    """A client's socket read against one deadline for its whole request: a client
-    that sends a byte every few seconds is cut off as one that sends nothing."""
+class _Deadline(io.RawIOBase):
+    """A client's socket read or written against one deadline for its whole request,
+    or for the whole answer: a client that sends, or reads, a byte every few seconds
+    is cut off as one that sends or reads nothing."""
 
     def __init__(self, sock: socket.socket, deadline: float) -> None:
         self._sock = sock
@@ -63,12 +57,25 @@ class _DeadlineReader(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer: WriteableBuffer, /) -> int:
+    def writable(self) -> bool:
+        return True
+
+    def _left(self) -> float:
         left = self._deadline - time.monotonic()
         if left <= 0:
-            raise TimeoutError("the client did not send its request in time")
+            raise TimeoutError("the client did not send its request, or read the answer, in time")
         self._sock.settimeout(left)
+        return left
+
+    def readinto(self, buffer: WriteableBuffer, /) -> int:
+        self._left()
         return self._sock.recv_into(buffer)
+
+    def write(self, data: ReadableBuffer, /) -> int:
+        # sendall's timeout bounds all of it (Python >= 3.5), not each send.
+        self._left()
+        self._sock.sendall(data)
+        return memoryview(data).nbytes
 
 
 def _unavailable(body: bytes) -> bytes:
@@ -96,7 +103,12 @@ class _Handler(BaseHTTPRequestHandler):
         # The whole request within the timeout, not each read of it.
         self.rfile.close()
         deadline = time.monotonic() + self.server.limits.request_timeout
-        self.rfile = io.BufferedReader(_DeadlineReader(self.connection, deadline))
+        self.rfile = io.BufferedReader(_Deadline(self.connection, deadline))
+
+    def parse_request(self) -> bool:
+        parsed = super().parse_request()
+        self.server.started(self.connection)  # read (or refused): no longer idle
+        return parsed
 
     def do_GET(self) -> None:
         self._answer(body=True)
@@ -125,7 +137,9 @@ class _Handler(BaseHTTPRequestHandler):
         except Exception as exc:  # a bug must not take the server down or leak details
             logger.error("%s on %s: %s", type(exc).__name__, path, scrub(str(exc), self.server.url))
             status, kind, payload = 500, "text/plain; charset=utf-8", b"internal error\n"
-        self.connection.settimeout(WRITE_TIMEOUT)
+        # The whole answer within the timeout too: a slow reader holds no worker longer.
+        deadline = time.monotonic() + self.server.limits.request_timeout
+        self.wfile = io.BufferedWriter(_Deadline(self.connection, deadline))
         self.send_response(status)
         self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(payload)))
@@ -160,35 +174,52 @@ class _Server(ThreadingHTTPServer):
         self.hosts = hosts
         self.limits = limits
         self.exposition = Exposition()
-        self._admission = Admission(limits)
+        self._admission: Admission[socket.socket] = Admission(limits)
         self._active_lock = threading.Lock()
-        self._busy_told = -math.inf
-        self._client_busy_told = -math.inf
+        self._told: dict[str, float] = {}
         self._hosts_told: set[str] = set()
         super().__init__(address, _Handler)
 
     def process_request(self, request: Any, client_address: Any) -> None:
         client = client_of(str(client_address[0]))
         with self._active_lock:
-            refused = self._admission.admit(client)
+            refused, evicted = self._admission.admit(client, request)
+            for idle in evicted:
+                # Under the lock: its thread closes it only once it is no longer counted.
+                with contextlib.suppress(OSError):
+                    idle.shutdown(socket.SHUT_RDWR)  # its thread reads the end, and ends
+        if evicted:
+            self._tell(
+                "idle",
+                f"{self.limits.max_idle} idle connections at once: closing the"
+                " oldest for each new one (--max-idle-connections)",
+            )
         if refused is not None:
             self._refuse(request, client, refused)
             return
         try:
             super().process_request(request, client_address)
         except BaseException:
-            self._done(client)  # no thread started to end it
+            self._done(request)  # no thread started to end it
             raise
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
+        # As ThreadingMixIn's, but no longer counted before it is closed (above).
         try:
-            super().process_request_thread(request, client_address)
+            self.finish_request(request, client_address)
+        except Exception:
+            self.handle_error(request, client_address)
         finally:
-            self._done(client_of(str(client_address[0])))
+            self._done(request)
+            self.shutdown_request(request)
 
-    def _done(self, client: str) -> None:
+    def started(self, request: socket.socket) -> None:
         with self._active_lock:
-            self._admission.done(client)
+            self._admission.started(request)
+
+    def _done(self, request: socket.socket) -> None:
+        with self._active_lock:
+            self._admission.done(request)
 
     def _refuse(self, request: socket.socket, client: str, refused: str) -> None:
         """503 and close, never waiting: this is the thread that accepts connections.
@@ -204,21 +235,24 @@ class _Server(ThreadingHTTPServer):
         except OSError:
             pass
         self.shutdown_request(request)
+        if refused == "all":
+            limit = self.limits.max_connections
+            self._tell(
+                refused, f"{limit} connections at once: refusing more with 503 until one ends"
+            )
+        else:
+            self._tell(
+                refused,
+                f"{self.limits.max_per_client} connections at once from {client}: refusing more"
+                " from that address with 503 until one ends (--max-connections-per-client)",
+            )
+
+    def _tell(self, kind: str, message: str) -> None:
+        """Log ``message`` unless one of its ``kind`` was logged within the last minute."""
         now = time.monotonic()
-        if refused == "all" and now - self._busy_told >= BUSY_LOG_INTERVAL:
-            self._busy_told = now
-            logger.warning(
-                "%d connections at once: refusing more with 503 until one ends",
-                self.limits.max_connections,
-            )
-        elif refused == "client" and now - self._client_busy_told >= BUSY_LOG_INTERVAL:
-            self._client_busy_told = now
-            logger.warning(
-                "%d connections at once from %s: refusing more from that address with 503"
-                " until one ends (--max-connections-per-client)",
-                self.limits.max_per_client,
-                client,
-            )
+        if now - self._told.get(kind, -math.inf) >= BUSY_LOG_INTERVAL:
+            self._told[kind] = now
+            logger.warning("%s", message)
 
     def refused_host(self, headers: list[str]) -> None:
         """Log the first few names refused (the log is not the attacker's to fill)."""

@@ -219,6 +219,10 @@ def _row(key: KeyStatus, now: datetime) -> str:
     )
 
 
+PAGE_ROWS = 500
+"""Keys the page shows at most, in ``page_order`` (failures first)."""
+
+
 def render_page(snapshot: FleetSnapshot, *, title: str = "dislock fleet") -> str:
     """The whole page for ``snapshot``; ``title`` is shown as is (escaped)."""
     now = snapshot.now
@@ -252,8 +256,14 @@ def render_page(snapshot: FleetSnapshot, *, title: str = "dislock fleet") -> str
             '<div class="delay" id="lock-delay">Lock delay after a database failover: no lock'
             f" of any key is taken before {escape(ends)}.</div>"
         )
-    rows = "\n".join(_row(key, now) for key in keys)
+    # Bounded: a team that may write 20,000 keys must not make the page megabytes long.
+    rows = "\n".join(_row(key, now) for key in keys[:PAGE_ROWS])
     empty = '<tr><td colspan="8">no lock keys yet</td></tr>' if snapshot.up and not keys else ""
+    if len(keys) > PAGE_ROWS:
+        empty = (
+            f'<tr><td colspan="8">{len(keys) - PAGE_ROWS} more keys not shown'
+            " (/metrics has every one)</td></tr>"
+        )
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta http-equiv="refresh" content="{REFRESH_SECONDS}">

@@ -3,13 +3,17 @@
 The cluster (``tests.support.patroni``) is started once for the module.  In each
 test a holder runs a command under a lease through the ``dislock`` wrapper while a
 contender is started every 0.5 s (at most four at once) on the same key, all on a
-multi-host URL with ``target_session_attrs=read-write`` (or through HAProxy); then
-Patroni switches over, the leader crashes, or the leader freezes.  Every command records its own
+multi-host URL with ``target_session_attrs=read-write`` (or through HAProxy, or
+choosing a host at random); then Patroni switches over, the leader crashes, the leader
+freezes, the leader's Patroni loses etcd, or it alone freezes (with strict synchronous
+mode, and without: the lock splits, measured).  Every command records its own
 start and end (``JOB``, the wall clock this machine's processes share), and the
 overlap of every pair of runs is asserted to be none.
 
 Each test prints one ``[patroni]`` line: the overlaps, the holder's exit, how many
-contenders ran and how many exited non-zero (the numbers issue 24 asks for).
+contenders ran and how many exited non-zero (the numbers issue 24 asks for), and in the
+partition and frozen-agent tests how many rode out a read-only or unconfirmed answer
+(issue 55); docs/guarantees.md's table of them is these lines.
 
 Marked ``patroni``: they need Debian's packages and PostgreSQL 15, and run only when
 ``-m`` selects them (``tests/conftest.py``); .ci/run runs them on its Debian leg.

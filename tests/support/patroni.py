@@ -10,6 +10,11 @@ PostgreSQL run as an unprivileged user when the tests run as root (both refuse
 root); ``setpriv`` execs in place, so a process's pid is the agent's own, and a
 crash or a freeze can be aimed at it.
 
+Each agent reaches etcd through a loopback proxy of its own (``use_proxies``: no
+discovery of etcd's real address), so that one agent alone can be cut off from etcd
+(``cut_from_etcd``), a partition as that agent sees it; ``freeze_agent`` stops the
+agent alone, its PostgreSQL running on.
+
 Cluster state is always learned by polling Patroni's REST API, never assumed
 after a sleep.
 """
@@ -39,6 +44,7 @@ from typing import Any
 import psycopg
 
 from tests.support.cluster import SERVICE_USER, free_port
+from tests.support.proxy import BlackholeProxy
 
 PG15_BINDIR = Path("/usr/lib/postgresql/15/bin")
 SCOPE = "dislock-test"
@@ -146,8 +152,11 @@ class PatroniCluster:
         self.haproxy_port = 0
         self.haproxy_socket = self.root / "haproxy.sock"
         self.nodes = [Node(f"node{i}", self.root) for i in (1, 2, 3)]
+        self.etcd_proxies: dict[str, BlackholeProxy] = {}
         try:
             self._start_etcd()
+            for node in self.nodes:
+                self.etcd_proxies[node.name] = BlackholeProxy(("127.0.0.1", self.etcd_port))
             for node in self.nodes:
                 self._write_config(node)
             self.start(self.nodes[0])
@@ -207,7 +216,11 @@ class PatroniCluster:
                 "listen": f"127.0.0.1:{node.rest_port}",
                 "connect_address": f"127.0.0.1:{node.rest_port}",
             },
-            "etcd": {"host": f"127.0.0.1:{self.etcd_port}"},  # v2 API, see the docstring
+            # v2 API, see the docstring; through the node's own proxy
+            "etcd": {
+                "host": f"127.0.0.1:{self.etcd_proxies[node.name].port}",
+                "use_proxies": True,
+            },
             "bootstrap": {
                 "dcs": {
                     "ttl": PATRONI_TTL,
@@ -290,6 +303,36 @@ class PatroniCluster:
                 os.kill(pid, signal.SIGSTOP)
         return pids
 
+    def freeze_agent(self, node: Node) -> list[int]:
+        """SIGSTOP the node's Patroni agent alone: its PostgreSQL runs on, unmanaged."""
+        assert node.process is not None
+        os.kill(node.process.pid, signal.SIGSTOP)
+        return [node.process.pid]
+
+    def cut_from_etcd(self, node: Node) -> None:
+        """The node's agent loses etcd: its proxy swallows everything, old connections
+        and new (its PostgreSQL and REST API stay reachable)."""
+        self.etcd_proxies[node.name].blackhole()
+
+    def heal(self) -> None:
+        """Every agent reaches etcd again."""
+        for proxy in self.etcd_proxies.values():
+            proxy.heal()
+
+    def patch_config(self, changes: dict[str, Any]) -> None:
+        """Change the cluster's dynamic configuration (``PATCH /config`` on the leader's
+        REST API; etcd reached through the leader's proxy)."""
+        leader = self.leader()
+        assert leader is not None, "no leader"
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{leader.rest_port}/config",
+            data=json.dumps(changes).encode(),
+            method="PATCH",
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            assert int(answer.status) == 200, answer.read()
+
     @staticmethod
     def thaw(pids: list[int]) -> None:
         for pid in pids:
@@ -343,6 +386,11 @@ listen primary
     def haproxy_up(self) -> set[str]:
         """The servers HAProxy's ``primary`` proxy has fully up (not going down), as its
         stats socket reports them; empty if the socket does not answer."""
+        return {name for name, status in self.haproxy_states().items() if status == "UP"}
+
+    def haproxy_states(self) -> dict[str, str]:
+        """Each server's status in HAProxy's ``primary`` proxy (``UP``, ``UP 1/2`` going
+        down but still routed to, ``DOWN``...); empty if the socket does not answer."""
         try:
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as stats:
                 stats.settimeout(2.0)
@@ -352,17 +400,15 @@ listen primary
                 while chunk := stats.recv(65536):
                     chunks.append(chunk)
         except OSError:
-            return set()
+            return {}
         lines = b"".join(chunks).decode(errors="replace").splitlines()
         if not lines or not lines[0].startswith("# "):
-            return set()
+            return {}
         rows = csv.DictReader([lines[0][2:], *lines[1:]])
         return {
-            row["svname"]
+            row["svname"]: row.get("status") or ""
             for row in rows
-            if row.get("pxname") == "primary"
-            and row.get("svname") not in ("FRONTEND", "BACKEND")
-            and row.get("status") == "UP"
+            if row.get("pxname") == "primary" and row.get("svname") not in ("FRONTEND", "BACKEND")
         }
 
     def _haproxy_routes_to_leader_only(self) -> bool:
@@ -391,6 +437,8 @@ listen primary
             if process is not None and process.poll() is None:
                 process.terminate()
                 process.wait(timeout=30)
+        for proxy in self.etcd_proxies.values():
+            proxy.close()
         deadline = time.monotonic() + 30
         while any(n.postgres_pids() and _alive(n.postgres_pids()[0]) for n in self.nodes):
             if time.monotonic() > deadline:
@@ -410,6 +458,12 @@ listen primary
         ordered = [node, *(n for n in self.nodes if n is not node)]
         hosts = ",".join(f"127.0.0.1:{n.pg_port}" for n in ordered)
         return f"postgresql://postgres@{hosts}/postgres?target_session_attrs=read-write"
+
+    @property
+    def random_url(self) -> str:
+        """Every node, a host chosen at random for each connection (libpq 16's
+        ``load_balance_hosts=random``), the primary asked for."""
+        return f"{self.url}&load_balance_hosts=random"
 
     @property
     def haproxy_url(self) -> str:
@@ -450,10 +504,15 @@ listen primary
 
         def healthy() -> bool:
             members = self.members()
-            roles = sorted(m.get("role", "") for m in members if m.get("state") == "running")
+            # (a synchronous standby, in synchronous mode, is a replica too)
+            roles = sorted(
+                "replica" if m.get("role") == "sync_standby" else m.get("role", "")
+                for m in members
+                if m.get("state") == "running"
+            )
             if roles != ["leader", "replica", "replica"]:
                 return False
-            lags = [m.get("lag") for m in members if m.get("role") == "replica"]
+            lags = [m.get("lag") for m in members if m.get("role") != "leader"]
             return all(lag == 0 for lag in lags) and self.leader() is not None
 
         self.wait_for(healthy, timeout, "a leader and two replicas with no lag")

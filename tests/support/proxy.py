@@ -74,6 +74,11 @@ class BlackholeProxy(_Relay):
         self._blackholed.set()
         self.cut_existing()
 
+    def heal(self) -> None:
+        """Forward new connections again (the ones swallowed so far stay dead: their
+        clients time out and connect again, as after a real partition heals)."""
+        self._blackholed.clear()
+
     def cut_existing(self) -> None:
         """Swallow everything on the connections open now; new ones still get through
         (a NAT or firewall that forgot its state: old sockets hang, new ones work)."""

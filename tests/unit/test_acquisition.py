@@ -44,6 +44,7 @@ from dislock.core.errors import (
     LockPausedError,
     NotReplicatedError,
     SlotLateError,
+    StatementTimeout,
 )
 from dislock.core.lease import LeaseSettings
 from dislock.core.lock_statements import statements_for
@@ -493,6 +494,19 @@ def test_a_read_only_answer_is_ridden_out_from_a_fresh_connection_on() -> None:
 
 def test_an_unconfirmed_acquisition_is_handed_back_then_ridden_out() -> None:
     db = Database([NotReplicatedError("not confirmed by a standby"), True, TAKEN])
+    tried = db.run(lease_try(db, lease_context()))
+    assert tried.fence == 7
+    assert db.steps == [
+        *["connect", "crowded?", "acquire", "release", "pause"],
+        *["connect", "crowded?", "acquire", "noted 3"],
+    ]
+
+
+def test_a_timed_out_acquisition_is_handed_back_then_ridden_out() -> None:
+    """Queued behind a row a commit waiting for its synchronous standby still locks
+    (or a fenced writer's commit): cancelled, handed back in case the cancel crossed
+    its commit, and tried again."""
+    db = Database([StatementTimeout("no answer within 1.00 s; cancelled"), True, TAKEN])
     tried = db.run(lease_try(db, lease_context()))
     assert tried.fence == 7
     assert db.steps == [

@@ -44,6 +44,7 @@ from dislock.core.errors import (
     LockNotAcquiredError,
     NotReplicatedError,
     SlotLateError,
+    StatementTimeout,
 )
 from dislock.core.exchange import Exchange
 from dislock.core.failover import delayed
@@ -130,6 +131,13 @@ def sending(
         except NotReplicatedError as exc:
             yield from handing_back(context, keys)
             raise NotReplicatedError(f"{what} was not acquired (handed back): {exc}") from None
+        except StatementTimeout:
+            # Stuck behind a row lock (a commit waiting for its synchronous standby,
+            # a fenced writer's commit): cancelled before it took anything, unless the
+            # cancel crossed its commit, so what it may have taken is handed back and
+            # the try is ridden out (``riding_out``).
+            yield from handing_back(context, keys)
+            raise
         except psycopg.Error as exc:
             denied = refused(exc, url=context.url, key=keys[0], table_parts=context.table_parts)
             if denied is not None:
@@ -301,7 +309,7 @@ def riding_out(
         started = clock()
         try:
             return (yield from attempt())
-        except (NotReplicatedError, psycopg.Error) as exc:
+        except (NotReplicatedError, StatementTimeout, psycopg.Error) as exc:
             if not passing_answer(exc):
                 raise
             now = clock()

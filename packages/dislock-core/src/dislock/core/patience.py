@@ -34,7 +34,7 @@ from datetime import datetime
 from typing import NamedTuple
 
 from dislock.core.dsn import one_line
-from dislock.core.errors import DatabaseUnreachableError, NotReplicatedError
+from dislock.core.errors import DatabaseUnreachableError, NotReplicatedError, StatementTimeout
 
 DEFAULT_CONNECT_PATIENCE = 30.0
 """Seconds a lock keeps retrying a refused connection before reporting it."""
@@ -107,10 +107,11 @@ def passing_answer(error: BaseException) -> bool:
     """Whether a statement's error is an answer a failover gives for a moment: a
     server that answers read-only (SQLSTATE 25006: a standby, a demoting primary, a
     read-only session; or a standby asked for its WAL position) or an acquisition
-    synchronous replication did not confirm (handed back).  (Both also come from a
-    URL that names a replica, or a standby that never confirms: ridden out within the
-    patience all the same, then reported.)"""
-    if isinstance(error, NotReplicatedError):
+    synchronous replication did not confirm (handed back), or one cancelled at its
+    timeout, queued behind a row such a commit still locks (handed back too).  (They
+    also come from a URL that names a replica, a standby that never confirms, a row
+    locked for long: ridden out within the patience all the same, then reported.)"""
+    if isinstance(error, NotReplicatedError | StatementTimeout):
         return True
     sqlstate = getattr(error, "sqlstate", None)
     return sqlstate == "25006" or (sqlstate == "55000" and "recovery is in progress" in str(error))

@@ -1,15 +1,19 @@
 """``LOCK_GROUP=NAME:N`` in the wrapper: never more than N of the group's runs at
 once, whatever each key's strategy, read from what the commands themselves
-recorded; refusals, configuration errors, and what ``dislockctl ls`` shows."""
+recorded; refusals, configuration errors, and what ``dislockctl ls`` and
+``dislockctl serve`` show."""
 
 from __future__ import annotations
 
+import html
+import json
 import subprocess
 import uuid
 from pathlib import Path
 
 import pytest
 
+from dislock.core.bounds import clip
 from tests.cli.conftest import (
     DISLOCK,
     UNREACHABLE,
@@ -20,6 +24,7 @@ from tests.cli.conftest import (
     holding,
     run_pasted,
 )
+from tests.cli.serving import sample, serving
 
 STRATEGIES = ["schedule", "lease", "schedule,lease", "lease"]
 
@@ -113,6 +118,28 @@ def test_a_run_refused_by_a_full_group_leaves_its_schedule_slot_open(
     ran = run_cli(["DATABASE_URL", "touch", str(marker)], {**env, "LOCK_WAIT_SECONDS": "60"})
     assert ran.returncode == 0, ran.stderr
     assert marker.exists()
+
+
+def test_the_status_page_shows_a_group_held_by_its_holder_escaped(
+    history_env: dict[str, str], ctl: Ctl, tmp_path: Path
+) -> None:
+    name = f"<script>alert(1)</script>-{uuid.uuid4().hex[:6]}"
+    env = group_env(history_env, f"{name}:2", "lease")
+    with holding(env, tmp_path), serving(history_env) as served:
+        listed = json.loads(ctl("ls", "--json", env=history_env).stdout)
+        _, _, page = served.get("/")
+        metrics = served.metrics()
+    (owner,) = [row["owner"] for row in listed if row["mode"] == "group" and row["held"]]
+    assert "<script>" not in page
+    section = page[page.index('<table id="groups">') :]
+    row = section[section.index(f'data-group="{html.escape(name)}"') :].split("</tr>", 1)[0]
+    assert 'data-held="1"' in row and ">1 held<" in row, row
+    assert f"&lt;script&gt;alert(1)&lt;/script&gt;-{name[-6:]}" in row
+    assert html.escape(clip(owner)) in row  # clipped like every owner on the page
+    # The key's own row is still there, its lease held; the group is no key of it.
+    assert f'data-key="{env["LOCK_KEY"]}" data-state="held"' in page
+    assert f'data-key="{html.escape(name)}"' not in page
+    assert sample(metrics, "dislock_group_held", group=name) == 1.0
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,7 @@ from typing import NamedTuple
 from dislock.cli.admin import MODES, shown_owner
 from dislock.cli.lock_rows import LockRow
 from dislock.cli.runs.envelope import Envelope, mark
+from dislock.core.kinds import GROUP
 
 MISSED_WINDOW = timedelta(hours=24)
 """The slot counts are of the slots of the key's schedule that began in the last 24
@@ -112,6 +113,35 @@ class KeyStatus(NamedTuple):
         return self.last_run is not None and self.last_run.outcome in FAILED_OUTCOMES
 
 
+class GroupStatus(NamedTuple):
+    """A group (``LOCK_GROUP=NAME:N``, ``dislock.core.groups``) as the page and
+    ``dislock_group_held`` see it.  Its N is each member's own setting, in no row:
+    only how many of its slots are held, and by whom."""
+
+    name: str
+    holders: tuple[str, ...] = ()
+    """The owners of its held slots, by slot, as ``dislockctl ls`` shows them
+    (``dislock.cli.admin.shown_owner``: clipped)."""
+
+    @property
+    def held(self) -> int:
+        return len(self.holders)
+
+
+def group_statuses(lock_rows: Iterable[LockRow]) -> tuple[GroupStatus, ...]:
+    """Each group with a slot held, or a slot row that ended in the last
+    ``MISSED_WINDOW`` (a group none of whose keys ran since is not shown), by name."""
+    window = MISSED_WINDOW.total_seconds()
+    groups: dict[str, list[str]] = {}
+    for row in lock_rows:
+        if row.mode != GROUP.name or row.expires_in_seconds <= -window:
+            continue
+        holders = groups.setdefault(row.lock_key, [])
+        if row.held:
+            holders.append(shown_owner(row.owner, row.expire_at, row.expires_in_seconds))
+    return tuple(GroupStatus(name, tuple(holders)) for name, holders in sorted(groups.items()))
+
+
 class FleetSnapshot(NamedTuple):
     """The fleet at ``now`` (database clock); ``up`` is False when the database did
     not answer, and then ``keys`` is empty."""
@@ -124,6 +154,8 @@ class FleetSnapshot(NamedTuple):
     taken before); None when none runs."""
     grant_loopholes: int = 0
     """How many roles can get around the table's grants (``dislockctl grants``)."""
+    groups: tuple[GroupStatus, ...] = ()
+    """The groups with a slot held or ended lately (``group_statuses``)."""
 
 
 def page_order(keys: Iterable[KeyStatus]) -> list[KeyStatus]:
@@ -188,6 +220,7 @@ def build_snapshot(
     """One ``KeyStatus`` per key found in the lock table or the history;
     ``slot_counts``: per key with a schedule, its slots in the window by state
     (``dislock.cli.runs.slot_states``)."""
+    lock_rows = list(lock_rows)
     locks: dict[str, list[HeldLock]] = {}
     pauses: dict[str, tuple[str, datetime]] = {}
     for lock in lock_rows:
@@ -253,7 +286,7 @@ def build_snapshot(
                 paused_slots=None if counts is None else counts["paused"],
             )
         )
-    return FleetSnapshot(now, up=True, keys=tuple(statuses))
+    return FleetSnapshot(now, up=True, keys=tuple(statuses), groups=group_statuses(lock_rows))
 
 
 def lock_delay_end(expire_at: datetime | None, now: datetime) -> datetime | None:

@@ -145,6 +145,7 @@ def metric_families(snapshot: FleetSnapshot) -> list[Family]:
         up,
         delay,
         loopholes,
+        _group_held(snapshot),
         Family(
             "dislock_lock_held",
             "gauge",
@@ -238,6 +239,19 @@ def metric_families(snapshot: FleetSnapshot) -> list[Family]:
             tuple(covered),
         ),
     ]
+
+
+def _group_held(snapshot: FleetSnapshot) -> Family:
+    """``dislock_group_held``: one sample per group of ``snapshot.groups``."""
+    window = int(MISSED_WINDOW.total_seconds() // 3600)
+    return Family(
+        "dislock_group_held",
+        "gauge",
+        "How many slots of the group (LOCK_GROUP=NAME:N) are held; its N is each member's"
+        f" own setting, in no row. Groups with a slot held or ended in the last {window} h.",
+        ("group",),
+        tuple(((key_label(group.name),), float(group.held)) for group in snapshot.groups),
+    )
 
 
 HOST_FAMILIES = (

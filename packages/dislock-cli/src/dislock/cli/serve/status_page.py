@@ -9,6 +9,7 @@ row written by hand may hold megabytes, which would make the page as large.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from html import escape
 
@@ -17,6 +18,7 @@ from dislock.cli.serve.fleet_status import (
     FAILED_OUTCOMES,
     MISSED_WINDOW,
     FleetSnapshot,
+    GroupStatus,
     KeyStatus,
     page_order,
 )
@@ -31,6 +33,7 @@ _STYLE = (
     """
 body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#1d2430;background:#f6f7f9}
 h1{font-size:1.3em;margin:0 0 .2em}
+h2{font-size:1.1em;margin:1.5em 0 .4em}
 p.meta{color:#5b6575;margin:0 0 1em}
 table{border-collapse:collapse;width:100%;background:#fff;box-shadow:0 1px 2px #0002}
 th,td{padding:.45em .7em;text-align:left;border-bottom:1px solid #e3e6eb;vertical-align:top}
@@ -222,6 +225,40 @@ def _row(key: KeyStatus, now: datetime) -> str:
 PAGE_ROWS = 500
 """Keys the page shows at most, in ``page_order`` (failures first)."""
 
+PAGE_GROUPS = 100
+"""Groups the page shows at most, by name."""
+
+SHOWN_HOLDERS = 10
+"""Holders of one group the page names at most (the others are counted)."""
+
+
+def _groups(groups: Sequence[GroupStatus]) -> str:
+    """The table of groups (``LOCK_GROUP``), under the keys': each group's name, how
+    many of its slots are held (its N is in no row), and by whom; none: nothing."""
+    if not groups:
+        return ""
+    rows = []
+    for group in groups[:PAGE_GROUPS]:
+        # The owners are clipped already (``group_statuses``).
+        holders = "<br>".join(escape(owner) for owner in group.holders[:SHOWN_HOLDERS])
+        if group.held > SHOWN_HOLDERS:
+            holders += f"<br><small>and {group.held - SHOWN_HOLDERS} more</small>"
+        whole = escape(bounds.escape(group.name))
+        rows.append(
+            f'<tr data-group="{whole}" data-held="{group.held}">'
+            f'<td class="key" title="{whole}"><strong>{_clip(group.name, 2 * SHOWN_CHARS)}'
+            f'</strong></td><td class="num">{group.held} held</td><td>{holders or "-"}</td></tr>'
+        )
+    if len(groups) > PAGE_GROUPS:
+        rows.append(
+            f'<tr><td colspan="3">{len(groups) - PAGE_GROUPS} more groups not shown'
+            " (/metrics has every one)</td></tr>"
+        )
+    return (
+        '\n<h2>groups</h2><table id="groups"><thead><tr><th>group</th><th>slots</th>'
+        "<th>held by</th></tr></thead>\n<tbody>\n" + "\n".join(rows) + "\n</tbody></table>"
+    )
+
 
 def render_page(snapshot: FleetSnapshot, *, title: str = "dislock fleet") -> str:
     """The whole page for ``snapshot``; ``title`` is shown as is (escaped)."""
@@ -274,5 +311,5 @@ def render_page(snapshot: FleetSnapshot, *, title: str = "dislock fleet") -> str
 <th>outcome</th><th>duration</th><th>next slot</th><th>missed ({window} h)</th></tr></thead>
 <tbody>
 {rows}{empty}
-</tbody></table></body></html>
+</tbody></table>{_groups(snapshot.groups)}</body></html>
 """

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -11,8 +12,11 @@ import pytest
 from psycopg import sql
 
 from dislock import LockContext
+from dislock.core.protocol import protocol_sql
 from tests.support.postgres import postgres_url
 from tests.support.rows import Rows
+
+BARE_TABLES = os.environ.get("DISLOCK_TEST_BARE_TABLES") == "1"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -43,7 +47,10 @@ def db(database_url: str) -> Iterator[psycopg.Connection[Any]]:
 
 @pytest.fixture
 def lock_table(db: psycopg.Connection[Any]) -> Iterator[tuple[str, str]]:
-    """A fresh ``schema.key_value`` table of the spec's shape, dropped afterwards."""
+    """A fresh ``schema.key_value`` table of the spec's shape, dropped afterwards, with
+    the lock functions ``dislockctl init`` installs beside it; without them when
+    ``DISLOCK_TEST_BARE_TABLES=1`` (a table made by hand or by dislock 0.1.0: CI runs
+    one leg so)."""
     schema = f"t_{uuid.uuid4().hex[:12]}"
     db.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
     db.execute(
@@ -52,6 +59,8 @@ def lock_table(db: psycopg.Connection[Any]) -> Iterator[tuple[str, str]]:
             " key text PRIMARY KEY, value text NOT NULL, expire_at timestamptz NOT NULL)"
         ).format(sql.Identifier(schema))
     )
+    if not BARE_TABLES:
+        db.execute(protocol_sql((schema, "key_value")))
     yield (schema, "key_value")
     db.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
 

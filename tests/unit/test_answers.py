@@ -7,6 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from dislock.core import protocol
 from dislock.core.answers import Acquired, SlotAnswer
 from dislock.core.cron import UTC, SlotCandidates
 from dislock.core.errors import ConfigurationError
@@ -44,9 +45,13 @@ def test_a_slot_picked_by_the_database_clock_reads_its_end() -> None:
     candidates = SlotCandidates.around("*/5 * * * *", NOW, UTC)
     exchange = TABLE.acquire_by_clock(schedule_key("job"), "me", candidates)
     assert exchange.params["covered_from"] == candidates.covered_from
-    assert [exchange.params[f"end_{i}"] for i in range(SlotCandidates.COUNT)] == list(
-        candidates.ends
-    )
+    # The function takes the candidates as arrays, the plain statement one by one.
+    assert exchange.params["ends"] == candidates.ends
+    assert exchange.params["latest"] == candidates.latest_starts
+    assert exchange.fallback is not None
+    plain = exchange.fallback().params
+    protocol.MISSING.clear()  # (the fallback taught this process the table has none)
+    assert [plain[f"end_{i}"] for i in range(SlotCandidates.COUNT)] == list(candidates.ends)
     end = candidates.ends[0]
     answer = exchange.read([(True, None, None, None, 1, None, end)])
     assert answer.acquired and answer.slot_end == end

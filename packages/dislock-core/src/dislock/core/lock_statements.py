@@ -4,6 +4,10 @@ its parameters, and the reader of its answer (``dislock.core.answers``).
 The lock code in ``dislock.aio`` and ``dislock`` asks for an exchange here, sends
 it, and feeds the rows back; it never builds parameters or reads a column itself.
 A new lock statement is a text in ``lock_queries``, a method here and its call site.
+
+The hot ones (a lease's or a slot's acquisition, the renewal, the release) are sent
+as calls to the functions ``dislockctl init`` installs beside the table
+(``dislock.core.protocol``), each with its plain statement to fall back on.
 """
 
 from __future__ import annotations
@@ -11,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from dislock.core import answers, lock_queries
+from dislock.core import answers, lock_queries, protocol
 from dislock.core import retries as retries_module
 from dislock.core.answers import Acquired, SlotAnswer
 from dislock.core.exchange import Exchange
@@ -22,6 +26,8 @@ from dislock.core.replace import handed
 from dislock.core.rows import pause_key_of
 from dislock.core.unknown_outcome import Mine
 from dislock.core.waiting import WAKE_CHANNEL, wake_key
+
+Answer = TypeVar("Answer")
 
 if TYPE_CHECKING:
     from dislock.core.context import LockContext
@@ -32,15 +38,38 @@ if TYPE_CHECKING:
 class LockStatements:
     """The statements of one lock table."""
 
-    __slots__ = ("queries",)
+    __slots__ = ("calls", "fencing", "queries", "table_parts")
 
     def __init__(self, table_parts: tuple[str, ...], fencing: bool = False) -> None:
+        self.table_parts = table_parts
+        self.fencing = fencing
         self.queries = lock_queries.queries(table_parts, fencing)
+        self.calls = _calls(table_parts)
+
+    def _via(self, name: str, params: dict[str, Any], plain: Exchange[Answer]) -> Exchange[Answer]:
+        """``plain``, sent as a call to the function ``name`` with ``params``."""
+        called = Exchange(self.calls[name], params, plain.read)
+        return protocol.via_function(self.table_parts, called, plain)
+
+    def _acquire(
+        self, key: str, owner: str, plain: Exchange[Acquired], **until: Any
+    ) -> Exchange[Acquired]:
+        params = {
+            "key": key,
+            "pause": pause_key_of(key),
+            "owner": owner,
+            "expire_at": None,
+            "ttl": None,
+            "fencing": self.fencing,
+            **until,
+        }
+        return self._via("acquire", params, plain)
 
     def acquire_until(self, key: str, owner: str, expire_at: datetime) -> Exchange[Acquired]:
         """Take the schedule row ``key`` until ``expire_at``, a slot's end."""
         params = {"key": key, "pause": pause_key_of(key), "owner": owner, "expire_at": expire_at}
-        return Exchange(self.queries.acquire_until, params, answers.read_slot_claim)
+        plain = Exchange(self.queries.acquire_until, params, answers.read_slot_claim)
+        return self._acquire(key, owner, plain, expire_at=expire_at)
 
     def acquire_retrying(
         self,
@@ -87,16 +116,24 @@ class LockStatements:
             "owner": owner,
             "covered_from": candidates.covered_from,
         }
+        called = {
+            **params,
+            "ends": candidates.ends,
+            "latest": candidates.latest_starts,
+            "fencing": self.fencing,
+        }
         ends = zip(candidates.ends, candidates.latest_starts, strict=True)
         for i, (end, latest) in enumerate(ends):
             params[f"end_{i}"] = end
             params[f"latest_{i}"] = latest
-        return Exchange(self.queries.acquire_by_clock, params, answers.read_by_clock)
+        plain = Exchange(self.queries.acquire_by_clock, params, answers.read_by_clock)
+        return self._via("acquire_by_clock", called, plain)
 
     def acquire_for(self, key: str, owner: str, ttl: float) -> Exchange[Acquired]:
         """Take the lease row ``key`` for ``ttl`` seconds."""
         params = {"key": key, "pause": pause_key_of(key), "owner": owner, "ttl": ttl}
-        return Exchange(self.queries.acquire_for, params, answers.lease_reader(ttl))
+        plain = Exchange(self.queries.acquire_for, params, answers.lease_reader(ttl))
+        return self._acquire(key, owner, plain, ttl=float(ttl))
 
     def take_over(self, key: str, owner: str, successor: str, ttl: float) -> Exchange[Acquired]:
         """Take the lease row ``key`` handed over to ``successor`` for ``ttl`` seconds."""
@@ -140,13 +177,17 @@ class LockStatements:
 
     def renew(self, batch: Batch) -> Exchange[list[answers.Renewed]]:
         """Renew the leases of ``batch``, each by its own TTL."""
-        return Exchange(self.queries.renew_batch, batch.params(), answers.read_renewed)
+        params = batch.params()
+        plain = Exchange(self.queries.renew_batch, params, answers.read_renewed)
+        # (A TTL given as an int would make an int8[] the function does not take.)
+        return self._via("renew", {**params, "ttls": list(map(float, params["ttls"]))}, plain)
 
     def release(self, key: str, owner: str, lock_key: str, mode: str = LEASE) -> Exchange[bool]:
         """End our row ``key`` of the lock ``lock_key`` now, waking the lease's waiters
         (``mode``: of a lease, or a group's)."""
         params = {"key": key, **_waking(owner, lock_key, mode)}
-        return Exchange(self.queries.release, params, answers.read_released)
+        plain = Exchange(self.queries.release, params, answers.read_released)
+        return self._via("release", params, plain)
 
     def hand_back(
         self, keys: list[str], owner: str, lock_key: str, mode: str = LEASE
@@ -162,6 +203,19 @@ class LockStatements:
     def now(self) -> Exchange[datetime]:
         """The database clock."""
         return Exchange(self.queries.now, {}, answers.read_clock)
+
+
+_PARAMS = {
+    "acquire": ["key", "pause", "owner", "expire_at", "ttl", "fencing"],
+    "acquire_by_clock": ["key", "pause", "owner", "covered_from", "ends", "latest", "fencing"],
+    "renew": ["keys", "owners", "ttls"],
+    "release": ["key", "owner", "channel", "wake_key"],
+}
+"""Each function's arguments, named as its call's parameters."""
+
+
+def _calls(table_parts: tuple[str, ...]) -> dict[str, Any]:
+    return {name: protocol.call(table_parts, name, params) for name, params in _PARAMS.items()}
 
 
 def _waking(owner: str, lock_key: str, mode: str) -> dict[str, Any]:

@@ -71,16 +71,20 @@ def jitter_delay(max_seconds: float, rng: random.Random | None = None) -> float:
     return (rng or random).uniform(0.0, max_seconds)
 
 
-def wake_payload(table_oid: sql.Composable) -> sql.Composed:
+_WAKE_KEY = sql.Placeholder("wake_key")
+
+
+def wake_payload(table_oid: sql.Composable, lock_row: sql.Composable = _WAKE_KEY) -> sql.Composed:
     """The ``NOTIFY`` payload that wakes the waiters of a lease, computed by the
     server: the lock table's oid (``table_oid``, an SQL expression) and a digest of
     the lease's row key (%(wake_key)s, from :func:`wake_key`).  The oid is the same
     however the table was named (``key_value``, ``public.key_value``, a search
     path), and the digest has a fixed length: payloads are limited to 8000 bytes,
-    lock keys are not."""
-    return sql.SQL(
-        "{}::text || ':' || encode(sha256(convert_to(%(wake_key)s, 'UTF8')), 'hex')"
-    ).format(table_oid)
+    lock keys are not.  ``lock_row``: where the row key comes from (a parameter, or a
+    function's argument)."""
+    return sql.SQL("{}::text || ':' || encode(sha256(convert_to({}, 'UTF8')), 'hex')").format(
+        table_oid, lock_row
+    )
 
 
 def wake_key(lock_key: str, mode: str = kinds.LEASE) -> str:

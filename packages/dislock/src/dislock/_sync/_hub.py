@@ -22,6 +22,7 @@ from time import monotonic
 from typing import Any
 
 from psycopg import Cursor, OperationalError
+from psycopg.errors import UndefinedFunction
 from psycopg.pq import ExecStatus
 from psycopg.rows import TupleRow
 from psycopg.sql import SQL, Composed
@@ -117,8 +118,16 @@ class Hub(HubState[Link]):
         timeout: float,
         patience: ConnectPatience | None = None,
     ) -> Answer:
-        """Send ``exchange`` as ``execute`` does and read its answer from its rows."""
-        cursor = self.execute(exchange.query, exchange.params, timeout, patience)
+        """Send ``exchange`` as ``execute`` does and read its answer from its rows (a
+        call to a function the table lacks: its plain statement, ``Exchange.fallback``)."""
+        started = monotonic()
+        try:
+            cursor = self.execute(exchange.query, exchange.params, timeout, patience)
+        except UndefinedFunction:
+            if exchange.fallback is None:
+                raise
+            left = max(timeout - (monotonic() - started), STATEMENT_FLOOR)
+            return self.ask(exchange.fallback(), left, patience)
         # The result's status, not ``description``: building the columns' descriptions
         # costs more than reading a lock statement's answer.
         result = cursor.pgresult

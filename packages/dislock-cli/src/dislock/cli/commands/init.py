@@ -75,13 +75,16 @@ def _statements(
     from dislock.cli.admin import init_statements
     from dislock.core.history import create_history
     from dislock.core.limits import set_max_ttl
+    from dislock.core.protocol import protocol_sql
 
     statements = init_statements(table, fencing=fencing)
+    # The functions name the table with its schema; without one, public's is meant.
+    schema_table = table if len(table) == 2 else ("public", table[0])
+    statements.append(protocol_sql(schema_table))
     if fencing:
         from dislock.core.fencing import guard_sql
 
-        # The guard names the table with its schema; without one, public's is meant.
-        statements.append(guard_sql(table if len(table) == 2 else ("public", table[0])))
+        statements.append(guard_sql(schema_table))
     if history is not None:
         statements += create_history(history)
     if max_ttl is not None:
@@ -107,7 +110,7 @@ def _init(
         bool(columns(conn, history)) and send(conn, up_to_date(history))
     )
     guarded = not fencing or ("fence" in found and _guard_installed(conn, table))
-    if found and guarded and history_ready:
+    if found and guarded and history_ready and _protocol_installed(conn, table):
         # Nothing to create: an application role without DDL rights gets here too.
         print(f"lock table {'.'.join(table)} already exists" + (" with fencing" if fencing else ""))
         if history is not None:
@@ -120,11 +123,15 @@ def _init(
             conn.execute(statement)
         for statement in create_history(history) if history is not None else []:
             conn.execute(statement)
+        from dislock.core.grant_catalog import qualified
+        from dislock.core.protocol import protocol_sql
+
+        schema_table = send(conn, qualified(table)) or ("public", table[-1])
+        conn.execute(protocol_sql(schema_table))
         if fencing:
             from dislock.core.fencing import guard_sql
-            from dislock.core.grant_catalog import qualified
 
-            conn.execute(guard_sql(send(conn, qualified(table)) or ("public", table[-1])))
+            conn.execute(guard_sql(schema_table))
 
     # A table in use may get its fencing column here: in short tries, as grant does.
     try:
@@ -147,6 +154,16 @@ def _guard_installed(conn: Connection, table: tuple[str, ...]) -> bool:
 
     found = send(conn, qualified(table))
     return found is not None and send(conn, guard_installed(found))
+
+
+def _protocol_installed(conn: Connection, table: tuple[str, ...]) -> bool:
+    """Whether the lock functions of this version are beside the (existing) table."""
+    from dislock.cli.sending import send
+    from dislock.core.grant_catalog import qualified
+    from dislock.core.protocol import installed
+
+    found = send(conn, qualified(table))
+    return found is not None and send(conn, installed(found))
 
 
 def _record_max_ttl(conn: Connection, table: tuple[str, ...], max_ttl: float | None) -> int:

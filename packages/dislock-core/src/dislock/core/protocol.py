@@ -1,0 +1,126 @@
+"""The lock protocol as functions beside the lock table: what ``dislockctl init``
+installs (``sql/protocol.sql``), and the calls that replace the hot statements.
+
+An acquisition, a renewal tick and a release are each one call to a PL/pgSQL
+function.  The server keeps a function's plans for the session, so a warm process
+stops paying to plan a nine-table statement on each lock, and a fresh one plans a
+few primary-key statements instead of it.  The functions answer exactly the rows
+the statements of ``dislock.core.lock_queries`` answer, so the readers of
+``dislock.core.answers`` read both.
+
+A table without them (made by hand, by dislock 0.1.0, or before this version's
+``init``) keeps working: a call the server does not know (SQLSTATE 42883) is sent
+again as the plain statement, and the process remembers the table
+(``MISSING``), so that it asks once.  A changed signature is a new function, which
+an older table lacks in the same way: the version in the comment says when ``init``
+must rewrite them.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from typing import Any
+
+from psycopg import sql
+
+from dislock.core.exchange import Exchange, read_flag
+from dislock.core.failover import (
+    NEVER_NOTICED,
+    SCOPE_KEY_PREFIX,
+    TIMELINE,
+    TIMELINE_KEY,
+    TTL_KEY_PREFIX,
+    TTL_RECORD,
+)
+from dislock.core.limits import NEVER_EXPIRES, max_ttl_of
+from dislock.core.policy_functions import beside
+from dislock.core.rows import RELEASED_MARK, lock_key_of_pause
+from dislock.core.waiting import wake_payload
+
+VERSION = "dislock protocol 1"
+"""The comment on the acquiring function: ``init`` rewrites functions of another one."""
+
+SUFFIXES = {
+    "calm": "_dislock_calm",
+    "acquire": "_dislock_acquire",
+    "acquire_by_clock": "_dislock_acquire_by_clock",
+    "renew": "_dislock_renew",
+    "release": "_dislock_release",
+}
+"""Each function's name after the table's (``beside``)."""
+
+MISSING: set[tuple[str, ...]] = set()
+"""Tables this process found without the functions: sent plain statements."""
+
+
+def function(table_parts: tuple[str, ...], name: str) -> sql.Identifier:
+    """The function ``name`` (a key of ``SUFFIXES``) of the table ``table_parts``."""
+    return beside(table_parts, SUFFIXES[name])
+
+
+def protocol_sql(table_parts: tuple[str, str]) -> sql.Composed:
+    """The statements that (re)install the functions of ``table_parts`` (schema and
+    name: they name every object with its schema)."""
+    template = (resources.files("dislock.core") / "sql" / "protocol.sql").read_text()
+    table = sql.Identifier(*table_parts)
+    names = {name: function(table_parts, name) for name in SUFFIXES}
+    return sql.SQL(template).format(
+        **names,
+        table=table,
+        timeline=TIMELINE,
+        timeline_key=sql.Literal(TIMELINE_KEY),
+        cap=max_ttl_of(table),
+        never_noticed=NEVER_NOTICED,
+        never=sql.Literal(NEVER_EXPIRES),
+        ttl_record=TTL_RECORD,
+        ttl_prefix=sql.Literal(TTL_KEY_PREFIX),
+        scope_prefix=sql.Literal(SCOPE_KEY_PREFIX),
+        after_ttl_prefix=sql.Literal(len(TTL_KEY_PREFIX) + 1),
+        lock_key=lock_key_of_pause(sql.SQL("p_pause")),
+        released=sql.Literal(RELEASED_MARK),
+        wake=wake_payload(sql.SQL("tableoid"), sql.SQL("p_wake_key")),
+        version=sql.Literal(VERSION),
+    )
+
+
+def installed(table_parts: tuple[str, ...]) -> Exchange[bool]:
+    """Whether the functions of this version are beside ``table_parts``."""
+    query = sql.SQL(
+        "SELECT coalesce(obj_description(to_regprocedure(%(acquire)s), 'pg_proc')"
+        " = %(version)s, false) AS installed"
+    )
+    signature = "(text, text, text, timestamptz, float8, boolean)"
+    params = {
+        "acquire": function(table_parts, "acquire").as_string(None) + signature,
+        "version": VERSION,
+    }
+    return Exchange(query, params, read_flag)
+
+
+def call(table_parts: tuple[str, ...], name: str, params: list[str]) -> sql.Composed:
+    """``SELECT * FROM <function>(p_a => %(a)s, ...)``: named arguments, so that the
+    server resolves their types from the function's signature."""
+    return sql.SQL("SELECT * FROM {}({})").format(
+        function(table_parts, name),
+        sql.SQL(", ").join(
+            sql.SQL("{} => {}").format(sql.Identifier(f"p_{param}"), sql.Placeholder(param))
+            for param in params
+        ),
+    )
+
+
+def via_function(
+    table_parts: tuple[str, ...],
+    called: Exchange[Any],
+    plain: Exchange[Any],
+) -> Exchange[Any]:
+    """``called`` (a function call), falling back to ``plain`` on a table without the
+    functions; ``plain`` itself once this process knows it has none."""
+    if table_parts in MISSING:
+        return plain
+    return called._replace(fallback=lambda: _missing(table_parts, plain))
+
+
+def _missing(table_parts: tuple[str, ...], plain: Exchange[Any]) -> Exchange[Any]:
+    MISSING.add(table_parts)
+    return plain

@@ -1,0 +1,192 @@
+-- The lock protocol of one lock table, as functions beside it (dislock.core.protocol):
+-- `dislockctl init` installs them, and the lock code calls them instead of sending
+-- the statements of dislock.core.lock_queries, which they answer exactly as.
+--
+-- Why functions: a statement is planned on every execution, and an acquisition's
+-- single statement (the lock delay, the pause, the TTL cap and the upsert, nine
+-- tables in one plan) cost more to plan than to run.  A PL/pgSQL function runs short
+-- statements, each planned once per server session and then kept (behind PgBouncer
+-- too), and the common refusal, a live row, stops after primary-key reads.
+--
+-- They run with the caller's rights (row-level security and column privileges of
+-- `dislockctl grant` apply inside as outside), pin search_path, and name every
+-- table with its schema.  A branch PL/pgSQL never runs is never planned: the fence
+-- column is named only when a caller asks for fencing tokens, as the statements do.
+
+-- The failover bookkeeping every acquisition does first (dislock.core.failover):
+-- record a new server timeline, raise the caller's longest-TTL record, and say
+-- until when the lock delay of a key keeps it from being taken.
+CREATE OR REPLACE FUNCTION {calm}(
+    p_lock_key text, p_ttl float8,
+    OUT timeline int8, OUT delayed_until timestamptz, OUT max_ttl float8
+)
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $calm$
+#variable_conflict use_column
+DECLARE
+    v_seen int8;
+    v_noticed timestamptz;
+    v_longest float8;
+    v_record text := {ttl_record};
+BEGIN
+    timeline := {timeline};
+    SELECT t.value::int8, t.expire_at INTO v_seen, v_noticed
+        FROM {table} AS t WHERE t.key = {timeline_key};
+    max_ttl := {cap};
+    IF v_seen IS DISTINCT FROM timeline THEN
+        -- A different timeline is recorded with the instant it was noticed, where
+        -- every key's delay starts; the first one ever recorded starts none.
+        INSERT INTO {table} AS noted (key, value, expire_at)
+        VALUES ({timeline_key}, timeline::text,
+                CASE WHEN v_seen IS NULL THEN {never_noticed} ELSE now() END)
+        ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, expire_at = EXCLUDED.expire_at
+        WHERE noted.value IS DISTINCT FROM EXCLUDED.value;
+    END IF;
+    IF p_ttl > 0 AND p_ttl <= max_ttl AND coalesce(
+        (SELECT r.value::float8 FROM {table} AS r WHERE r.key = v_record), 0) < p_ttl
+    THEN
+        -- Two acquisitions of one role at once: the shorter TTL must not win.
+        INSERT INTO {table} AS noted (key, value, expire_at)
+        VALUES (v_record, p_ttl::text, {never})
+        ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value
+        WHERE noted.value::float8 < EXCLUDED.value::float8;
+    END IF;
+    -- Past the table's maximum TTL since the last failover, no key waits, and the
+    -- key's own delay (a scan of the roles' records) is not computed.
+    IF v_seen IS NULL OR (v_seen = timeline
+        AND clock_timestamp() >= v_noticed + make_interval(secs => max_ttl))
+    THEN
+        RETURN;
+    END IF;
+    v_longest := least(max_ttl, greatest(p_ttl, coalesce(
+        (SELECT max(r.value::float8) FROM {table} AS r
+         WHERE starts_with(r.key, {ttl_prefix})
+         AND coalesce(p_lock_key ~ (SELECT scope.value FROM {table} AS scope
+             WHERE scope.key = {scope_prefix} || substr(r.key, {after_ttl_prefix})), true)),
+        0)));
+    -- A running delay is judged by the real time: now() is this transaction's start.
+    IF v_longest > (CASE WHEN v_seen <> timeline THEN 0
+                    ELSE extract(epoch FROM clock_timestamp() - v_noticed) END)
+    THEN
+        delayed_until := (CASE WHEN v_seen <> timeline THEN now() ELSE v_noticed END)
+            + make_interval(secs => v_longest);
+    END IF;
+END
+$calm$;
+
+-- Take the row p_key until p_expire_at (a schedule slot's end) or for p_ttl seconds
+-- (a lease, p_expire_at NULL): lock_queries' acquire_until and acquire_for.  One row:
+-- dislock.core.answers.ClaimRow.
+CREATE OR REPLACE FUNCTION {acquire}(
+    p_key text, p_pause text, p_owner text, p_expire_at timestamptz, p_ttl float8,
+    p_fencing boolean,
+    OUT acquired boolean, OUT token int8, OUT paused_for text, OUT paused_until timestamptz,
+    OUT timeline int8, OUT delayed_until timestamptz, OUT ttl_cap float8
+)
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $acquire$
+#variable_conflict use_column
+DECLARE
+    v_cap float8;
+    v_end timestamptz;
+BEGIN
+    acquired := false;
+    SELECT c.timeline, c.delayed_until, c.max_ttl INTO timeline, delayed_until, v_cap
+        FROM {calm}({lock_key}, coalesce(p_ttl, 0)) AS c;
+    SELECT p.value, p.expire_at INTO paused_for, paused_until
+        FROM {table} AS p WHERE p.key = p_pause AND p.expire_at > now();
+    IF p_ttl IS NOT NULL AND p_ttl > v_cap THEN
+        ttl_cap := v_cap;
+        RETURN;
+    END IF;
+    v_end := coalesce(p_expire_at, now() + make_interval(secs => p_ttl));
+    -- A visibly live row refuses before the upsert would lock it (and so write WAL).
+    -- A slot that ended between computing it and claiming it is not claimed.
+    IF paused_until IS NOT NULL OR delayed_until IS NOT NULL OR v_end <= now()
+        OR EXISTS (SELECT FROM {table} AS live WHERE live.key = p_key AND live.expire_at > now())
+    THEN
+        RETURN;
+    END IF;
+    IF p_fencing THEN
+        -- A fresh row starts at 1; a taken-over row continues from its last token.
+        INSERT INTO {table} AS held (key, value, expire_at, fence)
+        VALUES (p_key, p_owner, v_end, 1)
+        ON CONFLICT (key) DO UPDATE
+        SET value = EXCLUDED.value, expire_at = EXCLUDED.expire_at, fence = held.fence + 1
+        WHERE held.expire_at <= now()
+        RETURNING held.fence INTO token;
+    ELSE
+        INSERT INTO {table} AS held (key, value, expire_at)
+        VALUES (p_key, p_owner, v_end)
+        ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, expire_at = EXCLUDED.expire_at
+        WHERE held.expire_at <= now();
+    END IF;
+    acquired := FOUND;
+END
+$acquire$;
+
+-- acquire_until for the schedule slot that now() picks among candidates: the slot
+-- ending p_ends[i] for the first i with now() <= p_latest[i].  One row:
+-- dislock.core.answers.ClockClaimRow (slot_end NULL: now() is outside the candidates,
+-- nothing was taken).
+CREATE OR REPLACE FUNCTION {acquire_by_clock}(
+    p_key text, p_pause text, p_owner text, p_covered_from timestamptz,
+    p_ends timestamptz[], p_latest timestamptz[], p_fencing boolean,
+    OUT acquired boolean, OUT token int8, OUT paused_for text, OUT paused_until timestamptz,
+    OUT timeline int8, OUT delayed_until timestamptz, OUT slot_end timestamptz
+)
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $by_clock$
+#variable_conflict use_column
+BEGIN
+    IF now() >= p_covered_from THEN
+        FOR i IN 1 .. coalesce(array_length(p_latest, 1), 0) LOOP
+            IF now() <= p_latest[i] THEN
+                slot_end := p_ends[i];
+                EXIT;
+            END IF;
+        END LOOP;
+    END IF;
+    IF slot_end IS NULL THEN
+        -- Nothing to take; the bookkeeping and the pause are answered all the same.
+        SELECT false, NULL, a.paused_for, a.paused_until, a.timeline, a.delayed_until
+            INTO acquired, token, paused_for, paused_until, timeline, delayed_until
+            FROM {acquire}(p_key, p_pause, p_owner, now(), NULL, p_fencing) AS a;
+        RETURN;
+    END IF;
+    SELECT a.acquired, a.token, a.paused_for, a.paused_until, a.timeline, a.delayed_until
+        INTO acquired, token, paused_for, paused_until, timeline, delayed_until
+        FROM {acquire}(p_key, p_pause, p_owner, slot_end, NULL, p_fencing) AS a;
+END
+$by_clock$;
+
+-- Renew each listed lease that is still ours (parallel arrays), each by its own TTL;
+-- a row (key, owner) per lease renewed.  A lease longer than the table's maximum
+-- (lowered while it ran) is not renewed, so it alone is lost.
+CREATE OR REPLACE FUNCTION {renew}(p_keys text[], p_owners text[], p_ttls float8[])
+RETURNS TABLE (key text, owner text)
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $renew$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    UPDATE {table} AS held SET expire_at = now() + make_interval(secs => batch.ttl)
+    FROM unnest(p_keys, p_owners, p_ttls) AS batch (key, value, ttl)
+    WHERE held.key = batch.key AND held.value = batch.value AND held.expire_at > now()
+    AND batch.ttl <= {cap}
+    RETURNING held.key, held.value;
+END
+$renew$;
+
+-- Expire our row p_key now, marked released, and wake the lease's waiters (NOTIFY
+-- on commit); a row (true) if it ended one, none if another owner had taken it.
+CREATE OR REPLACE FUNCTION {release}(
+    p_key text, p_owner text, p_channel text, p_wake_key text
+) RETURNS SETOF boolean
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $release$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    UPDATE {table} SET expire_at = now(), value = value || {released}
+    WHERE key = p_key AND value = p_owner AND expire_at > now()
+    RETURNING pg_notify(p_channel, {wake}) IS NOT NULL;
+END
+$release$;
+
+COMMENT ON FUNCTION {acquire}(text, text, text, timestamptz, float8, boolean) IS {version};

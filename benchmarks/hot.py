@@ -16,13 +16,13 @@ import psycopg
 
 from benchmarks.rows import Row, met
 from benchmarks.scale import many_leases
-from dislock.core.table import create_table_sql
+from benchmarks.server import create_lock_table
 
 
 def hot_rows(url: str, leases: int, seconds: float) -> list[Row]:
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("DROP TABLE IF EXISTS hot_locks")
-        conn.execute(create_table_sql(("hot_locks",)))
+        create_lock_table(conn, ("public", "hot_locks"))
         conn.execute("SELECT pg_stat_reset()")
 
         def size() -> int:

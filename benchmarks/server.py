@@ -18,13 +18,33 @@ import psycopg
 from dislock.core.table import create_table_sql
 from tests.support.postgres import postgres_url
 
+BARE_TABLE = "key_value_bare"
+"""A lock table without the functions (made by hand, or by dislock 0.1.0)."""
+
+
+def create_lock_table(
+    conn: psycopg.Connection[tuple[object, ...]],
+    table: tuple[str, str],
+    *,
+    functions: bool = True,
+) -> None:
+    """``table`` (schema, name) as ``dislockctl init`` makes it: with the lock
+    functions beside it, unless ``functions`` is false."""
+    from dislock.core.protocol import protocol_sql
+
+    conn.execute(create_table_sql(table))
+    if functions:
+        conn.execute(protocol_sql(table))
+
 
 @contextmanager
 def bench_database() -> Iterator[str]:
-    """The URL of the server for the run, its ``key_value`` lock table created."""
+    """The URL of the server for the run, its ``key_value`` lock table created as
+    ``init`` does, and ``key_value_bare`` without the functions."""
     with postgres_url("BENCH_DATABASE_URL") as url:
         with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute(create_table_sql(("key_value",)))
+            create_lock_table(conn, ("public", "key_value"))
+            create_lock_table(conn, ("public", BARE_TABLE), functions=False)
         yield url
 
 

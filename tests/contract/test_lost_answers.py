@@ -25,7 +25,9 @@ from tests.support.proxy import AnswerCutter
 from tests.support.rows import Rows, released_owner
 
 MakeContext = Callable[..., LockContext]
-ACQUIRING = b"INSERT INTO"  # every acquiring statement, and nothing else dislock sends here
+# Every acquiring statement (a call to the table's function, or the plain upsert on a
+# table without them), and nothing else dislock sends here.
+ACQUIRING = rb"INSERT INTO|_dislock_acquire"
 YEARLY = "0 0 1 1 *"  # one slot a year: no test runs near its boundary
 
 

@@ -5,6 +5,7 @@ host that never answers at all."""
 
 from __future__ import annotations
 
+import re
 import select
 import socket
 import threading
@@ -181,6 +182,8 @@ class AnswerCutter(_Relay):
         return make_conninfo("", **params)
 
     def arm(self, marker: bytes, *, committed: bool) -> None:
+        """Cut under the next statement whose bytes ``marker`` (a regular expression)
+        finds."""
         with self._guard:
             self._armed = (marker, committed)
 
@@ -195,7 +198,7 @@ class AnswerCutter(_Relay):
     def _take_cut(self, data: bytes) -> bool | None:
         """Whether to cut here (and how), disarming: None to pass ``data`` on."""
         with self._guard:
-            if self._armed is None or self._armed[0] not in data:
+            if self._armed is None or re.search(self._armed[0], data) is None:
                 return None
             committed = self._armed[1]
             self._armed = None

@@ -15,10 +15,14 @@ from tests.support.proxy import AnswerCutter
 from tests.support.rows import Rows
 
 MakeContext = Callable[..., LockContext]
-ACQUIRING = b"INSERT INTO"  # every acquiring statement, and nothing else dislock sends here
+# Every acquiring statement (a call to the table's function, or the plain upsert on a
+# table without them), and nothing else dislock sends here.
+ACQUIRING = rb"INSERT INTO|_dislock_acquire"
 YEARLY = "0 0 1 1 *"  # one slot a year: no test runs near its boundary
 LEASE = {"run_ttl_seconds": 30.0, "lease_interval_seconds": 1.0}
-RELEASE = b"(released)' WHERE key = $"  # a holder's release of its own row (not hand_back)
+# A holder's release of its own row (not hand_back): the table's function, or the plain
+# statement on a table without it.
+RELEASE = rb"_dislock_release|\(released\)' WHERE key = \$"
 
 
 def warm(make_context: MakeContext, url: str) -> None:

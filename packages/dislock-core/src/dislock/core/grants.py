@@ -46,7 +46,7 @@ from dislock.core.bounds import MAX_STORED_BYTES, OUTPUT_TAIL
 from dislock.core.errors import ConfigurationError
 from dislock.core.failover import NEVER_NOTICED, SCOPE_KEY_PREFIX, TIMELINE, TIMELINE_KEY
 from dislock.core.history import ENDED, OUTCOMES, STARTED, TAILS, add_tail_columns
-from dislock.core.key_quota import DEFAULT_MAX_KEYS, quota_trigger, set_quota
+from dislock.core.key_quota import DEFAULT_MAX_KEYS, QUOTA_KEY_PREFIX, quota_trigger, set_quota
 from dislock.core.kinds import KEY_PREFIX
 from dislock.core.limits import metadata_row
 from dislock.core.policy_functions import (
@@ -474,4 +474,13 @@ def revoke_statements(
             sql.SQL("REVOKE ALL ON {} FROM {}").format(table, sql.Identifier(role)),
             *_drop(table, role),
         ]
+    # Its scope is what the lock functions let it lock (dislock.core.protocol); its
+    # longest-TTL record stays, counting for every key, as a lock delay must.
+    statements.append(
+        sql.SQL("DELETE FROM {} WHERE key IN ({}, {})").format(
+            sql.Identifier(*table_parts),
+            sql.Literal(SCOPE_KEY_PREFIX + role),
+            sql.Literal(QUOTA_KEY_PREFIX + role),
+        )
+    )
     return statements

@@ -23,6 +23,7 @@ from typing import Any
 
 from psycopg import sql
 
+from dislock.core.bounds import MAX_STORED_BYTES
 from dislock.core.exchange import Exchange, read_flag
 from dislock.core.failover import (
     NEVER_NOTICED,
@@ -30,10 +31,11 @@ from dislock.core.failover import (
     TIMELINE,
     TIMELINE_KEY,
     TTL_KEY_PREFIX,
-    TTL_RECORD,
 )
+from dislock.core.key_quota import OVER_QUOTA, QUOTA_KEY_PREFIX
 from dislock.core.limits import NEVER_EXPIRES, max_ttl_of
 from dislock.core.policy_functions import beside
+from dislock.core.refusal import NO_GRANT
 from dislock.core.rows import RELEASED_MARK, lock_key_of_pause
 from dislock.core.waiting import wake_payload
 
@@ -41,6 +43,7 @@ VERSION = "dislock protocol 1"
 """The comment on the acquiring function: ``init`` rewrites functions of another one."""
 
 SUFFIXES = {
+    "caller": "_dislock_caller",
     "calm": "_dislock_calm",
     "acquire": "_dislock_acquire",
     "acquire_by_clock": "_dislock_acquire_by_clock",
@@ -48,6 +51,16 @@ SUFFIXES = {
     "release": "_dislock_release",
 }
 """Each function's name after the table's (``beside``)."""
+
+ARGUMENTS = {
+    "caller": "text, text",
+    "calm": "text, float8, text",
+    "acquire": "text, text, text, timestamptz, float8, boolean",
+    "acquire_by_clock": "text, text, text, timestamptz, timestamptz[], timestamptz[], boolean",
+    "renew": "text[], text[], float8[]",
+    "release": "text, text, text, text",
+}
+"""Each function's argument types, as ``regprocedure`` names them."""
 
 MISSING: set[tuple[str, ...]] = set()
 """Tables this process found without the functions: sent plain statements."""
@@ -58,21 +71,37 @@ def function(table_parts: tuple[str, ...], name: str) -> sql.Identifier:
     return beside(table_parts, SUFFIXES[name])
 
 
+def signature(table_parts: tuple[str, ...], name: str) -> str:
+    """The function ``name`` of ``table_parts`` with its argument types."""
+    return f"{function(table_parts, name).as_string(None)}({ARGUMENTS[name]})"
+
+
 def protocol_sql(table_parts: tuple[str, str]) -> sql.Composed:
     """The statements that (re)install the functions of ``table_parts`` (schema and
     name: they name every object with its schema)."""
     template = (resources.files("dislock.core") / "sql" / "protocol.sql").read_text()
     table = sql.Identifier(*table_parts)
     names = {name: function(table_parts, name) for name in SUFFIXES}
+    row_key = "^[^:]*:[^:]*:(.*)$"
     return sql.SQL(template).format(
         **names,
         table=table,
+        table_oid=sql.SQL("{}::regclass").format(sql.Literal(table.as_string(None))),
+        shown=sql.Literal(".".join(table_parts)),
+        signatures=sql.SQL(", ").join(
+            sql.Literal(signature(table_parts, name)) for name in SUFFIXES
+        ),
+        quota_prefix=sql.Literal(QUOTA_KEY_PREFIX),
+        quota_lock=sql.Literal("dislock quota "),
+        over=sql.Literal(OVER_QUOTA),
+        lock_key_of_key=sql.SQL("substring(t.key FROM {})").format(sql.Literal(row_key)),
+        max_bytes=sql.Literal(MAX_STORED_BYTES),
+        no_grant=sql.Literal(NO_GRANT),
         timeline=TIMELINE,
         timeline_key=sql.Literal(TIMELINE_KEY),
         cap=max_ttl_of(table),
         never_noticed=NEVER_NOTICED,
         never=sql.Literal(NEVER_EXPIRES),
-        ttl_record=TTL_RECORD,
         ttl_prefix=sql.Literal(TTL_KEY_PREFIX),
         scope_prefix=sql.Literal(SCOPE_KEY_PREFIX),
         after_ttl_prefix=sql.Literal(len(TTL_KEY_PREFIX) + 1),
@@ -89,11 +118,7 @@ def installed(table_parts: tuple[str, ...]) -> Exchange[bool]:
         "SELECT coalesce(obj_description(to_regprocedure(%(acquire)s), 'pg_proc')"
         " = %(version)s, false) AS installed"
     )
-    signature = "(text, text, text, timestamptz, float8, boolean)"
-    params = {
-        "acquire": function(table_parts, "acquire").as_string(None) + signature,
-        "version": VERSION,
-    }
+    params = {"acquire": signature(table_parts, "acquire"), "version": VERSION}
     return Exchange(query, params, read_flag)
 
 

@@ -16,6 +16,9 @@ from dislock.core.bounds import escape
 from dislock.core.errors import KeyNotGrantedError
 from dislock.core.kinds import parse_row_key
 
+NO_GRANT = "no grant covers that key"
+"""Words of the lock functions' refusal (``dislock.core.protocol``) that it is known by."""
+
 
 def refused(
     error: BaseException, *, url: str, key: str, table_parts: Sequence[str]
@@ -35,13 +38,13 @@ def refused(
     message = getattr(diag, "message_primary", None) or str(error)
     if OVER_QUOTA in message:  # dislock.core.key_quota's trigger, in its own words
         return KeyNotGrantedError(escape(message))
-    if "row-level security" not in message:
+    if "row-level security" not in message and NO_GRANT not in message:
         return None
     kind, lock_key, _ = parse_row_key(key)
     what = repr(lock_key) if kind is None else f"{lock_key!r} (strategy {kind.name})"
     return KeyNotGrantedError(
-        f"role {role_of(url)!r} may not lock {what} in {'.'.join(table_parts)}: no grant"
-        " covers that key (dislockctl grants lists them; dislockctl grant adds one)"
+        f"role {role_of(url)!r} may not lock {what} in {'.'.join(table_parts)}: {NO_GRANT}"
+        " (dislockctl grants lists them; dislockctl grant adds one)"
     )
 
 

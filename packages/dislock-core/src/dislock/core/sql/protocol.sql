@@ -8,16 +8,123 @@
 -- statements, each planned once per server session and then kept (behind PgBouncer
 -- too), and the common refusal, a live row, stops after primary-key reads.
 --
--- They run with the caller's rights (row-level security and column privileges of
--- `dislockctl grant` apply inside as outside), pin search_path, and name every
--- table with its schema.  A branch PL/pgSQL never runs is never planned: the fence
--- column is named only when a caller asks for fencing tokens, as the statements do.
+-- Who may do what is decided in one place, {caller}: the functions a team calls run
+-- as the table's owner (SECURITY DEFINER), so that a team of `dislockctl grant` needs
+-- no right to write either table.  Every function pins search_path and names every
+-- object with its schema.  A branch PL/pgSQL never runs is never planned: the fence
+-- column is named only when a caller asks for fencing tokens.
+
+-- Who is calling, and which role's grant lets it lock p_lock_key.  The caller is the
+-- session's login role: inside a SECURITY DEFINER function current_user is the owner,
+-- and a role reached with SET ROLE cannot be seen; a login role acts with the grants
+-- of the roles it is a member of (GRANT billing TO billing_app).
+--   * The owner (or a member of it), a superuser, a role that bypasses row-level
+--     security: any key; role is the caller.
+--   * A table without grants (row-level security off): a role that may insert into
+--     and update the table, any key, as with the plain statements; others nothing.
+--   * Otherwise the grants' scopes (rows dislock:failover:scope:<role>, which only
+--     `dislockctl grant` writes): role is the first of the caller's roles whose scope
+--     matches the key (its longest-TTL record counts for its keys only), and a new
+--     key (p_key has no row) counts against the smallest quota of the caller's
+--     roles, under a per-role transaction-level advisory lock, so that concurrent
+--     transactions cannot both pass the last place.
+-- p_lock_key NULL: no key to check; scope is then every key the caller may lock (a
+-- regular expression; NULL: any key).
+CREATE OR REPLACE FUNCTION {caller}(
+    p_key text, p_lock_key text, OUT role text, OUT scope text
+)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $caller$
+DECLARE
+    v_owner oid;
+    v_secured boolean;
+    v_roles text[];
+    v_most int8;
+    v_held int8;
+BEGIN
+    role := session_user::text;
+    SELECT c.relowner, c.relrowsecurity INTO v_owner, v_secured
+        FROM pg_catalog.pg_class AS c WHERE c.oid = {table_oid};
+    IF pg_catalog.pg_has_role(session_user, v_owner, 'MEMBER') OR EXISTS (
+        SELECT FROM pg_catalog.pg_roles AS r
+        WHERE r.rolname = session_user AND (r.rolsuper OR r.rolbypassrls))
+    THEN
+        RETURN;
+    END IF;
+    IF NOT v_secured THEN
+        IF pg_catalog.has_table_privilege(session_user, {table_oid}, 'INSERT')
+            AND pg_catalog.has_table_privilege(session_user, {table_oid}, 'UPDATE')
+        THEN
+            RETURN;
+        END IF;
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = pg_catalog.format('permission denied for table %s', {shown});
+    END IF;
+    WITH RECURSIVE member_of (oid) AS (
+        SELECT r.oid FROM pg_catalog.pg_roles AS r WHERE r.rolname = session_user
+        UNION
+        SELECT m.roleid FROM pg_catalog.pg_auth_members AS m
+        JOIN member_of ON m.member = member_of.oid
+    )
+    SELECT pg_catalog.array_agg(r.rolname::text ORDER BY r.rolname <> session_user, r.rolname)
+        INTO v_roles FROM member_of JOIN pg_catalog.pg_roles AS r ON r.oid = member_of.oid;
+    IF p_lock_key IS NULL THEN
+        SELECT pg_catalog.string_agg('(?:' || s.value || ')', '|') INTO scope
+            FROM pg_catalog.unnest(v_roles) AS granted (name)
+            JOIN {table} AS s ON s.key = {scope_prefix} || granted.name;
+        scope := coalesce(scope, '^(?!)');
+        RETURN;
+    END IF;
+    SELECT granted.name, s.value INTO role, scope
+        FROM pg_catalog.unnest(v_roles) WITH ORDINALITY AS granted (name, n)
+        JOIN {table} AS s ON s.key = {scope_prefix} || granted.name
+        WHERE p_lock_key ~ s.value ORDER BY granted.n LIMIT 1;
+    IF NOT FOUND AND NOT EXISTS (
+        SELECT FROM pg_catalog.unnest(v_roles) AS granted (name)
+        JOIN {table} AS s ON s.key = {scope_prefix} || granted.name)
+    THEN
+        -- No grant at all (never granted, or revoked): as a missing privilege reads.
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = pg_catalog.format('permission denied for table %s', {shown});
+    ELSIF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = pg_catalog.format(
+                'role %L may not lock %L in %s: ' || {no_grant}, session_user,
+                p_lock_key, {shown});
+    END IF;
+    IF p_key IS NULL OR EXISTS (SELECT FROM {table} AS t WHERE t.key = p_key) THEN
+        RETURN;
+    END IF;
+    SELECT min(q.value::int8) INTO v_most FROM pg_catalog.unnest(v_roles) AS granted (name)
+        JOIN {table} AS q ON q.key = {quota_prefix} || granted.name;
+    IF v_most IS NULL THEN
+        RETURN;
+    END IF;
+    PERFORM pg_catalog.pg_advisory_xact_lock(
+        pg_catalog.hashtextextended({quota_lock} || role, {table_oid}::int8));
+    -- A key that has a row already (its other strategy, another slot, its pause) is
+    -- not one more key.  (A scan: only an acquisition of a new key gets here.)
+    SELECT count(DISTINCT {lock_key_of_key}) INTO v_held FROM {table} AS t
+        WHERE NOT starts_with(t.key, 'dislock:') AND {lock_key_of_key} ~ scope;
+    IF v_held >= v_most AND NOT EXISTS (
+        SELECT FROM {table} AS t WHERE {lock_key_of_key} = p_lock_key
+        AND NOT starts_with(t.key, 'dislock:'))
+    THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = pg_catalog.format(
+                'role %L ' || {over} || ' %s %s in %s: key %L would be one more'
+                || ' (its dislockctl grant again with --max-keys N raises the limit)',
+                role, v_most, CASE WHEN v_most = 1 THEN 'key' ELSE 'keys' END, {shown},
+                p_lock_key);
+    END IF;
+END
+$caller$;
 
 -- The failover bookkeeping every acquisition does first (dislock.core.failover):
--- record a new server timeline, raise the caller's longest-TTL record, and say
--- until when the lock delay of a key keeps it from being taken.
+-- record a new server timeline, raise the longest-TTL record of p_role (the role
+-- whose grant let the caller in), and say until when the lock delay of a key keeps
+-- it from being taken.
 CREATE OR REPLACE FUNCTION {calm}(
-    p_lock_key text, p_ttl float8,
+    p_lock_key text, p_ttl float8, p_role text,
     OUT timeline int8, OUT delayed_until timestamptz, OUT max_ttl float8
 )
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $calm$
@@ -26,7 +133,7 @@ DECLARE
     v_seen int8;
     v_noticed timestamptz;
     v_longest float8;
-    v_record text := {ttl_record};
+    v_record text := {ttl_prefix} || p_role;
 BEGIN
     timeline := {timeline};
     SELECT t.value::int8, t.expire_at INTO v_seen, v_noticed
@@ -82,15 +189,22 @@ CREATE OR REPLACE FUNCTION {acquire}(
     OUT acquired boolean, OUT token int8, OUT paused_for text, OUT paused_until timestamptz,
     OUT timeline int8, OUT delayed_until timestamptz, OUT ttl_cap float8
 )
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $acquire$
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $acquire$
 #variable_conflict use_column
 DECLARE
     v_cap float8;
     v_end timestamptz;
+    v_role text;
 BEGIN
     acquired := false;
+    -- The bounds the grants' policies hold the plain statements' rows to.
+    IF octet_length(p_key) > {max_bytes} OR octet_length(p_owner) > {max_bytes} THEN
+        RAISE EXCEPTION USING ERRCODE = 'string_data_right_truncation',
+            MESSAGE = 'a lock key or owner is longer than ' || {max_bytes} || ' bytes';
+    END IF;
+    SELECT c.role INTO v_role FROM {caller}(p_key, {lock_key}) AS c;
     SELECT c.timeline, c.delayed_until, c.max_ttl INTO timeline, delayed_until, v_cap
-        FROM {calm}({lock_key}, coalesce(p_ttl, 0)) AS c;
+        FROM {calm}({lock_key}, coalesce(p_ttl, 0), v_role) AS c;
     SELECT p.value, p.expire_at INTO paused_for, paused_until
         FROM {table} AS p WHERE p.key = p_pause AND p.expire_at > now();
     IF p_ttl IS NOT NULL AND p_ttl > v_cap THEN
@@ -162,14 +276,17 @@ $by_clock$;
 -- (lowered while it ran) is not renewed, so it alone is lost.
 CREATE OR REPLACE FUNCTION {renew}(p_keys text[], p_owners text[], p_ttls float8[])
 RETURNS TABLE (key text, owner text)
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $renew$
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $renew$
 #variable_conflict use_column
+DECLARE
+    v_scope text := (SELECT c.scope FROM {caller}(NULL, NULL) AS c);
 BEGIN
     RETURN QUERY
     UPDATE {table} AS held SET expire_at = now() + make_interval(secs => batch.ttl)
     FROM unnest(p_keys, p_owners, p_ttls) AS batch (key, value, ttl)
     WHERE held.key = batch.key AND held.value = batch.value AND held.expire_at > now()
     AND batch.ttl <= {cap}
+    AND (v_scope IS NULL OR substring(held.key FROM '^[^:]*:[^:]*:(.*)$') ~ v_scope)
     RETURNING held.key, held.value;
 END
 $renew$;
@@ -179,9 +296,10 @@ $renew$;
 CREATE OR REPLACE FUNCTION {release}(
     p_key text, p_owner text, p_channel text, p_wake_key text
 ) RETURNS SETOF boolean
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $release$
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $release$
 #variable_conflict use_column
 BEGIN
+    PERFORM FROM {caller}(NULL, substring(p_key FROM '^[^:]*:[^:]*:(.*)$'));
     RETURN QUERY
     UPDATE {table} SET expire_at = now(), value = value || {released}
     WHERE key = p_key AND value = p_owner AND expire_at > now()
@@ -190,3 +308,25 @@ END
 $release$;
 
 COMMENT ON FUNCTION {acquire}(text, text, text, timestamptz, float8, boolean) IS {version};
+
+-- Called only from the functions above (which run as the owner).
+REVOKE ALL ON FUNCTION {caller}(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION {calm}(text, float8, text) FROM PUBLIC;
+
+-- The functions that run as their owner run as the table's: `init` may be run by
+-- a superuser or a member of the owner's role, whose rights they must not carry.
+DO $owner$
+DECLARE
+    v_owner text := (SELECT c.relowner::regrole::text
+        FROM pg_catalog.pg_class AS c WHERE c.oid = {table_oid});
+    v_function regprocedure;
+BEGIN
+    FOREACH v_function IN ARRAY ARRAY[{signatures}]::regprocedure[] LOOP
+        IF (SELECT p.proowner::regrole::text FROM pg_catalog.pg_proc AS p
+            WHERE p.oid = v_function) IS DISTINCT FROM v_owner
+        THEN
+            EXECUTE pg_catalog.format('ALTER FUNCTION %s OWNER TO %s', v_function, v_owner);
+        END IF;
+    END LOOP;
+END
+$owner$;

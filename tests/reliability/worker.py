@@ -46,12 +46,16 @@ _UPDATE_GUARD = " WHERE held.expire_at <= NOW()"
 def break_acquisition() -> None:
     """Make lease acquisition ignore whether the row expired: everyone gets in."""
     import dislock.core.lock_queries as lock_queries
+    from dislock.core.failover import TTL_RECORD
     from dislock.core.lock_queries import Queries
 
     real = lock_queries.queries
 
-    def unguarded(table_parts: tuple[str, ...], fencing: bool = False) -> Queries:
-        queries = real(table_parts, fencing)
+    def unguarded(
+        table_parts: tuple[str, ...], fencing: bool = False, record: Any = TTL_RECORD
+    ) -> Queries:
+        # (The tables of these tests have no lock functions: this text is what is sent.)
+        queries = real(table_parts, fencing, record)
         text = queries.acquire_for.as_string(None)
         # Both guards must go: with one left, two holders only meet in a race.
         broken, found = _LIVE_ROW_GUARD.subn("", text)

@@ -107,6 +107,25 @@ def with_history(
     return history
 
 
+GRANTS = {
+    BILLING_ROLE: ("--keys", "billing-*", "--keys", "reports-nightly"),
+    REPORTS_ROLE: ("--keys", "reports-*"),
+    OPS_ROLE: ("--keys", "billing-*", "--operator"),
+    READER_ROLE: ("--reader",),
+}
+"""Each role's grant in the fleet."""
+
+
+def plain_writes(fleet: Fleet, role: str) -> None:
+    """Grant ``role`` again with ``--plain-writes``: it may then write the lock table by
+    hand, held by its row-level security policies (as a role shared with dislock 0.1.0
+    machines is), which the test puts to the proof."""
+    status, _, err = ctl(
+        fleet.admin_url, "grant", role, *GRANTS[role], "--plain-writes", table=fleet.table
+    )
+    assert status == 0, err
+
+
 BILLING = (BILLING_ROLE, "--keys", "billing-*")
 """billing's grant, with its history (``with_history``)."""
 
@@ -120,14 +139,8 @@ def fleet(
         db.execute(
             sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(*map(sql.Identifier, (schema, role)))
         )
-    grants = [
-        (BILLING_ROLE, "--keys", "billing-*", "--keys", "reports-nightly"),
-        (REPORTS_ROLE, "--keys", "reports-*"),
-        (OPS_ROLE, "--keys", "billing-*", "--operator"),
-        (READER_ROLE, "--reader"),
-    ]
-    for arguments in grants:
-        status, _, err = ctl(database_url, "grant", *arguments, table=lock_table)
+    for role, arguments in GRANTS.items():
+        status, _, err = ctl(database_url, "grant", role, *arguments, table=lock_table)
         assert status == 0, err
     yield Fleet(
         admin_url=database_url,

@@ -21,7 +21,15 @@ from psycopg import sql
 
 from dislock.core.bounds import MAX_KEY_BYTES, MAX_REASON_BYTES
 from dislock.core.failover import TTL_KEY_PREFIX
-from tests.security.conftest import BILLING, Fleet, ctl, role_name, with_history
+from tests.security.conftest import (
+    BILLING,
+    BILLING_ROLE,
+    Fleet,
+    ctl,
+    plain_writes,
+    role_name,
+    with_history,
+)
 
 BIG = 5_000_000
 """Bytes of an oversized text: far past any bound, small enough to send quickly."""
@@ -117,6 +125,7 @@ def refused(fleet: Fleet, url: str, statement: sql.Composed, params: dict[str, A
 def test_a_role_cannot_write_an_oversized_lock_row(
     fleet: Fleet, what: str, role: str, statement: str
 ) -> None:
+    plain_writes(fleet, BILLING_ROLE)  # by hand, not only through the lock functions
     with fleet.connect(fleet.admin_url) as admin:
         admin.execute(
             sql.SQL("INSERT INTO {} VALUES (%s, 'holder', NOW() + interval '1 minute')").format(
@@ -139,6 +148,7 @@ def runs(fleet: Fleet, db: psycopg.Connection[Any]) -> tuple[str, ...]:
     """The history table of the fleet's lock table, covered by billing's grant, with
     one unfinished run of billing's."""
     history = with_history(fleet, db, BILLING)
+    plain_writes(fleet, BILLING_ROLE)  # by hand, not only through the history functions
     db.execute(
         sql.SQL(
             "INSERT INTO {} (lock_key, modes, owner, host, pid, started_at)"

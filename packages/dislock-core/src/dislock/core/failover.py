@@ -135,7 +135,10 @@ def unconfirmed(message: str | None) -> NotReplicatedError:
 
 
 def lock_delay(
-    table: sql.Identifier, ttl: sql.Composable, lock_key: sql.Composable
+    table: sql.Identifier,
+    ttl: sql.Composable,
+    lock_key: sql.Composable,
+    record: sql.Composable = TTL_RECORD,
 ) -> tuple[sql.Composed, sql.SQL]:
     """The lock-delay fragment of an acquiring upsert on ``table``.
 
@@ -222,7 +225,7 @@ def lock_delay(
         timeline_key=sql.Literal(TIMELINE_KEY),
         cap=max_ttl_of(table),
         recorded=recorded,
-        record=TTL_RECORD,
+        record=record,
         ttl=ttl,
         never=sql.Literal(NEVER_EXPIRES),
         never_noticed=NEVER_NOTICED,

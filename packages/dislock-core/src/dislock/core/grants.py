@@ -47,7 +47,7 @@ from dislock.core.errors import ConfigurationError
 from dislock.core.failover import NEVER_NOTICED, SCOPE_KEY_PREFIX, TIMELINE, TIMELINE_KEY
 from dislock.core.history import ENDED, OUTCOMES, STARTED, TAILS, add_tail_columns
 from dislock.core.key_quota import DEFAULT_MAX_KEYS, QUOTA_KEY_PREFIX, quota_trigger, set_quota
-from dislock.core.kinds import KEY_PREFIX
+from dislock.core.kinds import KEY_PREFIX, SLOT_NUMBER
 from dislock.core.limits import metadata_row
 from dislock.core.policy_functions import (
     MAX_NAME,
@@ -55,6 +55,7 @@ from dislock.core.policy_functions import (
     noting_function,
     policy_functions,
 )
+from dislock.core.protocol import protocol_sql
 from dislock.core.rows import lease_key, pause_key, schedule_key
 
 
@@ -195,16 +196,12 @@ def _fits(*columns: str, nullable: bool = False) -> sql.Composed:
     )
 
 
-_SLOT_NUMBER = "(?:[2-9]|[1-9][0-9]|[1-9][0-9][0-9]|1000)"
-"""The slot numbers of a lease's further slots, 2 to 1000, in a regular expression."""
-
-
 def _slots(patterns: Sequence[str]) -> str:
     """The keys of a lease's further slots (``cronjob-lock:lease#<n>:<key>``), which
     ``LIKE`` cannot tell from other keys: only a regular expression is exact."""
     # Slots 2 to the most a lease may have (``bounds.SLOTS``), written as dislock
     # writes them: a quota counts keys, so a key's slots must not be without end.
-    return rf"^{KEY_PREFIX}:lease#{_SLOT_NUMBER}:" + _alternatives(patterns)
+    return rf"^{KEY_PREFIX}:lease#{SLOT_NUMBER}:" + _alternatives(patterns)
 
 
 def _rarely(
@@ -267,6 +264,7 @@ def grant_statements(
     fencing: bool,
     history: tuple[str, ...] | None,
     max_keys: int | None = None,
+    plain_writes: bool = False,
 ) -> list[sql.Composed]:
     """Everything ``dislockctl grant`` runs, in one transaction: row-level security
     on, the role's earlier grant replaced, its privileges and policies on the lock
@@ -296,6 +294,8 @@ def grant_statements(
         sql.SQL("REVOKE ALL ON {} FROM {}").format(table, who),
         *_drop(table, role),
         *policy_functions(table_parts, max_ttl),
+        # What a role without the right to write the table locks through.
+        protocol_sql((table_parts[0], table_parts[1])),
     ]
     columns = ["value", "expire_at", *(["fence"] if fencing else [])]
     if access == READER:
@@ -333,8 +333,6 @@ def grant_statements(
             metadata_row(table_parts, SCOPE_KEY_PREFIX + role, "^" + _alternatives(patterns)),
             set_quota(table_parts, role, quota_of(access, max_keys)),
             *quota_trigger(table_parts),
-            sql.SQL("GRANT SELECT, INSERT ON {} TO {}").format(table, who),
-            sql.SQL("GRANT UPDATE ({}) ON {} TO {}").format(_columns(columns), table, who),
             _policy(
                 policy_name(role, "read"),
                 table,
@@ -342,24 +340,17 @@ def grant_statements(
                 "SELECT",
                 using=reads,
             ),
-            _policy(
-                policy_name(role, "take"),
-                table,
-                role,
-                "INSERT",
-                check=sql.SQL("{} AND {} AND {}").format(_fits("key"), fits, bounded),
-            ),
-            _policy(
-                policy_name(role, "write"),
-                table,
-                role,
-                "UPDATE",
-                using=sql.SQL("({} OR {})").format(
-                    writable, _rarely(table_parts, slot_keys, existing=True)
-                ),
-                check=sql.SQL("{} AND {}").format(fits, bounded),
-            ),
         ]
+        if access == WRAPPER and not plain_writes:
+            # It writes through the lock functions alone (dislock.core.protocol), which
+            # check its scope: no right to write the table itself.
+            statements.append(sql.SQL("GRANT SELECT ON {} TO {}").format(table, who))
+        else:
+            statements += [
+                sql.SQL("GRANT SELECT, INSERT ON {} TO {}").format(table, who),
+                sql.SQL("GRANT UPDATE ({}) ON {} TO {}").format(_columns(columns), table, who),
+                *_write_policies(table_parts, role, fits, bounded, writable, slot_keys),
+            ]
         if access == OPERATOR:
             statements += [
                 sql.SQL("GRANT DELETE ON {} TO {}").format(table, who),
@@ -381,18 +372,61 @@ def grant_statements(
                         "access": access,
                         "keys": list(patterns),
                         "max_keys": quota_of(access, max_keys) or None,
+                        **({"plain_writes": True} if plain_writes else {}),
                     }
                 )
             ),
         )
     )
     if history is not None:
-        statements += _history_grant(history, role, access, patterns)
+        from dislock.core.history_functions import history_functions_sql
+
+        statements.append(
+            history_functions_sql((history[0], history[1]), (table_parts[0], table_parts[1]))
+        )
+        writes = access == OPERATOR or plain_writes
+        statements += _history_grant(history, role, access, patterns, writes=writes)
     return statements
 
 
+def _write_policies(
+    table_parts: tuple[str, ...],
+    role: str,
+    fits: sql.Composable,
+    bounded: sql.Composable,
+    writable: sql.Composable,
+    slot_keys: sql.Literal,
+) -> list[sql.Composed]:
+    """An operator's policies for the rows it writes by hand (pauses, releases)."""
+    table = sql.Identifier(*table_parts)
+    return [
+        _policy(
+            policy_name(role, "take"),
+            table,
+            role,
+            "INSERT",
+            check=sql.SQL("{} AND {} AND {}").format(_fits("key"), fits, bounded),
+        ),
+        _policy(
+            policy_name(role, "write"),
+            table,
+            role,
+            "UPDATE",
+            using=sql.SQL("({} OR {})").format(
+                writable, _rarely(table_parts, slot_keys, existing=True)
+            ),
+            check=sql.SQL("{} AND {}").format(fits, bounded),
+        ),
+    ]
+
+
 def _history_grant(
-    history: tuple[str, ...], role: str, access: Access, patterns: Sequence[str]
+    history: tuple[str, ...],
+    role: str,
+    access: Access,
+    patterns: Sequence[str],
+    *,
+    writes: bool,
 ) -> list[sql.Composed]:
     table = sql.Identifier(*history)
     who = sql.Identifier(role)
@@ -410,6 +444,14 @@ def _history_grant(
         )
         return statements
     mine = _like_any(_likes("", patterns), "lock_key")
+    if not writes:
+        # It records its runs through the history functions alone
+        # (dislock.core.history_functions): no right to write the table itself.
+        return [
+            *statements,
+            sql.SQL("GRANT SELECT ON {} TO {}").format(table, who),
+            _policy(policy_name(role, "read"), table, role, "SELECT", using=mine),
+        ]
     # A run's start writes its texts (the end, under its column privileges, none of
     # them: a run recorded before the bounds still ends), its end an outcome of
     # dislock's, which becomes a label value of dislock_runs_total.

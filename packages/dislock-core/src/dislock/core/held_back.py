@@ -94,7 +94,10 @@ def record_start(
         "cron": cron,
         "cron_tz": cron_tz,
     }
-    return Exchange(query, params, read_id)
+    from dislock.core import history_functions
+
+    plain = Exchange(query, params, read_id)
+    return history_functions.via(history, "held_back", plain, outcome=HELD_BACK)
 
 
 def read_id(rows: Rows) -> int | None:
@@ -109,7 +112,11 @@ def record_end(history: tuple[str, ...], run_id: int, outcome: str = HELD_BACK) 
         "UPDATE {} SET ended_at = started_at, outcome = %(outcome)s FROM {async_commit}"
         " WHERE id = %(id)s AND ended_at IS NULL"
     ).format(sql.Identifier(*history), async_commit=_ASYNC_COMMIT)
-    return Exchange(query, {"id": run_id, "outcome": outcome}, lambda rows: None)
+    from dislock.core import history_functions
+
+    plain: Exchange[None] = Exchange(query, {"id": run_id, "outcome": outcome}, lambda rows: None)
+    # (Through the function, the event's row was written ended: nothing left to do.)
+    return history_functions.via(history, "end", plain)
 
 
 def refused(error: BaseException) -> bool:

@@ -248,13 +248,19 @@ def start(
         "cron": cron,
         "cron_tz": cron_tz,
     }
-    return Exchange(_start_query(history), params, read_run_id)
+    from dislock.core import history_functions
+
+    plain = Exchange(_start_query(history), params, read_run_id)
+    return history_functions.via(history, "start", plain)
 
 
 def end(history: tuple[str, ...], run_id: int, run_end: RunEnd) -> Exchange[None]:
     """Complete the row of run ``run_id`` with how it ended, on the database clock."""
+    from dislock.core import history_functions
+
     query = _end_query(history, tails=run_end.has_tail)
-    return Exchange(query, {"id": run_id, **run_end.params()}, read_nothing)
+    plain = Exchange(query, {"id": run_id, **run_end.params()}, read_nothing)
+    return history_functions.via(history, "end", plain)
 
 
 def without_tail(error: BaseException) -> bool:
@@ -277,7 +283,10 @@ def late_end(
         "ended_at": ended_at,
         **run_end._replace(stdout_tail=None, stderr_tail=None).params(),
     }
-    return Exchange(_end_query(history, late=True), params, read_nothing)
+    from dislock.core import history_functions
+
+    plain = Exchange(_end_query(history, late=True), params, read_nothing)
+    return history_functions.via(history, "end", plain)
 
 
 def missing_table(error: BaseException) -> bool:

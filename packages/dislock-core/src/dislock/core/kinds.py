@@ -19,6 +19,9 @@ from typing import NamedTuple
 
 KEY_PREFIX = "cronjob-lock"
 
+SLOT_NUMBER = "(?:[2-9]|[1-9][0-9]|[1-9][0-9][0-9]|1000)"
+"""The numbers of a lease's further slots, 2 to 1000, in a regular expression."""
+
 SCHEDULE = "schedule"
 LEASE = "lease"
 

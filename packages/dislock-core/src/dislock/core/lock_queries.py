@@ -34,6 +34,7 @@ from dislock.core.exchange import select_list
 from dislock.core.failover import (
     TIMELINE,
     TIMELINE_KEY,
+    TTL_RECORD,
     delay_end_returned,
     lock_delay,
     timeline_returned,
@@ -125,9 +126,12 @@ WITHIN_CAP = "%(ttl)s::float8 <= (SELECT max_ttl FROM dislock_cap)"
 """A lease acquisition's condition: its TTL is within the table's maximum."""
 
 
-def queries(table_parts: tuple[str, ...], fencing: bool = False) -> Queries:
+def queries(
+    table_parts: tuple[str, ...], fencing: bool = False, record: sql.Composable = TTL_RECORD
+) -> Queries:
     """The statements' text for ``table_parts``; with ``fencing``, acquisitions also bump and
-    return the row's ``fence`` column, in the same statement."""
+    return the row's ``fence`` column, in the same statement.  ``record``: the key of
+    the acquiring role's longest-TTL record (``dislock.core.failover``)."""
     table = sql.Identifier(*table_parts)
     if fencing:
         # A fresh row starts at 1; a taken-over row continues from its last token,
@@ -207,8 +211,8 @@ def queries(table_parts: tuple[str, ...], fencing: bool = False) -> Queries:
     # After a failover, no one takes a missing or expired row for a while (see
     # dislock.core.failover); the fragment also returns the server's timeline.
     lock_key = lock_key_of_pause(sql.SQL("%(pause)s"))
-    slot_ctes, slot_calm = lock_delay(table, sql.SQL("0"), lock_key)
-    lease_ctes, lease_calm = lock_delay(table, sql.SQL("%(ttl)s"), lock_key)
+    slot_ctes, slot_calm = lock_delay(table, sql.SQL("0"), lock_key, record)
+    lease_ctes, lease_calm = lock_delay(table, sql.SQL("%(ttl)s"), lock_key, record)
     # Its common table expressions go first: PostgreSQL allows data-modifying
     # ones only at the top of a statement.
     slot_delay = sql.SQL("{}, ").format(slot_ctes)

@@ -26,6 +26,7 @@ from dislock.core.replace import handed
 from dislock.core.rows import pause_key_of
 from dislock.core.unknown_outcome import Mine
 from dislock.core.waiting import WAKE_CHANNEL, wake_key
+from dislock.core.wrapped import WRAPPED
 
 Answer = TypeVar("Answer")
 
@@ -91,19 +92,22 @@ class LockStatements:
             "expire_at": expire_at,
             **retries_module.claim_params(lease, expire_at, retries, delay),
         }
-        return Exchange(self.queries.acquire_retrying, params, answers.read_retrying_claim)
+        plain = Exchange(self.queries.acquire_retrying, params, answers.read_retrying_claim)
+        return self._via("acquire_retrying", {**params, "fencing": self.fencing}, plain)
 
     def reopen(
         self, key: str, value: str, slot_end: datetime, delay: float
     ) -> Exchange[datetime | None]:
         """Reopen the slot a failed attempt (its row ``value``) took, ``delay`` seconds
         from now (``dislock.core.retries.reopen``)."""
-        return retries_module.reopen(self.queries.reopen, key, value, slot_end, delay)
+        plain = retries_module.reopen(self.queries.reopen, key, value, slot_end, delay)
+        return self._via("reopen", plain.params, plain)
 
     def done(self, key: str, value: str, slot_end: datetime) -> Exchange[None]:
         """Mark the slot a successful attempt (its row ``value``) took done
         (``dislock.core.retries.done``)."""
-        return retries_module.done(self.queries.done, key, value, slot_end)
+        plain = retries_module.done(self.queries.done, key, value, slot_end)
+        return self._via("done", plain.params, plain)
 
     def acquire_by_clock(
         self, key: str, owner: str, candidates: SlotCandidates
@@ -144,13 +148,15 @@ class LockStatements:
             "successor": handed(successor),
             "ttl": ttl,
         }
-        return Exchange(self.queries.take_over, params, answers.lease_reader(ttl))
+        plain = Exchange(self.queries.take_over, params, answers.lease_reader(ttl))
+        return self._via("take_over", {**params, "fencing": self.fencing}, plain)
 
     def acquire_slot(self, keys: list[str], owner: str, ttl: float) -> Exchange[SlotAnswer]:
         """Take the first free row among the slot rows ``keys`` (``keys[0]`` is the
         plain lease row) for ``ttl`` seconds."""
         params = {"keys": keys, "pause": pause_key_of(keys[0]), "owner": owner, "ttl": ttl}
-        return Exchange(self.queries.acquire_slot, params, answers.slot_reader(ttl))
+        plain = Exchange(self.queries.acquire_slot, params, answers.slot_reader(ttl))
+        return self._via("acquire_slot", {**params, "fencing": self.fencing}, plain)
 
     def look_until(self, key: str) -> Exchange[Acquired | None]:
         """``acquire_until``'s refusal by a live row, read without the upsert."""
@@ -194,7 +200,8 @@ class LockStatements:
     ) -> Exchange[bool]:
         """``release`` for each of our rows among ``keys``, of the lock ``lock_key``."""
         params = {"keys": keys, **_waking(owner, lock_key, mode)}
-        return Exchange(self.queries.hand_back, params, answers.read_released)
+        plain = Exchange(self.queries.hand_back, params, answers.read_released)
+        return self._via("hand_back", params, plain)
 
     def mine(self, keys: list[str], owner: str) -> Exchange[list[Mine]]:
         """The live rows of ``owner`` among ``keys``."""
@@ -215,7 +222,13 @@ _PARAMS = {
 
 
 def _calls(table_parts: tuple[str, ...]) -> dict[str, Any]:
-    return {name: protocol.call(table_parts, name, params) for name, params in _PARAMS.items()}
+    calls = {
+        name: protocol.call(table_parts, name, tuple(params)) for name, params in _PARAMS.items()
+    }
+    for wrapped in WRAPPED:
+        params = (*wrapped.params, *(("fencing",) if wrapped.fenced else ()))
+        calls[wrapped.name] = protocol.call(table_parts, wrapped.name, params)
+    return calls
 
 
 def _waking(owner: str, lock_key: str, mode: str) -> dict[str, Any]:

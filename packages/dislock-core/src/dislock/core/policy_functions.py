@@ -36,8 +36,14 @@ PINNED = sql.SQL("SET search_path = pg_catalog, pg_temp")
 
 
 def beside(table_parts: tuple[str, ...], suffix: str) -> sql.Identifier:
+    return sql.Identifier(*beside_parts(table_parts, suffix))
+
+
+def beside_parts(table_parts: tuple[str, ...], suffix: str) -> tuple[str, ...]:
+    """The name of a function beside the table (its schema, and its name cut so that
+    the suffix fits), as parts."""
     *schema, name = table_parts
-    return sql.Identifier(*schema, f"{name[: MAX_NAME - len(suffix)]}{suffix}")
+    return (*schema, f"{name[: MAX_NAME - len(suffix)]}{suffix}")
 
 
 def max_ttl_function(table_parts: tuple[str, ...]) -> sql.Identifier:

@@ -18,6 +18,7 @@ must rewrite them.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from importlib import resources
 from typing import Any
 
@@ -33,34 +34,44 @@ from dislock.core.failover import (
     TTL_KEY_PREFIX,
 )
 from dislock.core.key_quota import OVER_QUOTA, QUOTA_KEY_PREFIX
+from dislock.core.kinds import KEY_PREFIX, SLOT_NUMBER
 from dislock.core.limits import NEVER_EXPIRES, max_ttl_of
-from dislock.core.policy_functions import beside
+from dislock.core.policy_functions import beside, beside_parts
 from dislock.core.refusal import NO_GRANT
-from dislock.core.rows import RELEASED_MARK, lock_key_of_pause
+from dislock.core.rows import PAUSE_PREFIX, RELEASED_MARK, lock_key_of_pause
 from dislock.core.waiting import wake_payload
+from dislock.core.wrapped import WRAPPED, arguments, wrapped_sql
 
 VERSION = "dislock protocol 1"
 """The comment on the acquiring function: ``init`` rewrites functions of another one."""
 
 SUFFIXES = {
+    "lock_of": "_dislock_lock_of",
     "caller": "_dislock_caller",
     "calm": "_dislock_calm",
     "acquire": "_dislock_acquire",
     "acquire_by_clock": "_dislock_acquire_by_clock",
     "renew": "_dislock_renew",
     "release": "_dislock_release",
+    **{w.name: f"_dislock_{w.name}" for w in WRAPPED},
 }
 """Each function's name after the table's (``beside``)."""
 
 ARGUMENTS = {
+    "lock_of": "text[], text",
     "caller": "text, text",
     "calm": "text, float8, text",
     "acquire": "text, text, text, timestamptz, float8, boolean",
     "acquire_by_clock": "text, text, text, timestamptz, timestamptz[], timestamptz[], boolean",
     "renew": "text[], text[], float8[]",
     "release": "text, text, text, text",
+    **{w.name: arguments(w.name) for w in WRAPPED},
 }
 """Each function's argument types, as ``regprocedure`` names them."""
+
+LOCK_ROW = rf"^{KEY_PREFIX}:(?:schedule|lease|group)(?:#{SLOT_NUMBER})?:(.*)$"
+"""The row keys a team may write through the functions, its lock key captured: a
+schedule, lease or group row, or a further slot of one (2 to 1000)."""
 
 MISSING: set[tuple[str, ...]] = set()
 """Tables this process found without the functions: sent plain statements."""
@@ -83,7 +94,7 @@ def protocol_sql(table_parts: tuple[str, str]) -> sql.Composed:
     table = sql.Identifier(*table_parts)
     names = {name: function(table_parts, name) for name in SUFFIXES}
     row_key = "^[^:]*:[^:]*:(.*)$"
-    return sql.SQL(template).format(
+    written = sql.SQL(template).format(
         **names,
         table=table,
         table_oid=sql.SQL("{}::regclass").format(sql.Literal(table.as_string(None))),
@@ -95,6 +106,8 @@ def protocol_sql(table_parts: tuple[str, str]) -> sql.Composed:
         quota_lock=sql.Literal("dislock quota "),
         over=sql.Literal(OVER_QUOTA),
         lock_key_of_key=sql.SQL("substring(t.key FROM {})").format(sql.Literal(row_key)),
+        row_key=sql.Literal(LOCK_ROW),
+        pause_prefix=sql.Literal(PAUSE_PREFIX),
         max_bytes=sql.Literal(MAX_STORED_BYTES),
         no_grant=sql.Literal(NO_GRANT),
         timeline=TIMELINE,
@@ -110,6 +123,7 @@ def protocol_sql(table_parts: tuple[str, str]) -> sql.Composed:
         wake=wake_payload(sql.SQL("tableoid"), sql.SQL("p_wake_key")),
         version=sql.Literal(VERSION),
     )
+    return sql.SQL("{};\n{}").format(wrapped_sql(table_parts, names), written)
 
 
 def installed(table_parts: tuple[str, ...]) -> Exchange[bool]:
@@ -122,11 +136,18 @@ def installed(table_parts: tuple[str, ...]) -> Exchange[bool]:
     return Exchange(query, params, read_flag)
 
 
-def call(table_parts: tuple[str, ...], name: str, params: list[str]) -> sql.Composed:
+def call(table_parts: tuple[str, ...], name: str, params: tuple[str, ...]) -> sql.Composed:
+    """A call to the lock function ``name`` of ``table_parts`` (``function_call``)."""
+    return function_call(beside_parts(table_parts, SUFFIXES[name]), params)
+
+
+@lru_cache(maxsize=256)
+def function_call(function_parts: tuple[str, ...], params: tuple[str, ...]) -> sql.Composed:
     """``SELECT * FROM <function>(p_a => %(a)s, ...)``: named arguments, so that the
-    server resolves their types from the function's signature."""
+    server resolves their types from the function's signature.  Built once per
+    function, so that connections can keep its rendering."""
     return sql.SQL("SELECT * FROM {}({})").format(
-        function(table_parts, name),
+        sql.Identifier(*function_parts),
         sql.SQL(", ").join(
             sql.SQL("{} => {}").format(sql.Identifier(f"p_{param}"), sql.Placeholder(param))
             for param in params

@@ -29,7 +29,7 @@ update the key's row, as running it does: a role's grant decides.
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from psycopg import sql
 
@@ -69,6 +69,14 @@ class Marked(NamedTuple):
     """Seconds until the row expires (the server's clock), at the mark."""
 
 
+def _via(table_parts: tuple[str, ...], name: str, plain: Exchange[Any]) -> Exchange[Any]:
+    """``plain`` as a call to the lock function ``name`` (``dislock.core.wrapped``)."""
+    from dislock.core import protocol
+
+    call = protocol.call(table_parts, name, tuple(plain.params))
+    return protocol.via_function(table_parts, plain._replace(query=call), plain)
+
+
 def _table(table_parts: tuple[str, ...]) -> sql.Identifier:
     return sql.Identifier(*table_parts)
 
@@ -102,7 +110,7 @@ def mark(table_parts: tuple[str, ...], key: str, successor: str) -> Exchange[Mar
         "marked": REPLACED_MARK,
         "handed": HANDED_MARK,
     }
-    return Exchange(mark_query(table_parts), params, _read_marked)
+    return _via(table_parts, "mark", Exchange(mark_query(table_parts), params, _read_marked))
 
 
 def _read_marked(rows: Rows) -> Marked | None:
@@ -130,7 +138,8 @@ def hand_over(table_parts: tuple[str, ...], key: str, owner: str) -> Exchange[st
     """Hand ``owner``'s marked lease row ``key`` to the replacer that marked it: the
     successor's text, or None (not marked for a successor, or expired)."""
     params = {"key": key, "prefix": f"{owner}{REPLACED_MARK}", "handed": HANDED_MARK}
-    return Exchange(hand_over_query(table_parts), params, _read_successor)
+    plain = Exchange(hand_over_query(table_parts), params, _read_successor)
+    return _via(table_parts, "hand_over", plain)
 
 
 def _read_successor(rows: Rows) -> str | None:
@@ -169,7 +178,7 @@ def withdraw(
         "handed": handed(successor),
         "released": released,
     }
-    return Exchange(withdraw_query(table_parts), params, _read_any)
+    return _via(table_parts, "withdraw", Exchange(withdraw_query(table_parts), params, _read_any))
 
 
 def _read_any(rows: Rows) -> bool:

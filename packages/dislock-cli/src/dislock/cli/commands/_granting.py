@@ -51,6 +51,7 @@ def grant(
     print_sql: bool,
     patience: float,
     max_keys: int | None = None,
+    plain_writes: bool = False,
 ) -> int:
     """Give ``role`` ``access`` to the keys ``patterns`` match (replacing its earlier
     grant), at most ``max_keys`` of them (0: no limit; None: the access's default,
@@ -78,6 +79,7 @@ def grant(
             fencing="fence" in found,
             history=history_parts,
             max_keys=max_keys,
+            plain_writes=plain_writes,
         )
 
     if print_sql:

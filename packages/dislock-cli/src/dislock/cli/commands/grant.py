@@ -36,6 +36,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         " no limit for an operator; 0: no limit)",
     )
     parser.add_argument(
+        "--plain-writes",
+        action="store_true",
+        help="also let the role write the lock table itself, held to its keys by row-level"
+        " security, as machines still on dislock 0.1.0 need (docs/migrating.md)",
+    )
+    parser.add_argument(
         "--print-sql", action="store_true", help="print the statements instead of running them"
     )
     add_wait_argument(parser)
@@ -72,5 +78,6 @@ def run(call: Call) -> int:
             print_sql=args.print_sql,
             patience=patience,
             max_keys=args.max_keys,
+            plain_writes=args.plain_writes,
         )
     )

@@ -86,7 +86,11 @@ def _statements(
 
         statements.append(guard_sql(schema_table))
     if history is not None:
+        from dislock.core.history_functions import history_functions_sql
+
         statements += create_history(history)
+        schema_history = history if len(history) == 2 else ("public", history[0])
+        statements.append(history_functions_sql(schema_history, schema_table))
     if max_ttl is not None:
         # On a table with grants, also: dislockctl grant ... --print-sql (the bound).
         statements.append(set_max_ttl(table, max_ttl))
@@ -107,7 +111,9 @@ def _init(
 
     found = columns(conn, table)
     history_ready = history is None or (
-        bool(columns(conn, history)) and send(conn, up_to_date(history))
+        bool(columns(conn, history))
+        and send(conn, up_to_date(history))
+        and _history_functions_installed(conn, history)
     )
     guarded = not fencing or ("fence" in found and _guard_installed(conn, table))
     if found and guarded and history_ready and _protocol_installed(conn, table):
@@ -128,6 +134,11 @@ def _init(
 
         schema_table = send(conn, qualified(table)) or ("public", table[-1])
         conn.execute(protocol_sql(schema_table))
+        if history is not None:
+            from dislock.core.history_functions import history_functions_sql
+
+            schema_history = send(conn, qualified(history)) or ("public", history[-1])
+            conn.execute(history_functions_sql(schema_history, schema_table))
         if fencing:
             from dislock.core.fencing import guard_sql
 
@@ -163,6 +174,16 @@ def _protocol_installed(conn: Connection, table: tuple[str, ...]) -> bool:
     from dislock.core.protocol import installed
 
     found = send(conn, qualified(table))
+    return found is not None and send(conn, installed(found))
+
+
+def _history_functions_installed(conn: Connection, history: tuple[str, ...]) -> bool:
+    """Whether the history functions of this version are beside the (existing) table."""
+    from dislock.cli.sending import send
+    from dislock.core.grant_catalog import qualified
+    from dislock.core.history_functions import installed
+
+    found = send(conn, qualified(history))
     return found is not None and send(conn, installed(found))
 
 

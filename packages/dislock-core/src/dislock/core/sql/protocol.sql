@@ -119,6 +119,34 @@ BEGIN
 END
 $caller$;
 
+-- The lock key that every row key of p_keys belongs to (a schedule, lease or group
+-- row, or one of their further slots, 2 to 1000), and whose pause row p_pause is
+-- when given.  Anything else (a pause row, dislock's metadata rows, a slot past the
+-- last) is refused, whatever the caller's grant: no team writes those through a lock
+-- function.
+CREATE OR REPLACE FUNCTION {lock_of}(p_keys text[], p_pause text, OUT lock_key text)
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $lock_of$
+DECLARE
+    v_key text;
+    v_found text;
+BEGIN
+    FOREACH v_key IN ARRAY p_keys LOOP
+        v_found := (regexp_match(v_key, {row_key}))[1];
+        IF v_found IS NULL OR v_found IS DISTINCT FROM coalesce(lock_key, v_found)
+            OR octet_length(v_key) > {max_bytes}
+        THEN
+            RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+                MESSAGE = format('%L is no lock row of dislock''s', left(v_key, 200));
+        END IF;
+        lock_key := v_found;
+    END LOOP;
+    IF lock_key IS NULL OR (p_pause IS NOT NULL AND p_pause <> {pause_prefix} || lock_key) THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('%L is not the pause row of the lock', left(p_pause, 200));
+    END IF;
+END
+$lock_of$;
+
 -- The failover bookkeeping every acquisition does first (dislock.core.failover):
 -- record a new server timeline, raise the longest-TTL record of p_role (the role
 -- whose grant let the caller in), and say until when the lock delay of a key keeps
@@ -198,11 +226,12 @@ DECLARE
 BEGIN
     acquired := false;
     -- The bounds the grants' policies hold the plain statements' rows to.
-    IF octet_length(p_key) > {max_bytes} OR octet_length(p_owner) > {max_bytes} THEN
-        RAISE EXCEPTION USING ERRCODE = 'string_data_right_truncation',
-            MESSAGE = 'a lock key or owner is longer than ' || {max_bytes} || ' bytes';
+    IF octet_length(p_owner) > {max_bytes} THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = 'an owner token is longer than ' || {max_bytes} || ' bytes';
     END IF;
-    SELECT c.role INTO v_role FROM {caller}(p_key, {lock_key}) AS c;
+    SELECT c.role INTO v_role
+        FROM {caller}(p_key, {lock_of}(ARRAY[p_key], p_pause)) AS c;
     SELECT c.timeline, c.delayed_until, c.max_ttl INTO timeline, delayed_until, v_cap
         FROM {calm}({lock_key}, coalesce(p_ttl, 0), v_role) AS c;
     SELECT p.value, p.expire_at INTO paused_for, paused_until
@@ -286,7 +315,7 @@ BEGIN
     FROM unnest(p_keys, p_owners, p_ttls) AS batch (key, value, ttl)
     WHERE held.key = batch.key AND held.value = batch.value AND held.expire_at > now()
     AND batch.ttl <= {cap}
-    AND (v_scope IS NULL OR substring(held.key FROM '^[^:]*:[^:]*:(.*)$') ~ v_scope)
+    AND (regexp_match(held.key, {row_key}))[1] ~ coalesce(v_scope, '')
     RETURNING held.key, held.value;
 END
 $renew$;
@@ -299,7 +328,7 @@ CREATE OR REPLACE FUNCTION {release}(
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $release$
 #variable_conflict use_column
 BEGIN
-    PERFORM FROM {caller}(NULL, substring(p_key FROM '^[^:]*:[^:]*:(.*)$'));
+    PERFORM FROM {caller}(NULL, {lock_of}(ARRAY[p_key], NULL));
     RETURN QUERY
     UPDATE {table} SET expire_at = now(), value = value || {released}
     WHERE key = p_key AND value = p_owner AND expire_at > now()
@@ -312,6 +341,7 @@ COMMENT ON FUNCTION {acquire}(text, text, text, timestamptz, float8, boolean) IS
 -- Called only from the functions above (which run as the owner).
 REVOKE ALL ON FUNCTION {caller}(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION {calm}(text, float8, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION {lock_of}(text[], text) FROM PUBLIC;
 
 -- The functions that run as their owner run as the table's: `init` may be run by
 -- a superuser or a member of the owner's role, whose rights they must not carry.

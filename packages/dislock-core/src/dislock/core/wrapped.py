@@ -1,0 +1,213 @@
+"""The rarer lock statements as functions beside the table: each plain statement
+(a lease's slots, a retrying slot, a replacer's steps, a hand-back), wrapped
+unchanged in a function that runs as the table's owner once the caller passed
+``<table>_dislock_caller`` (``sql/protocol.sql``).
+
+So a team of ``dislockctl grant`` needs no right to write the lock table at all: what
+it may do, it does through a function, and the function checks its scope.  These
+statements are not hot (the hot ones are written out in ``sql/protocol.sql``), so
+each keeps its one statement, and the same text serves a table without the
+functions (``dislock.core.protocol``'s fallback): both answer the same rows.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+from psycopg import sql
+
+from dislock.core.bounds import MAX_STORED_BYTES
+from dislock.core.failover import TTL_KEY_PREFIX
+
+TYPES = {
+    "key": "text",
+    "keys": "text[]",
+    "pause": "text",
+    "owner": "text",
+    "ttl": "float8",
+    "expire_at": "timestamptz",
+    "channel": "text",
+    "wake_key": "text",
+    "successor": "text",
+    "lease": "text",
+    "reopened": "text",
+    "attempts": "int8",
+    "delay": "float8",
+    "value": "text",
+    "mark": "text",
+    "marked": "text",
+    "handed": "text",
+    "prefix": "text",
+    "released": "text",
+    "fencing": "boolean",
+}
+"""Each parameter's type, by its name in the statements."""
+
+_CLAIM = "acquired boolean, token int8, paused_for text, paused_until timestamptz,"
+
+
+class Wrapped(NamedTuple):
+    """One statement as a function."""
+
+    name: str
+    """Its name after the table's, without ``_dislock_``; the statement's ``Queries``
+    field, or ``replace``'s query function."""
+    params: tuple[str, ...]
+    returns: str
+    """The function's ``RETURNS``: ``TABLE (...)`` with the statement's columns, or
+    ``SETOF boolean`` (a row per row the statement returned)."""
+    keys: str
+    """The row keys it writes, an array expression of the arguments: their lock key
+    is the one the caller must be granted."""
+    pause: str = "NULL"
+    """The pause row it reads, when it takes any."""
+    new_key: str = "NULL"
+    """The row whose absence makes the call take a new key (its quota), or NULL."""
+    fenced: bool = False
+    """Whether the statement differs with fencing tokens (an argument ``p_fencing``)."""
+
+
+WRAPPED = (
+    Wrapped(
+        "acquire_slot",
+        ("keys", "pause", "owner", "ttl"),
+        "TABLE (key text, token int8, free int8, paused_for text, paused_until timestamptz,"
+        " delayed_until timestamptz, ttl_cap float8)",
+        "p_keys",
+        "p_pause",
+        "p_keys[1]",
+        fenced=True,
+    ),
+    Wrapped(
+        "acquire_retrying",
+        ("key", "pause", "owner", "expire_at", "lease", "reopened", "attempts", "delay"),
+        f"TABLE ({_CLAIM} timeline int8, delayed_until timestamptz, attempt int4,"
+        " retry_at timestamptz)",
+        "ARRAY[p_key]",
+        "p_pause",
+        "p_key",
+        fenced=True,
+    ),
+    Wrapped(
+        "take_over",
+        ("key", "pause", "owner", "successor", "ttl"),
+        f"TABLE ({_CLAIM} timeline int8, delayed_until timestamptz, ttl_cap float8)",
+        "ARRAY[p_key]",
+        "p_pause",
+        fenced=True,
+    ),
+    Wrapped(
+        "hand_back",
+        ("keys", "owner", "channel", "wake_key"),
+        "SETOF boolean",
+        "p_keys",
+    ),
+    Wrapped(
+        "reopen",
+        ("key", "value", "expire_at", "reopened", "delay"),
+        "TABLE (expire_at timestamptz)",
+        "ARRAY[p_key]",
+    ),
+    Wrapped(
+        "done",
+        ("key", "value", "expire_at"),
+        "SETOF boolean",
+        "ARRAY[p_key]",
+    ),
+    Wrapped(
+        "mark",
+        ("key", "mark", "marked", "handed"),
+        "TABLE (holder text, remaining float8)",
+        "ARRAY[p_key]",
+    ),
+    Wrapped(
+        "hand_over",
+        ("key", "prefix", "handed"),
+        "TABLE (successor text)",
+        "ARRAY[p_key]",
+    ),
+    Wrapped(
+        "withdraw",
+        ("key", "mark", "handed", "released"),
+        "SETOF boolean",
+        "ARRAY[p_key]",
+    ),
+)
+
+RECORD = sql.SQL("({} || v_role)").format(sql.Literal(TTL_KEY_PREFIX))
+"""The longest-TTL record of the role whose grant let the caller in."""
+
+
+def _statement(table_parts: tuple[str, str], wrapped: Wrapped, fencing: bool) -> str:
+    """The statement's text, its placeholders turned into the function's arguments."""
+    from dislock.core import lock_queries, replace
+
+    if wrapped.name in ("mark", "hand_over", "withdraw"):
+        query: sql.Composable = getattr(replace, f"{wrapped.name}_query")(table_parts)
+    else:
+        query = getattr(lock_queries.queries(table_parts, fencing, RECORD), wrapped.name)
+    text = query.as_string(None)
+    return re.sub(r"%\((\w+)\)s", r"p_\1", text).replace("%%", "%")
+
+
+def _body(table_parts: tuple[str, str], wrapped: Wrapped, fencing: bool) -> str:
+    statement = _statement(table_parts, wrapped, fencing)
+    if wrapped.returns.startswith("TABLE"):
+        return f"RETURN QUERY {statement};"
+    if " RETURNING " not in statement:  # (a loop would open it as a cursor)
+        return f"{statement};"
+    return f"FOR v_row IN {statement} LOOP RETURN NEXT true; END LOOP;"
+
+
+def _bounded(params: tuple[str, ...], most: int) -> str:
+    """Refuse a text argument longer than the grants' bound, as their policies did."""
+    texts = [f"octet_length(p_{name})" for name in params if TYPES[name] == "text"]
+    return (
+        f"IF greatest({', '.join(texts)}) > {most} THEN RAISE EXCEPTION USING"
+        f" ERRCODE = 'insufficient_privilege', MESSAGE = 'a text is longer than {most} bytes';"
+        " END IF;\n"
+    )
+
+
+def wrapped_sql(table_parts: tuple[str, str], names: dict[str, sql.Identifier]) -> sql.Composed:
+    """The ``CREATE OR REPLACE FUNCTION`` of each wrapped statement; ``names``: the
+    functions beside the table (``dislock.core.protocol.function``), ``caller``'s too."""
+    statements = []
+    for wrapped in WRAPPED:
+        params = wrapped.params + (("fencing",) if wrapped.fenced else ())
+        arguments = ", ".join(f"p_{name} {TYPES[name]}" for name in params)
+        if wrapped.fenced:
+            body = (
+                f"IF p_fencing THEN {_body(table_parts, wrapped, True)}"
+                f" ELSE {_body(table_parts, wrapped, False)} END IF;"
+            )
+        else:
+            body = _body(table_parts, wrapped, False)
+        statements.append(
+            sql.SQL(
+                "CREATE OR REPLACE FUNCTION {name}({arguments}) RETURNS {returns}"
+                " LANGUAGE plpgsql VOLATILE SECURITY DEFINER"
+                " SET search_path = pg_catalog, pg_temp AS {source}"
+            ).format(
+                name=names[wrapped.name],
+                arguments=sql.SQL(arguments),
+                returns=sql.SQL(wrapped.returns),
+                source=sql.Literal(
+                    "#variable_conflict use_column\n"
+                    "DECLARE v_role text; v_row record;\nBEGIN\n"
+                    f"{_bounded(wrapped.params, MAX_STORED_BYTES)}"
+                    f"SELECT c.role INTO v_role FROM {names['caller'].as_string(None)}"
+                    f"({wrapped.new_key}, {names['lock_of'].as_string(None)}"
+                    f"({wrapped.keys}, {wrapped.pause})) AS c;\n{body}\nEND"
+                ),
+            )
+        )
+    return sql.SQL(";\n").join(statements)
+
+
+def arguments(name: str) -> str:
+    """The argument types of the wrapped function ``name``, as ``regprocedure`` names them."""
+    (wrapped,) = (w for w in WRAPPED if w.name == name)
+    params = wrapped.params + (("fencing",) if wrapped.fenced else ())
+    return ", ".join(TYPES[param] for param in params)

@@ -46,6 +46,7 @@ from dislock.core.bounds import MAX_STORED_BYTES, OUTPUT_TAIL
 from dislock.core.errors import ConfigurationError
 from dislock.core.failover import NEVER_NOTICED, SCOPE_KEY_PREFIX, TIMELINE, TIMELINE_KEY
 from dislock.core.history import ENDED, OUTCOMES, STARTED, TAILS, add_tail_columns
+from dislock.core.history_functions import history_budget, set_history_budget
 from dislock.core.key_quota import DEFAULT_MAX_KEYS, QUOTA_KEY_PREFIX, quota_trigger, set_quota
 from dislock.core.kinds import KEY_PREFIX, SLOT_NUMBER
 from dislock.core.limits import metadata_row
@@ -96,6 +97,11 @@ class Grant(NamedTuple):
     max_keys: int | None = None
     """The most keys the role may hold (``dislock.core.key_quota``); None: no limit (a
     reader, ``--max-keys 0``, or a grant written before quotas)."""
+    max_history_mib: int | None = None
+    """The most its runs' history may hold (``dislock.core.history_functions``); None:
+    no limit."""
+    plain_writes: bool = False
+    """Whether it may write the lock table by hand too (``grant --plain-writes``)."""
 
 
 def quota_of(access: Access, max_keys: int | None) -> int:
@@ -265,12 +271,14 @@ def grant_statements(
     history: tuple[str, ...] | None,
     max_keys: int | None = None,
     plain_writes: bool = False,
+    max_history_mib: int | None = None,
 ) -> list[sql.Composed]:
     """Everything ``dislockctl grant`` runs, in one transaction: row-level security
     on, the role's earlier grant replaced, its privileges and policies on the lock
     table (and on the run history, when ``history`` names an existing table)."""
     role = check_role(role)
     patterns = check_patterns(patterns, access)
+    budget = 0 if access == READER else history_budget(max_history_mib)
     if len(table_parts) != 2:
         raise ValueError("grant_statements needs the table's schema (see qualified_query)")
     table = sql.Identifier(*table_parts)
@@ -332,6 +340,7 @@ def grant_statements(
             # failover (dislock.core.failover): its own, not every team's.
             metadata_row(table_parts, SCOPE_KEY_PREFIX + role, "^" + _alternatives(patterns)),
             set_quota(table_parts, role, quota_of(access, max_keys)),
+            set_history_budget(table_parts, role, budget),
             *quota_trigger(table_parts),
             _policy(
                 policy_name(role, "read"),
@@ -373,6 +382,7 @@ def grant_statements(
                         "keys": list(patterns),
                         "max_keys": quota_of(access, max_keys) or None,
                         **({"plain_writes": True} if plain_writes else {}),
+                        "max_history_mib": budget or None,
                     }
                 )
             ),

@@ -20,7 +20,7 @@ from dislock.core import bounds
 from dislock.core.after import success_notice
 from dislock.core.exchange import Exchange
 from dislock.core.failover import SCOPE_KEY_PREFIX
-from dislock.core.limits import NEVER_EXPIRES
+from dislock.core.limits import NEVER_EXPIRES, metadata_row
 from dislock.core.policy_functions import beside, beside_parts
 from dislock.core.protocol import function, function_call, via_function
 
@@ -58,6 +58,21 @@ PARAMS = {
         "outcome",
     ),
 }
+
+
+def history_budget(max_history_mib: int | None) -> int:
+    """A grant's budget in MiB (None: the default; 0: no limit)."""
+    return DEFAULT_MAX_HISTORY_MIB if max_history_mib is None else max_history_mib
+
+
+def set_history_budget(table_parts: tuple[str, ...], role: str, mib: int) -> sql.Composed:
+    """Record ``role``'s history budget in the lock table; ``0`` removes it (no limit)."""
+    table = sql.Identifier(*table_parts)
+    if mib <= 0:
+        return sql.SQL("DELETE FROM {} WHERE key = {}").format(
+            table, sql.Literal(BUDGET_PREFIX + role)
+        )
+    return metadata_row(table_parts, BUDGET_PREFIX + role, str(mib * 1024 * 1024))
 
 
 def name(history: tuple[str, ...], what: str) -> sql.Identifier:

@@ -52,6 +52,7 @@ def grant(
     patience: float,
     max_keys: int | None = None,
     plain_writes: bool = False,
+    max_history_mib: int | None = None,
 ) -> int:
     """Give ``role`` ``access`` to the keys ``patterns`` match (replacing its earlier
     grant), at most ``max_keys`` of them (0: no limit; None: the access's default,
@@ -80,6 +81,7 @@ def grant(
             history=history_parts,
             max_keys=max_keys,
             plain_writes=plain_writes,
+            max_history_mib=max_history_mib,
         )
 
     if print_sql:
@@ -193,6 +195,7 @@ def list_grants(
     secured = send(conn, grant_catalog.secured(table))
     most, recorded = send(conn, max_ttl(table))
     listed = send(conn, grant_catalog.grants_on(table))
+    members = _members(conn, [g.role for g in listed])
     holes = [(table, hole) for hole in send(conn, grant_catalog.audit(table))]
     holes += [(history, h) for h in send(conn, grant_catalog.audit(history, history=True))]
     status = EXIT_FAILURE if holes else EXIT_OK
@@ -203,7 +206,10 @@ def list_grants(
                     "table": ".".join(table),
                     "row_level_security": bool(secured),
                     "max_ttl_seconds": most,
-                    "grants": [g._asdict() | {"keys": list(g.keys)} for g in listed],
+                    "grants": [
+                        g._asdict() | {"keys": list(g.keys), "members": members.get(g.role, [])}
+                        for g in listed
+                    ],
                     "loopholes": [
                         {"role": h.role, "privileges": list(h.privileges), "table": ".".join(t)}
                         for t, h in holes
@@ -224,10 +230,28 @@ def list_grants(
     for g in listed:
         keys = ", ".join(escape(p) for p in g.keys) if g.keys else "every key (read only)"
         bound = _bound(g.access, g.max_keys or 0)
-        print(f"{escape(g.role):<{width}}  {g.access:<8}  {keys}{bound}")
+        budget = f", {g.max_history_mib} MiB of history" if g.max_history_mib else ""
+        print(f"{escape(g.role):<{width}}  {g.access:<8}  {keys}{bound}{budget}")
+        for member in members.get(g.role, ()):
+            print(f"{'':<{width}}  member {escape(member)} (locks with this grant)")
     for where, hole in holes:
         print(grant_catalog.describe(hole, where))
     return status
+
+
+def _members(conn: Connection, roles: list[str]) -> dict[str, list[str]]:
+    """The login roles that are members of each granted role: they lock with its
+    grant (the lock functions check the login role and the roles it belongs to)."""
+    rows = conn.execute(
+        "SELECT g.rolname, m.rolname FROM pg_auth_members AS a"
+        " JOIN pg_roles AS g ON g.oid = a.roleid JOIN pg_roles AS m ON m.oid = a.member"
+        " WHERE g.rolname = ANY(%s) AND m.rolcanlogin ORDER BY 1, 2",
+        (roles,),
+    ).fetchall()
+    found: dict[str, list[str]] = {}
+    for role, member in rows:
+        found.setdefault(str(role), []).append(str(member))
+    return found
 
 
 def set_table_max_ttl(

@@ -8,6 +8,7 @@ import argparse
 
 from dislock.cli.commands._call import Call
 from dislock.cli.table_change import add_wait_argument, patience_of
+from dislock.core.history_functions import DEFAULT_MAX_HISTORY_MIB
 from dislock.core.key_quota import DEFAULT_MAX_KEYS
 
 
@@ -34,6 +35,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help=f"the most lock keys the role may hold (default {DEFAULT_MAX_KEYS} for a wrapper,"
         " no limit for an operator; 0: no limit)",
+    )
+    parser.add_argument(
+        "--max-history-mib",
+        metavar="N",
+        type=_count,
+        default=None,
+        help=f"the most MiB its runs' history may hold, output tails included (default"
+        f" {DEFAULT_MAX_HISTORY_MIB}; 0: no limit); past it, runs are recorded without tails",
     )
     parser.add_argument(
         "--plain-writes",
@@ -79,5 +88,6 @@ def run(call: Call) -> int:
             patience=patience,
             max_keys=args.max_keys,
             plain_writes=args.plain_writes,
+            max_history_mib=args.max_history_mib,
         )
     )

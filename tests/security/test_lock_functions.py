@@ -278,7 +278,7 @@ def test_grants_reports_a_write_privilege_given_by_hand_to_a_wrapper(
             sql.SQL(privilege), table, sql.Identifier(BILLING_ROLE)
         )
     )
-    status, out, err = ctl(fleet.admin_url, "grants", table=fleet.table)
+    status, out, _ = ctl(fleet.admin_url, "grants", table=fleet.table)
     assert status == 1, out
     (line,) = [line for line in out.splitlines() if line.startswith("loophole:")]
     assert f"role '{BILLING_ROLE}'" in line and privilege.split()[0] in line, line

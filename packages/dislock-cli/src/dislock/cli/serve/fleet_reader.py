@@ -28,12 +28,11 @@ from dislock.cli.serve.fleet_status import (
     build_snapshot,
     lock_delay_end,
 )
+from dislock.cli.serve.kept_runs import RunCounts, WindowStarts
 from dislock.cli.serve.scrape import (
     RECENT_SECONDS,
     SCRAPE_CONNECT_TIMEOUT,
     SCRAPE_STATEMENT_TIMEOUT_MS,
-    RunCounts,
-    WindowStarts,
     lock_delay_end_of,
     scrape_statements,
     span_of_row,

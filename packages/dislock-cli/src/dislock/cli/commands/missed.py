@@ -106,8 +106,8 @@ def _missed(
     as_json: bool,
 ) -> int:
     from dislock.cli.admin import DATABASE_NOW
-    from dislock.cli.runs.history_report import describe_missed, dump
-    from dislock.cli.runs.slot_states import TO_LOOK_AT, count
+    from dislock.cli.runs.history_report import describe_missed, dump, render_slots
+    from dislock.cli.runs.slot_states import COVERED, TO_LOOK_AT, count
     from dislock.cli.sending import send
 
     found = _schedule_and_zone(conn, table, history, asked, key)
@@ -122,6 +122,7 @@ def _missed(
     slots, runs, states = judged
     to_look_at = [found for found in states if found.state in TO_LOOK_AT]
     readings = warn_disagreements(conn, history, asked.since, key)
+    counts = count(states)
     if as_json:
         print(
             dump(
@@ -133,13 +134,19 @@ def _missed(
                     "until": now.isoformat(),
                     "slots": slots,
                     "runs": runs,
-                    **_json_lists(states, to_look_at, readings),
+                    "missed": [found.as_json() for found in to_look_at],
+                    "covered": [found.slot.as_json() for found in states if found.state == COVERED],
+                    "counts": counts,
+                    "states": [found.as_json() for found in states],
+                    "readings": [reading.as_json() for reading in readings],
                 }
             )
         )
     else:
-        _print_slots(states if asked.every else to_look_at)
-        print(describe_missed(key, schedule, zone.name, since, count(states)))
+        listed = states if asked.every else to_look_at
+        if listed:
+            print(render_slots(listed))
+        print(describe_missed(key, schedule, zone.name, since, counts))
     return EXIT_FAILURE if to_look_at else EXIT_OK
 
 
@@ -234,24 +241,3 @@ def _judge(
         held_back=held_back_slots(rows),
     )
     return len(slots), len(attempts), states
-
-
-def _json_lists(
-    states: list[SlotState], to_look_at: list[SlotState], readings: list[Any]
-) -> dict[str, Any]:
-    from dislock.cli.runs.slot_states import COVERED, count
-
-    return {
-        "missed": [found.as_json() for found in to_look_at],
-        "covered": [found.slot.as_json() for found in states if found.state == COVERED],
-        "counts": count(states),
-        "states": [found.as_json() for found in states],
-        "readings": [reading.as_json() for reading in readings],
-    }
-
-
-def _print_slots(listed: list[SlotState]) -> None:
-    from dislock.cli.runs.history_report import render_slots
-
-    if listed:
-        print(render_slots(listed))

@@ -113,97 +113,84 @@ def _runs(key: KeyStatus, label: str) -> Iterable[Sample]:
     return (((label, outcome), float(count)) for outcome, count in sorted(outcomes.items()))
 
 
-_PER_KEY: tuple[tuple[str, str, str, tuple[str, ...], Samples], ...] = (
-    (
+class _PerKey(NamedTuple):
+    name: str
+    documentation: str
+    samples: Samples
+    labels: tuple[str, ...] = ("key",)
+    kind: str = "gauge"
+
+
+_PER_KEY = (
+    _PerKey(
         "dislock_lock_held",
-        "gauge",
         "1 while the key's lock of this mode is held, 0 once released or expired"
         " (an N-holder lease: how many of its slots are held).",
-        ("key", "mode"),
         _held,
+        labels=("key", "mode"),
     ),
-    (
+    _PerKey(
         "dislock_paused",
-        "gauge",
         "1 while the key is paused fleet-wide.",
-        ("key",),
         _one(lambda key: 1.0 if key.paused_until is not None else 0.0),
     ),
-    (
+    _PerKey(
         "dislock_last_start_timestamp_seconds",
-        "gauge",
         "When the key's latest recorded run started (database clock).",
-        ("key",),
         _one(lambda key: key.last_run and key.last_run.started_at.timestamp()),
     ),
-    (
+    _PerKey(
         "dislock_last_success_timestamp_seconds",
-        "gauge",
         "When the key's latest successful run (exit 0) ended (database clock).",
-        ("key",),
         _one(lambda key: _timestamp(key.last_success_at)),
     ),
-    (
+    _PerKey(
         "dislock_last_run_duration_seconds",
-        "gauge",
         "How long the key's latest run took (so far, while it runs).",
-        ("key",),
         _one(lambda key: key.last_run and key.last_run.duration_seconds),
     ),
-    (
+    _PerKey(
         "dislock_running_past_envelope",
-        "gauge",
         f"1 while the key's latest run is still going and has run longer than {FACTOR:g} x"
         f" the median and the longest of the key's last {WINDOW} successful runs before it"
         f" (keys with at least {MIN_RUNS} of them).",
-        ("key",),
         _one(_past_envelope),
     ),
-    (
+    _PerKey(
         "dislock_runs",
-        "counter",
         "Recorded runs of the key by outcome, over the history the table keeps.",
-        ("key", "outcome"),
         _runs,
+        labels=("key", "outcome"),
+        kind="counter",
     ),
-    (
+    _PerKey(
         "dislock_missed_slots",
-        "gauge",
         f"Schedule slots that began in the last {_WINDOW_HOURS} h in which no run of the key"
         " started and none was still going (late ones included; paused ones not).",
-        ("key",),
         _slots("missed_slots"),
     ),
-    (
+    _PerKey(
         "dislock_failed_slots",
-        "gauge",
         f"Schedule slots that began in the last {_WINDOW_HOURS} h and are over, in which every"
         " attempt of the key failed (its retries used up, or none asked for).",
-        ("key",),
         _slots("failed_slots"),
     ),
-    (
+    _PerKey(
         "dislock_late_slots",
-        "gauge",
         f"Schedule slots that began in the last {_WINDOW_HOURS} h that nobody started before"
         " their start deadline (LOCK_START_DEADLINE_SECONDS).",
-        ("key",),
         _slots("late_slots"),
     ),
-    (
+    _PerKey(
         "dislock_paused_slots",
-        "gauge",
         f"Schedule slots that began in the last {_WINDOW_HOURS} h without a start while a"
         " dislockctl pause of the key was in force (not missed).",
-        ("key",),
         _slots("paused_slots"),
     ),
-    (
+    _PerKey(
         "dislock_covered_slots",
-        "gauge",
         f"Schedule slots that began in the last {_WINDOW_HOURS} h without a start of the key"
         " because a run of it still held the lease (a run longer than its interval).",
-        ("key",),
         _slots("covered_slots"),
     ),
 )
@@ -214,7 +201,7 @@ def metric_families(snapshot: FleetSnapshot) -> list[Family]:
     labelled = [(key, key_label(key.lock_key)) for key in snapshot.keys]
     per_key = [
         Family(name, kind, text, labels, tuple(s for key, at in labelled for s in samples(key, at)))
-        for name, kind, text, labels, samples in _PER_KEY
+        for name, text, samples, labels, kind in _PER_KEY
     ]
     return [*_fleet_families(snapshot), _group_held(snapshot), *per_key]
 

@@ -131,7 +131,7 @@ def test_dislockctls_statements_answer_their_row_types_columns(
         ),
         "pauses": (events.pauses(history, "a", since), events.Event._fields),
     }
-    scraping = scrape.scrape_statements(history, lock_table)
+    scraping = scrape.ScrapeStatements(history, lock_table)
     answered |= {
         "run_details": (scraping.run_details([1], since), scrape.RunDetails._fields),
         "census": (scraping.census(0), scrape.CensusRow._fields),

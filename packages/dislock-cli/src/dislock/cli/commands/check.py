@@ -32,10 +32,10 @@ def run(call: Call) -> int:
 
 
 def _check(conn: Connection, settings: WrapperSettings) -> int:
-    from dislock.cli.admin import DATABASE_NOW
+    from dislock.cli.admin import DATABASE_NOW, refusing_writes
 
     table_parts = tuple(settings.context.table_parts)
-    refusal = _refuses_writes(conn)
+    refusal = send(conn, refusing_writes())  # a standby, a read-only session
     if refusal:
         error(refusal)
         return EXIT_FAILURE
@@ -221,13 +221,6 @@ def _print_lock_state(conn: Connection, settings: WrapperSettings, now: datetime
             expires = describe_expiry(remaining)
             state = f"held by {clip(owner)}, expires {expires}: a run now would {busy}"
         print(f"  {strategy:<14}  {state}")
-
-
-def _refuses_writes(conn: Connection) -> str | None:
-    """Why this session cannot take locks (a standby, a read-only session), or None."""
-    from dislock.cli.admin import refusing_writes
-
-    return send(conn, refusing_writes())
 
 
 def _print_max_ttl(

@@ -33,8 +33,8 @@ from dislock.cli.serve.scrape import (
     RECENT_SECONDS,
     SCRAPE_CONNECT_TIMEOUT,
     SCRAPE_STATEMENT_TIMEOUT_MS,
+    ScrapeStatements,
     lock_delay_end_of,
-    scrape_statements,
     span_of_row,
 )
 from dislock.cli.serve.slot_windows import ScheduleWindows
@@ -107,7 +107,7 @@ class FleetReader:
         self._url = url
         self._table = table
         self._history = history
-        self._statements = scrape_statements(history, table)
+        self._statements = ScrapeStatements(history, table)
         self._conn: psycopg.Connection[Any] | None = None
         self._turns = _Turns()
         self._was_up: bool | None = None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime
+from typing import Any
 
 from dislock.cli.runs.missed_slots import Span
 from dislock.cli.runs.slot_states import Attempt
@@ -154,14 +155,17 @@ class WindowStarts:
             found[run_id] = Event(started_at, slot_end, outcome)
             self._changed(lock_key)
 
+    def _drop(self, lock_key: str, found: dict[int, Any], stale: list[int]) -> None:
+        for run_id in stale:
+            del found[run_id]
+        if stale:
+            self._changed(lock_key)
+
     def trim(self, since: datetime) -> None:
+        """Forget what no longer bears on the window that begins at ``since``."""
         for by_key in (self._by_key, self._late):
             for lock_key, runs in by_key.items():
-                stale = [run_id for run_id, run in runs.items() if run[0] < since]
-                for run_id in stale:
-                    del runs[run_id]
-                if stale:
-                    self._changed(lock_key)
+                self._drop(lock_key, runs, [run for run, found in runs.items() if found[0] < since])
         for lock_key, events in self._events.items():
             # A rerun matters while it is in the window; a pause or resume while a
             # pause from it or before it may reach into the window.
@@ -172,17 +176,14 @@ class WindowStarts:
                 for run_id, event in events.items()
                 if (event.started_at < since if event.outcome == RERUN else not reaching)
             ]
-            for run_id in stale:
-                del events[run_id]
-            if stale:
-                self._changed(lock_key)
+            self._drop(lock_key, events, stale)
         for lock_key, spans in self._spans.items():
             # A span still matters while it reaches into the window.
-            over = [run for run, span in spans.items() if span.end and span.end <= since]
-            for run in over:
-                del spans[run]
-            if over:
-                self._changed(lock_key)
+            self._drop(
+                lock_key,
+                spans,
+                [run for run, span in spans.items() if span.end and span.end <= since],
+            )
 
     def of(self, lock_key: str) -> list[tuple[datetime, datetime | None]]:
         return [(run.started_at, run.slot_end) for run in self.attempts_of(lock_key)]

@@ -310,8 +310,3 @@ def span_columns(run: str, locks: tuple[str, ...]) -> dict[str, sql.Composable]:
 def span_of_row(run: ScrapedRun | EarlierRun) -> Span | None:
     """A history row's span (None: not a lease run, or abandoned)."""
     return span_of(SpanRow(run.started_at, run.ended_at, run.running)) if run.leased else None
-
-
-def scrape_statements(history: tuple[str, ...], locks: tuple[str, ...]) -> ScrapeStatements:
-    """The statements of a scrape of ``history`` next to the lock table ``locks``."""
-    return ScrapeStatements(history, locks)

@@ -77,18 +77,15 @@ class RunCounts:
 
 
 class WindowStarts:
-    """Each key's scheduled runs in the missed-slot window, and its pauses, kept
-    across scrapes.
+    """Each key's scheduled runs, marks, events and lease spans in the missed-slot
+    window, kept across scrapes.
 
-    The first scrape reads the window (``ScrapeStatements.window_starts`` and
-    ``window_pauses``); later ones only add the runs and events
+    The first scrape reads the window (``ScrapeStatements.window_starts``,
+    ``window_events``, ``spans_before``); later ones only add what
     ``ScrapeStatements.new_runs`` returns anyway (a run again while it has no end,
-    so that its outcome is known once it ends), and drop those the window left.
-    It keeps the spans of the key's lease runs as well (``set_span``): those that
-    were still going at some point of the window, which cover the slots they
-    overlap (``dislock.cli.runs.missed_slots.split_covered``).
-    ``version`` changes with a key's runs, spans or pauses, so that its slot
-    states are only recomputed when they (or its schedule's slots) changed.
+    so that its outcome is known once it ends), and ``trim`` what the window left.
+    ``version`` changes with a key's entries, so that its slot states are only
+    recomputed when they (or its schedule's slots) changed.
     """
 
     def __init__(self) -> None:

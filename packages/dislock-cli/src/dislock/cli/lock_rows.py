@@ -288,17 +288,9 @@ class LockRow:
         owner = value
         if row.expires_in_seconds <= 0:
             owner = value.removesuffix(RELEASED_MARK).removesuffix(FORCED_MARK)
+        left = float(row.expires_in_seconds)
         return cls(
-            key,
-            mode,
-            lock_key,
-            owner,
-            row.expire_at,
-            float(row.expires_in_seconds),
-            row.fence,
-            slot,
-            value,
-            truncated,
+            key, mode, lock_key, owner, row.expire_at, left, row.fence, slot, value, truncated
         )
 
     @property

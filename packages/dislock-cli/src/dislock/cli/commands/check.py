@@ -166,11 +166,8 @@ def _print_history(conn: Connection, context: LockContext) -> None:
         if envelope is not None:
             print(f"  runtime         {describe(envelope)}")
     if context.output_tail_bytes:
-        tails = (
-            ""
-            if not found_columns or "stdout_tail" in found_columns
-            else " (its columns are MISSING: dislockctl init --history adds them)"
-        )
+        missing = bool(found_columns) and "stdout_tail" not in found_columns
+        tails = " (its columns are MISSING: dislockctl init --history adds them)" if missing else ""
         print(
             f"  output tail     the last {context.output_tail_bytes} bytes of stdout and of"
             f" stderr, kept for a run that fails{tails}"

@@ -310,29 +310,14 @@ def record_run(
 def host_families(records: Mapping[str, HostRecord]) -> list[Family]:
     """The textfile's families: those of ``metric_families`` a host can know alone."""
     epoch = datetime.fromtimestamp(0, tz=timezone.utc)
-    keys = tuple(
-        KeyStatus(
-            key,
-            last_run=LastRun(
-                "",
-                "",
-                epoch + timedelta(seconds=record.last_start),
-                None,
-                "",
-                None,
-                record.last_duration,
-            ),
-            last_success_at=(
-                None
-                if record.last_success is None
-                else epoch + timedelta(seconds=record.last_success)
-            ),
-            runs_total=record.runs,
-        )
-        for key, record in sorted(records.items())
-    )
-    return [
-        family
-        for family in metric_families(FleetSnapshot(epoch, up=True, keys=keys))
-        if family.name in HOST_FAMILIES
-    ]
+
+    def status(key: str, record: HostRecord) -> KeyStatus:
+        started = epoch + timedelta(seconds=record.last_start)
+        run = LastRun("", "", started, None, "", None, record.last_duration)
+        success = record.last_success
+        ended = None if success is None else epoch + timedelta(seconds=success)
+        return KeyStatus(key, last_run=run, last_success_at=ended, runs_total=record.runs)
+
+    keys = tuple(status(key, record) for key, record in sorted(records.items()))
+    families = metric_families(FleetSnapshot(epoch, up=True, keys=keys))
+    return [family for family in families if family.name in HOST_FAMILIES]

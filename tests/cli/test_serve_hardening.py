@@ -1,8 +1,9 @@
 """``dislockctl serve`` under attack, each attack done for real against a running server.
 
-Half-sent requests held open, more connections than it serves, a Host name nobody
-allowed (DNS rebinding), clients that vanish mid-request, a FIFO or a path as a
-recorded zone, and invented schedules in the history.  After each, later requests
+Half-sent requests held open, more connections than it serves, page views crowding
+out the scrapes, a Host name nobody allowed (DNS rebinding), clients that vanish
+mid-request, a FIFO or a path as a recorded zone, and invented schedules in the
+history.  After each, later requests
 are still answered and stderr holds no traceback.
 """
 
@@ -267,6 +268,56 @@ def test_idle_connections_from_many_addresses_cannot_starve_the_scrapes(
     log = "".join(served.log)
     assert log.count("16 idle connections at once: closing the oldest") == 1, log
     _assert_quiet(served)
+
+
+def test_scrapes_are_read_before_page_views_waiting(
+    history_env: dict[str, str], db: psycopg.Connection[Any]
+) -> None:
+    """Page views wait for the kept connection while another request reads; a scrape
+    that arrives after them is read first, so that a page reloaded in many tabs does
+    not make Prometheus time out."""
+    answered: list[str] = []
+
+    def ask(path: str, source: str | None = None) -> None:
+        status, _ = _request(served, path, source=source)
+        answered.append(f"{path} {status}")
+
+    with serving(history_env) as served:
+        pid = served.process.pid
+        threads_before = _threads(pid)
+        asking: list[threading.Thread] = []
+
+        def start(path: str, source: str | None = None) -> None:
+            asking.append(threading.Thread(target=ask, args=(path, source)))
+            asking[-1].start()
+            # Its request read and waiting for the connection before the next one.
+            _wait(lambda: _threads(pid) >= threads_before + len(asking), "not taken")
+            time.sleep(0.2)
+
+        with psycopg.connect(history_env["DATABASE_URL"]) as locker:
+            # The first page view's reading waits behind this lock, holding the connection.
+            table = sql.Identifier(*history_env["LOCK_TABLE"].split("."))
+            locker.execute(sql.SQL("LOCK TABLE {}").format(table))
+            start("/")
+            _wait(lambda: _waiting_on_a_lock(db), "the first page view never read")
+            for _ in range(5):
+                start("/")
+            start("/metrics", OTHER_CLIENT)
+            locker.commit()
+        for thread in asking:
+            thread.join(PATIENCE)
+    assert sorted(answered) == ["/ 200"] * 6 + ["/metrics 200"], answered
+    # The page view that held the connection, then the scrape, then the other five.
+    assert answered.index("/metrics 200") <= 1, answered
+    _assert_quiet(served)
+
+
+def _waiting_on_a_lock(db: psycopg.Connection[Any]) -> bool:
+    found = db.execute(
+        "SELECT count(*) FROM pg_stat_activity"
+        " WHERE application_name = 'dislockctl-serve' AND wait_event_type = 'Lock'"
+    ).fetchone()
+    return found is not None and found[0] == 1
 
 
 def test_idle_connections_are_closed_after_the_request_timeout(

@@ -18,7 +18,7 @@ from dislock.cli.diagnosis import (
     needs_of,
     privilege_probe,
 )
-from dislock.cli.lock_rows import RowSecurity
+from dislock.cli.row_security import RowSecurity
 from dislock.core.grants import OPERATOR, READER, WRAPPER, Grant
 from dislock.core.refusal import refused
 

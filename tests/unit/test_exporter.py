@@ -9,6 +9,7 @@ import pytest
 
 from dislock.cli.serve.fleet_status import FleetSnapshot, KeyStatus, LastRun, page_order
 from dislock.cli.serve.http_policy import parse_listen
+from dislock.cli.serve.kept_runs import RunCounts, WindowStarts
 from dislock.cli.serve.metrics import (
     Family,
     HostRecord,
@@ -18,7 +19,7 @@ from dislock.cli.serve.metrics import (
     read_host_records,
     record_run,
 )
-from dislock.cli.serve.scrape import CensusRow, RunCounts, ScrapedRun, WindowStarts
+from dislock.cli.serve.scrape import CensusRow, ScrapedRun
 from dislock.cli.serve.status_page import render_page
 from dislock.core.errors import ConfigurationError
 

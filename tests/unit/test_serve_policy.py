@@ -22,8 +22,8 @@ from dislock.cli.serve.http_policy import (
     host_name,
     request_timeout,
 )
+from dislock.cli.serve.kept_runs import WindowStarts
 from dislock.cli.serve.metrics import metric_families
-from dislock.cli.serve.scrape import WindowStarts
 from dislock.cli.serve.slot_windows import ScheduleWindows
 from dislock.cli.serve.status_page import render_page
 from dislock.core.cron_zone import recorded_zone

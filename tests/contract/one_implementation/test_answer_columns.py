@@ -91,7 +91,7 @@ def test_cores_other_statements_answer_their_row_types_columns(
 def test_dislockctls_statements_answer_their_row_types_columns(
     db: psycopg.Connection[Any], lock_table: tuple[str, str], history: tuple[str, ...]
 ) -> None:
-    from dislock.cli import admin, lock_rows
+    from dislock.cli import admin, lock_rows, row_security
     from dislock.cli.runs import missed_slots, run_history
     from dislock.cli.serve import scrape
     from dislock.core import events
@@ -106,7 +106,7 @@ def test_dislockctls_statements_answer_their_row_types_columns(
             lock_rows.forced_release(lock_table, "a", ["lease"]),
             lock_rows.ReleasedRow._fields,
         ),
-        "row_security": (lock_rows.row_security(lock_table), lock_rows.SecurityRow._fields),
+        "row_security": (row_security.row_security(lock_table), row_security.SecurityRow._fields),
         "runs": (run_history.runs(history, lock_table, None, day, 5), run_history.Run._fields),
         "runs of a key": (
             run_history.runs(history, lock_table, "a", day, 5),
@@ -131,7 +131,7 @@ def test_dislockctls_statements_answer_their_row_types_columns(
         ),
         "pauses": (events.pauses(history, "a", since), events.Event._fields),
     }
-    scraping = scrape.scrape_statements(history, lock_table)
+    scraping = scrape.ScrapeStatements(history, lock_table)
     answered |= {
         "run_details": (scraping.run_details([1], since), scrape.RunDetails._fields),
         "census": (scraping.census(0), scrape.CensusRow._fields),

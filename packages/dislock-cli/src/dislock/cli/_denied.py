@@ -18,7 +18,7 @@ from dislock.cli.diagnosis import (
     needs_of,
     privilege_probe,
 )
-from dislock.cli.lock_rows import RowSecurity, row_security
+from dislock.cli.row_security import RowSecurity, row_security
 from dislock.cli.sending import send
 from dislock.core.dsn import connection_kwargs, one_line, parse_dsn, scrub
 

@@ -1,12 +1,9 @@
 """Leaving the process once a command has done its work, skipping the interpreter's teardown.
 
 By the time ``dislock`` or ``dislockctl`` has its exit status, every lock is
-released, every connection closed and every line written.  What a normal exit
-still does is tear the interpreter down module by module: in a process that
-imported psycopg that costs about 18 ms (measured in ``benchmarks/cli.py``),
-more than everything dislock itself adds to a run, and nobody can observe it.
-The exit handlers still run (``atexit``: logging's last flush, and coverage's
-data file when the tests measure a subprocess).
+released and every connection closed; tearing the interpreter down would cost
+about 18 ms more (docs/design.md, "Packages").  The ``atexit`` handlers still run
+(logging's last flush, coverage's data file when the tests measure a subprocess).
 
 Only the console scripts and ``python -m`` end this way: ``main()`` returns its
 status to a Python caller as before.

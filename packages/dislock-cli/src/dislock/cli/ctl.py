@@ -1,25 +1,7 @@
 """``dislockctl``: look at, create and repair what the ``dislock`` wrapper relies on.
 
-    dislockctl URL_VARIABLE init [--fencing] [--history [--history-table T]] [--max-ttl 1h]
-                                 [--print-sql] [--wait 30s]
-    dislockctl URL_VARIABLE ls [PREFIX] [--json]        (also: status)
-    dislockctl URL_VARIABLE release LOCK_KEY [--mode schedule|lease|all] [--owner TOKEN]
-                                             [--slot N]
-    dislockctl URL_VARIABLE pause LOCK_KEY [--for 2h | --until TIME] [--reason TEXT]
-    dislockctl URL_VARIABLE resume LOCK_KEY
-    dislockctl URL_VARIABLE history [LOCK_KEY] [--since 24h] [--limit N] [--json]
-    dislockctl URL_VARIABLE history --prune-older-than 30d
-    dislockctl URL_VARIABLE missed LOCK_KEY [--schedule CRON] [--since 24h] [--all] [--json]
-    dislockctl URL_VARIABLE check
-    dislockctl URL_VARIABLE serve [--listen HOST:PORT] [--allow-host NAME ...]
-                                  [--max-connections N] [--max-connections-per-client N]
-                                  [--max-idle-connections N] [--request-timeout SECONDS]
-    dislockctl URL_VARIABLE grant ROLE (--keys PATTERN ... [--operator] | --reader) [--print-sql]
-                                  [--wait 30s]
-    dislockctl URL_VARIABLE revoke ROLE [--print-sql] [--wait 30s]
-    dislockctl URL_VARIABLE grants [--json]
-    dislockctl URL_VARIABLE fence TABLE --key LOCK_KEY [--print-sql]
-    dislockctl URL_VARIABLE unfence TABLE [--print-sql]
+Its commands and their options are listed by ``dislockctl --help`` (and each
+command's ``--help``), which the parser below writes, and in docs/cli.md.
 
 Like the wrapper, it takes the NAME of the variable holding the database URL and
 reads ``LOCK_TABLE`` (or ``--table``) and ``LOCK_HISTORY_TABLE`` (or

@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 from psycopg import sql
 
-from dislock.cli.lock_rows import RowSecurity, matches
+from dislock.cli.row_security import RowSecurity, matches
 from dislock.core.dsn import one_line, redact_dsn, scrub
 from dislock.core.errors import DatabaseUnreachableError
 from dislock.core.grants import OPERATOR, READER, WRAPPER

@@ -3,37 +3,21 @@
 Two decisions live here, both plain data for the shells to act on:
 
 * **A commit that synchronous replication did not confirm is not a success.**
-  When the wait for the standby is cancelled (by dislock's own statement
-  timeout, an operator, a shutdown), the server commits locally and says so in
-  a WARNING from ``syncrep.c``.  A failover can then lose the row.
-  ``not_replicated`` (``unreplicated_notice``) recognises that notice.
+  When the wait for the standby is cancelled, the server commits locally and says
+  so in a WARNING from ``syncrep.c``, which ``not_replicated``
+  (``unreplicated_notice``) recognises: a failover can then lose the row.
 
-* **A lock delay after a change of server history** (Chubby's lock delay).  A
-  promoted standby starts a new *timeline*; rows written on the old primary but
-  never replicated are gone, and nothing in the table can show it.  So the
-  acquiring statements read the server's timeline themselves
-  (``pg_walfile_name(pg_current_wal_lsn())``, which any role may call, unlike
-  ``pg_control_checkpoint()`` on hardened servers) and compare it with the one
-  recorded in a metadata row of the lock table.  The first acquisition to see a
-  different timeline records it with the instant it noticed it, and from then
-  on no acquisition takes a missing or expired row of a key until that key's
-  delay has passed.  A key's delay is the longest TTL that any role **which may
-  hold that key** ever took a lease with (each role keeps its own record, which
-  only grows), and never more than the table's maximum TTL
-  (``dislock.core.limits``): every holder of the key from before the failover
-  has passed its own deadline by the time anyone else gets in.  Which keys a
-  role may hold is its grant's (``dislock.core.grants`` writes each granted
-  role's *scope* beside its record, which the role itself cannot write); a role
-  without a scope (a table without grants, an administrator, a role granted by
-  hand) may hold any key, so its record counts for every key.  One team's long
-  leases therefore hold up its own keys only, after a failover, and no single
-  long-TTL run can stop the fleet for longer than the maximum.  (A record that
-  lapsed with time would be unsafe: the acquisition a failover loses is the one
-  that wrote it.)  A delay of zero (keys only ever held as schedule slots)
-  refuses nothing.  A restart keeps the timeline: no delay.
+* **A lock delay after a change of server history** (Chubby's lock delay).  The
+  acquiring statements compare the server's timeline with the one recorded in a
+  metadata row of the lock table; after a change, no acquisition takes a missing
+  or expired row of a key until that key's delay has passed: the longest TTL any
+  role which may hold the key ever took a lease with (a record that only grows,
+  counted for its role's scope, ``dislock.core.grants``), at most the table's
+  maximum (``dislock.core.limits``).
 
-The metadata rows' keys do not start with ``cronjob-lock:``, so ``dislockctl
-ls`` and dislock 0.1.0 (which only read their own keys) never see them.
+Why, and what it costs: docs/guarantees.md, "Failover and replication".  The
+metadata rows' keys do not start with ``cronjob-lock:``, so ``dislockctl ls`` and
+dislock 0.1.0 (which only read their own keys) never see them.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """The guard of a wrapped command: what the wrapper tells it, and the guard itself.
 
 The guard is a process of its own, outside the command's process group and the
-wrapper's, that SIGKILLs the command's whole group when the wrapper dies, or when
-the lease's local deadline passes without the wrapper pushing it forward, whatever
-state the wrapper is in (stopped, traced, blocked writing to a full pipe).  The
-wrapper starts it as ``python -I -S`` on this file, with the wrapper's own
-interpreter: isolated from the environment's Python settings and without ``site``,
-it costs little more than the interpreter's own start and imports only a few
-standard modules (dislock is not on its path).  It runs no other program, so no
-``PATH`` is consulted.
+wrapper's, that SIGKILLs the command's whole group when the wrapper dies or stalls
+past the lease's local deadline (docs/guarantees.md, "A killed or stopped
+wrapper").  The wrapper starts it as ``python -I -S`` on this file, with its own
+interpreter: dislock is not on its path, and it runs no other program.
 
 The wrapper writes lines to its standard input, a pipe whose only writer is the
 wrapper (``group_line``, ``until_line``, ``DONE``): the command's process group;

@@ -8,20 +8,14 @@ while the key has no such row for the slot (``INSERT … WHERE NOT EXISTS``, one
 index probe of ``(lock_key, started_at DESC)`` from the slot's start), then ended
 as it started with outcome ``held_back``, as an operator's event is
 (``dislock.core.events``: a granted role may insert a row's start columns, then end
-it, not both at once).  Later refusals in the slot find the row and write nothing:
-at most one row per slot (two wrappers refused at the same instant may each write
-one; readers count the slot once).
+it, not both at once).  Two wrappers refused at the same instant may each write
+one; readers count the slot once.
 
-The row: ``modes`` ``after`` (set on insert: what the ``NOT EXISTS`` looks for, even
-before the end), ``slot_end`` the slot's end, ``owner`` ``waiting for <key>`` naming
-the first key the slot still waited for (``waited_for`` reads it back), ``host``,
-``pid``, ``cron`` and ``cron_tz`` as a run's.  Like every history write it commits
-asynchronously, and a failure is logged, never raised.
-
-A role granted before this outcome existed may not end a row with it (its write
-policy lists the outcomes it knew): the end is then written as ``late`` instead
-(``LATE_FALLBACK``), so that the slot still reads as one to look at rather than as
-an abandoned attempt; ``dislockctl grant`` again lets it record ``held_back``.
+The row: ``modes`` ``after`` (what the ``NOT EXISTS`` looks for), ``slot_end``,
+``owner`` ``waiting for <key>`` (``waited_for`` reads it back), and the rest as a
+run's; it commits asynchronously, and a failure is logged, never raised.  A role
+granted before this outcome existed may not write it: the end is then ``late``
+(``LATE_FALLBACK``), still a slot to look at; ``dislockctl grant`` again fixes it.
 """
 
 from __future__ import annotations

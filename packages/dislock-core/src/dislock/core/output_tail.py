@@ -3,20 +3,17 @@
 
 With a tail asked for, the command's stdout and stderr are pipes of the wrapper's:
 a thread per stream copies what arrives, as it arrives, to the wrapper's own
-stdout or stderr (bytes as they are, in order within each stream; a reader of the
-wrapper's output sees what it would have seen with the streams inherited, and when
-one of ours is closed or a broken pipe, the command's becomes one too), and keeps
-the stream's last bytes in a ``Tail``.  The targets are the process's descriptors
-1 and 2 as they are then: the CLI makes sure they are open before it opens
+stdout or stderr (a reader of the wrapper's output sees what it would have seen
+with the streams inherited; when one of ours is closed or a broken pipe, the
+command's becomes one too), and keeps the stream's last bytes in a ``Tail``.  The
+targets are descriptors 1 and 2, which the CLI makes sure are open before it opens
 anything else (``dislock.cli``), so that neither can be a database socket.
 Threads, not the event loop: the copying has no flavour and is written once for
 both wrappers, like ``dislock.core.processes``.
 
-What is stored is text, bounded and inert: bytes that are not UTF-8 and NUL
-(which a PostgreSQL text cannot hold) written as ``\\xNN``, the lock URL and its
-password replaced by ``***`` before the tail is cut (so that a cut never leaves
-a secret's end), then the last ``limit`` characters.  Control characters stay
-as they are in the row and are escaped wherever dislockctl shows them.
+What is stored is bounded and inert text (docs/cli.md, "The end of a failed run's
+output"): the lock URL and its password are replaced before the tail is cut, so
+that a cut never leaves a secret's end.
 """
 
 from __future__ import annotations

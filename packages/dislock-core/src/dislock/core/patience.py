@@ -1,21 +1,13 @@
 """Connection patience: which failures to wait out, how long, and how long each try waits.
 
-Every machine's crontab fires in the same second, and a busy server refuses
-connections past a limit (``max_connections``, a role's or database's
-``CONNECTION LIMIT``, a pooler's cap) or while it restarts; during a failover
-the old primary stops answering (a connection times out) and the others are
-still standbys.  Those failures say nothing about the lock, so a wrapper that
-gave up on them would fail (and mail) for nothing: they are retried, with
-jittered exponential backoff so that the herd spreads out, for at most
-``connect_patience_seconds`` and, for a schedule lock, never past the end of the
-slot being taken.  Everything else (a wrong password, a missing database) is
-reported at once.
-
-The patience belongs to one acquisition (``ConnectPatience``): the connection it
-opens first and any it opens again after that one was retired on the way to the
-decision share one deadline.  While it is patient, each try gives every host of
-the URL a short connect timeout that grows with the tries, so that the patience
-is spent going round the hosts rather than waiting on one that never answers.
+Failures that say nothing about the lock (a server full of connections, starting,
+stopping or failing over) are retried with jittered exponential backoff, for at
+most ``connect_patience_seconds`` and, for a schedule lock, never past the end of
+the slot being taken; everything else is reported at once.  The patience belongs
+to one acquisition (``ConnectPatience``): every connection it opens on the way to
+the decision shares one deadline, and each try gives every host a connect timeout
+that grows with the tries.  The whole rule: docs/guarantees.md, "Connecting when
+the whole fleet does".
 
 Only *opening* a connection is retried here: a statement that failed mid-way
 may have taken effect.  An acquiring statement whose answer was lost is judged

@@ -1,11 +1,8 @@
 """When a shared connection may keep its statements prepared on the server.
 
-PostgreSQL parses and plans an unprepared statement on every execution, and the
-acquiring upsert (its pause check and failover lock delay in ``WITH`` clauses) costs
-about 0.4 ms of that against well under 0.1 ms of execution: on a warm connection
-(``keep_connected``) that, not the round trips, is what a lock costs beyond two
-plain writes.  A prepared statement is parsed once and, after a few executions,
-runs a cached generic plan.
+PostgreSQL parses and plans an unprepared statement on every execution: for the
+acquiring upsert, more than its execution costs (docs/benchmarks.md).  A prepared
+statement is parsed once and, after a few executions, runs a cached generic plan.
 
 Prepared statements live in one server session, though, and PgBouncer in
 transaction pooling hands each transaction to whichever server connection is free

@@ -1,12 +1,9 @@
 """The process-wide renewer's decisions: which held leases to renew together, and when.
 
 A process renews every lease it holds on one database with a single statement
-per tick and table (``LockStatements.renew``), over one shared connection,
-instead of one connection and one renewer per lease.  Only the statement is
-shared: each lease keeps its own ``LeaseClock``, so its deadline, its loss and
-its policy are exactly what they would be alone.  A batch that fails counts as
-a failed renewal for each lease in it; a lease missing from the answer has lost
-its row, and only that lease is lost.
+per tick and table (``LockStatements.renew``); each lease keeps its own
+``LeaseClock``, so its deadline, loss and policy are what they would be alone
+(docs/design.md, "One connection and one renewer per database").
 
 Like ``LeaseClock``, nothing here reads a clock or touches the network.
 

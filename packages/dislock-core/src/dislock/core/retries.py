@@ -2,43 +2,13 @@
 slot's ledger, the statements that take an attempt and reopen a slot, and the
 backoff between attempts.
 
-A slot row (``cronjob-lock:schedule:<key>``) is taken until the slot ends and
-stays taken: that is how one start per slot is kept, by every dislock version.
-A job with retries writes two more things into the same row, in its ``value``:
-
-* the attempt a run is, after its owner token, from the second one on
-  (``owner (attempt 2)``);
-* when an attempt failed and another is left, a mark naming the slot
-  (``… (failed; retry in slot 1733283600)``), with ``expire_at`` moved back to
-  the moment the next attempt may start.
-
-So a failed run *reopens* its slot: the row expires at the retry time, and the
-first wrapper on any machine that ticks after it takes the row again, as the
-next attempt, with the same atomic upsert that takes any expired row (two
-wrappers cannot both take it).  A success leaves the row taken until the slot
-ends.  A reopened row that nobody takes before its slot ends is an ordinary
-expired row for the next slot (the mark names the slot it was for).
-
-A holder that vanished (its machine died) records nothing.  For a command that
-``run_with_locks`` supervises with a lease beside the slot (``schedule,lease``,
-one holder, ``TERMINATE``), its lease row says so: still the owner's, never
-released, and expired, so its command is gone (the guard kills it by the lease's
-deadline whatever the wrapper does).  The retrying statement counts such a slot
-as failed once that lease has been expired for the retry delay; so that a lease
-left unreleased after a success proves nothing, such a job marks a successful
-attempt ``DONE_MARK`` before it releases its lease.  Anywhere else (a schedule
-without a lease, ``continue``, a guarded Python block) nothing proves the work
-stopped, and a vanished holder's slot is never retried.
-
-A start deadline (``LockContext.start_deadline_seconds``) uses the same row: an
-acquisition that comes too late claims the slot as usual, but writes its owner
-with ``LATE_MARK`` and starts nothing, so the slot reads as taken (and late) until
-it ends, and no later acquisition starts it.
-
-Nothing here costs a job without retries or a deadline anything: its statements
-are unchanged.  A job with retries reads the database clock first (the slot's end
-must be known to name it in the mark), so it pays one round trip more at start,
-and one statement more when an attempt fails (or, with the proof above, succeeds).
+A slot row stays taken until its slot ends, which keeps one start per slot for
+every dislock version; a failed attempt with attempts left *reopens* it (its
+``expire_at`` moved back to the retry time, a mark naming the slot), so that the
+next attempt takes it with the same atomic upsert as any expired row.  A vanished
+holder reopens nothing, unless a lease beside the slot proves its command gone
+(``DONE_MARK``); a start deadline (``LATE_MARK``) uses the same row.  The whole
+design, and what it costs: docs/design.md, "Retries within a slot".
 """
 
 from __future__ import annotations

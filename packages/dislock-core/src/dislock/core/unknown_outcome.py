@@ -1,36 +1,16 @@
 """An acquisition whose answer was lost: whether it took a row, and how to find out.
 
-When the connection breaks while an acquiring statement is in flight (a
-failover restarts the server under it, a network drops), the statement may have
-committed or not.  Sending it again blindly is wrong either way it went: a row
-the first send took refuses the second (every acquisition refuses a live row,
-its owner's too), so the lock would report itself held by another owner, and a
-schedule slot it took would go by without the job.  So the lock reconnects within its patience
-(``dislock.core.patience``) and reads its owner's live rows among the keys it
-was taking (``LockStatements.mine``): a row found is the acquisition's, none found
-means nothing was taken and the statement may be sent again.
-
-A row of the owner proves the acquisition only if no other acquisition can have
-written it, so the read is trusted only when
-
-* the owner is one this process made (``default_owner``: host name, pid and a
-  nonce); an owner chosen by the user may be shared by several machines, and
-  its row may be another machine's lease;
-* this process does not hold that row, and the read may not have seen it as an
-  earlier acquisition left it (``HELD``): another lock built from the same
-  ``LockContext`` (a second run in one schedule slot, a second ``LeaseLock`` at
-  once, the next turn of a loop whose release failed) writes the same owner, and
-  every acquisition refuses a live row, so a row that was live before the
-  statement ran is not the statement's; and
-* for a schedule slot, the row ends where the statement would have ended it (a
-  slot end it was sent): a live row of an earlier slot, which a database clock
-  behind ours still shows, is not the new slot's.
-
-A trusted row is claimed as it is judged (``HeldRows.claim``), so that two locks
-of one process that lost their answers together cannot both take it.  An
-untrusted row counts as held by someone else: the acquisition reports the lock
-as not acquired, which is what it would have said had the first send taken
-nothing.
+When the connection breaks while an acquiring statement is in flight, it may have
+committed or not, and sending it again blindly is wrong either way (every
+acquisition refuses a live row, its owner's too).  So the lock reconnects within
+its patience (``dislock.core.patience``) and reads its owner's live rows among the
+keys it was taking (``LockStatements.mine``): a row found is the acquisition's,
+none found means the statement may be sent again.  A row is trusted only when no
+other acquisition can have written it: its owner one this process made
+(``default_owner``), a row this process does not hold (``HELD``), and for a slot,
+the slot end the statement was sent; a trusted row is claimed as it is judged
+(``HeldRows.claim``), an untrusted one counts as someone else's.  Why each
+condition: docs/guarantees.md, "An acquiring statement whose answer was lost".
 """
 
 from __future__ import annotations

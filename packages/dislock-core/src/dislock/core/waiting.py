@@ -1,12 +1,9 @@
 """Waiting for a lease held elsewhere, and N-holder leases: the decisions, without I/O.
 
-A waiter tries the lease, and while it is held, waits for the next try: woken
-by the holder's release through ``LISTEN``/``NOTIFY`` on a direct connection
-(the release statement itself sends the notification), or, where ``LISTEN``
-cannot work (PgBouncer in transaction pooling hands each statement to whichever
-server connection is free, so a notification reaches nobody), by jittered
-polling.  Polling also runs, more slowly, beside ``LISTEN``: a holder that died
-never sends its release, and its row simply expires.
+A waiter tries the lease, and while it is held, waits for the next try: woken by
+the holder's release through ``LISTEN``/``NOTIFY`` on a direct connection, else by
+jittered polling, which also runs, more slowly, beside ``LISTEN`` for a holder
+that died without a release (docs/design.md, "Lock kinds, waiting and slots").
 
 Any role may ``NOTIFY`` on any channel with any payload, so a wake-up is a hint,
 not a fact: a waiter woken reads the lease's rows by primary key

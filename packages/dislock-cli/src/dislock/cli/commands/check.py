@@ -32,26 +32,39 @@ def run(call: Call) -> int:
 
 
 def _check(conn: Connection, settings: WrapperSettings) -> int:
-    from psycopg import sql
+    from dislock.cli.admin import DATABASE_NOW, refusing_writes
 
-    from dislock.cli.admin import describe_expiry, format_duration
-    from dislock.cli.lock_rows import states
-    from dislock.core.bounds import MAX_REASON_BYTES, clip, escape
-    from dislock.core.cron import next_fires, slot_end
-    from dislock.core.kinds import kind
-    from dislock.core.lease import LeaseClock, LeaseSettings
-    from dislock.core.rows import pause_key
-
-    context = settings.context
-    table_parts = tuple(context.table_parts)
-    refusal = _refuses_writes(conn)
+    table_parts = tuple(settings.context.table_parts)
+    refusal = send(conn, refusing_writes())  # a standby, a read-only session
     if refusal:
         error(refusal)
         return EXIT_FAILURE
+    _explain_a_missing_table(conn, settings.context)
+    now = send(conn, DATABASE_NOW)
+    print("configuration is valid")
+    _print_timing(settings, now)
+    _print_run_rules(settings)
+    _print_history(conn, settings.context)
+    print(f"  database now    {now.isoformat(timespec='seconds')}")
+    if _print_max_ttl(conn, table_parts, settings) is not None:
+        return EXIT_USAGE
+    _print_lock_delay(conn, table_parts)
+    _print_replication(conn)
+    _print_lock_state(conn, settings, now)
+    return EXIT_OK
+
+
+def _explain_a_missing_table(conn: Connection, context: LockContext) -> None:
+    """Raise, for the usual diagnosis to explain, when the table or a column the run
+    needs is missing, as the wrapper would meet it."""
+    from psycopg import sql
+
+    from dislock.cli.lock_rows import states
+
+    table_parts = tuple(context.table_parts)
     present = columns(conn, table_parts)
     missing = {"key", "value", "expire_at", *(["fence"] if context.fencing else [])} - set(present)
     if not present or missing:
-        # Let the usual diagnosis explain it, as the wrapper would meet it.
         send(conn, states(table_parts, []))
         conn.execute(
             sql.SQL("SELECT {} FROM {} LIMIT 0").format(
@@ -59,14 +72,18 @@ def _check(conn: Connection, settings: WrapperSettings) -> int:
                 sql.Identifier(*table_parts),
             )
         )
-    table = ".".join(table_parts)
-    from dislock.cli.admin import DATABASE_NOW
 
-    now = send(conn, DATABASE_NOW)
-    print("configuration is valid")
+
+def _print_timing(settings: WrapperSettings, now: datetime) -> None:
+    """The key, the schedule's slot and next fires, the lease's timing."""
+    from dislock.core.bounds import escape
+    from dislock.core.cron import next_fires, slot_end
+    from dislock.core.lease import LeaseClock, LeaseSettings
+
+    context = settings.context
     print(f"  lock key        {escape(context.lock_key)}")
     print(f"  strategies      {','.join(settings.strategies)}")
-    print(f"  table           {table}")
+    print(f"  table           {'.'.join(context.table_parts)}")
     if context.schedule is not None and settings.cron_zone is not None:
         zone = settings.cron_zone
         boundary = slot_end(context.schedule, now, zone.tz)
@@ -87,6 +104,11 @@ def _check(conn: Connection, settings: WrapperSettings) -> int:
             heartbeat += f" (renews every {cadence:g} s to stay ahead of its deadline)"
         print(heartbeat)
         print(f"  on lease loss   {lease.policy.value}")
+
+
+def _print_run_rules(settings: WrapperSettings) -> None:
+    """What a run does besides its timing: jitter, limits, retries, waiting, slots."""
+    context = settings.context
     print(f"  startup jitter  up to {context.jitter_max_seconds:g} s")
     if context.max_runtime_seconds is not None:
         print(
@@ -125,36 +147,42 @@ def _check(conn: Connection, settings: WrapperSettings) -> int:
     if settings.conflict_exit_code:
         print(f"  when held       exit {settings.conflict_exit_code}")
     print(f"  fencing         {'on' if context.fencing else 'off'}")
-    if context.history:
-        from dislock.core.history import history_table
 
-        runs = history_table(table_parts, context.history_table)
-        found_columns = columns(conn, runs)
-        state = "" if found_columns else " (MISSING: dislockctl init --history; runs log a warning)"
-        print(f"  history         {'.'.join(runs)}{state}")
-        if found_columns:
-            from dislock.cli.runs.envelope import describe, successes_before
 
-            (envelope,) = send(conn, successes_before(runs, [(context.lock_key, None)]))
-            if envelope is not None:
-                print(f"  runtime         {describe(envelope)}")
-        if context.output_tail_bytes:
-            tails = (
-                ""
-                if not found_columns or "stdout_tail" in found_columns
-                else " (its columns are MISSING: dislockctl init --history adds them)"
-            )
-            print(
-                f"  output tail     the last {context.output_tail_bytes} bytes of stdout and of"
-                f" stderr, kept for a run that fails{tails}"
-            )
-    else:
+def _print_history(conn: Connection, context: LockContext) -> None:
+    """The history table, whether it exists, the key's runtime envelope, the output tail."""
+    if not context.history:
         print("  history         off")
-    print(f"  database now    {now.isoformat(timespec='seconds')}")
-    if _print_max_ttl(conn, table_parts, settings) is not None:
-        return EXIT_USAGE
-    _print_lock_delay(conn, table_parts)
-    _print_replication(conn)
+        return
+    from dislock.cli.runs.envelope import describe, successes_before
+    from dislock.core.history import history_table
+
+    runs = history_table(tuple(context.table_parts), context.history_table)
+    found_columns = columns(conn, runs)
+    state = "" if found_columns else " (MISSING: dislockctl init --history; runs log a warning)"
+    print(f"  history         {'.'.join(runs)}{state}")
+    if found_columns:
+        (envelope,) = send(conn, successes_before(runs, [(context.lock_key, None)]))
+        if envelope is not None:
+            print(f"  runtime         {describe(envelope)}")
+    if context.output_tail_bytes:
+        missing = bool(found_columns) and "stdout_tail" not in found_columns
+        tails = " (its columns are MISSING: dislockctl init --history adds them)" if missing else ""
+        print(
+            f"  output tail     the last {context.output_tail_bytes} bytes of stdout and of"
+            f" stderr, kept for a run that fails{tails}"
+        )
+
+
+def _print_lock_state(conn: Connection, settings: WrapperSettings, now: datetime) -> None:
+    """Whether the key is paused, and what a run now would do with each of its rows."""
+    from dislock.cli.admin import describe_expiry, format_duration
+    from dislock.cli.lock_rows import states
+    from dislock.core.bounds import MAX_REASON_BYTES, clip
+    from dislock.core.kinds import kind
+    from dislock.core.rows import pause_key
+
+    context = settings.context
     slots = {name: context.slots if kind(name).renewed else 1 for name in settings.strategies}
     keys = {
         name: [kind(name).row_key(context.lock_key, n) for n in range(1, slots[name] + 1)]
@@ -163,7 +191,8 @@ def _check(conn: Connection, settings: WrapperSettings) -> int:
     paused = pause_key(context.lock_key)
     wanted = [paused, *(key for group in keys.values() for key in group)]
     found = {
-        row.key: (row.owner, row.seconds_left) for row in send(conn, states(table_parts, wanted))
+        row.key: (row.owner, row.seconds_left)
+        for row in send(conn, states(tuple(context.table_parts), wanted))
     }
     busy = "wait" if context.wait_seconds > 0 else "skip"
     print("lock state")
@@ -189,14 +218,6 @@ def _check(conn: Connection, settings: WrapperSettings) -> int:
             expires = describe_expiry(remaining)
             state = f"held by {clip(owner)}, expires {expires}: a run now would {busy}"
         print(f"  {strategy:<14}  {state}")
-    return EXIT_OK
-
-
-def _refuses_writes(conn: Connection) -> str | None:
-    """Why this session cannot take locks (a standby, a read-only session), or None."""
-    from dislock.cli.admin import refusing_writes
-
-    return send(conn, refusing_writes())
 
 
 def _print_max_ttl(

@@ -16,10 +16,12 @@ from dislock.core.held_back import HELD_BACK
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
-    from datetime import datetime
+    from datetime import datetime, tzinfo
 
     from dislock.cli.runs.missed_slots import StartRow
+    from dislock.cli.runs.slot_states import SlotState
     from dislock.cli.sending import Connection
+    from dislock.core.cron_zone import CronZone
 
 LATE = "late"
 """The outcome of a slot that an acquisition past its start deadline marked late."""
@@ -103,15 +105,60 @@ def _missed(
     key: str,
     as_json: bool,
 ) -> int:
-    from dislock.cli.runs import missed_slots
+    from dislock.cli.admin import DATABASE_NOW
     from dislock.cli.runs.history_report import describe_missed, dump, render_slots
+    from dislock.cli.runs.slot_states import COVERED, TO_LOOK_AT, count
+    from dislock.cli.sending import send
+
+    found = _schedule_and_zone(conn, table, history, asked, key)
+    if isinstance(found, int):
+        return found
+    schedule, zone = found
+    now = send(conn, DATABASE_NOW)
+    since = now - asked.since
+    judged = _judge(conn, table, history, key, schedule, zone.tz, since, now, asked.grace)
+    if isinstance(judged, int):
+        return judged
+    slots, runs, states = judged
+    to_look_at = [found for found in states if found.state in TO_LOOK_AT]
+    readings = warn_disagreements(conn, history, asked.since, key)
+    counts = count(states)
+    if as_json:
+        print(
+            dump(
+                {
+                    "key": key,
+                    "schedule": schedule,
+                    "tz": zone.name,
+                    "since": since.isoformat(),
+                    "until": now.isoformat(),
+                    "slots": slots,
+                    "runs": runs,
+                    "missed": [found.as_json() for found in to_look_at],
+                    "covered": [found.slot.as_json() for found in states if found.state == COVERED],
+                    "counts": counts,
+                    "states": [found.as_json() for found in states],
+                    "readings": [reading.as_json() for reading in readings],
+                }
+            )
+        )
+    else:
+        listed = states if asked.every else to_look_at
+        if listed:
+            print(render_slots(listed))
+        print(describe_missed(key, schedule, zone.name, since, counts))
+    return EXIT_FAILURE if to_look_at else EXIT_OK
+
+
+def _schedule_and_zone(
+    conn: Connection, table: tuple[str, ...], history: tuple[str, ...], asked: _Asked, key: str
+) -> tuple[str, CronZone] | int:
+    """The schedule and zone to judge in: as asked, else as recorded with the runs,
+    else the zone the wrapper on this machine would read; or the exit status."""
     from dislock.cli.runs.run_history import recorded_schedule
-    from dislock.cli.runs.slot_states import COVERED, TO_LOOK_AT, Attempt, count, slot_states
     from dislock.cli.sending import send
     from dislock.core.cron_zone import cron_zone, load_zone, recorded_zone
     from dislock.core.errors import ConfigurationError
-    from dislock.core.events import pause_spans, pauses, reruns
-    from dislock.core.rerun import waiting
 
     schedule, zone = asked.schedule, asked.zone
     if schedule is None:
@@ -131,17 +178,32 @@ def _missed(
             except ConfigurationError as exc:
                 error(f"{exc}; pass --tz")
                 return EXIT_USAGE
-    if zone is None:
-        try:
-            zone = cron_zone()  # as the wrapper on this machine would read it
-        except ConfigurationError as exc:
-            error(str(exc))
-            return EXIT_USAGE
-    from dislock.cli.admin import DATABASE_NOW
-    from dislock.cli.sending import send
+    try:
+        return schedule, zone or cron_zone()  # as the wrapper on this machine would read it
+    except ConfigurationError as exc:
+        error(str(exc))
+        return EXIT_USAGE
 
-    now = send(conn, DATABASE_NOW)
-    since = now - asked.since
+
+def _judge(
+    conn: Connection,
+    table: tuple[str, ...],
+    history: tuple[str, ...],
+    key: str,
+    schedule: str,
+    tz: tzinfo,
+    since: datetime,
+    now: datetime,
+    grace: timedelta,
+) -> tuple[int, int, list[SlotState]] | int:
+    """How many slots and runs, and each slot's state; or the exit status."""
+    from dislock.cli.runs import missed_slots
+    from dislock.cli.runs.slot_states import Attempt, slot_states
+    from dislock.cli.sending import send
+    from dislock.core.errors import ConfigurationError
+    from dislock.core.events import pause_spans, pauses, reruns
+    from dislock.core.rerun import waiting
+
     rows = send(conn, missed_slots.starts(history, table, key, since))
     # A slot marked late (past its start deadline, nobody started it) has a row but no
     # start; so has one held back by a key of its LOCK_AFTER; neither has an operator's
@@ -151,21 +213,19 @@ def _missed(
         for row in rows
         if row.outcome in (LATE, HELD_BACK) and row.started_at is not None
     ]
-    late = {row.slot_end for row in rows if row.outcome == LATE and row.slot_end is not None}
-    held_back = held_back_slots(rows)
     attempts = [
         Attempt(row.started_at, row.slot_end, row.outcome, bool(row.running))
         for row in rows
         if row.started_at is not None and row.outcome not in NO_START
     ]
-    starts = [(attempt.started_at, attempt.slot_end) for attempt in attempts]
     try:
-        slots = list(missed_slots.schedule_slots(schedule, since, now, asked.grace, zone.tz))
+        slots = list(missed_slots.schedule_slots(schedule, since, now, grace, tz))
     except ConfigurationError as exc:
         error(str(exc))
         return EXIT_USAGE
     if not rows[0].ran_before:
         # A job new within the window did not miss the slots before it existed.
+        starts = [(attempt.started_at, attempt.slot_end) for attempt in attempts]
         slots = missed_slots.from_first_run(slots, starts + marks)
     events = send(conn, pauses(history, key, since))
     spans = send(conn, missed_slots.spans(history, table, key, since))
@@ -173,38 +233,11 @@ def _missed(
         slots,
         attempts,
         now=now,
-        late=late,
+        late={row.slot_end for row in rows if row.outcome == LATE and row.slot_end is not None},
         pauses=pause_spans(events),
         spans=spans,
         retrying=send(conn, waiting(table, key)),
         reruns=reruns(events),
-        held_back=held_back,
+        held_back=held_back_slots(rows),
     )
-    counts = count(states)
-    to_look_at = [found for found in states if found.state in TO_LOOK_AT]
-    readings = warn_disagreements(conn, history, asked.since, key)
-    if as_json:
-        print(
-            dump(
-                {
-                    "key": key,
-                    "schedule": schedule,
-                    "tz": zone.name,
-                    "since": since.isoformat(),
-                    "until": now.isoformat(),
-                    "slots": len(slots),
-                    "runs": len(attempts),
-                    "missed": [found.as_json() for found in to_look_at],
-                    "covered": [found.slot.as_json() for found in states if found.state == COVERED],
-                    "counts": counts,
-                    "states": [found.as_json() for found in states],
-                    "readings": [reading.as_json() for reading in readings],
-                }
-            )
-        )
-    else:
-        listed = states if asked.every else to_look_at
-        if listed:
-            print(render_slots(listed))
-        print(describe_missed(key, schedule, zone.name, since, counts))
-    return EXIT_FAILURE if to_look_at else EXIT_OK
+    return len(slots), len(attempts), states

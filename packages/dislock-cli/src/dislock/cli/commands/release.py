@@ -50,7 +50,8 @@ def _release(
     slot: int | None,
 ) -> int:
     from dislock.cli.admin import format_duration, no_row_text, released_text
-    from dislock.cli.lock_rows import forced_release, release_keys, row_security, states
+    from dislock.cli.lock_rows import forced_release, release_keys, states
+    from dislock.cli.row_security import row_security
     from dislock.cli.sending import send
     from dislock.core.bounds import clip, escape
     from dislock.core.kinds import parse_row_key

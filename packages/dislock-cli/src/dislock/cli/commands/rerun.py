@@ -47,7 +47,7 @@ def _rerun(
 ) -> int:
     from dislock.cli.admin import no_row_text
     from dislock.cli.commands._recorded import record_event
-    from dislock.cli.lock_rows import row_security
+    from dislock.cli.row_security import row_security
     from dislock.cli.runs.history_report import format_time
     from dislock.cli.sending import send
     from dislock.core import events, rerun

@@ -28,14 +28,13 @@ from dislock.cli.serve.fleet_status import (
     build_snapshot,
     lock_delay_end,
 )
+from dislock.cli.serve.kept_runs import RunCounts, WindowStarts
 from dislock.cli.serve.scrape import (
     RECENT_SECONDS,
     SCRAPE_CONNECT_TIMEOUT,
     SCRAPE_STATEMENT_TIMEOUT_MS,
-    RunCounts,
-    WindowStarts,
+    ScrapeStatements,
     lock_delay_end_of,
-    scrape_statements,
     span_of_row,
 )
 from dislock.cli.serve.slot_windows import ScheduleWindows
@@ -48,6 +47,35 @@ logger = logging.getLogger("dislock.serve")
 
 CONNECTION_WAIT_SECONDS = 10.0
 """A request waits this long for the connection another request is using."""
+
+
+class _Turns:
+    """The kept connection, lent to one request at a time.  A scrape waiting for it
+    goes before every page view waiting: a page reloaded in many tabs must not make
+    Prometheus's scrapes time out and ``dislock_up`` look flaky."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._busy = False
+        self._scrapes = 0  # waiting
+
+    def take(self, *, scrape: bool, timeout: float) -> bool:
+        with self._changed:
+            self._scrapes += scrape
+            try:
+                free = self._changed.wait_for(
+                    lambda: not self._busy and (scrape or not self._scrapes), timeout
+                )
+                self._busy = free
+                return free
+            finally:
+                self._scrapes -= scrape
+                self._changed.notify_all()  # a scrape that gave up lets page views in
+
+    def give_back(self) -> None:
+        with self._changed:
+            self._busy = False
+            self._changed.notify_all()
 
 
 class _Read(NamedTuple):
@@ -79,9 +107,9 @@ class FleetReader:
         self._url = url
         self._table = table
         self._history = history
-        self._statements = scrape_statements(history, table)
+        self._statements = ScrapeStatements(history, table)
         self._conn: psycopg.Connection[Any] | None = None
-        self._lock = threading.Lock()
+        self._turns = _Turns()
         self._was_up: bool | None = None
         self._counts = RunCounts()
         self._starts = WindowStarts()
@@ -99,8 +127,9 @@ class FleetReader:
             self._conn = psycopg.connect(self._url, **kwargs)
         return self._conn
 
-    def snapshot(self) -> FleetSnapshot:
-        if not self._lock.acquire(timeout=CONNECTION_WAIT_SECONDS):
+    def snapshot(self, *, scrape: bool = False) -> FleetSnapshot:
+        """The fleet now; ``scrape``: for /metrics, which goes first (``_Turns``)."""
+        if not self._turns.take(scrape=scrape, timeout=CONNECTION_WAIT_SECONDS):
             self._report(False, "another request has been reading for too long")
             return FleetSnapshot(datetime.now(timezone.utc), up=False)
         try:
@@ -114,7 +143,7 @@ class FleetReader:
             )
             return FleetSnapshot(datetime.now(timezone.utc), up=False)
         finally:
-            self._lock.release()
+            self._turns.give_back()
         self._report(True, "")
         with self._windows_turn:
             self._windows_turn.wait_for(lambda: self._computed == turn - 1)

@@ -18,14 +18,8 @@ from dislock.core.kinds import GROUP
 
 MISSED_WINDOW = timedelta(hours=24)
 """The slot counts are of the slots of the key's schedule that began in the last 24
-hours (and at least a minute ago, ``dislock.cli.runs.missed_slots.DEFAULT_GRACE``), by
-what became of them (``dislock.cli.runs.slot_states``), as ``dislockctl missed KEY
---since 24h`` judges them: ``dislock_missed_slots`` those nobody started (late and
-held-back ones included; ``dislock_late_slots`` counts the late apart),
-``dislock_failed_slots`` those over whose every attempt failed,
-``dislock_paused_slots`` those a pause skipped, ``dislock_covered_slots`` those
-without a start during which a run still held the key's lease.  A key that first
-ran within the window is judged from its first run's slot on."""
+hours (and at least a minute ago), judged as ``dislockctl missed KEY --since 24h``
+judges them (``dislock.cli.runs.slot_states``); each metric's help says which."""
 
 FAILED_OUTCOMES = ("failed", "lease_lost", "killed", "timed_out", "abandoned")
 """Outcomes a person must look at; the status page lists these first."""
@@ -230,15 +224,10 @@ def build_snapshot(
             continue
         if lock.mode not in MODES:
             continue  # a kind of row this version does not know: not ours to judge
-        locks.setdefault(lock.lock_key, []).append(
-            HeldLock(
-                lock.mode,
-                shown_owner(lock.owner, lock.expire_at, lock.expires_in_seconds),
-                lock.state,
-                lock.expires_in_seconds,
-                lock.forced,
-            )
-        )
+        left = lock.expires_in_seconds
+        owner = shown_owner(lock.owner, lock.expire_at, left)
+        held = HeldLock(lock.mode, owner, lock.state, left, lock.forced)
+        locks.setdefault(lock.lock_key, []).append(held)
     runs = {row.lock_key: row for row in latest}
     statuses = []
     for lock_key in sorted(set(locks) | set(runs) | set(pauses)):
@@ -248,17 +237,8 @@ def build_snapshot(
             duration = row.duration_seconds
             if row.outcome == "running":
                 duration = max(0.0, (now - row.started_at).total_seconds())
-            last_run = LastRun(
-                row.owner,
-                row.host,
-                row.started_at,
-                row.ended_at,
-                row.outcome,
-                row.exit_code,
-                duration,
-                row.output,
-                row.envelope,
-            )
+            run = (row.owner, row.host, row.started_at, row.ended_at, row.outcome, row.exit_code)
+            last_run = LastRun(*run, duration, row.output, row.envelope)
         reason, until = pauses.get(lock_key, (None, None))
         counts = slot_counts.get(lock_key)
         statuses.append(

@@ -8,7 +8,7 @@ CLI depends on.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta, timezone
 from typing import NamedTuple
 
@@ -64,191 +64,186 @@ def _timestamp(value: datetime | None) -> float | None:
     return None if value is None else value.timestamp()
 
 
+Sample = tuple[tuple[str, ...], float]
+Samples = Callable[[KeyStatus, str], Iterable[Sample]]
+"""A per-key family's samples of one key, given its label (``key_label``)."""
+
+_WINDOW_HOURS = int(MISSED_WINDOW.total_seconds() // 3600)
+
+
+def _one(value: Callable[[KeyStatus], float | None]) -> Samples:
+    """A family with one sample per key, labelled by the key alone; none when ``value``
+    is None (a key without any run has no run metrics: a zero timestamp would read as
+    "last succeeded in 1970")."""
+
+    def samples(key: KeyStatus, label: str) -> Iterable[Sample]:
+        found = value(key)
+        return () if found is None else (((label,), found),)
+
+    return samples
+
+
+def _slots(field: str) -> Samples:
+    """The count of a slot state (``KeyStatus.missed_slots``, …), for keys with a schedule."""
+    return _one(lambda key: None if getattr(key, field) is None else float(getattr(key, field)))
+
+
+def _held(key: KeyStatus, label: str) -> Iterable[Sample]:
+    # One sample per mode: an N-holder lease has a row per slot, and counts its held ones.
+    modes: dict[str, float] = {}
+    for lock in key.locks:
+        modes[lock.mode] = modes.get(lock.mode, 0.0) + (1.0 if lock.state == "held" else 0.0)
+    return (((label, mode), count) for mode, count in modes.items())
+
+
+def _past_envelope(key: KeyStatus) -> float | None:
+    run = key.last_run
+    if run is None or run.envelope is None:
+        return None
+    return 1.0 if run.outcome == "running" and run.mark == SLOW else 0.0
+
+
+def _runs(key: KeyStatus, label: str) -> Iterable[Sample]:
+    if key.last_run is None and not key.runs_total:
+        return ()
+    outcomes = dict.fromkeys(RUN_OUTCOMES, 0)
+    for outcome, count in key.runs_total.items():
+        if outcome not in PAUSE_EVENTS:
+            outcomes[outcome_label(outcome)] = outcomes.get(outcome_label(outcome), 0) + count
+    return (((label, outcome), float(count)) for outcome, count in sorted(outcomes.items()))
+
+
+class _PerKey(NamedTuple):
+    name: str
+    documentation: str
+    samples: Samples
+    labels: tuple[str, ...] = ("key",)
+    kind: str = "gauge"
+
+
+_PER_KEY = (
+    _PerKey(
+        "dislock_lock_held",
+        "1 while the key's lock of this mode is held, 0 once released or expired"
+        " (an N-holder lease: how many of its slots are held).",
+        _held,
+        labels=("key", "mode"),
+    ),
+    _PerKey(
+        "dislock_paused",
+        "1 while the key is paused fleet-wide.",
+        _one(lambda key: 1.0 if key.paused_until is not None else 0.0),
+    ),
+    _PerKey(
+        "dislock_last_start_timestamp_seconds",
+        "When the key's latest recorded run started (database clock).",
+        _one(lambda key: key.last_run and key.last_run.started_at.timestamp()),
+    ),
+    _PerKey(
+        "dislock_last_success_timestamp_seconds",
+        "When the key's latest successful run (exit 0) ended (database clock).",
+        _one(lambda key: _timestamp(key.last_success_at)),
+    ),
+    _PerKey(
+        "dislock_last_run_duration_seconds",
+        "How long the key's latest run took (so far, while it runs).",
+        _one(lambda key: key.last_run and key.last_run.duration_seconds),
+    ),
+    _PerKey(
+        "dislock_running_past_envelope",
+        f"1 while the key's latest run is still going and has run longer than {FACTOR:g} x"
+        f" the median and the longest of the key's last {WINDOW} successful runs before it"
+        f" (keys with at least {MIN_RUNS} of them).",
+        _one(_past_envelope),
+    ),
+    _PerKey(
+        "dislock_runs",
+        "Recorded runs of the key by outcome, over the history the table keeps.",
+        _runs,
+        labels=("key", "outcome"),
+        kind="counter",
+    ),
+    _PerKey(
+        "dislock_missed_slots",
+        f"Schedule slots that began in the last {_WINDOW_HOURS} h in which no run of the key"
+        " started and none was still going (late ones included; paused ones not).",
+        _slots("missed_slots"),
+    ),
+    _PerKey(
+        "dislock_failed_slots",
+        f"Schedule slots that began in the last {_WINDOW_HOURS} h and are over, in which every"
+        " attempt of the key failed (its retries used up, or none asked for).",
+        _slots("failed_slots"),
+    ),
+    _PerKey(
+        "dislock_late_slots",
+        f"Schedule slots that began in the last {_WINDOW_HOURS} h that nobody started before"
+        " their start deadline (LOCK_START_DEADLINE_SECONDS).",
+        _slots("late_slots"),
+    ),
+    _PerKey(
+        "dislock_paused_slots",
+        f"Schedule slots that began in the last {_WINDOW_HOURS} h without a start while a"
+        " dislockctl pause of the key was in force (not missed).",
+        _slots("paused_slots"),
+    ),
+    _PerKey(
+        "dislock_covered_slots",
+        f"Schedule slots that began in the last {_WINDOW_HOURS} h without a start of the key"
+        " because a run of it still held the lease (a run longer than its interval).",
+        _slots("covered_slots"),
+    ),
+)
+
+
 def metric_families(snapshot: FleetSnapshot) -> list[Family]:
-    """The exposition of a snapshot.  A key without any run has no run metrics
-    (a zero timestamp would read as "last succeeded in 1970")."""
-    up = Family(
-        "dislock_up",
-        "gauge",
-        "1 if the database answered this scrape, else 0.",
-        (),
-        (((), 1.0 if snapshot.up else 0.0),),
-    )
-    held: list[tuple[tuple[str, ...], float]] = []
-    paused: list[tuple[tuple[str, ...], float]] = []
-    starts: list[tuple[tuple[str, ...], float]] = []
-    successes: list[tuple[tuple[str, ...], float]] = []
-    durations: list[tuple[tuple[str, ...], float]] = []
-    runs: list[tuple[tuple[str, ...], float]] = []
-    missed: list[tuple[tuple[str, ...], float]] = []
-    covered: list[tuple[tuple[str, ...], float]] = []
-    failed: list[tuple[tuple[str, ...], float]] = []
-    late: list[tuple[tuple[str, ...], float]] = []
-    paused_slots: list[tuple[tuple[str, ...], float]] = []
-    past_envelope: list[tuple[tuple[str, ...], float]] = []
-    for key in snapshot.keys:
-        name = key_label(key.lock_key)
-        # One sample per mode: an N-holder lease has a row per slot, and counts its held ones.
-        modes: dict[str, float] = {}
-        for lock in key.locks:
-            modes[lock.mode] = modes.get(lock.mode, 0.0) + (1.0 if lock.state == "held" else 0.0)
-        held.extend(((name, mode), count) for mode, count in modes.items())
-        paused.append(((name,), 1.0 if key.paused_until is not None else 0.0))
-        if key.last_run is not None:
-            starts.append(((name,), key.last_run.started_at.timestamp()))
-            if key.last_run.duration_seconds is not None:
-                durations.append(((name,), key.last_run.duration_seconds))
-            if key.last_run.envelope is not None:
-                past = key.last_run.outcome == "running" and key.last_run.mark == SLOW
-                past_envelope.append(((name,), 1.0 if past else 0.0))
-        success = _timestamp(key.last_success_at)
-        if success is not None:
-            successes.append(((name,), success))
-        if key.last_run is not None or key.runs_total:
-            outcomes = dict.fromkeys(RUN_OUTCOMES, 0)
-            for outcome, count in key.runs_total.items():
-                if outcome in PAUSE_EVENTS:
-                    continue
-                label = outcome_label(outcome)
-                outcomes[label] = outcomes.get(label, 0) + count
-            runs.extend(
-                ((name, outcome), float(count)) for outcome, count in sorted(outcomes.items())
-            )
-        if key.missed_slots is not None:
-            missed.append(((name,), float(key.missed_slots)))
-        if key.covered_slots is not None:
-            covered.append(((name,), float(key.covered_slots)))
-        if key.failed_slots is not None:
-            failed.append(((name,), float(key.failed_slots)))
-        if key.late_slots is not None:
-            late.append(((name,), float(key.late_slots)))
-        if key.paused_slots is not None:
-            paused_slots.append(((name,), float(key.paused_slots)))
-    window = int(MISSED_WINDOW.total_seconds() // 3600)
-    delay = Family(
-        "dislock_lock_delay_end_timestamp_seconds",
-        "gauge",
-        "While a lock delay after a database failover runs, when it ends: no lock of any"
-        " key is taken before. 0 when none runs.",
-        (),
-        (((), _timestamp(snapshot.lock_delay_end) or 0.0),) if snapshot.up else (),
-    )
-    loopholes = Family(
-        "dislock_grant_loopholes",
-        "gauge",
-        "How many roles can get around the lock table's grants (table-wide privileges,"
-        " MAINTAIN, membership in the owner, BYPASSRLS): dislockctl grants lists them.",
-        (),
-        (((), float(snapshot.grant_loopholes)),) if snapshot.up else (),
-    )
+    """The exposition of a snapshot: the fleet's families, then one per ``_PER_KEY``."""
+    labelled = [(key, key_label(key.lock_key)) for key in snapshot.keys]
+    per_key = [
+        Family(name, kind, text, labels, tuple(s for key, at in labelled for s in samples(key, at)))
+        for name, text, samples, labels, kind in _PER_KEY
+    ]
+    return [*_fleet_families(snapshot), _group_held(snapshot), *per_key]
+
+
+def _fleet_families(snapshot: FleetSnapshot) -> list[Family]:
+    """The samples without labels: whether the database answered, and what it says of
+    the whole table (none when it did not answer)."""
+    answered = snapshot.up
     return [
-        up,
-        delay,
-        loopholes,
-        _group_held(snapshot),
         Family(
-            "dislock_lock_held",
+            "dislock_up",
             "gauge",
-            "1 while the key's lock of this mode is held, 0 once released or expired"
-            " (an N-holder lease: how many of its slots are held).",
-            ("key", "mode"),
-            tuple(held),
+            "1 if the database answered this scrape, else 0.",
+            (),
+            (((), 1.0 if answered else 0.0),),
         ),
         Family(
-            "dislock_paused",
+            "dislock_lock_delay_end_timestamp_seconds",
             "gauge",
-            "1 while the key is paused fleet-wide.",
-            ("key",),
-            tuple(paused),
+            "While a lock delay after a database failover runs, when it ends: no lock of any"
+            " key is taken before. 0 when none runs.",
+            (),
+            (((), _timestamp(snapshot.lock_delay_end) or 0.0),) if answered else (),
         ),
         Family(
-            "dislock_last_start_timestamp_seconds",
+            "dislock_grant_loopholes",
             "gauge",
-            "When the key's latest recorded run started (database clock).",
-            ("key",),
-            tuple(starts),
-        ),
-        Family(
-            "dislock_last_success_timestamp_seconds",
-            "gauge",
-            "When the key's latest successful run (exit 0) ended (database clock).",
-            ("key",),
-            tuple(successes),
-        ),
-        Family(
-            "dislock_last_run_duration_seconds",
-            "gauge",
-            "How long the key's latest run took (so far, while it runs).",
-            ("key",),
-            tuple(durations),
-        ),
-        Family(
-            "dislock_running_past_envelope",
-            "gauge",
-            f"1 while the key's latest run is still going and has run longer than {FACTOR:g} x"
-            f" the median and the longest of the key's last {WINDOW} successful runs before it"
-            f" (keys with at least {MIN_RUNS} of them).",
-            ("key",),
-            tuple(past_envelope),
-        ),
-        Family(
-            "dislock_runs",
-            "counter",
-            "Recorded runs of the key by outcome, over the history the table keeps.",
-            ("key", "outcome"),
-            tuple(runs),
-        ),
-        Family(
-            "dislock_missed_slots",
-            "gauge",
-            f"Schedule slots that began in the last {window} h in which no run of the key"
-            " started and none was still going (late ones included; paused ones not).",
-            ("key",),
-            tuple(missed),
-        ),
-        Family(
-            "dislock_failed_slots",
-            "gauge",
-            f"Schedule slots that began in the last {window} h and are over, in which every"
-            " attempt of the key failed (its retries used up, or none asked for).",
-            ("key",),
-            tuple(failed),
-        ),
-        Family(
-            "dislock_late_slots",
-            "gauge",
-            f"Schedule slots that began in the last {window} h that nobody started before"
-            " their start deadline (LOCK_START_DEADLINE_SECONDS).",
-            ("key",),
-            tuple(late),
-        ),
-        Family(
-            "dislock_paused_slots",
-            "gauge",
-            f"Schedule slots that began in the last {window} h without a start while a"
-            " dislockctl pause of the key was in force (not missed).",
-            ("key",),
-            tuple(paused_slots),
-        ),
-        Family(
-            "dislock_covered_slots",
-            "gauge",
-            f"Schedule slots that began in the last {window} h without a start of the key"
-            " because a run of it still held the lease (a run longer than its interval).",
-            ("key",),
-            tuple(covered),
+            "How many roles can get around the lock table's grants (table-wide privileges,"
+            " MAINTAIN, membership in the owner, BYPASSRLS): dislockctl grants lists them.",
+            (),
+            (((), float(snapshot.grant_loopholes)),) if answered else (),
         ),
     ]
 
 
 def _group_held(snapshot: FleetSnapshot) -> Family:
     """``dislock_group_held``: one sample per group of ``snapshot.groups``."""
-    window = int(MISSED_WINDOW.total_seconds() // 3600)
     return Family(
         "dislock_group_held",
         "gauge",
         "How many slots of the group (LOCK_GROUP=NAME:N) are held; its N is each member's"
-        f" own setting, in no row. Groups with a slot held or ended in the last {window} h.",
+        f" own setting, in no row. Groups with a slot held or ended in the last {_WINDOW_HOURS} h.",
         ("group",),
         tuple(((key_label(group.name),), float(group.held)) for group in snapshot.groups),
     )
@@ -315,29 +310,14 @@ def record_run(
 def host_families(records: Mapping[str, HostRecord]) -> list[Family]:
     """The textfile's families: those of ``metric_families`` a host can know alone."""
     epoch = datetime.fromtimestamp(0, tz=timezone.utc)
-    keys = tuple(
-        KeyStatus(
-            key,
-            last_run=LastRun(
-                "",
-                "",
-                epoch + timedelta(seconds=record.last_start),
-                None,
-                "",
-                None,
-                record.last_duration,
-            ),
-            last_success_at=(
-                None
-                if record.last_success is None
-                else epoch + timedelta(seconds=record.last_success)
-            ),
-            runs_total=record.runs,
-        )
-        for key, record in sorted(records.items())
-    )
-    return [
-        family
-        for family in metric_families(FleetSnapshot(epoch, up=True, keys=keys))
-        if family.name in HOST_FAMILIES
-    ]
+
+    def status(key: str, record: HostRecord) -> KeyStatus:
+        started = epoch + timedelta(seconds=record.last_start)
+        run = LastRun("", "", started, None, "", None, record.last_duration)
+        success = record.last_success
+        ended = None if success is None else epoch + timedelta(seconds=success)
+        return KeyStatus(key, last_run=run, last_success_at=ended, runs_total=record.runs)
+
+    keys = tuple(status(key, record) for key, record in sorted(records.items()))
+    families = metric_families(FleetSnapshot(epoch, up=True, keys=keys))
+    return [family for family in families if family.name in HOST_FAMILIES]

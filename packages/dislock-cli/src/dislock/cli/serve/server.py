@@ -125,7 +125,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self.server.refused_host(hosts)
                 status, kind, payload = 421, "text/plain; charset=utf-8", _MISDIRECTED
             elif path == "/metrics":
-                families = metric_families(self.server.reader.snapshot())
+                families = metric_families(self.server.reader.snapshot(scrape=True))
                 status, kind, payload = 200, CONTENT_TYPE_LATEST, self.server.exposition(families)
             elif path == "/":
                 page = render_page(self.server.reader.snapshot())

@@ -2,24 +2,13 @@
 
 Every machine that may write the run history chooses the cron expression and the
 zone (``cron_tz``) recorded with a run, so a key's latest reading is input nobody
-vetted.  A per-second schedule is 86,400 cron boundaries over the missed-slot
-window (about half a millisecond each), and a new reading on every scrape would
-be that much work again each time.  ``ScheduleWindows`` keeps each key's slots from
-one scrape to the next and bounds what any scrape computes:
-
-* a recorded zone is used only as an IANA name (``dislock.core.cron_zone.recorded_zone``),
-  and a cron expression only up to ``MAX_CRON_LENGTH`` characters;
-* a reading with more than ``MAX_WINDOW_SLOTS`` slots in the window is not counted;
-* a key keeps at most ``MAX_READINGS_PER_KEY`` readings seen within the window, and a
-  further one is not counted until an older one has not been seen for a window
-  (keys that read a schedule alike share its slots);
-* one scrape computes at most ``SCRAPE_BOUNDARY_BUDGET`` boundaries over every key,
-  shared out in turns, the longest-waiting reading first; a reading that did not
-  catch up goes on from where it stopped at the next scrape, and is not counted
-  until it has.
-
-A reading that is not counted has no ``dislock_missed_slots`` sample: no count
-rather than a wrong one.  Each reason is told once per key (``Scrape.notes``).
+vetted: a per-second schedule is 86,400 cron boundaries over the window, and a new
+reading on every scrape would be that much work again each time.
+``ScheduleWindows`` keeps each key's slots from one scrape to the next and bounds
+what any scrape computes (``MAX_CRON_LENGTH``, ``MAX_WINDOW_SLOTS``,
+``MAX_READINGS_PER_KEY``, ``SCRAPE_BOUNDARY_BUDGET``; docs/operator.md lists the
+rules).  A reading that is not counted has no ``dislock_missed_slots`` sample: no
+count rather than a wrong one.  Each reason is told once per key (``Scrape.notes``).
 """
 
 from __future__ import annotations

@@ -1,0 +1,162 @@
+"""Watching a wrapped command until it ends, or must be stopped: its lease lost
+(under ``TERMINATE``), its maximum runtime over (``Bound``), or its guard having
+killed it; the wrapper's exit status, said in one line when it is not the command's.
+
+Hand-written in ``dislock/aio/_watching.py``; ``dislock/_sync/_watching.py`` is
+generated from it by ``tools/async_to_sync.py``.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from collections.abc import Sequence
+from time import monotonic
+from typing import NamedTuple
+
+from dislock.core.context import (
+    LEASE_LOST_EXIT_CODE,
+    MAX_RUNTIME_EXIT_CODE,
+    LeaseLossPolicy,
+    LockContext,
+)
+from dislock.core.processes import Guard
+from dislock.core.supervision import (
+    GUARD_FIRED,
+    KILL_GRACE,
+    exit_status,
+    lease_loss_line,
+    loss_grace,
+    max_runtime_line,
+)
+
+from ._compat import Child
+from ._lease import LeaseLock
+from ._stopping import terminate, until
+
+logger = logging.getLogger("dislock")
+
+_GUARD_VERDICT_PATIENCE = 0.5
+"""How long a wrapper whose command was SIGKILLed, or that woke past the instant
+its guard was to kill (it was stopped), waits for its guard to say whether it
+killed the group (the guard exits right after killing)."""
+
+
+async def _guard_killed_at_deadline(guard: Guard, patience: float) -> bool:
+    """Whether the guard killed the group because the deadline passed, waiting up
+    to ``patience`` seconds for it to exit."""
+    return await until(lambda: guard.verdict() is not None, patience) and bool(guard.verdict())
+
+
+class Bound(NamedTuple):
+    """A run's maximum runtime: the lock key it is reported under, the bound, when
+    (monotonic) it is over, and how long after its grace the guard kills."""
+
+    lock_key: str
+    seconds: float
+    stop_at: float
+    guard_lag: float
+
+    @classmethod
+    def starting(cls, context: LockContext, guard_lag: float) -> Bound | None:
+        """``context``'s bound, counted from now; None without one."""
+        seconds = context.max_runtime_seconds
+        if seconds is None:
+            return None
+        return cls(context.lock_key, seconds, monotonic() + seconds, guard_lag)
+
+    @property
+    def guard_at(self) -> float:
+        """The latest instant the guard may be told: the bound, its grace, the lag."""
+        return self.stop_at + KILL_GRACE + self.guard_lag
+
+    def line(self, consequence: str) -> str:
+        return max_runtime_line(self.lock_key, self.seconds, consequence)
+
+
+def _terminating(argv: Sequence[str], child: Child, status: int, grace: float = KILL_GRACE) -> str:
+    return f"terminating {argv[0]} (pid {child.pid}, SIGKILL after {grace:.3g} s), exit {status}"
+
+
+def _guard_killed(argv: Sequence[str], child: Child, status: int) -> str:
+    return f"its guard killed the process group of {argv[0]} (pid {child.pid}), exit {status}"
+
+
+async def watch(
+    child: Child,
+    argv: Sequence[str],
+    lease: LeaseLock | None,
+    policy: LeaseLossPolicy,
+    guard: Guard | None,
+    lag: float,
+    bound: Bound | None,
+) -> tuple[int, bool]:
+    """The wrapper's exit status once the command is over, and whether it was
+    stopped for running past its bound."""
+    while True:
+        deadline: float | None = None
+        wake = None if bound is None else bound.stop_at
+        if lease is None:
+            code = await child.wait(None if wake is None else max(wake - monotonic(), 0.001))
+        else:
+            # Woken by the loss itself, as soon as it is known; and at the
+            # lease's deadline, in case nothing could declare it by then: the
+            # command must be stopping before its row can expire on the server.
+            deadline = lease.deadline
+            if deadline is not None:
+                wake = deadline if wake is None else min(wake, deadline)
+            timeout = None if wake is None else max(wake - monotonic(), 0.001)
+            code = await child.wait_or(lease.lease_lost, timeout)
+        following = lease is not None and policy is LeaseLossPolicy.TERMINATE
+        if guard is not None and (following or bound is not None):
+            # A command SIGKILLed may be the guard's doing: it exits right after.
+            # So may one not yet seen dead when we woke past the guard's instant
+            # (the wrapper was stopped): its exit may not have been reaped yet.
+            now = monotonic()
+            overdue = (following and deadline is not None and now >= deadline + lag) or (
+                bound is not None and now >= bound.stop_at + KILL_GRACE
+            )
+            killed = code == -signal.SIGKILL
+            patience = _GUARD_VERDICT_PATIENCE if killed or overdue else 0.0
+            if await _guard_killed_at_deadline(guard, patience):
+                if code is None:
+                    await child.wait(None)  # SIGKILLed: it is going, if not gone
+                # Which instant the guard kept: the bound's, unless the lease's
+                # deadline came first.
+                if bound is not None and (
+                    not following or deadline is None or bound.stop_at + KILL_GRACE < deadline
+                ):
+                    logger.error(
+                        "%s", bound.line(_guard_killed(argv, child, MAX_RUNTIME_EXIT_CODE))
+                    )
+                    return MAX_RUNTIME_EXIT_CODE, True
+                assert lease is not None
+                lease.declare_if_lost()
+                consequence = _guard_killed(argv, child, LEASE_LOST_EXIT_CODE)
+                logger.error(
+                    "%s", lease_loss_line(lease.context.lock_key, GUARD_FIRED, consequence)
+                )
+                return LEASE_LOST_EXIT_CODE, False
+        if code is not None:
+            return exit_status(code), False
+        if lease is not None and lease.declare_if_lost():
+            if policy is LeaseLossPolicy.TERMINATE:
+                deadline = lease.deadline
+                grace = loss_grace(
+                    lease.replacing, None if deadline is None else deadline - monotonic()
+                )
+                consequence = _terminating(argv, child, LEASE_LOST_EXIT_CODE, grace)
+                line = lease_loss_line(lease.context.lock_key, lease.lost_reason, consequence)
+                await terminate(child, guard, lag, line, grace)
+                return LEASE_LOST_EXIT_CODE, False
+            report_loss(lease, f"{argv[0]} keeps running (lease loss policy: continue)")
+            lease = None  # CONTINUE: stop checking
+        if bound is not None and monotonic() >= bound.stop_at:
+            line = bound.line(_terminating(argv, child, MAX_RUNTIME_EXIT_CODE))
+            await terminate(child, guard, bound.guard_lag, line)
+            return MAX_RUNTIME_EXIT_CODE, True
+
+
+def report_loss(lease: LeaseLock, consequence: str) -> None:
+    """The one line that says a lease was lost and what happens to the command."""
+    logger.error("%s", lease_loss_line(lease.context.lock_key, lease.lost_reason, consequence))

@@ -68,7 +68,11 @@ def test_the_check_reads_successes_started_in_the_slot_in_the_order_named() -> N
 
 
 def test_the_end_of_a_run_wakes_the_jobs_after_it_only_when_it_succeeded() -> None:
-    text = end(("h",), 1, RunEnd("ok", 0)).query.as_string(None)
+    # The plain statement, and the history function's call with the plain one to fall
+    # back on (the function returns the same wake-up: sql/history_functions.sql).
+    called = end(("h",), 1, RunEnd("ok", 0))
+    assert called.fallback is not None and "h_dislock_end" in called.query.as_string(None)
+    text = called.fallback.query.as_string(None)
     assert "RETURNING CASE WHEN outcome = 'ok' THEN pg_notify('dislock_release'," in text
     assert "tableoid::text || ':after:'" in text
 

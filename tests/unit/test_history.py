@@ -34,11 +34,15 @@ def test_outcome_of_a_wrapped_command() -> None:
     assert end_of_block(None, lease_lost=False) == RunEnd("ok")
     assert end_of_block(KeyError("x"), lease_lost=False) == RunEnd("failed")
     assert end_of_block(None, lease_lost=True) == RunEnd("lease_lost")
-    assert end_exchange(("h",), 5, RunEnd("killed", 137, 9)).params == {
-        "id": 5,
-        "outcome": "killed",
-        "exit_code": 137,
-        "signal": 9,
+    ending = end_exchange(("h",), 5, RunEnd("killed", 137, 9))
+    assert ending.fallback is not None
+    assert ending.fallback.params == {"id": 5, "outcome": "killed", "exit_code": 137, "signal": 9}
+    # The function takes every argument, the tails and a late end's time as NULL.
+    assert ending.params == {
+        **ending.fallback.params,
+        "ended_at": None,
+        "stdout_tail": None,
+        "stderr_tail": None,
     }
 
 
@@ -62,10 +66,13 @@ def test_history_table_name_and_quoting() -> None:
         pid=7,
         cron="* * * * *",
     )
-    assert "NOW()" in start.query.as_string(None) and start.params["modes"] == "schedule,lease"
+    assert start.fallback is not None and "NOW()" in start.fallback.query.as_string(None)
+    assert start.params["modes"] == "schedule,lease"
     assert start.read([(42,)]) == 42 == read_run_id([(42,)])
     ending = end_exchange(("h",), 42, RunEnd("ok", 0))
-    assert "ended_at = NOW()" in ending.query.as_string(None) and ending.read([]) is None
+    assert ending.fallback is not None
+    assert "ended_at = NOW()" in ending.fallback.query.as_string(None)
+    assert ending.read([]) is None
 
 
 def test_context_validates_history_settings() -> None:

@@ -37,9 +37,11 @@ class Exchange(NamedTuple, Generic[Answer]):
     params: dict[str, Any]
     read: Callable[[Rows], Answer]
     """The answer of the statement's rows (all of them, possibly none)."""
-    fallback: Callable[[], Exchange[Answer]] | None = None
+    fallback: Exchange[Answer] | None = None
     """For a call to a function of dislock's (``dislock.core.protocol``): the plain
     statement to send instead when the server has no such function (SQLSTATE 42883)."""
+    functions_of: tuple[str, ...] | None = None
+    """The table whose functions it calls (``protocol.MISSING`` learns of it then)."""
 
 
 def read_flag(rows: Rows) -> bool:

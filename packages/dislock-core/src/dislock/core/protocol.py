@@ -164,9 +164,12 @@ def via_function(
     functions; ``plain`` itself once this process knows it has none."""
     if table_parts in MISSING:
         return plain
-    return called._replace(fallback=lambda: _missing(table_parts, plain))
+    return called._replace(fallback=plain, functions_of=table_parts)
 
 
-def _missing(table_parts: tuple[str, ...], plain: Exchange[Any]) -> Exchange[Any]:
-    MISSING.add(table_parts)
-    return plain
+def missing(exchange: Exchange[Any]) -> Exchange[Any]:
+    """The server has no function ``exchange`` calls: its plain statement, to send
+    instead; the table's other calls are sent plain from now on."""
+    assert exchange.fallback is not None and exchange.functions_of is not None
+    MISSING.add(exchange.functions_of)
+    return exchange.fallback

@@ -35,6 +35,7 @@ from dislock.core.failover import TIMELINE_NOW
 from dislock.core.hub_state import HubState
 from dislock.core.patience import ConnectPatience, passing_answer
 from dislock.core.preparing import PREPARED_STATEMENT_ERRORS, SERVER_PID
+from dislock.core.protocol import missing
 from dislock.core.renewal import Renewal
 from dislock.core.timeouts import STATEMENT_FLOOR
 
@@ -127,7 +128,7 @@ class Hub(HubState[Link]):
             if exchange.fallback is None:
                 raise
             left = max(timeout - (monotonic() - started), STATEMENT_FLOOR)
-            return self.ask(exchange.fallback(), left, patience)
+            return self.ask(missing(exchange), left, patience)
         # The result's status, not ``description``: building the columns' descriptions
         # costs more than reading a lock statement's answer.
         result = cursor.pgresult

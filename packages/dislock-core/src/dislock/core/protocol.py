@@ -25,7 +25,7 @@ from typing import Any
 from psycopg import sql
 
 from dislock.core.bounds import MAX_STORED_BYTES
-from dislock.core.exchange import Exchange, read_flag
+from dislock.core.exchange import Answer, Exchange, read_flag
 from dislock.core.failover import (
     NEVER_NOTICED,
     SCOPE_KEY_PREFIX,
@@ -167,7 +167,7 @@ def via_function(
     return called._replace(fallback=plain, functions_of=table_parts)
 
 
-def missing(exchange: Exchange[Any]) -> Exchange[Any]:
+def missing(exchange: Exchange[Answer]) -> Exchange[Answer]:
     """The server has no function ``exchange`` calls: its plain statement, to send
     instead; the table's other calls are sent plain from now on."""
     assert exchange.fallback is not None and exchange.functions_of is not None

@@ -133,3 +133,17 @@ def test_print_sql_carries_the_functions(
     ran = run_cli(["DATABASE_URL", "true"], lease_env)
     assert ran.returncode == 0, ran.stderr
     assert _calls_reach(db, lock_table, "acquire") == 1
+
+
+def test_check_says_what_init_would_add(
+    db: psycopg.Connection[Any], lock_table: tuple[str, str], ctl: Ctl
+) -> None:
+    assert ctl("init").returncode == 0
+    before = ctl("check")
+    assert before.returncode == 0, before.stderr
+    assert "  lock functions  installed (one call per lock step)" in before.stdout
+    _drop_functions(db, lock_table)
+    after = ctl("check")
+    assert after.returncode == 0, after.stderr
+    assert "  lock functions  not installed: plain statements are sent" in after.stdout
+    assert "init adds the functions" in after.stdout

@@ -48,6 +48,7 @@ def _check(conn: Connection, settings: WrapperSettings) -> int:
     print(f"  database now    {now.isoformat(timespec='seconds')}")
     if _print_max_ttl(conn, table_parts, settings) is not None:
         return EXIT_USAGE
+    _print_functions(conn, table_parts)
     _print_lock_delay(conn, table_parts)
     _print_replication(conn)
     _print_lock_state(conn, settings, now)
@@ -218,6 +219,22 @@ def _print_lock_state(conn: Connection, settings: WrapperSettings, now: datetime
             expires = describe_expiry(remaining)
             state = f"held by {clip(owner)}, expires {expires}: a run now would {busy}"
         print(f"  {strategy:<14}  {state}")
+
+
+def _print_functions(conn: Connection, table: tuple[str, ...]) -> None:
+    """Whether the lock functions of this version are beside the table, and if not,
+    what ``init`` would add."""
+    from dislock.core.grant_catalog import qualified
+    from dislock.core.protocol import installed
+
+    found = send(conn, qualified(table))
+    if found is not None and send(conn, installed(found)):
+        print("  lock functions  installed (one call per lock step)")
+        return
+    print(
+        "  lock functions  not installed: plain statements are sent (dislockctl URL_VARIABLE"
+        " init adds the functions: one call per lock step, plans kept by the server)"
+    )
 
 
 def _print_max_ttl(

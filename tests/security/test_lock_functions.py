@@ -286,3 +286,51 @@ def test_grants_reports_a_write_privilege_given_by_hand_to_a_wrapper(
     revoke = line.split(": ", 2)[2].split(" (or ")[0]
     db.execute(revoke)
     assert ctl(fleet.admin_url, "grants", table=fleet.table)[0] == 0
+
+
+def test_init_writes_a_grant_made_before_the_functions_again_once(
+    fleet: Fleet, db: psycopg.Connection[Any]
+) -> None:
+    """A fleet upgrading: its grants were written when wrappers wrote the table by hand.
+    ``init`` writes each again as it was (keys, quota), so that its role writes through
+    the functions only; a second ``init`` writes nothing."""
+    from dislock.core.grants import policy_name
+
+    table = sql.Identifier(*fleet.table)
+    read_policy = sql.Identifier(policy_name(BILLING_ROLE, "read"))
+    db.execute(
+        sql.SQL("COMMENT ON POLICY {} ON {} IS {}").format(
+            read_policy,
+            table,
+            sql.Literal('{"access": "wrapper", "keys": ["billing-*"], "max_keys": 7}'),
+        )
+    )
+    db.execute(
+        sql.SQL("GRANT INSERT, UPDATE (value, expire_at) ON {} TO {}").format(
+            table, sql.Identifier(BILLING_ROLE)
+        )
+    )
+    status, out, err = ctl(fleet.admin_url, "init", table=fleet.table)
+    assert status == 0, err
+    name = sql.Identifier(*fleet.table).as_string(None)
+    (writes,) = db.execute(
+        "SELECT has_any_column_privilege(%s, %s, 'INSERT')"
+        " OR has_any_column_privilege(%s, %s, 'UPDATE')",
+        (BILLING_ROLE, name, BILLING_ROLE, name),
+    ).fetchone() or (None,)
+    assert writes is False
+    status, out, err = ctl(fleet.admin_url, "grants", "--json", table=fleet.table)
+    import json
+
+    (billing,) = [g for g in json.loads(out)["grants"] if g["role"] == BILLING_ROLE]
+    assert (billing["keys"], billing["max_keys"], billing["current"]) == (["billing-*"], 7, True)
+
+    def versions() -> list[Any]:
+        return db.execute(
+            "SELECT xmin::text FROM pg_policy WHERE polrelid = %s::regclass ORDER BY polname",
+            (name,),
+        ).fetchall()
+
+    before = versions()
+    assert ctl(fleet.admin_url, "init", table=fleet.table)[0] == 0
+    assert versions() == before

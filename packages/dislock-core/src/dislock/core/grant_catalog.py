@@ -211,8 +211,9 @@ def parse_grant(policy: str, comment: str | None) -> Grant | None:
             Access(described["access"]),
             tuple(map(str, described["keys"])),
             None if most is None else int(most),
-            None if budget is None else int(budget),
+            None if not budget else int(budget),
             bool(described.get("plain_writes", False)),
+            described.get("protocol") == 1,
         )
     except (ValueError, KeyError, TypeError, AttributeError):
         return None

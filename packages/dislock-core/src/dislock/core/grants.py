@@ -102,6 +102,8 @@ class Grant(NamedTuple):
     no limit."""
     plain_writes: bool = False
     """Whether it may write the lock table by hand too (``grant --plain-writes``)."""
+    current: bool = True
+    """Whether it was written for the lock functions (``init`` writes an older one again)."""
 
 
 def quota_of(access: Access, max_keys: int | None) -> int:
@@ -382,7 +384,8 @@ def grant_statements(
                         "keys": list(patterns),
                         "max_keys": quota_of(access, max_keys) or None,
                         **({"plain_writes": True} if plain_writes else {}),
-                        "max_history_mib": budget or None,
+                        "max_history_mib": budget,
+                        "protocol": 1,
                     }
                 )
             ),

@@ -48,8 +48,12 @@ def run(call: Call) -> int:
         for statement in _statements(table, args.fencing, history, max_ttl):
             print(statement)
         return EXIT_OK
+    grants_history = call.history_table()
     return call.connected(
-        lambda conn: _init(conn, table, args.fencing, history, max_ttl, patience),
+        lambda conn: (
+            _init(conn, table, args.fencing, history, max_ttl, patience)
+            or _upgrade_grants(conn, table, grants_history, patience)
+        ),
         on_denied=lambda detail: (
             f"this role may not create the lock table ({detail}); run init as the table's"
             " owner, or apply `init --print-sql` through your migrations"
@@ -155,6 +159,33 @@ def _init(
     if history is not None:
         print(f"history table {'.'.join(history)} is ready: set LOCK_HISTORY=1 to record runs")
     return _record_max_ttl(conn, table, max_ttl)
+
+
+def _upgrade_grants(
+    conn: Connection, table: tuple[str, ...], history: tuple[str, ...], patience: float
+) -> int:
+    """Write each grant made before the lock functions again, as it was (its role then
+    writes through them): a second ``init`` finds none to write."""
+    from dislock.cli.commands import _granting
+    from dislock.cli.sending import send
+    from dislock.core.grant_catalog import grants_on
+
+    for old in [g for g in send(conn, grants_on(table)) if not g.current]:
+        status = _granting.grant(
+            conn,
+            table,
+            history,
+            old.role,
+            old.access,
+            list(old.keys),
+            print_sql=False,
+            patience=patience,
+            max_keys=old.max_keys or 0,
+            plain_writes=old.plain_writes,
+        )
+        if status != EXIT_OK:
+            return status
+    return EXIT_OK
 
 
 def _guard_installed(conn: Connection, table: tuple[str, ...]) -> bool:

@@ -94,7 +94,9 @@ BEGIN
     END IF;
     PERFORM set_config('synchronous_commit', 'off', true);
     FOR v_row IN
-        UPDATE {history} SET ended_at = coalesce(p_ended_at, now()), outcome = p_outcome,
+        -- An end kept on its host carries when the run ended: between its start and now.
+        UPDATE {history} SET ended_at = least(greatest(coalesce(p_ended_at, now()), started_at),
+            now()), outcome = p_outcome,
             exit_code = p_exit_code, signal = p_signal,
             stdout_tail = p_stdout_tail, stderr_tail = p_stderr_tail
         WHERE id = p_id AND ended_at IS NULL

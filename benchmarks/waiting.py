@@ -110,9 +110,10 @@ def release_notify_cost(url: str, cycles: int) -> tuple[float, float]:
         plain,
         statements.queries.release,
     )
-    params = statements.release("bench-release", "bench", "bench-release").params
+    key = "cronjob-lock:lease:bench-release"
+    params = statements.release(key, "bench", "bench-release").params
     totals = [0.0, 0.0]
-    acquire = statements.acquire_for("bench-release", "bench", 60.0)
+    acquire = statements.acquire_for(key, "bench", 60.0)
     with psycopg.connect(url, autocommit=True, prepare_threshold=None) as conn:
         for cycle in range(cycles + 10):
             for index, release in enumerate(variants):  # interleaved: same noise

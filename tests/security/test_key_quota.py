@@ -212,8 +212,8 @@ def test_a_keys_further_slots_are_bounded_as_dislock_numbers_them(fleet: Fleet) 
     numbers them, and no others."""
     import re
 
-    from dislock.core.bounds import SLOTS
     from dislock.core.grants import _SLOT_NUMBER
+    from dislock.core.variables import SLOTS
 
     numbers = re.compile(f"^{_SLOT_NUMBER}$")
     assert [n for n in range(0, int(SLOTS.high) + 100) if numbers.match(str(n))] == list(

@@ -18,10 +18,11 @@ from psycopg import sql
 
 from dislock.cli.shown import READ, cut, read, was_cut
 from dislock.core import events
-from dislock.core.bounds import OUTPUT_TAIL, SHOWN_CHARS, clip, printable
+from dislock.core.bounds import SHOWN_CHARS, clip, printable
 from dislock.core.exchange import Exchange, Rows, select_list
 from dislock.core.history import TAILS
 from dislock.core.rows import lease_key, schedule_key
+from dislock.core.variables import OUTPUT_TAIL
 
 
 def table_exists(table_parts: tuple[str, ...]) -> Exchange[bool]:

@@ -22,7 +22,7 @@ from dislock.core.after import check_after
 from dislock.core.config import SCHEDULE, normalize_strategies
 from dislock.core.context import LeaseLossPolicy, LockContext, default_owner
 from dislock.core.errors import LeaseLostError, LockNotAcquiredError, MaxRuntimeExceeded
-from dislock.core.exits import Exc, ExcType, Tb
+from dislock.core.exit_arguments import Exc, ExcType, Tb
 from dislock.core.groups import group_context
 from dislock.core.kinds import LEASE
 from dislock.core.retries import check_retries

@@ -18,7 +18,7 @@ from dislock.core.after import check_after
 from dislock.core.dsn import parse_dsn, redact_dsn
 from dislock.core.errors import ConfigurationError
 from dislock.core.groups import parse_group
-from dislock.core.replace import MAX_OWNER_BYTES
+from dislock.core.replace_marks import MAX_OWNER_BYTES
 from dislock.core.setting import Setting
 
 if TYPE_CHECKING:
@@ -180,7 +180,7 @@ class LockContext:
     """With a lease held by a live holder: ask it to stop and hand the lease over,
     rather than be refused.  The holder's command (or block) is stopped as on any
     lease loss and hands the row over once it is gone; a holder that does not
-    (dead, frozen) is outlived by its row's expiry (``dislock.core.replace``)."""
+    (dead, frozen) is outlived by its row's expiry (``dislock.core.replace_marks``)."""
     cron_tz: str | tzinfo | None = None
     """Time zone ``schedule`` is read in: an IANA name (``"Europe/Berlin"``) or a
     ``tzinfo``. Default: the local zone (``TZ``, else ``/etc/localtime``), the zone

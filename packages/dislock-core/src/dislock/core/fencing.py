@@ -20,7 +20,7 @@ from dislock.core import bounds
 from dislock.core.exchange import Exchange, Rows, read_flag
 from dislock.core.kinds import LEASE, kind
 from dislock.core.policy_functions import beside
-from dislock.core.replace import HANDED_MARK, REPLACED_MARK
+from dislock.core.replace_marks import HANDED_MARK, REPLACED_MARK
 from dislock.core.variables import SLOTS
 
 SETTING = "dislock.fencing_token"

@@ -51,8 +51,8 @@ from psycopg import sql
 from dislock.core.after import success_notice
 from dislock.core.config import check_table_parts
 from dislock.core.errors import MaxRuntimeExceeded
-from dislock.core.events import PAUSE_MODES
 from dislock.core.exchange import Exchange, Rows, read_flag
+from dislock.core.operator_commands import PAUSE_MODES
 
 HISTORY_TIMEOUT = 2.0
 """Seconds a history statement may take before it is cancelled and logged."""

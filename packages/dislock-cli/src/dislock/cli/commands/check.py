@@ -39,7 +39,7 @@ def _check(conn: Connection, settings: WrapperSettings) -> int:
     from dislock.core.bounds import MAX_REASON_BYTES, clip, escape
     from dislock.core.cron import next_fires, slot_end
     from dislock.core.kinds import kind
-    from dislock.core.lease import LeaseClock, LeaseSettings
+    from dislock.core.lease_clock import LeaseClock, LeaseSettings
     from dislock.core.rows import pause_key
 
     context = settings.context
@@ -203,7 +203,7 @@ def _print_max_ttl(
     conn: Connection, table: tuple[str, ...], settings: WrapperSettings | None
 ) -> str | None:
     """The table's maximum lease TTL; the refusal when the configured lease exceeds it."""
-    from dislock.core.lease import LeaseSettings
+    from dislock.core.lease_clock import LeaseSettings
     from dislock.core.limits import max_ttl, too_long
     from dislock.core.variables import TTL
 

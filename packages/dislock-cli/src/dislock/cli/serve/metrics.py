@@ -16,9 +16,9 @@ from dislock.cli.runs.envelope import FACTOR, MIN_RUNS, SLOW, WINDOW
 from dislock.cli.serve.fleet_status import MISSED_WINDOW, FleetSnapshot, KeyStatus, LastRun
 from dislock.cli.shown import OTHER_OUTCOME
 from dislock.core.bounds import MAX_KEY_BYTES, clip, escape
-from dislock.core.events import PAUSED, RESUMED
 from dislock.core.held_back import HELD_BACK
 from dislock.core.history import OUTCOMES
+from dislock.core.operator_commands import PAUSED, RESUMED
 
 
 class Family(NamedTuple):

@@ -129,9 +129,9 @@ def _configure_logging(level: int) -> None:
 
 def console_main() -> NoReturn:
     """The ``dislock`` console script (and ``python -m dislock.cli``): :func:`main`, then
-    an exit that skips the interpreter's teardown (see ``dislock.cli._exit``)."""
+    an exit that skips the interpreter's teardown (see ``dislock.cli.process_exit``)."""
     status = main()
-    from dislock.cli._exit import exit_now
+    from dislock.cli.process_exit import exit_now
 
     exit_now(status)
 

@@ -7,10 +7,10 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from dislock.cli.prometheus import Family
 from dislock.cli.serve.fleet_status import FleetSnapshot, KeyStatus, LastRun, page_order
 from dislock.cli.serve.http_policy import parse_listen
 from dislock.cli.serve.metrics import (
-    Family,
     HostRecord,
     host_families,
     key_label,
@@ -176,7 +176,7 @@ def test_the_chunked_exposition_is_prometheus_clients_own() -> None:
     from prometheus_client.exposition import generate_latest
     from prometheus_client.registry import CollectorRegistry
 
-    from dislock.cli.serve._prometheus import Exposition, Families
+    from dislock.cli.prometheus import Exposition, Families
 
     def whole(families: list[Family]) -> bytes:
         registry = CollectorRegistry(auto_describe=False)

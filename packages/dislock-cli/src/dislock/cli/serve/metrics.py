@@ -1,8 +1,7 @@
 """The Prometheus metric families of a fleet snapshot (``metric_families``), and of
 the per-host textfile the wrapper writes (``DISLOCK_METRICS_TEXTFILE``: its
-records, ``host_families``).  Plain data, independent of any Prometheus library:
-``dislock.cli.serve._prometheus`` hands them to ``prometheus_client``, which only the
-CLI depends on.
+records, ``host_families``), as plain ``Family`` data; ``dislock.cli.prometheus``
+hands them to ``prometheus_client``.
 """
 
 from __future__ import annotations
@@ -12,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta, timezone
 from typing import NamedTuple
 
+from dislock.cli.prometheus import Family
 from dislock.cli.runs.envelope import FACTOR, MIN_RUNS, SLOW, WINDOW
 from dislock.cli.serve.fleet_status import MISSED_WINDOW, FleetSnapshot, KeyStatus, LastRun
 from dislock.cli.shown import OTHER_OUTCOME
@@ -19,18 +19,6 @@ from dislock.core.bounds import MAX_KEY_BYTES, clip, escape
 from dislock.core.held_back import HELD_BACK
 from dislock.core.history import OUTCOMES
 from dislock.core.operator_commands import PAUSED, RESUMED
-
-
-class Family(NamedTuple):
-    """One metric family, independent of any Prometheus library."""
-
-    name: str
-    kind: str
-    """``gauge`` or ``counter`` (named without its ``_total`` suffix)."""
-    documentation: str
-    labels: tuple[str, ...]
-    samples: tuple[tuple[tuple[str, ...], float], ...]
-
 
 PAUSE_EVENTS = (PAUSED, RESUMED, HELD_BACK)
 """History rows of ``dislockctl pause`` and ``resume``, and of a slot held back by

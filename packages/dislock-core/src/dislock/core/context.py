@@ -354,14 +354,43 @@ def _history_on() -> str:
     return _on(v.HISTORY) + (" (and dislockctl init --history)" if _BY_VARIABLE.get() else "")
 
 
-def context_from_environment(**fields: Any) -> LockContext:
-    """A ``LockContext`` of the wrapper's variables (read through ``dislock.core.variables``):
-    checked as any, each refusal naming the variable rather than the field."""
+def context_from_environment(strategies: Sequence[str], **fields: Any) -> LockContext:
+    """A ``LockContext`` of the wrapper's variables (read through ``dislock.core.variables``)
+    for ``strategies``: checked as any, each refusal naming the variable, not the field."""
     token = _BY_VARIABLE.set(True)
     try:
-        return LockContext(**fields)
+        context = LockContext(**fields)
+        check_strategies(context, strategies)
+        return context
     finally:
         _BY_VARIABLE.reset(token)
+
+
+def check_strategies(context: LockContext, strategies: Sequence[str]) -> None:
+    """What the strategies allow: retries, a start deadline and ``after`` need a schedule
+    slot (a lease-only job may have a schedule, for its history); waiting, slots and
+    replacing need a lease, unless a group or ``after`` is waited for."""
+    from dislock.core.retries import check_retries
+    from dislock.core.waiting import check_waiting
+
+    names = (_name(v.RETRIES), _name(v.START_DEADLINE))
+    check_retries(strategies, context.retries, context.start_deadline_seconds, names=names)
+    if context.after and config.SCHEDULE not in strategies:
+        needs = (_name(v.AFTER), _history_on(), AFTER_NEEDS[_BY_VARIABLE.get()])
+        check_after(context.after, history=context.history, schedule=None, names=needs)
+    try:
+        check_waiting(
+            strategies,
+            context.wait_seconds,
+            context.slots,
+            context.replace,
+            group=context.group is not None,
+            after=bool(context.after),
+        )
+    except ConfigurationError as exc:
+        if not _BY_VARIABLE.get():
+            raise
+        raise ConfigurationError(f"{v.STRATEGY.name}={','.join(strategies)!r}: {exc}") from None
 
 
 def strategies_for(context: LockContext) -> tuple[str, ...]:

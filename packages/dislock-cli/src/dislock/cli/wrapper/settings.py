@@ -5,7 +5,7 @@ Every variable is checked before anything runs, through its entry of
 naming the variable and its value (the database URL excepted: it is never shown).
 A number's text goes to ``LockContext`` as it is: the context checks it, and the
 rules joining several settings, once, naming the variables.  Here: which variables
-a run reads (by its strategies), and what the strategies allow.
+a run reads (by its strategies).
 """
 
 from __future__ import annotations
@@ -15,19 +15,12 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dislock.core import config, variables
-from dislock.core.context import (
-    AFTER_NEEDS,
-    DEFAULT_TABLE,
-    LockContext,
-    context_from_environment,
-    default_owner,
-)
+from dislock.core.context import DEFAULT_TABLE, LockContext, context_from_environment, default_owner
 from dislock.core.dsn import parse_dsn
 from dislock.core.errors import ConfigurationError
 from dislock.core.setting import Setting
 from dislock.core.supervision import check_command
 from dislock.core.variables import LOG_LEVEL
-from dislock.core.waiting import check_waiting
 
 if TYPE_CHECKING:
     from dislock.core.cron_zone import CronZone
@@ -106,7 +99,7 @@ def read_wrapper_settings(
     url_variable: str, command: Sequence[str], environ: Mapping[str, str]
 ) -> WrapperSettings:
     """Validate the wrapper's arguments and environment, in the order users fix them:
-    the URL, the command, the key, the context, then what the strategies allow."""
+    the URL, the command, the key, then the context and what its strategies allow."""
     url = read_database_url(url_variable, environ)
     argv = tuple(check_command(command))
     key = variables.KEY
@@ -133,8 +126,7 @@ def read_wrapper_settings(
     zone = read_cron_zone(environ) if "schedule" in fields else None
     if zone is not None:
         fields["cron_tz"] = zone.tz
-    context = context_from_environment(**fields)
-    _check_strategies(strategies, context)
+    context = context_from_environment(strategies, **fields)
     code: int | None = variables.CONFLICT_EXIT_CODE.read(environ)
     pass_url = read_pass_url(environ)
     return WrapperSettings(url_variable, argv, strategies, context, code or 0, zone, pass_url)
@@ -165,34 +157,6 @@ def read_pass_url(environ: Mapping[str, str]) -> bool:
     its own turns it off, keeping that credential from the command."""
     value: bool | None = variables.PASS_URL.read(environ)
     return True if value is None else value
-
-
-def _check_strategies(strategies: Sequence[str], context: LockContext) -> None:
-    """What the strategies allow: retries, a start deadline and ``LOCK_AFTER`` need a
-    schedule slot; waiting, slots and replacing a lease (``acquire_locks`` checks the
-    same, naming fields)."""
-    from dislock.core.retries import check_retries
-
-    names = (variables.RETRIES.name, variables.START_DEADLINE.name)
-    check_retries(strategies, context.retries, context.start_deadline_seconds, names=names)
-    if context.after and config.SCHEDULE not in strategies:
-        # A lease-only job with history has a schedule (for `missed`), but no slot.
-        raise ConfigurationError(
-            f"{variables.AFTER.name} holds a schedule slot back until the keys succeeded in"
-            f" it: it needs {AFTER_NEEDS[True]}"
-        )
-    try:
-        check_waiting(
-            strategies,
-            context.wait_seconds,
-            context.slots,
-            context.replace,
-            group=context.group is not None,
-            after=bool(context.after),
-        )
-    except ConfigurationError as exc:
-        name = variables.STRATEGY.name
-        raise ConfigurationError(f"{name}={','.join(strategies)!r}: {exc}") from None
 
 
 def read_cron_zone(environ: Mapping[str, str]) -> CronZone:

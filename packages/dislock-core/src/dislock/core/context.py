@@ -7,19 +7,17 @@ import enum
 import os
 import socket
 from collections.abc import Sequence
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
 from typing import TYPE_CHECKING, Any
 
-from dislock.core import bounds, config
+from dislock.core import bounds, config, wording
 from dislock.core import variables as v
 from dislock.core.after import check_after
 from dislock.core.dsn import parse_dsn, redact_dsn
 from dislock.core.errors import ConfigurationError
 from dislock.core.groups import parse_group
 from dislock.core.replace_marks import MAX_OWNER_BYTES
-from dislock.core.setting import Setting
 
 if TYPE_CHECKING:
     from dislock.core.cron_zone import CronZone
@@ -194,7 +192,7 @@ class LockContext:
         for setting in v.NUMBERS:  # each number by its bound, the wrapper's as its own
             name, bound = setting.field, setting.bound
             if name is not None and bound is not None and getattr(self, name) is not None:
-                _set(self, name, bound.check(getattr(self, name), _name(setting)))
+                _set(self, name, bound.check(getattr(self, name), wording.name(setting)))
         self._check_lease()
         self._check_schedule()
         self._check_run()
@@ -210,7 +208,7 @@ class LockContext:
             _set(self, "url", url)
         parse_dsn(self.url)
         _set(self, "table_parts", config.check_table_parts(self.table_parts))
-        bounds.check_key(_name(v.KEY), self.lock_key)
+        bounds.check_key(wording.name(v.KEY), self.lock_key)
         bounds.check_key("owner", self.owner)
         for flag in ("fencing", "history", "replace"):
             if not isinstance(getattr(self, flag), bool):
@@ -222,14 +220,16 @@ class LockContext:
         """The heartbeat within the TTL, derived from it when left out."""
         ttl, interval = self.run_ttl_seconds, self.lease_interval_seconds
         if ttl is not None and interval is None:
-            verb = "set" if _BY_VARIABLE.get() else "give"
+            verb = wording.either("give", "set")
             derived = config.derived_interval(
-                ttl, ttl_name=f"{_name(v.TTL)}={ttl:g}", advice=f"{verb} {_name(v.HEARTBEAT)} too"
+                ttl,
+                ttl_name=f"{wording.name(v.TTL)}={ttl:g}",
+                advice=f"{verb} {wording.name(v.HEARTBEAT)} too",
             )
             _set(self, "lease_interval_seconds", derived)
         elif ttl is not None and interval is not None:
-            config.check_interval(ttl, interval, interval_name=_name(v.HEARTBEAT))
-        policy = LeaseLossPolicy.parse(self.lease_loss_policy, name=_name(v.LEASE_LOSS))
+            config.check_interval(ttl, interval, interval_name=wording.name(v.HEARTBEAT))
+        policy = LeaseLossPolicy.parse(self.lease_loss_policy, name=wording.name(v.LEASE_LOSS))
         _set(self, "lease_loss_policy", policy)
 
     def _check_schedule(self) -> None:
@@ -252,14 +252,14 @@ class LockContext:
             zone = local_zone() if self.cron_tz is None else load_zone(self.cron_tz)
             _set(self, "cron_zone", zone)
             _set(self, "cron_tz", zone.tz)
-        if self.schedule is not None:
-            _set(self, "schedule", check_cron(self.schedule, name=_name(v.SCHEDULE)))
-            check_jitter(
-                self.schedule,
-                self.jitter_max_seconds,
-                jitter_name=_name(v.JITTER),
-                schedule_name=_name(v.SCHEDULE),
-            )
+            if self.schedule is not None:
+                _set(self, "schedule", check_cron(self.schedule, name=wording.name(v.SCHEDULE)))
+                check_jitter(
+                    self.schedule,
+                    self.jitter_max_seconds,
+                    jitter_name=wording.name(v.JITTER),
+                    schedule_name=wording.name(v.SCHEDULE),
+                )
 
     def _check_run(self) -> None:
         """What a run records."""
@@ -267,7 +267,7 @@ class LockContext:
             _set(self, "history_table", config.check_table_parts(self.history_table))
         if self.output_tail_bytes and not self.history:
             raise ConfigurationError(
-                f"{_name(v.OUTPUT_TAIL)} keeps a failed run's output in its history row:"
+                f"{wording.name(v.OUTPUT_TAIL)} keeps a failed run's output in its history row:"
                 f" it needs {_history_on()}"
             )
 
@@ -278,7 +278,7 @@ class LockContext:
                 f"wait_listen must be True, False or None, got {self.wait_listen!r}"
             )
         if self.group is not None:
-            _set(self, "group", str(parse_group(self.group, name=_name(v.GROUP))))
+            _set(self, "group", str(parse_group(self.group, name=wording.name(v.GROUP))))
         if self.lease_mode not in ("lease", "group"):
             raise ConfigurationError(f"lease_mode must be 'lease' or 'group': {self.lease_mode!r}")
         if self.replace and len(self.owner.encode()) > MAX_OWNER_BYTES:
@@ -287,15 +287,15 @@ class LockContext:
                 f" {MAX_OWNER_BYTES} bytes (UTF-8)"
             )
         if self.replace and self.slots > 1:
-            slots = f"{v.SLOTS.name}={self.slots}" if _BY_VARIABLE.get() else f"{self.slots} slots"
+            slots = wording.either(f"{self.slots} slots", f"{v.SLOTS.name}={self.slots}")
             raise ConfigurationError(
-                f"{_on(v.REPLACE)} takes over a lease's one holder: it cannot be combined with"
-                f" {slots}"
+                f"{wording.on(v.REPLACE)} takes over a lease's one holder: it cannot be"
+                f" combined with {slots}"
             )
 
     def _check_slot(self) -> None:
         """A slot's retries, the keys it comes after, and its start deadline."""
-        named = (_name(v.AFTER), _history_on(), AFTER_NEEDS[_BY_VARIABLE.get()])
+        named = (wording.name(v.AFTER), _history_on(), _after_needs())
         _set(
             self,
             "after",
@@ -306,9 +306,9 @@ class LockContext:
 
             check_owner(self.owner)
         if self.start_deadline_seconds is not None and self.schedule is None:
-            needs = "the schedule strategy" if _BY_VARIABLE.get() else "schedule"
+            needs = wording.either("schedule", "the schedule strategy")
             raise ConfigurationError(
-                f"{_name(v.START_DEADLINE)} needs {needs}: a slot's start is the cron fire"
+                f"{wording.name(v.START_DEADLINE)} needs {needs}: a slot's start is the cron fire"
                 " that opened it"
             )
 
@@ -328,42 +328,24 @@ def _set(context: LockContext, name: str, value: object) -> None:
     object.__setattr__(context, name, value)
 
 
-_BY_VARIABLE: ContextVar[bool] = ContextVar("dislock_by_variable", default=False)
-"""Set while the wrapper builds its context: a refusal then names the variable the
-value came from.  A context variable, not an argument, keeps ``LockContext``'s
-signature the one Python users call."""
-
-
-AFTER_NEEDS = {
-    False: "schedule and the schedule strategy",
-    True: "LOCK_STRATEGY=schedule (or schedule,lease)",
-}
-"""What ``after`` needs besides the history, worded for Python and for the wrapper."""
-
-
-def _name(setting: Setting) -> str:
-    """A setting as a refusal names it: its variable in the wrapper, else its field."""
-    return str(setting.name if _BY_VARIABLE.get() and setting.name else setting.field)
-
-
-def _on(setting: Setting) -> str:
-    return f"{setting.name}=1" if _BY_VARIABLE.get() else f"{setting.field}=True"
-
-
-def _history_on() -> str:
-    return _on(v.HISTORY) + (" (and dislockctl init --history)" if _BY_VARIABLE.get() else "")
-
-
 def context_from_environment(strategies: Sequence[str], **fields: Any) -> LockContext:
     """A ``LockContext`` of the wrapper's variables (read through ``dislock.core.variables``)
     for ``strategies``: checked as any, each refusal naming the variable, not the field."""
-    token = _BY_VARIABLE.set(True)
-    try:
+    with wording.by_variables():
         context = LockContext(**fields)
         check_strategies(context, strategies)
         return context
-    finally:
-        _BY_VARIABLE.reset(token)
+
+
+def _history_on() -> str:
+    return wording.on(v.HISTORY) + wording.either("", " (and dislockctl init --history)")
+
+
+def _after_needs() -> str:
+    """What ``after`` needs besides the history: a slot."""
+    return wording.either(
+        "schedule and the schedule strategy", "LOCK_STRATEGY=schedule (or schedule,lease)"
+    )
 
 
 def check_strategies(context: LockContext, strategies: Sequence[str]) -> None:
@@ -373,10 +355,10 @@ def check_strategies(context: LockContext, strategies: Sequence[str]) -> None:
     from dislock.core.retries import check_retries
     from dislock.core.waiting import check_waiting
 
-    names = (_name(v.RETRIES), _name(v.START_DEADLINE))
+    names = (wording.name(v.RETRIES), wording.name(v.START_DEADLINE))
     check_retries(strategies, context.retries, context.start_deadline_seconds, names=names)
     if context.after and config.SCHEDULE not in strategies:
-        needs = (_name(v.AFTER), _history_on(), AFTER_NEEDS[_BY_VARIABLE.get()])
+        needs = (wording.name(v.AFTER), _history_on(), _after_needs())
         check_after(context.after, history=context.history, schedule=None, names=needs)
     try:
         check_waiting(
@@ -388,9 +370,9 @@ def check_strategies(context: LockContext, strategies: Sequence[str]) -> None:
             after=bool(context.after),
         )
     except ConfigurationError as exc:
-        if not _BY_VARIABLE.get():
-            raise
-        raise ConfigurationError(f"{v.STRATEGY.name}={','.join(strategies)!r}: {exc}") from None
+        # The wrapper's strategies are a variable too: its refusal quotes it.
+        quoted = wording.either("", f"{v.STRATEGY.name}={','.join(strategies)!r}: ")
+        raise ConfigurationError(f"{quoted}{exc}") from None
 
 
 def strategies_for(context: LockContext) -> tuple[str, ...]:

@@ -35,10 +35,6 @@ from typing import NamedTuple
 
 from dislock.core.dsn import one_line
 from dislock.core.errors import DatabaseUnreachableError, NotReplicatedError, StatementTimeout
-from dislock.core.variables import CONNECT_PATIENCE
-
-DEFAULT_CONNECT_PATIENCE: float = CONNECT_PATIENCE.value
-"""Seconds a lock keeps retrying a refused connection before reporting it."""
 
 BACKOFF_FIRST = 0.05
 """Upper bound of the first pause between two connection attempts, in seconds."""

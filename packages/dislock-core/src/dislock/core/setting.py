@@ -33,6 +33,9 @@ class Setting(NamedTuple):
     writer: Callable[[Any], str | None] = str
     """A field's value as the variable's text; None: leave the variable unset."""
     bound: Bound | None = None
+    as_text: bool = False
+    """``LockContext`` checks the variable's text itself (a number's always), naming
+    the variable: the wrapper hands the text over, and it is checked once."""
 
     @property
     def high(self) -> float:
@@ -61,10 +64,14 @@ class Setting(NamedTuple):
         if raw is None:
             return None
         if self.bound is not None:
-            return self.bound.check(raw, self.name)
+            return self.check(raw)
         if self.reader is None:
             raise TypeError(f"{self.name} is not read on its own")
         return self.reader(self.name, raw)
+
+    def given(self, environ: Mapping[str, str]) -> Any:
+        """What the wrapper gives ``LockContext`` for the variable: its text, or its value."""
+        return self.text(environ) if self.as_text or self.bound else self.read(environ)
 
     def write(self, value: Any) -> str | None:
         """``value`` (of the field) as this variable's text, or None to leave it unset."""

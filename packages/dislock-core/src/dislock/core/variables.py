@@ -79,6 +79,7 @@ KEY = Setting(
     "required",
     "name of the lock shared by every machine (at most 2048 bytes, no control characters)",
     bounds.check_key,
+    as_text=True,
 )
 STRATEGY = Setting(
     "LOCK_STRATEGY",
@@ -94,6 +95,7 @@ SCHEDULE = Setting(
     "-",
     "cron expression; required for schedule (5 fields, or 6 with seconds last; must fire)",
     _cron,
+    as_text=True,
 )
 ZONE = Setting(
     "CRON_TZ",
@@ -155,6 +157,7 @@ LEASE_LOSS = Setting(
     "terminate (SIGTERM, SIGKILL after 10 s, exit 75) or continue (log only)",
     _policy,
     lambda policy: str(policy.value),
+    as_text=True,
 )
 MAX_RUNTIME = Setting(
     "LOCK_MAX_RUNTIME_SECONDS",
@@ -300,6 +303,7 @@ GROUP = Setting(
     "NAME:N: at most N runs at once among every key naming group NAME, whatever its "
     "strategy; a run finding the group full is refused (or waits, LOCK_WAIT_SECONDS)",
     _group,
+    as_text=True,
 )
 REPLACE = Setting(
     "LOCK_REPLACE",

@@ -3,8 +3,9 @@
 Every variable is checked before anything runs, through its entry of
 ``dislock.core.variables``; a bad one raises ``ConfigurationError`` with one line
 naming the variable and its value (the database URL excepted: it is never shown).
-A number's text goes to ``LockContext`` as it is: the context checks it, and the
-rules joining several settings, once, naming the variables.  Here: which variables
+A number's text (and a key's, a schedule's, a policy's, a group's) goes to
+``LockContext`` as it is: the context checks it, and the rules joining several
+settings, once, naming the variables.  Here: which variables
 a run reads (by its strategies).
 """
 
@@ -103,7 +104,7 @@ def read_wrapper_settings(
     url = read_database_url(url_variable, environ)
     argv = tuple(check_command(command))
     key = variables.KEY
-    lock_key = key.read(environ)
+    lock_key = key.given(environ)
     if lock_key is None:
         raise ConfigurationError(
             f"{key.name} is unset or empty: name the lock, e.g. {key.name}=nightly"
@@ -133,15 +134,15 @@ def read_wrapper_settings(
 
 
 def _read(fields: dict[str, Any], setting: Setting, environ: Mapping[str, str]) -> None:
-    """``setting``'s value into its field when its variable is set (else the field's
-    default stands, the same as the variable's); a number as its text."""
-    value = setting.text(environ) if setting.bound else setting.read(environ)
+    """``setting``'s text or value into its field when its variable is set (else the
+    field's default stands, the same as the variable's)."""
+    value = setting.given(environ)
     if value is not None and setting.field is not None:
         fields[setting.field] = value
 
 
 def _required_schedule(environ: Mapping[str, str]) -> str:
-    schedule: str | None = variables.SCHEDULE.read(environ)
+    schedule: str | None = variables.SCHEDULE.given(environ)
     if schedule is None:
         name = variables.SCHEDULE.name
         raise ConfigurationError(

@@ -1,27 +1,17 @@
-"""Metric families as plain data (``Family``), handed to ``prometheus_client``: the
-fleet's, exposed by ``dislockctl serve``, and a host's, written by the wrapper to a
-node_exporter textfile (both made in ``dislock.cli.serve.metrics``)."""
+"""Metric families (``dislock.cli.run_metrics.Family``) handed to ``prometheus_client``:
+the fleet's, exposed by ``dislockctl serve``, and a host's, written by the wrapper to
+a node_exporter textfile."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from typing import NamedTuple
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector, CollectorRegistry
 
-
-class Family(NamedTuple):
-    """One metric family, independent of any Prometheus library."""
-
-    name: str
-    kind: str
-    """``gauge`` or ``counter`` (named without its ``_total`` suffix)."""
-    documentation: str
-    labels: tuple[str, ...]
-    samples: tuple[tuple[tuple[str, ...], float], ...]
+from dislock.cli.run_metrics import Family
 
 
 def prometheus_metric(family: Family) -> Metric:

@@ -1,51 +1,16 @@
-"""The Prometheus metric families of a fleet snapshot (``metric_families``), and of
-the per-host textfile the wrapper writes (``DISLOCK_METRICS_TEXTFILE``: its
-records, ``host_families``), as plain ``Family`` data; ``dislock.cli.prometheus``
-hands them to ``prometheus_client``.
+"""The Prometheus metric families of a fleet snapshot (``metric_families``): a key's
+run families (``dislock.cli.run_metrics``, shared with the wrapper's textfile) and
+the fleet-wide ones, as plain ``Family`` data; ``dislock.cli.prometheus`` hands them
+to ``prometheus_client``.
 """
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Iterable, Mapping
-from datetime import datetime, timedelta, timezone
-from typing import NamedTuple
+from datetime import datetime
 
-from dislock.cli.prometheus import Family
+from dislock.cli.run_metrics import Family, RunRecord, key_label, run_families
 from dislock.cli.runs.envelope import FACTOR, MIN_RUNS, SLOW, WINDOW
-from dislock.cli.serve.fleet_status import MISSED_WINDOW, FleetSnapshot, KeyStatus, LastRun
-from dislock.cli.shown import OTHER_OUTCOME
-from dislock.core.bounds import MAX_KEY_BYTES, clip, escape
-from dislock.core.held_back import HELD_BACK
-from dislock.core.history import OUTCOMES
-from dislock.core.operator_commands import PAUSED, RESUMED
-
-PAUSE_EVENTS = (PAUSED, RESUMED, HELD_BACK)
-"""History rows of ``dislockctl pause`` and ``resume``, and of a slot held back by
-``LOCK_AFTER``: no runs, and not counted as any (``dislock_paused``,
-``dislock_paused_slots`` and ``dislock_missed_slots`` tell of them)."""
-
-RUN_OUTCOMES = tuple(outcome for outcome in OUTCOMES if outcome not in PAUSE_EVENTS)
-"""Finished outcomes ``dislock_runs_total`` always reports (zero if none), so that
-``increase()`` sees a key's first failure."""
-
-
-def key_label(key: str) -> str:
-    """A lock key as a label value: as it is, if it could be a lock key (at most
-    ``MAX_KEY_BYTES``, no control or invisible characters: every key dislock takes);
-    else escaped and clipped (``clip``), followed by the first 8 hex digits of its
-    SHA-256, so that two such keys stay two series (a duplicate series would make
-    Prometheus refuse the whole scrape)."""
-    if escape(key) == key and len(key.encode()) <= MAX_KEY_BYTES:
-        return key
-    digest = hashlib.sha256(key.encode()).hexdigest()[:8]
-    return f"{clip(key)} ({digest})"
-
-
-def outcome_label(outcome: str) -> str:
-    """A recorded outcome as a label value: dislock's own, else ``other`` (written by
-    hand: a label value must neither carry what anyone wrote nor multiply series)."""
-    return outcome if outcome in RUN_OUTCOMES else OTHER_OUTCOME
+from dislock.cli.serve.fleet_status import MISSED_WINDOW, FleetSnapshot
 
 
 def _timestamp(value: datetime | None) -> float | None:
@@ -64,10 +29,7 @@ def metric_families(snapshot: FleetSnapshot) -> list[Family]:
     )
     held: list[tuple[tuple[str, ...], float]] = []
     paused: list[tuple[tuple[str, ...], float]] = []
-    starts: list[tuple[tuple[str, ...], float]] = []
-    successes: list[tuple[tuple[str, ...], float]] = []
-    durations: list[tuple[tuple[str, ...], float]] = []
-    runs: list[tuple[tuple[str, ...], float]] = []
+    records: list[tuple[str, RunRecord]] = []
     missed: list[tuple[tuple[str, ...], float]] = []
     covered: list[tuple[tuple[str, ...], float]] = []
     failed: list[tuple[tuple[str, ...], float]] = []
@@ -82,26 +44,14 @@ def metric_families(snapshot: FleetSnapshot) -> list[Family]:
             modes[lock.mode] = modes.get(lock.mode, 0.0) + (1.0 if lock.state == "held" else 0.0)
         held.extend(((name, mode), count) for mode, count in modes.items())
         paused.append(((name,), 1.0 if key.paused_until is not None else 0.0))
-        if key.last_run is not None:
-            starts.append(((name,), key.last_run.started_at.timestamp()))
-            if key.last_run.duration_seconds is not None:
-                durations.append(((name,), key.last_run.duration_seconds))
-            if key.last_run.envelope is not None:
-                past = key.last_run.outcome == "running" and key.last_run.mark == SLOW
-                past_envelope.append(((name,), 1.0 if past else 0.0))
+        last = key.last_run
+        if last is not None and last.envelope is not None:
+            past = last.outcome == "running" and last.mark == SLOW
+            past_envelope.append(((name,), 1.0 if past else 0.0))
+        start = None if last is None else last.started_at.timestamp()
+        duration = None if last is None else last.duration_seconds
         success = _timestamp(key.last_success_at)
-        if success is not None:
-            successes.append(((name,), success))
-        if key.last_run is not None or key.runs_total:
-            outcomes = dict.fromkeys(RUN_OUTCOMES, 0)
-            for outcome, count in key.runs_total.items():
-                if outcome in PAUSE_EVENTS:
-                    continue
-                label = outcome_label(outcome)
-                outcomes[label] = outcomes.get(label, 0) + count
-            runs.extend(
-                ((name, outcome), float(count)) for outcome, count in sorted(outcomes.items())
-            )
+        records.append((key.lock_key, RunRecord(start, duration, success, key.runs_total)))
         if key.missed_slots is not None:
             missed.append(((name,), float(key.missed_slots)))
         if key.covered_slots is not None:
@@ -112,6 +62,7 @@ def metric_families(snapshot: FleetSnapshot) -> list[Family]:
             late.append(((name,), float(key.late_slots)))
         if key.paused_slots is not None:
             paused_slots.append(((name,), float(key.paused_slots)))
+    *starts_successes_durations, runs = run_families(records)
     window = int(MISSED_WINDOW.total_seconds() // 3600)
     delay = Family(
         "dislock_lock_delay_end_timestamp_seconds",
@@ -149,27 +100,7 @@ def metric_families(snapshot: FleetSnapshot) -> list[Family]:
             ("key",),
             tuple(paused),
         ),
-        Family(
-            "dislock_last_start_timestamp_seconds",
-            "gauge",
-            "When the key's latest recorded run started (database clock).",
-            ("key",),
-            tuple(starts),
-        ),
-        Family(
-            "dislock_last_success_timestamp_seconds",
-            "gauge",
-            "When the key's latest successful run (exit 0) ended (database clock).",
-            ("key",),
-            tuple(successes),
-        ),
-        Family(
-            "dislock_last_run_duration_seconds",
-            "gauge",
-            "How long the key's latest run took (so far, while it runs).",
-            ("key",),
-            tuple(durations),
-        ),
+        *starts_successes_durations,
         Family(
             "dislock_running_past_envelope",
             "gauge",
@@ -179,13 +110,7 @@ def metric_families(snapshot: FleetSnapshot) -> list[Family]:
             ("key",),
             tuple(past_envelope),
         ),
-        Family(
-            "dislock_runs",
-            "counter",
-            "Recorded runs of the key by outcome, over the history the table keeps.",
-            ("key", "outcome"),
-            tuple(runs),
-        ),
+        runs,
         Family(
             "dislock_missed_slots",
             "gauge",
@@ -240,92 +165,3 @@ def _group_held(snapshot: FleetSnapshot) -> Family:
         ("group",),
         tuple(((key_label(group.name),), float(group.held)) for group in snapshot.groups),
     )
-
-
-HOST_FAMILIES = (
-    "dislock_last_start_timestamp_seconds",
-    "dislock_last_success_timestamp_seconds",
-    "dislock_last_run_duration_seconds",
-    "dislock_runs",
-)
-"""The families a host's file holds: its own runs only (held locks, pauses and
-missed slots are fleet-wide facts, for ``serve``)."""
-
-
-class HostRecord(NamedTuple):
-    """One lock key's runs on this host, as its textfile keeps them."""
-
-    last_start: float
-    last_duration: float
-    last_success: float | None
-    runs: Mapping[str, int]
-
-
-def read_host_records(
-    samples: Iterable[tuple[str, Mapping[str, str], float]],
-) -> dict[str, HostRecord]:
-    """The records in a textfile, from its samples ``(name, labels, value)``; samples
-    this version did not write are left out (and so dropped on the next write)."""
-    values: dict[str, dict[str, float]] = {}
-    runs: dict[str, dict[str, int]] = {}
-    for name, labels, value in samples:
-        key = labels.get("key")
-        if key is None:
-            continue
-        if name == "dislock_runs_total" and "outcome" in labels:
-            runs.setdefault(key, {})[labels["outcome"]] = int(value)
-        elif name in HOST_FAMILIES:
-            values.setdefault(key, {})[name] = value
-    records = {}
-    for key, found in values.items():
-        if "dislock_last_start_timestamp_seconds" not in found:
-            continue
-        records[key] = HostRecord(
-            found["dislock_last_start_timestamp_seconds"],
-            found.get("dislock_last_run_duration_seconds", 0.0),
-            found.get("dislock_last_success_timestamp_seconds"),
-            runs.get(key, {}),
-        )
-    return records
-
-
-def record_run(
-    records: Mapping[str, HostRecord], lock_key: str, started: float, ended: float, outcome: str
-) -> dict[str, HostRecord]:
-    """``records`` with one more run of ``lock_key`` (times in seconds since the epoch)."""
-    previous = records.get(lock_key)
-    runs = dict(previous.runs) if previous else {}
-    runs[outcome] = runs.get(outcome, 0) + 1
-    success = ended if outcome == "ok" else (previous.last_success if previous else None)
-    return {**records, lock_key: HostRecord(started, max(0.0, ended - started), success, runs)}
-
-
-def host_families(records: Mapping[str, HostRecord]) -> list[Family]:
-    """The textfile's families: those of ``metric_families`` a host can know alone."""
-    epoch = datetime.fromtimestamp(0, tz=timezone.utc)
-    keys = tuple(
-        KeyStatus(
-            key,
-            last_run=LastRun(
-                "",
-                "",
-                epoch + timedelta(seconds=record.last_start),
-                None,
-                "",
-                None,
-                record.last_duration,
-            ),
-            last_success_at=(
-                None
-                if record.last_success is None
-                else epoch + timedelta(seconds=record.last_success)
-            ),
-            runs_total=record.runs,
-        )
-        for key, record in sorted(records.items())
-    )
-    return [
-        family
-        for family in metric_families(FleetSnapshot(epoch, up=True, keys=keys))
-        if family.name in HOST_FAMILIES
-    ]

@@ -142,7 +142,7 @@ def explain(conn: psycopg.Connection[Any], exchange: Exchange[Any]) -> list[Any]
 
 def history_rows(url: str, cycles: int, rows: int) -> list[Row]:
     from dislock.cli.runs import missed_slots, run_history, slot_states
-    from dislock.core import events
+    from dislock.core import operator_commands
     from dislock.core.history import create_history
 
     history = ("key_value_history",)
@@ -172,7 +172,7 @@ def history_rows(url: str, cycles: int, rows: int) -> list[Row]:
             (now,) = conn.execute("SELECT NOW()").fetchone()  # type: ignore[misc]
             since = now - timedelta(hours=24)
             starts = send(conn, missed_slots.starts(history, locks, "job-7", since))
-            pauses = send(conn, events.pauses(history, "job-7", since))
+            pauses = send(conn, operator_commands.pauses(history, "job-7", since))
             slots = list(missed_slots.schedule_slots("0 * * * *", since, now))
             return slot_states.slot_states(
                 slots,
@@ -184,7 +184,7 @@ def history_rows(url: str, cycles: int, rows: int) -> list[Row]:
                     if row.started_at is not None
                 ],
                 now=now,
-                pauses=events.pause_spans(pauses),
+                pauses=operator_commands.pause_spans(pauses),
             )
 
         missed_ms = query_ms(missed)

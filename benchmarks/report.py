@@ -29,7 +29,7 @@ READING = """## Reading the results
   the whole group if the wrapper dies or lets the lease's deadline pass) are started with
   `vfork`, since neither runs Python in the forked child; and once the locks are released and
   the connection closed, the process ends without the interpreter's teardown
-  (`dislock.cli._exit`), which costs any process that imported psycopg about 18 ms: the floor
+  (`dislock.cli.process_exit`), which costs any process that imported psycopg about 18 ms: the floor
   and 0.1.0 pay it, so the wrapper can beat the floor. And dislock's processes import psycopg
   without `importlib.metadata` (`dislock.cli.quick_psycopg`): psycopg imports it, with `email`,
   `zipfile` and `csv`, only so that its two `version` modules can look their distributions'

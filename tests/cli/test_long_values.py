@@ -15,7 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from psycopg import sql
 
-from dislock.cli.serve.metrics import RUN_OUTCOMES
+from dislock.cli.run_metrics import RUN_OUTCOMES
 from tests.cli.conftest import Ctl
 from tests.cli.serving import serving
 

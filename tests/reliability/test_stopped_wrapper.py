@@ -33,7 +33,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from dislock.core.lease import safety_margin
+from dislock.core.lease_clock import safety_margin
 from dislock.core.rows import lease_key
 from tests.cli.conftest import DISLOCK
 from tests.support.eventually import eventually

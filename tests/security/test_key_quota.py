@@ -212,8 +212,8 @@ def test_a_keys_further_slots_are_bounded_as_dislock_numbers_them(fleet: Fleet) 
     numbers them, and no others."""
     import re
 
-    from dislock.core.bounds import SLOTS
     from dislock.core.kinds import SLOT_NUMBER
+    from dislock.core.variables import SLOTS
 
     plain_writes(fleet, BILLING_ROLE)  # by hand, not only through the lock functions
     numbers = re.compile(f"^{SLOT_NUMBER}$")

@@ -46,7 +46,7 @@ from dislock.core.errors import (
     SlotLateError,
     StatementTimeout,
 )
-from dislock.core.lease import LeaseSettings
+from dislock.core.lease_clock import LeaseSettings
 from dislock.core.lock_statements import statements_for
 from dislock.core.patience import ConnectPatience
 from dislock.core.unknown_outcome import Mine
@@ -69,7 +69,7 @@ READERS = {
     "read_mine": "mine",
     "read_clock": "now",
     "read_released": "release",  # (or the hand back of rows a failed acquisition may hold)
-    "_read_marked": "mark",  # dislock.core.replace's
+    "_read_marked": "mark",  # dislock.core.replace_marks's
     "_read_successor": "hand over",
     "_read_any": "withdraw",
     "_read_reopened": "reopen",

@@ -1,4 +1,5 @@
-"""The table of bounds: one rule per setting, the same words everywhere, documented."""
+"""The bounds of the numeric settings: one rule per setting, the same words everywhere,
+documented; and the limits of keys and of text shown on one line."""
 
 from __future__ import annotations
 
@@ -11,20 +12,16 @@ from dislock import ConfigurationError
 from dislock.cli.wrapper.command import help_text
 from dislock.cli.wrapper.settings import read_wrapper_settings
 from dislock.core.bounds import (
-    BOUNDS,
     MAX_KEY_BYTES,
     SHOWN_CHARS,
-    SLOTS,
-    TTL,
-    Bound,
     check_key,
-    check_number,
     check_reason,
     clip,
     escape,
     printable,
 )
-from dislock.core.waiting import MAX_SLOTS
+from dislock.core.setting import Setting
+from dislock.core.variables import NUMBERS, TTL
 
 DOCS = Path(__file__).parents[2] / "docs" / "cli.md"
 
@@ -33,9 +30,14 @@ def _flat(text: str) -> str:
     return " ".join(text.split())
 
 
-@pytest.mark.parametrize("bound", BOUNDS, ids=lambda bound: bound.field or bound.variable)
-def test_every_bound_is_documented(bound: Bound) -> None:
-    name = bound.field or bound.variable
+def _id(setting: Setting) -> str:
+    return str(setting.field or setting.name)
+
+
+@pytest.mark.parametrize("setting", NUMBERS, ids=_id)
+def test_every_bound_is_documented(setting: Setting) -> None:
+    name, bound = _id(setting), setting.bound
+    assert bound is not None
     row = next(
         (
             line
@@ -45,28 +47,26 @@ def test_every_bound_is_documented(bound: Bound) -> None:
         None,
     )
     assert row is not None, f"docs/cli.md's limits table has no row for {name}"
-    assert bound.describe() in row and bound.doc in row
-    if bound.variable is not None:
-        assert f"`{bound.variable}`" in row
+    assert bound.describe() in row and bound.why in row
+    if setting.name:
+        assert f"`{setting.name}`" in row
         assert bound.describe() in _flat(help_text()), f"dislock --help lacks {bound.describe()}"
 
 
-def test_the_slots_bound_is_the_one_the_statement_uses() -> None:
-    assert SLOTS.high == MAX_SLOTS
-
-
-@pytest.mark.parametrize("bound", BOUNDS, ids=lambda bound: bound.field or bound.variable)
-def test_every_bound_refuses_just_outside_and_accepts_its_ends(bound: Bound) -> None:
+@pytest.mark.parametrize("setting", NUMBERS, ids=_id)
+def test_every_bound_refuses_just_outside_and_accepts_its_ends(setting: Setting) -> None:
+    bound = setting.bound
+    assert bound is not None
     if not bound.low_open:
-        assert check_number(bound, bound.low) == bound.low
-    assert check_number(bound, str(bound.high)) == bound.high
+        assert setting.check(bound.low) == bound.low
+    assert setting.check(str(bound.high)) == bound.high
     for outside in (bound.high * 1.001, bound.low - 0.001, "nan", "inf", "-inf", "", "1s", True):
         with pytest.raises(ConfigurationError) as refused:
-            check_number(bound, outside)
+            setting.check(outside)
         assert "\n" not in str(refused.value)
     if bound.low_open:
         with pytest.raises(ConfigurationError, match="greater than"):
-            check_number(bound, bound.low)
+            setting.check(bound.low)
 
 
 def test_the_wrapper_and_lock_context_use_the_same_words() -> None:
@@ -95,9 +95,9 @@ def test_the_wrapper_and_lock_context_use_the_same_words() -> None:
 
 def test_huge_numbers_that_overflow_float_are_refused() -> None:
     with pytest.raises(ConfigurationError, match="must be a finite number"):
-        check_number(TTL, "1e400")
+        TTL.check("1e400")
     with pytest.raises(ConfigurationError, match="at most 604800"):
-        check_number(TTL, 10**400)
+        TTL.check(10**400)
 
 
 @pytest.mark.parametrize(

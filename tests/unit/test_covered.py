@@ -11,7 +11,7 @@ from dislock.cli.serve.fleet_status import FleetSnapshot, HeldLock, KeyStatus, L
 from dislock.cli.serve.metrics import metric_families
 from dislock.cli.serve.status_page import render_page
 from dislock.core.context import LeaseLossPolicy
-from dislock.core.lease import LeaseClock, LeaseSettings
+from dislock.core.lease_clock import LeaseClock, LeaseSettings
 from dislock.core.renewal import (
     Batch,
     Renewal,

@@ -11,7 +11,7 @@ import pytest
 from dislock import ConfigurationError, LeaseLossPolicy
 from dislock.core.context import default_owner
 from dislock.core.cron import check_cron, next_boundary, slot_end
-from dislock.core.lease import LeaseClock, LeaseSettings, raises_on_exit
+from dislock.core.lease_clock import LeaseClock, LeaseSettings, raises_on_exit
 from dislock.core.supervision import check_command, exit_status
 from dislock.core.waiting import jitter_delay
 

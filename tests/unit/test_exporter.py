@@ -7,18 +7,18 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from dislock.cli.serve.fleet_status import FleetSnapshot, KeyStatus, LastRun, page_order
-from dislock.cli.serve.http_policy import parse_listen
-from dislock.cli.serve.kept_runs import RunCounts, WindowStarts
-from dislock.cli.serve.metrics import (
+from dislock.cli.run_metrics import (
     Family,
-    HostRecord,
+    RunRecord,
     host_families,
     key_label,
-    metric_families,
     read_host_records,
     record_run,
 )
+from dislock.cli.serve.fleet_status import FleetSnapshot, KeyStatus, LastRun, page_order
+from dislock.cli.serve.http_policy import parse_listen
+from dislock.cli.serve.kept_runs import RunCounts, WindowStarts
+from dislock.cli.serve.metrics import metric_families
 from dislock.cli.serve.scrape import CensusRow, ScrapedRun
 from dislock.cli.serve.status_page import render_page
 from dislock.core.errors import ConfigurationError
@@ -150,7 +150,7 @@ def test_the_page_escapes_what_the_database_says() -> None:
 def test_host_records_round_trip_through_their_samples() -> None:
     first = record_run({}, "nightly", 100.0, 160.0, "ok")
     second = record_run(first, "nightly", 200.0, 230.0, "failed")
-    assert second["nightly"] == HostRecord(200.0, 30.0, 160.0, {"ok": 1, "failed": 1})
+    assert second["nightly"] == RunRecord(200.0, 30.0, 160.0, {"ok": 1, "failed": 1})
     samples = [
         (
             family.name + ("_total" if family.kind == "counter" else ""),
@@ -177,7 +177,7 @@ def test_the_chunked_exposition_is_prometheus_clients_own() -> None:
     from prometheus_client.exposition import generate_latest
     from prometheus_client.registry import CollectorRegistry
 
-    from dislock.cli.serve._prometheus import Exposition, Families
+    from dislock.cli.prometheus import Exposition, Families
 
     def whole(families: list[Family]) -> bytes:
         registry = CollectorRegistry(auto_describe=False)

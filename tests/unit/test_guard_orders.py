@@ -7,7 +7,7 @@ import math
 import pytest
 
 from dislock.core.guard import DONE, Orders, group_line, until_line
-from dislock.core.lease import safety_margin
+from dislock.core.lease_clock import safety_margin
 from dislock.core.supervision import GUARD_LAG_MAX, guard_lag
 
 

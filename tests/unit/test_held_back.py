@@ -7,8 +7,8 @@ from datetime import datetime, timedelta, timezone
 
 from dislock.cli.runs.missed_slots import Slot
 from dislock.cli.runs.slot_states import HELD_BACK, TO_LOOK_AT, Attempt, slot_states
-from dislock.core.events import Pause
 from dislock.core.held_back import owner_of, waited_for
+from dislock.core.operator_commands import Pause
 
 T0 = datetime(2026, 1, 5, 3, 0, tzinfo=timezone.utc)
 HOUR = timedelta(hours=1)

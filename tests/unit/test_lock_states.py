@@ -19,7 +19,7 @@ import pytest
 from dislock.core.answers import Acquired
 from dislock.core.context import LockContext
 from dislock.core.errors import ConfigurationError, LockDelayedError, LockNotAcquiredError
-from dislock.core.lease import LeaseClock
+from dislock.core.lease_clock import LeaseClock
 from dislock.core.lease_state import LeaseState
 from dislock.core.renewal import Renewal
 from dislock.core.schedule_state import ScheduleState

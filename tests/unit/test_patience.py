@@ -15,7 +15,6 @@ from dislock.core.errors import ConfigurationError, DatabaseUnreachableError, No
 from dislock.core.patience import (
     BACKOFF_CAP,
     BACKOFF_FIRST,
-    DEFAULT_CONNECT_PATIENCE,
     FIRST_ATTEMPT_TIMEOUT,
     ConnectPatience,
     SlotEnd,
@@ -24,6 +23,7 @@ from dislock.core.patience import (
     passing_answer,
     slot_patience,
 )
+from dislock.core.variables import CONNECT_PATIENCE
 
 
 class Refusal(Exception):
@@ -265,7 +265,7 @@ def test_lock_context_validates_the_patience() -> None:
         "lock_key": "k",
         "owner": "o",
     }
-    assert LockContext(**fields).connect_patience_seconds == DEFAULT_CONNECT_PATIENCE
+    assert LockContext(**fields).connect_patience_seconds == CONNECT_PATIENCE.value
     assert LockContext(**fields, connect_patience_seconds=0).connect_patience_seconds == 0
     bad: Any
     for bad in (-1, float("nan"), "soon", True):

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import pytest
 
 from dislock.core.context import LeaseLossPolicy
-from dislock.core.lease import LeaseClock, LeaseSettings
+from dislock.core.lease_clock import LeaseClock, LeaseSettings
 from dislock.core.renewal import Renewal, RenewalPlan, renewal_listeners, report_renewal
 
 TABLE = ("key_value",)

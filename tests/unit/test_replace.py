@@ -1,4 +1,4 @@
-"""Replacing a running holder (``dislock.core.replace``, ``dislock.core.replacing``):
+"""Replacing a running holder (``dislock.core.replace_marks``, ``dislock.core.replace_sequences``):
 the marks, the answers, and the sequences, followed without a database.  The same
 paths run against PostgreSQL in ``contract/test_replace.py`` and ``cli/test_replace.py``."""
 
@@ -12,17 +12,17 @@ import pytest
 from dislock.core.acquisition import releasing
 from dislock.core.answers import Acquired
 from dislock.core.errors import KeyNotGrantedError, LockPausedError
-from dislock.core.lease import LeaseClock, LeaseSettings
+from dislock.core.lease_clock import LeaseClock, LeaseSettings
 from dislock.core.patience import ConnectPatience
 from dislock.core.renewal import Renewal, explain, gone
-from dislock.core.replace import (
+from dislock.core.replace_marks import (
     REPLACED_MARK,
     Marked,
     mark,
     replaced_by,
     successor,
 )
-from dislock.core.replacing import marking, replacing, taking_over
+from dislock.core.replace_sequences import marking, replacing, taking_over
 from tests.unit.test_acquisition import TAKEN, Database, Late, lease_context
 
 KEY = "cronjob-lock:lease:nightly"

@@ -1,5 +1,5 @@
 """What became of each slot (``dislock.cli.runs.slot_states``) and a key's pauses
-(``dislock.core.events.pause_spans``), without a database."""
+(``dislock.core.operator_commands.pause_spans``), without a database."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 from dislock.cli.runs.missed_slots import Slot, Span, schedule_slots
 from dislock.cli.runs.slot_states import Attempt, count, slot_states
-from dislock.core.events import PAUSED, RERUN, RESUMED, Event, Pause, pause_spans, reruns
+from dislock.core.operator_commands import PAUSED, RERUN, RESUMED, Event, Pause, pause_spans, reruns
 from dislock.core.pause import UNTIL_RESUMED
 
 NOW = datetime(2026, 12, 4, 12, 0, 30, tzinfo=timezone.utc)

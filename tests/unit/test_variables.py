@@ -12,8 +12,8 @@ from dislock import ConfigurationError, LeaseLossPolicy, LockContext
 from dislock.cli.wrapper.command import help_text
 from dislock.cli.wrapper.settings import read_wrapper_settings
 from dislock.core import variables
-from dislock.core.bounds import BOUNDS
-from dislock.core.variables import VARIABLES, Variable
+from dislock.core.setting import Setting
+from dislock.core.variables import SETTINGS, VARIABLES
 
 DOCS = Path(__file__).parents[2] / "docs" / "cli.md"
 
@@ -23,7 +23,7 @@ def _flat(text: str) -> str:
 
 
 @pytest.mark.parametrize("variable", VARIABLES, ids=lambda variable: variable.name)
-def test_every_variable_is_in_help_and_the_docs_with_its_default(variable: Variable) -> None:
+def test_every_variable_is_in_help_and_the_docs_with_its_default(variable: Setting) -> None:
     shown = [line.split() for line in help_text().splitlines()]
     assert any(variable.name in words for words in shown), variable.name
     assert _flat(variable.describe()) in _flat(help_text())
@@ -33,20 +33,23 @@ def test_every_variable_is_in_help_and_the_docs_with_its_default(variable: Varia
     assert rows, f"docs/cli.md's variable table has no row for {variable.name}"
 
 
-def test_the_table_and_the_bounds_name_the_same_variables_and_fields() -> None:
-    bounded = {variable.bound: variable for variable in VARIABLES if variable.bound is not None}
-    for bound in BOUNDS:
-        if bound.variable is None:
-            assert bound not in bounded
-            continue
-        assert bounded[bound].name == bound.variable
-        assert bounded[bound].field == bound.field
+def test_each_variable_and_field_is_named_once() -> None:
     assert len({variable.name for variable in VARIABLES}) == len(VARIABLES)
+    named = [setting.field for setting in SETTINGS if setting.field]
+    assert len(set(named)) == len(named)
 
 
 def test_every_field_named_is_a_lock_context_field() -> None:
     fields = set(LockContext.__dataclass_fields__)
-    assert {variable.field for variable in VARIABLES if variable.field} <= fields
+    assert {setting.field for setting in SETTINGS if setting.field} <= fields
+
+
+@pytest.mark.parametrize(
+    "setting", [s for s in SETTINGS if s.bound and s.field], ids=lambda setting: setting.name
+)
+def test_a_numbers_default_is_the_lock_contexts(setting: Setting) -> None:
+    default = LockContext.__dataclass_fields__[str(setting.field)].default
+    assert default is None or default == setting.value
 
 
 @pytest.mark.parametrize(
@@ -59,7 +62,7 @@ def test_every_field_named_is_a_lock_context_field() -> None:
         (variables.LEASE_LOSS, "ignore", "LOCK_ON_LEASE_LOSS must be 'terminate' or"),
     ],
 )
-def test_a_refusal_names_the_variable(variable: Variable, text: str, message: str) -> None:
+def test_a_refusal_names_the_variable(variable: Setting, text: str, message: str) -> None:
     with pytest.raises(ConfigurationError) as refused:
         variable.read({variable.name: text})
     assert str(refused.value).startswith(message)
@@ -127,7 +130,7 @@ _SHOWN_ONLY = ("required", "derived", "-", "local zone")
     [v for v in VARIABLES if v.field is not None and v.default not in _SHOWN_ONLY],
     ids=lambda variable: variable.name,
 )
-def test_the_default_help_shows_is_the_one_a_run_gets(variable: Variable) -> None:
+def test_the_default_help_shows_is_the_one_a_run_gets(variable: Setting) -> None:
     assert variable.field is not None
     environ = {"DATABASE_URL": "postgresql://db/app", "LOCK_KEY": "k", "LOCK_STRATEGY": "lease"}
     settings = read_wrapper_settings("DATABASE_URL", ["true"], environ)

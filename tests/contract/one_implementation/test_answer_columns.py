@@ -65,7 +65,15 @@ def test_every_acquiring_statement_answers_its_row_types_columns(
 def test_cores_other_statements_answer_their_row_types_columns(
     db: psycopg.Connection[Any], lock_table: tuple[str, str]
 ) -> None:
-    from dislock.core import answers, failover, grant_catalog, limits, replace, rerun, table_locks
+    from dislock.core import (
+        answers,
+        failover,
+        grant_catalog,
+        limits,
+        replace_marks,
+        rerun,
+        table_locks,
+    )
 
     renewing: dict[str, list[Any]] = {"keys": [], "owners": [], "ttls": []}
     answered: dict[str, tuple[Exchange[Any], tuple[str, ...]]] = {
@@ -76,8 +84,11 @@ def test_cores_other_statements_answer_their_row_types_columns(
         ),
         "max_ttl": (limits.max_ttl(lock_table), limits.MaxTtl._fields),
         "delay_state": (failover.delay_state(lock_table), failover.DelayState._fields),
-        "mark": (replace.mark(lock_table, lease_key("a"), "s"), replace.Marked._fields),
-        "values": (replace.values(lock_table, [lease_key("a")]), replace.KeyValue._fields),
+        "mark": (replace_marks.mark(lock_table, lease_key("a"), "s"), replace_marks.Marked._fields),
+        "values": (
+            replace_marks.values(lock_table, [lease_key("a")]),
+            replace_marks.KeyValue._fields,
+        ),
         "qualified": (grant_catalog.qualified(lock_table), grant_catalog.Qualified._fields),
         "audit": (grant_catalog.audit(lock_table), grant_catalog.Loophole._fields),
         "grants_on": (grant_catalog.grants_on(lock_table), grant_catalog.PolicyRow._fields),
@@ -94,7 +105,7 @@ def test_dislockctls_statements_answer_their_row_types_columns(
     from dislock.cli import admin, lock_rows, row_security
     from dislock.cli.runs import missed_slots, run_history
     from dislock.cli.serve import scrape
-    from dislock.core import events
+    from dislock.core import operator_commands
 
     day = timedelta(days=1)
     since = datetime.now(timezone.utc) - day
@@ -129,7 +140,7 @@ def test_dislockctls_statements_answer_their_row_types_columns(
             missed_slots.spans(history, lock_table, "a", since),
             missed_slots.SpanRow._fields,
         ),
-        "pauses": (events.pauses(history, "a", since), events.Event._fields),
+        "pauses": (operator_commands.pauses(history, "a", since), operator_commands.Event._fields),
     }
     scraping = scrape.ScrapeStatements(history, lock_table)
     answered |= {

@@ -1,4 +1,4 @@
-"""The replace statements (``dislock.core.replace``), sent by hand to a real server: the
+"""The replace statements (``dislock.core.replace_marks``), sent by hand to a real server: the
 mark, the hand-over, the take-over and the withdrawal, each against the rows it must
 and must not touch; owners with non-ASCII characters and parentheses."""
 
@@ -13,7 +13,7 @@ from psycopg import sql
 from dislock.core.answers import Acquired
 from dislock.core.exchange import Exchange
 from dislock.core.lock_statements import statements
-from dislock.core.replace import Marked, hand_over, mark, withdraw
+from dislock.core.replace_marks import Marked, hand_over, mark, withdraw
 from dislock.core.rows import RELEASED_MARK, lease_key
 
 KEY = lease_key("nightly")

@@ -20,7 +20,7 @@ from dislock.core import history
 from dislock.core.after import DependencyPending
 from dislock.core.context import LEASE_LOST_EXIT_CODE, LeaseLossPolicy, LockContext
 from dislock.core.dsn import message_line, one_line, scrub
-from dislock.core.exits import Exc, ExcType, Tb
+from dislock.core.exit_arguments import Exc, ExcType, Tb
 from dislock.core.patience import ConnectPatience
 
 from ._hub import Hub, enter_hub, leave_hub

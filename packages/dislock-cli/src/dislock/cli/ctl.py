@@ -129,9 +129,9 @@ def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> int:
 
 def console_main() -> NoReturn:
     """The ``dislockctl`` console script (and ``python -m dislock.cli.ctl``): :func:`main`,
-    then an exit that skips the interpreter's teardown (see ``dislock.cli._exit``)."""
+    then an exit that skips the interpreter's teardown (see ``dislock.cli.process_exit``)."""
     status = main()
-    from dislock.cli._exit import exit_now
+    from dislock.cli.process_exit import exit_now
 
     exit_now(status)
 

@@ -49,12 +49,12 @@ from dislock.core.errors import (
 from dislock.core.exchange import Exchange
 from dislock.core.failover import delayed
 from dislock.core.history import history_table
-from dislock.core.lease import LeaseClock, LeaseSettings
+from dislock.core.lease_clock import LeaseClock, LeaseSettings
 from dislock.core.lock_statements import statements_for
 from dislock.core.patience import ConnectPatience, passing_answer
 from dislock.core.pause import paused_error
 from dislock.core.refusal import refused
-from dislock.core.replace import hand_over
+from dislock.core.replace_marks import hand_over
 from dislock.core.retries import LATE_MARK
 from dislock.core.timeouts import RELEASE_TIMEOUT
 from dislock.core.unknown_outcome import HELD, Mine, Verdict, judge, outcome_unknown

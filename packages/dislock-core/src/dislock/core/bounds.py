@@ -1,11 +1,10 @@
-"""The accepted range of every numeric setting, and of lock keys, in one table.
+"""Ranges of numbers and limits of text that every way in checks alike.
 
-The wrapper's environment, ``LockContext`` and ``dislockctl check`` all check
-numbers through :func:`check_number` with an entry of :data:`BOUNDS`, so they
-refuse the same values with the same words (only the setting's name differs:
-``RUN_LOCK_TTL_SECONDS`` from the environment, ``run_ttl_seconds`` in Python).
-A new numeric setting is one entry here; ``docs/cli.md`` and ``dislock --help``
-list every entry, and a test holds them to it.
+A numeric setting's :class:`Bound` is declared beside the setting itself, in
+``dislock.core.variables``; :meth:`Bound.check` is its one check, whether the
+value came from the environment or from Python, so both refuse with the same
+words (only the setting's name differs).  Lock keys, pause reasons and text
+shown on one line are limited here too.
 """
 
 from __future__ import annotations
@@ -17,19 +16,17 @@ from typing import NamedTuple
 
 from dislock.core.errors import ConfigurationError
 
+DAY = 86400.0
+
 
 class Bound(NamedTuple):
-    """The range of one numeric setting."""
+    """The accepted range of one numeric setting."""
 
-    variable: str | None
-    """Its environment variable (the wrapper's), if it has one."""
-    field: str | None
-    """Its ``LockContext`` field, if it has one."""
     low: float
     high: float
     unit: str
     """``"s"`` for seconds, ``""`` for a count."""
-    doc: str
+    why: str
     """Why the limits are where they are (shown in the docs)."""
     low_open: bool = False
     """``low`` itself is refused (``> 0`` rather than ``>= 0``)."""
@@ -41,156 +38,44 @@ class Bound(NamedTuple):
         unit = f" {self.unit}" if self.unit else ""
         return f"{low} to {_number(self.high)}{unit}"
 
+    def check(self, value: object, name: str) -> float:
+        """``value`` (a number, or its text) within range, as a float (an int for a
+        count); else one line naming the setting and quoting the value as given."""
+        if self.integer and isinstance(value, str):
+            value = value.strip()
+        what = (
+            "a whole number" if self.integer else "a number of seconds" if self.unit else "a number"
+        )
+        got = f", got {shown(value)}"
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise ConfigurationError(f"{name} must be {what}{got}")
+        try:
+            number = float(value)
+        except OverflowError:  # an int too large for a float: out of range, said so below
+            number = sys.float_info.max if int(value) > 0 else -sys.float_info.max
+        except ValueError:
+            raise ConfigurationError(f"{name} must be {what}{got}") from None
+        if not math.isfinite(number):
+            raise ConfigurationError(f"{name} must be a finite {what[2:]}{got}")
+        if self.integer and not number.is_integer():
+            raise ConfigurationError(f"{name} must be a whole number{got}")
+        low, high, unit = (
+            _number(self.low),
+            _number(self.high),
+            f" {self.unit}" if self.unit else "",
+        )
+        if self.low_open and number <= self.low:
+            raise ConfigurationError(f"{name} must be greater than {low}{got}")
+        if self.integer and not self.low <= number <= self.high:
+            raise ConfigurationError(f"{name} must be between {low} and {high}{got}")
+        if number < self.low:
+            if self.low == 0:
+                raise ConfigurationError(f"{name} must not be negative{got}")
+            raise ConfigurationError(f"{name} must be at least {low}{unit}{got}")
+        if number > self.high:
+            raise ConfigurationError(f"{name} must be at most {high}{unit}{got}")
+        return int(number) if self.integer else number
 
-DAY = 86400.0
-
-TTL = Bound(
-    "RUN_LOCK_TTL_SECONDS",
-    "run_ttl_seconds",
-    0.1,
-    7 * DAY,
-    "s",
-    "a lease shorter than a round trip cannot be renewed; one longer than a week keeps a "
-    "crashed holder's lock for longer than anyone waits",
-)
-HEARTBEAT = Bound(
-    "LOCK_LEASE_INTERVAL",
-    "lease_interval_seconds",
-    0.001,
-    7 * DAY,
-    "s",
-    "and at most the TTL; faster than a millisecond is a busy loop",
-)
-JITTER = Bound(
-    "LOCK_JITTER_SECONDS",
-    "jitter_max_seconds",
-    0.0,
-    3600.0,
-    "s",
-    "a start-up delay longer than an hour is a mistake; with a schedule, also at most half "
-    "the shortest interval between its fires (over its next 32), so the delayed start stays "
-    "in its slot",
-)
-CONNECT_TIMEOUT = Bound(
-    None,
-    "connect_timeout_seconds",
-    0.0,
-    3600.0,
-    "s",
-    "an hour is longer than any cron run should wait for a database",
-    low_open=True,
-)
-CONNECT_PATIENCE = Bound(
-    "LOCK_CONNECT_PATIENCE_SECONDS",
-    "connect_patience_seconds",
-    0.0,
-    3600.0,
-    "s",
-    "0 reports the first refusal; waiting out a busy server for longer than an hour is a "
-    "mistake (a schedule lock never waits past its slot anyway)",
-)
-
-MAX_RUNTIME = Bound(
-    "LOCK_MAX_RUNTIME_SECONDS",
-    "max_runtime_seconds",
-    1.0,
-    30 * DAY,
-    "s",
-    "a bound under a second stops a command before it is under way; a job meant to run "
-    "for more than a month wants no bound rather than one nobody remembers",
-)
-RETRIES = Bound(
-    "LOCK_RETRIES",
-    "retries",
-    0,
-    100,
-    "",
-    "more attempts than this in one slot is a loop, not a retry",
-    integer=True,
-)
-RETRY_DELAY = Bound(
-    "LOCK_RETRY_DELAY_SECONDS",
-    "retry_delay_seconds",
-    1.0,
-    DAY,
-    "s",
-    "the first retry waits this long after the failed attempt ended, each later one twice "
-    "as long as the one before; under a second, a retry starts before the failure's "
-    "cause could change",
-)
-START_DEADLINE = Bound(
-    "LOCK_START_DEADLINE_SECONDS",
-    "start_deadline_seconds",
-    1.0,
-    366 * DAY,
-    "s",
-    "under a second refuses every start that cron or a busy machine delays at all; no slot "
-    "is longer than a year",
-)
-OUTPUT_TAIL = Bound(
-    "LOCK_OUTPUT_TAIL_BYTES",
-    "output_tail_bytes",
-    0,
-    65536,
-    "",
-    "the end of a failed run's output is what says why; more than 64 KiB a run is a log, "
-    "and a log belongs in a log store, not in every failed run's history row",
-    integer=True,
-)
-WAIT = Bound(
-    "LOCK_WAIT_SECONDS",
-    "wait_seconds",
-    0.0,
-    DAY,
-    "s",
-    "a run that would wait longer than a day for the one before it wants a schedule instead",
-)
-WAIT_POLL = Bound(
-    "LOCK_WAIT_POLL_SECONDS",
-    "wait_poll_seconds",
-    0.0,
-    3600.0,
-    "s",
-    "polling less than hourly is not waiting",
-    low_open=True,
-)
-SLOTS = Bound(
-    "LOCK_SLOTS",
-    "slots",
-    1,
-    1000,
-    "",
-    "more holders than this at once is not a lock any more; it also bounds the array the "
-    "slot-taking statement is sent",
-    integer=True,
-)
-CONFLICT_EXIT_CODE = Bound(
-    "LOCK_CONFLICT_EXIT_CODE",
-    None,
-    0,
-    255,
-    "",
-    "an exit status is one byte",
-    integer=True,
-)
-
-BOUNDS: tuple[Bound, ...] = (
-    TTL,
-    HEARTBEAT,
-    JITTER,
-    CONNECT_TIMEOUT,
-    CONNECT_PATIENCE,
-    MAX_RUNTIME,
-    RETRIES,
-    RETRY_DELAY,
-    START_DEADLINE,
-    OUTPUT_TAIL,
-    WAIT,
-    WAIT_POLL,
-    SLOTS,
-    CONFLICT_EXIT_CODE,
-)
-"""Every numeric setting. Other settings add their entry here and check with it."""
 
 MAX_KEY_BYTES = 2048
 """The longest lock key, in UTF-8 bytes. The row key ``cronjob-lock:<mode>:<key>`` is
@@ -201,53 +86,6 @@ as dislock 0.1.0 stores them."""
 
 def _number(value: float) -> str:
     return f"{value:g}" if value < 1e6 else str(int(value))
-
-
-def check_number(bound: Bound, value: object, *, name: str | None = None) -> float:
-    """``value`` (a number, or its text) within ``bound``, as a float; else one line
-    naming the setting (``name``, by default its variable or field)."""
-    label = name or bound.variable or bound.field or "value"
-    what = (
-        "a whole number" if bound.integer else "a number of seconds" if bound.unit else "a number"
-    )
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise ConfigurationError(f"{label} must be {what}, got {shown(value)}")
-    try:
-        number = float(value)
-    except OverflowError:  # an int too large for a float: out of range, said so below
-        number = sys.float_info.max if int(value) > 0 else -sys.float_info.max
-    except ValueError:
-        raise ConfigurationError(f"{label} must be {what}, got {shown(value)}") from None
-    if not math.isfinite(number):
-        raise ConfigurationError(f"{label} must be a finite {what[2:]}, got {shown(value)}")
-    if bound.integer and not number.is_integer():
-        raise ConfigurationError(f"{label} must be a whole number, got {shown(value)}")
-    unit = f" {bound.unit}" if bound.unit else ""
-    if bound.low_open and number <= bound.low:
-        raise ConfigurationError(
-            f"{label} must be greater than {_number(bound.low)}, got {shown(value)}"
-        )
-    if bound.integer and not bound.low <= number <= bound.high:
-        raise ConfigurationError(
-            f"{label} must be between {_number(bound.low)} and {_number(bound.high)}, "
-            f"got {shown(value)}"
-        )
-    if number < bound.low:
-        if bound.low == 0:
-            raise ConfigurationError(f"{label} must not be negative, got {shown(value)}")
-        raise ConfigurationError(
-            f"{label} must be at least {_number(bound.low)}{unit}, got {shown(value)}"
-        )
-    if number > bound.high:
-        raise ConfigurationError(
-            f"{label} must be at most {_number(bound.high)}{unit}, got {shown(value)}"
-        )
-    return number
-
-
-def check_count(bound: Bound, value: object, *, name: str | None = None) -> int:
-    """A whole number within ``bound`` (an int, or its decimal text)."""
-    return int(check_number(bound, value.strip() if isinstance(value, str) else value, name=name))
 
 
 # Control characters break the one-line-per-lock output of `dislockctl ls` and the

@@ -9,21 +9,20 @@ import socket
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from dislock.core import bounds, config
+from dislock.core import bounds, config, wording
+from dislock.core import variables as v
 from dislock.core.after import check_after
 from dislock.core.dsn import parse_dsn, redact_dsn
 from dislock.core.errors import ConfigurationError
 from dislock.core.groups import parse_group
-from dislock.core.patience import DEFAULT_CONNECT_PATIENCE
-from dislock.core.replace import MAX_OWNER_BYTES
-from dislock.core.waiting import DEFAULT_POLL_SECONDS
+from dislock.core.replace_marks import MAX_OWNER_BYTES
 
 if TYPE_CHECKING:
     from dislock.core.cron_zone import CronZone
 
-DEFAULT_CONNECT_TIMEOUT = 10.0
+DEFAULT_CONNECT_TIMEOUT: float = v.CONNECT_TIMEOUT.value
 """Seconds to wait for a connection, unless the URL or the caller says otherwise."""
 
 LEASE_LOST_EXIT_CODE = 75
@@ -103,13 +102,13 @@ class LockContext:
     default)."""
     schedule: str | None = None
     """Cron expression of the job; used for ``next_run_time`` when that is not given."""
-    jitter_max_seconds: float = 0.0
+    jitter_max_seconds: float = v.JITTER.value
     """Sleep a random time in ``[0, jitter_max_seconds]`` before acquiring."""
     lease_loss_policy: LeaseLossPolicy = LeaseLossPolicy.TERMINATE
     """``TERMINATE`` (default) or ``CONTINUE``."""
     connect_timeout_seconds: float = DEFAULT_CONNECT_TIMEOUT
     """Give up connecting after this long (unless the URL sets ``connect_timeout``)."""
-    connect_patience_seconds: float = DEFAULT_CONNECT_PATIENCE
+    connect_patience_seconds: float = v.CONNECT_PATIENCE.value
     """Keep retrying a refused connection (too many connections, a server starting up or
     restarting) this long, with jittered backoff, before reporting it; for a schedule
     lock never past the end of the slot. 0: report the first refusal."""
@@ -121,12 +120,12 @@ class LockContext:
     ``with_locks`` ends with ``MaxRuntimeExceeded`` (``dislock.aio`` cancels it at
     the bound; a sync block reads ``LockSession.time_left`` and raises as it ends
     late).  Recorded as ``timed_out``.  None: no bound."""
-    output_tail_bytes: int = 0
+    output_tail_bytes: int = v.OUTPUT_TAIL.value
     """For a command run with ``run_with_locks`` (the wrapper) and ``history``: its
     stdout and stderr pass through the wrapper, which keeps the last this many bytes
     of each and stores them in the history row of a run that did not succeed
     (``dislock.core.output_tail``).  0: the command inherits the streams."""
-    retries: int = 0
+    retries: int = v.RETRIES.value
     """With a schedule: how many more attempts a slot gets after a run in it failed
     (a non-zero exit or an exception, a lost lease, a maximum runtime passed, and
     with ``schedule,lease``, one holder and ``TERMINATE``, a holder whose lease
@@ -134,7 +133,7 @@ class LockContext:
     by the first acquisition, on any machine, at least ``retry_delay_seconds`` after
     the failed one ended (twice that after the second, and so on), within the same
     slot; a success closes the slot (``dislock.core.retries``).  0: none."""
-    retry_delay_seconds: float = 60.0
+    retry_delay_seconds: float = v.RETRY_DELAY.value
     """The pause before a slot's first retry; it doubles for each retry after it."""
     start_deadline_seconds: float | None = None
     """With ``schedule``: an acquisition more than this many seconds after its slot
@@ -160,15 +159,15 @@ class LockContext:
     at WARNING and never fails the run."""
     history_table: Sequence[str] | None = None
     """The history table, like ``table_parts``; default: ``<table>_history`` beside it."""
-    wait_seconds: float = 0.0
+    wait_seconds: float = v.WAIT.value
     """Wait up to this long for a lease held elsewhere before giving up (0: give up at
     once). Woken by the holder's release (``LISTEN``/``NOTIFY``), or by polling."""
-    wait_poll_seconds: float = DEFAULT_POLL_SECONDS
+    wait_poll_seconds: float = v.WAIT_POLL.value
     """While waiting without ``LISTEN``: try again about this often (jittered)."""
     wait_listen: bool | None = None
     """While waiting: ``LISTEN`` for releases (True), poll only (False), or find out
     (None: ``LISTEN`` unless the connection goes through a pooler such as PgBouncer)."""
-    slots: int = 1
+    slots: int = v.SLOTS.value
     """How many holders a lease admits at once (a semaphore); 1 is a plain lease."""
     group: str | None = None
     """``"NAME:N"``: at most N runs at once among every key naming group NAME, each
@@ -179,7 +178,7 @@ class LockContext:
     """With a lease held by a live holder: ask it to stop and hand the lease over,
     rather than be refused.  The holder's command (or block) is stopped as on any
     lease loss and hands the row over once it is gone; a holder that does not
-    (dead, frozen) is outlived by its row's expiry (``dislock.core.replace``)."""
+    (dead, frozen) is outlived by its row's expiry (``dislock.core.replace_marks``)."""
     cron_tz: str | tzinfo | None = None
     """Time zone ``schedule`` is read in: an IANA name (``"Europe/Berlin"``) or a
     ``tzinfo``. Default: the local zone (``TZ``, else ``/etc/localtime``), the zone
@@ -190,12 +189,15 @@ class LockContext:
 
     def __post_init__(self) -> None:
         self._check_where()
+        for setting in v.NUMBERS:  # each number by its bound, the wrapper's as its own
+            name, bound = setting.field, setting.bound
+            if name is not None and bound is not None and getattr(self, name) is not None:
+                _set(self, name, bound.check(getattr(self, name), wording.name(setting)))
         self._check_lease()
         self._check_schedule()
         self._check_run()
-        self._check_connecting()
         self._check_waiting()
-        self._check_slot_bounds()
+        self._check_slot()
 
     def _check_where(self) -> None:
         """The database, the table, the key, and who holds it."""
@@ -206,31 +208,29 @@ class LockContext:
             _set(self, "url", url)
         parse_dsn(self.url)
         _set(self, "table_parts", config.check_table_parts(self.table_parts))
-        bounds.check_key("lock_key", self.lock_key)
+        bounds.check_key(wording.name(v.KEY), self.lock_key)
         bounds.check_key("owner", self.owner)
+        for flag in ("fencing", "history", "replace"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ConfigurationError(
+                    f"{flag} must be True or False, got {getattr(self, flag)!r}"
+                )
 
     def _check_lease(self) -> None:
-        """The TTL and the heartbeat, the one derived from the other when left out."""
-        if self.run_ttl_seconds is not None:
-            ttl = bounds.check_number(bounds.TTL, self.run_ttl_seconds, name="run_ttl_seconds")
-            _set(self, "run_ttl_seconds", ttl)
-            if self.lease_interval_seconds is None:
-                derived = config.derived_interval(
-                    ttl,
-                    ttl_name=f"run_ttl_seconds={ttl:g}",
-                    advice="give lease_interval_seconds too",
-                )
-                _set(self, "lease_interval_seconds", derived)
-        if self.lease_interval_seconds is not None:
-            interval = bounds.check_number(
-                bounds.HEARTBEAT, self.lease_interval_seconds, name="lease_interval_seconds"
+        """The heartbeat within the TTL, derived from it when left out."""
+        ttl, interval = self.run_ttl_seconds, self.lease_interval_seconds
+        if ttl is not None and interval is None:
+            verb = wording.either("give", "set")
+            derived = config.derived_interval(
+                ttl,
+                ttl_name=f"{wording.name(v.TTL)}={ttl:g}",
+                advice=f"{verb} {wording.name(v.HEARTBEAT)} too",
             )
-            _set(self, "lease_interval_seconds", interval)
-            if self.run_ttl_seconds is not None:
-                config.check_interval(
-                    self.run_ttl_seconds, interval, interval_name="lease_interval_seconds"
-                )
-        _set(self, "lease_loss_policy", LeaseLossPolicy.parse(self.lease_loss_policy))
+            _set(self, "lease_interval_seconds", derived)
+        elif ttl is not None and interval is not None:
+            config.check_interval(ttl, interval, interval_name=wording.name(v.HEARTBEAT))
+        policy = LeaseLossPolicy.parse(self.lease_loss_policy, name=wording.name(v.LEASE_LOSS))
+        _set(self, "lease_loss_policy", policy)
 
     def _check_schedule(self) -> None:
         """The slot: its end, or the cron expression and zone it is computed from."""
@@ -244,121 +244,73 @@ class LockContext:
                     "next_run_time must be timezone-aware (e.g. datetime.now(timezone.utc)); "
                     f"got naive {self.next_run_time.isoformat()}"
                 )
-        if self.schedule is not None:
-            from dislock.core.cron import check_cron
-
-            _set(self, "schedule", check_cron(self.schedule))
         if self.schedule is not None or self.cron_tz is not None:
-            # Only schedule users pay for reading the zone database.
+            # Only schedule users pay for croniter and for reading the zone database.
+            from dislock.core.cron import check_cron, check_jitter
             from dislock.core.cron_zone import load_zone, local_zone
 
             zone = local_zone() if self.cron_tz is None else load_zone(self.cron_tz)
             _set(self, "cron_zone", zone)
             _set(self, "cron_tz", zone.tz)
-        _set(
-            self,
-            "jitter_max_seconds",
-            bounds.check_number(bounds.JITTER, self.jitter_max_seconds, name="jitter_max_seconds"),
-        )
-        if self.schedule is not None:
-            from dislock.core.cron import check_jitter
-
-            check_jitter(
-                self.schedule,
-                self.jitter_max_seconds,
-                jitter_name="jitter_max_seconds",
-                schedule_name="schedule",
-            )
+            if self.schedule is not None:
+                _set(self, "schedule", check_cron(self.schedule, name=wording.name(v.SCHEDULE)))
+                check_jitter(
+                    self.schedule,
+                    self.jitter_max_seconds,
+                    jitter_name=wording.name(v.JITTER),
+                    schedule_name=wording.name(v.SCHEDULE),
+                )
 
     def _check_run(self) -> None:
-        """What a run is bounded by, and what it records."""
-        if self.max_runtime_seconds is not None:
-            _set(
-                self,
-                "max_runtime_seconds",
-                bounds.check_number(
-                    bounds.MAX_RUNTIME, self.max_runtime_seconds, name="max_runtime_seconds"
-                ),
-            )
-        if not isinstance(self.fencing, bool):
-            raise ConfigurationError(f"fencing must be True or False, got {self.fencing!r}")
-        if not isinstance(self.history, bool):
-            raise ConfigurationError(f"history must be True or False, got {self.history!r}")
+        """What a run records."""
         if self.history_table is not None:
             _set(self, "history_table", config.check_table_parts(self.history_table))
-        _set(
-            self,
-            "output_tail_bytes",
-            bounds.check_count(
-                bounds.OUTPUT_TAIL, self.output_tail_bytes, name="output_tail_bytes"
-            ),
-        )
         if self.output_tail_bytes and not self.history:
             raise ConfigurationError(
-                "output_tail_bytes keeps a failed run's output in its history row:"
-                " it needs history=True"
+                f"{wording.name(v.OUTPUT_TAIL)} keeps a failed run's output in its history row:"
+                f" it needs {_history_on()}"
             )
-
-    def _check_connecting(self) -> None:
-        _bounded(self, bounds.CONNECT_TIMEOUT)
-        _bounded(self, bounds.CONNECT_PATIENCE)
 
     def _check_waiting(self) -> None:
         """Waiting for a held lease, its slots, and replacing its holder."""
-        _bounded(self, bounds.WAIT)
-        _bounded(self, bounds.WAIT_POLL)
         if self.wait_listen is not None and not isinstance(self.wait_listen, bool):
             raise ConfigurationError(
                 f"wait_listen must be True, False or None, got {self.wait_listen!r}"
             )
-        _set(self, "slots", bounds.check_count(bounds.SLOTS, self.slots, name="slots"))
         if self.group is not None:
-            _set(self, "group", str(parse_group(self.group)))
+            _set(self, "group", str(parse_group(self.group, name=wording.name(v.GROUP))))
         if self.lease_mode not in ("lease", "group"):
             raise ConfigurationError(f"lease_mode must be 'lease' or 'group': {self.lease_mode!r}")
-        if not isinstance(self.replace, bool):
-            raise ConfigurationError(f"replace must be True or False, got {self.replace!r}")
         if self.replace and len(self.owner.encode()) > MAX_OWNER_BYTES:
             raise ConfigurationError(
                 f"replace writes its owner token beside the holder's: it must be at most"
                 f" {MAX_OWNER_BYTES} bytes (UTF-8)"
             )
         if self.replace and self.slots > 1:
+            slots = wording.either(f"{self.slots} slots", f"{v.SLOTS.name}={self.slots}")
             raise ConfigurationError(
-                f"replace takes over a lease's one holder; it cannot be combined with"
-                f" {self.slots} slots"
+                f"{wording.on(v.REPLACE)} takes over a lease's one holder: it cannot be"
+                f" combined with {slots}"
             )
 
-    def _check_slot_bounds(self) -> None:
-        """A slot's retries and their delay, and its start deadline."""
-        _set(self, "retries", bounds.check_count(bounds.RETRIES, self.retries, name="retries"))
-        _set(self, "after", check_after(self.after, history=self.history, schedule=self.schedule))
+    def _check_slot(self) -> None:
+        """A slot's retries, the keys it comes after, and its start deadline."""
+        named = (wording.name(v.AFTER), _history_on(), _after_needs())
+        _set(
+            self,
+            "after",
+            check_after(self.after, history=self.history, schedule=self.schedule, names=named),
+        )
         if self.retries or self.start_deadline_seconds is not None:
             from dislock.core.retries import check_owner
 
             check_owner(self.owner)
-        if self.start_deadline_seconds is not None:
-            _set(
-                self,
-                "start_deadline_seconds",
-                bounds.check_number(
-                    bounds.START_DEADLINE,
-                    self.start_deadline_seconds,
-                    name="start_deadline_seconds",
-                ),
+        if self.start_deadline_seconds is not None and self.schedule is None:
+            needs = wording.either("schedule", "the schedule strategy")
+            raise ConfigurationError(
+                f"{wording.name(v.START_DEADLINE)} needs {needs}: a slot's start is the cron fire"
+                " that opened it"
             )
-            if self.schedule is None:
-                raise ConfigurationError(
-                    "start_deadline_seconds needs schedule: a slot's start is the cron fire"
-                    " that opened it"
-                )
-        _set(
-            self,
-            "retry_delay_seconds",
-            bounds.check_number(
-                bounds.RETRY_DELAY, self.retry_delay_seconds, name="retry_delay_seconds"
-            ),
-        )
 
     def __repr__(self) -> str:
         # Every field but those that ask not to be shown (``url``, whose password
@@ -376,11 +328,51 @@ def _set(context: LockContext, name: str, value: object) -> None:
     object.__setattr__(context, name, value)
 
 
-def _bounded(context: LockContext, bound: bounds.Bound) -> None:
-    # A numeric field, checked against its entry of ``dislock.core.bounds``.
-    assert bound.field is not None
-    value = getattr(context, bound.field)
-    _set(context, bound.field, bounds.check_number(bound, value, name=bound.field))
+def context_from_environment(strategies: Sequence[str], **fields: Any) -> LockContext:
+    """A ``LockContext`` of the wrapper's variables (read through ``dislock.core.variables``)
+    for ``strategies``: checked as any, each refusal naming the variable, not the field."""
+    with wording.by_variables():
+        context = LockContext(**fields)
+        check_strategies(context, strategies)
+        return context
+
+
+def _history_on() -> str:
+    return wording.on(v.HISTORY) + wording.either("", " (and dislockctl init --history)")
+
+
+def _after_needs() -> str:
+    """What ``after`` needs besides the history: a slot."""
+    return wording.either(
+        "schedule and the schedule strategy", "LOCK_STRATEGY=schedule (or schedule,lease)"
+    )
+
+
+def check_strategies(context: LockContext, strategies: Sequence[str]) -> None:
+    """What the strategies allow: retries, a start deadline and ``after`` need a schedule
+    slot (a lease-only job may have a schedule, for its history); waiting, slots and
+    replacing need a lease, unless a group or ``after`` is waited for."""
+    from dislock.core.retries import check_retries
+    from dislock.core.waiting import check_waiting
+
+    names = (wording.name(v.RETRIES), wording.name(v.START_DEADLINE))
+    check_retries(strategies, context.retries, context.start_deadline_seconds, names=names)
+    if context.after and config.SCHEDULE not in strategies:
+        needs = (wording.name(v.AFTER), _history_on(), _after_needs())
+        check_after(context.after, history=context.history, schedule=None, names=needs)
+    try:
+        check_waiting(
+            strategies,
+            context.wait_seconds,
+            context.slots,
+            context.replace,
+            group=context.group is not None,
+            after=bool(context.after),
+        )
+    except ConfigurationError as exc:
+        # The wrapper's strategies are a variable too: its refusal quotes it.
+        quoted = wording.either("", f"{v.STRATEGY.name}={','.join(strategies)!r}: ")
+        raise ConfigurationError(f"{quoted}{exc}") from None
 
 
 def strategies_for(context: LockContext) -> tuple[str, ...]:

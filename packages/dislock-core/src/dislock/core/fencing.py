@@ -20,7 +20,8 @@ from dislock.core import bounds
 from dislock.core.exchange import Exchange, Rows, read_flag
 from dislock.core.kinds import LEASE, kind
 from dislock.core.policy_functions import beside
-from dislock.core.replace import HANDED_MARK, REPLACED_MARK
+from dislock.core.replace_marks import HANDED_MARK, REPLACED_MARK
+from dislock.core.variables import SLOTS
 
 SETTING = "dislock.fencing_token"
 """The setting a writer's transaction carries its token in."""
@@ -66,7 +67,7 @@ def guard_sql(lock_table: tuple[str, str]) -> sql.Composed:
         table=sql.Identifier(*lock_table),
         lease_row=sql.Literal(lease.row_key("")),
         slot_row=sql.Literal(lease.row_key("", 2).removesuffix("2:")),
-        max_slots=sql.Literal(int(bounds.SLOTS.high)),
+        max_slots=sql.Literal(int(SLOTS.high)),
         replaced=sql.Literal(REPLACED_MARK),
         handed=sql.Literal(HANDED_MARK),
         handed_length=sql.Literal(len(HANDED_MARK)),

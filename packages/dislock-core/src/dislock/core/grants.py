@@ -42,7 +42,7 @@ from typing import Any, NamedTuple
 
 from psycopg import sql
 
-from dislock.core.bounds import MAX_STORED_BYTES, OUTPUT_TAIL
+from dislock.core.bounds import MAX_STORED_BYTES
 from dislock.core.errors import ConfigurationError
 from dislock.core.failover import NEVER_NOTICED, SCOPE_KEY_PREFIX, TIMELINE, TIMELINE_KEY
 from dislock.core.history import ENDED, OUTCOMES, STARTED, TAILS, add_tail_columns
@@ -58,6 +58,7 @@ from dislock.core.policy_functions import (
 )
 from dislock.core.protocol import protocol_sql
 from dislock.core.rows import lease_key, pause_key, schedule_key
+from dislock.core.variables import OUTPUT_TAIL
 
 
 class Access(enum.StrEnum):

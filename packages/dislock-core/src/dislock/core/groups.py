@@ -20,15 +20,13 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from dislock.core import bounds
 from dislock.core.errors import ConfigurationError
+from dislock.core.variables import SLOTS, TTL
 
 if TYPE_CHECKING:
     from dislock.core.context import LockContext
 
 MAX_NAME_BYTES = 200
 """The longest group name, in UTF-8 bytes: it is shown in every refusal and in ``ls``."""
-
-DEFAULT_TTL_SECONDS = 60.0
-"""A group slot's TTL when the run has no lease of its own (the CLI's default)."""
 
 
 class Group(NamedTuple):
@@ -49,7 +47,7 @@ def parse_group(text: object, *, name: str = "group") -> Group:
     group, _, count = text.strip().rpartition(":")
     bounds.check_key(f"{name}'s NAME", group)
     bounds.check_size(f"{name}'s NAME", group, MAX_NAME_BYTES)
-    slots = bounds.check_count(bounds.SLOTS, count, name=f"{name}'s N")
+    slots = int(SLOTS.check(count, f"{name}'s N"))
     return Group(group, slots)
 
 
@@ -72,7 +70,7 @@ def group_context(context: LockContext) -> LockContext:
         slots=group.slots,
         lease_mode="group",
         group=None,
-        run_ttl_seconds=DEFAULT_TTL_SECONDS if ttl is None else ttl,
+        run_ttl_seconds=TTL.value if ttl is None else ttl,
         lease_interval_seconds=None if ttl is None else context.lease_interval_seconds,
         next_run_time=None,
         schedule=None,

@@ -7,7 +7,7 @@ that was held back records it, once per slot: the row's start is inserted only
 while the key has no such row for the slot (``INSERT … WHERE NOT EXISTS``, one
 index probe of ``(lock_key, started_at DESC)`` from the slot's start), then ended
 as it started with outcome ``held_back``, as an operator's event is
-(``dislock.core.events``: a granted role may insert a row's start columns, then end
+(``dislock.core.operator_commands``: a granted role may insert a row's start columns, then end
 it, not both at once).  Two wrappers refused at the same instant may each write
 one; readers count the slot once.
 

@@ -51,8 +51,8 @@ from psycopg import sql
 from dislock.core.after import success_notice
 from dislock.core.config import check_table_parts
 from dislock.core.errors import MaxRuntimeExceeded
-from dislock.core.events import PAUSE_MODES
 from dislock.core.exchange import Exchange, Rows, read_flag
+from dislock.core.operator_commands import PAUSE_MODES
 
 HISTORY_TIMEOUT = 2.0
 """Seconds a history statement may take before it is cancelled and logged."""
@@ -71,7 +71,7 @@ OUTCOMES = (
 )
 """What the end statement records (``late``: a slot past its start deadline, not
 started, marked by the acquisition that found it so; ``rerun``, ``paused``,
-``resumed``: no runs, an operator's commands, ``dislock.core.events``;
+``resumed``: no runs, an operator's commands, ``dislock.core.operator_commands``;
 ``held_back``: a slot waiting for a key it comes after, ``dislock.core.held_back``);
 ``running`` and ``abandoned`` are derived when reading."""
 
@@ -138,7 +138,7 @@ def create_history(history: tuple[str, ...]) -> list[sql.Composed]:
         sql.SQL("CREATE INDEX IF NOT EXISTS {name} ON {table} (started_at)").format(
             name=_index_name(history, "started"), table=table
         ),
-        # A key's pauses among its runs (``dislock.core.events``): ``modes`` is written
+        # A key's pauses among its runs (``dislock.core.operator_commands``): ``modes`` is written
         # once, as a row is inserted, so the end statement's updates stay HOT.
         sql.SQL(
             "CREATE INDEX IF NOT EXISTS {name} ON {table} (lock_key, started_at)"

@@ -23,6 +23,7 @@ from dislock.core.failover import SCOPE_KEY_PREFIX
 from dislock.core.limits import NEVER_EXPIRES, metadata_row
 from dislock.core.policy_functions import beside, beside_parts
 from dislock.core.protocol import function, function_call, via_function
+from dislock.core.variables import OUTPUT_TAIL
 
 VERSION = "dislock history functions 1"
 
@@ -102,7 +103,7 @@ def history_functions_sql(history: tuple[str, str], lock_table: tuple[str, str])
         scope_prefix=sql.Literal(SCOPE_KEY_PREFIX),
         never=sql.Literal(NEVER_EXPIRES),
         max_bytes=sql.Literal(bounds.MAX_STORED_BYTES),
-        max_tail=sql.Literal(4 * int(bounds.OUTPUT_TAIL.high)),
+        max_tail=sql.Literal(4 * int(OUTPUT_TAIL.high)),
         outcomes=sql.SQL(", ").join(map(sql.Literal, OUTCOMES)),
         held_outcomes=sql.SQL(", ").join(map(sql.Literal, (HELD_BACK, LATE_FALLBACK))),
         held_modes=sql.Literal(MODES),

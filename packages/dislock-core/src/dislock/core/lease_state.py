@@ -18,7 +18,7 @@ from dislock.core.acquisition import LeaseTry, let_go
 from dislock.core.context import LockContext
 from dislock.core.errors import LockDelayedError, LockNotAcquiredError
 from dislock.core.failover import delayed
-from dislock.core.lease import LeaseClock, LeaseSettings
+from dislock.core.lease_clock import LeaseClock, LeaseSettings
 from dislock.core.renewal import Renewal
 from dislock.core.waiting import slot_keys
 

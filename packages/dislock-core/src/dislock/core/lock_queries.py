@@ -114,7 +114,7 @@ class Queries(NamedTuple):
     and when a fleet's crontabs fire together every machine but one is refused."""
     take_over: sql.Composed
     """Params: key, pause, owner, successor, ttl.  Takes the live lease row ``key``
-    that a replaced holder handed over (its value ``successor``, ``dislock.core.replace``)
+    that a replaced holder handed over (its value ``successor``, ``dislock.core.replace_marks``)
     for ``ttl`` seconds, unless paused or over the TTL cap.  Answers like
     ``acquire_for``."""
 

@@ -22,7 +22,7 @@ from dislock.core import retries as retries_module
 from dislock.core.answers import Acquired, SlotAnswer
 from dislock.core.exchange import Exchange
 from dislock.core.kinds import LEASE
-from dislock.core.replace import handed
+from dislock.core.replace_marks import handed
 from dislock.core.rows import pause_key_of
 from dislock.core.unknown_outcome import Mine
 from dislock.core.waiting import WAKE_CHANNEL, wake_key

@@ -28,9 +28,6 @@ from typing import NamedTuple
 from dislock.core.dsn import one_line
 from dislock.core.errors import DatabaseUnreachableError, NotReplicatedError, StatementTimeout
 
-DEFAULT_CONNECT_PATIENCE = 30.0
-"""Seconds a lock keeps retrying a refused connection before reporting it."""
-
 BACKOFF_FIRST = 0.05
 """Upper bound of the first pause between two connection attempts, in seconds."""
 

@@ -22,8 +22,8 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from dislock.core.lease import LeaseClock
-from dislock.core.replace import replaced_by
+from dislock.core.lease_clock import LeaseClock
+from dislock.core.replace_marks import replaced_by
 
 BATCH_WINDOW_RATIO = 0.5
 """A lease due within half a heartbeat joins a batch that is being sent anyway.
@@ -232,7 +232,7 @@ def gone(lost: Iterable[Renewal]) -> list[Renewal]:
 
 def explain(renewals: Iterable[Renewal], values: dict[str, str]) -> None:
     """Give each of ``renewals`` whose row (``values``, by key) was marked by a
-    replacer the reason that names it (``dislock.core.replace``)."""
+    replacer the reason that names it (``dislock.core.replace_marks``)."""
     for r in renewals:
         r.clock.replaced(replaced_by(r.owner, values.get(r.key)))
 

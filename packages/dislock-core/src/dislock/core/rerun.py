@@ -9,7 +9,7 @@ that a job with retries takes it as attempt 1 of a fresh count, and one without
 takes it as it takes any expired row.  It refuses while a run of the key holds its
 lease: the next wrapper would take the slot and then find the lease held, and the
 slot would be spent without a run.  The operator's role and reason are written in
-the row and, when there is a run history, as an event (``dislock.core.events``).
+the row and, when there is a run history, as an event (``dislock.core.operator_commands``).
 """
 
 from __future__ import annotations

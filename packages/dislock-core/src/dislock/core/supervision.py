@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dislock.core.errors import ConfigurationError
 from dislock.core.guard import GUARD_TOKEN_VARIABLE as GUARD_TOKEN_VARIABLE
 from dislock.core.guard import RUN_TOKEN_VARIABLE as RUN_TOKEN_VARIABLE
-from dislock.core.lease import safety_margin
+from dislock.core.lease_clock import safety_margin
 
 KILL_GRACE = 10.0
 """Seconds between SIGTERM and SIGKILL when a command must stop."""
@@ -207,7 +207,7 @@ blocked on a full pipe, a machine too loaded to run it)."""
 def loss_grace(replacing: bool, until_deadline: float | None) -> float:
     """Seconds between the ``SIGTERM`` and the ``SIGKILL`` of a command whose lease was
     lost: ``KILL_GRACE``; but when a replacer marked the row before the lease's local
-    deadline (``dislock.core.lease.LeaseClock.replacing``, ``dislock.core.replace``),
+    deadline (``dislock.core.lease_clock.LeaseClock.replacing``, ``dislock.core.replace_marks``),
     only until that deadline: the row stays live until then, and whoever takes it
     next must find the command gone."""
     if not replacing or until_deadline is None:

@@ -1,11 +1,12 @@
-"""The wrapper's environment variables, in one table: each one's ``LockContext``
-field, how its text is read (and checked: a refusal names the variable), how a
-field's value is written back as text, its default and its ``dislock --help`` line.
+"""Every setting, declared once: its ``LockContext`` field, its environment
+variable, its default, its ``dislock --help`` line and, for a number, its range
+(a :class:`~dislock.core.bounds.Bound`, with why the limits are where they are).
 
-``dislock.cli.wrapper.settings`` reads the environment through it, ``dislock --help`` and
+``dislock.cli.wrapper.settings`` reads the environment through this table,
+``LockContext`` checks its numbers with it, ``dislock --help`` and
 ``docs/cli.md`` list it (a test holds them to it), ``dislockctl check`` reports
 with it, and the tests' CLI driver turns a ``LockContext`` into an environment
-with it.  A numeric variable refers to its entry of ``dislock.core.bounds``.
+with it.
 
 Only the standard library and dislock's light core modules are imported here:
 ``dislock --help`` reads this table.
@@ -13,66 +14,16 @@ Only the standard library and dislock's light core modules are imported here:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, NamedTuple
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from dislock.core import bounds, config
-from dislock.core.bounds import Bound
+from dislock.core.bounds import DAY, Bound
 from dislock.core.errors import ConfigurationError
+from dislock.core.setting import Reader, Setting
 
 if TYPE_CHECKING:
     from dislock.core.context import LockContext
-
-Reader = Callable[[str, str], Any]
-"""``(variable name, its non-blank text)`` to the value, or ConfigurationError."""
-
-
-class Variable(NamedTuple):
-    """One variable the wrapper reads."""
-
-    name: str
-    field: str | None
-    """The ``LockContext`` field it sets; None for the wrapper's own settings."""
-    default: str
-    """What an unset (or blank) variable means, as ``--help`` shows it."""
-    help: str
-    """The ``--help`` text; ``{range}`` stands for its bound's accepted range."""
-    reader: Reader | None
-    """None: read where it needs more than its own text (``CRON_TZ`` reads ``TZ``
-    too; the log level falls back rather than refuse)."""
-    writer: Callable[[Any], str | None] | None = None
-    """A field's value as the variable's text; None: leave the variable unset."""
-    bound: Bound | None = None
-
-    def text(self, environ: Mapping[str, str]) -> str | None:
-        """The variable's text; set-but-blank counts as unset."""
-        value = environ.get(self.name)
-        return value if value is not None and value.strip() else None
-
-    def read(self, environ: Mapping[str, str]) -> Any:
-        """The variable's value, checked; None when it is unset or blank."""
-        if self.reader is None:
-            raise TypeError(f"{self.name} is not read on its own")
-        raw = self.text(environ)
-        return None if raw is None else self.reader(self.name, raw)
-
-    def write(self, value: Any) -> str | None:
-        """``value`` (of the field) as this variable's text, or None to leave it unset."""
-        if self.writer is None or value is None:
-            return None
-        return self.writer(value)
-
-    def describe(self) -> str:
-        """The ``--help`` text, with the bound's range filled in."""
-        return self.help.format(range=self.bound.describe() if self.bound else "")
-
-
-def _number(bound: Bound) -> Reader:
-    return lambda name, raw: bounds.check_number(bound, raw, name=name)
-
-
-def _count(bound: Bound) -> Reader:
-    return lambda name, raw: bounds.check_count(bound, raw, name=name)
 
 
 def _prefixed(parse: Callable[[str], Any]) -> Reader:
@@ -122,15 +73,15 @@ def _flag(value: bool) -> str:
 
 _AUTO_FLAG = {None: "auto", True: "1", False: "0"}
 
-KEY = Variable(
+KEY = Setting(
     "LOCK_KEY",
     "lock_key",
     "required",
     "name of the lock shared by every machine (at most 2048 bytes, no control characters)",
     bounds.check_key,
-    str,
+    as_text=True,
 )
-STRATEGY = Variable(
+STRATEGY = Setting(
     "LOCK_STRATEGY",
     None,
     config.SCHEDULE,
@@ -138,15 +89,15 @@ STRATEGY = Variable(
     _prefixed(config.normalize_strategies),
     ",".join,
 )
-SCHEDULE = Variable(
+SCHEDULE = Setting(
     "CRON_SCHEDULE",
     "schedule",
     "-",
     "cron expression; required for schedule (5 fields, or 6 with seconds last; must fire)",
     _cron,
-    str,
+    as_text=True,
 )
-ZONE = Variable(
+ZONE = Setting(
     "CRON_TZ",
     "cron_tz",
     "local zone",
@@ -154,7 +105,7 @@ ZONE = Variable(
     None,
     _zone,
 )
-TABLE = Variable(
+TABLE = Setting(
     "LOCK_TABLE",
     "table_parts",
     "key_value",
@@ -162,82 +113,105 @@ TABLE = Variable(
     _prefixed(config.parse_table),
     ".".join,
 )
-TTL = Variable(
+TTL = Setting(
     "RUN_LOCK_TTL_SECONDS",
     "run_ttl_seconds",
     "60",
     "lease time-to-live: {range}",
-    _number(bounds.TTL),
-    str,
-    bounds.TTL,
+    bound=Bound(
+        0.1,
+        7 * DAY,
+        "s",
+        "a lease shorter than a round trip cannot be renewed; one longer than a week keeps a "
+        "crashed holder's lock for longer than anyone waits",
+    ),
 )
-HEARTBEAT = Variable(
+HEARTBEAT = Setting(
     "LOCK_LEASE_INTERVAL",
     "lease_interval_seconds",
     "derived",
     "heartbeat: {range}, <= TTL; default 30 % of the TTL kept within 1..10 s",
-    _number(bounds.HEARTBEAT),
-    str,
-    bounds.HEARTBEAT,
+    bound=Bound(
+        0.001, 7 * DAY, "s", "and at most the TTL; faster than a millisecond is a busy loop"
+    ),
 )
-JITTER = Variable(
+JITTER = Setting(
     "LOCK_JITTER_SECONDS",
     "jitter_max_seconds",
     "0",
     "sleep up to this long before locking: {range}, and with a schedule at most half "
     "its shortest interval",
-    _number(bounds.JITTER),
-    str,
-    bounds.JITTER,
+    bound=Bound(
+        0.0,
+        3600.0,
+        "s",
+        "a start-up delay longer than an hour is a mistake; with a schedule, also at most half "
+        "the shortest interval between its fires (over its next 32), so the delayed start stays "
+        "in its slot",
+    ),
 )
-LEASE_LOSS = Variable(
+LEASE_LOSS = Setting(
     "LOCK_ON_LEASE_LOSS",
     "lease_loss_policy",
     "terminate",
     "terminate (SIGTERM, SIGKILL after 10 s, exit 75) or continue (log only)",
     _policy,
     lambda policy: str(policy.value),
+    as_text=True,
 )
-MAX_RUNTIME = Variable(
+MAX_RUNTIME = Setting(
     "LOCK_MAX_RUNTIME_SECONDS",
     "max_runtime_seconds",
     "-",
     "stop the command this long after it started (SIGTERM, SIGKILL after 10 s, exit 124): {range}",
-    _number(bounds.MAX_RUNTIME),
-    lambda seconds: None if seconds is None else str(seconds),
-    bounds.MAX_RUNTIME,
+    bound=Bound(
+        1.0,
+        30 * DAY,
+        "s",
+        "a bound under a second stops a command before it is under way; a job meant to run "
+        "for more than a month wants no bound rather than one nobody remembers",
+    ),
 )
-RETRIES = Variable(
+RETRIES = Setting(
     "LOCK_RETRIES",
     "retries",
     "0",
     "with a schedule, a failed run leaves its slot to up to this many more attempts, "
     "each by the first wrapper on any machine to start after the delay: {range}",
-    _count(bounds.RETRIES),
-    str,
-    bounds.RETRIES,
+    bound=Bound(
+        0, 100, "", "more attempts than this in one slot is a loop, not a retry", integer=True
+    ),
 )
-RETRY_DELAY = Variable(
+RETRY_DELAY = Setting(
     "LOCK_RETRY_DELAY_SECONDS",
     "retry_delay_seconds",
     "60",
     "wait this long after a failed attempt before the next, twice as long after each "
     "later one: {range}",
-    _number(bounds.RETRY_DELAY),
-    str,
-    bounds.RETRY_DELAY,
+    bound=Bound(
+        1.0,
+        DAY,
+        "s",
+        "the first retry waits this long after the failed attempt ended, each later one twice "
+        "as long as the one before; under a second, a retry starts before the failure's "
+        "cause could change",
+    ),
 )
-START_DEADLINE = Variable(
+START_DEADLINE = Setting(
     "LOCK_START_DEADLINE_SECONDS",
     "start_deadline_seconds",
     "-",
     "with a schedule, a wrapper started more than this long after its slot began does not "
     "start it, and marks the slot late: {range}",
-    _number(bounds.START_DEADLINE),
-    lambda seconds: None if seconds is None else str(seconds),
-    bounds.START_DEADLINE,
+    bound=Bound(
+        1.0,
+        366 * DAY,
+        "s",
+        "under a second refuses every start that cron or a busy machine delays at all; no slot "
+        "is longer than a year",
+    ),
 )
-AFTER = Variable(
+AFTER = Setting(
     "LOCK_AFTER",
     "after",
     "-",
@@ -247,17 +221,22 @@ AFTER = Variable(
     lambda name, raw: _prefixed(_parse_after())(name, raw),
     lambda keys: ",".join(keys) or None,
 )
-OUTPUT_TAIL = Variable(
+OUTPUT_TAIL = Setting(
     "LOCK_OUTPUT_TAIL_BYTES",
     "output_tail_bytes",
     "0",
     "keep the last this many bytes of the command's stdout and of its stderr in the history "
     "row of a run that failed (LOCK_HISTORY=1); 0: none. {range}",
-    _count(bounds.OUTPUT_TAIL),
-    str,
-    bounds.OUTPUT_TAIL,
+    bound=Bound(
+        0,
+        65536,
+        "",
+        "the end of a failed run's output is what says why; more than 64 KiB a run is a log, "
+        "and a log belongs in a log store, not in every failed run's history row",
+        integer=True,
+    ),
 )
-FENCING = Variable(
+FENCING = Setting(
     "LOCK_FENCING",
     "fencing",
     "0",
@@ -265,7 +244,7 @@ FENCING = Variable(
     config.parse_flag,
     _flag,
 )
-PASS_URL = Variable(
+PASS_URL = Setting(
     "LOCK_PASS_URL",
     None,
     "1",
@@ -274,26 +253,27 @@ PASS_URL = Variable(
     config.parse_flag,
     _flag,
 )
-WAIT = Variable(
+WAIT = Setting(
     "LOCK_WAIT_SECONDS",
     "wait_seconds",
     "0",
     "wait up to this long for a lease held elsewhere, then skip: {range} (needs lease; "
     "with schedule,lease the slot is taken once and the lease waited for)",
-    _number(bounds.WAIT),
-    str,
-    bounds.WAIT,
+    bound=Bound(
+        0.0,
+        DAY,
+        "s",
+        "a run that would wait longer than a day for the one before it wants a schedule instead",
+    ),
 )
-WAIT_POLL = Variable(
+WAIT_POLL = Setting(
     "LOCK_WAIT_POLL_SECONDS",
     "wait_poll_seconds",
     "0.5",
     "poll cadence while waiting without LISTEN: {range}",
-    _number(bounds.WAIT_POLL),
-    str,
-    bounds.WAIT_POLL,
+    bound=Bound(0.0, 3600.0, "s", "polling less than hourly is not waiting", low_open=True),
 )
-WAIT_LISTEN = Variable(
+WAIT_LISTEN = Setting(
     "LOCK_WAIT_LISTEN",
     "wait_listen",
     "auto",
@@ -302,25 +282,30 @@ WAIT_LISTEN = Variable(
     config.parse_auto_flag,
     _AUTO_FLAG.__getitem__,
 )
-SLOTS = Variable(
+SLOTS = Setting(
     "LOCK_SLOTS",
     "slots",
     "1",
     "up to N holders of the lease at once: {range}",
-    _count(bounds.SLOTS),
-    str,
-    bounds.SLOTS,
+    bound=Bound(
+        1,
+        1000,
+        "",
+        "more holders than this at once is not a lock any more; it also bounds the array the "
+        "slot-taking statement is sent",
+        integer=True,
+    ),
 )
-GROUP = Variable(
+GROUP = Setting(
     "LOCK_GROUP",
     "group",
     "-",
     "NAME:N: at most N runs at once among every key naming group NAME, whatever its "
     "strategy; a run finding the group full is refused (or waits, LOCK_WAIT_SECONDS)",
     _group,
-    str,
+    as_text=True,
 )
-REPLACE = Variable(
+REPLACE = Setting(
     "LOCK_REPLACE",
     "replace",
     "0",
@@ -329,26 +314,28 @@ REPLACE = Variable(
     config.parse_flag,
     _flag,
 )
-CONFLICT_EXIT_CODE = Variable(
+CONFLICT_EXIT_CODE = Setting(
     "LOCK_CONFLICT_EXIT_CODE",
     None,
     "0",
     "exit status when the lock is held elsewhere: {range}",
-    _count(bounds.CONFLICT_EXIT_CODE),
-    str,
-    bounds.CONFLICT_EXIT_CODE,
+    bound=Bound(0, 255, "", "an exit status is one byte", integer=True),
 )
-CONNECT_PATIENCE = Variable(
+CONNECT_PATIENCE = Setting(
     "LOCK_CONNECT_PATIENCE_SECONDS",
     "connect_patience_seconds",
     "30",
     "retry a refused connection (too many connections, server starting or restarting) "
     "this long ({range}), never past the schedule slot; 0: fail at once",
-    _number(bounds.CONNECT_PATIENCE),
-    str,
-    bounds.CONNECT_PATIENCE,
+    bound=Bound(
+        0.0,
+        3600.0,
+        "s",
+        "0 reports the first refusal; waiting out a busy server for longer than an hour is a "
+        "mistake (a schedule lock never waits past its slot anyway)",
+    ),
 )
-HISTORY = Variable(
+HISTORY = Setting(
     "LOCK_HISTORY",
     "history",
     "0",
@@ -356,7 +343,7 @@ HISTORY = Variable(
     config.parse_flag,
     _flag,
 )
-HISTORY_TABLE = Variable(
+HISTORY_TABLE = Setting(
     "LOCK_HISTORY_TABLE",
     "history_table",
     "derived",
@@ -364,56 +351,40 @@ HISTORY_TABLE = Variable(
     _prefixed(config.parse_table),
     ".".join,
 )
-LOG_LEVEL = Variable(
-    "CRONJOB_LOCK_LOG_LEVEL",
-    None,
-    "WARNING",
-    "DEBUG, INFO, WARNING, ERROR, CRITICAL",
-    None,
-    str,
+LOG_LEVEL = Setting(
+    "CRONJOB_LOCK_LOG_LEVEL", None, "WARNING", "DEBUG, INFO, WARNING, ERROR, CRITICAL"
 )
-METRICS_TEXTFILE = Variable(
+METRICS_TEXTFILE = Setting(
     "DISLOCK_METRICS_TEXTFILE",
     None,
     "-",
     "after each run, write its metrics to this node_exporter textfile (e.g. .../dislock.prom)",
     lambda name, raw: raw.strip(),
-    str,
+)
+CONNECT_TIMEOUT = Setting(
+    "",
+    "connect_timeout_seconds",
+    "10",
+    "give up connecting after this long (unless the URL sets connect_timeout)",
+    bound=Bound(
+        0.0,
+        3600.0,
+        "s",
+        "an hour is longer than any cron run should wait for a database",
+        low_open=True,
+    ),
 )
 
-VARIABLES: tuple[Variable, ...] = (
-    KEY,
-    STRATEGY,
-    SCHEDULE,
-    ZONE,
-    TABLE,
-    TTL,
-    HEARTBEAT,
-    JITTER,
-    LEASE_LOSS,
-    MAX_RUNTIME,
-    RETRIES,
-    RETRY_DELAY,
-    START_DEADLINE,
-    AFTER,
-    OUTPUT_TAIL,
-    FENCING,
-    PASS_URL,
-    WAIT,
-    WAIT_POLL,
-    WAIT_LISTEN,
-    SLOTS,
-    GROUP,
-    REPLACE,
-    CONFLICT_EXIT_CODE,
-    CONNECT_PATIENCE,
-    HISTORY,
-    HISTORY_TABLE,
-    LOG_LEVEL,
-    METRICS_TEXTFILE,
-)
-"""Every variable the wrapper reads, in the order ``--help`` lists them (the URL's
-variable aside: its name is the wrapper's first argument)."""
+# Collected rather than listed again: the order of the entries above is the table's.
+SETTINGS = tuple(value for value in dict(globals()).values() if isinstance(value, Setting))
+"""Every setting, in the order ``--help`` lists them; a new one is one entry above."""
+
+VARIABLES = tuple(setting for setting in SETTINGS if setting.name)
+"""Every variable the wrapper reads (the URL's aside: its name is the wrapper's first
+argument)."""
+
+NUMBERS = tuple(setting for setting in SETTINGS if setting.bound is not None)
+"""Every numeric setting, checked by its bound wherever it enters."""
 
 
 def environment(context: LockContext) -> dict[str, str]:
@@ -425,33 +396,3 @@ def environment(context: LockContext) -> dict[str, str]:
         if variable.field is not None
     }
     return {name: text for name, text in written.items() if text is not None}
-
-
-NAME_WIDTH = 23
-DEFAULT_WIDTH = 11
-HELP_WIDTH = 80
-
-
-def help_lines() -> Iterator[str]:
-    """The ``environment:`` section of ``dislock --help``: a variable, its default,
-    and its text wrapped in a column of its own."""
-    indent = 2 + NAME_WIDTH + DEFAULT_WIDTH
-    for variable in VARIABLES:
-        name = f"  {variable.name}"
-        if len(variable.name) >= NAME_WIDTH:
-            yield name
-            name = ""
-        lines = _wrap(variable.describe(), HELP_WIDTH - indent)
-        yield f"{name:<{2 + NAME_WIDTH}}{variable.default:<{DEFAULT_WIDTH}}{lines[0]}"
-        yield from (" " * indent + line for line in lines[1:])
-
-
-def _wrap(text: str, width: int) -> list[str]:
-    # textwrap would import re and more at every `--help`; greedy word wrap is enough.
-    lines = [""]
-    for word in text.split():
-        if lines[-1] and len(lines[-1]) + 1 + len(word) > width:
-            lines.append(word)
-        else:
-            lines[-1] = f"{lines[-1]} {word}" if lines[-1] else word
-    return lines

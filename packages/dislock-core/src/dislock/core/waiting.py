@@ -32,11 +32,12 @@ from psycopg import sql
 from dislock.core import kinds
 from dislock.core.errors import ConfigurationError
 from dislock.core.exchange import Exchange, Rows, select_list
+from dislock.core.variables import WAIT_POLL
 
 WAKE_CHANNEL = "dislock_release"
 """The ``NOTIFY`` channel of every release; the payload says which lease."""
 
-DEFAULT_POLL_SECONDS = 0.5
+DEFAULT_POLL_SECONDS: float = WAIT_POLL.value
 """Cadence of the tries when nothing can wake the waiter (``wait_poll_seconds``)."""
 
 SAFETY_POLL_SECONDS = 2.0
@@ -55,10 +56,6 @@ lease held is seen at most this much later."""
 WAKE_READ_TIMEOUT = 2.0
 """Seconds a wake-up's read may take before it is cancelled; then the waiter
 tries the lease, as it did before it read first."""
-
-MAX_SLOTS = 1000
-"""More holders than this at once is not a lock any more; it also bounds the
-array the slot-taking statement is sent."""
 
 
 def jitter_delay(max_seconds: float, rng: random.Random | None = None) -> float:

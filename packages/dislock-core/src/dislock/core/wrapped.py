@@ -141,10 +141,10 @@ RECORD = sql.SQL("({} || v_role)").format(sql.Literal(TTL_KEY_PREFIX))
 
 def _statement(table_parts: tuple[str, str], wrapped: Wrapped, fencing: bool) -> str:
     """The statement's text, its placeholders turned into the function's arguments."""
-    from dislock.core import lock_queries, replace
+    from dislock.core import lock_queries, replace_marks
 
     if wrapped.name in ("mark", "hand_over", "withdraw"):
-        query: sql.Composable = getattr(replace, f"{wrapped.name}_query")(table_parts)
+        query: sql.Composable = getattr(replace_marks, f"{wrapped.name}_query")(table_parts)
     else:
         query = getattr(lock_queries.queries(table_parts, fencing, RECORD), wrapped.name)
     text = query.as_string(None)

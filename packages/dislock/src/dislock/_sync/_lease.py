@@ -17,9 +17,9 @@ from time import monotonic
 from dislock.core.acquisition import handing_over, releasing, trying_lease
 from dislock.core.context import LeaseLossPolicy, LockContext
 from dislock.core.errors import LeaseLostError, LockNotAcquiredError
-from dislock.core.exits import Exc, ExcType, Tb
+from dislock.core.exit_arguments import Exc, ExcType, Tb
 from dislock.core.kinds import LEASE
-from dislock.core.lease import LeaseClock, raises_on_exit
+from dislock.core.lease_clock import LeaseClock, raises_on_exit
 from dislock.core.lease_state import Held, LeaseState
 from dislock.core.patience import ConnectPatience
 from dislock.core.supervision import LOSS_LOGGER
@@ -117,7 +117,11 @@ class LeaseLock(LeaseState[Hub, Event]):
         """Ask the lease's live holder to stop and hand it over, then take it: as soon
         as the holder's work is gone and it handed the row over, else once the row
         expires (a dead or frozen holder); None if neither happened by then."""
-        from dislock.core.replacing import marking, replacing, withdrawing  # (only replacers)
+        from dislock.core.replace_sequences import (  # (only replacers)
+            marking,
+            replacing,
+            withdrawing,
+        )
 
         context = self.context
         timeout = max(self.settings.interval, 1.0)

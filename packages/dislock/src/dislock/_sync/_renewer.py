@@ -36,7 +36,7 @@ from dislock.core.renewal import (
     recovery_summary,
     report_renewal,
 )
-from dislock.core.replace import values
+from dislock.core.replace_marks import values
 from dislock.core.supervision import LOSS_LOGGER
 from dislock.core.timeouts import CANCEL_GRACE, RENEWER_STOP_TIMEOUT
 

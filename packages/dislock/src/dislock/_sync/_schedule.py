@@ -16,7 +16,7 @@ from dislock.core.acquisition import claiming_schedule_slot, schedule_refusal
 from dislock.core.after import DependencyPending
 from dislock.core.answers import Acquired
 from dislock.core.context import LockContext
-from dislock.core.exits import Exc, ExcType, Tb
+from dislock.core.exit_arguments import Exc, ExcType, Tb
 from dislock.core.kinds import SCHEDULE
 from dislock.core.patience import ConnectPatience
 from dislock.core.schedule_state import ScheduleState

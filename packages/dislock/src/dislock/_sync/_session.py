@@ -20,16 +20,14 @@ from time import monotonic
 from typing import ParamSpec, Protocol, TypeVar
 
 from dislock.core import history, kinds
-from dislock.core.after import check_after
 from dislock.core.config import SCHEDULE, normalize_strategies
-from dislock.core.context import LeaseLossPolicy, LockContext, default_owner
+from dislock.core.context import LeaseLossPolicy, LockContext, check_strategies, default_owner
 from dislock.core.errors import LeaseLostError, LockNotAcquiredError, MaxRuntimeExceeded
-from dislock.core.exits import Exc, ExcType, Tb
+from dislock.core.exit_arguments import Exc, ExcType, Tb
 from dislock.core.groups import group_context
 from dislock.core.kinds import LEASE
-from dislock.core.retries import check_retries
 from dislock.core.rows import lease_key
-from dislock.core.waiting import check_waiting, jitter_delay
+from dislock.core.waiting import jitter_delay
 
 from ._acquiring import hand_back_rows
 from ._compat import Event, LossGuard, sleep
@@ -136,18 +134,8 @@ def build_locks(
     ``supervised``: for a command ``run_with_locks`` supervises, whose guard kills it
     by the lease's deadline whatever the process does."""
     names = normalize_strategies(strategies)
+    check_strategies(context, names)
     grouped = context.group is not None
-    check_waiting(
-        names,
-        context.wait_seconds,
-        context.slots,
-        context.replace,
-        group=grouped,
-        after=bool(context.after),
-    )
-    check_retries(names, context.retries, context.start_deadline_seconds)
-    if context.after and SCHEDULE not in names:
-        check_after(context.after, history=context.history, schedule=None)
     locks = [_LOCK_CLASSES[kinds.kind(name).lock_class](context) for name in names]
     # An expired lease proves its holder's work is gone only when a guard killed it at
     # the lease's deadline: a supervised command under TERMINATE, with a one-row

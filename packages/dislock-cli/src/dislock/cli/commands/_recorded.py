@@ -69,7 +69,7 @@ def record_event(
     until: datetime | None = None,
 ) -> str:
     """Record an operator's command in the run history, if there is one
-    (``dislock.core.events``; both statements in one transaction, so that a refused
+    (``dislock.core.operator_commands``; both statements in one transaction, so that a refused
     end leaves no row that reads as a run still going): what the command's summary
     line adds.  The command has done its work whatever happens here; a refusal is a
     warning on stderr."""
@@ -80,7 +80,7 @@ def record_event(
 
     from dislock.cli.runs.run_history import table_exists
     from dislock.cli.sending import send
-    from dislock.core import events
+    from dislock.core import operator_commands
     from dislock.core.dsn import one_line, scrub
 
     if history is None:
@@ -90,7 +90,7 @@ def record_event(
         if not send(conn, table_exists(history)):
             return ""
         with conn.transaction():
-            start = events.record_start(
+            start = operator_commands.record_start(
                 history,
                 lock_key,
                 outcome,
@@ -99,12 +99,12 @@ def record_event(
                 pid=os.getpid(),
                 until=until,
             )
-            send(conn, events.record_end(history, send(conn, start), outcome))
+            send(conn, operator_commands.record_end(history, send(conn, start), outcome))
     except psycopg.Error as exc:
         detail = scrub(one_line(str(exc)), url)
         print(
-            f"dislockctl: warning: the {events.OUTCOME_VERBS[outcome]} is not recorded in"
-            f" {where}: {detail}",
+            f"dislockctl: warning: the {operator_commands.OUTCOME_VERBS[outcome]} is not"
+            f" recorded in {where}: {detail}",
             file=sys.stderr,
         )
         return f"; not recorded in {where}"

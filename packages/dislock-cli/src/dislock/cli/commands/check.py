@@ -79,7 +79,7 @@ def _print_timing(settings: WrapperSettings, now: datetime) -> None:
     """The key, the schedule's slot and next fires, the lease's timing."""
     from dislock.core.bounds import escape
     from dislock.core.cron import next_fires, slot_end
-    from dislock.core.lease import LeaseClock, LeaseSettings
+    from dislock.core.lease_clock import LeaseClock, LeaseSettings
 
     context = settings.context
     print(f"  lock key        {escape(context.lock_key)}")
@@ -241,7 +241,7 @@ def _print_max_ttl(
     conn: Connection, table: tuple[str, ...], settings: WrapperSettings | None
 ) -> str | None:
     """The table's maximum lease TTL; the refusal when the configured lease exceeds it."""
-    from dislock.core.lease import LeaseSettings
+    from dislock.core.lease_clock import LeaseSettings
     from dislock.core.limits import max_ttl, too_long
     from dislock.core.variables import TTL
 

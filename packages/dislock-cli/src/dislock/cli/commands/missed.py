@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from dislock.cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 from dislock.cli.commands._call import Call, error
 from dislock.cli.commands._recorded import unknown_key, warn_disagreements
-from dislock.core.events import OUTCOMES as EVENTS
 from dislock.core.held_back import HELD_BACK
+from dislock.core.operator_commands import OUTCOMES as EVENTS
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 LATE = "late"
 """The outcome of a slot that an acquisition past its start deadline marked late."""
 NO_START = (LATE, *EVENTS)
-"""Outcomes of history rows that are not a run of the job (``dislock.core.events``)."""
+"""Outcomes of history rows that are not a run of the job (``dislock.core.operator_commands``)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -201,7 +201,7 @@ def _judge(
     from dislock.cli.runs.slot_states import Attempt, slot_states
     from dislock.cli.sending import send
     from dislock.core.errors import ConfigurationError
-    from dislock.core.events import pause_spans, pauses, reruns
+    from dislock.core.operator_commands import pause_spans, pauses, reruns
     from dislock.core.rerun import waiting
 
     rows = send(conn, missed_slots.starts(history, table, key, since))

@@ -1,6 +1,6 @@
 """``dislockctl pause``: every wrapper skips LOCK_KEY (exit 0) until the pause ends
 or ``resume`` ends it.  The pause is a row of the lock table (``dislock.core.pause``),
-and an event in the run history when there is one (``dislock.core.events``)."""
+and an event in the run history when there is one (``dislock.core.operator_commands``)."""
 
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ def _pause(
     from dislock.cli.commands._recorded import record_event
     from dislock.cli.lock_rows import states
     from dislock.cli.sending import send
-    from dislock.core.events import PAUSED
+    from dislock.core.operator_commands import PAUSED
     from dislock.core.pause import describe_until, pausing
     from dislock.core.rows import lease_key, schedule_key
 

@@ -50,7 +50,7 @@ def _rerun(
     from dislock.cli.row_security import row_security
     from dislock.cli.runs.history_report import format_time
     from dislock.cli.sending import send
-    from dislock.core import events, rerun
+    from dislock.core import operator_commands, rerun
     from dislock.core.bounds import clip
 
     done = send(conn, rerun.rerun(table, lock_key))
@@ -76,7 +76,7 @@ def _rerun(
     slot_end = rerun.slot_end_of(done.value, done.expire_at)
     # With the slot it reopened, which is judged from the attempts after it.
     recorded = record_event(
-        conn, history, url, lock_key, events.RERUN, reason=reason, until=slot_end
+        conn, history, url, lock_key, operator_commands.RERUN, reason=reason, until=slot_end
     )
     print(
         f"reopened the slot of {lock_key!r} that ends {format_time(slot_end)} UTC"

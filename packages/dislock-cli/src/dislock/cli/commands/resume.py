@@ -1,5 +1,5 @@
 """``dislockctl resume``: end a pause of LOCK_KEY (exit 1 if it was not paused),
-recorded in the run history when there is one (``dislock.core.events``)."""
+recorded in the run history when there is one (``dislock.core.operator_commands``)."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def _resume(
 ) -> int:
     from dislock.cli.commands._recorded import record_event
     from dislock.cli.sending import send
-    from dislock.core.events import RESUMED
+    from dislock.core.operator_commands import RESUMED
     from dislock.core.pause import resuming
 
     if not send(conn, resuming(table, lock_key)):

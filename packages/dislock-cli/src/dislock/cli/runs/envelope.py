@@ -20,8 +20,8 @@ from typing import NamedTuple
 from psycopg import sql
 
 from dislock.cli.runs.run_history import Run
-from dislock.core.events import OUTCOMES as EVENTS
 from dislock.core.exchange import Exchange, Rows
+from dislock.core.operator_commands import OUTCOMES as EVENTS
 
 WINDOW = 20
 """The successful runs an envelope is learned from: the newest before the run judged."""

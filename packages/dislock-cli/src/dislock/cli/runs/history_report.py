@@ -10,7 +10,7 @@ from typing import Any
 
 from dislock.cli.runs.run_history import Run
 from dislock.cli.runs.slot_states import SlotState
-from dislock.core.events import OUTCOMES as EVENTS
+from dislock.core.operator_commands import OUTCOMES as EVENTS
 
 
 def format_time(value: datetime | None) -> str:

@@ -17,11 +17,12 @@ from typing import Any, NamedTuple
 from psycopg import sql
 
 from dislock.cli.shown import READ, cut, read, was_cut
-from dislock.core import events
-from dislock.core.bounds import OUTPUT_TAIL, SHOWN_CHARS, clip, printable
+from dislock.core import operator_commands
+from dislock.core.bounds import SHOWN_CHARS, clip, printable
 from dislock.core.exchange import Exchange, Rows, select_list
 from dislock.core.history import TAILS
 from dislock.core.rows import lease_key, schedule_key
+from dislock.core.variables import OUTPUT_TAIL
 
 
 def table_exists(table_parts: tuple[str, ...]) -> Exchange[bool]:
@@ -220,7 +221,7 @@ def latest(history: tuple[str, ...], locks: tuple[str, ...]) -> Exchange[list[La
         locks=sql.Identifier(*locks),
         lease=sql.Literal(lease),
         slot=sql.Literal(slot),
-        events=sql.Literal(list(events.OUTCOMES)),
+        events=sql.Literal(list(operator_commands.OUTCOMES)),
     )
     return Exchange(query, {}, _read_latest)
 
@@ -373,8 +374,8 @@ def prune(history: tuple[str, ...], older: timedelta) -> Exchange[int]:
         " RETURNING 1) SELECT count(*) FROM gone"
     ).format(
         table=sql.Identifier(*history),
-        pause=sql.Literal(events.PAUSE_MODES),
-        paused=sql.Literal(events.PAUSED),
+        pause=sql.Literal(operator_commands.PAUSE_MODES),
+        paused=sql.Literal(operator_commands.PAUSED),
     )
     return Exchange(query, {"older": older.total_seconds()}, _read_count)
 

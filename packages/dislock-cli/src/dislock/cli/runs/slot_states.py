@@ -17,7 +17,7 @@ slot is
   ``LOCK_AFTER`` had not succeeded in it, and recorded so (``dislock.core.held_back``),
   naming that key;
 * ``paused``: nobody started it, and a ``dislockctl pause`` of the key was in force
-  as it began (``dislock.core.events``);
+  as it began (``dislock.core.operator_commands``);
 * ``covered``: nobody started it because a run begun earlier still held the lease
   (``dislock.cli.runs.missed_slots.split_covered``);
 * ``missed``: nobody started it.
@@ -37,7 +37,7 @@ from datetime import datetime, timedelta
 from typing import NamedTuple
 
 from dislock.cli.runs.missed_slots import Slot, Span, split_covered
-from dislock.core.events import Pause
+from dislock.core.operator_commands import Pause
 
 DONE = "done"
 RUNNING = "running"
@@ -128,7 +128,7 @@ def slot_states(
     marked late; ``pauses``: the key's pauses; ``spans``: its lease runs'
     (``split_covered``); ``retrying``: the end of the slot whose row waits for
     another attempt, if one does; ``reruns``: when a slot (by its end) was last
-    reopened by ``dislockctl rerun`` (``dislock.core.events.reruns``); ``held_back``:
+    reopened by ``dislockctl rerun`` (``dislock.core.operator_commands.reruns``); ``held_back``:
     the ends of slots recorded held back, each with the key it waited for when
     known (``dislock.core.held_back``)."""
     states: dict[int, SlotState] = {}

@@ -39,9 +39,9 @@ from dislock.cli.serve.scrape import (
 )
 from dislock.cli.serve.slot_windows import ScheduleWindows
 from dislock.core.dsn import connection_kwargs, scrub
-from dislock.core.events import PAUSED, RERUN, RESUMED
 from dislock.core.grant_catalog import audit
 from dislock.core.held_back import HELD_BACK
+from dislock.core.operator_commands import PAUSED, RERUN, RESUMED
 
 logger = logging.getLogger("dislock.serve")
 

@@ -13,8 +13,8 @@ from typing import Any
 from dislock.cli.runs.missed_slots import Span
 from dislock.cli.runs.slot_states import Attempt
 from dislock.cli.serve.scrape import CensusRow, ScrapedRun
-from dislock.core.events import RERUN, Event, Pause, pause_spans, reruns
 from dislock.core.held_back import HELD_BACK
+from dislock.core.operator_commands import RERUN, Event, Pause, pause_spans, reruns
 
 
 class RunCounts:
@@ -146,7 +146,7 @@ class WindowStarts:
         started_at: datetime,
         slot_end: datetime | None,
     ) -> None:
-        """A pause, resume or rerun event of the key (``dislock.core.events``)."""
+        """A pause, resume or rerun event of the key (``dislock.core.operator_commands``)."""
         found = self._events.setdefault(lock_key, {})
         if run_id not in found:
             found[run_id] = Event(started_at, slot_end, outcome)

@@ -14,10 +14,14 @@ from psycopg import sql
 from dislock.cli.runs.missed_slots import SPANS_BEFORE, Span, SpanRow, span_of
 from dislock.cli.runs.run_history import still_held, tail_column
 from dislock.cli.shown import known_outcome, read
-from dislock.core.events import PAUSE_MODES, PAUSED, RERUN
 from dislock.core.exchange import Exchange, Rows, select_list
 from dislock.core.failover import TIMELINE_KEY, longest_delay
 from dislock.core.history import TAILS
+from dislock.core.operator_commands import (
+    PAUSE_MODES,
+    PAUSED,
+    RERUN,
+)
 
 SCRAPE_CONNECT_TIMEOUT = 3.0
 """Seconds a scrape waits for a connection: Prometheus gives up after 10 s by default."""
@@ -111,7 +115,7 @@ class EarlierRun(NamedTuple):
 
 
 class KeyEvent(NamedTuple):
-    """A pause, resume or rerun event of a key (``dislock.core.events``): a row of
+    """A pause, resume or rerun event of a key (``dislock.core.operator_commands``): a row of
     ``window_events``."""
 
     id: int
@@ -188,7 +192,7 @@ class ScrapeStatements:
 
     def window_events(self, since: datetime) -> Exchange[list[KeyEvent]]:
         """The first scrape's events that tell what became of the slots since ``since``
-        (``dislock.core.events.pauses``' rule, for every key).  Read once; later
+        (``dislock.core.operator_commands.pauses``' rule, for every key).  Read once; later
         scrapes see new events among ``new_runs``."""
         return Exchange(self._window_events, {"since": since}, _reader(KeyEvent))
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import NoReturn
 
 from dislock.cli import EXIT_OK, EXIT_USAGE, __version__
@@ -75,9 +75,39 @@ The lock table (or: dislockctl URL_VARIABLE init):
 def help_text() -> str:
     """What ``dislock --help`` prints: its environment section is the table of
     ``dislock.core.variables``."""
-    from dislock.core.variables import help_lines
-
     return _HELP_HEAD + "".join(f"{line}\n" for line in help_lines()) + "\n" + _HELP_TAIL
+
+
+NAME_WIDTH = 23
+DEFAULT_WIDTH = 11
+HELP_WIDTH = 80
+
+
+def help_lines() -> Iterator[str]:
+    """The ``environment:`` section of ``dislock --help``: a variable, its default,
+    and its text wrapped in a column of its own."""
+    indent = 2 + NAME_WIDTH + DEFAULT_WIDTH
+    from dislock.core.variables import VARIABLES
+
+    for variable in VARIABLES:
+        name = f"  {variable.name}"
+        if len(variable.name) >= NAME_WIDTH:
+            yield name
+            name = ""
+        lines = _wrap(variable.describe(), HELP_WIDTH - indent)
+        yield f"{name:<{2 + NAME_WIDTH}}{variable.default:<{DEFAULT_WIDTH}}{lines[0]}"
+        yield from (" " * indent + line for line in lines[1:])
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    # textwrap would import re and more at every `--help`; greedy word wrap is enough.
+    lines = [""]
+    for word in text.split():
+        if lines[-1] and len(lines[-1]) + 1 + len(word) > width:
+            lines.append(word)
+        else:
+            lines[-1] = f"{lines[-1]} {word}" if lines[-1] else word
+    return lines
 
 
 logger = logging.getLogger("dislock")
@@ -99,9 +129,9 @@ def _configure_logging(level: int) -> None:
 
 def console_main() -> NoReturn:
     """The ``dislock`` console script (and ``python -m dislock.cli``): :func:`main`, then
-    an exit that skips the interpreter's teardown (see ``dislock.cli._exit``)."""
+    an exit that skips the interpreter's teardown (see ``dislock.cli.process_exit``)."""
     status = main()
-    from dislock.cli._exit import exit_now
+    from dislock.cli.process_exit import exit_now
 
     exit_now(status)
 

@@ -1,4 +1,6 @@
-"""``dislock.cli.serve.metrics``' metric families, handed to ``prometheus_client``."""
+"""Metric families (``dislock.cli.run_metrics.Family``) handed to ``prometheus_client``:
+the fleet's, exposed by ``dislockctl serve``, and a host's, written by the wrapper to
+a node_exporter textfile."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from dislock.cli.serve.metrics import Family
+from dislock.cli.run_metrics import Family
 
 
 def prometheus_metric(family: Family) -> Metric:

@@ -2,7 +2,7 @@
 steps: marking the live holder's lease row, waiting for it to be handed over (or to
 expire) and taking it, and withdrawing when it gives up.
 
-The marks and statements are ``dislock.core.replace``'s; the holder's hand-over is
+The marks and statements are ``dislock.core.replace_marks``'s; the holder's hand-over is
 part of its release (``dislock.core.acquisition.releasing``); ``LeaseLock`` drives
 the sequences, and withdraws the mark itself when it is interrupted.
 """
@@ -29,12 +29,19 @@ from dislock.core.acquisition import (
 )
 from dislock.core.context import LockContext
 from dislock.core.dsn import scrub
-from dislock.core.lease import LeaseClock, LeaseSettings
+from dislock.core.lease_clock import LeaseClock, LeaseSettings
 from dislock.core.lock_statements import statements_for
 from dislock.core.patience import ConnectPatience
 from dislock.core.pause import paused_error
 from dislock.core.refusal import refused
-from dislock.core.replace import POLL_SECONDS, SLACK_SECONDS, Marked, mark, successor, withdraw
+from dislock.core.replace_marks import (
+    POLL_SECONDS,
+    SLACK_SECONDS,
+    Marked,
+    mark,
+    successor,
+    withdraw,
+)
 from dislock.core.rows import RELEASED_MARK, lease_key
 from dislock.core.timeouts import RELEASE_TIMEOUT
 from dislock.core.unknown_outcome import outcome_unknown

@@ -82,7 +82,7 @@ class LeaseClock:
         self.row_gone = False
         """Whether a renewal found the row no longer ours (rather than a deadline passing)."""
         self.replaced_by: str | None = None
-        """Who the row was handed over to, when a replacer marked it (``dislock.core.replace``)."""
+        """Who the row was handed over to, when a replacer marked it (``replace_marks``)."""
         self.explained = False
         """Whether the row found gone was read since, to tell a replacement (``replaced``)."""
 

@@ -20,8 +20,8 @@
 -- of the roles it is a member of (GRANT billing TO billing_app).
 --   * The owner (or a member of it), a superuser, a role that bypasses row-level
 --     security: any key; role is the caller.
---   * A table without grants (row-level security off): a role that may insert into
---     and update the table, any key, as with the plain statements; others nothing.
+--   * A table without grants (row-level security off): a role that may read, insert
+--     into and update the table, any key, as with the plain statements; others nothing.
 --   * Otherwise the grants' scopes (rows dislock:failover:scope:<role>, which only
 --     `dislockctl grant` writes): role is the first of the caller's roles whose scope
 --     matches the key (its longest-TTL record counts for its keys only), and a new
@@ -51,7 +51,8 @@ BEGIN
         RETURN;
     END IF;
     IF NOT v_secured THEN
-        IF pg_catalog.has_table_privilege(session_user, {table_oid}, 'INSERT')
+        IF pg_catalog.has_table_privilege(session_user, {table_oid}, 'SELECT')
+            AND pg_catalog.has_table_privilege(session_user, {table_oid}, 'INSERT')
             AND pg_catalog.has_table_privilege(session_user, {table_oid}, 'UPDATE')
         THEN
             RETURN;

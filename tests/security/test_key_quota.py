@@ -129,7 +129,7 @@ def test_the_default_quota_and_no_limit(fleet: Fleet) -> None:
     assert lock_key_count(fleet) == 4
     status, out, _ = ctl(fleet.admin_url, "grants", table=fleet.table)
     line = next(line for line in out.splitlines() if line.startswith(role_of(fleet.billing)))
-    assert line.endswith("(any number of keys)"), out
+    assert line.endswith("(any number of keys), 256 MiB of history"), out
 
 
 @pytest.mark.parametrize("bad", ["-1", "many", "1.5"])

@@ -133,7 +133,8 @@ def test_a_failed_attempt_reopens_its_slot_if_one_is_left(
 ) -> None:
     state = schedule_state()
     state.attempt = attempt
-    db = Database(list(replies))
+    reopen = {"key": state.key, "value": "web-3:1:aa (attempt 1)", "expire_at": SLOT_END}
+    db = Database(list(replies), {"reopen": reopen})
     with caplog.at_level(logging.WARNING, logger="dislock"):
         db.run(state._reopening("web-3:1:aa (attempt 1)", "failed"))
     assert db.steps == steps
@@ -147,7 +148,8 @@ def test_a_successful_attempt_marks_its_slot_done_best_effort(
     reply: object, caplog: pytest.LogCaptureFixture
 ) -> None:
     state = schedule_state()
-    db = Database([reply])
+    done = {"key": state.key, "value": "web-3:1:aa (attempt 1)", "expire_at": SLOT_END}
+    db = Database([reply], {"done": done})
     with caplog.at_level(logging.WARNING, logger="dislock"):
         db.run(state._marking_done("web-3:1:aa (attempt 1)"))
     assert db.steps == ["done"]

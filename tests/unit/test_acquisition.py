@@ -25,6 +25,7 @@ from dislock.core.acquisition import (
     Ask,
     Connect,
     Crowded,
+    Given,
     LeaseTry,
     Noted,
     Pause,
@@ -52,7 +53,7 @@ from dislock.core.lease import LeaseSettings
 from dislock.core.lock_statements import LockStatements, statements, statements_for
 from dislock.core.patience import ConnectPatience
 from dislock.core.retries import LATE_MARK
-from dislock.core.unknown_outcome import Mine
+from dislock.core.unknown_outcome import HeldRows, Mine
 
 URL = "postgresql://jobs:hunter2@db.internal/app"
 NOW = datetime(2026, 12, 3, 12, 0, 30, tzinfo=timezone.utc)
@@ -107,8 +108,15 @@ class Database:
     now: list[float] = field(default_factory=lambda: [0.0])
     steps: list[str] = field(default_factory=list)
 
+    held: HeldRows = field(default_factory=HeldRows)
+
     def clock(self) -> float:
         return self.now[0]
+
+    @property
+    def given(self) -> Given:
+        """Its clock, the local wall clock at ``NOW``, and rows held by nobody else."""
+        return Given(self.clock, lambda: NOW, self.held)
 
     def run(self, sequence: Steps[Any]) -> Any:
         reply: Any = None
@@ -168,7 +176,7 @@ def lease_claim(db: Database, context: LockContext, *, patience: bool = True) ->
         what=f"lease {key!r}",
         patience=ConnectPatience(5.0, db.clock()) if patience else None,
         look=statements.look_for(key, 30.0),
-        clock=db.clock,
+        given=db.given,
     )
 
 
@@ -351,7 +359,7 @@ def test_a_slot_of_an_n_holder_lease() -> None:
             keys=keys,
             what="a slot of lease 'nightly'",
             patience=ConnectPatience(5.0, db.clock()),
-            clock=db.clock,
+            given=db.given,
         )
     )
     assert answer == SlotAnswer(keys[1], 9, 1, None, None, None)
@@ -363,8 +371,7 @@ def schedule_claim(db: Database, context: LockContext) -> Steps[tuple[Acquired, 
         context,
         "cronjob-lock:schedule:nightly",
         ConnectPatience(5.0, db.clock()),
-        local_now=NOW,
-        clock=db.clock,
+        given=db.given,
     )
 
 
@@ -487,7 +494,7 @@ def test_what_a_slots_answer_means(answer: Acquired, error: type[Exception] | No
 
 def lease_try(db: Database, context: LockContext) -> Steps[LeaseTry]:
     settings = LeaseSettings.from_context(context)
-    return trying_lease(context, settings, ConnectPatience(5.0, db.clock()), clock=db.clock)
+    return trying_lease(context, settings, ConnectPatience(5.0, db.clock()), given=db.given)
 
 
 def test_a_lease_is_taken_with_its_clock_started_as_the_statement_was_sent() -> None:

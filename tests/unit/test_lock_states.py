@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timedelta, timezone
-from time import monotonic
 from typing import Any
 
 import pytest
 
+from dislock.core.acquisition import Given
 from dislock.core.answers import Acquired
 from dislock.core.context import LockContext
 from dislock.core.errors import ConfigurationError, LockDelayedError, LockNotAcquiredError
@@ -23,6 +23,7 @@ from dislock.core.lease import LeaseClock
 from dislock.core.lease_state import LeaseState
 from dislock.core.renewal import Renewal
 from dislock.core.schedule_state import ScheduleState
+from dislock.core.unknown_outcome import HeldRows
 from tests.unit.test_acquisition import LOST, URL, Database, lease_context
 
 SLOT_END = datetime(2026, 12, 4, 3, 5, tzinfo=timezone.utc)
@@ -52,8 +53,18 @@ class Hub:
         self.lost.append(renewal)
 
 
+NOW = 1000.0
+"""The states' monotonic clock: stopped."""
+
+
+def given() -> Given:
+    """A stopped clock, the local wall clock in the slot ending at ``SLOT_END``, and
+    rows held by no other test."""
+    return Given(lambda: NOW, lambda: SLOT_END - timedelta(seconds=30), HeldRows())
+
+
 def lease_state(**fields: Any) -> LeaseState[Hub, Flag]:
-    return LeaseState(lease_context(**fields), Flag())
+    return LeaseState(lease_context(**fields), Flag(), given())
 
 
 def test_a_lease_not_taken_says_why_held_delayed_replacing_or_waited() -> None:
@@ -77,7 +88,7 @@ def test_a_lease_is_lost_once_its_deadline_passes_and_declared_once_asked() -> N
     state = lease_state()
     before = (state.holding, state.deadline, state.is_lost())
     assert before == (False, None, False)
-    clock = LeaseClock(state.settings, acquired_at=monotonic() - 60.0)  # its 30 s are over
+    clock = LeaseClock(state.settings, acquired_at=NOW - 60.0)  # its 30 s are over
     hub = Hub()
     state._held = state._holding_now(hub, clock, 11)
     assert state.fence == 11 and state.holding and state.deadline == clock.deadline
@@ -93,14 +104,14 @@ def schedule_state(**fields: Any) -> ScheduleState:
     context = LockContext(
         url=URL, table_parts=["locks"], lock_key="nightly", next_run_time=SLOT_END, **fields
     )
-    state = ScheduleState(context)
+    state = ScheduleState(context, given())
     state.expires_at = SLOT_END
     return state
 
 
 def test_a_schedule_lock_needs_a_slot_end() -> None:
     with pytest.raises(ConfigurationError, match="next_run_time or schedule"):
-        ScheduleState(LockContext(url=URL, table_parts=["locks"], lock_key="nightly"))
+        ScheduleState(LockContext(url=URL, table_parts=["locks"], lock_key="nightly"), given())
 
 
 def test_a_slot_taken_is_noted_with_its_attempt(caplog: pytest.LogCaptureFixture) -> None:

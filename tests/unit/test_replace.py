@@ -149,7 +149,7 @@ def _taking(db: Database) -> object:
     settings = LeaseSettings.from_context(context)
     return db.run(
         taking_over(
-            context, settings, ConnectPatience(5.0, 0.0), "web-4:77:0badc0de", clock=db.clock
+            context, settings, ConnectPatience(5.0, 0.0), "web-4:77:0badc0de", given=db.given
         )
     )
 
@@ -189,7 +189,7 @@ def _replacing(db: Database) -> object:
     marked = Marked("web-3:1:aa", 1.0)  # the holder's row expires in 1 s
     patience = ConnectPatience(5.0, 0.0)
     return db.run(
-        replacing(context, settings, patience, "web-4:77:0badc0de", marked, clock=db.clock)
+        replacing(context, settings, patience, "web-4:77:0badc0de", marked, given=db.given)
     )
 
 

@@ -11,6 +11,7 @@ here each is one row of a table.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -33,6 +34,7 @@ from dislock.core.acquisition import (
     claiming,
     claiming_schedule_slot,
     claiming_slot,
+    releasing,
     schedule_refusal,
     trying_lease,
 )
@@ -624,3 +626,50 @@ def test_other_errors_are_not_ridden_out() -> None:
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
         db.run(lease_try(db, context))
     assert db.steps == ["connect", "crowded?", "acquire"]
+
+
+def test_a_lease_of_slots_stops_trying_after_as_many_lost_races_as_it_has_slots() -> None:
+    """Each race lost follows someone else's success: at most ``slots`` tries."""
+    context = lease_context(slots=3)
+    keys = [LEASE_KEY, "cronjob-lock:lease#2:nightly", "cronjob-lock:lease#3:nightly"]
+    lost_race = SlotAnswer(None, None, 2, None, None, None)
+    db = Database([lost_race] * 3, lease_sent(context, keys))
+    tried = db.run(lease_try(db, context))
+    assert (tried.key, tried.clock) == (LEASE_KEY, None)
+    assert db.steps == ["connect", "acquire slot"] * 3
+
+
+def test_the_last_attempt_of_a_slot_is_refused_as_started_not_as_used_up() -> None:
+    context = lease_context(schedule="* * * * *", retries=2)
+    refusal = schedule_refusal(context, HELD_ELSEWHERE._replace(attempt=3), SLOT_END)
+    assert "was already started by another owner" in str(refusal)
+
+
+def test_a_release_that_fails_is_not_confirmed_and_the_row_is_left_to_expire(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    context = lease_context()
+    db = Database([LOST], lease_sent(context))
+    with caplog.at_level(logging.WARNING, logger="dislock"):
+        assert db.run(releasing(context, LEASE_KEY, 30.0)) is False
+    assert "expires by itself within 30 s" in caplog.text and "hunter2" not in caplog.text
+
+
+def test_an_untrusted_row_after_a_lost_answer_is_said_to_be_not_this_acquisitions(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    context = lease_context(owner="nightly-job")
+    db = Database([LOST, [mine()]], lease_sent(context))
+    with caplog.at_level(logging.INFO, logger="dislock"):
+        db.run(lease_claim(db, context))
+    assert "was not this acquisition's to claim" in caplog.text
+    assert "had taken nothing" not in caplog.text
+
+
+def test_a_lost_answer_that_took_a_row_claims_it_in_the_rows_given() -> None:
+    """So that another lock of this process does not take it for its own."""
+    context = lease_context()
+    db = Database([LOST, [mine()]], lease_sent(context))
+    db.run(lease_claim(db, context))
+    row = (("locks",), LEASE_KEY, context.owner)
+    assert not db.held.claim(*row, read_sent_at=db.clock())

@@ -4,6 +4,7 @@ paths run against PostgreSQL in ``contract/test_replace.py`` and ``cli/test_repl
 
 from __future__ import annotations
 
+import logging
 import socket
 from typing import Any
 
@@ -183,10 +184,10 @@ def test_a_take_over_answered_past_the_lease_deadline_is_released() -> None:
     assert db.steps == ["connect", "take over", "noted 3", "release"]
 
 
-def _replacing(db: Database) -> object:
+def _replacing(db: Database, remaining: float = 1.0) -> object:
     context = lease_context(owner="web-4:77:0badc0de")
     settings = LeaseSettings.from_context(context)
-    marked = Marked("web-3:1:aa", 1.0)  # the holder's row expires in 1 s
+    marked = Marked("web-3:1:aa", remaining)  # the holder's row expires in 1 s
     patience = ConnectPatience(5.0, 0.0)
     return db.run(
         replacing(context, settings, patience, "web-4:77:0badc0de", marked, given=db.given)
@@ -232,14 +233,34 @@ def test_a_replacer_gives_up_past_the_rows_expiry_and_withdraws_its_mark() -> No
     assert db.replies == []
 
 
-def test_a_release_that_found_the_row_marked_hands_it_over() -> None:
+@pytest.mark.parametrize(("remaining", "rounds", "gave_up_at"), [(0.0, 1, 1.0), (0.05, 2, 2.05)])
+def test_a_replacer_waits_no_longer_than_the_rows_expiry_and_its_slack(
+    remaining: float, rounds: int, gave_up_at: float
+) -> None:
+    """A round of tries takes 1 s here: one that ends just as the row's time and 1 s
+    of slack are over is the last; one that ends 0.05 s before pauses that long only."""
+    db = Database([Late(0.5, NOT_HANDED)] * 2 * rounds + [True], replacer_sent())
+    _replacing(db, remaining)
+    assert db.steps.count("withdraw") == 1 and db.steps.count("pause") == rounds - 1
+    assert db.now[0] == pytest.approx(gave_up_at)
+
+
+def test_a_release_that_found_the_row_marked_hands_it_over(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     context = lease_context(owner="web-3:1:aa")
     sent = {
         "release": {"key": KEY, "owner": "web-3:1:aa"},
         "hand over": {"key": KEY, "prefix": f"web-3:1:aa{REPLACED_MARK}"},
     }
     db = Database([False, "web-4:77:0badc0de"], sent)
-    assert db.run(releasing(context, KEY, 30.0)) is True
+    with caplog.at_level(logging.INFO, logger="dislock"):
+        assert db.run(releasing(context, KEY, 30.0)) is True
+        assert f"handed lease {KEY} over to web-4:77:0badc0de" in caplog.text
+        caplog.clear()
+        db = Database([False, None], sent)  # not marked after all: expired, or taken
+        assert db.run(releasing(context, KEY, 30.0)) is True
+    assert "handed lease" not in caplog.text
     assert db.steps == ["release", "hand over"]
     db = Database([True], sent)
     db.run(releasing(context, KEY, 30.0))

@@ -14,16 +14,7 @@ from functools import partial
 from time import monotonic
 from typing import Any
 
-from dislock.core.acquisition import (
-    Ask,
-    Connect,
-    Crowded,
-    Given,
-    Outcome,
-    Pause,
-    Steps,
-    handing_back,
-)
+from dislock.core.acquisition import Ask, Connect, Crowded, Given, Outcome, Pause, Steps
 from dislock.core.context import LockContext
 from dislock.core.unknown_outcome import HELD
 
@@ -76,8 +67,3 @@ async def drive_briefly(context: LockContext, sequence: Steps[Outcome]) -> Outco
         return await drive(hub, sequence)
     finally:
         await leave_hub(hub)
-
-
-async def hand_back_rows(hub: Hub, context: LockContext, keys: list[str]) -> None:
-    """Expire ``context``'s rows among ``keys``, best effort (``handing_back``)."""
-    await drive(hub, handing_back(context, keys))

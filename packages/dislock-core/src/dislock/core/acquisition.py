@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Generator, Sequence
 from datetime import datetime, tzinfo
+from functools import partial
 from typing import Any, Generic, NamedTuple, TypeAlias, TypeVar
 
 import psycopg
@@ -107,15 +108,13 @@ Clock = Callable[[], float]
 
 
 class Given(NamedTuple):
-    """What a sequence reads of the process rather than of the database, handed in
-    by its driver (``dislock.aio._acquiring.GIVEN``) so that a test gives its own."""
+    """What a sequence reads of the process, not of the database, handed in by its
+    driver (``dislock.aio._acquiring.GIVEN``) so that a test gives its own: the
+    monotonic clock, the local wall clock (aware), and the process's rows (``HELD``)."""
 
     clock: Clock
-    """The monotonic clock, in seconds."""
     wall: Callable[[], datetime]
-    """The local wall clock (aware): which schedule slot a claim starts from."""
     held: HeldRows
-    """The rows the process holds (``dislock.core.unknown_outcome.HELD``)."""
 
 
 def sending(
@@ -348,7 +347,7 @@ def claiming_schedule_slot(
     )
 
 
-Claim: TypeAlias = Callable[..., Steps[Acquired]]
+Claim: TypeAlias = "partial[Steps[Acquired]]"
 
 
 def _claiming_schedule_slot(
@@ -368,24 +367,15 @@ def _claiming_schedule_slot(
     unreleased expiry proves a holder vanished (None: nothing proves it)."""
     statements = statements_for(context)
     timeout = context.connect_timeout_seconds
-
-    def claim(
-        exchange: Exchange[Acquired],
-        ends: Sequence[datetime],
-        look: Exchange[Acquired | None] | None = None,
-    ) -> Steps[Acquired]:
-        return claiming(
-            exchange,
-            timeout,
-            context=context,
-            key=key,
-            what=f"schedule slot {key!r}",
-            patience=patience,
-            slot_ends=ends,
-            look=look,
-            given=given,
-        )
-
+    claim = partial(
+        claiming,
+        timeout=timeout,
+        context=context,
+        key=key,
+        what=f"schedule slot {key!r}",
+        patience=patience,
+        given=given,
+    )
     expires_at = context.next_run_time
     if context.retries or context.start_deadline_seconds is not None or context.after:
         return (yield from _claiming_marked(context, key, patience, claim, lease))
@@ -394,8 +384,8 @@ def _claiming_schedule_slot(
         candidates = SlotCandidates.around(schedule, given.wall(), tz)
         answer = yield from claim(
             statements.acquire_by_clock(key, context.owner, candidates),
-            candidates.ends,
-            statements.look_by_clock(key, candidates),
+            slot_ends=candidates.ends,
+            look=statements.look_by_clock(key, candidates),
         )
         if answer.slot_end is not None:
             return answer, answer.slot_end
@@ -404,8 +394,8 @@ def _claiming_schedule_slot(
         expires_at = slot_end(schedule, now, tz)
     answer = yield from claim(
         statements.acquire_until(key, context.owner, expires_at),
-        [expires_at],
-        statements.look_until(key),
+        slot_ends=[expires_at],
+        look=statements.look_until(key),
     )
     return answer, expires_at
 
@@ -446,7 +436,7 @@ def _claiming_marked(
     else:
         exchange = statements.acquire_until(key, owner, expires_at)
     # No look first: a vanished holder's row is live, and yet may be taken.
-    answer = yield from claim(exchange, [expires_at])
+    answer = yield from claim(exchange, slot_ends=[expires_at])
     return answer._replace(began_at=began_at), expires_at
 
 

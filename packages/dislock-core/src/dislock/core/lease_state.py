@@ -60,8 +60,7 @@ class LeaseState(Generic[HubT, EventT]):
     """A lease lock's state between statements (see the flavour's ``LeaseLock``)."""
 
     def __init__(self, context: LockContext, lease_lost: EventT, given: Given) -> None:
-        self.given = given
-        """The clocks and the process's rows (``dislock.core.acquisition.Given``)."""
+        self.given = given  # the clocks and the process's rows
         self.settings = LeaseSettings.from_context(context)
         self.context = context
         self._slot_keys = slot_keys(context.lock_key, context.slots, context.lease_mode)

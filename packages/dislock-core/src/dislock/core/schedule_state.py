@@ -48,8 +48,7 @@ class ScheduleState:
                 "a schedule lock needs next_run_time or schedule in its LockContext"
             )
         self.context = context
-        self.given = given
-        """The clocks and the process's rows (``dislock.core.acquisition.Given``)."""
+        self.given = given  # the clocks and the process's rows
         self.key = schedule_key(context.lock_key)
         self.expires_at = context.next_run_time
         self.fence: int | None = None

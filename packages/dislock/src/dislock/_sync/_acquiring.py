@@ -16,16 +16,7 @@ from functools import partial
 from time import monotonic
 from typing import Any
 
-from dislock.core.acquisition import (
-    Ask,
-    Connect,
-    Crowded,
-    Given,
-    Outcome,
-    Pause,
-    Steps,
-    handing_back,
-)
+from dislock.core.acquisition import Ask, Connect, Crowded, Given, Outcome, Pause, Steps
 from dislock.core.context import LockContext
 from dislock.core.unknown_outcome import HELD
 
@@ -78,8 +69,3 @@ def drive_briefly(context: LockContext, sequence: Steps[Outcome]) -> Outcome:
         return drive(hub, sequence)
     finally:
         leave_hub(hub)
-
-
-def hand_back_rows(hub: Hub, context: LockContext, keys: list[str]) -> None:
-    """Expire ``context``'s rows among ``keys``, best effort (``handing_back``)."""
-    drive(hub, handing_back(context, keys))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from functools import partial
 
-from dislock.core.acquisition import handing_over, releasing, trying_lease
+from dislock.core.acquisition import handing_back, handing_over, releasing, trying_lease
 from dislock.core.context import LeaseLossPolicy, LockContext
 from dislock.core.errors import LeaseLostError, LockNotAcquiredError
 from dislock.core.exits import Exc, ExcType, Tb
@@ -23,7 +23,7 @@ from dislock.core.lease_state import Held, LeaseState
 from dislock.core.patience import ConnectPatience
 from dislock.core.supervision import LOSS_LOGGER
 
-from ._acquiring import GIVEN, drive, hand_back_rows
+from ._acquiring import GIVEN, drive
 from ._compat import Event
 from ._hub import Hub, enter_hub, leave_hub
 from ._recording import RunRecording, record_alone
@@ -97,7 +97,7 @@ class LeaseLock(LeaseState[Hub, Event]):
             if held is not None:
                 hub.unregister(held.renewal)
             keys = [self.key] if context.slots == 1 else self._slot_keys
-            hand_back_rows(hub, context, keys)
+            drive(hub, handing_back(context, keys))
             if held is not None:
                 self._let_go(self.key, released=False)  # handed back, if it could be
             leave_hub(hub)

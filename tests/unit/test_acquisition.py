@@ -11,6 +11,7 @@ here each is one row of a table.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -20,10 +21,12 @@ import psycopg
 import psycopg.errors
 import pytest
 
+from dislock.core import replace_marks
 from dislock.core.acquisition import (
     Ask,
     Connect,
     Crowded,
+    Given,
     LeaseTry,
     Noted,
     Pause,
@@ -31,11 +34,13 @@ from dislock.core.acquisition import (
     claiming,
     claiming_schedule_slot,
     claiming_slot,
+    releasing,
     schedule_refusal,
     trying_lease,
 )
 from dislock.core.answers import Acquired, SlotAnswer
 from dislock.core.context import LockContext, default_owner
+from dislock.core.cron import SlotCandidates
 from dislock.core.errors import (
     DatabaseUnreachableError,
     KeyNotGrantedError,
@@ -47,9 +52,10 @@ from dislock.core.errors import (
     StatementTimeout,
 )
 from dislock.core.lease_clock import LeaseSettings
-from dislock.core.lock_statements import statements_for
+from dislock.core.lock_statements import LockStatements, statements, statements_for
 from dislock.core.patience import ConnectPatience
-from dislock.core.unknown_outcome import Mine
+from dislock.core.retries import LATE_MARK
+from dislock.core.unknown_outcome import HeldRows, Mine
 
 URL = "postgresql://jobs:hunter2@db.internal/app"
 NOW = datetime(2026, 12, 3, 12, 0, 30, tzinfo=timezone.utc)
@@ -59,27 +65,32 @@ TAKEN = Acquired(True, 7, None, None, timeline=3)
 HELD_ELSEWHERE = Acquired(False, None, None, None)
 
 
-READERS = {
-    "lease_reader.<locals>.read": "acquire",
-    "slot_reader.<locals>.read": "acquire",
-    "read_by_clock": "acquire",
-    "read_slot_claim": "acquire",
-    "read_retrying_claim": "acquire",
-    "look_reader.<locals>.read": "look",
-    "read_mine": "mine",
-    "read_clock": "now",
-    "read_released": "release",  # (or the hand back of rows a failed acquisition may hold)
-    "_read_marked": "mark",  # dislock.core.replace_marks's
-    "_read_successor": "hand over",
-    "_read_any": "withdraw",
-    "_read_reopened": "reopen",
-    "done.<locals>.<lambda>": "done",  # dislock.core.retries'
-}
+SCHEDULE_KEY = "cronjob-lock:schedule:nightly"
+LEASE_KEY = "cronjob-lock:lease:nightly"
+
+_RENAMED = {"acquire_for": "acquire", "acquire_until": "acquire", "renew_batch": "renew"}
+"""Plain statements named as the function call that stands for them."""
+
+
+def _named(table: LockStatements) -> list[tuple[object, str]]:
+    """Each statement of ``table`` (and each function's call) by its query, named."""
+    queries, parts = table.queries, table.table_parts
+    named = [(getattr(queries, f), _RENAMED.get(f, f)) for f in queries._fields]
+    named += list(zip(table.calls.values(), table.calls, strict=True))
+    named += [
+        (replace_marks.mark_query(parts), "mark"),
+        (replace_marks.hand_over_query(parts), "hand over"),
+    ]
+    named += [(replace_marks.withdraw_query(parts), "withdraw")]
+    return [(query, name.replace("_", " ")) for query, name in named]
+
+
+STATEMENTS = _named(statements(("locks",))) + _named(statements(("locks",), True))
 
 
 def statement_name(ask: Ask[Any]) -> str:
-    """Which statement of ``LockStatements`` an ``Ask`` sends, by how its answer reads."""
-    return READERS[ask.exchange.read.__qualname__]
+    """Which statement an ``Ask`` sends, by its query."""
+    return next(name for query, name in STATEMENTS if query == ask.exchange.query)
 
 
 @dataclass(frozen=True)
@@ -95,12 +106,22 @@ class Database:
     """The replies of one case, in order: an answer, or an error to throw in."""
 
     replies: list[Any]
+    expect: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """The parameters each statement must be sent with (by name; a statement not
+    named here must not be sent at all)."""
     crowded: bool = False
     now: list[float] = field(default_factory=lambda: [0.0])
     steps: list[str] = field(default_factory=list)
 
+    held: HeldRows = field(default_factory=HeldRows)
+
     def clock(self) -> float:
         return self.now[0]
+
+    @property
+    def given(self) -> Given:
+        """Its clock, the local wall clock at ``NOW``, and rows held by nobody else."""
+        return Given(self.clock, lambda: NOW, self.held)
 
     def run(self, sequence: Steps[Any]) -> Any:
         reply: Any = None
@@ -123,7 +144,7 @@ class Database:
                 self.steps.append("connect")
             else:
                 assert isinstance(step, Ask)
-                self.steps.append(statement_name(step))
+                self.steps.append(self.checked(step))
                 found = self.replies.pop(0)
                 if isinstance(found, Late):
                     self.now[0] += found.seconds
@@ -132,6 +153,14 @@ class Database:
                     error = found
                 else:
                     reply = found
+
+    def checked(self, ask: Ask[Any]) -> str:
+        """The name of the statement ``ask`` sends, once its parameters are checked."""
+        name = statement_name(ask)
+        assert name in self.expect, f"{name!r} sent, not expected: {ask.exchange.params}"
+        sent = {key: ask.exchange.params.get(key, "(none)") for key in self.expect[name]}
+        assert sent == self.expect[name], f"{name!r} sent with {sent}"
+        return name
 
 
 def lease_context(**fields: Any) -> LockContext:
@@ -152,8 +181,44 @@ def lease_claim(db: Database, context: LockContext, *, patience: bool = True) ->
         what=f"lease {key!r}",
         patience=ConnectPatience(5.0, db.clock()) if patience else None,
         look=statements.look_for(key, 30.0),
-        clock=db.clock,
+        given=db.given,
     )
+
+
+def lease_sent(
+    context: LockContext, keys: list[str] | None = None, ttl: float = 30.0
+) -> dict[str, dict[str, Any]]:
+    """What a lease's statements are sent with: its row (or its slots' rows, the
+    first being the lease's own), its owner, its TTL."""
+    keys, owner = keys or [LEASE_KEY], context.owner
+    return {
+        "acquire": {"key": keys[0], "owner": owner, "ttl": ttl, "expire_at": None},
+        "acquire slot": {"keys": keys, "owner": owner, "ttl": ttl},
+        "look": {"key": keys[0], "pause": "cronjob-lock:pause:nightly"},
+        "mine": {"keys": keys, "owner": owner},
+        "release": {"key": keys[0], "owner": owner},
+        "hand back": {"keys": keys, "owner": owner},
+    }
+
+
+def schedule_sent(
+    context: LockContext, owner: str | None = None, expire_at: datetime = SLOT_END
+) -> dict[str, dict[str, Any]]:
+    """What a schedule slot's statements are sent with: its row, the owner it is
+    claimed as (``owner``: a late mark), the slot's end, the candidates around the
+    local clock given (``NOW``)."""
+    claimed_as = {"key": SCHEDULE_KEY, "owner": owner or context.owner}
+    sent: dict[str, dict[str, Any]] = {
+        "acquire": {**claimed_as, "expire_at": expire_at, "ttl": None},
+        "acquire retrying": {**claimed_as, "expire_at": expire_at, "attempts": 3},
+        "look": {"key": SCHEDULE_KEY},
+        "mine": {"keys": [SCHEDULE_KEY], "owner": context.owner},
+        "now": {},
+    }
+    if context.schedule is not None and context.cron_zone is not None:
+        around = SlotCandidates.around(context.schedule, NOW, context.cron_zone.tz)
+        sent["acquire by clock"] = {**claimed_as, "covered_from": around.covered_from}
+    return sent
 
 
 @dataclass(frozen=True)
@@ -218,13 +283,13 @@ LEASE_CASES = [
     Case(
         "an answer synchronous replication did not confirm is handed back",
         [NotReplicatedError("not confirmed by a standby"), True],
-        ["crowded?", "acquire", "release"],
+        ["crowded?", "acquire", "hand back"],
         NotReplicatedError,
     ),
     Case(
         "a hand back that fails still raises the replication error",
         [NotReplicatedError("not confirmed by a standby"), LOST],
-        ["crowded?", "acquire", "release"],
+        ["crowded?", "acquire", "hand back"],
         NotReplicatedError,
     ),
     Case(
@@ -250,27 +315,30 @@ LEASE_CASES = [
 
 @pytest.mark.parametrize("case", LEASE_CASES, ids=[case.name for case in LEASE_CASES])
 def test_a_lease_claim(case: Case) -> None:
-    db = Database(list(case.replies), crowded=case.crowded)
+    context = lease_context()
+    db = Database(list(case.replies), lease_sent(context), crowded=case.crowded)
     if isinstance(case.expect, type):
         with pytest.raises(case.expect):
-            db.run(lease_claim(db, lease_context()))
+            db.run(lease_claim(db, context))
     else:
-        assert case.expect(db.run(lease_claim(db, lease_context())))
+        assert case.expect(db.run(lease_claim(db, context)))
     assert db.steps == case.steps
     assert db.replies == []
 
 
 def test_a_lost_answer_without_patience_is_not_read_back() -> None:
-    db = Database([LOST])
+    context = lease_context()
+    db = Database([LOST], lease_sent(context))
     with pytest.raises(psycopg.OperationalError):
-        db.run(lease_claim(db, lease_context(), patience=False))
+        db.run(lease_claim(db, context, patience=False))
     assert db.steps == ["crowded?", "acquire"]
 
 
 def test_a_lost_answer_is_read_back_only_within_the_patience() -> None:
-    db = Database([LOST] + [LOST] * 50)
+    context = lease_context()
+    db = Database([LOST] + [LOST] * 50, lease_sent(context))
     with pytest.raises(DatabaseUnreachableError, match="lost"):
-        db.run(lease_claim(db, lease_context()))
+        db.run(lease_claim(db, context))
     assert db.steps[:3] == ["crowded?", "acquire", "mine"]
     assert set(db.steps[3:]) == {"pause", "mine"}
     assert db.clock() <= 5.0 + 2.0  # the patience, and at most one last pause
@@ -278,15 +346,16 @@ def test_a_lost_answer_is_read_back_only_within_the_patience() -> None:
 
 def test_an_owner_chosen_by_the_user_is_not_trusted_after_a_lost_answer() -> None:
     """Another machine may share it: its row is not proof of this acquisition."""
-    db = Database([LOST, [mine()]])
-    answer = db.run(lease_claim(db, lease_context(owner="nightly-job")))
+    context = lease_context(owner="nightly-job")
+    db = Database([LOST, [mine()]], lease_sent(context))
+    answer = db.run(lease_claim(db, context))
     assert answer == Acquired.nothing()
 
 
 def test_a_slot_of_an_n_holder_lease() -> None:
     context = lease_context(slots=3)
     keys = [f"cronjob-lock:lease#{n}:nightly" for n in (1, 2, 3)]
-    db = Database([LOST, [mine(keys[1])]])
+    db = Database([LOST, [mine(keys[1])]], lease_sent(context, keys))
     answer = db.run(
         claiming_slot(
             statements_for(context).acquire_slot(keys, context.owner, 30.0),
@@ -295,11 +364,11 @@ def test_a_slot_of_an_n_holder_lease() -> None:
             keys=keys,
             what="a slot of lease 'nightly'",
             patience=ConnectPatience(5.0, db.clock()),
-            clock=db.clock,
+            given=db.given,
         )
     )
     assert answer == SlotAnswer(keys[1], 9, 1, None, None, None)
-    assert db.steps == ["acquire", "mine", "noted 4"]
+    assert db.steps == ["acquire slot", "mine", "noted 4"]
 
 
 def schedule_claim(db: Database, context: LockContext) -> Steps[tuple[Acquired, datetime]]:
@@ -307,27 +376,29 @@ def schedule_claim(db: Database, context: LockContext) -> Steps[tuple[Acquired, 
         context,
         "cronjob-lock:schedule:nightly",
         ConnectPatience(5.0, db.clock()),
-        local_now=NOW,
-        clock=db.clock,
+        given=db.given,
     )
 
 
 def test_a_slot_is_claimed_by_the_database_clock_in_one_statement() -> None:
-    db = Database([TAKEN._replace(slot_end=SLOT_END)])
-    answer, ends = db.run(schedule_claim(db, lease_context(schedule="* * * * *")))
+    context = lease_context(schedule="* * * * *")
+    db = Database([TAKEN._replace(slot_end=SLOT_END)], schedule_sent(context))
+    answer, ends = db.run(schedule_claim(db, context))
     assert (answer.acquired, ends) == (True, SLOT_END)
-    assert db.steps == ["crowded?", "acquire", "noted 3"]
+    assert db.steps == ["crowded?", "acquire by clock", "noted 3"]
 
 
 def test_a_database_clock_far_from_ours_is_read_before_the_slot_is_claimed() -> None:
     far = NOW + timedelta(hours=2)
-    db = Database([Acquired.nothing(), far, TAKEN])
-    answer, ends = db.run(schedule_claim(db, lease_context(schedule="* * * * *")))
+    context = lease_context(schedule="* * * * *")
+    ends_far = datetime(2026, 12, 3, 14, 1, tzinfo=timezone.utc)
+    db = Database([Acquired.nothing(), far, TAKEN], schedule_sent(context, expire_at=ends_far))
+    answer, ends = db.run(schedule_claim(db, context))
     assert answer == TAKEN
-    assert ends == datetime(2026, 12, 3, 14, 1, tzinfo=timezone.utc)
+    assert ends == ends_far
     assert db.steps == [
         "crowded?",
-        "acquire",
+        "acquire by clock",
         "noted None",
         "now",
         "crowded?",
@@ -337,8 +408,9 @@ def test_a_database_clock_far_from_ours_is_read_before_the_slot_is_claimed() -> 
 
 
 def test_a_slot_given_by_next_run_time_is_claimed_until_it() -> None:
-    db = Database([HELD_ELSEWHERE], crowded=True)
-    answer, ends = db.run(schedule_claim(db, lease_context(next_run_time=SLOT_END)))
+    context = lease_context(next_run_time=SLOT_END)
+    db = Database([HELD_ELSEWHERE], schedule_sent(context), crowded=True)
+    answer, ends = db.run(schedule_claim(db, context))
     assert (answer, ends) == (HELD_ELSEWHERE, SLOT_END)
     assert db.steps == ["crowded?", "look"]
 
@@ -347,8 +419,9 @@ def test_a_slot_lost_answer_trusts_only_a_row_ending_where_this_slot_ends() -> N
     """A live row of an earlier slot, which a database clock behind ours still shows,
     is not the new slot's."""
     earlier = SLOT_END - timedelta(minutes=1)
-    db = Database([LOST, [mine("cronjob-lock:schedule:nightly", earlier)], TAKEN])
-    answer, _ = db.run(schedule_claim(db, lease_context(next_run_time=SLOT_END)))
+    context = lease_context(next_run_time=SLOT_END)
+    db = Database([LOST, [mine(SCHEDULE_KEY, earlier)], TAKEN], schedule_sent(context))
+    answer, _ = db.run(schedule_claim(db, context))
     assert answer == TAKEN
     assert db.steps == ["crowded?", "acquire", "mine", "acquire", "noted 3"]
 
@@ -357,10 +430,10 @@ def test_a_slot_with_retries_reads_the_clock_then_claims_its_next_attempt() -> N
     """The slot's end names it in the row's mark, so it is known before the claim;
     no look goes first (a vanished holder's row is live, yet takeable)."""
     context = lease_context(schedule="* * * * *", retries=2)
-    db = Database([NOW, TAKEN._replace(attempt=2)], crowded=True)
+    db = Database([NOW, TAKEN._replace(attempt=2)], schedule_sent(context), crowded=True)
     answer, ends = db.run(schedule_claim(db, context))
     assert (answer.attempt, ends) == (2, SLOT_END)
-    assert db.steps == ["now", "acquire", "noted 3"]
+    assert db.steps == ["now", "acquire retrying", "noted 3"]
 
 
 @pytest.mark.parametrize(
@@ -373,7 +446,8 @@ def test_past_its_start_deadline_a_slot_is_claimed_as_its_late_mark(
 ) -> None:
     """The slot of ``* * * * *`` that ends at 12:01 began at 12:00; the deadline is 40 s."""
     context = lease_context(schedule="* * * * *", start_deadline_seconds=40)
-    db = Database([now, TAKEN])
+    marked = context.owner + LATE_MARK if late else None
+    db = Database([now, TAKEN], schedule_sent(context, owner=marked))
     answer, ends = db.run(schedule_claim(db, context))
     assert ends == SLOT_END
     assert db.steps == ["now", "acquire", "noted 3"]
@@ -425,12 +499,12 @@ def test_what_a_slots_answer_means(answer: Acquired, error: type[Exception] | No
 
 def lease_try(db: Database, context: LockContext) -> Steps[LeaseTry]:
     settings = LeaseSettings.from_context(context)
-    return trying_lease(context, settings, ConnectPatience(5.0, db.clock()), clock=db.clock)
+    return trying_lease(context, settings, ConnectPatience(5.0, db.clock()), given=db.given)
 
 
 def test_a_lease_is_taken_with_its_clock_started_as_the_statement_was_sent() -> None:
     context = lease_context()
-    db = Database([Late(0.5, TAKEN)])
+    db = Database([Late(0.5, TAKEN)], lease_sent(context))
     tried = db.run(lease_try(db, context))
     assert (tried.key, tried.fence) == ("cronjob-lock:lease:nightly", 7)
     assert tried.clock is not None and tried.clock.deadline == 30.0 - tried.clock.margin
@@ -439,20 +513,24 @@ def test_a_lease_is_taken_with_its_clock_started_as_the_statement_was_sent() -> 
 
 def test_a_lease_held_elsewhere_is_not_taken_and_says_why() -> None:
     delay = NOW + timedelta(seconds=40)
-    db = Database([HELD_ELSEWHERE._replace(delayed_until=delay)])
-    tried = db.run(lease_try(db, lease_context()))
+    context = lease_context()
+    db = Database([HELD_ELSEWHERE._replace(delayed_until=delay)], lease_sent(context))
+    tried = db.run(lease_try(db, context))
     assert (tried.clock, tried.delayed_until) == (None, delay)
 
 
 def test_a_paused_lease_raises_at_once() -> None:
-    db = Database([Acquired(False, None, "db migration", NOW + timedelta(hours=1))])
+    context = lease_context()
+    db = Database(
+        [Acquired(False, None, "db migration", NOW + timedelta(hours=1))], lease_sent(context)
+    )
     with pytest.raises(LockPausedError, match="db migration"):
-        db.run(lease_try(db, lease_context()))
+        db.run(lease_try(db, context))
 
 
 def test_an_answer_after_the_lease_deadline_is_released_not_worked_on() -> None:
     context = lease_context(run_ttl_seconds=10.0, lease_interval_seconds=2.0)
-    db = Database([Late(9.5, TAKEN), True])
+    db = Database([Late(9.5, TAKEN), True], lease_sent(context, ttl=10.0))
     tried = db.run(lease_try(db, context))
     assert tried.clock is None
     assert db.steps == ["connect", "crowded?", "acquire", "noted 3", "release"]
@@ -462,17 +540,22 @@ def test_a_slot_lost_in_a_race_is_tried_again_while_others_looked_free() -> None
     context = lease_context(slots=3)
     slot_2 = "cronjob-lock:lease#2:nightly"
     lost_race = SlotAnswer(None, None, 2, None, None, None)
-    db = Database([lost_race, SlotAnswer(slot_2, 5, 1, None, None, None)])
+    keys = [LEASE_KEY, slot_2, "cronjob-lock:lease#3:nightly"]
+    db = Database(
+        [lost_race, SlotAnswer(slot_2, 5, 1, None, None, None)], lease_sent(context, keys)
+    )
     tried = db.run(lease_try(db, context))
     assert (tried.key, tried.fence) == (slot_2, 5)
-    assert db.steps == ["connect", "acquire", "connect", "acquire"]
+    assert db.steps == ["connect", "acquire slot", "connect", "acquire slot"]
 
 
 def test_a_full_lease_of_slots_is_not_tried_again() -> None:
-    db = Database([SlotAnswer(None, None, 0, None, None, None)])
-    tried = db.run(lease_try(db, lease_context(slots=3)))
-    assert (tried.key, tried.clock) == ("cronjob-lock:lease:nightly", None)
-    assert db.steps == ["connect", "acquire"]
+    context = lease_context(slots=3)
+    keys = [LEASE_KEY, "cronjob-lock:lease#2:nightly", "cronjob-lock:lease#3:nightly"]
+    db = Database([SlotAnswer(None, None, 0, None, None, None)], lease_sent(context, keys))
+    tried = db.run(lease_try(db, context))
+    assert (tried.key, tried.clock) == (LEASE_KEY, None)
+    assert db.steps == ["connect", "acquire slot"]
 
 
 READ_ONLY = psycopg.errors.ReadOnlySqlTransaction(
@@ -483,8 +566,9 @@ READ_ONLY = psycopg.errors.ReadOnlySqlTransaction(
 def test_a_read_only_answer_is_ridden_out_from_a_fresh_connection_on() -> None:
     """A demoting primary a proxy still routes to: the whole try again, after a pause
     (the hub retired the connection that answered), its lease clock started anew."""
-    db = Database([READ_ONLY, Late(0.5, TAKEN)])
-    tried = db.run(lease_try(db, lease_context()))
+    context = lease_context()
+    db = Database([READ_ONLY, Late(0.5, TAKEN)], lease_sent(context))
+    tried = db.run(lease_try(db, context))
     assert tried.fence == 7 and tried.clock is not None
     # The clock started as the second try was sent, after the pause, not at the first.
     assert tried.clock.deadline > 30.0 - tried.clock.margin
@@ -493,11 +577,14 @@ def test_a_read_only_answer_is_ridden_out_from_a_fresh_connection_on() -> None:
 
 
 def test_an_unconfirmed_acquisition_is_handed_back_then_ridden_out() -> None:
-    db = Database([NotReplicatedError("not confirmed by a standby"), True, TAKEN])
-    tried = db.run(lease_try(db, lease_context()))
+    context = lease_context()
+    db = Database(
+        [NotReplicatedError("not confirmed by a standby"), True, TAKEN], lease_sent(context)
+    )
+    tried = db.run(lease_try(db, context))
     assert tried.fence == 7
     assert db.steps == [
-        *["connect", "crowded?", "acquire", "release", "pause"],
+        *["connect", "crowded?", "acquire", "hand back", "pause"],
         *["connect", "crowded?", "acquire", "noted 3"],
     ]
 
@@ -506,32 +593,86 @@ def test_a_timed_out_acquisition_is_handed_back_then_ridden_out() -> None:
     """Queued behind a row a commit waiting for its synchronous standby still locks
     (or a fenced writer's commit): cancelled, handed back in case the cancel crossed
     its commit, and tried again."""
-    db = Database([StatementTimeout("no answer within 1.00 s; cancelled"), True, TAKEN])
-    tried = db.run(lease_try(db, lease_context()))
+    context = lease_context()
+    db = Database(
+        [StatementTimeout("no answer within 1.00 s; cancelled"), True, TAKEN], lease_sent(context)
+    )
+    tried = db.run(lease_try(db, context))
     assert tried.fence == 7
     assert db.steps == [
-        *["connect", "crowded?", "acquire", "release", "pause"],
+        *["connect", "crowded?", "acquire", "hand back", "pause"],
         *["connect", "crowded?", "acquire", "noted 3"],
     ]
 
 
 def test_a_passing_answer_past_the_patience_is_raised_saying_how_long() -> None:
-    db = Database([READ_ONLY, Late(6.0, READ_ONLY)])  # the patience is 5 s
+    context = lease_context()
+    db = Database([READ_ONLY, Late(6.0, READ_ONLY)], lease_sent(context))  # the patience is 5 s
     with pytest.raises(psycopg.errors.ReadOnlySqlTransaction, match=r"answered so for 6\.\d s"):
-        db.run(lease_try(db, lease_context()))
+        db.run(lease_try(db, context))
     assert db.steps.count("acquire") == 2
 
 
 def test_a_schedule_slot_rides_out_a_read_only_answer() -> None:
-    db = Database([READ_ONLY, TAKEN._replace(slot_end=SLOT_END)])
-    answer, ends = db.run(schedule_claim(db, lease_context(schedule="* * * * *")))
+    context = lease_context(schedule="* * * * *")
+    db = Database([READ_ONLY, TAKEN._replace(slot_end=SLOT_END)], schedule_sent(context))
+    answer, ends = db.run(schedule_claim(db, context))
     assert (answer.acquired, ends) == (True, SLOT_END)
-    assert db.steps == ["crowded?", "acquire", "pause", "crowded?", "acquire", "noted 3"]
+    clock = ["crowded?", "acquire by clock"]
+    assert db.steps == [*clock, "pause", *clock, "noted 3"]
 
 
 def test_other_errors_are_not_ridden_out() -> None:
     denied = psycopg.errors.InsufficientPrivilege("permission denied for table locks")
-    db = Database([denied])
+    context = lease_context()
+    db = Database([denied], lease_sent(context))
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
-        db.run(lease_try(db, lease_context()))
+        db.run(lease_try(db, context))
     assert db.steps == ["connect", "crowded?", "acquire"]
+
+
+def test_a_lease_of_slots_stops_trying_after_as_many_lost_races_as_it_has_slots() -> None:
+    """Each race lost follows someone else's success: at most ``slots`` tries."""
+    context = lease_context(slots=3)
+    keys = [LEASE_KEY, "cronjob-lock:lease#2:nightly", "cronjob-lock:lease#3:nightly"]
+    lost_race = SlotAnswer(None, None, 2, None, None, None)
+    db = Database([lost_race] * 3, lease_sent(context, keys))
+    tried = db.run(lease_try(db, context))
+    assert (tried.key, tried.clock) == (LEASE_KEY, None)
+    assert db.steps == ["connect", "acquire slot"] * 3
+
+
+def test_the_last_attempt_of_a_slot_is_refused_as_started_not_as_used_up() -> None:
+    context = lease_context(schedule="* * * * *", retries=2)
+    refusal = schedule_refusal(context, HELD_ELSEWHERE._replace(attempt=3), SLOT_END)
+    assert "was already started by another owner" in str(refusal)
+
+
+def test_a_release_that_fails_is_not_confirmed_and_the_row_is_left_to_expire(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    context = lease_context()
+    db = Database([LOST], lease_sent(context))
+    with caplog.at_level(logging.WARNING, logger="dislock"):
+        assert db.run(releasing(context, LEASE_KEY, 30.0)) is False
+    assert "expires by itself within 30 s" in caplog.text and "hunter2" not in caplog.text
+
+
+def test_an_untrusted_row_after_a_lost_answer_is_said_to_be_not_this_acquisitions(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    context = lease_context(owner="nightly-job")
+    db = Database([LOST, [mine()]], lease_sent(context))
+    with caplog.at_level(logging.INFO, logger="dislock"):
+        db.run(lease_claim(db, context))
+    assert "was not this acquisition's to claim" in caplog.text
+    assert "had taken nothing" not in caplog.text
+
+
+def test_a_lost_answer_that_took_a_row_claims_it_in_the_rows_given() -> None:
+    """So that another lock of this process does not take it for its own."""
+    context = lease_context()
+    db = Database([LOST, [mine()]], lease_sent(context))
+    db.run(lease_claim(db, context))
+    row = (("locks",), LEASE_KEY, context.owner)
+    assert not db.held.claim(*row, read_sent_at=db.clock())

@@ -9,15 +9,17 @@ from typing import Any
 import pytest
 
 from dislock.core import after
-from dislock.core.acquisition import Ask, Noted, claiming_schedule_slot
+from dislock.core.acquisition import Ask, Given, Noted, claiming_schedule_slot
 from dislock.core.answers import Acquired
 from dislock.core.context import LockContext
 from dislock.core.errors import ConfigurationError, LockNotAcquiredError
 from dislock.core.history import RunEnd, end
 from dislock.core.patience import ConnectPatience
+from dislock.core.unknown_outcome import HeldRows
 
 NOW = datetime(2026, 12, 3, 12, 30, 5, tzinfo=timezone.utc)
 SLOT_START = datetime(2026, 12, 3, 12, tzinfo=timezone.utc)
+GIVEN = Given(lambda: 0.0, lambda: NOW, HeldRows())
 
 
 def _context(**fields: Any) -> LockContext:
@@ -34,7 +36,7 @@ def _context(**fields: Any) -> LockContext:
 
 def test_a_key_without_a_success_in_the_slot_refuses_it_before_the_claim() -> None:
     context = _context()
-    steps = claiming_schedule_slot(context, "k", ConnectPatience(0, 0.0))
+    steps = claiming_schedule_slot(context, "k", ConnectPatience(0, 0.0), given=GIVEN)
     clock = next(steps)
     assert isinstance(clock, Ask)
     check = steps.send(NOW)
@@ -47,7 +49,7 @@ def test_a_key_without_a_success_in_the_slot_refuses_it_before_the_claim() -> No
 
 
 def test_every_key_succeeded_then_the_slot_is_claimed() -> None:
-    steps = claiming_schedule_slot(_context(), "k", ConnectPatience(0, 0.0))
+    steps = claiming_schedule_slot(_context(), "k", ConnectPatience(0, 0.0), given=GIVEN)
     next(steps)
     steps.send(NOW)
     claim = steps.send(None)

@@ -11,18 +11,20 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timedelta, timezone
-from time import monotonic
 from typing import Any
 
 import pytest
 
+from dislock.core.acquisition import Given
 from dislock.core.answers import Acquired
 from dislock.core.context import LockContext
 from dislock.core.errors import ConfigurationError, LockDelayedError, LockNotAcquiredError
 from dislock.core.lease_clock import LeaseClock
 from dislock.core.lease_state import LeaseState
+from dislock.core.patience import SlotEnd
 from dislock.core.renewal import Renewal
 from dislock.core.schedule_state import ScheduleState
+from dislock.core.unknown_outcome import HeldRows
 from tests.unit.test_acquisition import LOST, URL, Database, lease_context
 
 SLOT_END = datetime(2026, 12, 4, 3, 5, tzinfo=timezone.utc)
@@ -52,8 +54,18 @@ class Hub:
         self.lost.append(renewal)
 
 
+NOW = 1000.0
+"""The states' monotonic clock: stopped."""
+
+
+def given() -> Given:
+    """A stopped clock, the local wall clock in the slot ending at ``SLOT_END``, and
+    rows held by no other test."""
+    return Given(lambda: NOW, lambda: SLOT_END - timedelta(seconds=30), HeldRows())
+
+
 def lease_state(**fields: Any) -> LeaseState[Hub, Flag]:
-    return LeaseState(lease_context(**fields), Flag())
+    return LeaseState(lease_context(**fields), Flag(), given())
 
 
 def test_a_lease_not_taken_says_why_held_delayed_replacing_or_waited() -> None:
@@ -77,7 +89,7 @@ def test_a_lease_is_lost_once_its_deadline_passes_and_declared_once_asked() -> N
     state = lease_state()
     before = (state.holding, state.deadline, state.is_lost())
     assert before == (False, None, False)
-    clock = LeaseClock(state.settings, acquired_at=monotonic() - 60.0)  # its 30 s are over
+    clock = LeaseClock(state.settings, acquired_at=NOW - 60.0)  # its 30 s are over
     hub = Hub()
     state._held = state._holding_now(hub, clock, 11)
     assert state.fence == 11 and state.holding and state.deadline == clock.deadline
@@ -87,20 +99,82 @@ def test_a_lease_is_lost_once_its_deadline_passes_and_declared_once_asked() -> N
     assert state.lost_reason is not None and "deadline" in state.lost_reason
 
 
+def test_a_lease_not_held_has_no_deadline_to_follow_nor_renewals_nor_replacement() -> None:
+    state = lease_state()
+    state.follow_deadline(print)  # nothing held: nothing to follow, nothing raised
+    assert (state.renewals, state.replacing, state.lost_reason) == (0, False, None)
+
+
+def test_a_held_lease_is_followed_renewed_and_may_be_replaced() -> None:
+    state = lease_state()
+    clock = LeaseClock(state.settings, acquired_at=NOW)
+    state._held = state._holding_now(Hub(), clock, None)
+    follower: list[float] = []
+    state.follow_deadline(follower.append)
+    assert state._held.renewal.on_renewed == follower.append
+    clock.renewed(sent_at=NOW + 1.0, now=NOW + 1.1, rows=1)
+    assert (state.renewals, state.replacing, state.is_lost()) == (1, False, False)
+    clock.renewed(sent_at=NOW + 2.0, now=NOW + 2.1, rows=0)  # found gone, not read since
+    assert state.replacing
+    state.follow_deadline(None)
+    assert state._held.renewal.on_renewed is None
+
+
+def test_a_lease_is_lost_once_its_event_is_set_held_or_not() -> None:
+    state = lease_state()
+    state.lease_lost.set()
+    assert state.is_lost() and state.declare_if_lost()
+
+
+@pytest.mark.parametrize(("released", "seen_until"), [(True, NOW), (False, NOW + 60.0)])
+def test_a_lease_let_go_unreleased_may_still_be_seen_live_for_two_ttls(
+    released: bool, seen_until: float
+) -> None:
+    """A row a read found while it may still have been this process's earlier lease
+    is not taken for a new acquisition's (``dislock.core.unknown_outcome``)."""
+    state = lease_state()
+    row = (("locks",), state.key, state.context.owner)
+    state.given.held.add(*row)
+    state._let_go(state.key, released=released)
+    assert not state.given.held.claim(*row, read_sent_at=seen_until - 0.5)
+    assert state.given.held.claim(*row, read_sent_at=seen_until + 0.5)
+
+
+@pytest.mark.parametrize(
+    ("fields", "said"),
+    [
+        ({"wait_seconds": 0.5}, "is held by another owner (waited 0.5 s)"),
+        ({"slots": 2}, "all 2 slots of lease 'cronjob-lock:lease:nightly' are held"),
+        ({"lease_mode": "group", "slots": 2}, "group 'nightly' is full: all 2 slots are held"),
+    ],
+)
+def test_what_a_lease_held_elsewhere_says(fields: dict[str, Any], said: str) -> None:
+    assert said in str(lease_state(**fields)._not_taken())
+
+
+def test_a_lease_of_slots_delayed_after_a_failover_says_so_and_how_long_it_waited() -> None:
+    state = lease_state(slots=2, wait_seconds=3.0)
+    state._delayed_until = datetime(2026, 12, 4, 3, 0, 40, tzinfo=timezone.utc)
+    error = state._not_taken()
+    assert isinstance(error, LockDelayedError)
+    assert str(error).startswith("no slot of lease 'cronjob-lock:lease:nightly'")
+    assert str(error).endswith(" (waited 3 s)")
+
+
 def schedule_state(**fields: Any) -> ScheduleState:
     fields.setdefault("retries", 2)
     fields.setdefault("retry_delay_seconds", 60.0)
     context = LockContext(
         url=URL, table_parts=["locks"], lock_key="nightly", next_run_time=SLOT_END, **fields
     )
-    state = ScheduleState(context)
+    state = ScheduleState(context, given())
     state.expires_at = SLOT_END
     return state
 
 
 def test_a_schedule_lock_needs_a_slot_end() -> None:
     with pytest.raises(ConfigurationError, match="next_run_time or schedule"):
-        ScheduleState(LockContext(url=URL, table_parts=["locks"], lock_key="nightly"))
+        ScheduleState(LockContext(url=URL, table_parts=["locks"], lock_key="nightly"), given())
 
 
 def test_a_slot_taken_is_noted_with_its_attempt(caplog: pytest.LogCaptureFixture) -> None:
@@ -113,6 +187,30 @@ def test_a_slot_taken_is_noted_with_its_attempt(caplog: pytest.LogCaptureFixture
     plain = schedule_state(retries=0)
     plain._took(Acquired(True, None, None, None), SLOT_END)
     assert plain._taken_as is None and plain.attempt == 1
+    first = schedule_state()
+    first._took(Acquired(True, None, None, None), SLOT_END)  # no attempt said: the first
+    assert (first.attempt, first._taken_as) == (1, first.context.owner)
+    # Claimed in the rows given, so that no other lock of this process claims it again.
+    row = (("locks",), first.key, first.context.owner)
+    assert not first.given.held.claim(*row, read_sent_at=NOW, slot_end=SLOT_END)
+
+
+@pytest.mark.parametrize(
+    ("fields", "ends_at"),
+    [
+        ({"schedule": "*/5 * * * *"}, SLOT_END),  # the slot of the wall clock given
+        ({"next_run_time": SLOT_END + timedelta(hours=1)}, SLOT_END + timedelta(hours=1)),
+        (
+            {"next_run_time": SLOT_END + timedelta(hours=1), "schedule": "*/5 * * * *"},
+            SLOT_END + timedelta(hours=1),
+        ),
+    ],
+    ids=["schedule", "next_run_time", "both"],
+)
+def test_a_slots_patience_ends_with_the_slot(fields: dict[str, Any], ends_at: datetime) -> None:
+    context = LockContext(url=URL, table_parts=["locks"], lock_key="nightly", **fields)
+    slot = ScheduleState(context, given())._slot_of_now()()
+    assert slot == SlotEnd("nightly", ends_at, SLOT_END - timedelta(seconds=30))
 
 
 @pytest.mark.parametrize(
@@ -133,7 +231,8 @@ def test_a_failed_attempt_reopens_its_slot_if_one_is_left(
 ) -> None:
     state = schedule_state()
     state.attempt = attempt
-    db = Database(list(replies))
+    reopen = {"key": state.key, "value": "web-3:1:aa (attempt 1)", "expire_at": SLOT_END}
+    db = Database(list(replies), {"reopen": reopen})
     with caplog.at_level(logging.WARNING, logger="dislock"):
         db.run(state._reopening("web-3:1:aa (attempt 1)", "failed"))
     assert db.steps == steps
@@ -147,7 +246,8 @@ def test_a_successful_attempt_marks_its_slot_done_best_effort(
     reply: object, caplog: pytest.LogCaptureFixture
 ) -> None:
     state = schedule_state()
-    db = Database([reply])
+    done = {"key": state.key, "value": "web-3:1:aa (attempt 1)", "expire_at": SLOT_END}
+    db = Database([reply], {"done": done})
     with caplog.at_level(logging.WARNING, logger="dislock"):
         db.run(state._marking_done("web-3:1:aa (attempt 1)"))
     assert db.steps == ["done"]

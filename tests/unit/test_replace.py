@@ -4,7 +4,9 @@ paths run against PostgreSQL in ``contract/test_replace.py`` and ``cli/test_repl
 
 from __future__ import annotations
 
+import logging
 import socket
+from typing import Any
 
 import psycopg.errors
 import pytest
@@ -18,14 +20,28 @@ from dislock.core.renewal import Renewal, explain, gone
 from dislock.core.replace_marks import (
     REPLACED_MARK,
     Marked,
+    handed,
     mark,
     replaced_by,
     successor,
 )
 from dislock.core.replace_sequences import marking, replacing, taking_over
-from tests.unit.test_acquisition import TAKEN, Database, Late, lease_context
+from tests.unit.test_acquisition import TAKEN, Database, Late, lease_context, lease_sent
 
 KEY = "cronjob-lock:lease:nightly"
+REPLACER = "web-4:77:0badc0de"
+
+
+def replacer_sent(text: str = REPLACER) -> dict[str, dict[str, Any]]:
+    """What a replacer's statements are sent with: its mark (for ``text``, the
+    successor it names), the row handed over to it, its own lease's."""
+    mark_for = {"key": KEY, "mark": f"{REPLACED_MARK}{text})"}
+    return {
+        **lease_sent(lease_context(owner=REPLACER)),
+        "mark": mark_for,
+        "take over": {"key": KEY, "owner": REPLACER, "successor": handed(REPLACER), "ttl": 30.0},
+        "withdraw": {**mark_for, "handed": handed(REPLACER)},
+    }
 
 
 @pytest.mark.parametrize(
@@ -113,17 +129,18 @@ def test_a_loss_is_named_a_replacement_only_when_its_row_was_marked_for_it() -> 
 
 def test_marking_returns_what_it_wrote_and_who_held_the_row() -> None:
     context = lease_context(owner="web-4:77:0badc0de")
-    db = Database([Marked("web-3:1:aa", 4.0)])
+    named = successor(context.owner, socket.gethostname())  # (its host named)
+    db = Database([Marked("web-3:1:aa", 4.0)], replacer_sent(named))
     text, marked = db.run(marking(context, KEY, 1.0, ConnectPatience(5.0, 0.0)))
     assert db.steps == ["mark"]
     assert marked == Marked("web-3:1:aa", 4.0)
-    assert text == successor(context.owner, socket.gethostname())
+    assert text == named
 
 
 def test_marking_a_key_the_role_may_not_run_is_refused_as_its_acquisition_is() -> None:
     context = lease_context()
     denied = psycopg.errors.InsufficientPrivilege("new row violates row-level security policy")
-    db = Database([denied])
+    db = Database([denied], replacer_sent(successor(context.owner, socket.gethostname())))
     with pytest.raises(KeyNotGrantedError):
         db.run(marking(context, KEY, 1.0, ConnectPatience(5.0, 0.0)))
 
@@ -133,47 +150,47 @@ def _taking(db: Database) -> object:
     settings = LeaseSettings.from_context(context)
     return db.run(
         taking_over(
-            context, settings, ConnectPatience(5.0, 0.0), "web-4:77:0badc0de", clock=db.clock
+            context, settings, ConnectPatience(5.0, 0.0), "web-4:77:0badc0de", given=db.given
         )
     )
 
 
 def test_taking_over_a_handed_row_starts_the_lease_clock_as_the_statement_is_sent() -> None:
-    db = Database([TAKEN], now=[50.0])
+    db = Database([TAKEN], replacer_sent(), now=[50.0])
     tried = _taking(db)
-    assert db.steps == ["connect", "acquire", "noted 3"]
+    assert db.steps == ["connect", "take over", "noted 3"]
     assert tried is not None and tried.fence == 7  # type: ignore[attr-defined]
     assert tried.clock.deadline == pytest.approx(50.0 + 30.0 - 1.0)  # type: ignore[attr-defined]
 
 
 def test_a_row_not_handed_over_yet_is_not_taken() -> None:
-    db = Database([Acquired(False, None, None, None)])
+    db = Database([Acquired(False, None, None, None)], replacer_sent())
     assert _taking(db) is None
-    assert db.steps == ["connect", "acquire", "noted None"]
+    assert db.steps == ["connect", "take over", "noted None"]
 
 
 def test_a_pause_that_came_meanwhile_refuses_the_take_over() -> None:
     from datetime import datetime, timezone
 
     until = datetime(2026, 12, 4, 13, 0, tzinfo=timezone.utc)
-    db = Database([Acquired(False, None, "maintenance", until)])
+    db = Database([Acquired(False, None, "maintenance", until)], replacer_sent())
     with pytest.raises(LockPausedError):
         _taking(db)
 
 
 def test_a_take_over_answered_past_the_lease_deadline_is_released() -> None:
-    db = Database([Late(40.0, TAKEN), True])
+    db = Database([Late(40.0, TAKEN), True], replacer_sent())
     assert _taking(db) is None
-    assert db.steps == ["connect", "acquire", "noted 3", "release"]
+    assert db.steps == ["connect", "take over", "noted 3", "release"]
 
 
-def _replacing(db: Database) -> object:
+def _replacing(db: Database, remaining: float = 1.0) -> object:
     context = lease_context(owner="web-4:77:0badc0de")
     settings = LeaseSettings.from_context(context)
-    marked = Marked("web-3:1:aa", 1.0)  # the holder's row expires in 1 s
+    marked = Marked("web-3:1:aa", remaining)  # the holder's row expires in 1 s
     patience = ConnectPatience(5.0, 0.0)
     return db.run(
-        replacing(context, settings, patience, "web-4:77:0badc0de", marked, clock=db.clock)
+        replacing(context, settings, patience, "web-4:77:0badc0de", marked, given=db.given)
     )
 
 
@@ -181,20 +198,20 @@ NOT_HANDED = Acquired(False, None, None, None)
 
 
 def test_a_replacer_takes_the_row_as_soon_as_it_is_handed_over() -> None:
-    db = Database([NOT_HANDED, NOT_HANDED, TAKEN])
+    db = Database([NOT_HANDED, NOT_HANDED, TAKEN], replacer_sent())
     tried = _replacing(db)
     assert tried is not None and tried.fence == 7  # type: ignore[attr-defined]
-    take_over, free = ["connect", "acquire", "noted None"], ["connect", "crowded?", "acquire"]
+    take_over, free = ["connect", "take over", "noted None"], ["connect", "crowded?", "acquire"]
     assert db.steps == [*take_over, *free, "noted None", "pause", *take_over[:2], "noted 3"]
 
 
 def test_a_replacer_takes_a_row_that_expired_unhanded_as_any_acquisition_would() -> None:
-    db = Database([NOT_HANDED, TAKEN])
+    db = Database([NOT_HANDED, TAKEN], replacer_sent())
     tried = _replacing(db)
     assert tried is not None and tried.clock is not None  # type: ignore[attr-defined]
     assert db.steps == [
         "connect",
-        "acquire",
+        "take over",
         "noted None",
         "connect",
         "crowded?",
@@ -206,22 +223,46 @@ def test_a_replacer_takes_a_row_that_expired_unhanded_as_any_acquisition_would()
 def test_a_replacer_gives_up_past_the_rows_expiry_and_withdraws_its_mark() -> None:
     # Each answer comes 0.5 s after its statement; the row's 1 s and 1 s of slack are
     # over after the second round of tries (at 2.2 s), with one poll's pause between.
-    db = Database([Late(0.5, NOT_HANDED)] * 4 + [True])
+    db = Database([Late(0.5, NOT_HANDED)] * 4 + [True], replacer_sent())
     tried = _replacing(db)
     assert tried is not None and tried.clock is None  # type: ignore[attr-defined]
-    take_over, free = ["connect", "acquire", "noted None"], ["connect", "crowded?", "acquire"]
+    take_over, free = ["connect", "take over", "noted None"], ["connect", "crowded?", "acquire"]
     rounds = [*take_over, *free, "noted None"]
     assert db.steps == [*rounds, "pause", *rounds, "withdraw"]
     assert db.now[0] == pytest.approx(2.2)
     assert db.replies == []
 
 
-def test_a_release_that_found_the_row_marked_hands_it_over() -> None:
+@pytest.mark.parametrize(("remaining", "rounds", "gave_up_at"), [(0.0, 1, 1.0), (0.05, 2, 2.05)])
+def test_a_replacer_waits_no_longer_than_the_rows_expiry_and_its_slack(
+    remaining: float, rounds: int, gave_up_at: float
+) -> None:
+    """A round of tries takes 1 s here: one that ends just as the row's time and 1 s
+    of slack are over is the last; one that ends 0.05 s before pauses that long only."""
+    db = Database([Late(0.5, NOT_HANDED)] * 2 * rounds + [True], replacer_sent())
+    _replacing(db, remaining)
+    assert db.steps.count("withdraw") == 1 and db.steps.count("pause") == rounds - 1
+    assert db.now[0] == pytest.approx(gave_up_at)
+
+
+def test_a_release_that_found_the_row_marked_hands_it_over(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     context = lease_context(owner="web-3:1:aa")
-    db = Database([False, "web-4:77:0badc0de"])
-    assert db.run(releasing(context, KEY, 30.0)) is True
+    sent = {
+        "release": {"key": KEY, "owner": "web-3:1:aa"},
+        "hand over": {"key": KEY, "prefix": f"web-3:1:aa{REPLACED_MARK}"},
+    }
+    db = Database([False, "web-4:77:0badc0de"], sent)
+    with caplog.at_level(logging.INFO, logger="dislock"):
+        assert db.run(releasing(context, KEY, 30.0)) is True
+        assert f"handed lease {KEY} over to web-4:77:0badc0de" in caplog.text
+        caplog.clear()
+        db = Database([False, None], sent)  # not marked after all: expired, or taken
+        assert db.run(releasing(context, KEY, 30.0)) is True
+    assert "handed lease" not in caplog.text
     assert db.steps == ["release", "hand over"]
-    db = Database([True])
+    db = Database([True], sent)
     db.run(releasing(context, KEY, 30.0))
     assert db.steps == ["release"]
 

@@ -9,13 +9,20 @@ statements, what an answer or a lost answer means) is the sequence's.
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
+from functools import partial
+from time import monotonic
 from typing import Any
 
-from dislock.core.acquisition import Ask, Connect, Crowded, Outcome, Pause, Steps, handing_back
+from dislock.core.acquisition import Ask, Connect, Crowded, Given, Outcome, Pause, Steps
 from dislock.core.context import LockContext
+from dislock.core.unknown_outcome import HELD
 
 from ._compat import sleep
 from ._hub import Hub, enter_hub, leave_hub
+
+GIVEN = Given(monotonic, partial(datetime.now, timezone.utc), HELD)
+"""What the sequences read of the process: its clocks, and its rows."""
 
 
 async def drive(hub: Hub, sequence: Steps[Outcome]) -> Outcome:
@@ -60,8 +67,3 @@ async def drive_briefly(context: LockContext, sequence: Steps[Outcome]) -> Outco
         return await drive(hub, sequence)
     finally:
         await leave_hub(hub)
-
-
-async def hand_back_rows(hub: Hub, context: LockContext, keys: list[str]) -> None:
-    """Expire ``context``'s rows among ``keys``, best effort (``handing_back``)."""
-    await drive(hub, handing_back(context, keys))

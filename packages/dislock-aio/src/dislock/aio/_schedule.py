@@ -8,7 +8,6 @@ that claim it in which order, are ``dislock.core.acquisition``'s.
 from __future__ import annotations
 
 from datetime import datetime
-from time import monotonic
 
 from dislock.core.acquisition import claiming_schedule_slot, schedule_refusal
 from dislock.core.after import DependencyPending
@@ -19,7 +18,7 @@ from dislock.core.kinds import SCHEDULE
 from dislock.core.patience import ConnectPatience
 from dislock.core.schedule_state import ScheduleState
 
-from ._acquiring import drive, drive_briefly
+from ._acquiring import GIVEN, drive, drive_briefly
 from ._after import wait_after
 from ._hub import enter_hub, leave_hub
 from ._recording import (
@@ -46,7 +45,7 @@ class ScheduleLock(ScheduleState):
     """
 
     def __init__(self, context: LockContext) -> None:
-        super().__init__(context)
+        super().__init__(context, GIVEN)
         self._recording: RunRecording | None = None
         self.run: Run | None = Alone(None)
         """The run the slot was taken for, whose end decides whether it is retried;
@@ -81,15 +80,16 @@ class ScheduleLock(ScheduleState):
         hub = enter_hub(context.url, context.connect_timeout_seconds)
         # One patience for every connection on the way to the decision, until the slot ends.
         patience = ConnectPatience(
-            context.connect_patience_seconds, monotonic(), slot=self._slot_of_now()
+            context.connect_patience_seconds, self.given.clock(), slot=self._slot_of_now()
         )
         try:
             await hub.connect_patiently(patience)
 
             async def claim() -> tuple[Acquired, datetime]:
-                return await drive(
-                    hub, claiming_schedule_slot(context, self.key, patience, lease=self.lease_row)
+                claims = claiming_schedule_slot(
+                    context, self.key, patience, given=self.given, lease=self.lease_row
                 )
+                return await drive(hub, claims)
 
             if context.after and context.wait_seconds:
                 return await wait_after(context, claim, patience)

@@ -20,6 +20,7 @@ from dislock.core.patience import ConnectPatience
 from dislock.core.waiting import (
     WAKE_CHANNEL,
     WAKE_READ_TIMEOUT,
+    ListenRow,
     WaitPlan,
     WakeReads,
     held_query,
@@ -51,7 +52,8 @@ async def wait_for_release(
     plan = WaitPlan(
         context.wait_seconds, started_at=monotonic(), poll_seconds=context.wait_poll_seconds
     )
-    listener = await _listen(context)
+    listen_to = listen(context.table_parts, context.lock_key, context.lease_mode)
+    listener = await listening(context, listen_to, "releases")
     logger.info(
         "lease %r is held; waiting up to %g s (%s)",
         context.lock_key,
@@ -125,14 +127,9 @@ async def _still_held(context: LockContext, hub: Hub, timeout: float) -> bool:
     """Whether every row of the lease is live, read on the shared connection.  False
     when the read fails: then the lease is tried, whose statement waits out a
     connection that failed and says what went wrong."""
-    exchange = Exchange(
-        held_query(tuple(context.table_parts)),
-        {
-            "keys": slot_keys(context.lock_key, context.slots, context.lease_mode),
-            "slots": context.slots,
-        },
-        read_held,
-    )
+    keys = slot_keys(context.lock_key, context.slots, context.lease_mode)
+    params = {"keys": keys, "slots": context.slots}
+    exchange = Exchange(held_query(tuple(context.table_parts)), params, read_held)
     try:
         return await hub.ask(exchange, timeout)
     except Exception as exc:
@@ -140,8 +137,11 @@ async def _still_held(context: LockContext, hub: Hub, timeout: float) -> bool:
         return False
 
 
-async def _listen(context: LockContext) -> Listener | None:
-    """A connection woken by releases of the lease, unless only polling can work."""
+async def listening(
+    context: LockContext, exchange: Exchange[ListenRow], what: str
+) -> Listener | None:
+    """A connection woken by ``what`` (``exchange`` listens), unless only polling can
+    work (``LockContext.wait_listen``, or a pooler found in between)."""
     if context.wait_listen is False:
         return None
     try:
@@ -149,11 +149,11 @@ async def _listen(context: LockContext) -> Listener | None:
             context.url,
             connection_kwargs(context.url, context.connect_timeout_seconds),
             WAKE_CHANNEL,
-            listen(context.table_parts, context.lock_key, context.lease_mode),
+            exchange,
             detect=context.wait_listen is None,
         )
     except Exception as exc:
         logger.warning(
-            "cannot listen for releases, polling instead: %s", scrub(str(exc), context.url)
+            "cannot listen for %s, polling instead: %s", what, scrub(str(exc), context.url)
         )
         return None

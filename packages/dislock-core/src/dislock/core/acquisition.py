@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Generator, Sequence
-from datetime import datetime, timezone
-from time import monotonic
+from datetime import datetime, tzinfo
+from functools import partial
 from typing import Any, Generic, NamedTuple, TypeAlias, TypeVar
 
 import psycopg
@@ -57,7 +57,7 @@ from dislock.core.refusal import refused
 from dislock.core.replace_marks import hand_over
 from dislock.core.retries import LATE_MARK
 from dislock.core.timeouts import RELEASE_TIMEOUT
-from dislock.core.unknown_outcome import HELD, Mine, Verdict, judge, outcome_unknown
+from dislock.core.unknown_outcome import HeldRows, Mine, Verdict, judge, outcome_unknown
 from dislock.core.waiting import slot_keys, slot_retry
 
 logger = logging.getLogger("dislock")
@@ -107,6 +107,16 @@ Steps: TypeAlias = Generator[Step, Any, Outcome]
 Clock = Callable[[], float]
 
 
+class Given(NamedTuple):
+    """What a sequence reads of the process, not of the database, handed in by its
+    driver (``dislock.aio._acquiring.GIVEN``) so that a test gives its own: the
+    monotonic clock, the local wall clock (aware), and the process's rows (``HELD``)."""
+
+    clock: Clock
+    wall: Callable[[], datetime]
+    held: HeldRows
+
+
 def sending(
     exchange: Exchange[Answer],
     timeout: float,
@@ -116,7 +126,7 @@ def sending(
     what: str,
     patience: ConnectPatience | None,
     slot_ends: Sequence[datetime] | None = None,
-    clock: Clock = monotonic,
+    given: Given,
 ) -> Steps[Answer | Mine | None]:
     """Send an acquiring statement that takes one of ``keys`` (``what``, in words, for
     the messages): its answer; or, when the connection lost the answer, the row it
@@ -124,7 +134,7 @@ def sending(
     be this acquisition's (not acquired).  ``slot_ends``: the ends a schedule
     slot's statement may give its row."""
     while True:
-        sent_at = clock()
+        sent_at = given.clock()
         try:
             answer: Answer = yield Ask(exchange, timeout, patience)
             return answer
@@ -145,7 +155,7 @@ def sending(
             if patience is None or not outcome_unknown(exc):
                 raise
             verdict = yield from _finding_out(
-                context, keys, what, patience, exc, sent_at, slot_ends, clock
+                context, keys, what, patience, exc, sent_at, slot_ends, given
             )
             if not verdict.send_again:
                 return verdict.taken
@@ -160,14 +170,14 @@ def _finding_out(
     error: Exception,
     sent_at: float,
     slot_ends: Sequence[datetime] | None,
-    clock: Clock,
+    given: Given,
 ) -> Steps[Verdict]:
     """Reconnect within ``patience`` and read whether the statement that lost its
     answer to ``error`` took one of ``keys``."""
     read = statements_for(context).mine(keys, context.owner)
     while True:
         detail = error_line(error, context.url)
-        now = clock()
+        now = given.clock()
         delay = patience.answer_lost(what, now, attempt_started=sent_at)
         if delay is None:
             raise patience.lost_answer_error(detail, now) from error
@@ -179,7 +189,7 @@ def _finding_out(
         )
         if delay > 0:
             yield Pause(delay)
-        sent_at = clock()
+        sent_at = given.clock()
         try:
             # (A connection it opens waits out refusals within the patience.)
             found: list[Mine] = yield Ask(read, context.connect_timeout_seconds, patience)
@@ -197,6 +207,7 @@ def _finding_out(
             owner=context.owner,
             read_sent_at=sent_at,
             slot_ends=slot_ends,
+            held=given.held,
         )
         if verdict.taken is not None:
             yield Noted(verdict.taken.timeline)
@@ -220,7 +231,7 @@ def claiming(
     patience: ConnectPatience | None = None,
     slot_ends: Sequence[datetime] | None = None,
     look: Exchange[Acquired | None] | None = None,
-    clock: Clock = monotonic,
+    given: Given,
 ) -> Steps[Acquired]:
     """An acquiring upsert of the row ``key`` (``sending``): whether it took the row,
     the fencing token, and the pause that refused it, if one did.
@@ -251,7 +262,7 @@ def claiming(
         what=what,
         patience=patience,
         slot_ends=slot_ends,
-        clock=clock,
+        given=given,
     )
     if answer is None:
         return Acquired.nothing()
@@ -269,12 +280,12 @@ def claiming_slot(
     keys: list[str],
     what: str,
     patience: ConnectPatience,
-    clock: Clock = monotonic,
+    given: Given,
 ) -> Steps[SlotAnswer]:
     """``acquire_slot`` over the slot rows ``keys`` (``sending``): the slot taken, if
     any, and what refused it otherwise."""
     answer = yield from sending(
-        exchange, timeout, context=context, keys=keys, what=what, patience=patience, clock=clock
+        exchange, timeout, context=context, keys=keys, what=what, patience=patience, given=given
     )
     if answer is None:
         return SlotAnswer.nothing()
@@ -299,7 +310,7 @@ def handing_back(context: LockContext, keys: list[str]) -> Steps[None]:
 
 
 def riding_out(
-    attempt: Callable[[], Steps[Outcome]], patience: ConnectPatience, clock: Clock = monotonic
+    attempt: Callable[[], Steps[Outcome]], patience: ConnectPatience, clock: Clock
 ) -> Steps[Outcome]:
     """``attempt()``'s outcome, the whole attempt made again after a failover's passing
     answer (``dislock.core.patience.passing_answer``; the hub retired the connection
@@ -325,18 +336,18 @@ def claiming_schedule_slot(
     key: str,
     patience: ConnectPatience,
     *,
-    local_now: datetime | None = None,
+    given: Given,
     lease: str | None = None,
-    clock: Clock = monotonic,
 ) -> Steps[tuple[Acquired, datetime]]:
     """``_claiming_schedule_slot``, ridden out (``riding_out``)."""
     return riding_out(
-        lambda: _claiming_schedule_slot(
-            context, key, patience, local_now=local_now, lease=lease, clock=clock
-        ),
+        lambda: _claiming_schedule_slot(context, key, patience, given=given, lease=lease),
         patience,
-        clock,
+        given.clock,
     )
+
+
+Claim: TypeAlias = "partial[Steps[Acquired]]"
 
 
 def _claiming_schedule_slot(
@@ -344,98 +355,97 @@ def _claiming_schedule_slot(
     key: str,
     patience: ConnectPatience,
     *,
-    local_now: datetime | None = None,
+    given: Given,
     lease: str | None = None,
-    clock: Clock = monotonic,
 ) -> Steps[tuple[Acquired, datetime]]:
     """Claim the row ``key`` of the schedule slot ``context`` names (its
     ``next_run_time``, or the slot of ``schedule`` at the database's clock): the
     answer, and the slot's end.  Without ``next_run_time`` there is no round trip
     for the database clock first: the acquiring statement picks the slot by its
-    ``NOW()`` among the ends around ``local_now``; only a database clock far from
-    ours costs a read of it, and a second claim.  With retries or a start deadline
-    (``dislock.core.retries``) the clock is read first; past the deadline the claim
-    marks the slot late (``Acquired.began_at`` set).  ``lease`` is the lease row
-    whose unreleased expiry proves a holder vanished (None: nothing proves it)."""
+    ``NOW()`` among the ends around ``given.wall()``; only a database clock far from
+    ours costs a read of it, and a second claim.  ``lease`` is the lease row whose
+    unreleased expiry proves a holder vanished (None: nothing proves it)."""
     statements = statements_for(context)
     timeout = context.connect_timeout_seconds
-
-    def claim(
-        exchange: Exchange[Acquired],
-        ends: Sequence[datetime],
-        look: Exchange[Acquired | None] | None = None,
-    ) -> Steps[Acquired]:
-        return claiming(
-            exchange,
-            timeout,
-            context=context,
-            key=key,
-            what=f"schedule slot {key!r}",
-            patience=patience,
-            slot_ends=ends,
-            look=look,
-            clock=clock,
-        )
-
+    claim = partial(
+        claiming,
+        timeout=timeout,
+        context=context,
+        key=key,
+        what=f"schedule slot {key!r}",
+        patience=patience,
+        given=given,
+    )
     expires_at = context.next_run_time
-    deadline = context.start_deadline_seconds
-    if context.retries or deadline is not None or context.after:
-        # The slot's end names it in the row's mark, and its start is measured against
-        # the deadline and the keys it comes after: the clock is read first (one round
-        # trip more, for jobs with retries, a start deadline or ``after`` only).
-        zone = context.cron_zone
-        clock_read: datetime = yield Ask(statements.now(), timeout, patience)
-        if expires_at is None:
-            assert context.schedule is not None and zone is not None
-            expires_at = slot_end(context.schedule, clock_read, zone.tz)
-        owner, began_at = context.owner, None
-        if deadline is not None:
-            assert context.schedule is not None and zone is not None
-            began_at = begun_too_long_ago(
-                context.schedule, expires_at, zone.tz, deadline, clock_read
-            )
-            if began_at is not None:
-                # Too late to start: the claim marks the slot late instead, so that
-                # no later acquisition starts it either.
-                owner = context.owner + LATE_MARK
-        if context.after and began_at is None:
-            yield from _checking_after(context, expires_at, patience)
-        if context.retries:
-            exchange = statements.acquire_retrying(
-                key,
-                owner,
-                expires_at,
-                lease=lease,
-                retries=context.retries,
-                delay=context.retry_delay_seconds,
-            )
-        else:
-            exchange = statements.acquire_until(key, owner, expires_at)
-        # No look first: a vanished holder's row is live, and yet may be taken.
-        answer = yield from claim(exchange, [expires_at])
-        return answer._replace(began_at=began_at), expires_at
+    if context.retries or context.start_deadline_seconds is not None or context.after:
+        return (yield from _claiming_marked(context, key, patience, claim, lease))
     if expires_at is None:
-        zone = context.cron_zone  # resolved with the schedule
-        assert context.schedule is not None and zone is not None
-        candidates = SlotCandidates.around(
-            context.schedule, local_now or datetime.now(timezone.utc), zone.tz
-        )
+        schedule, tz = _cron(context)
+        candidates = SlotCandidates.around(schedule, given.wall(), tz)
         answer = yield from claim(
             statements.acquire_by_clock(key, context.owner, candidates),
-            candidates.ends,
-            statements.look_by_clock(key, candidates),
+            slot_ends=candidates.ends,
+            look=statements.look_by_clock(key, candidates),
         )
         if answer.slot_end is not None:
             return answer, answer.slot_end
         # The database clock is far from ours: read it, then claim.
         now: datetime = yield Ask(statements.now(), timeout, patience)
-        expires_at = slot_end(context.schedule, now, zone.tz)
+        expires_at = slot_end(schedule, now, tz)
     answer = yield from claim(
         statements.acquire_until(key, context.owner, expires_at),
-        [expires_at],
-        statements.look_until(key),
+        slot_ends=[expires_at],
+        look=statements.look_until(key),
     )
     return answer, expires_at
+
+
+def _claiming_marked(
+    context: LockContext, key: str, patience: ConnectPatience, claim: Claim, lease: str | None
+) -> Steps[tuple[Acquired, datetime]]:
+    """``_claiming_schedule_slot`` for a job with retries, a start deadline or ``after``
+    (``dislock.core.retries``): the slot's end names it in the row's mark, and its
+    start is measured against the deadline and the keys it comes after, so the clock
+    is read first (one round trip more, for these jobs only).  Past the deadline the
+    claim marks the slot late (``Acquired.began_at`` set)."""
+    statements = statements_for(context)
+    clock_read: datetime = yield Ask(statements.now(), context.connect_timeout_seconds, patience)
+    expires_at, deadline = context.next_run_time, context.start_deadline_seconds
+    if expires_at is None:
+        schedule, tz = _cron(context)
+        expires_at = slot_end(schedule, clock_read, tz)
+    owner, began_at = context.owner, None
+    if deadline is not None:
+        schedule, tz = _cron(context)
+        began_at = begun_too_long_ago(schedule, expires_at, tz, deadline, clock_read)
+        if began_at is not None:
+            # Too late to start: the claim marks the slot late instead, so that no
+            # later acquisition starts it either.
+            owner = context.owner + LATE_MARK
+    if context.after and began_at is None:
+        yield from _checking_after(context, expires_at, patience)
+    if context.retries:
+        exchange = statements.acquire_retrying(
+            key,
+            owner,
+            expires_at,
+            lease=lease,
+            retries=context.retries,
+            delay=context.retry_delay_seconds,
+        )
+    else:
+        exchange = statements.acquire_until(key, owner, expires_at)
+    # No look first: a vanished holder's row is live, and yet may be taken.
+    answer = yield from claim(exchange, slot_ends=[expires_at])
+    return answer._replace(began_at=began_at), expires_at
+
+
+def _cron(context: LockContext) -> tuple[str, tzinfo]:
+    """The schedule of a lock without ``next_run_time``, and its zone (resolved with it)."""
+    schedule, zone = context.schedule, context.cron_zone
+    assert schedule is not None
+    assert zone is not None
+    return schedule, zone.tz
 
 
 def _checking_after(
@@ -444,8 +454,8 @@ def _checking_after(
     """Raise ``DependencyPending`` unless each key of ``after`` succeeded in the slot
     ending at ``expires_at``: read before the claim, so that a slot held back stays
     open, with nothing written."""
-    assert context.schedule is not None and context.cron_zone is not None
-    began = slot_start(context.schedule, expires_at, context.cron_zone.tz)
+    schedule, tz = _cron(context)
+    began = slot_start(schedule, expires_at, tz)
     table = history_table(context.table_parts, context.history_table)
     exchange = after.pending(table, context.after, began)
     key: str | None = yield Ask(exchange, context.connect_timeout_seconds, patience)
@@ -505,15 +515,17 @@ def trying_lease(
     settings: LeaseSettings,
     patience: ConnectPatience,
     *,
-    clock: Clock = monotonic,
+    given: Given,
 ) -> Steps[LeaseTry]:
     """``_trying_lease``, ridden out (``riding_out``): the lease's clock starts again
     with each try."""
-    return riding_out(lambda: _trying_lease(context, settings, patience, clock), patience, clock)
+    return riding_out(
+        lambda: _trying_lease(context, settings, patience, given), patience, given.clock
+    )
 
 
 def _trying_lease(
-    context: LockContext, settings: LeaseSettings, patience: ConnectPatience, clock: Clock
+    context: LockContext, settings: LeaseSettings, patience: ConnectPatience, given: Given
 ) -> Steps[LeaseTry]:
     """One try at ``context``'s lease: its row, or with ``slots`` a free slot row (tried
     again at once while the race for one was lost and others looked free).  A pause
@@ -527,7 +539,7 @@ def _trying_lease(
         # Connected before the lease's clock starts: waiting for a connection must
         # not eat into the lease's time.
         yield Connect(patience)
-        sent_at = clock()
+        sent_at = given.clock()
         lease_clock = LeaseClock(settings, acquired_at=sent_at)
         timeout = lease_clock.attempt_timeout(sent_at)
         answer: Acquired | SlotAnswer
@@ -541,7 +553,7 @@ def _trying_lease(
                 what=f"lease {key!r}",
                 patience=patience,
                 look=statements.look_for(key, settings.ttl),
-                clock=clock,
+                given=given,
             )
             taken, free = answer.acquired, 0
         else:
@@ -552,7 +564,7 @@ def _trying_lease(
                 keys=keys,
                 what=f"a slot of lease {keys[0]!r}",
                 patience=patience,
-                clock=clock,
+                given=given,
             )
             key = answer.key or keys[0]
             taken, free = answer.key is not None, answer.free
@@ -560,11 +572,11 @@ def _trying_lease(
         if paused_until is not None:
             # Paused fleet-wide: not worth waiting for, not a held lease.
             raise paused_error(context.lock_key, answer.paused_for, paused_until)
-        if taken and lease_clock.check_deadline(clock()):
+        if taken and lease_clock.check_deadline(given.clock()):
             # Taken, but the answer came so late that the row may be free again
             # already: hand it back rather than work on it.
             released = yield from releasing(context, key, settings.ttl)
-            let_go(context, key, settings.ttl, released=released, now=clock())
+            let_go(context, key, settings.ttl, released=released, given=given)
             taken = False
         if taken:
             return LeaseTry(key, lease_clock, fence, delayed_until)
@@ -596,11 +608,12 @@ def releasing(context: LockContext, key: str, ttl: float) -> Steps[bool]:
     return True
 
 
-def let_go(context: LockContext, key: str, ttl: float, *, released: bool, now: float) -> None:
-    """Tell ``HELD`` that the row ``key`` is no longer held: ``released`` (the release
-    was confirmed just now), or left to expire by itself within the TTL, or later if
-    a renewal stuck on a retired connection still goes through."""
-    HELD.let_go(
+def let_go(context: LockContext, key: str, ttl: float, *, released: bool, given: Given) -> None:
+    """Tell ``given.held`` that the row ``key`` is no longer held: ``released`` (the
+    release was confirmed just now), or left to expire by itself within the TTL, or
+    later if a renewal stuck on a retired connection still goes through."""
+    now = given.clock()
+    given.held.let_go(
         tuple(context.table_parts),
         key,
         context.owner,

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from time import monotonic
 from typing import Generic, Protocol, TypeVar
 
-from dislock.core.acquisition import LeaseTry, let_go
+from dislock.core.acquisition import Given, LeaseTry, let_go
 from dislock.core.context import LockContext
 from dislock.core.errors import LockDelayedError, LockNotAcquiredError
 from dislock.core.failover import delayed
@@ -60,7 +59,8 @@ class Held(Generic[HubT]):
 class LeaseState(Generic[HubT, EventT]):
     """A lease lock's state between statements (see the flavour's ``LeaseLock``)."""
 
-    def __init__(self, context: LockContext, lease_lost: EventT) -> None:
+    def __init__(self, context: LockContext, lease_lost: EventT, given: Given) -> None:
+        self.given = given  # the clocks and the process's rows
         self.settings = LeaseSettings.from_context(context)
         self.context = context
         self._slot_keys = slot_keys(context.lock_key, context.slots, context.lease_mode)
@@ -123,14 +123,14 @@ class LeaseState(Generic[HubT, EventT]):
         if self.lease_lost.is_set():
             return True
         held = self._held
-        return held is not None and held.clock.past_deadline(monotonic())
+        return held is not None and held.clock.past_deadline(self.given.clock())
 
     def declare_if_lost(self) -> bool:
         """``is_lost()``, and if so make it known: set ``lease_lost`` and log the
         reason (once per acquisition).  For code that acts on the loss without
         waiting for the watchdog, such as the supervisor at the deadline."""
         held = self._held
-        if held is not None and held.clock.check_deadline(monotonic()):
+        if held is not None and held.clock.check_deadline(self.given.clock()):
             held.hub.declare_lost(held.renewal)
         return self.lease_lost.is_set()
 
@@ -153,7 +153,7 @@ class LeaseState(Generic[HubT, EventT]):
         return Held(hub, renewal)
 
     def _let_go(self, key: str, *, released: bool) -> None:
-        let_go(self.context, key, self.settings.ttl, released=released, now=monotonic())
+        let_go(self.context, key, self.settings.ttl, released=released, given=self.given)
 
     def _not_taken(self) -> LockNotAcquiredError:
         """The error of an acquisition that took nothing: held, or delayed."""

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import logging
 import socket
-from time import monotonic
 
 import psycopg
 
 from dislock.core.acquisition import (
     Ask,
-    Clock,
     Connect,
+    Given,
     LeaseTry,
     Pause,
     Steps,
@@ -75,13 +74,13 @@ def taking_over(
     patience: ConnectPatience,
     text: str,
     *,
-    clock: Clock = monotonic,
+    given: Given,
 ) -> Steps[LeaseTry | None]:
     """One try at the lease row handed over to ``text``: taken (with its clock, as
     ``trying_lease`` takes a row), or None while it has not been."""
     key = lease_key(context.lock_key)
     yield Connect(patience)
-    sent_at = clock()
+    sent_at = given.clock()
     lease_clock = LeaseClock(settings, acquired_at=sent_at)
     answer = yield from claiming(
         statements_for(context).take_over(key, context.owner, text, settings.ttl),
@@ -90,15 +89,15 @@ def taking_over(
         key=key,
         what=f"lease {key!r}",
         patience=patience,
-        clock=clock,
+        given=given,
     )
     if answer.paused_until is not None:
         raise paused_error(context.lock_key, answer.paused_for, answer.paused_until)
     if not answer.acquired:
         return None
-    if lease_clock.check_deadline(clock()):
+    if lease_clock.check_deadline(given.clock()):
         released = yield from releasing(context, key, settings.ttl)
-        let_go(context, key, settings.ttl, released=released, now=clock())
+        let_go(context, key, settings.ttl, released=released, given=given)
         return None
     return LeaseTry(key, lease_clock, answer.token, None)
 
@@ -110,7 +109,7 @@ def replacing(
     text: str,
     marked: Marked,
     *,
-    clock: Clock = monotonic,
+    given: Given,
 ) -> Steps[LeaseTry]:
     """Once the live holder's row is ``marked`` for ``text``: take the lease as soon as
     the holder's work is gone and it handed the row over, else once the row expires
@@ -121,13 +120,14 @@ def replacing(
         context.lock_key,
         marked.holder,
     )
+    clock = given.clock
     until = clock() + marked.remaining + SLACK_SECONDS
     while True:
-        handed = yield from taking_over(context, settings, patience, text, clock=clock)
+        handed = yield from taking_over(context, settings, patience, text, given=given)
         if handed is not None:
             return handed
         # Expired unhanded (a dead or frozen holder), or released.
-        tried = yield from trying_lease(context, settings, patience, clock=clock)
+        tried = yield from trying_lease(context, settings, patience, given=given)
         if tried.clock is not None:
             return tried
         if clock() >= until:

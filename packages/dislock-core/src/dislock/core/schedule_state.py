@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import datetime
 from functools import partial
 
-from dislock.core.acquisition import Ask, Steps
+from dislock.core.acquisition import Ask, Given, Steps
 from dislock.core.answers import Acquired
 from dislock.core.context import LockContext
 from dislock.core.cron import slot_end
@@ -24,33 +24,31 @@ from dislock.core.patience import SlotEnd
 from dislock.core.retries import attempt_ended, attempt_suffix, backoff
 from dislock.core.rows import schedule_key
 from dislock.core.timeouts import RELEASE_TIMEOUT
-from dislock.core.unknown_outcome import HELD
 
 logger = logging.getLogger("dislock")
 
 
-def _slot_end(context: LockContext, started_at: datetime) -> SlotEnd | None:
+def _slot_end(context: LockContext, started_at: datetime, given: Given) -> SlotEnd | None:
     """The end of the slot a schedule lock started taking at ``started_at``, which
-    its patience never outlasts (by the local clock; the database's is not known
-    before connecting)."""
+    its patience never outlasts (by the local clock, ``given.wall``; the database's
+    is not known before connecting)."""
     ends_at = context.next_run_time
     zone = context.cron_zone
     if ends_at is None and context.schedule is not None and zone is not None:
         ends_at = slot_end(context.schedule, started_at, zone.tz)
-    return (
-        None if ends_at is None else SlotEnd(context.lock_key, ends_at, datetime.now(timezone.utc))
-    )
+    return None if ends_at is None else SlotEnd(context.lock_key, ends_at, given.wall())
 
 
 class ScheduleState:
     """A schedule lock's state between statements (see the flavour's ``ScheduleLock``)."""
 
-    def __init__(self, context: LockContext) -> None:
+    def __init__(self, context: LockContext, given: Given) -> None:
         if context.next_run_time is None and context.schedule is None:
             raise ConfigurationError(
                 "a schedule lock needs next_run_time or schedule in its LockContext"
             )
         self.context = context
+        self.given = given  # the clocks and the process's rows
         self.key = schedule_key(context.lock_key)
         self.expires_at = context.next_run_time
         self.fence: int | None = None
@@ -71,14 +69,16 @@ class ScheduleState:
     def _slot_of_now(self) -> Callable[[], SlotEnd | None]:
         """The end of the slot of this instant, for the claim's patience (computed
         only if the patience needs it)."""
-        return partial(_slot_end, self.context, datetime.now(timezone.utc))
+        return partial(_slot_end, self.context, self.given.wall(), self.given)
 
     def _took(self, answer: Acquired, expires_at: datetime) -> None:
         """Note the slot just taken (until ``expires_at``), and say so."""
         context = self.context
         self.expires_at = expires_at
         self.fence = answer.token
-        HELD.add(tuple(context.table_parts), self.key, context.owner, slot_end=expires_at)
+        self.given.held.add(
+            tuple(context.table_parts), self.key, context.owner, slot_end=expires_at
+        )
         if not context.retries:
             logger.info("acquired schedule slot %s until %s", self.key, expires_at.isoformat())
             return

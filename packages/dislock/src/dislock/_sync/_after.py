@@ -18,13 +18,14 @@ from typing import Protocol, TypeVar
 
 from dislock.core.after import DependencyPending, listen_after
 from dislock.core.context import LockContext
-from dislock.core.dsn import connection_kwargs, scrub
+from dislock.core.dsn import scrub
 from dislock.core.history import history_table
 from dislock.core.patience import ConnectPatience
-from dislock.core.waiting import WAKE_CHANNEL, WaitPlan
+from dislock.core.waiting import WaitPlan
 
 from ._compat import sleep
 from ._listen import Listener
+from ._waiting import listening
 
 logger = logging.getLogger("dislock")
 
@@ -44,6 +45,7 @@ def wait_after(context: LockContext, claim: Claim[Taken], patience: ConnectPatie
     plan = WaitPlan(
         context.wait_seconds, started_at=monotonic(), poll_seconds=context.wait_poll_seconds
     )
+    table = history_table(context.table_parts, context.history_table)
     listener: Listener | None = None
     listened: str | None = None
     waited_from: float | None = None
@@ -62,7 +64,11 @@ def wait_after(context: LockContext, claim: Claim[Taken], patience: ConnectPatie
                         logger.info("%s; waiting up to %g s", pending, context.wait_seconds)
                     if listener is not None:
                         listener.close()
-                    listener, listened = _listen(context, pending.key), pending.key
+                    listen_to = listen_after(table, pending.key)
+                    listener, listened = (
+                        listening(context, listen_to, "successes"),
+                        pending.key,
+                    )
                     waited_from = monotonic()
                     continue
                 delay = plan.next_delay(monotonic(), listening=listener is not None)
@@ -84,22 +90,3 @@ def wait_after(context: LockContext, claim: Claim[Taken], patience: ConnectPatie
     finally:
         if listener is not None:
             listener.close()
-
-
-def _listen(context: LockContext, key: str) -> Listener | None:
-    """A connection woken by successes of ``key``, unless only polling can work."""
-    if context.wait_listen is False:
-        return None
-    try:
-        return Listener.open(
-            context.url,
-            connection_kwargs(context.url, context.connect_timeout_seconds),
-            WAKE_CHANNEL,
-            listen_after(history_table(context.table_parts, context.history_table), key),
-            detect=context.wait_listen is None,
-        )
-    except Exception as exc:
-        logger.warning(
-            "cannot listen for successes, polling instead: %s", scrub(str(exc), context.url)
-        )
-        return None

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import logging
 from functools import partial
-from time import monotonic
 
-from dislock.core.acquisition import handing_over, releasing, trying_lease
+from dislock.core.acquisition import handing_back, handing_over, releasing, trying_lease
 from dislock.core.context import LeaseLossPolicy, LockContext
 from dislock.core.errors import LeaseLostError, LockNotAcquiredError
 from dislock.core.exit_arguments import Exc, ExcType, Tb
@@ -23,9 +22,8 @@ from dislock.core.lease_clock import LeaseClock, raises_on_exit
 from dislock.core.lease_state import Held, LeaseState
 from dislock.core.patience import ConnectPatience
 from dislock.core.supervision import LOSS_LOGGER
-from dislock.core.unknown_outcome import HELD
 
-from ._acquiring import drive, hand_back_rows
+from ._acquiring import GIVEN, drive
 from ._compat import Event
 from ._hub import Hub, enter_hub, leave_hub
 from ._recording import RunRecording, record_alone
@@ -58,7 +56,7 @@ class LeaseLock(LeaseState[Hub, Event]):
     """
 
     def __init__(self, context: LockContext) -> None:
-        super().__init__(context, Event())
+        super().__init__(context, Event(), GIVEN)
         self._recording: RunRecording | None = None
 
     def __enter__(self) -> LeaseLock:
@@ -70,7 +68,7 @@ class LeaseLock(LeaseState[Hub, Event]):
         held: Held[Hub] | None = None
         # One patience for every connection on the way to the decision (``_attempt``
         # connects first); a wait for the holder does not spend it (``wait_for_release``).
-        patience = ConnectPatience(context.connect_patience_seconds, monotonic())
+        patience = ConnectPatience(context.connect_patience_seconds, self.given.clock())
         try:
             taken = self._attempt(hub, patience)
             if taken is None and context.replace and self._delayed_until is None:
@@ -84,7 +82,7 @@ class LeaseLock(LeaseState[Hub, Event]):
                 raise self._not_taken()
             held = self._holding_now(hub, *taken)
             hub.register(held.renewal, self.lease_lost)
-            HELD.add(held.renewal.table_parts, self.key, context.owner)
+            self.given.held.add(held.renewal.table_parts, self.key, context.owner)
             # Inside the try: an interruption from here on is handled below, and
             # one after it finds the lock ``holding``, so its exit releases it.
             self._held = held
@@ -99,7 +97,7 @@ class LeaseLock(LeaseState[Hub, Event]):
             if held is not None:
                 hub.unregister(held.renewal)
             keys = [self.key] if context.slots == 1 else self._slot_keys
-            hand_back_rows(hub, context, keys)
+            drive(hub, handing_back(context, keys))
             if held is not None:
                 self._let_go(self.key, released=False)  # handed back, if it could be
             leave_hub(hub)
@@ -130,7 +128,8 @@ class LeaseLock(LeaseState[Hub, Event]):
             return self._attempt(hub, patience)
         self._replacing = marked.holder
         try:
-            tried = drive(hub, replacing(context, self.settings, patience, text, marked))
+            replaced = replacing(context, self.settings, patience, text, marked, given=self.given)
+            tried = drive(hub, replaced)
         except BaseException:
             # Interrupted or failed: the holder is not left stopping for nobody.
             drive(hub, withdrawing(context, self.key, text))
@@ -140,7 +139,8 @@ class LeaseLock(LeaseState[Hub, Event]):
     def _attempt(self, hub: Hub, patience: ConnectPatience) -> tuple[LeaseClock, int | None] | None:
         """One try at the lease (or at a free slot of it): its clock and fencing
         token when taken."""
-        return self._tried(drive(hub, trying_lease(self.context, self.settings, patience)))
+        tries = trying_lease(self.context, self.settings, patience, given=self.given)
+        return self._tried(drive(hub, tries))
 
     def __exit__(self, exc_type: ExcType, exc: Exc, tb: Tb) -> None:
         held = self._held
@@ -165,7 +165,7 @@ class LeaseLock(LeaseState[Hub, Event]):
             # A renewal of this lease still in flight runs before the release on
             # the shared connection, and one stuck on a retired connection finds
             # the row expired (renewals skip expired rows): the release stands.
-            if not lost and not held.clock.check_deadline(monotonic()):
+            if not lost and not held.clock.check_deadline(self.given.clock()):
                 released = drive(
                     held.hub, releasing(self.context, held.renewal.key, self.settings.ttl)
                 )

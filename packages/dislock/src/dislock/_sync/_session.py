@@ -20,6 +20,7 @@ from time import monotonic
 from typing import ParamSpec, Protocol, TypeVar
 
 from dislock.core import history, kinds
+from dislock.core.acquisition import handing_back
 from dislock.core.config import SCHEDULE, normalize_strategies
 from dislock.core.context import LeaseLossPolicy, LockContext, check_strategies, default_owner
 from dislock.core.errors import LeaseLostError, LockNotAcquiredError, MaxRuntimeExceeded
@@ -29,7 +30,7 @@ from dislock.core.kinds import LEASE
 from dislock.core.rows import lease_key
 from dislock.core.waiting import jitter_delay
 
-from ._acquiring import hand_back_rows
+from ._acquiring import drive_briefly
 from ._compat import Event, LossGuard, sleep
 from ._hub import enter_hub, leave_hub
 from ._lease import LeaseLock
@@ -163,11 +164,7 @@ def _hand_back_slot(context: LockContext, locks: list[Lock]) -> None:
     is released as the acquisition unwinds), so that a later tick may start it."""
     keys = [lock.key for lock in locks if isinstance(lock, ScheduleLock)]
     if keys:  # (the statement is owner-guarded: it ends only a row of this run's)
-        hub = enter_hub(context.url, context.connect_timeout_seconds)
-        try:
-            hand_back_rows(hub, context, keys)
-        finally:
-            leave_hub(hub)
+        drive_briefly(context, handing_back(context, keys))
 
 
 class _Entering(Protocol[_Entered]):

@@ -22,6 +22,7 @@ from dislock.core.patience import ConnectPatience
 from dislock.core.waiting import (
     WAKE_CHANNEL,
     WAKE_READ_TIMEOUT,
+    ListenRow,
     WaitPlan,
     WakeReads,
     held_query,
@@ -53,7 +54,8 @@ def wait_for_release(
     plan = WaitPlan(
         context.wait_seconds, started_at=monotonic(), poll_seconds=context.wait_poll_seconds
     )
-    listener = _listen(context)
+    listen_to = listen(context.table_parts, context.lock_key, context.lease_mode)
+    listener = listening(context, listen_to, "releases")
     logger.info(
         "lease %r is held; waiting up to %g s (%s)",
         context.lock_key,
@@ -127,14 +129,9 @@ def _still_held(context: LockContext, hub: Hub, timeout: float) -> bool:
     """Whether every row of the lease is live, read on the shared connection.  False
     when the read fails: then the lease is tried, whose statement waits out a
     connection that failed and says what went wrong."""
-    exchange = Exchange(
-        held_query(tuple(context.table_parts)),
-        {
-            "keys": slot_keys(context.lock_key, context.slots, context.lease_mode),
-            "slots": context.slots,
-        },
-        read_held,
-    )
+    keys = slot_keys(context.lock_key, context.slots, context.lease_mode)
+    params = {"keys": keys, "slots": context.slots}
+    exchange = Exchange(held_query(tuple(context.table_parts)), params, read_held)
     try:
         return hub.ask(exchange, timeout)
     except Exception as exc:
@@ -142,8 +139,9 @@ def _still_held(context: LockContext, hub: Hub, timeout: float) -> bool:
         return False
 
 
-def _listen(context: LockContext) -> Listener | None:
-    """A connection woken by releases of the lease, unless only polling can work."""
+def listening(context: LockContext, exchange: Exchange[ListenRow], what: str) -> Listener | None:
+    """A connection woken by ``what`` (``exchange`` listens), unless only polling can
+    work (``LockContext.wait_listen``, or a pooler found in between)."""
     if context.wait_listen is False:
         return None
     try:
@@ -151,11 +149,11 @@ def _listen(context: LockContext) -> Listener | None:
             context.url,
             connection_kwargs(context.url, context.connect_timeout_seconds),
             WAKE_CHANNEL,
-            listen(context.table_parts, context.lock_key, context.lease_mode),
+            exchange,
             detect=context.wait_listen is None,
         )
     except Exception as exc:
         logger.warning(
-            "cannot listen for releases, polling instead: %s", scrub(str(exc), context.url)
+            "cannot listen for %s, polling instead: %s", what, scrub(str(exc), context.url)
         )
         return None

@@ -12,6 +12,7 @@ from psycopg.conninfo import make_conninfo
 
 from dislock.cli.admin import init_statements
 from dislock.core.history import create_history, history_table
+from dislock.core.history_functions import history_functions_sql
 from tests.support.drivers import AioDriver, CliDriver, Driver, SyncDriver
 from tests.support.proxy import AnswerCutter
 
@@ -55,9 +56,13 @@ def cutter(database_url: str) -> Iterator[AnswerCutter]:
 @pytest.fixture
 def history(db: psycopg.Connection[Any], lock_table: tuple[str, str]) -> tuple[str, ...]:
     """The test's history table, created as `dislockctl init --history` does."""
+    from tests.conftest import BARE_TABLES
+
     table = history_table(lock_table)
     for statement in create_history(table):
         db.execute(statement)
+    if not BARE_TABLES:
+        db.execute(history_functions_sql((table[0], table[1]), lock_table))
     return table
 
 

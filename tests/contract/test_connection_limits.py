@@ -233,7 +233,8 @@ def sent(driver: Driver, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     sent: list[str] = []
 
     def kind(statement: Any) -> str:
-        return "acquire" if "INSERT INTO" in statement.as_string(None) else "read"
+        text = statement.as_string(None)
+        return "acquire" if "INSERT INTO" in text or "_dislock_acquire" in text else "read"
 
     before_each_statement(driver, monkeypatch, lambda _, statement: sent.append(kind(statement)))
     return sent

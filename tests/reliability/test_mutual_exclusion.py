@@ -9,7 +9,9 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 
+from dislock.core.protocol import SUFFIXES, function
 from tests.support import ledger
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,6 +78,12 @@ def test_checker_catches_a_lock_without_its_expiry_guard(
     keys, workers, rounds = ["alpha"], 4, 5
     seed_counters(work_db, keys)
     work_db.execute("CREATE TABLE inside (holder text NOT NULL)")
+    # The worker breaks the plain statement: the table must have no lock functions.
+    with psycopg.connect(database_url, autocommit=True) as admin:
+        for name in SUFFIXES:
+            admin.execute(
+                sql.SQL("DROP FUNCTION IF EXISTS {} CASCADE").format(function(lock_table, name))
+            )
     # Each worker's first section waits for a second one inside (worker.meet): the
     # overlap is made to happen, not hoped for from the scheduler.
     run_workers(

@@ -24,6 +24,10 @@ from tests.support.rows import Rows
 MakeContext = Callable[..., LockContext]
 
 
+KEY = "cronjob-lock:schedule:k"
+"""A schedule row key: the lock functions take only dislock's row keys."""
+
+
 def _claim(
     db: psycopg.Connection[Any], table: tuple[str, str], key: str, candidates: SlotCandidates
 ) -> tuple[bool, Any]:
@@ -43,20 +47,20 @@ def test_the_statement_claims_the_slot_of_the_database_clock(
 ) -> None:
     before = rows.now()
     candidates = SlotCandidates.around("* * * * * */2", datetime.now(timezone.utc))
-    taken, end = _claim(db, lock_table, "k", candidates)
+    taken, end = _claim(db, lock_table, KEY, candidates)
     after = rows.now()
     assert taken is True
     # The slot of the statement's NOW(), somewhere between the two reads (which a
     # loaded machine can set more than one 2-second slot apart).
     assert slot_end("* * * * * */2", before) <= end <= slot_end("* * * * * */2", after)
     assert end.second % 2 == 0 and end.microsecond == 0
-    row = rows.get("k")
+    row = rows.get(KEY)
     assert row is not None and row.value == "me" and row.expire_at == end
     # Within the same slot, another claim takes nothing and leaves the row alone.
-    again, again_end = _claim(db, lock_table, "k", candidates)
+    again, again_end = _claim(db, lock_table, KEY, candidates)
     if again_end == end:  # (unless the 2-second slot ended in between)
         assert again is False
-        assert rows.get("k") == row
+        assert rows.get(KEY) == row
 
 
 def test_a_database_clock_outside_the_candidates_picks_and_takes_nothing(
@@ -64,8 +68,8 @@ def test_a_database_clock_outside_the_candidates_picks_and_takes_nothing(
 ) -> None:
     for far in (timedelta(days=1), timedelta(days=-1)):
         candidates = SlotCandidates.around("*/5 * * * *", datetime.now(timezone.utc) + far)
-        assert _claim(db, lock_table, "k", candidates) == (False, None)
-    assert rows.get("k") is None
+        assert _claim(db, lock_table, KEY, candidates) == (False, None)
+    assert rows.get(KEY) is None
 
 
 def test_schedule_lock_reads_the_clock_when_ours_is_far_off(

@@ -16,6 +16,17 @@ if TYPE_CHECKING:
 
 
 def send(conn: Connection, exchange: Exchange[Answer]) -> Answer:
-    """``exchange``'s answer, read from the rows ``conn`` returned for it."""
-    cursor = conn.execute(exchange.query, exchange.params)
+    """``exchange``'s answer, read from the rows ``conn`` returned for it; a call to a
+    lock function the table lacks is sent again as its plain statement (outside a
+    transaction, where the failed call aborted nothing)."""
+    from psycopg.errors import UndefinedFunction
+
+    try:
+        cursor = conn.execute(exchange.query, exchange.params)
+    except UndefinedFunction:
+        if exchange.fallback is None or not conn.autocommit:
+            raise
+        from dislock.core.protocol import missing
+
+        return send(conn, missing(exchange))
     return exchange.read(cursor.fetchall() if cursor.description is not None else [])

@@ -35,10 +35,10 @@ from dislock.core.failover import (
 )
 from dislock.core.key_quota import OVER_QUOTA, QUOTA_KEY_PREFIX
 from dislock.core.kinds import KEY_PREFIX, SLOT_NUMBER
-from dislock.core.limits import NEVER_EXPIRES, max_ttl_of
+from dislock.core.limits import DEFAULT_MAX_TTL, MAX_TTL_KEY, NEVER_EXPIRES, max_ttl_of
 from dislock.core.policy_functions import beside, beside_parts
 from dislock.core.refusal import NO_GRANT
-from dislock.core.rows import PAUSE_PREFIX, RELEASED_MARK, lock_key_of_pause
+from dislock.core.rows import PAUSE_PREFIX, RELEASED_MARK
 from dislock.core.waiting import wake_payload
 from dislock.core.wrapped import WRAPPED, arguments, wrapped_sql
 
@@ -48,7 +48,6 @@ VERSION = "dislock protocol 1"
 SUFFIXES = {
     "lock_of": "_dislock_lock_of",
     "caller": "_dislock_caller",
-    "calm": "_dislock_calm",
     "acquire": "_dislock_acquire",
     "acquire_by_clock": "_dislock_acquire_by_clock",
     "renew": "_dislock_renew",
@@ -60,7 +59,6 @@ SUFFIXES = {
 ARGUMENTS = {
     "lock_of": "text[], text",
     "caller": "text, text",
-    "calm": "text, float8, text",
     "acquire": "text, text, text, timestamptz, float8, boolean",
     "acquire_by_clock": "text, text, text, timestamptz, timestamptz[], timestamptz[], boolean",
     "renew": "text[], text[], float8[]",
@@ -109,6 +107,8 @@ def protocol_sql(table_parts: tuple[str, str]) -> sql.Composed:
         row_key=sql.Literal(LOCK_ROW),
         pause_prefix=sql.Literal(PAUSE_PREFIX),
         max_bytes=sql.Literal(MAX_STORED_BYTES),
+        max_ttl_key=sql.Literal(MAX_TTL_KEY),
+        default_max_ttl=sql.Literal(DEFAULT_MAX_TTL),
         no_grant=sql.Literal(NO_GRANT),
         timeline=TIMELINE,
         timeline_key=sql.Literal(TIMELINE_KEY),
@@ -118,7 +118,6 @@ def protocol_sql(table_parts: tuple[str, str]) -> sql.Composed:
         ttl_prefix=sql.Literal(TTL_KEY_PREFIX),
         scope_prefix=sql.Literal(SCOPE_KEY_PREFIX),
         after_ttl_prefix=sql.Literal(len(TTL_KEY_PREFIX) + 1),
-        lock_key=lock_key_of_pause(sql.SQL("p_pause")),
         released=sql.Literal(RELEASED_MARK),
         wake=wake_payload(sql.SQL("tableoid"), sql.SQL("p_wake_key")),
         version=sql.Literal(VERSION),

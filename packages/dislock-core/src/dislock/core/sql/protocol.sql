@@ -161,70 +161,12 @@ BEGIN
 END
 $lock_of$;
 
--- The failover bookkeeping every acquisition does first (dislock.core.failover):
--- record a new server timeline, raise the longest-TTL record of p_role (the role
--- whose grant let the caller in), and say until when the lock delay of a key keeps
--- it from being taken.
-CREATE OR REPLACE FUNCTION {calm}(
-    p_lock_key text, p_ttl float8, p_role text,
-    OUT timeline int8, OUT delayed_until timestamptz, OUT max_ttl float8
-)
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $calm$
-#variable_conflict use_column
-DECLARE
-    v_seen int8;
-    v_noticed timestamptz;
-    v_longest float8;
-    v_record text := {ttl_prefix} || p_role;
-BEGIN
-    timeline := {timeline};
-    SELECT t.value::int8, t.expire_at INTO v_seen, v_noticed
-        FROM {table} AS t WHERE t.key = {timeline_key};
-    max_ttl := {cap};
-    IF v_seen IS DISTINCT FROM timeline THEN
-        -- A different timeline is recorded with the instant it was noticed, where
-        -- every key's delay starts; the first one ever recorded starts none.
-        INSERT INTO {table} AS noted (key, value, expire_at)
-        VALUES ({timeline_key}, timeline::text,
-                CASE WHEN v_seen IS NULL THEN {never_noticed} ELSE now() END)
-        ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, expire_at = EXCLUDED.expire_at
-        WHERE noted.value IS DISTINCT FROM EXCLUDED.value;
-    END IF;
-    IF p_ttl > 0 AND p_ttl <= max_ttl AND coalesce(
-        (SELECT r.value::float8 FROM {table} AS r WHERE r.key = v_record), 0) < p_ttl
-    THEN
-        -- Two acquisitions of one role at once: the shorter TTL must not win.
-        INSERT INTO {table} AS noted (key, value, expire_at)
-        VALUES (v_record, p_ttl::text, {never})
-        ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value
-        WHERE noted.value::float8 < EXCLUDED.value::float8;
-    END IF;
-    -- Past the table's maximum TTL since the last failover, no key waits, and the
-    -- key's own delay (a scan of the roles' records) is not computed.
-    IF v_seen IS NULL OR (v_seen = timeline
-        AND clock_timestamp() >= v_noticed + make_interval(secs => max_ttl))
-    THEN
-        RETURN;
-    END IF;
-    v_longest := least(max_ttl, greatest(p_ttl, coalesce(
-        (SELECT max(r.value::float8) FROM {table} AS r
-         WHERE starts_with(r.key, {ttl_prefix})
-         AND coalesce(p_lock_key ~ (SELECT scope.value FROM {table} AS scope
-             WHERE scope.key = {scope_prefix} || substr(r.key, {after_ttl_prefix})), true)),
-        0)));
-    -- A running delay is judged by the real time: now() is this transaction's start.
-    IF v_longest > (CASE WHEN v_seen <> timeline THEN 0
-                    ELSE extract(epoch FROM clock_timestamp() - v_noticed) END)
-    THEN
-        delayed_until := (CASE WHEN v_seen <> timeline THEN now() ELSE v_noticed END)
-            + make_interval(secs => v_longest);
-    END IF;
-END
-$calm$;
-
 -- Take the row p_key until p_expire_at (a schedule slot's end) or for p_ttl seconds
 -- (a lease, p_expire_at NULL): lock_queries' acquire_until and acquire_for.  One row:
--- dislock.core.answers.ClaimRow.
+-- dislock.core.answers.ClaimRow.  A fresh session compiles this function and plans
+-- its statements once: so every row it decides by is read in one statement, and the
+-- failover bookkeeping (dislock.core.failover) is written out here rather than in a
+-- function of its own.
 CREATE OR REPLACE FUNCTION {acquire}(
     p_key text, p_pause text, p_owner text, p_expire_at timestamptz, p_ttl float8,
     p_fencing boolean,
@@ -234,22 +176,75 @@ CREATE OR REPLACE FUNCTION {acquire}(
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $acquire$
 #variable_conflict use_column
 DECLARE
+    v_lock_key text := (regexp_match(p_key, {row_key}))[1];
+    v_ttl float8 := coalesce(p_ttl, 0);
+    v_record text;
+    v_seen int8;
+    v_noticed timestamptz;
     v_cap float8;
+    v_recorded float8;
+    v_live boolean;
+    v_longest float8;
     v_end timestamptz;
-    v_role text;
 BEGIN
     acquired := false;
-    -- The bounds the grants' policies hold the plain statements' rows to.
-    IF octet_length(p_owner) > {max_bytes} THEN
+    IF v_lock_key IS NULL OR p_pause IS DISTINCT FROM {pause_prefix} || v_lock_key
+        OR octet_length(p_key) > {max_bytes} OR octet_length(p_owner) > {max_bytes}
+    THEN
         RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-            MESSAGE = 'an owner token is longer than ' || {max_bytes} || ' bytes';
+            MESSAGE = format('%L is no lock row of dislock''s (with its pause row, an owner'
+                || ' token of at most ' || {max_bytes} || ' bytes)', left(p_key, 200));
     END IF;
-    SELECT c.role INTO v_role
-        FROM {caller}(p_key, {lock_of}(ARRAY[p_key], p_pause)) AS c;
-    SELECT c.timeline, c.delayed_until, c.max_ttl INTO timeline, delayed_until, v_cap
-        FROM {calm}({lock_key}, coalesce(p_ttl, 0), v_role) AS c;
-    SELECT p.value, p.expire_at INTO paused_for, paused_until
-        FROM {table} AS p WHERE p.key = p_pause AND p.expire_at > now();
+    v_record := {ttl_prefix} || (SELECT c.role FROM {caller}(p_key, v_lock_key) AS c);
+    timeline := {timeline};
+    -- Every row the acquisition decides by, in one read by primary key: the failover
+    -- timeline, the table's maximum TTL, the role's longest-TTL record, a live pause,
+    -- a live row.  (Casts after the filter: a lock row's value is no number.)
+    SELECT max(t.value) FILTER (WHERE t.key = {timeline_key})::int8,
+           max(t.expire_at) FILTER (WHERE t.key = {timeline_key}),
+           coalesce(max(t.value) FILTER (WHERE t.key = {max_ttl_key})::float8, {default_max_ttl}),
+           max(t.value) FILTER (WHERE t.key = v_record)::float8,
+           max(t.value) FILTER (WHERE t.key = p_pause AND t.expire_at > now()),
+           max(t.expire_at) FILTER (WHERE t.key = p_pause AND t.expire_at > now()),
+           coalesce(bool_or(t.key = p_key AND t.expire_at > now()), false)
+        INTO v_seen, v_noticed, v_cap, v_recorded, paused_for, paused_until, v_live
+        FROM {table} AS t
+        WHERE t.key IN ({timeline_key}, {max_ttl_key}, v_record, p_pause, p_key);
+    IF v_seen IS DISTINCT FROM timeline THEN
+        -- A different timeline is recorded with the instant it was noticed, where
+        -- every key's delay starts; the first one ever recorded starts none.
+        INSERT INTO {table} AS noted (key, value, expire_at)
+        VALUES ({timeline_key}, timeline::text,
+                CASE WHEN v_seen IS NULL THEN {never_noticed} ELSE now() END)
+        ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, expire_at = EXCLUDED.expire_at
+        WHERE noted.value IS DISTINCT FROM EXCLUDED.value;
+    END IF;
+    IF v_ttl > 0 AND v_ttl <= v_cap AND coalesce(v_recorded, 0) < v_ttl THEN
+        -- Two acquisitions of one role at once: the shorter TTL must not win.
+        INSERT INTO {table} AS noted (key, value, expire_at)
+        VALUES (v_record, v_ttl::text, {never})
+        ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value
+        WHERE noted.value::float8 < EXCLUDED.value::float8;
+    END IF;
+    -- Within the table's maximum TTL of a failover, the key waits for the longest TTL
+    -- of the roles that may hold it (a scan of their records, only then).  A running
+    -- delay is judged by the real time: now() is this transaction's start.
+    IF v_seen IS NOT NULL AND NOT (v_seen = timeline
+        AND clock_timestamp() >= v_noticed + make_interval(secs => v_cap))
+    THEN
+        v_longest := least(v_cap, greatest(v_ttl, coalesce(
+            (SELECT max(r.value::float8) FROM {table} AS r
+             WHERE starts_with(r.key, {ttl_prefix})
+             AND coalesce(v_lock_key ~ (SELECT scope.value FROM {table} AS scope
+                 WHERE scope.key = {scope_prefix} || substr(r.key, {after_ttl_prefix})), true)),
+            0)));
+        IF v_longest > (CASE WHEN v_seen <> timeline THEN 0
+                        ELSE extract(epoch FROM clock_timestamp() - v_noticed) END)
+        THEN
+            delayed_until := (CASE WHEN v_seen <> timeline THEN now() ELSE v_noticed END)
+                + make_interval(secs => v_longest);
+        END IF;
+    END IF;
     IF p_ttl IS NOT NULL AND p_ttl > v_cap THEN
         ttl_cap := v_cap;
         RETURN;
@@ -257,9 +252,7 @@ BEGIN
     v_end := coalesce(p_expire_at, now() + make_interval(secs => p_ttl));
     -- A visibly live row refuses before the upsert would lock it (and so write WAL).
     -- A slot that ended between computing it and claiming it is not claimed.
-    IF paused_until IS NOT NULL OR delayed_until IS NOT NULL OR v_end <= now()
-        OR EXISTS (SELECT FROM {table} AS live WHERE live.key = p_key AND live.expire_at > now())
-    THEN
+    IF v_live OR paused_until IS NOT NULL OR delayed_until IS NOT NULL OR v_end <= now() THEN
         RETURN;
     END IF;
     IF p_fencing THEN
@@ -342,7 +335,7 @@ CREATE OR REPLACE FUNCTION {release}(
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $release$
 #variable_conflict use_column
 BEGIN
-    PERFORM FROM {caller}(NULL, {lock_of}(ARRAY[p_key], NULL));
+    PERFORM FROM {caller}(NULL, (regexp_match(p_key, {row_key}))[1]);
     RETURN QUERY
     UPDATE {table} SET expire_at = now(), value = value || {released}
     WHERE key = p_key AND value = p_owner AND expire_at > now()
@@ -354,7 +347,6 @@ COMMENT ON FUNCTION {acquire}(text, text, text, timestamptz, float8, boolean) IS
 
 -- Called only from the functions above (which run as the owner).
 REVOKE ALL ON FUNCTION {caller}(text, text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION {calm}(text, float8, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION {lock_of}(text[], text) FROM PUBLIC;
 
 -- The functions that run as their owner run as the table's: `init` may be run by

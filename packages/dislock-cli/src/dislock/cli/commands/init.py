@@ -120,9 +120,15 @@ def _init(
         and _history_functions_installed(conn, history)
     )
     guarded = not fencing or ("fence" in found and _guard_installed(conn, table))
-    if found and guarded and history_ready and _protocol_installed(conn, table):
+    functions = _protocol_installed(conn, table)
+    if found and guarded and history_ready and (functions or not _owns(conn, table)):
         # Nothing to create: an application role without DDL rights gets here too.
         print(f"lock table {'.'.join(table)} already exists" + (" with fencing" if fencing else ""))
+        if not functions:
+            print(
+                "  (without the lock functions: plain statements are sent; init as the"
+                " table's owner adds them)"
+            )
         if history is not None:
             print(f"history table {'.'.join(history)} already exists")
         return _record_max_ttl(conn, table, max_ttl)
@@ -206,6 +212,15 @@ def _protocol_installed(conn: Connection, table: tuple[str, ...]) -> bool:
 
     found = send(conn, qualified(table))
     return found is not None and send(conn, installed(found))
+
+
+def _owns(conn: Connection, table: tuple[str, ...]) -> bool:
+    """Whether this role may act as the (existing) table's owner: install its functions."""
+    row = conn.execute(
+        "SELECT pg_has_role(c.relowner, 'MEMBER') FROM pg_class AS c WHERE c.oid = to_regclass(%s)",
+        (".".join(f'"{part}"' for part in table),),
+    ).fetchone()
+    return bool(row and row[0])
 
 
 def _history_functions_installed(conn: Connection, history: tuple[str, ...]) -> bool:

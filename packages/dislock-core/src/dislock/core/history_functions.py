@@ -22,7 +22,7 @@ from dislock.core.exchange import Exchange
 from dislock.core.failover import SCOPE_KEY_PREFIX
 from dislock.core.limits import NEVER_EXPIRES, metadata_row
 from dislock.core.policy_functions import beside, beside_parts
-from dislock.core.protocol import function, function_call, via_function
+from dislock.core.protocol import function, function_call, owned_by_the_table, via_function
 from dislock.core.variables import OUTPUT_TAIL
 
 VERSION = "dislock history functions 1"
@@ -92,12 +92,11 @@ def history_functions_sql(history: tuple[str, str], lock_table: tuple[str, str])
 
     template = (resources.files("dislock.core") / "sql" / "history_functions.sql").read_text()
     table = sql.Identifier(*history)
-    return sql.SQL(template).format(
+    written = sql.SQL(template).format(
         **{what: name(history, what) for what in ARGUMENTS},
         caller=function(lock_table, "caller"),
         table=sql.Identifier(*lock_table),
         history=table,
-        history_oid=sql.SQL("{}::regclass").format(sql.Literal(table.as_string(None))),
         budget_prefix=sql.Literal(BUDGET_PREFIX),
         used_prefix=sql.Literal(USED_PREFIX),
         scope_prefix=sql.Literal(SCOPE_KEY_PREFIX),
@@ -109,8 +108,9 @@ def history_functions_sql(history: tuple[str, str], lock_table: tuple[str, str])
         held_modes=sql.Literal(MODES),
         notice=success_notice(),
         version=sql.Literal(VERSION),
-        signatures=sql.SQL(", ").join(sql.Literal(signature(history, w)) for w in ARGUMENTS),
     )
+    owned = owned_by_the_table(table, [signature(history, what) for what in ARGUMENTS])
+    return sql.SQL("{}\n{};").format(written, owned)
 
 
 def installed(history: tuple[str, ...]) -> Exchange[bool]:

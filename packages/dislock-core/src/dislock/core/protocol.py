@@ -85,6 +85,35 @@ def signature(table_parts: tuple[str, ...], name: str) -> str:
     return f"{function(table_parts, name).as_string(None)}({ARGUMENTS[name]})"
 
 
+OWNED_BY_THE_TABLE = """
+DO $owner$
+DECLARE
+    v_owner text := (SELECT c.relowner::regrole::text
+        FROM pg_catalog.pg_class AS c WHERE c.oid = {table_oid});
+    v_function regprocedure;
+BEGIN
+    FOREACH v_function IN ARRAY ARRAY[{signatures}]::regprocedure[] LOOP
+        IF (SELECT p.proowner::regrole::text FROM pg_catalog.pg_proc AS p
+            WHERE p.oid = v_function) IS DISTINCT FROM v_owner
+        THEN
+            EXECUTE pg_catalog.format('ALTER FUNCTION %s OWNER TO %s', v_function, v_owner);
+        END IF;
+    END LOOP;
+END
+$owner$
+"""
+"""Functions that run as their owner run as the table's: ``init`` may be run by a
+superuser or a member of the owner's role, whose rights they must not carry."""
+
+
+def owned_by_the_table(table: sql.Identifier, signatures: list[str]) -> sql.Composed:
+    """The block that gives the functions ``signatures`` to ``table``'s owner."""
+    return sql.SQL(OWNED_BY_THE_TABLE).format(
+        table_oid=sql.SQL("{}::regclass").format(sql.Literal(table.as_string(None))),
+        signatures=sql.SQL(", ").join(map(sql.Literal, signatures)),
+    )
+
+
 def protocol_sql(table_parts: tuple[str, str]) -> sql.Composed:
     """The statements that (re)install the functions of ``table_parts`` (schema and
     name: they name every object with its schema)."""
@@ -97,9 +126,6 @@ def protocol_sql(table_parts: tuple[str, str]) -> sql.Composed:
         table=table,
         table_oid=sql.SQL("{}::regclass").format(sql.Literal(table.as_string(None))),
         shown=sql.Literal(".".join(table_parts)),
-        signatures=sql.SQL(", ").join(
-            sql.Literal(signature(table_parts, name)) for name in SUFFIXES
-        ),
         quota_prefix=sql.Literal(QUOTA_KEY_PREFIX),
         quota_lock=sql.Literal("dislock quota "),
         over=sql.Literal(OVER_QUOTA),
@@ -122,7 +148,8 @@ def protocol_sql(table_parts: tuple[str, str]) -> sql.Composed:
         wake=wake_payload(sql.SQL("tableoid"), sql.SQL("p_wake_key")),
         version=sql.Literal(VERSION),
     )
-    return sql.SQL("{};\n{}").format(wrapped_sql(table_parts, names), written)
+    owned = owned_by_the_table(table, [signature(table_parts, name) for name in SUFFIXES])
+    return sql.SQL("{};\n{}\n{};").format(wrapped_sql(table_parts, names), written, owned)
 
 
 def installed(table_parts: tuple[str, ...]) -> Exchange[bool]:

@@ -138,19 +138,3 @@ $held$;
 
 COMMENT ON FUNCTION {start}(text, text, timestamptz, text, text, int4, text, text) IS {version};
 REVOKE ALL ON FUNCTION {within_budget}(text, int8) FROM PUBLIC;
-
-DO $owner$
-DECLARE
-    v_owner text := (SELECT c.relowner::regrole::text
-        FROM pg_catalog.pg_class AS c WHERE c.oid = {history_oid});
-    v_function regprocedure;
-BEGIN
-    FOREACH v_function IN ARRAY ARRAY[{signatures}]::regprocedure[] LOOP
-        IF (SELECT p.proowner::regrole::text FROM pg_catalog.pg_proc AS p
-            WHERE p.oid = v_function) IS DISTINCT FROM v_owner
-        THEN
-            EXECUTE pg_catalog.format('ALTER FUNCTION %s OWNER TO %s', v_function, v_owner);
-        END IF;
-    END LOOP;
-END
-$owner$;

@@ -12,7 +12,11 @@ from dislock.cli.commands._call import Call, columns, error
 from dislock.cli.table_change import add_wait_argument, patience_of
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
     from dislock.cli.sending import Connection
+    from dislock.core.exchange import Exchange
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -194,24 +198,28 @@ def _upgrade_grants(
     return EXIT_OK
 
 
-def _guard_installed(conn: Connection, table: tuple[str, ...]) -> bool:
-    """Whether the fencing guard of this version is beside the (existing) table."""
-    from dislock.cli.sending import send
-    from dislock.core.fencing import guard_installed
-    from dislock.core.grant_catalog import qualified
-
-    found = send(conn, qualified(table))
-    return found is not None and send(conn, guard_installed(found))
-
-
-def _protocol_installed(conn: Connection, table: tuple[str, ...]) -> bool:
-    """Whether the lock functions of this version are beside the (existing) table."""
+def _beside(
+    conn: Connection, table: tuple[str, ...], installed: Callable[[Any], Exchange[bool]]
+) -> bool:
+    """Whether what ``installed`` asks about (functions of this version) is beside the
+    (existing) table, named with its schema."""
     from dislock.cli.sending import send
     from dislock.core.grant_catalog import qualified
-    from dislock.core.protocol import installed
 
     found = send(conn, qualified(table))
     return found is not None and send(conn, installed(found))
+
+
+def _guard_installed(conn: Connection, table: tuple[str, ...]) -> bool:
+    from dislock.core.fencing import guard_installed
+
+    return _beside(conn, table, guard_installed)
+
+
+def _protocol_installed(conn: Connection, table: tuple[str, ...]) -> bool:
+    from dislock.core.protocol import installed
+
+    return _beside(conn, table, installed)
 
 
 def _owns(conn: Connection, table: tuple[str, ...]) -> bool:
@@ -224,13 +232,9 @@ def _owns(conn: Connection, table: tuple[str, ...]) -> bool:
 
 
 def _history_functions_installed(conn: Connection, history: tuple[str, ...]) -> bool:
-    """Whether the history functions of this version are beside the (existing) table."""
-    from dislock.cli.sending import send
-    from dislock.core.grant_catalog import qualified
     from dislock.core.history_functions import installed
 
-    found = send(conn, qualified(history))
-    return found is not None and send(conn, installed(found))
+    return _beside(conn, history, installed)
 
 
 def _record_max_ttl(conn: Connection, table: tuple[str, ...], max_ttl: float | None) -> int:

@@ -30,10 +30,13 @@
 --     transactions cannot both pass the last place.
 -- p_lock_key NULL: no key to check; scope is then every key the caller may lock (a
 -- regular expression; NULL: any key).
+-- Called only by the functions below, which run as the owner with search_path pinned:
+-- it is neither SECURITY DEFINER nor pinned itself, since each would save and restore
+-- settings again on every call of every lock step.
 CREATE OR REPLACE FUNCTION {caller}(
     p_key text, p_lock_key text, OUT role text, OUT scope text
 )
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $caller$
+LANGUAGE plpgsql VOLATILE AS $caller$
 DECLARE
     v_owner oid;
     v_secured boolean;
@@ -44,9 +47,13 @@ BEGIN
     role := session_user::text;
     SELECT c.relowner, c.relrowsecurity INTO v_owner, v_secured
         FROM pg_catalog.pg_class AS c WHERE c.oid = {table_oid};
-    IF pg_catalog.pg_has_role(session_user, v_owner, 'MEMBER') OR EXISTS (
-        SELECT FROM pg_catalog.pg_roles AS r
-        WHERE r.rolname = session_user AND (r.rolsuper OR r.rolbypassrls))
+    -- Two tests, not one OR: PL/pgSQL plans a condition whole when a session first
+    -- runs it, and an owner's session need never plan the pg_roles view.
+    IF pg_catalog.pg_has_role(session_user, v_owner, 'MEMBER') THEN
+        RETURN;
+    END IF;
+    IF EXISTS (SELECT FROM pg_catalog.pg_roles AS r
+               WHERE r.rolname = session_user AND (r.rolsuper OR r.rolbypassrls))
     THEN
         RETURN;
     END IF;
@@ -139,7 +146,7 @@ $caller$;
 -- last) is refused, whatever the caller's grant: no team writes those through a lock
 -- function.
 CREATE OR REPLACE FUNCTION {lock_of}(p_keys text[], p_pause text, OUT lock_key text)
-LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $lock_of$
+LANGUAGE plpgsql IMMUTABLE AS $lock_of$
 DECLARE
     v_key text;
     v_found text;

@@ -3,6 +3,7 @@
 --quick            one pass of everything, small sizes (CI's smoke test)
 --no-write         print the table, leave docs/benchmarks.md and .png alone
 --only a,b         only these measures (printed, nothing written)
+--against REV      the start-up rows also run revision REV's wrapper, interleaved
 --herd N           only the herd, N machines against a role capped at --herd-cap,
                    straight to the server and through PgBouncer (printed)
 """
@@ -38,11 +39,13 @@ from benchmarks.waiting import waiting_rows
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def measures(url: str, quick: bool) -> list[tuple[str, Callable[[], list[Row]]]]:
+def measures(
+    url: str, quick: bool, against: str | None = None
+) -> list[tuple[str, Callable[[], list[Row]]]]:
     """Every measure by the name ``--only`` takes, in the table's order, at its size."""
     repeat = 1 if quick else 9
     return [
-        ("cli", partial(cli_rows, url, repeat)),
+        ("cli", partial(cli_rows, url, 1 if quick else 21, against)),
         ("import", partial(import_rows, 3 if quick else 15)),
         ("cycle", partial(cycle_rows, url, 10 if quick else 150)),
         ("roles", partial(roles_rows, url, repeat, 10 if quick else 150)),
@@ -79,6 +82,11 @@ def main() -> int:
         help="only the herd, N machines against a role capped at --herd-cap (printed)",
     )
     parser.add_argument("--herd-cap", type=int, default=50, metavar="C")
+    parser.add_argument(
+        "--against",
+        metavar="REV",
+        help="also run the wrapper of git revision REV (built from its wheels) beside ours",
+    )
     args = parser.parse_args()
     parts = set(args.only.split(",")) if args.only else None
     # What pip does on install, so that our modules are not compiled on every
@@ -89,7 +97,7 @@ def main() -> int:
             print(render(herd_rows(url, [(args.herd, args.herd_cap)]), args.quick))
             return 0
         rows = []
-        for name, measure in measures(url, args.quick):
+        for name, measure in measures(url, args.quick, args.against):
             if parts is None or name in parts:
                 rows += measure()
     table = render(rows, args.quick)

@@ -33,17 +33,18 @@ def old_dislock() -> Iterator[Path | None]:
 
 
 @contextmanager
-def installed_dislock() -> Iterator[tuple[Path, str]]:
-    """This checkout installed as users install it: wheels of ``dislock-cli`` and what it
-    needs, built here and installed into a throwaway venv (what ``pipx`` does).  Its
-    ``dislock`` command, and how it was installed.  Falls back to this environment's
-    editable ``dislock`` where ``hatch`` cannot build."""
-    from tools.release_check import build_into
+def installed_dislock(root: Path | None = None) -> Iterator[tuple[Path, str]]:
+    """This checkout (or the one at ``root``) installed as users install it: wheels of
+    ``dislock-cli`` and what it needs, built there and installed into a throwaway venv
+    (what ``pipx`` does).  Its ``dislock`` command, and how it was installed.  Falls back
+    to this environment's editable ``dislock`` where ``hatch`` cannot build."""
+    from tools.release_check import ROOT, build_into
 
     editable = Path(sys.executable).parent / "dislock"
     with tempfile.TemporaryDirectory(prefix="dislock-ours-") as tmp:
         wheels = Path(tmp) / "wheels"
-        if build_into(wheels, ["wheel"], ["dislock-core", "dislock", "dislock-cli"]) is not None:
+        packages = ["dislock-core", "dislock", "dislock-cli"]
+        if build_into(wheels, ["wheel"], packages, root or ROOT) is not None:
             yield editable, "editable install (hatch could not build wheels)"
             return
         venv = Path(tmp) / "venv"
@@ -65,3 +66,27 @@ def installed_dislock() -> Iterator[tuple[Path, str]]:
             yield command, "installed from wheels"
         else:
             yield editable, "editable install (the wheels did not install)"
+
+
+@contextmanager
+def revision(rev: str) -> Iterator[Path]:
+    """A checkout of git revision ``rev`` of this repository (a throwaway worktree)."""
+    from tools.release_check import ROOT
+
+    with tempfile.TemporaryDirectory(prefix="dislock-rev-") as tmp:
+        checkout = Path(tmp) / "checkout"
+        subprocess.run(
+            ["git", "worktree", "add", "--detach", str(checkout), rev],
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+        )
+        try:
+            yield checkout
+        finally:
+            subprocess.run(
+                ["git", "worktree", "remove", "--force", str(checkout)],
+                cwd=ROOT,
+                check=False,
+                capture_output=True,
+            )

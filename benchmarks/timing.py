@@ -38,9 +38,11 @@ def timed(command: list[str], env: dict[str, str], repeat: int) -> list[float]:
 
 
 def interleaved(commands: dict[str, Command], repeat: int) -> dict[str, list[float]]:
-    """Run each command once per round, rounds in turn, so drift hits all alike."""
+    """Run each command once per round, rounds in turn, so drift hits all alike; every
+    other round in the reverse order, so that none always runs after the same one."""
     samples: dict[str, list[float]] = {name: [] for name in commands}
-    for _ in range(repeat):
-        for name, (command, env) in commands.items():
+    for round_ in range(repeat):
+        order = list(commands.items())
+        for name, (command, env) in order[::-1] if round_ % 2 else order:
             samples[name] += timed(command, env(), 1)
     return samples

@@ -63,10 +63,14 @@ def run(args: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
 
 
 def build_into(
-    dist: Path, targets: Sequence[str] = ("wheel", "sdist"), packages: Sequence[str] = PACKAGES
+    dist: Path,
+    targets: Sequence[str] = ("wheel", "sdist"),
+    packages: Sequence[str] = PACKAGES,
+    root: Path = ROOT,
 ) -> str | None:
-    """Build ``packages`` (their ``targets``) into ``dist`` with hatch; None when all
-    were built, else what failed.  The benchmark builds its wheels with it too."""
+    """Build ``packages`` (their ``targets``) of the checkout at ``root`` into ``dist`` with
+    hatch; None when all were built, else what failed.  The benchmark builds its wheels
+    with it too (of an older revision's checkout as well)."""
     # Inside `hatch run`, HATCH_ENV_ACTIVE names this workspace's environment,
     # which the member projects do not have.
     env = {k: v for k, v in os.environ.items() if not k.startswith("HATCH_ENV")}
@@ -74,7 +78,7 @@ def build_into(
         args = ["hatch", "build", *(f"--target={target}" for target in targets), str(dist)]
         result = subprocess.run(
             args,
-            cwd=ROOT / "packages" / package,
+            cwd=root / "packages" / package,
             env=env,
             capture_output=True,
             text=True,

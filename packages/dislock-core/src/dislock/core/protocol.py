@@ -42,7 +42,7 @@ from dislock.core.rows import PAUSE_PREFIX, RELEASED_MARK
 from dislock.core.waiting import wake_payload
 from dislock.core.wrapped import WRAPPED, arguments, wrapped_sql
 
-VERSION = "dislock protocol 2"
+VERSION = "dislock protocol 3"
 """The comment on the acquiring function: ``init`` rewrites functions of another one."""
 
 SUFFIXES = {

@@ -48,7 +48,6 @@ TARGET_DIR = ROOT / "packages/dislock/src/dislock/_sync"
 MODULES = (
     "_acquiring.py",
     "_after.py",
-    "_compat_api.py",
     "_decorators.py",
     "_fencing.py",
     "_hub.py",

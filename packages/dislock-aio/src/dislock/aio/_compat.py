@@ -2,7 +2,9 @@
 
 ``dislock._sync._compat`` offers the same names over threads and blocking calls,
 which is what lets ``tools/async_to_sync.py`` turn the asyncio modules of this
-package into the sync ones by dropping ``async``/``await``.
+package, the only hand-written copy of the lock code, into the sync ones
+(``dislock/_sync/``) by dropping ``async``/``await``.  mypy checks the generated
+modules against the sync ``_compat``: a name or a signature it lacks fails there.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import signal
 import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Iterator
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from psycopg import AsyncConnection, AsyncCursor
 from psycopg.rows import TupleRow
@@ -339,10 +341,3 @@ class LossGuard:
         """Wait until the watcher has stopped, so that no task outlives the block."""
         if self._watcher is not None:
             await asyncio.wait({self._watcher})
-
-
-if TYPE_CHECKING:  # this module offers what the lock code needs (``_compat_api``)
-    from dislock.aio import _compat
-    from dislock.aio._compat_api import Compat
-
-    _offers: Compat = _compat

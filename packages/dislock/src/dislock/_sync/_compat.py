@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from types import FrameType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from psycopg import Connection, Cursor, errors
 from psycopg.rows import TupleRow
@@ -371,10 +371,3 @@ class LossGuard:
 
     def finish(self) -> None:
         return None
-
-
-if TYPE_CHECKING:  # this module offers what the lock code needs (``_compat_api``)
-    from dislock._sync import _compat
-    from dislock._sync._compat_api import Compat
-
-    _offers: Compat = _compat

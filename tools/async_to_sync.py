@@ -47,12 +47,10 @@ SOURCE_DIR = ROOT / "packages/dislock-aio/src/dislock/aio"
 TARGET_DIR = ROOT / "packages/dislock/src/dislock/_sync"
 MODULES = (
     "_acquiring.py",
-    "_after.py",
     "_decorators.py",
     "_fencing.py",
     "_hub.py",
     "_lease.py",
-    "_listen.py",
     "_recording.py",
     "_renewer.py",
     "_schedule.py",

@@ -1,9 +1,5 @@
 """Decorators: ``with_locks`` (the short form, and 0.1.0's), and its
-``skip_held`` variant for jobs scheduled on every replica.
-
-Hand-written in ``dislock/aio/_decorators.py``; ``dislock/_sync/_decorators.py``
-is generated from it by ``tools/async_to_sync.py``.
-"""
+``skip_held`` variant for jobs scheduled on every replica."""
 
 from __future__ import annotations
 

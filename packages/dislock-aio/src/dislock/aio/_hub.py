@@ -1,8 +1,5 @@
 """One connection and one renewer per database, shared by every lock of the process.
 
-Hand-written in ``dislock/aio/_hub.py``; ``dislock/_sync/_hub.py`` is
-generated from it by ``tools/async_to_sync.py``.
-
 ``Hub`` is the connection's life: locks run their statements on the hub's
 connection, which is opened on first use and closed when the last lock (or
 ``keep_connected`` scope) using it leaves; a connection that fails or stops

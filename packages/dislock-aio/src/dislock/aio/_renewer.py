@@ -1,8 +1,5 @@
 """The renewer and the watchdog of one hub's leases (``Renewer``).
 
-Hand-written in ``dislock/aio/_renewer.py``; ``dislock/_sync/_renewer.py`` is
-generated from it by ``tools/async_to_sync.py``.
-
 Leases register with it; its renewer renews all of them with one statement per
 tick and table (see ``dislock.core.renewal``) on the hub's connection, and its
 watchdog declares each lease lost at its own local deadline, even while a

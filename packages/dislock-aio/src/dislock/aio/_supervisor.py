@@ -1,8 +1,5 @@
 """``run_with_locks``: run a command under locks, as a supervisor.
 
-Hand-written in ``dislock/aio/_supervisor.py``; ``dislock/_sync/_supervisor.py`` is
-generated from it by ``tools/async_to_sync.py``.
-
 The command leads a process group (and session) of its own, so that signals, a
 lease loss (``_watching``) and the stop of what is left of it (``_stopping``) reach
 all of it; a guard (``dislock.core.guard``) outside the group kills it should the

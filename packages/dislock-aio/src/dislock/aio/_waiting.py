@@ -1,21 +1,31 @@
-"""Waiting for a lease held elsewhere: woken by its release (``LISTEN``), or by
-polling where no notification can reach us.  A wake-up is read as a hint: the
-lease's rows are read by primary key, and it is tried only when one is free.
+"""Waiting, woken by ``LISTEN`` on a connection of its own (``Listener``) or by
+polling where no notification can reach us: for a lease held elsewhere
+(``wait_for_release``), and for the keys a schedule slot comes after
+(``wait_after``: ``LockContext.after`` with ``wait_seconds``).
 
-Hand-written in ``dislock/aio/_waiting.py``; ``dislock/_sync/_waiting.py`` is
-generated from it by ``tools/async_to_sync.py``.  How long to wait and how often
-to poll are ``dislock.core.waiting``'s.
+A release's wake-up is read as a hint: the lease's rows are read by primary key,
+and it is tried only when one is free.  What a slot waits for, and the wake-up a
+success sends, are ``dislock.core.after``'s; how long to wait and how often to
+poll, ``dislock.core.waiting``'s.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import time
 from time import monotonic
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
+from psycopg import AsyncConnection
+from psycopg.rows import TupleRow
+from psycopg.sql import SQL, Identifier
+
+from dislock.core.after import DependencyPending, listen_after
 from dislock.core.context import LockContext
 from dislock.core.dsn import connection_kwargs, scrub
 from dislock.core.exchange import Exchange
+from dislock.core.history import history_table
 from dislock.core.patience import ConnectPatience
 from dislock.core.waiting import (
     WAKE_CHANNEL,
@@ -31,11 +41,88 @@ from dislock.core.waiting import (
 
 from ._compat import sleep
 from ._hub import Hub, enter_hub, leave_hub
-from ._listen import Listener
 
 logger = logging.getLogger("dislock")
 
 Taken = TypeVar("Taken", covariant=True)
+
+
+class Listener:
+    """A direct connection of its own that ``LISTEN``s for released leases.
+
+    Only a direct connection hears a ``NOTIFY``: behind a pooler in transaction
+    mode the ``LISTEN`` lands on whichever server connection ran it, and that one
+    is soon serving someone else.  A pooler shows itself by answering the startup
+    with a backend process id of its own making, which ``open`` compares with the
+    one the server reports.  The payload it waits for is the server's own making
+    too (``dislock.core.waiting.listen``), so that it is the one a release sends,
+    whatever names the table.
+    """
+
+    def __init__(self, conn: AsyncConnection[TupleRow], wake: str) -> None:
+        self.conn = conn
+        self.wake = wake
+
+    @classmethod
+    async def open(
+        cls,
+        url: str,
+        kwargs: dict[str, Any],
+        channel: str,
+        exchange: Exchange[ListenRow],
+        *,
+        detect: bool,
+    ) -> Listener | None:
+        """A listening connection; None when ``detect`` finds a pooler in between.
+        ``exchange`` (``dislock.core.waiting.listen``) answers the backend pid and
+        the payload."""
+        conn = await AsyncConnection.connect(url, **kwargs)
+        try:
+            cursor = await conn.execute(exchange.query, exchange.params)
+            found = exchange.read(await cursor.fetchall())
+            if detect and found.backend_pid != conn.info.backend_pid:
+                await conn.close()
+                return None
+            wake = found.wake
+            await conn.execute(SQL("LISTEN {}").format(Identifier(channel)))
+        except BaseException:
+            await conn.close()
+            raise
+        return cls(conn, wake)
+
+    async def wait(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` for a release of our lease; whether one came.  The
+        notifications already received with it are dropped (``drain``): one
+        wake-up stands for them all."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            notifies = self.conn.notifies(timeout=left)
+            try:
+                async for notify in notifies:
+                    if notify.payload == self.wake:
+                        break
+                else:
+                    continue
+            finally:
+                # Closed now: it holds the connection until it ends.
+                if True:  # ASYNC
+                    await notifies.aclose()
+                else:
+                    notifies.close()
+            await self.drain()
+            return True
+
+    async def drain(self) -> None:
+        """Drop the notifications received so far, without waiting for more."""
+        async for _ in self.conn.notifies(timeout=0):
+            pass
+
+    async def close(self) -> None:
+        with contextlib.suppress(Exception):
+            await self.conn.close()
 
 
 class Attempt(Protocol[Taken]):
@@ -157,3 +244,63 @@ async def listening(
             "cannot listen for %s, polling instead: %s", what, scrub(str(exc), context.url)
         )
         return None
+
+
+class Claim(Protocol[Taken]):
+    """The slot's claim, raising ``DependencyPending`` while a key has not succeeded."""
+
+    async def __call__(self) -> Taken: ...
+
+
+async def wait_after(context: LockContext, claim: Claim[Taken], patience: ConnectPatience) -> Taken:
+    """``claim()``'s answer, tried again while it raised ``DependencyPending``,
+    whenever the key it named may have succeeded, until the wait is over (then the
+    last refusal is raised)."""
+    plan = WaitPlan(
+        context.wait_seconds, started_at=monotonic(), poll_seconds=context.wait_poll_seconds
+    )
+    table = history_table(context.table_parts, context.history_table)
+    listener: Listener | None = None
+    listened: str | None = None
+    waited_from: float | None = None
+    try:
+        while True:
+            if waited_from is not None:
+                # Waiting for another job does not spend the patience with the database.
+                patience.postpone(monotonic() - waited_from)
+            try:
+                return await claim()
+            except DependencyPending as pending:
+                if pending.key != listened:
+                    # A success between the check and the LISTEN would be missed: so
+                    # the LISTEN comes first, then the check again.
+                    if waited_from is None:
+                        logger.info("%s; waiting up to %g s", pending, context.wait_seconds)
+                    if listener is not None:
+                        await listener.close()
+                    listen_to = listen_after(table, pending.key)
+                    listener, listened = (
+                        await listening(context, listen_to, "successes"),
+                        pending.key,
+                    )
+                    waited_from = monotonic()
+                    continue
+                delay = plan.next_delay(monotonic(), listening=listener is not None)
+                if delay is None:
+                    raise
+            waited_from = monotonic()
+            if listener is None:
+                await sleep(delay)
+                continue
+            try:
+                await listener.wait(delay)
+            except Exception as exc:
+                logger.warning(
+                    "stopped listening for successes, polling instead: %s",
+                    scrub(str(exc), context.url),
+                )
+                await listener.close()
+                listener = None
+    finally:
+        if listener is not None:
+            await listener.close()

@@ -4,9 +4,8 @@
 statement sent and its answer (or error) fed back, each pause slept, the timeline
 noted.
 
-Hand-written in ``dislock/aio/_acquiring.py``; ``dislock/_sync/_acquiring.py`` is
-generated from it by ``tools/async_to_sync.py``.  Every decision (the order of the
-statements, what an answer or a lost answer means) is the sequence's.
+Every decision (the order of the statements, what an answer or a lost answer means) is
+the sequence's.
 """
 
 from __future__ import annotations

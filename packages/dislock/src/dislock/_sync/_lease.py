@@ -2,10 +2,9 @@
 # Change the asyncio source, then run `hatch run generate`.
 """``LeaseLock``: one holder at a time, for as long as the block runs.
 
-Hand-written in ``dislock/aio/_lease.py``; ``dislock/_sync/_lease.py`` is
-generated from it by ``tools/async_to_sync.py``.  The lease's clock, its
-state between statements, its renewals' bookkeeping and the order of its
-statements are ``dislock.core``'s; the renewing itself is the hub's (``._hub``).
+The lease's clock, its state between statements, its renewals' bookkeeping and the
+order of its statements are ``dislock.core``'s; the renewing itself is the hub's
+(``._hub``).
 """
 
 from __future__ import annotations

@@ -3,9 +3,7 @@
 """A run's row in the history table (``LockContext.history``): inserted once its
 locks are held, completed as the block ends, before they are released.
 
-Hand-written in ``dislock/aio/_recording.py``; ``dislock/_sync/_recording.py`` is
-generated from it by ``tools/async_to_sync.py``.  The statements, and what an
-ending counts as, are ``dislock.core.history``'s.
+The statements, and what an ending counts as, are ``dislock.core.history``'s.
 """
 
 from __future__ import annotations

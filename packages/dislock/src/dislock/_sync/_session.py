@@ -3,9 +3,8 @@
 """``acquire_locks``: the locks of a run entered in order, and the ``LockSession``
 it gives.
 
-Hand-written in ``dislock/aio/_session.py``; ``dislock/_sync/_session.py`` is
-generated from it by ``tools/async_to_sync.py``.  The locks themselves are
-``._schedule``'s and ``._lease``'s, the run's history row ``._recording``'s.
+The locks themselves are ``._schedule``'s and ``._lease``'s, the run's history row
+``._recording``'s.
 """
 
 from __future__ import annotations

@@ -2,11 +2,7 @@
 # Change the asyncio source, then run `hatch run generate`.
 """Stopping a wrapped command's process group: SIGTERM, SIGKILL after a grace, and
 waiting until no process of the group is left, for the lock must not be released
-while part of the job still runs.
-
-Hand-written in ``dislock/aio/_stopping.py``; ``dislock/_sync/_stopping.py`` is
-generated from it by ``tools/async_to_sync.py``.
-"""
+while part of the job still runs."""
 
 from __future__ import annotations
 

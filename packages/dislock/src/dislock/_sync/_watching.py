@@ -2,11 +2,7 @@
 # Change the asyncio source, then run `hatch run generate`.
 """Watching a wrapped command until it ends, or must be stopped: its lease lost
 (under ``TERMINATE``), its maximum runtime over (``Bound``), or its guard having
-killed it; the wrapper's exit status, said in one line when it is not the command's.
-
-Hand-written in ``dislock/aio/_watching.py``; ``dislock/_sync/_watching.py`` is
-generated from it by ``tools/async_to_sync.py``.
-"""
+killed it; the wrapper's exit status, said in one line when it is not the command's."""
 
 from __future__ import annotations
 

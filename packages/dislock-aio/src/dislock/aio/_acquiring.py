@@ -52,7 +52,7 @@ async def _drive(hub: Hub, sequence: Steps[Outcome]) -> Outcome:
         elif isinstance(step, Pause):
             await sleep(step.seconds)
         elif isinstance(step, Connect):
-            await hub.connect_patiently(step.patience)
+            await hub.connect(step.patience)
         elif isinstance(step, Crowded):
             reply = hub.crowded
         else:

@@ -14,7 +14,7 @@ import contextlib
 import signal
 import time
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator
 from typing import Any, TypeVar
 
 from psycopg import AsyncConnection, AsyncCursor
@@ -37,9 +37,7 @@ Worker = asyncio.Task[None]
 sleep = asyncio.sleep
 
 
-async def to_thread(function: Callable[[], T]) -> T:
-    """``function()``, run in a thread so that the loop goes on meanwhile (it blocks)."""
-    return await asyncio.to_thread(function)
+to_thread = asyncio.to_thread  # for a call that blocks: the loop goes on meanwhile
 
 
 _registries: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Registry] = (
@@ -121,7 +119,9 @@ class Link:
         self._deadlines.append(deadline)
         unreplicated: list[str] = []
         try:
-            cursor = await _within(timeout, self._run(query, params, unreplicated))
+            # asyncio.timeout runs the statement in this task: no task per statement.
+            async with asyncio.timeout(timeout):
+                cursor = await self._run(query, params, unreplicated)
         except TimeoutError:
             if unreplicated:  # the cancel ended a wait for the standbys: it committed
                 raise unconfirmed(unreplicated[0]) from None
@@ -150,12 +150,6 @@ class Link:
         self.retired = True
         if not self._deadlines:
             await self.conn.close()
-
-
-async def _within(timeout: float, work: Awaitable[T]) -> T:
-    # asyncio.timeout runs the work in this task: no task per statement.
-    async with asyncio.timeout(timeout):
-        return await work
 
 
 async def stop_worker(worker: Worker, timeout: float) -> bool:

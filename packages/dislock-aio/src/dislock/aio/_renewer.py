@@ -158,10 +158,6 @@ class Renewer:
         self._generation += 1
         self._renewer = spawn(partial(self._renew, self._generation), "dislock-renewer")
 
-    def _current(self, generation: int) -> bool:
-        with self._guard:
-            return generation == self._generation
-
     async def _renew(self, generation: int) -> None:
         """Send the due batches, then sleep until the next lease is due (or for
         ever, without leases; ``register`` wakes it)."""

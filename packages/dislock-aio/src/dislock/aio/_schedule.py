@@ -82,7 +82,7 @@ class ScheduleLock(ScheduleState):
             context.connect_patience_seconds, self.given.clock(), slot=self._slot_of_now()
         )
         try:
-            await hub.connect_patiently(patience)
+            await hub.connect(patience)
 
             async def claim() -> tuple[Acquired, datetime]:
                 claims = claiming_schedule_slot(

@@ -54,7 +54,7 @@ def _drive(hub: Hub, sequence: Steps[Outcome]) -> Outcome:
         elif isinstance(step, Pause):
             sleep(step.seconds)
         elif isinstance(step, Connect):
-            hub.connect_patiently(step.patience)
+            hub.connect(step.patience)
         elif isinstance(step, Crowded):
             reply = hub.crowded
         else:

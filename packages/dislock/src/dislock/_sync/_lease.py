@@ -80,7 +80,7 @@ class LeaseLock(LeaseState[Hub, Event]):
             if taken is None:
                 raise self._not_taken()
             held = self._holding_now(hub, *taken)
-            hub.register(held.renewal, self.lease_lost)
+            hub.renewer.register(held.renewal, self.lease_lost)
             self.given.held.add(held.renewal.table_parts, self.key, context.owner)
             # Inside the try: an interruption from here on is handled below, and
             # one after it finds the lock ``holding``, so its exit releases it.
@@ -94,7 +94,7 @@ class LeaseLock(LeaseState[Hub, Event]):
             # whatever is ours rather than leave it to expire by its TTL.
             self._held = None
             if held is not None:
-                hub.unregister(held.renewal)
+                hub.renewer.unregister(held.renewal)
             keys = [self.key] if context.slots == 1 else self._slot_keys
             drive(hub, handing_back(context, keys))
             if held is not None:
@@ -157,7 +157,7 @@ class LeaseLock(LeaseState[Hub, Event]):
         self._leave(held, lost=lost, block_failed=exc_type is not None)
 
     def _leave(self, held: Held[Hub], *, lost: bool, block_failed: bool) -> None:
-        held.hub.unregister(held.renewal)
+        held.hub.renewer.unregister(held.renewal)
         self._held = None
         released = False
         try:

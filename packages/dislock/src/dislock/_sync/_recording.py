@@ -154,12 +154,9 @@ class RunRecording:
         assert hub is not None
         try:
             if self.run_id is not None:
-                self._record_end(hub, self.run_id, exc)
+                self._record_end_of(hub, self.run_id, run_end(self.context, self.run, exc))
         finally:
             leave_hub(hub)
-
-    def _record_end(self, hub: Hub, run_id: int, exc: BaseException | None) -> None:
-        self._record_end_of(hub, run_id, run_end(self.context, self.run, exc))
 
     def _record_end_of(self, hub: Hub, run_id: int, end: history.RunEnd) -> None:
         ending = history.end(self.table, run_id, end)
@@ -189,7 +186,7 @@ class RunRecording:
             )
             try:
                 patience = ConnectPatience(self.context.connect_patience_seconds, monotonic())
-                hub.connect_patiently(patience)
+                hub.connect(patience)
                 hub.ask(ending, history.HISTORY_TIMEOUT, patience)
             except Exception as again:
                 self._not_recorded(again, run_id, end, ended_at)

@@ -84,7 +84,7 @@ class ScheduleLock(ScheduleState):
             context.connect_patience_seconds, self.given.clock(), slot=self._slot_of_now()
         )
         try:
-            hub.connect_patiently(patience)
+            hub.connect(patience)
 
             def claim() -> tuple[Acquired, datetime]:
                 claims = claiming_schedule_slot(

@@ -13,7 +13,6 @@ import logging
 from collections.abc import Callable, Iterable
 from contextlib import ExitStack
 from dataclasses import replace
-from datetime import datetime
 from functools import wraps
 from time import monotonic
 from typing import ParamSpec, Protocol, TypeVar
@@ -113,11 +112,6 @@ def _is_group(lock: Lock) -> bool:
 def _modes(locks: Iterable[Lock]) -> list[str]:
     modes = [SCHEDULE if isinstance(lock, ScheduleLock) else LEASE for lock in locks]
     return [mode for mode, lock in zip(modes, locks, strict=True) if not _is_group(lock)]
-
-
-def _slot(session: LockSession) -> datetime | None:
-    schedule = session.schedule
-    return None if schedule is None else schedule.expires_at
 
 
 _LOCK_CLASSES: dict[str, type[ScheduleLock] | type[LeaseLock]] = {
@@ -256,7 +250,8 @@ class Acquisition:
                         # Left before the lease is released (the stack unwinds in reverse).
                         stack.push(schedule.closing)
                 if context.history:
-                    recording = RunRecording(context, session, _modes(locks), _slot(session))
+                    slot = None if schedule is None else schedule.expires_at
+                    recording = RunRecording(context, session, _modes(locks), slot)
                     enter_exit_first(stack, recording)
             finally:
                 leave_hub(hub)

@@ -14,8 +14,8 @@ import contextlib
 import signal
 import time
 import weakref
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Iterator
+from typing import Any, ParamSpec, TypeAlias, TypeVar
 
 from psycopg import AsyncConnection, AsyncCursor
 from psycopg.rows import TupleRow
@@ -29,7 +29,12 @@ from dislock.core.supervision import SignalRoute
 from dislock.core.timeouts import CANCEL_GRACE, STUCK_AFTER
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
+Takes: TypeAlias = Callable[P, Awaitable[T]]
+"""A function as the decorators take it: a coroutine function, here."""
+Gives: TypeAlias = Callable[P, Coroutine[Any, Any, T]]
+"""A decorated function: a coroutine function, here."""
 
 Event = asyncio.Event
 Lock = asyncio.Lock

@@ -8,7 +8,7 @@ The locks themselves are ``._schedule``'s and ``._lease``'s, the run's history r
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from contextlib import AsyncExitStack
 from dataclasses import replace
 from functools import wraps
@@ -27,15 +27,11 @@ from dislock.core.rows import lease_key
 from dislock.core.waiting import jitter_delay
 
 from ._acquiring import drive_briefly
-from ._compat import Event, LossGuard, sleep
+from ._compat import Event, Gives, LossGuard, Takes, sleep
 from ._hub import enter_hub, leave_hub
 from ._lease import LeaseLock
 from ._recording import RunRecording
 from ._schedule import ScheduleLock
-
-if True:  # ASYNC
-    from collections.abc import Awaitable, Coroutine
-    from typing import Any
 
 logger = logging.getLogger("dislock")
 
@@ -324,25 +320,13 @@ class Acquisition:
             context = replace(context, owner=default_owner())
         return Acquisition(context, self._strategies, cancel_on_loss=self._cancel_on_loss)
 
-    if True:  # ASYNC
+    def __call__(self, func: Takes[P, R]) -> Gives[P, R]:
+        @wraps(func)
+        async def guarded(*args: P.args, **kwargs: P.kwargs) -> R:
+            async with self.for_one_call():
+                return await func(*args, **kwargs)
 
-        def __call__(self, func: Callable[P, Awaitable[R]]) -> Callable[P, Coroutine[Any, Any, R]]:
-            @wraps(func)
-            async def guarded(*args: P.args, **kwargs: P.kwargs) -> R:
-                async with self.for_one_call():
-                    return await func(*args, **kwargs)
-
-            return guarded
-
-    else:
-
-        def __call__(self, func: Callable[P, R]) -> Callable[P, R]:
-            @wraps(func)
-            def guarded(*args: P.args, **kwargs: P.kwargs) -> R:
-                with self.for_one_call():
-                    return func(*args, **kwargs)
-
-            return guarded
+        return guarded
 
 
 def acquire_locks(

@@ -14,6 +14,7 @@ from typing import Any, Literal, ParamSpec, TypeVar, overload
 from dislock.core.context import LockContext, strategies_for
 from dislock.core.errors import ConfigurationError, LockDelayedError, LockNotAcquiredError
 
+from ._compat import Gives, Takes
 from ._session import Acquisition, enter_exit_first
 
 logger = logging.getLogger("dislock")
@@ -31,7 +32,7 @@ class _SkipWhenHeld:
     def __init__(self, acquisition: Acquisition) -> None:
         self._acquisition = acquisition
 
-    def __call__(self, func: Callable[P, R]) -> Callable[P, R | None]:
+    def __call__(self, func: Takes[P, R]) -> Gives[P, R | None]:
         @wraps(func)
         def guarded(*args: P.args, **kwargs: P.kwargs) -> R | None:
             with ExitStack() as stack:

@@ -10,7 +10,7 @@ The locks themselves are ``._schedule``'s and ``._lease``'s, the run's history r
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from contextlib import ExitStack
 from dataclasses import replace
 from functools import wraps
@@ -29,7 +29,7 @@ from dislock.core.rows import lease_key
 from dislock.core.waiting import jitter_delay
 
 from ._acquiring import drive_briefly
-from ._compat import Event, LossGuard, sleep
+from ._compat import Event, Gives, LossGuard, Takes, sleep
 from ._hub import enter_hub, leave_hub
 from ._lease import LeaseLock
 from ._recording import RunRecording
@@ -322,7 +322,7 @@ class Acquisition:
             context = replace(context, owner=default_owner())
         return Acquisition(context, self._strategies, cancel_on_loss=self._cancel_on_loss)
 
-    def __call__(self, func: Callable[P, R]) -> Callable[P, R]:
+    def __call__(self, func: Takes[P, R]) -> Gives[P, R]:
         @wraps(func)
         def guarded(*args: P.args, **kwargs: P.kwargs) -> R:
             with self.for_one_call():

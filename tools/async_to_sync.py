@@ -55,7 +55,6 @@ MODULES = (
     "_renewer.py",
     "_schedule.py",
     "_session.py",
-    "_stopping.py",
     "_supervisor.py",
     "_waiting.py",
     "_watching.py",

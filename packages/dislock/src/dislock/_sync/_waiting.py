@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
 from time import monotonic
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from psycopg import Connection
 from psycopg.rows import TupleRow
@@ -67,38 +66,40 @@ class Listener:
 
     @classmethod
     def open(
-        cls,
-        url: str,
-        kwargs: dict[str, Any],
-        channel: str,
-        exchange: Exchange[ListenRow],
-        *,
-        detect: bool,
+        cls, context: LockContext, exchange: Exchange[ListenRow], what: str
     ) -> Listener | None:
-        """A listening connection; None when ``detect`` finds a pooler in between.
-        ``exchange`` (``dislock.core.waiting.listen``) answers the backend pid and
-        the payload."""
-        conn = Connection.connect(url, **kwargs)
+        """A connection woken by ``what``, unless only polling can work
+        (``LockContext.wait_listen``, or a pooler found in between).  ``exchange``
+        (``dislock.core.waiting.listen``) answers the backend pid and the payload."""
+        if context.wait_listen is False:
+            return None
         try:
-            cursor = conn.execute(exchange.query, exchange.params)
-            found = exchange.read(cursor.fetchall())
-            if detect and found.backend_pid != conn.info.backend_pid:
+            kwargs = connection_kwargs(context.url, context.connect_timeout_seconds)
+            conn = Connection.connect(context.url, **kwargs)
+            try:
+                cursor = conn.execute(exchange.query, exchange.params)
+                found = exchange.read(cursor.fetchall())
+                if context.wait_listen is None and found.backend_pid != conn.info.backend_pid:
+                    conn.close()
+                    return None
+                conn.execute(SQL("LISTEN {}").format(Identifier(WAKE_CHANNEL)))
+            except BaseException:
                 conn.close()
-                return None
-            wake = found.wake
-            conn.execute(SQL("LISTEN {}").format(Identifier(channel)))
-        except BaseException:
-            conn.close()
-            raise
-        return cls(conn, wake)
+                raise
+        except Exception as exc:
+            logger.warning(
+                "cannot listen for %s, polling instead: %s", what, scrub(str(exc), context.url)
+            )
+            return None
+        return cls(conn, found.wake)
 
     def wait(self, timeout: float) -> bool:
         """Wait up to ``timeout`` for a release of our lease; whether one came.  The
         notifications already received with it are dropped (``drain``): one
         wake-up stands for them all."""
-        deadline = time.monotonic() + timeout
+        deadline = monotonic() + timeout
         while True:
-            left = deadline - time.monotonic()
+            left = deadline - monotonic()
             if left <= 0:
                 return False
             notifies = self.conn.notifies(timeout=left)
@@ -139,7 +140,7 @@ def wait_for_release(
         context.wait_seconds, started_at=monotonic(), poll_seconds=context.wait_poll_seconds
     )
     listen_to = listen(context.table_parts, context.lock_key, context.lease_mode)
-    listener = listening(context, listen_to, "releases")
+    listener = Listener.open(context, listen_to, "releases")
     logger.info(
         "lease %r is held; waiting up to %g s (%s)",
         context.lock_key,
@@ -223,26 +224,6 @@ def _still_held(context: LockContext, hub: Hub, timeout: float) -> bool:
         return False
 
 
-def listening(context: LockContext, exchange: Exchange[ListenRow], what: str) -> Listener | None:
-    """A connection woken by ``what`` (``exchange`` listens), unless only polling can
-    work (``LockContext.wait_listen``, or a pooler found in between)."""
-    if context.wait_listen is False:
-        return None
-    try:
-        return Listener.open(
-            context.url,
-            connection_kwargs(context.url, context.connect_timeout_seconds),
-            WAKE_CHANNEL,
-            exchange,
-            detect=context.wait_listen is None,
-        )
-    except Exception as exc:
-        logger.warning(
-            "cannot listen for %s, polling instead: %s", what, scrub(str(exc), context.url)
-        )
-        return None
-
-
 class Claim(Protocol[Taken]):
     """The slot's claim, raising ``DependencyPending`` while a key has not succeeded."""
 
@@ -276,10 +257,8 @@ def wait_after(context: LockContext, claim: Claim[Taken], patience: ConnectPatie
                     if listener is not None:
                         listener.close()
                     listen_to = listen_after(table, pending.key)
-                    listener, listened = (
-                        listening(context, listen_to, "successes"),
-                        pending.key,
-                    )
+                    listener = Listener.open(context, listen_to, "successes")
+                    listened = pending.key
                     waited_from = monotonic()
                     continue
                 delay = plan.next_delay(monotonic(), listening=listener is not None)

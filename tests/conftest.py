@@ -12,11 +12,18 @@ import pytest
 from psycopg import sql
 
 from dislock import LockContext
+from dislock.core.exchange import Answer, Exchange
 from dislock.core.protocol import protocol_sql
 from tests.support.postgres import postgres_url
 from tests.support.rows import Rows
 
 BARE_TABLES = os.environ.get("DISLOCK_TEST_BARE_TABLES") == "1"
+
+
+def as_sent(exchange: Exchange[Answer]) -> Exchange[Answer]:
+    """``exchange`` as a client sends it on this suite's tables: its plain statement
+    (``Exchange.fallback``) on a table without the lock functions."""
+    return (exchange.fallback or exchange) if BARE_TABLES else exchange
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -47,18 +47,14 @@ SOURCE_DIR = ROOT / "packages/dislock-aio/src/dislock/aio"
 TARGET_DIR = ROOT / "packages/dislock/src/dislock/_sync"
 MODULES = (
     "_acquiring.py",
-    "_after.py",
-    "_compat_api.py",
     "_decorators.py",
     "_fencing.py",
     "_hub.py",
     "_lease.py",
-    "_listen.py",
     "_recording.py",
     "_renewer.py",
     "_schedule.py",
     "_session.py",
-    "_stopping.py",
     "_supervisor.py",
     "_waiting.py",
     "_watching.py",

@@ -19,7 +19,9 @@ import pytest
 import dislock._sync._hub
 import dislock.aio._hub
 from dislock import LockContext
+from dislock.core import protocol
 from dislock.core.rows import lease_key, schedule_key
+from tests.conftest import BARE_TABLES
 from tests.support.drivers import AioDriver, Driver, Holding
 from tests.support.rows import Rows
 
@@ -264,6 +266,8 @@ def test_a_look_goes_first_only_on_a_connection_opened_through_a_crowded_door(
     limited_url: str,
     sent: list[str],
     crowded: bool,
+    lock_table: tuple[str, str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A lone run finds the server's door open and decides in one round trip: the
     acquiring statement alone.  A run that was refused a connection first (a herd:
@@ -275,6 +279,8 @@ def test_a_look_goes_first_only_on_a_connection_opened_through_a_crowded_door(
         url=limited_url, run_ttl_seconds=10, lease_interval_seconds=1, connect_patience_seconds=30
     )
     rows.plant(lease_key(context.lock_key), "another-machine", 600)
+    if BARE_TABLES:  # a process that has met the table sends its plain statement alone
+        monkeypatch.setattr(protocol, "MISSING", {tuple(lock_table)})
     blockers = [psycopg.connect(limited_url) for _ in range(LIMIT)] if crowded else []
     door = _GiveBackOnRetry(blockers)
     logger = logging.getLogger("dislock")

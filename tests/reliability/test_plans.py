@@ -15,6 +15,7 @@ import pytest
 from psycopg import sql
 
 from dislock.core.lock_statements import statements
+from tests.conftest import as_sent
 
 
 def executed_seq_scans(plan: dict[str, Any]) -> list[str]:
@@ -50,8 +51,9 @@ def test_an_acquisition_reads_no_row_by_scanning(
     else:
         end = datetime.now(UTC) + timedelta(minutes=1)
         exchange = chosen.acquire_until("cronjob-lock:schedule:job", "me", end)
-    params = exchange.params
-    explain = sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) {}").format(exchange.query)
+    sent = as_sent(exchange)
+    params = sent.params
+    explain = sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) {}").format(sent.query)
     # Twice: the first acquisition also records the timeline and the TTL.
     for _ in range(2):
         row = db.execute(explain, params).fetchone()

@@ -19,10 +19,12 @@ from dislock.core.lock_statements import statements
 from dislock.core.rows import lease_key, schedule_key
 from dislock.core.unknown_outcome import Mine
 from dislock.core.waiting import ListenRow, listen
+from tests.conftest import as_sent
 
 
 def described(db: psycopg.Connection[Any], exchange: Exchange[Any]) -> list[str]:
-    cursor = db.execute(exchange.query, exchange.params)
+    sent = as_sent(exchange)
+    cursor = db.execute(sent.query, sent.params)
     assert cursor.description is not None
     return [column.name for column in cursor.description]
 

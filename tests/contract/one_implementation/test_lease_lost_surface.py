@@ -64,13 +64,13 @@ def test_sync_is_lost_only_asks_and_declare_if_lost_declares(
         held = lock._held
         assert held is not None
         # Out of the workers' sight, the local deadline passes: nothing has said so.
-        held.hub.unregister(held.renewal)
+        held.hub.renewer.unregister(held.renewal)
         held.renewal.clock.deadline = time.monotonic() - 0.001
         records = len(caplog.records)
         assert lock.is_lost() and lock.is_lost()
         assert not lock.lease_lost.is_set() and lock.lost_reason is None  # only asked
         assert caplog.records[records:] == []
-        held.hub.register(held.renewal, lock.lease_lost)  # the watchdog may race us now
+        held.hub.renewer.register(held.renewal, lock.lease_lost)  # the watchdog may race us now
         assert lock.declare_if_lost() and lock.lease_lost.is_set()
         assert lock.declare_if_lost()
         losses = [r for r in caplog.records[records:] if "lost:" in r.getMessage()]

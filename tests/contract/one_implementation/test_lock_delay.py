@@ -22,6 +22,7 @@ from dislock.cli.lock_rows import listing
 from dislock.cli.sending import send
 from dislock.core.failover import TIMELINE_KEY, TTL_KEY_PREFIX
 from dislock.core.rows import lease_key
+from tests.conftest import as_sent
 from tests.support.rows import Rows
 
 LONGEST = timedelta(seconds=30)
@@ -91,7 +92,7 @@ def test_an_acquisition_that_began_before_the_first_record_is_not_delayed(
     begun before the first lock took its row."""
     from dislock.core.lock_statements import statements
 
-    exchange = statements(lock_table).acquire_for(lease_key("second"), "second-owner", 2.0)
+    exchange = as_sent(statements(lock_table).acquire_for(lease_key("second"), "second-owner", 2.0))
     with psycopg.connect(database_url, prepare_threshold=None) as early:  # not autocommit
         early.execute("SELECT now()")  # the transaction, and its NOW(), start here
         time.sleep(0.05)  # strictly before the record below, whatever the clock's grain

@@ -10,6 +10,7 @@ import psycopg
 from psycopg import sql
 
 from dislock.core.rows import lease_key, schedule_key
+from tests.conftest import as_sent
 
 
 def test_a_refused_acquisition_writes_nothing(
@@ -38,7 +39,7 @@ def test_a_refused_acquisition_writes_nothing(
         statements.acquire_slot(slots, "{owner}", 60.0),
         statements.acquire_slot(slots, "{owner}", 60.0),
     ]
-    attempts = [(exchange.query, exchange.params) for exchange in exchanges]
+    attempts = [(as_sent(exchange).query, as_sent(exchange).params) for exchange in exchanges]
 
     def attempt(
         statement: sql.SQL | sql.Composed, params: dict[str, Any], owner: str

@@ -15,6 +15,7 @@ from dislock.core.exchange import Exchange
 from dislock.core.lock_statements import statements
 from dislock.core.replace_marks import Marked, hand_over, mark, withdraw
 from dislock.core.rows import RELEASED_MARK, lease_key
+from tests.conftest import as_sent
 
 KEY = lease_key("nightly")
 HOLDER = "wëb-3 (blue):4242:9f3a0c1e"
@@ -23,8 +24,9 @@ THIRD = "web-5:1:aa"
 
 
 def send(db: psycopg.Connection[Any], exchange: Exchange[Any]) -> Any:
-    cursor = db.execute(exchange.query, exchange.params)
-    return exchange.read(cursor.fetchall() if cursor.description else [])
+    sent = as_sent(exchange)
+    cursor = db.execute(sent.query, sent.params)
+    return sent.read(cursor.fetchall() if cursor.description else [])
 
 
 def value(db: psycopg.Connection[Any], table: tuple[str, str]) -> tuple[str, bool]:

@@ -19,6 +19,7 @@ from dislock import LockContext, LockNotAcquiredError, ScheduleLock
 from dislock.core.cron import SlotCandidates, slot_end
 from dislock.core.lock_statements import statements
 from dislock.core.rows import schedule_key
+from tests.conftest import as_sent
 from tests.support.rows import Rows
 
 MakeContext = Callable[..., LockContext]
@@ -32,7 +33,7 @@ def _claim(
     db: psycopg.Connection[Any], table: tuple[str, str], key: str, candidates: SlotCandidates
 ) -> tuple[bool, Any]:
     """Run the statement: whether it took the slot, and the slot end it picked."""
-    exchange = statements(table).acquire_by_clock(key, "me", candidates)
+    exchange = as_sent(statements(table).acquire_by_clock(key, "me", candidates))
     row = db.execute(exchange.query.as_string(db), exchange.params).fetchone()
     assert row is not None  # always one row
     taken, token, paused_for, paused_until, timeline, delayed_until, end = row

@@ -32,7 +32,7 @@ LEASE = {"run_ttl_seconds": 3.0, "lease_interval_seconds": 0.5}
 def waiting_for_a_release(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
     """Set once a sync waiter has been refused and listens for a release: from
     then on only a ``NOTIFY`` (or its next poll, far away) lets it go on."""
-    from dislock._sync._listen import Listener
+    from dislock._sync._waiting import Listener
 
     refused = threading.Event()
     original = Listener.wait

@@ -2,7 +2,9 @@
 
 ``dislock._sync._compat`` offers the same names over threads and blocking calls,
 which is what lets ``tools/async_to_sync.py`` turn the asyncio modules of this
-package into the sync ones by dropping ``async``/``await``.
+package, the only hand-written copy of the lock code, into the sync ones
+(``dislock/_sync/``) by dropping ``async``/``await``.  mypy checks the generated
+modules against the sync ``_compat``: a name or a signature it lacks fails there.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import signal
 import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Iterator
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, ParamSpec, TypeAlias, TypeVar
 
 from psycopg import AsyncConnection, AsyncCursor
 from psycopg.rows import TupleRow
@@ -27,7 +29,12 @@ from dislock.core.supervision import SignalRoute
 from dislock.core.timeouts import CANCEL_GRACE, STUCK_AFTER
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
+Takes: TypeAlias = Callable[P, Awaitable[T]]
+"""A function as the decorators take it: a coroutine function, here."""
+Gives: TypeAlias = Callable[P, Coroutine[Any, Any, T]]
+"""A decorated function: a coroutine function, here."""
 
 Event = asyncio.Event
 Lock = asyncio.Lock
@@ -35,9 +42,7 @@ Worker = asyncio.Task[None]
 sleep = asyncio.sleep
 
 
-async def to_thread(function: Callable[[], T]) -> T:
-    """``function()``, run in a thread so that the loop goes on meanwhile (it blocks)."""
-    return await asyncio.to_thread(function)
+to_thread = asyncio.to_thread  # for a call that blocks: the loop goes on meanwhile
 
 
 _registries: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Registry] = (
@@ -119,7 +124,9 @@ class Link:
         self._deadlines.append(deadline)
         unreplicated: list[str] = []
         try:
-            cursor = await _within(timeout, self._run(query, params, unreplicated))
+            # asyncio.timeout runs the statement in this task: no task per statement.
+            async with asyncio.timeout(timeout):
+                cursor = await self._run(query, params, unreplicated)
         except TimeoutError:
             if unreplicated:  # the cancel ended a wait for the standbys: it committed
                 raise unconfirmed(unreplicated[0]) from None
@@ -148,12 +155,6 @@ class Link:
         self.retired = True
         if not self._deadlines:
             await self.conn.close()
-
-
-async def _within(timeout: float, work: Awaitable[T]) -> T:
-    # asyncio.timeout runs the work in this task: no task per statement.
-    async with asyncio.timeout(timeout):
-        return await work
 
 
 async def stop_worker(worker: Worker, timeout: float) -> bool:
@@ -339,10 +340,3 @@ class LossGuard:
         """Wait until the watcher has stopped, so that no task outlives the block."""
         if self._watcher is not None:
             await asyncio.wait({self._watcher})
-
-
-if TYPE_CHECKING:  # this module offers what the lock code needs (``_compat_api``)
-    from dislock.aio import _compat
-    from dislock.aio._compat_api import Compat
-
-    _offers: Compat = _compat

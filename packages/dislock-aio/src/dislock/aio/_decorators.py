@@ -1,9 +1,5 @@
 """Decorators: ``with_locks`` (the short form, and 0.1.0's), and its
-``skip_held`` variant for jobs scheduled on every replica.
-
-Hand-written in ``dislock/aio/_decorators.py``; ``dislock/_sync/_decorators.py``
-is generated from it by ``tools/async_to_sync.py``.
-"""
+``skip_held`` variant for jobs scheduled on every replica."""
 
 from __future__ import annotations
 
@@ -16,10 +12,8 @@ from typing import Any, Literal, ParamSpec, TypeVar, overload
 from dislock.core.context import LockContext, strategies_for
 from dislock.core.errors import ConfigurationError, LockDelayedError, LockNotAcquiredError
 
+from ._compat import Gives, Takes
 from ._session import Acquisition, enter_exit_first
-
-if True:  # ASYNC
-    from collections.abc import Awaitable, Coroutine
 
 logger = logging.getLogger("dislock")
 
@@ -36,37 +30,18 @@ class _SkipWhenHeld:
     def __init__(self, acquisition: Acquisition) -> None:
         self._acquisition = acquisition
 
-    if True:  # ASYNC
+    def __call__(self, func: Takes[P, R]) -> Gives[P, R | None]:
+        @wraps(func)
+        async def guarded(*args: P.args, **kwargs: P.kwargs) -> R | None:
+            async with AsyncExitStack() as stack:
+                try:
+                    await enter_exit_first(stack, self._acquisition.for_one_call())
+                except LockNotAcquiredError as refused:
+                    _skipped(func, refused)
+                    return None
+                return await func(*args, **kwargs)
 
-        def __call__(
-            self, func: Callable[P, Awaitable[R]]
-        ) -> Callable[P, Coroutine[Any, Any, R | None]]:
-            @wraps(func)
-            async def guarded(*args: P.args, **kwargs: P.kwargs) -> R | None:
-                async with AsyncExitStack() as stack:
-                    try:
-                        await enter_exit_first(stack, self._acquisition.for_one_call())
-                    except LockNotAcquiredError as refused:
-                        _skipped(func, refused)
-                        return None
-                    return await func(*args, **kwargs)
-
-            return guarded
-
-    else:
-
-        def __call__(self, func: Callable[P, R]) -> Callable[P, R | None]:
-            @wraps(func)
-            def guarded(*args: P.args, **kwargs: P.kwargs) -> R | None:
-                with AsyncExitStack() as stack:
-                    try:
-                        enter_exit_first(stack, self._acquisition.for_one_call())
-                    except LockNotAcquiredError as refused:
-                        _skipped(func, refused)
-                        return None
-                    return func(*args, **kwargs)
-
-            return guarded
+        return guarded
 
 
 def _skipped(func: Callable[..., object], refused: LockNotAcquiredError) -> None:

@@ -1,9 +1,7 @@
 """A run's row in the history table (``LockContext.history``): inserted once its
 locks are held, completed as the block ends, before they are released.
 
-Hand-written in ``dislock/aio/_recording.py``; ``dislock/_sync/_recording.py`` is
-generated from it by ``tools/async_to_sync.py``.  The statements, and what an
-ending counts as, are ``dislock.core.history``'s.
+The statements, and what an ending counts as, are ``dislock.core.history``'s.
 """
 
 from __future__ import annotations
@@ -154,12 +152,9 @@ class RunRecording:
         assert hub is not None
         try:
             if self.run_id is not None:
-                await self._record_end(hub, self.run_id, exc)
+                await self._record_end_of(hub, self.run_id, run_end(self.context, self.run, exc))
         finally:
             await leave_hub(hub)
-
-    async def _record_end(self, hub: Hub, run_id: int, exc: BaseException | None) -> None:
-        await self._record_end_of(hub, run_id, run_end(self.context, self.run, exc))
 
     async def _record_end_of(self, hub: Hub, run_id: int, end: history.RunEnd) -> None:
         ending = history.end(self.table, run_id, end)
@@ -191,7 +186,7 @@ class RunRecording:
             )
             try:
                 patience = ConnectPatience(self.context.connect_patience_seconds, monotonic())
-                await hub.connect_patiently(patience)
+                await hub.connect(patience)
                 await hub.ask(ending, history.HISTORY_TIMEOUT, patience)
             except Exception as again:
                 self._not_recorded(again, run_id, end, ended_at)

@@ -1,8 +1,5 @@
 """The renewer and the watchdog of one hub's leases (``Renewer``).
 
-Hand-written in ``dislock/aio/_renewer.py``; ``dislock/_sync/_renewer.py`` is
-generated from it by ``tools/async_to_sync.py``.
-
 Leases register with it; its renewer renews all of them with one statement per
 tick and table (see ``dislock.core.renewal``) on the hub's connection, and its
 watchdog declares each lease lost at its own local deadline, even while a
@@ -160,10 +157,6 @@ class Renewer:
         """(Under the guard.)"""
         self._generation += 1
         self._renewer = spawn(partial(self._renew, self._generation), "dislock-renewer")
-
-    def _current(self, generation: int) -> bool:
-        with self._guard:
-            return generation == self._generation
 
     async def _renew(self, generation: int) -> None:
         """Send the due batches, then sleep until the next lease is due (or for

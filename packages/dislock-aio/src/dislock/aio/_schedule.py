@@ -1,8 +1,7 @@
 """``ScheduleLock``: one start per schedule slot.
 
-Hand-written in ``dislock/aio/_schedule.py``; ``dislock/_sync/_schedule.py`` is
-generated from it by ``tools/async_to_sync.py``.  Which slot, and the statements
-that claim it in which order, are ``dislock.core.acquisition``'s.
+Which slot, and the statements that claim it in which order, are
+``dislock.core.acquisition``'s.
 """
 
 from __future__ import annotations
@@ -19,7 +18,6 @@ from dislock.core.patience import ConnectPatience
 from dislock.core.schedule_state import ScheduleState
 
 from ._acquiring import GIVEN, drive, drive_briefly
-from ._after import wait_after
 from ._hub import enter_hub, leave_hub
 from ._recording import (
     Alone,
@@ -30,6 +28,7 @@ from ._recording import (
     record_late,
     run_end,
 )
+from ._waiting import wait_after
 
 
 class ScheduleLock(ScheduleState):
@@ -83,7 +82,7 @@ class ScheduleLock(ScheduleState):
             context.connect_patience_seconds, self.given.clock(), slot=self._slot_of_now()
         )
         try:
-            await hub.connect_patiently(patience)
+            await hub.connect(patience)
 
             async def claim() -> tuple[Acquired, datetime]:
                 claims = claiming_schedule_slot(

@@ -1,18 +1,16 @@
 """``acquire_locks``: the locks of a run entered in order, and the ``LockSession``
 it gives.
 
-Hand-written in ``dislock/aio/_session.py``; ``dislock/_sync/_session.py`` is
-generated from it by ``tools/async_to_sync.py``.  The locks themselves are
-``._schedule``'s and ``._lease``'s, the run's history row ``._recording``'s.
+The locks themselves are ``._schedule``'s and ``._lease``'s, the run's history row
+``._recording``'s.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from contextlib import AsyncExitStack
 from dataclasses import replace
-from datetime import datetime
 from functools import wraps
 from time import monotonic
 from typing import ParamSpec, Protocol, TypeVar
@@ -29,15 +27,11 @@ from dislock.core.rows import lease_key
 from dislock.core.waiting import jitter_delay
 
 from ._acquiring import drive_briefly
-from ._compat import Event, LossGuard, sleep
+from ._compat import Event, Gives, LossGuard, Takes, sleep
 from ._hub import enter_hub, leave_hub
 from ._lease import LeaseLock
 from ._recording import RunRecording
 from ._schedule import ScheduleLock
-
-if True:  # ASYNC
-    from collections.abc import Awaitable, Coroutine
-    from typing import Any
 
 logger = logging.getLogger("dislock")
 
@@ -116,11 +110,6 @@ def _is_group(lock: Lock) -> bool:
 def _modes(locks: Iterable[Lock]) -> list[str]:
     modes = [SCHEDULE if isinstance(lock, ScheduleLock) else LEASE for lock in locks]
     return [mode for mode, lock in zip(modes, locks, strict=True) if not _is_group(lock)]
-
-
-def _slot(session: LockSession) -> datetime | None:
-    schedule = session.schedule
-    return None if schedule is None else schedule.expires_at
 
 
 _LOCK_CLASSES: dict[str, type[ScheduleLock] | type[LeaseLock]] = {
@@ -259,7 +248,8 @@ class Acquisition:
                         # Left before the lease is released (the stack unwinds in reverse).
                         stack.push_async_exit(schedule.closing)
                 if context.history:
-                    recording = RunRecording(context, session, _modes(locks), _slot(session))
+                    slot = None if schedule is None else schedule.expires_at
+                    recording = RunRecording(context, session, _modes(locks), slot)
                     await enter_exit_first(stack, recording)
             finally:
                 await leave_hub(hub)
@@ -330,25 +320,13 @@ class Acquisition:
             context = replace(context, owner=default_owner())
         return Acquisition(context, self._strategies, cancel_on_loss=self._cancel_on_loss)
 
-    if True:  # ASYNC
+    def __call__(self, func: Takes[P, R]) -> Gives[P, R]:
+        @wraps(func)
+        async def guarded(*args: P.args, **kwargs: P.kwargs) -> R:
+            async with self.for_one_call():
+                return await func(*args, **kwargs)
 
-        def __call__(self, func: Callable[P, Awaitable[R]]) -> Callable[P, Coroutine[Any, Any, R]]:
-            @wraps(func)
-            async def guarded(*args: P.args, **kwargs: P.kwargs) -> R:
-                async with self.for_one_call():
-                    return await func(*args, **kwargs)
-
-            return guarded
-
-    else:
-
-        def __call__(self, func: Callable[P, R]) -> Callable[P, R]:
-            @wraps(func)
-            def guarded(*args: P.args, **kwargs: P.kwargs) -> R:
-                with self.for_one_call():
-                    return func(*args, **kwargs)
-
-            return guarded
+        return guarded
 
 
 def acquire_locks(

@@ -1,10 +1,7 @@
 """``run_with_locks``: run a command under locks, as a supervisor.
 
-Hand-written in ``dislock/aio/_supervisor.py``; ``dislock/_sync/_supervisor.py`` is
-generated from it by ``tools/async_to_sync.py``.
-
 The command leads a process group (and session) of its own, so that signals, a
-lease loss (``_watching``) and the stop of what is left of it (``_stopping``) reach
+lease loss and the stop of what is left of it (``_watching``) reach
 all of it; a guard (``dislock.core.guard``) outside the group kills it should the
 wrapper die or stall past the lease's deadline, and is told the group as soon as the
 command has started.  Why it is built so, and what still escapes it:
@@ -50,8 +47,7 @@ from dislock.core.supervision import (
 from ._compat import Child, handling_signals, interrupter, interrupting, to_thread
 from ._lease import LeaseLock
 from ._session import LockSession, acquire_unguarded, enter_exit_first
-from ._stopping import clear_group, stop_group
-from ._watching import Bound, report_loss, watch
+from ._watching import Bound, clear_group, report_loss, stop_group, watch
 
 logger = logging.getLogger("dislock")
 

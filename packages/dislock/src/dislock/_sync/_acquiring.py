@@ -4,9 +4,8 @@
 statement sent and its answer (or error) fed back, each pause slept, the timeline
 noted.
 
-Hand-written in ``dislock/aio/_acquiring.py``; ``dislock/_sync/_acquiring.py`` is
-generated from it by ``tools/async_to_sync.py``.  Every decision (the order of the
-statements, what an answer or a lost answer means) is the sequence's.
+Every decision (the order of the statements, what an answer or a lost answer means) is
+the sequence's.
 """
 
 from __future__ import annotations
@@ -31,35 +30,31 @@ def drive(hub: Hub, sequence: Steps[Outcome]) -> Outcome:
     """Run ``sequence`` on ``hub`` to its outcome (or the error it raises).  An
     interruption (a cancellation, ``KeyboardInterrupt``) closes the sequence at the
     step it was at, rather than leaving it suspended for the garbage collector."""
-    try:
-        return _drive(hub, sequence)
-    finally:
-        sequence.close()
-
-
-def _drive(hub: Hub, sequence: Steps[Outcome]) -> Outcome:
     reply: Any = None
     error: Exception | None = None
-    while True:
-        try:
-            step = sequence.throw(error) if error is not None else sequence.send(reply)
-        except StopIteration as done:
-            outcome: Outcome = done.value
-            return outcome
-        reply, error = None, None
-        if isinstance(step, Ask):
+    try:
+        while True:
             try:
-                reply = hub.ask(step.exchange, step.timeout, step.patience)
-            except Exception as exc:  # the sequence decides what each error means
-                error = exc
-        elif isinstance(step, Pause):
-            sleep(step.seconds)
-        elif isinstance(step, Connect):
-            hub.connect_patiently(step.patience)
-        elif isinstance(step, Crowded):
-            reply = hub.crowded
-        else:
-            hub.note_timeline(step.timeline)
+                step = sequence.throw(error) if error is not None else sequence.send(reply)
+            except StopIteration as done:
+                outcome: Outcome = done.value
+                return outcome
+            reply, error = None, None
+            if isinstance(step, Ask):
+                try:
+                    reply = hub.ask(step.exchange, step.timeout, step.patience)
+                except Exception as exc:  # the sequence decides what each error means
+                    error = exc
+            elif isinstance(step, Pause):
+                sleep(step.seconds)
+            elif isinstance(step, Connect):
+                hub.connect(step.patience)
+            elif isinstance(step, Crowded):
+                reply = hub.crowded
+            else:
+                hub.note_timeline(step.timeline)
+    finally:
+        sequence.close()
 
 
 def drive_briefly(context: LockContext, sequence: Steps[Outcome]) -> Outcome:

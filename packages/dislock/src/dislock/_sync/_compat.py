@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from types import FrameType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, ParamSpec, TypeAlias, TypeVar
 
 from psycopg import Connection, Cursor, errors
 from psycopg.rows import TupleRow
@@ -58,6 +58,12 @@ class Event(threading.Event):
 Lock = threading.Lock
 Worker = threading.Thread
 T = TypeVar("T")
+P = ParamSpec("P")
+
+Takes: TypeAlias = Callable[P, T]
+"""A function as the decorators take it: any function, here."""
+Gives: TypeAlias = Callable[P, T]
+"""A decorated function: the same kind, here."""
 
 sleep = time.sleep
 
@@ -371,10 +377,3 @@ class LossGuard:
 
     def finish(self) -> None:
         return None
-
-
-if TYPE_CHECKING:  # this module offers what the lock code needs (``_compat_api``)
-    from dislock._sync import _compat
-    from dislock._sync._compat_api import Compat
-
-    _offers: Compat = _compat

@@ -1,11 +1,7 @@
 # GENERATED from dislock-aio's dislock/aio/_decorators.py by tools/async_to_sync.py: do not edit.
 # Change the asyncio source, then run `hatch run generate`.
 """Decorators: ``with_locks`` (the short form, and 0.1.0's), and its
-``skip_held`` variant for jobs scheduled on every replica.
-
-Hand-written in ``dislock/aio/_decorators.py``; ``dislock/_sync/_decorators.py``
-is generated from it by ``tools/async_to_sync.py``.
-"""
+``skip_held`` variant for jobs scheduled on every replica."""
 
 from __future__ import annotations
 
@@ -18,6 +14,7 @@ from typing import Any, Literal, ParamSpec, TypeVar, overload
 from dislock.core.context import LockContext, strategies_for
 from dislock.core.errors import ConfigurationError, LockDelayedError, LockNotAcquiredError
 
+from ._compat import Gives, Takes
 from ._session import Acquisition, enter_exit_first
 
 logger = logging.getLogger("dislock")
@@ -35,7 +32,7 @@ class _SkipWhenHeld:
     def __init__(self, acquisition: Acquisition) -> None:
         self._acquisition = acquisition
 
-    def __call__(self, func: Callable[P, R]) -> Callable[P, R | None]:
+    def __call__(self, func: Takes[P, R]) -> Gives[P, R | None]:
         @wraps(func)
         def guarded(*args: P.args, **kwargs: P.kwargs) -> R | None:
             with ExitStack() as stack:

@@ -2,9 +2,6 @@
 # Change the asyncio source, then run `hatch run generate`.
 """One connection and one renewer per database, shared by every lock of the process.
 
-Hand-written in ``dislock/aio/_hub.py``; ``dislock/_sync/_hub.py`` is
-generated from it by ``tools/async_to_sync.py``.
-
 ``Hub`` is the connection's life: locks run their statements on the hub's
 connection, which is opened on first use and closed when the last lock (or
 ``keep_connected`` scope) using it leaves; a connection that fails or stops
@@ -39,7 +36,7 @@ from dislock.core.protocol import missing
 from dislock.core.renewal import Renewal
 from dislock.core.timeouts import STATEMENT_FLOOR
 
-from ._compat import Event, Link, Lock, local_registry, sleep
+from ._compat import Link, Lock, local_registry, sleep
 from ._renewer import Renewer
 
 logger = logging.getLogger("dislock")
@@ -135,15 +132,11 @@ class Hub(HubState[Link]):
         answered = result is not None and result.status == ExecStatus.TUPLES_OK
         return exchange.read(cursor.fetchall() if answered else [])
 
-    def connect(self) -> None:
-        """Open the shared connection now if it is not open."""
-        self._usable_link()
-
-    def connect_patiently(self, patience: ConnectPatience) -> None:
+    def connect(self, patience: ConnectPatience | None = None) -> None:
         """Have the shared connection open, waiting out failures that say nothing
         about the lock (too many connections, a restarting server, a host that does
-        not answer, no primary yet) until ``patience``'s deadline; other failures,
-        and the last one, are raised."""
+        not answer, no primary yet) until ``patience``'s deadline, if given; other
+        failures, and the last one, are raised."""
         self._usable_link(patience)
 
     def _usable_link(self, patience: ConnectPatience | None = None) -> Link:
@@ -230,15 +223,6 @@ class Hub(HubState[Link]):
     def _retire(self, link: Link) -> None:
         self._forget(link)
         link.retire()
-
-    # What the locks ask of the renewer.
-
-    def register(self, renewal: Renewal, lost: Event) -> None:
-        """Keep ``renewal`` alive until ``unregister``; set ``lost`` if it cannot be."""
-        self.renewer.register(renewal, lost)
-
-    def unregister(self, renewal: Renewal) -> None:
-        self.renewer.unregister(renewal)
 
     def declare_lost(self, renewal: Renewal) -> None:
         self.renewer.declare_lost(renewal)

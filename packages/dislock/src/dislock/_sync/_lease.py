@@ -2,10 +2,9 @@
 # Change the asyncio source, then run `hatch run generate`.
 """``LeaseLock``: one holder at a time, for as long as the block runs.
 
-Hand-written in ``dislock/aio/_lease.py``; ``dislock/_sync/_lease.py`` is
-generated from it by ``tools/async_to_sync.py``.  The lease's clock, its
-state between statements, its renewals' bookkeeping and the order of its
-statements are ``dislock.core``'s; the renewing itself is the hub's (``._hub``).
+The lease's clock, its state between statements, its renewals' bookkeeping and the
+order of its statements are ``dislock.core``'s; the renewing itself is the hub's
+(``._hub``).
 """
 
 from __future__ import annotations
@@ -81,7 +80,7 @@ class LeaseLock(LeaseState[Hub, Event]):
             if taken is None:
                 raise self._not_taken()
             held = self._holding_now(hub, *taken)
-            hub.register(held.renewal, self.lease_lost)
+            hub.renewer.register(held.renewal, self.lease_lost)
             self.given.held.add(held.renewal.table_parts, self.key, context.owner)
             # Inside the try: an interruption from here on is handled below, and
             # one after it finds the lock ``holding``, so its exit releases it.
@@ -95,7 +94,7 @@ class LeaseLock(LeaseState[Hub, Event]):
             # whatever is ours rather than leave it to expire by its TTL.
             self._held = None
             if held is not None:
-                hub.unregister(held.renewal)
+                hub.renewer.unregister(held.renewal)
             keys = [self.key] if context.slots == 1 else self._slot_keys
             drive(hub, handing_back(context, keys))
             if held is not None:
@@ -158,7 +157,7 @@ class LeaseLock(LeaseState[Hub, Event]):
         self._leave(held, lost=lost, block_failed=exc_type is not None)
 
     def _leave(self, held: Held[Hub], *, lost: bool, block_failed: bool) -> None:
-        held.hub.unregister(held.renewal)
+        held.hub.renewer.unregister(held.renewal)
         self._held = None
         released = False
         try:

@@ -2,9 +2,8 @@
 # Change the asyncio source, then run `hatch run generate`.
 """``ScheduleLock``: one start per schedule slot.
 
-Hand-written in ``dislock/aio/_schedule.py``; ``dislock/_sync/_schedule.py`` is
-generated from it by ``tools/async_to_sync.py``.  Which slot, and the statements
-that claim it in which order, are ``dislock.core.acquisition``'s.
+Which slot, and the statements that claim it in which order, are
+``dislock.core.acquisition``'s.
 """
 
 from __future__ import annotations
@@ -21,7 +20,6 @@ from dislock.core.patience import ConnectPatience
 from dislock.core.schedule_state import ScheduleState
 
 from ._acquiring import GIVEN, drive, drive_briefly
-from ._after import wait_after
 from ._hub import enter_hub, leave_hub
 from ._recording import (
     Alone,
@@ -32,6 +30,7 @@ from ._recording import (
     record_late,
     run_end,
 )
+from ._waiting import wait_after
 
 
 class ScheduleLock(ScheduleState):
@@ -85,7 +84,7 @@ class ScheduleLock(ScheduleState):
             context.connect_patience_seconds, self.given.clock(), slot=self._slot_of_now()
         )
         try:
-            hub.connect_patiently(patience)
+            hub.connect(patience)
 
             def claim() -> tuple[Acquired, datetime]:
                 claims = claiming_schedule_slot(

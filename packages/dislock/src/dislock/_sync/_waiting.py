@@ -1,23 +1,32 @@
 # GENERATED from dislock-aio's dislock/aio/_waiting.py by tools/async_to_sync.py: do not edit.
 # Change the asyncio source, then run `hatch run generate`.
-"""Waiting for a lease held elsewhere: woken by its release (``LISTEN``), or by
-polling where no notification can reach us.  A wake-up is read as a hint: the
-lease's rows are read by primary key, and it is tried only when one is free.
+"""Waiting, woken by ``LISTEN`` on a connection of its own (``Listener``) or by
+polling where no notification can reach us: for a lease held elsewhere
+(``wait_for_release``), and for the keys a schedule slot comes after
+(``wait_after``: ``LockContext.after`` with ``wait_seconds``).
 
-Hand-written in ``dislock/aio/_waiting.py``; ``dislock/_sync/_waiting.py`` is
-generated from it by ``tools/async_to_sync.py``.  How long to wait and how often
-to poll are ``dislock.core.waiting``'s.
+A release's wake-up is read as a hint: the lease's rows are read by primary key,
+and it is tried only when one is free.  What a slot waits for, and the wake-up a
+success sends, are ``dislock.core.after``'s; how long to wait and how often to
+poll, ``dislock.core.waiting``'s.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from time import monotonic
 from typing import Protocol, TypeVar
 
+from psycopg import Connection
+from psycopg.rows import TupleRow
+from psycopg.sql import SQL, Identifier
+
+from dislock.core.after import DependencyPending, listen_after
 from dislock.core.context import LockContext
 from dislock.core.dsn import connection_kwargs, scrub
 from dislock.core.exchange import Exchange
+from dislock.core.history import history_table
 from dislock.core.patience import ConnectPatience
 from dislock.core.waiting import (
     WAKE_CHANNEL,
@@ -33,11 +42,87 @@ from dislock.core.waiting import (
 
 from ._compat import sleep
 from ._hub import Hub, enter_hub, leave_hub
-from ._listen import Listener
 
 logger = logging.getLogger("dislock")
 
 Taken = TypeVar("Taken", covariant=True)
+
+
+class Listener:
+    """A direct connection of its own that ``LISTEN``s for released leases.
+
+    Only a direct connection hears a ``NOTIFY``: behind a pooler in transaction
+    mode the ``LISTEN`` lands on whichever server connection ran it, and that one
+    is soon serving someone else.  A pooler shows itself by answering the startup
+    with a backend process id of its own making, which ``open`` compares with the
+    one the server reports.  The payload it waits for is the server's own making
+    too (``dislock.core.waiting.listen``), so that it is the one a release sends,
+    whatever names the table.
+    """
+
+    def __init__(self, conn: Connection[TupleRow], wake: str) -> None:
+        self.conn = conn
+        self.wake = wake
+
+    @classmethod
+    def open(
+        cls, context: LockContext, exchange: Exchange[ListenRow], what: str
+    ) -> Listener | None:
+        """A connection woken by ``what``, unless only polling can work
+        (``LockContext.wait_listen``, or a pooler found in between).  ``exchange``
+        (``dislock.core.waiting.listen``) answers the backend pid and the payload."""
+        if context.wait_listen is False:
+            return None
+        try:
+            kwargs = connection_kwargs(context.url, context.connect_timeout_seconds)
+            conn = Connection.connect(context.url, **kwargs)
+            try:
+                cursor = conn.execute(exchange.query, exchange.params)
+                found = exchange.read(cursor.fetchall())
+                if context.wait_listen is None and found.backend_pid != conn.info.backend_pid:
+                    conn.close()
+                    return None
+                conn.execute(SQL("LISTEN {}").format(Identifier(WAKE_CHANNEL)))
+            except BaseException:
+                conn.close()
+                raise
+        except Exception as exc:
+            logger.warning(
+                "cannot listen for %s, polling instead: %s", what, scrub(str(exc), context.url)
+            )
+            return None
+        return cls(conn, found.wake)
+
+    def wait(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` for a release of our lease; whether one came.  The
+        notifications already received with it are dropped (``drain``): one
+        wake-up stands for them all."""
+        deadline = monotonic() + timeout
+        while True:
+            left = deadline - monotonic()
+            if left <= 0:
+                return False
+            notifies = self.conn.notifies(timeout=left)
+            try:
+                for notify in notifies:
+                    if notify.payload == self.wake:
+                        break
+                else:
+                    continue
+            finally:
+                # Closed now: it holds the connection until it ends.
+                notifies.close()
+            self.drain()
+            return True
+
+    def drain(self) -> None:
+        """Drop the notifications received so far, without waiting for more."""
+        for _ in self.conn.notifies(timeout=0):
+            pass
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.conn.close()
 
 
 class Attempt(Protocol[Taken]):
@@ -55,7 +140,7 @@ def wait_for_release(
         context.wait_seconds, started_at=monotonic(), poll_seconds=context.wait_poll_seconds
     )
     listen_to = listen(context.table_parts, context.lock_key, context.lease_mode)
-    listener = listening(context, listen_to, "releases")
+    listener = Listener.open(context, listen_to, "releases")
     logger.info(
         "lease %r is held; waiting up to %g s (%s)",
         context.lock_key,
@@ -139,21 +224,59 @@ def _still_held(context: LockContext, hub: Hub, timeout: float) -> bool:
         return False
 
 
-def listening(context: LockContext, exchange: Exchange[ListenRow], what: str) -> Listener | None:
-    """A connection woken by ``what`` (``exchange`` listens), unless only polling can
-    work (``LockContext.wait_listen``, or a pooler found in between)."""
-    if context.wait_listen is False:
-        return None
+class Claim(Protocol[Taken]):
+    """The slot's claim, raising ``DependencyPending`` while a key has not succeeded."""
+
+    def __call__(self) -> Taken: ...
+
+
+def wait_after(context: LockContext, claim: Claim[Taken], patience: ConnectPatience) -> Taken:
+    """``claim()``'s answer, tried again while it raised ``DependencyPending``,
+    whenever the key it named may have succeeded, until the wait is over (then the
+    last refusal is raised)."""
+    plan = WaitPlan(
+        context.wait_seconds, started_at=monotonic(), poll_seconds=context.wait_poll_seconds
+    )
+    table = history_table(context.table_parts, context.history_table)
+    listener: Listener | None = None
+    listened: str | None = None
+    waited_from: float | None = None
     try:
-        return Listener.open(
-            context.url,
-            connection_kwargs(context.url, context.connect_timeout_seconds),
-            WAKE_CHANNEL,
-            exchange,
-            detect=context.wait_listen is None,
-        )
-    except Exception as exc:
-        logger.warning(
-            "cannot listen for %s, polling instead: %s", what, scrub(str(exc), context.url)
-        )
-        return None
+        while True:
+            if waited_from is not None:
+                # Waiting for another job does not spend the patience with the database.
+                patience.postpone(monotonic() - waited_from)
+            try:
+                return claim()
+            except DependencyPending as pending:
+                if pending.key != listened:
+                    # A success between the check and the LISTEN would be missed: so
+                    # the LISTEN comes first, then the check again.
+                    if waited_from is None:
+                        logger.info("%s; waiting up to %g s", pending, context.wait_seconds)
+                    if listener is not None:
+                        listener.close()
+                    listen_to = listen_after(table, pending.key)
+                    listener = Listener.open(context, listen_to, "successes")
+                    listened = pending.key
+                    waited_from = monotonic()
+                    continue
+                delay = plan.next_delay(monotonic(), listening=listener is not None)
+                if delay is None:
+                    raise
+            waited_from = monotonic()
+            if listener is None:
+                sleep(delay)
+                continue
+            try:
+                listener.wait(delay)
+            except Exception as exc:
+                logger.warning(
+                    "stopped listening for successes, polling instead: %s",
+                    scrub(str(exc), context.url),
+                )
+                listener.close()
+                listener = None
+    finally:
+        if listener is not None:
+            listener.close()

@@ -137,7 +137,7 @@ MAX_STORED_BYTES = 4096
 """The longest text, in UTF-8 bytes, that a role of ``dislockctl grant`` may write into
 a text column of the lock table (``key``, ``value``) or of the run history (``lock_key``,
 ``modes``, ``owner``, ``host``, ``cron``, ``cron_tz``); the server refuses longer ones
-(``dislock.core.grants``).  dislock's own longest is a lock row's owner token of
+(``dislock.core.grant_policies``).  dislock's own longest is a lock row's owner token of
 :data:`MAX_KEY_BYTES` with a release mark appended; pause reasons
 (:data:`MAX_REASON_BYTES`), host names, cron expressions, zone names and the failover
 bookkeeping's numbers are all shorter.  ``dislockctl`` reads no column longer than

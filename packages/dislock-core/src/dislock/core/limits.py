@@ -7,7 +7,7 @@ the whole fleet for a week.  The cap lives in a metadata row of the lock table
 itself, so that every machine reads the same one in the acquiring statement (no
 extra round trip) and a table created before it existed falls back to
 ``DEFAULT_MAX_TTL``.  Only the table's owner (``dislockctl init --max-ttl``)
-writes that row: the row-level security of ``dislock.core.grants`` gives no
+writes that row: the row-level security of ``dislock.core.grant_policies`` gives no
 other role a way to.
 """
 

@@ -5,7 +5,7 @@ began while its key was paused was skipped on purpose, not missed, and a slot ru
 twice was rerun by someone.  Each event is one history row with the operator's
 role (``current_user``) and reason as its owner, ended as soon as it is written: a
 granted role may insert a row's start columns and then write the end columns of
-a row it inserted, not insert both at once (``dislock.core.grants``).
+a row it inserted, not insert both at once (``dislock.core.grant_policies``).
 
 A pause's row holds the end the operator asked for in ``slot_end``
 (``dislock.core.pause.UNTIL_RESUMED`` when none); a ``resume`` of the key, or a

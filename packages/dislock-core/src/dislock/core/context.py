@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
 from typing import TYPE_CHECKING, Any
 
-from dislock.core import bounds, config, wording
+from dislock.core import bounds, config, setting
 from dislock.core import variables as v
 from dislock.core.after import check_after
 from dislock.core.dsn import parse_dsn, redact_dsn
@@ -189,10 +189,10 @@ class LockContext:
 
     def __post_init__(self) -> None:
         self._check_where()
-        for setting in v.NUMBERS:  # each number by its bound, the wrapper's as its own
-            name, bound = setting.field, setting.bound
+        for number in v.NUMBERS:  # each by its bound, the wrapper's as its own
+            name, bound = number.field, number.bound
             if name is not None and bound is not None and getattr(self, name) is not None:
-                _set(self, name, bound.check(getattr(self, name), wording.name(setting)))
+                _set(self, name, bound.check(getattr(self, name), setting.name(number)))
         self._check_lease()
         self._check_schedule()
         self._check_run()
@@ -208,7 +208,7 @@ class LockContext:
             _set(self, "url", url)
         parse_dsn(self.url)
         _set(self, "table_parts", config.check_table_parts(self.table_parts))
-        bounds.check_key(wording.name(v.KEY), self.lock_key)
+        bounds.check_key(setting.name(v.KEY), self.lock_key)
         bounds.check_key("owner", self.owner)
         for flag in ("fencing", "history", "replace"):
             if not isinstance(getattr(self, flag), bool):
@@ -220,16 +220,16 @@ class LockContext:
         """The heartbeat within the TTL, derived from it when left out."""
         ttl, interval = self.run_ttl_seconds, self.lease_interval_seconds
         if ttl is not None and interval is None:
-            verb = wording.either("give", "set")
+            verb = setting.either("give", "set")
             derived = config.derived_interval(
                 ttl,
-                ttl_name=f"{wording.name(v.TTL)}={ttl:g}",
-                advice=f"{verb} {wording.name(v.HEARTBEAT)} too",
+                ttl_name=f"{setting.name(v.TTL)}={ttl:g}",
+                advice=f"{verb} {setting.name(v.HEARTBEAT)} too",
             )
             _set(self, "lease_interval_seconds", derived)
         elif ttl is not None and interval is not None:
-            config.check_interval(ttl, interval, interval_name=wording.name(v.HEARTBEAT))
-        policy = LeaseLossPolicy.parse(self.lease_loss_policy, name=wording.name(v.LEASE_LOSS))
+            config.check_interval(ttl, interval, interval_name=setting.name(v.HEARTBEAT))
+        policy = LeaseLossPolicy.parse(self.lease_loss_policy, name=setting.name(v.LEASE_LOSS))
         _set(self, "lease_loss_policy", policy)
 
     def _check_schedule(self) -> None:
@@ -253,12 +253,12 @@ class LockContext:
             _set(self, "cron_zone", zone)
             _set(self, "cron_tz", zone.tz)
             if self.schedule is not None:
-                _set(self, "schedule", check_cron(self.schedule, name=wording.name(v.SCHEDULE)))
+                _set(self, "schedule", check_cron(self.schedule, name=setting.name(v.SCHEDULE)))
                 check_jitter(
                     self.schedule,
                     self.jitter_max_seconds,
-                    jitter_name=wording.name(v.JITTER),
-                    schedule_name=wording.name(v.SCHEDULE),
+                    jitter_name=setting.name(v.JITTER),
+                    schedule_name=setting.name(v.SCHEDULE),
                 )
 
     def _check_run(self) -> None:
@@ -267,7 +267,7 @@ class LockContext:
             _set(self, "history_table", config.check_table_parts(self.history_table))
         if self.output_tail_bytes and not self.history:
             raise ConfigurationError(
-                f"{wording.name(v.OUTPUT_TAIL)} keeps a failed run's output in its history row:"
+                f"{setting.name(v.OUTPUT_TAIL)} keeps a failed run's output in its history row:"
                 f" it needs {_history_on()}"
             )
 
@@ -278,7 +278,7 @@ class LockContext:
                 f"wait_listen must be True, False or None, got {self.wait_listen!r}"
             )
         if self.group is not None:
-            _set(self, "group", str(parse_group(self.group, name=wording.name(v.GROUP))))
+            _set(self, "group", str(parse_group(self.group, name=setting.name(v.GROUP))))
         if self.lease_mode not in ("lease", "group"):
             raise ConfigurationError(f"lease_mode must be 'lease' or 'group': {self.lease_mode!r}")
         if self.replace and len(self.owner.encode()) > MAX_OWNER_BYTES:
@@ -287,15 +287,15 @@ class LockContext:
                 f" {MAX_OWNER_BYTES} bytes (UTF-8)"
             )
         if self.replace and self.slots > 1:
-            slots = wording.either(f"{self.slots} slots", f"{v.SLOTS.name}={self.slots}")
+            slots = setting.either(f"{self.slots} slots", f"{v.SLOTS.name}={self.slots}")
             raise ConfigurationError(
-                f"{wording.on(v.REPLACE)} takes over a lease's one holder: it cannot be"
+                f"{setting.on(v.REPLACE)} takes over a lease's one holder: it cannot be"
                 f" combined with {slots}"
             )
 
     def _check_slot(self) -> None:
         """A slot's retries, the keys it comes after, and its start deadline."""
-        named = (wording.name(v.AFTER), _history_on(), _after_needs())
+        named = (setting.name(v.AFTER), _history_on(), _after_needs())
         _set(
             self,
             "after",
@@ -306,9 +306,9 @@ class LockContext:
 
             check_owner(self.owner)
         if self.start_deadline_seconds is not None and self.schedule is None:
-            needs = wording.either("schedule", "the schedule strategy")
+            needs = setting.either("schedule", "the schedule strategy")
             raise ConfigurationError(
-                f"{wording.name(v.START_DEADLINE)} needs {needs}: a slot's start is the cron fire"
+                f"{setting.name(v.START_DEADLINE)} needs {needs}: a slot's start is the cron fire"
                 " that opened it"
             )
 
@@ -331,19 +331,19 @@ def _set(context: LockContext, name: str, value: object) -> None:
 def context_from_environment(strategies: Sequence[str], **fields: Any) -> LockContext:
     """A ``LockContext`` of the wrapper's variables (read through ``dislock.core.variables``)
     for ``strategies``: checked as any, each refusal naming the variable, not the field."""
-    with wording.by_variables():
+    with setting.by_variables():
         context = LockContext(**fields)
         check_strategies(context, strategies)
         return context
 
 
 def _history_on() -> str:
-    return wording.on(v.HISTORY) + wording.either("", " (and dislockctl init --history)")
+    return setting.on(v.HISTORY) + setting.either("", " (and dislockctl init --history)")
 
 
 def _after_needs() -> str:
     """What ``after`` needs besides the history: a slot."""
-    return wording.either(
+    return setting.either(
         "schedule and the schedule strategy", "LOCK_STRATEGY=schedule (or schedule,lease)"
     )
 
@@ -355,10 +355,10 @@ def check_strategies(context: LockContext, strategies: Sequence[str]) -> None:
     from dislock.core.retries import check_retries
     from dislock.core.waiting import check_waiting
 
-    names = (wording.name(v.RETRIES), wording.name(v.START_DEADLINE))
+    names = (setting.name(v.RETRIES), setting.name(v.START_DEADLINE))
     check_retries(strategies, context.retries, context.start_deadline_seconds, names=names)
     if context.after and config.SCHEDULE not in strategies:
-        needs = (wording.name(v.AFTER), _history_on(), _after_needs())
+        needs = (setting.name(v.AFTER), _history_on(), _after_needs())
         check_after(context.after, history=context.history, schedule=None, names=needs)
     try:
         check_waiting(
@@ -371,7 +371,7 @@ def check_strategies(context: LockContext, strategies: Sequence[str]) -> None:
         )
     except ConfigurationError as exc:
         # The wrapper's strategies are a variable too: its refusal quotes it.
-        quoted = wording.either("", f"{v.STRATEGY.name}={','.join(strategies)!r}: ")
+        quoted = setting.either("", f"{v.STRATEGY.name}={','.join(strategies)!r}: ")
         raise ConfigurationError(f"{quoted}{exc}") from None
 
 

@@ -11,32 +11,13 @@ a reason worth waiting out (``retry_end``) is sent again once a connection opens
 within the lock's connect patience; the command has ended by then, so only the
 wrapper's exit waits.
 
-The table (one per lock table, ``<table>_history`` unless named otherwise)::
-
-    id          bigint identity   primary key
-    lock_key    text              the lock key (not the row key)
-    modes       text              'schedule', 'lease' or 'schedule,lease'
-    slot_end    timestamptz       end of the schedule slot the run claimed
-    owner       text              the owner token written to the lock rows
-    host, pid   text, integer     where it ran
-    started_at  timestamptz       NOW() of the start statement
-    ended_at    timestamptz       NOW() of the end statement; NULL while running
-                                  (or when the machine died)
-    outcome     text              ok | failed | lease_lost | killed | timed_out | late,
-                                  or an event: rerun | paused | resumed | held_back;
-                                  NULL until ended
-    exit_code   integer           the command's status (128+n when signal n killed it)
-    signal      integer           the signal that killed it
-    cron        text              the cron expression, when there is one
-    cron_tz     text              the zone the cron expression is read in
-    stdout_tail, stderr_tail      the end of a failed run's output, with
-                text              ``LockContext.output_tail_bytes``
-                                  (``dislock.core.output_tail``); added by
-                                  ``init --history`` to a table made before
-
-It is indexed on ``(lock_key, started_at DESC)`` (one key's runs, newest
-first; the missed-slot check), ``(started_at)`` (every key's, and pruning) and,
-for the rows of pauses only, ``(lock_key, started_at)``.
+The table is ``<table>_history`` unless named otherwise (``create_history``): one
+row per run (``lock_key``, not the row key; ``modes``; the ``slot_end`` it
+claimed; ``owner``, ``host``, ``pid``; ``started_at`` and ``ended_at`` on the
+database clock, ``ended_at`` NULL while running or when the machine died; the
+``outcome``, ``exit_code`` and ``signal``; ``cron`` and ``cron_tz``; the end of a
+failed run's output, ``stdout_tail`` and ``stderr_tail``), indexed for one key's
+runs newest first, for every key's (and pruning), and for a key's pauses.
 """
 
 from __future__ import annotations
@@ -102,13 +83,13 @@ def history_table(
     return check_table_parts((*schema, f"{name}{SUFFIX}"))
 
 
-def _index_name(history: tuple[str, ...], what: str) -> sql.Identifier:
-    return sql.Identifier(_index_text(history, what))
-
-
 def _index_text(history: tuple[str, ...], what: str) -> str:
     # PostgreSQL truncates names to 63 bytes; keep the distinguishing suffix.
     return f"{history[-1][: 63 - len(what) - 1]}_{what}"
+
+
+def _index_id(history: tuple[str, ...], what: str) -> sql.Identifier:
+    return sql.Identifier(_index_text(history, what))
 
 
 def create_history(history: tuple[str, ...]) -> list[sql.Composed]:
@@ -133,17 +114,17 @@ def create_history(history: tuple[str, ...]) -> list[sql.Composed]:
         ).format(table=table),
         add_tail_columns(history),
         sql.SQL("CREATE INDEX IF NOT EXISTS {name} ON {table} (lock_key, started_at DESC)").format(
-            name=_index_name(history, "key_started"), table=table
+            name=_index_id(history, "key_started"), table=table
         ),
         sql.SQL("CREATE INDEX IF NOT EXISTS {name} ON {table} (started_at)").format(
-            name=_index_name(history, "started"), table=table
+            name=_index_id(history, "started"), table=table
         ),
         # A key's pauses among its runs (``dislock.core.operator_commands``): ``modes`` is written
         # once, as a row is inserted, so the end statement's updates stay HOT.
         sql.SQL(
             "CREATE INDEX IF NOT EXISTS {name} ON {table} (lock_key, started_at)"
             " WHERE modes = {pause}"
-        ).format(name=_index_name(history, "pauses"), table=table, pause=sql.Literal(PAUSE_MODES)),
+        ).format(name=_index_id(history, "pauses"), table=table, pause=sql.Literal(PAUSE_MODES)),
     ]
     return statements
 

@@ -210,16 +210,12 @@ class ConnectPatience:
             timeout = min(timeout, (self._deadline - now) / max(1, hosts))
         return max(floor, timeout)
 
-    def next_delay(
-        self, error: BaseException, now: float, *, attempt_started: float | None = None
-    ) -> float | None:
-        """How long to wait before trying again after ``error`` (the try having
-        started at ``attempt_started``), or None to report it now."""
+    def _failed(self, now: float, attempt_started: float | None) -> None:
         self.failures += 1
         if self.failing_since is None:
             self.failing_since = now if attempt_started is None else attempt_started
-        if not (is_transient(error) or passing_answer(error)):
-            return None
+
+    def _backoff(self, now: float) -> float | None:
         deadline = self.deadline(now)
         if now >= deadline:
             return None
@@ -228,26 +224,28 @@ class ConnectPatience:
         # The last try happens at the deadline, not a whole pause after it.
         return min(delay, deadline - now)
 
+    def next_delay(
+        self, error: BaseException, now: float, *, attempt_started: float | None = None
+    ) -> float | None:
+        """How long to wait before trying again after ``error`` (the try having
+        started at ``attempt_started``), or None to report it now."""
+        self._failed(now, attempt_started)
+        if not (is_transient(error) or passing_answer(error)):
+            return None
+        return self._backoff(now)
+
     def answer_lost(self, what: str, now: float, *, attempt_started: float) -> float | None:
         """An acquiring statement for ``what`` (in words), sent at ``attempt_started``,
         lost its answer (``dislock.core.unknown_outcome``): how long to wait before
-        finding out what it did (reconnect, read, perhaps send again), or None once
-        the patience is spent (``lost_answer_error`` then says so).  Counted as a
-        failed try; no wait after the first loss, since the reconnection has
-        pauses of its own, and the usual backoff after a read that lost its answer too."""
+        finding out what it did, or None once the patience is spent.  Counted as a
+        failed try; no wait after the first loss (the reconnection has pauses of its
+        own), the usual backoff after a read that lost its answer too."""
         first = self.lost_answer_of is None
-        self.failures += 1
-        if self.failing_since is None:
-            self.failing_since = attempt_started
+        self._failed(now, attempt_started)
         self.lost_answer_of = what
-        deadline = self.deadline(now)
-        if now >= deadline:
-            return None
         if first:
-            return 0.0
-        delay = backoff_delay(self.attempts, self._rng)
-        self.attempts += 1
-        return min(delay, deadline - now)
+            return 0.0 if now < self.deadline(now) else None
+        return self._backoff(now)
 
     def answer_found(self) -> None:
         """The read after a lost answer succeeded: the outcome is known again."""
@@ -268,30 +266,30 @@ class ConnectPatience:
             return None
         return self._gave_up(detail, now)
 
+    def _tried(self, now: float) -> tuple[float, str]:
+        """For how long the tries failed, and how many there were, in words."""
+        since = self.failing_since if self.failing_since is not None else now
+        return max(0.0, now - since), f"{self.failures} attempt{'s' if self.failures != 1 else ''}"
+
     def still_answered(self, error: Exception, now: float) -> Exception:
         """The error to raise once ``next_delay`` gave up on a ``passing_answer``:
         ``error`` itself without patience (nothing was waited out), else one of its
         kind (its SQLSTATE, so the same advice) that says for how long it was tried."""
         if self.patience <= 0:
             return error
-        since = self.failing_since if self.failing_since is not None else now
-        tries = f"{self.failures} attempt{'s' if self.failures != 1 else ''}"
+        seconds, tries = self._tried(now)
         within = (
             f"within a connect patience of {self.patience:g} s"
             if self._slot_end is None
             else "until the schedule slot ended"
         )
         return type(error)(
-            f"{one_line(str(error))} (answered so for {max(0.0, now - since):.1f} s,"
-            f" {tries}, {within})"
+            f"{one_line(str(error))} (answered so for {seconds:.1f} s, {tries}, {within})"
         )
 
     def _gave_up(self, detail: str, now: float) -> DatabaseUnreachableError:
-        since = self.failing_since if self.failing_since is not None else now
-        unreachable_for = max(0.0, now - since)
-        tries = f"{self.failures} attempt{'s' if self.failures != 1 else ''}"
-        slot = self._slot_end
-        lost = self.lost_answer_of
+        unreachable_for, tries = self._tried(now)
+        slot, lost = self._slot_end, self.lost_answer_of
         after = (
             ""
             if lost is None

@@ -89,8 +89,7 @@ class LockContext:
     """``["key_value"]`` (the default) or ``["schema", "key_value"]``; stored as a tuple."""
     owner: str = field(default_factory=default_owner)
     """This holder's token, written to the row's ``value`` column.  Default:
-    ``hostname:pid:nonce``, made as the context is built (so build it in the process
-    that takes the locks, not before a fork)."""
+    ``hostname:pid:nonce``, made as the context is built (not before a fork)."""
     next_run_time: datetime | None = None
     """When the schedule slot ends (timezone-aware). Computed from ``schedule`` and the
     database clock when left out."""
@@ -110,53 +109,39 @@ class LockContext:
     """Give up connecting after this long (unless the URL sets ``connect_timeout``)."""
     connect_patience_seconds: float = v.CONNECT_PATIENCE.value
     """Keep retrying a refused connection (too many connections, a server starting up or
-    restarting) this long, with jittered backoff, before reporting it; for a schedule
-    lock never past the end of the slot. 0: report the first refusal."""
+    restarting) this long, never past the end of a schedule slot. 0: report the first
+    refusal."""
     max_runtime_seconds: float | None = None
-    """Bound a run: a command run with ``run_with_locks`` (the wrapper) is stopped
-    this long after it started (SIGTERM to its process group, SIGKILL after the
-    grace, exit ``MAX_RUNTIME_EXIT_CODE``, 124), its guard holding the bound when
-    the wrapper cannot (stopped, frozen); a block guarded by ``acquire_locks`` or
-    ``with_locks`` ends with ``MaxRuntimeExceeded`` (``dislock.aio`` cancels it at
-    the bound; a sync block reads ``LockSession.time_left`` and raises as it ends
-    late).  Recorded as ``timed_out``.  None: no bound."""
+    """Bound a run: a command run with ``run_with_locks`` is stopped this long after it
+    started (exit ``MAX_RUNTIME_EXIT_CODE``, 124); a guarded block ends with
+    ``MaxRuntimeExceeded``.  Recorded as ``timed_out``.  None: no bound."""
     output_tail_bytes: int = v.OUTPUT_TAIL.value
-    """For a command run with ``run_with_locks`` (the wrapper) and ``history``: its
-    stdout and stderr pass through the wrapper, which keeps the last this many bytes
-    of each and stores them in the history row of a run that did not succeed
+    """With ``run_with_locks`` and ``history``: keep the last this many bytes of the
+    command's stdout and stderr in the history row of a run that did not succeed
     (``dislock.core.output_tail``).  0: the command inherits the streams."""
     retries: int = v.RETRIES.value
-    """With a schedule: how many more attempts a slot gets after a run in it failed
-    (a non-zero exit or an exception, a lost lease, a maximum runtime passed, and
-    with ``schedule,lease``, one holder and ``TERMINATE``, a holder whose lease
-    expired unreleased).  Each is taken
-    by the first acquisition, on any machine, at least ``retry_delay_seconds`` after
-    the failed one ended (twice that after the second, and so on), within the same
-    slot; a success closes the slot (``dislock.core.retries``).  0: none."""
+    """With a schedule: how many more attempts a slot gets after a run in it failed,
+    each taken by the first acquisition, on any machine, at least
+    ``retry_delay_seconds`` after the failed one ended (twice that after the second,
+    and so on), within the same slot (``dislock.core.retries``).  0: none."""
     retry_delay_seconds: float = v.RETRY_DELAY.value
     """The pause before a slot's first retry; it doubles for each retry after it."""
     start_deadline_seconds: float | None = None
     """With ``schedule``: an acquisition more than this many seconds after its slot
-    began (the cron fire that opened it, on the database clock) does not start the
-    slot.  If the slot was not started (or was reopened for a retry), it marks it
-    late, so that no later acquisition starts it either, and raises
-    ``SlotLateError`` (recorded as ``late`` with ``history``); otherwise it raises
-    ``LockNotAcquiredError``, as for any slot taken.  None: a slot may start until
-    it ends."""
+    began (the cron fire, on the database clock) does not start it, and marks an
+    unstarted slot late (``SlotLateError``, recorded as ``late``).  None: a slot
+    may start until it ends."""
     after: Sequence[str] = ()
     """With ``schedule`` and ``history``: keys that each need a run that succeeded in
     this slot before it starts; until then ``LockNotAcquiredError`` names the key (or
     ``wait_seconds`` waits), the slot left open (``dislock.core.after``)."""
     fencing: bool = False
     """Hand out fencing tokens: each acquisition bumps and returns the row's ``fence``
-    column (``dislockctl init --fencing`` adds it). Off, the three-column table works
-    as it is and nothing extra is read or written."""
+    column (``dislockctl init --fencing`` adds it)."""
     history: bool = False
     """Record each run that gets its locks in the history table (``dislockctl init
-    --history``): of ``acquire_locks`` or ``run_with_locks`` one row for all its
-    locks, of a ``ScheduleLock`` or ``LeaseLock`` entered on its own one row too;
-    one statement as it starts, one as it ends.  A failing history write is logged
-    at WARNING and never fails the run."""
+    --history``), one row per run.  A failing history write is logged at WARNING
+    and never fails the run."""
     history_table: Sequence[str] | None = None
     """The history table, like ``table_parts``; default: ``<table>_history`` beside it."""
     wait_seconds: float = v.WAIT.value
@@ -176,14 +161,11 @@ class LockContext:
     """The mode of the lease's row keys: ``"group"`` for a group's own slots."""
     replace: bool = False
     """With a lease held by a live holder: ask it to stop and hand the lease over,
-    rather than be refused.  The holder's command (or block) is stopped as on any
-    lease loss and hands the row over once it is gone; a holder that does not
-    (dead, frozen) is outlived by its row's expiry (``dislock.core.replace_marks``)."""
+    rather than be refused (``dislock.core.replace_marks``)."""
     cron_tz: str | tzinfo | None = None
     """Time zone ``schedule`` is read in: an IANA name (``"Europe/Berlin"``) or a
-    ``tzinfo``. Default: the local zone (``TZ``, else ``/etc/localtime``), the zone
-    cron reads a crontab in. Stored as a ``tzinfo`` once a schedule is given; its
-    name is ``cron_zone.name``. Slots are still taken on the database clock."""
+    ``tzinfo``. Default: the local zone (``TZ``, else ``/etc/localtime``), as cron.
+    Slots are still taken on the database clock."""
     cron_zone: CronZone | None = field(default=None, init=False, repr=False, compare=False)
     """The resolved zone, with the name to show and record (``None`` without a schedule)."""
 

@@ -35,11 +35,8 @@ backend, a fast shutdown) and the connection_exception class."""
 
 def outcome_unknown(error: BaseException) -> bool:
     """Whether an acquiring statement that raised ``error`` may have taken effect: it
-    lost its connection before the answer came.  A statement the server answered
-    with an error (a SQLSTATE of its own) did nothing.  One cancelled after its
-    timeout (``StatementTimeout``) is not read after either: a statement stuck
-    behind a locked row would only be stuck again, and a lease hands back what
-    it may have taken (``docs/guarantees.md`` says what that leaves)."""
+    lost its connection before the answer came.  (One cancelled after its timeout is
+    not read after: stuck behind a locked row, the read would be stuck again.)"""
     if not isinstance(error, OperationalError) or isinstance(error, DatabaseUnreachableError):
         # (No connection could be opened for it: the statement was never sent.)
         return False
@@ -77,13 +74,9 @@ acquisition's."""
 
 class HeldRows:
     """The rows this process holds or let go of, by table, key and owner; shared by
-    every thread and event loop.
-
-    A lease is held until it is left (``let_go``), then remembered for as long as
-    a read sent meanwhile may still see it live; a schedule slot is remembered by
-    its end, until ``SLOT_MEMORY`` after it.  Instants ``visible_until``,
-    ``forget_at`` and ``read_sent_at`` are on ``time.monotonic()``'s clock.
-    """
+    every thread and event loop.  A lease let go is remembered while a read sent
+    meanwhile may still see it live, a slot until ``SLOT_MEMORY`` after its end.
+    Instants are on ``time.monotonic()``'s clock."""
 
     def __init__(self, prune_interval: float = PRUNE_INTERVAL) -> None:
         self._guard = threading.Lock()
@@ -117,8 +110,7 @@ class HeldRows:
 
     def _prune(self) -> None:
         """Forget slots long over and leases no read can still be judged against, at
-        most once per ``prune_interval``: a scan per row taken would cost a process
-        that takes many keys a time that grows with their number."""
+        most once per ``prune_interval`` (not a scan per row taken)."""
         now = monotonic()
         if now - self._pruned_at < self._prune_interval:
             return
@@ -139,9 +131,8 @@ class HeldRows:
         forget_at: float,
     ) -> None:
         """A lease is no longer held: a read sent before ``visible_until`` may still
-        have found it live (a release confirmed then, or the row's own expiry when
-        no release was); after ``forget_at`` no acquisition judging such a read can
-        still be using it."""
+        have found it live; after ``forget_at`` no acquisition judging such a read
+        can still be using it."""
         row = (table_parts, key, owner)
         with self._guard:
             self._leases.discard(row)
@@ -158,8 +149,7 @@ class HeldRows:
         slot_end: datetime | None = None,
     ) -> bool:
         """Take the row found by a read sent at ``read_sent_at`` as this process's, if
-        nothing else of this process can have written it (see the module's
-        docstring); whether it did."""
+        nothing else of this process can have written it; whether it did."""
         row = (table_parts, key, owner)
         with self._guard:
             if slot_end is None:
@@ -213,9 +203,8 @@ def judge(
     held: HeldRows = HELD,
 ) -> Verdict:
     """The verdict on the rows ``LockStatements.mine`` found by a read sent at
-    ``read_sent_at`` (see the module's docstring); a row taken is claimed in
-    ``held``.  ``slot_ends``: those a schedule slot's statement was sent (None for
-    a lease)."""
+    ``read_sent_at``; a row taken is claimed in ``held``.  ``slot_ends``: those a
+    schedule slot's statement was sent (None for a lease)."""
     if slot_ends is not None:
         # A row of another slot is not this statement's, nor a sign that it took one.
         found = [row for row in found if row.expire_at in slot_ends]

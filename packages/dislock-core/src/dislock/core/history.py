@@ -1,15 +1,11 @@
 """Run history: the table, the two exchanges a run sends to it, and its outcome.
 
-Opt-in (``LockContext.history``, ``LOCK_HISTORY=1``).  A run that got its locks
-inserts one row as it starts and updates it as it ends, both on the database
-clock; nothing else is written, and a skipped start writes nothing.  Writing
-history must never fail or hold up the job: the shells bound each statement by
-``HISTORY_TIMEOUT`` and only log a failure.  The end is the exception that waits:
-a run that lost its lease because the database went away would otherwise read as
-``abandoned`` although its wrapper lived to tell, so an end statement refused for
-a reason worth waiting out (``retry_end``) is sent again once a connection opens,
-within the lock's connect patience; the command has ended by then, so only the
-wrapper's exit waits.
+Opt-in (``LockContext.history``).  A run that got its locks inserts one row as it
+starts and updates it as it ends, on the database clock.  Writing history never
+fails or holds up the job (each statement bounded by ``HISTORY_TIMEOUT``, a
+failure logged), but for the end: refused for a reason worth waiting out
+(``retry_end``), it is sent again within the connect patience, lest a run whose
+database went away read as ``abandoned``.
 
 The table is ``<table>_history`` unless named otherwise (``create_history``): one
 row per run (``lock_key``, not the row key; ``modes``; the ``slot_end`` it
@@ -50,11 +46,9 @@ OUTCOMES = (
     "resumed",
     "held_back",
 )
-"""What the end statement records (``late``: a slot past its start deadline, not
-started, marked by the acquisition that found it so; ``rerun``, ``paused``,
-``resumed``: no runs, an operator's commands, ``dislock.core.operator_commands``;
-``held_back``: a slot waiting for a key it comes after, ``dislock.core.held_back``);
-``running`` and ``abandoned`` are derived when reading."""
+"""What the end statement records (``late``: a slot not started past its deadline;
+the last four: events, not runs, ``operator_commands.OUTCOMES``); ``running`` and
+``abandoned`` are derived when reading."""
 
 SUFFIX = "_history"
 
@@ -66,10 +60,8 @@ ENDED = ("ended_at", "outcome", "exit_code", "signal")
 """The columns every run's end writes."""
 
 TAILS = ("stdout_tail", "stderr_tail")
-"""The columns of an output's tail: written by the end statement of a failed run
-whose tail was asked for, and only then, so that a table made before them (and a
-role granted before them) records every other run as before.  With ``ENDED``, all
-a granted role may update."""
+"""The columns of an output's tail, written only by the end of a failed run whose
+tail was asked for: a table (or grant) made before them records every other run."""
 
 
 def history_table(
@@ -130,9 +122,7 @@ def create_history(history: tuple[str, ...]) -> list[sql.Composed]:
 
 
 def up_to_date(history: tuple[str, ...]) -> Exchange[bool]:
-    """Whether the existing table ``history`` has everything ``create_history`` makes
-    (a table made by an earlier version lacks the tail's columns and the pauses'
-    index)."""
+    """Whether the existing table ``history`` has everything ``create_history`` makes."""
     index = sql.Identifier(*history[:-1], _index_text(history, "pauses"))
     query = sql.SQL(
         "SELECT to_regclass({index}) IS NOT NULL AND (SELECT count(*) = {n} FROM pg_attribute"
@@ -246,9 +236,8 @@ def end(history: tuple[str, ...], run_id: int, run_end: RunEnd) -> Exchange[None
 
 def without_tail(error: BaseException) -> bool:
     """Whether an end statement that failed with ``error`` is worth sending again
-    without the output's tail: the table has no column for it (made before it, and
-    ``init --history`` not run since), or the role may not write it (granted before
-    it, and not granted again since)."""
+    without the output's tail: the table has no column for it, or the role may not
+    write it (made or granted before it)."""
     # undefined_column, insufficient_privilege (a refusal that has nothing to do with
     # the tail is refused again, and then reported as any refused end is)
     return getattr(error, "sqlstate", None) in ("42703", "42501")
@@ -277,9 +266,7 @@ def missing_table(error: BaseException) -> bool:
 
 def retry_end(error: BaseException) -> bool:
     """Whether an end statement that failed with ``error`` is worth sending again
-    once a connection opens: the server was down, restarting or full, or the
-    connection dropped (``dislock.core.patience.is_transient``), not a refusal that
-    waiting does not change (a missing table, a permission)."""
+    once a connection opens (the server was down, restarting or full)."""
     from dislock.core.patience import is_transient
 
     return is_transient(error)
@@ -311,9 +298,8 @@ def end_of_command(
     returncode: int | None, status: int, *, lease_lost: bool, timed_out: bool = False
 ) -> RunEnd:
     """The end of a wrapped command: its raw return code (negative: killed by that
-    signal, as subprocess reports it; None: it never started), the status the
-    wrapper returns, whether its lease was lost meanwhile, and whether it was
-    stopped for running past its ``max_runtime_seconds``."""
+    signal; None: it never started), the status the wrapper returns, whether its
+    lease was lost, and whether it ran past its ``max_runtime_seconds``."""
     killed_by = -returncode if returncode is not None and returncode < 0 else None
     if timed_out:
         return RunEnd("timed_out", status, killed_by)

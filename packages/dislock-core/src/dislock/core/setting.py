@@ -31,14 +31,13 @@ class Setting(NamedTuple):
     """The ``--help`` text; ``{range}`` stands for its bound's accepted range."""
     reader: Reader | None = None
     """How its text is read; None for a number (its bound reads it) and where it
-    needs more than its own text (``CRON_TZ`` reads ``TZ`` too; the log level
-    falls back rather than refuse)."""
+    needs more than its own text (``CRON_TZ``, the log level)."""
     writer: Callable[[Any], str | None] = str
     """A field's value as the variable's text; None: leave the variable unset."""
     bound: Bound | None = None
     as_text: bool = False
-    """``LockContext`` checks the variable's text itself (a number's always), naming
-    the variable: the wrapper hands the text over, and it is checked once."""
+    """The wrapper hands the text over, for ``LockContext`` to check once (a number's
+    always)."""
 
     @property
     def high(self) -> float:

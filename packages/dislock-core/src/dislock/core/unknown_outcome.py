@@ -1,16 +1,12 @@
 """An acquisition whose answer was lost: whether it took a row, and how to find out.
 
 When the connection breaks while an acquiring statement is in flight, it may have
-committed or not, and sending it again blindly is wrong either way (every
-acquisition refuses a live row, its owner's too).  So the lock reconnects within
-its patience (``dislock.core.patience``) and reads its owner's live rows among the
-keys it was taking (``LockStatements.mine``): a row found is the acquisition's,
-none found means the statement may be sent again.  A row is trusted only when no
-other acquisition can have written it: its owner one this process made
-(``default_owner``), a row this process does not hold (``HELD``), and for a slot,
-the slot end the statement was sent; a trusted row is claimed as it is judged
-(``HeldRows.claim``), an untrusted one counts as someone else's.  Why each
-condition: docs/guarantees.md, "An acquiring statement whose answer was lost".
+committed or not.  The lock reconnects within its patience and reads its owner's
+live rows among the keys it was taking (``LockStatements.mine``): a row found is
+the acquisition's, if no other acquisition can have written it (an owner this
+process made, a row it does not hold, the slot end it sent); none found, the
+statement may be sent again (docs/guarantees.md, "An acquiring statement whose
+answer was lost").
 """
 
 from __future__ import annotations

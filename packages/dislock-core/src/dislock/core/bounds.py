@@ -159,8 +159,7 @@ def printable(text: str, *, limit: int | None = None) -> str:
     """``text`` quoted for one line of output: control, format and separator characters
     escaped (``'a\\nb'``), shortened to about ``limit`` characters."""
     shown = text if limit is None or len(text) <= limit else text[:limit] + "..."
-    escaped = "".join(ascii(char)[1:-1] if _refused(char) else char for char in shown)
-    return "'" + escaped.replace("'", "\\'") + "'"
+    return "'" + escape(shown).replace("'", "\\'") + "'"
 
 
 def shown(value: object, limit: int = 60) -> str:
@@ -189,7 +188,7 @@ def clip(text: str, limit: int = SHOWN_CHARS) -> str:
     parts: list[str] = []
     size = 0
     for char in text:
-        part = ascii(char)[1:-1] if _refused(char) else char
+        part = escape(char)
         if size + len(part) > limit:
             while parts and size + 1 > limit:  # room for the ellipsis
                 size -= len(parts.pop())

@@ -277,7 +277,7 @@ class LockContext:
 
     def _check_slot(self) -> None:
         """A slot's retries, the keys it comes after, and its start deadline."""
-        named = (setting.name(v.AFTER), _history_on(), _after_needs())
+        named = _after_names()
         _set(
             self,
             "after",
@@ -323,11 +323,12 @@ def _history_on() -> str:
     return setting.on(v.HISTORY) + setting.either("", " (and dislockctl init --history)")
 
 
-def _after_needs() -> str:
-    """What ``after`` needs besides the history: a slot."""
-    return setting.either(
+def _after_names() -> tuple[str, str, str]:
+    """``after``'s name, and what it needs: the history, and a slot."""
+    slot = setting.either(
         "schedule and the schedule strategy", "LOCK_STRATEGY=schedule (or schedule,lease)"
     )
+    return setting.name(v.AFTER), _history_on(), slot
 
 
 def check_strategies(context: LockContext, strategies: Sequence[str]) -> None:
@@ -340,8 +341,7 @@ def check_strategies(context: LockContext, strategies: Sequence[str]) -> None:
     names = (setting.name(v.RETRIES), setting.name(v.START_DEADLINE))
     check_retries(strategies, context.retries, context.start_deadline_seconds, names=names)
     if context.after and config.SCHEDULE not in strategies:
-        needs = (setting.name(v.AFTER), _history_on(), _after_needs())
-        check_after(context.after, history=context.history, schedule=None, names=needs)
+        check_after(context.after, history=context.history, schedule=None, names=_after_names())
     try:
         check_waiting(
             strategies,

@@ -142,13 +142,13 @@ def audit(table: tuple[str, ...], *, history: bool = False) -> Exchange[list[Loo
         " AND r.rolname NOT LIKE 'pg\\_%%') audited"
         " WHERE holes <> '{{}}' ORDER BY rolname"
     ).format(columns)
-    return Exchange(query, {"table": sql.Identifier(*table).as_string(None)}, _read_audit)
+    return Exchange(query, {"table": _name(table)}, _read_audit)
 
 
 def describe(loophole: Loophole, table: tuple[str, ...]) -> str:
     """One line: what ``loophole.role`` holds and how to take it away (statements
     that run as printed: names quoted as identifiers)."""
-    name, who = sql.Identifier(*table).as_string(None), sql.Identifier(loophole.role)
+    name, who = _name(table), sql.Identifier(loophole.role)
     privileges = [p for p in loophole.privileges if p.isupper() and p != "BYPASSRLS"]
     fixes = []
     if privileges:

@@ -54,12 +54,7 @@ from dislock.core.variables import OUTPUT_TAIL
 def _alternatives(patterns: Sequence[str]) -> str:
     """A regular expression (PostgreSQL's ARE) for the lock keys ``patterns`` match,
     to follow a row key's mode part."""
-    parts = []
-    for pattern in patterns:
-        if pattern.endswith("*"):
-            parts.append(_quote(pattern[:-1]))
-        else:
-            parts.append(_quote(pattern) + "$")
+    parts = (_quote(p[:-1]) if p.endswith("*") else _quote(p) + "$" for p in patterns)
     return "(?:" + "|".join(parts) + ")"
 
 

@@ -44,10 +44,10 @@ def _cron(name: str, raw: str) -> str:
     return check_cron(raw, name=name)
 
 
-def _parse_after() -> Callable[[str], Any]:
+def _after(name: str, raw: str) -> Any:
     from dislock.core.after import parse_after  # its SQL: only LOCK_AFTER users import it
 
-    return parse_after
+    return _prefixed(parse_after)(name, raw)
 
 
 def _policy(name: str, raw: str) -> Any:
@@ -218,7 +218,7 @@ AFTER = Setting(
     "KEY1[,KEY2...]: a slot starts only once each key has a run that succeeded and started "
     "within it; until then the run is skipped as if the lock were held, or waited for with "
     "LOCK_WAIT_SECONDS (needs LOCK_HISTORY=1)",
-    lambda name, raw: _prefixed(_parse_after())(name, raw),
+    _after,
     lambda keys: ",".join(keys) or None,
 )
 OUTPUT_TAIL = Setting(

@@ -11,9 +11,6 @@ from dislock.core.kinds import LEASE as LEASE
 from dislock.core.kinds import NAMES
 from dislock.core.kinds import SCHEDULE as SCHEDULE
 
-STRATEGY_ORDER = NAMES
-"""Acquisition order: the schedule slot is taken first and so released last."""
-
 # PostgreSQL truncates longer identifiers silently, which could make two
 # configured names point at one table.
 MAX_IDENTIFIER_BYTES = 63
@@ -31,7 +28,7 @@ def normalize_strategies(strategies: str | Iterable[str]) -> tuple[str, ...]:
         if not isinstance(raw, str):
             raise ConfigurationError(f"lock strategy must be a string, got {raw!r}")
         name = raw.strip().lower()
-        if name not in STRATEGY_ORDER:
+        if name not in NAMES:
             raise ConfigurationError(
                 f"unknown lock strategy {raw.strip()!r}: expected 'schedule', 'lease' "
                 "or 'schedule,lease'"
@@ -39,7 +36,9 @@ def normalize_strategies(strategies: str | Iterable[str]) -> tuple[str, ...]:
         chosen.add(name)
     if not chosen:
         raise ConfigurationError("no lock strategy given: expected 'schedule', 'lease' or both")
-    return tuple(name for name in STRATEGY_ORDER if name in chosen)
+    # In acquisition order (``kinds.KINDS``): the schedule slot is taken first and so
+    # released last.
+    return tuple(name for name in NAMES if name in chosen)
 
 
 def derive_lease_interval(ttl_seconds: float) -> float:

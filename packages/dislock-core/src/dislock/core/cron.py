@@ -1,10 +1,8 @@
 """Cron expressions and schedule slots, read in the time zone cron fires in.
 
 A schedule lock's row expires at the next cron boundary, computed from the
-database's clock rather than the local one, so machines with skewed clocks agree
-on which slot they are in.  The cron expression itself is read on the wall clock
-of a time zone (``CRON_TZ``, else the host's local zone: the zone cron uses), and
-the boundaries are the instants at which cron starts the job there.
+database's clock, so machines with skewed clocks agree on their slot; the
+expression is read on the wall clock of the zone cron uses (``CRON_TZ``, else local).
 
 Daylight saving time follows cron (vixie/ISC cron and cronie): a time skipped
 when clocks spring forward starts at the transition, and a repeated hour gives

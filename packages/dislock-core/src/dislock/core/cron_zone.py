@@ -1,9 +1,8 @@
 """The time zone cron fires in, as dislock reads it: ``CRON_TZ``, else the host's
 local zone (``TZ``, ``/etc/localtime``), by the name to show and record.
 
-Schedules are read on this zone's wall clock (``dislock.core.cron``); the name
-recorded with each run (an IANA name when one is known) lets ``dislockctl missed``
-read a schedule as the machines read it.
+The name recorded with each run (IANA's when known) lets ``dislockctl missed`` read
+a schedule as the machines read it.
 """
 
 from __future__ import annotations

@@ -20,10 +20,7 @@ APPLICATION_NAME = "dislock"
 
 
 def parse_dsn(url: str) -> dict[str, Any]:
-    """Split a URL or ``key=value`` DSN into its parameters.
-
-    Raises ConfigurationError with a message that never repeats the input.
-    """
+    """A URL or ``key=value`` DSN's parameters; a refusal never repeats the input."""
     if not isinstance(url, str) or not url.strip():
         raise ConfigurationError("database URL is empty")
     try:

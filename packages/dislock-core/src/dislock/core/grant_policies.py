@@ -105,14 +105,12 @@ def _rarely(
     table_parts: tuple[str, ...], slot_keys: sql.Literal, *, existing: bool
 ) -> sql.Composed:
     """What a role writes but rarely (``policy_functions``' ``_noting``): the failover
-    bookkeeping of an acquiring statement and its keys' further lease slots
-    (``slot_keys``, their regular expression, ``_slots``).
+    bookkeeping of an acquiring statement and its keys' further lease slots.
 
-    The timeline row's INSERT condition has to admit a delay: PostgreSQL checks
-    an ``INSERT … ON CONFLICT DO UPDATE``'s proposed row against the INSERT
-    policy even when it ends up updating.  That is safe only because the row
-    always exists once a table has grants (``grant_statements`` records it), so
-    an insert of it can only ever become that guarded update."""
+    The timeline row's INSERT condition has to admit a delay (PostgreSQL checks an
+    upsert's proposed row against the INSERT policy even when it updates): safe
+    because ``grant_statements`` records the row, so an insert of it can only
+    become that guarded update."""
     return sql.SQL("{}(key, value, expire_at, {}, {})").format(
         noting_function(table_parts), sql.Literal(existing), slot_keys
     )

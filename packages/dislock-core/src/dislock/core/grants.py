@@ -11,9 +11,9 @@ import enum
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from dislock.core.config import MAX_IDENTIFIER_BYTES
 from dislock.core.errors import ConfigurationError
 from dislock.core.key_quota import DEFAULT_MAX_KEYS
-from dislock.core.policy_functions import MAX_NAME
 
 
 class Access(enum.StrEnum):
@@ -96,10 +96,10 @@ def check_patterns(patterns: Sequence[str], access: Access) -> tuple[str, ...]:
 def check_role(role: str) -> str:
     """A role name that every policy name made from it fits in an identifier."""
     longest = len(policy_name(role, "delete").encode())
-    if not role or longest > MAX_NAME:
+    if not role or longest > MAX_IDENTIFIER_BYTES:
         raise ConfigurationError(
             f"role name {role!r} is too long for its policy names"
-            f" (at most {MAX_NAME - longest + len(role.encode())} bytes)"
+            f" (at most {MAX_IDENTIFIER_BYTES - longest + len(role.encode())} bytes)"
         )
     return role
 

@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 from psycopg import sql
 
 from dislock.core.after import success_notice
-from dislock.core.config import check_table_parts
+from dislock.core.config import MAX_IDENTIFIER_BYTES, check_table_parts
 from dislock.core.errors import MaxRuntimeExceeded
 from dislock.core.exchange import Exchange, Rows, read_flag
 from dislock.core.operator_commands import PAUSE_MODES
@@ -76,8 +76,8 @@ def history_table(
 
 
 def _index_text(history: tuple[str, ...], what: str) -> str:
-    # PostgreSQL truncates names to 63 bytes; keep the distinguishing suffix.
-    return f"{history[-1][: 63 - len(what) - 1]}_{what}"
+    # PostgreSQL truncates longer names: keep the distinguishing suffix.
+    return f"{history[-1][: MAX_IDENTIFIER_BYTES - len(what) - 1]}_{what}"
 
 
 def _index_id(history: tuple[str, ...], what: str) -> sql.Identifier:

@@ -1,15 +1,8 @@
 """Every setting, declared once: its ``LockContext`` field, its environment
 variable, its default, its ``dislock --help`` line and, for a number, its range
 (a :class:`~dislock.core.bounds.Bound`, with why the limits are where they are).
-
-``dislock.cli.wrapper.settings`` reads the environment through this table,
-``LockContext`` checks its numbers with it, ``dislock --help`` and
-``docs/cli.md`` list it (a test holds them to it), ``dislockctl check`` reports
-with it, and the tests' CLI driver turns a ``LockContext`` into an environment
-with it.
-
-Only the standard library and dislock's light core modules are imported here:
-``dislock --help`` reads this table.
+The wrapper, ``LockContext``, ``--help``, docs/cli.md and ``dislockctl check`` all
+read it.  Only light modules are imported here: ``dislock --help`` reads it.
 """
 
 from __future__ import annotations

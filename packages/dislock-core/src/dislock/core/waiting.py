@@ -1,20 +1,11 @@
 """Waiting for a lease held elsewhere, and N-holder leases: the decisions, without I/O.
 
-A waiter tries the lease, and while it is held, waits for the next try: woken by
-the holder's release through ``LISTEN``/``NOTIFY`` on a direct connection, else by
-jittered polling, which also runs, more slowly, beside ``LISTEN`` for a holder
-that died without a release (docs/design.md, "Lock kinds, waiting and slots").
-
-Any role may ``NOTIFY`` on any channel with any payload, so a wake-up is a hint,
-not a fact: a waiter woken reads the lease's rows by primary key
-(``held_query``) and tries the lease only when one is free; wake-ups that
-arrive while it reads, or within ``WAKE_SPACING`` of its last read, are taken
-together with the next one (``WakeReads``).  400 ``NOTIFY``s cost a waiter a
-few reads, not 400 tries of the acquiring statement.
-
-Every delay ``WaitPlan`` hands out ends by the wait's deadline.  The start-up
-jitter (``jitter_delay``), which spreads a fleet started by one cron tick, is
-decided here too.
+A waiter is woken by the holder's release (``LISTEN``/``NOTIFY``), else by jittered
+polling, which also runs, more slowly, beside ``LISTEN`` for a holder that died
+(docs/design.md, "Lock kinds, waiting and slots").  Any role may ``NOTIFY``, so a
+wake-up is a hint: the waiter reads the lease's rows (``held_query``), wake-ups
+close together read once (``WakeReads``), and tries the lease only when one is free.
+The start-up jitter (``jitter_delay``) is decided here too.
 """
 
 from __future__ import annotations

@@ -77,10 +77,6 @@ _LOOPHOLES = (
 )
 
 
-def _read_loopholes(rows: Rows) -> list[str]:
-    return [str(hole) for (holes,) in rows for hole in holes or []]
-
-
 def loopholes(role: str, table: tuple[str, ...]) -> Exchange[list[str]]:
     """What would let ``role`` around its policies on ``table`` (held through
     ``PUBLIC`` or a role it belongs to)."""
@@ -88,7 +84,8 @@ def loopholes(role: str, table: tuple[str, ...]) -> Exchange[list[str]]:
         "SELECT " + _LOOPHOLES + " AS holes FROM pg_class c, pg_roles r"
         " WHERE c.oid = to_regclass(%(table)s) AND r.rolname = %(role)s"
     )
-    return Exchange(query, {"role": role, "table": _name(table)}, _read_loopholes)
+    params = {"role": role, "table": _name(table)}
+    return Exchange(query, params, lambda rows: [str(h) for (holes,) in rows for h in holes or []])
 
 
 def exempt(role: str, table: tuple[str, ...]) -> Exchange[bool]:

@@ -114,11 +114,7 @@ def pauses(history: tuple[str, ...], key: str, since: datetime) -> Exchange[list
         paused=sql.Literal(PAUSED),
         rerun=sql.Literal(RERUN),
     )
-    return Exchange(query, {"key": key, "since": since}, _read_events)
-
-
-def _read_events(rows: Rows) -> list[Event]:
-    return list(map(Event._make, rows))
+    return Exchange(query, {"key": key, "since": since}, lambda rows: list(map(Event._make, rows)))
 
 
 def reruns(events: Iterable[Event]) -> dict[datetime, datetime]:

@@ -19,7 +19,7 @@ from datetime import datetime
 from psycopg import sql
 
 from dislock.core.errors import ConfigurationError
-from dislock.core.exchange import Exchange, Rows
+from dislock.core.exchange import Exchange
 from dislock.core.kinds import SCHEDULE
 
 DONE_MARK = " (done)"
@@ -161,10 +161,6 @@ def done(query: sql.Composed, key: str, value: str, slot_end: datetime) -> Excha
     return Exchange(query, params, lambda rows: None)
 
 
-def _read_reopened(rows: Rows) -> datetime | None:
-    return rows[0][0] if rows else None
-
-
 def reopen(
     query: sql.Composed, key: str, value: str, slot_end: datetime, delay: float
 ) -> Exchange[datetime | None]:
@@ -177,7 +173,7 @@ def reopen(
         "reopened": reopened_suffix(slot_end),
         "delay": delay,
     }
-    return Exchange(query, params, _read_reopened)
+    return Exchange(query, params, lambda rows: rows[0][0] if rows else None)
 
 
 _ENDED = {"lease_lost": "lost its lease", "killed": "was killed", "timed_out": "ran too long"}

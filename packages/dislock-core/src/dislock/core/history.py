@@ -29,26 +29,15 @@ from dislock.core.after import success_notice
 from dislock.core.config import MAX_IDENTIFIER_BYTES, check_table_parts
 from dislock.core.errors import MaxRuntimeExceeded
 from dislock.core.exchange import Exchange, Rows, read_flag
+from dislock.core.operator_commands import OUTCOMES as EVENTS
 from dislock.core.operator_commands import PAUSE_MODES
 
 HISTORY_TIMEOUT = 2.0
 """Seconds a history statement may take before it is cancelled and logged."""
 
-OUTCOMES = (
-    "ok",
-    "failed",
-    "lease_lost",
-    "killed",
-    "timed_out",
-    "late",
-    "rerun",
-    "paused",
-    "resumed",
-    "held_back",
-)
+OUTCOMES = ("ok", "failed", "lease_lost", "killed", "timed_out", "late", *EVENTS)
 """What the end statement records (``late``: a slot not started past its deadline;
-the last four: events, not runs, ``operator_commands.OUTCOMES``); ``running`` and
-``abandoned`` are derived when reading."""
+then events, not runs); ``running`` and ``abandoned`` are derived when reading."""
 
 SUFFIX = "_history"
 

@@ -36,7 +36,7 @@ class LockKind(NamedTuple):
 
     @property
     def mode(self) -> str:
-        """The mode part of its row keys, ``cronjob-lock:<mode>:<lock key>``: the name."""
+        """The mode part of its row keys: the name."""
         return self.name
 
     def row_key(self, lock_key: str, slot: int = 1) -> str:

@@ -72,8 +72,7 @@ class _Copy(threading.Thread):
     def __init__(self, source: int, target: int, tail: Tail) -> None:
         super().__init__(name="dislock-output", daemon=True)
         self._source, self._target, self.tail = source, target, tail
-        self.reading = True
-        """Waiting for the command's output (not passing it on)."""
+        self.reading = True  # waiting for the command's output, not passing it on
 
     def run(self) -> None:
         try:

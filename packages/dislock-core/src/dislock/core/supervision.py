@@ -52,14 +52,10 @@ def check_command(command: Sequence[str]) -> list[str]:
 class SignalAction(enum.Enum):
     """What a forwarded signal does at the moment it arrives (``SignalRoute``)."""
 
-    INTERRUPT = "interrupt"
-    """End the wait for the locks: nothing runs yet that it could be passed on to."""
-    KEEP = "keep"
-    """Kept, to be passed on as soon as the command's process group exists."""
-    FORWARD = "forward"
-    """Passed on to the command's process group now."""
-    DROP = "drop"
-    """Dropped: the command has ended and its locks are being released."""
+    INTERRUPT = "interrupt"  # the locks are being taken: nothing runs yet
+    KEEP = "keep"  # until the command's process group exists
+    FORWARD = "forward"  # to the command's process group
+    DROP = "drop"  # the command has ended: the release must complete
 
 
 class SignalRoute:
@@ -76,10 +72,8 @@ class SignalRoute:
     def __init__(self) -> None:
         self._phase = SignalAction.INTERRUPT
         self._held: list[int] = []
-        self.fired: int | None = None
-        """The signal that interrupted the wait for the locks, if one did."""
-        self.group: int | None = None
-        """The command's process group while it runs."""
+        self.fired: int | None = None  # the signal that interrupted the wait, if one did
+        self.group: int | None = None  # the command's process group while it runs
 
     def arrived(self, signum: int) -> SignalAction:
         """What ``signum``, arriving now, does (a kept signal is remembered)."""

@@ -78,8 +78,8 @@ class HeldRows:
         self._guard = threading.Lock()
         self._prune_interval = prune_interval
         self._leases: set[_Row] = set()
+        # Leases let go: until when a read may see them live, and when to forget them.
         self._left: dict[_Row, tuple[float, float]] = {}
-        """Leases let go: until when a read may see them live, and when to forget them."""
         self._slots: dict[tuple[_Row, datetime], None] = {}
         self._pruned_at = -math.inf
 

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone, tzinfo
+from typing import ClassVar
 
 from dislock.core.errors import ConfigurationError
 
@@ -280,6 +282,7 @@ def check_jitter(
         )
 
 
+@dataclass(frozen=True, slots=True)
 class SlotCandidates:
     """The slot ends a start could belong to, for a database clock near the local one.
 
@@ -290,20 +293,15 @@ class SlotCandidates:
     within the covered span; outside, nothing, and the caller reads the clock.
     """
 
-    __slots__ = ("covered_from", "ends", "latest_starts")
+    covered_from: datetime
+    ends: list[datetime]
+    latest_starts: list[datetime]
 
-    COUNT = 4
+    COUNT: ClassVar[int] = 4
     """Ends sent along: a fixed number, so that the statement's text is fixed."""
-    BEHIND = 2.0
+    BEHIND: ClassVar[float] = 2.0
     """Seconds the database clock may lag the local one and still be covered (it is
     read later than ours, by the statement, so it lags only by clock skew)."""
-
-    def __init__(
-        self, covered_from: datetime, ends: list[datetime], latest_starts: list[datetime]
-    ) -> None:
-        self.covered_from = covered_from
-        self.ends = ends
-        self.latest_starts = latest_starts
 
     @classmethod
     def around(cls, expression: str, local_now: datetime, tz: tzinfo = UTC) -> SlotCandidates:

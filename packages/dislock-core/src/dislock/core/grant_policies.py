@@ -238,13 +238,7 @@ def grant_statements(
         )
     )
     if history is not None:
-        from dislock.core.history_functions import history_functions_sql
-
-        statements.append(
-            history_functions_sql((history[0], history[1]), (table_parts[0], table_parts[1]))
-        )
-        writes = access == OPERATOR or plain_writes
-        statements += _history_grant(history, role, access, patterns, writes=writes)
+        statements += _history_grant(table_parts, history, role, access, patterns, plain_writes)
     return statements
 
 
@@ -314,23 +308,30 @@ def _key_policies(
 
 
 def _history_grant(
+    table_parts: tuple[str, ...],
     history: tuple[str, ...],
     role: str,
     access: Access,
     patterns: Sequence[str],
-    *,
-    writes: bool,
+    plain_writes: bool,
 ) -> list[sql.Composed]:
+    """The functions runs are recorded through, and the role's privileges and policies
+    on the run history."""
+    from dislock.core.history_functions import history_functions_sql
+
     table = sql.Identifier(*history)
-    # A table made before the output's tail has no column for it yet.
-    statements = [add_tail_columns(history)]
-    statements += [sql.SQL("ALTER TABLE {} ENABLE ROW LEVEL SECURITY").format(table)]
-    statements += _replace(table, role)
+    statements = [
+        history_functions_sql((history[0], history[1]), (table_parts[0], table_parts[1])),
+        # A table made before the output's tail has no column for it yet.
+        add_tail_columns(history),
+        sql.SQL("ALTER TABLE {} ENABLE ROW LEVEL SECURITY").format(table),
+        *_replace(table, role),
+    ]
     if access == READER:
         return statements + _reader(table, role)
     mine = _like_any(_likes("", patterns), "lock_key")
     statements += [_grant("SELECT", table, role)]
-    if not writes:
+    if access != OPERATOR and not plain_writes:
         # It records its runs through the history functions alone
         # (dislock.core.history_functions): no right to write the table itself.
         return [*statements, _policy(table, role, "read", using=mine)]

@@ -27,7 +27,8 @@ def granted_tables(url: str) -> Iterator[str]:
     ``dislockctl grant --keys 'bench-*'``.  Yields the role's URL."""
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-    from dislock.core.grants import WRAPPER, grant_statements
+    from dislock.core.grant_policies import grant_statements
+    from dislock.core.grants import WRAPPER
 
     role = "bench_wrapper"
     with psycopg.connect(url, autocommit=True) as admin:

@@ -7,7 +7,7 @@ import pytest
 import dislock
 import dislock.aio
 from dislock.cli import admin
-from dislock.core import config, kinds, rows
+from dislock.core import kinds, rows
 
 
 def test_row_keys_stay_those_dislock_0_1_0_shares() -> None:
@@ -43,7 +43,7 @@ def test_every_kind_has_its_class_everywhere() -> None:
         assert isinstance(getattr(dislock, kind.lock_class), type)
         assert isinstance(getattr(dislock.aio, kind.lock_class), type)
         assert admin.released_text(kind.name) == kind.released_text
-    assert config.STRATEGY_ORDER == kinds.NAMES == admin.MODES == ("schedule", "lease")
+    assert kinds.NAMES == admin.MODES == ("schedule", "lease")
 
 
 def test_build_locks_follows_the_table() -> None:

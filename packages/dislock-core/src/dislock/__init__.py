@@ -1,12 +1,9 @@
 """dislock: PostgreSQL-backed distributed locks for cron jobs and one-off commands.
 
-This file belongs to the ``dislock-core`` distribution, which owns the ``dislock``
-namespace.  The other distributions add subpackages to it: ``dislock._sync`` (from
-``dislock``), ``dislock.aio`` (from ``dislock-aio``) and ``dislock.cli`` (from
-``dislock-cli``).  Every name is resolved on first use: the sync names so that an
-async-only install never imports them, the core names so that ``import dislock``
-(which importing any subpackage does first) imports nothing, not even psycopg, until a
-name is asked for (``dislock.cli`` needs that: ``dislock.cli.quick_import``).
+This file belongs to ``dislock-core``, which owns the namespace; the other
+distributions add ``dislock._sync``, ``dislock.aio`` and ``dislock.cli``.  Every name
+is resolved on first use: an async-only install never imports the sync names, and
+``import dislock`` imports nothing, not even psycopg (``dislock.cli.quick_import``).
 """
 
 from __future__ import annotations

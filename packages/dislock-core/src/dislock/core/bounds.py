@@ -1,10 +1,9 @@
 """Ranges of numbers and limits of text that every way in checks alike.
 
-A numeric setting's :class:`Bound` is declared beside the setting itself, in
-``dislock.core.variables``; :meth:`Bound.check` is its one check, whether the
-value came from the environment or from Python, so both refuse with the same
-words (only the setting's name differs).  Lock keys, pause reasons and text
-shown on one line are limited here too.
+A numeric setting's :class:`Bound` is declared beside the setting, in
+``dislock.core.variables``; :meth:`Bound.check` is its one check, from the
+environment or from Python alike.  Lock keys, pause reasons and text shown on one
+line are limited here too.
 """
 
 from __future__ import annotations
@@ -78,10 +77,8 @@ class Bound(NamedTuple):
 
 
 MAX_KEY_BYTES = 2048
-"""The longest lock key, in UTF-8 bytes. The row key ``cronjob-lock:<mode>:<key>`` is
-indexed (the primary key), and PostgreSQL refuses an index entry over about 2.7 kB;
-the limit is checked before connecting, and keys within it are stored as they are,
-as dislock 0.1.0 stores them."""
+"""The longest lock key, in UTF-8 bytes: the row key is the primary key, and
+PostgreSQL refuses an index entry over about 2.7 kB."""
 
 
 def _number(value: float) -> str:
@@ -99,8 +96,8 @@ def _refused(char: str) -> bool:
 
 
 def check_key(name: str, value: object) -> str:
-    """A lock key: non-blank text of at most :data:`MAX_KEY_BYTES` UTF-8 bytes, with
-    no control, format or line-separator characters."""
+    """A lock key: non-blank text of at most :data:`MAX_KEY_BYTES` UTF-8 bytes, printable
+    on one line."""
     if not isinstance(value, str) or not value.strip():
         raise ConfigurationError(f"{name} must be a non-empty string, got {value!r}")
     return _check_line(name, value, MAX_KEY_BYTES)
@@ -134,19 +131,15 @@ printed in every skip message of every machine and in ``dislockctl ls``."""
 
 
 MAX_STORED_BYTES = 4096
-"""The longest text, in UTF-8 bytes, that a role of ``dislockctl grant`` may write into
-a text column of the lock table (``key``, ``value``) or of the run history (``lock_key``,
-``modes``, ``owner``, ``host``, ``cron``, ``cron_tz``); the server refuses longer ones
-(``dislock.core.grants``).  dislock's own longest is a lock row's owner token of
-:data:`MAX_KEY_BYTES` with a release mark appended; pause reasons
-(:data:`MAX_REASON_BYTES`), host names, cron expressions, zone names and the failover
-bookkeeping's numbers are all shorter.  ``dislockctl`` reads no column longer than
-this many characters, whoever wrote it (``dislock.cli.shown``)."""
+"""The longest text, in UTF-8 bytes, that a granted role may write into a text column
+of the lock table or the run history (``dislock.core.grant_policies``): dislock's
+own longest is an owner token of :data:`MAX_KEY_BYTES` with a release mark appended.
+``dislockctl`` reads no column longer than this many characters, whoever wrote it."""
 
 
 def check_reason(name: str, value: str) -> str:
-    """A pause reason: at most :data:`MAX_REASON_BYTES` UTF-8 bytes, none of the
-    characters a lock key may not hold (it is printed on one line too); may be empty."""
+    """A pause reason: printable on one line, at most :data:`MAX_REASON_BYTES`; may be
+    empty."""
     return _check_line(name, value, MAX_REASON_BYTES)
 
 
@@ -166,8 +159,7 @@ def printable(text: str, *, limit: int | None = None) -> str:
     """``text`` quoted for one line of output: control, format and separator characters
     escaped (``'a\\nb'``), shortened to about ``limit`` characters."""
     shown = text if limit is None or len(text) <= limit else text[:limit] + "..."
-    escaped = "".join(ascii(char)[1:-1] if _refused(char) else char for char in shown)
-    return "'" + escaped.replace("'", "\\'") + "'"
+    return "'" + escape(shown).replace("'", "\\'") + "'"
 
 
 def shown(value: object, limit: int = 60) -> str:
@@ -184,20 +176,19 @@ def escape(text: str) -> str:
 
 
 SHOWN_CHARS = 64
-"""How much of a key, an owner token or a host name one cell of ``dislockctl``'s tables
-and of the status page shows: longer ones end in an ellipsis (``clip``), so that
-no row written by hand widens every line of a table."""
+"""How much of a key, an owner token or a host name one cell of a table shows
+(``clip``): no row written by hand widens every line."""
 
 
 def clip(text: str, limit: int = SHOWN_CHARS) -> str:
-    """``text`` for one cell of output: escaped as :func:`escape` escapes it and, when
-    that is longer than ``limit`` characters, cut to ``limit`` with ``…`` last."""
+    """``text`` for one cell of output: escaped, and cut to ``limit`` characters with
+    ``…`` last."""
     if len(text) <= limit and not any(_refused(char) for char in text):
         return text
     parts: list[str] = []
     size = 0
     for char in text:
-        part = ascii(char)[1:-1] if _refused(char) else char
+        part = escape(char)
         if size + len(part) > limit:
             while parts and size + 1 > limit:  # room for the ellipsis
                 size -= len(parts.pop())

@@ -1,8 +1,5 @@
-"""Validation rules shared by ``LockContext``, the locks and the CLI environment.
-
-Every rule raises ``ConfigurationError`` with one line naming the setting and the
-value it was given, so the same message reaches a Python caller and an operator.
-"""
+"""Validation rules shared by ``LockContext``, the locks and the CLI environment: each
+refusal is one line naming the setting and the value it was given."""
 
 from __future__ import annotations
 
@@ -14,10 +11,6 @@ from dislock.core.kinds import LEASE as LEASE
 from dislock.core.kinds import NAMES
 from dislock.core.kinds import SCHEDULE as SCHEDULE
 
-STRATEGY_ORDER = NAMES
-"""Acquisition order (``dislock.core.kinds.KINDS``): the schedule slot is taken
-first and so released last."""
-
 # PostgreSQL truncates longer identifiers silently, which could make two
 # configured names point at one table.
 MAX_IDENTIFIER_BYTES = 63
@@ -28,17 +21,14 @@ DERIVED_INTERVAL_RATIO = 0.3
 
 
 def normalize_strategies(strategies: str | Iterable[str]) -> tuple[str, ...]:
-    """Validate lock strategies and put them in acquisition order.
-
-    Accepts ``"schedule,lease"`` or any iterable of names; duplicates collapse.
-    """
+    """Lock strategies (``"schedule,lease"`` or names) in acquisition order."""
     names = strategies.split(",") if isinstance(strategies, str) else list(strategies)
     chosen: set[str] = set()
     for raw in names:
         if not isinstance(raw, str):
             raise ConfigurationError(f"lock strategy must be a string, got {raw!r}")
         name = raw.strip().lower()
-        if name not in STRATEGY_ORDER:
+        if name not in NAMES:
             raise ConfigurationError(
                 f"unknown lock strategy {raw.strip()!r}: expected 'schedule', 'lease' "
                 "or 'schedule,lease'"
@@ -46,7 +36,9 @@ def normalize_strategies(strategies: str | Iterable[str]) -> tuple[str, ...]:
         chosen.add(name)
     if not chosen:
         raise ConfigurationError("no lock strategy given: expected 'schedule', 'lease' or both")
-    return tuple(name for name in STRATEGY_ORDER if name in chosen)
+    # In acquisition order (``kinds.KINDS``): the schedule slot is taken first and so
+    # released last.
+    return tuple(name for name in NAMES if name in chosen)
 
 
 def derive_lease_interval(ttl_seconds: float) -> float:
@@ -56,9 +48,8 @@ def derive_lease_interval(ttl_seconds: float) -> float:
 
 
 def derived_interval(ttl_seconds: float, *, ttl_name: str, advice: str) -> float:
-    """The default heartbeat of a lease whose heartbeat is not given; refused when it
-    would exceed the TTL (a TTL under 1 s): ``ttl_name`` names the TTL (and its
-    value), ``advice`` says what to give."""
+    """The default heartbeat, refused when it would exceed the TTL (under 1 s):
+    ``ttl_name`` names the TTL, ``advice`` says what to give."""
     interval = derive_lease_interval(ttl_seconds)
     if interval > ttl_seconds:
         raise ConfigurationError(f"{ttl_name} is shorter than the 1 s minimum heartbeat: {advice}")

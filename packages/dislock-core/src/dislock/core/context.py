@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
 from typing import TYPE_CHECKING, Any
 
-from dislock.core import bounds, config, wording
+from dislock.core import bounds, config, setting
 from dislock.core import variables as v
 from dislock.core.after import check_after
 from dislock.core.dsn import parse_dsn, redact_dsn
@@ -89,8 +89,7 @@ class LockContext:
     """``["key_value"]`` (the default) or ``["schema", "key_value"]``; stored as a tuple."""
     owner: str = field(default_factory=default_owner)
     """This holder's token, written to the row's ``value`` column.  Default:
-    ``hostname:pid:nonce``, made as the context is built (so build it in the process
-    that takes the locks, not before a fork)."""
+    ``hostname:pid:nonce``, made as the context is built (not before a fork)."""
     next_run_time: datetime | None = None
     """When the schedule slot ends (timezone-aware). Computed from ``schedule`` and the
     database clock when left out."""
@@ -110,53 +109,39 @@ class LockContext:
     """Give up connecting after this long (unless the URL sets ``connect_timeout``)."""
     connect_patience_seconds: float = v.CONNECT_PATIENCE.value
     """Keep retrying a refused connection (too many connections, a server starting up or
-    restarting) this long, with jittered backoff, before reporting it; for a schedule
-    lock never past the end of the slot. 0: report the first refusal."""
+    restarting) this long, never past the end of a schedule slot. 0: report the first
+    refusal."""
     max_runtime_seconds: float | None = None
-    """Bound a run: a command run with ``run_with_locks`` (the wrapper) is stopped
-    this long after it started (SIGTERM to its process group, SIGKILL after the
-    grace, exit ``MAX_RUNTIME_EXIT_CODE``, 124), its guard holding the bound when
-    the wrapper cannot (stopped, frozen); a block guarded by ``acquire_locks`` or
-    ``with_locks`` ends with ``MaxRuntimeExceeded`` (``dislock.aio`` cancels it at
-    the bound; a sync block reads ``LockSession.time_left`` and raises as it ends
-    late).  Recorded as ``timed_out``.  None: no bound."""
+    """Bound a run: a command run with ``run_with_locks`` is stopped this long after it
+    started (exit ``MAX_RUNTIME_EXIT_CODE``, 124); a guarded block ends with
+    ``MaxRuntimeExceeded``.  Recorded as ``timed_out``.  None: no bound."""
     output_tail_bytes: int = v.OUTPUT_TAIL.value
-    """For a command run with ``run_with_locks`` (the wrapper) and ``history``: its
-    stdout and stderr pass through the wrapper, which keeps the last this many bytes
-    of each and stores them in the history row of a run that did not succeed
+    """With ``run_with_locks`` and ``history``: keep the last this many bytes of the
+    command's stdout and stderr in the history row of a run that did not succeed
     (``dislock.core.output_tail``).  0: the command inherits the streams."""
     retries: int = v.RETRIES.value
-    """With a schedule: how many more attempts a slot gets after a run in it failed
-    (a non-zero exit or an exception, a lost lease, a maximum runtime passed, and
-    with ``schedule,lease``, one holder and ``TERMINATE``, a holder whose lease
-    expired unreleased).  Each is taken
-    by the first acquisition, on any machine, at least ``retry_delay_seconds`` after
-    the failed one ended (twice that after the second, and so on), within the same
-    slot; a success closes the slot (``dislock.core.retries``).  0: none."""
+    """With a schedule: how many more attempts a slot gets after a run in it failed,
+    each taken by the first acquisition, on any machine, at least
+    ``retry_delay_seconds`` after the failed one ended (twice that after the second,
+    and so on), within the same slot (``dislock.core.retries``).  0: none."""
     retry_delay_seconds: float = v.RETRY_DELAY.value
     """The pause before a slot's first retry; it doubles for each retry after it."""
     start_deadline_seconds: float | None = None
     """With ``schedule``: an acquisition more than this many seconds after its slot
-    began (the cron fire that opened it, on the database clock) does not start the
-    slot.  If the slot was not started (or was reopened for a retry), it marks it
-    late, so that no later acquisition starts it either, and raises
-    ``SlotLateError`` (recorded as ``late`` with ``history``); otherwise it raises
-    ``LockNotAcquiredError``, as for any slot taken.  None: a slot may start until
-    it ends."""
+    began (the cron fire, on the database clock) does not start it, and marks an
+    unstarted slot late (``SlotLateError``, recorded as ``late``).  None: a slot
+    may start until it ends."""
     after: Sequence[str] = ()
     """With ``schedule`` and ``history``: keys that each need a run that succeeded in
     this slot before it starts; until then ``LockNotAcquiredError`` names the key (or
     ``wait_seconds`` waits), the slot left open (``dislock.core.after``)."""
     fencing: bool = False
     """Hand out fencing tokens: each acquisition bumps and returns the row's ``fence``
-    column (``dislockctl init --fencing`` adds it). Off, the three-column table works
-    as it is and nothing extra is read or written."""
+    column (``dislockctl init --fencing`` adds it)."""
     history: bool = False
     """Record each run that gets its locks in the history table (``dislockctl init
-    --history``): of ``acquire_locks`` or ``run_with_locks`` one row for all its
-    locks, of a ``ScheduleLock`` or ``LeaseLock`` entered on its own one row too;
-    one statement as it starts, one as it ends.  A failing history write is logged
-    at WARNING and never fails the run."""
+    --history``), one row per run.  A failing history write is logged at WARNING
+    and never fails the run."""
     history_table: Sequence[str] | None = None
     """The history table, like ``table_parts``; default: ``<table>_history`` beside it."""
     wait_seconds: float = v.WAIT.value
@@ -176,23 +161,20 @@ class LockContext:
     """The mode of the lease's row keys: ``"group"`` for a group's own slots."""
     replace: bool = False
     """With a lease held by a live holder: ask it to stop and hand the lease over,
-    rather than be refused.  The holder's command (or block) is stopped as on any
-    lease loss and hands the row over once it is gone; a holder that does not
-    (dead, frozen) is outlived by its row's expiry (``dislock.core.replace_marks``)."""
+    rather than be refused (``dislock.core.replace_marks``)."""
     cron_tz: str | tzinfo | None = None
     """Time zone ``schedule`` is read in: an IANA name (``"Europe/Berlin"``) or a
-    ``tzinfo``. Default: the local zone (``TZ``, else ``/etc/localtime``), the zone
-    cron reads a crontab in. Stored as a ``tzinfo`` once a schedule is given; its
-    name is ``cron_zone.name``. Slots are still taken on the database clock."""
+    ``tzinfo``. Default: the local zone (``TZ``, else ``/etc/localtime``), as cron.
+    Slots are still taken on the database clock."""
     cron_zone: CronZone | None = field(default=None, init=False, repr=False, compare=False)
     """The resolved zone, with the name to show and record (``None`` without a schedule)."""
 
     def __post_init__(self) -> None:
         self._check_where()
-        for setting in v.NUMBERS:  # each number by its bound, the wrapper's as its own
-            name, bound = setting.field, setting.bound
+        for number in v.NUMBERS:  # each by its bound, the wrapper's as its own
+            name, bound = number.field, number.bound
             if name is not None and bound is not None and getattr(self, name) is not None:
-                _set(self, name, bound.check(getattr(self, name), wording.name(setting)))
+                _set(self, name, bound.check(getattr(self, name), setting.name(number)))
         self._check_lease()
         self._check_schedule()
         self._check_run()
@@ -208,7 +190,7 @@ class LockContext:
             _set(self, "url", url)
         parse_dsn(self.url)
         _set(self, "table_parts", config.check_table_parts(self.table_parts))
-        bounds.check_key(wording.name(v.KEY), self.lock_key)
+        bounds.check_key(setting.name(v.KEY), self.lock_key)
         bounds.check_key("owner", self.owner)
         for flag in ("fencing", "history", "replace"):
             if not isinstance(getattr(self, flag), bool):
@@ -220,16 +202,16 @@ class LockContext:
         """The heartbeat within the TTL, derived from it when left out."""
         ttl, interval = self.run_ttl_seconds, self.lease_interval_seconds
         if ttl is not None and interval is None:
-            verb = wording.either("give", "set")
+            verb = setting.either("give", "set")
             derived = config.derived_interval(
                 ttl,
-                ttl_name=f"{wording.name(v.TTL)}={ttl:g}",
-                advice=f"{verb} {wording.name(v.HEARTBEAT)} too",
+                ttl_name=f"{setting.name(v.TTL)}={ttl:g}",
+                advice=f"{verb} {setting.name(v.HEARTBEAT)} too",
             )
             _set(self, "lease_interval_seconds", derived)
         elif ttl is not None and interval is not None:
-            config.check_interval(ttl, interval, interval_name=wording.name(v.HEARTBEAT))
-        policy = LeaseLossPolicy.parse(self.lease_loss_policy, name=wording.name(v.LEASE_LOSS))
+            config.check_interval(ttl, interval, interval_name=setting.name(v.HEARTBEAT))
+        policy = LeaseLossPolicy.parse(self.lease_loss_policy, name=setting.name(v.LEASE_LOSS))
         _set(self, "lease_loss_policy", policy)
 
     def _check_schedule(self) -> None:
@@ -253,12 +235,12 @@ class LockContext:
             _set(self, "cron_zone", zone)
             _set(self, "cron_tz", zone.tz)
             if self.schedule is not None:
-                _set(self, "schedule", check_cron(self.schedule, name=wording.name(v.SCHEDULE)))
+                _set(self, "schedule", check_cron(self.schedule, name=setting.name(v.SCHEDULE)))
                 check_jitter(
                     self.schedule,
                     self.jitter_max_seconds,
-                    jitter_name=wording.name(v.JITTER),
-                    schedule_name=wording.name(v.SCHEDULE),
+                    jitter_name=setting.name(v.JITTER),
+                    schedule_name=setting.name(v.SCHEDULE),
                 )
 
     def _check_run(self) -> None:
@@ -267,7 +249,7 @@ class LockContext:
             _set(self, "history_table", config.check_table_parts(self.history_table))
         if self.output_tail_bytes and not self.history:
             raise ConfigurationError(
-                f"{wording.name(v.OUTPUT_TAIL)} keeps a failed run's output in its history row:"
+                f"{setting.name(v.OUTPUT_TAIL)} keeps a failed run's output in its history row:"
                 f" it needs {_history_on()}"
             )
 
@@ -278,7 +260,7 @@ class LockContext:
                 f"wait_listen must be True, False or None, got {self.wait_listen!r}"
             )
         if self.group is not None:
-            _set(self, "group", str(parse_group(self.group, name=wording.name(v.GROUP))))
+            _set(self, "group", str(parse_group(self.group, name=setting.name(v.GROUP))))
         if self.lease_mode not in ("lease", "group"):
             raise ConfigurationError(f"lease_mode must be 'lease' or 'group': {self.lease_mode!r}")
         if self.replace and len(self.owner.encode()) > MAX_OWNER_BYTES:
@@ -287,15 +269,15 @@ class LockContext:
                 f" {MAX_OWNER_BYTES} bytes (UTF-8)"
             )
         if self.replace and self.slots > 1:
-            slots = wording.either(f"{self.slots} slots", f"{v.SLOTS.name}={self.slots}")
+            slots = setting.either(f"{self.slots} slots", f"{v.SLOTS.name}={self.slots}")
             raise ConfigurationError(
-                f"{wording.on(v.REPLACE)} takes over a lease's one holder: it cannot be"
+                f"{setting.on(v.REPLACE)} takes over a lease's one holder: it cannot be"
                 f" combined with {slots}"
             )
 
     def _check_slot(self) -> None:
         """A slot's retries, the keys it comes after, and its start deadline."""
-        named = (wording.name(v.AFTER), _history_on(), _after_needs())
+        named = _after_names()
         _set(
             self,
             "after",
@@ -306,9 +288,9 @@ class LockContext:
 
             check_owner(self.owner)
         if self.start_deadline_seconds is not None and self.schedule is None:
-            needs = wording.either("schedule", "the schedule strategy")
+            needs = setting.either("schedule", "the schedule strategy")
             raise ConfigurationError(
-                f"{wording.name(v.START_DEADLINE)} needs {needs}: a slot's start is the cron fire"
+                f"{setting.name(v.START_DEADLINE)} needs {needs}: a slot's start is the cron fire"
                 " that opened it"
             )
 
@@ -331,21 +313,22 @@ def _set(context: LockContext, name: str, value: object) -> None:
 def context_from_environment(strategies: Sequence[str], **fields: Any) -> LockContext:
     """A ``LockContext`` of the wrapper's variables (read through ``dislock.core.variables``)
     for ``strategies``: checked as any, each refusal naming the variable, not the field."""
-    with wording.by_variables():
+    with setting.by_variables():
         context = LockContext(**fields)
         check_strategies(context, strategies)
         return context
 
 
 def _history_on() -> str:
-    return wording.on(v.HISTORY) + wording.either("", " (and dislockctl init --history)")
+    return setting.on(v.HISTORY) + setting.either("", " (and dislockctl init --history)")
 
 
-def _after_needs() -> str:
-    """What ``after`` needs besides the history: a slot."""
-    return wording.either(
+def _after_names() -> tuple[str, str, str]:
+    """``after``'s name, and what it needs: the history, and a slot."""
+    slot = setting.either(
         "schedule and the schedule strategy", "LOCK_STRATEGY=schedule (or schedule,lease)"
     )
+    return setting.name(v.AFTER), _history_on(), slot
 
 
 def check_strategies(context: LockContext, strategies: Sequence[str]) -> None:
@@ -355,11 +338,10 @@ def check_strategies(context: LockContext, strategies: Sequence[str]) -> None:
     from dislock.core.retries import check_retries
     from dislock.core.waiting import check_waiting
 
-    names = (wording.name(v.RETRIES), wording.name(v.START_DEADLINE))
+    names = (setting.name(v.RETRIES), setting.name(v.START_DEADLINE))
     check_retries(strategies, context.retries, context.start_deadline_seconds, names=names)
     if context.after and config.SCHEDULE not in strategies:
-        needs = (wording.name(v.AFTER), _history_on(), _after_needs())
-        check_after(context.after, history=context.history, schedule=None, names=needs)
+        check_after(context.after, history=context.history, schedule=None, names=_after_names())
     try:
         check_waiting(
             strategies,
@@ -371,7 +353,7 @@ def check_strategies(context: LockContext, strategies: Sequence[str]) -> None:
         )
     except ConfigurationError as exc:
         # The wrapper's strategies are a variable too: its refusal quotes it.
-        quoted = wording.either("", f"{v.STRATEGY.name}={','.join(strategies)!r}: ")
+        quoted = setting.either("", f"{v.STRATEGY.name}={','.join(strategies)!r}: ")
         raise ConfigurationError(f"{quoted}{exc}") from None
 
 

@@ -1,26 +1,23 @@
 """Cron expressions and schedule slots, read in the time zone cron fires in.
 
 A schedule lock's row expires at the next cron boundary, computed from the
-database's clock rather than the local one, so machines with skewed clocks agree
-on which slot they are in.  The cron expression itself is read on the wall clock
-of a time zone (``CRON_TZ``, else the host's local zone: the zone cron uses), and
-the boundaries are the instants at which cron starts the job there.
+database's clock, so machines with skewed clocks agree on their slot; the
+expression is read on the wall clock of the zone cron uses (``CRON_TZ``, else local).
 
-Daylight saving time follows cron (vixie/ISC cron and cronie, ``cron(8)``): a
-time skipped when clocks spring forward is started at the transition instead,
-and a repeated hour gives boundaries on both passes.  cron starts a fixed-time
-job only on the first pass and a ``*``-hour/minute job on both; cronie with
-``CRON_TZ`` in a zone other than the host's matches both passes and skips the
-gap.  Every instant any of them starts the job at is a boundary, so each start
-gets a slot of its own; a boundary at which a given cron starts nothing only
-makes one slot end early.
+Daylight saving time follows cron (vixie/ISC cron and cronie): a time skipped
+when clocks spring forward starts at the transition, and a repeated hour gives
+boundaries on both passes.  Every instant any cron starts the job at is a
+boundary, so each start gets a slot of its own; a boundary at which a given cron
+starts nothing only makes one slot end early.
 """
 
 from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone, tzinfo
+from typing import ClassVar
 
 from dislock.core.errors import ConfigurationError
 
@@ -120,15 +117,10 @@ EVERY_SECOND = frozenset({"*", "?"})
 
 
 def _refuse_seconds_first(text: str, name: str) -> None:
-    """Refuse a six- or seven-field expression whose seconds field (croniter's sixth,
-    the last but an optional year) is ``*`` or ``?`` while another field is not.
-
-    Read with seconds last, it starts every second of each matching minute: never
-    a job's schedule.  Read with seconds first (Quartz, Spring), it is
-    an ordinary one, whose day-of-week field is ``*`` or ``?``: ``*/10 * * * * *``
-    is "every 10 seconds" there, "every second of every tenth minute" here.
-    ``* * * * * *`` is every second either way, and stays accepted.
-    """
+    """Refuse a six- or seven-field expression whose seconds field (croniter's sixth)
+    is ``*`` or ``?`` while another field is not: read with seconds last, it starts
+    every second of each matching minute, never a job's schedule; it was written
+    with seconds first (Quartz, Spring).  ``* * * * * *`` stays accepted."""
     from croniter import croniter
 
     fields = text.split()
@@ -240,8 +232,7 @@ def begun_too_long_ago(
     expression: str, end: datetime, tz: tzinfo, deadline: float, now: datetime
 ) -> datetime | None:
     """When the slot ending at ``end`` began, if that was more than ``deadline``
-    seconds before ``now`` (a start deadline, ``LockContext.start_deadline_seconds``,
-    passed: the slot is marked late, not started); None while it may still start."""
+    seconds before ``now`` (its start deadline passed); None while it may start."""
     began = slot_start(expression, end, tz)
     return began if (now - began).total_seconds() > deadline else None
 
@@ -260,8 +251,8 @@ JITTER_SAMPLE = 32
 
 
 def shortest_interval(expression: str, now: datetime | None = None) -> float:
-    """The shortest time between consecutive fires of ``expression``, in seconds,
-    over its next few fires (on the wall clock; DST only shortens one interval)."""
+    """The shortest time between ``expression``'s next few fires, in seconds (on the
+    wall clock: DST only shortens one interval)."""
     from croniter import croniter
 
     start = (now or datetime.now(UTC)).astimezone(UTC)
@@ -291,38 +282,30 @@ def check_jitter(
         )
 
 
+@dataclass(frozen=True, slots=True)
 class SlotCandidates:
     """The slot ends a start could belong to, for a database clock near the local one.
 
-    A schedule lock would otherwise read the database clock first and compute its
-    slot from that: a round trip more on every cron run.  Instead the next few
-    boundaries after ``covered_from`` (a little before the local clock) travel with
-    the acquiring statement, each with the latest start that still belongs to it
-    (``slot_end``'s early-fire tolerance before it), and the statement picks the
-    first end whose latest start its ``NOW()`` has not passed.  That is
-    ``slot_end(NOW())`` whenever ``NOW()`` falls between ``covered_from`` and the
-    last latest start; outside, nothing is picked and the caller reads the clock.
+    Rather than read the database clock first (a round trip more on every cron
+    run), the next few boundaries travel with the acquiring statement, each with
+    the latest start that still belongs to it, and the statement picks the first
+    end whose latest start its ``NOW()`` has not passed: ``slot_end(NOW())``
+    within the covered span; outside, nothing, and the caller reads the clock.
     """
 
-    __slots__ = ("covered_from", "ends", "latest_starts")
+    covered_from: datetime
+    ends: list[datetime]
+    latest_starts: list[datetime]
 
-    COUNT = 4
+    COUNT: ClassVar[int] = 4
     """Ends sent along: a fixed number, so that the statement's text is fixed."""
-    BEHIND = 2.0
+    BEHIND: ClassVar[float] = 2.0
     """Seconds the database clock may lag the local one and still be covered (it is
     read later than ours, by the statement, so it lags only by clock skew)."""
 
-    def __init__(
-        self, covered_from: datetime, ends: list[datetime], latest_starts: list[datetime]
-    ) -> None:
-        self.covered_from = covered_from
-        self.ends = ends
-        self.latest_starts = latest_starts
-
     @classmethod
     def around(cls, expression: str, local_now: datetime, tz: tzinfo = UTC) -> SlotCandidates:
-        """The candidates for a start near ``local_now``, reading ``expression`` in ``tz``
-        (the boundaries are ``next_boundary``'s, one after the other)."""
+        """The candidates for a start near ``local_now``, reading ``expression`` in ``tz``."""
         start = local_now.astimezone(UTC) - timedelta(seconds=cls.BEHIND)
         found = [next_boundary(expression, start, tz)]
         while len(found) <= cls.COUNT:  # one more: the last end's tolerance needs it

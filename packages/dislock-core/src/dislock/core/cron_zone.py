@@ -1,9 +1,8 @@
 """The time zone cron fires in, as dislock reads it: ``CRON_TZ``, else the host's
 local zone (``TZ``, ``/etc/localtime``), by the name to show and record.
 
-Schedules are read on this zone's wall clock (``dislock.core.cron``); the name
-recorded with each run (an IANA name when one is known) lets ``dislockctl missed``
-read a schedule as the machines read it.
+The name recorded with each run (IANA's when known) lets ``dislockctl missed`` read
+a schedule as the machines read it.
 """
 
 from __future__ import annotations
@@ -78,19 +77,14 @@ def load_zone(value: object, *, name: str = "cron_tz", source: str = "argument")
 
 
 _IANA_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_+-]{0,29}(?:/[A-Za-z][A-Za-z0-9_+-]{0,29}){0,2}")
-"""What a zone name of the tz database looks like (``Europe/Berlin``, ``Etc/GMT-5``,
-``America/Argentina/Buenos_Aires``): no leading ``/``, no ``.`` or ``..``, nothing a
-path could hide behind."""
+"""A zone name of the tz database (``America/Argentina/Buenos_Aires``): no leading
+``/``, no ``.`` or ``..``, nothing a path could hide behind."""
 
 
 def recorded_zone(value: str) -> tzinfo:
-    """A zone read from the run history (``cron_tz``), accepted only as an IANA name.
-
-    Any machine that may write the history chooses this text, so it is not read the
-    way ``load_zone`` reads the local ``CRON_TZ``: no path (a FIFO named there would
-    block the reader), no ``:`` form, no POSIX rule; only a name that ``zoneinfo``
-    looks up inside the tz database (it refuses keys that leave it).
-    """
+    """A zone read from the run history (``cron_tz``), accepted only as an IANA name:
+    any machine that may write the history chooses this text, so no path (a FIFO
+    named there would block the reader), no ``:`` form, no POSIX rule."""
     from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
     # Debian's database links "localtime" to /etc/localtime: the host's own zone,

@@ -20,10 +20,7 @@ APPLICATION_NAME = "dislock"
 
 
 def parse_dsn(url: str) -> dict[str, Any]:
-    """Split a URL or ``key=value`` DSN into its parameters.
-
-    Raises ConfigurationError with a message that never repeats the input.
-    """
+    """A URL or ``key=value`` DSN's parameters; a refusal never repeats the input."""
     if not isinstance(url, str) or not url.strip():
         raise ConfigurationError("database URL is empty")
     try:
@@ -84,15 +81,10 @@ def _written(secret: str) -> str:
 
 
 def scrub(text: str, url: str) -> str:
-    """``text`` with every secret of ``url`` replaced by ``***``.
-
-    A secret counts raw, percent-encoded (what the URL itself holds, in either
-    case, any of its characters encoded or not) and, from ``GLUED_LENGTH``
-    characters on, glued to other text (``xp%40ssw0rdy``).  A shorter one counts
-    only as a whole word (not inside a run of letters and digits), so that a
-    password such as ``e`` leaves words intact: a trade-off, as a short password
-    glued to other text is indistinguishable from that text.
-    """
+    """``text`` with every secret of ``url`` replaced by ``***``: raw or
+    percent-encoded, and glued to other text (``xp%40ssw0rdy``) from ``GLUED_LENGTH``
+    characters on; a shorter one only as a whole word, so that a password such as
+    ``e`` leaves words intact."""
     for secret in sorted(secrets_in(url), key=len, reverse=True):
         pattern = _written(secret)
         if len(secret) < GLUED_LENGTH:
@@ -102,10 +94,9 @@ def scrub(text: str, url: str) -> str:
 
 
 def one_line(text: str) -> str:
-    """A driver's or a server's message, often several lines, as one: blanks collapsed,
-    and each line joined to the one before with ``". "`` where it starts a sentence
-    (libpq's ``Connection refused`` then ``Is the server running on that host…``),
-    ``"; "`` where it does not, a space after a line that ends in punctuation."""
+    """A driver's or a server's message, often several lines, as one: each line joined
+    with ``". "`` where it starts a sentence, ``"; "`` where it does not, a space
+    after a line that ends in punctuation."""
     joined = ""
     for line in text.splitlines():
         line = " ".join(line.split())
@@ -126,8 +117,7 @@ def error_line(error: BaseException, url: str) -> str:
 
 def message_line(error: BaseException, url: str) -> str:
     """What went wrong, in one line scrubbed of ``url``'s secrets: a server error's
-    primary message alone (without the statement it quotes, ``LINE 1: …`` and a
-    caret under it), any other error's text as ``one_line`` joins it."""
+    primary message alone (not the statement it quotes), else ``one_line``'s."""
     diag = getattr(error, "diag", None)
     primary = getattr(diag, "message_primary", None) if diag is not None else None
     return scrub(one_line(primary if isinstance(primary, str) and primary else str(error)), url)
@@ -141,11 +131,8 @@ def connection_kwargs(
     Autocommit keeps each lock operation in its own transaction, so ``NOW()`` is
     the time of that statement; ``prepare_threshold=None`` keeps psycopg from
     preparing statements, which PgBouncer in transaction pooling cannot route
-    (a shared connection turns preparing on once it finds no pooler in between:
-    ``dislock.core.preparing``).
-    A timeout or application name already in the URL wins over our defaults,
-    except ``attempt_timeout``: one patient try's timeout per host, already
-    bounded by the URL's (``longest_connect_timeout``; ``dislock.core.patience``).
+    (``dislock.core.preparing``).  The URL's timeout and application name win,
+    but not over ``attempt_timeout``, one patient try's (already bounded by the URL's).
     """
     params = parse_dsn(url)
     kwargs: dict[str, Any] = {"autocommit": True, "prepare_threshold": None}

@@ -12,11 +12,8 @@ class DislockError(Exception):
 
 
 class ConfigurationError(DislockError, ValueError):
-    """A lock was configured with a missing, malformed or contradictory value.
-
-    It is also a ``ValueError`` so that callers validating input the usual way
-    catch it too.
-    """
+    """A lock was configured with a missing, malformed or contradictory value (also a
+    ``ValueError``)."""
 
 
 class LockNotAcquiredError(DislockError):
@@ -26,8 +23,7 @@ class LockNotAcquiredError(DislockError):
 class SlotLateError(LockNotAcquiredError):
     """A schedule slot was not started because its start deadline had passed
     (``LockContext.start_deadline_seconds``), and this acquisition marked it late
-    (one acquisition does; those after it, past the deadline too, find the slot
-    taken and raise a plain ``LockNotAcquiredError``)."""
+    (those after it find the slot taken: a plain ``LockNotAcquiredError``)."""
 
 
 class LockDelayedError(LockNotAcquiredError):
@@ -48,11 +44,8 @@ class KeyNotGrantedError(DislockError):
 
 
 class LockPausedError(LockNotAcquiredError):
-    """The lock key is paused fleet-wide (``dislockctl pause``): nobody may start it.
-
-    A ``LockNotAcquiredError``, so that code skipping a held lock skips a paused
-    one the same way.
-    """
+    """The lock key is paused fleet-wide (``dislockctl pause``): nobody may start it
+    (a ``LockNotAcquiredError``: code skipping a held lock skips a paused one)."""
 
     def __init__(self, message: str, *, reason: str, until: datetime | None) -> None:
         super().__init__(message)
@@ -63,12 +56,9 @@ class LockPausedError(LockNotAcquiredError):
 
 
 class LeaseLostError(DislockError):
-    """The lease stopped being held while the guarded block was running.
-
-    Raised on leaving a ``LeaseLock`` under ``LeaseLossPolicy.TERMINATE`` when
-    the block itself finished without an exception, so that work done on a lost
-    lease never looks like a clean success.  ``reason`` says why it was lost.
-    """
+    """The lease stopped being held while the guarded block was running: raised on
+    leaving a ``LeaseLock`` under ``LeaseLossPolicy.TERMINATE`` when the block itself
+    succeeded, so that work done on a lost lease never looks like a clean success."""
 
     def __init__(self, message: str, *, reason: str | None = None) -> None:
         super().__init__(message)
@@ -76,26 +66,18 @@ class LeaseLostError(DislockError):
 
 
 class MaxRuntimeExceeded(DislockError):
-    """A guarded block ran past ``LockContext.max_runtime_seconds``.
+    """A guarded block ran past ``LockContext.max_runtime_seconds``: ``dislock.aio``
+    cancels it at the bound; a sync block raises it as it ends late
+    (``LockSession.time_left`` lets it stop before).
 
     Not a ``TimeoutError``: that is an ``OSError``, and a block's own ``except
     OSError`` (a retry around file or network calls) must not swallow its bound.
-
-    ``dislock.aio`` cancels the task running the block at the bound and raises
-    this in place of the ``CancelledError``; the sync flavour cannot interrupt a
-    thread, so a block that finishes past its bound raises it as it ends
-    (``LockSession.time_left`` lets it stop at a safe point before).  A wrapped
-    command is stopped instead, and the wrapper exits ``MAX_RUNTIME_EXIT_CODE``.
     """
 
 
 class StatementTimeout(DislockError, TimeoutError):
-    """A lock statement got no answer in time and was cancelled.
-
-    Renewals are bounded so that a row locked by someone else's transaction, or
-    a server that stopped answering, cannot hold the renewer past its deadline;
-    the attempt is retried until then.
-    """
+    """A lock statement got no answer in time and was cancelled (a renewal is
+    retried until the lease's deadline)."""
 
 
 class NotSent(StatementTimeout):
@@ -106,25 +88,18 @@ class NotSent(StatementTimeout):
 
 class NotReplicatedError(DislockError):
     """A lock statement committed on the primary, but synchronous replication never
-    confirmed it (the server's wait for its standbys was cancelled).
-
-    A failover could lose such a row, so it is not a success: an acquisition is
-    handed back and raises this; a renewal counts as a failed attempt and is
-    retried until the lease's deadline.
-    """
+    confirmed it: a failover could lose the row, so an acquisition is handed back
+    and raises this, a renewal is retried until the lease's deadline."""
 
 
 class DatabaseUnreachableError(DislockError, OperationalError):
-    """No connection to the database could be opened in time: every attempt failed
-    the way a busy, restarting or failing-over server fails (refused, timed out, no
-    primary among the hosts), until ``LockContext.connect_patience_seconds`` ran out
-    or, for a schedule lock, until the slot being taken ended.  Also raised when
-    the connection was lost during an acquiring statement and the patience ran
-    out before the lock could find out whether it took its row
-    (``lost_answer_of``).
+    """No connection to the database could be opened in time (a busy, restarting or
+    failing-over server) within ``LockContext.connect_patience_seconds`` or, for a
+    schedule lock, before the slot ended; or the connection was lost during an
+    acquiring statement and its outcome could not be found out (``lost_answer_of``).
 
-    Also an ``OperationalError``, the driver's class for the same failure, so that
-    code catching that still does; the driver's last error is the ``__cause__``.
+    Also an ``OperationalError``, the driver's class for the same failure; the
+    driver's last error is the ``__cause__``.
     """
 
     def __init__(
@@ -158,12 +133,9 @@ class DatabaseUnreachableError(DislockError, OperationalError):
 
 
 class Interrupted(KeyboardInterrupt):
-    """A signal ended the wait for the locks, before the command started.
-
-    A ``KeyboardInterrupt`` (not a ``DislockError``), so that psycopg cancels a
-    statement it interrupts and no ``except Exception`` in the lock code swallows
-    it; ``run_with_locks`` returns 128 + ``signum`` for it.
-    """
+    """A signal ended the wait for the locks, before the command started.  A
+    ``KeyboardInterrupt``, so that psycopg cancels a statement it interrupts and no
+    ``except Exception`` swallows it; ``run_with_locks`` returns 128 + ``signum``."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(signum)

@@ -35,8 +35,7 @@ def _read_qualified(rows: Rows) -> tuple[str, str] | None:
 
 def qualified(table: tuple[str, ...]) -> Exchange[tuple[str, str] | None]:
     """``(schema, name)`` of ``table`` as the search path finds it (None: no such
-    table): the functions the policies call are created beside it, under names that
-    do not depend on the search path."""
+    table), for names that do not depend on the search path."""
     columns = select_list(Qualified._fields, schema=sql.SQL("n.nspname"), name=sql.SQL("c.relname"))
     query = sql.SQL(
         "SELECT {} FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
@@ -46,14 +45,11 @@ def qualified(table: tuple[str, ...]) -> Exchange[tuple[str, str] | None]:
 
 
 # What lets a role around the policies, for a row ``r`` of pg_roles and ``c`` of
-# pg_class: table-wide UPDATE, TRUNCATE (LOCK TABLE in modes that stop every
-# acquisition, emptying the table), TRIGGER or REFERENCES (code run in other roles'
-# sessions), DELETE (but for an operator, whose delete policy bounds it), MAINTAIN
-# on PostgreSQL 17+ (LOCK TABLE again; pg_maintain's members have it), membership
-# in the owner's role (SET ROLE), BYPASSRLS where the role may touch the table at
-# all.  The version is asked first: older servers do not know the MAINTAIN privilege.
-# And any INSERT or UPDATE, of any column, by a role whose grant writes nothing by
-# hand (a wrapper writes through the lock functions): no policy of dislock's expects it.
+# pg_class: table-wide UPDATE, TRUNCATE (LOCK TABLE, emptying the table), TRIGGER or
+# REFERENCES (code run in other roles' sessions), DELETE without a delete policy,
+# MAINTAIN on PostgreSQL 17+ (LOCK TABLE again; older servers do not know it),
+# membership in the owner's role, BYPASSRLS; and any INSERT or UPDATE by a role whose
+# grant writes nothing by hand, which no policy of dislock's expects.
 _POLICY = (
     "EXISTS (SELECT FROM pg_policy p WHERE p.polrelid = c.oid"
     f" AND p.polname = '{POLICY_PREFIX}' || r.rolname || ':{{}}')"
@@ -81,19 +77,15 @@ _LOOPHOLES = (
 )
 
 
-def _read_loopholes(rows: Rows) -> list[str]:
-    return [str(hole) for (holes,) in rows for hole in holes or []]
-
-
 def loopholes(role: str, table: tuple[str, ...]) -> Exchange[list[str]]:
-    """What would let ``role`` around its policies on ``table``, held through
-    ``PUBLIC`` or a role it belongs to after its own grant was replaced: empty when
-    there is none."""
+    """What would let ``role`` around its policies on ``table`` (held through
+    ``PUBLIC`` or a role it belongs to)."""
     query = sql.SQL(
         "SELECT " + _LOOPHOLES + " AS holes FROM pg_class c, pg_roles r"
         " WHERE c.oid = to_regclass(%(table)s) AND r.rolname = %(role)s"
     )
-    return Exchange(query, {"role": role, "table": _name(table)}, _read_loopholes)
+    params = {"role": role, "table": _name(table)}
+    return Exchange(query, params, lambda rows: [str(h) for (holes,) in rows for h in holes or []])
 
 
 def exempt(role: str, table: tuple[str, ...]) -> Exchange[bool]:
@@ -133,12 +125,10 @@ _HISTORY_LOOPHOLES = _LOOPHOLES.replace(
 
 
 def audit(table: tuple[str, ...], *, history: bool = False) -> Exchange[list[Loophole]]:
-    """Every role that can get around ``table``'s policies (``dislockctl grants``,
-    ``dislock_grant_loopholes``); none without row-level security, where every role
-    with privileges on the table locks every key anyway.  The owner and superusers
-    are the administrators the policies do not bind, and PostgreSQL's own ``pg_*``
-    roles are reported through their members.  ``history``: ``table`` is a run
-    history, where a table-wide ``INSERT`` is one more way around."""
+    """Every role that can get around ``table``'s policies (none without row-level
+    security, where every role locks every key anyway; not the owner, superusers, or
+    ``pg_*`` roles, reported through their members).  ``history``: ``table`` is a
+    run history, where a table-wide ``INSERT`` is one more way around."""
     columns = select_list(Loophole._fields, role=sql.SQL("rolname"), privileges=sql.SQL("holes"))
     holes = _HISTORY_LOOPHOLES if history else _LOOPHOLES
     query = sql.SQL(
@@ -149,13 +139,13 @@ def audit(table: tuple[str, ...], *, history: bool = False) -> Exchange[list[Loo
         " AND r.rolname NOT LIKE 'pg\\_%%') audited"
         " WHERE holes <> '{{}}' ORDER BY rolname"
     ).format(columns)
-    return Exchange(query, {"table": sql.Identifier(*table).as_string(None)}, _read_audit)
+    return Exchange(query, {"table": _name(table)}, _read_audit)
 
 
 def describe(loophole: Loophole, table: tuple[str, ...]) -> str:
     """One line: what ``loophole.role`` holds and how to take it away (statements
     that run as printed: names quoted as identifiers)."""
-    name, who = sql.Identifier(*table).as_string(None), sql.Identifier(loophole.role)
+    name, who = _name(table), sql.Identifier(loophole.role)
     privileges = [p for p in loophole.privileges if p.isupper() and p != "BYPASSRLS"]
     fixes = []
     if privileges:
@@ -184,9 +174,8 @@ def _read_grants(rows: Rows) -> list[Grant]:
 
 
 def grants_on(table: tuple[str, ...]) -> Exchange[list[Grant]]:
-    """The dislock grants on ``table``, by role: each role's read policy and the
-    comment that holds its access, patterns and quota (a policy whose comment cannot
-    be read is left out)."""
+    """The dislock grants on ``table``, by role, from each read policy's comment (one
+    that cannot be read is left out)."""
     columns = select_list(
         PolicyRow._fields, policy=sql.SQL("p.polname"), comment=sql.SQL("d.description")
     )

@@ -1,42 +1,19 @@
 """Run history: the table, the two exchanges a run sends to it, and its outcome.
 
-Opt-in (``LockContext.history``, ``LOCK_HISTORY=1``).  A run that got its locks
-inserts one row as it starts and updates it as it ends, both on the database
-clock; nothing else is written, and a skipped start writes nothing.  Writing
-history must never fail or hold up the job: the shells bound each statement by
-``HISTORY_TIMEOUT`` and only log a failure.  The end is the exception that waits:
-a run that lost its lease because the database went away would otherwise read as
-``abandoned`` although its wrapper lived to tell, so an end statement refused for
-a reason worth waiting out (``retry_end``) is sent again once a connection opens,
-within the lock's connect patience; the command has ended by then, so only the
-wrapper's exit waits.
+Opt-in (``LockContext.history``).  A run that got its locks inserts one row as it
+starts and updates it as it ends, on the database clock.  Writing history never
+fails or holds up the job (each statement bounded by ``HISTORY_TIMEOUT``, a
+failure logged), but for the end: refused for a reason worth waiting out
+(``retry_end``), it is sent again within the connect patience, lest a run whose
+database went away read as ``abandoned``.
 
-The table (one per lock table, ``<table>_history`` unless named otherwise)::
-
-    id          bigint identity   primary key
-    lock_key    text              the lock key (not the row key)
-    modes       text              'schedule', 'lease' or 'schedule,lease'
-    slot_end    timestamptz       end of the schedule slot the run claimed
-    owner       text              the owner token written to the lock rows
-    host, pid   text, integer     where it ran
-    started_at  timestamptz       NOW() of the start statement
-    ended_at    timestamptz       NOW() of the end statement; NULL while running
-                                  (or when the machine died)
-    outcome     text              ok | failed | lease_lost | killed | timed_out | late,
-                                  or an event: rerun | paused | resumed | held_back;
-                                  NULL until ended
-    exit_code   integer           the command's status (128+n when signal n killed it)
-    signal      integer           the signal that killed it
-    cron        text              the cron expression, when there is one
-    cron_tz     text              the zone the cron expression is read in
-    stdout_tail, stderr_tail      the end of a failed run's output, with
-                text              ``LockContext.output_tail_bytes``
-                                  (``dislock.core.output_tail``); added by
-                                  ``init --history`` to a table made before
-
-It is indexed on ``(lock_key, started_at DESC)`` (one key's runs, newest
-first; the missed-slot check), ``(started_at)`` (every key's, and pruning) and,
-for the rows of pauses only, ``(lock_key, started_at)``.
+The table is ``<table>_history`` unless named otherwise (``create_history``): one
+row per run (``lock_key``, not the row key; ``modes``; the ``slot_end`` it
+claimed; ``owner``, ``host``, ``pid``; ``started_at`` and ``ended_at`` on the
+database clock, ``ended_at`` NULL while running or when the machine died; the
+``outcome``, ``exit_code`` and ``signal``; ``cron`` and ``cron_tz``; the end of a
+failed run's output, ``stdout_tail`` and ``stderr_tail``), indexed for one key's
+runs newest first, for every key's (and pruning), and for a key's pauses.
 """
 
 from __future__ import annotations
@@ -49,31 +26,18 @@ from typing import Any, NamedTuple
 from psycopg import sql
 
 from dislock.core.after import success_notice
-from dislock.core.config import check_table_parts
+from dislock.core.config import MAX_IDENTIFIER_BYTES, check_table_parts
 from dislock.core.errors import MaxRuntimeExceeded
 from dislock.core.exchange import Exchange, Rows, read_flag
+from dislock.core.operator_commands import OUTCOMES as EVENTS
 from dislock.core.operator_commands import PAUSE_MODES
 
 HISTORY_TIMEOUT = 2.0
 """Seconds a history statement may take before it is cancelled and logged."""
 
-OUTCOMES = (
-    "ok",
-    "failed",
-    "lease_lost",
-    "killed",
-    "timed_out",
-    "late",
-    "rerun",
-    "paused",
-    "resumed",
-    "held_back",
-)
-"""What the end statement records (``late``: a slot past its start deadline, not
-started, marked by the acquisition that found it so; ``rerun``, ``paused``,
-``resumed``: no runs, an operator's commands, ``dislock.core.operator_commands``;
-``held_back``: a slot waiting for a key it comes after, ``dislock.core.held_back``);
-``running`` and ``abandoned`` are derived when reading."""
+OUTCOMES = ("ok", "failed", "lease_lost", "killed", "timed_out", "late", *EVENTS)
+"""What the end statement records (``late``: a slot not started past its deadline;
+then events, not runs); ``running`` and ``abandoned`` are derived when reading."""
 
 SUFFIX = "_history"
 
@@ -85,10 +49,8 @@ ENDED = ("ended_at", "outcome", "exit_code", "signal")
 """The columns every run's end writes."""
 
 TAILS = ("stdout_tail", "stderr_tail")
-"""The columns of an output's tail: written by the end statement of a failed run
-whose tail was asked for, and only then, so that a table made before them (and a
-role granted before them) records every other run as before.  With ``ENDED``, all
-a granted role may update."""
+"""The columns of an output's tail, written only by the end of a failed run whose
+tail was asked for: a table (or grant) made before them records every other run."""
 
 
 def history_table(
@@ -102,13 +64,13 @@ def history_table(
     return check_table_parts((*schema, f"{name}{SUFFIX}"))
 
 
-def _index_name(history: tuple[str, ...], what: str) -> sql.Identifier:
-    return sql.Identifier(_index_text(history, what))
-
-
 def _index_text(history: tuple[str, ...], what: str) -> str:
-    # PostgreSQL truncates names to 63 bytes; keep the distinguishing suffix.
-    return f"{history[-1][: 63 - len(what) - 1]}_{what}"
+    # PostgreSQL truncates longer names: keep the distinguishing suffix.
+    return f"{history[-1][: MAX_IDENTIFIER_BYTES - len(what) - 1]}_{what}"
+
+
+def _index_id(history: tuple[str, ...], what: str) -> sql.Identifier:
+    return sql.Identifier(_index_text(history, what))
 
 
 def create_history(history: tuple[str, ...]) -> list[sql.Composed]:
@@ -133,25 +95,23 @@ def create_history(history: tuple[str, ...]) -> list[sql.Composed]:
         ).format(table=table),
         add_tail_columns(history),
         sql.SQL("CREATE INDEX IF NOT EXISTS {name} ON {table} (lock_key, started_at DESC)").format(
-            name=_index_name(history, "key_started"), table=table
+            name=_index_id(history, "key_started"), table=table
         ),
         sql.SQL("CREATE INDEX IF NOT EXISTS {name} ON {table} (started_at)").format(
-            name=_index_name(history, "started"), table=table
+            name=_index_id(history, "started"), table=table
         ),
         # A key's pauses among its runs (``dislock.core.operator_commands``): ``modes`` is written
         # once, as a row is inserted, so the end statement's updates stay HOT.
         sql.SQL(
             "CREATE INDEX IF NOT EXISTS {name} ON {table} (lock_key, started_at)"
             " WHERE modes = {pause}"
-        ).format(name=_index_name(history, "pauses"), table=table, pause=sql.Literal(PAUSE_MODES)),
+        ).format(name=_index_id(history, "pauses"), table=table, pause=sql.Literal(PAUSE_MODES)),
     ]
     return statements
 
 
 def up_to_date(history: tuple[str, ...]) -> Exchange[bool]:
-    """Whether the existing table ``history`` has everything ``create_history`` makes
-    (a table made by an earlier version lacks the tail's columns and the pauses'
-    index)."""
+    """Whether the existing table ``history`` has everything ``create_history`` makes."""
     index = sql.Identifier(*history[:-1], _index_text(history, "pauses"))
     query = sql.SQL(
         "SELECT to_regclass({index}) IS NOT NULL AND (SELECT count(*) = {n} FROM pg_attribute"
@@ -265,9 +225,8 @@ def end(history: tuple[str, ...], run_id: int, run_end: RunEnd) -> Exchange[None
 
 def without_tail(error: BaseException) -> bool:
     """Whether an end statement that failed with ``error`` is worth sending again
-    without the output's tail: the table has no column for it (made before it, and
-    ``init --history`` not run since), or the role may not write it (granted before
-    it, and not granted again since)."""
+    without the output's tail: the table has no column for it, or the role may not
+    write it (made or granted before it)."""
     # undefined_column, insufficient_privilege (a refusal that has nothing to do with
     # the tail is refused again, and then reported as any refused end is)
     return getattr(error, "sqlstate", None) in ("42703", "42501")
@@ -296,9 +255,7 @@ def missing_table(error: BaseException) -> bool:
 
 def retry_end(error: BaseException) -> bool:
     """Whether an end statement that failed with ``error`` is worth sending again
-    once a connection opens: the server was down, restarting or full, or the
-    connection dropped (``dislock.core.patience.is_transient``), not a refusal that
-    waiting does not change (a missing table, a permission)."""
+    once a connection opens (the server was down, restarting or full)."""
     from dislock.core.patience import is_transient
 
     return is_transient(error)
@@ -330,9 +287,8 @@ def end_of_command(
     returncode: int | None, status: int, *, lease_lost: bool, timed_out: bool = False
 ) -> RunEnd:
     """The end of a wrapped command: its raw return code (negative: killed by that
-    signal, as subprocess reports it; None: it never started), the status the
-    wrapper returns, whether its lease was lost meanwhile, and whether it was
-    stopped for running past its ``max_runtime_seconds``."""
+    signal; None: it never started), the status the wrapper returns, whether its
+    lease was lost, and whether it ran past its ``max_runtime_seconds``."""
     killed_by = -returncode if returncode is not None and returncode < 0 else None
     if timed_out:
         return RunEnd("timed_out", status, killed_by)

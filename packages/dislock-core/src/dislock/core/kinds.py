@@ -1,16 +1,10 @@
 """The kinds of lock dislock knows, in one table: name, row key, class, operator text.
 
-Everything that used to compare strategy names (validation, the lock classes a
-strategy builds, the rows ``dislockctl`` lists and releases, the text it prints)
-reads this table instead, so that a new kind is one entry here plus its lock
-class.  The row keys are shared with dislock 0.1.0 on one table and never change:
-``cronjob-lock:schedule:<key>`` and ``cronjob-lock:lease:<key>``.  Slots 2..N of
-a lease with ``LockContext.slots`` live in ``cronjob-lock:lease#<n>:<key>``: the
-slot number sits in the mode part, so no lock key (whatever it contains) can
-name another key's slot, and slot 1 stays the plain lease row.  A group's slots
-(``LockContext.group``) are rows of a mode of their own, ``cronjob-lock:group:<name>`` and
-``cronjob-lock:group#<n>:<name>`` (``GROUP``): no lock key can name them, and no
-strategy takes them on their own.
+The row keys are shared with dislock 0.1.0 and never change:
+``cronjob-lock:schedule:<key>`` and ``cronjob-lock:lease:<key>``.  Slots 2..N of a
+lease live in ``cronjob-lock:lease#<n>:<key>``, and a group's in
+``cronjob-lock:group[#<n>]:<name>``: the number and the group sit in the mode part,
+so no lock key, whatever it contains, can name another key's slot or a group.
 """
 
 from __future__ import annotations
@@ -42,7 +36,7 @@ class LockKind(NamedTuple):
 
     @property
     def mode(self) -> str:
-        """The mode part of its row keys, ``cronjob-lock:<mode>:<lock key>``: the name."""
+        """The mode part of its row keys: the name."""
         return self.name
 
     def row_key(self, lock_key: str, slot: int = 1) -> str:

@@ -1,14 +1,10 @@
 """The lock table's maximum lease TTL: where it is kept, how statements read it, how it is set.
 
-A lease row expires at most this long after its last renewal, and the lock delay
-after a failover (``dislock.core.failover``) never lasts longer.  Without a cap,
-one wrapper started with a week-long TTL would make every later failover stop
-the whole fleet for a week.  The cap lives in a metadata row of the lock table
-itself, so that every machine reads the same one in the acquiring statement (no
-extra round trip) and a table created before it existed falls back to
-``DEFAULT_MAX_TTL``.  Only the table's owner (``dislockctl init --max-ttl``)
-writes that row: the row-level security of ``dislock.core.grants`` gives no
-other role a way to.
+The lock delay after a failover (``dislock.core.failover``) never lasts longer:
+without a cap, one wrapper started with a week-long TTL would make every later
+failover stop the fleet for a week.  It lives in a metadata row of the lock table,
+read by the acquiring statement itself (no extra round trip); only the table's
+owner writes it (``dislockctl init --max-ttl``).
 """
 
 from __future__ import annotations
@@ -27,9 +23,7 @@ DEFAULT_MAX_TTL = 3600.0
 
 NEVER_EXPIRES = "9999-12-31 00:00:00+00"
 """``expire_at`` of a metadata row that never expires.  Not ``'infinity'``: psycopg
-cannot load it into a datetime, and PostgreSQL before 17 cannot subtract it
-(``expire_at - NOW()``, which ``dislockctl`` and operators' queries compute); the
-same end as a pause without one (``dislock.core.pause.UNTIL_RESUMED``)."""
+cannot load it into a datetime, and PostgreSQL before 17 cannot subtract it."""
 
 
 def max_ttl_of(table: sql.Identifier) -> sql.Composed:
@@ -40,8 +34,7 @@ def max_ttl_of(table: sql.Identifier) -> sql.Composed:
 
 
 def metadata_row(table_parts: tuple[str, ...], key: str, value: str) -> sql.Composed:
-    """Write the metadata row ``key`` (one that never expires) with ``value``, as an
-    administrator's command does (the maximum TTL, a role's scope or quota)."""
+    """Write the metadata row ``key`` (one that never expires) with ``value``."""
     return sql.SQL(
         "INSERT INTO {table} (key, value, expire_at) VALUES ({key}, {value}, {never})"
         " ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, expire_at = EXCLUDED.expire_at"
@@ -59,8 +52,7 @@ def set_max_ttl(table_parts: tuple[str, ...], seconds: float) -> sql.Composed:
 
 
 class MaxTtl(NamedTuple):
-    """A table's maximum lease TTL, as ``check``, ``ls``, ``grant`` and ``grants`` read
-    it: the row ``max_ttl`` answers."""
+    """A table's maximum lease TTL: the row ``max_ttl`` answers."""
 
     seconds: float
     recorded: bool

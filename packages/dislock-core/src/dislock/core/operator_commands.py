@@ -2,17 +2,10 @@
 
 They are no runs of the job, but they explain the slots around them: a slot that
 began while its key was paused was skipped on purpose, not missed, and a slot run
-twice was rerun by someone.  Each event is one history row with the operator's
-role (``current_user``) and reason as its owner, ended as soon as it is written: a
-granted role may insert a row's start columns and then write the end columns of
-a row it inserted, not insert both at once (``dislock.core.grants``).
-
-A pause's row holds the end the operator asked for in ``slot_end``
-(``dislock.core.pause.UNTIL_RESUMED`` when none); a ``resume`` of the key, or a
-later ``pause`` that replaced it, ends it sooner (``pause_spans``).  A rerun's row
-holds the end of the slot it reopened, so that the slot is judged by the attempts
-after it (``reruns``).  No new column: a key's pauses are found through a partial
-index on ``modes = 'pause'``, its reruns through ``(lock_key, started_at)``.
+twice was rerun by someone.  Each event is one history row owned by the operator's
+role and reason, inserted and then ended (a granted role may not insert both at
+once).  A pause's ``slot_end`` is the end asked for; a rerun's, the end of the slot
+it reopened.
 """
 
 from __future__ import annotations
@@ -30,13 +23,11 @@ RERUN = "rerun"
 PAUSED = "paused"
 RESUMED = "resumed"
 OUTCOMES = (RERUN, PAUSED, RESUMED, HELD_BACK)
-"""The outcomes of event rows (``dislock.core.history.OUTCOMES`` has them too); a
-``held_back`` row is the wrapper's, not an operator's (``dislock.core.held_back``)."""
+"""The outcomes of event rows (``held_back``'s is the wrapper's, not an operator's)."""
 
 PAUSE_MODES = "pause"
-"""The ``modes`` of a pause's and a resume's rows, set as they are inserted and never
-changed: a partial index on it (``dislock.core.history.create_history``) finds a
-key's pauses among all its runs, and leaves the end statement's updates HOT."""
+"""The ``modes`` of a pause's and a resume's rows, never changed once inserted: a
+partial index on it finds a key's pauses, and leaves the end statement's updates HOT."""
 
 _MODES = {RERUN: "schedule", PAUSED: PAUSE_MODES, RESUMED: PAUSE_MODES}
 OUTCOME_VERBS = {RERUN: "rerun", PAUSED: "pause", RESUMED: "resume"}
@@ -58,9 +49,8 @@ def record_start(
     pid: int,
     until: datetime | None = None,
 ) -> Exchange[int]:
-    """The start of the row of event ``outcome`` (one of ``OUTCOMES``), owned by
-    ``<verb> by <role>[: reason]``; ``until``: a pause's planned end, or the end of
-    the slot a rerun reopened.  Its id."""
+    """The start of the row of event ``outcome``, owned by ``<verb> by <role>[: reason]``;
+    ``until``: a pause's planned end, or the end of the slot a rerun reopened."""
     query = sql.SQL(
         "INSERT INTO {} (lock_key, modes, slot_end, owner, host, pid, started_at)"
         " VALUES (%(key)s, %(modes)s, %(until)s, %(verb)s || ' by ' || current_user || %(why)s,"
@@ -87,20 +77,17 @@ def record_end(history: tuple[str, ...], run_id: int, outcome: str) -> Exchange[
 
 
 class Event(NamedTuple):
-    """An event of a key, as ``pause_spans`` and ``reruns`` read it: the row
-    ``pauses`` answers, its fields naming the statement's columns."""
+    """An event of a key: the row ``pauses`` answers."""
 
     started_at: datetime
     slot_end: datetime | None
     """A pause's planned end, the end of the slot a rerun reopened (a resume has
     none)."""
     outcome: str
-    """One of ``OUTCOMES``."""
 
 
 def event_columns(row: str) -> sql.Composed:
-    """The columns of an ``Event`` read from the history row ``row`` (an alias), in
-    its order: each branch of a ``UNION`` must answer them in the same order."""
+    """The columns of an ``Event`` from the history row ``row`` (an alias), in order."""
     return select_list(
         Event._fields, **{field: sql.Identifier(row, field) for field in Event._fields}
     )
@@ -109,9 +96,7 @@ def event_columns(row: str) -> sql.Composed:
 def pauses(history: tuple[str, ...], key: str, since: datetime) -> Exchange[list[Event]]:
     """The events of ``key`` that tell what became of its slots since ``since``: its
     reruns since then, every pause whose planned end is later, and every pause and
-    resume from the oldest of those on (one of them may have ended it sooner); for
-    ``pause_spans`` and ``reruns``.  Pause rows are found through the partial index
-    on ``modes = 'pause'`` (``PAUSE_INDEX``)."""
+    resume from the oldest of those on (one of them may have ended it sooner)."""
     table = sql.Identifier(*history)
     query = sql.SQL(
         "SELECT {e} FROM {table} AS e"
@@ -129,11 +114,7 @@ def pauses(history: tuple[str, ...], key: str, since: datetime) -> Exchange[list
         paused=sql.Literal(PAUSED),
         rerun=sql.Literal(RERUN),
     )
-    return Exchange(query, {"key": key, "since": since}, _read_events)
-
-
-def _read_events(rows: Rows) -> list[Event]:
-    return list(map(Event._make, rows))
+    return Exchange(query, {"key": key, "since": since}, lambda rows: list(map(Event._make, rows)))
 
 
 def reruns(events: Iterable[Event]) -> dict[datetime, datetime]:
@@ -157,9 +138,8 @@ class Pause(NamedTuple):
 
 
 def pause_spans(events: Iterable[Event]) -> list[Pause]:
-    """One key's pauses, in order, from its events: each pause lasts until its
-    planned end, or until the key's next pause or resume event, whichever comes
-    first (a new pause replaces the row of the old one)."""
+    """One key's pauses, in order: each lasts until its planned end, or until the
+    key's next pause or resume (a new pause replaces the old one), whichever is first."""
     from dislock.core.pause import UNTIL_RESUMED
 
     # A rerun is an event of the key too, but no end of a pause.

@@ -1,19 +1,11 @@
 """The last bytes of a wrapped command's output, kept for its run's history row
 (``LockContext.output_tail_bytes``, ``LOCK_OUTPUT_TAIL_BYTES``).
 
-With a tail asked for, the command's stdout and stderr are pipes of the wrapper's:
-a thread per stream copies what arrives, as it arrives, to the wrapper's own
-stdout or stderr (a reader of the wrapper's output sees what it would have seen
-with the streams inherited; when one of ours is closed or a broken pipe, the
-command's becomes one too), and keeps the stream's last bytes in a ``Tail``.  The
-targets are descriptors 1 and 2, which the CLI makes sure are open before it opens
-anything else (``dislock.cli``), so that neither can be a database socket.
-Threads, not the event loop: the copying has no flavour and is written once for
-both wrappers, like ``dislock.core.processes``.
-
-What is stored is bounded and inert text (docs/cli.md, "The end of a failed run's
-output"): the lock URL and its password are replaced before the tail is cut, so
-that a cut never leaves a secret's end.
+The command's stdout and stderr are pipes of the wrapper's: a thread per stream
+(no flavour: written once for both wrappers) copies what arrives to descriptor 1
+or 2, as inherited streams would have shown it, and keeps the last bytes in a
+``Tail``.  The lock URL and its password are replaced before the tail is cut, so
+that a cut never leaves a secret's end (docs/cli.md).
 """
 
 from __future__ import annotations
@@ -31,9 +23,8 @@ CHUNK = 65536
 """Bytes read from a pipe at a time (a pipe holds 64 KiB on Linux)."""
 
 JOIN_SECONDS = 2.0
-"""How long the end of a run waits for the copying to catch up once the command's
-process group is gone; a descendant that left the group and holds a pipe open
-does not hold up the wrapper longer."""
+"""How long the end of a run waits for output that no longer comes (a descendant
+that left the group may hold a pipe open)."""
 
 
 class Tail:
@@ -81,8 +72,7 @@ class _Copy(threading.Thread):
     def __init__(self, source: int, target: int, tail: Tail) -> None:
         super().__init__(name="dislock-output", daemon=True)
         self._source, self._target, self.tail = source, target, tail
-        self.reading = True
-        """Waiting for the command's output (not passing it on)."""
+        self.reading = True  # waiting for the command's output, not passing it on
 
     def run(self) -> None:
         try:
@@ -150,10 +140,8 @@ class OutputTails:
                     os.close(fd)
 
     def finish(self, timeout: float = JOIN_SECONDS) -> tuple[str | None, str | None]:
-        """Wait for the copying to reach the pipes' ends: for as long as it passes
-        output on (a slow reader of ours is waited for, as the command itself would
-        have waited), and up to ``timeout`` for output that no longer comes (a
-        process that left the command's group holds a pipe open); the stored text of
+        """Wait for the copying to reach the pipes' ends (as long as it passes output
+        on, up to ``timeout`` for output that no longer comes); the stored text of
         stdout and of stderr."""
         deadline = time.monotonic() + timeout
         while any(copy.is_alive() for copy in self._copies):

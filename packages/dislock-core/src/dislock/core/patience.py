@@ -1,21 +1,12 @@
 """Connection patience: which failures to wait out, how long, and how long each try waits.
 
 Failures that say nothing about the lock (a server full of connections, starting,
-stopping or failing over) are retried with jittered exponential backoff, for at
-most ``connect_patience_seconds`` and, for a schedule lock, never past the end of
-the slot being taken; everything else is reported at once.  The patience belongs
-to one acquisition (``ConnectPatience``): every connection it opens on the way to
-the decision shares one deadline, and each try gives every host a connect timeout
-that grows with the tries.  The whole rule: docs/guarantees.md, "Connecting when
-the whole fleet does".
-
-Only *opening* a connection is retried here: a statement that failed mid-way
-may have taken effect.  An acquiring statement whose answer was lost is judged
-by ``dislock.core.unknown_outcome``, within the same patience (``answer_lost``).
-Two answers a failover gives for a moment (``passing_answer``) are waited out
-too, the whole try sent again on a fresh connection: a server that answers
-read-only (HAProxy still routes to a demoting primary, a standby not yet
-promoted) and a commit synchronous replication did not confirm (handed back).
+stopping or failing over) are retried with jittered exponential backoff, within
+one deadline per acquisition (never past a schedule slot's end); everything else
+is reported at once (docs/guarantees.md, "Connecting when the whole fleet does").
+Only *opening* a connection is retried: a statement that failed mid-way may have
+taken effect (``dislock.core.unknown_outcome``).  Two answers a failover gives for
+a moment are waited out too (``passing_answer``), the try sent again afresh.
 """
 
 from __future__ import annotations
@@ -36,8 +27,7 @@ BACKOFF_CAP = 2.0
 
 FIRST_ATTEMPT_TIMEOUT = 2.0
 """Seconds each host gets on a patient lock's first try, doubling with each try up to
-the connect timeout: libpq's shortest ``connect_timeout``, and long enough for a
-live server's handshake, so that a host that never answers costs 2 s, not 10."""
+the connect timeout: a host that never answers costs 2 s, not 10."""
 
 TRANSIENT_SQLSTATES = frozenset({"53300", "57P03"})
 """too_many_connections (every variant) and cannot_connect_now."""
@@ -94,12 +84,9 @@ def is_transient(error: BaseException) -> bool:
 
 def passing_answer(error: BaseException) -> bool:
     """Whether a statement's error is an answer a failover gives for a moment: a
-    server that answers read-only (SQLSTATE 25006: a standby, a demoting primary, a
-    read-only session; or a standby asked for its WAL position) or an acquisition
-    synchronous replication did not confirm (handed back), or one cancelled at its
-    timeout, queued behind a row such a commit still locks (handed back too).  (They
-    also come from a URL that names a replica, a standby that never confirms, a row
-    locked for long: ridden out within the patience all the same, then reported.)"""
+    server that answers read-only (a standby, a demoting primary), an acquisition
+    synchronous replication did not confirm, or one cancelled at its timeout,
+    queued behind a row such a commit still locks (all handed back)."""
     if isinstance(error, NotReplicatedError | StatementTimeout):
         return True
     sqlstate = getattr(error, "sqlstate", None)
@@ -131,13 +118,9 @@ class SlotEnd(NamedTuple):
 
 class ConnectPatience:
     """The patience of one acquisition, on the monotonic clock: the connections it
-    opens on the way to its decision retry until one deadline.
-
-    The deadline is ``patience`` seconds after ``now``, or the end of the slot if
-    ``slot`` (asked once, at the first failure: a first try that succeeds computes
-    no slot) says it comes sooner.  Time the lock spends waiting for another
-    holder (``postpone``) is not spent on the patience.
-    """
+    opens retry until one deadline, ``patience`` after ``now`` or the end of the
+    slot (``slot``, asked at the first failure) if sooner.  Time spent waiting for
+    another holder (``postpone``) is not spent on the patience."""
 
     __slots__ = (
         "_deadline",
@@ -162,12 +145,9 @@ class ConnectPatience:
     ) -> None:
         self.patience = patience
         self.started = now
-        self.attempts = 0
-        """Pauses handed out so far."""
-        self.failures = 0
-        """Failed tries so far."""
-        self.failing_since: float | None = None
-        """When the first failed try started."""
+        self.attempts = 0  # pauses handed out
+        self.failures = 0  # failed tries
+        self.failing_since: float | None = None  # when the first failed try started
         self.lost_answer_of: str | None = None
         """The acquisition (in words) whose answer a lost connection took, once one did:
         giving up then leaves its outcome unknown, which the error says."""
@@ -189,8 +169,8 @@ class ConnectPatience:
         return self._deadline
 
     def postpone(self, seconds: float) -> None:
-        """Move the deadline ``seconds`` later: the lock waited that long for another
-        holder, not for the database.  (Only a lease waits; a slot's end stays put.)"""
+        """Move the deadline ``seconds`` later: the lock waited for another holder,
+        not for the database (a slot's end stays put)."""
         if self._slot_end is not None:
             return
         self.started += seconds
@@ -199,9 +179,8 @@ class ConnectPatience:
 
     def attempt_timeout(self, longest: float, hosts: int, now: float) -> float:
         """The connect timeout of the next try, for each of the URL's ``hosts``:
-        ``FIRST_ATTEMPT_TIMEOUT`` doubled per failed try, at most ``longest`` (the
-        configured timeout) and at most the patience left shared among the hosts,
-        never under libpq's floor.  Without patience, the configured timeout."""
+        ``FIRST_ATTEMPT_TIMEOUT`` doubled per failed try, at most ``longest`` and the
+        patience left shared among the hosts.  Without patience, ``longest``."""
         if self.patience <= 0:
             return longest
         floor = min(longest, FIRST_ATTEMPT_TIMEOUT)
@@ -210,16 +189,12 @@ class ConnectPatience:
             timeout = min(timeout, (self._deadline - now) / max(1, hosts))
         return max(floor, timeout)
 
-    def next_delay(
-        self, error: BaseException, now: float, *, attempt_started: float | None = None
-    ) -> float | None:
-        """How long to wait before trying again after ``error`` (the try having
-        started at ``attempt_started``), or None to report it now."""
+    def _failed(self, now: float, attempt_started: float | None) -> None:
         self.failures += 1
         if self.failing_since is None:
             self.failing_since = now if attempt_started is None else attempt_started
-        if not (is_transient(error) or passing_answer(error)):
-            return None
+
+    def _backoff(self, now: float) -> float | None:
         deadline = self.deadline(now)
         if now >= deadline:
             return None
@@ -228,45 +203,50 @@ class ConnectPatience:
         # The last try happens at the deadline, not a whole pause after it.
         return min(delay, deadline - now)
 
+    def next_delay(
+        self, error: BaseException, now: float, *, attempt_started: float | None = None
+    ) -> float | None:
+        """How long to wait before trying again after ``error`` (the try having
+        started at ``attempt_started``), or None to report it now."""
+        self._failed(now, attempt_started)
+        if not (is_transient(error) or passing_answer(error)):
+            return None
+        return self._backoff(now)
+
     def answer_lost(self, what: str, now: float, *, attempt_started: float) -> float | None:
         """An acquiring statement for ``what`` (in words), sent at ``attempt_started``,
         lost its answer (``dislock.core.unknown_outcome``): how long to wait before
-        finding out what it did (reconnect, read, perhaps send again), or None once
-        the patience is spent (``lost_answer_error`` then says so).  Counted as a
-        failed try; no wait after the first loss, since the reconnection has
-        pauses of its own, and the usual backoff after a read that lost its answer too."""
+        finding out what it did, or None once the patience is spent.  Counted as a
+        failed try; no wait after the first loss (the reconnection has pauses of its
+        own), the usual backoff after a read that lost its answer too."""
         first = self.lost_answer_of is None
-        self.failures += 1
-        if self.failing_since is None:
-            self.failing_since = attempt_started
+        self._failed(now, attempt_started)
         self.lost_answer_of = what
-        deadline = self.deadline(now)
-        if now >= deadline:
-            return None
         if first:
-            return 0.0
-        delay = backoff_delay(self.attempts, self._rng)
-        self.attempts += 1
-        return min(delay, deadline - now)
+            return 0.0 if now < self.deadline(now) else None
+        return self._backoff(now)
 
     def answer_found(self) -> None:
         """The read after a lost answer succeeded: the outcome is known again."""
         self.lost_answer_of = None
 
     def lost_answer_error(self, detail: str, now: float) -> DatabaseUnreachableError:
-        """The error once ``answer_lost`` gave up: for how long the database could
-        not be asked, and that the acquisition's outcome is unknown."""
+        """The error once ``answer_lost`` gave up."""
         return self._gave_up(detail, now)
 
     def unreachable(
         self, error: BaseException, detail: str, now: float
     ) -> DatabaseUnreachableError | None:
-        """The error to report once ``next_delay`` gave up on ``error``: one that says
-        for how long the database was unreachable (and, when the slot's end stopped
-        the wait, which slot), or None to report ``error`` itself (not transient)."""
+        """The error to report once ``next_delay`` gave up on ``error``, saying for how
+        long the database was unreachable; None to report ``error`` itself."""
         if not is_transient(error):
             return None
         return self._gave_up(detail, now)
+
+    def _tried(self, now: float) -> tuple[float, str]:
+        """For how long the tries failed, and how many there were, in words."""
+        since = self.failing_since if self.failing_since is not None else now
+        return max(0.0, now - since), f"{self.failures} attempt{'s' if self.failures != 1 else ''}"
 
     def still_answered(self, error: Exception, now: float) -> Exception:
         """The error to raise once ``next_delay`` gave up on a ``passing_answer``:
@@ -274,24 +254,19 @@ class ConnectPatience:
         kind (its SQLSTATE, so the same advice) that says for how long it was tried."""
         if self.patience <= 0:
             return error
-        since = self.failing_since if self.failing_since is not None else now
-        tries = f"{self.failures} attempt{'s' if self.failures != 1 else ''}"
+        seconds, tries = self._tried(now)
         within = (
             f"within a connect patience of {self.patience:g} s"
             if self._slot_end is None
             else "until the schedule slot ended"
         )
         return type(error)(
-            f"{one_line(str(error))} (answered so for {max(0.0, now - since):.1f} s,"
-            f" {tries}, {within})"
+            f"{one_line(str(error))} (answered so for {seconds:.1f} s, {tries}, {within})"
         )
 
     def _gave_up(self, detail: str, now: float) -> DatabaseUnreachableError:
-        since = self.failing_since if self.failing_since is not None else now
-        unreachable_for = max(0.0, now - since)
-        tries = f"{self.failures} attempt{'s' if self.failures != 1 else ''}"
-        slot = self._slot_end
-        lost = self.lost_answer_of
+        unreachable_for, tries = self._tried(now)
+        slot, lost = self._slot_end, self.lost_answer_of
         after = (
             ""
             if lost is None

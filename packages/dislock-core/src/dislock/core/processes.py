@@ -1,10 +1,7 @@
 """The wrapper's process plumbing that has no flavour: its handle on the command's
-guard, and the checks and signals of the command's process group.
-
-Written once for both wrappers (``dislock._sync._supervisor`` and
-``dislock.aio._supervisor``, which wait and sleep in their own ways): nothing here
-waits.  Unlike the rest of ``dislock.core`` it starts and signals processes, as
-the guard program it talks to (``dislock.core.guard``) does.
+guard (``dislock.core.guard``), and the checks and signals of the command's process
+group.  Nothing here waits; unlike the rest of ``dislock.core`` it starts and
+signals processes.
 """
 
 from __future__ import annotations
@@ -73,9 +70,7 @@ def _guard_argv() -> list[str] | None:
 
 class Guard:
     """Kills a process group when this process dies, by any means, or lets the
-    lease's deadline pass (the docstring of either flavour's ``_supervisor`` says
-    how).  ``watch`` names the group, ``kill_at`` and ``follow`` set when to kill
-    it, ``stand_down`` ends the guard."""
+    lease's deadline pass (either flavour's ``_supervisor`` says how)."""
 
     def __init__(self, process: subprocess.Popen[bytes], pipe: int) -> None:
         self._process = process
@@ -90,8 +85,7 @@ class Guard:
     @classmethod
     def start(cls, run_token: str, base: Mapping[str, str] | None = None) -> Guard | None:
         """A guard of the command whose environment holds ``run_token``, or None
-        where none can be started; its environment is ``base`` (by default ours)
-        with the token."""
+        where none can be started."""
         if sys.platform == "win32":
             return None
         argv = _guard_argv()
@@ -132,14 +126,12 @@ class Guard:
 
     def kill_at(self, when: float) -> None:
         """Kill the group at ``when`` (monotonic; ``math.inf``: never) unless told a
-        later instant first (an earlier one changes nothing); never later than the
-        ``cap``."""
+        later instant (an earlier one changes nothing); never later than the ``cap``."""
         self._send(until_line(min(when, self._cap)))
 
     def cap(self, when: float) -> None:
-        """Never kill the group later than ``when`` (a run's maximum runtime, and its
-        grace), whatever instants follow.  Set before the first instant is sent:
-        the guard never moves an instant earlier."""
+        """Never kill the group later than ``when`` (a run's maximum runtime and its
+        grace); set before the first instant: the guard never moves one earlier."""
         self._cap = when
 
     def follow(self, lease: Deadlined, lag: float) -> None:
@@ -185,9 +177,8 @@ def _reap_guards() -> None:
 
 @atexit.register
 def _let_guards_go() -> None:
-    """At exit, drop the guards still on their way out without waiting for them (init
-    reaps them): a Popen freed while its process runs warns, which under pytest's
-    ``filterwarnings = error`` is an "Exception ignored" after the last test."""
+    """At exit, drop the guards still on their way out without waiting (init reaps
+    them), and without the warning a Popen freed while its process runs gives."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ResourceWarning)
         _reap_guards()
@@ -212,9 +203,8 @@ def signal_group(pgid: int, signum: int) -> None:
 
 
 def group_alive(pgid: int) -> bool:
-    """Whether any process of the group is left (to be called once its leader,
-    the command, has been reaped: this reaps group members that are our
-    children, which they become where we are their reaper, e.g. pid 1)."""
+    """Whether any process of the group is left, once its leader has been reaped
+    (this reaps members that became our children, where we are pid 1)."""
     with contextlib.suppress(ChildProcessError):
         while os.waitpid(-pgid, os.WNOHANG)[0]:
             pass
@@ -259,9 +249,8 @@ followed by a mark of dislock's (`` (attempt 2)``)."""
 
 def gone_here(owner: str) -> int | None:
     """The pid of ``owner``'s process if the token names this host and no process
-    of that pid runs here (the wrapper was killed, its row stays until its TTL);
-    None when it runs, or the token is another host's or not dislock's.  A pid
-    reused since reads as running: never a holder said gone that is not."""
+    of that pid runs here (the wrapper was killed); None otherwise (a pid reused
+    since reads as running: never a holder said gone that is not)."""
     import socket
 
     found = _OWNER.match(owner)

@@ -1,9 +1,4 @@
-"""Statements rendered to bytes once per connection, for the shells' connection wrappers.
-
-``dislock.core.lock_statements`` builds each statement once per table; this cache keeps what
-rendering it for one connection gives, so that a renewal every few seconds does
-not quote the same identifiers again each time.
-"""
+"""Statements rendered to bytes once per connection, for the shells' connection wrappers."""
 
 from __future__ import annotations
 
@@ -16,13 +11,9 @@ if TYPE_CHECKING:
 
 
 class Rendered:
-    """The statements one connection has run, rendered to bytes for it once.
-
-    A statement is built once per table (and kept alive by ``statements``'s
-    cache); rendering it anew for every execution would walk its parts and quote
-    its identifiers each time.  The rendering depends on the connection's
-    encoding, hence one of these per connection.
-    """
+    """The statements one connection has run, rendered to bytes for it once (not
+    quoted anew on every renewal); the rendering depends on the connection's
+    encoding, hence one of these per connection."""
 
     LIMIT = 256
     """Statements kept (a few per lock table in use); past it, the cache starts over."""

@@ -1,19 +1,10 @@
 """The process-wide renewer's decisions: which held leases to renew together, and when.
 
-A process renews every lease it holds on one database with a single statement
-per tick and table (``LockStatements.renew``); each lease keeps its own
-``LeaseClock``, so its deadline, loss and policy are what they would be alone
-(docs/design.md, "One connection and one renewer per database").
-
-Like ``LeaseClock``, nothing here reads a clock or touches the network.
-
-A database that is down fails every tick until the deadline; the renewer logs
-the first failure of a run of them in full and then one line with their count
-when renewals succeed again or the lease is lost (``count_failure``,
-``recovery_summary``, ``failure_summary``), so that the loss is not buried.
-
-``renewal_listeners`` lets a measurement (``benchmarks/scale.py``) see each
-renewal that succeeded without parsing the renewer's debug log.
+One statement per tick and table renews every lease a process holds on one
+database; each lease keeps its own ``LeaseClock`` (docs/design.md, "One connection
+and one renewer per database").  Nothing here reads a clock or touches the network.
+A run of failures is logged in full once, then as one line with its count, so that
+the loss is not buried.
 """
 
 from __future__ import annotations
@@ -31,8 +22,8 @@ Renewing a little early is harmless (the deadline counts from the send), and it
 lines leases up, so that after one round a single statement serves them all."""
 
 RenewalListener = Callable[[Sequence[str], float], None]
-"""Told of each batched renewal that succeeded: the row keys it renewed and the
-seconds its statement took."""
+"""Told of each batched renewal that succeeded (``benchmarks/scale.py``): the row keys
+it renewed and the seconds its statement took."""
 
 renewal_listeners: list[RenewalListener] = []
 """Called by every renewer, sync and asyncio, from its own thread or task: a
@@ -60,16 +51,12 @@ class Renewal:
         self.owner = owner
         self.table_parts = table_parts
         self.clock = clock
-        self.reported = False
-        """Whether its loss has been handed out already (a loss is reported once)."""
-        self.failures = 0
-        """Attempts that failed since it was last renewed."""
-        self.failing_since = 0.0
-        """When the first of them failed (monotonic clock)."""
+        self.reported = False  # its loss is handed out once
+        self.failures = 0  # since it was last renewed
+        self.failing_since = 0.0  # monotonic
         self.on_renewed: Callable[[float], None] | None = None
-        """Told the lease's new local deadline after each renewal that succeeded,
-        by the renewer itself (the supervisor passes it on to the command's guard):
-        it must be quick and never raise."""
+        """Told the lease's new local deadline after each renewal that succeeded, by
+        the renewer itself (for the command's guard): quick, and never raising."""
 
     def __repr__(self) -> str:
         return f"Renewal({self.key!r}, owner={self.owner!r})"
@@ -93,9 +80,8 @@ class Batch:
         }
 
     def timeout(self, now: float) -> float:
-        """How long the statement may take: the most any lease in it allows.  A lease
-        whose deadline comes sooner is declared lost on time by the watchdog, and
-        cancelling the batch early would only cost the others a renewal."""
+        """The most any lease in it allows: one whose deadline comes sooner is declared
+        lost on time by the watchdog; cancelling early would cost the others a renewal."""
         return max(r.clock.attempt_timeout(now) for r in self.renewals)
 
 
@@ -159,8 +145,7 @@ class RenewalPlan:
         return self._newly_lost(batch.renewals)
 
     def check_deadlines(self, now: float) -> list[Renewal]:
-        """Record the loss of each lease whose local deadline has passed; those not
-        reported before."""
+        """Record the loss of each lease whose local deadline has passed."""
         for r in self._renewals:
             r.clock.check_deadline(now)
         return self._newly_lost(self._renewals)
@@ -179,10 +164,9 @@ def _leases(renewals: Sequence[Renewal]) -> str:
 
 
 def count_failure(batch: Batch, now: float) -> bool:
-    """Count a failed attempt for each lease of ``batch``; whether it is the first
-    failure of any of them since it was last renewed: the one to log in full.  A
-    lease lost meanwhile (its deadline passed while the statement was out) is not
-    counted: its failures were summed up with its loss."""
+    """Count a failed attempt for each lease of ``batch`` (not one lost meanwhile,
+    whose failures were summed up with its loss); whether it is the first failure of
+    any of them since it was last renewed: the one to log in full."""
     first = False
     for r in batch.renewals:
         if r.clock.lost:
@@ -196,7 +180,7 @@ def count_failure(batch: Batch, now: float) -> bool:
 
 def recovery_summary(batch: Batch, now: float) -> str | None:
     """Once ``batch`` was renewed: the line saying its leases' failures are over
-    (None when none had failed); their counts start again from zero."""
+    (None when none had failed)."""
     failed = [r for r in batch.renewals if r.failures]
     if not failed:
         return None
@@ -212,7 +196,7 @@ def recovery_summary(batch: Batch, now: float) -> str | None:
 
 def failure_summary(renewal: Renewal, now: float) -> str | None:
     """When ``renewal`` is lost: how many attempts failed before (None for one or
-    none: the first failure's line said it all)."""
+    none)."""
     count, renewal.failures = renewal.failures, 0
     if count < 2:
         return None
@@ -225,8 +209,7 @@ EXPLAIN_TIMEOUT = 0.5
 
 
 def gone(lost: Iterable[Renewal]) -> list[Renewal]:
-    """The leases among ``lost`` that a renewal found no longer theirs: a read of
-    their rows may tell that a replacer asked for them (``explain``)."""
+    """The leases among ``lost`` that a renewal found no longer theirs."""
     return [r for r in lost if r.clock.row_gone]
 
 
@@ -238,8 +221,7 @@ def explain(renewals: Iterable[Renewal], values: dict[str, str]) -> None:
 
 
 def new_deadlines(batch: Batch) -> list[tuple[Callable[[float], None], float]]:
-    """The ``on_renewed`` calls a batch that succeeded makes: each still-held lease's
-    new deadline, to its follower."""
+    """The ``on_renewed`` calls a batch that succeeded makes."""
     return [
         (r.on_renewed, r.clock.deadline)
         for r in batch.renewals

@@ -19,19 +19,17 @@ from datetime import datetime
 from psycopg import sql
 
 from dislock.core.errors import ConfigurationError
-from dislock.core.exchange import Exchange, Rows
+from dislock.core.exchange import Exchange
 from dislock.core.kinds import SCHEDULE
 
 DONE_MARK = " (done)"
-"""Follows the attempt in the slot row of a job whose holder could vanish
-(``schedule,lease``) once the attempt succeeded, before its lease is released: a
-lease left unreleased after a success (the wrapper killed before its release) then
-proves nothing, and the slot is not retried."""
+"""Follows the attempt in the slot row of a ``schedule,lease`` job once the attempt
+succeeded, before its lease is released: a lease left unreleased after a success
+then proves nothing, and the slot is not retried."""
 
 LATE_MARK = " (late)"
-"""Follows the owner token in the row of a slot that an acquisition past the slot's
-start deadline marked late (``LockContext.start_deadline_seconds``): it started
-nothing, and no later acquisition starts the slot."""
+"""Follows the owner token in the row of a slot marked late (past its start
+deadline): no acquisition starts the slot."""
 
 MAX_BACKOFF_DOUBLINGS = 10
 """The delay doubles after each failed attempt, ten times at most (1024 times the delay)."""
@@ -76,8 +74,8 @@ def _delay_of(attempt: sql.Composable) -> sql.Composed:
 
 def vanished(row: str, table: sql.Identifier) -> sql.Composed:
     """Whether the slot row ``row`` (an alias) is this slot's, taken by an attempt
-    whose lease row (``%(lease)s``) is still its own, unreleased, and has been
-    expired for the retry delay: its holder vanished, its command is gone."""
+    whose lease row (``%(lease)s``) is still its own, unreleased, and expired for
+    the retry delay: its holder vanished."""
     return sql.SQL(
         "({row}.expire_at = %(expire_at)s AND right({row}.value, length(%(reopened)s))"
         " <> %(reopened)s AND right({row}.value, {done_length}) <> {done}"
@@ -95,9 +93,8 @@ def vanished(row: str, table: sql.Identifier) -> sql.Composed:
 
 
 def next_attempt(table: sql.Identifier) -> sql.Composed:
-    """The ``prior`` and ``attempt`` common table expressions of a retrying claim: the
-    slot row as the statement found it, and the attempt a claim would be (NULL:
-    none may start now)."""
+    """The ``prior`` and ``attempt`` CTEs of a retrying claim: the slot row as found,
+    and the attempt a claim would be (NULL: none may start now)."""
     reopened_here = sql.SQL("right(prior.value, length(%(reopened)s)) = %(reopened)s")
     return sql.SQL(
         "prior AS (SELECT value, expire_at FROM {table} WHERE key = %(key)s),"
@@ -119,9 +116,8 @@ def next_attempt(table: sql.Identifier) -> sql.Composed:
 
 
 def claimable(table: sql.Identifier) -> sql.Composed:
-    """The retrying upsert's condition on the row it found in its way (``held``):
-    the row the statement read (so the attempt it counted is this row's), expired
-    or left by a vanished holder."""
+    """The retrying upsert's condition on the row in its way (``held``): the row the
+    statement read (whose attempt it counted), expired or left by a vanished holder."""
     return sql.SQL(
         "held.value = (SELECT value FROM prior) AND (held.expire_at <= NOW() OR {vanished})"
     ).format(vanished=vanished("held", table))
@@ -140,9 +136,8 @@ def claim_params(
 
 
 def reopen_query(table: sql.Identifier) -> sql.Composed:
-    """Params: key, value (the row as the attempt took it), expire_at (the slot's
-    end), reopened, delay (seconds).  Reopens the slot for its next attempt at
-    ``NOW() + delay``, unless the slot ends first; answers that moment, or no row."""
+    """Reopens the slot for its next attempt at ``NOW() + delay``, unless the slot
+    ends first; answers that moment, or no row."""
     return sql.SQL(
         "UPDATE {table} SET value = value || %(reopened)s,"
         " expire_at = NOW() + make_interval(secs => %(delay)s)"
@@ -153,8 +148,7 @@ def reopen_query(table: sql.Identifier) -> sql.Composed:
 
 
 def done_query(table: sql.Identifier) -> sql.Composed:
-    """Params: key, value (the row as the attempt took it), expire_at (the slot's
-    end).  Marks the slot's successful attempt done (``DONE_MARK``); answers nothing."""
+    """Marks the slot's successful attempt done (``DONE_MARK``)."""
     return sql.SQL(
         "UPDATE {table} SET value = value || {done}"
         " WHERE key = %(key)s AND value = %(value)s AND expire_at = %(expire_at)s"
@@ -167,16 +161,11 @@ def done(query: sql.Composed, key: str, value: str, slot_end: datetime) -> Excha
     return Exchange(query, params, lambda rows: None)
 
 
-def _read_reopened(rows: Rows) -> datetime | None:
-    return rows[0][0] if rows else None
-
-
 def reopen(
     query: sql.Composed, key: str, value: str, slot_end: datetime, delay: float
 ) -> Exchange[datetime | None]:
     """Reopen the slot ending ``slot_end`` that an attempt (its row ``value``) failed
-    in, ``delay`` seconds from now: when the next attempt may start, or None (the
-    slot ends before, or the row is no longer this attempt's)."""
+    in, ``delay`` seconds from now: when the next attempt may start, or None."""
     params = {
         "key": key,
         "value": value,
@@ -184,15 +173,14 @@ def reopen(
         "reopened": reopened_suffix(slot_end),
         "delay": delay,
     }
-    return Exchange(query, params, _read_reopened)
+    return Exchange(query, params, lambda rows: rows[0][0] if rows else None)
 
 
 _ENDED = {"lease_lost": "lost its lease", "killed": "was killed", "timed_out": "ran too long"}
 
 
 def attempt_ended(lock_key: str, attempt: int, retries: int, outcome: str) -> str:
-    """The start of the line that says a slot's attempt ended with ``outcome``
-    (``dislock.core.history.OUTCOMES``, any but ``ok``)."""
+    """The start of the line that says a slot's attempt ended with ``outcome``."""
     how = _ENDED.get(outcome, "failed")
     return f"lock {lock_key!r}: attempt {attempt} of {retries + 1} in this slot {how}"
 
@@ -220,8 +208,7 @@ def check_retries(
     names: tuple[str, str] = ("retries", "start_deadline_seconds"),
 ) -> None:
     """Retries and a start deadline are a schedule slot's: a lease alone has no slot
-    to retry in or to start late.  ``names``: what the two settings are called
-    where they were set."""
+    to retry in or to start late."""
     if SCHEDULE in strategies:
         return
     if retries > 0:

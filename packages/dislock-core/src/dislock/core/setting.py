@@ -1,12 +1,15 @@
 """What one setting is: its variable, its ``LockContext`` field, its default, its
-``--help`` line and, for a number, its bound; and how its variable's text is read.
+``--help`` line and, for a number, its bound; how its variable's text is read; and
+how a refusal names it (:func:`name`).
 
 The settings themselves are the table of ``dislock.core.variables``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, NamedTuple
 
 from dislock.core.bounds import Bound
@@ -28,14 +31,13 @@ class Setting(NamedTuple):
     """The ``--help`` text; ``{range}`` stands for its bound's accepted range."""
     reader: Reader | None = None
     """How its text is read; None for a number (its bound reads it) and where it
-    needs more than its own text (``CRON_TZ`` reads ``TZ`` too; the log level
-    falls back rather than refuse)."""
+    needs more than its own text (``CRON_TZ``, the log level)."""
     writer: Callable[[Any], str | None] = str
     """A field's value as the variable's text; None: leave the variable unset."""
     bound: Bound | None = None
     as_text: bool = False
-    """``LockContext`` checks the variable's text itself (a number's always), naming
-    the variable: the wrapper hands the text over, and it is checked once."""
+    """The wrapper hands the text over, for ``LockContext`` to check once (a number's
+    always)."""
 
     @property
     def high(self) -> float:
@@ -80,3 +82,33 @@ class Setting(NamedTuple):
     def describe(self) -> str:
         """The ``--help`` text, with the bound's range filled in."""
         return self.help.format(range=self.bound.describe() if self.bound else "")
+
+
+# A context variable, not an argument: ``LockContext``'s signature stays the one
+# Python users call, and each check is written once for both.
+_BY_VARIABLE: ContextVar[bool] = ContextVar("dislock_by_variable", default=False)
+
+
+@contextmanager
+def by_variables() -> Iterator[None]:
+    """Within it, refusals name the wrapper's variables, not ``LockContext``'s fields."""
+    token = _BY_VARIABLE.set(True)
+    try:
+        yield
+    finally:
+        _BY_VARIABLE.reset(token)
+
+
+def either(python: str, wrapper: str) -> str:
+    """Words that differ by more than a setting's name."""
+    return wrapper if _BY_VARIABLE.get() else python
+
+
+def name(setting: Setting) -> str:
+    """Its variable in the wrapper, else its field."""
+    return str(setting.name if _BY_VARIABLE.get() and setting.name else setting.field)
+
+
+def on(setting: Setting) -> str:
+    """A flag turned on, as the caller writes it."""
+    return either(f"{setting.field}=True", f"{setting.name}=1")

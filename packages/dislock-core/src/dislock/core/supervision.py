@@ -20,11 +20,9 @@ GUARD_LAG_MAX = 0.25
 
 
 def guard_lag(ttl: float) -> float:
-    """How long after the lease's local deadline its guard kills the command's group
-    (``dislock.core.guard``): long enough that a wrapper able to act stops the
-    command itself at the deadline (SIGTERM, then its grace), as it always has; never
-    more than half the safety margin, so that the group is dead before the row can
-    expire on the server."""
+    """How long after the lease's local deadline its guard kills the command's group:
+    long enough that a wrapper able to act stops the command itself; at most half
+    the safety margin, so that the group is dead before the row can expire."""
     return min(GUARD_LAG_MAX, safety_margin(ttl) / 2)
 
 
@@ -54,27 +52,19 @@ def check_command(command: Sequence[str]) -> list[str]:
 class SignalAction(enum.Enum):
     """What a forwarded signal does at the moment it arrives (``SignalRoute``)."""
 
-    INTERRUPT = "interrupt"
-    """End the wait for the locks: nothing runs yet that it could be passed on to."""
-    KEEP = "keep"
-    """Kept, to be passed on as soon as the command's process group exists."""
-    FORWARD = "forward"
-    """Passed on to the command's process group now."""
-    DROP = "drop"
-    """Dropped: the command has ended and its locks are being released."""
+    INTERRUPT = "interrupt"  # the locks are being taken: nothing runs yet
+    KEEP = "keep"  # until the command's process group exists
+    FORWARD = "forward"  # to the command's process group
+    DROP = "drop"  # the command has ended: the release must complete
 
 
 class SignalRoute:
     """Where a forwarded signal goes, for the whole of a wrapped run.
 
     One handler stays installed from before the locks are taken until they are
-    released.  Were it changed between phases, a signal arriving in between would
-    end the wrapper by its default action while it held a lock, whose row would
-    then wait out its TTL.  What a signal does depends on how far the run has got:
-    while the locks are taken it interrupts; once they are held it is kept until
-    the command's process group exists, then passed on; once the command has
-    ended it is dropped, so that the release completes (and no signal goes to a
-    group id that may already be someone else's).
+    released: changed between phases, a signal arriving in between would end the
+    wrapper by its default action while it held a lock.  What the signal does
+    follows the run's phase (``SignalAction``).
     """
 
     __slots__ = ("_held", "_phase", "fired", "group")
@@ -82,10 +72,8 @@ class SignalRoute:
     def __init__(self) -> None:
         self._phase = SignalAction.INTERRUPT
         self._held: list[int] = []
-        self.fired: int | None = None
-        """The signal that interrupted the wait for the locks, if one did."""
-        self.group: int | None = None
-        """The command's process group while it runs."""
+        self.fired: int | None = None  # the signal that interrupted the wait, if one did
+        self.group: int | None = None  # the command's process group while it runs
 
     def arrived(self, signum: int) -> SignalAction:
         """What ``signum``, arriving now, does (a kept signal is remembered)."""
@@ -143,8 +131,7 @@ def child_environment(
     attempt: int = 1,
 ) -> dict[str, str]:
     """The wrapped command's environment: ours, plus the lock it runs under, the
-    run's token, which attempt of its slot it is (``dislock.core.retries``) and, with
-    fencing, the token to pass along with whatever it writes."""
+    run's token, its attempt in the slot and, with fencing, the token."""
     env = dict(base)
     env[LOCK_KEY_VARIABLE] = lock_key
     env[RUN_TOKEN_VARIABLE] = run_token
@@ -167,9 +154,8 @@ def child_environment(
 
 
 def guard_environment(base: Mapping[str, str], run_token: str) -> dict[str, str]:
-    """The guard's environment: ours with the run's token under the guard's own name,
-    and without an outer run's token, so that the guard of a dislock run inside
-    another is not taken for part of the outer command."""
+    """The guard's environment: the run's token under the guard's own name, and no
+    outer run's token (the guard is not part of an outer dislock run's command)."""
     env = {name: value for name, value in base.items() if name != RUN_TOKEN_VARIABLE}
     env[GUARD_TOKEN_VARIABLE] = run_token
     return env
@@ -182,8 +168,7 @@ def exit_status(returncode: int) -> int:
 
 def runs_in_group(stat: bytes, pgid: int) -> bool:
     """Whether a Linux ``/proc/PID/stat`` line is that of a process of group
-    ``pgid`` that still runs: a zombie (or a process being torn down) has exited
-    and runs nothing, though ``kill(-pgid, 0)`` still finds it until it is reaped."""
+    ``pgid`` that still runs (not a zombie, which ``kill(-pgid, 0)`` still finds)."""
     # The command name (field 2) is in parentheses and may hold anything, spaces
     # and parentheses included: the fields that follow are read after the last ")".
     fields = stat[stat.rfind(b")") + 1 :].split()
@@ -193,9 +178,8 @@ def runs_in_group(stat: bytes, pgid: int) -> bool:
 
 
 LOSS_LOGGER = "dislock.lease"
-"""The logger of the locks' own notes on a lost lease (for Python callers); the
-wrapper reports a loss itself, in one line (``lease_loss_line``), and shows these
-only at ``DEBUG``."""
+"""The logger of the locks' own notes on a lost lease (the wrapper says it in one
+line of its own, ``lease_loss_line``, and shows these only at ``DEBUG``)."""
 
 
 GUARD_FIRED = "its local deadline passed while the wrapper was stopped or stalled"
@@ -206,10 +190,8 @@ blocked on a full pipe, a machine too loaded to run it)."""
 
 def loss_grace(replacing: bool, until_deadline: float | None) -> float:
     """Seconds between the ``SIGTERM`` and the ``SIGKILL`` of a command whose lease was
-    lost: ``KILL_GRACE``; but when a replacer marked the row before the lease's local
-    deadline (``dislock.core.lease_clock.LeaseClock.replacing``, ``dislock.core.replace_marks``),
-    only until that deadline: the row stays live until then, and whoever takes it
-    next must find the command gone."""
+    lost: ``KILL_GRACE``, but only until the lease's local deadline when a replacer
+    marked the row: whoever takes it next must find the command gone."""
     if not replacing or until_deadline is None:
         return KILL_GRACE
     return max(0.0, min(KILL_GRACE, until_deadline))

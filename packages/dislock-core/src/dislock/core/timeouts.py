@@ -1,10 +1,5 @@
-"""How long the shells give a statement, a cancellation or a stopping worker.
-
-These bound I/O, not the lease: the lease's own deadlines (when to renew, when it
-is lost) are ``dislock.core.lease_clock.LeaseClock``'s.  A statement against a dead
-server or a row locked by another transaction must not hold a lock, its
-renewer or the wrapper's exit for longer than this.
-"""
+"""How long the shells give a statement, a cancellation or a stopping worker: bounds
+of I/O, not of the lease (``dislock.core.lease_clock``)."""
 
 from __future__ import annotations
 

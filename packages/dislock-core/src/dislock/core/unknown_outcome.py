@@ -1,16 +1,12 @@
 """An acquisition whose answer was lost: whether it took a row, and how to find out.
 
 When the connection breaks while an acquiring statement is in flight, it may have
-committed or not, and sending it again blindly is wrong either way (every
-acquisition refuses a live row, its owner's too).  So the lock reconnects within
-its patience (``dislock.core.patience``) and reads its owner's live rows among the
-keys it was taking (``LockStatements.mine``): a row found is the acquisition's,
-none found means the statement may be sent again.  A row is trusted only when no
-other acquisition can have written it: its owner one this process made
-(``default_owner``), a row this process does not hold (``HELD``), and for a slot,
-the slot end the statement was sent; a trusted row is claimed as it is judged
-(``HeldRows.claim``), an untrusted one counts as someone else's.  Why each
-condition: docs/guarantees.md, "An acquiring statement whose answer was lost".
+committed or not.  The lock reconnects within its patience and reads its owner's
+live rows among the keys it was taking (``LockStatements.mine``): a row found is
+the acquisition's, if no other acquisition can have written it (an owner this
+process made, a row it does not hold, the slot end it sent); none found, the
+statement may be sent again (docs/guarantees.md, "An acquiring statement whose
+answer was lost").
 """
 
 from __future__ import annotations
@@ -35,11 +31,8 @@ backend, a fast shutdown) and the connection_exception class."""
 
 def outcome_unknown(error: BaseException) -> bool:
     """Whether an acquiring statement that raised ``error`` may have taken effect: it
-    lost its connection before the answer came.  A statement the server answered
-    with an error (a SQLSTATE of its own) did nothing.  One cancelled after its
-    timeout (``StatementTimeout``) is not read after either: a statement stuck
-    behind a locked row would only be stuck again, and a lease hands back what
-    it may have taken (``docs/guarantees.md`` says what that leaves)."""
+    lost its connection before the answer came.  (One cancelled after its timeout is
+    not read after: stuck behind a locked row, the read would be stuck again.)"""
     if not isinstance(error, OperationalError) or isinstance(error, DatabaseUnreachableError):
         # (No connection could be opened for it: the statement was never sent.)
         return False
@@ -77,20 +70,16 @@ acquisition's."""
 
 class HeldRows:
     """The rows this process holds or let go of, by table, key and owner; shared by
-    every thread and event loop.
-
-    A lease is held until it is left (``let_go``), then remembered for as long as
-    a read sent meanwhile may still see it live; a schedule slot is remembered by
-    its end, until ``SLOT_MEMORY`` after it.  Instants ``visible_until``,
-    ``forget_at`` and ``read_sent_at`` are on ``time.monotonic()``'s clock.
-    """
+    every thread and event loop.  A lease let go is remembered while a read sent
+    meanwhile may still see it live, a slot until ``SLOT_MEMORY`` after its end.
+    Instants are on ``time.monotonic()``'s clock."""
 
     def __init__(self, prune_interval: float = PRUNE_INTERVAL) -> None:
         self._guard = threading.Lock()
         self._prune_interval = prune_interval
         self._leases: set[_Row] = set()
+        # Leases let go: until when a read may see them live, and when to forget them.
         self._left: dict[_Row, tuple[float, float]] = {}
-        """Leases let go: until when a read may see them live, and when to forget them."""
         self._slots: dict[tuple[_Row, datetime], None] = {}
         self._pruned_at = -math.inf
 
@@ -117,8 +106,7 @@ class HeldRows:
 
     def _prune(self) -> None:
         """Forget slots long over and leases no read can still be judged against, at
-        most once per ``prune_interval``: a scan per row taken would cost a process
-        that takes many keys a time that grows with their number."""
+        most once per ``prune_interval`` (not a scan per row taken)."""
         now = monotonic()
         if now - self._pruned_at < self._prune_interval:
             return
@@ -139,9 +127,8 @@ class HeldRows:
         forget_at: float,
     ) -> None:
         """A lease is no longer held: a read sent before ``visible_until`` may still
-        have found it live (a release confirmed then, or the row's own expiry when
-        no release was); after ``forget_at`` no acquisition judging such a read can
-        still be using it."""
+        have found it live; after ``forget_at`` no acquisition judging such a read
+        can still be using it."""
         row = (table_parts, key, owner)
         with self._guard:
             self._leases.discard(row)
@@ -158,8 +145,7 @@ class HeldRows:
         slot_end: datetime | None = None,
     ) -> bool:
         """Take the row found by a read sent at ``read_sent_at`` as this process's, if
-        nothing else of this process can have written it (see the module's
-        docstring); whether it did."""
+        nothing else of this process can have written it; whether it did."""
         row = (table_parts, key, owner)
         with self._guard:
             if slot_end is None:
@@ -213,9 +199,8 @@ def judge(
     held: HeldRows = HELD,
 ) -> Verdict:
     """The verdict on the rows ``LockStatements.mine`` found by a read sent at
-    ``read_sent_at`` (see the module's docstring); a row taken is claimed in
-    ``held``.  ``slot_ends``: those a schedule slot's statement was sent (None for
-    a lease)."""
+    ``read_sent_at``; a row taken is claimed in ``held``.  ``slot_ends``: those a
+    schedule slot's statement was sent (None for a lease)."""
     if slot_ends is not None:
         # A row of another slot is not this statement's, nor a sign that it took one.
         found = [row for row in found if row.expire_at in slot_ends]

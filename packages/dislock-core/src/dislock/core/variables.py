@@ -1,15 +1,8 @@
 """Every setting, declared once: its ``LockContext`` field, its environment
 variable, its default, its ``dislock --help`` line and, for a number, its range
 (a :class:`~dislock.core.bounds.Bound`, with why the limits are where they are).
-
-``dislock.cli.wrapper.settings`` reads the environment through this table,
-``LockContext`` checks its numbers with it, ``dislock --help`` and
-``docs/cli.md`` list it (a test holds them to it), ``dislockctl check`` reports
-with it, and the tests' CLI driver turns a ``LockContext`` into an environment
-with it.
-
-Only the standard library and dislock's light core modules are imported here:
-``dislock --help`` reads this table.
+The wrapper, ``LockContext``, ``--help``, docs/cli.md and ``dislockctl check`` all
+read it.  Only light modules are imported here: ``dislock --help`` reads it.
 """
 
 from __future__ import annotations
@@ -44,10 +37,10 @@ def _cron(name: str, raw: str) -> str:
     return check_cron(raw, name=name)
 
 
-def _parse_after() -> Callable[[str], Any]:
+def _after(name: str, raw: str) -> Any:
     from dislock.core.after import parse_after  # its SQL: only LOCK_AFTER users import it
 
-    return parse_after
+    return _prefixed(parse_after)(name, raw)
 
 
 def _policy(name: str, raw: str) -> Any:
@@ -218,7 +211,7 @@ AFTER = Setting(
     "KEY1[,KEY2...]: a slot starts only once each key has a run that succeeded and started "
     "within it; until then the run is skipped as if the lock were held, or waited for with "
     "LOCK_WAIT_SECONDS (needs LOCK_HISTORY=1)",
-    lambda name, raw: _prefixed(_parse_after())(name, raw),
+    _after,
     lambda keys: ",".join(keys) or None,
 )
 OUTPUT_TAIL = Setting(

@@ -1,22 +1,11 @@
 """Waiting for a lease held elsewhere, and N-holder leases: the decisions, without I/O.
 
-A waiter tries the lease, and while it is held, waits for the next try: woken by
-the holder's release through ``LISTEN``/``NOTIFY`` on a direct connection, else by
-jittered polling, which also runs, more slowly, beside ``LISTEN`` for a holder
-that died without a release (docs/design.md, "Lock kinds, waiting and slots").
-
-Any role may ``NOTIFY`` on any channel with any payload, so a wake-up is a hint,
-not a fact: a waiter woken reads the lease's rows by primary key
-(``held_query``) and tries the lease only when one is free; wake-ups that
-arrive while it reads, or within ``WAKE_SPACING`` of its last read, are taken
-together with the next one (``WakeReads``).  400 ``NOTIFY``s cost a waiter a
-few reads, not 400 tries of the acquiring statement.
-
-Every delay ``WaitPlan`` hands out ends by the wait's deadline, so the jitter
-never stretches a wait past what the user set; the last try happens at it.
-
-The start-up jitter (``jitter_delay``), a random pause before the first try that
-spreads a fleet started by one cron tick, is decided here too.
+A waiter is woken by the holder's release (``LISTEN``/``NOTIFY``), else by jittered
+polling, which also runs, more slowly, beside ``LISTEN`` for a holder that died
+(docs/design.md, "Lock kinds, waiting and slots").  Any role may ``NOTIFY``, so a
+wake-up is a hint: the waiter reads the lease's rows (``held_query``), wake-ups
+close together read once (``WakeReads``), and tries the lease only when one is free.
+The start-up jitter (``jitter_delay``) is decided here too.
 """
 
 from __future__ import annotations
@@ -70,12 +59,9 @@ _WAKE_KEY = sql.Placeholder("wake_key")
 
 def wake_payload(table_oid: sql.Composable, lock_row: sql.Composable = _WAKE_KEY) -> sql.Composed:
     """The ``NOTIFY`` payload that wakes the waiters of a lease, computed by the
-    server: the lock table's oid (``table_oid``, an SQL expression) and a digest of
-    the lease's row key (%(wake_key)s, from :func:`wake_key`).  The oid is the same
-    however the table was named (``key_value``, ``public.key_value``, a search
-    path), and the digest has a fixed length: payloads are limited to 8000 bytes,
-    lock keys are not.  ``lock_row``: where the row key comes from (a parameter, or a
-    function's argument)."""
+    server: the lock table's oid (the same however the table was named) and a digest
+    of the lease's row key ``lock_row`` (a fixed length: payloads are limited to 8000
+    bytes, lock keys are not)."""
     return sql.SQL("{}::text || ':' || encode(sha256(convert_to({}, 'UTF8')), 'hex')").format(
         table_oid, lock_row
     )
@@ -91,8 +77,8 @@ class ListenRow(NamedTuple):
     """What a waiter's listening connection reads before it listens (``listen``)."""
 
     backend_pid: int
-    """The server's process id of the connection: another one than the startup
-    answered tells a pooler in between (see ``Listener``)."""
+    """The server's process id of the connection: another than the startup's tells
+    a pooler in between."""
     wake: str
     """The payload a release of the lease sends (``wake_payload``)."""
 
@@ -120,10 +106,8 @@ def read_listen(rows: Rows) -> ListenRow:
 
 @functools.lru_cache(maxsize=64)
 def held_query(table_parts: tuple[str, ...]) -> sql.Composed:
-    """Whether every slot row of a lease is live, read by primary key: what a
-    waiter reads when a ``NOTIFY`` wakes it, before it tries the lease.  Params:
-    keys (``slot_keys``), slots.  One row, one boolean; built once per table
-    (``dislock.core.rendering``)."""
+    """Whether every slot row of a lease is live, read by primary key when a
+    ``NOTIFY`` wakes a waiter.  Params: keys (``slot_keys``), slots."""
     return sql.SQL(
         "SELECT count(*) >= %(slots)s FROM {} WHERE key = ANY(%(keys)s::text[])"
         " AND expire_at > NOW()"
@@ -136,8 +120,7 @@ def read_held(rows: Sequence[Sequence[object]]) -> bool:
 
 
 class WakeReads:
-    """When a waiter woken by a ``NOTIFY`` may read the lease's rows next; reads no
-    clock itself."""
+    """When a waiter woken by a ``NOTIFY`` may read the lease's rows next."""
 
     __slots__ = ("_next",)
 
@@ -154,18 +137,16 @@ class WakeReads:
 
 
 def slot_keys(lock_key: str, slots: int, mode: str = kinds.LEASE) -> list[str]:
-    """The row keys of a lease's slots, slot 1 first (the plain lease row, so that
-    one slot is exactly the lease dislock 0.1.0 takes); ``mode`` ``group``: a
-    group's slots."""
+    """The row keys of a lease's slots, slot 1 first (the plain lease row: one slot is
+    exactly the lease dislock 0.1.0 takes)."""
     lease = kinds.BY_MODE[mode]
     return [lease.row_key(lock_key, slot) for slot in range(1, slots + 1)]
 
 
 def slot_retry(*, free: int, attempts: int, slots: int) -> bool:
     """Whether to send the slot-taking statement again at once after it took
-    nothing: it found ``free`` slots but another holder took the one it picked
-    in the same instant, so the next free one may still be there.  Each retry
-    follows someone else's success, so at most ``slots`` attempts are needed."""
+    nothing although it found ``free`` slots (another holder took the one it
+    picked); each retry follows someone else's success, so ``slots`` suffice."""
     return free > 1 and attempts < slots
 
 
@@ -177,10 +158,8 @@ def check_waiting(
     group: bool = False,
     after: bool = False,
 ) -> None:
-    """Waiting, slots and replacing belong to a kind that is held while the work
-    runs; a schedule slot alone is taken once or not at all, but a run may wait for
-    its ``group``'s slot whatever its strategy, and a slot for the keys it comes
-    ``after``."""
+    """Waiting, slots and replacing need a kind held while the work runs (but a run
+    may wait for its ``group`` or for the keys it comes ``after`` whatever it holds)."""
     chosen = [kinds.kind(name) for name in strategies]
     if wait_seconds > 0 and not (group or after) and not any(kind.can_wait for kind in chosen):
         raise ConfigurationError(
@@ -199,7 +178,7 @@ def check_waiting(
 
 
 class WaitPlan:
-    """When a waiter tries next, and when it gives up; reads no clock itself."""
+    """When a waiter tries next, and when it gives up."""
 
     __slots__ = ("_random", "deadline", "poll_seconds")
 

@@ -1,6 +1,6 @@
 """``dislockctl grant``, ``revoke`` and ``grants``: which role may lock which keys.
 
-The decisions (policies, privileges, patterns) are ``dislock.core.grants``; this
+The decisions (policies, privileges, patterns) are ``dislock.core.grant_policies``; this
 module reads the facts they depend on from the database (the table's columns,
 its maximum TTL, whether the role and the history table exist), runs the
 statements in one transaction or prints them, and words the outcome.  Run as
@@ -19,7 +19,7 @@ from dislock.cli import EXIT_FAILURE, EXIT_OK
 from dislock.cli.lock_rows import columns as columns_query
 from dislock.cli.sending import send
 from dislock.cli.table_change import TableBusy, change
-from dislock.core import grant_catalog, grants
+from dislock.core import grant_catalog, grant_policies, grants
 from dislock.core.bounds import escape
 from dislock.core.limits import max_ttl, set_max_ttl
 from dislock.core.policy_functions import policy_functions
@@ -71,7 +71,7 @@ def grant(
     def statements(conn: Connection) -> list[sql.Composed]:
         # Read in the transaction that runs them: the maximum TTL they bound leases by.
         most = send(conn, max_ttl(qualified)).seconds
-        return grants.grant_statements(
+        return grant_policies.grant_statements(
             qualified,
             role,
             access,
@@ -159,7 +159,9 @@ def revoke(
     tables' locks for at most ``patience`` seconds: the role itself may be holding
     them, and every other role's statements would queue behind a revoke that waited."""
     history_parts = history if send(conn, columns_query(history)) else None
-    statements = grants.revoke_statements(table, grants.check_role(role), history=history_parts)
+    statements = grant_policies.revoke_statements(
+        table, grants.check_role(role), history=history_parts
+    )
     if print_sql:
         for statement in statements:
             print(f"{statement.as_string(None)};")

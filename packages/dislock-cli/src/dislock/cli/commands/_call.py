@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from dislock.cli import EXIT_FAILURE
@@ -103,6 +103,19 @@ class Call:
 def error(message: str) -> None:
     """A command's one line on stderr."""
     print(f"dislockctl: error: {message}", file=sys.stderr)
+
+
+def no_row(conn: Connection, table: tuple[str, ...], lock_key: str, modes: Sequence[str]) -> int:
+    """Exit 1 for a key without the rows asked for: a typo is not a success; but
+    row-level security may be hiding them (``dislock.cli.admin.no_row_text``)."""
+    from dislock.cli.admin import no_row_text
+    from dislock.cli.row_security import row_security
+    from dislock.cli.sending import send
+
+    security = send(conn, row_security(table))
+    hidden_from = security.role if security and security.hides(lock_key) else None
+    error(no_row_text(lock_key, modes, table, hidden_from=hidden_from))
+    return EXIT_FAILURE
 
 
 def columns(conn: Connection, table: tuple[str, ...]) -> list[str]:

@@ -74,9 +74,7 @@ def run(call: Call) -> int:
     asked = _Asked(
         parse_duration(args.since, name="--since"), _grace(args.grace), schedule, zone, args.all
     )
-    return call.on_history(
-        history, lambda conn: _missed(conn, call.table, history, asked, args.lock_key, args.json)
-    )
+    return call.on_history(history, lambda conn: _missed(conn, call, history, asked))
 
 
 def held_back_slots(rows: Iterable[StartRow]) -> dict[datetime, str]:
@@ -97,19 +95,13 @@ def _grace(text: str) -> timedelta:
     return timedelta(0) if text.strip() in ("0", "0s") else parse_duration(text, name="--grace")
 
 
-def _missed(
-    conn: Connection,
-    table: tuple[str, ...],
-    history: tuple[str, ...],
-    asked: _Asked,
-    key: str,
-    as_json: bool,
-) -> int:
+def _missed(conn: Connection, call: Call, history: tuple[str, ...], asked: _Asked) -> int:
     from dislock.cli.admin import DATABASE_NOW
     from dislock.cli.runs.history_report import describe_missed, dump, render_slots
     from dislock.cli.runs.slot_states import COVERED, TO_LOOK_AT, count
     from dislock.cli.sending import send
 
+    table, key = call.table, call.args.lock_key
     found = _schedule_and_zone(conn, table, history, asked, key)
     if isinstance(found, int):
         return found
@@ -123,7 +115,7 @@ def _missed(
     to_look_at = [found for found in states if found.state in TO_LOOK_AT]
     readings = warn_disagreements(conn, history, asked.since, key)
     counts = count(states)
-    if as_json:
+    if call.args.json:
         print(
             dump(
                 {

@@ -1,32 +1,9 @@
 """What became of each slot of a key's schedule, from its recorded runs and events.
 
-``dislockctl missed`` lists the states and ``serve`` counts them
-(``dislock_missed_slots``, ``dislock_failed_slots``, ``dislock_paused_slots``).  A
-slot is
-
-* ``done``: an attempt in it succeeded (with how many attempts it took);
-* ``running``: none succeeded yet and one is still going;
-* ``retrying``: every attempt so far failed and the slot's row waits for the next
-  (``LOCK_RETRIES``, or a ``dislockctl rerun``); only the current slot can be;
-* ``failed``: every attempt failed and none is due;
-* ``abandoned``: none succeeded or failed: the last attempt has no end recorded and
-  holds no lock (its machine died, or a schedule-only run is still going after its
-  slot, which ``history`` tells once it ends);
-* ``late``: nobody started it, and a wrapper past its start deadline marked it so;
-* ``held_back``: nobody started it: a wrapper was refused because a key of its
-  ``LOCK_AFTER`` had not succeeded in it, and recorded so (``dislock.core.held_back``),
-  naming that key;
-* ``paused``: nobody started it, and a ``dislockctl pause`` of the key was in force
-  as it began (``dislock.core.operator_commands``);
-* ``covered``: nobody started it because a run begun earlier still held the lease
-  (``dislock.cli.runs.missed_slots.split_covered``);
-* ``missed``: nobody started it.
-
-``missed``, ``held_back``, ``late`` and ``failed`` are the ones someone should look
-at (``missed`` exits 1 for them: a slot held back until it ended did not run, the
-job it waited for is the one to look at); the others are the lock working, an
-operator's choice, or not known yet.  A slot a ``dislockctl rerun`` reopened is
-judged by the attempts after the rerun only.
+``dislockctl missed`` lists the states and ``serve`` counts them; docs/operator.md
+("missed") says what each state means.  ``TO_LOOK_AT`` are the ones someone should
+look at; the others are the lock working, an operator's choice, or not known yet.  A
+slot a ``dislockctl rerun`` reopened is judged by the attempts after the rerun only.
 """
 
 from __future__ import annotations
@@ -91,9 +68,7 @@ class SlotState(NamedTuple):
 
 
 def attempts_by_slot(slots: Sequence[Slot], attempts: Sequence[Attempt]) -> list[list[Attempt]]:
-    """Each slot's attempts: those that claimed its end (a schedule lock), and those
-    without a claim that started in it, a start up to ``EARLY_FIRE_TOLERANCE`` early
-    counting for the next slot (``dislock.cli.runs.missed_slots.missed_slots``' rule)."""
+    """Each slot's attempts, by the rule of ``dislock.cli.runs.missed_slots.missed_slots``."""
     from dislock.core.cron import EARLY_FIRE_TOLERANCE
 
     early = timedelta(seconds=EARLY_FIRE_TOLERANCE)
@@ -124,13 +99,10 @@ def slot_states(
     reruns: Mapping[datetime, datetime] | None = None,
     held_back: Mapping[datetime, str | None] | None = None,
 ) -> list[SlotState]:
-    """The state of each of ``slots`` (in order).  ``late``: the ends of slots
-    marked late; ``pauses``: the key's pauses; ``spans``: its lease runs'
-    (``split_covered``); ``retrying``: the end of the slot whose row waits for
-    another attempt, if one does; ``reruns``: when a slot (by its end) was last
-    reopened by ``dislockctl rerun`` (``dislock.core.operator_commands.reruns``); ``held_back``:
-    the ends of slots recorded held back, each with the key it waited for when
-    known (``dislock.core.held_back``)."""
+    """The state of each of ``slots`` (in order).  ``late`` and ``held_back`` (with the
+    key waited for): the ends of slots so marked; ``spans``: the lease runs'
+    (``split_covered``); ``retrying``: the end of the slot whose row waits for another
+    attempt; ``reruns``: when each slot (by its end) was last reopened."""
     states: dict[int, SlotState] = {}
     unstarted: list[Slot] = []
     for index, (slot, tried) in enumerate(

@@ -1,12 +1,9 @@
 """``dislockctl URL_VARIABLE serve``: the fleet's state as Prometheus metrics and a status page.
 
-A small read-only HTTP server.  Every request that needs the database reads one
-snapshot in a READ ONLY transaction on one kept connection; a database that does
-not answer is reported (``dislock_up 0``, a banner on the page), never a crash.
-What the snapshot means lives in ``dislock.cli.serve.fleet_status``, ``metrics`` and
-``status_page``, the scrape's statements in ``scrape``; this module only does
-I/O.  The database URL appears in no response and no log line: errors are
-described with ``describe_database_error``, which scrubs it.
+A small read-only HTTP server: this module only does I/O.  Every request that needs
+the database reads one snapshot on one kept connection (``fleet_reader``); a
+database that does not answer is reported (``dislock_up 0``, a banner), never a
+crash.  The URL appears in no response and no log line.
 """
 
 from __future__ import annotations
@@ -46,9 +43,9 @@ BUSY_LOG_INTERVAL = 60.0
 
 
 class _Deadline(io.RawIOBase):
-    """A client's socket read or written against one deadline for its whole request,
-    or for the whole answer: a client that sends, or reads, a byte every few seconds
-    is cut off as one that sends or reads nothing."""
+    """A client's socket read or written against one deadline for its whole request, or
+    for the whole answer: a client that sends, or reads, a byte every few seconds is cut
+    off as one that sends or reads nothing."""
 
     def __init__(self, sock: socket.socket, deadline: float) -> None:
         self._sock = sock
@@ -222,9 +219,7 @@ class _Server(ThreadingHTTPServer):
             self._admission.done(request)
 
     def _refuse(self, request: socket.socket, client: str, refused: str) -> None:
-        """503 and close, never waiting: this is the thread that accepts connections.
-        ``refused``: ``"all"`` (too many connections) or ``"client"`` (too many
-        from ``client``), as ``Admission.admit`` says."""
+        """503 and close, never waiting: this is the thread that accepts connections."""
         try:
             request.setblocking(False)
             # What the client already sent, read so that closing does not reset the
@@ -293,8 +288,7 @@ def serve(
     allow_hosts: Sequence[str] = (),
     limits: Limits | None = None,
 ) -> int:
-    """Serve until SIGTERM or SIGINT; the exit status.  ``allow_hosts``: the
-    ``--allow-host`` names, answered besides the loopback ones and ``listen``'s host."""
+    """Serve until SIGTERM or SIGINT; the exit status."""
     _configure_logging()
     try:
         host, port = parse_listen(listen)

@@ -36,10 +36,10 @@ class Call:
     def history_table(self) -> tuple[str, ...]:
         """The run history table (``--history-table``, ``LOCK_HISTORY_TABLE``, or the
         lock table's name with ``_history``); raises ConfigurationError."""
-        from dislock.cli.wrapper.settings import read_history_table
+        from dislock.core import variables
         from dislock.core.history import history_table
 
-        return history_table(self.table, read_history_table(self.env))
+        return history_table(self.table, variables.HISTORY_TABLE.read(self.env))
 
     def connected(
         self,

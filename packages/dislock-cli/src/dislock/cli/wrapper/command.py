@@ -128,8 +128,7 @@ def _configure_logging(level: int) -> None:
 
 
 def console_main() -> NoReturn:
-    """The ``dislock`` console script (and ``python -m dislock.cli``): :func:`main`, then
-    an exit that skips the interpreter's teardown (see ``dislock.cli.process_exit``)."""
+    """The ``dislock`` console script: :func:`main`, then ``process_exit.exit_now``."""
     status = main()
     from dislock.cli.process_exit import exit_now
 

@@ -126,10 +126,15 @@ def render_table(rows: Sequence[LockRow]) -> str:
                     _describe_state(row),
                 )
             )
-    widths = [max(len(cells[i]) for cells in (headers, *lines)) for i in range(len(headers))]
+    return aligned([headers, *lines])
+
+
+def aligned(rows: Sequence[Sequence[str]]) -> str:
+    """Rows of cells (the first: the headers) as columns, two spaces apart."""
+    widths = [max(len(cells[i]) for cells in rows) for i in range(len(rows[0]))]
     return "\n".join(
         "  ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True)).rstrip()
-        for cells in (headers, *lines)
+        for cells in rows
     )
 
 

@@ -145,19 +145,8 @@ def states(table_parts: tuple[str, ...], keys: Sequence[str]) -> Exchange[list[R
 
 
 def _read_states(rows: Rows) -> list[RowState]:
-    return [
-        _state(found.key, found.owner, found.seconds_left) for found in map(RowState._make, rows)
-    ]
-
-
-def _read_released(rows: Rows) -> list[RowState]:
-    return [
-        _state(found.key, found.owner, found.seconds_left) for found in map(ReleasedRow._make, rows)
-    ]
-
-
-def _state(key: str, owner: str, seconds_left: float) -> RowState:
-    return RowState(cut(key), cut(owner), float(seconds_left))
+    # The first three columns of a ``ReleasedRow`` too.
+    return [RowState(cut(key), cut(owner), float(left)) for key, owner, left, *_ in rows]
 
 
 def _slot_pattern(modes: Sequence[str]) -> str | None:
@@ -220,7 +209,7 @@ def forced_release(
         "channel": WAKE_CHANNEL,
         "wake_key": wake_key(lock_key),
     }
-    return Exchange(_release_query(table_parts), params, _read_released)
+    return Exchange(_release_query(table_parts), params, _read_states)
 
 
 @dataclass(frozen=True)

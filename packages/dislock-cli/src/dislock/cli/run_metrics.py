@@ -55,12 +55,34 @@ def outcome_label(outcome: str) -> str:
     return outcome if outcome in RUN_OUTCOMES else OTHER_OUTCOME
 
 
-HOST_FAMILIES = (
-    "dislock_last_start_timestamp_seconds",
-    "dislock_last_success_timestamp_seconds",
-    "dislock_last_run_duration_seconds",
-    "dislock_runs",
+_RUN_FAMILIES = (
+    (
+        "dislock_last_start_timestamp_seconds",
+        "gauge",
+        "When the key's latest recorded run started (database clock).",
+        ("key",),
+    ),
+    (
+        "dislock_last_success_timestamp_seconds",
+        "gauge",
+        "When the key's latest successful run (exit 0) ended (database clock).",
+        ("key",),
+    ),
+    (
+        "dislock_last_run_duration_seconds",
+        "gauge",
+        "How long the key's latest run took (so far, while it runs).",
+        ("key",),
+    ),
+    (
+        "dislock_runs",
+        "counter",
+        "Recorded runs of the key by outcome, over the history the table keeps.",
+        ("key", "outcome"),
+    ),
 )
+
+HOST_FAMILIES = tuple(name for name, *_ in _RUN_FAMILIES)
 """The families a host's file holds: its own runs only (the rest is ``serve``'s)."""
 
 
@@ -97,35 +119,9 @@ def run_families(records: Iterable[tuple[str, RunRecord]]) -> list[Family]:
                         outcomes.get(outcome_label(outcome), 0) + count
                     )
             runs.extend(((*name, outcome), float(n)) for outcome, n in sorted(outcomes.items()))
+    found = (starts, successes, durations, runs)
     return [
-        Family(
-            "dislock_last_start_timestamp_seconds",
-            "gauge",
-            "When the key's latest recorded run started (database clock).",
-            ("key",),
-            tuple(starts),
-        ),
-        Family(
-            "dislock_last_success_timestamp_seconds",
-            "gauge",
-            "When the key's latest successful run (exit 0) ended (database clock).",
-            ("key",),
-            tuple(successes),
-        ),
-        Family(
-            "dislock_last_run_duration_seconds",
-            "gauge",
-            "How long the key's latest run took (so far, while it runs).",
-            ("key",),
-            tuple(durations),
-        ),
-        Family(
-            "dislock_runs",
-            "counter",
-            "Recorded runs of the key by outcome, over the history the table keeps.",
-            ("key", "outcome"),
-            tuple(runs),
-        ),
+        Family(*spec, tuple(samples)) for spec, samples in zip(_RUN_FAMILIES, found, strict=True)
     ]
 
 

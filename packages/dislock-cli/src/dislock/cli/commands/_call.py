@@ -12,6 +12,7 @@ from dislock.cli import EXIT_FAILURE
 
 if TYPE_CHECKING:
     from dislock.cli.sending import Connection
+    from dislock.core.exchange import Exchange
 
 
 class Call:
@@ -70,11 +71,9 @@ class Call:
                 message = on_denied(scrub(one_line(str(exc)), url))
             else:
                 message = self._denied(exc, history, denied_as or self.command)
-            error(message)
-            return EXIT_FAILURE
+            return error(message)
         except psycopg.Error as exc:
-            error(describe_database_error(exc, table_parts=self.table, url=self.url))
-            return EXIT_FAILURE
+            return error(describe_database_error(exc, table_parts=self.table, url=self.url))
 
     def on_history(
         self,
@@ -100,9 +99,10 @@ class Call:
         return explain_denial(self.args.command, command, exc, tables=tables, url=self.url, key=key)
 
 
-def error(message: str) -> None:
-    """A command's one line on stderr."""
+def error(message: str, status: int = EXIT_FAILURE) -> int:
+    """A command's one line on stderr; ``status``, for the command to exit with."""
     print(f"dislockctl: error: {message}", file=sys.stderr)
+    return status
 
 
 def no_row(conn: Connection, table: tuple[str, ...], lock_key: str, modes: Sequence[str]) -> int:
@@ -114,8 +114,19 @@ def no_row(conn: Connection, table: tuple[str, ...], lock_key: str, modes: Seque
 
     security = send(conn, row_security(table))
     hidden_from = security.role if security and security.hides(lock_key) else None
-    error(no_row_text(lock_key, modes, table, hidden_from=hidden_from))
-    return EXIT_FAILURE
+    return error(no_row_text(lock_key, modes, table, hidden_from=hidden_from))
+
+
+def beside(
+    conn: Connection, table: tuple[str, ...], installed: Callable[[Any], Exchange[bool]]
+) -> bool:
+    """Whether what ``installed`` asks about (functions of this version) is beside the
+    (existing) table, named with its schema."""
+    from dislock.cli.sending import send
+    from dislock.core.grant_catalog import qualified
+
+    found = send(conn, qualified(table))
+    return found is not None and send(conn, installed(found))
 
 
 def columns(conn: Connection, table: tuple[str, ...]) -> list[str]:
@@ -128,10 +139,7 @@ def columns(conn: Connection, table: tuple[str, ...]) -> list[str]:
 
 def history_exists(conn: Connection, history: tuple[str, ...]) -> bool:
     """Whether the history table exists; if not, says how to create it."""
-    from dislock.cli.runs.run_history import table_exists
-    from dislock.cli.sending import send
-
-    if send(conn, table_exists(history)):
+    if columns(conn, history):
         return True
     error(
         f"history table {'.'.join(history)} does not exist: create it with "

@@ -1,10 +1,8 @@
 """``dislockctl grant``, ``revoke`` and ``grants``: which role may lock which keys.
 
-The decisions (policies, privileges, patterns) are ``dislock.core.grants``; this
-module reads the facts they depend on from the database (the table's columns,
-its maximum TTL, whether the role and the history table exist), runs the
-statements in one transaction or prints them, and words the outcome.  Run as
-the table's owner: only it can enable row-level security and create policies.
+The decisions are ``dislock.core.grants``'; this module reads the facts they depend
+on from the database, runs the statements in one transaction or prints them, and
+words the outcome.  Run as the table's owner: only it can create policies.
 """
 
 from __future__ import annotations
@@ -16,6 +14,7 @@ from typing import TYPE_CHECKING
 from psycopg import sql
 
 from dislock.cli import EXIT_FAILURE, EXIT_OK
+from dislock.cli.commands._call import error
 from dislock.cli.lock_rows import columns as columns_query
 from dislock.cli.sending import send
 from dislock.cli.table_change import TableBusy, change
@@ -35,11 +34,6 @@ def _bound(access: grants.Access, max_keys: int) -> str:
     return f" (at most {max_keys} keys)" if max_keys > 0 else " (any number of keys)"
 
 
-def _error(message: str) -> int:
-    print(f"dislockctl: error: {message}", file=sys.stderr)
-    return EXIT_FAILURE
-
-
 def grant(
     conn: Connection,
     table: tuple[str, ...],
@@ -55,13 +49,12 @@ def grant(
     max_history_mib: int | None = None,
 ) -> int:
     """Give ``role`` ``access`` to the keys ``patterns`` match (replacing its earlier
-    grant), at most ``max_keys`` of them (0: no limit; None: the access's default,
-    ``grants.quota_of``), trying for the tables' locks for at most ``patience`` seconds."""
+    grant), at most ``max_keys`` of them (0: no limit; None: ``grants.quota_of``)."""
     found = send(conn, columns_query(table))
     if not found:
-        return _error(f"lock table {'.'.join(table)} does not exist: dislockctl init first")
+        return error(f"lock table {'.'.join(table)} does not exist: dislockctl init first")
     if conn.execute("SELECT FROM pg_roles WHERE rolname = %s", (role,)).fetchone() is None:
-        return _error(
+        return error(
             f"role {escape(role)!r} does not exist; creating login roles stays the DBA's job"
             f" (CREATE ROLE {sql.Identifier(role).as_string(None)} LOGIN PASSWORD …)"
         )
@@ -99,7 +92,7 @@ def grant(
             patience=patience,
         )
     except (_Refused, TableBusy) as refusal:
-        return _error(str(refusal))
+        return error(str(refusal))
     what = {
         grants.WRAPPER: "may take",
         grants.OPERATOR: "may take, pause, resume, release and prune",
@@ -155,9 +148,8 @@ def revoke(
     print_sql: bool,
     patience: float,
 ) -> int:
-    """Take ``role``'s grant away: it no longer sees or writes any row.  Tries for the
-    tables' locks for at most ``patience`` seconds: the role itself may be holding
-    them, and every other role's statements would queue behind a revoke that waited."""
+    """Take ``role``'s grant away.  In short tries: the role itself may be holding the
+    tables, and every other role's statements would queue behind a revoke that waited."""
     history_parts = history if send(conn, columns_query(history)) else None
     statements = grants.revoke_statements(table, grants.check_role(role), history=history_parts)
     if print_sql:
@@ -165,7 +157,7 @@ def revoke(
             print(f"{statement.as_string(None)};")
         return EXIT_OK
     if conn.execute("SELECT FROM pg_roles WHERE rolname = %s", (role,)).fetchone() is None:
-        return _error(f"role {escape(role)!r} does not exist")
+        return error(f"role {escape(role)!r} does not exist")
 
     def run(conn: Connection) -> None:
         for statement in statements:
@@ -180,7 +172,7 @@ def revoke(
             patience=patience,
         )
     except TableBusy as busy:
-        return _error(str(busy))
+        return error(str(busy))
     print(f"role {escape(role)!r} may no longer read or lock anything in {'.'.join(table)}")
     return EXIT_OK
 
@@ -188,10 +180,10 @@ def revoke(
 def list_grants(
     conn: Connection, table: tuple[str, ...], history: tuple[str, ...], *, as_json: bool
 ) -> int:
-    """Every role's grant on the table, with the table's maximum TTL, and what lets a
-    role around the policies of the table or its run ``history`` (exit 1 if anything)."""
+    """Every role's grant on the table, with its maximum TTL, and what lets a role around
+    the policies of the table or its run ``history`` (exit 1 if anything)."""
     if not send(conn, columns_query(table)):
-        return _error(f"lock table {'.'.join(table)} does not exist: dislockctl init first")
+        return error(f"lock table {'.'.join(table)} does not exist: dislockctl init first")
     secured = send(conn, grant_catalog.secured(table))
     most, recorded = send(conn, max_ttl(table))
     listed = send(conn, grant_catalog.grants_on(table))

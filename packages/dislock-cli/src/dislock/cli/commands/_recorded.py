@@ -86,7 +86,7 @@ def record_event(
 
     import psycopg
 
-    from dislock.cli.runs.run_history import table_exists
+    from dislock.cli.commands._call import columns
     from dislock.cli.sending import send
     from dislock.core import operator_commands
     from dislock.core.dsn import one_line, scrub
@@ -95,7 +95,7 @@ def record_event(
         return ""
     where = ".".join(history)
     try:
-        if not send(conn, table_exists(history)):
+        if not columns(conn, history):
             return ""
         with conn.transaction():
             start = operator_commands.record_start(

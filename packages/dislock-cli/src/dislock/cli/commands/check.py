@@ -10,8 +10,8 @@ import argparse
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from dislock.cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
-from dislock.cli.commands._call import Call, columns, error
+from dislock.cli import EXIT_OK, EXIT_USAGE
+from dislock.cli.commands._call import Call, beside, columns, error
 from dislock.cli.sending import send
 
 if TYPE_CHECKING:
@@ -37,8 +37,7 @@ def _check(conn: Connection, settings: WrapperSettings) -> int:
     table_parts = tuple(settings.context.table_parts)
     refusal = send(conn, refusing_writes())  # a standby, a read-only session
     if refusal:
-        error(refusal)
-        return EXIT_FAILURE
+        return error(refusal)
     _explain_a_missing_table(conn, settings.context)
     now = send(conn, DATABASE_NOW)
     print("configuration is valid")
@@ -224,11 +223,9 @@ def _print_lock_state(conn: Connection, settings: WrapperSettings, now: datetime
 def _print_functions(conn: Connection, table: tuple[str, ...]) -> None:
     """Whether the lock functions of this version are beside the table, and if not,
     what ``init`` would add."""
-    from dislock.core.grant_catalog import qualified
     from dislock.core.protocol import installed
 
-    found = send(conn, qualified(table))
-    if found is not None and send(conn, installed(found)):
+    if beside(conn, table, installed):
         print("  lock functions  installed (one call per lock step)")
         return
     print(

@@ -158,8 +158,7 @@ def _schedule_and_zone(
         if recorded is None:
             if unknown_key(conn, table, history, key):
                 return EXIT_FAILURE
-            error(f"no run of {key!r} recorded a schedule: pass --schedule CRON")
-            return EXIT_USAGE
+            return error(f"no run of {key!r} recorded a schedule: pass --schedule CRON", EXIT_USAGE)
         schedule = recorded.cron
         if zone is None and recorded.cron_tz is not None:
             try:
@@ -168,13 +167,11 @@ def _schedule_and_zone(
                 recorded_zone(recorded.cron_tz)
                 zone = load_zone(recorded.cron_tz, name="the recorded cron_tz")
             except ConfigurationError as exc:
-                error(f"{exc}; pass --tz")
-                return EXIT_USAGE
+                return error(f"{exc}; pass --tz", EXIT_USAGE)
     try:
         return schedule, zone or cron_zone()  # as the wrapper on this machine would read it
     except ConfigurationError as exc:
-        error(str(exc))
-        return EXIT_USAGE
+        return error(str(exc), EXIT_USAGE)
 
 
 def _judge(
@@ -213,8 +210,7 @@ def _judge(
     try:
         slots = list(missed_slots.schedule_slots(schedule, since, now, grace, tz))
     except ConfigurationError as exc:
-        error(str(exc))
-        return EXIT_USAGE
+        return error(str(exc), EXIT_USAGE)
     if not rows[0].ran_before:
         # A job new within the window did not miss the slots before it existed.
         starts = [(attempt.started_at, attempt.slot_end) for attempt in attempts]

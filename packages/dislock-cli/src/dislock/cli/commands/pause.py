@@ -60,8 +60,7 @@ def _pause(
     seconds = None if pause_for is None else pause_for.total_seconds()
     ends = send(conn, pausing(table, lock_key, reason, seconds=seconds, until=until))
     if ends is None:
-        error(f"--until {until} is not in the future (database clock)")
-        return EXIT_USAGE
+        return error(f"--until {until} is not in the future (database clock)", EXIT_USAGE)
     why = f" ({reason})" if reason else ""
     # Recorded, so that the slots it covers read as paused rather than missed.
     recorded = record_event(conn, call, history, PAUSED, until=ends)

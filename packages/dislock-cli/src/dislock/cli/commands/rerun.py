@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from dislock.cli import EXIT_FAILURE, EXIT_OK
+from dislock.cli import EXIT_OK
 from dislock.cli.commands._call import Call, error, no_row
 
 if TYPE_CHECKING:
@@ -41,11 +41,10 @@ def _rerun(conn: Connection, call: Call, history: tuple[str, ...]) -> int:
     lock_key = call.args.lock_key
     done = send(conn, rerun.rerun(call.table, lock_key))
     if done.leased_by is not None:
-        error(
+        return error(
             f"a run of {lock_key!r} is still going (its lease is held by {clip(done.leased_by)}):"
             " rerun it once that run has ended"
         )
-        return EXIT_FAILURE
     if not done.reopened:
         if done.value is None:
             return no_row(conn, call.table, lock_key, ("schedule",))

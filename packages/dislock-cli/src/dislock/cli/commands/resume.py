@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from dislock.cli import EXIT_FAILURE, EXIT_OK
+from dislock.cli import EXIT_OK
 from dislock.cli.commands._call import Call, error
 from dislock.cli.commands._recorded import recorded_history
 
@@ -31,8 +31,7 @@ def _resume(conn: Connection, call: Call, history: tuple[str, ...] | None) -> in
 
     lock_key = call.args.lock_key
     if not send(conn, resuming(call.table, lock_key)):
-        error(f"{lock_key!r} is not paused")
-        return EXIT_FAILURE
+        return error(f"{lock_key!r} is not paused")
     recorded = record_event(conn, call, history, RESUMED)
     print(f"resumed {lock_key!r}: its next start runs{recorded}")
     return EXIT_OK

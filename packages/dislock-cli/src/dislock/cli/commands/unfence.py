@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from dislock.cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
+from dislock.cli import EXIT_OK, EXIT_USAGE
 from dislock.cli.commands._call import Call, error
 
 if TYPE_CHECKING:
@@ -39,11 +39,9 @@ def _unfence(conn: Connection, user_table: tuple[str, ...]) -> int:
     shown = ".".join(user_table)
     state = send(conn, table_state(user_table))
     if state is None:
-        error(f"table {shown} does not exist")
-        return EXIT_USAGE
+        return error(f"table {shown} does not exist", EXIT_USAGE)
     if state.key is None:
-        error(f"table {shown} is not fenced")
-        return EXIT_FAILURE
+        return error(f"table {shown} is not fenced")
     with conn.transaction():
         for statement in unfence_statements(user_table):
             conn.execute(statement)

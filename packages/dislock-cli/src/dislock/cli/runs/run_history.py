@@ -14,21 +14,10 @@ from psycopg import sql
 from dislock.cli.shown import READ, cut, read, was_cut
 from dislock.core import operator_commands
 from dislock.core.bounds import SHOWN_CHARS, clip, printable
-from dislock.core.exchange import Exchange, Rows, select_list
+from dislock.core.exchange import Exchange, Rows, read_flag, select_list
 from dislock.core.history import TAILS
 from dislock.core.rows import lease_key, schedule_key
 from dislock.core.variables import OUTPUT_TAIL
-
-
-def table_exists(table_parts: tuple[str, ...]) -> Exchange[bool]:
-    """Whether a table exists, from the catalog (no rights on it needed)."""
-    query = sql.SQL("SELECT to_regclass(%(table)s) IS NOT NULL")
-    return Exchange(query, {"table": sql.Identifier(*table_parts).as_string(None)}, _read_flag)
-
-
-def _read_flag(rows: Rows) -> bool:
-    ((flag,),) = rows
-    return bool(flag)
 
 
 class Run(NamedTuple):
@@ -243,7 +232,7 @@ def known_key(history: tuple[str, ...], locks: tuple[str, ...], key: str) -> Exc
         " OR EXISTS (SELECT FROM {locks} WHERE key = ANY(%(rows)s))"
     ).format(history=sql.Identifier(*history), locks=sql.Identifier(*locks))
     params = {"key": key, "rows": [schedule_key(key), lease_key(key)]}
-    return Exchange(query, params, _read_flag)
+    return Exchange(query, params, read_flag)
 
 
 class Recorded(NamedTuple):

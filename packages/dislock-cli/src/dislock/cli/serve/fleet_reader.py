@@ -13,11 +13,10 @@ import psycopg
 
 from dislock.cli.admin import DATABASE_NOW
 from dislock.cli.diagnosis import describe_database_error
-from dislock.cli.lock_rows import LockRow, listing
+from dislock.cli.lock_rows import LockRow, columns, listing
 from dislock.cli.runs.envelope import successes_before
 from dislock.cli.runs.missed_slots import from_first_run
 from dislock.cli.runs.run_history import latest as latest_runs
-from dislock.cli.runs.run_history import table_exists
 from dislock.cli.runs.slot_states import FAILED, count, slot_states
 from dislock.cli.sending import send
 from dislock.cli.serve.fleet_status import (
@@ -328,7 +327,7 @@ class FleetReader:
                 (self._table, "lock table", "init"),
                 (self._history, "history table", "init --history"),
             ):
-                if not send(conn, table_exists(table)):
+                if not send(conn, columns(table)):
                     return (
                         f"{what} {'.'.join(table)} does not exist; create it with"
                         f" `dislockctl URL_VARIABLE {create}`"

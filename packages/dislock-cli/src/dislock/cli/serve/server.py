@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from dislock.cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
+from dislock.cli import EXIT_OK, EXIT_USAGE
+from dislock.cli.commands._call import error
 from dislock.cli.prometheus import Exposition
 from dislock.cli.serve.fleet_reader import FleetReader
 from dislock.cli.serve.http_policy import Admission, HostPolicy, Limits, client_of, parse_listen
@@ -297,26 +298,20 @@ def serve(
             0
         ][0]
     except ConfigurationError as exc:
-        print(f"dislockctl: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return error(str(exc), EXIT_USAGE)
     except socket.gaierror as exc:
-        print(f"dislockctl: error: --listen {listen!r}: {exc.strerror}", file=sys.stderr)
-        return EXIT_USAGE
+        return error(f"--listen {listen!r}: {exc.strerror}", EXIT_USAGE)
 
     reader = FleetReader(url, table, history)
     missing = reader.check_tables()
     if missing is not None:
         reader.close()
-        print(f"dislockctl: error: {missing}", file=sys.stderr)
-        return EXIT_FAILURE
+        return error(missing)
     try:
         server = _Server((host, port), family, url, reader, hosts, limits or Limits())
     except OSError as exc:
         reader.close()
-        print(
-            f"dislockctl: error: cannot listen on {listen}: {exc.strerror or exc}", file=sys.stderr
-        )
-        return EXIT_FAILURE
+        return error(f"cannot listen on {listen}: {exc.strerror or exc}")
 
     stop = threading.Event()
 

@@ -1,15 +1,8 @@
 """The ``dislock`` command: run a command under a PostgreSQL lock, from a crontab.
 
-    dislock URL_VARIABLE command [args...]
-
-Exit codes: the command's own; 0 (or LOCK_CONFLICT_EXIT_CODE) when another
-machine holds the lock; 128+n on signal n before the command started; 1 on
-a runtime failure; 2 on bad configuration or usage; 75 when the lease was lost
-(or taken over, LOCK_REPLACE) and the command was terminated; 124 when it ran
-past LOCK_MAX_RUNTIME_SECONDS.
-
-This module reads the command line and the environment; ``dislock.cli.wrapper.run`` takes
-the locks and supervises the command.
+This module reads the command line and the environment (``dislock --help`` says
+what it takes and exits with); ``dislock.cli.wrapper.run`` takes the locks and
+supervises the command.
 """
 
 from __future__ import annotations

@@ -102,30 +102,37 @@ def schedule_slots(
     )
 
 
-def missed_slots(
+def slot_indexes(
     slots: Sequence[Slot], starts: Sequence[tuple[datetime, datetime | None]]
-) -> list[Slot]:
-    """The slots (in order, back to back) in which none of ``starts`` (started_at,
-    slot_end claimed) began.  A run belongs to the slot whose end it claimed, or else
-    to the one it started in, a start up to ``EARLY_FIRE_TOLERANCE`` early counting for
-    the next slot (a host clock a little ahead of the database's), as the schedule lock
-    counts it."""
+) -> list[int]:
+    """The index among ``slots`` (in order, back to back) of the slot each of
+    ``starts`` (started_at, slot_end claimed) belongs to, -1 for none: the slot whose
+    end it claimed, or else the one it started in, a start up to
+    ``EARLY_FIRE_TOLERANCE`` early counting for the next slot (a host clock a little
+    ahead of the database's), as the schedule lock counts it."""
     from bisect import bisect_right
 
     from dislock.core.cron import EARLY_FIRE_TOLERANCE
 
     early = timedelta(seconds=EARLY_FIRE_TOLERANCE)
-    claimed = {slot_end for _, slot_end in starts if slot_end is not None}
+    by_end = {slot.end: index for index, slot in enumerate(slots)}
     beginnings = [slot.start for slot in slots]
-    covered = set()
+    found = []
     for started, slot_end in starts:
-        if slot_end is None:
-            index = bisect_right(beginnings, started + early) - 1
-            if 0 <= index < len(slots) and started < slots[index].end:
-                covered.add(index)
-    return [
-        slot for index, slot in enumerate(slots) if index not in covered and slot.end not in claimed
-    ]
+        index = bisect_right(beginnings, started + early) - 1
+        if slot_end is not None:
+            found.append(by_end.get(slot_end, -1))
+        else:
+            found.append(index if index >= 0 and started < slots[index].end else -1)
+    return found
+
+
+def missed_slots(
+    slots: Sequence[Slot], starts: Sequence[tuple[datetime, datetime | None]]
+) -> list[Slot]:
+    """The slots in which none of ``starts`` began (``slot_indexes``)."""
+    begun = set(slot_indexes(slots, starts))
+    return [slot for index, slot in enumerate(slots) if index not in begun]
 
 
 class Span(NamedTuple):

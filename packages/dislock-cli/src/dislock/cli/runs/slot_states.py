@@ -8,12 +8,11 @@ slot a ``dislockctl rerun`` reopened is judged by the attempts after the rerun o
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from collections.abc import Collection, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import NamedTuple
 
-from dislock.cli.runs.missed_slots import Slot, Span, split_covered
+from dislock.cli.runs.missed_slots import Slot, Span, slot_indexes, split_covered
 from dislock.core.operator_commands import Pause
 
 DONE = "done"
@@ -68,20 +67,10 @@ class SlotState(NamedTuple):
 
 
 def attempts_by_slot(slots: Sequence[Slot], attempts: Sequence[Attempt]) -> list[list[Attempt]]:
-    """Each slot's attempts, by the rule of ``dislock.cli.runs.missed_slots.missed_slots``."""
-    from dislock.core.cron import EARLY_FIRE_TOLERANCE
-
-    early = timedelta(seconds=EARLY_FIRE_TOLERANCE)
-    by_end = {slot.end: index for index, slot in enumerate(slots)}
-    beginnings = [slot.start for slot in slots]
+    """Each slot's attempts (``dislock.cli.runs.missed_slots.slot_indexes``)."""
     found: list[list[Attempt]] = [[] for _ in slots]
-    for attempt in attempts:
-        if attempt.slot_end is not None:
-            index = by_end.get(attempt.slot_end, -1)
-        else:
-            index = bisect_right(beginnings, attempt.started_at + early) - 1
-            if index >= 0 and attempt.started_at >= slots[index].end:
-                index = -1
+    starts = [(attempt.started_at, attempt.slot_end) for attempt in attempts]
+    for attempt, index in zip(attempts, slot_indexes(slots, starts), strict=True):
         if index >= 0:
             found[index].append(attempt)
     return found

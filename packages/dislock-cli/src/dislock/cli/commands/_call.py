@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from dislock.cli import EXIT_FAILURE
+from dislock.cli import EXIT_FAILURE, EXIT_OK
 
 if TYPE_CHECKING:
+    from psycopg.sql import Composable
+
     from dislock.cli.sending import Connection
     from dislock.core.exchange import Exchange
 
@@ -127,6 +129,13 @@ def beside(
 
     found = send(conn, qualified(table))
     return found is not None and send(conn, installed(found))
+
+
+def print_sql(statements: Iterable[Composable], *, transaction: bool = False) -> int:
+    """``--print-sql``: the statements for a DBA (in one transaction, if asked); exit 0."""
+    lines = [f"{statement.as_string(None)};" for statement in statements]
+    print("\n".join(["BEGIN;", *lines, "COMMIT;"] if transaction else lines))
+    return EXIT_OK
 
 
 def columns(conn: Connection, table: tuple[str, ...]) -> list[str]:

@@ -15,6 +15,7 @@ from psycopg import sql
 
 from dislock.cli import EXIT_FAILURE, EXIT_OK
 from dislock.cli.commands._call import error
+from dislock.cli.commands._call import print_sql as print_statements
 from dislock.cli.lock_rows import columns as columns_query
 from dislock.cli.sending import send
 from dislock.cli.table_change import TableBusy, change
@@ -78,11 +79,7 @@ def grant(
         )
 
     if print_sql:
-        print("BEGIN;")
-        for statement in statements(conn):
-            print(f"{statement.as_string(None)};")
-        print("COMMIT;")
-        return EXIT_OK
+        return print_statements(statements(conn), transaction=True)
     try:
         change(
             conn,
@@ -153,9 +150,7 @@ def revoke(
     history_parts = history if send(conn, columns_query(history)) else None
     statements = grants.revoke_statements(table, grants.check_role(role), history=history_parts)
     if print_sql:
-        for statement in statements:
-            print(f"{statement.as_string(None)};")
-        return EXIT_OK
+        return print_statements(statements)
     if conn.execute("SELECT FROM pg_roles WHERE rolname = %s", (role,)).fetchone() is None:
         return error(f"role {escape(role)!r} does not exist")
 

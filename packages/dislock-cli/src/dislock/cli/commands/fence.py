@@ -8,7 +8,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from dislock.cli import EXIT_OK, EXIT_USAGE
-from dislock.cli.commands._call import Call, error
+from dislock.cli.commands._call import Call, error, print_sql
 
 if TYPE_CHECKING:
     from dislock.cli.sending import Connection
@@ -34,11 +34,7 @@ def run(call: Call) -> int:
         from dislock.core.fencing import fence_statements
 
         lock_table = call.table if len(call.table) == 2 else ("public", call.table[0])
-        print("BEGIN;")
-        for statement in fence_statements(lock_table, user_table, lock_key):
-            print(f"{statement.as_string(None)};")
-        print("COMMIT;")
-        return EXIT_OK
+        return print_sql(fence_statements(lock_table, user_table, lock_key), transaction=True)
     return call.connected(lambda conn: _fence(conn, call.table, user_table, lock_key))
 
 

@@ -7,7 +7,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from dislock.cli import EXIT_OK, EXIT_USAGE
-from dislock.cli.commands._call import Call, error
+from dislock.cli.commands._call import Call, error, print_sql
 
 if TYPE_CHECKING:
     from dislock.cli.sending import Connection
@@ -26,9 +26,7 @@ def run(call: Call) -> int:
 
     user_table = parse_table(call.args.user_table)
     if call.args.print_sql:
-        for statement in unfence_statements(user_table):
-            print(f"{statement.as_string(None)};")
-        return EXIT_OK
+        return print_sql(unfence_statements(user_table))
     return call.connected(lambda conn: _unfence(conn, user_table))
 
 

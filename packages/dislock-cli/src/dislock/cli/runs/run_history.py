@@ -90,7 +90,9 @@ def runs(
     return Exchange(_runs_query(history, locks, by_key=key is not None), params, _read_runs)
 
 
-_TEXTS = ("key", "modes", "owner", "host", "outcome", "cron", "cron_tz")
+_COLUMNS = ("modes", "owner", "host", "cron", "cron_tz")
+"""The history's text columns a ``Run`` reads under their own names."""
+_TEXTS = ("key", "outcome", *_COLUMNS)
 """The text fields of a ``Run``, each read as ``dislock.cli.shown`` reads texts."""
 
 
@@ -149,10 +151,6 @@ def tail_column(run: str, column: str) -> sql.Composed:
     return sql.SQL("left(to_jsonb({}) ->> {}, {})").format(
         sql.Identifier(run), sql.Literal(column), sql.Literal(int(OUTPUT_TAIL.high))
     )
-
-
-_COLUMNS = ("modes", "owner", "host", "cron", "cron_tz")
-"""The history's text columns a ``Run`` reads under their own names."""
 
 
 def latest(history: tuple[str, ...], locks: tuple[str, ...]) -> Exchange[list[Latest]]:

@@ -215,7 +215,6 @@ def build_snapshot(
             run = (row.owner, row.host, row.started_at, row.ended_at, row.outcome, row.exit_code)
             last_run = LastRun(*run, duration, row.output, row.envelope)
         reason, until = pauses.get(lock_key, (None, None))
-        counts = slot_counts.get(lock_key)
         statuses.append(
             KeyStatus(
                 lock_key,
@@ -229,19 +228,20 @@ def build_snapshot(
                 runs_total=dict(runs_total.get(lock_key, {})),
                 schedule=_schedule_text(row) if row else None,
                 next_slot=next_slots.get(lock_key),
-                # Late and held-back slots are slots nobody started too: counted apart
-                # as well.
-                missed_slots=None
-                if counts is None
-                else counts["missed"] + counts["late"] + counts["held_back"],
-                covered_slots=None if counts is None else counts["covered"],
-                failed_slots=None if counts is None else counts["failed"],
-                late_slots=None if counts is None else counts["late"],
-                held_back_slots=None if counts is None else counts["held_back"],
-                paused_slots=None if counts is None else counts["paused"],
+                **_slot_counts(slot_counts.get(lock_key)),
             )
         )
     return FleetSnapshot(now, up=True, keys=tuple(statuses), groups=group_statuses(lock_rows))
+
+
+def _slot_counts(counts: Mapping[str, int] | None) -> dict[str, int]:
+    """A key's ``*_slots`` fields (none without a schedule known)."""
+    if counts is None:
+        return {}
+    kept = ("covered", "failed", "late", "held_back", "paused")
+    # Late and held-back slots are slots nobody started too: counted apart as well.
+    missed = counts["missed"] + counts["late"] + counts["held_back"]
+    return {"missed_slots": missed, **{f"{state}_slots": counts[state] for state in kept}}
 
 
 def lock_delay_end(expire_at: datetime | None, now: datetime) -> datetime | None:

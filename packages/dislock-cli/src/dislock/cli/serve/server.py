@@ -31,6 +31,7 @@ from dislock.cli.serve.fleet_reader import FleetReader
 from dislock.cli.serve.http_policy import Admission, HostPolicy, Limits, client_of, parse_listen
 from dislock.cli.serve.metrics import metric_families
 from dislock.cli.serve.status_page import render_page
+from dislock.cli.wrapper.command import configure_logging
 from dislock.core.dsn import scrub
 from dislock.core.errors import ConfigurationError
 
@@ -273,14 +274,6 @@ class _Server(ThreadingHTTPServer):
         logger.error("%s while answering a client: %s", name, scrub(str(exc), self.url))
 
 
-def _configure_logging() -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("dislockctl serve: %(message)s"))
-    logger.handlers[:] = [handler]
-    logger.setLevel(logging.INFO)
-    logger.propagate = False
-
-
 def serve(
     url: str,
     table: tuple[str, ...],
@@ -290,7 +283,7 @@ def serve(
     limits: Limits | None = None,
 ) -> int:
     """Serve until SIGTERM or SIGINT; the exit status."""
-    _configure_logging()
+    configure_logging(logger, "dislockctl serve", logging.INFO)
     try:
         host, port = parse_listen(listen)
         hosts = HostPolicy(host, allow_hosts)

@@ -106,18 +106,24 @@ def _wrap(text: str, width: int) -> list[str]:
 logger = logging.getLogger("dislock")
 
 
-def _configure_logging(level: int) -> None:
+def configure_logging(named: logging.Logger, prefix: str, level: int) -> logging.Handler:
+    """``named``'s records, from ``level`` on, as lines on stderr after ``prefix``."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("dislock: %(message)s"))
+    handler.setFormatter(logging.Formatter(f"{prefix}: %(message)s"))
+    named.handlers[:] = [handler]
+    named.setLevel(level)
+    named.propagate = False
+    return handler
+
+
+def _configure_logging(level: int) -> None:
+    handler = configure_logging(logger, "dislock", level)
     if level > logging.DEBUG:
         # The wrapper reports a lost lease in one line of its own; the locks' notes
         # on it (worded for Python callers) only when debugging.
         from dislock.core.supervision import LOSS_LOGGER
 
         handler.addFilter(lambda record: record.name != LOSS_LOGGER)
-    logger.handlers[:] = [handler]
-    logger.setLevel(level)
-    logger.propagate = False
 
 
 def console_main() -> NoReturn:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dislock.cli import EXIT_FAILURE, EXIT_OK
 
@@ -17,24 +17,16 @@ if TYPE_CHECKING:
     from dislock.core.exchange import Exchange
 
 
-class Call:
+class Call(NamedTuple):
     """The parsed arguments, the environment (``--table`` and ``--history-table``
     written into it), the database URL and the lock table."""
 
-    def __init__(
-        self,
-        command: str,
-        args: argparse.Namespace,
-        env: Mapping[str, str],
-        url: str,
-        table: tuple[str, ...],
-    ) -> None:
-        self.command = command
-        """The command's name (``ls`` for ``status``); ``args.command`` is as typed."""
-        self.args = args
-        self.env = env
-        self.url = url
-        self.table = table
+    command: str
+    """The command's name (``ls`` for ``status``); ``args.command`` is as typed."""
+    args: argparse.Namespace
+    env: Mapping[str, str]
+    url: str
+    table: tuple[str, ...]
 
     def history_table(self) -> tuple[str, ...]:
         """The run history table (``--history-table``, ``LOCK_HISTORY_TABLE``, or the

@@ -12,7 +12,6 @@ from dislock.cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 from dislock.cli.commands._call import Call, error
 from dislock.cli.commands._recorded import unknown_key, warn_disagreements
 from dislock.core.held_back import HELD_BACK
-from dislock.core.operator_commands import OUTCOMES as EVENTS
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -25,8 +24,6 @@ if TYPE_CHECKING:
 
 LATE = "late"
 """The outcome of a slot that an acquisition past its start deadline marked late."""
-NO_START = (LATE, *EVENTS)
-"""Outcomes of history rows that are not a run of the job (``dislock.core.operator_commands``)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -187,6 +184,7 @@ def _judge(
 ) -> tuple[int, int, list[SlotState]] | int:
     """How many slots and runs, and each slot's state; or the exit status."""
     from dislock.cli.runs import missed_slots
+    from dislock.cli.runs.envelope import NOT_RUNS
     from dislock.cli.runs.slot_states import Attempt, slot_states
     from dislock.cli.sending import send
     from dislock.core.errors import ConfigurationError
@@ -205,7 +203,7 @@ def _judge(
     attempts = [
         Attempt(row.started_at, row.slot_end, row.outcome, bool(row.running))
         for row in rows
-        if row.started_at is not None and row.outcome not in NO_START
+        if row.started_at is not None and row.outcome not in NOT_RUNS
     ]
     try:
         slots = list(missed_slots.schedule_slots(schedule, since, now, grace, tz))

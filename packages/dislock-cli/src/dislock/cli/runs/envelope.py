@@ -32,7 +32,7 @@ SLOW = "slow"
 SHORT = "short"
 
 NOT_RUNS = ("late", *EVENTS)
-"""Outcomes of history rows that are no run of the job: never judged."""
+"""Outcomes of history rows that are no run of the job (a late mark, an operator's event)."""
 
 
 class Envelope(NamedTuple):

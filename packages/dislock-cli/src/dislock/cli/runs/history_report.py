@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
+from dislock.cli.runs.envelope import NOT_RUNS
 from dislock.cli.runs.run_history import Run
 from dislock.cli.runs.slot_states import SlotState
 from dislock.core.operator_commands import OUTCOMES as EVENTS
@@ -47,7 +48,7 @@ def attempts(runs: Sequence[Run]) -> dict[int, int]:
     for run in sorted(runs, key=lambda run: run.started_at):
         if run.outcome == "rerun":
             counted = {slot: n for slot, n in counted.items() if slot[0] != run.key}
-        elif run.slot_end is not None and run.outcome not in ("late", *EVENTS):
+        elif run.slot_end is not None and run.outcome not in NOT_RUNS:
             slot = (run.key, run.slot_end)
             counted[slot] = found[run.id] = counted.get(slot, 0) + 1
     return found

@@ -287,9 +287,8 @@ def serve(
     try:
         host, port = parse_listen(listen)
         hosts = HostPolicy(host, allow_hosts)
-        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[
-            0
-        ][0]
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        family = found[0][0]
     except ConfigurationError as exc:
         return error(str(exc), EXIT_USAGE)
     except socket.gaierror as exc:

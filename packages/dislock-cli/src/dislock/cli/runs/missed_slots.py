@@ -30,9 +30,7 @@ class StartRow(NamedTuple):
 
     started_at: datetime | None
     slot_end: datetime | None
-    """The slot it claimed."""
     outcome: str | None
-    """How it ended (None: no end recorded)."""
     ran_before: bool
     """Whether the key ran before the window (the same on every row)."""
     running: bool | None

@@ -37,7 +37,6 @@ class Attempt(NamedTuple):
     slot_end: datetime | None
     """The end of the slot it claimed (a schedule lock); None for a lease alone."""
     outcome: str | None
-    """How it ended; None while no end is recorded."""
     running: bool = False
     """No end recorded and it still holds its lock (otherwise it was abandoned)."""
 

@@ -1,7 +1,6 @@
 """A refused statement (SQLSTATE 42501) in one line: which of the command's privileges
 the role lacks, and, where row-level security limits it, the ``dislockctl grant`` that
-gives them, asked of the server (the wording and the needs are in
-``dislock.cli.diagnosis``)."""
+gives them, asked of the server (the wording is ``dislock.cli.diagnosis``'s)."""
 
 from __future__ import annotations
 
@@ -26,9 +25,7 @@ if TYPE_CHECKING:
     from dislock.cli.sending import Connection
 
 PROBE_CONNECT_TIMEOUT = 5.0
-"""The command's connection is closed by the time its refusal is explained: one more,
-briefly, to ask (only on this failure path); without an answer the line quotes the
-server instead."""
+"""The command's connection is closed by now: one more, briefly, to ask."""
 
 
 def explain_denial(
@@ -40,9 +37,7 @@ def explain_denial(
     url: str,
     key: str | None = None,
 ) -> str:
-    """The line for ``error``, refused while ``command`` (a key of
-    ``diagnosis.PRIVILEGES``) ran on ``tables`` for the lock key ``key``, prefixed with
-    ``label``."""
+    """The line for ``error``, refused while ``command`` ran on ``tables`` for ``key``."""
     needs = needs_of(command, tables)
     role: str | None = None
     missing: list[Need] = []

@@ -1,8 +1,5 @@
-"""What the operator tool (``dislockctl``) shows to people of the lock rows, and
-the statements that create the lock table.
-
-The statements that read and release lock rows, and their answers, are
-``dislock.cli.lock_rows``'s; the commands (``dislock.cli.commands``) send them.
+"""What ``dislockctl`` shows to people of the lock rows (read by
+``dislock.cli.lock_rows``), and the statements that create the lock table.
 """
 
 from __future__ import annotations
@@ -51,9 +48,8 @@ def released_text(mode: str) -> str:
 def no_row_text(
     lock_key: str, modes: Sequence[str], table: tuple[str, ...], *, hidden_from: str | None = None
 ) -> str:
-    """Why ``release`` released nothing: no row of ``lock_key``'s ``modes`` (a typo is
-    not a success), or none that the role ``hidden_from`` may see, where row-level
-    security hides the rows of keys its grant does not cover."""
+    """Why ``release`` released nothing: no row of ``lock_key``'s ``modes`` (a typo is not
+    a success), or none that the role ``hidden_from`` may see (row-level security)."""
     rows = f"no {' or '.join(modes)} lock row for {lock_key!r}"
     where = ".".join(table)
     if hidden_from is None:
@@ -84,13 +80,12 @@ def format_duration(seconds: float) -> str:
 
 
 _REOPENED = re.compile(r" \(failed; retry in slot \d{1,11}\)$")
-"""The mark a failed attempt leaves after the owner (``dislock.core.retries``): the
-slot's end as seconds since 1970, which no one reads."""
+"""The mark a failed attempt leaves after the owner (``dislock.core.retries``)."""
 
 
 def shown_owner(owner: str, expire_at: datetime, seconds_left: float) -> str:
-    """``owner`` clipped, with a reopened slot's mark told as the time its retry may
-    start (the row's expiry, in the zone the database gave it) and how far off it is."""
+    """``owner`` clipped, with a reopened slot's mark told as the time its retry may start
+    (the row's expiry) and how far off it is."""
     mark = _REOPENED.search(owner)
     if mark is None:
         return clip(owner)
@@ -100,11 +95,9 @@ def shown_owner(owner: str, expire_at: datetime, seconds_left: float) -> str:
 
 
 def render_table(rows: Sequence[LockRow]) -> str:
-    """Rows as aligned columns, each with its state (``STATES``).  The slots of an
-    N-holder lease come together under one line saying how many are held (of the
-    slots that have rows: a slot gets its row the first time it is taken).  Keys and
-    owners are escaped and clipped (``clip``): rows written by other versions or by
-    hand may hold control characters, or megabytes that would widen every line."""
+    """Rows as aligned columns, each with its state; an N-holder lease's slots together
+    under one line saying how many are held.  Keys and owners are escaped and clipped:
+    rows written by other versions or by hand may hold control characters, or megabytes."""
     from dislock.core.pause import describe_until
 
     headers = ("LOCK KEY", "MODE", "OWNER", "EXPIRES", "FENCE", "STATE")
@@ -133,10 +126,15 @@ def render_table(rows: Sequence[LockRow]) -> str:
                     _describe_state(row),
                 )
             )
-    widths = [max(len(cells[i]) for cells in (headers, *lines)) for i in range(len(headers))]
+    return aligned([headers, *lines])
+
+
+def aligned(rows: Sequence[Sequence[str]]) -> str:
+    """Rows of cells (the first: the headers) as columns, two spaces apart."""
+    widths = [max(len(cells[i]) for cells in rows) for i in range(len(rows[0]))]
     return "\n".join(
         "  ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True)).rstrip()
-        for cells in (headers, *lines)
+        for cells in rows
     )
 
 
@@ -168,9 +166,7 @@ class Writability(NamedTuple):
     """The row ``refusing_writes`` answers."""
 
     in_recovery: bool
-    """The server is a standby."""
     read_only: bool
-    """The session's transactions are read-only."""
 
 
 def _read_writable(rows: Rows) -> str | None:
@@ -180,8 +176,7 @@ def _read_writable(rows: Rows) -> str | None:
 
 
 def refusing_writes() -> Exchange[str | None]:
-    """Why this session cannot take locks (the server is a standby, or the session is
-    read-only: ``default_transaction_read_only``, or a standby's), or None."""
+    """Why this session cannot take locks (a standby, or a read-only session), or None."""
     columns = select_list(
         Writability._fields,
         in_recovery=sql.SQL("pg_is_in_recovery()"),

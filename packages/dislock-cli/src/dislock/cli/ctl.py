@@ -1,12 +1,8 @@
 """``dislockctl``: look at, create and repair what the ``dislock`` wrapper relies on.
 
-Its commands and their options are listed by ``dislockctl --help`` (and each
-command's ``--help``), which the parser below writes, and in docs/cli.md.
-
-Like the wrapper, it takes the NAME of the variable holding the database URL and
-reads ``LOCK_TABLE`` (or ``--table``) and ``LOCK_HISTORY_TABLE`` (or
-``--history-table``); ``check`` reads every wrapper variable.  This module parses
-the command line, reads what every command shares and hands the rest to the
+This module parses the command line (``--help`` lists the commands, as docs/cli.md
+does), reads what every command shares (the URL variable, ``LOCK_TABLE`` or
+``--table``, ``LOCK_HISTORY_TABLE`` or ``--history-table``) and hands the rest to the
 command's module (``dislock.cli.commands``).
 """
 
@@ -33,9 +29,8 @@ _TABLE_HELP = "lock table, 'table' or 'schema.table' (default: $LOCK_TABLE or ke
 
 
 def build_parser(chosen: str | None = None) -> argparse.ArgumentParser:
-    """The command line, with the arguments of the ``chosen`` command only (the
-    others are listed, not imported); without one, a parser that finds which
-    command was asked for and leaves its arguments alone."""
+    """The command line, with the arguments of the ``chosen`` command only (the others
+    are listed, not imported); without one, it finds which command was asked for."""
     parser = _Parser(
         prog="dislockctl",
         description="Operator commands for dislock's lock table.",
@@ -128,8 +123,7 @@ def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> int:
 
 
 def console_main() -> NoReturn:
-    """The ``dislockctl`` console script (and ``python -m dislock.cli.ctl``): :func:`main`,
-    then an exit that skips the interpreter's teardown (see ``dislock.cli.process_exit``)."""
+    """The ``dislockctl`` console script: :func:`main`, then ``process_exit.exit_now``."""
     status = main()
     from dislock.cli.process_exit import exit_now
 

@@ -1,14 +1,11 @@
 """One-line explanations of database failures, for operators reading cron mail.
 
-Errors are classified by SQLSTATE rather than by exception class so that the
-wording does not depend on the driver's class hierarchy; every message is
-scrubbed of the URL's secrets.
-
-A refused statement (SQLSTATE 42501) is explained by what the command needs
-(``PRIVILEGES``) and what the role was found to lack (``privilege_probe``), not by
-reading the server's message, which is translated and names no privilege.  Where
-row-level security limits the role (a table with ``dislockctl grant``s), what fixes it
-is a ``dislockctl grant`` (``grant_line``), not a ``GRANT``.
+Errors are classified by SQLSTATE, not by the driver's exception classes; every
+message is scrubbed of the URL's secrets.  A refused statement (SQLSTATE 42501) is
+explained by what the command needs (``PRIVILEGES``) and what the role was found to
+lack (``privilege_probe``), not by the server's message, which is translated and
+names no privilege; where row-level security limits the role, the fix is a
+``dislockctl grant`` (``grant_line``), not a ``GRANT``.
 """
 
 from __future__ import annotations
@@ -94,10 +91,9 @@ PRIVILEGES: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
     "revoke": ((LOCK_TABLE, ("SELECT",)),),
     "grants": ((LOCK_TABLE, ("SELECT",)),),
 }
-"""What each command's statements need, by their kind (``SELECT`` for reading rows,
-also for the ``WHERE`` and ``RETURNING`` of a write; ``INSERT ... ON CONFLICT DO
-UPDATE`` needs both ``INSERT`` and ``UPDATE``), on which of its tables. The wrapper's
-history writes are not listed: a failing one is a warning, never a failed run."""
+"""What each command's statements need on which of its tables (``SELECT`` also for
+the ``WHERE`` and ``RETURNING`` of a write).  The wrapper's history writes are not
+listed: a failing one is a warning, never a failed run."""
 
 
 OPERATOR_COMMANDS = frozenset({"pause", "resume", "release", "history --prune-older-than"})
@@ -107,16 +103,11 @@ READ_COMMANDS = frozenset({"ls", "check", "history", "missed"})
 
 
 def grant_line(command: str, security: RowSecurity, key: str | None) -> str | None:
-    """The ``dislockctl grant`` that gives the role what ``command`` needs on the lock
-    key ``key``, where row-level security limits it; None elsewhere (a grant would
-    turn it on for the whole table, shutting out every role of a broad ``GRANT``),
-    and for the owner's commands.
-
-    An operator's grant for ``OPERATOR_COMMANDS``, a wrapper's for ``dislock`` (an
-    operator's stays one), a reader's for ``READ_COMMANDS`` unless the role has a
-    grant, which is given again (it covers a history table created after it).  With
-    the keys the role's grant has, and ``key`` if none covers it: a grant replaces the
-    role's earlier one."""
+    """The ``dislockctl grant`` that gives the role what ``command`` needs on ``key``,
+    where row-level security limits it; None elsewhere (a grant would turn it on for
+    the whole table, shutting out every role of a broad ``GRANT``) and for the owner's
+    commands.  A grant replaces the role's earlier one, so it keeps that grant's keys
+    (and its access, for a reader's command) and adds ``key`` if none covers it."""
     if not security.limited:
         return None
     granted = security.grant
@@ -156,7 +147,6 @@ class Need(NamedTuple):
     identifier: str
     """As ``has_*_privilege`` takes it: a table's name quoted, a schema's as it is."""
     schema: str | None = None
-    """A table's schema, when the name gives one: its ``USAGE`` comes first."""
 
 
 def needs_of(command: str, tables: Mapping[str, tuple[str, ...] | None]) -> list[Need]:
@@ -178,9 +168,9 @@ def needs_of(command: str, tables: Mapping[str, tuple[str, ...] | None]) -> list
 
 
 def privilege_probe(needs: Sequence[Need]) -> tuple[str, list[str]]:
-    """A query answering ``current_user`` and, per need, whether the role has it.  A
-    table is only looked up once its schema's ``USAGE`` is known (naming a table in a
-    schema the role may not use is itself refused): NULL for those."""
+    """A query answering ``current_user`` and, per need, whether the role has it.  A table
+    is only looked up once its schema's ``USAGE`` is known (naming a table in a schema
+    the role may not use is itself refused): NULL for those."""
     checks: list[str] = []
     params: list[str] = []
     for need in needs:
@@ -209,11 +199,9 @@ def describe_denial(
     detail: str,
     fix: str | None = None,
 ) -> str:
-    """The one line for a refused statement (SQLSTATE 42501): the privileges the role
-    lacks, by object, or, when it lacks none the command needs (a row-level security
-    policy, a column privilege), what the server said about ``table``.  ``fix``: the
-    ``dislockctl grant`` that gives them where row-level security is on
-    (``grant_line``), named instead of a ``GRANT``."""
+    """The one line for a refused statement: the privileges the role lacks, by object, or,
+    when it lacks none the command needs (a policy, a column privilege), what the
+    server said about ``table``; ``fix`` (``grant_line``) instead of a ``GRANT``."""
     who = f"role {role}" if role else "this role"
     prefix = f"{program}: " if program else ""
     see = None
@@ -237,8 +225,8 @@ def _and(words: Sequence[str]) -> str:
 
 
 def _unreachable(error: DatabaseUnreachableError, url: str) -> str:
-    """A wrapper that gave up connecting: for how long, and, when the slot's end made
-    it give up, which slot went by (the command did not run in it here)."""
+    """A wrapper that gave up connecting: for how long, and which slot went by if the
+    slot's end made it give up."""
     detail = scrub(error.detail, url)
     where = redact_dsn(url)
     tries = f"{error.attempts} attempt{'' if error.attempts == 1 else 's'}"

@@ -1,9 +1,6 @@
-"""The lock rows as ``dislockctl`` reads and force-releases them: each statement
-an exchange (``dislock.core.exchange``) whose reader returns typed rows.
-
-``ls``, ``check``, ``pause``, ``release`` and ``serve`` send these; how the rows
-are shown is ``dislock.cli.admin``'s.
-"""
+"""The lock rows as ``dislockctl`` reads and force-releases them, each statement an
+exchange (``dislock.core.exchange``) whose reader returns typed rows; how they are
+shown is ``dislock.cli.admin``'s."""
 
 from __future__ import annotations
 
@@ -25,16 +22,12 @@ PAUSE = "pause"
 """The mode ``ls`` gives a pause row (``dislockctl pause``)."""
 
 STATES = ("held", "released", "expired", "ended", "paused")
-"""What ``ls`` says of a row: ``held`` (live), ``released`` (let go cleanly by its
-holder, or by ``dislockctl release``), ``expired`` (a lease whose holder stopped
-renewing: abandoned), ``ended`` (a schedule slot that is over, as slots end), and
-``paused`` (a live ``dislockctl pause``)."""
+"""What ``ls`` says of a row (docs/operator.md lists them)."""
 
 
 class RowState(NamedTuple):
-    """A lock row's owner (a pause's reason) and its seconds left (<= 0: not live);
-    for a row ``forced_release`` ended, the seconds it had left.  Also the row
-    ``states`` answers, its columns named by these fields."""
+    """A lock row's owner (a pause's reason) and its seconds left (<= 0: not live): the
+    row ``states`` answers, and what ``forced_release`` says of each row it ended."""
 
     key: str
     owner: str
@@ -42,15 +35,13 @@ class RowState(NamedTuple):
 
 
 class ReleasedRow(NamedTuple):
-    """The row ``forced_release`` answers for each row it ended."""
+    """The row ``forced_release`` answers for each row it ended (its owner before the
+    mark, the seconds it had left; ``woken``: for the wake-up it sends)."""
 
     key: str
     owner: str
-    """Its owner before the release's mark."""
     seconds_left: float
-    """The seconds it had left."""
     woken: object
-    """``pg_notify``'s answer (void): the column is there for the wake-up it sends."""
 
 
 class ListedRow(NamedTuple):
@@ -61,12 +52,11 @@ class ListedRow(NamedTuple):
     expire_at: datetime
     expires_in_seconds: float
     fence: int | None
-    """None without the fencing column."""
 
 
 def columns(table_parts: tuple[str, ...]) -> Exchange[list[str]]:
-    """The lock table's column names, from the catalog (no rights on the table
-    needed); none if the table does not exist."""
+    """The lock table's column names, from the catalog (no rights on the table needed);
+    none if the table does not exist."""
     query = sql.SQL(
         "SELECT attname FROM pg_attribute"
         " WHERE attrelid = to_regclass(%(table)s) AND attnum > 0 AND NOT attisdropped"
@@ -112,9 +102,8 @@ def _list_query(table_parts: tuple[str, ...]) -> sql.Composed:
 
 
 def listing(table_parts: tuple[str, ...], prefix: str = "") -> Exchange[list[LockRow]]:
-    """Every lock row whose lock key starts with ``prefix``, on the database clock:
-    the rows of every kind, the extra slots of N-holder leases, and live pauses; by
-    lock key, then mode (``LISTED_MODES``), then slot."""
+    """Every lock row whose lock key starts with ``prefix``, on the database clock (every
+    kind's rows, N-holder leases' extra slots, live pauses), in ``LISTED_MODES`` order."""
     params = {
         "prefixes": [kind.row_key(prefix) for kind in kinds.BY_MODE.values()],
         "prefix": prefix,
@@ -156,19 +145,8 @@ def states(table_parts: tuple[str, ...], keys: Sequence[str]) -> Exchange[list[R
 
 
 def _read_states(rows: Rows) -> list[RowState]:
-    return [
-        _state(found.key, found.owner, found.seconds_left) for found in map(RowState._make, rows)
-    ]
-
-
-def _read_released(rows: Rows) -> list[RowState]:
-    return [
-        _state(found.key, found.owner, found.seconds_left) for found in map(ReleasedRow._make, rows)
-    ]
-
-
-def _state(key: str, owner: str, seconds_left: float) -> RowState:
-    return RowState(cut(key), cut(owner), float(seconds_left))
+    # The first three columns of a ``ReleasedRow`` too.
+    return [RowState(cut(key), cut(owner), float(left)) for key, owner, left, *_ in rows]
 
 
 def _slot_pattern(modes: Sequence[str]) -> str | None:
@@ -221,9 +199,8 @@ def forced_release(
     owner: str | None = None,
 ) -> Exchange[list[RowState]]:
     """Force-expire the held rows of ``lock_key``'s ``modes`` (every slot of a lease
-    unless ``slot`` names one; only those ``owner`` holds, if given), marked so that
-    ``ls`` tells them from abandoned ones; the lease's waiters are woken, as by a
-    holder's own release."""
+    unless ``slot`` names one; only ``owner``'s, if given), marked so that ``ls`` tells
+    them from abandoned ones; the lease's waiters are woken, as by a holder's release."""
     params = {
         "keys": release_keys(lock_key, modes, slot),
         "slot_pattern": _slot_pattern(modes) if slot is None else None,
@@ -232,7 +209,7 @@ def forced_release(
         "channel": WAKE_CHANNEL,
         "wake_key": wake_key(lock_key),
     }
-    return Exchange(_release_query(table_parts), params, _read_released)
+    return Exchange(_release_query(table_parts), params, _read_states)
 
 
 @dataclass(frozen=True)
@@ -253,9 +230,8 @@ class LockRow:
     value: str = ""
     """The ``value`` column as stored (cut, if ``truncated``)."""
     truncated: bool = False
-    """``key`` or ``value`` was longer than any text a granted role may write
-    (``dislock.core.bounds.MAX_STORED_BYTES``), and is cut to that many characters
-    (``dislock.cli.shown``); then a release mark it ended with is not seen either."""
+    """``key`` or ``value`` was cut (``dislock.cli.shown``): a release mark it ended
+    with is not seen either."""
 
     @property
     def held(self) -> bool:
@@ -295,11 +271,9 @@ class LockRow:
 
     @property
     def holder_gone(self) -> int | None:
-        """The pid of a held lease row's holder when the token names this host and
-        no process of that pid runs here (its wrapper was killed: the row stays until
-        its TTL); None otherwise (``dislock.core.processes.gone_here``).  A schedule
-        slot stays held until it ends whether its run goes on or not: only a lease
-        row says its holder is still there."""
+        """The pid of a held lease row's holder when the token names this host and no process
+        of that pid runs here (its wrapper was killed: the row stays until its TTL); None
+        otherwise.  Only a lease row says its holder is still there."""
         from dislock.core.processes import gone_here
 
         return gone_here(self.owner) if self.held and self.mode == kinds.LEASE else None

@@ -1,12 +1,8 @@
 """Leaving the process once a command has done its work, skipping the interpreter's teardown.
 
-By the time ``dislock`` or ``dislockctl`` has its exit status, every lock is
-released and every connection closed; tearing the interpreter down would cost
-about 18 ms more (docs/design.md, "Packages").  The ``atexit`` handlers still run
-(logging's last flush, coverage's data file when the tests measure a subprocess).
-
-Only the console scripts and ``python -m`` end this way: ``main()`` returns its
-status to a Python caller as before.
+By then every lock is released and every connection closed; the teardown would cost
+about 18 ms more (docs/design.md, "Packages").  The ``atexit`` handlers still run.
+Only the console scripts and ``python -m`` end this way.
 """
 
 from __future__ import annotations

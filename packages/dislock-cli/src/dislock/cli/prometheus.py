@@ -1,6 +1,5 @@
 """Metric families (``dislock.cli.run_metrics.Family``) handed to ``prometheus_client``:
-the fleet's, exposed by ``dislockctl serve``, and a host's, written by the wrapper to
-a node_exporter textfile."""
+the fleet's (``dislockctl serve``) and a host's (the wrapper's textfile)."""
 
 from __future__ import annotations
 
@@ -43,12 +42,10 @@ CHUNK = 100
 
 class Exposition:
     """The text exposition of families, rendered by ``prometheus_client`` in chunks of
-    samples, each kept while its samples stay the same.
-
-    Rendering all of a thousand keys' ten thousand samples costs about as much as
-    reading the snapshot, while between two scrapes only the few keys that ran
-    change.  A family's chunks follow one another, and only the first keeps the
-    ``# HELP`` and ``# TYPE`` lines.
+    samples, each kept while its samples stay the same: rendering a thousand keys'
+    samples costs about as much as reading the snapshot, while between two scrapes only
+    the few keys that ran change.  Only a family's first chunk has the ``# HELP`` and
+    ``# TYPE`` lines.
     """
 
     def __init__(self) -> None:

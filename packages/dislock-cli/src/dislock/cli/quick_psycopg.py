@@ -1,21 +1,13 @@
 """psycopg's import without ``importlib.metadata``, for the command line's processes.
 
-Importing psycopg imports ``importlib.metadata`` (with ``email``, ``zipfile``, ``csv``
-and the rest) only so that its ``version`` modules (``psycopg``'s, and
-``psycopg_binary``'s or ``psycopg_c``'s) can each look their distribution's version
-up: 12-17 ms of every ``dislock`` run on a 2-core machine, more than everything
-dislock itself adds to one (``benchmarks/cli.py``).  ``prime`` puts a finder first on
-``sys.meta_path`` that loads each of those modules, when psycopg imports it, as a
-module whose ``__version__`` is read from the name of the
-``<name>-<version>.dist-info`` folder beside the package (which is what
-``importlib.metadata`` finds too); any other name asked of it loads the real module
-then.  The import system does the loading, so the module is an attribute of its
-package and ``importlib.util.find_spec`` finds it as usual.  Where the folder is not
-found (an egg, a zip, two versions side by side, a source tree), the finder steps
-aside and the module imports as usual.
-
-Only the console scripts call it (``dislock.cli``'s ``__init__``), so only processes
-that are dislock's own see psycopg primed; code that imports the libraries does not.
+psycopg imports ``importlib.metadata`` (with ``email``, ``zipfile``, ``csv`` and the
+rest) only so that its ``version`` modules can look their distribution's version up:
+12-17 ms of every ``dislock`` run, more than dislock itself adds (``benchmarks/cli.py``).
+``prime`` puts a finder first on ``sys.meta_path`` that loads each of those modules
+with its ``__version__`` read from the ``<name>-<version>.dist-info`` folder beside
+the package; any other name asked of it loads the real module then.  Where the
+folder is not found (an egg, a zip, two versions side by side), the module imports
+as usual.  Only the console scripts call it (``dislock.cli``'s ``__init__``).
 """
 
 from __future__ import annotations
@@ -29,8 +21,7 @@ from importlib.util import module_from_spec, spec_from_file_location
 from typing import Any
 
 VERSIONED = {"psycopg": "psycopg", "psycopg_binary": "psycopg_binary", "psycopg_c": "psycopg_c"}
-"""Each package whose ``version`` module reads ``importlib.metadata``, and the name its
-``.dist-info`` folder starts with (the distribution's, normalised by the installer)."""
+"""Each package whose ``version`` module reads ``importlib.metadata``: its ``.dist-info``."""
 
 
 def prime() -> None:
@@ -83,7 +74,7 @@ class _Loader:
 
 def _installed_version(folder: str, distribution: str) -> str | None:
     """The version in the one ``<distribution>-<version>.dist-info`` folder beside the
-    package ``folder``, or None (none, or several)."""
+    package ``folder``, or None."""
     prefix, suffix = f"{distribution}-", ".dist-info"
     try:
         beside = os.listdir(os.path.dirname(folder))

@@ -1,8 +1,6 @@
 """How row-level security limits the connected role on the lock table
-(``row_security``), for the one line that explains a refusal or a row not found
-(``dislock.cli._denied``, ``dislock.cli.diagnosis``); and whether a grant's key
-patterns cover a key (``matches``).
-"""
+(``row_security``), for the one line that explains a refusal or a row not found;
+and whether a grant's key patterns cover a key (``matches``)."""
 
 from __future__ import annotations
 
@@ -28,9 +26,8 @@ class SecurityRow(NamedTuple):
 
 class RowSecurity(NamedTuple):
     """How row-level security limits the connected role on the lock table: whether
-    dislock's grants do (row-level security on for the table, the role neither owning
-    it, nor a superuser, nor bypassing it, and the table's policies those of
-    ``dislockctl grant``, or none left), and the role's grant there, if it has one."""
+    dislock's grants do (on for the table, the role neither owner, superuser nor
+    bypassing it, and the policies ``dislockctl grant``'s or none), and its grant there."""
 
     role: str
     limited: bool
@@ -88,8 +85,7 @@ def _security_query(table_parts: tuple[str, ...]) -> sql.Composed:
 
 
 def row_security(table_parts: tuple[str, ...]) -> Exchange[RowSecurity | None]:
-    """How row-level security limits the connected role on the lock table (None: no
-    such table): for the one line of a refusal, or of a row not found."""
+    """How row-level security limits the connected role on the lock table (None: no such table)."""
     return Exchange(_security_query(table_parts), {"prefix": POLICY_PREFIX}, _read_security)
 
 

@@ -1,8 +1,7 @@
-"""A lock key's runs as plain metric families (``Family``): the four a host can
-know alone (``run_families``), which ``dislockctl serve`` exposes with the
-fleet-wide ones (``dislock.cli.serve.metrics``) and the wrapper writes to a
-node_exporter textfile (``DISLOCK_METRICS_TEXTFILE``: its records, ``host_families``).
-Independent of any Prometheus library: ``dislock.cli.prometheus`` hands them on.
+"""A lock key's runs as plain metric families (``Family``, independent of any
+Prometheus library): the four a host can know alone (``run_families``), which
+``dislockctl serve`` exposes and the wrapper writes to a node_exporter textfile
+(``DISLOCK_METRICS_TEXTFILE``: ``host_families``).
 """
 
 from __future__ import annotations
@@ -32,9 +31,7 @@ class Family(NamedTuple):
 
 
 PAUSE_EVENTS = (PAUSED, RESUMED, HELD_BACK)
-"""History rows of ``dislockctl pause`` and ``resume``, and of a slot held back by
-``LOCK_AFTER``: no runs, and not counted as any (``dislock_paused``,
-``dislock_paused_slots`` and ``dislock_missed_slots`` tell of them)."""
+"""History rows that are no runs, and not counted as any."""
 
 RUN_OUTCOMES = tuple(outcome for outcome in OUTCOMES if outcome not in PAUSE_EVENTS)
 """Finished outcomes ``dislock_runs_total`` always reports (zero if none), so that
@@ -42,9 +39,8 @@ RUN_OUTCOMES = tuple(outcome for outcome in OUTCOMES if outcome not in PAUSE_EVE
 
 
 def key_label(key: str) -> str:
-    """A lock key as a label value: as it is, if it could be a lock key (at most
-    ``MAX_KEY_BYTES``, no control or invisible characters: every key dislock takes);
-    else escaped and clipped (``clip``), followed by the first 8 hex digits of its
+    """A lock key as a label value: as it is if it could be a lock key (every key dislock
+    takes); else escaped and clipped, followed by the first 8 hex digits of its
     SHA-256, so that two such keys stay two series (a duplicate series would make
     Prometheus refuse the whole scrape)."""
     if escape(key) == key and len(key.encode()) <= MAX_KEY_BYTES:
@@ -54,24 +50,45 @@ def key_label(key: str) -> str:
 
 
 def outcome_label(outcome: str) -> str:
-    """A recorded outcome as a label value: dislock's own, else ``other`` (written by
-    hand: a label value must neither carry what anyone wrote nor multiply series)."""
+    """A recorded outcome as a label value: dislock's own, else ``other`` (a label value
+    must neither carry what anyone wrote nor multiply series)."""
     return outcome if outcome in RUN_OUTCOMES else OTHER_OUTCOME
 
 
-HOST_FAMILIES = (
-    "dislock_last_start_timestamp_seconds",
-    "dislock_last_success_timestamp_seconds",
-    "dislock_last_run_duration_seconds",
-    "dislock_runs",
+_RUN_FAMILIES = (
+    (
+        "dislock_last_start_timestamp_seconds",
+        "gauge",
+        "When the key's latest recorded run started (database clock).",
+        ("key",),
+    ),
+    (
+        "dislock_last_success_timestamp_seconds",
+        "gauge",
+        "When the key's latest successful run (exit 0) ended (database clock).",
+        ("key",),
+    ),
+    (
+        "dislock_last_run_duration_seconds",
+        "gauge",
+        "How long the key's latest run took (so far, while it runs).",
+        ("key",),
+    ),
+    (
+        "dislock_runs",
+        "counter",
+        "Recorded runs of the key by outcome, over the history the table keeps.",
+        ("key", "outcome"),
+    ),
 )
-"""The families a host's file holds: its own runs only (held locks, pauses and
-missed slots are fleet-wide facts, for ``serve``)."""
+
+HOST_FAMILIES = tuple(name for name, *_ in _RUN_FAMILIES)
+"""The families a host's file holds: its own runs only (the rest is ``serve``'s)."""
 
 
 class RunRecord(NamedTuple):
-    """One lock key's runs: its latest (start and duration), its latest success, and
-    how many ended in each outcome.  Times in seconds since the epoch."""
+    """One lock key's runs: its latest, its latest success and how many ended in each
+    outcome (times in seconds since the epoch)."""
 
     last_start: float | None
     last_duration: float | None
@@ -102,43 +119,17 @@ def run_families(records: Iterable[tuple[str, RunRecord]]) -> list[Family]:
                         outcomes.get(outcome_label(outcome), 0) + count
                     )
             runs.extend(((*name, outcome), float(n)) for outcome, n in sorted(outcomes.items()))
+    found = (starts, successes, durations, runs)
     return [
-        Family(
-            "dislock_last_start_timestamp_seconds",
-            "gauge",
-            "When the key's latest recorded run started (database clock).",
-            ("key",),
-            tuple(starts),
-        ),
-        Family(
-            "dislock_last_success_timestamp_seconds",
-            "gauge",
-            "When the key's latest successful run (exit 0) ended (database clock).",
-            ("key",),
-            tuple(successes),
-        ),
-        Family(
-            "dislock_last_run_duration_seconds",
-            "gauge",
-            "How long the key's latest run took (so far, while it runs).",
-            ("key",),
-            tuple(durations),
-        ),
-        Family(
-            "dislock_runs",
-            "counter",
-            "Recorded runs of the key by outcome, over the history the table keeps.",
-            ("key", "outcome"),
-            tuple(runs),
-        ),
+        Family(*spec, tuple(samples)) for spec, samples in zip(_RUN_FAMILIES, found, strict=True)
     ]
 
 
 def read_host_records(
     samples: Iterable[tuple[str, Mapping[str, str], float]],
 ) -> dict[str, RunRecord]:
-    """The records in a textfile, from its samples ``(name, labels, value)``; samples
-    this version did not write are left out (and so dropped on the next write)."""
+    """The records in a textfile, from its samples; samples this version did not write are
+    dropped."""
     values: dict[str, dict[str, float]] = {}
     runs: dict[str, dict[str, int]] = {}
     for name, labels, value in samples:

@@ -1,6 +1,5 @@
-"""Sending a core exchange (``dislock.core.exchange``) on one of ``dislockctl``'s
-plain psycopg connections: the statement, its parameters, and its reader fed the
-rows, so that no command reads a column by position."""
+"""Sending a core exchange (``dislock.core.exchange``) on one of ``dislockctl``'s plain
+psycopg connections, its reader fed the rows."""
 
 from __future__ import annotations
 
@@ -12,13 +11,11 @@ if TYPE_CHECKING:
     import psycopg
 
     Connection: TypeAlias = psycopg.Connection[Any]
-    """A connection of ``dislockctl``'s: plain psycopg, rows as tuples."""
 
 
 def send(conn: Connection, exchange: Exchange[Answer]) -> Answer:
-    """``exchange``'s answer, read from the rows ``conn`` returned for it; a call to a
-    lock function the table lacks is sent again as its plain statement (outside a
-    transaction, where the failed call aborted nothing)."""
+    """``exchange``'s answer; a call to a lock function the table lacks is sent again as its
+    plain statement (outside a transaction, where the failed call aborted nothing)."""
     from psycopg.errors import UndefinedFunction
 
     try:

@@ -55,9 +55,9 @@ def change(
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> Result:
-    """``body(conn)``'s result, run in a transaction whose table locks wait at most
-    ``table_locks.LOCK_WAIT_MS`` each; tried again while ``patience`` lasts.  Raises
-    ``TableBusy`` naming who holds ``tables`` (the first is the one named)."""
+    """``body(conn)``'s result, in a transaction whose table locks wait at most
+    ``table_locks.LOCK_WAIT_MS`` each, tried again while ``patience`` lasts; else
+    ``TableBusy`` naming who holds ``tables[0]``."""
     tries = table_locks.Tries(patience, clock())
     while True:
         try:

@@ -1,9 +1,7 @@
-"""``dislockctl``'s commands, one module each, named by ``COMMANDS``.
-
-Each module offers ``add_arguments(parser)`` and ``run(call) -> exit status``
-(``Module``).  Only the module of the command chosen is imported, and a module's
-own imports (psycopg among them) wait until it runs, so that a new command costs
-the others' start-up nothing.
+"""``dislockctl``'s commands, one module each, named by ``COMMANDS``: ``add_arguments``
+and ``run`` (``Module``).  Only the chosen command's module is imported, and its own
+imports (psycopg among them) wait until it runs, so that one command costs the
+others' start-up nothing.
 """
 
 from __future__ import annotations

@@ -5,41 +5,36 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from dislock.cli import EXIT_FAILURE
+from dislock.cli import EXIT_FAILURE, EXIT_OK
 
 if TYPE_CHECKING:
+    from psycopg.sql import Composable
+
     from dislock.cli.sending import Connection
+    from dislock.core.exchange import Exchange
 
 
-class Call:
+class Call(NamedTuple):
     """The parsed arguments, the environment (``--table`` and ``--history-table``
     written into it), the database URL and the lock table."""
 
-    def __init__(
-        self,
-        command: str,
-        args: argparse.Namespace,
-        env: Mapping[str, str],
-        url: str,
-        table: tuple[str, ...],
-    ) -> None:
-        self.command = command
-        """The command's name (``ls`` for ``status``); ``args.command`` is as typed."""
-        self.args = args
-        self.env = env
-        self.url = url
-        self.table = table
+    command: str
+    """The command's name (``ls`` for ``status``); ``args.command`` is as typed."""
+    args: argparse.Namespace
+    env: Mapping[str, str]
+    url: str
+    table: tuple[str, ...]
 
     def history_table(self) -> tuple[str, ...]:
         """The run history table (``--history-table``, ``LOCK_HISTORY_TABLE``, or the
         lock table's name with ``_history``); raises ConfigurationError."""
-        from dislock.cli.wrapper.settings import read_history_table
+        from dislock.core import variables
         from dislock.core.history import history_table
 
-        return history_table(self.table, read_history_table(self.env))
+        return history_table(self.table, variables.HISTORY_TABLE.read(self.env))
 
     def connected(
         self,
@@ -70,11 +65,9 @@ class Call:
                 message = on_denied(scrub(one_line(str(exc)), url))
             else:
                 message = self._denied(exc, history, denied_as or self.command)
-            error(message)
-            return EXIT_FAILURE
+            return error(message)
         except psycopg.Error as exc:
-            error(describe_database_error(exc, table_parts=self.table, url=self.url))
-            return EXIT_FAILURE
+            return error(describe_database_error(exc, table_parts=self.table, url=self.url))
 
     def on_history(
         self,
@@ -100,9 +93,41 @@ class Call:
         return explain_denial(self.args.command, command, exc, tables=tables, url=self.url, key=key)
 
 
-def error(message: str) -> None:
-    """A command's one line on stderr."""
+def error(message: str, status: int = EXIT_FAILURE) -> int:
+    """A command's one line on stderr; ``status``, for the command to exit with."""
     print(f"dislockctl: error: {message}", file=sys.stderr)
+    return status
+
+
+def no_row(conn: Connection, table: tuple[str, ...], lock_key: str, modes: Sequence[str]) -> int:
+    """Exit 1 for a key without the rows asked for: a typo is not a success; but
+    row-level security may be hiding them (``dislock.cli.admin.no_row_text``)."""
+    from dislock.cli.admin import no_row_text
+    from dislock.cli.row_security import row_security
+    from dislock.cli.sending import send
+
+    security = send(conn, row_security(table))
+    hidden_from = security.role if security and security.hides(lock_key) else None
+    return error(no_row_text(lock_key, modes, table, hidden_from=hidden_from))
+
+
+def beside(
+    conn: Connection, table: tuple[str, ...], installed: Callable[[Any], Exchange[bool]]
+) -> bool:
+    """Whether what ``installed`` asks about (functions of this version) is beside the
+    (existing) table, named with its schema."""
+    from dislock.cli.sending import send
+    from dislock.core.grant_catalog import qualified
+
+    found = send(conn, qualified(table))
+    return found is not None and send(conn, installed(found))
+
+
+def print_sql(statements: Iterable[Composable], *, transaction: bool = False) -> int:
+    """``--print-sql``: the statements for a DBA (in one transaction, if asked); exit 0."""
+    lines = [f"{statement.as_string(None)};" for statement in statements]
+    print("\n".join(["BEGIN;", *lines, "COMMIT;"] if transaction else lines))
+    return EXIT_OK
 
 
 def columns(conn: Connection, table: tuple[str, ...]) -> list[str]:
@@ -115,10 +140,7 @@ def columns(conn: Connection, table: tuple[str, ...]) -> list[str]:
 
 def history_exists(conn: Connection, history: tuple[str, ...]) -> bool:
     """Whether the history table exists; if not, says how to create it."""
-    from dislock.cli.runs.run_history import table_exists
-    from dislock.cli.sending import send
-
-    if send(conn, table_exists(history)):
+    if columns(conn, history):
         return True
     error(
         f"history table {'.'.join(history)} does not exist: create it with "

@@ -1,21 +1,21 @@
-"""``dislockctl grant``, ``revoke`` and ``grants``: which role may lock which keys.
+"""``dislockctl grant`` (and ``init``, which writes old grants again): let a role lock
+the keys its patterns match, and nothing else; what ``grants`` and ``revoke`` share.
 
-The decisions (policies, privileges, patterns) are ``dislock.core.grant_policies``; this
-module reads the facts they depend on from the database (the table's columns,
-its maximum TTL, whether the role and the history table exist), runs the
-statements in one transaction or prints them, and words the outcome.  Run as
-the table's owner: only it can enable row-level security and create policies.
+The decisions are ``dislock.core.grant_policies``'; this module reads the facts they depend
+on from the database, runs the statements in one transaction or prints them, and
+words the outcome.  Run as the table's owner: only it can create policies.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import TYPE_CHECKING
 
 from psycopg import sql
 
-from dislock.cli import EXIT_FAILURE, EXIT_OK
+from dislock.cli import EXIT_OK
+from dislock.cli.commands._call import error
+from dislock.cli.commands._call import print_sql as print_statements
 from dislock.cli.lock_rows import columns as columns_query
 from dislock.cli.sending import send
 from dislock.cli.table_change import TableBusy, change
@@ -28,16 +28,11 @@ if TYPE_CHECKING:
     from dislock.cli.sending import Connection
 
 
-def _bound(access: grants.Access, max_keys: int) -> str:
+def key_bound(access: grants.Access, max_keys: int) -> str:
     """How many keys a role may hold, as the end of its line."""
     if access == grants.READER:
         return ""
     return f" (at most {max_keys} keys)" if max_keys > 0 else " (any number of keys)"
-
-
-def _error(message: str) -> int:
-    print(f"dislockctl: error: {message}", file=sys.stderr)
-    return EXIT_FAILURE
 
 
 def grant(
@@ -55,13 +50,12 @@ def grant(
     max_history_mib: int | None = None,
 ) -> int:
     """Give ``role`` ``access`` to the keys ``patterns`` match (replacing its earlier
-    grant), at most ``max_keys`` of them (0: no limit; None: the access's default,
-    ``grants.quota_of``), trying for the tables' locks for at most ``patience`` seconds."""
+    grant), at most ``max_keys`` of them (0: no limit; None: ``grants.quota_of``)."""
     found = send(conn, columns_query(table))
     if not found:
-        return _error(f"lock table {'.'.join(table)} does not exist: dislockctl init first")
+        return error(f"lock table {'.'.join(table)} does not exist: dislockctl init first")
     if conn.execute("SELECT FROM pg_roles WHERE rolname = %s", (role,)).fetchone() is None:
-        return _error(
+        return error(
             f"role {escape(role)!r} does not exist; creating login roles stays the DBA's job"
             f" (CREATE ROLE {sql.Identifier(role).as_string(None)} LOGIN PASSWORD …)"
         )
@@ -85,11 +79,7 @@ def grant(
         )
 
     if print_sql:
-        print("BEGIN;")
-        for statement in statements(conn):
-            print(f"{statement.as_string(None)};")
-        print("COMMIT;")
-        return EXIT_OK
+        return print_statements(statements(conn), transaction=True)
     try:
         change(
             conn,
@@ -99,14 +89,14 @@ def grant(
             patience=patience,
         )
     except (_Refused, TableBusy) as refusal:
-        return _error(str(refusal))
+        return error(str(refusal))
     what = {
         grants.WRAPPER: "may take",
         grants.OPERATOR: "may take, pause, resume, release and prune",
         grants.READER: "may read",
     }[access]
     keys = ", ".join(escape(p) for p in patterns) if patterns else "every key"
-    bound = _bound(access, grants.quota_of(access, max_keys))
+    bound = key_bound(access, grants.quota_of(access, max_keys))
     print(f"role {escape(role)!r} {what} {keys} in {'.'.join(table)}{bound}")
     _warn_if_exempt(conn, table, role)
     return EXIT_OK
@@ -144,116 +134,6 @@ def _warn_if_exempt(conn: Connection, table: tuple[str, ...], role: str) -> None
             " row-level security: the grant does not limit it",
             file=sys.stderr,
         )
-
-
-def revoke(
-    conn: Connection,
-    table: tuple[str, ...],
-    history: tuple[str, ...],
-    role: str,
-    *,
-    print_sql: bool,
-    patience: float,
-) -> int:
-    """Take ``role``'s grant away: it no longer sees or writes any row.  Tries for the
-    tables' locks for at most ``patience`` seconds: the role itself may be holding
-    them, and every other role's statements would queue behind a revoke that waited."""
-    history_parts = history if send(conn, columns_query(history)) else None
-    statements = grant_policies.revoke_statements(
-        table, grants.check_role(role), history=history_parts
-    )
-    if print_sql:
-        for statement in statements:
-            print(f"{statement.as_string(None)};")
-        return EXIT_OK
-    if conn.execute("SELECT FROM pg_roles WHERE rolname = %s", (role,)).fetchone() is None:
-        return _error(f"role {escape(role)!r} does not exist")
-
-    def run(conn: Connection) -> None:
-        for statement in statements:
-            conn.execute(statement)
-
-    try:
-        change(
-            conn,
-            "revoke",
-            [table, *([history_parts] if history_parts else [])],
-            run,
-            patience=patience,
-        )
-    except TableBusy as busy:
-        return _error(str(busy))
-    print(f"role {escape(role)!r} may no longer read or lock anything in {'.'.join(table)}")
-    return EXIT_OK
-
-
-def list_grants(
-    conn: Connection, table: tuple[str, ...], history: tuple[str, ...], *, as_json: bool
-) -> int:
-    """Every role's grant on the table, with the table's maximum TTL, and what lets a
-    role around the policies of the table or its run ``history`` (exit 1 if anything)."""
-    if not send(conn, columns_query(table)):
-        return _error(f"lock table {'.'.join(table)} does not exist: dislockctl init first")
-    secured = send(conn, grant_catalog.secured(table))
-    most, recorded = send(conn, max_ttl(table))
-    listed = send(conn, grant_catalog.grants_on(table))
-    members = _members(conn, [g.role for g in listed])
-    holes = [(table, hole) for hole in send(conn, grant_catalog.audit(table))]
-    holes += [(history, h) for h in send(conn, grant_catalog.audit(history, history=True))]
-    status = EXIT_FAILURE if holes else EXIT_OK
-    if as_json:
-        print(
-            json.dumps(
-                {
-                    "table": ".".join(table),
-                    "row_level_security": bool(secured),
-                    "max_ttl_seconds": most,
-                    "grants": [
-                        g._asdict() | {"keys": list(g.keys), "members": members.get(g.role, [])}
-                        for g in listed
-                    ],
-                    "loopholes": [
-                        {"role": h.role, "privileges": list(h.privileges), "table": ".".join(t)}
-                        for t, h in holes
-                    ],
-                },
-                indent=2,
-            )
-        )
-        return status
-    origin = "" if recorded else " (the default)"
-    print(f"table {'.'.join(table)}: maximum lease TTL {most:g} s{origin}")
-    if not secured:
-        print("no grants: every role with privileges on the table may lock every key")
-        return EXIT_OK
-    if not listed:
-        print("row-level security is on and no role has a grant: only the owner locks")
-    width = max([len(escape(g.role)) for g in listed] + [4])
-    for g in listed:
-        keys = ", ".join(escape(p) for p in g.keys) if g.keys else "every key (read only)"
-        bound = _bound(g.access, g.max_keys or 0)
-        budget = f", {g.max_history_mib} MiB of history" if g.max_history_mib else ""
-        print(f"{escape(g.role):<{width}}  {g.access:<8}  {keys}{bound}{budget}")
-        for member in members.get(g.role, ()):
-            print(f"{'':<{width}}  member {escape(member)} (locks with this grant)")
-    for where, hole in holes:
-        print(grant_catalog.describe(hole, where))
-    return status
-
-
-def _members(conn: Connection, roles: list[str]) -> dict[str, list[str]]:
-    """The login roles that are members of each granted role: they lock with its
-    grant (the lock functions check the login role and the roles it belongs to)."""
-    rows = conn.execute(
-        "SELECT g.rolname, m.rolname FROM pg_auth_members AS a"
-        " JOIN pg_roles AS g ON g.oid = a.roleid JOIN pg_roles AS m ON m.oid = a.member"
-        " WHERE g.rolname = ANY(%s) AND m.rolcanlogin ORDER BY 1, 2",
-        (roles,),
-    ).fetchall()
-    found: dict[str, list[str]] = {}
-    for role, member in rows:
-        found.setdefault(str(role), []).append(str(member))
-    return found
 
 
 def set_table_max_ttl(

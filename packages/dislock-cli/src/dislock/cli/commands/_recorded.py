@@ -5,6 +5,7 @@ and the recording of an operator's command as an event (``rerun``, ``pause``,
 
 from __future__ import annotations
 
+import argparse
 import sys
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -46,6 +47,16 @@ def warn_disagreements(
     return readings
 
 
+def check_key_and_reason(call: Call) -> argparse.Namespace:
+    """The arguments of ``pause`` and ``rerun``, their key and ``--reason`` checked."""
+    from dislock.core.bounds import check_reason
+    from dislock.core.config import check_text
+
+    check_text("LOCK_KEY", call.args.lock_key)
+    check_reason("--reason", call.args.reason)
+    return call.args
+
+
 def recorded_history(call: Call) -> tuple[str, ...] | None:
     """The history table an operator's command is recorded in; None, with a warning,
     when its name is wrong: a pause must not wait for a fixed variable."""
@@ -60,25 +71,22 @@ def recorded_history(call: Call) -> tuple[str, ...] | None:
 
 def record_event(
     conn: Connection,
+    call: Call,
     history: tuple[str, ...] | None,
-    url: str,
-    lock_key: str,
     outcome: str,
     *,
-    reason: str = "",
     until: datetime | None = None,
 ) -> str:
-    """Record an operator's command in the run history, if there is one
-    (``dislock.core.operator_commands``; both statements in one transaction, so that a refused
-    end leaves no row that reads as a run still going): what the command's summary
-    line adds.  The command has done its work whatever happens here; a refusal is a
-    warning on stderr."""
+    """Record the operator's command (its key and ``--reason``) in the run history,
+    if there is one, both statements in one transaction (a refused end must leave no
+    row that reads as a run still going): what the command's summary line adds.  The
+    command has done its work whatever happens here; a refusal is a warning."""
     import os
     import socket
 
     import psycopg
 
-    from dislock.cli.runs.run_history import table_exists
+    from dislock.cli.commands._call import columns
     from dislock.cli.sending import send
     from dislock.core import operator_commands
     from dislock.core.dsn import one_line, scrub
@@ -87,21 +95,21 @@ def record_event(
         return ""
     where = ".".join(history)
     try:
-        if not send(conn, table_exists(history)):
+        if not columns(conn, history):
             return ""
         with conn.transaction():
             start = operator_commands.record_start(
                 history,
-                lock_key,
+                call.args.lock_key,
                 outcome,
-                reason=reason,
+                reason=getattr(call.args, "reason", ""),
                 host=socket.gethostname(),
                 pid=os.getpid(),
                 until=until,
             )
             send(conn, operator_commands.record_end(history, send(conn, start), outcome))
     except psycopg.Error as exc:
-        detail = scrub(one_line(str(exc)), url)
+        detail = scrub(one_line(str(exc)), call.url)
         print(
             f"dislockctl: warning: the {operator_commands.OUTCOME_VERBS[outcome]} is not"
             f" recorded in {where}: {detail}",

@@ -10,8 +10,8 @@ import argparse
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from dislock.cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
-from dislock.cli.commands._call import Call, columns, error
+from dislock.cli import EXIT_OK, EXIT_USAGE
+from dislock.cli.commands._call import Call, beside, columns, error
 from dislock.cli.sending import send
 
 if TYPE_CHECKING:
@@ -37,8 +37,7 @@ def _check(conn: Connection, settings: WrapperSettings) -> int:
     table_parts = tuple(settings.context.table_parts)
     refusal = send(conn, refusing_writes())  # a standby, a read-only session
     if refusal:
-        error(refusal)
-        return EXIT_FAILURE
+        return error(refusal)
     _explain_a_missing_table(conn, settings.context)
     now = send(conn, DATABASE_NOW)
     print("configuration is valid")
@@ -46,7 +45,7 @@ def _check(conn: Connection, settings: WrapperSettings) -> int:
     _print_run_rules(settings)
     _print_history(conn, settings.context)
     print(f"  database now    {now.isoformat(timespec='seconds')}")
-    if _print_max_ttl(conn, table_parts, settings) is not None:
+    if _print_max_ttl(conn, table_parts, settings):
         return EXIT_USAGE
     _print_functions(conn, table_parts)
     _print_lock_delay(conn, table_parts)
@@ -224,11 +223,9 @@ def _print_lock_state(conn: Connection, settings: WrapperSettings, now: datetime
 def _print_functions(conn: Connection, table: tuple[str, ...]) -> None:
     """Whether the lock functions of this version are beside the table, and if not,
     what ``init`` would add."""
-    from dislock.core.grant_catalog import qualified
     from dislock.core.protocol import installed
 
-    found = send(conn, qualified(table))
-    if found is not None and send(conn, installed(found)):
+    if beside(conn, table, installed):
         print("  lock functions  installed (one call per lock step)")
         return
     print(
@@ -237,24 +234,20 @@ def _print_functions(conn: Connection, table: tuple[str, ...]) -> None:
     )
 
 
-def _print_max_ttl(
-    conn: Connection, table: tuple[str, ...], settings: WrapperSettings | None
-) -> str | None:
-    """The table's maximum lease TTL; the refusal when the configured lease exceeds it."""
+def _print_max_ttl(conn: Connection, table: tuple[str, ...], settings: WrapperSettings) -> bool:
+    """The table's maximum lease TTL; whether the configured lease exceeds it (said)."""
     from dislock.core.lease_clock import LeaseSettings
     from dislock.core.limits import max_ttl, too_long
     from dislock.core.variables import TTL
 
     cap, recorded = send(conn, max_ttl(table))
     print(f"  max lease TTL   {cap:g} s" + ("" if recorded else " (the default)"))
-    if settings is None or "lease" not in settings.strategies:
-        return None
+    if "lease" not in settings.strategies:
+        return False
     ttl = LeaseSettings.from_context(settings.context).ttl
-    if ttl <= cap:
-        return None
-    refusal = too_long(ttl, cap)
-    error(f"{TTL.name}: {refusal}")
-    return refusal
+    if ttl > cap:
+        error(f"{TTL.name}: {too_long(ttl, cap)}")
+    return ttl > cap
 
 
 def _print_lock_delay(conn: Connection, table: tuple[str, ...]) -> None:

@@ -7,8 +7,8 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from dislock.cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
-from dislock.cli.commands._call import Call, error
+from dislock.cli import EXIT_OK, EXIT_USAGE
+from dislock.cli.commands._call import Call, error, print_sql
 
 if TYPE_CHECKING:
     from dislock.cli.sending import Connection
@@ -34,11 +34,7 @@ def run(call: Call) -> int:
         from dislock.core.fencing import fence_statements
 
         lock_table = call.table if len(call.table) == 2 else ("public", call.table[0])
-        print("BEGIN;")
-        for statement in fence_statements(lock_table, user_table, lock_key):
-            print(f"{statement.as_string(None)};")
-        print("COMMIT;")
-        return EXIT_OK
+        return print_sql(fence_statements(lock_table, user_table, lock_key), transaction=True)
     return call.connected(lambda conn: _fence(conn, call.table, user_table, lock_key))
 
 
@@ -52,22 +48,19 @@ def _fence(
     lock_table = send(conn, qualified(table))
     shown, where = ".".join(user_table), ".".join(table)
     if lock_table is None or not send(conn, guard_installed(lock_table)):
-        error(
+        return error(
             f"lock table {where} has no fencing guard: run `dislockctl URL_VARIABLE init"
-            " --fencing` as its owner first"
+            " --fencing` as its owner first",
+            EXIT_USAGE,
         )
-        return EXIT_USAGE
     state = send(conn, table_state(user_table))
     if state is None:
-        error(f"table {shown} does not exist")
-        return EXIT_USAGE
+        return error(f"table {shown} does not exist", EXIT_USAGE)
     if not state.owned:
-        error(f"this role does not own table {shown}: fence it as the table's owner")
-        return EXIT_FAILURE
+        return error(f"this role does not own table {shown}: fence it as the table's owner")
     outside = _outside_scope(conn, table, lock_key)
     if outside is not None:
-        error(outside)
-        return EXIT_FAILURE
+        return error(outside)
     with conn.transaction():
         for statement in fence_statements(lock_table, user_table, lock_key):
             conn.execute(statement)

@@ -1,6 +1,6 @@
 """``dislockctl grant``: let ROLE lock the keys its patterns match and nothing else
 (``--operator``: also pause, resume, release and prune them; ``--reader``: read
-every key), through row-level security (``dislock.core.grants``)."""
+every key), through row-level security (``dislock.core.grant_policies``)."""
 
 from __future__ import annotations
 

@@ -49,12 +49,7 @@ def run(call: Call) -> int:
             denied_as="history --prune-older-than",
         )
     since = parse_duration(args.since, name="--since")
-    return call.on_history(
-        history,
-        lambda conn: _history(
-            conn, call.table, history, since, args.lock_key, args.limit, args.json
-        ),
-    )
+    return call.on_history(history, lambda conn: _history(conn, call, history, since))
 
 
 def _prune(conn: Connection, history: tuple[str, ...], older: timedelta) -> int:
@@ -70,27 +65,20 @@ def _prune(conn: Connection, history: tuple[str, ...], older: timedelta) -> int:
     return EXIT_OK
 
 
-def _history(
-    conn: Connection,
-    table: tuple[str, ...],
-    history: tuple[str, ...],
-    since: timedelta,
-    key: str | None,
-    limit: int,
-    as_json: bool,
-) -> int:
+def _history(conn: Connection, call: Call, history: tuple[str, ...], since: timedelta) -> int:
     from dislock.cli.admin import format_duration
     from dislock.cli.runs.envelope import marks, successes_before
     from dislock.cli.runs.history_report import attempts, dump, render_runs, render_tails
     from dislock.cli.runs.run_history import runs as runs_of
     from dislock.cli.sending import send
 
+    key, table = call.args.lock_key, call.table
     if key is not None and unknown_key(conn, table, history, key):
         return EXIT_FAILURE
-    runs = send(conn, runs_of(history, table, key, since, limit))
+    runs = send(conn, runs_of(history, table, key, since, call.args.limit))
     envelopes = send(conn, successes_before(history, [(run.key, run.started_at) for run in runs]))
     marked = marks(runs, envelopes)
-    if as_json:
+    if call.args.json:
         numbers = attempts(runs)
         print(
             dump(

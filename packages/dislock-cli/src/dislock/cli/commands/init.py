@@ -7,16 +7,12 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from dislock.cli import EXIT_FAILURE, EXIT_OK
-from dislock.cli.commands._call import Call, columns, error
+from dislock.cli import EXIT_OK
+from dislock.cli.commands._call import Call, beside, columns, error
 from dislock.cli.table_change import add_wait_argument, patience_of
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-    from typing import Any
-
     from dislock.cli.sending import Connection
-    from dislock.core.exchange import Exchange
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -115,16 +111,18 @@ def _init(
 ) -> int:
     from dislock.cli.admin import init_statements
     from dislock.cli.sending import send
+    from dislock.core import fencing as guard
+    from dislock.core import history_functions, protocol
     from dislock.core.history import create_history, up_to_date
 
     found = columns(conn, table)
     history_ready = history is None or (
         bool(columns(conn, history))
         and send(conn, up_to_date(history))
-        and _history_functions_installed(conn, history)
+        and beside(conn, history, history_functions.installed)
     )
-    guarded = not fencing or ("fence" in found and _guard_installed(conn, table))
-    functions = _protocol_installed(conn, table)
+    guarded = not fencing or ("fence" in found and beside(conn, table, guard.guard_installed))
+    functions = beside(conn, table, protocol.installed)
     if found and guarded and history_ready and (functions or not _owns(conn, table)):
         # Nothing to create: an application role without DDL rights gets here too.
         print(f"lock table {'.'.join(table)} already exists" + (" with fencing" if fencing else ""))
@@ -162,8 +160,7 @@ def _init(
     try:
         change(conn, "init", [table], create, patience=patience)
     except TableBusy as busy:
-        error(str(busy))
-        return EXIT_FAILURE
+        return error(str(busy))
     extra = " with fencing tokens" if fencing else ""
     print(f"lock table {'.'.join(table)} is ready{extra}")
     if history is not None:
@@ -198,30 +195,6 @@ def _upgrade_grants(
     return EXIT_OK
 
 
-def _beside(
-    conn: Connection, table: tuple[str, ...], installed: Callable[[Any], Exchange[bool]]
-) -> bool:
-    """Whether what ``installed`` asks about (functions of this version) is beside the
-    (existing) table, named with its schema."""
-    from dislock.cli.sending import send
-    from dislock.core.grant_catalog import qualified
-
-    found = send(conn, qualified(table))
-    return found is not None and send(conn, installed(found))
-
-
-def _guard_installed(conn: Connection, table: tuple[str, ...]) -> bool:
-    from dislock.core.fencing import guard_installed
-
-    return _beside(conn, table, guard_installed)
-
-
-def _protocol_installed(conn: Connection, table: tuple[str, ...]) -> bool:
-    from dislock.core.protocol import installed
-
-    return _beside(conn, table, installed)
-
-
 def _owns(conn: Connection, table: tuple[str, ...]) -> bool:
     """Whether this role may act as the (existing) table's owner: install its functions."""
     row = conn.execute(
@@ -229,12 +202,6 @@ def _owns(conn: Connection, table: tuple[str, ...]) -> bool:
         (".".join(f'"{part}"' for part in table),),
     ).fetchone()
     return bool(row and row[0])
-
-
-def _history_functions_installed(conn: Connection, history: tuple[str, ...]) -> bool:
-    from dislock.core.history_functions import installed
-
-    return _beside(conn, history, installed)
 
 
 def _record_max_ttl(conn: Connection, table: tuple[str, ...], max_ttl: float | None) -> int:

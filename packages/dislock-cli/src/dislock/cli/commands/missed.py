@@ -12,7 +12,6 @@ from dislock.cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 from dislock.cli.commands._call import Call, error
 from dislock.cli.commands._recorded import unknown_key, warn_disagreements
 from dislock.core.held_back import HELD_BACK
-from dislock.core.operator_commands import OUTCOMES as EVENTS
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -25,8 +24,6 @@ if TYPE_CHECKING:
 
 LATE = "late"
 """The outcome of a slot that an acquisition past its start deadline marked late."""
-NO_START = (LATE, *EVENTS)
-"""Outcomes of history rows that are not a run of the job (``dislock.core.operator_commands``)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -74,9 +71,7 @@ def run(call: Call) -> int:
     asked = _Asked(
         parse_duration(args.since, name="--since"), _grace(args.grace), schedule, zone, args.all
     )
-    return call.on_history(
-        history, lambda conn: _missed(conn, call.table, history, asked, args.lock_key, args.json)
-    )
+    return call.on_history(history, lambda conn: _missed(conn, call, history, asked))
 
 
 def held_back_slots(rows: Iterable[StartRow]) -> dict[datetime, str]:
@@ -97,19 +92,13 @@ def _grace(text: str) -> timedelta:
     return timedelta(0) if text.strip() in ("0", "0s") else parse_duration(text, name="--grace")
 
 
-def _missed(
-    conn: Connection,
-    table: tuple[str, ...],
-    history: tuple[str, ...],
-    asked: _Asked,
-    key: str,
-    as_json: bool,
-) -> int:
+def _missed(conn: Connection, call: Call, history: tuple[str, ...], asked: _Asked) -> int:
     from dislock.cli.admin import DATABASE_NOW
     from dislock.cli.runs.history_report import describe_missed, dump, render_slots
     from dislock.cli.runs.slot_states import COVERED, TO_LOOK_AT, count
     from dislock.cli.sending import send
 
+    table, key = call.table, call.args.lock_key
     found = _schedule_and_zone(conn, table, history, asked, key)
     if isinstance(found, int):
         return found
@@ -123,7 +112,7 @@ def _missed(
     to_look_at = [found for found in states if found.state in TO_LOOK_AT]
     readings = warn_disagreements(conn, history, asked.since, key)
     counts = count(states)
-    if as_json:
+    if call.args.json:
         print(
             dump(
                 {
@@ -166,8 +155,7 @@ def _schedule_and_zone(
         if recorded is None:
             if unknown_key(conn, table, history, key):
                 return EXIT_FAILURE
-            error(f"no run of {key!r} recorded a schedule: pass --schedule CRON")
-            return EXIT_USAGE
+            return error(f"no run of {key!r} recorded a schedule: pass --schedule CRON", EXIT_USAGE)
         schedule = recorded.cron
         if zone is None and recorded.cron_tz is not None:
             try:
@@ -176,13 +164,11 @@ def _schedule_and_zone(
                 recorded_zone(recorded.cron_tz)
                 zone = load_zone(recorded.cron_tz, name="the recorded cron_tz")
             except ConfigurationError as exc:
-                error(f"{exc}; pass --tz")
-                return EXIT_USAGE
+                return error(f"{exc}; pass --tz", EXIT_USAGE)
     try:
         return schedule, zone or cron_zone()  # as the wrapper on this machine would read it
     except ConfigurationError as exc:
-        error(str(exc))
-        return EXIT_USAGE
+        return error(str(exc), EXIT_USAGE)
 
 
 def _judge(
@@ -198,6 +184,7 @@ def _judge(
 ) -> tuple[int, int, list[SlotState]] | int:
     """How many slots and runs, and each slot's state; or the exit status."""
     from dislock.cli.runs import missed_slots
+    from dislock.cli.runs.envelope import NOT_RUNS
     from dislock.cli.runs.slot_states import Attempt, slot_states
     from dislock.cli.sending import send
     from dislock.core.errors import ConfigurationError
@@ -216,13 +203,12 @@ def _judge(
     attempts = [
         Attempt(row.started_at, row.slot_end, row.outcome, bool(row.running))
         for row in rows
-        if row.started_at is not None and row.outcome not in NO_START
+        if row.started_at is not None and row.outcome not in NOT_RUNS
     ]
     try:
         slots = list(missed_slots.schedule_slots(schedule, since, now, grace, tz))
     except ConfigurationError as exc:
-        error(str(exc))
-        return EXIT_USAGE
+        return error(str(exc), EXIT_USAGE)
     if not rows[0].ran_before:
         # A job new within the window did not miss the slots before it existed.
         starts = [(attempt.started_at, attempt.slot_end) for attempt in attempts]

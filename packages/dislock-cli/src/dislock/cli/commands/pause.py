@@ -30,31 +30,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(call: Call) -> int:
+    from dislock.cli.commands._recorded import check_key_and_reason
     from dislock.cli.time_args import parse_duration, parse_time
-    from dislock.core.bounds import check_reason
-    from dislock.core.config import check_text
 
-    args = call.args
-    check_text("LOCK_KEY", args.lock_key)
-    check_reason("--reason", args.reason)
+    args = check_key_and_reason(call)
     pause_for = None if args.for_ is None else parse_duration(args.for_, name="--for")
     until = None if args.until is None else parse_time(args.until, name="--until")
     history = recorded_history(call)
     return call.connected(
-        lambda conn: _pause(
-            conn, call.table, history, call.url, args.lock_key, args.reason, pause_for, until
-        ),
-        history=history,
+        lambda conn: _pause(conn, call, history, pause_for, until), history=history
     )
 
 
 def _pause(
     conn: Connection,
-    table: tuple[str, ...],
+    call: Call,
     history: tuple[str, ...] | None,
-    url: str,
-    lock_key: str,
-    reason: str,
     pause_for: timedelta | None,
     until: datetime | None,
 ) -> int:
@@ -65,14 +56,14 @@ def _pause(
     from dislock.core.pause import describe_until, pausing
     from dislock.core.rows import lease_key, schedule_key
 
+    table, lock_key, reason = call.table, call.args.lock_key, call.args.reason
     seconds = None if pause_for is None else pause_for.total_seconds()
     ends = send(conn, pausing(table, lock_key, reason, seconds=seconds, until=until))
     if ends is None:
-        error(f"--until {until} is not in the future (database clock)")
-        return EXIT_USAGE
+        return error(f"--until {until} is not in the future (database clock)", EXIT_USAGE)
     why = f" ({reason})" if reason else ""
     # Recorded, so that the slots it covers read as paused rather than missed.
-    recorded = record_event(conn, history, url, lock_key, PAUSED, reason=reason, until=ends)
+    recorded = record_event(conn, call, history, PAUSED, until=ends)
     print(
         f"paused {lock_key!r} {describe_until(ends)}{why}: every dislock wrapper skips it "
         f"(dislock 0.1.0 wrappers do not know pauses){recorded}"

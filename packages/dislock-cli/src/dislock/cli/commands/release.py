@@ -7,8 +7,8 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from dislock.cli import EXIT_FAILURE, EXIT_OK
-from dislock.cli.commands._call import Call, error
+from dislock.cli import EXIT_OK
+from dislock.cli.commands._call import Call, no_row
 from dislock.core.kinds import NAMES as MODES
 
 if TYPE_CHECKING:
@@ -35,38 +35,25 @@ def _slot_number(text: str) -> int:
 
 
 def run(call: Call) -> int:
-    args = call.args
-    return call.connected(
-        lambda conn: _release(conn, call.table, args.lock_key, args.mode, args.owner, args.slot)
-    )
+    return call.connected(lambda conn: _release(conn, call))
 
 
-def _release(
-    conn: Connection,
-    table: tuple[str, ...],
-    lock_key: str,
-    mode: str,
-    owner: str | None,
-    slot: int | None,
-) -> int:
-    from dislock.cli.admin import format_duration, no_row_text, released_text
+def _release(conn: Connection, call: Call) -> int:
+    from dislock.cli.admin import format_duration, released_text
     from dislock.cli.lock_rows import forced_release, release_keys, states
-    from dislock.cli.row_security import row_security
     from dislock.cli.sending import send
     from dislock.core.bounds import clip, escape
     from dislock.core.kinds import parse_row_key
 
+    table, lock_key, owner, slot = call.table, call.args.lock_key, call.args.owner, call.args.slot
+    mode = call.args.mode
     modes = (
         ("lease",) if slot is not None and mode == "all" else MODES if mode == "all" else (mode,)
     )
     released = send(conn, forced_release(table, lock_key, modes, slot=slot, owner=owner))
     if not released:
         if not send(conn, states(table, release_keys(lock_key, modes, slot))):
-            # A typo is not a success; but row-level security may be hiding the row.
-            security = send(conn, row_security(table))
-            hidden_from = security.role if security and security.hides(lock_key) else None
-            error(no_row_text(lock_key, modes, table, hidden_from=hidden_from))
-            return EXIT_FAILURE
+            return no_row(conn, table, lock_key, modes)
         held_by = f" by {escape(owner)}" if owner else ""
         which = f"slot {slot} of the lease" if slot is not None else " or ".join(modes)
         print(f"nothing to release: no {which} lock on {lock_key!r} is held{held_by}")

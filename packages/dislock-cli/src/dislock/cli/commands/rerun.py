@@ -7,8 +7,8 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from dislock.cli import EXIT_FAILURE, EXIT_OK
-from dislock.cli.commands._call import Call, error
+from dislock.cli import EXIT_OK
+from dislock.cli.commands._call import Call, error, no_row
 
 if TYPE_CHECKING:
     from dislock.cli.sending import Connection
@@ -24,49 +24,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(call: Call) -> int:
-    from dislock.core.bounds import check_reason
-    from dislock.core.config import check_text
+    from dislock.cli.commands._recorded import check_key_and_reason
 
-    args = call.args
-    check_text("LOCK_KEY", args.lock_key)
-    check_reason("--reason", args.reason)
+    check_key_and_reason(call)
     history = call.history_table()
-    return call.connected(
-        lambda conn: _rerun(conn, call.table, history, args.lock_key, args.reason, call.url),
-        history=history,
-    )
+    return call.connected(lambda conn: _rerun(conn, call, history), history=history)
 
 
-def _rerun(
-    conn: Connection,
-    table: tuple[str, ...],
-    history: tuple[str, ...],
-    lock_key: str,
-    reason: str,
-    url: str,
-) -> int:
-    from dislock.cli.admin import no_row_text
+def _rerun(conn: Connection, call: Call, history: tuple[str, ...]) -> int:
     from dislock.cli.commands._recorded import record_event
-    from dislock.cli.row_security import row_security
     from dislock.cli.runs.history_report import format_time
     from dislock.cli.sending import send
     from dislock.core import operator_commands, rerun
     from dislock.core.bounds import clip
 
-    done = send(conn, rerun.rerun(table, lock_key))
+    lock_key = call.args.lock_key
+    done = send(conn, rerun.rerun(call.table, lock_key))
     if done.leased_by is not None:
-        error(
+        return error(
             f"a run of {lock_key!r} is still going (its lease is held by {clip(done.leased_by)}):"
             " rerun it once that run has ended"
         )
-        return EXIT_FAILURE
     if not done.reopened:
         if done.value is None:
-            # A typo is not a success; but row-level security may be hiding the row.
-            security = send(conn, row_security(table))
-            hidden_from = security.role if security and security.hides(lock_key) else None
-            error(no_row_text(lock_key, ("schedule",), table, hidden_from=hidden_from))
-            return EXIT_FAILURE
+            return no_row(conn, call.table, lock_key, ("schedule",))
         print(
             f"nothing to reopen: the current slot of {lock_key!r} is open (not started, or its"
             " row expired); the next wrapper to start runs it"
@@ -75,9 +56,7 @@ def _rerun(
     assert done.value is not None and done.expire_at is not None
     slot_end = rerun.slot_end_of(done.value, done.expire_at)
     # With the slot it reopened, which is judged from the attempts after it.
-    recorded = record_event(
-        conn, history, url, lock_key, operator_commands.RERUN, reason=reason, until=slot_end
-    )
+    recorded = record_event(conn, call, history, operator_commands.RERUN, until=slot_end)
     print(
         f"reopened the slot of {lock_key!r} that ends {format_time(slot_end)} UTC"
         f" (it was {clip(done.value)}): the next wrapper to start, on any machine, runs"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from dislock.cli import EXIT_FAILURE, EXIT_OK
+from dislock.cli import EXIT_OK
 from dislock.cli.commands._call import Call, error
 from dislock.cli.commands._recorded import recorded_history
 
@@ -20,27 +20,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(call: Call) -> int:
     history = recorded_history(call)
-    return call.connected(
-        lambda conn: _resume(conn, call.table, history, call.url, call.args.lock_key),
-        history=history,
-    )
+    return call.connected(lambda conn: _resume(conn, call, history), history=history)
 
 
-def _resume(
-    conn: Connection,
-    table: tuple[str, ...],
-    history: tuple[str, ...] | None,
-    url: str,
-    lock_key: str,
-) -> int:
+def _resume(conn: Connection, call: Call, history: tuple[str, ...] | None) -> int:
     from dislock.cli.commands._recorded import record_event
     from dislock.cli.sending import send
     from dislock.core.operator_commands import RESUMED
     from dislock.core.pause import resuming
 
-    if not send(conn, resuming(table, lock_key)):
-        error(f"{lock_key!r} is not paused")
-        return EXIT_FAILURE
-    recorded = record_event(conn, history, url, lock_key, RESUMED)
+    lock_key = call.args.lock_key
+    if not send(conn, resuming(call.table, lock_key)):
+        return error(f"{lock_key!r} is not paused")
+    recorded = record_event(conn, call, history, RESUMED)
     print(f"resumed {lock_key!r}: its next start runs{recorded}")
     return EXIT_OK

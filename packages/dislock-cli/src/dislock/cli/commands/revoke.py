@@ -1,11 +1,16 @@
-"""``dislockctl revoke``: take ROLE's grant away (``dislock.cli.commands._granting``)."""
+"""``dislockctl revoke``: take ROLE's grant away: it no longer sees or writes any row."""
 
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
-from dislock.cli.commands._call import Call
+from dislock.cli import EXIT_OK
+from dislock.cli.commands._call import Call, error, print_sql
 from dislock.cli.table_change import add_wait_argument, patience_of
+
+if TYPE_CHECKING:
+    from dislock.cli.sending import Connection
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -17,18 +22,42 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(call: Call) -> int:
-    from dislock.cli.commands import _granting as grant_commands
-
-    args = call.args
     history = call.history_table()
-    patience = patience_of(args)
-    return call.connected(
-        lambda conn: grant_commands.revoke(
+    patience = patience_of(call.args)
+    return call.connected(lambda conn: _revoke(conn, call, history, patience))
+
+
+def _revoke(conn: Connection, call: Call, history: tuple[str, ...], patience: float) -> int:
+    """In short tries: the role itself may be holding the tables, and every other
+    role's statements would queue behind a revoke that waited."""
+    from dislock.cli.commands._call import columns
+    from dislock.cli.table_change import TableBusy, change
+    from dislock.core import grant_policies, grants
+    from dislock.core.bounds import escape
+
+    table, role = call.table, call.args.role
+    history_parts = history if columns(conn, history) else None
+    statements = grant_policies.revoke_statements(
+        table, grants.check_role(role), history=history_parts
+    )
+    if call.args.print_sql:
+        return print_sql(statements)
+    if conn.execute("SELECT FROM pg_roles WHERE rolname = %s", (role,)).fetchone() is None:
+        return error(f"role {escape(role)!r} does not exist")
+
+    def run(conn: Connection) -> None:
+        for statement in statements:
+            conn.execute(statement)
+
+    try:
+        change(
             conn,
-            call.table,
-            history,
-            args.role,
-            print_sql=args.print_sql,
+            "revoke",
+            [table, *([history_parts] if history_parts else [])],
+            run,
             patience=patience,
         )
-    )
+    except TableBusy as busy:
+        return error(str(busy))
+    print(f"role {escape(role)!r} may no longer read or lock anything in {'.'.join(table)}")
+    return EXIT_OK

@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from dislock.cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
-from dislock.cli.commands._call import Call, error
+from dislock.cli import EXIT_OK, EXIT_USAGE
+from dislock.cli.commands._call import Call, error, print_sql
 
 if TYPE_CHECKING:
     from dislock.cli.sending import Connection
@@ -26,9 +26,7 @@ def run(call: Call) -> int:
 
     user_table = parse_table(call.args.user_table)
     if call.args.print_sql:
-        for statement in unfence_statements(user_table):
-            print(f"{statement.as_string(None)};")
-        return EXIT_OK
+        return print_sql(unfence_statements(user_table))
     return call.connected(lambda conn: _unfence(conn, user_table))
 
 
@@ -39,11 +37,9 @@ def _unfence(conn: Connection, user_table: tuple[str, ...]) -> int:
     shown = ".".join(user_table)
     state = send(conn, table_state(user_table))
     if state is None:
-        error(f"table {shown} does not exist")
-        return EXIT_USAGE
+        return error(f"table {shown} does not exist", EXIT_USAGE)
     if state.key is None:
-        error(f"table {shown} is not fenced")
-        return EXIT_FAILURE
+        return error(f"table {shown} is not fenced")
     with conn.transaction():
         for statement in unfence_statements(user_table):
             conn.execute(statement)

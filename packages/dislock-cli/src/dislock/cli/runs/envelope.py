@@ -1,13 +1,10 @@
 """A key's runtime envelope, learned from its history: how long its successful runs
-take, and which runs fall outside that.
+take, and which runs fall outside that (``slow``, ``short``: docs/operator.md).
 
-A run is ``slow`` when it took longer than ``FACTOR`` times the median of its key's
-last ``WINDOW`` successful runs before it, and longer than the longest of them (a
-job whose durations vary widely has shown that such a run is ordinary); ``short``
-when it took under a ``FACTOR``-th of that median (a job that did nothing, say).
-With fewer than ``MIN_RUNS`` successes before it too little is known, and a run is
-neither.  ``history`` marks its runs so, ``serve`` a run still going past its
-envelope (``dislock_running_past_envelope``), and ``check`` shows a key's envelope.
+A run is ``slow`` past ``FACTOR`` times the median of its key's last ``WINDOW``
+successful runs before it and past the longest of them (a job whose durations vary
+widely has shown that such a run is ordinary); ``short`` under a ``FACTOR``-th of
+that median.  With fewer than ``MIN_RUNS`` successes too little is known.
 """
 
 from __future__ import annotations
@@ -35,7 +32,7 @@ SLOW = "slow"
 SHORT = "short"
 
 NOT_RUNS = ("late", *EVENTS)
-"""Outcomes of history rows that are no run of the job: never judged."""
+"""Outcomes of history rows that are no run of the job (a late mark, an operator's event)."""
 
 
 class Envelope(NamedTuple):
@@ -71,10 +68,9 @@ def envelope_of(durations: Sequence[float]) -> Envelope | None:
 def successes_before(
     history: tuple[str, ...], runs: Sequence[tuple[str, datetime | None]]
 ) -> Exchange[list[Envelope | None]]:
-    """For each ``(key, before)`` of ``runs`` (before None: now), the envelope of the
-    key's last ``WINDOW`` successful runs that started before ``before``.  Each is
-    one scan of the ``(lock_key, started_at DESC)`` index back from ``before``, so
-    the cost grows with the runs asked about, not with the history's length."""
+    """For each ``(key, before)`` (before None: now), the envelope of the key's last
+    ``WINDOW`` successful runs before ``before``: one index scan each, so the cost grows
+    with the runs asked about, not with the history's length."""
     query = sql.SQL(
         "SELECT ARRAY(SELECT EXTRACT(EPOCH FROM (h.ended_at - h.started_at))::float8"
         " FROM {history} AS h WHERE h.lock_key = r.key AND h.outcome = 'ok'"

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
+from dislock.cli.runs.envelope import NOT_RUNS
 from dislock.cli.runs.run_history import Run
 from dislock.cli.runs.slot_states import SlotState
 from dislock.core.operator_commands import OUTCOMES as EVENTS
@@ -47,7 +48,7 @@ def attempts(runs: Sequence[Run]) -> dict[int, int]:
     for run in sorted(runs, key=lambda run: run.started_at):
         if run.outcome == "rerun":
             counted = {slot: n for slot, n in counted.items() if slot[0] != run.key}
-        elif run.slot_end is not None and run.outcome not in ("late", *EVENTS):
+        elif run.slot_end is not None and run.outcome not in NOT_RUNS:
             slot = (run.key, run.slot_end)
             counted[slot] = found[run.id] = counted.get(slot, 0) + 1
     return found
@@ -56,7 +57,7 @@ def attempts(runs: Sequence[Run]) -> dict[int, int]:
 def render_runs(runs: Sequence[Run], marks: Mapping[int, str | None] | None = None) -> str:
     """The runs as a table; ``marks``: each run's against its key's envelope
     (``dislock.cli.runs.envelope``), explained under the table when any is marked."""
-    from dislock.cli.admin import format_duration
+    from dislock.cli.admin import aligned, format_duration
     from dislock.cli.runs.envelope import FACTOR, WINDOW
     from dislock.core.bounds import clip
 
@@ -83,9 +84,9 @@ def render_runs(runs: Sequence[Run], marks: Mapping[int, str | None] | None = No
         for run in runs
     ]
     if not marks or not any(marks.values()):
-        return _columns(headers, lines)
+        return aligned([headers, *lines])
     return (
-        f"{_columns(headers, lines)}\n\nslow: longer than {FACTOR:g} x the median and the"
+        f"{aligned([headers, *lines])}\n\nslow: longer than {FACTOR:g} x the median and the"
         f" longest of its key's last {WINDOW} successful runs before it; short: under"
         f" 1/{FACTOR:g} of that median"
     )
@@ -179,21 +180,17 @@ def _counted(counts: Mapping[str, int], states: Sequence[str]) -> str:
 def render_slots(states: Sequence[SlotState]) -> str:
     """Slots and what became of them (``dislock.cli.runs.slot_states``), with the
     number of attempts each had."""
+    from dislock.cli.admin import aligned
+
     headers = ("SLOT START (UTC)", "SLOT END (UTC)", "STATE", "ATTEMPTS")
-    return _columns(
-        headers,
+    return aligned(
         [
-            (format_time(s.slot.start), format_time(s.slot.end), s.described(), str(s.attempts))
-            for s in states
-        ],
-    )
-
-
-def _columns(headers: Sequence[str], lines: Sequence[Sequence[str]]) -> str:
-    widths = [max(len(cells[i]) for cells in (headers, *lines)) for i in range(len(headers))]
-    return "\n".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True)).rstrip()
-        for cells in (headers, *lines)
+            headers,
+            *(
+                (format_time(s.slot.start), format_time(s.slot.end), s.described(), str(s.attempts))
+                for s in states
+            ),
+        ]
     )
 
 

@@ -1,11 +1,5 @@
-"""The slots of a schedule in which no run started, and those a run still going
-covered.
-
-``dislockctl missed`` and the exporter use these: ``missed_slots`` gives the slots
-of a schedule in which no run started, and ``split_covered`` tells those apart
-from the slots a run still going covered (a lease job that outlasts its interval:
-the next slot's starts skip because the lease is held, which is the lock working).
-"""
+"""The slots of a schedule in which no run started (``missed_slots``), and those a run
+still going covered (``split_covered``: a lease job that outlasts its interval)."""
 
 from __future__ import annotations
 
@@ -31,15 +25,12 @@ slow cron daemon): ``missed --grace``."""
 
 
 class StartRow(NamedTuple):
-    """A row ``starts`` answers: a history row of the key in the window (a run, a
-    late mark, an operator's event), or, when there is none, one of NULLs but
-    ``ran_before``."""
+    """A row ``starts`` answers: a history row of the key in the window, or, when there is
+    none, one of NULLs but ``ran_before``."""
 
     started_at: datetime | None
     slot_end: datetime | None
-    """The slot it claimed."""
     outcome: str | None
-    """How it ended (None: no end recorded)."""
     ran_before: bool
     """Whether the key ran before the window (the same on every row)."""
     running: bool | None
@@ -51,10 +42,7 @@ class StartRow(NamedTuple):
 def starts(
     history: tuple[str, ...], locks: tuple[str, ...], key: str, since: datetime
 ) -> Exchange[list[StartRow]]:
-    """When ``key``'s runs since ``since`` started, which slot they claimed, how
-    they ended, whether one without an end still holds its lock, and whether the
-    key ran before ``since`` (at least one row: ``StartRow``).  The earlier run is
-    one index probe of ``(lock_key, started_at DESC)``."""
+    """``key``'s history rows since ``since`` (``StartRow``): at least one row."""
     columns = select_list(
         StartRow._fields,
         started_at=sql.SQL("h.started_at"),
@@ -96,8 +84,8 @@ def schedule_slots(
     grace: timedelta = DEFAULT_GRACE,
     tz: tzinfo = timezone.utc,
 ) -> Iterator[Slot]:
-    """The slots of ``expression`` (read on the wall clock of ``tz``, as the locks
-    read it) that began at or after ``since`` and at least ``grace`` before ``now``."""
+    """The slots of ``expression`` (on the wall clock of ``tz``) that began at or after
+    ``since`` and at least ``grace`` before ``now``."""
     from dislock.core.cron import next_boundary
 
     start = next_boundary(expression, since - timedelta(microseconds=1), tz)
@@ -112,39 +100,42 @@ def schedule_slots(
     )
 
 
-def missed_slots(
+def slot_indexes(
     slots: Sequence[Slot], starts: Sequence[tuple[datetime, datetime | None]]
-) -> list[Slot]:
-    """The slots (in order, back to back) in which none of ``starts``
-    (started_at, slot_end claimed) began.
-
-    A run belongs to the slot whose end it claimed (a schedule lock), or else to
-    the slot it started in, a start up to ``EARLY_FIRE_TOLERANCE`` early counting
-    for the next slot (a host clock a little ahead of the database's), as the
-    schedule lock itself counts it.
-    """
+) -> list[int]:
+    """The index among ``slots`` (in order, back to back) of the slot each of
+    ``starts`` (started_at, slot_end claimed) belongs to, -1 for none: the slot whose
+    end it claimed, or else the one it started in, a start up to
+    ``EARLY_FIRE_TOLERANCE`` early counting for the next slot (a host clock a little
+    ahead of the database's), as the schedule lock counts it."""
     from bisect import bisect_right
 
     from dislock.core.cron import EARLY_FIRE_TOLERANCE
 
     early = timedelta(seconds=EARLY_FIRE_TOLERANCE)
-    claimed = {slot_end for _, slot_end in starts if slot_end is not None}
+    by_end = {slot.end: index for index, slot in enumerate(slots)}
     beginnings = [slot.start for slot in slots]
-    covered = set()
+    found = []
     for started, slot_end in starts:
-        if slot_end is None:
-            index = bisect_right(beginnings, started + early) - 1
-            if 0 <= index < len(slots) and started < slots[index].end:
-                covered.add(index)
-    return [
-        slot for index, slot in enumerate(slots) if index not in covered and slot.end not in claimed
-    ]
+        index = bisect_right(beginnings, started + early) - 1
+        if slot_end is not None:
+            found.append(by_end.get(slot_end, -1))
+        else:
+            found.append(index if index >= 0 and started < slots[index].end else -1)
+    return found
+
+
+def missed_slots(
+    slots: Sequence[Slot], starts: Sequence[tuple[datetime, datetime | None]]
+) -> list[Slot]:
+    """The slots in which none of ``starts`` began (``slot_indexes``)."""
+    begun = set(slot_indexes(slots, starts))
+    return [slot for index, slot in enumerate(slots) if index not in begun]
 
 
 class Span(NamedTuple):
-    """A run that held the key's lease: from its start to its end (None: it holds
-    it still).  A run that died without an end (abandoned) has no span: when its
-    lease ran out is not known, and the slots after it are worth a look."""
+    """A lease run's span, from its start to its end (None: it holds the lease still).  An
+    abandoned run has none: when its lease ran out is not known."""
 
     start: datetime
     end: datetime | None
@@ -165,8 +156,7 @@ class SpanRow(NamedTuple):
 
 
 def span_columns(run: str, locks: tuple[str, ...]) -> sql.Composed:
-    """A ``SpanRow``'s columns of the history row ``run`` (an alias), in its order:
-    each branch of a ``UNION`` must answer them in the same order."""
+    """A ``SpanRow``'s columns of the history row ``run`` (an alias), in its order."""
     ran = sql.Identifier(run)
     return select_list(
         SpanRow._fields,
@@ -179,10 +169,9 @@ def span_columns(run: str, locks: tuple[str, ...]) -> sql.Composed:
 def spans(
     history: tuple[str, ...], locks: tuple[str, ...], key: str, since: datetime
 ) -> Exchange[list[Span]]:
-    """The spans of the lease runs of ``key`` that may cover a slot since ``since``:
-    those that started since then, and those of the newest ``SPANS_BEFORE`` before
-    it that ended after it or have no end (an abandoned run has none).  Index scans
-    of ``(lock_key, started_at DESC)``."""
+    """The spans of ``key``'s lease runs that may cover a slot since ``since``: those that
+    started since, and those of the newest ``SPANS_BEFORE`` before it that ended after
+    it or have no end."""
     table = sql.Identifier(*history)
     query = sql.SQL(
         "SELECT {h} FROM {table} AS h"
@@ -215,13 +204,9 @@ def span_of(row: SpanRow) -> Span | None:
 
 
 def split_covered(slots: Sequence[Slot], spans: Sequence[Span]) -> tuple[list[Slot], list[Slot]]:
-    """``slots`` in which no run started (``missed_slots``), split into those
-    nobody ran in (missed) and those *covered*: a run of the key that began before
-    the slot began still held its lease when it began, so the slot's starts skipped.
-
-    The spans are merged first, so that each slot is one bisection however many
-    slots a long run covers.
-    """
+    """``slots`` in which no run started, split into those missed and those *covered*: a
+    run begun before the slot still held its lease when it began.  The spans are merged
+    first, so that each slot is one bisection."""
     from bisect import bisect_left
 
     merged: list[Span] = []
@@ -246,13 +231,9 @@ def split_covered(slots: Sequence[Slot], spans: Sequence[Span]) -> tuple[list[Sl
 def from_first_run(
     slots: Sequence[Slot], starts: Sequence[tuple[datetime, datetime | None]]
 ) -> list[Slot]:
-    """``slots`` from the one the first of ``starts`` belongs to on (all of them
-    when there are no starts): a job new within a window has not missed the slots
-    before it existed.
-
-    A run's slot is read as ``missed_slots`` reads it, so a start in a slot's last
-    second that claimed the next slot does not leave the slot it started in missed.
-    """
+    """``slots`` from the one the first of ``starts`` belongs to on (all of them without
+    starts): a job new within a window has not missed the slots before it existed.  A
+    run's slot is read as ``missed_slots`` reads it."""
     from dislock.core.cron import EARLY_FIRE_TOLERANCE
 
     if not starts:

@@ -1,11 +1,6 @@
 """The run history as operators read it: runs with their derived state, each key's
-newest run, how the runs read their schedule, and pruning.
-
-``dislockctl history`` and ``missed``, the exporter and a status page send these
-exchanges (``dislock.core.exchange``): ``runs`` answers runs with their derived
-state (``running`` while the run's lock is still held by its owner, ``abandoned``
-once it expired).  The statements a run writes are ``dislock.core.history``'s;
-which slots no run started in is ``dislock.cli.runs.missed_slots``.
+newest run, how the runs read their schedule, and pruning, each an exchange
+(``dislock.core.exchange``).  The statements a run writes are ``dislock.core.history``'s.
 """
 
 from __future__ import annotations
@@ -19,26 +14,14 @@ from psycopg import sql
 from dislock.cli.shown import READ, cut, read, was_cut
 from dislock.core import operator_commands
 from dislock.core.bounds import SHOWN_CHARS, clip, printable
-from dislock.core.exchange import Exchange, Rows, select_list
+from dislock.core.exchange import Exchange, Rows, read_flag, select_list
 from dislock.core.history import TAILS
 from dislock.core.rows import lease_key, schedule_key
 from dislock.core.variables import OUTPUT_TAIL
 
 
-def table_exists(table_parts: tuple[str, ...]) -> Exchange[bool]:
-    """Whether a table exists, from the catalog (no rights on it needed)."""
-    query = sql.SQL("SELECT to_regclass(%(table)s) IS NOT NULL")
-    return Exchange(query, {"table": sql.Identifier(*table_parts).as_string(None)}, _read_flag)
-
-
-def _read_flag(rows: Rows) -> bool:
-    ((flag,),) = rows
-    return bool(flag)
-
-
 class Run(NamedTuple):
-    """One run from the history, as ``runs`` answers it; its fields name the
-    statement's columns."""
+    """One run from the history, as ``runs`` answers it."""
 
     id: int
     key: str
@@ -61,9 +44,7 @@ class Run(NamedTuple):
     stderr_tail: str | None = None
     """The end of a failed run's output (``LockContext.output_tail_bytes``)."""
     truncated: bool = False
-    """A text of the run was longer than any a granted role may write
-    (``dislock.core.bounds.MAX_STORED_BYTES``), and is cut to that many characters
-    (``dislock.cli.shown``).  The statement answers false; its reader tells."""
+    """A text of the run was cut (``dislock.cli.shown``); its reader tells."""
 
     def as_json(self) -> dict[str, Any]:
         data = self._asdict()
@@ -76,13 +57,11 @@ class Run(NamedTuple):
 
 
 def still_held(run: str, locks: tuple[str, ...]) -> sql.Composed:
-    """Whether the run ``run`` (an alias) still holds a lock of its key: its lease
-    (or a slot of an N-holder lease, ``cronjob-lock:lease#<n>:<key>``) when it took
-    one, else its schedule slot, with its owner token (a slot's later attempt writes
-    its number after it, ``dislock.core.retries``) and not expired.  Evaluated only
-    for runs without an end.  An ``IN`` of a subquery that names no run: PostgreSQL
-    reads the live locks once, into a hash, not once a run (20,000 unended runs
-    and as many locks had cost a scrape its statement timeout, review #48)."""
+    """Whether the run ``run`` (an alias, without an end) still holds the lock of its key
+    it took (its lease or lease slot, else its schedule slot), with its owner token
+    and not expired.  An ``IN`` of a subquery that names no run: PostgreSQL reads the
+    live locks once, into a hash, not once a run (20,000 unended runs and as many locks
+    had cost a scrape its statement timeout, review #48)."""
     return sql.SQL(
         "({run}.lock_key, {run}.owner, position('lease' IN {run}.modes) > 0) IN ("
         "SELECT regexp_replace(l.key, '^[^:]*:[^:]*:', ''),"
@@ -104,15 +83,16 @@ def runs(
     since: timedelta,
     limit: int,
 ) -> Exchange[list[Run]]:
-    """Runs started within ``since`` (of ``key``, or of every key), newest first,
-    at most ``limit``; a run without an end is ``running`` while the lock it took
-    is still held by its owner (the lease when it had one, else the schedule slot),
-    ``abandoned`` once that lock expired."""
+    """Runs started within ``since`` (of ``key``, or of every key), newest first, at most
+    ``limit``; a run without an end is ``running`` while ``still_held``, else
+    ``abandoned``."""
     params = {"key": key, "since": since.total_seconds(), "limit": limit}
     return Exchange(_runs_query(history, locks, by_key=key is not None), params, _read_runs)
 
 
-_TEXTS = ("key", "modes", "owner", "host", "outcome", "cron", "cron_tz")
+_COLUMNS = ("modes", "owner", "host", "cron", "cron_tz")
+"""The history's text columns a ``Run`` reads under their own names."""
+_TEXTS = ("key", "outcome", *_COLUMNS)
 """The text fields of a ``Run``, each read as ``dislock.cli.shown`` reads texts."""
 
 
@@ -166,25 +146,17 @@ def _runs_query(history: tuple[str, ...], locks: tuple[str, ...], *, by_key: boo
 
 
 def tail_column(run: str, column: str) -> sql.Composed:
-    """A tail column (``TAILS``) of the history row ``run``, NULL when the table has
-    none (it was made before them: read through the row as JSON), read to at most
-    what the wrapper writes."""
+    """A tail column (``TAILS``) of the history row ``run``, NULL when the table has none
+    (read through the row as JSON), at most what the wrapper writes."""
     return sql.SQL("left(to_jsonb({}) ->> {}, {})").format(
         sql.Identifier(run), sql.Literal(column), sql.Literal(int(OUTPUT_TAIL.high))
     )
 
 
-_COLUMNS = ("modes", "owner", "host", "cron", "cron_tz")
-"""The history's text columns a ``Run`` reads under their own names (as written);
-its ``key`` is the ``lock_key``."""
-
-
 def latest(history: tuple[str, ...], locks: tuple[str, ...]) -> Exchange[list[Latest]]:
-    """Per lock key with a schedule or lease row: its newest run (id, started_at,
-    ended_at, outcome as ``runs`` derives it, duration_seconds, host) and its
-    newest successful run's start and end.  Each lookup is an index scan of
-    ``(lock_key, started_at DESC)``, so the cost grows with the number of keys,
-    not with the history's length (an exporter's scrape, a status page)."""
+    """Per lock key with a schedule or lease row: its newest run, as ``runs`` derives it,
+    and its newest successful run.  Index scans of ``(lock_key, started_at DESC)``: the
+    cost grows with the number of keys, not with the history's length."""
     lease, slot = lease_key(""), schedule_key("")
     held = still_held("last", locks)
     columns = select_list(
@@ -238,8 +210,7 @@ def _read_latest(rows: Rows) -> list[Latest]:
 
 
 class Latest(NamedTuple):
-    """A key's row of ``latest``, its fields naming the statement's columns; the run
-    fields are None for a key that never ran."""
+    """A key's row of ``latest``; the run fields are None for a key that never ran."""
 
     key: str
     run_id: int | None
@@ -259,12 +230,11 @@ def known_key(history: tuple[str, ...], locks: tuple[str, ...], key: str) -> Exc
         " OR EXISTS (SELECT FROM {locks} WHERE key = ANY(%(rows)s))"
     ).format(history=sql.Identifier(*history), locks=sql.Identifier(*locks))
     params = {"key": key, "rows": [schedule_key(key), lease_key(key)]}
-    return Exchange(query, params, _read_flag)
+    return Exchange(query, params, read_flag)
 
 
 class Recorded(NamedTuple):
-    """The schedule a key's newest run recorded, and the zone it was read in (the
-    row ``recorded_schedule`` answers)."""
+    """The schedule a key's newest run recorded, and its zone."""
 
     cron: str
     cron_tz: str | None
@@ -291,11 +261,9 @@ def _read_recorded(rows: Rows) -> Recorded | None:
 def readings_of(
     history: tuple[str, ...], since: datetime, key: str | None
 ) -> Exchange[list[Reading]]:
-    """How the runs since ``since`` (of ``key``, or of every key) read their
-    schedule: one row per key, cron expression and zone, with the number of runs
-    and the hosts that read it so.  A schedule read in different zones by
-    different machines puts several real fires into one slot (or none), so a key
-    with more than one reading is worth an operator's attention."""
+    """How the runs since ``since`` (of ``key``, or of every key) read their schedule: one
+    row per key, cron expression and zone, with the runs and hosts that read it so.  A
+    schedule read in different zones puts several real fires into one slot (or none)."""
     host = read("host")
     columns = select_list(
         Reading._fields,
@@ -326,8 +294,7 @@ def _read_readings(rows: Rows) -> list[Reading]:
 
 
 class Reading(NamedTuple):
-    """One way the runs of a key read its schedule (a row of ``readings_of``, its
-    fields naming the statement's columns)."""
+    """One way the runs of a key read their schedule (a row of ``readings_of``)."""
 
     key: str
     cron: str
@@ -362,9 +329,8 @@ def describe_disagreement(key: str, readings: Sequence[Reading]) -> str:
 
 
 def prune(history: tuple[str, ...], older: timedelta) -> Exchange[int]:
-    """Delete the runs that started longer than ``older`` ago; answers how many.  A
-    pause still in force is kept however old (the newest pause or resume of its key,
-    and a pause whose end is to come): its slots would read as missed without it."""
+    """Delete the runs that started longer than ``older`` ago; answers how many.  A pause
+    still in force is kept however old: its slots would read as missed without it."""
     query = sql.SQL(
         "WITH gone AS (DELETE FROM {table} AS h"
         " WHERE h.started_at < NOW() - make_interval(secs => %(older)s)"

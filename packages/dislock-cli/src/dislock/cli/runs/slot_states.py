@@ -1,42 +1,18 @@
 """What became of each slot of a key's schedule, from its recorded runs and events.
 
-``dislockctl missed`` lists the states and ``serve`` counts them
-(``dislock_missed_slots``, ``dislock_failed_slots``, ``dislock_paused_slots``).  A
-slot is
-
-* ``done``: an attempt in it succeeded (with how many attempts it took);
-* ``running``: none succeeded yet and one is still going;
-* ``retrying``: every attempt so far failed and the slot's row waits for the next
-  (``LOCK_RETRIES``, or a ``dislockctl rerun``); only the current slot can be;
-* ``failed``: every attempt failed and none is due;
-* ``abandoned``: none succeeded or failed: the last attempt has no end recorded and
-  holds no lock (its machine died, or a schedule-only run is still going after its
-  slot, which ``history`` tells once it ends);
-* ``late``: nobody started it, and a wrapper past its start deadline marked it so;
-* ``held_back``: nobody started it: a wrapper was refused because a key of its
-  ``LOCK_AFTER`` had not succeeded in it, and recorded so (``dislock.core.held_back``),
-  naming that key;
-* ``paused``: nobody started it, and a ``dislockctl pause`` of the key was in force
-  as it began (``dislock.core.operator_commands``);
-* ``covered``: nobody started it because a run begun earlier still held the lease
-  (``dislock.cli.runs.missed_slots.split_covered``);
-* ``missed``: nobody started it.
-
-``missed``, ``held_back``, ``late`` and ``failed`` are the ones someone should look
-at (``missed`` exits 1 for them: a slot held back until it ended did not run, the
-job it waited for is the one to look at); the others are the lock working, an
-operator's choice, or not known yet.  A slot a ``dislockctl rerun`` reopened is
-judged by the attempts after the rerun only.
+``dislockctl missed`` lists the states and ``serve`` counts them; docs/operator.md
+("missed") says what each state means.  ``TO_LOOK_AT`` are the ones someone should
+look at; the others are the lock working, an operator's choice, or not known yet.  A
+slot a ``dislockctl rerun`` reopened is judged by the attempts after the rerun only.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from collections.abc import Collection, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import NamedTuple
 
-from dislock.cli.runs.missed_slots import Slot, Span, split_covered
+from dislock.cli.runs.missed_slots import Slot, Span, slot_indexes, split_covered
 from dislock.core.operator_commands import Pause
 
 DONE = "done"
@@ -61,7 +37,6 @@ class Attempt(NamedTuple):
     slot_end: datetime | None
     """The end of the slot it claimed (a schedule lock); None for a lease alone."""
     outcome: str | None
-    """How it ended; None while no end is recorded."""
     running: bool = False
     """No end recorded and it still holds its lock (otherwise it was abandoned)."""
 
@@ -91,22 +66,10 @@ class SlotState(NamedTuple):
 
 
 def attempts_by_slot(slots: Sequence[Slot], attempts: Sequence[Attempt]) -> list[list[Attempt]]:
-    """Each slot's attempts: those that claimed its end (a schedule lock), and those
-    without a claim that started in it, a start up to ``EARLY_FIRE_TOLERANCE`` early
-    counting for the next slot (``dislock.cli.runs.missed_slots.missed_slots``' rule)."""
-    from dislock.core.cron import EARLY_FIRE_TOLERANCE
-
-    early = timedelta(seconds=EARLY_FIRE_TOLERANCE)
-    by_end = {slot.end: index for index, slot in enumerate(slots)}
-    beginnings = [slot.start for slot in slots]
+    """Each slot's attempts (``dislock.cli.runs.missed_slots.slot_indexes``)."""
     found: list[list[Attempt]] = [[] for _ in slots]
-    for attempt in attempts:
-        if attempt.slot_end is not None:
-            index = by_end.get(attempt.slot_end, -1)
-        else:
-            index = bisect_right(beginnings, attempt.started_at + early) - 1
-            if index >= 0 and attempt.started_at >= slots[index].end:
-                index = -1
+    starts = [(attempt.started_at, attempt.slot_end) for attempt in attempts]
+    for attempt, index in zip(attempts, slot_indexes(slots, starts), strict=True):
         if index >= 0:
             found[index].append(attempt)
     return found
@@ -124,13 +87,10 @@ def slot_states(
     reruns: Mapping[datetime, datetime] | None = None,
     held_back: Mapping[datetime, str | None] | None = None,
 ) -> list[SlotState]:
-    """The state of each of ``slots`` (in order).  ``late``: the ends of slots
-    marked late; ``pauses``: the key's pauses; ``spans``: its lease runs'
-    (``split_covered``); ``retrying``: the end of the slot whose row waits for
-    another attempt, if one does; ``reruns``: when a slot (by its end) was last
-    reopened by ``dislockctl rerun`` (``dislock.core.operator_commands.reruns``); ``held_back``:
-    the ends of slots recorded held back, each with the key it waited for when
-    known (``dislock.core.held_back``)."""
+    """The state of each of ``slots`` (in order).  ``late`` and ``held_back`` (with the
+    key waited for): the ends of slots so marked; ``spans``: the lease runs'
+    (``split_covered``); ``retrying``: the end of the slot whose row waits for another
+    attempt; ``reruns``: when each slot (by its end) was last reopened."""
     states: dict[int, SlotState] = {}
     unstarted: list[Slot] = []
     for index, (slot, tried) in enumerate(

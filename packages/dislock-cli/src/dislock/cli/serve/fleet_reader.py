@@ -1,6 +1,5 @@
 """``FleetReader``: the snapshots ``dislockctl serve`` shows, read over one kept
-connection, with what is costly to recompute kept between scrapes.
-"""
+connection, with what is costly to recompute kept between scrapes."""
 
 from __future__ import annotations
 
@@ -14,11 +13,10 @@ import psycopg
 
 from dislock.cli.admin import DATABASE_NOW
 from dislock.cli.diagnosis import describe_database_error
-from dislock.cli.lock_rows import LockRow, listing
+from dislock.cli.lock_rows import LockRow, columns, listing
 from dislock.cli.runs.envelope import successes_before
 from dislock.cli.runs.missed_slots import from_first_run
 from dislock.cli.runs.run_history import latest as latest_runs
-from dislock.cli.runs.run_history import table_exists
 from dislock.cli.runs.slot_states import FAILED, count, slot_states
 from dislock.cli.sending import send
 from dislock.cli.serve.fleet_status import (
@@ -50,9 +48,9 @@ CONNECTION_WAIT_SECONDS = 10.0
 
 
 class _Turns:
-    """The kept connection, lent to one request at a time.  A scrape waiting for it
-    goes before every page view waiting: a page reloaded in many tabs must not make
-    Prometheus's scrapes time out and ``dislock_up`` look flaky."""
+    """The kept connection, lent to one request at a time, a waiting scrape before every
+    waiting page view: a page reloaded in many tabs must not make Prometheus's scrapes
+    time out."""
 
     def __init__(self) -> None:
         self._changed = threading.Condition()
@@ -79,8 +77,7 @@ class _Turns:
 
 
 class _Read(NamedTuple):
-    """What one scrape read from the database, for the work done after the connection
-    is free for the next request."""
+    """What one scrape read, for the work done once the connection is free again."""
 
     now: datetime
     since: datetime
@@ -94,14 +91,10 @@ class _Read(NamedTuple):
 
 
 class FleetReader:
-    """Reads snapshots over one connection, reconnecting after a failure.
-
-    It keeps what is costly to recompute on every scrape: the run counts
-    (``RunCounts``) and each key's slots in the missed-slot window
-    (``ScheduleWindows``, which bounds that work).  The connection's lock is held
-    only while the database is read; the slots are computed under a lock of their
-    own, so that their cost never makes another request wait for the connection.
-    """
+    """Reads snapshots over one connection, reconnecting after a failure, keeping the run
+    counts (``RunCounts``) and each key's slots (``ScheduleWindows``).  The connection
+    is held only while the database is read; the slots are computed under a lock of
+    their own, so that their cost never makes another request wait for the connection."""
 
     def __init__(self, url: str, table: tuple[str, ...], history: tuple[str, ...]) -> None:
         self._url = url
@@ -190,8 +183,7 @@ class FleetReader:
         )
 
     def _latest(self, conn: psycopg.Connection[Any], since: datetime) -> list[LatestRow]:
-        """Each key's latest run (``run_history.latest``, as ``dislockctl`` reads it),
-        with the details the page and the missed-slot count need."""
+        """Each key's latest run, with the details the page and the missed-slot count need."""
         found = send(conn, latest_runs(self._history, self._table))
         ids = [run.run_id for run in found if run.run_id is not None]
         details = send(conn, self._statements.run_details(ids, since))
@@ -227,8 +219,8 @@ class FleetReader:
         return latest
 
     def _follow_runs(self, conn: psycopg.Connection[Any], since: datetime, keys: list[str]) -> None:
-        """Bring the run counts and the window's starts and spans up to date, reading
-        (after the first scrape) only the runs that are new or were unfinished."""
+        """Bring the run counts and the window's starts and spans up to date, reading (after
+        the first scrape) only the runs that are new or were unfinished."""
         statements = self._statements
         floor = send(conn, statements.floor(RECENT_SECONDS))
         if self._counts.floor is None:  # the first scrape counts the history once
@@ -268,8 +260,8 @@ class FleetReader:
     def _schedules(
         self, latest: list[LatestRow], starts: WindowStarts, since: datetime, now: datetime
     ) -> tuple[dict[str, dict[str, int]], dict[str, datetime]]:
-        """How many slots of each state (``dislock.cli.runs.slot_states``) and the next slot
-        of every key whose latest run had a schedule."""
+        """How many slots of each state and the next slot of every key whose latest run had a
+        schedule."""
         counted: dict[str, dict[str, int]] = {}
         next_slots: dict[str, datetime] = {}
         # The zone the wrapper read it in (none recorded: UTC, as before zones were).
@@ -327,15 +319,15 @@ class FleetReader:
         return counted, next_slots
 
     def check_tables(self) -> str | None:
-        """At start-up: what is missing, or None.  A database that does not answer
-        is not an error here: the server starts and reports it as down."""
+        """At start-up: what is missing, or None.  A database that does not answer is not an
+        error here: the server starts and reports it as down."""
         try:
             conn = self._connect()
             for table, what, create in (
                 (self._table, "lock table", "init"),
                 (self._history, "history table", "init --history"),
             ):
-                if not send(conn, table_exists(table)):
+                if not send(conn, columns(table)):
                     return (
                         f"{what} {'.'.join(table)} does not exist; create it with"
                         f" `dislockctl URL_VARIABLE {create}`"

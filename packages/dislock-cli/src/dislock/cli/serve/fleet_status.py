@@ -1,9 +1,6 @@
-"""What ``dislockctl serve`` knows about a fleet at one moment: one ``KeyStatus``
-per lock key, built from one read-only snapshot of the lock table and the run
-history (``build_snapshot``), and the status page's order of rows.  Plain data:
-the metrics (``dislock.cli.serve.metrics``) and the page (``dislock.cli.serve.status_page``)
-are made from it; the statements that read it are ``dislock.cli.serve.scrape``'s.
-"""
+"""What ``dislockctl serve`` knows about a fleet at one moment: one ``KeyStatus`` per
+lock key, built from one snapshot of the lock table and the run history
+(``build_snapshot``), and the status page's order of rows.  Plain data."""
 
 from __future__ import annotations
 
@@ -31,15 +28,12 @@ class HeldLock(NamedTuple):
     mode: str
     """``schedule`` or ``lease``."""
     owner: str
-    """As ``dislockctl ls`` shows it (``dislock.cli.admin.shown_owner``): clipped, a
-    retry's time readable."""
+    """As ``dislockctl ls`` shows it (``dislock.cli.admin.shown_owner``)."""
     state: str
-    """As ``dislockctl ls`` says it (``dislock.cli.admin.LockRow.state``): ``held``,
-    ``released``, ``expired`` (abandoned) or ``ended`` (a slot that is over)."""
+    """As ``dislockctl ls`` says it (``LockRow.state``)."""
     seconds_left: float
     """Until it expires (negative: since it did)."""
     forced: bool = False
-    """Released by ``dislockctl release`` rather than by its holder."""
 
 
 class LastRun(NamedTuple):
@@ -48,13 +42,11 @@ class LastRun(NamedTuple):
     started_at: datetime
     ended_at: datetime | None
     outcome: str
-    """``ok``, ``failed``, ``lease_lost``, ``killed`` (``dislock.core.history.OUTCOMES``),
-    or, with no end recorded, ``running`` or ``abandoned``."""
+    """One of ``dislock.core.history.OUTCOMES``, or ``running`` or ``abandoned``."""
     exit_code: int | None
     duration_seconds: float | None
     output: tuple[str | None, str | None] | None = None
-    """The end of its stdout and stderr, kept for a failed run
-    (``LOCK_OUTPUT_TAIL_BYTES``)."""
+    """The end of its stdout and stderr, kept for a failed run."""
     envelope: Envelope | None = None
     """Its key's envelope, of the successful runs before it (None: too few)."""
 
@@ -77,19 +69,13 @@ class KeyStatus(NamedTuple):
     schedule: str | None = None
     next_slot: datetime | None = None
     missed_slots: int | None = None
-    """Slots in the window nobody ran in (None: no schedule known)."""
+    """Slots in the window nobody ran in, late and held-back ones included (None: no
+    schedule known); each other count as ``dislock.cli.serve.metrics`` says."""
     covered_slots: int | None = None
-    """Slots in the window without a start while a run still held the lease."""
     failed_slots: int | None = None
-    """Slots in the window, over, whose every attempt failed."""
     late_slots: int | None = None
-    """Slots in the window nobody started before their start deadline (in
-    ``missed_slots`` too)."""
     held_back_slots: int | None = None
-    """Slots in the window nobody started because a key of their ``LOCK_AFTER`` had
-    not succeeded in them (in ``missed_slots`` too; ``dislock.core.held_back``)."""
     paused_slots: int | None = None
-    """Slots in the window nobody started while a pause was in force as they began."""
 
     @property
     def state(self) -> str:
@@ -108,14 +94,12 @@ class KeyStatus(NamedTuple):
 
 
 class GroupStatus(NamedTuple):
-    """A group (``LOCK_GROUP=NAME:N``, ``dislock.core.groups``) as the page and
-    ``dislock_group_held`` see it.  Its N is each member's own setting, in no row:
-    only how many of its slots are held, and by whom."""
+    """A group (``LOCK_GROUP=NAME:N``) as the page and ``dislock_group_held`` see it: its N
+    is each member's own setting, in no row."""
 
     name: str
     holders: tuple[str, ...] = ()
-    """The owners of its held slots, by slot, as ``dislockctl ls`` shows them
-    (``dislock.cli.admin.shown_owner``: clipped)."""
+    """The owners of its held slots, as ``dislockctl ls`` shows them."""
 
     @property
     def held(self) -> int:
@@ -123,8 +107,7 @@ class GroupStatus(NamedTuple):
 
 
 def group_statuses(lock_rows: Iterable[LockRow]) -> tuple[GroupStatus, ...]:
-    """Each group with a slot held, or a slot row that ended in the last
-    ``MISSED_WINDOW`` (a group none of whose keys ran since is not shown), by name."""
+    """Each group with a slot held, or a slot row that ended in the last ``MISSED_WINDOW``."""
     window = MISSED_WINDOW.total_seconds()
     groups: dict[str, list[str]] = {}
     for row in lock_rows:
@@ -137,24 +120,19 @@ def group_statuses(lock_rows: Iterable[LockRow]) -> tuple[GroupStatus, ...]:
 
 
 class FleetSnapshot(NamedTuple):
-    """The fleet at ``now`` (database clock); ``up`` is False when the database did
-    not answer, and then ``keys`` is empty."""
+    """The fleet at ``now`` (database clock); without ``up``, ``keys`` is empty."""
 
     now: datetime
     up: bool
     keys: tuple[KeyStatus, ...] = ()
     lock_delay_end: datetime | None = None
-    """While a lock delay after a database failover runs, when it ends (no lock is
-    taken before); None when none runs."""
+    """While a lock delay after a database failover runs, when it ends."""
     grant_loopholes: int = 0
-    """How many roles can get around the table's grants (``dislockctl grants``)."""
     groups: tuple[GroupStatus, ...] = ()
-    """The groups with a slot held or ended lately (``group_statuses``)."""
 
 
 def page_order(keys: Iterable[KeyStatus]) -> list[KeyStatus]:
-    """Rows as a person wants them: the newest failures first, then keys that missed
-    slots, then the rest by name."""
+    """The newest failures first, then keys that missed slots, then the rest by name."""
     keys = list(keys)
     failing = sorted(
         (key for key in keys if key.failing),
@@ -173,8 +151,7 @@ def page_order(keys: Iterable[KeyStatus]) -> list[KeyStatus]:
 
 
 class LatestRow(NamedTuple):
-    """A key's latest run: ``dislock.cli.runs.run_history.latest_query``'s row (outcome derived
-    there: ``running`` or ``abandoned`` when no end was recorded) completed by
+    """A key's latest run: ``run_history.latest``'s row completed by
     ``ScrapeStatements.run_details``."""
 
     lock_key: str
@@ -192,7 +169,6 @@ class LatestRow(NamedTuple):
     last_success_at: datetime | None
     ran_before_window: bool
     output: tuple[str | None, str | None] | None = None
-    """The tails of its stdout and stderr, when a failed run kept them."""
     envelope: Envelope | None = None
 
 
@@ -211,9 +187,8 @@ def build_snapshot(
     slot_counts: Mapping[str, Mapping[str, int]],
     next_slots: Mapping[str, datetime],
 ) -> FleetSnapshot:
-    """One ``KeyStatus`` per key found in the lock table or the history;
-    ``slot_counts``: per key with a schedule, its slots in the window by state
-    (``dislock.cli.runs.slot_states``)."""
+    """One ``KeyStatus`` per key found in the lock table or the history; ``slot_counts``:
+    per key with a schedule, its slots in the window by state."""
     lock_rows = list(lock_rows)
     locks: dict[str, list[HeldLock]] = {}
     pauses: dict[str, tuple[str, datetime]] = {}
@@ -240,7 +215,6 @@ def build_snapshot(
             run = (row.owner, row.host, row.started_at, row.ended_at, row.outcome, row.exit_code)
             last_run = LastRun(*run, duration, row.output, row.envelope)
         reason, until = pauses.get(lock_key, (None, None))
-        counts = slot_counts.get(lock_key)
         statuses.append(
             KeyStatus(
                 lock_key,
@@ -254,22 +228,22 @@ def build_snapshot(
                 runs_total=dict(runs_total.get(lock_key, {})),
                 schedule=_schedule_text(row) if row else None,
                 next_slot=next_slots.get(lock_key),
-                # Late and held-back slots are slots nobody started too: counted apart
-                # as well.
-                missed_slots=None
-                if counts is None
-                else counts["missed"] + counts["late"] + counts["held_back"],
-                covered_slots=None if counts is None else counts["covered"],
-                failed_slots=None if counts is None else counts["failed"],
-                late_slots=None if counts is None else counts["late"],
-                held_back_slots=None if counts is None else counts["held_back"],
-                paused_slots=None if counts is None else counts["paused"],
+                **_slot_counts(slot_counts.get(lock_key)),
             )
         )
     return FleetSnapshot(now, up=True, keys=tuple(statuses), groups=group_statuses(lock_rows))
 
 
+def _slot_counts(counts: Mapping[str, int] | None) -> dict[str, int]:
+    """A key's ``*_slots`` fields (none without a schedule known)."""
+    if counts is None:
+        return {}
+    kept = ("covered", "failed", "late", "held_back", "paused")
+    # Late and held-back slots are slots nobody started too: counted apart as well.
+    missed = counts["missed"] + counts["late"] + counts["held_back"]
+    return {"missed_slots": missed, **{f"{state}_slots": counts[state] for state in kept}}
+
+
 def lock_delay_end(expire_at: datetime | None, now: datetime) -> datetime | None:
-    """``FleetSnapshot.lock_delay_end`` from the timeline row's ``expire_at`` (in the
-    past once the delay is over) and the database clock."""
+    """``FleetSnapshot.lock_delay_end`` from the timeline row's ``expire_at``."""
     return expire_at if expire_at is not None and expire_at > now else None

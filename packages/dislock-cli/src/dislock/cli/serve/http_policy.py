@@ -1,11 +1,8 @@
-"""The rules ``dislockctl serve`` applies to a request before it reads anything.
-
-Which ``Host`` names it answers for (a page on loopback is otherwise readable by
-any web page a local browser opens, through a DNS name that the page's owner
-points at 127.0.0.1: DNS rebinding), how many connections it serves at once, in
-all, from one client and idle (``Admission``), and how long a client may take to
-send its request and read the answer; and where it listens (``parse_listen``).
-Plain data and parsing: the server in ``dislock.cli.serve.server`` applies them.
+"""The rules ``dislockctl serve`` applies to a request before it reads anything: which
+``Host`` names it answers for (a page on loopback is otherwise readable by any web
+page a local browser opens, through a DNS name pointed at 127.0.0.1: DNS
+rebinding), how many connections it serves at once (``Admission``), how long a
+client may take, and where it listens (``parse_listen``).
 """
 
 from __future__ import annotations
@@ -21,24 +18,18 @@ LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 """Answered for whatever ``--listen`` says."""
 
 MAX_CONNECTIONS = 32
-"""Connections served at once (``--max-connections``); one more is answered 503
-at once and closed."""
+"""``--max-connections``: one more is answered 503 at once and closed."""
 
 MAX_CONNECTIONS_PER_CLIENT = 8
-"""Connections served at once from one client (``--max-connections-per-client``):
-its IPv4 address, or its IPv6 /64 (one host is usually handed a whole /64).  One
-more from it is answered 503 at once and closed, so that one client's idle
-connections cannot take every one of ``MAX_CONNECTIONS``."""
+"""``--max-connections-per-client``: so that one client's idle connections cannot
+take every one of ``MAX_CONNECTIONS``."""
 
 MAX_IDLE_CONNECTIONS = 16
-"""Connections kept at once that have not sent their whole request yet, from all
-clients together (``--max-idle-connections``): one more closes the oldest of them,
-so that idle connections from many addresses cannot take every one of
-``MAX_CONNECTIONS`` (all of 127.0.0.0/8 is this machine's on Linux)."""
+"""``--max-idle-connections``: so that idle connections from many addresses cannot
+take every one of ``MAX_CONNECTIONS`` (all of 127.0.0.0/8 is this machine's)."""
 
 REQUEST_TIMEOUT = 5.0
-"""Seconds a client has to send its whole request, line and headers, and then to
-read the answer (``--request-timeout``); then the connection is closed."""
+"""``--request-timeout``, in seconds."""
 
 MAX_REQUEST_TIMEOUT = 3600.0
 
@@ -51,9 +42,8 @@ class Limits(NamedTuple):
 
 
 def client_of(address: str) -> str:
-    """Who a peer address counts as, for ``max_per_client``: an IPv4 address (also
-    one an IPv6 socket reports as ``::ffff:a.b.c.d``) as itself, an IPv6 address
-    as its /64, which one host can fill with addresses of its own."""
+    """Who a peer address counts as, for ``max_per_client``: an IPv4 address (also an
+    IPv4-mapped one) as itself, an IPv6 address as its /64, which one host can fill."""
     try:
         ip = ipaddress.ip_address(address)
     except ValueError:
@@ -71,10 +61,9 @@ Conn = TypeVar("Conn", bound=Hashable)
 
 
 class Admission(Generic[Conn]):
-    """The connections being served, in all and per client (``client_of``), and
-    which of them are idle (their request not read yet): whether one more is
-    served, and which idle ones are closed for it.  Not thread-safe: the server
-    holds its lock around each call."""
+    """The connections being served, in all and per client (``client_of``), and which of
+    them are idle (their request not read yet).  Not thread-safe: the server holds its
+    lock around each call."""
 
     def __init__(self, limits: Limits) -> None:
         self.limits = limits
@@ -87,10 +76,10 @@ class Admission(Generic[Conn]):
         return len(self.clients)
 
     def admit(self, client: str, conn: Conn) -> tuple[str | None, list[Conn]]:
-        """Count ``conn`` from ``client`` in, idle, and None; or refuse it: ``"all"``
-        when ``max_connections`` are served, ``"client"`` when ``max_per_client``
-        of them are ``client``'s.  Also the idle connections to close first (no
-        longer counted): the oldest, while ``max_idle`` are idle."""
+        """Count ``conn`` from ``client`` in, idle, and None; or refuse it: ``"all"`` when
+        ``max_connections`` are served, ``"client"`` when ``max_per_client`` are
+        ``client``'s.  Also the oldest idle connections to close first, while ``max_idle``
+        are idle."""
         if self.by_client.get(client, 0) >= self.limits.max_per_client:
             return "client", []
         evicted = []
@@ -138,9 +127,9 @@ _NAME = re.compile(r"[a-z0-9_](?:[a-z0-9_-]{0,62})(?:\.[a-z0-9_](?:[a-z0-9_-]{0,
 
 
 def host_name(text: str) -> str | None:
-    """The host of a ``Host`` header (``name``, ``name:port``, ``[IPv6]:port``), in one
-    spelling for comparing: lower case, no port, no brackets, no final dot, an IP
-    address in its canonical form.  None when it is not a host name or address."""
+    """The host of a ``Host`` header (``name``, ``name:port``, ``[IPv6]:port``) in one
+    spelling for comparing (lower case, no port, no brackets, no final dot, an IP
+    address canonical); None when it is not a host name or address."""
     raw = text.strip()
     if raw.startswith("["):
         inside, sep, rest = raw[1:].partition("]")
@@ -192,8 +181,8 @@ class HostPolicy:
         self.names = frozenset(name for name in names if name is not None)
 
     def allows(self, headers: Sequence[str]) -> bool:
-        """Whether a request with these ``Host`` headers is answered.  One without any
-        is (an HTTP/1.0 client; a browser always sends one); several are not."""
+        """Whether a request with these ``Host`` headers is answered.  One without any is (an
+        HTTP/1.0 client; a browser always sends one); several are not."""
         if not headers:
             return True
         if len(headers) > 1:
@@ -202,16 +191,13 @@ class HostPolicy:
 
 
 DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 9655
 """Where ``serve`` listens unless told: loopback only; exposing it is a decision."""
 
 
 def parse_listen(text: str) -> tuple[str, int]:
     """``HOST:PORT``, ``[IPV6]:PORT`` or a bare ``PORT`` (on loopback) into host and port.
-
     An empty host is refused rather than read as "every interface": exposing the
-    fleet's state beyond this machine must be spelled out (``0.0.0.0:9655``).
-    """
+    fleet's state beyond this machine must be spelled out (``0.0.0.0:9655``)."""
     raw = text.strip()
     if not raw:
         raise ConfigurationError("--listen is empty; give HOST:PORT, e.g. 127.0.0.1:9655")

@@ -1,8 +1,6 @@
-"""What ``dislockctl serve`` keeps between scrapes so that it does not reread the
-whole history each time: the run counts (``RunCounts``) and each key's runs, marks,
-events and spans in the missed-slot window (``WindowStarts``).  Plain data: the
-statements that feed them are ``dislock.cli.serve.scrape``'s.
-"""
+"""What ``dislockctl serve`` keeps between scrapes so that it does not reread the whole
+history each time: the run counts (``RunCounts``) and each key's runs, marks, events
+and spans in the missed-slot window (``WindowStarts``).  Plain data."""
 
 from __future__ import annotations
 
@@ -21,12 +19,10 @@ class RunCounts:
     """``dislock_runs_total``, kept by reading only what is new since the last scrape.
 
     Counting a million history rows on every scrape would take most of the time a
-    scrape may take; instead the first scrape counts every finished run once, and
-    each later one reads the rows past ``floor`` (the newest run that started more
-    than ``RECENT_SECONDS`` ago: every row below it is committed) plus the runs it
-    saw unfinished.  A run is counted once, when it is first seen finished.  So the
-    totals only grow: pruning the history does not lower them, and they restart
-    from the table when ``serve`` restarts, which Prometheus reads as a reset.
+    scrape may take; instead the first scrape counts every finished run once, and each
+    later one reads the rows past ``floor`` (every row below it is committed) plus the
+    runs it saw unfinished.  A run is counted once, when first seen finished, so the
+    totals only grow; they restart when ``serve`` does, which Prometheus reads as a reset.
     """
 
     def __init__(self) -> None:
@@ -39,8 +35,7 @@ class RunCounts:
         """Finished runs above ``floor`` already counted."""
 
     def absorb_initial(self, floor: int, grouped: Iterable[CensusRow]) -> None:
-        """The first scrape's census of the runs up to ``floor``, per key and outcome
-        (outcome None: unfinished)."""
+        """The first scrape's census of the runs up to ``floor``."""
         for group in grouped:
             lock_key, outcome = group.lock_key, group.outcome
             if outcome is None:
@@ -52,8 +47,7 @@ class RunCounts:
         self.floor = floor
 
     def absorb(self, new_floor: int, rows: Iterable[ScrapedRun]) -> None:
-        """The runs above the old floor or pending, read in the same snapshot as
-        ``new_floor``."""
+        """The runs above the old floor or pending, read in the snapshot of ``new_floor``."""
         old_floor = self.floor or 0
         for row in rows:
             run_id, lock_key, outcome = row.id, row.lock_key, row.outcome
@@ -77,15 +71,11 @@ class RunCounts:
 
 
 class WindowStarts:
-    """Each key's scheduled runs, marks, events and lease spans in the missed-slot
-    window, kept across scrapes.
-
-    The first scrape reads the window (``ScrapeStatements.window_starts``,
-    ``window_events``, ``spans_before``); later ones only add what
-    ``ScrapeStatements.new_runs`` returns anyway (a run again while it has no end,
-    so that its outcome is known once it ends), and ``trim`` what the window left.
-    ``version`` changes with a key's entries, so that its slot states are only
-    recomputed when they (or its schedule's slots) changed.
+    """Each key's scheduled runs, marks, events and lease spans in the missed-slot window,
+    kept across scrapes: the first scrape reads the window, later ones only add what
+    ``ScrapeStatements.new_runs`` returns anyway and ``trim`` what the window left.
+    ``version`` changes with a key's entries, so that its slot states are recomputed
+    only when they (or its schedule's slots) changed.
     """
 
     def __init__(self) -> None:
@@ -123,8 +113,7 @@ class WindowStarts:
         outcome: str | None = None,
         running: bool = False,
     ) -> None:
-        """A scheduled run as last read (a ``late`` or ``held_back`` mark is no run:
-        its slot is late, or held back, ``dislock.core.held_back``)."""
+        """A scheduled run as last read (a ``late`` or ``held_back`` mark is no run)."""
         if outcome in ("late", HELD_BACK):
             marks = self._late.setdefault(lock_key, {})
             if run_id not in marks:
@@ -194,8 +183,7 @@ class WindowStarts:
         return {end for _, end, marked in marks if end is not None and marked == outcome}
 
     def marks_of(self, lock_key: str) -> list[tuple[datetime, datetime | None]]:
-        """The late marks' starts and slots, which tell where a job's slots begin as
-        its runs do (``dislock.cli.runs.missed_slots.from_first_run``)."""
+        """The late marks' starts and slots, which tell where a job's slots begin as its runs do."""
         return [(start, end) for start, end, _ in self._late.get(lock_key, {}).values()]
 
     def pauses_of(self, lock_key: str) -> list[Pause]:
@@ -205,8 +193,7 @@ class WindowStarts:
         return reruns(self._events.get(lock_key, {}).values())
 
     def copy(self) -> WindowStarts:
-        """A copy that the original's later changes leave alone: every per-key map is
-        copied (their values are immutable)."""
+        """A copy that the original's later changes leave alone (the values are immutable)."""
         clone = WindowStarts.__new__(WindowStarts)
         for name, value in vars(self).items():
             if isinstance(value, dict):

@@ -1,7 +1,5 @@
-"""The statements of a ``dislockctl serve`` scrape, each an exchange with the row
-type it answers.  Sans-I/O: ``dislock.cli.serve.fleet_reader`` sends them, and
-``dislock.cli.serve.kept_runs`` keeps what they read between scrapes.
-"""
+"""The statements of a ``dislockctl serve`` scrape, each an exchange with the row type
+it answers (``dislock.cli.serve.fleet_reader`` sends them)."""
 
 from __future__ import annotations
 
@@ -39,10 +37,9 @@ def _read_delay_end(rows: Rows) -> datetime | None:
 
 
 def lock_delay_end_of(table: tuple[str, ...]) -> Exchange[datetime | None]:
-    """The end of the longest lock delay after the latest failover
-    (``dislock.core.failover``); None before the first acquisition.  Unlike
-    ``check``'s ``delay_state`` it does not read the server's timeline, which a
-    standby (where a read-only scrape may well go) cannot tell."""
+    """The end of the longest lock delay after the latest failover; None before the first
+    acquisition.  Unlike ``check``'s ``delay_state`` it does not read the server's
+    timeline, which a standby (where a read-only scrape may well go) cannot tell."""
     table_id = sql.Identifier(*table)
     query = sql.SQL("SELECT {ends} AS ends FROM {table} WHERE key = {key}").format(
         ends=longest_delay(table_id, sql.SQL("expire_at")),
@@ -60,7 +57,7 @@ statements are cancelled after ``HISTORY_TIMEOUT``, well within this)."""
 
 class RunDetails(NamedTuple):
     """What the page and the missed-slot count need of a key's latest run beyond
-    ``dislock.cli.runs.run_history.latest``: the row ``run_details`` answers."""
+    ``run_history.latest``."""
 
     id: int
     owner: str
@@ -71,7 +68,6 @@ class RunDetails(NamedTuple):
     """Whether the key ran before the start of the missed-slot window."""
     stdout_tail: str | None
     stderr_tail: str | None
-    """The end of a failed run's output, for the page."""
 
 
 class CensusRow(NamedTuple):
@@ -85,8 +81,7 @@ class CensusRow(NamedTuple):
 
 
 class ScrapedRun(NamedTuple):
-    """A history row as ``RunCounts`` and ``WindowStarts`` read it: a row of
-    ``window_starts`` and ``new_runs``."""
+    """A history row as ``RunCounts`` and ``WindowStarts`` read it."""
 
     id: int
     lock_key: str
@@ -95,9 +90,7 @@ class ScrapedRun(NamedTuple):
     started_at: datetime
     slot_end: datetime | None
     scheduled: bool
-    """Whether the run had a schedule (always, among ``window_starts``)."""
     leased: bool
-    """Whether the run took a lease: only then has it a span (``span_of_row``)."""
     ended_at: datetime | None
     running: bool
     """Without an end: whether it still holds its lock (otherwise it is abandoned)."""
@@ -115,8 +108,7 @@ class EarlierRun(NamedTuple):
 
 
 class KeyEvent(NamedTuple):
-    """A pause, resume or rerun event of a key (``dislock.core.operator_commands``): a row of
-    ``window_events``."""
+    """A pause, resume or rerun event of a key: a row of ``window_events``."""
 
     id: int
     lock_key: str
@@ -126,10 +118,8 @@ class KeyEvent(NamedTuple):
 
 
 class ScrapeStatements:
-    """The statements of a scrape, on one history table, each an exchange
-    (``dislock.core.exchange``) whose columns its row type names.  Each runs in the
-    scrape's READ ONLY, REPEATABLE READ transaction, so they all see one moment.
-    Their texts are built once, with the ``FleetReader`` that keeps them."""
+    """The statements of a scrape on one history table, built once.  Each runs in the
+    scrape's READ ONLY, REPEATABLE READ transaction, so they all see one moment."""
 
     def __init__(self, history: tuple[str, ...], locks: tuple[str, ...]) -> None:
         table = sql.Identifier(*history)
@@ -170,41 +160,34 @@ class ScrapeStatements:
         self._spans_before = _spans_before(table, locks)
 
     def run_details(self, ids: Sequence[int], since: datetime) -> Exchange[dict[int, RunDetails]]:
-        """The ``RunDetails`` of the runs ``ids`` by id, ``since`` the start of the
-        missed-slot window: primary-key lookups and one ``(lock_key, started_at)``
-        index probe per run."""
+        """The ``RunDetails`` of the runs ``ids`` by id, ``since`` the start of the window."""
         return Exchange(self._run_details, {"ids": list(ids), "since": since}, _read_details)
 
     def floor(self, recent: float) -> Exchange[int]:
-        """``RunCounts.floor``: the id of the newest run that started more than
-        ``recent`` seconds ago (0 if none)."""
+        """``RunCounts.floor``: the newest run that started more than ``recent`` seconds ago."""
         return Exchange(self._floor, {"recent": recent}, _read_floor)
 
     def census(self, floor: int) -> Exchange[list[CensusRow]]:
-        """The first scrape's count of the runs up to ``floor``, for
-        ``RunCounts.absorb_initial``."""
+        """The first scrape's count of the runs up to ``floor``."""
         return Exchange(self._census, {"floor": floor}, _reader(CensusRow))
 
     def window_starts(self, since: datetime) -> Exchange[list[ScrapedRun]]:
-        """The first scrape's starts since ``since`` of runs with a schedule (and late
-        marks), for ``WindowStarts``, through the ``(started_at)`` index."""
+        """The first scrape's starts since ``since`` of runs with a schedule (and late marks)."""
         return Exchange(self._window_starts, {"since": since}, _reader(ScrapedRun))
 
     def window_events(self, since: datetime) -> Exchange[list[KeyEvent]]:
-        """The first scrape's events that tell what became of the slots since ``since``
-        (``dislock.core.operator_commands.pauses``' rule, for every key).  Read once; later
-        scrapes see new events among ``new_runs``."""
+        """The first scrape's events that tell what became of the slots since ``since``;
+        later scrapes see new events among ``new_runs``."""
         return Exchange(self._window_events, {"since": since}, _reader(KeyEvent))
 
     def new_runs(self, floor: int, pending: Sequence[int]) -> Exchange[list[ScrapedRun]]:
-        """Runs and events past ``floor`` or among ``pending``, for ``RunCounts.absorb``
-        and ``WindowStarts``."""
+        """Runs and events past ``floor`` or among ``pending``."""
         params = {"floor": floor, "pending": list(pending)}
         return Exchange(self._new_runs, params, _reader(ScrapedRun))
 
     def spans_before(self, since: datetime, keys: Sequence[str]) -> Exchange[list[EarlierRun]]:
-        """The first scrape's runs of ``keys`` that began before ``since`` and may
-        still have been going then (``dislock.cli.runs.missed_slots.spans``' rule)."""
+        """The first scrape's runs of ``keys`` that began before ``since`` and may still have
+        been going then (``missed_slots.spans``' rule)."""
         params = {"since": since, "keys": list(keys)}
         return Exchange(self._spans_before, params, _reader(EarlierRun))
 
@@ -301,8 +284,8 @@ def _read_floor(rows: Rows) -> int:
 
 
 def span_columns(run: str, locks: tuple[str, ...]) -> dict[str, sql.Composable]:
-    """Whether the history row ``run`` (an alias) took a lease, its end, and whether
-    it still holds its lock: the columns ``span_of_row`` reads."""
+    """Whether the history row ``run`` took a lease, its end, and whether it still holds
+    its lock: the columns ``span_of_row`` reads."""
     ran = sql.Identifier(run)
     return {
         "leased": sql.SQL("position('lease' IN {}.modes) > 0").format(ran),

@@ -1,12 +1,9 @@
 """``dislockctl URL_VARIABLE serve``: the fleet's state as Prometheus metrics and a status page.
 
-A small read-only HTTP server.  Every request that needs the database reads one
-snapshot in a READ ONLY transaction on one kept connection; a database that does
-not answer is reported (``dislock_up 0``, a banner on the page), never a crash.
-What the snapshot means lives in ``dislock.cli.serve.fleet_status``, ``metrics`` and
-``status_page``, the scrape's statements in ``scrape``; this module only does
-I/O.  The database URL appears in no response and no log line: errors are
-described with ``describe_database_error``, which scrubs it.
+A small read-only HTTP server: this module only does I/O.  Every request that needs
+the database reads one snapshot on one kept connection (``fleet_reader``); a
+database that does not answer is reported (``dislock_up 0``, a banner), never a
+crash.  The URL appears in no response and no log line.
 """
 
 from __future__ import annotations
@@ -27,12 +24,14 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from dislock.cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
+from dislock.cli import EXIT_OK, EXIT_USAGE
+from dislock.cli.commands._call import error
 from dislock.cli.prometheus import Exposition
 from dislock.cli.serve.fleet_reader import FleetReader
 from dislock.cli.serve.http_policy import Admission, HostPolicy, Limits, client_of, parse_listen
 from dislock.cli.serve.metrics import metric_families
 from dislock.cli.serve.status_page import render_page
+from dislock.cli.wrapper.command import configure_logging
 from dislock.core.dsn import scrub
 from dislock.core.errors import ConfigurationError
 
@@ -46,9 +45,9 @@ BUSY_LOG_INTERVAL = 60.0
 
 
 class _Deadline(io.RawIOBase):
-    """A client's socket read or written against one deadline for its whole request,
-    or for the whole answer: a client that sends, or reads, a byte every few seconds
-    is cut off as one that sends or reads nothing."""
+    """A client's socket read or written against one deadline for its whole request, or
+    for the whole answer: a client that sends, or reads, a byte every few seconds is cut
+    off as one that sends or reads nothing."""
 
     def __init__(self, sock: socket.socket, deadline: float) -> None:
         self._sock = sock
@@ -222,9 +221,7 @@ class _Server(ThreadingHTTPServer):
             self._admission.done(request)
 
     def _refuse(self, request: socket.socket, client: str, refused: str) -> None:
-        """503 and close, never waiting: this is the thread that accepts connections.
-        ``refused``: ``"all"`` (too many connections) or ``"client"`` (too many
-        from ``client``), as ``Admission.admit`` says."""
+        """503 and close, never waiting: this is the thread that accepts connections."""
         try:
             request.setblocking(False)
             # What the client already sent, read so that closing does not reset the
@@ -277,14 +274,6 @@ class _Server(ThreadingHTTPServer):
         logger.error("%s while answering a client: %s", name, scrub(str(exc), self.url))
 
 
-def _configure_logging() -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("dislockctl serve: %(message)s"))
-    logger.handlers[:] = [handler]
-    logger.setLevel(logging.INFO)
-    logger.propagate = False
-
-
 def serve(
     url: str,
     table: tuple[str, ...],
@@ -293,36 +282,28 @@ def serve(
     allow_hosts: Sequence[str] = (),
     limits: Limits | None = None,
 ) -> int:
-    """Serve until SIGTERM or SIGINT; the exit status.  ``allow_hosts``: the
-    ``--allow-host`` names, answered besides the loopback ones and ``listen``'s host."""
-    _configure_logging()
+    """Serve until SIGTERM or SIGINT; the exit status."""
+    configure_logging(logger, "dislockctl serve", logging.INFO)
     try:
         host, port = parse_listen(listen)
         hosts = HostPolicy(host, allow_hosts)
-        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[
-            0
-        ][0]
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        family = found[0][0]
     except ConfigurationError as exc:
-        print(f"dislockctl: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return error(str(exc), EXIT_USAGE)
     except socket.gaierror as exc:
-        print(f"dislockctl: error: --listen {listen!r}: {exc.strerror}", file=sys.stderr)
-        return EXIT_USAGE
+        return error(f"--listen {listen!r}: {exc.strerror}", EXIT_USAGE)
 
     reader = FleetReader(url, table, history)
     missing = reader.check_tables()
     if missing is not None:
         reader.close()
-        print(f"dislockctl: error: {missing}", file=sys.stderr)
-        return EXIT_FAILURE
+        return error(missing)
     try:
         server = _Server((host, port), family, url, reader, hosts, limits or Limits())
     except OSError as exc:
         reader.close()
-        print(
-            f"dislockctl: error: cannot listen on {listen}: {exc.strerror or exc}", file=sys.stderr
-        )
-        return EXIT_FAILURE
+        return error(f"cannot listen on {listen}: {exc.strerror or exc}")
 
     stop = threading.Event()
 

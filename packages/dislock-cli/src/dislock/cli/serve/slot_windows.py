@@ -1,14 +1,11 @@
 """The schedule slots ``dislockctl serve`` counts missed slots in, computed within bounds.
 
-Every machine that may write the run history chooses the cron expression and the
-zone (``cron_tz``) recorded with a run, so a key's latest reading is input nobody
-vetted: a per-second schedule is 86,400 cron boundaries over the window, and a new
-reading on every scrape would be that much work again each time.
-``ScheduleWindows`` keeps each key's slots from one scrape to the next and bounds
-what any scrape computes (``MAX_CRON_LENGTH``, ``MAX_WINDOW_SLOTS``,
-``MAX_READINGS_PER_KEY``, ``SCRAPE_BOUNDARY_BUDGET``; docs/operator.md lists the
-rules).  A reading that is not counted has no ``dislock_missed_slots`` sample: no
-count rather than a wrong one.  Each reason is told once per key (``Scrape.notes``).
+Any machine that writes the run history chooses the cron expression and zone
+recorded with a run, so a key's latest reading is input nobody vetted: a per-second
+schedule is 86,400 boundaries over the window.  ``ScheduleWindows`` keeps each key's
+slots from one scrape to the next and bounds what any scrape computes (the limits
+below; docs/operator.md lists the rules).  A reading not counted has no
+``dislock_missed_slots`` sample: no count rather than a wrong one.
 """
 
 from __future__ import annotations
@@ -24,23 +21,18 @@ from dislock.core.cron_zone import recorded_zone
 from dislock.core.errors import ConfigurationError
 
 MAX_WINDOW_SLOTS = 3000
-"""Slots of one reading in the missed-slot window that ``serve`` counts at most: a
-schedule that fires every 30 s or less often (``dislockctl missed`` counts denser
-ones, up to ``dislock.cli.runs.missed_slots.MAX_SLOTS``)."""
+"""Slots of one reading in the window that ``serve`` counts at most (every 30 s)."""
 
 MAX_READINGS_PER_KEY = 4
-"""(cron expression, zone) readings of one key kept at once; a key whose machines
-disagree (``dislockctl missed`` warns about it) has two or three."""
+"""(cron expression, zone) readings of one key kept at once."""
 
 MAX_CRON_LENGTH = 128
 """Characters of a cron expression ``serve`` reads at most: each boundary parses the
 expression again, at a cost that grows with its length."""
 
 SCRAPE_BOUNDARY_BUDGET = 3000
-"""Cron boundaries one scrape computes at most, over every key: from 0.5 ms each for
-``* * * * *`` to 2 ms for the longest expression read, on a busy two-core machine.
-The first scrape of a fleet of per-minute schedules counts two keys (1,440 slots
-each); the others follow, two a scrape."""
+"""Cron boundaries one scrape computes at most, over every key: 0.5 to 2 ms each on a
+busy two-core machine."""
 
 TURN = 250
 """Boundaries a reading computes per turn when several wait: one reading that will
@@ -53,8 +45,7 @@ class KeyWindow(NamedTuple):
     """What one scrape knows of a key's schedule."""
 
     slots: list[Slot] | None
-    """The slots that began in the window (and at least the grace before now), back to
-    back; None when they are not counted (see the module's docstring)."""
+    """The slots that began in the window, back to back; None when not counted."""
     version: int
     """Changes whenever ``slots`` do."""
     next_slot: datetime | None
@@ -122,8 +113,8 @@ class ScheduleWindows:
     def scrape(
         self, schedules: Iterable[tuple[str, str, str | None]], since: datetime, now: datetime
     ) -> Scrape:
-        """The windows of ``schedules`` (lock key, cron expression, recorded zone or None
-        for UTC: each key's latest reading) between ``since`` and ``now``."""
+        """The windows of ``schedules`` (lock key, cron expression, recorded zone or None for
+        UTC) between ``since`` and ``now``."""
         self._scrapes += 1
         self._notes = []
         schedules = sorted(schedules, key=lambda found: found[0])

@@ -1,10 +1,8 @@
 """The status page ``dislockctl serve`` shows at ``/``: one HTML document, no assets.
 
-Plain server-rendered HTML with a little inline CSS; it reloads itself.  Every
-value that comes from the database (keys, owners, hosts, pause reasons) is
-escaped: a lock key is whatever a crontab said, and must not become markup.  And
-clipped (``dislock.core.bounds.clip``, which escapes control characters too): a
-row written by hand may hold megabytes, which would make the page as large.
+Every value from the database is escaped (a lock key is whatever a crontab said, and
+must not become markup) and clipped (``dislock.core.bounds.clip``): a row written
+by hand may hold megabytes.
 """
 
 from __future__ import annotations
@@ -146,8 +144,7 @@ def _run_cells(key: KeyStatus, now: datetime) -> str:
 
 
 def _output(output: tuple[str | None, str | None]) -> str:
-    """The end of a failed run's output, folded: each stream's last lines, every
-    control character but the line breaks escaped, then the whole HTML-escaped."""
+    """The end of a failed run's output, folded: each stream's last lines, escaped."""
     from dislock.cli.runs.history_report import shown_tail
 
     parts = []
@@ -233,8 +230,8 @@ SHOWN_HOLDERS = 10
 
 
 def _groups(groups: Sequence[GroupStatus]) -> str:
-    """The table of groups (``LOCK_GROUP``), under the keys': each group's name, how
-    many of its slots are held (its N is in no row), and by whom; none: nothing."""
+    """The table of groups (``LOCK_GROUP``): each group's name, how many of its slots are
+    held, and by whom; none: nothing."""
     if not groups:
         return ""
     rows = []

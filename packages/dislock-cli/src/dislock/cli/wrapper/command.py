@@ -1,15 +1,8 @@
 """The ``dislock`` command: run a command under a PostgreSQL lock, from a crontab.
 
-    dislock URL_VARIABLE command [args...]
-
-Exit codes: the command's own; 0 (or LOCK_CONFLICT_EXIT_CODE) when another
-machine holds the lock; 128+n on signal n before the command started; 1 on
-a runtime failure; 2 on bad configuration or usage; 75 when the lease was lost
-(or taken over, LOCK_REPLACE) and the command was terminated; 124 when it ran
-past LOCK_MAX_RUNTIME_SECONDS.
-
-This module reads the command line and the environment; ``dislock.cli.wrapper.run`` takes
-the locks and supervises the command.
+This module reads the command line and the environment (``dislock --help`` says
+what it takes and exits with); ``dislock.cli.wrapper.run`` takes the locks and
+supervises the command.
 """
 
 from __future__ import annotations
@@ -113,23 +106,28 @@ def _wrap(text: str, width: int) -> list[str]:
 logger = logging.getLogger("dislock")
 
 
-def _configure_logging(level: int) -> None:
+def configure_logging(named: logging.Logger, prefix: str, level: int) -> logging.Handler:
+    """``named``'s records, from ``level`` on, as lines on stderr after ``prefix``."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("dislock: %(message)s"))
+    handler.setFormatter(logging.Formatter(f"{prefix}: %(message)s"))
+    named.handlers[:] = [handler]
+    named.setLevel(level)
+    named.propagate = False
+    return handler
+
+
+def _configure_logging(level: int) -> None:
+    handler = configure_logging(logger, "dislock", level)
     if level > logging.DEBUG:
         # The wrapper reports a lost lease in one line of its own; the locks' notes
         # on it (worded for Python callers) only when debugging.
         from dislock.core.supervision import LOSS_LOGGER
 
         handler.addFilter(lambda record: record.name != LOSS_LOGGER)
-    logger.handlers[:] = [handler]
-    logger.setLevel(level)
-    logger.propagate = False
 
 
 def console_main() -> NoReturn:
-    """The ``dislock`` console script (and ``python -m dislock.cli``): :func:`main`, then
-    an exit that skips the interpreter's teardown (see ``dislock.cli.process_exit``)."""
+    """The ``dislock`` console script: :func:`main`, then ``process_exit.exit_now``."""
     status = main()
     from dislock.cli.process_exit import exit_now
 

@@ -27,7 +27,7 @@ logger = logging.getLogger("dislock")
 
 
 def run(settings: WrapperSettings, *, debug: bool, metrics_textfile: str | None = None) -> int:
-    context = settings.context
+    context, program, url = settings.context, settings.command[0], settings.context.url
     try:
         started = time.time()
         status = run_with_locks(
@@ -60,8 +60,7 @@ def run(settings: WrapperSettings, *, debug: bool, metrics_textfile: str | None 
         message = explain_denial(
             "", "dislock", exc, tables=tables, url=context.url, key=context.lock_key
         )
-        _fail(message, exc, context.url, debug)
-        return EXIT_FAILURE
+        return _fail(message, exc, context.url, debug)
     except psycopg.Error as exc:
         table_parts = tuple(context.table_parts)
         # Imported on failure only: a run that goes well never pays for the
@@ -69,24 +68,18 @@ def run(settings: WrapperSettings, *, debug: bool, metrics_textfile: str | None 
         from dislock.cli.diagnosis import describe_database_error
 
         message = describe_database_error(exc, table_parts=table_parts, url=context.url)
-        _fail(message, exc, context.url, debug)
-        return EXIT_FAILURE
+        return _fail(message, exc, context.url, debug)
     except FileNotFoundError as exc:
-        _fail(f"cannot run {settings.command[0]!r}: command not found", exc, context.url, debug)
-        return 127
+        return _fail(f"cannot run {program!r}: command not found", exc, url, debug, 127)
     except PermissionError as exc:
-        _fail(f"cannot run {settings.command[0]!r}: permission denied", exc, context.url, debug)
-        return 126
+        return _fail(f"cannot run {program!r}: permission denied", exc, url, debug, 126)
     except OSError as exc:
         if exc.errno != errno.ENOEXEC:  # no #! line, or a binary for another machine
-            _fail(f"{type(exc).__name__}: {exc}", exc, context.url, debug)
-            return EXIT_FAILURE
+            return _fail(f"{type(exc).__name__}: {exc}", exc, url, debug)
         # 126 and the wording of the shells and env(1): found, but it cannot be run.
-        _fail(f"cannot run {settings.command[0]!r}: exec format error", exc, context.url, debug)
-        return 126
+        return _fail(f"cannot run {program!r}: exec format error", exc, url, debug, 126)
     except Exception as exc:
-        _fail(f"{type(exc).__name__}: {exc}", exc, context.url, debug)
-        return EXIT_FAILURE
+        return _fail(f"{type(exc).__name__}: {exc}", exc, url, debug)
     if metrics_textfile is not None:  # only runs that started their command get here
         from dislock.cli.wrapper.textfile import record
 
@@ -94,8 +87,11 @@ def run(settings: WrapperSettings, *, debug: bool, metrics_textfile: str | None 
     return status
 
 
-def _fail(message: str, exc: BaseException, url: str, debug: bool) -> None:
+def _fail(
+    message: str, exc: BaseException, url: str, debug: bool, status: int = EXIT_FAILURE
+) -> int:
     print(f"dislock: error: {scrub(message, url)}", file=sys.stderr)
     if debug:
         trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         print(scrub(trace, url), file=sys.stderr, end="")
+    return status

@@ -1,12 +1,10 @@
 """The command-line wrapper's configuration, read from environment variables.
 
 Every variable is checked before anything runs, through its entry of
-``dislock.core.variables``; a bad one raises ``ConfigurationError`` with one line
-naming the variable and its value (the database URL excepted: it is never shown).
-A number's text (and a key's, a schedule's, a policy's, a group's) goes to
-``LockContext`` as it is: the context checks it, and the rules joining several
-settings, once, naming the variables.  Here: which variables
-a run reads (by its strategies).
+``dislock.core.variables``; a bad one raises ``ConfigurationError`` naming it (and
+its value, the database URL excepted).  Texts go to ``LockContext`` as they are: it
+checks them, and the rules joining several settings.  Here: which variables a run
+reads (by its strategies).
 """
 
 from __future__ import annotations
@@ -40,8 +38,7 @@ class WrapperSettings(NamedTuple):
     """What the locks are taken with, this run's owner token included."""
     conflict_exit_code: int = 0
     cron_zone: CronZone | None = None
-    """The zone the schedule is read in and where that came from (``CRON_TZ``, else
-    the local zone); the context holds the same zone."""
+    """The zone the schedule is read in and where that came from."""
     pass_url: bool = True
     """``LOCK_PASS_URL``: whether the command inherits the URL variable (as in 0.1.0)."""
 
@@ -86,12 +83,6 @@ def read_table(environ: Mapping[str, str]) -> tuple[str, ...]:
     return DEFAULT_TABLE if parts is None else parts
 
 
-def read_history_table(environ: Mapping[str, str]) -> tuple[str, ...] | None:
-    """``LOCK_HISTORY_TABLE``, or None for the default next to the lock table."""
-    parts: tuple[str, ...] | None = variables.HISTORY_TABLE.read(environ)
-    return parts
-
-
 _READ_BY_STRATEGY = (variables.KEY, variables.SCHEDULE, variables.TTL, variables.HEARTBEAT)
 """Fields read apart from the rest: whether they are needed depends on the strategies."""
 
@@ -124,13 +115,20 @@ def read_wrapper_settings(
     if "schedule" not in fields and fields.get("history"):
         # A lease-only job's history still records its schedule, for `dislockctl missed`.
         _read(fields, variables.SCHEDULE, environ)
-    zone = read_cron_zone(environ) if "schedule" in fields else None
-    if zone is not None:
+    zone = None
+    if "schedule" in fields:
+        from dislock.core.cron_zone import cron_zone
+
+        zone = cron_zone(environ)  # CRON_TZ, else TZ, else the system zone, as cron reads it
         fields["cron_tz"] = zone.tz
     context = context_from_environment(strategies, **fields)
     code: int | None = variables.CONFLICT_EXIT_CODE.read(environ)
-    pass_url = read_pass_url(environ)
-    return WrapperSettings(url_variable, argv, strategies, context, code or 0, zone, pass_url)
+    # On unless turned off: jobs that need the database for their own work got the
+    # URL from 0.1.0, so only a fleet with a lock role of its own keeps it from them.
+    pass_url: bool | None = variables.PASS_URL.read(environ)
+    return WrapperSettings(
+        url_variable, argv, strategies, context, code or 0, zone, pass_url is not False
+    )
 
 
 def _read(fields: dict[str, Any], setting: Setting, environ: Mapping[str, str]) -> None:
@@ -150,18 +148,3 @@ def _required_schedule(environ: Mapping[str, str]) -> str:
             f"(e.g. {name}='0 3 * * *')"
         )
     return schedule
-
-
-def read_pass_url(environ: Mapping[str, str]) -> bool:
-    """``LOCK_PASS_URL``: on unless set to an off value. Jobs that need the database
-    for their own work got the URL from 0.1.0, so only a fleet with a lock role of
-    its own turns it off, keeping that credential from the command."""
-    value: bool | None = variables.PASS_URL.read(environ)
-    return True if value is None else value
-
-
-def read_cron_zone(environ: Mapping[str, str]) -> CronZone:
-    """The zone cron reads the crontab in: ``CRON_TZ``, else ``TZ``, else the system zone."""
-    from dislock.core.cron_zone import cron_zone
-
-    return cron_zone(environ)

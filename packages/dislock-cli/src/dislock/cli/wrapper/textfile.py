@@ -1,13 +1,10 @@
 """The wrapper's own run as metrics in a node_exporter textfile (``DISLOCK_METRICS_TEXTFILE``).
 
-For hosts watched only by node_exporter: after each run that started its
-command, the wrapper rewrites the file with that run (start, duration, last
-success, runs by outcome), keeping the other lock keys' entries already there,
-so that one file can serve every job of the host.  Written atomically
-(``prometheus_client.write_to_textfile``: a temporary file, then a rename) under
-an exclusive lock on ``<path>.lock``, so that two jobs ending together both land.
-A file that cannot be written is logged and never changes the exit status.
-Imported only when the variable is set, after the command has run.
+After each run that started its command, the file is rewritten with that run, the
+other lock keys' entries already there kept (one file serves every job of the
+host): atomically, under an exclusive lock on ``<path>.lock``, so that two jobs
+ending together both land.  A file that cannot be written is logged and never
+changes the exit status.
 """
 
 from __future__ import annotations

@@ -20,65 +20,50 @@ READING = """## Reading the results
   0.25 to 0.75 s). The 20 waiters and the 50 slot contenders are threads of one process, started
   together; the time until all are done, against the work they did, is the hand-over overhead.
 - **The CLI against the floor.** The floor starts Python, imports psycopg, connects, runs
-  `SELECT 1` and exits; the wrapper does that too, then takes the lock, *starts the command*,
-  waits for it and releases. Both, and dislock 0.1.0, are installed from wheels into fresh
-  venvs, as `pipx` installs them (an editable install adds a `sys.path` entry per member that
-  every import searches). Three things make the wrapper cheaper than it looks: a schedule slot
-  is picked by the database clock inside the acquiring statement (no round trip to read the
-  clock); the command and its guard (a process outside the command's process group that kills
-  the whole group if the wrapper dies or lets the lease's deadline pass) are started with
-  `vfork`, since neither runs Python in the forked child; and once the locks are released and
+  `SELECT 1` and exits; the wrapper does that too, then takes the lock (one call of the lock
+  function `init` installed), *starts the command*, waits for it and releases (one call). Both,
+  dislock 0.1.0 and, with `--against REV`, an older revision of this repository are installed
+  from wheels into fresh venvs, as `pipx` installs them (an editable install adds a `sys.path`
+  entry per member that every import searches), and run in turns, each round in the other
+  order. The floor against 0.1.0 is the least ours against 0.1.0 can be, unless ours beats the
+  floor; it is printed beside that ratio. Ours can beat it a little: the command and its guard
+  (a process outside the command's process group that kills the whole group if the wrapper dies
+  or lets the lease's deadline pass) are started with `vfork`; once the locks are released and
   the connection closed, the process ends without the interpreter's teardown
-  (`dislock.cli.process_exit`), which costs any process that imported psycopg about 18 ms: the floor
-  and 0.1.0 pay it, so the wrapper can beat the floor. And dislock's processes import psycopg
-  without `importlib.metadata` (`dislock.cli.quick_psycopg`): psycopg imports it, with `email`,
-  `zipfile` and `csv`, only so that its two `version` modules can look their distributions'
-  versions up, 12 to 17 ms of every run here; dislock reads them from the `.dist-info` folders'
-  names instead. The floor and 0.1.0 pay it. dislock's own imports add about 2 ms beyond
-  psycopg (a lone run imports what only a wait, a replacement or a refusal needs when one
-  comes); a schedule run also imports croniter (about 6 ms), as 0.1.0 does on every run.
+  (`dislock.cli.process_exit`), which costs any process that imported psycopg about 18 ms;
+  and dislock's processes import psycopg without `importlib.metadata`
+  (`dislock.cli.quick_psycopg`: 12 to 17 ms of every run here). The floor and 0.1.0 pay both.
+  dislock's own imports add about 2 ms beyond psycopg; a schedule run also imports croniter
+  (6 to 8 ms with `dateutil` and `platform`), as 0.1.0 does on every run, and sends one call
+  where a lease sends two.
 - **The herd.** Every machine's crontab fires in the same second; here 200 to 2,000 asyncio
   event loops in one process (each its own connection, as separate hosts would have) race one
   lock through a role whose `CONNECTION LIMIT` is 20 or 50. Refused connections are retried with
   jittered exponential backoff (`connect_patience_seconds`), so no machine fails; with the
   patience set to 0, most of them fail with `too many connections for role`. A machine that
-  was refused a connection first reads the key's row before it sends the acquiring statement,
-  so a loser that waited at the door costs the server a connection and a primary-key read (a
-  lone run, which finds the door open, sends the acquiring statement alone: one round trip,
-  and the first machines in pay for planning it). That is still several milliseconds
-  each: a backend is forked, authenticated and loads its catalog caches for every connection
-  (a bare connect and close costs about 2 ms here, a refused one about 1.5 ms), and the
-  server shares the machine's two cores with the herd's process. Through PgBouncer the server
-  sees 20 connections, whatever the fleet's size, and each machine costs one statement; the
-  decision times there are those of the herd's one Python process, which holds 2,000
-  connections and their event loops. The floor beside each direct herd is as many machines
-  that only connect (refusals retried with dislock's own backoff) and read one row by its key.
-  What stands between the herd and it, counted on a 1,000-machine herd capped at 50: the
-  machines come through the door over seconds, not at once, so most find it open (a lease herd:
-  977 of 1,000 sent the acquiring statement, 23 were refused first and looked); and the
-  acquiring statement, planned by a backend whose catalog caches are cold, costs it about
-  5.5 ms of CPU against 2 ms for a bare connection and 3 ms for one that reads a row (medians of
-  a fresh connection each, 60 rounds). Its reads of one table folded into one scan plan 25 %
-  faster warm but no faster cold (measured: the cold cost is the number of distinct functions,
-  operators and casts its CTEs name, a few tenths of a millisecond each).
+  was refused a connection first reads the key's row before it calls the lock function, so a
+  loser that waited at the door costs the server a connection and a primary-key read. The floor
+  beside each direct herd is as many machines that only connect (refusals retried with
+  dislock's own backoff) and read one row by its key. Every machine is a new server session:
+  the server compiles the lock function and plans its statements once per session, so a herd
+  gains nothing from the plans a warm connection keeps. Measured on fresh sessions one after
+  another (server CPU: the postmaster and the backends it reaped): a bare connection about
+  2.5 ms, one that reads a row by its key 2.7 ms, one whose acquisition is refused 4.8 ms (the
+  owner's role; 6.9 ms before the lock functions asked the owner's case first, and the same
+  acquisition as the plain statement, on a table without the functions, about 6 ms). Through
+  PgBouncer the server sees 20 connections, whatever the fleet's size, and keeps their plans:
+  each machine costs one call.
 - **Warm cycles.** Taking and releasing a lock are two writes, and PostgreSQL commits a write
   only once its WAL is on disk, so two `SELECT 1` are not a floor any lock can reach; two
-  single-row `UPDATE`s are. Sending the very same two statements by hand with psycopg (prepared
-  as dislock prepares them) shows what dislock adds on top of the statements themselves. The
-  acquiring statement is heavier than an `UPDATE`: it reads the key's pause row and the
-  failover lock-delay rows in the same round trip. Unprepared, PostgreSQL parses and plans it
-  anew on every execution (`EXPLAIN ANALYZE`: 0.17 ms of planning for 0.07 ms of execution,
-  and parsing it costs about as much again): sent by hand, its round trip took 0.68 ms, against
-  0.22 ms prepared. So a shared connection that has served eight statements (more than a
-  one-shot wrapper run sends) checks once whether it reaches the server directly (a pooler
-  answers the startup with a backend process id of its own making, unlike `pg_backend_pid()`)
-  and only then lets psycopg prepare the statements it repeats; after PostgreSQL's first five
-  custom plans the upsert runs a cached generic plan. What is left against the `UPDATE`s is the
-  prepared upsert's own work (its lock-delay and pause reads, two conditional inserts that
-  write nothing), the connection's first dozen cycles, which each round of the measure pays
-  again on a new connection, and dislock's own bookkeeping. Behind PgBouncer nothing is
-  prepared, and a warm cycle still pays the parsing and planning (about 0.45 ms of the
-  acquisition).
+  single-row `UPDATE`s are. Sending the very same two calls by hand with psycopg shows what
+  dislock adds on top of the calls themselves. On a table with the lock functions, each step is
+  one call: the server plans the statements inside once per session and keeps the plans (behind
+  PgBouncer too, where nothing is prepared); the acquisition reads every row it decides by (the
+  failover timeline, the maximum TTL, the role's TTL record, the pause, the key's row) in one
+  primary-key read, and refuses a live row before its upsert would lock it. On a table without
+  them (made by hand, or by 0.1.0) dislock sends the plain statements, as before: a shared
+  connection that has served eight statements checks once whether it reaches the server
+  directly and only then lets psycopg prepare them.
 - **`dislockctl serve`.** A scrape reads each key's latest run and latest success through the
   history's `(lock_key, started_at)` index (a few probes per key, whatever the history's
   length), and of the rest only the runs that are new since the previous scrape: run counts and

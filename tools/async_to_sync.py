@@ -46,7 +46,6 @@ ROOT = Path(__file__).resolve().parent.parent
 SOURCE_DIR = ROOT / "packages/dislock-aio/src/dislock/aio"
 TARGET_DIR = ROOT / "packages/dislock/src/dislock/_sync"
 MODULES = (
-    "_acquiring.py",
     "_decorators.py",
     "_fencing.py",
     "_hub.py",

@@ -13,6 +13,8 @@ import logging
 import select
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import datetime, timezone
+from functools import partial
 from time import monotonic
 from typing import Any
 
@@ -22,7 +24,8 @@ from psycopg.pq import ExecStatus
 from psycopg.rows import TupleRow
 from psycopg.sql import SQL, Composed
 
-from dislock.core.context import DEFAULT_CONNECT_TIMEOUT
+from dislock.core.acquisition import Ask, Connect, Crowded, Given, Outcome, Pause, Steps
+from dislock.core.context import DEFAULT_CONNECT_TIMEOUT, LockContext
 from dislock.core.dsn import connection_kwargs, one_line, parse_dsn, scrub
 from dislock.core.errors import NotSent, StatementTimeout
 from dislock.core.exchange import Answer, Exchange
@@ -33,11 +36,15 @@ from dislock.core.preparing import PREPARED_STATEMENT_ERRORS, SERVER_PID
 from dislock.core.protocol import missing
 from dislock.core.renewal import Renewal
 from dislock.core.timeouts import STATEMENT_FLOOR
+from dislock.core.unknown_outcome import HELD
 
 from ._compat import Link, Lock, local_registry, sleep
 from ._renewer import Renewer
 
 logger = logging.getLogger("dislock")
+
+GIVEN = Given(monotonic, partial(datetime.now, timezone.utc), HELD)
+"""What the sequences read of the process: its clocks, and its rows."""
 
 
 def _answered_while_idle(link: Link) -> bool:
@@ -129,6 +136,38 @@ class Hub(HubState[Link]):
         result = cursor.pgresult
         answered = result is not None and result.status == ExecStatus.TUPLES_OK
         return exchange.read(await cursor.fetchall() if answered else [])
+
+    async def drive(self, sequence: Steps[Outcome]) -> Outcome:
+        """Carry out an acquisition's steps (``dislock.core.acquisition``) to its outcome
+        (or the error it raises): each statement sent and its answer (or error) fed back,
+        each pause slept, the timeline noted; every decision is the sequence's.  An
+        interruption (a cancellation, ``KeyboardInterrupt``) closes the sequence at the
+        step it was at, rather than leaving it suspended for the garbage collector."""
+        reply: Any = None
+        error: Exception | None = None
+        try:
+            while True:
+                try:
+                    step = sequence.throw(error) if error is not None else sequence.send(reply)
+                except StopIteration as done:
+                    outcome: Outcome = done.value
+                    return outcome
+                reply, error = None, None
+                if isinstance(step, Ask):
+                    try:
+                        reply = await self.ask(step.exchange, step.timeout, step.patience)
+                    except Exception as exc:  # the sequence decides what each error means
+                        error = exc
+                elif isinstance(step, Pause):
+                    await sleep(step.seconds)
+                elif isinstance(step, Connect):
+                    await self.connect(step.patience)
+                elif isinstance(step, Crowded):
+                    reply = self.crowded
+                else:
+                    self.note_timeline(step.timeline)
+        finally:
+            sequence.close()
 
     async def connect(self, patience: ConnectPatience | None = None) -> None:
         """Have the shared connection open, waiting out failures that say nothing
@@ -256,6 +295,15 @@ async def leave_hub(hub: Hub) -> None:
         if registry.hubs.get(hub.url) is hub:
             del registry.hubs[hub.url]
     await hub.close()
+
+
+async def drive_briefly(context: LockContext, sequence: Steps[Outcome]) -> Outcome:
+    """Run ``sequence`` on the hub of ``context``'s database, used only meanwhile."""
+    hub = enter_hub(context.url, context.connect_timeout_seconds)
+    try:
+        return await hub.drive(sequence)
+    finally:
+        await leave_hub(hub)
 
 
 @asynccontextmanager

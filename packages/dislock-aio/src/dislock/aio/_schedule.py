@@ -17,8 +17,7 @@ from dislock.core.kinds import SCHEDULE
 from dislock.core.patience import ConnectPatience
 from dislock.core.schedule_state import ScheduleState
 
-from ._acquiring import GIVEN, drive, drive_briefly
-from ._hub import enter_hub, leave_hub
+from ._hub import GIVEN, drive_briefly, enter_hub, leave_hub
 from ._recording import (
     Alone,
     Run,
@@ -88,7 +87,7 @@ class ScheduleLock(ScheduleState):
                 claims = claiming_schedule_slot(
                     context, self.key, patience, given=self.given, lease=self.lease_row
                 )
-                return await drive(hub, claims)
+                return await hub.drive(claims)
 
             if context.after and context.wait_seconds:
                 return await wait_after(context, claim, patience)

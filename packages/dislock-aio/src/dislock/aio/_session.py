@@ -26,9 +26,8 @@ from dislock.core.kinds import LEASE
 from dislock.core.rows import lease_key
 from dislock.core.waiting import jitter_delay
 
-from ._acquiring import drive_briefly
 from ._compat import Event, Gives, LossGuard, Takes, sleep
-from ._hub import enter_hub, leave_hub
+from ._hub import drive_briefly, enter_hub, leave_hub
 from ._lease import LeaseLock
 from ._recording import RunRecording
 from ._schedule import ScheduleLock

@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 from psycopg import sql
 
-from dislock.core.exchange import Exchange, Rows, select_list
+from dislock.core.exchange import Exchange, select_list
 from dislock.core.held_back import HELD_BACK
 
 RERUN = "rerun"
@@ -34,11 +34,6 @@ OUTCOME_VERBS = {RERUN: "rerun", PAUSED: "pause", RESUMED: "resume"}
 """The operator's events (``record_start`` writes these only)."""
 
 
-def _read_id(rows: Rows) -> int:
-    ((run_id,),) = rows
-    return int(run_id)
-
-
 def record_start(
     history: tuple[str, ...],
     lock_key: str,
@@ -51,6 +46,8 @@ def record_start(
 ) -> Exchange[int]:
     """The start of the row of event ``outcome``, owned by ``<verb> by <role>[: reason]``;
     ``until``: a pause's planned end, or the end of the slot a rerun reopened."""
+    from dislock.core.history import read_run_id  # history imports this module
+
     query = sql.SQL(
         "INSERT INTO {} (lock_key, modes, slot_end, owner, host, pid, started_at)"
         " VALUES (%(key)s, %(modes)s, %(until)s, %(verb)s || ' by ' || current_user || %(why)s,"
@@ -65,7 +62,7 @@ def record_start(
         "host": host,
         "pid": pid,
     }
-    return Exchange(query, params, _read_id)
+    return Exchange(query, params, read_run_id)
 
 
 def record_end(history: tuple[str, ...], run_id: int, outcome: str) -> Exchange[None]:

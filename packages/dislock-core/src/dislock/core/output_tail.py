@@ -15,7 +15,6 @@ import os
 import select
 import threading
 import time
-from collections.abc import Sequence
 
 from dislock.core.dsn import scrub, secrets_in
 
@@ -108,13 +107,12 @@ def _write_all(fd: int, data: bytes) -> bool:
 
 
 class OutputTails:
-    """The pipes a command writes its stdout and stderr to, and their copying."""
+    """The pipes a command writes its stdout and stderr to, and their copying to ours."""
 
-    def __init__(self, limit: int, url: str = "", targets: Sequence[int] = (1, 2)) -> None:
-        self._pipes = [os.pipe() for _ in targets]
-        self._targets = list(targets)
+    def __init__(self, limit: int, url: str) -> None:
+        self._pipes = [os.pipe(), os.pipe()]
         self._copies: list[_Copy] = []
-        self.tails = [Tail(limit, url) for _ in targets]
+        self._tails = [Tail(limit, url), Tail(limit, url)]
 
     @property
     def child_ends(self) -> tuple[int, int]:
@@ -125,7 +123,7 @@ class OutputTails:
         """Once the command has started: close our copies of its ends, so that the
         pipes end when it (and whatever inherited them) has gone, and copy."""
         for (read_end, write_end), target, tail in zip(
-            self._pipes, self._targets, self.tails, strict=True
+            self._pipes, (1, 2), self._tails, strict=True
         ):
             os.close(write_end)
             copy = _Copy(read_end, target, tail)
@@ -139,11 +137,11 @@ class OutputTails:
                 with contextlib.suppress(OSError):
                     os.close(fd)
 
-    def finish(self, timeout: float = JOIN_SECONDS) -> tuple[str | None, str | None]:
+    def finish(self) -> tuple[str | None, str | None]:
         """Wait for the copying to reach the pipes' ends (as long as it passes output
-        on, up to ``timeout`` for output that no longer comes); the stored text of
+        on, up to ``JOIN_SECONDS`` for output that no longer comes); the stored text of
         stdout and of stderr."""
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + JOIN_SECONDS
         while any(copy.is_alive() for copy in self._copies):
             if time.monotonic() >= deadline and all(
                 copy.reading for copy in self._copies if copy.is_alive()
@@ -151,5 +149,5 @@ class OutputTails:
                 break
             for copy in self._copies:
                 copy.join(0.05)
-        out, err = (tail.text() for tail in self.tails)
+        out, err = (tail.text() for tail in self._tails)
         return out, err

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from dislock.core.lease_clock import LeaseClock
@@ -30,46 +31,28 @@ renewal_listeners: list[RenewalListener] = []
 listener must be quick.  One that raises is logged and skipped; the renewer goes on."""
 
 
+@dataclass(eq=False, kw_only=True, slots=True)
 class Renewal:
-    """One held lease, as the renewer sees it."""
+    """One held lease, as the renewer sees it (a dict key: compared by identity)."""
 
-    __slots__ = (
-        "clock",
-        "failing_since",
-        "failures",
-        "key",
-        "on_renewed",
-        "owner",
-        "reported",
-        "table_parts",
-    )
-
-    def __init__(
-        self, *, key: str, owner: str, table_parts: tuple[str, ...], clock: LeaseClock
-    ) -> None:
-        self.key = key
-        self.owner = owner
-        self.table_parts = table_parts
-        self.clock = clock
-        self.reported = False  # its loss is handed out once
-        self.failures = 0  # since it was last renewed
-        self.failing_since = 0.0  # monotonic
-        self.on_renewed: Callable[[float], None] | None = None
-        """Told the lease's new local deadline after each renewal that succeeded, by
-        the renewer itself (for the command's guard): quick, and never raising."""
-
-    def __repr__(self) -> str:
-        return f"Renewal({self.key!r}, owner={self.owner!r})"
+    key: str
+    owner: str
+    table_parts: tuple[str, ...] = field(repr=False)
+    clock: LeaseClock = field(repr=False)
+    reported: bool = field(default=False, repr=False)  # its loss is handed out once
+    failures: int = field(default=0, repr=False)  # since it was last renewed
+    failing_since: float = field(default=0.0, repr=False)  # monotonic
+    on_renewed: Callable[[float], None] | None = field(default=None, repr=False)
+    """Told the lease's new local deadline after each renewal that succeeded, by
+    the renewer itself (for the command's guard): quick, and never raising."""
 
 
+@dataclass(eq=False, slots=True)
 class Batch:
     """The leases of one table renewed by one statement."""
 
-    __slots__ = ("renewals", "table_parts")
-
-    def __init__(self, table_parts: tuple[str, ...], renewals: list[Renewal]) -> None:
-        self.table_parts = table_parts
-        self.renewals = renewals
+    table_parts: tuple[str, ...]
+    renewals: list[Renewal]
 
     def params(self) -> dict[str, Any]:
         """Parameters of ``LockStatements.renew``: three parallel arrays."""

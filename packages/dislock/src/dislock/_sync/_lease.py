@@ -22,9 +22,8 @@ from dislock.core.lease_state import Held, LeaseState
 from dislock.core.patience import ConnectPatience
 from dislock.core.supervision import LOSS_LOGGER
 
-from ._acquiring import GIVEN, drive
 from ._compat import Event
-from ._hub import Hub, enter_hub, leave_hub
+from ._hub import GIVEN, Hub, enter_hub, leave_hub
 from ._recording import RunRecording, record_alone
 
 logger = logging.getLogger("dislock")
@@ -96,7 +95,7 @@ class LeaseLock(LeaseState[Hub, Event]):
             if held is not None:
                 hub.renewer.unregister(held.renewal)
             keys = [self.key] if context.slots == 1 else self._slot_keys
-            drive(hub, handing_back(context, keys))
+            hub.drive(handing_back(context, keys))
             if held is not None:
                 self._let_go(self.key, released=False)  # handed back, if it could be
             leave_hub(hub)
@@ -122,16 +121,16 @@ class LeaseLock(LeaseState[Hub, Event]):
 
         context = self.context
         timeout = max(self.settings.interval, 1.0)
-        text, marked = drive(hub, marking(context, self.key, timeout, patience))
+        text, marked = hub.drive(marking(context, self.key, timeout, patience))
         if marked is None:  # free by now, or being replaced already
             return self._attempt(hub, patience)
         self._replacing = marked.holder
         try:
             replaced = replacing(context, self.settings, patience, text, marked, given=self.given)
-            tried = drive(hub, replaced)
+            tried = hub.drive(replaced)
         except BaseException:
             # Interrupted or failed: the holder is not left stopping for nobody.
-            drive(hub, withdrawing(context, self.key, text))
+            hub.drive(withdrawing(context, self.key, text))
             raise
         return self._tried(tried)
 
@@ -139,7 +138,7 @@ class LeaseLock(LeaseState[Hub, Event]):
         """One try at the lease (or at a free slot of it): its clock and fencing
         token when taken."""
         tries = trying_lease(self.context, self.settings, patience, given=self.given)
-        return self._tried(drive(hub, tries))
+        return self._tried(hub.drive(tries))
 
     def __exit__(self, exc_type: ExcType, exc: Exc, tb: Tb) -> None:
         held = self._held
@@ -165,12 +164,12 @@ class LeaseLock(LeaseState[Hub, Event]):
             # the shared connection, and one stuck on a retired connection finds
             # the row expired (renewals skip expired rows): the release stands.
             if not lost and not held.clock.check_deadline(self.given.clock()):
-                released = drive(
-                    held.hub, releasing(self.context, held.renewal.key, self.settings.ttl)
+                released = held.hub.drive(
+                    releasing(self.context, held.renewal.key, self.settings.ttl)
                 )
             elif held.clock.row_gone:
                 # Its work is over: a replacer that marked the row takes it now.
-                drive(held.hub, handing_over(self.context, held.renewal.key))
+                held.hub.drive(handing_over(self.context, held.renewal.key))
         finally:
             self._let_go(held.renewal.key, released=released)
             leave_hub(held.hub)

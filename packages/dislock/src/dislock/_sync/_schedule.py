@@ -19,8 +19,7 @@ from dislock.core.kinds import SCHEDULE
 from dislock.core.patience import ConnectPatience
 from dislock.core.schedule_state import ScheduleState
 
-from ._acquiring import GIVEN, drive, drive_briefly
-from ._hub import enter_hub, leave_hub
+from ._hub import GIVEN, drive_briefly, enter_hub, leave_hub
 from ._recording import (
     Alone,
     Run,
@@ -90,7 +89,7 @@ class ScheduleLock(ScheduleState):
                 claims = claiming_schedule_slot(
                     context, self.key, patience, given=self.given, lease=self.lease_row
                 )
-                return drive(hub, claims)
+                return hub.drive(claims)
 
             if context.after and context.wait_seconds:
                 return wait_after(context, claim, patience)

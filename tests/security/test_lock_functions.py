@@ -346,3 +346,38 @@ def test_init_writes_a_grant_made_before_the_functions_again_once(
     before = versions()
     assert ctl(fleet.admin_url, "init", table=fleet.table)[0] == 0
     assert versions() == before
+
+
+def test_the_owner_acquires_and_releases_without_the_caller_function(
+    fleet: Fleet, db: psycopg.Connection[Any]
+) -> None:
+    """acquire and release ask first whether the session's role is a member of the
+    role they run as: the owner's session never runs (so never compiles) ``caller``;
+    a team's does, for its grant."""
+    caller = signature(fleet.table, "caller")
+    release = function(fleet.table, "release")
+    db.execute(
+        sql.SQL("ALTER ROLE {} SET track_functions = 'pl'").format(sql.Identifier(BILLING_ROLE))
+    )
+    try:
+        calls = {}
+        for who, url in (("owner", fleet.admin_url), ("team", fleet.billing)):
+            with fleet.connect(url) as conn, conn.transaction():
+                if who == "owner":  # the team's role has it from ALTER ROLE (superuser only)
+                    conn.execute("SET LOCAL track_functions = 'pl'")
+                key = f"cronjob-lock:lease:billing-{who}-{uuid.uuid4().hex[:6]}"
+                pause = key.replace(":lease:", ":pause:")
+                assert acquire(conn, fleet, key, pause)[0] is True
+                conn.execute(
+                    sql.SQL("SELECT * FROM {}(%s, %s, 'dislock_release', %s)").format(release),
+                    (key, "me", key),
+                ).fetchall()
+                (calls[who],) = conn.execute(
+                    "SELECT pg_stat_get_xact_function_calls(to_regprocedure(%s))", (caller,)
+                ).fetchone() or (None,)
+        assert calls["owner"] in (0, None), calls
+        assert calls["team"] == 2, calls  # once for the acquisition, once for the release
+    finally:
+        db.execute(
+            sql.SQL("ALTER ROLE {} RESET track_functions").format(sql.Identifier(BILLING_ROLE))
+        )

@@ -26,7 +26,7 @@ from dislock.core.replace_marks import handed
 from dislock.core.rows import pause_key_of
 from dislock.core.unknown_outcome import Mine
 from dislock.core.waiting import WAKE_CHANNEL, wake_key
-from dislock.core.wrapped import WRAPPED
+from dislock.core.wrapped import CALLED
 
 Answer = TypeVar("Answer")
 
@@ -45,7 +45,7 @@ class LockStatements:
         self.table_parts = table_parts
         self.fencing = fencing
         self.queries = lock_queries.queries(table_parts, fencing)
-        self.calls = _calls(table_parts)
+        self.calls = {name: protocol.call(table_parts, name, a) for name, a in CALLED.items()}
 
     def _via(self, name: str, params: dict[str, Any], plain: Exchange[Answer]) -> Exchange[Answer]:
         """``plain``, sent as a call to the function ``name`` with ``params``."""
@@ -210,25 +210,6 @@ class LockStatements:
     def now(self) -> Exchange[datetime]:
         """The database clock."""
         return Exchange(self.queries.now, {}, answers.read_clock)
-
-
-_PARAMS = {
-    "acquire": ["key", "pause", "owner", "expire_at", "ttl", "fencing"],
-    "acquire_by_clock": ["key", "pause", "owner", "covered_from", "ends", "latest", "fencing"],
-    "renew": ["keys", "owners", "ttls"],
-    "release": ["key", "owner", "channel", "wake_key"],
-}
-"""Each function's arguments, named as its call's parameters."""
-
-
-def _calls(table_parts: tuple[str, ...]) -> dict[str, Any]:
-    calls = {
-        name: protocol.call(table_parts, name, tuple(params)) for name, params in _PARAMS.items()
-    }
-    for wrapped in WRAPPED:
-        params = (*wrapped.params, *(("fencing",) if wrapped.fenced else ()))
-        calls[wrapped.name] = protocol.call(table_parts, wrapped.name, params)
-    return calls
 
 
 def _waking(owner: str, lock_key: str, mode: str) -> dict[str, Any]:

@@ -177,7 +177,7 @@ def lease_claim(db: Database, context: LockContext, *, patience: bool = True) ->
         key=key,
         what=f"lease {key!r}",
         patience=ConnectPatience(5.0, db.clock()) if patience else None,
-        look=statements.look_for(key, 30.0),
+        look=statements.look(key, ttl=30.0),
         given=db.given,
     )
 

@@ -75,7 +75,7 @@ def _trying_lease(
                 key=key,
                 what=f"lease {key!r}",
                 patience=patience,
-                look=statements.look_for(key, settings.ttl),
+                look=statements.look(key, ttl=settings.ttl),
                 given=given,
             )
             taken, free = answer.acquired, 0

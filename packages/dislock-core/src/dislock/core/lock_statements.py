@@ -138,25 +138,16 @@ class LockStatements:
         plain = Exchange(self.queries.acquire_slot, params, answers.slot_reader(ttl))
         return self._via("acquire_slot", params, plain, fenced=True)
 
-    def look_until(self, key: str) -> Exchange[Acquired | None]:
-        """``acquire_until``'s refusal by a live row, read without the upsert."""
-        return self._look(key)
-
-    def look_by_clock(self, key: str, candidates: SlotCandidates) -> Exchange[Acquired | None]:
-        """``acquire_by_clock``'s refusal by a live row, read without the upsert."""
-        return self._look(key, pick=candidates.pick)
-
-    def look_for(self, key: str, ttl: float) -> Exchange[Acquired | None]:
-        """``acquire_for``'s refusal by a live row, read without the upsert."""
-        return self._look(key, ttl=ttl)
-
-    def _look(
+    def look(
         self,
         key: str,
         *,
         ttl: float | None = None,
         pick: Callable[[datetime], datetime | None] | None = None,
     ) -> Exchange[Acquired | None]:
+        """The refusal by a live row of ``acquire_until`` (with ``ttl``, of
+        ``acquire_for``; with a candidates' ``pick``, of ``acquire_by_clock``), read
+        without the upsert."""
         pause = pause_key_of(key)
         reader = answers.look_reader(key, pause, ttl=ttl, pick=pick)
         return Exchange(self.queries.look, {"key": key, "pause": pause}, reader)

@@ -80,7 +80,7 @@ def _claiming_schedule_slot(
         answer = yield from claim(
             statements.acquire_by_clock(key, context.owner, candidates),
             slot_ends=candidates.ends,
-            look=statements.look_by_clock(key, candidates),
+            look=statements.look(key, pick=candidates.pick),
         )
         if answer.slot_end is not None:
             return answer, answer.slot_end
@@ -90,7 +90,7 @@ def _claiming_schedule_slot(
     answer = yield from claim(
         statements.acquire_until(key, context.owner, expires_at),
         slot_ends=[expires_at],
-        look=statements.look_until(key),
+        look=statements.look(key),
     )
     return answer, expires_at
 

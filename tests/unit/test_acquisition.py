@@ -27,16 +27,11 @@ from dislock.core.acquisition import (
     Connect,
     Crowded,
     Given,
-    LeaseTry,
     Noted,
     Pause,
     Steps,
     claiming,
-    claiming_schedule_slot,
     claiming_slot,
-    releasing,
-    schedule_refusal,
-    trying_lease,
 )
 from dislock.core.answers import Acquired, SlotAnswer
 from dislock.core.context import LockContext, default_owner
@@ -51,10 +46,12 @@ from dislock.core.errors import (
     SlotLateError,
     StatementTimeout,
 )
+from dislock.core.lease_acquisition import LeaseTry, releasing, trying_lease
 from dislock.core.lease_clock import LeaseSettings
 from dislock.core.lock_statements import LockStatements, statements, statements_for
 from dislock.core.patience import ConnectPatience
 from dislock.core.retries import LATE_MARK
+from dislock.core.schedule_claiming import claiming_schedule_slot, schedule_refusal
 from dislock.core.unknown_outcome import HeldRows, Mine
 
 URL = "postgresql://jobs:hunter2@db.internal/app"
@@ -180,7 +177,7 @@ def lease_claim(db: Database, context: LockContext, *, patience: bool = True) ->
         key=key,
         what=f"lease {key!r}",
         patience=ConnectPatience(5.0, db.clock()) if patience else None,
-        look=statements.look_for(key, 30.0),
+        look=statements.look(key, ttl=30.0),
         given=db.given,
     )
 

@@ -93,7 +93,7 @@ HELD = (lease_key("job"), "another", NOW + timedelta(minutes=1))
 
 
 def test_a_look_refuses_only_for_a_live_row_with_nothing_else_to_say() -> None:
-    look = TABLE.look_for(lease_key("job"), 30.0)
+    look = TABLE.look(lease_key("job"), ttl=30.0)
     assert look.params == {"key": lease_key("job"), "pause": pause_key("job")}
     assert look.read(_looked(HELD)) == Acquired(False, None, None, None, None)
     calm = ("dislock:failover:timeline", "1", NOW - timedelta(hours=1))
@@ -109,7 +109,7 @@ def test_a_look_refuses_only_for_a_live_row_with_nothing_else_to_say() -> None:
     assert look.read(_looked(HELD, delaying)) is None
     assert look.read(_looked(HELD, ("dislock:config:max-ttl", "20", NOW))) is None
     assert look.read(_looked(HELD, ("dislock:config:max-ttl", "lots", NOW))) is None
-    assert TABLE.look_for(lease_key("job"), 7200.0).read(_looked(HELD)) is None
+    assert TABLE.look(lease_key("job"), ttl=7200.0).read(_looked(HELD)) is None
     # A pause that ended, or another key's row, says nothing.
     ended = (pause_key("job"), "deploy", NOW - timedelta(seconds=1))
     assert look.read(_looked(HELD, ended, (lease_key("other"), "x", NOW))) is not None
@@ -117,7 +117,7 @@ def test_a_look_refuses_only_for_a_live_row_with_nothing_else_to_say() -> None:
 
 def test_a_look_by_clock_names_the_slot_the_database_clock_is_in() -> None:
     candidates = SlotCandidates.around("*/5 * * * *", NOW, UTC)
-    look = TABLE.look_by_clock(schedule_key("job"), candidates)
+    look = TABLE.look(schedule_key("job"), pick=candidates.pick)
     held = (schedule_key("job"), "another", NOW + timedelta(minutes=5))
     later = [(NOW + timedelta(seconds=30), *row[1:]) for row in _looked(held)]
     refusal = look.read(later)

@@ -140,6 +140,35 @@ def test_a_lease_let_go_unreleased_may_still_be_seen_live_for_two_ttls(
     assert state.given.held.claim(*row, read_sent_at=seen_until + 0.5)
 
 
+class LetGo(HeldRows):
+    """Rows that note each lease let go: its key, and until when it is seen and kept."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.let_go_calls: list[tuple[str, float, float]] = []
+
+    def let_go(
+        self,
+        table_parts: tuple[str, ...],
+        key: str,
+        owner: str,
+        *,
+        visible_until: float,
+        forget_at: float,
+    ) -> None:
+        self.let_go_calls.append((key, visible_until, forget_at))
+        super().let_go(table_parts, key, owner, visible_until=visible_until, forget_at=forget_at)
+
+
+@pytest.mark.parametrize(("released", "seen_until"), [(True, NOW), (False, NOW + 60.0)])
+def test_a_lease_let_go_is_forgotten_three_ttls_later(released: bool, seen_until: float) -> None:
+    """No read judged three TTLs after a lease was let go can still be using it."""
+    rows = LetGo()
+    state: LeaseState[Hub, Flag] = LeaseState(lease_context(), Flag(), given()._replace(held=rows))
+    state._let_go(state.key, released=released)
+    assert rows.let_go_calls == [(state.key, seen_until, NOW + 90.0)]
+
+
 @pytest.mark.parametrize(
     ("fields", "said"),
     [

@@ -11,9 +11,9 @@ from typing import Any
 import psycopg.errors
 import pytest
 
-from dislock.core.acquisition import releasing
 from dislock.core.answers import Acquired
 from dislock.core.errors import KeyNotGrantedError, LockPausedError
+from dislock.core.lease_acquisition import releasing
 from dislock.core.lease_clock import LeaseClock, LeaseSettings
 from dislock.core.patience import ConnectPatience
 from dislock.core.renewal import Renewal, explain, gone

@@ -57,7 +57,7 @@ def test_every_acquiring_statement_answers_its_row_types_columns(
             RetryingClaimRow._fields,
         ),
         "acquire_slot": (made.acquire_slot([lease_key("f")], "o", 5.0), SlotClaimRow._fields),
-        "look": (made.look_for(lease_key("b"), 5.0), LookRow._fields),
+        "look": (made.look(lease_key("b"), ttl=5.0), LookRow._fields),
         "mine": (made.mine([lease_key("b")], "o"), Mine._fields),
     }
     for name, (exchange, fields) in answered.items():

@@ -10,11 +10,12 @@ from __future__ import annotations
 import logging
 from functools import partial
 
-from dislock.core.acquisition import handing_back, handing_over, releasing, trying_lease
+from dislock.core.acquisition import handing_back
 from dislock.core.context import LeaseLossPolicy, LockContext
 from dislock.core.errors import LeaseLostError, LockNotAcquiredError
 from dislock.core.exit_arguments import Exc, ExcType, Tb
 from dislock.core.kinds import LEASE
+from dislock.core.lease_acquisition import handing_over, releasing, trying_lease
 from dislock.core.lease_clock import LeaseClock, raises_on_exit
 from dislock.core.lease_state import Held, LeaseState
 from dislock.core.patience import ConnectPatience

@@ -142,20 +142,6 @@ def lock_delay(
     only within the table's maximum TTL of a failover: ``CASE`` evaluates its
     branches lazily, and so does the scalar subquery of ``dislock_longest``.
     """
-    # (A correlated read of each record's scope rather than a join: the statement is
-    # planned on every execution, and a join's nodes are set up even when, as
-    # outside a failover's window, they never run.)
-    recorded = sql.SQL(
-        "(SELECT max(r.value::float8) FROM {table} AS r WHERE starts_with(r.key, {prefix})"
-        " AND coalesce({lock_key} ~ (SELECT scope.value FROM {table} AS scope"
-        " WHERE scope.key = {scope_prefix} || substr(r.key, {after})), true))"
-    ).format(
-        table=table,
-        prefix=sql.Literal(TTL_KEY_PREFIX),
-        scope_prefix=sql.Literal(SCOPE_KEY_PREFIX),
-        after=sql.Literal(len(TTL_KEY_PREFIX) + 1),
-        lock_key=lock_key,
-    )
     ctes = sql.SQL(
         "dislock_server AS (SELECT {timeline} AS timeline),"
         " dislock_seen AS ("
@@ -165,10 +151,63 @@ def lock_delay(
         # This key's delay: the longest TTL of the roles that may hold it.
         " dislock_longest AS (SELECT least((SELECT max_ttl FROM dislock_cap),"
         " greatest({ttl}::float8, coalesce({recorded}, 0))) AS ttl),"
+        " {noting},"
+        # A new timeline with a delay of zero for this key refuses nothing.  A
+        # running delay is judged by the real time: NOW() is this transaction's
+        # start, which can come before the commit that recorded the timeline
+        # although this statement sees the row.  Past the table's maximum TTL
+        # since the failover no key waits, and the key's own delay is not computed.
+        # (One reference to each of the cap and the key's delay: every subquery of
+        # the statement is set up on every execution, run or not.)
+        " dislock_calm AS (SELECT NOT EXISTS ("
+        "SELECT FROM dislock_seen s, dislock_server h"
+        " WHERE CASE WHEN s.timeline = h.timeline AND clock_timestamp() >= s.noticed"
+        " + make_interval(secs => (SELECT max_ttl FROM dislock_cap)) THEN false"
+        " ELSE (SELECT ttl FROM dislock_longest) > CASE WHEN s.timeline <> h.timeline THEN 0"
+        " ELSE EXTRACT(EPOCH FROM clock_timestamp() - s.noticed) END END) AS calm)"
+    ).format(
+        timeline=TIMELINE,
+        table=table,
+        timeline_key=sql.Literal(TIMELINE_KEY),
+        cap=max_ttl_of(table),
+        recorded=_recorded(table, lock_key),
+        ttl=ttl,
+        noting=_noting(table, ttl, record),
+    )
+    return ctes, sql.SQL("(SELECT calm FROM dislock_calm)")
+
+
+def _recorded(table: sql.Identifier, lock_key: sql.Composable | None = None) -> sql.Composed:
+    """A scalar SQL expression: the longest TTL any role recorded; with ``lock_key`` (an
+    expression), of the roles whose scope matches it (or that have none)."""
+    # (A correlated read of each record's scope rather than a join: the statement is
+    # planned on every execution, and a join's nodes are set up even when, as
+    # outside a failover's window, they never run.)
+    scoped = sql.SQL(
+        " AND coalesce({lock_key} ~ (SELECT scope.value FROM {table} AS scope"
+        " WHERE scope.key = {scope_prefix} || substr(r.key, {after})), true)"
+    ).format(
+        lock_key=lock_key,
+        table=table,
+        scope_prefix=sql.Literal(SCOPE_KEY_PREFIX),
+        after=sql.Literal(len(TTL_KEY_PREFIX) + 1),
+    )
+    return sql.SQL(
+        "(SELECT max(r.value::float8) FROM {table} AS r WHERE starts_with(r.key, {prefix}){scoped})"
+    ).format(
+        table=table,
+        prefix=sql.Literal(TTL_KEY_PREFIX),
+        scoped=sql.SQL("") if lock_key is None else scoped,
+    )
+
+
+def _noting(table: sql.Identifier, ttl: sql.Composable, record: sql.Composable) -> sql.Composed:
+    """The lock delay's writes: a new timeline, and the role's longer TTL."""
+    return sql.SQL(
         # A different timeline than the one recorded is recorded with the instant
         # it was noticed, where every key's delay starts; the first one ever
         # recorded starts none.
-        " dislock_note_timeline AS ("
+        "dislock_note_timeline AS ("
         "INSERT INTO {table} AS noted (key, value, expire_at)"
         " SELECT {timeline_key}, h.timeline::text,"
         " CASE WHEN EXISTS (SELECT FROM dislock_seen) THEN NOW() ELSE {never_noticed} END"
@@ -189,32 +228,15 @@ def lock_delay(
         " < {ttl}::float8"
         # Two acquisitions of one role at once: the shorter TTL must not win.
         " ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value"
-        " WHERE noted.value::float8 < EXCLUDED.value::float8),"
-        # A new timeline with a delay of zero for this key refuses nothing.  A
-        # running delay is judged by the real time: NOW() is this transaction's
-        # start, which can come before the commit that recorded the timeline
-        # although this statement sees the row.  Past the table's maximum TTL
-        # since the failover no key waits, and the key's own delay is not computed.
-        # (One reference to each of the cap and the key's delay: every subquery of
-        # the statement is set up on every execution, run or not.)
-        " dislock_calm AS (SELECT NOT EXISTS ("
-        "SELECT FROM dislock_seen s, dislock_server h"
-        " WHERE CASE WHEN s.timeline = h.timeline AND clock_timestamp() >= s.noticed"
-        " + make_interval(secs => (SELECT max_ttl FROM dislock_cap)) THEN false"
-        " ELSE (SELECT ttl FROM dislock_longest) > CASE WHEN s.timeline <> h.timeline THEN 0"
-        " ELSE EXTRACT(EPOCH FROM clock_timestamp() - s.noticed) END END) AS calm)"
+        " WHERE noted.value::float8 < EXCLUDED.value::float8)"
     ).format(
-        timeline=TIMELINE,
         table=table,
         timeline_key=sql.Literal(TIMELINE_KEY),
-        cap=max_ttl_of(table),
-        recorded=recorded,
+        never_noticed=NEVER_NOTICED,
         record=record,
         ttl=ttl,
         never=sql.Literal(NEVER_EXPIRES),
-        never_noticed=NEVER_NOTICED,
     )
-    return ctes, sql.SQL("(SELECT calm FROM dislock_calm)")
 
 
 def timeline_returned() -> sql.SQL:
@@ -249,11 +271,8 @@ def longest_delay(table: sql.Identifier, noticed: sql.Composable) -> sql.Compose
     noticed at ``noticed`` starts, whatever the key (every role's record counts),
     up to the table's maximum TTL.  The operator views show it: no key waits longer,
     but for a lease longer than every recorded one, which waits for its own TTL."""
-    return sql.SQL(
-        "{noticed} + make_interval(secs => least({cap}, coalesce("
-        "(SELECT max(r.value::float8) FROM {table} AS r WHERE starts_with(r.key, {prefix})), 0)))"
-    ).format(
-        noticed=noticed, cap=max_ttl_of(table), table=table, prefix=sql.Literal(TTL_KEY_PREFIX)
+    return sql.SQL("{} + make_interval(secs => least({}, coalesce({}, 0)))").format(
+        noticed, max_ttl_of(table), _recorded(table)
     )
 
 

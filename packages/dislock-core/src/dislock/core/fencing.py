@@ -17,7 +17,7 @@ from typing import NamedTuple
 from psycopg import sql
 
 from dislock.core import bounds
-from dislock.core.exchange import Exchange, Rows, read_flag
+from dislock.core.exchange import Exchange, Rows
 from dislock.core.kinds import LEASE, kind
 from dislock.core.policy_functions import beside
 from dislock.core.replace_marks import HANDED_MARK, REPLACED_MARK
@@ -79,16 +79,10 @@ def guard_sql(lock_table: tuple[str, str]) -> sql.Composed:
 
 def guard_installed(lock_table: tuple[str, str]) -> Exchange[bool]:
     """Whether the guard functions of this version are beside ``lock_table``."""
-    query = sql.SQL(
-        "SELECT coalesce(obj_description(to_regprocedure(%(guard)s), 'pg_proc') = %(version)s"
-        " AND to_regprocedure(%(due)s) IS NOT NULL, false) AS installed"
-    )
-    params = {
-        "guard": f"{guard_function(lock_table).as_string(None)}()",
-        "due": f"{due_function(lock_table).as_string(None)}(text)",
-        "version": VERSION,
-    }
-    return Exchange(query, params, read_flag)
+    from dislock.core.protocol import installed_beside
+
+    guard = f"{guard_function(lock_table).as_string(None)}()"
+    return installed_beside(VERSION, guard, f"{due_function(lock_table).as_string(None)}(text)")
 
 
 def fence_statements(

@@ -22,7 +22,13 @@ from dislock.core.exchange import Exchange
 from dislock.core.failover import SCOPE_KEY_PREFIX
 from dislock.core.limits import NEVER_EXPIRES, metadata_row
 from dislock.core.policy_functions import beside, beside_parts
-from dislock.core.protocol import function, function_call, owned_by_the_table, via_function
+from dislock.core.protocol import (
+    function,
+    function_call,
+    installed_beside,
+    owned_by_the_table,
+    via_function,
+)
 from dislock.core.variables import OUTPUT_TAIL
 
 VERSION = "dislock history functions 1"
@@ -115,13 +121,7 @@ def history_functions_sql(history: tuple[str, str], lock_table: tuple[str, str])
 
 def installed(history: tuple[str, ...]) -> Exchange[bool]:
     """Whether the functions of this version are beside ``history``."""
-    from dislock.core.exchange import read_flag
-
-    query = sql.SQL(
-        "SELECT coalesce(obj_description(to_regprocedure(%(start)s), 'pg_proc')"
-        " = %(version)s, false) AS installed"
-    )
-    return Exchange(query, {"start": signature(history, "start"), "version": VERSION}, read_flag)
+    return installed_beside(VERSION, signature(history, "start"))
 
 
 def via(history: tuple[str, ...], what: str, plain: Exchange[Any], **extra: Any) -> Exchange[Any]:

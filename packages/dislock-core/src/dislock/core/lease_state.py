@@ -13,10 +13,11 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Generic, Protocol, TypeVar
 
-from dislock.core.acquisition import Given, LeaseTry, let_go
+from dislock.core.acquisition import Given
 from dislock.core.context import LockContext
 from dislock.core.errors import LockDelayedError, LockNotAcquiredError
 from dislock.core.failover import delayed
+from dislock.core.lease_acquisition import LeaseTry, let_go
 from dislock.core.lease_clock import LeaseClock, LeaseSettings
 from dislock.core.renewal import Renewal
 from dislock.core.waiting import slot_keys

@@ -26,7 +26,7 @@ from dislock.core.replace_marks import handed
 from dislock.core.rows import pause_key_of
 from dislock.core.unknown_outcome import Mine
 from dislock.core.waiting import WAKE_CHANNEL, wake_key
-from dislock.core.wrapped import WRAPPED
+from dislock.core.wrapped import CALLED
 
 Answer = TypeVar("Answer")
 
@@ -45,30 +45,27 @@ class LockStatements:
         self.table_parts = table_parts
         self.fencing = fencing
         self.queries = lock_queries.queries(table_parts, fencing)
-        self.calls = _calls(table_parts)
+        self.calls = {name: protocol.call(table_parts, name, a) for name, a in CALLED.items()}
 
-    def _via(self, name: str, params: dict[str, Any], plain: Exchange[Answer]) -> Exchange[Answer]:
-        """``plain``, sent as a call to the function ``name`` with ``params``."""
+    def _via(
+        self, name: str, params: dict[str, Any], plain: Exchange[Answer], *, fenced: bool = False
+    ) -> Exchange[Answer]:
+        """``plain``, sent as a call to the function ``name`` with ``params`` (and, when
+        the function is ``fenced``, whether to bump the fencing token)."""
+        if fenced:
+            params = {**params, "fencing": self.fencing}
         called = Exchange(self.calls[name], params, plain.read)
         return protocol.via_function(self.table_parts, called, plain)
 
     def _acquire(
         self, key: str, owner: str, plain: Exchange[Acquired], **until: Any
     ) -> Exchange[Acquired]:
-        params = {
-            "key": key,
-            "pause": pause_key_of(key),
-            "owner": owner,
-            "expire_at": None,
-            "ttl": None,
-            "fencing": self.fencing,
-            **until,
-        }
-        return self._via("acquire", params, plain)
+        params = _claim(key, owner, **{"expire_at": None, "ttl": None, **until})
+        return self._via("acquire", params, plain, fenced=True)
 
     def acquire_until(self, key: str, owner: str, expire_at: datetime) -> Exchange[Acquired]:
         """Take the schedule row ``key`` until ``expire_at``, a slot's end."""
-        params = {"key": key, "pause": pause_key_of(key), "owner": owner, "expire_at": expire_at}
+        params = _claim(key, owner, expire_at=expire_at)
         plain = Exchange(self.queries.acquire_until, params, answers.read_slot_claim)
         return self._acquire(key, owner, plain, expire_at=expire_at)
 
@@ -85,15 +82,14 @@ class LockStatements:
         """``acquire_until`` for a job with ``retries`` (``dislock.core.retries``): its
         next attempt, ``delay`` seconds (doubling) after the last failed; ``lease``, the
         row whose expiry proves a holder vanished (None: no lease, never proven)."""
-        params = {
-            "key": key,
-            "pause": pause_key_of(key),
-            "owner": owner,
-            "expire_at": expire_at,
+        params = _claim(
+            key,
+            owner,
+            expire_at=expire_at,
             **retries_module.claim_params(lease, expire_at, retries, delay),
-        }
+        )
         plain = Exchange(self.queries.acquire_retrying, params, answers.read_retrying_claim)
-        return self._via("acquire_retrying", {**params, "fencing": self.fencing}, plain)
+        return self._via("acquire_retrying", params, plain, fenced=True)
 
     def reopen(
         self, key: str, value: str, slot_end: datetime, delay: float
@@ -114,69 +110,44 @@ class LockStatements:
     ) -> Exchange[Acquired]:
         """Take the schedule row ``key`` until the end of the slot the database clock
         is in, among ``candidates``."""
-        params: dict[str, Any] = {
-            "key": key,
-            "pause": pause_key_of(key),
-            "owner": owner,
-            "covered_from": candidates.covered_from,
-        }
-        called = {
-            **params,
-            "ends": candidates.ends,
-            "latest": candidates.latest_starts,
-            "fencing": self.fencing,
-        }
+        params = _claim(key, owner, covered_from=candidates.covered_from)
+        called = {**params, "ends": candidates.ends, "latest": candidates.latest_starts}
         ends = zip(candidates.ends, candidates.latest_starts, strict=True)
         for i, (end, latest) in enumerate(ends):
             params[f"end_{i}"] = end
             params[f"latest_{i}"] = latest
         plain = Exchange(self.queries.acquire_by_clock, params, answers.read_by_clock)
-        return self._via("acquire_by_clock", called, plain)
+        return self._via("acquire_by_clock", called, plain, fenced=True)
 
     def acquire_for(self, key: str, owner: str, ttl: float) -> Exchange[Acquired]:
         """Take the lease row ``key`` for ``ttl`` seconds."""
-        params = {"key": key, "pause": pause_key_of(key), "owner": owner, "ttl": ttl}
+        params = _claim(key, owner, ttl=ttl)
         plain = Exchange(self.queries.acquire_for, params, answers.lease_reader(ttl))
         return self._acquire(key, owner, plain, ttl=float(ttl))
 
     def take_over(self, key: str, owner: str, successor: str, ttl: float) -> Exchange[Acquired]:
         """Take the lease row ``key`` handed over to ``successor`` for ``ttl`` seconds."""
-        params = {
-            "key": key,
-            "pause": pause_key_of(key),
-            "owner": owner,
-            "successor": handed(successor),
-            "ttl": ttl,
-        }
+        params = _claim(key, owner, successor=handed(successor), ttl=ttl)
         plain = Exchange(self.queries.take_over, params, answers.lease_reader(ttl))
-        return self._via("take_over", {**params, "fencing": self.fencing}, plain)
+        return self._via("take_over", params, plain, fenced=True)
 
     def acquire_slot(self, keys: list[str], owner: str, ttl: float) -> Exchange[SlotAnswer]:
         """Take the first free row among the slot rows ``keys`` (``keys[0]`` is the
         plain lease row) for ``ttl`` seconds."""
         params = {"keys": keys, "pause": pause_key_of(keys[0]), "owner": owner, "ttl": ttl}
         plain = Exchange(self.queries.acquire_slot, params, answers.slot_reader(ttl))
-        return self._via("acquire_slot", {**params, "fencing": self.fencing}, plain)
+        return self._via("acquire_slot", params, plain, fenced=True)
 
-    def look_until(self, key: str) -> Exchange[Acquired | None]:
-        """``acquire_until``'s refusal by a live row, read without the upsert."""
-        return self._look(key)
-
-    def look_by_clock(self, key: str, candidates: SlotCandidates) -> Exchange[Acquired | None]:
-        """``acquire_by_clock``'s refusal by a live row, read without the upsert."""
-        return self._look(key, pick=candidates.pick)
-
-    def look_for(self, key: str, ttl: float) -> Exchange[Acquired | None]:
-        """``acquire_for``'s refusal by a live row, read without the upsert."""
-        return self._look(key, ttl=ttl)
-
-    def _look(
+    def look(
         self,
         key: str,
         *,
         ttl: float | None = None,
         pick: Callable[[datetime], datetime | None] | None = None,
     ) -> Exchange[Acquired | None]:
+        """The refusal by a live row of ``acquire_until`` (with ``ttl``, of
+        ``acquire_for``; with a candidates' ``pick``, of ``acquire_by_clock``), read
+        without the upsert."""
         pause = pause_key_of(key)
         reader = answers.look_reader(key, pause, ttl=ttl, pick=pick)
         return Exchange(self.queries.look, {"key": key, "pause": pause}, reader)
@@ -212,23 +183,9 @@ class LockStatements:
         return Exchange(self.queries.now, {}, answers.read_clock)
 
 
-_PARAMS = {
-    "acquire": ["key", "pause", "owner", "expire_at", "ttl", "fencing"],
-    "acquire_by_clock": ["key", "pause", "owner", "covered_from", "ends", "latest", "fencing"],
-    "renew": ["keys", "owners", "ttls"],
-    "release": ["key", "owner", "channel", "wake_key"],
-}
-"""Each function's arguments, named as its call's parameters."""
-
-
-def _calls(table_parts: tuple[str, ...]) -> dict[str, Any]:
-    calls = {
-        name: protocol.call(table_parts, name, tuple(params)) for name, params in _PARAMS.items()
-    }
-    for wrapped in WRAPPED:
-        params = (*wrapped.params, *(("fencing",) if wrapped.fenced else ()))
-        calls[wrapped.name] = protocol.call(table_parts, wrapped.name, params)
-    return calls
+def _claim(key: str, owner: str, **more: Any) -> dict[str, Any]:
+    """The parameters of an acquisition of the row ``key`` by ``owner``, and ``more``."""
+    return {"key": key, "pause": pause_key_of(key), "owner": owner, **more}
 
 
 def _waking(owner: str, lock_key: str, mode: str) -> dict[str, Any]:

@@ -40,32 +40,20 @@ from dislock.core.policy_functions import beside, beside_parts
 from dislock.core.refusal import NO_GRANT
 from dislock.core.rows import PAUSE_PREFIX, RELEASED_MARK
 from dislock.core.waiting import wake_payload
-from dislock.core.wrapped import WRAPPED, arguments, wrapped_sql
+from dislock.core.wrapped import CALLED, argument_types, wrapped_sql
 
 VERSION = "dislock protocol 3"
 """The comment on the acquiring function: ``init`` rewrites functions of another one."""
 
-SUFFIXES = {
-    "lock_of": "_dislock_lock_of",
-    "caller": "_dislock_caller",
-    "acquire": "_dislock_acquire",
-    "acquire_by_clock": "_dislock_acquire_by_clock",
-    "renew": "_dislock_renew",
-    "release": "_dislock_release",
-    **{w.name: f"_dislock_{w.name}" for w in WRAPPED},
-}
-"""Each function's name after the table's (``beside``)."""
-
 ARGUMENTS = {
     "lock_of": "text[], text",
     "caller": "text, text",
-    "acquire": "text, text, text, timestamptz, float8, boolean",
-    "acquire_by_clock": "text, text, text, timestamptz, timestamptz[], timestamptz[], boolean",
-    "renew": "text[], text[], float8[]",
-    "release": "text, text, text, text",
-    **{w.name: arguments(w.name) for w in WRAPPED},
+    **{name: argument_types(arguments) for name, arguments in CALLED.items()},
 }
 """Each function's argument types, as ``regprocedure`` names them."""
+
+SUFFIXES = {name: f"_dislock_{name}" for name in ARGUMENTS}
+"""Each function's name after the table's (``beside``)."""
 
 LOCK_ROW = rf"^{KEY_PREFIX}:(?:schedule|lease|group)(?:#{SLOT_NUMBER})?:(.*)$"
 """The row keys a team may write through the functions, its lock key captured: a
@@ -152,14 +140,24 @@ def protocol_sql(table_parts: tuple[str, str]) -> sql.Composed:
     return sql.SQL("{};\n{}\n{};").format(wrapped_sql(table_parts, names), written, owned)
 
 
+INSTALLED = sql.SQL(
+    "SELECT coalesce(obj_description(to_regprocedure(%(function)s), 'pg_proc') = %(version)s"
+    " AND NOT EXISTS (SELECT FROM unnest(%(others)s::text[]) AS other"
+    " WHERE to_regprocedure(other) IS NULL), false) AS installed"
+)
+
+
+def installed_beside(version: str, function: str, *others: str) -> Exchange[bool]:
+    """Whether the functions of ``version`` are beside a table (``init``'s question
+    before it writes them): ``function`` (a signature) carries ``version`` in its
+    comment, and the functions ``others`` exist."""
+    params = {"function": function, "version": version, "others": list(others)}
+    return Exchange(INSTALLED, params, read_flag)
+
+
 def installed(table_parts: tuple[str, ...]) -> Exchange[bool]:
-    """Whether the functions of this version are beside ``table_parts``."""
-    query = sql.SQL(
-        "SELECT coalesce(obj_description(to_regprocedure(%(acquire)s), 'pg_proc')"
-        " = %(version)s, false) AS installed"
-    )
-    params = {"acquire": signature(table_parts, "acquire"), "version": VERSION}
-    return Exchange(query, params, read_flag)
+    """Whether the lock functions of this version are beside ``table_parts``."""
+    return installed_beside(VERSION, signature(table_parts, "acquire"))
 
 
 def call(table_parts: tuple[str, ...], name: str, params: tuple[str, ...]) -> sql.Composed:

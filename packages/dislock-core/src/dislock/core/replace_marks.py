@@ -33,6 +33,7 @@ from typing import Any, NamedTuple
 
 from psycopg import sql
 
+from dislock.core.answers import read_released
 from dislock.core.exchange import Exchange, Rows, select_list
 
 REPLACED_MARK = " (replaced by "
@@ -77,10 +78,6 @@ def _via(table_parts: tuple[str, ...], name: str, plain: Exchange[Any]) -> Excha
     return protocol.via_function(table_parts, plain._replace(query=call), plain)
 
 
-def _table(table_parts: tuple[str, ...]) -> sql.Identifier:
-    return sql.Identifier(*table_parts)
-
-
 @lru_cache(maxsize=32)
 def mark_query(table_parts: tuple[str, ...]) -> sql.Composed:
     """Mark the live lease row ``key`` for ``successor``, unless a replacer marked it
@@ -92,7 +89,7 @@ def mark_query(table_parts: tuple[str, ...]) -> sql.Composed:
         " AND strpos(value, %(handed)s) = 0"
         " RETURNING {columns}"
     ).format(
-        table=_table(table_parts),
+        table=sql.Identifier(*table_parts),
         columns=select_list(
             Marked._fields,
             holder=sql.SQL("left(value, -length(%(mark)s))"),
@@ -131,7 +128,7 @@ def hand_over_query(table_parts: tuple[str, ...]) -> sql.Composed:
         " WHERE key = %(key)s AND starts_with(value, %(prefix)s) AND right(value, 1) = ')'"
         " AND expire_at > NOW()"
         " RETURNING left(value, -length(%(handed)s))"
-    ).format(table=_table(table_parts))
+    ).format(table=sql.Identifier(*table_parts))
 
 
 def hand_over(table_parts: tuple[str, ...], key: str, owner: str) -> Exchange[str | None]:
@@ -164,7 +161,7 @@ def withdraw_query(table_parts: tuple[str, ...]) -> sql.Composed:
         " WHERE key = %(key)s AND expire_at > NOW()"
         " AND (value = %(handed)s OR right(value, length(%(mark)s)) = %(mark)s)"
         " RETURNING 1"
-    ).format(table=_table(table_parts))
+    ).format(table=sql.Identifier(*table_parts))
 
 
 def withdraw(
@@ -178,11 +175,9 @@ def withdraw(
         "handed": handed(successor),
         "released": released,
     }
-    return _via(table_parts, "withdraw", Exchange(withdraw_query(table_parts), params, _read_any))
-
-
-def _read_any(rows: Rows) -> bool:
-    return len(rows) > 0
+    return _via(
+        table_parts, "withdraw", Exchange(withdraw_query(table_parts), params, read_released)
+    )
 
 
 class KeyValue(NamedTuple):
@@ -197,7 +192,7 @@ def values_query(table_parts: tuple[str, ...]) -> sql.Composed:
     """The ``KeyValue`` of the rows ``keys``."""
     columns = select_list(KeyValue._fields, key=sql.SQL("key"), value=sql.SQL("value"))
     return sql.SQL("SELECT {columns} FROM {table} WHERE key = ANY(%(keys)s::text[])").format(
-        columns=columns, table=_table(table_parts)
+        columns=columns, table=sql.Identifier(*table_parts)
     )
 
 

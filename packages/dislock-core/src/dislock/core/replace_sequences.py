@@ -3,7 +3,7 @@ steps: marking the live holder's lease row, waiting for it to be handed over (or
 expire) and taking it, and withdrawing when it gives up.
 
 The marks and statements are ``dislock.core.replace_marks``'s; the holder's hand-over is
-part of its release (``dislock.core.acquisition.releasing``); ``LeaseLock`` drives
+part of its release (``dislock.core.lease_acquisition.releasing``); ``LeaseLock`` drives
 the sequences, and withdraws the mark itself when it is interrupted.
 """
 
@@ -14,24 +14,13 @@ import socket
 
 import psycopg
 
-from dislock.core.acquisition import (
-    Ask,
-    Connect,
-    Given,
-    LeaseTry,
-    Pause,
-    Steps,
-    claiming,
-    let_go,
-    releasing,
-    trying_lease,
-)
+from dislock.core.acquisition import Ask, Given, Pause, Steps, claiming
 from dislock.core.context import LockContext
 from dislock.core.dsn import scrub
-from dislock.core.lease_clock import LeaseClock, LeaseSettings
+from dislock.core.lease_acquisition import LeaseTry, kept, starting, trying_lease
+from dislock.core.lease_clock import LeaseSettings
 from dislock.core.lock_statements import statements_for
 from dislock.core.patience import ConnectPatience
-from dislock.core.pause import paused_error
 from dislock.core.refusal import refused
 from dislock.core.replace_marks import (
     POLL_SECONDS,
@@ -79,27 +68,19 @@ def taking_over(
     """One try at the lease row handed over to ``text``: taken (with its clock, as
     ``trying_lease`` takes a row), or None while it has not been."""
     key = lease_key(context.lock_key)
-    yield Connect(patience)
-    sent_at = given.clock()
-    lease_clock = LeaseClock(settings, acquired_at=sent_at)
+    lease_clock, timeout = yield from starting(settings, patience, given)
     answer = yield from claiming(
         statements_for(context).take_over(key, context.owner, text, settings.ttl),
-        lease_clock.attempt_timeout(sent_at),
+        timeout,
         context=context,
         key=key,
         what=f"lease {key!r}",
         patience=patience,
         given=given,
     )
-    if answer.paused_until is not None:
-        raise paused_error(context.lock_key, answer.paused_for, answer.paused_until)
-    if not answer.acquired:
-        return None
-    if lease_clock.check_deadline(given.clock()):
-        released = yield from releasing(context, key, settings.ttl)
-        let_go(context, key, settings.ttl, released=released, given=given)
-        return None
-    return LeaseTry(key, lease_clock, answer.token, None)
+    if (yield from kept(context, settings, key, answer, answer.acquired, lease_clock, given)):
+        return LeaseTry(key, lease_clock, answer.token, None)
+    return None
 
 
 def replacing(

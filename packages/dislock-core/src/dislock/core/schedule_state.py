@@ -2,7 +2,7 @@
 statements after the run: marking a successful attempt done, reopening a failed one.
 
 Both flavours' ``ScheduleLock`` extend ``ScheduleState``; what they add is the sending
-(the claim, ``dislock.core.acquisition.claiming_schedule_slot``, and the sequences
+(the claim, ``dislock.core.schedule_claiming.claiming_schedule_slot``, and the sequences
 below, each on a connection of its own).
 """
 

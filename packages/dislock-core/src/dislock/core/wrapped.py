@@ -23,6 +23,11 @@ from dislock.core.failover import TTL_KEY_PREFIX
 TYPES = {
     "key": "text",
     "keys": "text[]",
+    "owners": "text[]",
+    "ttls": "float8[]",
+    "covered_from": "timestamptz",
+    "ends": "timestamptz[]",
+    "latest": "timestamptz[]",
     "pause": "text",
     "owner": "text",
     "ttl": "float8",
@@ -66,6 +71,11 @@ class Wrapped(NamedTuple):
     """The row whose absence makes the call take a new key (its quota), or NULL."""
     fenced: bool = False
     """Whether the statement differs with fencing tokens (an argument ``p_fencing``)."""
+
+    @property
+    def arguments(self) -> tuple[str, ...]:
+        """The function's arguments, named as its call's parameters."""
+        return (*self.params, "fencing") if self.fenced else self.params
 
 
 WRAPPED = (
@@ -135,6 +145,23 @@ WRAPPED = (
     ),
 )
 
+HOT = {
+    "acquire": ("key", "pause", "owner", "expire_at", "ttl", "fencing"),
+    "acquire_by_clock": ("key", "pause", "owner", "covered_from", "ends", "latest", "fencing"),
+    "renew": ("keys", "owners", "ttls"),
+    "release": ("key", "owner", "channel", "wake_key"),
+}
+"""The hot functions, written out in ``sql/protocol.sql``: their arguments."""
+
+CALLED = {**HOT, **{wrapped.name: wrapped.arguments for wrapped in WRAPPED}}
+"""Every lock function a statement is sent as, and its arguments."""
+
+
+def argument_types(arguments: tuple[str, ...]) -> str:
+    """The types of ``arguments``, as ``regprocedure`` names them."""
+    return ", ".join(TYPES[argument] for argument in arguments)
+
+
 RECORD = sql.SQL("({} || v_role)").format(sql.Literal(TTL_KEY_PREFIX))
 """The longest-TTL record of the role whose grant let the caller in."""
 
@@ -175,8 +202,7 @@ def wrapped_sql(table_parts: tuple[str, str], names: dict[str, sql.Identifier]) 
     functions beside the table (``dislock.core.protocol.function``), ``caller``'s too."""
     statements = []
     for wrapped in WRAPPED:
-        params = wrapped.params + (("fencing",) if wrapped.fenced else ())
-        arguments = ", ".join(f"p_{name} {TYPES[name]}" for name in params)
+        arguments = ", ".join(f"p_{name} {TYPES[name]}" for name in wrapped.arguments)
         if wrapped.fenced:
             body = (
                 f"IF p_fencing THEN {_body(table_parts, wrapped, True)}"
@@ -204,10 +230,3 @@ def wrapped_sql(table_parts: tuple[str, str], names: dict[str, sql.Identifier]) 
             )
         )
     return sql.SQL(";\n").join(statements)
-
-
-def arguments(name: str) -> str:
-    """The argument types of the wrapped function ``name``, as ``regprocedure`` names them."""
-    (wrapped,) = (w for w in WRAPPED if w.name == name)
-    params = wrapped.params + (("fencing",) if wrapped.fenced else ())
-    return ", ".join(TYPES[param] for param in params)

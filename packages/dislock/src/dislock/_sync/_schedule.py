@@ -3,20 +3,20 @@
 """``ScheduleLock``: one start per schedule slot.
 
 Which slot, and the statements that claim it in which order, are
-``dislock.core.acquisition``'s.
+``dislock.core.schedule_claiming``'s.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
 
-from dislock.core.acquisition import claiming_schedule_slot, schedule_refusal
 from dislock.core.after import DependencyPending
 from dislock.core.answers import Acquired
 from dislock.core.context import LockContext
 from dislock.core.exit_arguments import Exc, ExcType, Tb
 from dislock.core.kinds import SCHEDULE
 from dislock.core.patience import ConnectPatience
+from dislock.core.schedule_claiming import claiming_schedule_slot, schedule_refusal
 from dislock.core.schedule_state import ScheduleState
 
 from ._hub import GIVEN, drive_briefly, enter_hub, leave_hub

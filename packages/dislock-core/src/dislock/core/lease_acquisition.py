@@ -1,0 +1,186 @@
+"""A lease's acquisition in ``dislock.core.acquisition``'s steps: one try at its row
+(or at a free slot of an N-slot lease), its release, and the hand-over to a replacer.
+
+A slot lost in a race is tried again while others looked free; a lease whose answer
+came too late to work on is released rather than worked on.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import NamedTuple
+
+from dislock.core.acquisition import Ask, Connect, Given, Steps, claiming, claiming_slot, riding_out
+from dislock.core.answers import Acquired, SlotAnswer
+from dislock.core.context import LockContext
+from dislock.core.dsn import scrub
+from dislock.core.lease_clock import LeaseClock, LeaseSettings
+from dislock.core.lock_statements import statements_for
+from dislock.core.patience import ConnectPatience
+from dislock.core.pause import paused_error
+from dislock.core.replace_marks import hand_over
+from dislock.core.timeouts import RELEASE_TIMEOUT
+from dislock.core.waiting import slot_keys, slot_retry
+
+logger = logging.getLogger("dislock")
+
+
+class LeaseTry(NamedTuple):
+    """One try at a lease (or at a free slot of it)."""
+
+    key: str
+    """The row taken; when none was, the lease's row."""
+    clock: LeaseClock | None
+    """The lease's clock, started as its statement was sent; None: not taken."""
+    fence: int | None
+    delayed_until: datetime | None
+    """The end of a lock delay after a failover that refused the try."""
+
+
+def trying_lease(
+    context: LockContext,
+    settings: LeaseSettings,
+    patience: ConnectPatience,
+    *,
+    given: Given,
+) -> Steps[LeaseTry]:
+    """``_trying_lease``, ridden out (``riding_out``): the lease's clock starts again
+    with each try."""
+    return riding_out(
+        lambda: _trying_lease(context, settings, patience, given), patience, given.clock
+    )
+
+
+def _trying_lease(
+    context: LockContext, settings: LeaseSettings, patience: ConnectPatience, given: Given
+) -> Steps[LeaseTry]:
+    """One try at ``context``'s lease: its row, or with ``slots`` a free slot row (tried
+    again at once while the race for one was lost and others looked free).  A pause
+    raises ``LockPausedError``; an answer that came after the lease's deadline is
+    released rather than worked on."""
+    statements = statements_for(context)
+    keys = slot_keys(context.lock_key, context.slots, context.lease_mode)
+    attempts = 0
+    while True:
+        attempts += 1
+        lease_clock, timeout = yield from starting(settings, patience, given)
+        answer: Acquired | SlotAnswer
+        if context.slots == 1:
+            key = keys[0]
+            answer = yield from claiming(
+                statements.acquire_for(key, context.owner, settings.ttl),
+                timeout,
+                context=context,
+                key=key,
+                what=f"lease {key!r}",
+                patience=patience,
+                look=statements.look(key, ttl=settings.ttl),
+                given=given,
+            )
+            taken, free = answer.acquired, 0
+        else:
+            answer = yield from claiming_slot(
+                statements.acquire_slot(keys, context.owner, settings.ttl),
+                timeout,
+                context=context,
+                keys=keys,
+                what=f"a slot of lease {keys[0]!r}",
+                patience=patience,
+                given=given,
+            )
+            key = answer.key or keys[0]
+            taken, free = answer.key is not None, answer.free
+        if (yield from kept(context, settings, key, answer, taken, lease_clock, given)):
+            return LeaseTry(key, lease_clock, answer.token, answer.delayed_until)
+        if not slot_retry(free=free, attempts=attempts, slots=context.slots):
+            return LeaseTry(key, None, None, answer.delayed_until)
+
+
+def starting(
+    settings: LeaseSettings, patience: ConnectPatience, given: Given
+) -> Steps[tuple[LeaseClock, float]]:
+    """Connect, then start a try's lease clock: its clock, and the statement's timeout.
+    Connected first, so that waiting for a connection does not eat into the lease's time."""
+    yield Connect(patience)
+    sent_at = given.clock()
+    lease_clock = LeaseClock(settings, acquired_at=sent_at)
+    return lease_clock, lease_clock.attempt_timeout(sent_at)
+
+
+def kept(
+    context: LockContext,
+    settings: LeaseSettings,
+    key: str,
+    answer: Acquired | SlotAnswer,
+    taken: bool,
+    lease_clock: LeaseClock,
+    given: Given,
+) -> Steps[bool]:
+    """Whether the row ``key`` a try ``taken`` is kept: a pause raises
+    ``LockPausedError`` (fleet-wide: not worth waiting for, not a held lease); an
+    answer that came so late that the row may be free again is handed back."""
+    if answer.paused_until is not None:
+        raise paused_error(context.lock_key, answer.paused_for, answer.paused_until)
+    if taken and lease_clock.check_deadline(given.clock()):
+        released = yield from releasing(context, key, settings.ttl)
+        let_go(context, key, settings.ttl, released=released, given=given)
+        return False
+    return taken
+
+
+def releasing(context: LockContext, key: str, ttl: float) -> Steps[bool]:
+    """Expire the lease row ``key`` now (owner-guarded), waking the lease's waiters:
+    whether the release was confirmed (if not, the row expires within ``ttl``).  A
+    row that was no longer ours to release may have been marked by a replacer
+    since the last renewal: it is handed over (``handing_over``)."""
+    release = statements_for(context).release(
+        key, context.owner, context.lock_key, context.lease_mode
+    )
+    try:
+        ended: bool = yield Ask(release, RELEASE_TIMEOUT)
+        if not ended:
+            yield from handing_over(context, key)
+    except Exception as exc:
+        logger.warning(
+            "could not release lease %s (it expires by itself within %g s): %s",
+            key,
+            ttl,
+            scrub(str(exc), context.url),
+        )
+        return False
+    logger.info("released lease %s", key)
+    return True
+
+
+def let_go(context: LockContext, key: str, ttl: float, *, released: bool, given: Given) -> None:
+    """Tell ``given.held`` that the row ``key`` is no longer held: ``released`` (the
+    release was confirmed just now), or left to expire by itself within the TTL, or
+    later if a renewal stuck on a retired connection still goes through."""
+    now = given.clock()
+    given.held.let_go(
+        tuple(context.table_parts),
+        key,
+        context.owner,
+        visible_until=now if released else now + 2 * ttl,
+        forget_at=now + 3 * ttl,
+    )
+
+
+def handing_over(context: LockContext, key: str) -> Steps[str | None]:
+    """Hand ``context``'s marked lease row ``key`` to the replacer that marked it,
+    once the holder's work is over: who took it (None: the row was not marked, or
+    has expired already), best effort."""
+    exchange = hand_over(tuple(context.table_parts), key, context.owner)
+    try:
+        taker: str | None = yield Ask(exchange, RELEASE_TIMEOUT)
+    except Exception as exc:
+        logger.warning(
+            "could not hand lease %s over (its replacer takes it as it expires): %s",
+            key,
+            scrub(str(exc), context.url),
+        )
+        return None
+    if taker is not None:
+        logger.info("handed lease %s over to %s", key, taker)
+    return taker

@@ -3,7 +3,7 @@ order, and what each answer decides.
 
 A sequence is a generator, in the manner of psycopg's ``generators``: it yields
 ``Step``s and is fed their answers, and returns the outcome or raises the documented
-error.  ``dislock.aio._acquiring.drive`` (and its generated sync twin) carries the
+error.  ``dislock.aio._hub.Hub.drive`` (and its generated sync twin) carries the
 steps out; nothing here touches a socket, so every path of an acquisition can be
 followed without a database (``tests/unit/test_acquisition.py``).  The schedule
 slot's claim is ``dislock.core.schedule_claiming``'s, the lease's tries
@@ -88,7 +88,7 @@ Clock = Callable[[], float]
 
 class Given(NamedTuple):
     """What a sequence reads of the process, not of the database, handed in by its
-    driver (``dislock.aio._acquiring.GIVEN``) so that a test gives its own: the
+    driver (``dislock.aio._hub.GIVEN``) so that a test gives its own: the
     monotonic clock, the local wall clock (aware), and the process's rows (``HELD``)."""
 
     clock: Clock

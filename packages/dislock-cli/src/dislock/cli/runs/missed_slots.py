@@ -1,5 +1,6 @@
-"""The slots of a schedule in which no run started (``missed_slots``), and those a run
-still going covered (``split_covered``: a lease job that outlasts its interval)."""
+"""The slots of a schedule, the slot each run began in (``slot_indexes``), and the
+slots a run still going covered (``split_covered``: a lease job that outlasts its
+interval)."""
 
 from __future__ import annotations
 
@@ -125,14 +126,6 @@ def slot_indexes(
     return found
 
 
-def missed_slots(
-    slots: Sequence[Slot], starts: Sequence[tuple[datetime, datetime | None]]
-) -> list[Slot]:
-    """The slots in which none of ``starts`` began (``slot_indexes``)."""
-    begun = set(slot_indexes(slots, starts))
-    return [slot for index, slot in enumerate(slots) if index not in begun]
-
-
 class Span(NamedTuple):
     """A lease run's span, from its start to its end (None: it holds the lease still).  An
     abandoned run has none: when its lease ran out is not known."""
@@ -233,7 +226,7 @@ def from_first_run(
 ) -> list[Slot]:
     """``slots`` from the one the first of ``starts`` belongs to on (all of them without
     starts): a job new within a window has not missed the slots before it existed.  A
-    run's slot is read as ``missed_slots`` reads it."""
+    run's slot is read as ``slot_indexes`` reads it."""
     from dislock.core.cron import EARLY_FIRE_TOLERANCE
 
     if not starts:

@@ -11,7 +11,7 @@ from typing import NamedTuple
 from psycopg import sql
 
 from dislock.cli.runs.run_history import still_held
-from dislock.cli.shown import read
+from dislock.cli.shown import read, rows_of
 from dislock.core.errors import ConfigurationError
 from dislock.core.exchange import Exchange, Rows, select_list
 from dislock.core.held_back import HELD_BACK
@@ -63,11 +63,7 @@ def starts(
         " FROM (VALUES (1)) AS one"
         " LEFT JOIN {history} AS h ON h.lock_key = %(key)s AND h.started_at >= %(since)s"
     ).format(columns=columns, history=sql.Identifier(*history))
-    return Exchange(query, {"key": key, "since": since}, _read_starts)
-
-
-def _read_starts(rows: Rows) -> list[StartRow]:
-    return list(map(StartRow._make, rows))
+    return Exchange(query, {"key": key, "since": since}, rows_of(StartRow))
 
 
 class Slot(NamedTuple):
@@ -148,15 +144,14 @@ class SpanRow(NamedTuple):
     """Without an end: whether it still holds its lease (otherwise it is abandoned)."""
 
 
-def span_columns(run: str, locks: tuple[str, ...]) -> sql.Composed:
-    """A ``SpanRow``'s columns of the history row ``run`` (an alias), in its order."""
+def span_columns(run: str, locks: tuple[str, ...]) -> dict[str, sql.Composable]:
+    """The end of the history row ``run`` (an alias) and whether it still holds its lock:
+    a ``SpanRow``'s columns but its start."""
     ran = sql.Identifier(run)
-    return select_list(
-        SpanRow._fields,
-        started_at=sql.SQL("{}.started_at").format(ran),
-        ended_at=sql.SQL("{}.ended_at").format(ran),
-        running=sql.SQL("{}.ended_at IS NULL AND {}").format(ran, still_held(run, locks)),
-    )
+    return {
+        "ended_at": sql.SQL("{}.ended_at").format(ran),
+        "running": sql.SQL("{}.ended_at IS NULL AND {}").format(ran, still_held(run, locks)),
+    }
 
 
 def spans(
@@ -177,8 +172,12 @@ def spans(
         " AND (b.ended_at IS NULL OR b.ended_at > %(since)s)"
     ).format(
         table=table,
-        h=span_columns("h", locks),
-        b=span_columns("b", locks),
+        h=select_list(
+            SpanRow._fields, started_at=sql.SQL("h.started_at"), **span_columns("h", locks)
+        ),
+        b=select_list(
+            SpanRow._fields, started_at=sql.SQL("b.started_at"), **span_columns("b", locks)
+        ),
         limit=sql.Literal(SPANS_BEFORE),
     )
     return Exchange(query, {"key": key, "since": since}, _read_spans)

@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 
 from psycopg import sql
 
-from dislock.cli.shown import READ, cut, read, was_cut
+from dislock.cli.shown import READ, cut, read, rows_of, was_cut
 from dislock.core import operator_commands
 from dislock.core.bounds import SHOWN_CHARS, clip, printable
 from dislock.core.exchange import Exchange, Rows, read_flag, select_list
@@ -195,18 +195,7 @@ def latest(history: tuple[str, ...], locks: tuple[str, ...]) -> Exchange[list[La
         slot=sql.Literal(slot),
         events=sql.Literal(list(operator_commands.OUTCOMES)),
     )
-    return Exchange(query, {}, _read_latest)
-
-
-def _read_latest(rows: Rows) -> list[Latest]:
-    return [
-        row._replace(
-            key=cut(row.key),
-            outcome=None if row.outcome is None else cut(row.outcome),
-            host=row.host and cut(row.host),
-        )
-        for row in map(Latest._make, rows)
-    ]
+    return Exchange(query, {}, rows_of(Latest, "key", "outcome", "host"))
 
 
 class Latest(NamedTuple):

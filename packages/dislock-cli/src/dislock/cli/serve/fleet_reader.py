@@ -33,13 +33,11 @@ from dislock.cli.serve.scrape import (
     SCRAPE_STATEMENT_TIMEOUT_MS,
     ScrapeStatements,
     lock_delay_end_of,
-    span_of_row,
 )
 from dislock.cli.serve.slot_windows import ScheduleWindows
 from dislock.core.dsn import connection_kwargs, scrub
 from dislock.core.grant_catalog import audit
 from dislock.core.held_back import HELD_BACK
-from dislock.core.operator_commands import PAUSED, RERUN, RESUMED
 
 logger = logging.getLogger("dislock.serve")
 
@@ -207,34 +205,18 @@ class FleetReader:
             census = send(conn, statements.census(floor))
             self._counts.absorb_initial(floor, census)
         if not self._starts.loaded:
-            for run in send(conn, statements.window_starts(since)):
-                self._starts.add(
-                    run.id, run.lock_key, run.started_at, run.slot_end, run.outcome, run.running
-                )
-                self._starts.set_span(run.id, run.lock_key, span_of_row(run))
+            self._starts.take(send(conn, statements.window_starts(since)), since)
             for event in send(conn, statements.window_events(since)):
-                self._starts.add_event(
-                    event.id, event.lock_key, event.outcome, event.started_at, event.slot_end
-                )
+                self._starts.add_event(event)
             # Runs begun before the window may cover its first slots; later scrapes
             # see them again only while they are unfinished (pending).
             for earlier in send(conn, statements.spans_before(since, keys)):
-                self._starts.set_span(earlier.id, earlier.lock_key, span_of_row(earlier))
+                self._starts.set_span(earlier)
             self._starts.loaded = True
         assert self._counts.floor is not None  # set by the census
         rows = send(conn, statements.new_runs(self._counts.floor, sorted(self._counts.pending)))
         self._counts.absorb(floor, rows)
-        for run in rows:
-            if run.outcome in (PAUSED, RESUMED, RERUN):
-                self._starts.add_event(
-                    run.id, run.lock_key, run.outcome, run.started_at, run.slot_end
-                )
-            if run.scheduled and run.started_at >= since:
-                self._starts.add(
-                    run.id, run.lock_key, run.started_at, run.slot_end, run.outcome, run.running
-                )
-            if run.scheduled:
-                self._starts.set_span(run.id, run.lock_key, span_of_row(run))
+        self._starts.take(rows, since)
         self._starts.trim(since)
 
     def _schedules(

@@ -261,7 +261,7 @@ def readings_of(
         cron_tz=sql.SQL("coalesce({}, 'UTC')").format(read("cron_tz")),
         runs=sql.SQL("count(*)"),
         hosts=sql.SQL(
-            "substr(string_agg(DISTINCT {host}, ', ' ORDER BY {host}), 1, {most})"
+            "coalesce(substr(string_agg(DISTINCT {host}, ', ' ORDER BY {host}), 1, {most}), '')"
         ).format(host=host, most=sql.Literal(READ)),
     )
     # Grouped and ordered by position: ``cron`` names both a column read and the
@@ -272,14 +272,8 @@ def readings_of(
         " AND (%(key)s::text IS NULL OR lock_key = %(key)s::text)"
         " GROUP BY 1, 2, 3 ORDER BY 1, 4 DESC, 2, 3"
     ).format(columns=columns, table=sql.Identifier(*history))
-    return Exchange(query, {"key": key, "since": since}, _read_readings)
-
-
-def _read_readings(rows: Rows) -> list[Reading]:
-    return [
-        Reading(cut(row.key), cut(row.cron), cut(row.cron_tz), row.runs, cut(row.hosts or ""))
-        for row in map(Reading._make, rows)
-    ]
+    read_readings = rows_of(Reading, "key", "cron", "cron_tz", "hosts")
+    return Exchange(query, {"key": key, "since": since}, read_readings)
 
 
 class Reading(NamedTuple):

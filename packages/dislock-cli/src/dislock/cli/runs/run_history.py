@@ -14,7 +14,7 @@ from psycopg import sql
 from dislock.cli.shown import READ, cut, read, rows_of, was_cut
 from dislock.core import operator_commands
 from dislock.core.bounds import SHOWN_CHARS, clip, printable
-from dislock.core.exchange import Exchange, Rows, read_flag, select_list
+from dislock.core.exchange import Exchange, Rows, read_flag, read_value, select_list
 from dislock.core.history import TAILS
 from dislock.core.rows import lease_key, schedule_key
 from dislock.core.variables import OUTPUT_TAIL
@@ -326,9 +326,4 @@ def prune(history: tuple[str, ...], older: timedelta) -> Exchange[int]:
         pause=sql.Literal(operator_commands.PAUSE_MODES),
         paused=sql.Literal(operator_commands.PAUSED),
     )
-    return Exchange(query, {"older": older.total_seconds()}, _read_count)
-
-
-def _read_count(rows: Rows) -> int:
-    ((count,),) = rows
-    return int(count)
+    return Exchange(query, {"older": older.total_seconds()}, read_value)

@@ -12,7 +12,7 @@ from psycopg import sql
 from dislock.cli.runs.missed_slots import SPANS_BEFORE, Span, SpanRow, span_columns, span_of
 from dislock.cli.runs.run_history import tail_column
 from dislock.cli.shown import known_outcome, read, rows_of
-from dislock.core.exchange import Exchange, Rows, select_list
+from dislock.core.exchange import Exchange, Rows, read_value, select_list
 from dislock.core.failover import TIMELINE_KEY, longest_delay
 from dislock.core.history import TAILS
 from dislock.core.operator_commands import (
@@ -29,13 +29,6 @@ SCRAPE_STATEMENT_TIMEOUT_MS = 5000
 not as a scrape that hangs until Prometheus gives up on it."""
 
 
-def _read_delay_end(rows: Rows) -> datetime | None:
-    if not rows:
-        return None
-    ((ends,),) = rows
-    return ends if isinstance(ends, datetime) else None
-
-
 def lock_delay_end_of(table: tuple[str, ...]) -> Exchange[datetime | None]:
     """The end of the longest lock delay after the latest failover; None before the first
     acquisition.  Unlike ``check``'s ``delay_state`` it does not read the server's
@@ -46,7 +39,7 @@ def lock_delay_end_of(table: tuple[str, ...]) -> Exchange[datetime | None]:
         table=table_id,
         key=sql.Literal(TIMELINE_KEY),
     )
-    return Exchange(query, {}, _read_delay_end)
+    return Exchange(query, {}, read_value)
 
 
 RECENT_SECONDS = 60
@@ -166,7 +159,7 @@ class ScrapeStatements:
 
     def floor(self, recent: float) -> Exchange[int]:
         """``RunCounts.floor``: the newest run that started more than ``recent`` seconds ago."""
-        return Exchange(self._floor, {"recent": recent}, _read_floor)
+        return Exchange(self._floor, {"recent": recent}, read_value)
 
     def census(self, floor: int) -> Exchange[list[CensusRow]]:
         """The first scrape's count of the runs up to ``floor``."""
@@ -269,11 +262,6 @@ def _spans_before(table: sql.Identifier, locks: tuple[str, ...]) -> sql.Composed
 
 def _read_details(rows: Rows) -> dict[int, RunDetails]:
     return {details.id: details for details in map(RunDetails._make, rows)}
-
-
-def _read_floor(rows: Rows) -> int:
-    ((floor,),) = rows
-    return int(floor)
 
 
 def span_of_row(run: ScrapedRun | EarlierRun) -> Span | None:

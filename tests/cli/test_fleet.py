@@ -17,7 +17,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from dislock.cli.runs.missed_slots import Slot, from_first_run, missed_slots, schedule_slots
+from dislock.cli.runs.missed_slots import Slot, from_first_run, schedule_slots, slot_indexes
 from dislock.cli.time_args import parse_duration, parse_time
 from dislock.core.errors import ConfigurationError
 from dislock.core.rows import lease_key, pause_key, schedule_key
@@ -488,8 +488,8 @@ def test_slot_arithmetic() -> None:
     assert slots[-1] == Slot(now.replace(second=0), now.replace(minute=10, second=0))
     early = slots[1].start - timedelta(seconds=0.5)  # a host clock a little ahead
     late = slots[2].start + timedelta(minutes=9)
-    missing = missed_slots(slots, [(early, None), (late, None), (slots[4].start, slots[5].end)])
-    assert [s.start.minute for s in missing] == [0, 30, 40, 0]
+    found = slot_indexes(slots, [(early, None), (late, None), (slots[4].start, slots[5].end)])
+    assert found == [1, 2, 5]  # the slots 0, 30, 40 and the last one no run began in
     from zoneinfo import ZoneInfo
 
     berlin = list(
@@ -515,7 +515,7 @@ def test_a_new_job_is_judged_from_its_first_runs_slot_on() -> None:
     last_second = datetime(2026, 1, 1, 12, 3, 59, 200000, tzinfo=timezone.utc)
     claimed = [(last_second, slots[3].end)]
     assert first_minute(claimed) == 4
-    assert missed_slots(from_first_run(slots, claimed), claimed) == slots[4:]
+    assert slot_indexes(from_first_run(slots, claimed), claimed) == [0]
     # The same start as a lease with a schedule (no slot claimed) counts the same way.
     assert first_minute([(last_second, None)]) == 4
     # A start well inside its minute belongs to that minute; the earliest run decides.

@@ -42,7 +42,6 @@ def test_every_kind_has_its_class_everywhere() -> None:
     for kind in kinds.KINDS:
         assert isinstance(getattr(dislock, kind.lock_class), type)
         assert isinstance(getattr(dislock.aio, kind.lock_class), type)
-        assert admin.released_text(kind.name) == kind.released_text
     assert kinds.NAMES == admin.MODES == ("schedule", "lease")
 
 

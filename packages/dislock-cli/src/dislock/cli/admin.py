@@ -40,11 +40,6 @@ def init_statements(table_parts: tuple[str, ...], *, fencing: bool) -> list[sql.
     return statements
 
 
-def released_text(mode: str) -> str:
-    """What a forced release of a ``mode`` lock means, for the operator."""
-    return kinds.kind(mode).released_text
-
-
 def no_row_text(
     lock_key: str, modes: Sequence[str], table: tuple[str, ...], *, hidden_from: str | None = None
 ) -> str:

@@ -185,9 +185,7 @@ def _release_query(table_parts: tuple[str, ...]) -> sql.Composed:
 
 def release_keys(lock_key: str, modes: Sequence[str], slot: int | None = None) -> list[str]:
     """The row keys of ``lock_key``'s ``modes`` (of one lease slot, if given)."""
-    if slot is None:
-        return [kinds.kind(mode).row_key(lock_key) for mode in modes]
-    return [kinds.kind(mode).row_key(lock_key, slot) for mode in modes]
+    return [kinds.kind(mode).row_key(lock_key, slot or 1) for mode in modes]
 
 
 def forced_release(

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from dislock.core.exchange import Answer, Exchange
-
 if TYPE_CHECKING:
     import psycopg
+
+    # Types only: core.exchange loads psycopg, which a command imports when it runs.
+    from dislock.core.exchange import Answer, Exchange
 
     Connection: TypeAlias = psycopg.Connection[Any]
 

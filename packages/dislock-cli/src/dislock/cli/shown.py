@@ -9,10 +9,18 @@ a longer one by its length (``cut``, ``was_cut``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+
 from psycopg import sql
 
 from dislock.core.bounds import MAX_STORED_BYTES
 from dislock.core.history import OUTCOMES
+
+if TYPE_CHECKING:
+    from dislock.core.exchange import Rows
+
+Row = TypeVar("Row", bound=NamedTuple)
 
 READ = MAX_STORED_BYTES + 1
 """One more than any text the bounds admit (a character is at least one byte)."""
@@ -45,3 +53,18 @@ def cut(text: str) -> str:
 def was_cut(text: str | None) -> bool:
     """Whether a text as read is longer than any the bounds admit: it was cut."""
     return text is not None and len(text) > MAX_STORED_BYTES
+
+
+def rows_of(row_type: type[Row], *texts: str) -> Callable[[Rows], list[Row]]:
+    """The reader of a statement's rows into ``row_type`` (its ``select_list``), the
+    fields ``texts`` ``cut`` where not None."""
+
+    def read_rows(rows: Rows) -> list[Row]:
+        found = [row_type._make(row) for row in rows]
+        return [row._replace(**_cut(row, texts)) if texts else row for row in found]
+
+    return read_rows
+
+
+def _cut(row: Any, texts: tuple[str, ...]) -> dict[str, str]:
+    return {name: cut(getattr(row, name)) for name in texts if getattr(row, name) is not None}

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 from dislock.cli import EXIT_OK
 from dislock.cli.commands._call import Call
 from dislock.cli.sending import send
-from dislock.core.bounds import printable
 from dislock.core.kinds import GROUP
 
 if TYPE_CHECKING:
@@ -53,6 +52,8 @@ def _list(conn: Connection, table: tuple[str, ...], prefix: str, as_json: bool) 
 def _groups(rows: list[LockRow]) -> list[str]:
     """A line for each group listed: how many of its slots are held, and by whom (its
     N is each member's own setting: only the slots ever taken are rows)."""
+    from dislock.core.bounds import printable
+
     held: dict[str, list[LockRow]] = {}
     for row in rows:
         if row.mode == GROUP.name:

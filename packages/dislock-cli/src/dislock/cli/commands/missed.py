@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from dislock.cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 from dislock.cli.commands._call import Call, error
 from dislock.cli.commands._recorded import unknown_key, warn_disagreements
-from dislock.core.held_back import HELD_BACK
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -77,7 +76,7 @@ def run(call: Call) -> int:
 def held_back_slots(rows: Iterable[StartRow]) -> dict[datetime, str]:
     """The ends of the slots recorded held back (``dislock.core.held_back``), each with
     the key it waited for (the first such row's, should a slot have two)."""
-    from dislock.core.held_back import waited_for
+    from dislock.core.held_back import HELD_BACK, waited_for
 
     found: dict[datetime, str] = {}
     for row in rows:
@@ -188,6 +187,7 @@ def _judge(
     from dislock.cli.runs.slot_states import Attempt, slot_states
     from dislock.cli.sending import send
     from dislock.core.errors import ConfigurationError
+    from dislock.core.held_back import HELD_BACK
     from dislock.core.operator_commands import pause_spans, pauses, reruns
     from dislock.core.rerun import waiting
 

@@ -39,11 +39,11 @@ def run(call: Call) -> int:
 
 
 def _release(conn: Connection, call: Call) -> int:
-    from dislock.cli.admin import format_duration, released_text
+    from dislock.cli.admin import format_duration
     from dislock.cli.lock_rows import forced_release, release_keys, states
     from dislock.cli.sending import send
     from dislock.core.bounds import clip, escape
-    from dislock.core.kinds import parse_row_key
+    from dislock.core.kinds import kind, parse_row_key
 
     table, lock_key, owner, slot = call.table, call.args.lock_key, call.args.owner, call.args.slot
     mode = call.args.mode
@@ -64,6 +64,6 @@ def _release(conn: Connection, call: Call) -> int:
         label = f"{what} slot {number}" if number > 1 or slot is not None else what
         print(
             f"released {label} {lock_key!r} held by {clip(row.owner)} "
-            f"({format_duration(row.seconds_left)} were left); {released_text(what)}"
+            f"({format_duration(row.seconds_left)} were left); {kind(what).released_text}"
         )
     return EXIT_OK

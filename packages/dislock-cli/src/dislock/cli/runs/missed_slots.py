@@ -1,5 +1,6 @@
-"""The slots of a schedule in which no run started (``missed_slots``), and those a run
-still going covered (``split_covered``: a lease job that outlasts its interval)."""
+"""The slots of a schedule, the slot each run began in (``slot_indexes``), and the
+slots a run still going covered (``split_covered``: a lease job that outlasts its
+interval)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import NamedTuple
 from psycopg import sql
 
 from dislock.cli.runs.run_history import still_held
-from dislock.cli.shown import read
+from dislock.cli.shown import read, rows_of
 from dislock.core.errors import ConfigurationError
 from dislock.core.exchange import Exchange, Rows, select_list
 from dislock.core.held_back import HELD_BACK
@@ -62,11 +63,7 @@ def starts(
         " FROM (VALUES (1)) AS one"
         " LEFT JOIN {history} AS h ON h.lock_key = %(key)s AND h.started_at >= %(since)s"
     ).format(columns=columns, history=sql.Identifier(*history))
-    return Exchange(query, {"key": key, "since": since}, _read_starts)
-
-
-def _read_starts(rows: Rows) -> list[StartRow]:
-    return list(map(StartRow._make, rows))
+    return Exchange(query, {"key": key, "since": since}, rows_of(StartRow))
 
 
 class Slot(NamedTuple):
@@ -125,14 +122,6 @@ def slot_indexes(
     return found
 
 
-def missed_slots(
-    slots: Sequence[Slot], starts: Sequence[tuple[datetime, datetime | None]]
-) -> list[Slot]:
-    """The slots in which none of ``starts`` began (``slot_indexes``)."""
-    begun = set(slot_indexes(slots, starts))
-    return [slot for index, slot in enumerate(slots) if index not in begun]
-
-
 class Span(NamedTuple):
     """A lease run's span, from its start to its end (None: it holds the lease still).  An
     abandoned run has none: when its lease ran out is not known."""
@@ -155,15 +144,14 @@ class SpanRow(NamedTuple):
     """Without an end: whether it still holds its lease (otherwise it is abandoned)."""
 
 
-def span_columns(run: str, locks: tuple[str, ...]) -> sql.Composed:
-    """A ``SpanRow``'s columns of the history row ``run`` (an alias), in its order."""
+def span_columns(run: str, locks: tuple[str, ...]) -> dict[str, sql.Composable]:
+    """The end of the history row ``run`` (an alias) and whether it still holds its lock:
+    a ``SpanRow``'s columns but its start."""
     ran = sql.Identifier(run)
-    return select_list(
-        SpanRow._fields,
-        started_at=sql.SQL("{}.started_at").format(ran),
-        ended_at=sql.SQL("{}.ended_at").format(ran),
-        running=sql.SQL("{}.ended_at IS NULL AND {}").format(ran, still_held(run, locks)),
-    )
+    return {
+        "ended_at": sql.SQL("{}.ended_at").format(ran),
+        "running": sql.SQL("{}.ended_at IS NULL AND {}").format(ran, still_held(run, locks)),
+    }
 
 
 def spans(
@@ -184,8 +172,12 @@ def spans(
         " AND (b.ended_at IS NULL OR b.ended_at > %(since)s)"
     ).format(
         table=table,
-        h=span_columns("h", locks),
-        b=span_columns("b", locks),
+        h=select_list(
+            SpanRow._fields, started_at=sql.SQL("h.started_at"), **span_columns("h", locks)
+        ),
+        b=select_list(
+            SpanRow._fields, started_at=sql.SQL("b.started_at"), **span_columns("b", locks)
+        ),
         limit=sql.Literal(SPANS_BEFORE),
     )
     return Exchange(query, {"key": key, "since": since}, _read_spans)
@@ -233,7 +225,7 @@ def from_first_run(
 ) -> list[Slot]:
     """``slots`` from the one the first of ``starts`` belongs to on (all of them without
     starts): a job new within a window has not missed the slots before it existed.  A
-    run's slot is read as ``missed_slots`` reads it."""
+    run's slot is read as ``slot_indexes`` reads it."""
     from dislock.core.cron import EARLY_FIRE_TOLERANCE
 
     if not starts:

@@ -11,10 +11,10 @@ from typing import Any, NamedTuple
 
 from psycopg import sql
 
-from dislock.cli.shown import READ, cut, read, was_cut
+from dislock.cli.shown import READ, cut, read, rows_of, was_cut
 from dislock.core import operator_commands
 from dislock.core.bounds import SHOWN_CHARS, clip, printable
-from dislock.core.exchange import Exchange, Rows, read_flag, select_list
+from dislock.core.exchange import Exchange, Rows, read_flag, read_value, select_list
 from dislock.core.history import TAILS
 from dislock.core.rows import lease_key, schedule_key
 from dislock.core.variables import OUTPUT_TAIL
@@ -195,18 +195,7 @@ def latest(history: tuple[str, ...], locks: tuple[str, ...]) -> Exchange[list[La
         slot=sql.Literal(slot),
         events=sql.Literal(list(operator_commands.OUTCOMES)),
     )
-    return Exchange(query, {}, _read_latest)
-
-
-def _read_latest(rows: Rows) -> list[Latest]:
-    return [
-        row._replace(
-            key=cut(row.key),
-            outcome=None if row.outcome is None else cut(row.outcome),
-            host=row.host and cut(row.host),
-        )
-        for row in map(Latest._make, rows)
-    ]
+    return Exchange(query, {}, rows_of(Latest, "key", "outcome", "host"))
 
 
 class Latest(NamedTuple):
@@ -272,7 +261,7 @@ def readings_of(
         cron_tz=sql.SQL("coalesce({}, 'UTC')").format(read("cron_tz")),
         runs=sql.SQL("count(*)"),
         hosts=sql.SQL(
-            "substr(string_agg(DISTINCT {host}, ', ' ORDER BY {host}), 1, {most})"
+            "coalesce(substr(string_agg(DISTINCT {host}, ', ' ORDER BY {host}), 1, {most}), '')"
         ).format(host=host, most=sql.Literal(READ)),
     )
     # Grouped and ordered by position: ``cron`` names both a column read and the
@@ -283,14 +272,8 @@ def readings_of(
         " AND (%(key)s::text IS NULL OR lock_key = %(key)s::text)"
         " GROUP BY 1, 2, 3 ORDER BY 1, 4 DESC, 2, 3"
     ).format(columns=columns, table=sql.Identifier(*history))
-    return Exchange(query, {"key": key, "since": since}, _read_readings)
-
-
-def _read_readings(rows: Rows) -> list[Reading]:
-    return [
-        Reading(cut(row.key), cut(row.cron), cut(row.cron_tz), row.runs, cut(row.hosts or ""))
-        for row in map(Reading._make, rows)
-    ]
+    read_readings = rows_of(Reading, "key", "cron", "cron_tz", "hosts")
+    return Exchange(query, {"key": key, "since": since}, read_readings)
 
 
 class Reading(NamedTuple):
@@ -343,9 +326,4 @@ def prune(history: tuple[str, ...], older: timedelta) -> Exchange[int]:
         pause=sql.Literal(operator_commands.PAUSE_MODES),
         paused=sql.Literal(operator_commands.PAUSED),
     )
-    return Exchange(query, {"older": older.total_seconds()}, _read_count)
-
-
-def _read_count(rows: Rows) -> int:
-    ((count,),) = rows
-    return int(count)
+    return Exchange(query, {"older": older.total_seconds()}, read_value)

@@ -33,13 +33,11 @@ from dislock.cli.serve.scrape import (
     SCRAPE_STATEMENT_TIMEOUT_MS,
     ScrapeStatements,
     lock_delay_end_of,
-    span_of_row,
 )
 from dislock.cli.serve.slot_windows import ScheduleWindows
 from dislock.core.dsn import connection_kwargs, scrub
 from dislock.core.grant_catalog import audit
 from dislock.core.held_back import HELD_BACK
-from dislock.core.operator_commands import PAUSED, RERUN, RESUMED
 
 logger = logging.getLogger("dislock.serve")
 
@@ -168,7 +166,7 @@ class FleetReader:
             since = now - MISSED_WINDOW
             lock_rows = send(conn, listing(self._table))
             latest = self._latest(conn, since)
-            self._follow_runs(conn, since, [row.lock_key for row in latest])
+            self._follow_runs(conn, since, [row.run.key for row in latest])
             delay_ends = send(conn, lock_delay_end_of(self._table))
             loopholes = send(conn, audit(self._table))
         return _Read(
@@ -191,32 +189,12 @@ class FleetReader:
         ran = [(run.key, run.started_at) for run in found if run.run_id is not None]
         learned = send(conn, successes_before(self._history, ran))
         envelopes = dict(zip(ids, learned, strict=True))
-        latest = []
-        for run in found:
-            if run.run_id is None or run.run_id not in details:
-                continue  # never ran (or pruned in between): the lock rows tell its state
-            assert run.started_at is not None and run.outcome is not None
-            more = details[run.run_id]
-            output = (more.stdout_tail, more.stderr_tail)
-            latest.append(
-                LatestRow(
-                    run.key,
-                    more.owner,
-                    run.host or "",
-                    run.started_at,
-                    run.ended_at,
-                    run.outcome,
-                    more.exit_code,
-                    more.cron,
-                    more.cron_tz,
-                    run.duration_seconds,
-                    run.last_success_ended_at,
-                    more.ran_before_window,
-                    output if any(output) else None,
-                    envelopes[run.run_id],
-                )
-            )
-        return latest
+        # Keys that never ran (or whose run was pruned in between): the lock rows tell.
+        return [
+            LatestRow(run, details[run.run_id], envelopes[run.run_id])
+            for run in found
+            if run.run_id in details
+        ]
 
     def _follow_runs(self, conn: psycopg.Connection[Any], since: datetime, keys: list[str]) -> None:
         """Bring the run counts and the window's starts and spans up to date, reading (after
@@ -227,34 +205,18 @@ class FleetReader:
             census = send(conn, statements.census(floor))
             self._counts.absorb_initial(floor, census)
         if not self._starts.loaded:
-            for run in send(conn, statements.window_starts(since)):
-                self._starts.add(
-                    run.id, run.lock_key, run.started_at, run.slot_end, run.outcome, run.running
-                )
-                self._starts.set_span(run.id, run.lock_key, span_of_row(run))
+            self._starts.take(send(conn, statements.window_starts(since)), since)
             for event in send(conn, statements.window_events(since)):
-                self._starts.add_event(
-                    event.id, event.lock_key, event.outcome, event.started_at, event.slot_end
-                )
+                self._starts.add_event(event)
             # Runs begun before the window may cover its first slots; later scrapes
             # see them again only while they are unfinished (pending).
             for earlier in send(conn, statements.spans_before(since, keys)):
-                self._starts.set_span(earlier.id, earlier.lock_key, span_of_row(earlier))
+                self._starts.set_span(earlier)
             self._starts.loaded = True
         assert self._counts.floor is not None  # set by the census
         rows = send(conn, statements.new_runs(self._counts.floor, sorted(self._counts.pending)))
         self._counts.absorb(floor, rows)
-        for run in rows:
-            if run.outcome in (PAUSED, RESUMED, RERUN):
-                self._starts.add_event(
-                    run.id, run.lock_key, run.outcome, run.started_at, run.slot_end
-                )
-            if run.scheduled and run.started_at >= since:
-                self._starts.add(
-                    run.id, run.lock_key, run.started_at, run.slot_end, run.outcome, run.running
-                )
-            if run.scheduled:
-                self._starts.set_span(run.id, run.lock_key, span_of_row(run))
+        self._starts.take(rows, since)
         self._starts.trim(since)
 
     def _schedules(
@@ -264,58 +226,48 @@ class FleetReader:
         schedule."""
         counted: dict[str, dict[str, int]] = {}
         next_slots: dict[str, datetime] = {}
-        # The zone the wrapper read it in (none recorded: UTC, as before zones were).
         found = self._windows.scrape(
-            ((row.lock_key, row.cron, row.cron_tz) for row in latest if row.cron is not None),
+            ((row.run.key, row.more.cron, row.more.cron_tz) for row in latest if row.more.cron),
             since,
             now,
         )
         for note in found.notes:
             logger.warning("%s", note)
         for row in latest:
-            window = found.windows.get(row.lock_key)
-            if row.cron is None or window is None:
+            key, more = row.run.key, row.more
+            window = found.windows.get(key)
+            if more.cron is None or window is None:
                 continue
             if window.next_slot is not None:
-                next_slots[row.lock_key] = window.next_slot
+                next_slots[key] = window.next_slot
             if window.slots is None:
                 continue  # unreadable, too dense, or not computed yet: no count, not a wrong one
-            slots = window.slots
-            schedule = (row.cron, row.cron_tz or "UTC")
             # Recounted only when the key's runs or its schedule's slots changed.  A slot
             # whose attempts all failed counts once it is over (a retry may still come
             # before): at the latest when the next slot is judged, which changes the slots.
-            inputs = (
-                schedule,
-                window.version,
-                starts.version(row.lock_key),
-                row.ran_before_window,
-            )
-            cached = self._missed.get(row.lock_key)
-            if cached is not None and cached[0] == inputs:
-                counted[row.lock_key] = cached[1]
-                continue
-            attempts = starts.attempts_of(row.lock_key)
-            if not row.ran_before_window:
-                # A job new within the window: the slots before its first run are not missed.
-                first = starts.of(row.lock_key) + starts.marks_of(row.lock_key)
-                first = first or [(row.started_at, None)]
-                slots = from_first_run(slots, first)
-            states = slot_states(
-                slots,
-                attempts,
-                now=now,
-                late=starts.late_of(row.lock_key),
-                held_back=dict.fromkeys(starts.late_of(row.lock_key, HELD_BACK)),
-                pauses=starts.pauses_of(row.lock_key),
-                spans=starts.spans_of(row.lock_key),
-                reruns=starts.reruns_of(row.lock_key),
-            )
-            counts = count(
-                [state for state in states if state.state != FAILED or state.slot.end <= now]
-            )
-            self._missed[row.lock_key] = (inputs, counts)
-            counted[row.lock_key] = counts
+            schedule = (more.cron, more.cron_tz or "UTC")
+            inputs = (schedule, window.version, starts.version(key), more.ran_before_window)
+            cached = self._missed.get(key)
+            if cached is None or cached[0] != inputs:
+                slots = window.slots
+                if not more.ran_before_window:
+                    # A job new within the window: the slots before its first run are not missed.
+                    first = starts.of(key) + starts.marks_of(key)
+                    assert row.run.started_at is not None  # it ran
+                    slots = from_first_run(slots, first or [(row.run.started_at, None)])
+                states = slot_states(
+                    slots,
+                    starts.attempts_of(key),
+                    now=now,
+                    late=starts.late_of(key),
+                    held_back=dict.fromkeys(starts.late_of(key, HELD_BACK)),
+                    pauses=starts.pauses_of(key),
+                    spans=starts.spans_of(key),
+                    reruns=starts.reruns_of(key),
+                )
+                over = [state for state in states if state.state != FAILED or state.slot.end <= now]
+                cached = self._missed[key] = (inputs, count(over))
+            counted[key] = cached[1]
         return counted, next_slots
 
     def check_tables(self) -> str | None:

@@ -11,6 +11,8 @@ from typing import NamedTuple
 from dislock.cli.admin import MODES, shown_owner
 from dislock.cli.lock_rows import LockRow
 from dislock.cli.runs.envelope import Envelope, mark
+from dislock.cli.runs.run_history import Latest
+from dislock.cli.serve.scrape import RunDetails
 from dislock.core.kinds import GROUP
 
 MISSED_WINDOW = timedelta(hours=24)
@@ -154,28 +156,36 @@ class LatestRow(NamedTuple):
     """A key's latest run: ``run_history.latest``'s row completed by
     ``ScrapeStatements.run_details``."""
 
-    lock_key: str
-    owner: str
-    host: str
-    started_at: datetime
-    ended_at: datetime | None
-    outcome: str
-    exit_code: int | None
-    cron: str | None
-    cron_tz: str | None
-    """The zone its cron expression was read in (None: UTC, from before zones)."""
-    duration_seconds: float | None
-    """None while it runs (then it is counted up to ``now``) or once abandoned."""
-    last_success_at: datetime | None
-    ran_before_window: bool
-    output: tuple[str | None, str | None] | None = None
+    run: Latest
+    more: RunDetails
     envelope: Envelope | None = None
 
 
-def _schedule_text(row: LatestRow) -> str | None:
-    if row.cron is None or row.cron_tz in (None, "UTC"):
-        return row.cron
-    return f"{row.cron} ({row.cron_tz})"
+def _last_run(row: LatestRow, now: datetime) -> LastRun:
+    run, more = row.run, row.more
+    assert run.started_at is not None and run.outcome is not None  # it ran
+    duration = run.duration_seconds  # None while it runs, or once abandoned
+    if run.outcome == "running":
+        duration = max(0.0, (now - run.started_at).total_seconds())
+    output = (more.stdout_tail, more.stderr_tail)
+    return LastRun(
+        more.owner,
+        run.host or "",
+        run.started_at,
+        run.ended_at,
+        run.outcome,
+        more.exit_code,
+        duration,
+        output if any(output) else None,
+        row.envelope,
+    )
+
+
+def _schedule_text(more: RunDetails) -> str | None:
+    # No zone recorded: UTC, from before zones were.
+    if more.cron is None or more.cron_tz in (None, "UTC"):
+        return more.cron
+    return f"{more.cron} ({more.cron_tz})"
 
 
 def build_snapshot(
@@ -203,17 +213,10 @@ def build_snapshot(
         owner = shown_owner(lock.owner, lock.expire_at, left)
         held = HeldLock(lock.mode, owner, lock.state, left, lock.forced)
         locks.setdefault(lock.lock_key, []).append(held)
-    runs = {row.lock_key: row for row in latest}
+    runs = {row.run.key: row for row in latest}
     statuses = []
     for lock_key in sorted(set(locks) | set(runs) | set(pauses)):
         row = runs.get(lock_key)
-        last_run = None
-        if row is not None:
-            duration = row.duration_seconds
-            if row.outcome == "running":
-                duration = max(0.0, (now - row.started_at).total_seconds())
-            run = (row.owner, row.host, row.started_at, row.ended_at, row.outcome, row.exit_code)
-            last_run = LastRun(*run, duration, row.output, row.envelope)
         reason, until = pauses.get(lock_key, (None, None))
         statuses.append(
             KeyStatus(
@@ -223,10 +226,10 @@ def build_snapshot(
                 ),
                 paused_until=until,
                 pause_reason=reason or None,
-                last_run=last_run,
-                last_success_at=row.last_success_at if row else None,
+                last_run=_last_run(row, now) if row else None,
+                last_success_at=row.run.last_success_ended_at if row else None,
                 runs_total=dict(runs_total.get(lock_key, {})),
-                schedule=_schedule_text(row) if row else None,
+                schedule=_schedule_text(row.more) if row else None,
                 next_slot=next_slots.get(lock_key),
                 **_slot_counts(slot_counts.get(lock_key)),
             )

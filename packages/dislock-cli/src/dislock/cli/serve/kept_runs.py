@@ -10,9 +10,17 @@ from typing import Any
 
 from dislock.cli.runs.missed_slots import Span
 from dislock.cli.runs.slot_states import Attempt
-from dislock.cli.serve.scrape import CensusRow, ScrapedRun
+from dislock.cli.serve.scrape import CensusRow, EarlierRun, KeyEvent, ScrapedRun, span_of_row
 from dislock.core.held_back import HELD_BACK
-from dislock.core.operator_commands import RERUN, Event, Pause, pause_spans, reruns
+from dislock.core.operator_commands import (
+    PAUSED,
+    RERUN,
+    RESUMED,
+    Event,
+    Pause,
+    pause_spans,
+    reruns,
+)
 
 
 class RunCounts:
@@ -90,16 +98,17 @@ class WindowStarts:
     def _changed(self, lock_key: str) -> None:
         self._versions[lock_key] = self._versions.get(lock_key, 0) + 1
 
-    def set_span(self, run_id: int, lock_key: str, span: Span | None) -> None:
-        """The run's span as last read (None: none, or no longer: it was abandoned)."""
-        spans = self._spans.setdefault(lock_key, {})
-        if spans.get(run_id) == span:
+    def set_span(self, run: ScrapedRun | EarlierRun) -> None:
+        """The run's span as last read (none, or no longer: it was abandoned)."""
+        spans = self._spans.setdefault(run.lock_key, {})
+        span = span_of_row(run)
+        if spans.get(run.id) == span:
             return
         if span is None:
-            del spans[run_id]
+            del spans[run.id]
         else:
-            spans[run_id] = span
-        self._changed(lock_key)
+            spans[run.id] = span
+        self._changed(run.lock_key)
 
     def spans_of(self, lock_key: str) -> list[Span]:
         return list(self._spans.get(lock_key, {}).values())
@@ -127,19 +136,25 @@ class WindowStarts:
             runs[run_id] = attempt
             self._changed(lock_key)
 
-    def add_event(
-        self,
-        run_id: int,
-        lock_key: str,
-        outcome: str,
-        started_at: datetime,
-        slot_end: datetime | None,
-    ) -> None:
+    def add_event(self, event: KeyEvent | ScrapedRun) -> None:
         """A pause, resume or rerun event of the key (``dislock.core.operator_commands``)."""
-        found = self._events.setdefault(lock_key, {})
-        if run_id not in found:
-            found[run_id] = Event(started_at, slot_end, outcome)
-            self._changed(lock_key)
+        assert event.outcome is not None
+        found = self._events.setdefault(event.lock_key, {})
+        if event.id not in found:
+            found[event.id] = Event(event.started_at, event.slot_end, event.outcome)
+            self._changed(event.lock_key)
+
+    def take(self, rows: list[ScrapedRun], since: datetime) -> None:
+        """History rows as read: events, scheduled runs and marks, and their spans."""
+        for run in rows:
+            if run.outcome in (PAUSED, RESUMED, RERUN):
+                self.add_event(run)
+            if run.scheduled and run.started_at >= since:
+                self.add(
+                    run.id, run.lock_key, run.started_at, run.slot_end, run.outcome, run.running
+                )
+            if run.scheduled:
+                self.set_span(run)
 
     def _drop(self, lock_key: str, found: dict[int, Any], stale: list[int]) -> None:
         for run_id in stale:

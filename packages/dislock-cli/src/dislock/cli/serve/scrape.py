@@ -3,16 +3,16 @@ it answers (``dislock.cli.serve.fleet_reader`` sends them)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
-from typing import NamedTuple, TypeVar
+from typing import NamedTuple
 
 from psycopg import sql
 
-from dislock.cli.runs.missed_slots import SPANS_BEFORE, Span, SpanRow, span_of
-from dislock.cli.runs.run_history import still_held, tail_column
-from dislock.cli.shown import known_outcome, read
-from dislock.core.exchange import Exchange, Rows, select_list
+from dislock.cli.runs.missed_slots import SPANS_BEFORE, Span, SpanRow, span_columns, span_of
+from dislock.cli.runs.run_history import tail_column
+from dislock.cli.shown import known_outcome, read, rows_of
+from dislock.core.exchange import Exchange, Rows, read_value, select_list
 from dislock.core.failover import TIMELINE_KEY, longest_delay
 from dislock.core.history import TAILS
 from dislock.core.operator_commands import (
@@ -29,13 +29,6 @@ SCRAPE_STATEMENT_TIMEOUT_MS = 5000
 not as a scrape that hangs until Prometheus gives up on it."""
 
 
-def _read_delay_end(rows: Rows) -> datetime | None:
-    if not rows:
-        return None
-    ((ends,),) = rows
-    return ends if isinstance(ends, datetime) else None
-
-
 def lock_delay_end_of(table: tuple[str, ...]) -> Exchange[datetime | None]:
     """The end of the longest lock delay after the latest failover; None before the first
     acquisition.  Unlike ``check``'s ``delay_state`` it does not read the server's
@@ -46,7 +39,7 @@ def lock_delay_end_of(table: tuple[str, ...]) -> Exchange[datetime | None]:
         table=table_id,
         key=sql.Literal(TIMELINE_KEY),
     )
-    return Exchange(query, {}, _read_delay_end)
+    return Exchange(query, {}, read_value)
 
 
 RECENT_SECONDS = 60
@@ -147,6 +140,7 @@ class ScrapeStatements:
             ScrapedRun._fields,
             **_EVENT_COLUMNS,
             scheduled=sql.SQL("h.cron IS NOT NULL"),
+            leased=_LEASED.format(sql.Identifier("h")),
             **span_columns("h", locks),
         )
         self._window_starts = sql.SQL(
@@ -165,32 +159,35 @@ class ScrapeStatements:
 
     def floor(self, recent: float) -> Exchange[int]:
         """``RunCounts.floor``: the newest run that started more than ``recent`` seconds ago."""
-        return Exchange(self._floor, {"recent": recent}, _read_floor)
+        return Exchange(self._floor, {"recent": recent}, read_value)
 
     def census(self, floor: int) -> Exchange[list[CensusRow]]:
         """The first scrape's count of the runs up to ``floor``."""
-        return Exchange(self._census, {"floor": floor}, _reader(CensusRow))
+        return Exchange(self._census, {"floor": floor}, rows_of(CensusRow))
 
     def window_starts(self, since: datetime) -> Exchange[list[ScrapedRun]]:
         """The first scrape's starts since ``since`` of runs with a schedule (and late marks)."""
-        return Exchange(self._window_starts, {"since": since}, _reader(ScrapedRun))
+        return Exchange(self._window_starts, {"since": since}, rows_of(ScrapedRun))
 
     def window_events(self, since: datetime) -> Exchange[list[KeyEvent]]:
         """The first scrape's events that tell what became of the slots since ``since``;
         later scrapes see new events among ``new_runs``."""
-        return Exchange(self._window_events, {"since": since}, _reader(KeyEvent))
+        return Exchange(self._window_events, {"since": since}, rows_of(KeyEvent))
 
     def new_runs(self, floor: int, pending: Sequence[int]) -> Exchange[list[ScrapedRun]]:
         """Runs and events past ``floor`` or among ``pending``."""
         params = {"floor": floor, "pending": list(pending)}
-        return Exchange(self._new_runs, params, _reader(ScrapedRun))
+        return Exchange(self._new_runs, params, rows_of(ScrapedRun))
 
     def spans_before(self, since: datetime, keys: Sequence[str]) -> Exchange[list[EarlierRun]]:
         """The first scrape's runs of ``keys`` that began before ``since`` and may still have
         been going then (``missed_slots.spans``' rule)."""
         params = {"since": since, "keys": list(keys)}
-        return Exchange(self._spans_before, params, _reader(EarlierRun))
+        return Exchange(self._spans_before, params, rows_of(EarlierRun))
 
+
+_LEASED = sql.SQL("position('lease' IN {}.modes) > 0")
+"""Whether a history row (its alias given) took a lease: it has a span (``span_of_row``)."""
 
 _EVENT_COLUMNS: dict[str, sql.Composable] = {
     "id": sql.SQL("h.id"),
@@ -257,41 +254,14 @@ def _spans_before(table: sql.Identifier, locks: tuple[str, ...]) -> sql.Composed
             id=sql.SQL("b.id"),
             lock_key=read(sql.Identifier("b", "lock_key")),
             started_at=sql.SQL("b.started_at"),
+            leased=_LEASED.format(sql.Identifier("b")),
             **span_columns("b", locks),
         ),
     )
 
 
-Row = TypeVar("Row", CensusRow, ScrapedRun, EarlierRun, KeyEvent)
-
-
-def _reader(row_type: type[Row]) -> Callable[[Rows], list[Row]]:
-    """The reader of a statement answering rows of ``row_type``, by name."""
-
-    def read_rows(rows: Rows) -> list[Row]:
-        return [row_type._make(row) for row in rows]
-
-    return read_rows
-
-
 def _read_details(rows: Rows) -> dict[int, RunDetails]:
     return {details.id: details for details in map(RunDetails._make, rows)}
-
-
-def _read_floor(rows: Rows) -> int:
-    ((floor,),) = rows
-    return int(floor)
-
-
-def span_columns(run: str, locks: tuple[str, ...]) -> dict[str, sql.Composable]:
-    """Whether the history row ``run`` took a lease, its end, and whether it still holds
-    its lock: the columns ``span_of_row`` reads."""
-    ran = sql.Identifier(run)
-    return {
-        "leased": sql.SQL("position('lease' IN {}.modes) > 0").format(ran),
-        "ended_at": sql.SQL("{}.ended_at").format(ran),
-        "running": sql.SQL("{}.ended_at IS NULL AND {}").format(ran, still_held(run, locks)),
-    }
 
 
 def span_of_row(run: ScrapedRun | EarlierRun) -> Span | None:

@@ -89,7 +89,7 @@ def _badge(word: str) -> str:
     return f'<span class="badge {kind}">{_clip(word.replace("_", " "))}</span>'
 
 
-def _state_cell(key: KeyStatus, now: datetime) -> str:
+def _state_cell(key: KeyStatus) -> str:
     parts = [_badge(key.state)]
     if key.paused_until is not None:
         reason = f": {bounds.clip(key.pause_reason, MAX_REASON_BYTES)}" if key.pause_reason else ""
@@ -211,7 +211,7 @@ def _row(key: KeyStatus, now: datetime) -> str:
         # Wrapped within its column, whole on hover: a long key widened the table off-screen.
         f'<td class="key" title="{escape(bounds.escape(key.lock_key))}">'
         f"<strong>{_clip(key.lock_key, 2 * SHOWN_CHARS)}</strong></td>"
-        f"<td>{_state_cell(key, now)}</td>"
+        f"<td>{_state_cell(key)}</td>"
         f"{_run_cells(key, now)}"
         f"<td>{_next_cell(key, now)}</td>"
         f'<td class="num">{_slots_cell(key)}</td>'

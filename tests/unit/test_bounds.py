@@ -151,3 +151,26 @@ def test_a_max_runtime_out_of_range_is_refused_by_the_context(bound: object) -> 
 
     with pytest.raises(ConfigurationError, match="max_runtime_seconds"):
         LockContext(url="postgresql://db/app", lock_key="k", max_runtime_seconds=bound)  # type: ignore[arg-type]
+
+
+def _context_defaults() -> dict[str, object]:
+    from dataclasses import fields
+
+    from dislock import LockContext
+
+    return {f.name: f.default for f in fields(LockContext)}
+
+
+@pytest.mark.parametrize("setting", [s for s in NUMBERS if s.field in _context_defaults()], ids=_id)
+def test_none_is_a_number_left_unset_only_where_none_is_the_default(setting: Setting) -> None:
+    """Where a LockContext field defaults to None, None leaves it unset; anywhere else
+    None is refused in one line, not a TypeError later (found by test_generated_input)."""
+    from dislock import LockContext
+
+    assert setting.field is not None
+    arguments = {"url": "postgresql://db/app", "lock_key": "k", "schedule": "* * * * *"}
+    if _context_defaults()[setting.field] is None:
+        LockContext(**arguments, **{setting.field: None})  # type: ignore[arg-type]
+    else:
+        with pytest.raises(ConfigurationError, match=f"^{setting.field} must be .*got None$"):
+            LockContext(**arguments, **{setting.field: None})  # type: ignore[arg-type]

@@ -7,7 +7,7 @@ import enum
 import os
 import socket
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime, tzinfo
 from typing import TYPE_CHECKING, Any
 
@@ -171,10 +171,12 @@ class LockContext:
 
     def __post_init__(self) -> None:
         self._check_where()
+        optional = {f.name for f in fields(self) if f.default is None}  # None: not set
         for number in v.NUMBERS:  # each by its bound, the wrapper's as its own
             name, bound = number.field, number.bound
-            if name is not None and bound is not None and getattr(self, name) is not None:
-                _set(self, name, bound.check(getattr(self, name), setting.name(number)))
+            if name is None or bound is None or (getattr(self, name) is None and name in optional):
+                continue
+            _set(self, name, bound.check(getattr(self, name), setting.name(number)))
         self._check_lease()
         self._check_schedule()
         self._check_run()

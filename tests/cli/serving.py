@@ -35,11 +35,15 @@ class Served:
     base: str
     process: subprocess.Popen[str]
     log: list[str] = field(default_factory=list)
+    timeout: float = 30.0
+    """Seconds a request may take (a test of a fleet of thousands of keys gives more)."""
 
     def get(self, path: str) -> tuple[int, str, str]:
         """Status, content type and body of GET ``path``."""
         try:
-            with urllib.request.urlopen(self.base + path.lstrip("/"), timeout=30) as answer:
+            with urllib.request.urlopen(
+                self.base + path.lstrip("/"), timeout=self.timeout
+            ) as answer:
                 return answer.status, answer.headers["Content-Type"], answer.read().decode()
         except urllib.error.HTTPError as exc:
             return exc.code, exc.headers["Content-Type"], exc.read().decode()

@@ -348,6 +348,7 @@ def test_init_writes_a_grant_made_before_the_functions_again_once(
     assert versions() == before
 
 
+@pytest.mark.direct_postgres  # the team's role setting applies as its server session starts
 def test_the_owner_acquires_and_releases_without_the_caller_function(
     fleet: Fleet, db: psycopg.Connection[Any]
 ) -> None:

@@ -14,8 +14,9 @@
 -- whether the session's role is a member of the role they run as, which `init` makes
 -- the table's owner: such a session may lock any key, and a fresh one then never
 -- compiles {caller} nor plans its catalog reads (a cron run's whole server time).
--- Every function a team calls pins search_path and names every object with its schema.  A branch PL/pgSQL never runs is never planned: the fence
--- column is named only when a caller asks for fencing tokens.
+-- Every function a team calls pins search_path and names every object with its
+-- schema.  A branch PL/pgSQL never runs is never planned: the fence column is named
+-- only when a caller asks for fencing tokens.
 
 -- Who is calling, and which role's grant lets it lock p_lock_key.  The caller is the
 -- session's login role: inside a SECURITY DEFINER function current_user is the owner,
@@ -33,9 +34,9 @@
 --     transactions cannot both pass the last place.
 -- p_lock_key NULL: no key to check; scope is then every key the caller may lock (a
 -- regular expression; NULL: any key).
--- Called only by the functions below, which run as the owner with search_path pinned:
--- it is neither SECURITY DEFINER nor pinned itself, since each would save and restore
--- settings again on every call of every lock step.
+-- Called only by the lock and history functions, which run as their table's owner
+-- with search_path pinned: it is neither SECURITY DEFINER nor pinned itself, since each
+-- would save and restore settings again on every call of every lock step.
 CREATE OR REPLACE FUNCTION {caller}(
     p_key text, p_lock_key text, OUT role text, OUT scope text
 )

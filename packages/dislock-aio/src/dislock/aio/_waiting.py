@@ -58,9 +58,11 @@ class Listener:
     whatever names the table.
     """
 
-    def __init__(self, conn: AsyncConnection[TupleRow], wake: str) -> None:
+    def __init__(self, conn: AsyncConnection[TupleRow], wake: str, what: str, url: str) -> None:
         self.conn = conn
         self.wake = wake
+        self.what = what  # what it is woken by, as the log says it
+        self.url = url  # to scrub from the errors it logs
 
     @classmethod
     async def open(
@@ -89,7 +91,14 @@ class Listener:
                 "cannot listen for %s, polling instead: %s", what, scrub(str(exc), context.url)
             )
             return None
-        return cls(conn, found.wake)
+        return cls(conn, found.wake, what, context.url)
+
+    async def give_up(self, error: Exception) -> None:
+        """Listening failed while waiting: say so and close; the caller polls from now on."""
+        logger.warning(
+            "stopped listening for %s, polling instead: %s", self.what, scrub(str(error), self.url)
+        )
+        await self.close()
 
     async def wait(self, timeout: float) -> bool:
         """Wait up to ``timeout`` for a release of our lease; whether one came.  The
@@ -171,11 +180,7 @@ async def wait_for_release(
             try:
                 await _until_free(context, hub, listener, waited_from + delay, reads)
             except Exception as exc:
-                logger.warning(
-                    "stopped listening for releases, polling instead: %s",
-                    scrub(str(exc), context.url),
-                )
-                await listener.close()
+                await listener.give_up(exc)
                 listener = None
     finally:
         if listener is not None:
@@ -272,11 +277,7 @@ async def wait_after(context: LockContext, claim: Claim[Taken], patience: Connec
             try:
                 await listener.wait(delay)
             except Exception as exc:
-                logger.warning(
-                    "stopped listening for successes, polling instead: %s",
-                    scrub(str(exc), context.url),
-                )
-                await listener.close()
+                await listener.give_up(exc)
                 listener = None
     finally:
         if listener is not None:

@@ -171,10 +171,13 @@ class LockContext:
 
     def __post_init__(self) -> None:
         self._check_where()
-        optional = {f.name for f in fields(self) if f.default is None}  # None: not set
         for number in v.NUMBERS:  # each by its bound, the wrapper's as its own
             name, bound = number.field, number.bound
-            if name is None or bound is None or (getattr(self, name) is None and name in optional):
+            if (
+                name is None
+                or bound is None
+                or (getattr(self, name) is None and name in _UNSET_BY_NONE)
+            ):
                 continue
             _set(self, name, bound.check(getattr(self, name), setting.name(number)))
         self._check_lease()
@@ -305,6 +308,10 @@ class LockContext:
         return f"LockContext(url={redact_dsn(self.url)!r}, {shown})"
 
     __str__ = __repr__
+
+
+_UNSET_BY_NONE = frozenset(f.name for f in fields(LockContext) if f.default is None)
+"""The fields that None leaves unset (their default); any other number refuses None."""
 
 
 def _set(context: LockContext, name: str, value: object) -> None:

@@ -52,9 +52,6 @@ ARGUMENTS = {
 }
 """Each function's argument types, as ``regprocedure`` names them."""
 
-SUFFIXES = {name: f"_dislock_{name}" for name in ARGUMENTS}
-"""Each function's name after the table's (``beside``)."""
-
 LOCK_ROW = rf"^{KEY_PREFIX}:(?:schedule|lease|group)(?:#{SLOT_NUMBER})?:(.*)$"
 """The row keys a team may write through the functions, its lock key captured: a
 schedule, lease or group row, or a further slot of one (2 to 1000)."""
@@ -64,8 +61,8 @@ MISSING: set[tuple[str, ...]] = set()
 
 
 def function(table_parts: tuple[str, ...], name: str) -> sql.Identifier:
-    """The function ``name`` (a key of ``SUFFIXES``) of the table ``table_parts``."""
-    return beside(table_parts, SUFFIXES[name])
+    """The function ``name`` (a key of ``ARGUMENTS``) of the table ``table_parts``."""
+    return beside(table_parts, f"_dislock_{name}")
 
 
 def signature(table_parts: tuple[str, ...], name: str) -> str:
@@ -73,30 +70,15 @@ def signature(table_parts: tuple[str, ...], name: str) -> str:
     return f"{function(table_parts, name).as_string(None)}({ARGUMENTS[name]})"
 
 
-OWNED_BY_THE_TABLE = """
-DO $owner$
-DECLARE
-    v_owner text := (SELECT c.relowner::regrole::text
-        FROM pg_catalog.pg_class AS c WHERE c.oid = {table_oid});
-    v_function regprocedure;
-BEGIN
-    FOREACH v_function IN ARRAY ARRAY[{signatures}]::regprocedure[] LOOP
-        IF (SELECT p.proowner::regrole::text FROM pg_catalog.pg_proc AS p
-            WHERE p.oid = v_function) IS DISTINCT FROM v_owner
-        THEN
-            EXECUTE pg_catalog.format('ALTER FUNCTION %s OWNER TO %s', v_function, v_owner);
-        END IF;
-    END LOOP;
-END
-$owner$
-"""
-"""Functions that run as their owner run as the table's: ``init`` may be run by a
-superuser or a member of the owner's role, whose rights they must not carry."""
+def template(name: str) -> str:
+    """The text of the file ``sql/<name>``."""
+    return (resources.files("dislock.core") / "sql" / name).read_text()
 
 
 def owned_by_the_table(table: sql.Identifier, signatures: list[str]) -> sql.Composed:
-    """The block that gives the functions ``signatures`` to ``table``'s owner."""
-    return sql.SQL(OWNED_BY_THE_TABLE).format(
+    """The block that gives the functions ``signatures`` to ``table``'s owner
+    (``sql/owned_by_the_table.sql``)."""
+    return sql.SQL(template("owned_by_the_table.sql")).format(
         table_oid=sql.SQL("{}::regclass").format(sql.Literal(table.as_string(None))),
         signatures=sql.SQL(", ").join(map(sql.Literal, signatures)),
     )
@@ -105,11 +87,10 @@ def owned_by_the_table(table: sql.Identifier, signatures: list[str]) -> sql.Comp
 def protocol_sql(table_parts: tuple[str, str]) -> sql.Composed:
     """The statements that (re)install the functions of ``table_parts`` (schema and
     name: they name every object with its schema)."""
-    template = (resources.files("dislock.core") / "sql" / "protocol.sql").read_text()
     table = sql.Identifier(*table_parts)
-    names = {name: function(table_parts, name) for name in SUFFIXES}
+    names = {name: function(table_parts, name) for name in ARGUMENTS}
     row_key = "^[^:]*:[^:]*:(.*)$"
-    written = sql.SQL(template).format(
+    written = sql.SQL(template("protocol.sql")).format(
         **names,
         table=table,
         table_oid=sql.SQL("{}::regclass").format(sql.Literal(table.as_string(None))),
@@ -136,7 +117,7 @@ def protocol_sql(table_parts: tuple[str, str]) -> sql.Composed:
         wake=wake_payload(sql.SQL("tableoid"), sql.SQL("p_wake_key")),
         version=sql.Literal(VERSION),
     )
-    owned = owned_by_the_table(table, [signature(table_parts, name) for name in SUFFIXES])
+    owned = owned_by_the_table(table, [signature(table_parts, name) for name in ARGUMENTS])
     return sql.SQL("{};\n{}\n{};").format(wrapped_sql(table_parts, names), written, owned)
 
 
@@ -161,8 +142,8 @@ def installed(table_parts: tuple[str, ...]) -> Exchange[bool]:
 
 
 def call(table_parts: tuple[str, ...], name: str, params: tuple[str, ...]) -> sql.Composed:
-    """A call to the lock function ``name`` of ``table_parts`` (``function_call``)."""
-    return function_call(beside_parts(table_parts, SUFFIXES[name]), params)
+    """A call to the function ``name`` of ``table_parts`` (``function_call``)."""
+    return function_call(beside_parts(table_parts, f"_dislock_{name}"), params)
 
 
 @lru_cache(maxsize=256)

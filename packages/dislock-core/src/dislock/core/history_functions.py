@@ -20,12 +20,12 @@ from dislock.core.after import success_notice
 from dislock.core.exchange import Exchange
 from dislock.core.failover import SCOPE_KEY_PREFIX
 from dislock.core.limits import NEVER_EXPIRES, metadata_row
+from dislock.core.policy_functions import template
 from dislock.core.protocol import (
     call,
     function,
     installed_beside,
     owned_by_the_table,
-    template,
     via_function,
 )
 from dislock.core.variables import OUTPUT_TAIL

@@ -19,7 +19,6 @@ must rewrite them.
 from __future__ import annotations
 
 from functools import lru_cache
-from importlib import resources
 from typing import Any
 
 from psycopg import sql
@@ -36,7 +35,7 @@ from dislock.core.failover import (
 from dislock.core.key_quota import OVER_QUOTA, QUOTA_KEY_PREFIX
 from dislock.core.kinds import KEY_PREFIX, SLOT_NUMBER
 from dislock.core.limits import DEFAULT_MAX_TTL, MAX_TTL_KEY, NEVER_EXPIRES, max_ttl_of
-from dislock.core.policy_functions import beside, beside_parts
+from dislock.core.policy_functions import beside, beside_parts, template
 from dislock.core.refusal import NO_GRANT
 from dislock.core.rows import PAUSE_PREFIX, RELEASED_MARK
 from dislock.core.waiting import wake_payload
@@ -68,11 +67,6 @@ def function(table_parts: tuple[str, ...], name: str) -> sql.Identifier:
 def signature(table_parts: tuple[str, ...], name: str) -> str:
     """The function ``name`` of ``table_parts`` with its argument types."""
     return f"{function(table_parts, name).as_string(None)}({ARGUMENTS[name]})"
-
-
-def template(name: str) -> str:
-    """The text of the file ``sql/<name>``."""
-    return (resources.files("dislock.core") / "sql" / name).read_text()
 
 
 def owned_by_the_table(table: sql.Identifier, signatures: list[str]) -> sql.Composed:

@@ -54,12 +54,9 @@ class Queries(NamedTuple):
     acquisition may have taken.  (Not the holder's release too: matching an array
     costs that hot path about 0.05 ms.)"""
     now: sql.SQL
-    """The database clock (statement time), one row of one column."""
     acquire_slot: sql.Composed
     """Params: keys (the slots' row keys, slot 1 first), pause, owner, ttl.  Takes the
-    first free slot, in the same upsert as ``acquire_for``; answers ``SlotClaimRow``
-    (how many slots it found free tells a full lease from a slot another holder took
-    in the same instant)."""
+    first free slot, in the same upsert as ``acquire_for``; answers ``SlotClaimRow``."""
     mine: sql.Composed
     """Params: keys, owner.  The owner's live rows among the keys
     (``dislock.core.unknown_outcome.Mine``), for an acquisition whose answer was lost."""
@@ -71,21 +68,15 @@ class Queries(NamedTuple):
     candidates (then nothing was taken: read the clock, use ``acquire_until``)."""
     acquire_retrying: sql.Composed
     """Params: key, pause, owner, expire_at, and ``dislock.core.retries.claim_params``.
-    ``acquire_until`` for a job with retries: it takes the slot's row as its next
-    attempt when an earlier attempt failed and reopened it, or vanished
-    (``dislock.core.retries``); answers ``RetryingClaimRow``."""
+    ``acquire_until`` for a job with retries (``dislock.core.retries``); answers
+    ``RetryingClaimRow``."""
     reopen: sql.Composed
-    """``dislock.core.retries.reopen_query``."""
     done: sql.Composed
-    """``dislock.core.retries.done_query``."""
     look: sql.Composed
     """Params: key, pause.  A read sent before the acquiring statement on a new
     connection (``dislock.core.answers.look_reader``): the clocks, the timeline and
     whichever of the key's row, its pause row, the failover timeline row and the
-    maximum-TTL row exist, by primary key.  A new backend plans the acquiring
-    statement for several times the server CPU this read costs (and, behind a
-    pooler, every backend plans it anew), and when a fleet's crontabs fire together
-    every machine but one is refused."""
+    maximum-TTL row exist, by primary key (docs/design.md says why)."""
     take_over: sql.Composed
     """Params: key, pause, owner, successor, ttl.  Takes the live lease row ``key``
     that a replaced holder handed over (its value ``successor``,

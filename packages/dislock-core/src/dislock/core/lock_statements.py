@@ -57,17 +57,11 @@ class LockStatements:
         called = Exchange(self.calls[name], params, plain.read)
         return protocol.via_function(self.table_parts, called, plain)
 
-    def _acquire(
-        self, key: str, owner: str, plain: Exchange[Acquired], **until: Any
-    ) -> Exchange[Acquired]:
-        params = _claim(key, owner, **{"expire_at": None, "ttl": None, **until})
-        return self._via("acquire", params, plain, fenced=True)
-
     def acquire_until(self, key: str, owner: str, expire_at: datetime) -> Exchange[Acquired]:
         """Take the schedule row ``key`` until ``expire_at``, a slot's end."""
         params = _claim(key, owner, expire_at=expire_at)
         plain = Exchange(self.queries.acquire_until, params, answers.read_slot_claim)
-        return self._acquire(key, owner, plain, expire_at=expire_at)
+        return self._via("acquire", {**params, "ttl": None}, plain, fenced=True)
 
     def acquire_retrying(
         self,
@@ -123,7 +117,8 @@ class LockStatements:
         """Take the lease row ``key`` for ``ttl`` seconds."""
         params = _claim(key, owner, ttl=ttl)
         plain = Exchange(self.queries.acquire_for, params, answers.lease_reader(ttl))
-        return self._acquire(key, owner, plain, ttl=float(ttl))
+        called = {**params, "expire_at": None, "ttl": float(ttl)}
+        return self._via("acquire", called, plain, fenced=True)
 
     def take_over(self, key: str, owner: str, successor: str, ttl: float) -> Exchange[Acquired]:
         """Take the lease row ``key`` handed over to ``successor`` for ``ttl`` seconds."""

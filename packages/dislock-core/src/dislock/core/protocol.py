@@ -35,7 +35,7 @@ from dislock.core.failover import (
 from dislock.core.key_quota import OVER_QUOTA, QUOTA_KEY_PREFIX
 from dislock.core.kinds import KEY_PREFIX, SLOT_NUMBER
 from dislock.core.limits import DEFAULT_MAX_TTL, MAX_TTL_KEY, NEVER_EXPIRES, max_ttl_of
-from dislock.core.policy_functions import beside, beside_parts, template
+from dislock.core.policy_functions import beside, template
 from dislock.core.refusal import NO_GRANT
 from dislock.core.rows import PAUSE_PREFIX, RELEASED_MARK
 from dislock.core.waiting import wake_payload
@@ -135,18 +135,13 @@ def installed(table_parts: tuple[str, ...]) -> Exchange[bool]:
     return installed_beside(VERSION, signature(table_parts, "acquire"))
 
 
-def call(table_parts: tuple[str, ...], name: str, params: tuple[str, ...]) -> sql.Composed:
-    """A call to the function ``name`` of ``table_parts`` (``function_call``)."""
-    return function_call(beside_parts(table_parts, f"_dislock_{name}"), params)
-
-
 @lru_cache(maxsize=256)
-def function_call(function_parts: tuple[str, ...], params: tuple[str, ...]) -> sql.Composed:
-    """``SELECT * FROM <function>(p_a => %(a)s, ...)``: named arguments, so that the
-    server resolves their types from the function's signature.  Built once per
-    function, so that connections can keep its rendering."""
+def call(table_parts: tuple[str, ...], name: str, params: tuple[str, ...]) -> sql.Composed:
+    """``SELECT * FROM <the function name of table_parts>(p_a => %(a)s, ...)``: named
+    arguments, so that the server resolves their types from the function's signature.
+    Built once per function, so that connections can keep its rendering."""
     return sql.SQL("SELECT * FROM {}({})").format(
-        sql.Identifier(*function_parts),
+        function(table_parts, name),
         sql.SQL(", ").join(
             sql.SQL("{} => {}").format(sql.Identifier(f"p_{param}"), sql.Placeholder(param))
             for param in params
@@ -155,9 +150,7 @@ def function_call(function_parts: tuple[str, ...], params: tuple[str, ...]) -> s
 
 
 def via_function(
-    table_parts: tuple[str, ...],
-    called: Exchange[Any],
-    plain: Exchange[Any],
+    table_parts: tuple[str, ...], called: Exchange[Any], plain: Exchange[Any]
 ) -> Exchange[Any]:
     """``called`` (a function call), falling back to ``plain`` on a table without the
     functions; ``plain`` itself once this process knows it has none."""

@@ -1,21 +1,12 @@
 """The functions beside a granted lock table that its row-level security policies call
 (``sql/policy_functions.sql``), and the names of every function beside a table.
 
-Every execution of a statement sets each policy expression up anew, once for every
-row check the policy applies to (an acquisition carries about forty: each read of
-the table, and five checks on each of its three upserts), whether or not a row is
-ever checked; each function call in an expression costs a catalog lookup and a
-permission check in that set-up.  That set-up, not the checks themselves, was most
-of what row-level security cost a warm lock cycle, so the policies
-(``dislock.core.grants``) are written with as few calls as will do, and what they
-rarely need sits behind one call to a function here:
-
-* ``<table>_dislock_max_ttl()``: the table's maximum lease TTL as an interval,
-  folded by the planner into a constant.
-* ``<table>_dislock_noting(key, value, expire_at, existing, slots)``: whether a
-  role may write a row it rarely writes, within its bounds: the failover
-  bookkeeping, and its keys' further lease slots (``slots``, their regular
-  expression).
+Setting a policy's condition up costs a catalog lookup and a permission check for
+each function call in it, for each execution of a statement and each row check it
+applies to (docs/security.md), so the policies (``dislock.core.grant_policies``) are
+written with as few calls as will do, and what they rarely need sits behind one call
+to ``<table>_dislock_noting``; the table's maximum TTL is ``<table>_dislock_max_ttl()``,
+which the planner folds into a constant.
 """
 
 from __future__ import annotations

@@ -1,19 +1,14 @@
 """The lock protocol as functions beside the lock table: what ``dislockctl init``
-installs (``sql/protocol.sql``), and the calls that replace the hot statements.
-
-An acquisition, a renewal tick and a release are each one call to a PL/pgSQL
-function.  The server keeps a function's plans for the session, so a warm process
-stops paying to plan a nine-table statement on each lock, and a fresh one plans a
-few primary-key statements instead of it.  The functions answer exactly the rows
-the statements of ``dislock.core.lock_queries`` answer, so the readers of
-``dislock.core.answers`` read both.
+installs (``sql/protocol.sql``), and the calls that replace the statements of
+``dislock.core.lock_queries``, answering exactly their rows (docs/design.md, "The
+protocol lives in the database").
 
 A table without them (made by hand, by dislock 0.1.0, or before this version's
 ``init``) keeps working: a call the server does not know (SQLSTATE 42883) is sent
-again as the plain statement, and the process remembers the table
-(``MISSING``), so that it asks once.  A changed signature is a new function, which
-an older table lacks in the same way: the version in the comment says when ``init``
-must rewrite them.
+again as the plain statement, and the process remembers the table (``MISSING``),
+so that it asks once.  A changed signature is a new function, which an older table
+lacks in the same way: the version in the comment says when ``init`` must rewrite
+them.
 """
 
 from __future__ import annotations

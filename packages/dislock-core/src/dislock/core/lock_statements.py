@@ -15,20 +15,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from dislock.core import answers, lock_queries, protocol
 from dislock.core import retries as retries_module
 from dislock.core.answers import Acquired, SlotAnswer
-from dislock.core.exchange import Exchange
+from dislock.core.exchange import Answer, Exchange
 from dislock.core.kinds import LEASE
 from dislock.core.replace_marks import handed
 from dislock.core.rows import pause_key_of
 from dislock.core.unknown_outcome import Mine
 from dislock.core.waiting import WAKE_CHANNEL, wake_key
 from dislock.core.wrapped import CALLED
-
-Answer = TypeVar("Answer")
 
 if TYPE_CHECKING:
     from dislock.core.context import LockContext
@@ -201,8 +199,7 @@ def _waking(owner: str, lock_key: str, mode: str) -> dict[str, Any]:
 
 @lru_cache(maxsize=64)
 def statements(table_parts: tuple[str, ...], fencing: bool = False) -> LockStatements:
-    """The statements of the table ``table_parts``; with ``fencing``, acquisitions
-    also bump and return the row's ``fence`` column, in the same statement."""
+    """The statements of the table ``table_parts`` (``lock_queries.queries``), kept."""
     return LockStatements(table_parts, fencing)
 
 

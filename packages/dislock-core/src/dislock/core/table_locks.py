@@ -41,7 +41,6 @@ class Tries:
     patience), none that would end past the deadline."""
 
     def __init__(self, patience: float, now: float, rng: random.Random | None = None) -> None:
-        self.patience = patience
         self.deadline = now + patience
         self.attempt = 0
         self._rng = rng

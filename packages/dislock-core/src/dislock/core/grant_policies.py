@@ -272,22 +272,13 @@ def _key_policies(
         written = sql.SQL("({} OR {})").format(
             writable, _rarely(table_parts, slot_keys, existing=True)
         )
+        inserted = sql.SQL("{} AND {} AND {}").format(_fits("key"), fits, bounded)
+        updated = sql.SQL("{} AND {}").format(fits, bounded)
         statements += [
             _grant("SELECT, INSERT", table, role),
             _column_grant("UPDATE", columns, table, role),
-            _policy(
-                table,
-                role,
-                "take",
-                check=sql.SQL("{} AND {} AND {}").format(_fits("key"), fits, bounded),
-            ),
-            _policy(
-                table,
-                role,
-                "write",
-                using=written,
-                check=sql.SQL("{} AND {}").format(fits, bounded),
-            ),
+            _policy(table, role, "take", check=inserted),
+            _policy(table, role, "write", using=written, check=updated),
         ]
     if access == OPERATOR:
         delete = sql.SQL("({} OR {})").format(writable, slots)

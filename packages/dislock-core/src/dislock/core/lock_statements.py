@@ -75,12 +75,8 @@ class LockStatements:
         """``acquire_until`` for a job with ``retries`` (``dislock.core.retries``): its
         next attempt, ``delay`` seconds (doubling) after the last failed; ``lease``, the
         row whose expiry proves a holder vanished (None: no lease, never proven)."""
-        params = _claim(
-            key,
-            owner,
-            expire_at=expire_at,
-            **retries_module.claim_params(lease, expire_at, retries, delay),
-        )
+        attempt = retries_module.claim_params(lease, expire_at, retries, delay)
+        params = _claim(key, owner, expire_at=expire_at, **attempt)
         plain = Exchange(self.queries.acquire_retrying, params, answers.read_retrying_claim)
         return self._via("acquire_retrying", params, plain, fenced=True)
 

@@ -318,9 +318,7 @@ def _history_grant(
     # Its start is the server's clock, as dislock writes it (a run "from the future"
     # would be listed first, as abandoned, and outlive every prune).
     started = sql.SQL("{} AND {} AND {} AND started_at = NOW()").format(
-        mine,
-        _fits("lock_key", "modes", "owner", "host"),
-        _fits("cron", "cron_tz", nullable=True),
+        mine, _fits("lock_key", "modes", "owner", "host"), _fits("cron", "cron_tz", nullable=True)
     )
     # An output's tail: the wrapper keeps at most OUTPUT_TAIL's characters of each.
     tails = _fits(*TAILS, nullable=True, limit=4 * int(OUTPUT_TAIL.high))

@@ -21,13 +21,7 @@ from dislock.core.exchange import Exchange
 from dislock.core.failover import SCOPE_KEY_PREFIX
 from dislock.core.limits import NEVER_EXPIRES, metadata_row
 from dislock.core.policy_functions import template
-from dislock.core.protocol import (
-    call,
-    function,
-    installed_beside,
-    owned_by_the_table,
-    via_function,
-)
+from dislock.core.protocol import call, function, installed_beside, owned_by_the_table, via_function
 from dislock.core.variables import OUTPUT_TAIL
 
 VERSION = "dislock history functions 1"

@@ -12,16 +12,16 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from dislock.core.protocol import SUFFIXES, VERSION, function, signature
+from dislock.core.protocol import ARGUMENTS, VERSION, function, signature
 from tests.cli.conftest import Ctl, RunCli, dislock_on_path, run_pasted
 
 HEADING = "## The lock functions beside the table"
 
 
 def _functions(db: psycopg.Connection[Any], table: tuple[str, str]) -> dict[str, tuple[str, Any]]:
-    """The table's lock functions found: name (a key of SUFFIXES) -> (comment, row version)."""
+    """The table's lock functions found: name (a key of ARGUMENTS) -> (comment, row version)."""
     found = {}
-    for name in SUFFIXES:
+    for name in ARGUMENTS:
         row = db.execute(
             "SELECT obj_description(p.oid, 'pg_proc'), p.xmin::text FROM pg_proc p"
             " WHERE p.oid = to_regprocedure(%s)",
@@ -33,7 +33,7 @@ def _functions(db: psycopg.Connection[Any], table: tuple[str, str]) -> dict[str,
 
 
 def _drop_functions(db: psycopg.Connection[Any], table: tuple[str, str]) -> None:
-    for name in SUFFIXES:
+    for name in ARGUMENTS:
         db.execute(sql.SQL("DROP FUNCTION IF EXISTS {} CASCADE").format(function(table, name)))
 
 
@@ -84,7 +84,7 @@ def test_a_table_without_the_functions_works_until_init_adds_them(
     pasted = run_pasted("schema.md", HEADING, {**lease_env, "PATH": dislock_on_path(tmp_path)})
     assert pasted.returncode == 0, pasted.stderr
     found = _functions(db, lock_table)
-    assert set(found) == set(SUFFIXES)
+    assert set(found) == set(ARGUMENTS)
     assert {comment for comment, _ in found.values()} >= {VERSION}
 
     ran = run_cli(["DATABASE_URL", "echo", "again"], lease_env)
@@ -126,10 +126,10 @@ def test_print_sql_carries_the_functions(
     _drop_functions(db, lock_table)
     printed = ctl("init", "--print-sql")
     assert printed.returncode == 0, printed.stderr
-    assert printed.stdout.count("CREATE OR REPLACE FUNCTION") == len(SUFFIXES)
+    assert printed.stdout.count("CREATE OR REPLACE FUNCTION") == len(ARGUMENTS)
     assert function(lock_table, "acquire").as_string(None) in printed.stdout
     db.execute(printed.stdout.encode())  # as a migration tool would apply it
-    assert len(_functions(db, lock_table)) == len(SUFFIXES)
+    assert len(_functions(db, lock_table)) == len(ARGUMENTS)
     ran = run_cli(["DATABASE_URL", "true"], lease_env)
     assert ran.returncode == 0, ran.stderr
     assert _calls_reach(db, lock_table, "acquire") == 1

@@ -11,7 +11,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from dislock.core.protocol import SUFFIXES, function
+from dislock.core.protocol import ARGUMENTS, function
 from tests.support import ledger
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -80,7 +80,7 @@ def test_checker_catches_a_lock_without_its_expiry_guard(
     work_db.execute("CREATE TABLE inside (holder text NOT NULL)")
     # The worker breaks the plain statement: the table must have no lock functions.
     with psycopg.connect(database_url, autocommit=True) as admin:
-        for name in SUFFIXES:
+        for name in ARGUMENTS:
             admin.execute(
                 sql.SQL("DROP FUNCTION IF EXISTS {} CASCADE").format(function(lock_table, name))
             )

@@ -14,7 +14,7 @@ import pytest
 from psycopg import sql
 
 from dislock.core.failover import TIMELINE_KEY, TTL_KEY_PREFIX
-from dislock.core.protocol import SUFFIXES, function, signature
+from dislock.core.protocol import ARGUMENTS, function, signature
 from tests.security.conftest import (
     BILLING,
     BILLING_ROLE,
@@ -86,7 +86,7 @@ def test_the_functions_run_as_the_tables_owner_with_a_pinned_search_path(
         "SELECT relowner::regrole::text FROM pg_class WHERE oid = %s::regclass",
         (sql.Identifier(*fleet.table).as_string(None),),
     ).fetchone() or (None,)
-    for name in SUFFIXES:
+    for name in ARGUMENTS:
         row = db.execute(
             "SELECT proowner::regrole::text, prosecdef, proconfig FROM pg_proc"
             " WHERE oid = to_regprocedure(%s)",

@@ -205,10 +205,8 @@ def look_reader(
 ) -> Callable[[Rows], Acquired | None]:
     """The reader of ``look`` at the row ``key`` (paused by the row ``pause``): the
     refusal the acquiring statement would answer, or None when only that statement
-    can tell.  It tells when the row is free, the key is paused, a lock delay runs
-    or would start (a timeline other than the server's is recorded, or its delay has
-    not ended: ``dislock.core.failover``), a lease of ``ttl`` seconds is over the
-    table's maximum, ``pick`` (the slot choice of ``acquire_by_clock``) finds no
+    can tell: the row is free, the key paused, a lock delay runs or would start
+    (``dislock.core.failover``), ``ttl`` is over the table's maximum, ``pick`` finds no
     slot for the database clock, or a metadata row cannot be read."""
 
     def read(rows: Rows) -> Acquired | None:

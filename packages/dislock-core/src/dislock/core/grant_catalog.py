@@ -26,11 +26,8 @@ class Qualified(NamedTuple):
 
 
 def _read_qualified(rows: Rows) -> tuple[str, str] | None:
-    if not rows:
-        return None
-    (row,) = rows
-    found = Qualified._make(row)
-    return str(found.schema), str(found.name)
+    found = [Qualified._make(row) for row in rows]
+    return (str(found[0].schema), str(found[0].name)) if found else None
 
 
 def qualified(table: tuple[str, ...]) -> Exchange[tuple[str, str] | None]:

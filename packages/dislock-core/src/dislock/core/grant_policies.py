@@ -1,22 +1,10 @@
-"""The SQL of a grant: privileges and row-level security over the lock table, so that
-the server enforces a role's keys whatever a machine sends by hand.
-
-* **Row-level security** on the lock table (and its run history), one set of
-  policies per role, its key patterns written in as literals (no lookup table: a
-  policy costs a ``LIKE`` match on rows a statement touches anyway).  The failover
-  bookkeeping rows can be written only as the acquiring statement writes them
-  (``dislock.core.policy_functions``).
-* **Bounds**: no lease row or lock delay ends more than the table's maximum TTL
-  from now (a function beside the table that the planner folds into a constant: a
-  policy that read the table it guards would recurse, and ``init --max-ttl``
-  replaces the function, no policy); no text written is longer than
-  ``MAX_STORED_BYTES``; a run's outcome is one of ``history.OUTCOMES``.
-* **Column privileges**: no table-wide ``UPDATE``, ``DELETE`` or ``TRUNCATE``, so
-  ``LOCK TABLE … IN EXCLUSIVE MODE`` (which needs one of them) is refused.
-
-The owner and superusers bypass row-level security: they are the administrators.
-Until the first grant a table has none, so fleets without roles (and dislock 0.1.0)
-work as before.  The patterns are kept in a comment on the role's read policy.
+"""The SQL of a grant: privileges and row-level security over the lock table and its
+run history, so that the server enforces a role's keys whatever a machine sends by
+hand (docs/security.md says what each bounds, and why).  One set of policies per
+role, its key patterns written in as literals (no lookup table: a policy costs a
+``LIKE`` match on rows a statement touches anyway), which are also kept in a comment
+on the role's read policy.  Until the first grant a table has none, so fleets
+without roles (and dislock 0.1.0) work as before.
 """
 
 from __future__ import annotations
@@ -41,7 +29,7 @@ from dislock.core.grants import (
     quota_of,
 )
 from dislock.core.history import ENDED, OUTCOMES, STARTED, TAILS, add_tail_columns
-from dislock.core.history_functions import history_budget, set_history_budget
+from dislock.core.history_functions import history_budget, history_functions_sql, set_history_budget
 from dislock.core.key_quota import QUOTA_KEY_PREFIX, quota_trigger, set_quota
 from dislock.core.kinds import KEY_PREFIX, SLOT_NUMBER
 from dislock.core.limits import metadata_row
@@ -104,7 +92,7 @@ def _slots(patterns: Sequence[str]) -> str:
 def _rarely(
     table_parts: tuple[str, ...], slot_keys: sql.Literal, *, existing: bool
 ) -> sql.Composed:
-    """What a role writes but rarely (``policy_functions``' ``_noting``): the failover
+    """What a role writes but rarely (``<table>_dislock_noting``): the failover
     bookkeeping of an acquiring statement and its keys' further lease slots.
 
     The timeline row's INSERT condition has to admit a delay (PostgreSQL checks an
@@ -284,22 +272,13 @@ def _key_policies(
         written = sql.SQL("({} OR {})").format(
             writable, _rarely(table_parts, slot_keys, existing=True)
         )
+        inserted = sql.SQL("{} AND {} AND {}").format(_fits("key"), fits, bounded)
+        updated = sql.SQL("{} AND {}").format(fits, bounded)
         statements += [
             _grant("SELECT, INSERT", table, role),
             _column_grant("UPDATE", columns, table, role),
-            _policy(
-                table,
-                role,
-                "take",
-                check=sql.SQL("{} AND {} AND {}").format(_fits("key"), fits, bounded),
-            ),
-            _policy(
-                table,
-                role,
-                "write",
-                using=written,
-                check=sql.SQL("{} AND {}").format(fits, bounded),
-            ),
+            _policy(table, role, "take", check=inserted),
+            _policy(table, role, "write", using=written, check=updated),
         ]
     if access == OPERATOR:
         delete = sql.SQL("({} OR {})").format(writable, slots)
@@ -317,8 +296,6 @@ def _history_grant(
 ) -> list[sql.Composed]:
     """The functions runs are recorded through, and the role's privileges and policies
     on the run history."""
-    from dislock.core.history_functions import history_functions_sql
-
     table = sql.Identifier(*history)
     statements = [
         history_functions_sql((history[0], history[1]), (table_parts[0], table_parts[1])),
@@ -341,9 +318,7 @@ def _history_grant(
     # Its start is the server's clock, as dislock writes it (a run "from the future"
     # would be listed first, as abandoned, and outlive every prune).
     started = sql.SQL("{} AND {} AND {} AND started_at = NOW()").format(
-        mine,
-        _fits("lock_key", "modes", "owner", "host"),
-        _fits("cron", "cron_tz", nullable=True),
+        mine, _fits("lock_key", "modes", "owner", "host"), _fits("cron", "cron_tz", nullable=True)
     )
     # An output's tail: the wrapper keeps at most OUTPUT_TAIL's characters of each.
     tails = _fits(*TAILS, nullable=True, limit=4 * int(OUTPUT_TAIL.high))

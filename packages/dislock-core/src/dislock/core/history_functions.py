@@ -11,7 +11,6 @@ statements of ``dislock.core.history``, as the lock table does.
 
 from __future__ import annotations
 
-from importlib import resources
 from typing import Any
 
 from psycopg import sql
@@ -21,14 +20,8 @@ from dislock.core.after import success_notice
 from dislock.core.exchange import Exchange
 from dislock.core.failover import SCOPE_KEY_PREFIX
 from dislock.core.limits import NEVER_EXPIRES, metadata_row
-from dislock.core.policy_functions import beside, beside_parts
-from dislock.core.protocol import (
-    function,
-    function_call,
-    installed_beside,
-    owned_by_the_table,
-    via_function,
-)
+from dislock.core.policy_functions import template
+from dislock.core.protocol import call, function, installed_beside, owned_by_the_table, via_function
 from dislock.core.variables import OUTPUT_TAIL
 
 VERSION = "dislock history functions 1"
@@ -44,27 +37,16 @@ DEFAULT_MAX_HISTORY_MIB = 256
 """A granted role's history budget unless ``--max-history-mib`` says otherwise."""
 
 ARGUMENTS = {
-    "within_budget": "text, int8",
-    "start": "text, text, timestamptz, text, text, int4, text, text",
-    "end": "int8, text, int4, int4, timestamptz, text, text",
-    "held_back": "text, timestamptz, timestamptz, text, text, int4, text, text, text",
+    "within_budget": "role text, bytes int8",
+    "start": "lock_key text, modes text, slot_end timestamptz, owner text, host text,"
+    " pid int4, cron text, cron_tz text",
+    "end": "id int8, outcome text, exit_code int4, signal int4, ended_at timestamptz,"
+    " stdout_tail text, stderr_tail text",
+    "held_back": "lock_key text, slot_start timestamptz, slot_end timestamptz, owner text,"
+    " host text, pid int4, cron text, cron_tz text, outcome text",
 }
-
-PARAMS = {
-    "start": ("lock_key", "modes", "slot_end", "owner", "host", "pid", "cron", "cron_tz"),
-    "end": ("id", "outcome", "exit_code", "signal", "ended_at", "stdout_tail", "stderr_tail"),
-    "held_back": (
-        "lock_key",
-        "slot_start",
-        "slot_end",
-        "owner",
-        "host",
-        "pid",
-        "cron",
-        "cron_tz",
-        "outcome",
-    ),
-}
+"""Each function's arguments (``p_<name>`` in the SQL file), named as its call's
+parameters, and their types."""
 
 
 def history_budget(max_history_mib: int | None) -> int:
@@ -82,12 +64,13 @@ def set_history_budget(table_parts: tuple[str, ...], role: str, mib: int) -> sql
     return metadata_row(table_parts, BUDGET_PREFIX + role, str(mib * 1024 * 1024))
 
 
-def name(history: tuple[str, ...], what: str) -> sql.Identifier:
-    return beside(history, f"_dislock_{what}")
+def _arguments(what: str) -> list[list[str]]:
+    return [argument.split() for argument in ARGUMENTS[what].split(", ")]
 
 
 def signature(history: tuple[str, ...], what: str) -> str:
-    return f"{name(history, what).as_string(None)}({ARGUMENTS[what]})"
+    types = ", ".join(kind for _, kind in _arguments(what))
+    return f"{function(history, what).as_string(None)}({types})"
 
 
 def history_functions_sql(history: tuple[str, str], lock_table: tuple[str, str]) -> sql.Composed:
@@ -96,10 +79,9 @@ def history_functions_sql(history: tuple[str, str], lock_table: tuple[str, str])
     from dislock.core.held_back import HELD_BACK, LATE_FALLBACK, MODES
     from dislock.core.history import OUTCOMES
 
-    template = (resources.files("dislock.core") / "sql" / "history_functions.sql").read_text()
     table = sql.Identifier(*history)
-    written = sql.SQL(template).format(
-        **{what: name(history, what) for what in ARGUMENTS},
+    written = sql.SQL(template("history_functions.sql")).format(
+        **{what: function(history, what) for what in ARGUMENTS},
         caller=function(lock_table, "caller"),
         table=sql.Identifier(*lock_table),
         history=table,
@@ -127,11 +109,8 @@ def installed(history: tuple[str, ...]) -> Exchange[bool]:
 def via(history: tuple[str, ...], what: str, plain: Exchange[Any], **extra: Any) -> Exchange[Any]:
     """``plain`` (a statement of ``dislock.core.history`` or ``held_back``) as a call to
     the function ``what``; ``extra``: arguments the plain statement does not take."""
-    params = {param: None for param in PARAMS[what]} | plain.params | extra
-    params = {param: params[param] for param in PARAMS[what]}
-    called = plain._replace(query=_call(history, what), params=params)
+    names = tuple(name for name, _ in _arguments(what))
+    given = plain.params | extra
+    params = {name: given.get(name) for name in names}
+    called = plain._replace(query=call(history, what, names), params=params)
     return via_function(history, called, plain)
-
-
-def _call(history: tuple[str, ...], what: str) -> sql.Composed:
-    return function_call(beside_parts(history, f"_dislock_{what}"), PARAMS[what])

@@ -29,67 +29,24 @@ from dislock.core.waiting import wake_payload
 
 
 class Queries(NamedTuple):
-    """The text of the lock statements of one table (``LockStatements`` gives each its
-    parameters and its reader; each answers the row type its reader names)."""
+    """The text of the lock statements of one table: each is the statement of the
+    ``LockStatements`` method of its name (``renew_batch``: ``renew``), which gives it
+    its parameters, says what it does, and reads its answer into a row type."""
 
     acquire_until: sql.Composed
-    """Params: key, pause, owner, expire_at (timestamptz).  Takes the row until
-    ``expire_at``, unless paused or in a lock delay after a failover; answers
-    ``ClaimRow`` (no TTL cap applies)."""
     acquire_for: sql.Composed
-    """Params: key, pause, owner, ttl (seconds).  Answers like ``acquire_until``, the
-    TTL cap set when ``ttl`` is over the table's maximum (then it took nothing;
-    ``dislock.core.limits``)."""
     renew_batch: sql.Composed
-    """Params: keys, owners, ttls (parallel arrays).  Renews each listed lease that is
-    still ours; a row ``(key, value)`` per lease renewed, a lease missing is lost."""
     release: sql.Composed
-    """Params: key, owner, channel, wake_key.  Expires our row now, marked released
-    (``RELEASED_MARK``), and wakes the lease's waiters (``NOTIFY`` on commit,
-    ``dislock.core.waiting.wake_payload``); a row per row ended, none if another
-    owner had taken it."""
     hand_back: sql.Composed
-    """Params: keys, owner, channel, wake_key.  ``release`` for each of our rows among
-    the keys: whichever slot of an N-holder lease an interrupted or unconfirmed
-    acquisition may have taken.  (Not the holder's release too: matching an array
-    costs that hot path about 0.05 ms.)"""
     now: sql.SQL
-    """The database clock (statement time), one row of one column."""
     acquire_slot: sql.Composed
-    """Params: keys (the slots' row keys, slot 1 first), pause, owner, ttl.  Takes the
-    first free slot, in the same upsert as ``acquire_for``; answers ``SlotClaimRow``
-    (how many slots it found free tells a full lease from a slot another holder took
-    in the same instant)."""
     mine: sql.Composed
-    """Params: keys, owner.  The owner's live rows among the keys
-    (``dislock.core.unknown_outcome.Mine``), for an acquisition whose answer was lost."""
     acquire_by_clock: sql.Composed
-    """Params: key, pause, owner, covered_from and ``end_<i>``/``latest_<i>`` for each
-    candidate of ``dislock.core.cron.SlotCandidates``.  ``acquire_until`` for the
-    schedule slot that ``NOW()`` picks among the candidates, in one statement;
-    answers ``ClockClaimRow``, whose slot end is NULL when ``NOW()`` was outside the
-    candidates (then nothing was taken: read the clock, use ``acquire_until``)."""
     acquire_retrying: sql.Composed
-    """Params: key, pause, owner, expire_at, and ``dislock.core.retries.claim_params``.
-    ``acquire_until`` for a job with retries: it takes the slot's row as its next
-    attempt when an earlier attempt failed and reopened it, or vanished
-    (``dislock.core.retries``); answers ``RetryingClaimRow``."""
     reopen: sql.Composed
-    """``dislock.core.retries.reopen_query``."""
     done: sql.Composed
-    """``dislock.core.retries.done_query``."""
     look: sql.Composed
-    """Params: key, pause.  A read sent before the acquiring statement on a new
-    connection (``dislock.core.answers.look_reader``): the clocks, the timeline and
-    whichever of the key's row, its pause row, the failover timeline row and the
-    maximum-TTL row exist, by primary key.  A new backend plans the acquiring
-    statement for several times the server CPU this read costs (and, behind a
-    pooler, every backend plans it anew), and when a fleet's crontabs fire together
-    every machine but one is refused."""
     take_over: sql.Composed
-    """Params: key, pause, owner, successor, ttl.  Takes the live lease row ``key``
-    that a replaced holder handed over (its value ``successor``,
-    ``dislock.core.replace_marks``) for ``ttl`` seconds; answers like ``acquire_for``."""
 
 
 def queries(

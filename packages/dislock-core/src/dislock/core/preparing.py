@@ -1,20 +1,7 @@
-"""When a shared connection may keep its statements prepared on the server.
-
-PostgreSQL parses and plans an unprepared statement on every execution: for the
-acquiring upsert, more than its execution costs (docs/benchmarks.md).  A prepared
-statement is parsed once and, after a few executions, runs a cached generic plan.
-
-Prepared statements live in one server session, though, and PgBouncer in
-transaction pooling hands each transaction to whichever server connection is free
-(before 1.21 it cannot route them at all).  So connections open with psycopg's
-preparation off, and a shared connection turns it on only once it has served a
-few statements (a one-shot run never pays the check) and shows that it reaches the
-server directly: a pooler answers the startup with a backend process id of its
-own making, which differs from the one the server reports (the same test that
-decides whether a waiter can ``LISTEN``, ``dislock.aio._listen``).  Should a
-pooler pass the server's pid on and still move statements between sessions, the
-first prepared statement it loses is sent again unprepared, and the connection
-stops preparing.
+"""When a shared connection may keep its statements prepared on the server: once it
+has served a few statements and shows that it reaches the server directly, not
+through a pooler that would hand its transactions to other server sessions
+(docs/design.md, "PostgreSQL details", says why).
 """
 
 from __future__ import annotations

@@ -1,25 +1,19 @@
 """The lock protocol as functions beside the lock table: what ``dislockctl init``
-installs (``sql/protocol.sql``), and the calls that replace the hot statements.
-
-An acquisition, a renewal tick and a release are each one call to a PL/pgSQL
-function.  The server keeps a function's plans for the session, so a warm process
-stops paying to plan a nine-table statement on each lock, and a fresh one plans a
-few primary-key statements instead of it.  The functions answer exactly the rows
-the statements of ``dislock.core.lock_queries`` answer, so the readers of
-``dislock.core.answers`` read both.
+installs (``sql/protocol.sql``), and the calls that replace the statements of
+``dislock.core.lock_queries``, answering exactly their rows (docs/design.md, "The
+protocol lives in the database").
 
 A table without them (made by hand, by dislock 0.1.0, or before this version's
 ``init``) keeps working: a call the server does not know (SQLSTATE 42883) is sent
-again as the plain statement, and the process remembers the table
-(``MISSING``), so that it asks once.  A changed signature is a new function, which
-an older table lacks in the same way: the version in the comment says when ``init``
-must rewrite them.
+again as the plain statement, and the process remembers the table (``MISSING``),
+so that it asks once.  A changed signature is a new function, which an older table
+lacks in the same way: the version in the comment says when ``init`` must rewrite
+them.
 """
 
 from __future__ import annotations
 
 from functools import lru_cache
-from importlib import resources
 from typing import Any
 
 from psycopg import sql
@@ -36,7 +30,7 @@ from dislock.core.failover import (
 from dislock.core.key_quota import OVER_QUOTA, QUOTA_KEY_PREFIX
 from dislock.core.kinds import KEY_PREFIX, SLOT_NUMBER
 from dislock.core.limits import DEFAULT_MAX_TTL, MAX_TTL_KEY, NEVER_EXPIRES, max_ttl_of
-from dislock.core.policy_functions import beside, beside_parts
+from dislock.core.policy_functions import beside, template
 from dislock.core.refusal import NO_GRANT
 from dislock.core.rows import PAUSE_PREFIX, RELEASED_MARK
 from dislock.core.waiting import wake_payload
@@ -52,9 +46,6 @@ ARGUMENTS = {
 }
 """Each function's argument types, as ``regprocedure`` names them."""
 
-SUFFIXES = {name: f"_dislock_{name}" for name in ARGUMENTS}
-"""Each function's name after the table's (``beside``)."""
-
 LOCK_ROW = rf"^{KEY_PREFIX}:(?:schedule|lease|group)(?:#{SLOT_NUMBER})?:(.*)$"
 """The row keys a team may write through the functions, its lock key captured: a
 schedule, lease or group row, or a further slot of one (2 to 1000)."""
@@ -64,8 +55,8 @@ MISSING: set[tuple[str, ...]] = set()
 
 
 def function(table_parts: tuple[str, ...], name: str) -> sql.Identifier:
-    """The function ``name`` (a key of ``SUFFIXES``) of the table ``table_parts``."""
-    return beside(table_parts, SUFFIXES[name])
+    """The function ``name`` (a key of ``ARGUMENTS``) of the table ``table_parts``."""
+    return beside(table_parts, f"_dislock_{name}")
 
 
 def signature(table_parts: tuple[str, ...], name: str) -> str:
@@ -73,30 +64,10 @@ def signature(table_parts: tuple[str, ...], name: str) -> str:
     return f"{function(table_parts, name).as_string(None)}({ARGUMENTS[name]})"
 
 
-OWNED_BY_THE_TABLE = """
-DO $owner$
-DECLARE
-    v_owner text := (SELECT c.relowner::regrole::text
-        FROM pg_catalog.pg_class AS c WHERE c.oid = {table_oid});
-    v_function regprocedure;
-BEGIN
-    FOREACH v_function IN ARRAY ARRAY[{signatures}]::regprocedure[] LOOP
-        IF (SELECT p.proowner::regrole::text FROM pg_catalog.pg_proc AS p
-            WHERE p.oid = v_function) IS DISTINCT FROM v_owner
-        THEN
-            EXECUTE pg_catalog.format('ALTER FUNCTION %s OWNER TO %s', v_function, v_owner);
-        END IF;
-    END LOOP;
-END
-$owner$
-"""
-"""Functions that run as their owner run as the table's: ``init`` may be run by a
-superuser or a member of the owner's role, whose rights they must not carry."""
-
-
 def owned_by_the_table(table: sql.Identifier, signatures: list[str]) -> sql.Composed:
-    """The block that gives the functions ``signatures`` to ``table``'s owner."""
-    return sql.SQL(OWNED_BY_THE_TABLE).format(
+    """The block that gives the functions ``signatures`` to ``table``'s owner
+    (``sql/owned_by_the_table.sql``)."""
+    return sql.SQL(template("owned_by_the_table.sql")).format(
         table_oid=sql.SQL("{}::regclass").format(sql.Literal(table.as_string(None))),
         signatures=sql.SQL(", ").join(map(sql.Literal, signatures)),
     )
@@ -105,11 +76,10 @@ def owned_by_the_table(table: sql.Identifier, signatures: list[str]) -> sql.Comp
 def protocol_sql(table_parts: tuple[str, str]) -> sql.Composed:
     """The statements that (re)install the functions of ``table_parts`` (schema and
     name: they name every object with its schema)."""
-    template = (resources.files("dislock.core") / "sql" / "protocol.sql").read_text()
     table = sql.Identifier(*table_parts)
-    names = {name: function(table_parts, name) for name in SUFFIXES}
+    names = {name: function(table_parts, name) for name in ARGUMENTS}
     row_key = "^[^:]*:[^:]*:(.*)$"
-    written = sql.SQL(template).format(
+    written = sql.SQL(template("protocol.sql")).format(
         **names,
         table=table,
         table_oid=sql.SQL("{}::regclass").format(sql.Literal(table.as_string(None))),
@@ -136,7 +106,7 @@ def protocol_sql(table_parts: tuple[str, str]) -> sql.Composed:
         wake=wake_payload(sql.SQL("tableoid"), sql.SQL("p_wake_key")),
         version=sql.Literal(VERSION),
     )
-    owned = owned_by_the_table(table, [signature(table_parts, name) for name in SUFFIXES])
+    owned = owned_by_the_table(table, [signature(table_parts, name) for name in ARGUMENTS])
     return sql.SQL("{};\n{}\n{};").format(wrapped_sql(table_parts, names), written, owned)
 
 
@@ -160,18 +130,13 @@ def installed(table_parts: tuple[str, ...]) -> Exchange[bool]:
     return installed_beside(VERSION, signature(table_parts, "acquire"))
 
 
-def call(table_parts: tuple[str, ...], name: str, params: tuple[str, ...]) -> sql.Composed:
-    """A call to the lock function ``name`` of ``table_parts`` (``function_call``)."""
-    return function_call(beside_parts(table_parts, SUFFIXES[name]), params)
-
-
 @lru_cache(maxsize=256)
-def function_call(function_parts: tuple[str, ...], params: tuple[str, ...]) -> sql.Composed:
-    """``SELECT * FROM <function>(p_a => %(a)s, ...)``: named arguments, so that the
-    server resolves their types from the function's signature.  Built once per
-    function, so that connections can keep its rendering."""
+def call(table_parts: tuple[str, ...], name: str, params: tuple[str, ...]) -> sql.Composed:
+    """``SELECT * FROM <the function name of table_parts>(p_a => %(a)s, ...)``: named
+    arguments, so that the server resolves their types from the function's signature.
+    Built once per function, so that connections can keep its rendering."""
     return sql.SQL("SELECT * FROM {}({})").format(
-        sql.Identifier(*function_parts),
+        function(table_parts, name),
         sql.SQL(", ").join(
             sql.SQL("{} => {}").format(sql.Identifier(f"p_{param}"), sql.Placeholder(param))
             for param in params
@@ -180,9 +145,7 @@ def function_call(function_parts: tuple[str, ...], params: tuple[str, ...]) -> s
 
 
 def via_function(
-    table_parts: tuple[str, ...],
-    called: Exchange[Any],
-    plain: Exchange[Any],
+    table_parts: tuple[str, ...], called: Exchange[Any], plain: Exchange[Any]
 ) -> Exchange[Any]:
     """``called`` (a function call), falling back to ``plain`` on a table without the
     functions; ``plain`` itself once this process knows it has none."""

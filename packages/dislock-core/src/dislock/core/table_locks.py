@@ -41,7 +41,6 @@ class Tries:
     patience), none that would end past the deadline."""
 
     def __init__(self, patience: float, now: float, rng: random.Random | None = None) -> None:
-        self.patience = patience
         self.deadline = now + patience
         self.attempt = 0
         self._rng = rng
@@ -99,15 +98,13 @@ def _read_holders(rows: Rows) -> list[Holder]:
     for row in map(Holder._make, rows):
         pid, seconds = row.pid, row.transaction_seconds
         if pid is None or pid not in holders:  # a session holding several locks: once
-            age = None if seconds is None else float(seconds)
-            holder = Holder(
+            holders[pid if pid is not None else object()] = Holder(
                 None if pid is None else int(pid),
                 str(row.role),
                 str(row.application),
                 str(row.mode),
-                age,
+                None if seconds is None else float(seconds),
             )
-            holders[pid if pid is not None else object()] = holder
     return list(holders.values())
 
 
@@ -137,11 +134,8 @@ def _describe(holder: Holder) -> str:
             f"a prepared transaction ({holder.mode}: COMMIT PREPARED or ROLLBACK PREPARED"
             " one of SELECT gid FROM pg_prepared_xacts)"
         )
-    parts = [f"role '{escape(holder.role or '?')}' (pid {holder.pid}"]
-    if holder.application:
-        parts.append(f", '{escape(holder.application)}'")
-    parts.append(f", {holder.mode}")
-    if holder.transaction_seconds is not None:
-        parts.append(f", in a transaction open {holder.transaction_seconds:.0f} s")
-    parts.append(")")
-    return "".join(parts)
+    role = escape(holder.role or "?")
+    application = f", '{escape(holder.application)}'" if holder.application else ""
+    seconds = holder.transaction_seconds
+    age = "" if seconds is None else f", in a transaction open {seconds:.0f} s"
+    return f"role '{role}' (pid {holder.pid}{application}, {holder.mode}{age})"

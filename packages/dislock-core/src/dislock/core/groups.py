@@ -51,11 +51,6 @@ def parse_group(text: object, *, name: str = "group") -> Group:
     return Group(group, slots)
 
 
-def read_group(variable: str, raw: str) -> str:
-    """``LOCK_GROUP``'s text, checked and normalised (``NAME:N``)."""
-    return str(parse_group(raw, name=variable))
-
-
 def group_context(context: LockContext) -> LockContext:
     """The context of ``context``'s group slot: an N-slot lease of the group's rows,
     by the same owner, renewed as the run's lease is (its TTL, or the default), with

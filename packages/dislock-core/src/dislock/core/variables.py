@@ -50,9 +50,9 @@ def _policy(name: str, raw: str) -> Any:
 
 
 def _group(name: str, raw: str) -> str:
-    from dislock.core.groups import read_group
+    from dislock.core.groups import parse_group  # groups imports this table
 
-    return read_group(name, raw)
+    return str(parse_group(raw, name=name))
 
 
 def _zone(tz: Any) -> str | None:
@@ -60,11 +60,8 @@ def _zone(tz: Any) -> str | None:
     return zone if isinstance(zone, str) and not zone.startswith("/") else None
 
 
-def _flag(value: bool) -> str:
-    return "1" if value else "0"
-
-
-_AUTO_FLAG = {None: "auto", True: "1", False: "0"}
+_flag = {None: "auto", True: "1", False: "0"}.__getitem__
+"""A flag as its variable's text (None: ``LOCK_WAIT_LISTEN``'s auto)."""
 
 KEY = Setting(
     "LOCK_KEY",
@@ -273,7 +270,7 @@ WAIT_LISTEN = Setting(
     "auto: woken by the release (LISTEN/NOTIFY) on a direct connection, polling behind "
     "a pooler such as PgBouncer; 1 always; 0 never",
     config.parse_auto_flag,
-    _AUTO_FLAG.__getitem__,
+    _flag,
 )
 SLOTS = Setting(
     "LOCK_SLOTS",

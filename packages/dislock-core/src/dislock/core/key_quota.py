@@ -28,7 +28,7 @@ from psycopg import sql
 
 from dislock.core.failover import SCOPE_KEY_PREFIX
 from dislock.core.limits import metadata_row
-from dislock.core.policy_functions import MAX_NAME, PINNED
+from dislock.core.policy_functions import PINNED, beside
 
 QUOTA_KEY_PREFIX = "dislock:quota:"
 """Metadata rows ``<prefix><role>``: ``value`` is the most keys the role may hold."""
@@ -43,12 +43,6 @@ TRIGGER = "dislock_key_quota"
 
 _LOCK_KEY = r"substring(key from '^[^:]*:[^:]*:(.*)$')"
 """The lock key of a row key (``cronjob-lock:<mode>:<lock key>``)."""
-
-
-def quota_function(table_parts: tuple[str, ...]) -> sql.Identifier:
-    *schema, name = table_parts
-    suffix = "_dislock_quota"
-    return sql.Identifier(*schema, f"{name[: MAX_NAME - len(suffix)]}{suffix}")
 
 
 def quota_trigger(table_parts: tuple[str, ...]) -> list[sql.Composed]:
@@ -98,7 +92,7 @@ def quota_trigger(table_parts: tuple[str, ...]) -> list[sql.Composed]:
         over=sql.Literal(OVER_QUOTA),
         shown=sql.Literal(shown),
     )
-    function = quota_function(table_parts)
+    function = beside(table_parts, "_dislock_quota")
     return [
         sql.SQL(
             "CREATE OR REPLACE FUNCTION {fn}() RETURNS trigger LANGUAGE plpgsql {pinned} AS {body}"

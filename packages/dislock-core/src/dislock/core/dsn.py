@@ -61,8 +61,7 @@ def secrets_in(url: str) -> list[str]:
     except ConfigurationError:
         # Unparseable: the whole string may be a secret.
         return [url] if url else []
-    found = [str(params[key]) for key in ("password", "sslpassword") if params.get(key)]
-    return [secret for secret in found if secret]
+    return [str(params[key]) for key in ("password", "sslpassword") if params.get(key)]
 
 
 GLUED_LENGTH = 6

@@ -32,8 +32,6 @@ def normalize_strategies(strategies: str | Iterable[str]) -> tuple[str, ...]:
         chosen.add(name)
     if not chosen:
         raise ConfigurationError("no lock strategy given: expected 'schedule', 'lease' or both")
-    # In acquisition order (``kinds.KINDS``): the schedule slot is taken first and so
-    # released last.
     return tuple(name for name in NAMES if name in chosen)
 
 

@@ -303,8 +303,6 @@ class LockContext:
         )
         return f"LockContext(url={redact_dsn(self.url)!r}, {shown})"
 
-    __str__ = __repr__
-
 
 _UNSET_BY_NONE = frozenset(f.name for f in fields(LockContext) if f.default is None)
 """The fields that None leaves unset (their default); any other number refuses None."""

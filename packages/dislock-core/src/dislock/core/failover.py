@@ -36,12 +36,10 @@ if TYPE_CHECKING:
 
 TIMELINE_KEY = "dislock:failover:timeline"
 """Metadata row: ``value`` is the server timeline last seen, ``expire_at`` the instant
-it was first seen, where every key's lock delay starts (``NEVER_NOTICED`` for the
-first timeline ever recorded, which starts none)."""
+it was first seen, where every key's lock delay starts (``NEVER_NOTICED``, long
+ago, for the first timeline ever recorded, which starts none)."""
 
 NEVER_NOTICED = sql.SQL("'epoch'::timestamptz")
-"""The ``expire_at`` of the first timeline ever recorded: long enough ago that no
-delay runs from it."""
 
 TTL_KEY_PREFIX = "dislock:failover:ttl:"
 """Metadata rows ``<prefix><role>``: ``value`` is the longest lease TTL (seconds) that
@@ -73,7 +71,6 @@ first eight hex digits of a segment name are its timeline).  Fails on a standby,
 which cannot take locks anyway."""
 
 CURRENT_TIMELINE = sql.SQL("SELECT {} AS timeline").format(TIMELINE)
-
 
 TIMELINE_NOW: Exchange[int | None] = Exchange(CURRENT_TIMELINE, {}, read_value)
 """The server's current timeline, read by a holder that reconnected."""

@@ -21,8 +21,7 @@ def lease_key(lock_key: str) -> str:
 
 
 def pause_key(lock_key: str) -> str:
-    """The row that pauses ``lock_key`` fleet-wide: ``value`` holds the reason and
-    ``expire_at`` the end of the pause (``dislockctl pause``)."""
+    """The row that pauses ``lock_key`` fleet-wide (``dislock.core.pause``)."""
     return f"{PAUSE_PREFIX}{lock_key}"
 
 

@@ -18,8 +18,7 @@ from dislock.aio._session import LockSession as LockSession
 from dislock.aio._session import acquire_locks as acquire_locks
 from dislock.aio._session import build_locks as build_locks
 from dislock.aio._supervisor import run_with_locks as run_with_locks
+import dislock as _dislock
 from dislock.core.public import *  # noqa: F403  (the core names)
-from dislock.core.names import CORE_NAMES as _CORE_NAMES
-from dislock.core.names import LOCK_NAMES as _LOCK_NAMES
 
-__all__ = [*_CORE_NAMES, *_LOCK_NAMES]
+__all__ = list(_dislock.__all__)

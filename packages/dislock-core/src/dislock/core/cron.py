@@ -3,12 +3,8 @@
 A schedule lock's row expires at the next cron boundary, computed from the
 database's clock, so machines with skewed clocks agree on their slot; the
 expression is read on the wall clock of the zone cron uses (``CRON_TZ``, else local).
-
-Daylight saving time follows cron (vixie/ISC cron and cronie): a time skipped
-when clocks spring forward starts at the transition, and a repeated hour gives
-boundaries on both passes.  Every instant any cron starts the job at is a
-boundary, so each start gets a slot of its own; a boundary at which a given cron
-starts nothing only makes one slot end early.
+Daylight saving time follows vixie/ISC cron and cronie (docs/time-zones.md): every
+instant any cron starts the job at is a boundary, so each start gets a slot of its own.
 """
 
 from __future__ import annotations

@@ -1,23 +1,12 @@
-"""What a PostgreSQL failover can take away, and how dislock keeps it from making two holders.
+"""What a PostgreSQL failover can take away, and how dislock keeps it from making two
+holders (why, and what it costs: docs/guarantees.md, "Failover and replication").
 
-Two decisions live here, both plain data for the shells to act on:
-
-* **A commit that synchronous replication did not confirm is not a success.**
-  When the wait for the standby is cancelled, the server commits locally and says
-  so in a WARNING from ``syncrep.c``, which ``not_replicated``
-  (``unreplicated_notice``) recognises: a failover can then lose the row.
-
-* **A lock delay after a change of server history** (Chubby's lock delay).  The
-  acquiring statements compare the server's timeline with the one recorded in a
-  metadata row of the lock table; after a change, no acquisition takes a missing
-  or expired row of a key until that key's delay has passed: the longest TTL any
-  role which may hold the key ever took a lease with (a record that only grows,
-  counted for its role's scope, ``dislock.core.grants``), at most the table's
-  maximum (``dislock.core.limits``).
-
-Why, and what it costs: docs/guarantees.md, "Failover and replication".  The
-metadata rows' keys do not start with ``cronjob-lock:``, so ``dislockctl ls`` and
-dislock 0.1.0 (which only read their own keys) never see them.
+Two decisions live here, both plain data for the shells to act on: a commit that
+synchronous replication did not confirm is not a success (``not_replicated``
+recognises the server's WARNING); and a lock delay after a change of server timeline
+(Chubby's), during which the acquiring statements take no missing or expired row of a
+key (``lock_delay``).  The metadata rows' keys do not start with ``cronjob-lock:``, so
+``dislockctl ls`` and dislock 0.1.0 (which only read their own keys) never see them.
 """
 
 from __future__ import annotations

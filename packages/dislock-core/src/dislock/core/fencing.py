@@ -1,12 +1,10 @@
 """Fencing enforced by the database: the guard a user's table gets from ``dislockctl
-fence``, and how a writer's transaction carries its lease's fencing token to it.
+fence``, and how a writer's transaction carries its lease's fencing token to it
+(``PGOPTIONS`` or ``set_config``: docs/fencing.md).
 
 A guarded table refuses every write (and ``TRUNCATE``) whose transaction does not carry,
 in the setting ``dislock.fencing_token``, the token of a live lease of the guard's lock
-key; the check runs as the transaction commits (``sql/fence_guard.sql``).  The token
-travels in ``PGOPTIONS`` for a wrapped command (libpq clients pass it at connection
-start) or is set per transaction with ``set_config`` (behind PgBouncer, which refuses
-unknown startup parameters).
+key; the check runs as the transaction commits (``sql/fence_guard.sql``).
 """
 
 from __future__ import annotations

@@ -193,10 +193,8 @@ class LockContext:
         bounds.check_key(setting.name(v.KEY), self.lock_key)
         bounds.check_key("owner", self.owner)
         for flag in ("fencing", "history", "replace"):
-            if not isinstance(getattr(self, flag), bool):
-                raise ConfigurationError(
-                    f"{flag} must be True or False, got {getattr(self, flag)!r}"
-                )
+            if not isinstance(value := getattr(self, flag), bool):
+                raise ConfigurationError(f"{flag} must be True or False, got {value!r}")
 
     def _check_lease(self) -> None:
         """The heartbeat within the TTL (a slower one would let the lease lapse between
@@ -220,16 +218,13 @@ class LockContext:
 
     def _check_schedule(self) -> None:
         """The slot: its end, or the cron expression and zone it is computed from."""
-        if self.next_run_time is not None:
-            if not isinstance(self.next_run_time, datetime):
-                raise ConfigurationError(
-                    f"next_run_time must be a datetime, got {self.next_run_time!r}"
-                )
-            if self.next_run_time.tzinfo is None or self.next_run_time.utcoffset() is None:
-                raise ConfigurationError(
-                    "next_run_time must be timezone-aware (e.g. datetime.now(timezone.utc)); "
-                    f"got naive {self.next_run_time.isoformat()}"
-                )
+        if (end := self.next_run_time) is not None and not isinstance(end, datetime):
+            raise ConfigurationError(f"next_run_time must be a datetime, got {end!r}")
+        if end is not None and (end.tzinfo is None or end.utcoffset() is None):
+            raise ConfigurationError(
+                "next_run_time must be timezone-aware (e.g. datetime.now(timezone.utc)); "
+                f"got naive {end.isoformat()}"
+            )
         if self.schedule is not None or self.cron_tz is not None:
             # Only schedule users pay for croniter and for reading the zone database.
             from dislock.core.cron import check_cron, check_jitter
@@ -240,12 +235,8 @@ class LockContext:
             _set(self, "cron_tz", zone.tz)
             if self.schedule is not None:
                 _set(self, "schedule", check_cron(self.schedule, name=setting.name(v.SCHEDULE)))
-                check_jitter(
-                    self.schedule,
-                    self.jitter_max_seconds,
-                    jitter_name=setting.name(v.JITTER),
-                    schedule_name=setting.name(v.SCHEDULE),
-                )
+                names = setting.name(v.JITTER), setting.name(v.SCHEDULE)
+                check_jitter(self.schedule, self.jitter_max_seconds, *names)
 
     def _check_run(self) -> None:
         """What a run records."""
@@ -259,10 +250,8 @@ class LockContext:
 
     def _check_waiting(self) -> None:
         """Waiting for a held lease, its slots, and replacing its holder."""
-        if self.wait_listen is not None and not isinstance(self.wait_listen, bool):
-            raise ConfigurationError(
-                f"wait_listen must be True, False or None, got {self.wait_listen!r}"
-            )
+        if (listen := self.wait_listen) is not None and not isinstance(listen, bool):
+            raise ConfigurationError(f"wait_listen must be True, False or None, got {listen!r}")
         if self.group is not None:
             _set(self, "group", str(parse_group(self.group, name=setting.name(v.GROUP))))
         if self.lease_mode not in ("lease", "group"):

@@ -263,7 +263,7 @@ def shortest_interval(expression: str, now: datetime | None = None) -> float:
 
 
 def check_jitter(
-    expression: str, jitter_seconds: float, *, jitter_name: str, schedule_name: str
+    expression: str, jitter_seconds: float, jitter_name: str, schedule_name: str
 ) -> None:
     """A start-up delay must leave the start in the slot cron fired it for: at most
     half the schedule's shortest interval."""

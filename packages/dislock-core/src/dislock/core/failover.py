@@ -105,10 +105,7 @@ def unconfirmed(message: str | None) -> NotReplicatedError:
 
 
 def lock_delay(
-    table: sql.Identifier,
-    ttl: sql.Composable,
-    lock_key: sql.Composable,
-    record: sql.Composable = TTL_RECORD,
+    table: sql.Identifier, ttl: sql.Composable, lock_key: sql.Composable, record: sql.Composable
 ) -> tuple[sql.Composed, sql.SQL]:
     """The lock-delay fragment of an acquiring upsert on ``table``.
 
@@ -116,17 +113,13 @@ def lock_delay(
     statement's ``WITH`` clause (before the ``INSERT``), ``calm`` a condition for
     its row source (an acquisition with no candidate row neither inserts nor
     takes over anything).  ``ttl`` is the acquisition's own TTL in seconds (``0``
-    for a schedule slot), ``lock_key`` its lock key (an expression).
-    ``dislock_cap`` (the table's maximum TTL) is one of the expressions, for the
-    acquiring statement to check its own TTL against.
-
-    It costs no round trip: the common case reads the timeline row and the cap
-    by primary key and writes nothing.  The timeline row is written only when the
-    timeline changes, a TTL record only when its role takes a longer lease than
-    ever before, so acquisitions of different keys never queue on a shared row.
-    The key's own delay (a scan over the roles' records and scopes) is computed
-    only within the table's maximum TTL of a failover: ``CASE`` evaluates its
-    branches lazily, and so does the scalar subquery of ``dislock_longest``.
+    for a schedule slot), ``lock_key`` its lock key (an expression), ``record`` the key
+    of the role's TTL record (``TTL_RECORD``).  ``dislock_cap`` (the table's maximum
+    TTL) is one of the expressions, for the acquiring statement to check its own TTL
+    against.  The key's own delay (a scan over the roles' records and scopes) is
+    computed only within the table's maximum TTL of a failover: ``CASE`` evaluates its
+    branches lazily, and so does the scalar subquery of ``dislock_longest`` (what the
+    rest costs: docs/guarantees.md).
     """
     ctes = sql.SQL(
         "dislock_server AS (SELECT {timeline} AS timeline),"

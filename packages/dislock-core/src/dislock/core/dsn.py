@@ -117,8 +117,7 @@ def error_line(error: BaseException, url: str) -> str:
 def message_line(error: BaseException, url: str) -> str:
     """What went wrong, in one line scrubbed of ``url``'s secrets: a server error's
     primary message alone (not the statement it quotes), else ``one_line``'s."""
-    diag = getattr(error, "diag", None)
-    primary = getattr(diag, "message_primary", None) if diag is not None else None
+    primary = getattr(getattr(error, "diag", None), "message_primary", None)
     return scrub(one_line(primary if isinstance(primary, str) and primary else str(error)), url)
 
 

@@ -9,10 +9,10 @@ instant any cron starts the job at is a boundary, so each start gets a slot of i
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone, tzinfo
+from itertools import pairwise
 from typing import ClassVar
 
 from dislock.core.errors import ConfigurationError
@@ -253,13 +253,8 @@ def shortest_interval(expression: str, now: datetime | None = None) -> float:
 
     start = (now or datetime.now(UTC)).astimezone(UTC)
     fires = croniter(_valid(expression, "schedule"), start)
-    previous = fires.get_next(float)
-    shortest = math.inf
-    for _ in range(JITTER_SAMPLE):
-        current = fires.get_next(float)
-        shortest = min(shortest, current - previous)
-        previous = current
-    return shortest
+    times = [fires.get_next(float) for _ in range(JITTER_SAMPLE + 1)]
+    return min(later - earlier for earlier, later in pairwise(times))
 
 
 def check_jitter(

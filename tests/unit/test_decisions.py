@@ -10,7 +10,7 @@ import pytest
 
 from dislock import ConfigurationError, LeaseLossPolicy
 from dislock.core.context import default_owner
-from dislock.core.cron import SlotCandidates, check_cron, next_boundary, slot_end
+from dislock.core.cron import check_cron, next_boundary, slot_end
 from dislock.core.lease_clock import LeaseClock, LeaseSettings, raises_on_exit
 from dislock.core.supervision import check_command, exit_status
 from dislock.core.waiting import jitter_delay
@@ -177,16 +177,6 @@ def test_a_start_just_before_a_boundary_belongs_to_the_slot_it_opens() -> None:
     )
 
 
-
-def _pick(candidates: SlotCandidates, now: datetime) -> datetime | None:
-    """What the acquiring statement picks among ``candidates`` for a database clock at
-    ``now`` (None: not covered): the first end whose latest start ``now`` has not passed."""
-    if now < candidates.covered_from:
-        return None
-    chances = zip(candidates.ends, candidates.latest_starts, strict=True)
-    return next((end for end, latest in chances if now <= latest), None)
-
-
 @pytest.mark.parametrize(
     ("expression", "zone", "local"),
     [
@@ -210,6 +200,8 @@ def test_slot_candidates_pick_what_slot_end_computes(
     # (read the clock instead) elsewhere, never another slot.
     from zoneinfo import ZoneInfo
 
+    from dislock.core.cron import SlotCandidates
+
     tz = ZoneInfo(zone)
     candidates = SlotCandidates.around(expression, local, tz)
     assert len(candidates.ends) == SlotCandidates.COUNT
@@ -220,7 +212,7 @@ def test_slot_candidates_pick_what_slot_end_computes(
     covered = 0
     for offset in offsets:
         db_now = local + timedelta(seconds=offset)
-        picked = _pick(candidates, db_now)
+        picked = candidates.pick(db_now)
         if picked is None:
             assert db_now < candidates.covered_from or db_now > candidates.latest_starts[-1]
         else:
@@ -230,11 +222,13 @@ def test_slot_candidates_pick_what_slot_end_computes(
 
 
 def test_slot_candidates_cover_the_local_clock() -> None:
+    from dislock.core.cron import SlotCandidates
+
     local = datetime(2030, 3, 1, 12, 0, 30, tzinfo=UTC)
     for expression in ("* * * * *", "* * * * * *", "0 3 * * *"):
         candidates = SlotCandidates.around(expression, local)
         assert candidates.covered_from == local - timedelta(seconds=SlotCandidates.BEHIND)
         for offset in (-SlotCandidates.BEHIND, 0.0, 0.5, 1.0):
             db_now = local + timedelta(seconds=offset)
-            assert _pick(candidates, db_now) == slot_end(expression, db_now)
-        assert _pick(candidates, local - timedelta(seconds=SlotCandidates.BEHIND + 1)) is None
+            assert candidates.pick(db_now) == slot_end(expression, db_now)
+        assert candidates.pick(local - timedelta(seconds=SlotCandidates.BEHIND + 1)) is None

@@ -307,3 +307,10 @@ class SlotCandidates:
             for end, after in zip(ends, found[1:], strict=True)
         ]
         return cls(start, ends, latest)
+
+    def pick(self, now: datetime) -> datetime | None:
+        """What the statement picks for a database clock at ``now`` (None: not covered)."""
+        if now < self.covered_from:
+            return None
+        chances = zip(self.ends, self.latest_starts, strict=True)
+        return next((end for end, latest in chances if now <= latest), None)

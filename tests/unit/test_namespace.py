@@ -29,6 +29,7 @@ def test_importing_dislock_imports_neither_psycopg_nor_a_flavour() -> None:
 
 def test_the_core_names_module_lists_what_public_exports() -> None:
     from dislock.core import public
+
     CORE_NAMES = dislock._CORE_NAMES
 
     assert _public(public) == set(CORE_NAMES)
@@ -78,6 +79,7 @@ def _public(module: object) -> set[str]:
 def test_every_flavour_exports_exactly_the_listed_names() -> None:
     import dislock._sync
     import dislock.aio
+
     CORE_NAMES, LOCK_NAMES = dislock._CORE_NAMES, dislock._LOCK_NAMES
 
     expected = {*CORE_NAMES, *LOCK_NAMES}

@@ -9,6 +9,7 @@ share a connection per database; ``keep_connected`` keeps it open between locks.
 exported here too, so that asyncio code needs no other import.
 """
 
+import dislock as _dislock
 from dislock.aio._decorators import with_locks as with_locks
 from dislock.aio._fencing import set_fencing_token as set_fencing_token
 from dislock.aio._hub import keep_connected as keep_connected
@@ -18,7 +19,6 @@ from dislock.aio._session import LockSession as LockSession
 from dislock.aio._session import acquire_locks as acquire_locks
 from dislock.aio._session import build_locks as build_locks
 from dislock.aio._supervisor import run_with_locks as run_with_locks
-import dislock as _dislock
 from dislock.core.public import *  # noqa: F403  (the core names)
 
 __all__ = list(_dislock.__all__)

@@ -236,9 +236,7 @@ class ConnectPatience:
     ) -> DatabaseUnreachableError | None:
         """The error to report once ``next_delay`` gave up on ``error``, saying for how
         long the database was unreachable; None to report ``error`` itself."""
-        if not is_transient(error):
-            return None
-        return self._gave_up(detail, now)
+        return self._gave_up(detail, now) if is_transient(error) else None
 
     def _tried(self, now: float) -> tuple[float, str]:
         """For how long the tries failed, and how many there were, in words."""

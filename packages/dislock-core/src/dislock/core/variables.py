@@ -352,4 +352,3 @@ argument)."""
 
 NUMBERS = tuple(setting for setting in SETTINGS if setting.bound is not None)
 """Every numeric setting, checked by its bound wherever it enters."""
-

@@ -80,10 +80,8 @@ def _written(secret: str) -> str:
 
 
 def scrub(text: str, url: str) -> str:
-    """``text`` with every secret of ``url`` replaced by ``***``: raw or
-    percent-encoded, and glued to other text (``xp%40ssw0rdy``) from ``GLUED_LENGTH``
-    characters on; a shorter one only as a whole word, so that a password such as
-    ``e`` leaves words intact."""
+    """``text`` with every secret of ``url`` replaced by ``***``: raw or percent-encoded,
+    and glued to other text (``xp%40ssw0rdy``) from ``GLUED_LENGTH`` characters on."""
     for secret in sorted(secrets_in(url), key=len, reverse=True):
         pattern = _written(secret)
         if len(secret) < GLUED_LENGTH:

@@ -1,8 +1,6 @@
-"""dislock's core public names (``dislock._CORE_NAMES``), gathered from the
-modules that define them: ``from dislock.core.public import *`` gives them, and only
-them (no ``__all__``: every name here is one, and ``tests/unit/test_namespace.py``
-holds them to that list).
-"""
+"""dislock's core public names (``dislock._CORE_NAMES``), gathered from the modules that
+define them: ``from dislock.core.public import *`` gives them, and only them (no ``__all__``:
+every name here is one; ``tests/unit/test_namespace.py`` holds them to that list)."""
 
 from dislock.core.context import LEASE_LOST_EXIT_CODE as LEASE_LOST_EXIT_CODE
 from dislock.core.context import MAX_RUNTIME_EXIT_CODE as MAX_RUNTIME_EXIT_CODE

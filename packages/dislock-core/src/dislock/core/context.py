@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import os
 import socket
@@ -287,9 +286,7 @@ class LockContext:
     def __repr__(self) -> str:
         # Every field but those that ask not to be shown (``url``, whose password
         # must never be, comes first, redacted): a field added later shows itself.
-        shown = ", ".join(
-            f"{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self) if f.repr
-        )
+        shown = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.repr)
         return f"LockContext(url={redact_dsn(self.url)!r}, {shown})"
 
 

@@ -267,6 +267,35 @@ class CliHolding(Holding):
             raise RuntimeError(f"dislock exited {status}: {stderr}")
 
 
+def wrapper_variables(context: LockContext) -> dict[str, str]:
+    """The variables that give a wrapper ``context``'s settings (those it has a variable
+    for and that are set), as text: what ``dislock.core.variables`` reads, written back."""
+    written = {
+        variable.name: _written(variable.field, getattr(context, variable.field))
+        for variable in variables.VARIABLES
+        if variable.field is not None
+    }
+    return {name: text for name, text in written.items() if text is not None}
+
+
+def _written(field: str, value: Any) -> str | None:
+    """A field's value as its variable's text; None: leave the variable unset."""
+    if value is None:
+        return None
+    if field in ("table_parts", "history_table"):
+        return ".".join(value)
+    if field == "after":
+        return ",".join(value) or None
+    if field == "lease_loss_policy":
+        return str(value.value)
+    if field == "cron_tz":  # an IANA zone; a zone read from a path has none
+        zone = getattr(value, "key", None)
+        return zone if isinstance(zone, str) and not zone.startswith("/") else None
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)
+
+
 NOT_RUNNING = "dislock: not running"
 """How the wrapper's stderr starts the line that says it ran nothing (a lock held)."""
 
@@ -294,7 +323,7 @@ class CliDriver(Driver):
         return {
             **os.environ,
             cls.url_variable: context.url,
-            **variables.environment(context),
+            **wrapper_variables(context),
             variables.STRATEGY.name: ",".join(strategies),
             variables.LOG_LEVEL.name: "INFO",
         }

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from dislock import ConfigurationError, LeaseLossPolicy, LockContext
-from dislock.core.config import derive_lease_interval, normalize_strategies, parse_table
+from dislock.core.config import normalize_strategies, parse_table
 
 URL = "postgresql://app:s3cr3t-pw@db.example:5432/app"
 
@@ -55,7 +55,7 @@ def test_normalize_strategies_rejects_unknown_and_empty(given: Any) -> None:
 def test_derived_interval_is_30_percent_clamped_to_1_and_10_seconds(
     ttl: float, interval: float
 ) -> None:
-    assert derive_lease_interval(ttl) == pytest.approx(interval)
+    assert context(run_ttl_seconds=ttl).lease_interval_seconds == pytest.approx(interval)
 
 
 @pytest.mark.parametrize(

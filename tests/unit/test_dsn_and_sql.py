@@ -214,7 +214,7 @@ def test_one_attempt_is_not_attempts() -> None:
 
 
 def test_statements_are_rendered_once_per_connection() -> None:
-    from dislock.core.rendering import Rendered
+    from dislock.core.exchange import Rendered
 
     render = Rendered(None)
     stmts = queries(("ops", "locks"))

@@ -14,6 +14,7 @@ from dislock.cli.wrapper.settings import read_wrapper_settings
 from dislock.core import variables
 from dislock.core.setting import Setting
 from dislock.core.variables import SETTINGS, VARIABLES
+from tests.support.drivers import wrapper_variables
 
 DOCS = Path(__file__).parents[2] / "docs" / "cli.md"
 
@@ -111,7 +112,7 @@ def test_a_context_written_as_variables_reads_back_the_same(
     context = LockContext(url="postgresql://db/app", lock_key="job", owner="o", **fields)
     environ = {
         "DATABASE_URL": context.url,
-        **variables.environment(context),
+        **wrapper_variables(context),
         variables.STRATEGY.name: ",".join(strategies),
     }
     read = read_wrapper_settings("DATABASE_URL", ["true"], environ)

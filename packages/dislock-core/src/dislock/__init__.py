@@ -18,10 +18,41 @@ __path__ = _extend_path(__path__, __name__)
 from importlib import import_module as _import_module
 from typing import TYPE_CHECKING
 
-from dislock.core.names import CORE_NAMES as _CORE_NAMES
-from dislock.core.names import LOCK_NAMES as _LOCK_NAMES
-
 __version__ = "0.2.0"
+
+# The public names, listed once: the core's (``dislock.core.public`` gathers them) and
+# those each flavour defines for itself (``dislock._sync``, ``dislock.aio``), whose
+# ``__all__`` is this one; ``tests/unit/test_namespace.py`` holds every module to them.
+_CORE_NAMES: tuple[str, ...] = (
+    "LEASE_LOST_EXIT_CODE",
+    "MAX_RUNTIME_EXIT_CODE",
+    "ConfigurationError",
+    "DatabaseUnreachableError",
+    "DislockError",
+    "KeyNotGrantedError",
+    "LeaseLossPolicy",
+    "LeaseLostError",
+    "LockContext",
+    "LockDelayedError",
+    "LockNotAcquiredError",
+    "LockPausedError",
+    "MaxRuntimeExceeded",
+    "NotReplicatedError",
+    "SlotLateError",
+    "StatementTimeout",
+)
+
+_LOCK_NAMES: tuple[str, ...] = (
+    "LeaseLock",
+    "LockSession",
+    "ScheduleLock",
+    "acquire_locks",
+    "build_locks",
+    "keep_connected",
+    "run_with_locks",
+    "set_fencing_token",
+    "with_locks",
+)
 
 __all__ = list(_CORE_NAMES + _LOCK_NAMES)
 

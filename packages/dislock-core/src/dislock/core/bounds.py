@@ -58,11 +58,8 @@ class Bound(NamedTuple):
             raise ConfigurationError(f"{name} must be a finite {what[2:]}{got}")
         if self.integer and not number.is_integer():
             raise ConfigurationError(f"{name} must be a whole number{got}")
-        low, high, unit = (
-            _number(self.low),
-            _number(self.high),
-            f" {self.unit}" if self.unit else "",
-        )
+        low, high = _number(self.low), _number(self.high)
+        unit = f" {self.unit}" if self.unit else ""
         if self.low_open and number <= self.low:
             raise ConfigurationError(f"{name} must be greater than {low}{got}")
         if self.integer and not self.low <= number <= self.high:
@@ -95,12 +92,16 @@ def _refused(char: str) -> bool:
     return unicodedata.category(char) in _REFUSED_CATEGORIES
 
 
+def check_text(name: str, value: object) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigurationError(f"{name} must be a non-empty string, got {value!r}")
+    return value
+
+
 def check_key(name: str, value: object) -> str:
     """A lock key: non-blank text of at most :data:`MAX_KEY_BYTES` UTF-8 bytes, printable
     on one line."""
-    if not isinstance(value, str) or not value.strip():
-        raise ConfigurationError(f"{name} must be a non-empty string, got {value!r}")
-    return _check_line(name, value, MAX_KEY_BYTES)
+    return _check_line(name, check_text(name, value), MAX_KEY_BYTES)
 
 
 def _check_line(name: str, value: str, max_bytes: int) -> str:

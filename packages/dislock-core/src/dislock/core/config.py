@@ -15,10 +15,6 @@ from dislock.core.kinds import SCHEDULE as SCHEDULE
 # configured names point at one table.
 MAX_IDENTIFIER_BYTES = 63
 
-MIN_DERIVED_INTERVAL = 1.0
-MAX_DERIVED_INTERVAL = 10.0
-DERIVED_INTERVAL_RATIO = 0.3
-
 
 def normalize_strategies(strategies: str | Iterable[str]) -> tuple[str, ...]:
     """Lock strategies (``"schedule,lease"`` or names) in acquisition order."""
@@ -36,33 +32,7 @@ def normalize_strategies(strategies: str | Iterable[str]) -> tuple[str, ...]:
         chosen.add(name)
     if not chosen:
         raise ConfigurationError("no lock strategy given: expected 'schedule', 'lease' or both")
-    # In acquisition order (``kinds.KINDS``): the schedule slot is taken first and so
-    # released last.
     return tuple(name for name in NAMES if name in chosen)
-
-
-def derive_lease_interval(ttl_seconds: float) -> float:
-    """The default heartbeat: 30 % of the TTL, kept between 1 s and 10 s."""
-    interval = ttl_seconds * DERIVED_INTERVAL_RATIO
-    return min(max(interval, MIN_DERIVED_INTERVAL), MAX_DERIVED_INTERVAL)
-
-
-def derived_interval(ttl_seconds: float, *, ttl_name: str, advice: str) -> float:
-    """The default heartbeat, refused when it would exceed the TTL (under 1 s):
-    ``ttl_name`` names the TTL, ``advice`` says what to give."""
-    interval = derive_lease_interval(ttl_seconds)
-    if interval > ttl_seconds:
-        raise ConfigurationError(f"{ttl_name} is shorter than the 1 s minimum heartbeat: {advice}")
-    return interval
-
-
-def check_interval(ttl_seconds: float, interval_seconds: float, *, interval_name: str) -> None:
-    """A heartbeat slower than the TTL would let the lease lapse between renewals."""
-    if interval_seconds > ttl_seconds:
-        raise ConfigurationError(
-            f"{interval_name} ({interval_seconds:g} s) must not exceed the lease TTL "
-            f"({ttl_seconds:g} s)"
-        )
 
 
 def check_table_parts(parts: Sequence[str]) -> tuple[str, ...]:
@@ -112,12 +82,6 @@ def parse_table(value: str) -> tuple[str, ...]:
     if len(parts) > 2:
         raise ConfigurationError(f"table must be 'table' or 'schema.table', got {value!r}")
     return check_table_parts(parts)
-
-
-def check_text(name: str, value: object) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise ConfigurationError(f"{name} must be a non-empty string, got {value!r}")
-    return value
 
 
 _TRUE = ("1", "true", "yes", "on")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import os
 import socket
@@ -172,14 +171,9 @@ class LockContext:
     def __post_init__(self) -> None:
         self._check_where()
         for number in v.NUMBERS:  # each by its bound, the wrapper's as its own
-            name, bound = number.field, number.bound
-            if (
-                name is None
-                or bound is None
-                or (getattr(self, name) is None and name in _UNSET_BY_NONE)
-            ):
-                continue
-            _set(self, name, bound.check(getattr(self, name), setting.name(number)))
+            name = number.field
+            if name is not None and (getattr(self, name) is not None or name not in _UNSET_BY_NONE):
+                _set(self, name, number.check(getattr(self, name), setting.name(number)))
         self._check_lease()
         self._check_schedule()
         self._check_run()
@@ -198,39 +192,38 @@ class LockContext:
         bounds.check_key(setting.name(v.KEY), self.lock_key)
         bounds.check_key("owner", self.owner)
         for flag in ("fencing", "history", "replace"):
-            if not isinstance(getattr(self, flag), bool):
-                raise ConfigurationError(
-                    f"{flag} must be True or False, got {getattr(self, flag)!r}"
-                )
+            if not isinstance(value := getattr(self, flag), bool):
+                raise ConfigurationError(f"{flag} must be True or False, got {value!r}")
 
     def _check_lease(self) -> None:
-        """The heartbeat within the TTL, derived from it when left out."""
+        """The heartbeat within the TTL (a slower one would let the lease lapse between
+        renewals); left out, 30 % of the TTL kept within 1 to 10 s."""
         ttl, interval = self.run_ttl_seconds, self.lease_interval_seconds
+        heartbeat = setting.name(v.HEARTBEAT)
         if ttl is not None and interval is None:
-            verb = setting.either("give", "set")
-            derived = config.derived_interval(
-                ttl,
-                ttl_name=f"{setting.name(v.TTL)}={ttl:g}",
-                advice=f"{verb} {setting.name(v.HEARTBEAT)} too",
+            interval = min(max(ttl * 0.3, 1.0), 10.0)
+            if interval > ttl:
+                raise ConfigurationError(
+                    f"{setting.name(v.TTL)}={ttl:g} is shorter than the 1 s minimum heartbeat:"
+                    f" {setting.either('give', 'set')} {heartbeat} too"
+                )
+            _set(self, "lease_interval_seconds", interval)
+        elif ttl is not None and interval is not None and interval > ttl:
+            raise ConfigurationError(
+                f"{heartbeat} ({interval:g} s) must not exceed the lease TTL ({ttl:g} s)"
             )
-            _set(self, "lease_interval_seconds", derived)
-        elif ttl is not None and interval is not None:
-            config.check_interval(ttl, interval, interval_name=setting.name(v.HEARTBEAT))
         policy = LeaseLossPolicy.parse(self.lease_loss_policy, name=setting.name(v.LEASE_LOSS))
         _set(self, "lease_loss_policy", policy)
 
     def _check_schedule(self) -> None:
         """The slot: its end, or the cron expression and zone it is computed from."""
-        if self.next_run_time is not None:
-            if not isinstance(self.next_run_time, datetime):
-                raise ConfigurationError(
-                    f"next_run_time must be a datetime, got {self.next_run_time!r}"
-                )
-            if self.next_run_time.tzinfo is None or self.next_run_time.utcoffset() is None:
-                raise ConfigurationError(
-                    "next_run_time must be timezone-aware (e.g. datetime.now(timezone.utc)); "
-                    f"got naive {self.next_run_time.isoformat()}"
-                )
+        if (end := self.next_run_time) is not None and not isinstance(end, datetime):
+            raise ConfigurationError(f"next_run_time must be a datetime, got {end!r}")
+        if end is not None and (end.tzinfo is None or end.utcoffset() is None):
+            raise ConfigurationError(
+                "next_run_time must be timezone-aware (e.g. datetime.now(timezone.utc)); "
+                f"got naive {end.isoformat()}"
+            )
         if self.schedule is not None or self.cron_tz is not None:
             # Only schedule users pay for croniter and for reading the zone database.
             from dislock.core.cron import check_cron, check_jitter
@@ -241,12 +234,8 @@ class LockContext:
             _set(self, "cron_tz", zone.tz)
             if self.schedule is not None:
                 _set(self, "schedule", check_cron(self.schedule, name=setting.name(v.SCHEDULE)))
-                check_jitter(
-                    self.schedule,
-                    self.jitter_max_seconds,
-                    jitter_name=setting.name(v.JITTER),
-                    schedule_name=setting.name(v.SCHEDULE),
-                )
+                names = setting.name(v.JITTER), setting.name(v.SCHEDULE)
+                check_jitter(self.schedule, self.jitter_max_seconds, *names)
 
     def _check_run(self) -> None:
         """What a run records."""
@@ -260,10 +249,8 @@ class LockContext:
 
     def _check_waiting(self) -> None:
         """Waiting for a held lease, its slots, and replacing its holder."""
-        if self.wait_listen is not None and not isinstance(self.wait_listen, bool):
-            raise ConfigurationError(
-                f"wait_listen must be True, False or None, got {self.wait_listen!r}"
-            )
+        if (listen := self.wait_listen) is not None and not isinstance(listen, bool):
+            raise ConfigurationError(f"wait_listen must be True, False or None, got {listen!r}")
         if self.group is not None:
             _set(self, "group", str(parse_group(self.group, name=setting.name(v.GROUP))))
         if self.lease_mode not in ("lease", "group"):
@@ -282,12 +269,9 @@ class LockContext:
 
     def _check_slot(self) -> None:
         """A slot's retries, the keys it comes after, and its start deadline."""
-        named = _after_names()
-        _set(
-            self,
-            "after",
-            check_after(self.after, history=self.history, schedule=self.schedule, names=named),
-        )
+        names = _after_names()
+        after = check_after(self.after, history=self.history, schedule=self.schedule, names=names)
+        _set(self, "after", after)
         if self.retries or self.start_deadline_seconds is not None:
             from dislock.core.retries import check_owner
 
@@ -302,12 +286,8 @@ class LockContext:
     def __repr__(self) -> str:
         # Every field but those that ask not to be shown (``url``, whose password
         # must never be, comes first, redacted): a field added later shows itself.
-        shown = ", ".join(
-            f"{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self) if f.repr
-        )
+        shown = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.repr)
         return f"LockContext(url={redact_dsn(self.url)!r}, {shown})"
-
-    __str__ = __repr__
 
 
 _UNSET_BY_NONE = frozenset(f.name for f in fields(LockContext) if f.default is None)

@@ -3,20 +3,16 @@
 A schedule lock's row expires at the next cron boundary, computed from the
 database's clock, so machines with skewed clocks agree on their slot; the
 expression is read on the wall clock of the zone cron uses (``CRON_TZ``, else local).
-
-Daylight saving time follows cron (vixie/ISC cron and cronie): a time skipped
-when clocks spring forward starts at the transition, and a repeated hour gives
-boundaries on both passes.  Every instant any cron starts the job at is a
-boundary, so each start gets a slot of its own; a boundary at which a given cron
-starts nothing only makes one slot end early.
+Daylight saving time follows vixie/ISC cron and cronie (docs/time-zones.md): every
+instant any cron starts the job at is a boundary, so each start gets a slot of its own.
 """
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone, tzinfo
+from itertools import pairwise
 from typing import ClassVar
 
 from dislock.core.errors import ConfigurationError
@@ -257,17 +253,12 @@ def shortest_interval(expression: str, now: datetime | None = None) -> float:
 
     start = (now or datetime.now(UTC)).astimezone(UTC)
     fires = croniter(_valid(expression, "schedule"), start)
-    previous = fires.get_next(float)
-    shortest = math.inf
-    for _ in range(JITTER_SAMPLE):
-        current = fires.get_next(float)
-        shortest = min(shortest, current - previous)
-        previous = current
-    return shortest
+    times = [fires.get_next(float) for _ in range(JITTER_SAMPLE + 1)]
+    return min(later - earlier for earlier, later in pairwise(times))
 
 
 def check_jitter(
-    expression: str, jitter_seconds: float, *, jitter_name: str, schedule_name: str
+    expression: str, jitter_seconds: float, jitter_name: str, schedule_name: str
 ) -> None:
     """A start-up delay must leave the start in the slot cron fired it for: at most
     half the schedule's shortest interval."""

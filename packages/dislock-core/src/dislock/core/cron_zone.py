@@ -28,19 +28,13 @@ class CronZone(NamedTuple):
 
 
 ZONEINFO_DIRS = ("/usr/share/zoneinfo/", "/usr/lib/zoneinfo/", "/usr/share/lib/zoneinfo/")
-
-
 LOCALTIME = "/etc/localtime"
 
 
 def zone_name(tz: tzinfo) -> str:
     """The name to show for a ``tzinfo``: its IANA key, else its ``tzname``."""
     key = getattr(tz, "key", None)
-    if isinstance(key, str) and key:
-        return key
-    if tz is UTC:
-        return "UTC"
-    return str(tz.tzname(None) or tz)
+    return key if isinstance(key, str) and key else str(tz.tzname(None) or tz)
 
 
 def load_zone(value: object, *, name: str = "cron_tz", source: str = "argument") -> CronZone:
@@ -134,18 +128,15 @@ def system_zone(localtime: str = LOCALTIME) -> CronZone:
 
 def local_zone(environ: Mapping[str, str] | None = None) -> CronZone:
     """The host's local zone: ``TZ`` if set, else the system zone."""
-    env = os.environ if environ is None else environ
-    tz_value = env.get("TZ", "").strip()
-    if tz_value:
-        return load_zone(tz_value, name="TZ", source="TZ")
-    return system_zone()
+    return _zone_in(environ, "TZ") or system_zone()
 
 
 def cron_zone(environ: Mapping[str, str] | None = None) -> CronZone:
     """The zone cron reads a crontab in: ``CRON_TZ`` (cronie's variable) if set, else
     the host's local zone."""
-    env = os.environ if environ is None else environ
-    value = env.get("CRON_TZ", "").strip()
-    if value:
-        return load_zone(value, name="CRON_TZ", source="CRON_TZ")
-    return local_zone(env)
+    return _zone_in(environ, "CRON_TZ") or local_zone(environ)
+
+
+def _zone_in(environ: Mapping[str, str] | None, variable: str) -> CronZone | None:
+    value = (os.environ if environ is None else environ).get(variable, "").strip()
+    return load_zone(value, name=variable, source=variable) if value else None

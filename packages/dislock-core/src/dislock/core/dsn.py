@@ -61,8 +61,7 @@ def secrets_in(url: str) -> list[str]:
     except ConfigurationError:
         # Unparseable: the whole string may be a secret.
         return [url] if url else []
-    found = [str(params[key]) for key in ("password", "sslpassword") if params.get(key)]
-    return [secret for secret in found if secret]
+    return [str(params[key]) for key in ("password", "sslpassword") if params.get(key)]
 
 
 GLUED_LENGTH = 6
@@ -81,10 +80,8 @@ def _written(secret: str) -> str:
 
 
 def scrub(text: str, url: str) -> str:
-    """``text`` with every secret of ``url`` replaced by ``***``: raw or
-    percent-encoded, and glued to other text (``xp%40ssw0rdy``) from ``GLUED_LENGTH``
-    characters on; a shorter one only as a whole word, so that a password such as
-    ``e`` leaves words intact."""
+    """``text`` with every secret of ``url`` replaced by ``***``: raw or percent-encoded,
+    and glued to other text (``xp%40ssw0rdy``) from ``GLUED_LENGTH`` characters on."""
     for secret in sorted(secrets_in(url), key=len, reverse=True):
         pattern = _written(secret)
         if len(secret) < GLUED_LENGTH:
@@ -118,8 +115,7 @@ def error_line(error: BaseException, url: str) -> str:
 def message_line(error: BaseException, url: str) -> str:
     """What went wrong, in one line scrubbed of ``url``'s secrets: a server error's
     primary message alone (not the statement it quotes), else ``one_line``'s."""
-    diag = getattr(error, "diag", None)
-    primary = getattr(diag, "message_primary", None) if diag is not None else None
+    primary = getattr(getattr(error, "diag", None), "message_primary", None)
     return scrub(one_line(primary if isinstance(primary, str) and primary else str(error)), url)
 
 

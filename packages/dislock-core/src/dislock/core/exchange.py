@@ -4,15 +4,19 @@ The sans-I/O side owns the whole exchange (as h11 owns an HTTP exchange): the
 lock code sends ``query`` with ``params`` and feeds every row of the answer to
 ``read``, which returns a typed answer or raises the error the answer means.
 So a statement's columns are known in one place, next to its text, and its
-answer can be tested without a database.
+answer can be tested without a database.  A connection renders each statement to
+bytes once (``Rendered``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Generic, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
 from psycopg import sql
+
+if TYPE_CHECKING:
+    from psycopg.abc import AdaptContext
 
 Answer = TypeVar("Answer")
 
@@ -32,8 +36,7 @@ def select_list(fields: Sequence[str], **expressions: sql.Composable) -> sql.Com
 
 class Exchange(NamedTuple, Generic[Answer]):
     query: sql.SQL | sql.Composed
-    """Built once per table, so that connections can keep its rendering
-    (``dislock.core.rendering``)."""
+    """Built once per table, so that connections can keep its rendering (``Rendered``)."""
     params: dict[str, Any]
     read: Callable[[Rows], Answer]
     """The answer of the statement's rows (all of them, possibly none)."""
@@ -53,3 +56,24 @@ def read_flag(rows: Rows) -> bool:
 def read_value(rows: Rows) -> Any:
     """The answer of a statement of one column: the first row's value (no row: None)."""
     return next((value for (value,) in rows), None)
+
+
+class Rendered:
+    """The statements one connection has run, rendered to bytes for it once (not
+    quoted anew on every renewal); the rendering depends on the connection's
+    encoding, hence one of these per connection."""
+
+    LIMIT = 256
+    """Statements kept (a few per lock table in use); past it, the cache starts over."""
+
+    def __init__(self, context: AdaptContext | None) -> None:
+        self._context = context
+        self._by_id: dict[int, tuple[sql.Composable, bytes]] = {}
+
+    def __call__(self, query: sql.Composable) -> bytes:
+        found = self._by_id.get(id(query))
+        if found is None or found[0] is not query:  # an id reused by another object
+            if len(self._by_id) >= self.LIMIT:
+                self._by_id.clear()
+            found = self._by_id[id(query)] = (query, query.as_bytes(self._context))
+        return found[1]

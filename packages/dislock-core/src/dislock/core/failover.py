@@ -1,23 +1,12 @@
-"""What a PostgreSQL failover can take away, and how dislock keeps it from making two holders.
+"""What a PostgreSQL failover can take away, and how dislock keeps it from making two
+holders (why, and what it costs: docs/guarantees.md, "Failover and replication").
 
-Two decisions live here, both plain data for the shells to act on:
-
-* **A commit that synchronous replication did not confirm is not a success.**
-  When the wait for the standby is cancelled, the server commits locally and says
-  so in a WARNING from ``syncrep.c``, which ``not_replicated``
-  (``unreplicated_notice``) recognises: a failover can then lose the row.
-
-* **A lock delay after a change of server history** (Chubby's lock delay).  The
-  acquiring statements compare the server's timeline with the one recorded in a
-  metadata row of the lock table; after a change, no acquisition takes a missing
-  or expired row of a key until that key's delay has passed: the longest TTL any
-  role which may hold the key ever took a lease with (a record that only grows,
-  counted for its role's scope, ``dislock.core.grants``), at most the table's
-  maximum (``dislock.core.limits``).
-
-Why, and what it costs: docs/guarantees.md, "Failover and replication".  The
-metadata rows' keys do not start with ``cronjob-lock:``, so ``dislockctl ls`` and
-dislock 0.1.0 (which only read their own keys) never see them.
+Two decisions live here, both plain data for the shells to act on: a commit that
+synchronous replication did not confirm is not a success (``not_replicated``
+recognises the server's WARNING); and a lock delay after a change of server timeline
+(Chubby's), during which the acquiring statements take no missing or expired row of a
+key (``lock_delay``).  The metadata rows' keys do not start with ``cronjob-lock:``, so
+``dislockctl ls`` and dislock 0.1.0 (which only read their own keys) never see them.
 """
 
 from __future__ import annotations
@@ -36,12 +25,10 @@ if TYPE_CHECKING:
 
 TIMELINE_KEY = "dislock:failover:timeline"
 """Metadata row: ``value`` is the server timeline last seen, ``expire_at`` the instant
-it was first seen, where every key's lock delay starts (``NEVER_NOTICED`` for the
-first timeline ever recorded, which starts none)."""
+it was first seen, where every key's lock delay starts (``NEVER_NOTICED``, long
+ago, for the first timeline ever recorded, which starts none)."""
 
 NEVER_NOTICED = sql.SQL("'epoch'::timestamptz")
-"""The ``expire_at`` of the first timeline ever recorded: long enough ago that no
-delay runs from it."""
 
 TTL_KEY_PREFIX = "dislock:failover:ttl:"
 """Metadata rows ``<prefix><role>``: ``value`` is the longest lease TTL (seconds) that
@@ -73,7 +60,6 @@ first eight hex digits of a segment name are its timeline).  Fails on a standby,
 which cannot take locks anyway."""
 
 CURRENT_TIMELINE = sql.SQL("SELECT {} AS timeline").format(TIMELINE)
-
 
 TIMELINE_NOW: Exchange[int | None] = Exchange(CURRENT_TIMELINE, {}, read_value)
 """The server's current timeline, read by a holder that reconnected."""
@@ -119,10 +105,7 @@ def unconfirmed(message: str | None) -> NotReplicatedError:
 
 
 def lock_delay(
-    table: sql.Identifier,
-    ttl: sql.Composable,
-    lock_key: sql.Composable,
-    record: sql.Composable = TTL_RECORD,
+    table: sql.Identifier, ttl: sql.Composable, lock_key: sql.Composable, record: sql.Composable
 ) -> tuple[sql.Composed, sql.SQL]:
     """The lock-delay fragment of an acquiring upsert on ``table``.
 
@@ -130,17 +113,13 @@ def lock_delay(
     statement's ``WITH`` clause (before the ``INSERT``), ``calm`` a condition for
     its row source (an acquisition with no candidate row neither inserts nor
     takes over anything).  ``ttl`` is the acquisition's own TTL in seconds (``0``
-    for a schedule slot), ``lock_key`` its lock key (an expression).
-    ``dislock_cap`` (the table's maximum TTL) is one of the expressions, for the
-    acquiring statement to check its own TTL against.
-
-    It costs no round trip: the common case reads the timeline row and the cap
-    by primary key and writes nothing.  The timeline row is written only when the
-    timeline changes, a TTL record only when its role takes a longer lease than
-    ever before, so acquisitions of different keys never queue on a shared row.
-    The key's own delay (a scan over the roles' records and scopes) is computed
-    only within the table's maximum TTL of a failover: ``CASE`` evaluates its
-    branches lazily, and so does the scalar subquery of ``dislock_longest``.
+    for a schedule slot), ``lock_key`` its lock key (an expression), ``record`` the key
+    of the role's TTL record (``TTL_RECORD``).  ``dislock_cap`` (the table's maximum
+    TTL) is one of the expressions, for the acquiring statement to check its own TTL
+    against.  The key's own delay (a scan over the roles' records and scopes) is
+    computed only within the table's maximum TTL of a failover: ``CASE`` evaluates its
+    branches lazily, and so does the scalar subquery of ``dislock_longest`` (what the
+    rest costs: docs/guarantees.md).
     """
     ctes = sql.SQL(
         "dislock_server AS (SELECT {timeline} AS timeline),"

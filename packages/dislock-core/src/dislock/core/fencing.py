@@ -1,12 +1,10 @@
 """Fencing enforced by the database: the guard a user's table gets from ``dislockctl
-fence``, and how a writer's transaction carries its lease's fencing token to it.
+fence``, and how a writer's transaction carries its lease's fencing token to it
+(``PGOPTIONS`` or ``set_config``: docs/fencing.md).
 
 A guarded table refuses every write (and ``TRUNCATE``) whose transaction does not carry,
 in the setting ``dislock.fencing_token``, the token of a live lease of the guard's lock
-key; the check runs as the transaction commits (``sql/fence_guard.sql``).  The token
-travels in ``PGOPTIONS`` for a wrapped command (libpq clients pass it at connection
-start) or is set per transaction with ``set_config`` (behind PgBouncer, which refuses
-unknown startup parameters).
+key; the check runs as the transaction commits (``sql/fence_guard.sql``).
 """
 
 from __future__ import annotations
@@ -17,6 +15,7 @@ from typing import NamedTuple
 from psycopg import sql
 
 from dislock.core import bounds
+from dislock.core.errors import ConfigurationError
 from dislock.core.exchange import Exchange, Rows
 from dislock.core.kinds import LEASE, kind
 from dislock.core.policy_functions import beside
@@ -112,13 +111,9 @@ def fence_statements(
             " FOR EACH STATEMENT EXECUTE FUNCTION {guard}({key})"
         ).format(trigger=sql.Identifier(TRUNCATE_TRIGGER), table=table, guard=guard, key=key),
     ]
-    for trigger in (TRIGGER, TRUNCATE_TRIGGER):
-        statements.append(
-            sql.SQL("ALTER TABLE {} ENABLE ALWAYS TRIGGER {}").format(
-                table, sql.Identifier(trigger)
-            )
-        )
-    return statements
+    enable = sql.SQL("ALTER TABLE {} ENABLE ALWAYS TRIGGER {}")
+    triggers = (TRIGGER, TRUNCATE_TRIGGER)
+    return statements + [enable.format(table, sql.Identifier(name)) for name in triggers]
 
 
 def unfence_statements(user_table: tuple[str, ...]) -> list[sql.Composed]:
@@ -182,8 +177,6 @@ def set_token(token: int | str | None, *, local: bool = True) -> Exchange[object
 
 def check_token(token: object) -> int:
     """A fencing token: a whole number of at least 1 (a lease's ``fence``)."""
-    from dislock.core.errors import ConfigurationError
-
     if token is None:
         raise ConfigurationError(
             "no fencing token: the lock was taken without fencing (LockContext(fencing=True))"

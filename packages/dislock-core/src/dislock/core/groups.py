@@ -3,11 +3,9 @@ fleet-wide, among every lock key that names the group, whatever its strategy.
 
 A group is the N-slot lease (``LockContext.slots``) of a lock of its own, held
 while the run runs: taken after the run's own locks (schedule slot, lease),
-renewed in the same batch as the run's lease, released with it.  Its rows are
-``cronjob-lock:group:<name>`` and ``cronjob-lock:group#<n>:<name>``
-(``dislock.core.kinds.GROUP``): a mode of their own rather than a reserved
-prefix of lock keys, so that no lock key, of this release or of dislock 0.1.0,
-can name them, and no key that works today is refused.
+renewed in the same batch as the run's lease, released with it.  Its rows have
+a mode of their own (``dislock.core.kinds.GROUP``), so no lock key of this release
+or of dislock 0.1.0 can name them, and no key that works today is refused.
 
 A run the group refuses hands back what it took (``handing_back``): its schedule
 slot stays open for a later tick, and it is refused like any held lock.
@@ -49,11 +47,6 @@ def parse_group(text: object, *, name: str = "group") -> Group:
     bounds.check_size(f"{name}'s NAME", group, MAX_NAME_BYTES)
     slots = int(SLOTS.check(count, f"{name}'s N"))
     return Group(group, slots)
-
-
-def read_group(variable: str, raw: str) -> str:
-    """``LOCK_GROUP``'s text, checked and normalised (``NAME:N``)."""
-    return str(parse_group(raw, name=variable))
 
 
 def group_context(context: LockContext) -> LockContext:

@@ -1,25 +1,16 @@
-"""How many lock keys a granted role may hold in a table (``dislockctl grant --max-keys``).
+"""How many lock keys a granted role may hold in a table (``dislockctl grant --max-keys``;
+what counts, and why: docs/security.md).
 
-A role with a grant writes rows only for keys its patterns match, but a pattern
-like ``billing-*`` matches without end: one machine looping over fresh keys
-would fill the table, and every operator view with it.  So each granted role has
-a quota, ``dislock:quota:<role>`` (a metadata row only ``dislockctl grant``
-writes), and a trigger beside the table refuses the row of a new key beyond it.
-
-The trigger fires **after an insert only** (a new key, or a key's first lease
-slot or pause): an acquisition of a key that has its row already updates it and
-never reaches the trigger, so the warm cycle pays nothing.  (An ``INSERT`` policy
-could not do the same: PostgreSQL checks it on every ``INSERT … ON CONFLICT``,
-even one that ends in an update.)  It runs as the inserting role, under that
-role's row-level security, so it counts the keys that have rows under its grant
-(within its scope, ``dislock.core.failover``): released and expired rows count
-too, as dislock keeps them, and so do rows another role wrote for keys both
-grants name.  A role is held to the smallest quota of its own and of the roles
-it is a member of; the table's owner, superusers and roles that bypass row-level
-security have none.  A role without a quota pays, per new row, a look at its own
-catalog row and at the quota rows of its roles.  Two new keys inserted at the
-same instant may both pass at the limit: the bound is one key per concurrent
-insert loose.
+Each granted role's quota is a metadata row ``dislock:quota:<role>`` that only
+``dislockctl grant`` writes, and a trigger beside the table refuses the row of a new key
+beyond it.  It fires **after an insert only** (a new key, or a key's first lease slot or
+pause), so an acquisition of a key that has its row never reaches it.  (An ``INSERT``
+policy could not do the same: PostgreSQL checks it on every ``INSERT … ON CONFLICT``,
+even one that ends in an update.)  It runs as the inserting role, under that role's
+row-level security, so it counts the keys that have rows under its grant (within its
+scope, ``dislock.core.failover``); the table's owner, superusers and roles that bypass
+row-level security have no quota.  Two new keys inserted at the same instant may both
+pass at the limit.
 """
 
 from __future__ import annotations
@@ -28,7 +19,7 @@ from psycopg import sql
 
 from dislock.core.failover import SCOPE_KEY_PREFIX
 from dislock.core.limits import metadata_row
-from dislock.core.policy_functions import MAX_NAME, PINNED
+from dislock.core.policy_functions import PINNED, beside
 
 QUOTA_KEY_PREFIX = "dislock:quota:"
 """Metadata rows ``<prefix><role>``: ``value`` is the most keys the role may hold."""
@@ -43,12 +34,6 @@ TRIGGER = "dislock_key_quota"
 
 _LOCK_KEY = r"substring(key from '^[^:]*:[^:]*:(.*)$')"
 """The lock key of a row key (``cronjob-lock:<mode>:<lock key>``)."""
-
-
-def quota_function(table_parts: tuple[str, ...]) -> sql.Identifier:
-    *schema, name = table_parts
-    suffix = "_dislock_quota"
-    return sql.Identifier(*schema, f"{name[: MAX_NAME - len(suffix)]}{suffix}")
 
 
 def quota_trigger(table_parts: tuple[str, ...]) -> list[sql.Composed]:
@@ -98,7 +83,7 @@ def quota_trigger(table_parts: tuple[str, ...]) -> list[sql.Composed]:
         over=sql.Literal(OVER_QUOTA),
         shown=sql.Literal(shown),
     )
-    function = quota_function(table_parts)
+    function = beside(table_parts, "_dislock_quota")
     return [
         sql.SQL(
             "CREATE OR REPLACE FUNCTION {fn}() RETURNS trigger LANGUAGE plpgsql {pinned} AS {body}"

@@ -48,7 +48,8 @@ def metadata_row(table_parts: tuple[str, ...], key: str, value: str) -> sql.Comp
 
 def set_max_ttl(table_parts: tuple[str, ...], seconds: float) -> sql.Composed:
     """Record ``seconds`` as the table's maximum lease TTL."""
-    return metadata_row(table_parts, MAX_TTL_KEY, _seconds_text(seconds))
+    text = f"{seconds:g}" if float(seconds).is_integer() else repr(float(seconds))
+    return metadata_row(table_parts, MAX_TTL_KEY, text)
 
 
 class MaxTtl(NamedTuple):
@@ -75,12 +76,7 @@ def max_ttl(table_parts: tuple[str, ...]) -> Exchange[MaxTtl]:
             table=table, key=sql.Literal(MAX_TTL_KEY)
         ),
     )
-    query = sql.SQL("SELECT {}").format(columns)
-    return Exchange(query, {}, _read_max_ttl)
-
-
-def _seconds_text(seconds: float) -> str:
-    return f"{seconds:g}" if float(seconds).is_integer() else repr(float(seconds))
+    return Exchange(sql.SQL("SELECT {}").format(columns), {}, _read_max_ttl)
 
 
 def too_long(ttl: float, cap: float) -> str:

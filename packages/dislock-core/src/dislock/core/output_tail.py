@@ -149,5 +149,4 @@ class OutputTails:
                 break
             for copy in self._copies:
                 copy.join(0.05)
-        out, err = (tail.text() for tail in self._tails)
-        return out, err
+        return self._tails[0].text(), self._tails[1].text()

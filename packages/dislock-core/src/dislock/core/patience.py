@@ -1,12 +1,9 @@
-"""Connection patience: which failures to wait out, how long, and how long each try waits.
+"""Connection patience: which failures to wait out, how long, and how long each try waits
+(docs/guarantees.md, "Connecting when the whole fleet does").
 
-Failures that say nothing about the lock (a server full of connections, starting,
-stopping or failing over) are retried with jittered exponential backoff, within
-one deadline per acquisition (never past a schedule slot's end); everything else
-is reported at once (docs/guarantees.md, "Connecting when the whole fleet does").
-Only *opening* a connection is retried: a statement that failed mid-way may have
-taken effect (``dislock.core.unknown_outcome``).  Two answers a failover gives for
-a moment are waited out too (``passing_answer``), the try sent again afresh.
+Only *opening* a connection is retried: a statement that failed mid-way may have taken
+effect (``dislock.core.unknown_outcome``).  Two answers a failover gives for a moment
+are waited out too (``passing_answer``), the try sent again afresh.
 """
 
 from __future__ import annotations
@@ -239,9 +236,7 @@ class ConnectPatience:
     ) -> DatabaseUnreachableError | None:
         """The error to report once ``next_delay`` gave up on ``error``, saying for how
         long the database was unreachable; None to report ``error`` itself."""
-        if not is_transient(error):
-            return None
-        return self._gave_up(detail, now)
+        return self._gave_up(detail, now) if is_transient(error) else None
 
     def _tried(self, now: float) -> tuple[float, str]:
         """For how long the tries failed, and how many there were, in words."""

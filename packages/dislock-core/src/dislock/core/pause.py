@@ -18,8 +18,7 @@ from dislock.core.exchange import Exchange, Rows, read_flag
 from dislock.core.rows import pause_key
 
 UNTIL_RESUMED = datetime(9999, 12, 31, tzinfo=timezone.utc)
-"""``expire_at`` of a pause without an end.  (Not ``'infinity'``: psycopg cannot
-load it into a datetime, and every reader of the table would fail on the row.)"""
+"""``expire_at`` of a pause without an end (not ``'infinity'``: ``limits.NEVER_EXPIRES``)."""
 
 
 def describe_until(until: datetime | None) -> str:

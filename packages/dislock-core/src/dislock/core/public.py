@@ -1,8 +1,6 @@
-"""dislock's core public names (``dislock.core.names.CORE_NAMES``), gathered from the
-modules that define them: ``from dislock.core.public import *`` gives them.
-"""
-
-from __future__ import annotations
+"""dislock's core public names (``dislock._CORE_NAMES``), gathered from the modules that
+define them: ``from dislock.core.public import *`` gives them, and only them (no ``__all__``:
+every name here is one; ``tests/unit/test_namespace.py`` holds them to that list)."""
 
 from dislock.core.context import LEASE_LOST_EXIT_CODE as LEASE_LOST_EXIT_CODE
 from dislock.core.context import MAX_RUNTIME_EXIT_CODE as MAX_RUNTIME_EXIT_CODE
@@ -20,25 +18,3 @@ from dislock.core.errors import MaxRuntimeExceeded as MaxRuntimeExceeded
 from dislock.core.errors import NotReplicatedError as NotReplicatedError
 from dislock.core.errors import SlotLateError as SlotLateError
 from dislock.core.errors import StatementTimeout as StatementTimeout
-from dislock.core.names import CORE_NAMES as CORE_NAMES
-from dislock.core.names import LOCK_NAMES as LOCK_NAMES
-
-# Written out, for type checkers; tests/unit/test_namespace.py holds it to CORE_NAMES.
-__all__ = [
-    "LEASE_LOST_EXIT_CODE",
-    "MAX_RUNTIME_EXIT_CODE",
-    "ConfigurationError",
-    "DatabaseUnreachableError",
-    "DislockError",
-    "KeyNotGrantedError",
-    "LeaseLossPolicy",
-    "LeaseLostError",
-    "LockContext",
-    "LockDelayedError",
-    "LockNotAcquiredError",
-    "LockPausedError",
-    "MaxRuntimeExceeded",
-    "NotReplicatedError",
-    "SlotLateError",
-    "StatementTimeout",
-]

@@ -21,8 +21,7 @@ def lease_key(lock_key: str) -> str:
 
 
 def pause_key(lock_key: str) -> str:
-    """The row that pauses ``lock_key`` fleet-wide: ``value`` holds the reason and
-    ``expire_at`` the end of the pause (``dislockctl pause``)."""
+    """The row that pauses ``lock_key`` fleet-wide (``dislock.core.pause``)."""
     return f"{PAUSE_PREFIX}{lock_key}"
 
 
@@ -43,14 +42,11 @@ def pause_key_of(row_key: str) -> str:
 
 
 RELEASED_MARK = " (released)"
-"""Appended to ``value`` by a clean release, in the same update that ends the row.
-
-A released row and one whose holder stopped renewing both have ``expire_at`` in
-the past; only this tells them apart.  The three columns stay as 0.1.0 made them
-(a 0.1.0 acquisition takes the row over by ``expire_at <= NOW()`` alone), and
-``expire_at`` keeps the moment of the release.  (``'-infinity'`` would have
-marked it too, but psycopg cannot load it into a datetime: every reader of the
-row, 0.1.0's tools included, would fail on it.)"""
+"""Appended to ``value`` by a clean release, in the same update that ends the row: a
+released row and one whose holder stopped renewing both have ``expire_at`` in the past,
+and only this tells them apart.  The three columns stay as 0.1.0 made them, and
+``expire_at`` keeps the moment of the release (``'-infinity'`` would have marked it too,
+but psycopg, 0.1.0's tools included, cannot load it into a datetime)."""
 
 FORCED_MARK = " (released by dislockctl)"
 """Appended by ``dislockctl release`` instead of ``RELEASED_MARK``."""

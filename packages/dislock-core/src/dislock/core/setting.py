@@ -32,8 +32,6 @@ class Setting(NamedTuple):
     reader: Reader | None = None
     """How its text is read; None for a number (its bound reads it) and where it
     needs more than its own text (``CRON_TZ``, the log level)."""
-    writer: Callable[[Any], str | None] = str
-    """A field's value as the variable's text; None: leave the variable unset."""
     bound: Bound | None = None
     as_text: bool = False
     """The wrapper hands the text over, for ``LockContext`` to check once (a number's
@@ -74,10 +72,6 @@ class Setting(NamedTuple):
     def given(self, environ: Mapping[str, str]) -> Any:
         """What the wrapper gives ``LockContext`` for the variable: its text, or its value."""
         return self.text(environ) if self.as_text or self.bound else self.read(environ)
-
-    def write(self, value: Any) -> str | None:
-        """``value`` (of the field) as this variable's text, or None to leave it unset."""
-        return None if value is None else self.writer(value)
 
     def describe(self) -> str:
         """The ``--help`` text, with the bound's range filled in."""

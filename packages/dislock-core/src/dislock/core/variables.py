@@ -8,15 +8,12 @@ read it.  Only light modules are imported here: ``dislock --help`` reads it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dislock.core import bounds, config
 from dislock.core.bounds import DAY, Bound
 from dislock.core.errors import ConfigurationError
 from dislock.core.setting import Reader, Setting
-
-if TYPE_CHECKING:
-    from dislock.core.context import LockContext
 
 
 def _prefixed(parse: Callable[[str], Any]) -> Reader:
@@ -50,21 +47,10 @@ def _policy(name: str, raw: str) -> Any:
 
 
 def _group(name: str, raw: str) -> str:
-    from dislock.core.groups import read_group
+    from dislock.core.groups import parse_group  # groups imports this table
 
-    return read_group(name, raw)
+    return str(parse_group(raw, name=name))
 
-
-def _zone(tz: Any) -> str | None:
-    zone = getattr(tz, "key", None)  # an IANA zone; a zone read from a path has none
-    return zone if isinstance(zone, str) and not zone.startswith("/") else None
-
-
-def _flag(value: bool) -> str:
-    return "1" if value else "0"
-
-
-_AUTO_FLAG = {None: "auto", True: "1", False: "0"}
 
 KEY = Setting(
     "LOCK_KEY",
@@ -80,7 +66,6 @@ STRATEGY = Setting(
     config.SCHEDULE,
     "schedule, lease, or schedule,lease",
     _prefixed(config.normalize_strategies),
-    ",".join,
 )
 SCHEDULE = Setting(
     "CRON_SCHEDULE",
@@ -95,8 +80,6 @@ ZONE = Setting(
     "cron_tz",
     "local zone",
     "IANA zone CRON_SCHEDULE is read in, like cron: default TZ, else /etc/localtime",
-    None,
-    _zone,
 )
 TABLE = Setting(
     "LOCK_TABLE",
@@ -104,7 +87,6 @@ TABLE = Setting(
     "key_value",
     "table, or schema.table",
     _prefixed(config.parse_table),
-    ".".join,
 )
 TTL = Setting(
     "RUN_LOCK_TTL_SECONDS",
@@ -149,7 +131,6 @@ LEASE_LOSS = Setting(
     "terminate",
     "terminate (SIGTERM, SIGKILL after 10 s, exit 75) or continue (log only)",
     _policy,
-    lambda policy: str(policy.value),
     as_text=True,
 )
 MAX_RUNTIME = Setting(
@@ -212,7 +193,6 @@ AFTER = Setting(
     "within it; until then the run is skipped as if the lock were held, or waited for with "
     "LOCK_WAIT_SECONDS (needs LOCK_HISTORY=1)",
     _after,
-    lambda keys: ",".join(keys) or None,
 )
 OUTPUT_TAIL = Setting(
     "LOCK_OUTPUT_TAIL_BYTES",
@@ -235,7 +215,6 @@ FENCING = Setting(
     "0",
     "1: pass a fencing token to the command in DISLOCK_FENCING_TOKEN (dislockctl init --fencing)",
     config.parse_flag,
-    _flag,
 )
 PASS_URL = Setting(
     "LOCK_PASS_URL",
@@ -244,7 +223,6 @@ PASS_URL = Setting(
     "0: the command does not inherit URL_VARIABLE (give dislock a lock role and a "
     "variable of its own, e.g. DISLOCK_URL)",
     config.parse_flag,
-    _flag,
 )
 WAIT = Setting(
     "LOCK_WAIT_SECONDS",
@@ -273,7 +251,6 @@ WAIT_LISTEN = Setting(
     "auto: woken by the release (LISTEN/NOTIFY) on a direct connection, polling behind "
     "a pooler such as PgBouncer; 1 always; 0 never",
     config.parse_auto_flag,
-    _AUTO_FLAG.__getitem__,
 )
 SLOTS = Setting(
     "LOCK_SLOTS",
@@ -305,7 +282,6 @@ REPLACE = Setting(
     "1: a lease held by a live holder is taken over: its command is stopped (it exits 75) "
     "and this one starts once it is gone (needs lease; not with LOCK_SLOTS)",
     config.parse_flag,
-    _flag,
 )
 CONFLICT_EXIT_CODE = Setting(
     "LOCK_CONFLICT_EXIT_CODE",
@@ -334,7 +310,6 @@ HISTORY = Setting(
     "0",
     "1: record each run in the history table (dislockctl init --history)",
     config.parse_flag,
-    _flag,
 )
 HISTORY_TABLE = Setting(
     "LOCK_HISTORY_TABLE",
@@ -342,7 +317,6 @@ HISTORY_TABLE = Setting(
     "derived",
     "default: <LOCK_TABLE>_history",
     _prefixed(config.parse_table),
-    ".".join,
 )
 LOG_LEVEL = Setting(
     "CRONJOB_LOCK_LOG_LEVEL", None, "WARNING", "DEBUG, INFO, WARNING, ERROR, CRITICAL"
@@ -378,14 +352,3 @@ argument)."""
 
 NUMBERS = tuple(setting for setting in SETTINGS if setting.bound is not None)
 """Every numeric setting, checked by its bound wherever it enters."""
-
-
-def environment(context: LockContext) -> dict[str, str]:
-    """The variables that give a wrapper ``context``'s settings (those it has a
-    variable for and that are set), as text."""
-    written = {
-        variable.name: variable.write(getattr(context, variable.field))
-        for variable in VARIABLES
-        if variable.field is not None
-    }
-    return {name: text for name, text in written.items() if text is not None}

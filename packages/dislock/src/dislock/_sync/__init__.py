@@ -9,6 +9,7 @@ here are generated from the asyncio ones in ``dislock.aio`` (see
 ``tools/async_to_sync.py``), apart from ``_compat``.
 """
 
+import dislock as _dislock
 from dislock._sync._decorators import with_locks as with_locks
 from dislock._sync._fencing import set_fencing_token as set_fencing_token
 from dislock._sync._hub import keep_connected as keep_connected
@@ -19,7 +20,5 @@ from dislock._sync._session import acquire_locks as acquire_locks
 from dislock._sync._session import build_locks as build_locks
 from dislock._sync._supervisor import run_with_locks as run_with_locks
 from dislock.core.public import *  # noqa: F403  (the core names)
-from dislock.core.public import CORE_NAMES as _CORE_NAMES
-from dislock.core.public import LOCK_NAMES as _LOCK_NAMES
 
-__all__ = [*_CORE_NAMES, *_LOCK_NAMES]
+__all__ = list(_dislock.__all__)

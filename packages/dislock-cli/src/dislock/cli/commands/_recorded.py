@@ -49,8 +49,7 @@ def warn_disagreements(
 
 def check_key_and_reason(call: Call) -> argparse.Namespace:
     """The arguments of ``pause`` and ``rerun``, their key and ``--reason`` checked."""
-    from dislock.core.bounds import check_reason
-    from dislock.core.config import check_text
+    from dislock.core.bounds import check_reason, check_text
 
     check_text("LOCK_KEY", call.args.lock_key)
     check_reason("--reason", call.args.reason)

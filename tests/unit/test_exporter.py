@@ -177,7 +177,7 @@ def test_the_chunked_exposition_is_prometheus_clients_own() -> None:
     from prometheus_client.exposition import generate_latest
     from prometheus_client.registry import CollectorRegistry
 
-    from dislock.cli.prometheus import Exposition, Families
+    from dislock.cli.run_metrics import Exposition, Families
 
     def whole(families: list[Family]) -> bytes:
         registry = CollectorRegistry(auto_describe=False)

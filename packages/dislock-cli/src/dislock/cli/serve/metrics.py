@@ -1,7 +1,6 @@
-"""The Prometheus metric families of a fleet snapshot (``metric_families``): a key's
-run families (``dislock.cli.run_metrics``, shared with the wrapper's textfile) and
-the fleet-wide ones, as plain ``Family`` data; ``dislock.cli.prometheus`` hands them
-to ``prometheus_client``.
+"""The Prometheus metric families of a fleet snapshot (``metric_families``): a key's run
+families (``dislock.cli.run_metrics``, shared with the wrapper's textfile, which also hands
+them to ``prometheus_client``) and the fleet-wide ones.
 """
 
 from __future__ import annotations

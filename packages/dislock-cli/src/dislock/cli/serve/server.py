@@ -26,7 +26,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from dislock.cli import EXIT_OK, EXIT_USAGE
 from dislock.cli.commands._call import error
-from dislock.cli.prometheus import Exposition
+from dislock.cli.run_metrics import Exposition
 from dislock.cli.serve.fleet_reader import FleetReader
 from dislock.cli.serve.http_policy import Admission, HostPolicy, Limits, client_of, parse_listen
 from dislock.cli.serve.metrics import metric_families

@@ -7,6 +7,7 @@ client may take, and where it listens (``parse_listen``).
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import re
 from collections.abc import Hashable, Iterable, Sequence
@@ -17,28 +18,18 @@ from dislock.core.errors import ConfigurationError
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 """Answered for whatever ``--listen`` says."""
 
-MAX_CONNECTIONS = 32
-"""``--max-connections``: one more is answered 503 at once and closed."""
-
-MAX_CONNECTIONS_PER_CLIENT = 8
-"""``--max-connections-per-client``: so that one client's idle connections cannot
-take every one of ``MAX_CONNECTIONS``."""
-
-MAX_IDLE_CONNECTIONS = 16
-"""``--max-idle-connections``: so that idle connections from many addresses cannot
-take every one of ``MAX_CONNECTIONS`` (all of 127.0.0.0/8 is this machine's)."""
-
-REQUEST_TIMEOUT = 5.0
-"""``--request-timeout``, in seconds."""
-
-MAX_REQUEST_TIMEOUT = 3600.0
-
 
 class Limits(NamedTuple):
-    max_connections: int = MAX_CONNECTIONS
-    request_timeout: float = REQUEST_TIMEOUT
-    max_per_client: int = MAX_CONNECTIONS_PER_CLIENT
-    max_idle: int = MAX_IDLE_CONNECTIONS
+    max_connections: int = 32
+    """``--max-connections``: one more is answered 503 at once and closed."""
+    request_timeout: float = 5.0
+    """``--request-timeout``, in seconds."""
+    max_per_client: int = 8
+    """``--max-connections-per-client``: so that one client's idle connections cannot
+    take every one of ``max_connections``."""
+    max_idle: int = 16
+    """``--max-idle-connections``: so that idle connections from many addresses cannot
+    take every one of ``max_connections`` (all of 127.0.0.0/8 is this machine's)."""
 
 
 def client_of(address: str) -> str:
@@ -48,11 +39,9 @@ def client_of(address: str) -> str:
         ip = ipaddress.ip_address(address)
     except ValueError:
         return address  # not an IP address (a Unix socket): as given
-    if isinstance(ip, ipaddress.IPv4Address):
-        return ip.compressed
-    if ip.ipv4_mapped is not None:
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
         return ip.ipv4_mapped.compressed
-    if ip.is_loopback:
+    if isinstance(ip, ipaddress.IPv4Address) or ip.is_loopback:
         return ip.compressed
     return ipaddress.IPv6Network((int(ip) >> 64 << 64, 64)).compressed
 
@@ -116,7 +105,7 @@ def request_timeout(text: str) -> float:
         value = float(text)
     except ValueError:
         value = 0.0
-    if not 0 < value <= MAX_REQUEST_TIMEOUT:  # also refuses nan
+    if not 0 < value <= 3600:  # also refuses nan
         raise ConfigurationError(
             f"--request-timeout must be a number of seconds from 0 to 3600, got {text!r}"
         )
@@ -146,15 +135,10 @@ def host_name(text: str) -> str | None:
 
 
 def _canonical(host: str) -> str | None:
-    name = host.lower()
-    name = name[:-1] if name.endswith(".") else name
-    try:
+    name = host.lower().removesuffix(".")
+    with contextlib.suppress(ValueError):
         return ipaddress.ip_address(name).compressed
-    except ValueError:
-        pass
-    if len(name) > 253 or not _NAME.fullmatch(name):
-        return None
-    return name
+    return name if len(name) <= 253 and _NAME.fullmatch(name) else None
 
 
 def allowed_host(text: str) -> str:
@@ -183,11 +167,7 @@ class HostPolicy:
     def allows(self, headers: Sequence[str]) -> bool:
         """Whether a request with these ``Host`` headers is answered.  One without any is (an
         HTTP/1.0 client; a browser always sends one); several are not."""
-        if not headers:
-            return True
-        if len(headers) > 1:
-            return False
-        return host_name(headers[0]) in self.names
+        return not headers or (len(headers) == 1 and host_name(headers[0]) in self.names)
 
 
 DEFAULT_HOST = "127.0.0.1"

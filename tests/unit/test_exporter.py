@@ -77,13 +77,17 @@ def test_run_counts_count_each_run_once_and_follow_unfinished_ones() -> None:
     assert counts.floor == 12
 
 
+def scheduled(run_id: int, lock_key: str, started: datetime, slot_end: datetime | None) -> ScrapedRun:
+    return ScrapedRun(run_id, lock_key, None, started, slot_end, True, False, None, False)
+
+
 def test_window_starts_change_version_only_when_they_change() -> None:
     starts = WindowStarts()
-    starts.add(1, "a", NOW - timedelta(hours=2), None)
+    starts.add(scheduled(1, "a", NOW - timedelta(hours=2), None))
     version = starts.version("a")
-    starts.add(1, "a", NOW - timedelta(hours=2), None)
+    starts.add(scheduled(1, "a", NOW - timedelta(hours=2), None))
     assert starts.version("a") == version
-    starts.add(2, "a", NOW, NOW + timedelta(hours=1))
+    starts.add(scheduled(2, "a", NOW, NOW + timedelta(hours=1)))
     assert starts.version("a") > version and len(starts.of("a")) == 2
     version = starts.version("a")
     starts.trim(NOW - timedelta(hours=1))

@@ -24,6 +24,7 @@ from dislock.cli.serve.http_policy import (
 )
 from dislock.cli.serve.kept_runs import WindowStarts
 from dislock.cli.serve.metrics import metric_families
+from dislock.cli.serve.scrape import ScrapedRun
 from dislock.cli.serve.slot_windows import ScheduleWindows
 from dislock.cli.serve.status_page import render_page
 from dislock.core.cron_zone import recorded_zone
@@ -234,11 +235,14 @@ def test_unreadable_readings_are_told_once_and_not_counted() -> None:
 
 
 def test_window_starts_copies_do_not_follow_the_original() -> None:
+    def scheduled(run_id: int, lock_key: str) -> ScrapedRun:
+        return ScrapedRun(run_id, lock_key, None, NOW, None, True, False, None, False)
+
     starts = WindowStarts()
-    starts.add(1, "k", NOW, None)
+    starts.add(scheduled(1, "k"))
     copy = starts.copy()
-    starts.add(2, "k", NOW, None)
-    starts.add(3, "other", NOW, None)
+    starts.add(scheduled(2, "k"))
+    starts.add(scheduled(3, "other"))
     assert copy.of("k") == [(NOW, None)] and copy.of("other") == []
     assert copy.version("k") == 1 and starts.version("k") == 2
 

@@ -128,10 +128,7 @@ class FleetReader:
             self._reads += 1
             turn = self._reads
         except psycopg.Error as exc:
-            self.close()
-            self._report(
-                False, describe_database_error(exc, table_parts=self._table, url=self._url)
-            )
+            self._lost(exc)
             return FleetSnapshot(datetime.now(timezone.utc), up=False)
         finally:
             self._turns.give_back()
@@ -285,11 +282,12 @@ class FleetReader:
                         f" `dislockctl URL_VARIABLE {create}`"
                     )
         except psycopg.Error as exc:
-            self.close()
-            self._report(
-                False, describe_database_error(exc, table_parts=self._table, url=self._url)
-            )
+            self._lost(exc)
         return None
+
+    def _lost(self, exc: psycopg.Error) -> None:
+        self.close()
+        self._report(False, describe_database_error(exc, table_parts=self._table, url=self._url))
 
     def _report(self, up: bool, why: str) -> None:
         if up != self._was_up:

@@ -19,7 +19,6 @@ import threading
 import time
 from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -59,12 +58,11 @@ class _Deadline(io.RawIOBase):
     def writable(self) -> bool:
         return True
 
-    def _left(self) -> float:
+    def _left(self) -> None:
         left = self._deadline - time.monotonic()
         if left <= 0:
             raise TimeoutError("the client did not send its request, or read the answer, in time")
         self._sock.settimeout(left)
-        return left
 
     def readinto(self, buffer: WriteableBuffer, /) -> int:
         self._left()
@@ -306,11 +304,10 @@ def serve(
         return error(f"cannot listen on {listen}: {exc.strerror or exc}")
 
     stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    previous = {
+        sig: signal.signal(sig, lambda signum, frame: stop.set())
+        for sig in (signal.SIGTERM, signal.SIGINT)
+    }
     worker = threading.Thread(target=server.serve_forever, name="dislockctl-serve", daemon=True)
     worker.start()
     bound_host, bound_port = str(server.server_address[0]), int(server.server_address[1])

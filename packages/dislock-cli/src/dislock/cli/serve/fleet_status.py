@@ -141,15 +141,11 @@ def page_order(keys: Iterable[KeyStatus]) -> list[KeyStatus]:
         key=lambda key: key.last_run.started_at if key.last_run else datetime.min,
         reverse=True,
     )
-    rest = [key for key in keys if not key.failing]
-    missing = sorted(
-        (key for key in rest if key.missed_slots or key.failed_slots), key=lambda key: key.lock_key
+    rest = sorted(
+        (key for key in keys if not key.failing),
+        key=lambda key: (not (key.missed_slots or key.failed_slots), key.lock_key),
     )
-    others = sorted(
-        (key for key in rest if not (key.missed_slots or key.failed_slots)),
-        key=lambda key: key.lock_key,
-    )
-    return failing + missing + others
+    return failing + rest
 
 
 class LatestRow(NamedTuple):

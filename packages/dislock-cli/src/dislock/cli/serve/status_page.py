@@ -93,12 +93,9 @@ def _state_cell(key: KeyStatus) -> str:
     parts = [_badge(key.state)]
     if key.paused_until is not None:
         reason = f": {bounds.clip(key.pause_reason, MAX_REASON_BYTES)}" if key.pause_reason else ""
-        if key.paused_until >= UNTIL_RESUMED:
-            until = "until resumed"
-        else:
-            until = "until " + key.paused_until.astimezone(timezone.utc).strftime(
-                "%Y-%m-%d %H:%M UTC"
-            )
+        until = "until resumed"
+        if key.paused_until < UNTIL_RESUMED:
+            until = f"until {key.paused_until.astimezone(timezone.utc):%Y-%m-%d %H:%M UTC}"
         parts.append(f"<small>{escape(until)}{escape(reason)}</small>")
     for lock in key.locks:
         owner = lock.owner  # clipped already
@@ -177,19 +174,15 @@ def _slots_cell(key: KeyStatus) -> str:
     if key.missed_slots is None:
         return "-"
     cell = escape(str(key.missed_slots))
-    notes = []
-    if key.late_slots:
-        notes.append(f"{key.late_slots} of them late (past the start deadline)")
-    if key.held_back_slots:
-        notes.append(f"{key.held_back_slots} of them held back (waiting for LOCK_AFTER's keys)")
-    if key.failed_slots:
-        notes.append(f"{key.failed_slots} failed (every attempt)")
-    if key.paused_slots:
-        notes.append(f"{key.paused_slots} paused")
-    if key.covered_slots:
-        notes.append(f"{key.covered_slots} covered by a run still going")
-    for note in notes:
-        cell += f"<br><small>{escape(note)}</small>"
+    for count, note in (
+        (key.late_slots, "of them late (past the start deadline)"),
+        (key.held_back_slots, "of them held back (waiting for LOCK_AFTER's keys)"),
+        (key.failed_slots, "failed (every attempt)"),
+        (key.paused_slots, "paused"),
+        (key.covered_slots, "covered by a run still going"),
+    ):
+        if count:
+            cell += f"<br><small>{escape(f'{count} {note}')}</small>"
     return cell
 
 

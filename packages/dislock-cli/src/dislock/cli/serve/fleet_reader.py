@@ -7,13 +7,13 @@ import contextlib
 import logging
 import threading
 from datetime import datetime, timezone
-from typing import Any, NamedTuple
+from typing import Any
 
 import psycopg
 
 from dislock.cli.admin import DATABASE_NOW
 from dislock.cli.diagnosis import describe_database_error
-from dislock.cli.lock_rows import LockRow, columns, listing
+from dislock.cli.lock_rows import columns, listing
 from dislock.cli.runs.envelope import successes_before
 from dislock.cli.runs.missed_slots import from_first_run
 from dislock.cli.runs.run_history import latest as latest_runs
@@ -74,20 +74,6 @@ class _Turns:
             self._changed.notify_all()
 
 
-class _Read(NamedTuple):
-    """What one scrape read, for the work done once the connection is free again."""
-
-    now: datetime
-    since: datetime
-    lock_rows: list[LockRow]
-    latest: list[LatestRow]
-    starts: WindowStarts
-    """A copy: the next scrape's reading does not change it."""
-    runs_total: dict[str, dict[str, int]]
-    lock_delay_end: datetime | None
-    grant_loopholes: int
-
-
 class FleetReader:
     """Reads snapshots over one connection, reconnecting after a failure, keeping the run
     counts (``RunCounts``) and each key's slots (``ScheduleWindows``).  The connection
@@ -124,7 +110,24 @@ class FleetReader:
             self._report(False, "another request has been reading for too long")
             return FleetSnapshot(datetime.now(timezone.utc), up=False)
         try:
-            read = self._read(self._connect())
+            conn = self._connect()
+            with conn.transaction():
+                # One consistent, read-only view; a write here would be refused by
+                # the server itself, whatever the SQL said.
+                conn.execute(
+                    "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY;"
+                    f" SET LOCAL statement_timeout = {int(SCRAPE_STATEMENT_TIMEOUT_MS)}"
+                )
+                now = send(conn, DATABASE_NOW)
+                since = now - MISSED_WINDOW
+                lock_rows = send(conn, listing(self._table))
+                latest = self._latest(conn, since)
+                self._follow_runs(conn, since, [row.run.key for row in latest])
+                delay_ends = send(conn, lock_delay_end_of(self._table))
+                loopholes = send(conn, audit(self._table))
+            # Copies, for the work done once the connection is free again: the next
+            # scrape's reading does not change them.
+            starts, runs_total = self._starts.copy(), self._counts.by_key()
             self._reads += 1
             turn = self._reads
         except psycopg.Error as exc:
@@ -136,46 +139,18 @@ class FleetReader:
         with self._windows_turn:
             self._windows_turn.wait_for(lambda: self._computed == turn - 1)
             try:
-                slot_counts, next_slots = self._schedules(
-                    read.latest, read.starts, read.since, read.now
-                )
+                slot_counts, next_slots = self._schedules(latest, starts, since, now)
             finally:
                 self._computed = turn
                 self._windows_turn.notify_all()
         return build_snapshot(
-            read.now,
-            read.lock_rows,
-            read.latest,
-            runs_total=read.runs_total,
-            slot_counts=slot_counts,
-            next_slots=next_slots,
-        )._replace(lock_delay_end=read.lock_delay_end, grant_loopholes=read.grant_loopholes)
-
-    def _read(self, conn: psycopg.Connection[Any]) -> _Read:
-        with conn.transaction():
-            # One consistent, read-only view; a write here would be refused by
-            # the server itself, whatever the SQL said.
-            conn.execute(
-                "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY;"
-                f" SET LOCAL statement_timeout = {int(SCRAPE_STATEMENT_TIMEOUT_MS)}"
-            )
-            now = send(conn, DATABASE_NOW)
-            since = now - MISSED_WINDOW
-            lock_rows = send(conn, listing(self._table))
-            latest = self._latest(conn, since)
-            self._follow_runs(conn, since, [row.run.key for row in latest])
-            delay_ends = send(conn, lock_delay_end_of(self._table))
-            loopholes = send(conn, audit(self._table))
-        return _Read(
             now,
-            since,
             lock_rows,
             latest,
-            self._starts.copy(),
-            self._counts.by_key(),
-            lock_delay_end(delay_ends, now),
-            len(loopholes),
-        )
+            runs_total=runs_total,
+            slot_counts=slot_counts,
+            next_slots=next_slots,
+        )._replace(lock_delay_end=lock_delay_end(delay_ends, now), grant_loopholes=len(loopholes))
 
     def _latest(self, conn: psycopg.Connection[Any], since: datetime) -> list[LatestRow]:
         """Each key's latest run, with the details the page and the missed-slot count need."""

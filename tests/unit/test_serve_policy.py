@@ -111,7 +111,7 @@ def test_one_client_is_served_its_share_and_no_more() -> None:
     assert admission.admit("d", 8) == ("all", [])
     for conn in (1, 3, 4, 5, 7):
         admission.done(conn)
-    assert (admission.total, admission.by_client, admission.idle) == (0, {}, {})
+    assert (len(admission.clients), admission.by_client, admission.idle) == (0, {}, {})
 
 
 def test_the_oldest_idle_connection_makes_room_for_a_new_one() -> None:
@@ -123,10 +123,10 @@ def test_the_oldest_idle_connection_makes_room_for_a_new_one() -> None:
     admission.started(1)  # 1 sent its request: no longer idle, never closed for it
     assert admission.admit("10.0.0.3", 5) == (None, [])
     assert admission.admit("10.0.0.3", 6) == (None, [2])
-    assert (admission.total, list(admission.idle)) == (5, [3, 4, 5, 6])
+    assert (len(admission.clients), list(admission.idle)) == (5, [3, 4, 5, 6])
     assert admission.by_client == {"10.0.0.0": 1, "10.0.0.1": 1, "10.0.0.2": 1, "10.0.0.3": 2}
     admission.done(0)  # its thread ends after it was closed: nothing counted twice
-    assert admission.total == 5
+    assert len(admission.clients) == 5
     assert admission.admit("10.0.0.3", 7) == ("client", [])  # its own limit first
 
 

@@ -104,10 +104,8 @@ class RunRecord(NamedTuple):
 def run_families(records: Iterable[tuple[str, RunRecord]]) -> list[Family]:
     """The families of ``HOST_FAMILIES``, in that order.  A key without any run has
     no run metrics (a zero timestamp would read as "last succeeded in 1970")."""
-    starts: list[Sample] = []
-    successes: list[Sample] = []
-    durations: list[Sample] = []
-    runs: list[Sample] = []
+    found: list[list[Sample]] = [[], [], [], []]
+    starts, successes, durations, runs = found
     for key, record in records:
         name = (key_label(key),)
         if record.last_start is not None:
@@ -123,7 +121,6 @@ def run_families(records: Iterable[tuple[str, RunRecord]]) -> list[Family]:
                     label = outcome_label(outcome)
                     outcomes[label] = outcomes.get(label, 0) + count
             runs.extend(((*name, outcome), float(n)) for outcome, n in sorted(outcomes.items()))
-    found = (starts, successes, durations, runs)
     return [
         Family(*spec, tuple(samples)) for spec, samples in zip(_RUN_FAMILIES, found, strict=True)
     ]
@@ -144,17 +141,16 @@ def read_host_records(
             runs.setdefault(key, {})[labels["outcome"]] = int(value)
         elif name in HOST_FAMILIES:
             values.setdefault(key, {})[name] = value
-    records = {}
-    for key, found in values.items():
-        if "dislock_last_start_timestamp_seconds" not in found:
-            continue
-        records[key] = RunRecord(
+    return {
+        key: RunRecord(
             found["dislock_last_start_timestamp_seconds"],
             found.get("dislock_last_run_duration_seconds", 0.0),
             found.get("dislock_last_success_timestamp_seconds"),
             runs.get(key, {}),
         )
-    return records
+        for key, found in values.items()
+        if "dislock_last_start_timestamp_seconds" in found
+    }
 
 
 def record_run(

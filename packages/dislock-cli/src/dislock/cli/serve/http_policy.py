@@ -60,10 +60,6 @@ class Admission(Generic[Conn]):
         self.by_client: dict[str, int] = {}
         self.idle: dict[Conn, None] = {}  # oldest first
 
-    @property
-    def total(self) -> int:
-        return len(self.clients)
-
     def admit(self, client: str, conn: Conn) -> tuple[str | None, list[Conn]]:
         """Count ``conn`` from ``client`` in, idle, and None; or refuse it: ``"all"`` when
         ``max_connections`` are served, ``"client"`` when ``max_per_client`` are
@@ -75,7 +71,7 @@ class Admission(Generic[Conn]):
         while self.idle and len(self.idle) >= self.limits.max_idle:
             evicted.append(next(iter(self.idle)))
             self.done(evicted[-1])
-        if self.total >= self.limits.max_connections:
+        if len(self.clients) >= self.limits.max_connections:
             return "all", evicted
         self.clients[conn] = client
         self.by_client[client] = self.by_client.get(client, 0) + 1

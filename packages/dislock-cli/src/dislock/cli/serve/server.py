@@ -286,7 +286,6 @@ def serve(
         host, port = parse_listen(listen)
         hosts = HostPolicy(host, allow_hosts)
         found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-        family = found[0][0]
     except ConfigurationError as exc:
         return error(str(exc), EXIT_USAGE)
     except socket.gaierror as exc:
@@ -298,7 +297,7 @@ def serve(
         reader.close()
         return error(missing)
     try:
-        server = _Server((host, port), family, url, reader, hosts, limits or Limits())
+        server = _Server((host, port), found[0][0], url, reader, hosts, limits or Limits())
     except OSError as exc:
         reader.close()
         return error(f"cannot listen on {listen}: {exc.strerror or exc}")
@@ -308,8 +307,7 @@ def serve(
         sig: signal.signal(sig, lambda signum, frame: stop.set())
         for sig in (signal.SIGTERM, signal.SIGINT)
     }
-    worker = threading.Thread(target=server.serve_forever, name="dislockctl-serve", daemon=True)
-    worker.start()
+    threading.Thread(target=server.serve_forever, name="dislockctl-serve", daemon=True).start()
     bound_host, bound_port = str(server.server_address[0]), int(server.server_address[1])
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host
     logger.info("listening on http://%s:%d/ (metrics at /metrics)", shown, bound_port)

@@ -102,8 +102,7 @@ def _state_cell(key: KeyStatus) -> str:
         if lock.state == "held":
             detail = f"{lock.mode} held by {owner}, {format_duration(lock.seconds_left)} left"
         elif lock.state == "expired":
-            ago = format_duration(-lock.seconds_left)
-            detail = f"{lock.mode} abandoned by {owner} {ago} ago"
+            detail = f"{lock.mode} abandoned by {owner} {format_duration(-lock.seconds_left)} ago"
         elif lock.state == "ended":
             detail = f"{lock.mode} slot of {owner} ended"
         elif lock.forced:
@@ -190,17 +189,14 @@ def _row(key: KeyStatus, now: datetime) -> str:
     outcome = key.last_run.outcome if key.last_run else ""
     envelope = (key.last_run.mark if key.last_run else None) or ""
     classes = "failing" if key.failing else ""
-    missed = "-" if key.missed_slots is None else str(key.missed_slots)
-    covered = "-" if key.covered_slots is None else str(key.covered_slots)
-    failed = "-" if key.failed_slots is None else str(key.failed_slots)
+    counts = {"missed": key.missed_slots, "covered": key.covered_slots, "failed": key.failed_slots}
+    data = "".join(f' data-{name}="{"-" if n is None else n}"' for name, n in counts.items())
     return (
         # data-key is the whole key (every key dislock takes is at most 2048 bytes),
         # for scripts to find the row by.
         f'<tr class="{classes}" data-key="{escape(bounds.escape(key.lock_key))}"'
         f' data-state="{escape(key.state)}"'
-        f' data-outcome="{_clip(outcome)}" data-envelope="{envelope}"'
-        f' data-missed="{escape(missed)}"'
-        f' data-covered="{escape(covered)}" data-failed="{escape(failed)}">'
+        f' data-outcome="{_clip(outcome)}" data-envelope="{envelope}"{data}>'
         # Wrapped within its column, whole on hover: a long key widened the table off-screen.
         f'<td class="key" title="{escape(bounds.escape(key.lock_key))}">'
         f"<strong>{_clip(key.lock_key, 2 * SHOWN_CHARS)}</strong></td>"
@@ -264,8 +260,7 @@ def render_page(snapshot: FleetSnapshot, *, title: str = "dislock fleet") -> str
         summary = (
             f"{len(keys)} keys: {held} held, {failing} failing,"
             f" {missing} with missed or failed slots in the last {window} h, {paused} paused."
-            f" Database clock {stamp};"
-            f" reloads every {REFRESH_SECONDS} s."
+            f" Database clock {stamp}; reloads every {REFRESH_SECONDS} s."
         )
         banner = ""
     else:

@@ -97,7 +97,7 @@ def test_window_starts_change_version_only_when_they_change() -> None:
 
 def run(outcome: str, minutes_ago: float, duration: float | None = 5.0) -> LastRun:
     started = NOW - timedelta(minutes=minutes_ago)
-    return LastRun("web-1:1:ab", "web-1", started, None, outcome, 3, duration)
+    return LastRun("web-1:1:ab", "web-1", started, outcome, 3, duration)
 
 
 def test_metric_families_of_a_snapshot() -> None:
@@ -140,7 +140,7 @@ def test_the_page_escapes_what_the_database_says() -> None:
         "<script>alert(1)</script>",
         paused_until=NOW + timedelta(hours=1),
         pause_reason='"><img src=x>',
-        last_run=LastRun("<b>owner</b>", "<i>host</i>", NOW, None, "running", None, 1.0),
+        last_run=LastRun("<b>owner</b>", "<i>host</i>", NOW, "running", None, 1.0),
         schedule="0 * * * *",
     )
     page = render_page(FleetSnapshot(NOW, True, (hostile,)), title="<t>")

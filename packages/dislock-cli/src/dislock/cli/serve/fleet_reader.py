@@ -27,13 +27,7 @@ from dislock.cli.serve.fleet_status import (
     lock_delay_end,
 )
 from dislock.cli.serve.kept_runs import RunCounts, WindowStarts
-from dislock.cli.serve.scrape import (
-    RECENT_SECONDS,
-    SCRAPE_CONNECT_TIMEOUT,
-    SCRAPE_STATEMENT_TIMEOUT_MS,
-    ScrapeStatements,
-    lock_delay_end_of,
-)
+from dislock.cli.serve.scrape import ScrapeStatements, lock_delay_end_of
 from dislock.cli.serve.slot_windows import ScheduleWindows
 from dislock.core.dsn import connection_kwargs, scrub
 from dislock.core.grant_catalog import audit
@@ -43,6 +37,18 @@ logger = logging.getLogger("dislock.serve")
 
 CONNECTION_WAIT_SECONDS = 10.0
 """A request waits this long for the connection another request is using."""
+
+SCRAPE_CONNECT_TIMEOUT = 3.0
+"""Seconds a scrape waits for a connection: Prometheus gives up after 10 s by default."""
+
+SCRAPE_STATEMENT_TIMEOUT_MS = 5000
+"""A scrape's statements give up after this long: a slow database reads as down,
+not as a scrape that hangs until Prometheus gives up on it."""
+
+RECENT_SECONDS = 60
+"""A history row is read again while its run started less than this long ago: a
+start statement that took its id earlier may commit a little later (history
+statements are cancelled after ``HISTORY_TIMEOUT``, well within this)."""
 
 
 class _Turns:

@@ -42,7 +42,6 @@ class LastRun(NamedTuple):
     owner: str
     host: str
     started_at: datetime
-    ended_at: datetime | None
     outcome: str
     """One of ``dislock.core.history.OUTCOMES``, or ``running`` or ``abandoned``."""
     exit_code: int | None
@@ -168,7 +167,6 @@ def _last_run(row: LatestRow, now: datetime) -> LastRun:
         more.owner,
         run.host or "",
         run.started_at,
-        run.ended_at,
         run.outcome,
         more.exit_code,
         duration,
@@ -195,7 +193,7 @@ def build_snapshot(
 ) -> FleetSnapshot:
     """One ``KeyStatus`` per key found in the lock table or the history; ``slot_counts``:
     per key with a schedule, its slots in the window by state."""
-    lock_rows = list(lock_rows)
+    lock_rows = sorted(lock_rows, key=lambda lock: lock.mode != "schedule")  # schedule first
     locks: dict[str, list[HeldLock]] = {}
     pauses: dict[str, tuple[str, datetime]] = {}
     for lock in lock_rows:
@@ -217,9 +215,7 @@ def build_snapshot(
         statuses.append(
             KeyStatus(
                 lock_key,
-                locks=tuple(
-                    sorted(locks.get(lock_key, ()), key=lambda lock: lock.mode != "schedule")
-                ),
+                locks=tuple(locks.get(lock_key, ())),
                 paused_until=until,
                 pause_reason=reason or None,
                 last_run=_last_run(row, now) if row else None,

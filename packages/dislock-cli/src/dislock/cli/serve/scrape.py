@@ -17,14 +17,6 @@ from dislock.core.failover import TIMELINE_KEY, longest_delay
 from dislock.core.history import TAILS
 from dislock.core.operator_commands import PAUSE_MODES, PAUSED, RERUN
 
-SCRAPE_CONNECT_TIMEOUT = 3.0
-"""Seconds a scrape waits for a connection: Prometheus gives up after 10 s by default."""
-
-SCRAPE_STATEMENT_TIMEOUT_MS = 5000
-"""A scrape's statements give up after this long: a slow database reads as down,
-not as a scrape that hangs until Prometheus gives up on it."""
-
-
 def lock_delay_end_of(table: tuple[str, ...]) -> Exchange[datetime | None]:
     """The end of the longest lock delay after the latest failover; None before the first
     acquisition.  Unlike ``check``'s ``delay_state`` it does not read the server's
@@ -36,12 +28,6 @@ def lock_delay_end_of(table: tuple[str, ...]) -> Exchange[datetime | None]:
         key=sql.Literal(TIMELINE_KEY),
     )
     return Exchange(query, {}, read_value)
-
-
-RECENT_SECONDS = 60
-"""A history row is read again while its run started less than this long ago: a
-start statement that took its id earlier may commit a little later (history
-statements are cancelled after ``HISTORY_TIMEOUT``, well within this)."""
 
 
 class RunDetails(NamedTuple):

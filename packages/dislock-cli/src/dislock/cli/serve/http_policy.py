@@ -118,12 +118,10 @@ def host_name(text: str) -> str | None:
     raw = text.strip()
     if raw.startswith("["):
         inside, sep, rest = raw[1:].partition("]")
-        if not sep or not (rest == "" or (rest[:1] == ":" and rest[1:].isdigit())):
-            return None
-        try:
-            return ipaddress.IPv6Address(inside).compressed
-        except ValueError:
-            return None
+        if sep and (rest == "" or (rest[:1] == ":" and rest[1:].isdigit())):
+            with contextlib.suppress(ValueError):
+                return ipaddress.IPv6Address(inside).compressed
+        return None
     host, sep, port = raw.partition(":")
     if sep and not port.isdigit():
         return None  # an IPv6 address without brackets, or a port that is not one

@@ -126,10 +126,8 @@ def _held(keys: list[tuple[str, KeyStatus]]) -> list[Sample]:
 
 
 def _past_envelope(keys: list[tuple[str, KeyStatus]]) -> list[Sample]:
-    found: list[Sample] = []
-    for name, key in keys:
-        last = key.last_run
-        if last is not None and last.envelope is not None:
-            past = last.outcome == "running" and last.mark == SLOW
-            found.append(((name,), 1.0 if past else 0.0))
-    return found
+    return [
+        ((name,), 1.0 if last.outcome == "running" and last.mark == SLOW else 0.0)
+        for name, key in keys
+        if (last := key.last_run) is not None and last.envelope is not None
+    ]

@@ -115,7 +115,21 @@ class ScrapeStatements:
             "SELECT {columns} FROM {table} AS h"
             " WHERE h.started_at >= %(since)s AND h.cron IS NOT NULL"
         ).format(table=table, columns=scraped)
-        self._window_events = _window_events(table, scraped)
+        # The pauses that may reach into the window, and the reruns within it.
+        self._window_events = sql.SQL(
+            "SELECT {event} FROM {table} AS h"
+            " WHERE h.modes = {pause} AND h.started_at >= LEAST(%(since)s,"
+            " (SELECT min(p.started_at) FROM {table} AS p"
+            " WHERE p.modes = {pause} AND p.outcome = {paused} AND p.slot_end > %(since)s))"
+            " UNION ALL SELECT {event}"
+            " FROM {table} AS h WHERE h.started_at >= %(since)s AND h.outcome = {rerun}"
+        ).format(
+            table=table,
+            event=scraped,
+            pause=sql.Literal(PAUSE_MODES),
+            paused=sql.Literal(PAUSED),
+            rerun=sql.Literal(RERUN),
+        )
         self._new_runs = sql.SQL(
             "SELECT {columns} FROM {table} AS h WHERE h.id > %(floor)s OR h.id = ANY(%(pending)s)"
         ).format(table=table, columns=scraped)
@@ -178,24 +192,6 @@ def _run_details(table: sql.Identifier) -> sql.Composed:
             ).format(table=table),
             **{name: tail_column("h", name) for name in TAILS},
         ),
-    )
-
-
-def _window_events(table: sql.Identifier, event: sql.Composed) -> sql.Composed:
-    """The pauses that may reach into the window, and the reruns within it."""
-    return sql.SQL(
-        "SELECT {event} FROM {table} AS h"
-        " WHERE h.modes = {pause} AND h.started_at >= LEAST(%(since)s,"
-        " (SELECT min(p.started_at) FROM {table} AS p"
-        " WHERE p.modes = {pause} AND p.outcome = {paused} AND p.slot_end > %(since)s))"
-        " UNION ALL SELECT {event}"
-        " FROM {table} AS h WHERE h.started_at >= %(since)s AND h.outcome = {rerun}"
-    ).format(
-        table=table,
-        event=event,
-        pause=sql.Literal(PAUSE_MODES),
-        paused=sql.Literal(PAUSED),
-        rerun=sql.Literal(RERUN),
     )
 
 

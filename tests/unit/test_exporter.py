@@ -15,12 +15,12 @@ from dislock.cli.run_metrics import (
     read_host_records,
     record_run,
 )
-from dislock.cli.serve.fleet_status import FleetSnapshot, KeyStatus, LastRun, page_order
+from dislock.cli.serve.fleet_status import FleetSnapshot, KeyStatus, LastRun
 from dislock.cli.serve.http_policy import parse_listen
 from dislock.cli.serve.kept_runs import RunCounts, WindowStarts
 from dislock.cli.serve.metrics import metric_families
 from dislock.cli.serve.scrape import CensusRow, ScrapedRun
-from dislock.cli.serve.status_page import render_page
+from dislock.cli.serve.status_page import page_order, render_page
 from dislock.core.errors import ConfigurationError
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)

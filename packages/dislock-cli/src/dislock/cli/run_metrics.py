@@ -60,34 +60,18 @@ def outcome_label(outcome: str) -> str:
     return outcome if outcome in RUN_OUTCOMES else OTHER_OUTCOME
 
 
-_RUN_FAMILIES = (
-    (
-        "dislock_last_start_timestamp_seconds",
-        "gauge",
-        "When the key's latest recorded run started (database clock).",
-        ("key",),
-    ),
-    (
-        "dislock_last_success_timestamp_seconds",
-        "gauge",
-        "When the key's latest successful run (exit 0) ended (database clock).",
-        ("key",),
-    ),
-    (
-        "dislock_last_run_duration_seconds",
-        "gauge",
-        "How long the key's latest run took (so far, while it runs).",
-        ("key",),
-    ),
-    (
-        "dislock_runs",
-        "counter",
-        "Recorded runs of the key by outcome, over the history the table keeps.",
-        ("key", "outcome"),
-    ),
-)
+_RUN_GAUGES = {
+    "dislock_last_start_timestamp_seconds": "When the key's latest recorded run started"
+    " (database clock).",
+    "dislock_last_success_timestamp_seconds": "When the key's latest successful run (exit 0)"
+    " ended (database clock).",
+    "dislock_last_run_duration_seconds": "How long the key's latest run took (so far, while"
+    " it runs).",
+}
 
-HOST_FAMILIES = tuple(name for name, *_ in _RUN_FAMILIES)
+_RUNS_HELP = "Recorded runs of the key by outcome, over the history the table keeps."
+
+HOST_FAMILIES = (*_RUN_GAUGES, "dislock_runs")
 """The families a host's file holds: its own runs only (the rest is ``serve``'s)."""
 
 
@@ -121,8 +105,10 @@ def run_families(records: Iterable[tuple[str, RunRecord]]) -> list[Family]:
                     label = outcome_label(outcome)
                     outcomes[label] = outcomes.get(label, 0) + count
             runs.extend(((*name, outcome), float(n)) for outcome, n in sorted(outcomes.items()))
+    gauges = zip(_RUN_GAUGES.items(), (starts, successes, durations), strict=True)
     return [
-        Family(*spec, tuple(samples)) for spec, samples in zip(_RUN_FAMILIES, found, strict=True)
+        *(Family(name, "gauge", text, ("key",), tuple(values)) for (name, text), values in gauges),
+        Family("dislock_runs", "counter", _RUNS_HELP, ("key", "outcome"), tuple(runs)),
     ]
 
 

@@ -19,13 +19,7 @@ from dislock.cli.runs.missed_slots import from_first_run
 from dislock.cli.runs.run_history import latest as latest_runs
 from dislock.cli.runs.slot_states import FAILED, count, slot_states
 from dislock.cli.sending import send
-from dislock.cli.serve.fleet_status import (
-    MISSED_WINDOW,
-    FleetSnapshot,
-    LatestRow,
-    build_snapshot,
-    lock_delay_end,
-)
+from dislock.cli.serve.fleet_status import MISSED_WINDOW, FleetSnapshot, LatestRow, build_snapshot
 from dislock.cli.serve.kept_runs import RunCounts, WindowStarts
 from dislock.cli.serve.scrape import ScrapeStatements, lock_delay_end_of
 from dislock.cli.serve.slot_windows import ScheduleWindows
@@ -156,7 +150,9 @@ class FleetReader:
             runs_total=runs_total,
             slot_counts=slot_counts,
             next_slots=next_slots,
-        )._replace(lock_delay_end=lock_delay_end(delay_ends, now), grant_loopholes=len(loopholes))
+            timeline_expire_at=delay_ends,
+            grant_loopholes=len(loopholes),
+        )
 
     def _latest(self, conn: psycopg.Connection[Any], since: datetime) -> list[LatestRow]:
         """Each key's latest run, with the details the page and the missed-slot count need."""

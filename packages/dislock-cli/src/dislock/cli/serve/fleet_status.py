@@ -1,6 +1,6 @@
 """What ``dislockctl serve`` knows about a fleet at one moment: one ``KeyStatus`` per
 lock key, built from one snapshot of the lock table and the run history
-(``build_snapshot``), and the status page's order of rows.  Plain data."""
+(``build_snapshot``).  Plain data."""
 
 from __future__ import annotations
 
@@ -84,10 +84,7 @@ class KeyStatus(NamedTuple):
         if self.paused_until is not None:
             return "paused"
         states = {lock.state for lock in self.locks}
-        for state in ("held", "expired", "released", "ended"):
-            if state in states:
-                return state
-        return "free"
+        return next((s for s in ("held", "expired", "released", "ended") if s in states), "free")
 
     @property
     def failing(self) -> bool:
@@ -130,21 +127,6 @@ class FleetSnapshot(NamedTuple):
     """While a lock delay after a database failover runs, when it ends."""
     grant_loopholes: int = 0
     groups: tuple[GroupStatus, ...] = ()
-
-
-def page_order(keys: Iterable[KeyStatus]) -> list[KeyStatus]:
-    """The newest failures first, then keys that missed slots, then the rest by name."""
-    keys = list(keys)
-    failing = sorted(
-        (key for key in keys if key.failing),
-        key=lambda key: key.last_run.started_at if key.last_run else datetime.min,
-        reverse=True,
-    )
-    rest = sorted(
-        (key for key in keys if not key.failing),
-        key=lambda key: (not (key.missed_slots or key.failed_slots), key.lock_key),
-    )
-    return failing + rest
 
 
 class LatestRow(NamedTuple):
@@ -190,6 +172,8 @@ def build_snapshot(
     runs_total: Mapping[str, Mapping[str, int]],
     slot_counts: Mapping[str, Mapping[str, int]],
     next_slots: Mapping[str, datetime],
+    timeline_expire_at: datetime | None,
+    grant_loopholes: int,
 ) -> FleetSnapshot:
     """One ``KeyStatus`` per key found in the lock table or the history; ``slot_counts``:
     per key with a schedule, its slots in the window by state."""
@@ -226,7 +210,9 @@ def build_snapshot(
                 **_slot_counts(slot_counts.get(lock_key)),
             )
         )
-    return FleetSnapshot(now, up=True, keys=tuple(statuses), groups=group_statuses(lock_rows))
+    delay_end = lock_delay_end(timeline_expire_at, now)
+    groups = group_statuses(lock_rows)
+    return FleetSnapshot(now, True, tuple(statuses), delay_end, grant_loopholes, groups)
 
 
 def _slot_counts(counts: Mapping[str, int] | None) -> dict[str, int]:

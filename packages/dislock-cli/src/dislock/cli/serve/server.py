@@ -232,9 +232,7 @@ class _Server(ThreadingHTTPServer):
         self.shutdown_request(request)
         if refused == "all":
             limit = self.limits.max_connections
-            self._tell(
-                refused, f"{limit} connections at once: refusing more with 503 until one ends"
-            )
+            self._tell("all", f"{limit} connections at once: refusing more with 503 until one ends")
         else:
             self._tell(
                 refused,

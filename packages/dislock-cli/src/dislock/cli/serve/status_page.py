@@ -7,19 +7,12 @@ by hand may hold megabytes.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable
 from datetime import datetime, timezone
 from html import escape
 
 from dislock.cli.admin import format_duration
-from dislock.cli.serve.fleet_status import (
-    FAILED_OUTCOMES,
-    MISSED_WINDOW,
-    FleetSnapshot,
-    GroupStatus,
-    KeyStatus,
-    page_order,
-)
+from dislock.cli.serve.fleet_status import FAILED_OUTCOMES, MISSED_WINDOW, FleetSnapshot, KeyStatus
 from dislock.core import bounds
 from dislock.core.bounds import MAX_REASON_BYTES, SHOWN_CHARS
 from dislock.core.history import OUTCOMES
@@ -148,19 +141,14 @@ def _output(output: tuple[str | None, str | None]) -> str:
         if text:
             lines = "\n".join(shown_tail(text)[0])
             parts.append(f"<b>{name}</b>\n{escape(lines)}")
-    return (
-        '<details class="output"><summary>last output</summary><pre>'
-        + "\n".join(parts)
-        + "</pre></details>"
-    )
+    shown = "\n".join(parts)
+    return f'<details class="output"><summary>last output</summary><pre>{shown}</pre></details>'
 
 
 def _next_cell(key: KeyStatus, now: datetime) -> str:
-    schedule = (
-        f"<br><small><code>{_clip(key.schedule, 2 * SHOWN_CHARS)}</code></small>"
-        if key.schedule
-        else ""
-    )
+    schedule = ""
+    if key.schedule:
+        schedule = f"<br><small><code>{_clip(key.schedule, 2 * SHOWN_CHARS)}</code></small>"
     if key.paused_until is not None:
         # Its slots come and go without a start until it is resumed.
         return f"{_badge('paused')}{schedule}"
@@ -208,6 +196,21 @@ def _row(key: KeyStatus, now: datetime) -> str:
     )
 
 
+def page_order(keys: Iterable[KeyStatus]) -> list[KeyStatus]:
+    """The newest failures first, then keys that missed slots, then the rest by name."""
+    keys = list(keys)
+    failing = sorted(
+        (key for key in keys if key.failing),
+        key=lambda key: key.last_run.started_at if key.last_run else datetime.min,
+        reverse=True,
+    )
+    rest = sorted(
+        (key for key in keys if not key.failing),
+        key=lambda key: (not (key.missed_slots or key.failed_slots), key.lock_key),
+    )
+    return failing + rest
+
+
 PAGE_ROWS = 500
 """Keys the page shows at most, in ``page_order`` (failures first)."""
 
@@ -218,9 +221,10 @@ SHOWN_HOLDERS = 10
 """Holders of one group the page names at most (the others are counted)."""
 
 
-def _groups(groups: Sequence[GroupStatus]) -> str:
+def _groups(snapshot: FleetSnapshot) -> str:
     """The table of groups (``LOCK_GROUP``): each group's name, how many of its slots are
     held, and by whom; none: nothing."""
+    groups = snapshot.groups
     if not groups:
         return ""
     rows = []
@@ -296,5 +300,5 @@ def render_page(snapshot: FleetSnapshot, *, title: str = "dislock fleet") -> str
 <th>outcome</th><th>duration</th><th>next slot</th><th>missed ({window} h)</th></tr></thead>
 <tbody>
 {rows}{empty}
-</tbody></table>{_groups(snapshot.groups)}</body></html>
+</tbody></table>{_groups(snapshot)}</body></html>
 """

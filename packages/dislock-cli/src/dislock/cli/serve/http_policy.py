@@ -15,10 +15,6 @@ from typing import Generic, NamedTuple, TypeVar
 
 from dislock.core.errors import ConfigurationError
 
-LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
-"""Answered for whatever ``--listen`` says."""
-
-
 class Limits(NamedTuple):
     max_connections: int = 32
     """``--max-connections``: one more is answered 503 at once and closed."""
@@ -154,7 +150,7 @@ class HostPolicy:
     and every ``--allow-host``."""
 
     def __init__(self, listen_host: str, extra: Iterable[str] = ()) -> None:
-        names = {_canonical(name) for name in (*LOOPBACK_NAMES, listen_host)}
+        names = {_canonical(name) for name in ("localhost", "127.0.0.1", "::1", listen_host)}
         names.update(allowed_host(name) for name in extra)
         self.names = frozenset(name for name in names if name is not None)
 
@@ -162,10 +158,6 @@ class HostPolicy:
         """Whether a request with these ``Host`` headers is answered.  One without any is (an
         HTTP/1.0 client; a browser always sends one); several are not."""
         return not headers or (len(headers) == 1 and host_name(headers[0]) in self.names)
-
-
-DEFAULT_HOST = "127.0.0.1"
-"""Where ``serve`` listens unless told: loopback only; exposing it is a decision."""
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -176,7 +168,7 @@ def parse_listen(text: str) -> tuple[str, int]:
     if not raw:
         raise ConfigurationError("--listen is empty; give HOST:PORT, e.g. 127.0.0.1:9655")
     if raw.isdigit():
-        host, port_text = DEFAULT_HOST, raw
+        host, port_text = "127.0.0.1", raw  # loopback only: exposing it is a decision
     elif raw.startswith("["):
         inside, sep, rest = raw[1:].partition("]")
         if not sep or not rest.startswith(":"):

@@ -190,9 +190,8 @@ class ScheduleWindows:
     ) -> _Reading | None:
         """The key's reading (cron, zone), kept or new; None when the key has too many."""
         seen = self._keys.setdefault(key, {})
-        for name, when in list(seen.items()):
-            if when < since:
-                del seen[name]  # not the key's latest for a whole window
+        for name in [name for name, when in seen.items() if when < since]:
+            del seen[name]  # not the key's latest for a whole window
         if (cron, zone) not in seen and len(seen) >= self._max_readings:
             self._tell(
                 key,
@@ -203,10 +202,9 @@ class ScheduleWindows:
             )
             return None
         seen[cron, zone] = now
-        reading = self._readings.get((cron, zone))
-        if reading is None:
-            reading = self._readings[cron, zone] = self._new_reading(cron, zone, since)
-        return reading
+        if (cron, zone) not in self._readings:
+            self._readings[cron, zone] = self._new_reading(cron, zone, since)
+        return self._readings[cron, zone]
 
     def _new_reading(self, cron: str, zone: str | None, since: datetime) -> _Reading:
         if len(cron) > MAX_CRON_LENGTH:

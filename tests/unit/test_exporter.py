@@ -77,7 +77,9 @@ def test_run_counts_count_each_run_once_and_follow_unfinished_ones() -> None:
     assert counts.floor == 12
 
 
-def scheduled(run_id: int, lock_key: str, started: datetime, slot_end: datetime | None) -> ScrapedRun:
+def scheduled(
+    run_id: int, lock_key: str, started: datetime, slot_end: datetime | None
+) -> ScrapedRun:
     return ScrapedRun(run_id, lock_key, None, started, slot_end, True, False, None, False)
 
 

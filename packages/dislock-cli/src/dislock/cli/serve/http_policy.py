@@ -15,6 +15,7 @@ from typing import Generic, NamedTuple, TypeVar
 
 from dislock.core.errors import ConfigurationError
 
+
 class Limits(NamedTuple):
     max_connections: int = 32
     """``--max-connections``: one more is answered 503 at once and closed."""

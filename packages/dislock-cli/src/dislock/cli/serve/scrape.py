@@ -17,6 +17,7 @@ from dislock.core.failover import TIMELINE_KEY, longest_delay
 from dislock.core.history import TAILS
 from dislock.core.operator_commands import PAUSE_MODES, PAUSED, RERUN
 
+
 def lock_delay_end_of(table: tuple[str, ...]) -> Exchange[datetime | None]:
     """The end of the longest lock delay after the latest failover; None before the first
     acquisition.  Unlike ``check``'s ``delay_state`` it does not read the server's

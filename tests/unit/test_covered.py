@@ -79,7 +79,7 @@ def test_covered_slots_are_their_own_metric() -> None:
 
 
 def test_the_page_says_what_it_counts_and_why_a_cell_is_empty() -> None:
-    run = LastRun("w:1:ab", "w", NOW - timedelta(minutes=3), None, "running", None, 180.0)
+    run = LastRun("w:1:ab", "w", NOW - timedelta(minutes=3), "running", None, 180.0)
     keys = (
         KeyStatus("a", last_run=run, missed_slots=2, next_slot=NOW + timedelta(seconds=30)),
         KeyStatus("b", last_run=run, missed_slots=3, covered_slots=4),

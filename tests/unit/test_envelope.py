@@ -73,7 +73,7 @@ def test_every_run_is_judged_but_late_marks_and_operators_events() -> None:
 
 
 def snapshot(outcome: str, duration: float, envelope: Envelope | None) -> FleetSnapshot:
-    last = LastRun("o", "h", NOW, None, outcome, None, duration, None, envelope)
+    last = LastRun("o", "h", NOW, outcome, None, duration, None, envelope)
     return FleetSnapshot(NOW, up=True, keys=(KeyStatus("job", last_run=last),))
 
 

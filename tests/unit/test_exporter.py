@@ -15,12 +15,12 @@ from dislock.cli.run_metrics import (
     read_host_records,
     record_run,
 )
-from dislock.cli.serve.fleet_status import FleetSnapshot, KeyStatus, LastRun, page_order
+from dislock.cli.serve.fleet_status import FleetSnapshot, KeyStatus, LastRun
 from dislock.cli.serve.http_policy import parse_listen
 from dislock.cli.serve.kept_runs import RunCounts, WindowStarts
 from dislock.cli.serve.metrics import metric_families
 from dislock.cli.serve.scrape import CensusRow, ScrapedRun
-from dislock.cli.serve.status_page import render_page
+from dislock.cli.serve.status_page import page_order, render_page
 from dislock.core.errors import ConfigurationError
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
@@ -77,13 +77,19 @@ def test_run_counts_count_each_run_once_and_follow_unfinished_ones() -> None:
     assert counts.floor == 12
 
 
+def scheduled(
+    run_id: int, lock_key: str, started: datetime, slot_end: datetime | None
+) -> ScrapedRun:
+    return ScrapedRun(run_id, lock_key, None, started, slot_end, True, False, None, False)
+
+
 def test_window_starts_change_version_only_when_they_change() -> None:
     starts = WindowStarts()
-    starts.add(1, "a", NOW - timedelta(hours=2), None)
+    starts.add(scheduled(1, "a", NOW - timedelta(hours=2), None))
     version = starts.version("a")
-    starts.add(1, "a", NOW - timedelta(hours=2), None)
+    starts.add(scheduled(1, "a", NOW - timedelta(hours=2), None))
     assert starts.version("a") == version
-    starts.add(2, "a", NOW, NOW + timedelta(hours=1))
+    starts.add(scheduled(2, "a", NOW, NOW + timedelta(hours=1)))
     assert starts.version("a") > version and len(starts.of("a")) == 2
     version = starts.version("a")
     starts.trim(NOW - timedelta(hours=1))
@@ -93,7 +99,7 @@ def test_window_starts_change_version_only_when_they_change() -> None:
 
 def run(outcome: str, minutes_ago: float, duration: float | None = 5.0) -> LastRun:
     started = NOW - timedelta(minutes=minutes_ago)
-    return LastRun("web-1:1:ab", "web-1", started, None, outcome, 3, duration)
+    return LastRun("web-1:1:ab", "web-1", started, outcome, 3, duration)
 
 
 def test_metric_families_of_a_snapshot() -> None:
@@ -136,7 +142,7 @@ def test_the_page_escapes_what_the_database_says() -> None:
         "<script>alert(1)</script>",
         paused_until=NOW + timedelta(hours=1),
         pause_reason='"><img src=x>',
-        last_run=LastRun("<b>owner</b>", "<i>host</i>", NOW, None, "running", None, 1.0),
+        last_run=LastRun("<b>owner</b>", "<i>host</i>", NOW, "running", None, 1.0),
         schedule="0 * * * *",
     )
     page = render_page(FleetSnapshot(NOW, True, (hostile,)), title="<t>")
@@ -177,7 +183,7 @@ def test_the_chunked_exposition_is_prometheus_clients_own() -> None:
     from prometheus_client.exposition import generate_latest
     from prometheus_client.registry import CollectorRegistry
 
-    from dislock.cli.prometheus import Exposition, Families
+    from dislock.cli.run_metrics import Exposition, Families
 
     def whole(families: list[Family]) -> bytes:
         registry = CollectorRegistry(auto_describe=False)

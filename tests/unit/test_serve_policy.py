@@ -24,6 +24,7 @@ from dislock.cli.serve.http_policy import (
 )
 from dislock.cli.serve.kept_runs import WindowStarts
 from dislock.cli.serve.metrics import metric_families
+from dislock.cli.serve.scrape import ScrapedRun
 from dislock.cli.serve.slot_windows import ScheduleWindows
 from dislock.cli.serve.status_page import render_page
 from dislock.core.cron_zone import recorded_zone
@@ -110,7 +111,7 @@ def test_one_client_is_served_its_share_and_no_more() -> None:
     assert admission.admit("d", 8) == ("all", [])
     for conn in (1, 3, 4, 5, 7):
         admission.done(conn)
-    assert (admission.total, admission.by_client, admission.idle) == (0, {}, {})
+    assert (len(admission.clients), admission.by_client, admission.idle) == (0, {}, {})
 
 
 def test_the_oldest_idle_connection_makes_room_for_a_new_one() -> None:
@@ -122,10 +123,10 @@ def test_the_oldest_idle_connection_makes_room_for_a_new_one() -> None:
     admission.started(1)  # 1 sent its request: no longer idle, never closed for it
     assert admission.admit("10.0.0.3", 5) == (None, [])
     assert admission.admit("10.0.0.3", 6) == (None, [2])
-    assert (admission.total, list(admission.idle)) == (5, [3, 4, 5, 6])
+    assert (len(admission.clients), list(admission.idle)) == (5, [3, 4, 5, 6])
     assert admission.by_client == {"10.0.0.0": 1, "10.0.0.1": 1, "10.0.0.2": 1, "10.0.0.3": 2}
     admission.done(0)  # its thread ends after it was closed: nothing counted twice
-    assert admission.total == 5
+    assert len(admission.clients) == 5
     assert admission.admit("10.0.0.3", 7) == ("client", [])  # its own limit first
 
 
@@ -234,11 +235,14 @@ def test_unreadable_readings_are_told_once_and_not_counted() -> None:
 
 
 def test_window_starts_copies_do_not_follow_the_original() -> None:
+    def scheduled(run_id: int, lock_key: str) -> ScrapedRun:
+        return ScrapedRun(run_id, lock_key, None, NOW, None, True, False, None, False)
+
     starts = WindowStarts()
-    starts.add(1, "k", NOW, None)
+    starts.add(scheduled(1, "k"))
     copy = starts.copy()
-    starts.add(2, "k", NOW, None)
-    starts.add(3, "other", NOW, None)
+    starts.add(scheduled(2, "k"))
+    starts.add(scheduled(3, "other"))
     assert copy.of("k") == [(NOW, None)] and copy.of("other") == []
     assert copy.version("k") == 1 and starts.version("k") == 2
 

@@ -149,9 +149,9 @@ def test_dislockctls_statements_answer_their_row_types_columns(
         "run_details": (scraping.run_details([1], since), scrape.RunDetails._fields),
         "census": (scraping.census(0), scrape.CensusRow._fields),
         "window_starts": (scraping.window_starts(since), scrape.ScrapedRun._fields),
-        "window_events": (scraping.window_events(since), scrape.KeyEvent._fields),
+        "window_events": (scraping.window_events(since), scrape.ScrapedRun._fields),
         "new_runs": (scraping.new_runs(0, [1]), scrape.ScrapedRun._fields),
-        "spans_before": (scraping.spans_before(since, ["a"]), scrape.EarlierRun._fields),
+        "spans_before": (scraping.spans_before(since, ["a"]), scrape.ScrapedRun._fields),
     }
     answered["refusing_writes"] = (admin.refusing_writes(), admin.Writability._fields)
     for name, (exchange, fields) in answered.items():

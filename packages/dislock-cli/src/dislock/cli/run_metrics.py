@@ -1,14 +1,19 @@
-"""A lock key's runs as plain metric families (``Family``, independent of any
-Prometheus library): the four a host can know alone (``run_families``), which
-``dislockctl serve`` exposes and the wrapper writes to a node_exporter textfile
-(``DISLOCK_METRICS_TEXTFILE``: ``host_families``).
+"""A lock key's runs as plain metric families (``Family``): the four a host can know
+alone (``run_families``), which ``dislockctl serve`` exposes and the wrapper writes to a
+node_exporter textfile (``DISLOCK_METRICS_TEXTFILE``: ``host_families``); and their
+hand-over to ``prometheus_client`` (``Families``, ``Exposition``).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import NamedTuple
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import generate_latest
+from prometheus_client.registry import Collector, CollectorRegistry
 
 from dislock.cli.shown import OTHER_OUTCOME
 from dislock.core.bounds import MAX_KEY_BYTES, clip, escape
@@ -55,34 +60,18 @@ def outcome_label(outcome: str) -> str:
     return outcome if outcome in RUN_OUTCOMES else OTHER_OUTCOME
 
 
-_RUN_FAMILIES = (
-    (
-        "dislock_last_start_timestamp_seconds",
-        "gauge",
-        "When the key's latest recorded run started (database clock).",
-        ("key",),
-    ),
-    (
-        "dislock_last_success_timestamp_seconds",
-        "gauge",
-        "When the key's latest successful run (exit 0) ended (database clock).",
-        ("key",),
-    ),
-    (
-        "dislock_last_run_duration_seconds",
-        "gauge",
-        "How long the key's latest run took (so far, while it runs).",
-        ("key",),
-    ),
-    (
-        "dislock_runs",
-        "counter",
-        "Recorded runs of the key by outcome, over the history the table keeps.",
-        ("key", "outcome"),
-    ),
-)
+_RUN_GAUGES = {
+    "dislock_last_start_timestamp_seconds": "When the key's latest recorded run started"
+    " (database clock).",
+    "dislock_last_success_timestamp_seconds": "When the key's latest successful run (exit 0)"
+    " ended (database clock).",
+    "dislock_last_run_duration_seconds": "How long the key's latest run took (so far, while"
+    " it runs).",
+}
 
-HOST_FAMILIES = tuple(name for name, *_ in _RUN_FAMILIES)
+_RUNS_HELP = "Recorded runs of the key by outcome, over the history the table keeps."
+
+HOST_FAMILIES = (*_RUN_GAUGES, "dislock_runs")
 """The families a host's file holds: its own runs only (the rest is ``serve``'s)."""
 
 
@@ -99,10 +88,8 @@ class RunRecord(NamedTuple):
 def run_families(records: Iterable[tuple[str, RunRecord]]) -> list[Family]:
     """The families of ``HOST_FAMILIES``, in that order.  A key without any run has
     no run metrics (a zero timestamp would read as "last succeeded in 1970")."""
-    starts: list[Sample] = []
-    successes: list[Sample] = []
-    durations: list[Sample] = []
-    runs: list[Sample] = []
+    found: list[list[Sample]] = [[], [], [], []]
+    starts, successes, durations, runs = found
     for key, record in records:
         name = (key_label(key),)
         if record.last_start is not None:
@@ -115,13 +102,13 @@ def run_families(records: Iterable[tuple[str, RunRecord]]) -> list[Family]:
             outcomes = dict.fromkeys(RUN_OUTCOMES, 0)
             for outcome, count in record.runs.items():
                 if outcome not in PAUSE_EVENTS:
-                    outcomes[outcome_label(outcome)] = (
-                        outcomes.get(outcome_label(outcome), 0) + count
-                    )
+                    label = outcome_label(outcome)
+                    outcomes[label] = outcomes.get(label, 0) + count
             runs.extend(((*name, outcome), float(n)) for outcome, n in sorted(outcomes.items()))
-    found = (starts, successes, durations, runs)
+    gauges = zip(_RUN_GAUGES.items(), (starts, successes, durations), strict=True)
     return [
-        Family(*spec, tuple(samples)) for spec, samples in zip(_RUN_FAMILIES, found, strict=True)
+        *(Family(name, "gauge", text, ("key",), tuple(values)) for (name, text), values in gauges),
+        Family("dislock_runs", "counter", _RUNS_HELP, ("key", "outcome"), tuple(runs)),
     ]
 
 
@@ -140,17 +127,16 @@ def read_host_records(
             runs.setdefault(key, {})[labels["outcome"]] = int(value)
         elif name in HOST_FAMILIES:
             values.setdefault(key, {})[name] = value
-    records = {}
-    for key, found in values.items():
-        if "dislock_last_start_timestamp_seconds" not in found:
-            continue
-        records[key] = RunRecord(
+    return {
+        key: RunRecord(
             found["dislock_last_start_timestamp_seconds"],
             found.get("dislock_last_run_duration_seconds", 0.0),
             found.get("dislock_last_success_timestamp_seconds"),
             runs.get(key, {}),
         )
-    return records
+        for key, found in values.items()
+        if "dislock_last_start_timestamp_seconds" in found
+    }
 
 
 def record_run(
@@ -167,3 +153,61 @@ def record_run(
 def host_families(records: Mapping[str, RunRecord]) -> list[Family]:
     """The textfile's families: the run families of the host's own keys."""
     return run_families(sorted(records.items()))
+
+
+class Families(Collector):
+    """Collects what ``produce`` returns, anew at each collection (each scrape)."""
+
+    def __init__(self, produce: Callable[[], list[Family]]) -> None:
+        self._produce = produce
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self._produce():
+            kind = CounterMetricFamily if family.kind == "counter" else GaugeMetricFamily
+            metric = kind(family.name, family.documentation, labels=family.labels)
+            for labels, value in family.samples:
+                metric.add_metric(list(labels), value)
+            yield metric
+
+
+CHUNK = 100
+"""Samples rendered together: a scrape renders anew only the chunks that changed."""
+
+
+class Exposition:
+    """The text exposition of families, rendered by ``prometheus_client`` in chunks of
+    samples, each kept while its samples stay the same: rendering a thousand keys'
+    samples costs about as much as reading the snapshot, while between two scrapes only
+    the few keys that ran change.  Only a family's first chunk has the ``# HELP`` and
+    ``# TYPE`` lines.
+    """
+
+    def __init__(self) -> None:
+        self._rendered: dict[tuple[str, int], tuple[Family, bytes]] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, families: Sequence[Family]) -> bytes:
+        parts = []
+        for family in families:
+            starts = range(0, max(1, len(family.samples)), CHUNK)
+            for index, start in enumerate(starts):
+                chunk = family._replace(samples=family.samples[start : start + CHUNK])
+                with self._lock:
+                    found = self._rendered.get((family.name, index))
+                if found is None or found[0] != chunk:
+                    found = (chunk, self._render(chunk, header=index == 0))
+                    with self._lock:
+                        self._rendered[family.name, index] = found
+                parts.append(found[1])
+        return b"".join(parts)
+
+    @staticmethod
+    def _render(family: Family, *, header: bool) -> bytes:
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(Families([family].copy))
+        text = generate_latest(registry)
+        if header:
+            return text
+        return b"".join(
+            line for line in text.splitlines(keepends=True) if not line.startswith(b"# ")
+        )

@@ -7,33 +7,21 @@ import contextlib
 import logging
 import threading
 from datetime import datetime, timezone
-from typing import Any, NamedTuple
+from typing import Any
 
 import psycopg
 
 from dislock.cli.admin import DATABASE_NOW
 from dislock.cli.diagnosis import describe_database_error
-from dislock.cli.lock_rows import LockRow, columns, listing
+from dislock.cli.lock_rows import columns, listing
 from dislock.cli.runs.envelope import successes_before
 from dislock.cli.runs.missed_slots import from_first_run
 from dislock.cli.runs.run_history import latest as latest_runs
 from dislock.cli.runs.slot_states import FAILED, count, slot_states
 from dislock.cli.sending import send
-from dislock.cli.serve.fleet_status import (
-    MISSED_WINDOW,
-    FleetSnapshot,
-    LatestRow,
-    build_snapshot,
-    lock_delay_end,
-)
+from dislock.cli.serve.fleet_status import MISSED_WINDOW, FleetSnapshot, LatestRow, build_snapshot
 from dislock.cli.serve.kept_runs import RunCounts, WindowStarts
-from dislock.cli.serve.scrape import (
-    RECENT_SECONDS,
-    SCRAPE_CONNECT_TIMEOUT,
-    SCRAPE_STATEMENT_TIMEOUT_MS,
-    ScrapeStatements,
-    lock_delay_end_of,
-)
+from dislock.cli.serve.scrape import ScrapeStatements, lock_delay_end_of
 from dislock.cli.serve.slot_windows import ScheduleWindows
 from dislock.core.dsn import connection_kwargs, scrub
 from dislock.core.grant_catalog import audit
@@ -43,6 +31,18 @@ logger = logging.getLogger("dislock.serve")
 
 CONNECTION_WAIT_SECONDS = 10.0
 """A request waits this long for the connection another request is using."""
+
+SCRAPE_CONNECT_TIMEOUT = 3.0
+"""Seconds a scrape waits for a connection: Prometheus gives up after 10 s by default."""
+
+SCRAPE_STATEMENT_TIMEOUT_MS = 5000
+"""A scrape's statements give up after this long: a slow database reads as down,
+not as a scrape that hangs until Prometheus gives up on it."""
+
+RECENT_SECONDS = 60
+"""A history row is read again while its run started less than this long ago: a
+start statement that took its id earlier may commit a little later (history
+statements are cancelled after ``HISTORY_TIMEOUT``, well within this)."""
 
 
 class _Turns:
@@ -72,20 +72,6 @@ class _Turns:
         with self._changed:
             self._busy = False
             self._changed.notify_all()
-
-
-class _Read(NamedTuple):
-    """What one scrape read, for the work done once the connection is free again."""
-
-    now: datetime
-    since: datetime
-    lock_rows: list[LockRow]
-    latest: list[LatestRow]
-    starts: WindowStarts
-    """A copy: the next scrape's reading does not change it."""
-    runs_total: dict[str, dict[str, int]]
-    lock_delay_end: datetime | None
-    grant_loopholes: int
 
 
 class FleetReader:
@@ -124,14 +110,28 @@ class FleetReader:
             self._report(False, "another request has been reading for too long")
             return FleetSnapshot(datetime.now(timezone.utc), up=False)
         try:
-            read = self._read(self._connect())
+            conn = self._connect()
+            with conn.transaction():
+                # One consistent, read-only view; a write here would be refused by
+                # the server itself, whatever the SQL said.
+                conn.execute(
+                    "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY;"
+                    f" SET LOCAL statement_timeout = {int(SCRAPE_STATEMENT_TIMEOUT_MS)}"
+                )
+                now = send(conn, DATABASE_NOW)
+                since = now - MISSED_WINDOW
+                lock_rows = send(conn, listing(self._table))
+                latest = self._latest(conn, since)
+                self._follow_runs(conn, since, [row.run.key for row in latest])
+                delay_ends = send(conn, lock_delay_end_of(self._table))
+                loopholes = send(conn, audit(self._table))
+            # Copies, for the work done once the connection is free again: the next
+            # scrape's reading does not change them.
+            starts, runs_total = self._starts.copy(), self._counts.by_key()
             self._reads += 1
             turn = self._reads
         except psycopg.Error as exc:
-            self.close()
-            self._report(
-                False, describe_database_error(exc, table_parts=self._table, url=self._url)
-            )
+            self._lost(exc)
             return FleetSnapshot(datetime.now(timezone.utc), up=False)
         finally:
             self._turns.give_back()
@@ -139,45 +139,19 @@ class FleetReader:
         with self._windows_turn:
             self._windows_turn.wait_for(lambda: self._computed == turn - 1)
             try:
-                slot_counts, next_slots = self._schedules(
-                    read.latest, read.starts, read.since, read.now
-                )
+                slot_counts, next_slots = self._schedules(latest, starts, since, now)
             finally:
                 self._computed = turn
                 self._windows_turn.notify_all()
         return build_snapshot(
-            read.now,
-            read.lock_rows,
-            read.latest,
-            runs_total=read.runs_total,
-            slot_counts=slot_counts,
-            next_slots=next_slots,
-        )._replace(lock_delay_end=read.lock_delay_end, grant_loopholes=read.grant_loopholes)
-
-    def _read(self, conn: psycopg.Connection[Any]) -> _Read:
-        with conn.transaction():
-            # One consistent, read-only view; a write here would be refused by
-            # the server itself, whatever the SQL said.
-            conn.execute(
-                "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY;"
-                f" SET LOCAL statement_timeout = {int(SCRAPE_STATEMENT_TIMEOUT_MS)}"
-            )
-            now = send(conn, DATABASE_NOW)
-            since = now - MISSED_WINDOW
-            lock_rows = send(conn, listing(self._table))
-            latest = self._latest(conn, since)
-            self._follow_runs(conn, since, [row.run.key for row in latest])
-            delay_ends = send(conn, lock_delay_end_of(self._table))
-            loopholes = send(conn, audit(self._table))
-        return _Read(
             now,
-            since,
             lock_rows,
             latest,
-            self._starts.copy(),
-            self._counts.by_key(),
-            lock_delay_end(delay_ends, now),
-            len(loopholes),
+            runs_total=runs_total,
+            slot_counts=slot_counts,
+            next_slots=next_slots,
+            timeline_expire_at=delay_ends,
+            grant_loopholes=len(loopholes),
         )
 
     def _latest(self, conn: psycopg.Connection[Any], since: datetime) -> list[LatestRow]:
@@ -285,11 +259,12 @@ class FleetReader:
                         f" `dislockctl URL_VARIABLE {create}`"
                     )
         except psycopg.Error as exc:
-            self.close()
-            self._report(
-                False, describe_database_error(exc, table_parts=self._table, url=self._url)
-            )
+            self._lost(exc)
         return None
+
+    def _lost(self, exc: psycopg.Error) -> None:
+        self.close()
+        self._report(False, describe_database_error(exc, table_parts=self._table, url=self._url))
 
     def _report(self, up: bool, why: str) -> None:
         if up != self._was_up:

@@ -1,6 +1,6 @@
 """What ``dislockctl serve`` knows about a fleet at one moment: one ``KeyStatus`` per
 lock key, built from one snapshot of the lock table and the run history
-(``build_snapshot``), and the status page's order of rows.  Plain data."""
+(``build_snapshot``).  Plain data."""
 
 from __future__ import annotations
 
@@ -42,7 +42,6 @@ class LastRun(NamedTuple):
     owner: str
     host: str
     started_at: datetime
-    ended_at: datetime | None
     outcome: str
     """One of ``dislock.core.history.OUTCOMES``, or ``running`` or ``abandoned``."""
     exit_code: int | None
@@ -85,10 +84,7 @@ class KeyStatus(NamedTuple):
         if self.paused_until is not None:
             return "paused"
         states = {lock.state for lock in self.locks}
-        for state in ("held", "expired", "released", "ended"):
-            if state in states:
-                return state
-        return "free"
+        return next((s for s in ("held", "expired", "released", "ended") if s in states), "free")
 
     @property
     def failing(self) -> bool:
@@ -133,25 +129,6 @@ class FleetSnapshot(NamedTuple):
     groups: tuple[GroupStatus, ...] = ()
 
 
-def page_order(keys: Iterable[KeyStatus]) -> list[KeyStatus]:
-    """The newest failures first, then keys that missed slots, then the rest by name."""
-    keys = list(keys)
-    failing = sorted(
-        (key for key in keys if key.failing),
-        key=lambda key: key.last_run.started_at if key.last_run else datetime.min,
-        reverse=True,
-    )
-    rest = [key for key in keys if not key.failing]
-    missing = sorted(
-        (key for key in rest if key.missed_slots or key.failed_slots), key=lambda key: key.lock_key
-    )
-    others = sorted(
-        (key for key in rest if not (key.missed_slots or key.failed_slots)),
-        key=lambda key: key.lock_key,
-    )
-    return failing + missing + others
-
-
 class LatestRow(NamedTuple):
     """A key's latest run: ``run_history.latest``'s row completed by
     ``ScrapeStatements.run_details``."""
@@ -172,7 +149,6 @@ def _last_run(row: LatestRow, now: datetime) -> LastRun:
         more.owner,
         run.host or "",
         run.started_at,
-        run.ended_at,
         run.outcome,
         more.exit_code,
         duration,
@@ -196,10 +172,12 @@ def build_snapshot(
     runs_total: Mapping[str, Mapping[str, int]],
     slot_counts: Mapping[str, Mapping[str, int]],
     next_slots: Mapping[str, datetime],
+    timeline_expire_at: datetime | None,
+    grant_loopholes: int,
 ) -> FleetSnapshot:
     """One ``KeyStatus`` per key found in the lock table or the history; ``slot_counts``:
     per key with a schedule, its slots in the window by state."""
-    lock_rows = list(lock_rows)
+    lock_rows = sorted(lock_rows, key=lambda lock: lock.mode != "schedule")  # schedule first
     locks: dict[str, list[HeldLock]] = {}
     pauses: dict[str, tuple[str, datetime]] = {}
     for lock in lock_rows:
@@ -221,9 +199,7 @@ def build_snapshot(
         statuses.append(
             KeyStatus(
                 lock_key,
-                locks=tuple(
-                    sorted(locks.get(lock_key, ()), key=lambda lock: lock.mode != "schedule")
-                ),
+                locks=tuple(locks.get(lock_key, ())),
                 paused_until=until,
                 pause_reason=reason or None,
                 last_run=_last_run(row, now) if row else None,
@@ -234,7 +210,9 @@ def build_snapshot(
                 **_slot_counts(slot_counts.get(lock_key)),
             )
         )
-    return FleetSnapshot(now, up=True, keys=tuple(statuses), groups=group_statuses(lock_rows))
+    delay_end = lock_delay_end(timeline_expire_at, now)
+    groups = group_statuses(lock_rows)
+    return FleetSnapshot(now, True, tuple(statuses), delay_end, grant_loopholes, groups)
 
 
 def _slot_counts(counts: Mapping[str, int] | None) -> dict[str, int]:

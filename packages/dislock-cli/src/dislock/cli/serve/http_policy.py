@@ -7,6 +7,7 @@ client may take, and where it listens (``parse_listen``).
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import re
 from collections.abc import Hashable, Iterable, Sequence
@@ -14,31 +15,18 @@ from typing import Generic, NamedTuple, TypeVar
 
 from dislock.core.errors import ConfigurationError
 
-LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
-"""Answered for whatever ``--listen`` says."""
-
-MAX_CONNECTIONS = 32
-"""``--max-connections``: one more is answered 503 at once and closed."""
-
-MAX_CONNECTIONS_PER_CLIENT = 8
-"""``--max-connections-per-client``: so that one client's idle connections cannot
-take every one of ``MAX_CONNECTIONS``."""
-
-MAX_IDLE_CONNECTIONS = 16
-"""``--max-idle-connections``: so that idle connections from many addresses cannot
-take every one of ``MAX_CONNECTIONS`` (all of 127.0.0.0/8 is this machine's)."""
-
-REQUEST_TIMEOUT = 5.0
-"""``--request-timeout``, in seconds."""
-
-MAX_REQUEST_TIMEOUT = 3600.0
-
 
 class Limits(NamedTuple):
-    max_connections: int = MAX_CONNECTIONS
-    request_timeout: float = REQUEST_TIMEOUT
-    max_per_client: int = MAX_CONNECTIONS_PER_CLIENT
-    max_idle: int = MAX_IDLE_CONNECTIONS
+    max_connections: int = 32
+    """``--max-connections``: one more is answered 503 at once and closed."""
+    request_timeout: float = 5.0
+    """``--request-timeout``, in seconds."""
+    max_per_client: int = 8
+    """``--max-connections-per-client``: so that one client's idle connections cannot
+    take every one of ``max_connections``."""
+    max_idle: int = 16
+    """``--max-idle-connections``: so that idle connections from many addresses cannot
+    take every one of ``max_connections`` (all of 127.0.0.0/8 is this machine's)."""
 
 
 def client_of(address: str) -> str:
@@ -48,11 +36,9 @@ def client_of(address: str) -> str:
         ip = ipaddress.ip_address(address)
     except ValueError:
         return address  # not an IP address (a Unix socket): as given
-    if isinstance(ip, ipaddress.IPv4Address):
-        return ip.compressed
-    if ip.ipv4_mapped is not None:
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
         return ip.ipv4_mapped.compressed
-    if ip.is_loopback:
+    if isinstance(ip, ipaddress.IPv4Address) or ip.is_loopback:
         return ip.compressed
     return ipaddress.IPv6Network((int(ip) >> 64 << 64, 64)).compressed
 
@@ -71,10 +57,6 @@ class Admission(Generic[Conn]):
         self.by_client: dict[str, int] = {}
         self.idle: dict[Conn, None] = {}  # oldest first
 
-    @property
-    def total(self) -> int:
-        return len(self.clients)
-
     def admit(self, client: str, conn: Conn) -> tuple[str | None, list[Conn]]:
         """Count ``conn`` from ``client`` in, idle, and None; or refuse it: ``"all"`` when
         ``max_connections`` are served, ``"client"`` when ``max_per_client`` are
@@ -86,7 +68,7 @@ class Admission(Generic[Conn]):
         while self.idle and len(self.idle) >= self.limits.max_idle:
             evicted.append(next(iter(self.idle)))
             self.done(evicted[-1])
-        if self.total >= self.limits.max_connections:
+        if len(self.clients) >= self.limits.max_connections:
             return "all", evicted
         self.clients[conn] = client
         self.by_client[client] = self.by_client.get(client, 0) + 1
@@ -116,7 +98,7 @@ def request_timeout(text: str) -> float:
         value = float(text)
     except ValueError:
         value = 0.0
-    if not 0 < value <= MAX_REQUEST_TIMEOUT:  # also refuses nan
+    if not 0 < value <= 3600:  # also refuses nan
         raise ConfigurationError(
             f"--request-timeout must be a number of seconds from 0 to 3600, got {text!r}"
         )
@@ -133,12 +115,10 @@ def host_name(text: str) -> str | None:
     raw = text.strip()
     if raw.startswith("["):
         inside, sep, rest = raw[1:].partition("]")
-        if not sep or not (rest == "" or (rest[:1] == ":" and rest[1:].isdigit())):
-            return None
-        try:
-            return ipaddress.IPv6Address(inside).compressed
-        except ValueError:
-            return None
+        if sep and (rest == "" or (rest[:1] == ":" and rest[1:].isdigit())):
+            with contextlib.suppress(ValueError):
+                return ipaddress.IPv6Address(inside).compressed
+        return None
     host, sep, port = raw.partition(":")
     if sep and not port.isdigit():
         return None  # an IPv6 address without brackets, or a port that is not one
@@ -146,15 +126,10 @@ def host_name(text: str) -> str | None:
 
 
 def _canonical(host: str) -> str | None:
-    name = host.lower()
-    name = name[:-1] if name.endswith(".") else name
-    try:
+    name = host.lower().removesuffix(".")
+    with contextlib.suppress(ValueError):
         return ipaddress.ip_address(name).compressed
-    except ValueError:
-        pass
-    if len(name) > 253 or not _NAME.fullmatch(name):
-        return None
-    return name
+    return name if len(name) <= 253 and _NAME.fullmatch(name) else None
 
 
 def allowed_host(text: str) -> str:
@@ -176,22 +151,14 @@ class HostPolicy:
     and every ``--allow-host``."""
 
     def __init__(self, listen_host: str, extra: Iterable[str] = ()) -> None:
-        names = {_canonical(name) for name in (*LOOPBACK_NAMES, listen_host)}
+        names = {_canonical(name) for name in ("localhost", "127.0.0.1", "::1", listen_host)}
         names.update(allowed_host(name) for name in extra)
         self.names = frozenset(name for name in names if name is not None)
 
     def allows(self, headers: Sequence[str]) -> bool:
         """Whether a request with these ``Host`` headers is answered.  One without any is (an
         HTTP/1.0 client; a browser always sends one); several are not."""
-        if not headers:
-            return True
-        if len(headers) > 1:
-            return False
-        return host_name(headers[0]) in self.names
-
-
-DEFAULT_HOST = "127.0.0.1"
-"""Where ``serve`` listens unless told: loopback only; exposing it is a decision."""
+        return not headers or (len(headers) == 1 and host_name(headers[0]) in self.names)
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -202,7 +169,7 @@ def parse_listen(text: str) -> tuple[str, int]:
     if not raw:
         raise ConfigurationError("--listen is empty; give HOST:PORT, e.g. 127.0.0.1:9655")
     if raw.isdigit():
-        host, port_text = DEFAULT_HOST, raw
+        host, port_text = "127.0.0.1", raw  # loopback only: exposing it is a decision
     elif raw.startswith("["):
         inside, sep, rest = raw[1:].partition("]")
         if not sep or not rest.startswith(":"):

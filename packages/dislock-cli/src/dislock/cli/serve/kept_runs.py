@@ -4,23 +4,16 @@ and spans in the missed-slot window (``WindowStarts``).  Plain data."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
 from dislock.cli.runs.missed_slots import Span
 from dislock.cli.runs.slot_states import Attempt
-from dislock.cli.serve.scrape import CensusRow, EarlierRun, KeyEvent, ScrapedRun, span_of_row
+from dislock.cli.serve.scrape import CensusRow, ScrapedRun, span_of_row
 from dislock.core.held_back import HELD_BACK
-from dislock.core.operator_commands import (
-    PAUSED,
-    RERUN,
-    RESUMED,
-    Event,
-    Pause,
-    pause_spans,
-    reruns,
-)
+from dislock.core.operator_commands import PAUSED, RERUN, RESUMED, Event, Pause, pause_spans, reruns
 
 
 class RunCounts:
@@ -34,7 +27,7 @@ class RunCounts:
     """
 
     def __init__(self) -> None:
-        self.totals: dict[tuple[str, str], int] = {}
+        self.totals: Counter[tuple[str, str]] = Counter()
         self.floor: int | None = None
         """Every run with an id up to this was seen (counted, or in ``pending``)."""
         self.pending: set[int] = set()
@@ -45,13 +38,10 @@ class RunCounts:
     def absorb_initial(self, floor: int, grouped: Iterable[CensusRow]) -> None:
         """The first scrape's census of the runs up to ``floor``."""
         for group in grouped:
-            lock_key, outcome = group.lock_key, group.outcome
-            if outcome is None:
+            if group.outcome is None:
                 self.pending.update(group.unfinished or ())
             else:
-                self.totals[lock_key, outcome] = (
-                    self.totals.get((lock_key, outcome), 0) + group.runs
-                )
+                self.totals[group.lock_key, group.outcome] += group.runs
         self.floor = floor
 
     def absorb(self, new_floor: int, rows: Iterable[ScrapedRun]) -> None:
@@ -62,7 +52,7 @@ class RunCounts:
             # Below the old floor only a pending run is news; the rest was counted.
             fresh = run_id > old_floor or run_id in self.pending
             if outcome is not None and fresh and run_id not in self._counted:
-                self.totals[lock_key, outcome] = self.totals.get((lock_key, outcome), 0) + 1
+                self.totals[lock_key, outcome] += 1
                 self.pending.discard(run_id)
                 self._counted.add(run_id)
             elif outcome is None and run_id <= new_floor:
@@ -98,7 +88,7 @@ class WindowStarts:
     def _changed(self, lock_key: str) -> None:
         self._versions[lock_key] = self._versions.get(lock_key, 0) + 1
 
-    def set_span(self, run: ScrapedRun | EarlierRun) -> None:
+    def set_span(self, run: ScrapedRun) -> None:
         """The run's span as last read (none, or no longer: it was abandoned)."""
         spans = self._spans.setdefault(run.lock_key, {})
         span = span_of_row(run)
@@ -113,30 +103,22 @@ class WindowStarts:
     def spans_of(self, lock_key: str) -> list[Span]:
         return list(self._spans.get(lock_key, {}).values())
 
-    def add(
-        self,
-        run_id: int,
-        lock_key: str,
-        started_at: datetime,
-        slot_end: datetime | None,
-        outcome: str | None = None,
-        running: bool = False,
-    ) -> None:
+    def add(self, run: ScrapedRun) -> None:
         """A scheduled run as last read (a ``late`` or ``held_back`` mark is no run)."""
-        if outcome in ("late", HELD_BACK):
-            marks = self._late.setdefault(lock_key, {})
-            if run_id not in marks:
-                marks[run_id] = (started_at, slot_end, outcome)
-                self._changed(lock_key)
-            self._by_key.get(lock_key, {}).pop(run_id, None)
+        if run.outcome in ("late", HELD_BACK):
+            marks = self._late.setdefault(run.lock_key, {})
+            if run.id not in marks:
+                marks[run.id] = (run.started_at, run.slot_end, run.outcome)
+                self._changed(run.lock_key)
+            self._by_key.get(run.lock_key, {}).pop(run.id, None)
             return
-        runs = self._by_key.setdefault(lock_key, {})
-        attempt = Attempt(started_at, slot_end, outcome, running)
-        if runs.get(run_id) != attempt:
-            runs[run_id] = attempt
-            self._changed(lock_key)
+        runs = self._by_key.setdefault(run.lock_key, {})
+        attempt = Attempt(run.started_at, run.slot_end, run.outcome, run.running)
+        if runs.get(run.id) != attempt:
+            runs[run.id] = attempt
+            self._changed(run.lock_key)
 
-    def add_event(self, event: KeyEvent | ScrapedRun) -> None:
+    def add_event(self, event: ScrapedRun) -> None:
         """A pause, resume or rerun event of the key (``dislock.core.operator_commands``)."""
         assert event.outcome is not None
         found = self._events.setdefault(event.lock_key, {})
@@ -150,9 +132,7 @@ class WindowStarts:
             if run.outcome in (PAUSED, RESUMED, RERUN):
                 self.add_event(run)
             if run.scheduled and run.started_at >= since:
-                self.add(
-                    run.id, run.lock_key, run.started_at, run.slot_end, run.outcome, run.running
-                )
+                self.add(run)
             if run.scheduled:
                 self.set_span(run)
 
@@ -180,11 +160,8 @@ class WindowStarts:
             self._drop(lock_key, events, stale)
         for lock_key, spans in self._spans.items():
             # A span still matters while it reaches into the window.
-            self._drop(
-                lock_key,
-                spans,
-                [run for run, span in spans.items() if span.end and span.end <= since],
-            )
+            stale = [run for run, span in spans.items() if span.end and span.end <= since]
+            self._drop(lock_key, spans, stale)
 
     def of(self, lock_key: str) -> list[tuple[datetime, datetime | None]]:
         return [(run.started_at, run.slot_end) for run in self.attempts_of(lock_key)]

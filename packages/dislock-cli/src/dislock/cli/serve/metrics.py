@@ -1,7 +1,6 @@
-"""The Prometheus metric families of a fleet snapshot (``metric_families``): a key's
-run families (``dislock.cli.run_metrics``, shared with the wrapper's textfile) and
-the fleet-wide ones, as plain ``Family`` data; ``dislock.cli.prometheus`` hands them
-to ``prometheus_client``.
+"""The Prometheus metric families of a fleet snapshot (``metric_families``): a key's run
+families (``dislock.cli.run_metrics``, shared with the wrapper's textfile, which also hands
+them to ``prometheus_client``) and the fleet-wide ones.
 """
 
 from __future__ import annotations
@@ -29,48 +28,73 @@ _SLOT_FAMILIES = {
 """Each slot count of ``KeyStatus`` (``dislock_<name>``), and the end of its help."""
 
 
+_HELP = {
+    "dislock_up": "1 if the database answered this scrape, else 0.",
+    "dislock_lock_delay_end_timestamp_seconds": "While a lock delay after a database failover"
+    " runs, when it ends: no lock of any key is taken before. 0 when none runs.",
+    "dislock_grant_loopholes": "How many roles can get around the lock table's grants"
+    " (table-wide privileges, MAINTAIN, membership in the owner, BYPASSRLS): dislockctl"
+    " grants lists them.",
+    "dislock_group_held": "How many slots of the group (LOCK_GROUP=NAME:N) are held; its N is"
+    " each member's own setting, in no row. Groups with a slot held or ended in the last"
+    f" {_HOURS} h.",
+    "dislock_lock_held": "1 while the key's lock of this mode is held, 0 once released or"
+    " expired (an N-holder lease: how many of its slots are held).",
+    "dislock_paused": "1 while the key is paused fleet-wide.",
+    "dislock_running_past_envelope": "1 while the key's latest run is still going and has run"
+    f" longer than {FACTOR:g} x the median and the longest of the key's last {WINDOW}"
+    f" successful runs before it (keys with at least {MIN_RUNS} of them).",
+    **{
+        f"dislock_{count}": f"Schedule slots that began in the last {_HOURS} h{text}"
+        for count, text in _SLOT_FAMILIES.items()
+    },
+}
+"""The help of each gauge of ``metric_families``."""
+
+
 def _timestamp(value: datetime | None) -> float | None:
     return None if value is None else value.timestamp()
 
 
-def _gauge(name: str, text: str, labels: tuple[str, ...], samples: Sequence[Sample]) -> Family:
-    return Family(name, "gauge", text, labels, tuple(samples))
+def _gauge(name: str, labels: tuple[str, ...], samples: Sequence[Sample]) -> Family:
+    return Family(name, "gauge", _HELP[name], labels, tuple(samples))
 
 
 def metric_families(snapshot: FleetSnapshot) -> list[Family]:
     """The exposition of a snapshot.  A key without any run has no run metrics
     (a zero timestamp would read as "last succeeded in 1970")."""
+    up = snapshot.up
     keys = [(key_label(key.lock_key), key) for key in snapshot.keys]
     *starts_successes_durations, runs = run_families(map(_run_record, snapshot.keys))
     return [
-        *_fleet_families(snapshot),
+        _gauge("dislock_up", (), [((), 1.0 if up else 0.0)]),
         _gauge(
-            "dislock_lock_held",
-            "1 while the key's lock of this mode is held, 0 once released or expired"
-            " (an N-holder lease: how many of its slots are held).",
-            ("key", "mode"),
-            _held(keys),
+            "dislock_lock_delay_end_timestamp_seconds",
+            (),
+            [((), _timestamp(snapshot.lock_delay_end) or 0.0)] if up else [],
         ),
         _gauge(
+            "dislock_grant_loopholes",
+            (),
+            [((), float(snapshot.grant_loopholes))] if up else [],
+        ),
+        _gauge(
+            "dislock_group_held",
+            ("group",),
+            [((key_label(group.name),), float(group.held)) for group in snapshot.groups],
+        ),
+        _gauge("dislock_lock_held", ("key", "mode"), _held(keys)),
+        _gauge(
             "dislock_paused",
-            "1 while the key is paused fleet-wide.",
             ("key",),
             [((name,), 1.0 if key.paused_until is not None else 0.0) for name, key in keys],
         ),
         *starts_successes_durations,
-        _gauge(
-            "dislock_running_past_envelope",
-            f"1 while the key's latest run is still going and has run longer than {FACTOR:g} x"
-            f" the median and the longest of the key's last {WINDOW} successful runs before it"
-            f" (keys with at least {MIN_RUNS} of them).",
-            ("key",),
-            _past_envelope(keys),
-        ),
+        _gauge("dislock_running_past_envelope", ("key",), _past_envelope(keys)),
         runs,
         *(
             _gauge(
                 f"dislock_{count}",
-                f"Schedule slots that began in the last {_HOURS} h{text}",
                 ("key",),
                 [
                     ((name,), float(n))
@@ -78,40 +102,7 @@ def metric_families(snapshot: FleetSnapshot) -> list[Family]:
                     if (n := getattr(key, count)) is not None
                 ],
             )
-            for count, text in _SLOT_FAMILIES.items()
-        ),
-    ]
-
-
-def _fleet_families(snapshot: FleetSnapshot) -> list[Family]:
-    """``dislock_up``, the lock delay, the grant loopholes and the groups."""
-    return [
-        _gauge(
-            "dislock_up",
-            "1 if the database answered this scrape, else 0.",
-            (),
-            [((), 1.0 if snapshot.up else 0.0)],
-        ),
-        _gauge(
-            "dislock_lock_delay_end_timestamp_seconds",
-            "While a lock delay after a database failover runs, when it ends: no lock of any"
-            " key is taken before. 0 when none runs.",
-            (),
-            [((), _timestamp(snapshot.lock_delay_end) or 0.0)] if snapshot.up else [],
-        ),
-        _gauge(
-            "dislock_grant_loopholes",
-            "How many roles can get around the lock table's grants (table-wide privileges,"
-            " MAINTAIN, membership in the owner, BYPASSRLS): dislockctl grants lists them.",
-            (),
-            [((), float(snapshot.grant_loopholes))] if snapshot.up else [],
-        ),
-        _gauge(
-            "dislock_group_held",
-            "How many slots of the group (LOCK_GROUP=NAME:N) are held; its N is each member's"
-            f" own setting, in no row. Groups with a slot held or ended in the last {_HOURS} h.",
-            ("group",),
-            [((key_label(group.name),), float(group.held)) for group in snapshot.groups],
+            for count in _SLOT_FAMILIES
         ),
     ]
 
@@ -135,10 +126,8 @@ def _held(keys: list[tuple[str, KeyStatus]]) -> list[Sample]:
 
 
 def _past_envelope(keys: list[tuple[str, KeyStatus]]) -> list[Sample]:
-    found: list[Sample] = []
-    for name, key in keys:
-        last = key.last_run
-        if last is not None and last.envelope is not None:
-            past = last.outcome == "running" and last.mark == SLOW
-            found.append(((name,), 1.0 if past else 0.0))
-    return found
+    return [
+        ((name,), 1.0 if last.outcome == "running" and last.mark == SLOW else 0.0)
+        for name, key in keys
+        if (last := key.last_run) is not None and last.envelope is not None
+    ]

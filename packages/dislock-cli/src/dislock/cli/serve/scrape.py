@@ -15,18 +15,7 @@ from dislock.cli.shown import known_outcome, read, rows_of
 from dislock.core.exchange import Exchange, Rows, read_value, select_list
 from dislock.core.failover import TIMELINE_KEY, longest_delay
 from dislock.core.history import TAILS
-from dislock.core.operator_commands import (
-    PAUSE_MODES,
-    PAUSED,
-    RERUN,
-)
-
-SCRAPE_CONNECT_TIMEOUT = 3.0
-"""Seconds a scrape waits for a connection: Prometheus gives up after 10 s by default."""
-
-SCRAPE_STATEMENT_TIMEOUT_MS = 5000
-"""A scrape's statements give up after this long: a slow database reads as down,
-not as a scrape that hangs until Prometheus gives up on it."""
+from dislock.core.operator_commands import PAUSE_MODES, PAUSED, RERUN
 
 
 def lock_delay_end_of(table: tuple[str, ...]) -> Exchange[datetime | None]:
@@ -40,12 +29,6 @@ def lock_delay_end_of(table: tuple[str, ...]) -> Exchange[datetime | None]:
         key=sql.Literal(TIMELINE_KEY),
     )
     return Exchange(query, {}, read_value)
-
-
-RECENT_SECONDS = 60
-"""A history row is read again while its run started less than this long ago: a
-start statement that took its id earlier may commit a little later (history
-statements are cancelled after ``HISTORY_TIMEOUT``, well within this)."""
 
 
 class RunDetails(NamedTuple):
@@ -74,7 +57,8 @@ class CensusRow(NamedTuple):
 
 
 class ScrapedRun(NamedTuple):
-    """A history row as ``RunCounts`` and ``WindowStarts`` read it."""
+    """A history row (a run, a mark or an event) as ``RunCounts`` and ``WindowStarts``
+    read it."""
 
     id: int
     lock_key: str
@@ -87,27 +71,6 @@ class ScrapedRun(NamedTuple):
     ended_at: datetime | None
     running: bool
     """Without an end: whether it still holds its lock (otherwise it is abandoned)."""
-
-
-class EarlierRun(NamedTuple):
-    """A lease run begun before the window: a row of ``spans_before``."""
-
-    id: int
-    lock_key: str
-    started_at: datetime
-    leased: bool
-    ended_at: datetime | None
-    running: bool
-
-
-class KeyEvent(NamedTuple):
-    """A pause, resume or rerun event of a key: a row of ``window_events``."""
-
-    id: int
-    lock_key: str
-    outcome: str
-    started_at: datetime
-    slot_end: datetime | None
 
 
 class ScrapeStatements:
@@ -138,20 +101,48 @@ class ScrapeStatements:
         )
         scraped = select_list(
             ScrapedRun._fields,
-            **_EVENT_COLUMNS,
+            id=sql.SQL("h.id"),
+            # Texts as dislockctl reads them (``dislock.cli.shown``): anyone may have
+            # written them, and outcomes become label values.
+            lock_key=read(sql.Identifier("h", "lock_key")),
+            outcome=known_outcome(sql.Identifier("h", "outcome")),
+            started_at=sql.SQL("h.started_at"),
+            slot_end=sql.SQL("h.slot_end"),
             scheduled=sql.SQL("h.cron IS NOT NULL"),
-            leased=_LEASED.format(sql.Identifier("h")),
+            leased=sql.SQL("position('lease' IN h.modes) > 0"),  # it has a span
             **span_columns("h", locks),
         )
         self._window_starts = sql.SQL(
             "SELECT {columns} FROM {table} AS h"
             " WHERE h.started_at >= %(since)s AND h.cron IS NOT NULL"
         ).format(table=table, columns=scraped)
-        self._window_events = _window_events(table)
+        # The pauses that may reach into the window, and the reruns within it.
+        self._window_events = sql.SQL(
+            "SELECT {event} FROM {table} AS h"
+            " WHERE h.modes = {pause} AND h.started_at >= LEAST(%(since)s,"
+            " (SELECT min(p.started_at) FROM {table} AS p"
+            " WHERE p.modes = {pause} AND p.outcome = {paused} AND p.slot_end > %(since)s))"
+            " UNION ALL SELECT {event}"
+            " FROM {table} AS h WHERE h.started_at >= %(since)s AND h.outcome = {rerun}"
+        ).format(
+            table=table,
+            event=scraped,
+            pause=sql.Literal(PAUSE_MODES),
+            paused=sql.Literal(PAUSED),
+            rerun=sql.Literal(RERUN),
+        )
         self._new_runs = sql.SQL(
             "SELECT {columns} FROM {table} AS h WHERE h.id > %(floor)s OR h.id = ANY(%(pending)s)"
         ).format(table=table, columns=scraped)
-        self._spans_before = _spans_before(table, locks)
+        self._spans_before = sql.SQL(
+            "SELECT {columns}"
+            " FROM unnest(%(keys)s::text[]) AS k(lock_key),"
+            " LATERAL (SELECT * FROM {table} AS p WHERE p.lock_key = k.lock_key"
+            " AND p.started_at < %(since)s ORDER BY p.started_at DESC"
+            f" LIMIT {int(SPANS_BEFORE)}) AS h"
+            " WHERE h.cron IS NOT NULL AND position('lease' IN h.modes) > 0"
+            " AND (h.ended_at IS NULL OR h.ended_at > %(since)s)"
+        ).format(table=table, columns=scraped)
 
     def run_details(self, ids: Sequence[int], since: datetime) -> Exchange[dict[int, RunDetails]]:
         """The ``RunDetails`` of the runs ``ids`` by id, ``since`` the start of the window."""
@@ -169,36 +160,21 @@ class ScrapeStatements:
         """The first scrape's starts since ``since`` of runs with a schedule (and late marks)."""
         return Exchange(self._window_starts, {"since": since}, rows_of(ScrapedRun))
 
-    def window_events(self, since: datetime) -> Exchange[list[KeyEvent]]:
+    def window_events(self, since: datetime) -> Exchange[list[ScrapedRun]]:
         """The first scrape's events that tell what became of the slots since ``since``;
         later scrapes see new events among ``new_runs``."""
-        return Exchange(self._window_events, {"since": since}, rows_of(KeyEvent))
+        return Exchange(self._window_events, {"since": since}, rows_of(ScrapedRun))
 
     def new_runs(self, floor: int, pending: Sequence[int]) -> Exchange[list[ScrapedRun]]:
         """Runs and events past ``floor`` or among ``pending``."""
         params = {"floor": floor, "pending": list(pending)}
         return Exchange(self._new_runs, params, rows_of(ScrapedRun))
 
-    def spans_before(self, since: datetime, keys: Sequence[str]) -> Exchange[list[EarlierRun]]:
-        """The first scrape's runs of ``keys`` that began before ``since`` and may still have
-        been going then (``missed_slots.spans``' rule)."""
+    def spans_before(self, since: datetime, keys: Sequence[str]) -> Exchange[list[ScrapedRun]]:
+        """The first scrape's lease runs of ``keys`` that began before ``since`` and may
+        still have been going then (``missed_slots.spans``' rule)."""
         params = {"since": since, "keys": list(keys)}
-        return Exchange(self._spans_before, params, rows_of(EarlierRun))
-
-
-_LEASED = sql.SQL("position('lease' IN {}.modes) > 0")
-"""Whether a history row (its alias given) took a lease: it has a span (``span_of_row``)."""
-
-_EVENT_COLUMNS: dict[str, sql.Composable] = {
-    "id": sql.SQL("h.id"),
-    # Texts as dislockctl reads them (``dislock.cli.shown``): anyone may have
-    # written them, and outcomes become label values.
-    "lock_key": read(sql.Identifier("h", "lock_key")),
-    "outcome": known_outcome(sql.Identifier("h", "outcome")),
-    "started_at": sql.SQL("h.started_at"),
-    "slot_end": sql.SQL("h.slot_end"),
-}
-"""The columns a ``KeyEvent`` and a ``ScrapedRun`` share, of the history row ``h``."""
+        return Exchange(self._spans_before, params, rows_of(ScrapedRun))
 
 
 def _run_details(table: sql.Identifier) -> sql.Composed:
@@ -220,50 +196,10 @@ def _run_details(table: sql.Identifier) -> sql.Composed:
     )
 
 
-def _window_events(table: sql.Identifier) -> sql.Composed:
-    """The pauses that may reach into the window, and the reruns within it."""
-    return sql.SQL(
-        "SELECT {event} FROM {table} AS h"
-        " WHERE h.modes = {pause} AND h.started_at >= LEAST(%(since)s,"
-        " (SELECT min(p.started_at) FROM {table} AS p"
-        " WHERE p.modes = {pause} AND p.outcome = {paused} AND p.slot_end > %(since)s))"
-        " UNION ALL SELECT {event}"
-        " FROM {table} AS h WHERE h.started_at >= %(since)s AND h.outcome = {rerun}"
-    ).format(
-        table=table,
-        event=select_list(KeyEvent._fields, **_EVENT_COLUMNS),
-        pause=sql.Literal(PAUSE_MODES),
-        paused=sql.Literal(PAUSED),
-        rerun=sql.Literal(RERUN),
-    )
-
-
-def _spans_before(table: sql.Identifier, locks: tuple[str, ...]) -> sql.Composed:
-    return sql.SQL(
-        "SELECT {columns}"
-        " FROM unnest(%(keys)s::text[]) AS k(lock_key),"
-        " LATERAL (SELECT * FROM {table} AS p WHERE p.lock_key = k.lock_key"
-        " AND p.started_at < %(since)s ORDER BY p.started_at DESC"
-        f" LIMIT {int(SPANS_BEFORE)}) AS b"
-        " WHERE b.cron IS NOT NULL AND position('lease' IN b.modes) > 0"
-        " AND (b.ended_at IS NULL OR b.ended_at > %(since)s)"
-    ).format(
-        table=table,
-        columns=select_list(
-            EarlierRun._fields,
-            id=sql.SQL("b.id"),
-            lock_key=read(sql.Identifier("b", "lock_key")),
-            started_at=sql.SQL("b.started_at"),
-            leased=_LEASED.format(sql.Identifier("b")),
-            **span_columns("b", locks),
-        ),
-    )
-
-
 def _read_details(rows: Rows) -> dict[int, RunDetails]:
     return {details.id: details for details in map(RunDetails._make, rows)}
 
 
-def span_of_row(run: ScrapedRun | EarlierRun) -> Span | None:
+def span_of_row(run: ScrapedRun) -> Span | None:
     """A history row's span (None: not a lease run, or abandoned)."""
     return span_of(SpanRow(run.started_at, run.ended_at, run.running)) if run.leased else None

@@ -19,14 +19,13 @@ import threading
 import time
 from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from dislock.cli import EXIT_OK, EXIT_USAGE
 from dislock.cli.commands._call import error
-from dislock.cli.prometheus import Exposition
+from dislock.cli.run_metrics import Exposition
 from dislock.cli.serve.fleet_reader import FleetReader
 from dislock.cli.serve.http_policy import Admission, HostPolicy, Limits, client_of, parse_listen
 from dislock.cli.serve.metrics import metric_families
@@ -59,12 +58,11 @@ class _Deadline(io.RawIOBase):
     def writable(self) -> bool:
         return True
 
-    def _left(self) -> float:
+    def _left(self) -> None:
         left = self._deadline - time.monotonic()
         if left <= 0:
             raise TimeoutError("the client did not send its request, or read the answer, in time")
         self._sock.settimeout(left)
-        return left
 
     def readinto(self, buffer: WriteableBuffer, /) -> int:
         self._left()
@@ -234,9 +232,7 @@ class _Server(ThreadingHTTPServer):
         self.shutdown_request(request)
         if refused == "all":
             limit = self.limits.max_connections
-            self._tell(
-                refused, f"{limit} connections at once: refusing more with 503 until one ends"
-            )
+            self._tell("all", f"{limit} connections at once: refusing more with 503 until one ends")
         else:
             self._tell(
                 refused,
@@ -288,7 +284,6 @@ def serve(
         host, port = parse_listen(listen)
         hosts = HostPolicy(host, allow_hosts)
         found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-        family = found[0][0]
     except ConfigurationError as exc:
         return error(str(exc), EXIT_USAGE)
     except socket.gaierror as exc:
@@ -300,19 +295,17 @@ def serve(
         reader.close()
         return error(missing)
     try:
-        server = _Server((host, port), family, url, reader, hosts, limits or Limits())
+        server = _Server((host, port), found[0][0], url, reader, hosts, limits or Limits())
     except OSError as exc:
         reader.close()
         return error(f"cannot listen on {listen}: {exc.strerror or exc}")
 
     stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
-    worker = threading.Thread(target=server.serve_forever, name="dislockctl-serve", daemon=True)
-    worker.start()
+    previous = {
+        sig: signal.signal(sig, lambda signum, frame: stop.set())
+        for sig in (signal.SIGTERM, signal.SIGINT)
+    }
+    threading.Thread(target=server.serve_forever, name="dislockctl-serve", daemon=True).start()
     bound_host, bound_port = str(server.server_address[0]), int(server.server_address[1])
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host
     logger.info("listening on http://%s:%d/ (metrics at /metrics)", shown, bound_port)

@@ -76,8 +76,8 @@ class _Reading:
     waiting_since: int = 0
     """The scrape from which it has been behind."""
 
-    def behind(self, now: datetime, grace: timedelta) -> bool:
-        return self.start is None or self.start + grace <= now
+    def behind(self, now: datetime) -> bool:
+        return self.start is None or self.start + DEFAULT_GRACE <= now
 
 
 def _short(text: str) -> str:
@@ -92,12 +92,10 @@ class ScheduleWindows:
     def __init__(
         self,
         *,
-        grace: timedelta = DEFAULT_GRACE,
         max_window_slots: int = MAX_WINDOW_SLOTS,
         max_readings: int = MAX_READINGS_PER_KEY,
         budget: int = SCRAPE_BOUNDARY_BUDGET,
     ) -> None:
-        self._grace = grace
         self._max_slots = max_window_slots
         self._max_readings = max_readings
         self._budget = budget
@@ -147,7 +145,7 @@ class ScheduleWindows:
         for reading in unique:
             if reading.tz is not None and not reading.too_dense:
                 self._trim(reading, since)
-                if reading.behind(now, self._grace):
+                if reading.behind(now):
                     behind.append(reading)
                 else:
                     reading.waiting_since = self._scrapes
@@ -155,7 +153,7 @@ class ScheduleWindows:
         while behind and budget > 0:
             for reading in list(behind):
                 budget -= self._advance(reading, now, min(TURN, budget))
-                if not reading.behind(now, self._grace) or reading.too_dense or reading.tz is None:
+                if not reading.behind(now) or reading.too_dense or reading.tz is None:
                     reading.waiting_since = self._scrapes
                     behind.remove(reading)
                 if budget <= 0:
@@ -175,7 +173,7 @@ class ScheduleWindows:
                     " slots in the window; serve does not count its missed slots"
                     " (dislockctl missed does)",
                 )
-            counted = not reading.too_dense and not reading.behind(now, self._grace)
+            counted = not reading.too_dense and not reading.behind(now)
             windows[key] = KeyWindow(
                 reading.slots if counted else None, reading.version, reading.next_slot
             )
@@ -188,18 +186,12 @@ class ScheduleWindows:
             self._notes.append(f"lock key {_short(key)}: {text}")
 
     def _reading(
-        self,
-        key: str,
-        cron: str,
-        zone: str | None,
-        since: datetime,
-        now: datetime,
+        self, key: str, cron: str, zone: str | None, since: datetime, now: datetime
     ) -> _Reading | None:
         """The key's reading (cron, zone), kept or new; None when the key has too many."""
         seen = self._keys.setdefault(key, {})
-        for name, when in list(seen.items()):
-            if when < since:
-                del seen[name]  # not the key's latest for a whole window
+        for name in [name for name, when in seen.items() if when < since]:
+            del seen[name]  # not the key's latest for a whole window
         if (cron, zone) not in seen and len(seen) >= self._max_readings:
             self._tell(
                 key,
@@ -210,19 +202,16 @@ class ScheduleWindows:
             )
             return None
         seen[cron, zone] = now
-        reading = self._readings.get((cron, zone))
-        if reading is None:
-            reading = self._readings[cron, zone] = self._new_reading(cron, zone, since)
-        return reading
+        if (cron, zone) not in self._readings:
+            self._readings[cron, zone] = self._new_reading(cron, zone, since)
+        return self._readings[cron, zone]
 
     def _new_reading(self, cron: str, zone: str | None, since: datetime) -> _Reading:
         if len(cron) > MAX_CRON_LENGTH:
             problem = f"its cron expression is longer than {MAX_CRON_LENGTH} characters"
             return _Reading(cron, None, problem=problem)
-        if zone is None:
-            return _Reading(cron, timezone.utc, search_from=since, waiting_since=self._scrapes)
         try:
-            tz = recorded_zone(zone)
+            tz = timezone.utc if zone is None else recorded_zone(zone)
         except ConfigurationError as exc:
             return _Reading(cron, None, problem=str(exc))
         return _Reading(cron, tz, search_from=since, waiting_since=self._scrapes)
@@ -249,7 +238,7 @@ class ScheduleWindows:
                 reading.start = next_boundary(reading.cron, reading.search_from - _TICK, reading.tz)
                 used += 1
             added = False
-            while used < budget and reading.start + self._grace <= now:
+            while used < budget and reading.start + DEFAULT_GRACE <= now:
                 end = next_boundary(reading.cron, reading.start, reading.tz)
                 used += 1
                 reading.slots.append(Slot(reading.start, end))

@@ -7,19 +7,12 @@ by hand may hold megabytes.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable
 from datetime import datetime, timezone
 from html import escape
 
 from dislock.cli.admin import format_duration
-from dislock.cli.serve.fleet_status import (
-    FAILED_OUTCOMES,
-    MISSED_WINDOW,
-    FleetSnapshot,
-    GroupStatus,
-    KeyStatus,
-    page_order,
-)
+from dislock.cli.serve.fleet_status import FAILED_OUTCOMES, MISSED_WINDOW, FleetSnapshot, KeyStatus
 from dislock.core import bounds
 from dislock.core.bounds import MAX_REASON_BYTES, SHOWN_CHARS
 from dislock.core.history import OUTCOMES
@@ -93,20 +86,16 @@ def _state_cell(key: KeyStatus) -> str:
     parts = [_badge(key.state)]
     if key.paused_until is not None:
         reason = f": {bounds.clip(key.pause_reason, MAX_REASON_BYTES)}" if key.pause_reason else ""
-        if key.paused_until >= UNTIL_RESUMED:
-            until = "until resumed"
-        else:
-            until = "until " + key.paused_until.astimezone(timezone.utc).strftime(
-                "%Y-%m-%d %H:%M UTC"
-            )
+        until = "until resumed"
+        if key.paused_until < UNTIL_RESUMED:
+            until = f"until {key.paused_until.astimezone(timezone.utc):%Y-%m-%d %H:%M UTC}"
         parts.append(f"<small>{escape(until)}{escape(reason)}</small>")
     for lock in key.locks:
         owner = lock.owner  # clipped already
         if lock.state == "held":
             detail = f"{lock.mode} held by {owner}, {format_duration(lock.seconds_left)} left"
         elif lock.state == "expired":
-            ago = format_duration(-lock.seconds_left)
-            detail = f"{lock.mode} abandoned by {owner} {ago} ago"
+            detail = f"{lock.mode} abandoned by {owner} {format_duration(-lock.seconds_left)} ago"
         elif lock.state == "ended":
             detail = f"{lock.mode} slot of {owner} ended"
         elif lock.forced:
@@ -152,19 +141,14 @@ def _output(output: tuple[str | None, str | None]) -> str:
         if text:
             lines = "\n".join(shown_tail(text)[0])
             parts.append(f"<b>{name}</b>\n{escape(lines)}")
-    return (
-        '<details class="output"><summary>last output</summary><pre>'
-        + "\n".join(parts)
-        + "</pre></details>"
-    )
+    shown = "\n".join(parts)
+    return f'<details class="output"><summary>last output</summary><pre>{shown}</pre></details>'
 
 
 def _next_cell(key: KeyStatus, now: datetime) -> str:
-    schedule = (
-        f"<br><small><code>{_clip(key.schedule, 2 * SHOWN_CHARS)}</code></small>"
-        if key.schedule
-        else ""
-    )
+    schedule = ""
+    if key.schedule:
+        schedule = f"<br><small><code>{_clip(key.schedule, 2 * SHOWN_CHARS)}</code></small>"
     if key.paused_until is not None:
         # Its slots come and go without a start until it is resumed.
         return f"{_badge('paused')}{schedule}"
@@ -177,19 +161,15 @@ def _slots_cell(key: KeyStatus) -> str:
     if key.missed_slots is None:
         return "-"
     cell = escape(str(key.missed_slots))
-    notes = []
-    if key.late_slots:
-        notes.append(f"{key.late_slots} of them late (past the start deadline)")
-    if key.held_back_slots:
-        notes.append(f"{key.held_back_slots} of them held back (waiting for LOCK_AFTER's keys)")
-    if key.failed_slots:
-        notes.append(f"{key.failed_slots} failed (every attempt)")
-    if key.paused_slots:
-        notes.append(f"{key.paused_slots} paused")
-    if key.covered_slots:
-        notes.append(f"{key.covered_slots} covered by a run still going")
-    for note in notes:
-        cell += f"<br><small>{escape(note)}</small>"
+    for count, note in (
+        (key.late_slots, "of them late (past the start deadline)"),
+        (key.held_back_slots, "of them held back (waiting for LOCK_AFTER's keys)"),
+        (key.failed_slots, "failed (every attempt)"),
+        (key.paused_slots, "paused"),
+        (key.covered_slots, "covered by a run still going"),
+    ):
+        if count:
+            cell += f"<br><small>{escape(f'{count} {note}')}</small>"
     return cell
 
 
@@ -197,17 +177,14 @@ def _row(key: KeyStatus, now: datetime) -> str:
     outcome = key.last_run.outcome if key.last_run else ""
     envelope = (key.last_run.mark if key.last_run else None) or ""
     classes = "failing" if key.failing else ""
-    missed = "-" if key.missed_slots is None else str(key.missed_slots)
-    covered = "-" if key.covered_slots is None else str(key.covered_slots)
-    failed = "-" if key.failed_slots is None else str(key.failed_slots)
+    counts = {"missed": key.missed_slots, "covered": key.covered_slots, "failed": key.failed_slots}
+    data = "".join(f' data-{name}="{"-" if n is None else n}"' for name, n in counts.items())
     return (
         # data-key is the whole key (every key dislock takes is at most 2048 bytes),
         # for scripts to find the row by.
         f'<tr class="{classes}" data-key="{escape(bounds.escape(key.lock_key))}"'
         f' data-state="{escape(key.state)}"'
-        f' data-outcome="{_clip(outcome)}" data-envelope="{envelope}"'
-        f' data-missed="{escape(missed)}"'
-        f' data-covered="{escape(covered)}" data-failed="{escape(failed)}">'
+        f' data-outcome="{_clip(outcome)}" data-envelope="{envelope}"{data}>'
         # Wrapped within its column, whole on hover: a long key widened the table off-screen.
         f'<td class="key" title="{escape(bounds.escape(key.lock_key))}">'
         f"<strong>{_clip(key.lock_key, 2 * SHOWN_CHARS)}</strong></td>"
@@ -217,6 +194,21 @@ def _row(key: KeyStatus, now: datetime) -> str:
         f'<td class="num">{_slots_cell(key)}</td>'
         "</tr>"
     )
+
+
+def page_order(keys: Iterable[KeyStatus]) -> list[KeyStatus]:
+    """The newest failures first, then keys that missed slots, then the rest by name."""
+    keys = list(keys)
+    failing = sorted(
+        (key for key in keys if key.failing),
+        key=lambda key: key.last_run.started_at if key.last_run else datetime.min,
+        reverse=True,
+    )
+    rest = sorted(
+        (key for key in keys if not key.failing),
+        key=lambda key: (not (key.missed_slots or key.failed_slots), key.lock_key),
+    )
+    return failing + rest
 
 
 PAGE_ROWS = 500
@@ -229,9 +221,10 @@ SHOWN_HOLDERS = 10
 """Holders of one group the page names at most (the others are counted)."""
 
 
-def _groups(groups: Sequence[GroupStatus]) -> str:
+def _groups(snapshot: FleetSnapshot) -> str:
     """The table of groups (``LOCK_GROUP``): each group's name, how many of its slots are
     held, and by whom; none: nothing."""
+    groups = snapshot.groups
     if not groups:
         return ""
     rows = []
@@ -271,8 +264,7 @@ def render_page(snapshot: FleetSnapshot, *, title: str = "dislock fleet") -> str
         summary = (
             f"{len(keys)} keys: {held} held, {failing} failing,"
             f" {missing} with missed or failed slots in the last {window} h, {paused} paused."
-            f" Database clock {stamp};"
-            f" reloads every {REFRESH_SECONDS} s."
+            f" Database clock {stamp}; reloads every {REFRESH_SECONDS} s."
         )
         banner = ""
     else:
@@ -308,5 +300,5 @@ def render_page(snapshot: FleetSnapshot, *, title: str = "dislock fleet") -> str
 <th>outcome</th><th>duration</th><th>next slot</th><th>missed ({window} h)</th></tr></thead>
 <tbody>
 {rows}{empty}
-</tbody></table>{_groups(snapshot.groups)}</body></html>
+</tbody></table>{_groups(snapshot)}</body></html>
 """

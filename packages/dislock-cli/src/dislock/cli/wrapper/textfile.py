@@ -16,8 +16,7 @@ from prometheus_client.exposition import write_to_textfile
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
-from dislock.cli.prometheus import Families
-from dislock.cli.run_metrics import host_families, read_host_records, record_run
+from dislock.cli.run_metrics import Families, host_families, read_host_records, record_run
 from dislock.core.context import LEASE_LOST_EXIT_CODE
 from dislock.core.history import end_of_command
 

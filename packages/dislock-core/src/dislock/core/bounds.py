@@ -137,6 +137,10 @@ of the lock table or the run history (``dislock.core.grant_policies``): dislock'
 own longest is an owner token of :data:`MAX_KEY_BYTES` with a release mark appended.
 ``dislockctl`` reads no column longer than this many characters, whoever wrote it."""
 
+MAX_OWNER_BYTES = 1000
+"""The longest owner token of a replacer: the replace mark holds two owners, and a
+row's ``value`` at most :data:`MAX_STORED_BYTES`."""
+
 
 def check_reason(name: str, value: str) -> str:
     """A pause reason: printable on one line, at most :data:`MAX_REASON_BYTES`; may be

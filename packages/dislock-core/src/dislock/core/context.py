@@ -12,11 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from dislock.core import bounds, config, setting
 from dislock.core import variables as v
-from dislock.core.after import check_after
 from dislock.core.dsn import parse_dsn, redact_dsn
 from dislock.core.errors import ConfigurationError
-from dislock.core.groups import parse_group
-from dislock.core.replace_marks import MAX_OWNER_BYTES
 
 if TYPE_CHECKING:
     from dislock.core.cron_zone import CronZone
@@ -252,13 +249,15 @@ class LockContext:
         if (listen := self.wait_listen) is not None and not isinstance(listen, bool):
             raise ConfigurationError(f"wait_listen must be True, False or None, got {listen!r}")
         if self.group is not None:
+            from dislock.core.groups import parse_group
+
             _set(self, "group", str(parse_group(self.group, name=setting.name(v.GROUP))))
         if self.lease_mode not in ("lease", "group"):
             raise ConfigurationError(f"lease_mode must be 'lease' or 'group': {self.lease_mode!r}")
-        if self.replace and len(self.owner.encode()) > MAX_OWNER_BYTES:
+        if self.replace and len(self.owner.encode()) > bounds.MAX_OWNER_BYTES:
             raise ConfigurationError(
                 f"replace writes its owner token beside the holder's: it must be at most"
-                f" {MAX_OWNER_BYTES} bytes (UTF-8)"
+                f" {bounds.MAX_OWNER_BYTES} bytes (UTF-8)"
             )
         if self.replace and self.slots > 1:
             slots = setting.either(f"{self.slots} slots", f"{v.SLOTS.name}={self.slots}")
@@ -269,6 +268,8 @@ class LockContext:
 
     def _check_slot(self) -> None:
         """A slot's retries, the keys it comes after, and its start deadline."""
+        from dislock.core.after import check_after
+
         names = _after_names()
         after = check_after(self.after, history=self.history, schedule=self.schedule, names=names)
         _set(self, "after", after)
@@ -330,6 +331,8 @@ def check_strategies(context: LockContext, strategies: Sequence[str]) -> None:
     names = (setting.name(v.RETRIES), setting.name(v.START_DEADLINE))
     check_retries(strategies, context.retries, context.start_deadline_seconds, names=names)
     if context.after and config.SCHEDULE not in strategies:
+        from dislock.core.after import check_after
+
         check_after(context.after, history=context.history, schedule=None, names=_after_names())
     try:
         check_waiting(

@@ -18,7 +18,7 @@ from dislock.core import bounds
 from dislock.core.errors import ConfigurationError
 from dislock.core.exchange import Exchange, Rows
 from dislock.core.kinds import LEASE, kind
-from dislock.core.policy_functions import beside
+from dislock.core.policy_functions import beside, template
 from dislock.core.replace_marks import HANDED_MARK, REPLACED_MARK
 from dislock.core.variables import SLOTS
 
@@ -56,11 +56,8 @@ def due_function(lock_table: tuple[str, str]) -> sql.Identifier:
 def guard_sql(lock_table: tuple[str, str]) -> sql.Composed:
     """The statements that (re)install the guard functions of ``lock_table`` (schema and
     name: the functions name every object with its schema)."""
-    from importlib import resources
-
     lease = kind(LEASE)
-    template = (resources.files("dislock.core") / "sql" / "fence_guard.sql").read_text()
-    return sql.SQL(template).format(
+    return sql.SQL(template("fence_guard.sql")).format(
         due=due_function(lock_table),
         guard=guard_function(lock_table),
         table=sql.Identifier(*lock_table),

@@ -11,8 +11,6 @@ which the planner folds into a constant.
 
 from __future__ import annotations
 
-from importlib import resources
-
 from psycopg import sql
 
 from dislock.core.failover import TIMELINE, TIMELINE_KEY, TTL_RECORD
@@ -35,6 +33,8 @@ def beside_parts(table_parts: tuple[str, ...], suffix: str) -> tuple[str, ...]:
 
 def template(name: str) -> str:
     """The text of the file ``sql/<name>``."""
+    from importlib import resources  # (a package of five modules: only installers read)
+
     return (resources.files("dislock.core") / "sql" / name).read_text()
 
 

@@ -43,10 +43,6 @@ successor text and ``)`` follow it."""
 HANDED_MARK = " (handed over)"
 """Follows the successor text in a row a replaced holder handed over."""
 
-MAX_OWNER_BYTES = 1000
-"""The longest owner token of a replacer: the mark holds two owners, and a row's
-``value`` at most ``dislock.core.bounds.MAX_STORED_BYTES``."""
-
 POLL_SECONDS = 0.2
 """How often a replacer tries to take the row over while it waits for it."""
 

@@ -1,10 +1,8 @@
 """The asyncio side of the concurrency primitives the lock code is written against.
 
-``dislock._sync._compat`` offers the same names over threads and blocking calls,
-which is what lets ``tools/async_to_sync.py`` turn the asyncio modules of this
-package, the only hand-written copy of the lock code, into the sync ones
-(``dislock/_sync/``) by dropping ``async``/``await``.  mypy checks the generated
-modules against the sync ``_compat``: a name or a signature it lacks fails there.
+``dislock._sync._compat`` offers the same names over threads and blocking calls, so
+that ``tools/async_to_sync.py`` makes the sync modules by dropping ``async``/``await``;
+mypy checks them against it (a name or a signature it lacks fails there).
 """
 
 from __future__ import annotations
@@ -32,7 +30,7 @@ T = TypeVar("T")
 P = ParamSpec("P")
 
 Takes: TypeAlias = Callable[P, Awaitable[T]]
-"""A function as the decorators take it: a coroutine function, here."""
+"""A function the lock code awaits (one decorated, a waiter's try): a coroutine function, here."""
 Gives: TypeAlias = Callable[P, Coroutine[Any, Any, T]]
 """A decorated function: a coroutine function, here."""
 
@@ -40,14 +38,10 @@ Event = asyncio.Event
 Lock = asyncio.Lock
 Worker = asyncio.Task[None]
 sleep = asyncio.sleep
-
-
 to_thread = asyncio.to_thread  # for a call that blocks: the loop goes on meanwhile
 
 
-_registries: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Registry] = (
-    weakref.WeakKeyDictionary()
-)
+_registries = weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Registry]()
 
 
 def local_registry() -> Registry:
@@ -77,13 +71,11 @@ async def wait_event(event: Event, timeout: float | None) -> bool:
 
 
 class Link:
-    """A connection shared by every lock of the event loop.
-
-    psycopg already runs one statement at a time on it and cancels the one whose
-    task is cancelled; what this adds is that a retired connection is closed only
-    once no statement is using it (closing it under a waiting task would leave
-    that task watching a file descriptor the next connection may reuse).
-    """
+    """A connection shared by every lock of the event loop.  psycopg already runs one
+    statement at a time on it and cancels the one whose task is cancelled; what this
+    adds is that a retired connection is closed only once no statement is using it
+    (closing it under a waiting task would leave that task watching a file descriptor
+    the next connection may reuse)."""
 
     def __init__(self, conn: AsyncConnection[TupleRow]) -> None:
         self.conn = conn
@@ -100,10 +92,6 @@ class Link:
         message = unreplicated_notice(diag)
         if message is not None:
             self._unreplicated.append(message)
-
-    @classmethod
-    async def open(cls, url: str, kwargs: dict[str, Any]) -> Link:
-        return cls(await AsyncConnection.connect(url, **kwargs))
 
     @property
     def idle(self) -> bool:
@@ -125,8 +113,13 @@ class Link:
         unreplicated: list[str] = []
         try:
             # asyncio.timeout runs the statement in this task: no task per statement.
-            async with asyncio.timeout(timeout):
-                cursor = await self._run(query, params, unreplicated)
+            async with asyncio.timeout(timeout), self._serial:
+                self._unreplicated.clear()
+                try:
+                    cursor = await self.conn.execute(self._render(query), params)
+                finally:
+                    # Also when cancelled: psycopg reads the statement's end first.
+                    unreplicated.extend(self._unreplicated)
         except TimeoutError:
             if unreplicated:  # the cancel ended a wait for the standbys: it committed
                 raise unconfirmed(unreplicated[0]) from None
@@ -140,17 +133,6 @@ class Link:
             if self.retired and not self._deadlines:
                 await self.conn.close()
 
-    async def _run(
-        self, query: Composed | SQL, params: dict[str, Any], unreplicated: list[str]
-    ) -> AsyncCursor[TupleRow]:
-        async with self._serial:
-            self._unreplicated.clear()
-            try:
-                return await self.conn.execute(self._render(query), params)
-            finally:
-                # Also when cancelled: psycopg reads the statement's end first.
-                unreplicated.extend(self._unreplicated)
-
     async def retire(self) -> None:
         self.retired = True
         if not self._deadlines:
@@ -158,11 +140,9 @@ class Link:
 
 
 async def stop_worker(worker: Worker, timeout: float) -> bool:
-    """Wait for ``worker`` to finish; cancel it after ``timeout``.
-
-    Returns whether it finished on its own.  A worker cancelled here may have
-    been mid-statement, so the caller must not trust what it last did.
-    """
+    """Wait for ``worker`` to finish, cancelling it after ``timeout``; whether it
+    finished on its own (if not, it may have been mid-statement: do not trust what
+    it last did)."""
     try:
         await asyncio.wait_for(asyncio.shield(worker), timeout)
     except TimeoutError:
@@ -233,10 +213,8 @@ class Child:
 
 @contextlib.contextmanager
 def handling_signals(signals: Iterable[int], handler: Callable[[int], None]) -> Iterator[None]:
-    """Call ``handler(signum)`` for each of ``signals`` while the block runs.
-
-    Only a loop in the main thread can handle signals; elsewhere this does nothing.
-    """
+    """Call ``handler(signum)`` for each of ``signals`` while the block runs (only a
+    loop in the main thread can handle signals; elsewhere this does nothing)."""
     loop = asyncio.get_running_loop()
     previous: dict[int, Any] = {}
     try:
@@ -292,14 +270,9 @@ async def interrupting(route: SignalRoute) -> AsyncIterator[None]:
 
 class LossGuard:
     """Cancels the task running a guarded block once its lease is lost, or at
-    ``stop_at`` (monotonic), the end of its maximum runtime.
-
-    Created as the block starts, in the task that runs it; ``stop`` as the block
-    ends says whether the block ended because the guard cancelled it, so that the
-    caller can raise ``LeaseLostError`` (or, when ``out_of_time``,
-    ``MaxRuntimeExceeded``) in place of the ``CancelledError``.  (The sync
-    flavour's guard only tells: a thread cannot be interrupted safely.)
-    """
+    ``stop_at`` (monotonic), the end of its maximum runtime; created as the block
+    starts, in the task that runs it, and stopped (``stop``) as it ends.  (The sync
+    flavour's guard only tells: a thread cannot be interrupted safely.)"""
 
     def __init__(self, lost: Event, stop_at: float | None = None) -> None:
         self._task = asyncio.current_task()
@@ -307,9 +280,7 @@ class LossGuard:
         self.out_of_time = False
         self._watcher: asyncio.Task[None] | None = None
         if self._task is not None:
-            self._watcher = asyncio.get_running_loop().create_task(
-                self._watch(lost, stop_at), name="dislock-loss-guard"
-            )
+            self._watcher = spawn(lambda: self._watch(lost, stop_at), "dislock-loss-guard")
 
     async def _watch(self, lost: Event, stop_at: float | None) -> None:
         timeout = None if stop_at is None else max(0.0, stop_at - time.monotonic())

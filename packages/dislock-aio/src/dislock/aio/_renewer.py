@@ -13,10 +13,9 @@ import math
 import threading
 from functools import partial
 from time import monotonic
-from typing import Protocol
+from typing import TYPE_CHECKING
 
 from dislock.core.dsn import error_line
-from dislock.core.exchange import Answer, Exchange
 from dislock.core.lock_statements import statements
 from dislock.core.renewal import (
     EXPLAIN_TIMEOUT,
@@ -37,25 +36,17 @@ from dislock.core.timeouts import CANCEL_GRACE, RENEWER_STOP_TIMEOUT
 
 from ._compat import Event, Worker, spawn, stop_worker, wait_event
 
+if TYPE_CHECKING:
+    from ._hub import Hub
+
 logger = logging.getLogger("dislock")
 loss_logger = logging.getLogger(LOSS_LOGGER)
 
 
-class Connection(Protocol):
-    """What the renewer needs of its hub (``._hub.Hub``): the shared connection."""
-
-    url: str
-
-    async def ask(self, exchange: Exchange[Answer], timeout: float) -> Answer: ...
-
-
 def _sleep_for(wait: float | None, planned: float, now: float) -> float | None:
     """How long a worker sleeps: ``wait``, until its next job, or, with none left,
-    until the wake it had already planned.  Then a lease taken and released before
-    that (a short lock's whole life, its release unregistering it before the
-    statement) never wakes the worker: ``Renewer.register`` wakes only a worker that
-    would otherwise sleep past what the new lease needs, and one sleeping for ever
-    always would."""
+    until the wake it had already planned, so that a short lock's whole life before
+    then wakes nothing (``Renewer.register`` wakes a worker sleeping for ever)."""
     if wait is None and now < planned < math.inf:
         return planned - now
     return wait
@@ -67,18 +58,13 @@ def _leases(batch: Batch) -> str:
 
 
 class Renewer:
-    """The renewer and the watchdog of one hub's leases.
+    """The renewer and the watchdog of one hub's leases (see the module); the
+    watchdog also replaces a renewer stuck in a statement.  Both live as long as
+    the hub, so that taking and releasing leases starts no worker each time.
+    Everything they share with each other and with the locks' threads is under
+    ``_guard``, which is never held across I/O or a wait."""
 
-    The renewer sends the due batches on the hub's connection and sleeps until
-    the next lease is due; the watchdog declares each lease lost at its local
-    deadline, whatever the renewer is doing, and replaces a renewer stuck in a
-    statement.  Both live as long as the hub, so that taking and releasing
-    leases starts no worker each time.  Everything they share with each other
-    and with the locks' threads is under ``_guard``, which is never held across
-    I/O or a wait.
-    """
-
-    def __init__(self, hub: Connection) -> None:
+    def __init__(self, hub: Hub) -> None:
         self.hub = hub
         self._guard = threading.Lock()
         # Under the guard:
@@ -117,10 +103,8 @@ class Renewer:
             # A woken worker that finds the lease already gone (released before it
             # ran) keeps sleeping until then, not for ever (``_sleep_for``), so that
             # the next short lock does not wake it again.
-            if wake_renewer:
-                self._renewer_wakes_at = renewal.clock.next_renewal
-            if wake_watchdog:
-                self._watchdog_wakes_at = renewal.clock.deadline
+            self._renewer_wakes_at = min(self._renewer_wakes_at, renewal.clock.next_renewal)
+            self._watchdog_wakes_at = min(self._watchdog_wakes_at, renewal.clock.deadline)
         if wake_renewer:
             self._renew_wake.set()
         if wake_watchdog:
@@ -148,10 +132,6 @@ class Renewer:
             logger.warning("%s", summary)
         if newly:
             loss_logger.warning("lease %s lost: %s", renewal.key, renewal.clock.lost_reason)
-
-    def _declare(self, lost: list[Renewal]) -> None:
-        for renewal in lost:
-            self.declare_lost(renewal)
 
     def _start_renewer(self) -> None:
         """(Under the guard.)"""
@@ -224,7 +204,8 @@ class Renewer:
             found_gone = gone(lost)
             if found_gone:
                 await self._explain(batch, found_gone)
-        self._declare(lost)
+        for renewal in lost:
+            self.declare_lost(renewal)
 
     async def _explain(self, batch: Batch, renewals: list[Renewal]) -> None:
         """Read the rows of ``renewals``, found gone, to say why they were lost: a
@@ -246,9 +227,8 @@ class Renewer:
             explain(renewals, found)
 
     async def _watch(self) -> None:
-        """Declare leases lost at their deadlines, whatever the renewer is doing,
-        and replace a renewer stuck in a statement that its cancellation could
-        not end (a dead network can swallow the cancel request too)."""
+        """Declare leases lost at their deadlines, and replace a renewer stuck in a
+        statement its cancellation could not end (a dead network can swallow both)."""
         while True:
             self._watch_wake.clear()
             with self._guard:
@@ -266,7 +246,8 @@ class Renewer:
                         wait = stuck_at - now if wait is None else min(wait, stuck_at - now)
                 wait = _sleep_for(wait, self._watchdog_wakes_at, now)
                 self._watchdog_wakes_at = math.inf if wait is None else now + wait
-            self._declare(lost)
+            for renewal in lost:
+                self.declare_lost(renewal)
             await wait_event(self._watch_wake, wait)
 
     def _replace_stuck_renewer(self) -> None:

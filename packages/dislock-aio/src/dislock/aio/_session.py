@@ -27,7 +27,7 @@ from dislock.core.rows import lease_key
 from dislock.core.waiting import jitter_delay
 
 from ._compat import Event, Gives, LossGuard, Takes, sleep
-from ._hub import drive_briefly, enter_hub, leave_hub
+from ._hub import drive_briefly, enter_hub
 from ._lease import LeaseLock
 from ._recording import RunRecording
 from ._schedule import ScheduleLock
@@ -71,9 +71,7 @@ class LockSession:
     def time_left(self) -> float | None:
         """Seconds left of the block's ``max_runtime_seconds`` (0 once it is over),
         for work that stops at a safe point; None without a bound."""
-        if self.stop_at is None:
-            return None
-        return max(0.0, self.stop_at - monotonic())
+        return None if self.stop_at is None else max(0.0, self.stop_at - monotonic())
 
     def __repr__(self) -> str:
         return f"LockSession(locks={self.locks!r}, lease_lost={self.lease_lost!r})"
@@ -111,10 +109,7 @@ def _modes(locks: Iterable[Lock]) -> list[str]:
     return [mode for mode, lock in zip(modes, locks, strict=True) if not _is_group(lock)]
 
 
-_LOCK_CLASSES: dict[str, type[ScheduleLock] | type[LeaseLock]] = {
-    "ScheduleLock": ScheduleLock,
-    "LeaseLock": LeaseLock,
-}
+_LOCK_CLASSES: dict[str, type[Lock]] = {"ScheduleLock": ScheduleLock, "LeaseLock": LeaseLock}
 """The classes named by ``dislock.core.kinds.KINDS``."""
 
 
@@ -126,7 +121,6 @@ def build_locks(
     by the lease's deadline whatever the process does."""
     names = normalize_strategies(strategies)
     check_strategies(context, names)
-    grouped = context.group is not None
     locks = [_LOCK_CLASSES[kinds.kind(name).lock_class](context) for name in names]
     # An expired lease proves its holder's work is gone only when a guard killed it at
     # the lease's deadline: a supervised command under TERMINATE, with a one-row
@@ -138,7 +132,7 @@ def build_locks(
         for lock in locks:
             if isinstance(lock, ScheduleLock):
                 lock.lease_row = lease_key(context.lock_key)
-    if grouped:
+    if context.group is not None:
         # Taken last, a slot of the group's own N-slot lease; lost with the run's lease
         # (one event: a loss of either stops the run, and neither row is released).
         group = LeaseLock(group_context(context))
@@ -147,14 +141,6 @@ def build_locks(
             group.lease_lost = lease.lease_lost
         locks.append(group)
     return locks
-
-
-async def _hand_back_slot(context: LockContext, locks: list[Lock]) -> None:
-    """Hand back the schedule slot a run refused by its group took (the run's lease
-    is released as the acquisition unwinds), so that a later tick may start it."""
-    keys = [lock.key for lock in locks if isinstance(lock, ScheduleLock)]
-    if keys:  # (the statement is owner-guarded: it ends only a row of this run's)
-        await drive_briefly(context, handing_back(context, keys))
 
 
 class _Entering(Protocol[_Entered]):
@@ -170,13 +156,11 @@ class _Entering(Protocol[_Entered]):
 
 
 async def enter_exit_first(stack: AsyncExitStack, manager: _Entering[_Entered]) -> _Entered:
-    """Enter ``manager`` with its exit already on ``stack``.
-
-    ``stack.enter_context`` registers the exit only after entering, and an
-    exception that a signal handler raises in between (the wrapper's
-    ``Interrupted``, a ``KeyboardInterrupt``) would leave the lock held, with
-    nothing to release it before its TTL.  Registered first, the exit runs
-    whenever the manager says it holds something (``holding``)."""
+    """Enter ``manager`` with its exit already on ``stack``, to run whenever the
+    manager says it holds something (``holding``).  ``stack.enter_context`` registers
+    the exit only after entering: an exception a signal handler raises in between (the
+    wrapper's ``Interrupted``, a ``KeyboardInterrupt``) would leave the lock held, with
+    nothing to release it before its TTL."""
 
     async def exit_if_entered(exc_type: ExcType, exc: Exc, tb: Tb) -> bool | None:
         if manager.holding:
@@ -227,8 +211,7 @@ class Acquisition:
         try:
             # One connection for all the acquisitions, even if a lock in the
             # middle gives it back.
-            hub = enter_hub(context.url, context.connect_timeout_seconds)
-            try:
+            async with enter_hub(context.url, context.connect_timeout_seconds):
                 for lock in locks:
                     lock.records_history = False  # the session records the run
                     if isinstance(lock, ScheduleLock):
@@ -236,8 +219,11 @@ class Acquisition:
                     try:
                         await enter_exit_first(stack, lock)
                     except LockNotAcquiredError:
-                        if _is_group(lock):  # the group is full: the slot stays open
-                            await _hand_back_slot(context, locks)
+                        # The group is full: the slot this run took is handed back, for a
+                        # later tick (owner-guarded; the lease is released as it unwinds).
+                        slots = [one.key for one in locks if isinstance(one, ScheduleLock)]
+                        if _is_group(lock) and slots:
+                            await drive_briefly(context, handing_back(context, slots))
                         raise
                 session = LockSession(locks=tuple(locks))
                 schedule = session.schedule
@@ -250,8 +236,6 @@ class Acquisition:
                     slot = None if schedule is None else schedule.expires_at
                     recording = RunRecording(context, session, _modes(locks), slot)
                     await enter_exit_first(stack, recording)
-            finally:
-                await leave_hub(hub)
         except BaseException as exc:
             self._stack = None
             await stack.__aexit__(type(exc), exc, exc.__traceback__)
@@ -281,34 +265,27 @@ class Acquisition:
         # Stopped before anything else is awaited: no cancellation can come after it.
         cancelled = guard.stop(exc_type)
         try:
+            error: Exception | None = None
             if guard.out_of_time and (cancelled or exc_type is None):
-                out_of_time = self._out_of_time_error(cancelled)
-                await stack.__aexit__(type(out_of_time), out_of_time, None)
-                raise out_of_time from None
-            if cancelled:
-                error = self._cancelled_error()
-                await stack.__aexit__(type(error), error, None)
-                raise error from None
-            return await stack.__aexit__(exc_type, exc, tb)
+                what = "the block was cancelled" if cancelled else "it ended late"
+                error = MaxRuntimeExceeded(
+                    f"lock {self._context.lock_key!r}: the block ran past its maximum runtime"
+                    f" of {self._context.max_runtime_seconds:g} s (max_runtime_seconds); {what}"
+                )
+            elif cancelled:
+                assert self._session is not None and self._session.lease is not None
+                lease = self._session.lease
+                error = LeaseLostError(
+                    f"lease {lease.key!r} was lost while the block ran: {lease.lost_reason};"
+                    " the block was cancelled",
+                    reason=lease.lost_reason,
+                )
+            if error is None:
+                return await stack.__aexit__(exc_type, exc, tb)
+            await stack.__aexit__(type(error), error, None)
+            raise error from None
         finally:
             await guard.finish()
-
-    def _cancelled_error(self) -> LeaseLostError:
-        assert self._session is not None and self._session.lease is not None
-        lease = self._session.lease
-        reason = lease.lost_reason
-        return LeaseLostError(
-            f"lease {lease.key!r} was lost while the block ran: {reason}; the block was cancelled",
-            reason=reason,
-        )
-
-    def _out_of_time_error(self, cancelled: bool) -> MaxRuntimeExceeded:
-        bound = self._context.max_runtime_seconds
-        what = "the block was cancelled" if cancelled else "it ended late"
-        return MaxRuntimeExceeded(
-            f"lock {self._context.lock_key!r}: the block ran past its maximum runtime"
-            f" of {bound:g} s (max_runtime_seconds); {what}"
-        )
 
     def for_one_call(self) -> Acquisition:
         context = self._context

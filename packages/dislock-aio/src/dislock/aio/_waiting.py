@@ -3,10 +3,9 @@ polling where no notification can reach us: for a lease held elsewhere
 (``wait_for_release``), and for the keys a schedule slot comes after
 (``wait_after``: ``LockContext.after`` with ``wait_seconds``).
 
-A release's wake-up is read as a hint: the lease's rows are read by primary key,
-and it is tried only when one is free.  What a slot waits for, and the wake-up a
-success sends, are ``dislock.core.after``'s; how long to wait and how often to
-poll, ``dislock.core.waiting``'s.
+A release's wake-up is a hint (``_until_free``).  What a slot waits for, and the
+wake-up a success sends, are ``dislock.core.after``'s; how long to wait and how
+often to poll, ``dislock.core.waiting``'s.
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from time import monotonic
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 from psycopg import AsyncConnection
 from psycopg.rows import TupleRow
@@ -38,24 +37,22 @@ from dislock.core.waiting import (
     slot_keys,
 )
 
-from ._compat import sleep
-from ._hub import Hub, enter_hub, leave_hub
+from ._compat import Takes, sleep
+from ._hub import Hub, enter_hub
 
 logger = logging.getLogger("dislock")
 
-Taken = TypeVar("Taken", covariant=True)
+Taken = TypeVar("Taken")
 
 
 class Listener:
-    """A direct connection of its own that ``LISTEN``s for released leases.
+    """A direct connection of its own that ``LISTEN``s for a wake-up.
 
-    Only a direct connection hears a ``NOTIFY``: behind a pooler in transaction
-    mode the ``LISTEN`` lands on whichever server connection ran it, and that one
-    is soon serving someone else.  A pooler shows itself by answering the startup
-    with a backend process id of its own making, which ``open`` compares with the
-    one the server reports.  The payload it waits for is the server's own making
-    too (``dislock.core.waiting.listen``), so that it is the one a release sends,
-    whatever names the table.
+    Behind a pooler in transaction mode the ``LISTEN`` would land on a server
+    connection soon serving someone else: ``open`` finds a pooler by the backend
+    process id of its own making it answers the startup with.  The payload waited
+    for is the server's own making too (``dislock.core.waiting.listen``), so that it
+    is the one a release sends, whatever names the table.
     """
 
     def __init__(self, conn: AsyncConnection[TupleRow], wake: str, what: str, url: str) -> None:
@@ -135,69 +132,58 @@ class Listener:
             await self.conn.close()
 
 
-class Attempt(Protocol[Taken]):
-    """One try at the lease: what it took, or None while it is held elsewhere."""
-
-    async def __call__(self) -> Taken | None: ...
-
-
 async def wait_for_release(
-    context: LockContext, attempt: Attempt[Taken], patience: ConnectPatience
+    context: LockContext, attempt: Takes[[], Taken | None], patience: ConnectPatience
 ) -> Taken | None:
     """Try again whenever the lease may have been released, until the wait is over:
-    what ``attempt`` took, or None."""
+    what ``attempt()`` (one try: None while the lease is held elsewhere) took, or None."""
     plan = WaitPlan(
         context.wait_seconds, started_at=monotonic(), poll_seconds=context.wait_poll_seconds
     )
     listen_to = listen(context.table_parts, context.lock_key, context.lease_mode)
     listener = await Listener.open(context, listen_to, "releases")
+    how = "woken by releases" if listener is not None else "polling"
     logger.info(
-        "lease %r is held; waiting up to %g s (%s)",
-        context.lock_key,
-        context.wait_seconds,
-        "woken by releases" if listener is not None else "polling",
+        "lease %r is held; waiting up to %g s (%s)", context.lock_key, context.wait_seconds, how
     )
     waited_from: float | None = None
     reads = WakeReads()
-    hub = enter_hub(context.url, context.connect_timeout_seconds)
-    try:
-        while True:
-            if waited_from is not None:
-                # Waiting for the holder does not spend the patience with the database.
-                patience.postpone(monotonic() - waited_from)
-            # A release between the last try and the LISTEN would be missed:
-            # so the LISTEN comes first, then the try.
-            taken = await attempt()
-            if taken is not None:
-                return taken
-            delay = plan.next_delay(monotonic(), listening=listener is not None)
-            if delay is None:
-                return None
-            waited_from = monotonic()
-            if listener is None:
-                await sleep(delay)
-                continue
-            try:
-                await _until_free(context, hub, listener, waited_from + delay, reads)
-            except Exception as exc:
-                await listener.give_up(exc)
-                listener = None
-    finally:
-        if listener is not None:
-            await listener.close()
-        await leave_hub(hub)
+    async with enter_hub(context.url, context.connect_timeout_seconds) as hub:
+        try:
+            while True:
+                if waited_from is not None:
+                    # Waiting for the holder does not spend the patience with the database.
+                    patience.postpone(monotonic() - waited_from)
+                # A release between the last try and the LISTEN would be missed:
+                # so the LISTEN comes first, then the try.
+                taken = await attempt()
+                if taken is not None:
+                    return taken
+                delay = plan.next_delay(monotonic(), listening=listener is not None)
+                if delay is None:
+                    return None
+                waited_from = monotonic()
+                if listener is None:
+                    await sleep(delay)
+                    continue
+                try:
+                    await _until_free(context, hub, listener, waited_from + delay, reads)
+                except Exception as exc:
+                    await listener.give_up(exc)
+                    listener = None
+        finally:
+            if listener is not None:
+                await listener.close()
 
 
 async def _until_free(
     context: LockContext, hub: Hub, listener: Listener, poll_at: float, reads: WakeReads
 ) -> None:
-    """Return when a wake-up found a row of the lease free, or at ``poll_at``.
-
-    Anyone may send the wake-up (``NOTIFY`` needs no right on the table), so each
-    is checked with a read by primary key rather than the acquiring statement;
-    the wake-ups that arrive while it is read, or less than ``WAKE_SPACING``
-    after the last read, are read once, together (``WakeReads``).
-    """
+    """Return when a wake-up found a row of the lease free, or at ``poll_at``.  Anyone
+    may send the wake-up (``NOTIFY`` needs no right on the table), so each is checked
+    with a read by primary key rather than the acquiring statement; the wake-ups that
+    arrive while it is read, or less than ``WAKE_SPACING`` after the last read, are
+    read once, together (``WakeReads``)."""
     while True:
         left = poll_at - monotonic()
         if left <= 0 or not await listener.wait(left):
@@ -230,13 +216,9 @@ async def _still_held(context: LockContext, hub: Hub, timeout: float) -> bool:
         return False
 
 
-class Claim(Protocol[Taken]):
-    """The slot's claim, raising ``DependencyPending`` while a key has not succeeded."""
-
-    async def __call__(self) -> Taken: ...
-
-
-async def wait_after(context: LockContext, claim: Claim[Taken], patience: ConnectPatience) -> Taken:
+async def wait_after(
+    context: LockContext, claim: Takes[[], Taken], patience: ConnectPatience
+) -> Taken:
     """``claim()``'s answer, tried again while it raised ``DependencyPending``,
     whenever the key it named may have succeeded, until the wait is over (then the
     last refusal is raised)."""

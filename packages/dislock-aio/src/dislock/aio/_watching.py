@@ -13,12 +13,7 @@ from collections.abc import Callable, Sequence
 from time import monotonic
 from typing import NamedTuple
 
-from dislock.core.context import (
-    LEASE_LOST_EXIT_CODE,
-    MAX_RUNTIME_EXIT_CODE,
-    LeaseLossPolicy,
-    LockContext,
-)
+from dislock.core.context import LEASE_LOST_EXIT_CODE, MAX_RUNTIME_EXIT_CODE, LeaseLossPolicy
 from dislock.core.processes import Guard, group_alive, signal_group
 from dislock.core.supervision import (
     GUARD_FIRED,
@@ -40,12 +35,6 @@ its guard was to kill (it was stopped), waits for its guard to say whether it
 killed the group (the guard exits right after killing)."""
 
 
-async def _guard_killed_at_deadline(guard: Guard, patience: float) -> bool:
-    """Whether the guard killed the group because the deadline passed, waiting up
-    to ``patience`` seconds for it to exit."""
-    return await until(lambda: guard.verdict() is not None, patience) and bool(guard.verdict())
-
-
 class Bound(NamedTuple):
     """A run's maximum runtime: the lock key it is reported under, the bound, when
     (monotonic) it is over, and how long after its grace the guard kills."""
@@ -54,19 +43,6 @@ class Bound(NamedTuple):
     seconds: float
     stop_at: float
     guard_lag: float
-
-    @classmethod
-    def starting(cls, context: LockContext, guard_lag: float) -> Bound | None:
-        """``context``'s bound, counted from now; None without one."""
-        seconds = context.max_runtime_seconds
-        if seconds is None:
-            return None
-        return cls(context.lock_key, seconds, monotonic() + seconds, guard_lag)
-
-    @property
-    def guard_at(self) -> float:
-        """The latest instant the guard may be told: the bound, its grace, the lag."""
-        return self.stop_at + KILL_GRACE + self.guard_lag
 
     def line(self, consequence: str) -> str:
         return max_runtime_line(self.lock_key, self.seconds, consequence)
@@ -116,7 +92,8 @@ async def watch(
             )
             killed = code == -signal.SIGKILL
             patience = _GUARD_VERDICT_PATIENCE if killed or overdue else 0.0
-            if await _guard_killed_at_deadline(guard, patience):
+            # Whether the guard killed the group because a deadline passed.
+            if await until(lambda: guard.verdict() is not None, patience) and guard.verdict():
                 if code is None:
                     await child.wait(None)  # SIGKILLed: it is going, if not gone
                 # Which instant the guard kept: the bound's, unless the lease's
@@ -130,10 +107,7 @@ async def watch(
                     return MAX_RUNTIME_EXIT_CODE, True
                 assert lease is not None
                 lease.declare_if_lost()
-                consequence = _guard_killed(argv, child, LEASE_LOST_EXIT_CODE)
-                logger.error(
-                    "%s", lease_loss_line(lease.context.lock_key, GUARD_FIRED, consequence)
-                )
+                report_loss(lease, _guard_killed(argv, child, LEASE_LOST_EXIT_CODE), GUARD_FIRED)
                 return LEASE_LOST_EXIT_CODE, False
         if code is not None:
             return exit_status(code), False
@@ -155,9 +129,11 @@ async def watch(
             return MAX_RUNTIME_EXIT_CODE, True
 
 
-def report_loss(lease: LeaseLock, consequence: str) -> None:
-    """The one line that says a lease was lost and what happens to the command."""
-    logger.error("%s", lease_loss_line(lease.context.lock_key, lease.lost_reason, consequence))
+def report_loss(lease: LeaseLock, consequence: str, reason: str | None = None) -> None:
+    """The one line that says a lease was lost (for ``reason``, by default its own)
+    and what happens to the command."""
+    why = lease.lost_reason if reason is None else reason
+    logger.error("%s", lease_loss_line(lease.context.lock_key, why, consequence))
 
 
 _GROUP_POLL = 0.02
@@ -175,14 +151,18 @@ async def until(done: Callable[[], bool], timeout: float) -> bool:
     return True
 
 
-async def _group_gone(pgid: int, timeout: float) -> bool:
-    return await until(lambda: not group_alive(pgid), timeout)
+async def _stop_rest(pgid: int, grace: float) -> bool:
+    """SIGTERM the group ``pgid``, SIGKILL it after ``grace``; whether it is gone."""
+    signal_group(pgid, signal.SIGTERM)
+    if await until(lambda: not group_alive(pgid), grace):
+        return True
+    signal_group(pgid, signal.SIGKILL)
+    return await until(lambda: not group_alive(pgid), 1.0)
 
 
 async def clear_group(pgid: int, grace: float = KILL_GRACE) -> None:
     """SIGTERM what is left of a group whose leader exited, SIGKILL it after
-    ``grace``, and wait until it is gone: the lock must not be released while
-    part of the job still runs."""
+    ``grace``, and wait until it is gone (see the module)."""
     if not group_alive(pgid):
         return
     logger.warning(
@@ -191,48 +171,34 @@ async def clear_group(pgid: int, grace: float = KILL_GRACE) -> None:
         pgid,
         grace,
     )
-    signal_group(pgid, signal.SIGTERM)
-    if await _group_gone(pgid, grace):
-        return
-    signal_group(pgid, signal.SIGKILL)
-    if not await _group_gone(pgid, 1.0):
+    if not await _stop_rest(pgid, grace):
         logger.error("process group %d survived SIGKILL (a member this user cannot kill)", pgid)
 
 
-async def stop_group(child: Child, grace: float = KILL_GRACE) -> int:
-    """SIGTERM the child's group, SIGKILL it after ``grace``; the child's return code."""
+async def stop_group(child: Child, grace: float = KILL_GRACE, line: str | None = None) -> int:
+    """SIGTERM the child's group, SIGKILL it after ``grace``; the child's return code.
+    ``line`` is said once the signal is sent: a wrapper blocked writing it (a full
+    stderr pipe) must not hold the command's stop up."""
     started = monotonic()
     signal_group(child.group, signal.SIGTERM)
-    return await finish_stop(child, grace, started)
-
-
-async def finish_stop(child: Child, grace: float, started: float) -> int:
-    """The rest of ``stop_group``, once the group got SIGTERM at ``started``."""
+    if line is not None:
+        logger.error("%s", line)
     code = await child.wait(max(0.0, grace - (monotonic() - started)))
     if code is None:
         signal_group(child.group, signal.SIGKILL)
         code = await child.wait(None)
     assert code is not None
-    # Whatever is left of the group (helpers ignoring SIGTERM) must not outlive
-    # the lock either.
+    # Whatever is left of the group (helpers ignoring SIGTERM) must go too.
     if group_alive(child.group):
-        signal_group(child.group, signal.SIGTERM)
-        if not await _group_gone(child.group, max(0.0, grace - (monotonic() - started))):
-            signal_group(child.group, signal.SIGKILL)
-            await _group_gone(child.group, 1.0)
+        await _stop_rest(child.group, max(0.0, grace - (monotonic() - started)))
     return code
 
 
 async def terminate(
     child: Child, guard: Guard | None, lag: float, line: str, grace: float = KILL_GRACE
 ) -> None:
-    """The wrapper stops the command itself (SIGTERM, SIGKILL after ``grace``), and
-    tells the guard to wait out the grace and ``lag``.  ``line`` is said once the
-    signal is sent: a wrapper blocked writing it (a full stderr pipe) must not hold
-    the command's stop up."""
-    started = monotonic()
+    """The wrapper stops the command itself (``stop_group``), and tells the guard
+    first to wait out the grace and ``lag``."""
     if guard is not None:
-        guard.kill_at(started + grace + lag)
-    signal_group(child.group, signal.SIGTERM)
-    logger.error("%s", line)
-    await finish_stop(child, grace, started)
+        guard.kill_at(monotonic() + grace + lag)
+    await stop_group(child, grace, line)

@@ -61,7 +61,7 @@ T = TypeVar("T")
 P = ParamSpec("P")
 
 Takes: TypeAlias = Callable[P, T]
-"""A function as the decorators take it: any function, here."""
+"""A function the lock code calls (one decorated, a waiter's try): any function, here."""
 Gives: TypeAlias = Callable[P, T]
 """A decorated function: the same kind, here."""
 
@@ -188,10 +188,6 @@ class Link:
         message = unreplicated_notice(diag)
         if message is not None:
             self._unreplicated = message
-
-    @classmethod
-    def open(cls, url: str, kwargs: dict[str, Any]) -> Link:
-        return cls(Connection.connect(url, **kwargs))
 
     @property
     def idle(self) -> bool:

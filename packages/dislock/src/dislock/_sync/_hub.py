@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import logging
 import select
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from functools import partial
 from time import monotonic
-from typing import Any
+from typing import Any, cast
 
-from psycopg import Cursor, OperationalError
+from psycopg import Connection, Cursor, OperationalError
 from psycopg.errors import UndefinedFunction
 from psycopg.pq import ExecStatus
 from psycopg.rows import TupleRow
@@ -31,6 +31,7 @@ from dislock.core.context import DEFAULT_CONNECT_TIMEOUT, LockContext
 from dislock.core.dsn import connection_kwargs, one_line, parse_dsn, scrub
 from dislock.core.errors import NotSent, StatementTimeout
 from dislock.core.exchange import Answer, Exchange
+from dislock.core.exit_arguments import Exc, ExcType, Tb
 from dislock.core.failover import TIMELINE_NOW
 from dislock.core.hub_state import HubState
 from dislock.core.patience import ConnectPatience, passing_answer
@@ -49,23 +50,9 @@ GIVEN = Given(monotonic, partial(datetime.now, timezone.utc), HELD)
 """What the sequences read of the process: its clocks, and its rows."""
 
 
-def _answered_while_idle(link: Link) -> bool:
-    """Whether an idle connection has something to read: the server only speaks
-    unasked to say goodbye (an idle-session timeout, a terminated backend, a
-    restart), so the connection is not worth sending a statement on."""
-    if not link.idle:
-        return False
-    try:
-        readable, _, _ = select.select([link.conn.fileno()], [], [], 0)
-    except (OSError, ValueError):
-        return True
-    return bool(readable)
-
-
 class Hub(HubState[Link]):
-    """The shared connection to one database, and (in ``renewer``) the renewer and
-    watchdog of the leases held on it.  Its bookkeeping between statements is
-    ``dislock.core.hub_state.HubState``'s."""
+    """The shared connection to one database and (``renewer``) its leases' renewer;
+    its bookkeeping between statements is ``dislock.core.hub_state.HubState``'s."""
 
     def __init__(self, url: str, connect_timeout: float) -> None:
         super().__init__(url, connect_timeout)
@@ -80,10 +67,9 @@ class Hub(HubState[Link]):
         patience: ConnectPatience | None = None,
     ) -> Cursor[TupleRow]:
         """Run one statement on the shared connection, cancelling it after ``timeout``;
-        a connection opened for it waits out failures within ``patience`` (that of the
-        acquisition the statement is part of), if given."""
+        a connection opened for it waits out failures within ``patience``, if given."""
         started = monotonic()
-        link = self._usable_link(patience)
+        link = self.connect(patience)
         self._allow_preparing(link)
         # Read before sending: another thread may turn preparing off meanwhile.
         preparing = link.conn.prepare_threshold is not None
@@ -97,31 +83,23 @@ class Hub(HubState[Link]):
                 self._stop_preparing(link, exc)
                 return link.execute(statement, params, timeout)
         except NotSent:
-            # Only the thread-based link raises it: a statement that waited for
-            # the connection while another thread's statement was stuck on it, and
-            # gave up unsent.  Safe to send again: on a new connection, in the time
-            # left.  (Statements of one loop queue inside psycopg, never unsent.)
+            # Only the thread-based link raises it, for a statement that gave up waiting
+            # behind another thread's stuck one: unsent, so safe to send again, on a new
+            # connection, in the time left.
             self._retire(link)
-            link = self._usable_link(patience)
+            link = self.connect(patience)
             left = timeout - (monotonic() - started)
             return link.execute(statement, params, max(left, STATEMENT_FLOOR))
         except Exception as exc:
             # A connection that answered read-only or unconfirmed stays so (a read-only
             # session, a demoting primary a proxy still routes to): a fresh one may not.
-            if (
-                isinstance(exc, StatementTimeout)
-                or passing_answer(exc)
-                or link.conn.broken
-                or link.conn.closed
-            ):
+            conn, timed_out = link.conn, isinstance(exc, StatementTimeout)
+            if timed_out or passing_answer(exc) or conn.broken or conn.closed:
                 self._retire(link)
             raise
 
     def ask(
-        self,
-        exchange: Exchange[Answer],
-        timeout: float,
-        patience: ConnectPatience | None = None,
+        self, exchange: Exchange[Answer], timeout: float, patience: ConnectPatience | None = None
     ) -> Answer:
         """Send ``exchange`` as ``execute`` does and read its answer from its rows (a
         call to a function the table lacks: its plain statement, ``Exchange.fallback``)."""
@@ -141,10 +119,8 @@ class Hub(HubState[Link]):
 
     def drive(self, sequence: Steps[Outcome]) -> Outcome:
         """Carry out an acquisition's steps (``dislock.core.acquisition``) to its outcome
-        (or the error it raises): each statement sent and its answer (or error) fed back,
-        each pause slept, the timeline noted; every decision is the sequence's.  An
-        interruption (a cancellation, ``KeyboardInterrupt``) closes the sequence at the
-        step it was at, rather than leaving it suspended for the garbage collector."""
+        (or the error it raises), deciding nothing.  An interruption closes the sequence
+        at the step it was at, rather than leaving it suspended for the garbage collector."""
         reply: Any = None
         error: Exception | None = None
         try:
@@ -152,8 +128,7 @@ class Hub(HubState[Link]):
                 try:
                     step = sequence.throw(error) if error is not None else sequence.send(reply)
                 except StopIteration as done:
-                    outcome: Outcome = done.value
-                    return outcome
+                    return cast(Outcome, done.value)
                 reply, error = None, None
                 if isinstance(step, Ask):
                     try:
@@ -171,16 +146,11 @@ class Hub(HubState[Link]):
         finally:
             sequence.close()
 
-    def connect(self, patience: ConnectPatience | None = None) -> None:
-        """Have the shared connection open, waiting out failures that say nothing
-        about the lock (too many connections, a restarting server, a host that does
-        not answer, no primary yet) until ``patience``'s deadline, if given; other
-        failures, and the last one, are raised."""
-        self._usable_link(patience)
-
-    def _usable_link(self, patience: ConnectPatience | None = None) -> Link:
-        """The current link, or a new one if it is unusable (a failure to open one is
-        retried within ``patience``, if given)."""
+    def connect(self, patience: ConnectPatience | None = None) -> Link:
+        """The shared connection: the current link, or a new one if it is unusable,
+        waiting out failures that say nothing about the lock (too many connections, a
+        restarting server, no primary yet) until ``patience``'s deadline, if given;
+        other failures, and the last one, are raised."""
         link = self._link
         if link is not None and self._usable(link):
             return link
@@ -219,45 +189,49 @@ class Hub(HubState[Link]):
                 kwargs = connection_kwargs(
                     self.url, self.connect_timeout, attempt_timeout=attempt_timeout
                 )
-                link = Link.open(self.url, kwargs)
+                link = Link(Connection.connect(self.url, **kwargs))
                 self._adopt(link)
                 if self.timeline is not None and self.renewer.holds_leases():
-                    self._compare_timeline(link)
+                    # A holder reconnecting: say so if the server's history changed
+                    # (one statement per reconnection, none on the common path).
+                    self._read(link, TIMELINE_NOW, "the server timeline", self._timeline_read)
             return link
 
     def _allow_preparing(self, link: Link) -> None:
         """Once ``link`` has served a few statements, let psycopg prepare the ones it
         repeats if it reaches the server directly (``dislock.core.preparing``).  Checked
         before a statement, not after: an interruption here leaves that one unsent."""
-        if not self._check_due(link):
-            return
-        try:
-            server_pid = self._read(link, SERVER_PID)
-        except Exception as exc:  # the statement that follows finds out, if it matters
-            logger.debug("could not read the server's backend pid: %s", scrub(str(exc), self.url))
-            return
-        self._prepare_if_direct(link, server_pid)
+        if self._check_due(link):
+            read = partial(self._prepare_if_direct, link)
+            self._read(link, SERVER_PID, "the server's backend pid", read)
 
-    def _compare_timeline(self, link: Link) -> None:
-        """A holder reconnecting: say so if the server's history changed (one
-        statement per reconnection, none on the common path)."""
+    def _read(
+        self, link: Link, exchange: Exchange[Answer], what: str, then: Callable[[Answer], None]
+    ) -> None:
+        """``then(answer)`` with ``exchange``'s answer on ``link`` itself, within the
+        connect timeout; a failure is only logged (the next statement finds out)."""
         try:
-            timeline = self._read(link, TIMELINE_NOW)
-        except Exception as exc:  # a standby, a server without WAL functions
-            logger.debug("could not read the server timeline: %s", scrub(str(exc), self.url))
+            cursor = link.execute(exchange.query, exchange.params, self.connect_timeout)
+            answer = exchange.read(cursor.fetchall())
+        except Exception as exc:
+            logger.debug("could not read %s: %s", what, scrub(str(exc), self.url))
             return
-        self._timeline_read(timeline)
-
-    def _read(self, link: Link, exchange: Exchange[Answer]) -> Answer:
-        """``exchange``'s answer on ``link`` itself, within the connect timeout."""
-        cursor = link.execute(exchange.query, exchange.params, self.connect_timeout)
-        return exchange.read(cursor.fetchall())
+        then(answer)
 
     def _usable(self, link: Link) -> bool:
         conn = link.conn
-        return not (
-            link.retired or conn.closed or conn.broken or link.overdue or _answered_while_idle(link)
-        )
+        if link.retired or conn.closed or conn.broken or link.overdue:
+            return False
+        if not link.idle:
+            return True
+        # An idle connection with something to read is not worth sending a statement on:
+        # the server only speaks unasked to say goodbye (an idle-session timeout, a
+        # terminated backend, a restart).
+        try:
+            readable, _, _ = select.select([conn.fileno()], [], [], 0)
+        except (OSError, ValueError):
+            return False
+        return not readable
 
     def _retire(self, link: Link) -> None:
         self._forget(link)
@@ -273,11 +247,18 @@ class Hub(HubState[Link]):
         if link is not None:
             link.retire()
 
+    def __enter__(self) -> Hub:
+        return self
+
+    def __exit__(self, exc_type: ExcType, exc: Exc, tb: Tb) -> None:
+        leave_hub(self)
+
 
 # A hub serves one process or, where a connection belongs to the loop that opened
 # it, one loop: each loop then has hubs of its own (see ``local_registry``).
 def enter_hub(url: str, connect_timeout: float = DEFAULT_CONNECT_TIMEOUT) -> Hub:
-    """The hub for ``url``, counted as used until ``leave_hub``."""
+    """The hub for ``url``, counted as used until ``leave_hub`` (or the end of the
+    block it is entered by)."""
     registry = local_registry()
     with registry.lock:
         hub: Hub | None = registry.hubs.get(url)
@@ -301,11 +282,8 @@ def leave_hub(hub: Hub) -> None:
 
 def drive_briefly(context: LockContext, sequence: Steps[Outcome]) -> Outcome:
     """Run ``sequence`` on the hub of ``context``'s database, used only meanwhile."""
-    hub = enter_hub(context.url, context.connect_timeout_seconds)
-    try:
+    with enter_hub(context.url, context.connect_timeout_seconds) as hub:
         return hub.drive(sequence)
-    finally:
-        leave_hub(hub)
 
 
 @contextmanager
@@ -320,9 +298,6 @@ def keep_connected(
     new connection.  The URL must be the one the locks' ``LockContext`` uses.
     """
     parse_dsn(url)
-    hub = enter_hub(url, connect_timeout_seconds)
-    try:
+    with enter_hub(url, connect_timeout_seconds) as hub:
         hub.connect()  # a bad URL or an unreachable server fails here, not later
         yield
-    finally:
-        leave_hub(hub)

@@ -25,7 +25,7 @@ from dislock.core.supervision import LOSS_LOGGER
 
 from ._compat import Event
 from ._hub import GIVEN, Hub, enter_hub, leave_hub
-from ._recording import RunRecording, record_alone
+from ._recording import Alone, RunRecording
 
 logger = logging.getLogger("dislock")
 
@@ -104,7 +104,8 @@ class LeaseLock(LeaseState[Hub, Event]):
         logger.info("acquired lease %s for %g s", self.key, self.settings.ttl)
         if self.records_history:
             try:
-                self._recording = record_alone(self.context, LEASE, lease=self)
+                recording = RunRecording(self.context, Alone(self), (LEASE,), None)
+                self._recording = recording.__enter__()
             except BaseException as error:  # interrupted: give the lease back too
                 self.__exit__(type(error), error, error.__traceback__)
                 raise
@@ -114,11 +115,8 @@ class LeaseLock(LeaseState[Hub, Event]):
         """Ask the lease's live holder to stop and hand it over, then take it: as soon
         as the holder's work is gone and it handed the row over, else once the row
         expires (a dead or frozen holder); None if neither happened by then."""
-        from dislock.core.replace_sequences import (  # (only replacers)
-            marking,
-            replacing,
-            withdrawing,
-        )
+        # (Only replacers import it.)
+        from dislock.core.replace_sequences import marking, replacing, withdrawing
 
         context = self.context
         timeout = max(self.settings.interval, 1.0)

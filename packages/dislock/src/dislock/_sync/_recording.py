@@ -14,13 +14,14 @@ import socket
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from time import monotonic
-from typing import Protocol
+from typing import Any, Protocol
 
 from dislock.core import history
 from dislock.core.after import DependencyPending
 from dislock.core.context import LEASE_LOST_EXIT_CODE, LeaseLossPolicy, LockContext
 from dislock.core.dsn import message_line, one_line, scrub
 from dislock.core.exit_arguments import Exc, ExcType, Tb
+from dislock.core.lease_state import LeaseState
 from dislock.core.patience import ConnectPatience
 
 from ._hub import Hub, enter_hub, leave_hub
@@ -28,18 +29,12 @@ from ._hub import Hub, enter_hub, leave_hub
 logger = logging.getLogger("dislock")
 
 
-class Lease(Protocol):
-    """A run's lease (``._lease.LeaseLock``), as its row's end sees it."""
-
-    def is_lost(self) -> bool: ...
-
-
 class Run(Protocol):
     """What the row's end needs of the run: whether its lease was lost, and how it
     ended when ``run_with_locks`` says so (``LockSession``)."""
 
     @property
-    def lease(self) -> Lease | None: ...
+    def lease(self) -> LeaseState[Any, Any] | None: ...
 
     @property
     def run_end(self) -> history.RunEnd | None: ...
@@ -55,12 +50,7 @@ def run_end(context: LockContext, run: Run, exc: BaseException | None) -> histor
         return history.end_of_block(exc, lease_lost=lost)
     if lost and end.outcome == "ok" and context.lease_loss_policy is LeaseLossPolicy.TERMINATE:
         # The lease went as the command ended: the wrapper returns 75.
-        return history.RunEnd(
-            "lease_lost",
-            LEASE_LOST_EXIT_CODE,
-            stdout_tail=end.stdout_tail,
-            stderr_tail=end.stderr_tail,
-        )
+        return end._replace(outcome="lease_lost", exit_code=LEASE_LOST_EXIT_CODE)
     if end.outcome == "ok":
         return end._replace(stdout_tail=None, stderr_tail=None)  # a success keeps no output
     return end
@@ -69,18 +59,16 @@ def run_end(context: LockContext, run: Run, exc: BaseException | None) -> histor
 class Alone:
     """The run of a lock entered by itself, without ``acquire_locks``."""
 
-    def __init__(self, lease: Lease | None) -> None:
+    def __init__(self, lease: LeaseState[Any, Any] | None) -> None:
         self.lease = lease
         self.run_end: history.RunEnd | None = None
 
 
 class RunRecording:
-    """The run's row: inserted as it is entered, completed as it is left.
-
-    It keeps the shared connection for the end statement, so that a schedule-only
-    run does not connect again to record it.  A history statement that fails is
-    logged and otherwise ignored: the run is not the history's hostage.
-    """
+    """The run's row: inserted as it is entered, completed as it is left.  It keeps
+    the shared connection for the end statement, so that a schedule-only run does not
+    connect again to record it.  A history statement that fails is logged and
+    otherwise ignored: the run is not the history's hostage."""
 
     def __init__(
         self, context: LockContext, run: Run, modes: Sequence[str], slot_end: datetime | None
@@ -201,7 +189,6 @@ class RunRecording:
         from dislock.core import unrecorded
 
         context = self.context
-        detail = scrub(one_line(str(error)), context.url)
         kept = ""
         if history.retry_end(error):
             try:
@@ -216,23 +203,9 @@ class RunRecording:
             "could not record the end of %s in history table %s: %s%s",
             context.lock_key,
             ".".join(self.table),
-            detail,
+            scrub(one_line(str(error)), context.url),
             kept,
         )
-
-
-def record_alone(
-    context: LockContext,
-    mode: str,
-    *,
-    slot_end: datetime | None = None,
-    lease: Lease | None = None,
-) -> RunRecording:
-    """The history row of a run guarded by one lock alone, of ``mode`` (a strategy's
-    name), already inserted: ``slot_end`` for a schedule slot, ``lease`` for a lease."""
-    recording = RunRecording(context, Alone(lease), (mode,), slot_end)
-    recording.__enter__()
-    return recording
 
 
 def record_late(context: LockContext, slot_end: datetime) -> None:
@@ -240,9 +213,8 @@ def record_late(context: LockContext, slot_end: datetime) -> None:
     passed before anyone started it, and this acquisition marked it so."""
     run = Alone(None)
     run.run_end = history.RunEnd("late")
-    recording = RunRecording(context, run, ("schedule",), slot_end)
-    recording.__enter__()
-    recording.__exit__(None, None, None)
+    with RunRecording(context, run, ("schedule",), slot_end):
+        pass
 
 
 def record_held_back(context: LockContext, pending: DependencyPending) -> None:

@@ -19,16 +19,8 @@ from dislock.core.patience import ConnectPatience
 from dislock.core.schedule_claiming import claiming_schedule_slot, schedule_refusal
 from dislock.core.schedule_state import ScheduleState
 
-from ._hub import GIVEN, drive_briefly, enter_hub, leave_hub
-from ._recording import (
-    Alone,
-    Run,
-    RunRecording,
-    record_alone,
-    record_held_back,
-    record_late,
-    run_end,
-)
+from ._hub import GIVEN, drive_briefly, enter_hub
+from ._recording import Alone, Run, RunRecording, record_held_back, record_late, run_end
 from ._waiting import wait_after
 
 
@@ -39,9 +31,9 @@ class ScheduleLock(ScheduleState):
     the next boundary of ``schedule`` on the database clock) and raises
     ``LockNotAcquiredError`` if another owner already started in this slot, or
     while a key of ``LockContext.after`` has not succeeded in it (waited for with
-    ``wait_seconds``: a taken slot never is).  Leaving does nothing: the slot
-    stays taken until it ends.  What it
-    knows between statements is ``dislock.core.schedule_state.ScheduleState``'s.
+    ``wait_seconds``: a taken slot never is).  Leaving does nothing: the slot stays
+    taken until it ends.  What it knows between statements is
+    ``dislock.core.schedule_state.ScheduleState``'s.
     """
 
     def __init__(self, context: LockContext) -> None:
@@ -69,20 +61,20 @@ class ScheduleLock(ScheduleState):
             raise refusal
         self._took(answer, expires_at)
         if self.records_history:
-            self._recording = record_alone(context, SCHEDULE, slot_end=expires_at)
+            recording = RunRecording(context, Alone(None), (SCHEDULE,), expires_at)
+            self._recording = recording.__enter__()
         return self
 
     def _claim(self) -> tuple[Acquired, datetime]:
         """The slot's claim and its end, waited for while a key of ``after`` has not
         succeeded in it (with ``wait_seconds``)."""
         context = self.context
-        # The connection is given back at once: a slot needs nothing while the job runs.
-        hub = enter_hub(context.url, context.connect_timeout_seconds)
         # One patience for every connection on the way to the decision, until the slot ends.
         patience = ConnectPatience(
             context.connect_patience_seconds, self.given.clock(), slot=self._slot_of_now()
         )
-        try:
+        # The connection is given back at once: a slot needs nothing while the job runs.
+        with enter_hub(context.url, context.connect_timeout_seconds) as hub:
             hub.connect(patience)
 
             def claim() -> tuple[Acquired, datetime]:
@@ -94,8 +86,6 @@ class ScheduleLock(ScheduleState):
             if context.after and context.wait_seconds:
                 return wait_after(context, claim, patience)
             return claim()
-        finally:
-            leave_hub(hub)
 
     @property
     def holding(self) -> bool:

@@ -18,24 +18,17 @@ import os
 import signal
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import ExitStack
+from time import monotonic
 
 from dislock.core.config import SCHEDULE
-from dislock.core.context import (
-    LEASE_LOST_EXIT_CODE,
-    LeaseLossPolicy,
-    LockContext,
-)
+from dislock.core.context import LEASE_LOST_EXIT_CODE, LeaseLossPolicy, LockContext
 from dislock.core.errors import Interrupted, LeaseLostError
 from dislock.core.history import RunEnd, end_of_command
 from dislock.core.output_tail import OutputTails
-from dislock.core.processes import (
-    Guard,
-    ensure_runnable,
-    parent_death_signal,
-    signal_group,
-)
+from dislock.core.processes import Guard, ensure_runnable, parent_death_signal, signal_group
 from dislock.core.supervision import (
     GUARD_LAG_MAX,
+    KILL_GRACE,
     SignalAction,
     SignalRoute,
     check_command,
@@ -71,11 +64,7 @@ def supervise(
     context = session.locks[0].context
     base = inherited_environment(os.environ, withheld_variables)
     env = child_environment(
-        base,
-        context.lock_key,
-        session.fencing_token,
-        run_token,
-        attempt=session.attempt,
+        base, context.lock_key, session.fencing_token, run_token, attempt=session.attempt
     )
     lease = session.lease
     try:
@@ -86,27 +75,26 @@ def supervise(
             return LEASE_LOST_EXIT_CODE
         guard = Guard.start(run_token, base)
         lag, bound = _bind_guard(guard, context, lease, policy)
-        outputs = (
-            OutputTails(context.output_tail_bytes, context.url)
-            if context.output_tail_bytes and context.history
-            else None
-        )
-        child = _start(argv, env, guard, lease, outputs)
-        if route is not None:
-            for signum in route.started(child.group):
-                _forward(child.group, signum)
+        outputs: OutputTails | None = None
+        if context.output_tail_bytes and context.history:
+            outputs = OutputTails(context.output_tail_bytes, context.url)
         try:
-            code, timed_out = watch(child, argv, lease, policy, guard, lag, bound)
-            session.run_end = _end_of_run(child, code, timed_out, lease, outputs)
-            return code
-        except BaseException:
-            # Interrupted (KeyboardInterrupt, cancellation): never leave the command
-            # running after its locks are released, not even if interrupted again.
+            child = _start(argv, env, guard, outputs)
+            if route is not None:
+                for signum in route.started(child.group):
+                    _forward(child.group, signum)
             try:
-                stop_group(child)
-            finally:
-                signal_group(child.group, signal.SIGKILL)
-            raise
+                code, timed_out = watch(child, argv, lease, policy, guard, lag, bound)
+                session.run_end = _end_of_run(child, code, timed_out, lease, outputs)
+                return code
+            except BaseException:
+                # Interrupted (KeyboardInterrupt, cancellation): never leave the command
+                # running after its locks are released, not even if interrupted again.
+                try:
+                    stop_group(child)
+                finally:
+                    signal_group(child.group, signal.SIGKILL)
+                raise
         finally:
             _dismiss(guard, lease)
     finally:
@@ -125,11 +113,14 @@ def _bind_guard(
     lag = guard_lag(lease.settings.ttl) if lease is not None and follows else 0.0
     # Started before the command is: its bound can only come early, by the time
     # a spawn takes, never late.
-    bound = Bound.starting(context, lag or GUARD_LAG_MAX)
+    bound: Bound | None = None
+    seconds = context.max_runtime_seconds
+    if seconds is not None:
+        bound = Bound(context.lock_key, seconds, monotonic() + seconds, lag or GUARD_LAG_MAX)
     if guard is not None and bound is not None:
         # The guard kills the group once the bound and its grace are over,
         # should the wrapper not have stopped it by then (stopped, frozen).
-        guard.cap(bound.guard_at)
+        guard.cap(bound.stop_at + KILL_GRACE + bound.guard_lag)
         if not follows:
             guard.kill_at(math.inf)  # the cap
     if guard is not None and lease is not None and follows:
@@ -138,14 +129,10 @@ def _bind_guard(
 
 
 def _start(
-    argv: Sequence[str],
-    env: dict[str, str],
-    guard: Guard | None,
-    lease: LeaseLock | None,
-    outputs: OutputTails | None,
+    argv: Sequence[str], env: dict[str, str], guard: Guard | None, outputs: OutputTails | None
 ) -> Child:
     """The command started in a process group of its own, its output copied and the
-    guard told its group; the guard dismissed if it cannot start."""
+    guard told its group."""
     try:
         child = Child.start(
             list(argv),
@@ -156,7 +143,6 @@ def _start(
     except BaseException:
         if outputs is not None:
             outputs.abandon()
-        _dismiss(guard, lease)
         raise
     if outputs is not None:
         outputs.start()
@@ -166,11 +152,7 @@ def _start(
 
 
 def _end_of_run(
-    child: Child,
-    code: int,
-    timed_out: bool,
-    lease: LeaseLock | None,
-    outputs: OutputTails | None,
+    child: Child, code: int, timed_out: bool, lease: LeaseLock | None, outputs: OutputTails | None
 ) -> RunEnd:
     """Once the command exited: what is left of its group stopped, and the run's end
     for its record."""
@@ -264,9 +246,8 @@ def run_with_locks(
         if status == LEASE_LOST_EXIT_CODE:
             logger.debug("%s", exc)  # supervise has said so, in one line
         else:  # lost after the command had exited
-            logger.error(
-                "%s", lease_loss_line(context.lock_key, exc.reason, f"exit {LEASE_LOST_EXIT_CODE}")
-            )
+            line = lease_loss_line(context.lock_key, exc.reason, f"exit {LEASE_LOST_EXIT_CODE}")
+            logger.error("%s", line)
         return LEASE_LOST_EXIT_CODE
     except Interrupted as exc:
         logger.info("signal %d before %s started; not running it", exc.signum, argv[0])

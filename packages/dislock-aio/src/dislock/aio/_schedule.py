@@ -56,7 +56,7 @@ class ScheduleLock(ScheduleState):
             answer, expires_at = await self._claim()
         except DependencyPending as pending:
             # Held back by a key it comes after: recorded once per slot, so that the
-            # slot does not read as one nobody started (``dislock.core.held_back``).
+            # slot does not read as one nobody started (``dislock.core.after``).
             if context.history:
                 await record_held_back(context, pending)
             raise

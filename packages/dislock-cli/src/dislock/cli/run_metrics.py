@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 from dislock.cli.shown import OTHER_OUTCOME
 from dislock.core.bounds import MAX_KEY_BYTES, clip, escape
-from dislock.core.held_back import HELD_BACK
+from dislock.core.after import HELD_BACK
 from dislock.core.history import OUTCOMES
 from dislock.core.operator_commands import PAUSED, RESUMED
 

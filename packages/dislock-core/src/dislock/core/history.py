@@ -140,7 +140,7 @@ def add_tail_columns(history: tuple[str, ...]) -> sql.Composed:
 # run pays a round trip for them, not a wait for the WAL to reach the disk.  A
 # server crash can lose the last fraction of a second of history; lock rows are
 # written by other statements, durably as ever.
-_ASYNC_COMMIT = sql.SQL("(SELECT set_config('synchronous_commit', 'off', true)) AS async_commit")
+ASYNC_COMMIT = sql.SQL("(SELECT set_config('synchronous_commit', 'off', true)) AS async_commit")
 
 
 @lru_cache(maxsize=64)
@@ -150,7 +150,7 @@ def _start_query(history: tuple[str, ...]) -> sql.Composed:
         sql.Identifier(*history),
         sql.SQL(", ").join(map(sql.Identifier, STARTED)),
         sql.SQL(", ").join(values),
-        async_commit=_ASYNC_COMMIT,
+        async_commit=ASYNC_COMMIT,
     )
 
 
@@ -170,7 +170,7 @@ def _end_query(history: tuple[str, ...], late: bool = False, tails: bool = False
         tails=sql.SQL(
             ", stdout_tail = %(stdout_tail)s, stderr_tail = %(stderr_tail)s" if tails else ""
         ),
-        async_commit=_ASYNC_COMMIT,
+        async_commit=ASYNC_COMMIT,
         notice=success_notice(),
     )
 

@@ -37,7 +37,7 @@ from dislock.cli.serve.scrape import (
 from dislock.cli.serve.slot_windows import ScheduleWindows
 from dislock.core.dsn import connection_kwargs, scrub
 from dislock.core.grant_catalog import audit
-from dislock.core.held_back import HELD_BACK
+from dislock.core.after import HELD_BACK
 
 logger = logging.getLogger("dislock.serve")
 

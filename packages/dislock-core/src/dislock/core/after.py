@@ -10,7 +10,7 @@ start within the slot (or within its start deadline) may still start it.
 
 A waiting job (``wait_seconds``) is woken by the end statement of a successful
 run, which notifies on the release channel with a payload of its own making
-(``after_payload``), as a release wakes a lease's waiters; it polls as well,
+(``success_notice``), as a release wakes a lease's waiters; it polls as well,
 where ``LISTEN`` cannot work (a pooler) and for a wake-up it missed.
 
 A refused start writes no lock row: without a trace, a slot held back all along
@@ -36,8 +36,8 @@ from psycopg import sql
 
 from dislock.core import bounds
 from dislock.core.errors import ConfigurationError, LockNotAcquiredError
-from dislock.core.exchange import Exchange, Rows, select_list
-from dislock.core.waiting import WAKE_CHANNEL, ListenRow, read_listen
+from dislock.core.exchange import Exchange, Rows
+from dislock.core.waiting import WAKE_CHANNEL, ListenRow, listening, wake_payload
 
 SUCCEEDED = "ok"
 """The history outcome of a run that succeeded."""
@@ -102,13 +102,9 @@ def parse_after(raw: str) -> tuple[str, ...]:
     return keys
 
 
-def _payload(table_oid: sql.Composable, key: sql.Composable) -> sql.Composed:
-    # Like a release's payload (``dislock.core.waiting.wake_payload``): the table's
-    # oid, however it was named, and a digest of fixed length; ``after`` tells it
-    # from a lease's, whose row keys all start with ``cronjob-lock:``.
-    return sql.SQL("{}::text || ':after:' || encode(sha256(convert_to({}, 'UTF8')), 'hex')").format(
-        table_oid, key
-    )
+# A success's wake-up is a release's (``dislock.core.waiting.wake_payload``) but
+# for its tag: a lease's row keys all start with ``cronjob-lock:``, never ``after:``.
+_TAG = ":after:"
 
 
 def success_notice() -> sql.Composed:
@@ -119,21 +115,14 @@ def success_notice() -> sql.Composed:
     ).format(
         ok=sql.Literal(SUCCEEDED),
         channel=sql.Literal(WAKE_CHANNEL),
-        payload=_payload(sql.SQL("tableoid"), sql.SQL("lock_key")),
+        payload=wake_payload(sql.SQL("tableoid"), sql.SQL("lock_key"), _TAG),
     )
 
 
 def listen_after(history: Sequence[str], key: str) -> Exchange[ListenRow]:
     """For a waiting job's listening connection: its backend pid, and the payload
     a success of ``key`` sends."""
-    name = sql.Literal(sql.Identifier(*history).as_string(None))
-    oid = sql.SQL("{}::regclass::oid").format(name)
-    columns = select_list(
-        ListenRow._fields,
-        backend_pid=sql.SQL("pg_backend_pid()"),
-        wake=_payload(oid, sql.Placeholder("key")),
-    )
-    return Exchange(sql.SQL("SELECT {}").format(columns), {"key": key}, read_listen)
+    return listening(history, key, _TAG)
 
 
 def pending(history: Sequence[str], keys: Sequence[str], since: datetime) -> Exchange[str | None]:

@@ -57,13 +57,16 @@ def jitter_delay(max_seconds: float, rng: random.Random | None = None) -> float:
 _WAKE_KEY = sql.Placeholder("wake_key")
 
 
-def wake_payload(table_oid: sql.Composable, lock_row: sql.Composable = _WAKE_KEY) -> sql.Composed:
+def wake_payload(
+    table_oid: sql.Composable, lock_row: sql.Composable = _WAKE_KEY, tag: str = ":"
+) -> sql.Composed:
     """The ``NOTIFY`` payload that wakes the waiters of a lease, computed by the
     server: the lock table's oid (the same however the table was named) and a digest
     of the lease's row key ``lock_row`` (a fixed length: payloads are limited to 8000
-    bytes, lock keys are not)."""
-    return sql.SQL("{}::text || ':' || encode(sha256(convert_to({}, 'UTF8')), 'hex')").format(
-        table_oid, lock_row
+    bytes, lock keys are not).  ``tag`` between them: ``:after:`` for a success's
+    (``dislock.core.after``)."""
+    return sql.SQL("{}::text || {} || encode(sha256(convert_to({}, 'UTF8')), 'hex')").format(
+        table_oid, sql.Literal(tag), lock_row
     )
 
 
@@ -88,13 +91,18 @@ def listen(
 ) -> Exchange[ListenRow]:
     """For a waiter's listening connection: its backend pid and the payload a
     release of ``lock_key``'s lease sends, computed by the server."""
+    return listening(table_parts, wake_key(lock_key, mode))
+
+
+def listening(table_parts: Sequence[str], digested: str, tag: str = ":") -> Exchange[ListenRow]:
+    """A listening connection's backend pid, and the ``wake_payload`` of the table
+    ``table_parts``, ``tag`` and ``digested``."""
     name = sql.Literal(sql.Identifier(*table_parts).as_string(None))
     oid = sql.SQL("{}::regclass::oid").format(name)
     columns = select_list(
-        ListenRow._fields, backend_pid=sql.SQL("pg_backend_pid()"), wake=wake_payload(oid)
+        ListenRow._fields, backend_pid=sql.SQL("pg_backend_pid()"), wake=wake_payload(oid, tag=tag)
     )
-    query = sql.SQL("SELECT {}").format(columns)
-    return Exchange(query, {"wake_key": wake_key(lock_key, mode)}, read_listen)
+    return Exchange(sql.SQL("SELECT {}").format(columns), {"wake_key": digested}, read_listen)
 
 
 def read_listen(rows: Rows) -> ListenRow:

@@ -7,16 +7,10 @@ error.  ``dislock.aio._hub.Hub.drive`` (and its generated sync twin) carries the
 steps out; nothing here touches a socket, so every path of an acquisition can be
 followed without a database (``tests/unit/test_acquisition.py``).  The schedule
 slot's claim is ``dislock.core.schedule_claiming``'s, the lease's tries
-``dislock.core.lease_acquisition``'s.
-
-The paths common to every acquiring statement: on a connection opened through a
-crowded door (a herd), a look (one primary-key read) refuses a live row for less
-than planning the acquiring statement costs; an answer that synchronous replication
-did not confirm is handed back; a refusal by the role's grant is
-``KeyNotGrantedError``; an answer the connection lost is found out by reading the
-owner's rows back within the connection patience, and the statement sent again
-when it took nothing (``dislock.core.unknown_outcome``); a failover's passing
-answer is ridden out.
+``dislock.core.lease_acquisition``'s.  What every acquiring statement shares (a look
+first in a herd, an unconfirmed answer handed back, a grant's refusal, a lost answer
+found out, a failover's passing answer ridden out) is ``sending``, ``claiming`` and
+``riding_out``.
 """
 
 from __future__ import annotations
@@ -172,8 +166,6 @@ def _finding_out(
         try:
             # (A connection it opens waits out refusals within the patience.)
             found: list[Mine] = yield Ask(read, context.connect_timeout_seconds, patience)
-        except DatabaseUnreachableError:
-            raise
         except psycopg.OperationalError as exc:
             if not outcome_unknown(exc):
                 raise
@@ -216,12 +208,11 @@ def claiming(
     the fencing token, and the pause that refused it, if one did.
 
     ``look``: the read that gives the same refusal when the row is live, sent first
-    on a connection opened through a crowded door (``Crowded``): in a herd,
-    planning the acquiring statement costs the server several times what the read
-    does, and all but one machine are refused.  Anywhere else it would be a second
-    round trip for nothing: a lone cron run finds the row free, and a warm process
-    has paid for its connection already.  A look that fails leaves the answer to
-    the acquiring statement (a read: nothing to find out).
+    on a connection opened through a crowded door (``Crowded``): in a herd, all but
+    one machine are refused, and planning the acquiring statement costs the server
+    several times the read.  Anywhere else it is a round trip for nothing (a lone
+    run finds the row free, a warm process has its plan).  A look that fails leaves
+    the answer to the acquiring statement.
     """
     if look is not None and (yield Crowded()):
         try:

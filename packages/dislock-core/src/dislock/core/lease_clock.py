@@ -51,17 +51,12 @@ class LeaseSettings(NamedTuple):
             if getattr(context, name) is None
         ]
         if missing:
-            raise ConfigurationError(
-                f"a lease lock needs {' and '.join(missing)} in its LockContext"
-            )
+            needed = " and ".join(missing)
+            raise ConfigurationError(f"a lease lock needs {needed} in its LockContext")
+        ttl, interval = context.run_ttl_seconds, context.lease_interval_seconds
         # LockContext has already checked the interval against the TTL.
-        assert context.run_ttl_seconds is not None
-        assert context.lease_interval_seconds is not None
-        return cls(
-            ttl=context.run_ttl_seconds,
-            interval=context.lease_interval_seconds,
-            policy=context.lease_loss_policy,
-        )
+        assert ttl is not None and interval is not None
+        return cls(ttl, interval, context.lease_loss_policy)
 
 
 class LeaseClock:
@@ -115,25 +110,18 @@ class LeaseClock:
         return True
 
     def failed(self, error: BaseException | str, *, now: float) -> bool:
-        """Record a renewal attempt that raised; returns whether the lease is still held.
+        """Record a renewal attempt that raised (``error``, or its line already scrubbed
+        of the URL's secrets, ``dislock.core.dsn.error_line``, which ``last_error``
+        and the loss's reason quote); returns whether the lease is still held.
 
-        ``error`` is the exception, or the line describing it already scrubbed of
-        the URL's secrets (``dislock.core.dsn.error_line``): ``last_error`` and the
-        loss's reason quote it.
-
-        A failed attempt is not a lost lease: the row stays ours on the server until
-        the deadline, so the attempt is retried (on a new connection if need be)
-        until then.  Only a passed deadline or a row that is no longer ours loses it.
+        The row stays ours on the server until the deadline, so the attempt is
+        retried (on a new connection if need be) until then.
         """
         self.last_error = (
             error if isinstance(error, str) else f"{type(error).__name__}: {one_line(str(error))}"
         )
-        if self.lost:
+        if self.check_deadline(now):
             return False
-        if now >= self.deadline:
-            return self._lose(
-                f"no renewal succeeded before the local deadline (last error: {self.last_error})"
-            )
         self.next_renewal = now + self.retry_delay(now)
         return True
 

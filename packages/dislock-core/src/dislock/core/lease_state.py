@@ -1,10 +1,7 @@
-"""What a ``LeaseLock`` knows and says, whichever its flavour.
-
-Both flavours' ``LeaseLock`` (``dislock.aio``'s, and the sync one generated from it)
-extend ``LeaseState``: the latest acquisition's bookkeeping, the questions asked of
-it (its deadline, whether it is lost, why), and the words of a refusal are plain
-attributes and functions, written once here.  The flavour adds what sends statements:
-entering, replacing and leaving.
+"""What a ``LeaseLock`` knows and says, whichever its flavour: the latest
+acquisition's bookkeeping, the questions asked of it (its deadline, whether it is
+lost, why) and the words of a refusal.  Both flavours' ``LeaseLock`` extend
+``LeaseState`` with what sends statements: entering, replacing and leaving.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """A replacer's sequences (``LockContext.replace``), in ``dislock.core.acquisition``'s
 steps: marking the live holder's lease row, waiting for it to be handed over (or to
-expire) and taking it, and withdrawing when it gives up.
-
-The marks and statements are ``dislock.core.replace_marks``'s; the holder's hand-over is
-part of its release (``dislock.core.lease_acquisition.releasing``); ``LeaseLock`` drives
-the sequences, and withdraws the mark itself when it is interrupted.
+expire) and taking it, and withdrawing when it gives up.  The marks and statements
+are ``dislock.core.replace_marks``'s, the holder's hand-over part of its release
+(``dislock.core.lease_acquisition.releasing``).
 """
 
 from __future__ import annotations

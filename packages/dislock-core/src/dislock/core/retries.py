@@ -1,14 +1,13 @@
 """Retries within a schedule slot (``LockContext.retries``): the slot row as the
 slot's ledger, the statements that take an attempt and reopen a slot, and the
-backoff between attempts.
+backoff between attempts (docs/design.md, "Retries within a slot").
 
-A slot row stays taken until its slot ends, which keeps one start per slot for
-every dislock version; a failed attempt with attempts left *reopens* it (its
-``expire_at`` moved back to the retry time, a mark naming the slot), so that the
-next attempt takes it with the same atomic upsert as any expired row.  A vanished
-holder reopens nothing, unless a lease beside the slot proves its command gone
-(``DONE_MARK``); a start deadline (``LATE_MARK``) uses the same row.  The whole
-design, and what it costs: docs/design.md, "Retries within a slot".
+A failed attempt with attempts left *reopens* the slot row (``expire_at`` moved back
+to the retry time, a mark naming the slot), so that the next attempt takes it with
+the upsert that takes any expired row.  A vanished holder reopens nothing: its slot
+is taken over only when its lease proves the command gone (``vanished``; a success
+is marked, ``DONE_MARK``, so as not to read so).  A start deadline (``LATE_MARK``)
+uses the same row.
 """
 
 from __future__ import annotations

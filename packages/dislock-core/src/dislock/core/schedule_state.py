@@ -1,9 +1,7 @@
 """What a ``ScheduleLock`` knows and says, whichever its flavour, and its two
 statements after the run: marking a successful attempt done, reopening a failed one.
-
-Both flavours' ``ScheduleLock`` extend ``ScheduleState``; what they add is the sending
-(the claim, ``dislock.core.schedule_claiming.claiming_schedule_slot``, and the sequences
-below, each on a connection of its own).
+Both flavours' ``ScheduleLock`` extend ``ScheduleState`` with the sending (the claim,
+``dislock.core.schedule_claiming``'s, and the sequences below).
 """
 
 from __future__ import annotations

@@ -1,12 +1,10 @@
 """An acquisition whose answer was lost: whether it took a row, and how to find out.
 
-When the connection breaks while an acquiring statement is in flight, it may have
-committed or not.  The lock reconnects within its patience and reads its owner's
-live rows among the keys it was taking (``LockStatements.mine``): a row found is
-the acquisition's, if no other acquisition can have written it (an owner this
-process made, a row it does not hold, the slot end it sent); none found, the
-statement may be sent again (docs/guarantees.md, "An acquiring statement whose
-answer was lost").
+The lock reconnects within its patience and reads its owner's live rows among the
+keys it was taking (``LockStatements.mine``): a row found is the acquisition's if no
+other acquisition can have written it (an owner this process made, a row it does
+not hold, the slot end it sent); none found, the statement may be sent again
+(docs/guarantees.md, "An acquiring statement whose answer was lost").
 """
 
 from __future__ import annotations

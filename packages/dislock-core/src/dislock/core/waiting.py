@@ -202,14 +202,12 @@ class WaitPlan:
         self.poll_seconds = poll_seconds
         self._random = rand
 
-    def cadence(self, *, listening: bool) -> float:
-        return max(self.poll_seconds, SAFETY_POLL_SECONDS) if listening else self.poll_seconds
-
     def next_delay(self, now: float, *, listening: bool) -> float | None:
         """Seconds to wait (for a wake-up, or at most) before the next try; None when
         the wait is over and the lock is to be skipped."""
         left = self.deadline - now
         if left <= 0:
             return None
+        cadence = max(self.poll_seconds, SAFETY_POLL_SECONDS) if listening else self.poll_seconds
         factor = 1.0 + POLL_JITTER * (2.0 * self._random() - 1.0)
-        return min(self.cadence(listening=listening) * factor, left)
+        return min(cadence * factor, left)

@@ -1,13 +1,10 @@
 """The rarer lock statements as functions beside the table: each plain statement
 (a lease's slots, a retrying slot, a replacer's steps, a hand-back), wrapped
 unchanged in a function that runs as the table's owner once the caller passed
-``<table>_dislock_caller`` (``sql/protocol.sql``).
-
-So a team of ``dislockctl grant`` needs no right to write the lock table at all: what
-it may do, it does through a function, and the function checks its scope.  These
-statements are not hot (the hot ones are written out in ``sql/protocol.sql``), so
-each keeps its one statement, and the same text serves a table without the
-functions (``dislock.core.protocol``'s fallback): both answer the same rows.
+``<table>_dislock_caller`` (``sql/protocol.sql``), so that a team of ``dislockctl
+grant`` needs no right to write the lock table.  The same text serves a table
+without the functions (``dislock.core.protocol``'s fallback): they cannot drift
+(docs/design.md, "The protocol lives in the database").
 """
 
 from __future__ import annotations

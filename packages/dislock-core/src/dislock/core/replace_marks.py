@@ -127,12 +127,10 @@ def hand_over(table_parts: tuple[str, ...], key: str, owner: str) -> Exchange[st
     """Hand ``owner``'s marked lease row ``key`` to the replacer that marked it: the
     successor's text, or None (not marked for a successor, or expired)."""
     params = {"key": key, "prefix": f"{owner}{REPLACED_MARK}", "handed": HANDED_MARK}
-    plain = Exchange(hand_over_query(table_parts), params, _read_successor)
+    plain = Exchange(
+        hand_over_query(table_parts), params, lambda rows: str(rows[0][0]) if rows else None
+    )
     return _via(table_parts, "hand_over", plain)
-
-
-def _read_successor(rows: Rows) -> str | None:
-    return str(rows[0][0]) if rows else None
 
 
 def handed(successor: str) -> str:

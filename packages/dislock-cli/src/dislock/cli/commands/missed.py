@@ -189,7 +189,7 @@ def _judge(
     from dislock.core.errors import ConfigurationError
     from dislock.core.after import HELD_BACK
     from dislock.core.operator_commands import pause_spans, pauses, reruns
-    from dislock.core.rerun import waiting
+    from dislock.core.retries import waiting
 
     rows = send(conn, missed_slots.starts(history, table, key, since))
     # A slot marked late (past its start deadline, nobody started it) has a row but no

@@ -61,9 +61,8 @@ class Connect(NamedTuple):
 
 
 class Crowded(NamedTuple):
-    """Whether the next statement is the first on a connection that was opened only
-    after the server refused or failed earlier tries (``Hub.crowded``): the sign,
-    seen from one machine, that many others are at the server's door at once."""
+    """Whether the next statement is the first on a connection opened only after refused
+    or failed tries (``HubState.crowded``): a herd at the server's door, seen from here."""
 
 
 class Noted(NamedTuple):

@@ -1,9 +1,5 @@
 """A schedule slot's claim in ``dislock.core.acquisition``'s steps, and the refusal
 its answer means.
-
-The slot is claimed by the database clock, and when that clock is far from ours, by
-the slot of the clock read first; a job with retries, a start deadline or ``after``
-reads the clock first (its slot's end names its mark).
 """
 
 from __future__ import annotations

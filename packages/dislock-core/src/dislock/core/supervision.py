@@ -8,8 +8,7 @@ import signal
 from collections.abc import Iterable, Mapping, Sequence
 
 from dislock.core.errors import ConfigurationError
-from dislock.core.guard import GUARD_TOKEN_VARIABLE as GUARD_TOKEN_VARIABLE
-from dislock.core.guard import RUN_TOKEN_VARIABLE as RUN_TOKEN_VARIABLE
+from dislock.core.guard import GUARD_TOKEN_VARIABLE, RUN_TOKEN_VARIABLE
 from dislock.core.lease_clock import safety_margin
 
 KILL_GRACE = 10.0

@@ -7,6 +7,7 @@ lost, why) and the words of a refusal.  Both flavours' ``LeaseLock`` extend
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Generic, Protocol, TypeVar
 
@@ -40,14 +41,12 @@ HubT = TypeVar("HubT", bound=Renewing)
 EventT = TypeVar("EventT", bound=LossEvent)
 
 
+@dataclass(eq=False, slots=True)
 class Held(Generic[HubT]):
     """One acquisition of a lease: its renewer's bookkeeping, and the hub renewing it."""
 
-    __slots__ = ("hub", "renewal")
-
-    def __init__(self, hub: HubT, renewal: Renewal) -> None:
-        self.hub = hub
-        self.renewal = renewal
+    hub: HubT
+    renewal: Renewal
 
     @property
     def clock(self) -> LeaseClock:

@@ -1,30 +1,21 @@
 """A schedule slot that starts only after other keys succeeded in it
-(``LockContext.after``, ``LOCK_AFTER``): the check, its statement and its wake-up.
+(``LockContext.after``, ``LOCK_AFTER``; docs/cli.md, "After other jobs"): the check,
+its statement, its wake-up and the event row of a slot held back.
 
 A slot of a job with ``after`` starts only once each key named has a run that
-succeeded (history outcome ``ok``) and started at or after the slot's own start
-(its cron fire, read in the job's zone).  The history table already holds that:
-one read over its ``(lock_key, started_at DESC)`` index, sent before the slot is
-claimed, so that a slot held back stays open and nothing is written; a later
-start within the slot (or within its start deadline) may still start it.
+succeeded (history outcome ``ok``) and started at or after the slot's own start.
+The history already holds that: one index read per key, sent before the slot is
+claimed, so that a slot held back stays open and nothing is written.  A waiting job
+is woken by the end statement of a successful run (``success_notice``), as a release
+wakes a lease's waiters, and polls as well.
 
-A waiting job (``wait_seconds``) is woken by the end statement of a successful
-run, which notifies on the release channel with a payload of its own making
-(``success_notice``), as a release wakes a lease's waiters; it polls as well,
-where ``LISTEN`` cannot work (a pooler) and for a wake-up it missed.
-
-A refused start writes no lock row: without a trace, a slot held back all along
-would read as one nobody started.  So the acquisition held back records it, once
-per slot, as an event row of the history (``record_start``, ``record_end``): its
-start is inserted only while the key has no such row for the slot (``INSERT …
-WHERE NOT EXISTS``, one probe of ``(lock_key, started_at DESC)``), then ended as it
-started with outcome ``held_back``, as an operator's event is
-(``dislock.core.operator_commands``: a granted role may insert a row's start
-columns, then end it, not both at once).  Two wrappers refused at the same instant
-may each write one; readers count the slot once.  It commits asynchronously, and a
-failure is logged, never raised.  A role granted before this outcome existed may
-not write it: the end is then ``late`` (``LATE_FALLBACK``), still a slot to look
-at; ``dislockctl grant`` again fixes it.
+Without a lock row, a slot held back all along would read as one nobody started: so
+the first refusal in a slot records one event row (``record_start``, inserted only
+while the slot has none, then ``record_end``: ended as it started, as an operator's
+event is, since a granted role may insert a row's start columns, then end it, not
+both at once).  Two refusals at the same instant may each write one; readers count
+the slot once.  A role granted before the outcome existed ends it ``late`` instead
+(``LATE_FALLBACK``).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ A sequence is a generator, in the manner of psycopg's ``generators``: it yields
 error.  ``dislock.aio._hub.Hub.drive`` (and its generated sync twin) carries the
 steps out; nothing here touches a socket, so every path of an acquisition can be
 followed without a database (``tests/unit/test_acquisition.py``).  The schedule
-slot's claim is ``dislock.core.schedule_claiming``'s, the lease's tries
+slot's claim is ``dislock.core.schedule_state``'s, the lease's tries
 ``dislock.core.lease_acquisition``'s.  What every acquiring statement shares (a look
 first in a herd, an unconfirmed answer handed back, a grant's refusal, a lost answer
 found out, a failover's passing answer ridden out) is ``sending``, ``claiming`` and

@@ -14,6 +14,7 @@ from typing import NamedTuple
 
 import psycopg
 
+from dislock.core import replace_marks
 from dislock.core.acquisition import (
     Ask,
     Connect,
@@ -32,15 +33,6 @@ from dislock.core.lock_statements import statements_for
 from dislock.core.patience import ConnectPatience
 from dislock.core.pause import paused_error
 from dislock.core.refusal import refused
-from dislock.core.replace_marks import (
-    POLL_SECONDS,
-    SLACK_SECONDS,
-    Marked,
-    hand_over,
-    mark,
-    successor,
-    withdraw,
-)
 from dislock.core.rows import RELEASED_MARK, lease_key
 from dislock.core.timeouts import RELEASE_TIMEOUT
 from dislock.core.unknown_outcome import outcome_unknown
@@ -194,7 +186,7 @@ def handing_over(context: LockContext, key: str) -> Steps[str | None]:
     """Hand ``context``'s marked lease row ``key`` to the replacer that marked it,
     once the holder's work is over: who took it (None: the row was not marked, or
     has expired already), best effort."""
-    exchange = hand_over(tuple(context.table_parts), key, context.owner)
+    exchange = replace_marks.hand_over(tuple(context.table_parts), key, context.owner)
     try:
         taker: str | None = yield Ask(exchange, RELEASE_TIMEOUT)
     except Exception as exc:
@@ -211,14 +203,14 @@ def handing_over(context: LockContext, key: str) -> Steps[str | None]:
 
 def marking(
     context: LockContext, key: str, timeout: float, patience: ConnectPatience
-) -> Steps[tuple[str, Marked | None]]:
+) -> Steps[tuple[str, replace_marks.Marked | None]]:
     """Mark the live lease row ``key`` for ``context``'s owner: the successor text
     written, and whose row it was (None: it was free, or being replaced already).
     A role without the right to run the key is refused as its acquisition is."""
-    text = successor(context.owner, socket.gethostname())
-    table_parts = tuple(context.table_parts)
+    text = replace_marks.successor(context.owner, socket.gethostname())
+    exchange = replace_marks.mark(tuple(context.table_parts), key, text)
     try:
-        marked: Marked | None = yield Ask(mark(table_parts, key, text), timeout, patience)
+        marked: replace_marks.Marked | None = yield Ask(exchange, timeout, patience)
     except psycopg.Error as exc:
         denied = refused(exc, url=context.url, key=key, table_parts=context.table_parts)
         if denied is not None:
@@ -260,7 +252,7 @@ def replacing(
     settings: LeaseSettings,
     patience: ConnectPatience,
     text: str,
-    marked: Marked,
+    marked: replace_marks.Marked,
     *,
     given: Given,
 ) -> Steps[LeaseTry]:
@@ -274,7 +266,7 @@ def replacing(
         marked.holder,
     )
     clock = given.clock
-    until = clock() + marked.remaining + SLACK_SECONDS
+    until = clock() + marked.remaining + replace_marks.SLACK_SECONDS
     while True:
         handed = yield from taking_over(context, settings, patience, text, given=given)
         if handed is not None:
@@ -285,7 +277,7 @@ def replacing(
             return tried
         if clock() >= until:
             break
-        yield Pause(min(POLL_SECONDS, max(0.0, until - clock())))
+        yield Pause(min(replace_marks.POLL_SECONDS, max(0.0, until - clock())))
     yield from withdrawing(context, lease_key(context.lock_key), text)
     return tried
 
@@ -295,7 +287,7 @@ def withdrawing(context: LockContext, key: str, text: str) -> Steps[None]:
     mark for ``text`` back (its renewals succeed again, unless it noticed already),
     or free the row it handed over, so that the key does not sit idle until the
     row expires."""
-    exchange = withdraw(tuple(context.table_parts), key, text, RELEASED_MARK)
+    exchange = replace_marks.withdraw(tuple(context.table_parts), key, text, RELEASED_MARK)
     try:
         yield Ask(exchange, RELEASE_TIMEOUT)
     except Exception as exc:

@@ -28,9 +28,7 @@ class Renewing(Protocol):
 
 
 class LossEvent(Protocol):
-    """The flavour's event that a lease is lost (only its flag is read here)."""
-
-    def set(self) -> None: ...
+    """The flavour's event that a lease is lost (set by the renewer, not here)."""
 
     def clear(self) -> None: ...
 

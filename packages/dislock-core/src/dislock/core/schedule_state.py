@@ -13,18 +13,12 @@ from datetime import datetime, tzinfo
 from functools import partial
 from typing import TypeAlias
 
-from dislock.core import after
+from dislock.core import after, errors
 from dislock.core.acquisition import Ask, Given, Steps, claiming, riding_out
 from dislock.core.answers import Acquired
 from dislock.core.context import LockContext
 from dislock.core.cron import SlotCandidates, begun_too_long_ago, slot_end, slot_start
 from dislock.core.dsn import one_line, scrub
-from dislock.core.errors import (
-    ConfigurationError,
-    LockDelayedError,
-    LockNotAcquiredError,
-    SlotLateError,
-)
 from dislock.core.failover import delayed
 from dislock.core.history import history_table
 from dislock.core.lock_statements import statements_for
@@ -53,7 +47,7 @@ class ScheduleState:
 
     def __init__(self, context: LockContext, given: Given) -> None:
         if context.next_run_time is None and context.schedule is None:
-            raise ConfigurationError(
+            raise errors.ConfigurationError(
                 "a schedule lock needs next_run_time or schedule in its LockContext"
             )
         self.context = context
@@ -298,20 +292,20 @@ def schedule_refusal(
             f" {context.start_deadline_seconds:g} s ago (its start deadline)"
         )
         if answer.acquired:
-            return SlotLateError(f"{late}: not started; marked late")
+            return errors.SlotLateError(f"{late}: not started; marked late")
     if answer.acquired:
         return None
     if answer.delayed_until is not None:
-        return LockDelayedError(delayed(slot, answer.delayed_until), answer.delayed_until)
+        return errors.LockDelayedError(delayed(slot, answer.delayed_until), answer.delayed_until)
     if late is not None:
-        return LockNotAcquiredError(f"{late}, and was started or marked late already")
+        return errors.LockNotAcquiredError(f"{late}, and was started or marked late already")
     if answer.retry_at is not None:
-        return LockNotAcquiredError(
+        return errors.LockNotAcquiredError(
             f"{slot}: an attempt failed; the next may start at"
             f" {answer.retry_at.isoformat(timespec='seconds')}"
         )
     if answer.attempt is not None and answer.attempt > context.retries + 1:
-        return LockNotAcquiredError(f"{slot} has used its {context.retries + 1} attempts")
-    return LockNotAcquiredError(
+        return errors.LockNotAcquiredError(f"{slot} has used its {context.retries + 1} attempts")
+    return errors.LockNotAcquiredError(
         f"{slot} was already started by another owner (or has already ended)"
     )

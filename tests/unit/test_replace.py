@@ -14,6 +14,7 @@ import pytest
 
 from dislock.core.answers import Acquired
 from dislock.core.errors import KeyNotGrantedError, LockPausedError
+from dislock.core.lease_acquisition import marking, releasing, replacing, taking_over
 from dislock.core.lease_clock import LeaseClock, LeaseSettings
 from dislock.core.patience import ConnectPatience
 from dislock.core.renewal import Renewal, explain, gone
@@ -25,7 +26,6 @@ from dislock.core.replace_marks import (
     replaced_by,
     successor,
 )
-from dislock.core.lease_acquisition import marking, releasing, replacing, taking_over
 from tests.unit.test_acquisition import TAKEN, Database, Late, lease_context, lease_sent
 
 KEY = "cronjob-lock:lease:nightly"

@@ -11,8 +11,8 @@ from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
 from dislock.cli.shown import OTHER_OUTCOME
-from dislock.core.bounds import MAX_KEY_BYTES, clip, escape
 from dislock.core.after import HELD_BACK
+from dislock.core.bounds import MAX_KEY_BYTES, clip, escape
 from dislock.core.history import OUTCOMES
 from dislock.core.operator_commands import PAUSED, RESUMED
 

@@ -169,8 +169,7 @@ def recovery_summary(batch: Batch, now: float) -> str | None:
         r.failures = 0
     leases = f"lease {failed[0].key}" if len(failed) == 1 else f"{len(failed)} leases"
     return (
-        f"renewal of {leases} succeeded again after {count} failed attempt(s)"
-        f" over {seconds:.1f} s"
+        f"renewal of {leases} succeeded again after {count} failed attempt(s) over {seconds:.1f} s"
     )
 
 

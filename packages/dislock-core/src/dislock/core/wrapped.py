@@ -25,11 +25,9 @@ TYPES = {
     **dict.fromkeys(("ttl", "delay"), "float8"),
     "attempts": "int8",
     "fencing": "boolean",
-    **dict.fromkeys(
-        ("key", "pause", "owner", "channel", "wake_key", "successor", "lease", "reopened")
-        + ("value", "mark", "marked", "handed", "prefix", "released"),
-        "text",
-    ),
+    **dict.fromkeys(("key", "pause", "owner", "value", "lease", "reopened"), "text"),
+    **dict.fromkeys(("channel", "wake_key"), "text"),
+    **dict.fromkeys(("successor", "mark", "marked", "handed", "prefix", "released"), "text"),
 }
 """Each parameter's type, by its name in the statements."""
 

@@ -186,8 +186,8 @@ def _judge(
     from dislock.cli.runs.envelope import NOT_RUNS
     from dislock.cli.runs.slot_states import Attempt, slot_states
     from dislock.cli.sending import send
-    from dislock.core.errors import ConfigurationError
     from dislock.core.after import HELD_BACK
+    from dislock.core.errors import ConfigurationError
     from dislock.core.operator_commands import pause_spans, pauses, reruns
     from dislock.core.retries import waiting
 

@@ -35,9 +35,9 @@ from dislock.cli.serve.scrape import (
     lock_delay_end_of,
 )
 from dislock.cli.serve.slot_windows import ScheduleWindows
+from dislock.core.after import HELD_BACK
 from dislock.core.dsn import connection_kwargs, scrub
 from dislock.core.grant_catalog import audit
-from dislock.core.after import HELD_BACK
 
 logger = logging.getLogger("dislock.serve")
 

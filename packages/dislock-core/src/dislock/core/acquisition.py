@@ -207,11 +207,9 @@ def claiming(
     the fencing token, and the pause that refused it, if one did.
 
     ``look``: the read that gives the same refusal when the row is live, sent first
-    on a connection opened through a crowded door (``Crowded``): in a herd, all but
-    one machine are refused, and planning the acquiring statement costs the server
-    several times the read.  Anywhere else it is a round trip for nothing (a lone
-    run finds the row free, a warm process has its plan).  A look that fails leaves
-    the answer to the acquiring statement.
+    only on a connection opened through a crowded door (``Crowded``), where all but
+    one machine are refused and planning the acquiring statement costs the server
+    several times the read.  A look that fails leaves the answer to the statement.
     """
     if look is not None and (yield Crowded()):
         try:
@@ -267,13 +265,10 @@ def handing_back(context: LockContext, keys: list[str]) -> Steps[None]:
     """Expire ``context``'s rows among ``keys`` (owner-guarded, one statement, waking
     the lease's waiters), best effort: an acquisition that synchronous replication
     did not confirm, or that was interrupted after it may have taken a row."""
+    statements = statements_for(context)
+    exchange = statements.hand_back(keys, context.owner, context.lock_key, context.lease_mode)
     try:
-        yield Ask(
-            statements_for(context).hand_back(
-                keys, context.owner, context.lock_key, context.lease_mode
-            ),
-            RELEASE_TIMEOUT,
-        )
+        yield Ask(exchange, RELEASE_TIMEOUT)
     except Exception as error:  # unconfirmed too, most likely: it still expired here
         logger.debug("handing back %s: %s", ", ".join(keys), scrub(str(error), context.url))
 

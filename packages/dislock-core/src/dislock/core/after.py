@@ -30,8 +30,7 @@ from dislock.core.errors import ConfigurationError, LockNotAcquiredError
 from dislock.core.exchange import Exchange, Rows
 from dislock.core.waiting import WAKE_CHANNEL, ListenRow, listening, wake_payload
 
-SUCCEEDED = "ok"
-"""The history outcome of a run that succeeded."""
+SUCCEEDED = "ok"  # the history outcome of a run that succeeded
 
 
 class DependencyPending(LockNotAcquiredError):

@@ -71,9 +71,7 @@ def _trying_lease(
     context: LockContext, settings: LeaseSettings, patience: ConnectPatience, given: Given
 ) -> Steps[LeaseTry]:
     """One try at ``context``'s lease: its row, or with ``slots`` a free slot row (tried
-    again at once while the race for one was lost and others looked free).  A pause
-    raises ``LockPausedError``; an answer that came after the lease's deadline is
-    released rather than worked on."""
+    again at once while the race for one was lost and others looked free)."""
     statements = statements_for(context)
     keys = slot_keys(context.lock_key, context.slots, context.lease_mode)
     attempts = 0
@@ -149,9 +147,8 @@ def releasing(context: LockContext, key: str, ttl: float) -> Steps[bool]:
     whether the release was confirmed (if not, the row expires within ``ttl``).  A
     row that was no longer ours to release may have been marked by a replacer
     since the last renewal: it is handed over (``handing_over``)."""
-    release = statements_for(context).release(
-        key, context.owner, context.lock_key, context.lease_mode
-    )
+    statements = statements_for(context)
+    release = statements.release(key, context.owner, context.lock_key, context.lease_mode)
     try:
         ended: bool = yield Ask(release, RELEASE_TIMEOUT)
         if not ended:
@@ -256,10 +253,9 @@ def replacing(
     *,
     given: Given,
 ) -> Steps[LeaseTry]:
-    """Once the live holder's row is ``marked`` for ``text``: take the lease as soon as
-    the holder's work is gone and it handed the row over, else once the row expires
-    (a dead or frozen holder).  The try that took it, or the last one, untaken, when
-    neither happened by then (the mark is then withdrawn)."""
+    """Once the live holder's row is ``marked`` for ``text``: the try that took the
+    lease as the holder handed it over, or as it expired (a dead or frozen holder);
+    else the last one, untaken, and the mark withdrawn."""
     logger.info(
         "lease %r is held by %s: asked it to stop and hand the lease over (replace)",
         context.lock_key,
@@ -283,10 +279,9 @@ def replacing(
 
 
 def withdrawing(context: LockContext, key: str, text: str) -> Steps[None]:
-    """Give up replacing the holder of the lease row ``key``, best effort: take the
-    mark for ``text`` back (its renewals succeed again, unless it noticed already),
-    or free the row it handed over, so that the key does not sit idle until the
-    row expires."""
+    """Give up replacing the holder of the lease row ``key``, best effort: take back
+    the mark for ``text`` (its renewals succeed again, unless it noticed already), or
+    free the row handed over, lest the key sit idle until the row expires."""
     exchange = replace_marks.withdraw(tuple(context.table_parts), key, text, RELEASED_MARK)
     try:
         yield Ask(exchange, RELEASE_TIMEOUT)

@@ -112,11 +112,8 @@ class LeaseClock:
     def failed(self, error: BaseException | str, *, now: float) -> bool:
         """Record a renewal attempt that raised (``error``, or its line already scrubbed
         of the URL's secrets, ``dislock.core.dsn.error_line``, which ``last_error``
-        and the loss's reason quote); returns whether the lease is still held.
-
-        The row stays ours on the server until the deadline, so the attempt is
-        retried (on a new connection if need be) until then.
-        """
+        and the loss's reason quote); returns whether the lease is still held: the
+        row stays ours until the deadline, so the attempt is retried until then."""
         self.last_error = (
             error if isinstance(error, str) else f"{type(error).__name__}: {one_line(str(error))}"
         )
@@ -173,9 +170,6 @@ class LeaseClock:
 
 
 def raises_on_exit(policy: LeaseLossPolicy, *, lost: bool, block_failed: bool) -> bool:
-    """Whether leaving a lease lock must raise ``LeaseLostError``.
-
-    An exception already leaving the block is never masked, and ``CONTINUE``
-    only logs.
-    """
+    """Whether leaving a lease lock must raise ``LeaseLostError``: never over an
+    exception already leaving the block, and ``CONTINUE`` only logs."""
     return lost and not block_failed and policy is LeaseLossPolicy.TERMINATE

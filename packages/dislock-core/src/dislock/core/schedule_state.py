@@ -35,8 +35,7 @@ def _slot_end(context: LockContext, started_at: datetime, given: Given) -> SlotE
     """The end of the slot a schedule lock started taking at ``started_at``, which
     its patience never outlasts (by the local clock, ``given.wall``; the database's
     is not known before connecting)."""
-    ends_at = context.next_run_time
-    zone = context.cron_zone
+    ends_at, zone = context.next_run_time, context.cron_zone
     if ends_at is None and context.schedule is not None and zone is not None:
         ends_at = slot_end(context.schedule, started_at, zone.tz)
     return None if ends_at is None else SlotEnd(context.lock_key, ends_at, given.wall())
@@ -173,10 +172,9 @@ def _claiming_schedule_slot(
 ) -> Steps[tuple[Acquired, datetime]]:
     """Claim the row ``key`` of the schedule slot ``context`` names (its
     ``next_run_time``, or the slot of ``schedule`` at the database's clock): the
-    answer, and the slot's end.  Without ``next_run_time`` there is no round trip
-    for the database clock first: the acquiring statement picks the slot by its
-    ``NOW()`` among the ends around ``given.wall()``; only a database clock far from
-    ours costs a read of it, and a second claim.  ``lease`` is the lease row whose
+    answer, and the slot's end.  The acquiring statement picks the slot by its
+    ``NOW()`` among the ends around ``given.wall()``: only a database clock far from
+    ours costs a read of it, and a second claim.  ``lease``: the lease row whose
     unreleased expiry proves a holder vanished (None: nothing proves it)."""
     statements = statements_for(context)
     timeout = context.connect_timeout_seconds

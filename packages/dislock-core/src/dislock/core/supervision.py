@@ -58,13 +58,10 @@ class SignalAction(enum.Enum):
 
 
 class SignalRoute:
-    """Where a forwarded signal goes, for the whole of a wrapped run.
-
-    One handler stays installed from before the locks are taken until they are
-    released: changed between phases, a signal arriving in between would end the
-    wrapper by its default action while it held a lock.  What the signal does
-    follows the run's phase (``SignalAction``).
-    """
+    """Where a forwarded signal goes, for the whole of a wrapped run: what it does
+    follows the run's phase (``SignalAction``), under one handler installed from
+    before the locks are taken until they are released (changed between phases, a
+    signal arriving in between would end the wrapper while it held a lock)."""
 
     __slots__ = ("_held", "_phase", "fired", "group")
 

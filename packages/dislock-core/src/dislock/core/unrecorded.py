@@ -82,9 +82,8 @@ def kept_ends(
 ) -> Iterator[tuple[Path, KeptEnd]]:
     """The ends kept for ``url``'s database, role and ``table``, oldest first, at most
     ``MAX_FLUSHED``; a file that cannot be read is skipped (and left alone)."""
-    folder = spool_dir(environ)
     try:
-        entries = list(os.scandir(folder))
+        entries = list(os.scandir(spool_dir(environ)))
     except OSError:  # no folder yet: nothing kept
         return
     prefix = f"{database_id(url, table)}-"

@@ -61,10 +61,9 @@ def wake_payload(
     table_oid: sql.Composable, lock_row: sql.Composable = _WAKE_KEY, tag: str = ":"
 ) -> sql.Composed:
     """The ``NOTIFY`` payload that wakes the waiters of a lease, computed by the
-    server: the lock table's oid (the same however the table was named) and a digest
-    of the lease's row key ``lock_row`` (a fixed length: payloads are limited to 8000
-    bytes, lock keys are not).  ``tag`` between them: ``:after:`` for a success's
-    (``dislock.core.after``)."""
+    server: the lock table's oid (the same however it was named), ``tag`` (``:after:``
+    for a success's, ``dislock.core.after``) and a digest of the lease's row key
+    ``lock_row`` (payloads are limited to 8000 bytes, lock keys are not)."""
     return sql.SQL("{}::text || {} || encode(sha256(convert_to({}, 'UTF8')), 'hex')").format(
         table_oid, sql.Literal(tag), lock_row
     )

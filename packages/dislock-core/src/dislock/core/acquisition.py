@@ -101,10 +101,9 @@ def sending(
     given: Given,
 ) -> Steps[Answer | Mine | None]:
     """Send an acquiring statement that takes one of ``keys`` (``what``, in words, for
-    the messages): its answer; or, when the connection lost the answer, the row it
-    took (a ``Mine``), or None when an owner's row found there cannot be trusted to
-    be this acquisition's (not acquired).  ``slot_ends``: the ends a schedule
-    slot's statement may give its row."""
+    the messages): its answer; or, when the connection lost it, the row it took (a
+    ``Mine``), or None for an owner's row not to be trusted as its own (not acquired).
+    ``slot_ends``: the ends a schedule slot's statement may give its row."""
     while True:
         sent_at = given.clock()
         try:
@@ -276,10 +275,9 @@ def handing_back(context: LockContext, keys: list[str]) -> Steps[None]:
 def riding_out(
     attempt: Callable[[], Steps[Outcome]], patience: ConnectPatience, clock: Clock
 ) -> Steps[Outcome]:
-    """``attempt()``'s outcome, the whole attempt made again after a failover's passing
-    answer (``dislock.core.patience.passing_answer``; the hub retired the connection
-    that gave it, so the next try opens a fresh one) with the connections' backoff,
-    until ``patience``'s deadline; then the answer is raised, saying how long."""
+    """``attempt()``'s outcome, the whole attempt made again (on a fresh connection)
+    after a failover's passing answer (``dislock.core.patience.passing_answer``) with
+    the connections' backoff until ``patience``'s deadline, then raised, saying how long."""
     while True:
         started = clock()
         try:

@@ -144,8 +144,7 @@ def held_back(lock_key: str, key: str, began: datetime, expires_at: datetime) ->
     )
 
 
-HELD_BACK = "held_back"
-"""The outcome of a held-back slot's event row."""
+HELD_BACK = "held_back"  # the outcome of a held-back slot's event row
 
 MODES = "after"
 """The ``modes`` of that row: no run's (``schedule``, ``lease``) nor a pause's."""

@@ -56,8 +56,7 @@ LinkT = TypeVar("LinkT", bound=Linked)
 
 
 class HubState(Generic[LinkT]):
-    """The shared connection to one database, between statements (see the flavour's
-    ``Hub``)."""
+    """The shared connection to one database, between statements (the flavour's ``Hub``)."""
 
     def __init__(self, url: str, connect_timeout: float) -> None:
         self.url = url

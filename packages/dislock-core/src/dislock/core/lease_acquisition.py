@@ -60,8 +60,7 @@ def trying_lease(
     *,
     given: Given,
 ) -> Steps[LeaseTry]:
-    """``_trying_lease``, ridden out (``riding_out``): the lease's clock starts again
-    with each try."""
+    """``_trying_lease``, ridden out (``riding_out``): the lease's clock restarts each try."""
     return riding_out(
         lambda: _trying_lease(context, settings, patience, given), patience, given.clock
     )
@@ -144,9 +143,8 @@ def kept(
 
 def releasing(context: LockContext, key: str, ttl: float) -> Steps[bool]:
     """Expire the lease row ``key`` now (owner-guarded), waking the lease's waiters:
-    whether the release was confirmed (if not, the row expires within ``ttl``).  A
-    row that was no longer ours to release may have been marked by a replacer
-    since the last renewal: it is handed over (``handing_over``)."""
+    whether the release was confirmed (else the row expires within ``ttl``).  A row no
+    longer ours may have been marked by a replacer since: it is handed over."""
     statements = statements_for(context)
     release = statements.release(key, context.owner, context.lock_key, context.lease_mode)
     try:

@@ -45,14 +45,10 @@ class LeaseSettings(NamedTuple):
 
     @classmethod
     def from_context(cls, context: LockContext) -> LeaseSettings:
-        missing = [
-            name
-            for name in ("run_ttl_seconds", "lease_interval_seconds")
-            if getattr(context, name) is None
-        ]
+        names = ("run_ttl_seconds", "lease_interval_seconds")
+        missing = " and ".join(name for name in names if getattr(context, name) is None)
         if missing:
-            needed = " and ".join(missing)
-            raise ConfigurationError(f"a lease lock needs {needed} in its LockContext")
+            raise ConfigurationError(f"a lease lock needs {missing} in its LockContext")
         ttl, interval = context.run_ttl_seconds, context.lease_interval_seconds
         # LockContext has already checked the interval against the TTL.
         assert ttl is not None and interval is not None
@@ -139,10 +135,9 @@ class LeaseClock:
         return self.replaced_by is not None or (self.row_gone and not self.explained)
 
     def attempt_timeout(self, now: float) -> float:
-        """How long one renewal statement may take before it is cancelled: a
-        heartbeat (but never under a second, which a loaded server can need), or
-        what is left before the deadline if that is less: a row locked by another
-        transaction must not hold the renewer past it."""
+        """How long one renewal statement may take before it is cancelled: a heartbeat
+        (never under a second, which a loaded server can need), or less if the deadline
+        comes first: a row locked by another transaction must not hold the renewer past it."""
         remaining = self.deadline - now
         return max(RETRY_FLOOR, min(remaining, max(self.cadence, ATTEMPT_FLOOR)))
 

@@ -62,9 +62,8 @@ class LeaseState(Generic[HubT, EventT]):
         self.key = self._slot_keys[0]
         """The row held: the lease's, or with ``LockContext.slots`` the slot's taken."""
         self.lease_lost = lease_lost
-        """Set once the lease is lost.  One event for the lock's whole life
-        (fetching it before entering is fine), cleared as each acquisition
-        starts; after leaving, it still tells whether the lease was lost."""
+        """Set once the lease is lost; one event for the lock's whole life, cleared as each
+        acquisition starts (fetch it before entering; after leaving it still tells)."""
         self.fence: int | None = None
         """The fencing token of the latest acquisition (with ``LockContext.fencing``)."""
         self._held: Held[HubT] | None = None

@@ -174,8 +174,7 @@ def recovery_summary(batch: Batch, now: float) -> str | None:
 
 
 def failure_summary(renewal: Renewal, now: float) -> str | None:
-    """When ``renewal`` is lost: how many attempts failed before (None for one or
-    none)."""
+    """When ``renewal`` is lost: how many attempts failed before (None for one or none)."""
     count, renewal.failures = renewal.failures, 0
     if count < 2:
         return None

@@ -64,9 +64,7 @@ class ScheduleState:
         self.lease_row: str | None = None
         """With retries: the lease row whose unreleased expiry proves that a holder of
         this slot vanished (``acquire_locks`` sets it for ``schedule,lease``)."""
-        self._taken_as: str | None = None
-        """With retries: the row's value as this attempt took it (it reopens the slot
-        with it)."""
+        self._taken_as: str | None = None  # with retries: the row's value, to reopen it
 
     def _slot_of_now(self) -> Callable[[], SlotEnd | None]:
         """The end of the slot of this instant, for the claim's patience (computed
@@ -153,7 +151,7 @@ def claiming_schedule_slot(
 ) -> Steps[tuple[Acquired, datetime]]:
     """``_claiming_schedule_slot``, ridden out (``riding_out``)."""
     return riding_out(
-        lambda: _claiming_schedule_slot(context, key, patience, given=given, lease=lease),
+        lambda: _claiming_schedule_slot(context, key, patience, given, lease),
         patience,
         given.clock,
     )
@@ -163,12 +161,7 @@ Claim: TypeAlias = "partial[Steps[Acquired]]"
 
 
 def _claiming_schedule_slot(
-    context: LockContext,
-    key: str,
-    patience: ConnectPatience,
-    *,
-    given: Given,
-    lease: str | None = None,
+    context: LockContext, key: str, patience: ConnectPatience, given: Given, lease: str | None
 ) -> Steps[tuple[Acquired, datetime]]:
     """Claim the row ``key`` of the schedule slot ``context`` names (its
     ``next_run_time``, or the slot of ``schedule`` at the database's clock): the
@@ -200,7 +193,6 @@ def _claiming_schedule_slot(
         )
         if answer.slot_end is not None:
             return answer, answer.slot_end
-        # The database clock is far from ours: read it, then claim.
         now: datetime = yield Ask(statements.now(), timeout, patience)
         expires_at = slot_end(schedule, now, tz)
     answer = yield from claim(
@@ -214,11 +206,10 @@ def _claiming_schedule_slot(
 def _claiming_marked(
     context: LockContext, key: str, patience: ConnectPatience, claim: Claim, lease: str | None
 ) -> Steps[tuple[Acquired, datetime]]:
-    """``_claiming_schedule_slot`` for a job with retries, a start deadline or ``after``
-    (``dislock.core.retries``): the slot's end names it in the row's mark, and its
-    start is measured against the deadline and the keys it comes after, so the clock
-    is read first (one round trip more, for these jobs only).  Past the deadline the
-    claim marks the slot late (``Acquired.began_at`` set)."""
+    """``_claiming_schedule_slot`` for a job with retries, a start deadline or ``after``:
+    the clock is read first (one round trip more, for these jobs only), for the slot's
+    end names its mark and its start is measured against the deadline and the keys it
+    comes after.  Past the deadline the claim marks the slot late (``began_at`` set)."""
     statements = statements_for(context)
     clock_read: datetime = yield Ask(statements.now(), context.connect_timeout_seconds, patience)
     expires_at, deadline = context.next_run_time, context.start_deadline_seconds

@@ -49,9 +49,7 @@ tries the lease, as it did before it read first."""
 
 def jitter_delay(max_seconds: float, rng: random.Random | None = None) -> float:
     """The start-up jitter: a uniform delay in ``[0, max_seconds]``; zero when jitter is off."""
-    if max_seconds <= 0:
-        return 0.0
-    return (rng or random).uniform(0.0, max_seconds)
+    return (rng or random).uniform(0.0, max_seconds) if max_seconds > 0 else 0.0
 
 
 _WAKE_KEY = sql.Placeholder("wake_key")
@@ -79,8 +77,7 @@ class ListenRow(NamedTuple):
     """What a waiter's listening connection reads before it listens (``listen``)."""
 
     backend_pid: int
-    """The server's process id of the connection: another than the startup's tells
-    a pooler in between."""
+    """The server's process id of the connection: not the startup's behind a pooler."""
     wake: str
     """The payload a release of the lease sends (``wake_payload``)."""
 

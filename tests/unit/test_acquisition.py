@@ -51,7 +51,7 @@ from dislock.core.lease_clock import LeaseSettings
 from dislock.core.lock_statements import LockStatements, statements, statements_for
 from dislock.core.patience import ConnectPatience
 from dislock.core.retries import LATE_MARK
-from dislock.core.schedule_claiming import claiming_schedule_slot, schedule_refusal
+from dislock.core.schedule_state import claiming_schedule_slot, schedule_refusal
 from dislock.core.unknown_outcome import HeldRows, Mine
 
 URL = "postgresql://jobs:hunter2@db.internal/app"

@@ -15,7 +15,7 @@ from dislock.core.context import LockContext
 from dislock.core.errors import ConfigurationError, LockNotAcquiredError
 from dislock.core.history import RunEnd, end
 from dislock.core.patience import ConnectPatience
-from dislock.core.schedule_claiming import claiming_schedule_slot
+from dislock.core.schedule_state import claiming_schedule_slot
 from dislock.core.unknown_outcome import HeldRows
 
 NOW = datetime(2026, 12, 3, 12, 30, 5, tzinfo=timezone.utc)

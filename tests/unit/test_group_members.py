@@ -27,10 +27,9 @@ def test_runs_in_group(line: bytes, expected: bool) -> None:
 
 
 def test_the_command_carries_a_token_of_its_run_and_its_guard_none() -> None:
+    from dislock.core.guard import GUARD_TOKEN_VARIABLE, RUN_TOKEN_VARIABLE
     from dislock.core.supervision import (
         FENCING_TOKEN_VARIABLE,
-        GUARD_TOKEN_VARIABLE,
-        RUN_TOKEN_VARIABLE,
         child_environment,
         guard_environment,
         new_run_token,

@@ -1,4 +1,4 @@
-"""A slot held back by ``LOCK_AFTER`` (``dislock.core.held_back``): the row's owner
+"""A slot held back by ``LOCK_AFTER`` (``dislock.core.after``): the row's owner
 naming the key, and the state ``slot_states`` decides for the slot."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 from dislock.cli.runs.missed_slots import Slot
 from dislock.cli.runs.slot_states import HELD_BACK, TO_LOOK_AT, Attempt, slot_states
-from dislock.core.held_back import owner_of, waited_for
+from dislock.core.after import owner_of, waited_for
 from dislock.core.operator_commands import Pause
 
 T0 = datetime(2026, 1, 5, 3, 0, tzinfo=timezone.utc)

@@ -1,6 +1,7 @@
-"""Replacing a running holder (``dislock.core.replace_marks``, ``dislock.core.replace_sequences``):
-the marks, the answers, and the sequences, followed without a database.  The same
-paths run against PostgreSQL in ``contract/test_replace.py`` and ``cli/test_replace.py``."""
+"""Replacing a running holder (``dislock.core.replace_marks``, the replacer's side of
+``dislock.core.lease_acquisition``): the marks, the answers, and the sequences,
+followed without a database.  The same paths run against PostgreSQL in
+``contract/test_replace.py`` and ``cli/test_replace.py``."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 
 from dislock.core.answers import Acquired
 from dislock.core.errors import KeyNotGrantedError, LockPausedError
-from dislock.core.lease_acquisition import releasing
+from dislock.core.lease_acquisition import marking, releasing, replacing, taking_over
 from dislock.core.lease_clock import LeaseClock, LeaseSettings
 from dislock.core.patience import ConnectPatience
 from dislock.core.renewal import Renewal, explain, gone
@@ -25,7 +26,6 @@ from dislock.core.replace_marks import (
     replaced_by,
     successor,
 )
-from dislock.core.replace_sequences import marking, replacing, taking_over
 from tests.unit.test_acquisition import TAKEN, Database, Late, lease_context, lease_sent
 
 KEY = "cronjob-lock:lease:nightly"

@@ -73,7 +73,7 @@ def test_cores_other_statements_answer_their_row_types_columns(
         grant_catalog,
         limits,
         replace_marks,
-        rerun,
+        retries,
         table_locks,
     )
 
@@ -94,7 +94,7 @@ def test_cores_other_statements_answer_their_row_types_columns(
         "qualified": (grant_catalog.qualified(lock_table), grant_catalog.Qualified._fields),
         "audit": (grant_catalog.audit(lock_table), grant_catalog.Loophole._fields),
         "grants_on": (grant_catalog.grants_on(lock_table), grant_catalog.PolicyRow._fields),
-        "rerun": (rerun.rerun(lock_table, "a"), rerun.Rerun._fields),
+        "rerun": (retries.rerun(lock_table, "a"), retries.Rerun._fields),
         "holders": (table_locks.holders([lock_table]), table_locks.Holder._fields),
     }
     for name, (exchange, fields) in answered.items():

@@ -22,7 +22,7 @@ from psycopg.sql import SQL, Composed
 from dislock.core.errors import Interrupted, StatementTimeout
 from dislock.core.exchange import Rendered
 from dislock.core.failover import unconfirmed, unreplicated_notice
-from dislock.core.sharing import Registry
+from dislock.core.hub_state import Registry
 from dislock.core.supervision import SignalRoute
 from dislock.core.timeouts import CANCEL_GRACE, STUCK_AFTER
 

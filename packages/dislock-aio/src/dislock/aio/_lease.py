@@ -115,8 +115,7 @@ class LeaseLock(LeaseState[Hub, Event]):
         """Ask the lease's live holder to stop and hand it over, then take it: as soon
         as the holder's work is gone and it handed the row over, else once the row
         expires (a dead or frozen holder); None if neither happened by then."""
-        # (Only replacers import it.)
-        from dislock.core.replace_sequences import marking, replacing, withdrawing
+        from dislock.core.lease_acquisition import marking, replacing, withdrawing
 
         context = self.context
         timeout = max(self.settings.interval, 1.0)

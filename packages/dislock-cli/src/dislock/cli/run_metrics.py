@@ -16,8 +16,8 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from dislock.cli.shown import OTHER_OUTCOME
+from dislock.core.after import HELD_BACK
 from dislock.core.bounds import MAX_KEY_BYTES, clip, escape
-from dislock.core.held_back import HELD_BACK
 from dislock.core.history import OUTCOMES
 from dislock.core.operator_commands import PAUSED, RESUMED
 

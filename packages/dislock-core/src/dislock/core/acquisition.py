@@ -6,17 +6,11 @@ A sequence is a generator, in the manner of psycopg's ``generators``: it yields
 error.  ``dislock.aio._hub.Hub.drive`` (and its generated sync twin) carries the
 steps out; nothing here touches a socket, so every path of an acquisition can be
 followed without a database (``tests/unit/test_acquisition.py``).  The schedule
-slot's claim is ``dislock.core.schedule_claiming``'s, the lease's tries
-``dislock.core.lease_acquisition``'s.
-
-The paths common to every acquiring statement: on a connection opened through a
-crowded door (a herd), a look (one primary-key read) refuses a live row for less
-than planning the acquiring statement costs; an answer that synchronous replication
-did not confirm is handed back; a refusal by the role's grant is
-``KeyNotGrantedError``; an answer the connection lost is found out by reading the
-owner's rows back within the connection patience, and the statement sent again
-when it took nothing (``dislock.core.unknown_outcome``); a failover's passing
-answer is ridden out.
+slot's claim is ``dislock.core.schedule_state``'s, the lease's tries
+``dislock.core.lease_acquisition``'s.  What every acquiring statement shares (a look
+first in a herd, an unconfirmed answer handed back, a grant's refusal, a lost answer
+found out, a failover's passing answer ridden out) is ``sending``, ``claiming`` and
+``riding_out``.
 """
 
 from __future__ import annotations
@@ -67,9 +61,8 @@ class Connect(NamedTuple):
 
 
 class Crowded(NamedTuple):
-    """Whether the next statement is the first on a connection that was opened only
-    after the server refused or failed earlier tries (``Hub.crowded``): the sign,
-    seen from one machine, that many others are at the server's door at once."""
+    """Whether the next statement is the first on a connection opened only after refused
+    or failed tries (``HubState.crowded``): a herd at the server's door, seen from here."""
 
 
 class Noted(NamedTuple):
@@ -108,10 +101,9 @@ def sending(
     given: Given,
 ) -> Steps[Answer | Mine | None]:
     """Send an acquiring statement that takes one of ``keys`` (``what``, in words, for
-    the messages): its answer; or, when the connection lost the answer, the row it
-    took (a ``Mine``), or None when an owner's row found there cannot be trusted to
-    be this acquisition's (not acquired).  ``slot_ends``: the ends a schedule
-    slot's statement may give its row."""
+    the messages): its answer; or, when the connection lost it, the row it took (a
+    ``Mine``), or None for an owner's row not to be trusted as its own (not acquired).
+    ``slot_ends``: the ends a schedule slot's statement may give its row."""
     while True:
         sent_at = given.clock()
         try:
@@ -172,8 +164,6 @@ def _finding_out(
         try:
             # (A connection it opens waits out refusals within the patience.)
             found: list[Mine] = yield Ask(read, context.connect_timeout_seconds, patience)
-        except DatabaseUnreachableError:
-            raise
         except psycopg.OperationalError as exc:
             if not outcome_unknown(exc):
                 raise
@@ -216,12 +206,9 @@ def claiming(
     the fencing token, and the pause that refused it, if one did.
 
     ``look``: the read that gives the same refusal when the row is live, sent first
-    on a connection opened through a crowded door (``Crowded``): in a herd,
-    planning the acquiring statement costs the server several times what the read
-    does, and all but one machine are refused.  Anywhere else it would be a second
-    round trip for nothing: a lone cron run finds the row free, and a warm process
-    has paid for its connection already.  A look that fails leaves the answer to
-    the acquiring statement (a read: nothing to find out).
+    only on a connection opened through a crowded door (``Crowded``), where all but
+    one machine are refused and planning the acquiring statement costs the server
+    several times the read.  A look that fails leaves the answer to the statement.
     """
     if look is not None and (yield Crowded()):
         try:
@@ -277,13 +264,10 @@ def handing_back(context: LockContext, keys: list[str]) -> Steps[None]:
     """Expire ``context``'s rows among ``keys`` (owner-guarded, one statement, waking
     the lease's waiters), best effort: an acquisition that synchronous replication
     did not confirm, or that was interrupted after it may have taken a row."""
+    statements = statements_for(context)
+    exchange = statements.hand_back(keys, context.owner, context.lock_key, context.lease_mode)
     try:
-        yield Ask(
-            statements_for(context).hand_back(
-                keys, context.owner, context.lock_key, context.lease_mode
-            ),
-            RELEASE_TIMEOUT,
-        )
+        yield Ask(exchange, RELEASE_TIMEOUT)
     except Exception as error:  # unconfirmed too, most likely: it still expired here
         logger.debug("handing back %s: %s", ", ".join(keys), scrub(str(error), context.url))
 
@@ -291,10 +275,9 @@ def handing_back(context: LockContext, keys: list[str]) -> Steps[None]:
 def riding_out(
     attempt: Callable[[], Steps[Outcome]], patience: ConnectPatience, clock: Clock
 ) -> Steps[Outcome]:
-    """``attempt()``'s outcome, the whole attempt made again after a failover's passing
-    answer (``dislock.core.patience.passing_answer``; the hub retired the connection
-    that gave it, so the next try opens a fresh one) with the connections' backoff,
-    until ``patience``'s deadline; then the answer is raised, saying how long."""
+    """``attempt()``'s outcome, the whole attempt made again (on a fresh connection)
+    after a failover's passing answer (``dislock.core.patience.passing_answer``) with
+    the connections' backoff until ``patience``'s deadline, then raised, saying how long."""
     while True:
         started = clock()
         try:

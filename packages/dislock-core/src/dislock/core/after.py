@@ -1,17 +1,21 @@
 """A schedule slot that starts only after other keys succeeded in it
-(``LockContext.after``, ``LOCK_AFTER``): the check, its statement and its wake-up.
+(``LockContext.after``, ``LOCK_AFTER``; docs/cli.md, "After other jobs"): the check,
+its statement, its wake-up and the event row of a slot held back.
 
 A slot of a job with ``after`` starts only once each key named has a run that
-succeeded (history outcome ``ok``) and started at or after the slot's own start
-(its cron fire, read in the job's zone).  The history table already holds that:
-one read over its ``(lock_key, started_at DESC)`` index, sent before the slot is
-claimed, so that a slot held back stays open and nothing is written; a later
-start within the slot (or within its start deadline) may still start it.
+succeeded (history outcome ``ok``) and started at or after the slot's own start.
+The history already holds that: one index read per key, sent before the slot is
+claimed, so that a slot held back stays open and nothing is written.  A waiting job
+is woken by the end statement of a successful run (``success_notice``), as a release
+wakes a lease's waiters, and polls as well.
 
-A waiting job (``wait_seconds``) is woken by the end statement of a successful
-run, which notifies on the release channel with a payload of its own making
-(``after_payload``), as a release wakes a lease's waiters; it polls as well,
-where ``LISTEN`` cannot work (a pooler) and for a wake-up it missed.
+Without a lock row, a slot held back all along would read as one nobody started: so
+the first refusal in a slot records one event row (``record_start``, inserted only
+while the slot has none, then ``record_end``: ended as it started, as an operator's
+event is, since a granted role may insert a row's start columns, then end it, not
+both at once).  Two refusals at the same instant may each write one; readers count
+the slot once.  A role granted before the outcome existed ends it ``late`` instead
+(``LATE_FALLBACK``).
 """
 
 from __future__ import annotations
@@ -23,11 +27,10 @@ from psycopg import sql
 
 from dislock.core import bounds
 from dislock.core.errors import ConfigurationError, LockNotAcquiredError
-from dislock.core.exchange import Exchange, Rows, select_list
-from dislock.core.waiting import WAKE_CHANNEL, ListenRow, read_listen
+from dislock.core.exchange import Exchange, Rows
+from dislock.core.waiting import WAKE_CHANNEL, ListenRow, listening, wake_payload
 
-SUCCEEDED = "ok"
-"""The history outcome of a run that succeeded."""
+SUCCEEDED = "ok"  # the history outcome of a run that succeeded
 
 
 class DependencyPending(LockNotAcquiredError):
@@ -47,7 +50,7 @@ class DependencyPending(LockNotAcquiredError):
         """The first key named in ``after`` that the slot still waits for."""
         self.slot_start = slot_start
         self.slot_end = slot_end
-        """The slot held back (``dislock.core.held_back`` records it)."""
+        """The slot held back (``record_start`` records it)."""
 
 
 def check_after(
@@ -89,13 +92,9 @@ def parse_after(raw: str) -> tuple[str, ...]:
     return keys
 
 
-def _payload(table_oid: sql.Composable, key: sql.Composable) -> sql.Composed:
-    # Like a release's payload (``dislock.core.waiting.wake_payload``): the table's
-    # oid, however it was named, and a digest of fixed length; ``after`` tells it
-    # from a lease's, whose row keys all start with ``cronjob-lock:``.
-    return sql.SQL("{}::text || ':after:' || encode(sha256(convert_to({}, 'UTF8')), 'hex')").format(
-        table_oid, key
-    )
+# A success's wake-up is a release's (``dislock.core.waiting.wake_payload``) but
+# for its tag: a lease's row keys all start with ``cronjob-lock:``, never ``after:``.
+_TAG = ":after:"
 
 
 def success_notice() -> sql.Composed:
@@ -106,21 +105,14 @@ def success_notice() -> sql.Composed:
     ).format(
         ok=sql.Literal(SUCCEEDED),
         channel=sql.Literal(WAKE_CHANNEL),
-        payload=_payload(sql.SQL("tableoid"), sql.SQL("lock_key")),
+        payload=wake_payload(sql.SQL("tableoid"), sql.SQL("lock_key"), _TAG),
     )
 
 
 def listen_after(history: Sequence[str], key: str) -> Exchange[ListenRow]:
     """For a waiting job's listening connection: its backend pid, and the payload
     a success of ``key`` sends."""
-    name = sql.Literal(sql.Identifier(*history).as_string(None))
-    oid = sql.SQL("{}::regclass::oid").format(name)
-    columns = select_list(
-        ListenRow._fields,
-        backend_pid=sql.SQL("pg_backend_pid()"),
-        wake=_payload(oid, sql.Placeholder("key")),
-    )
-    return Exchange(sql.SQL("SELECT {}").format(columns), {"key": key}, read_listen)
+    return listening(history, key, _TAG)
 
 
 def pending(history: Sequence[str], keys: Sequence[str], since: datetime) -> Exchange[str | None]:
@@ -150,3 +142,88 @@ def held_back(lock_key: str, key: str, began: datetime, expires_at: datetime) ->
         slot_start=began,
         slot_end=expires_at,
     )
+
+
+HELD_BACK = "held_back"  # the outcome of a held-back slot's event row
+
+MODES = "after"
+"""The ``modes`` of that row: no run's (``schedule``, ``lease``) nor a pause's."""
+
+LATE_FALLBACK = "late"
+"""The outcome written instead when the role may not write ``held_back``."""
+
+_WAITING = "waiting for "
+
+
+def owner_of(key: str) -> str:
+    """The row's ``owner``: the key the slot waited for."""
+    return f"{_WAITING}{key}"
+
+
+def waited_for(owner: str | None) -> str | None:
+    """The key a held-back row's ``owner`` names (None: not one of ours)."""
+    if owner is None or not owner.startswith(_WAITING):
+        return None
+    return owner[len(_WAITING) :]
+
+
+def record_start(
+    history: tuple[str, ...],
+    *,
+    lock_key: str,
+    key: str,
+    slot_start: datetime,
+    slot_end: datetime,
+    host: str,
+    pid: int,
+    cron: str | None,
+    cron_tz: str | None,
+) -> Exchange[int | None]:
+    """Insert the start of the held-back event of the slot ``slot_start`` to
+    ``slot_end`` of ``lock_key``, waiting for ``key``, unless the slot has one: the
+    new row's id, or None (already recorded)."""
+    from dislock.core import history_functions
+    from dislock.core.history import ASYNC_COMMIT
+
+    query = sql.SQL(
+        "INSERT INTO {table} (lock_key, modes, slot_end, owner, host, pid, started_at, cron,"
+        " cron_tz) SELECT %(lock_key)s, {modes}, %(slot_end)s, %(owner)s, %(host)s, %(pid)s,"
+        " NOW(), %(cron)s, %(cron_tz)s FROM {async_commit}"
+        " WHERE NOT EXISTS (SELECT FROM {table} AS e WHERE e.lock_key = %(lock_key)s"
+        " AND e.started_at >= %(slot_start)s AND e.modes = {modes}"
+        " AND e.slot_end = %(slot_end)s)"
+        " RETURNING id"
+    ).format(table=sql.Identifier(*history), modes=sql.Literal(MODES), async_commit=ASYNC_COMMIT)
+    params = {
+        "lock_key": lock_key,
+        "slot_start": slot_start,
+        "slot_end": slot_end,
+        "owner": owner_of(key),
+        "host": host,
+        "pid": pid,
+        "cron": cron,
+        "cron_tz": cron_tz,
+    }
+    plain = Exchange(query, params, lambda rows: int(rows[0][0]) if rows else None)
+    return history_functions.via(history, "held_back", plain, outcome=HELD_BACK)
+
+
+def record_end(history: tuple[str, ...], run_id: int, outcome: str = HELD_BACK) -> Exchange[None]:
+    """The event's row ended as it started, with ``outcome`` (``HELD_BACK``, or
+    ``LATE_FALLBACK`` for a role granted before it)."""
+    from dislock.core import history_functions
+    from dislock.core.history import ASYNC_COMMIT
+
+    query = sql.SQL(
+        "UPDATE {} SET ended_at = started_at, outcome = %(outcome)s FROM {async_commit}"
+        " WHERE id = %(id)s AND ended_at IS NULL"
+    ).format(sql.Identifier(*history), async_commit=ASYNC_COMMIT)
+    plain: Exchange[None] = Exchange(query, {"id": run_id, "outcome": outcome}, lambda rows: None)
+    # (Through the function, the event's row was written ended: nothing left to do.)
+    return history_functions.via(history, "end", plain)
+
+
+def refused(error: BaseException) -> bool:
+    """Whether the end failed because the role may not write the outcome (a grant
+    from before it): insufficient_privilege, row-level security's refusal too."""
+    return getattr(error, "sqlstate", None) == "42501"

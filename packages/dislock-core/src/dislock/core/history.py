@@ -8,12 +8,9 @@ failure logged), but for the end: refused for a reason worth waiting out
 database went away read as ``abandoned``.
 
 The table is ``<table>_history`` unless named otherwise (``create_history``): one
-row per run (``lock_key``, not the row key; ``modes``; the ``slot_end`` it
-claimed; ``owner``, ``host``, ``pid``; ``started_at`` and ``ended_at`` on the
-database clock, ``ended_at`` NULL while running or when the machine died; the
-``outcome``, ``exit_code`` and ``signal``; ``cron`` and ``cron_tz``; the end of a
-failed run's output, ``stdout_tail`` and ``stderr_tail``), indexed for one key's
-runs newest first, for every key's (and pruning), and for a key's pauses.
+row per run, of its ``lock_key`` (not the row key), ``ended_at`` NULL while it runs
+or when its machine died; indexed for one key's runs newest first, for every key's
+(and pruning), and for a key's pauses.
 """
 
 from __future__ import annotations
@@ -140,7 +137,7 @@ def add_tail_columns(history: tuple[str, ...]) -> sql.Composed:
 # run pays a round trip for them, not a wait for the WAL to reach the disk.  A
 # server crash can lose the last fraction of a second of history; lock rows are
 # written by other statements, durably as ever.
-_ASYNC_COMMIT = sql.SQL("(SELECT set_config('synchronous_commit', 'off', true)) AS async_commit")
+ASYNC_COMMIT = sql.SQL("(SELECT set_config('synchronous_commit', 'off', true)) AS async_commit")
 
 
 @lru_cache(maxsize=64)
@@ -150,16 +147,15 @@ def _start_query(history: tuple[str, ...]) -> sql.Composed:
         sql.Identifier(*history),
         sql.SQL(", ").join(map(sql.Identifier, STARTED)),
         sql.SQL(", ").join(values),
-        async_commit=_ASYNC_COMMIT,
+        async_commit=ASYNC_COMMIT,
     )
 
 
 @lru_cache(maxsize=64)
 def _end_query(history: tuple[str, ...], late: bool = False, tails: bool = False) -> sql.Composed:
     # A run's end is written once: sent again after a lost answer, it changes nothing.
-    # ``late``: an end kept on the host (``dislock.core.unrecorded``) carries the time
-    # the run really ended, rather than the database's time of the statement.  A
-    # success wakes the jobs that wait for it (``dislock.core.after``).
+    # ``late``: an end kept on the host (``dislock.core.unrecorded``), at the time the
+    # run really ended rather than the statement's.
     return sql.SQL(
         "UPDATE {} SET ended_at = {ended_at}, outcome = %(outcome)s, exit_code = %(exit_code)s,"
         " signal = %(signal)s{tails} FROM {async_commit} WHERE id = %(id)s AND ended_at IS NULL"
@@ -170,7 +166,7 @@ def _end_query(history: tuple[str, ...], late: bool = False, tails: bool = False
         tails=sql.SQL(
             ", stdout_tail = %(stdout_tail)s, stderr_tail = %(stderr_tail)s" if tails else ""
         ),
-        async_commit=_ASYNC_COMMIT,
+        async_commit=ASYNC_COMMIT,
         notice=success_notice(),
     )
 

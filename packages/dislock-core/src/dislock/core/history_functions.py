@@ -76,7 +76,7 @@ def signature(history: tuple[str, ...], what: str) -> str:
 def history_functions_sql(history: tuple[str, str], lock_table: tuple[str, str]) -> sql.Composed:
     """The statements that (re)install the functions of ``history``, whose runs are of
     the locks of ``lock_table`` (both with their schemas)."""
-    from dislock.core.held_back import HELD_BACK, LATE_FALLBACK, MODES
+    from dislock.core.after import HELD_BACK, LATE_FALLBACK, MODES
     from dislock.core.history import OUTCOMES
 
     table = sql.Identifier(*history)

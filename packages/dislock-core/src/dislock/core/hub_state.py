@@ -1,6 +1,7 @@
-"""The shared connection's bookkeeping, whichever its flavour: which link is current,
-whether it came through a crowded door, whether it may prepare its statements, and
-the server timeline the locks were taken on.
+"""The shared connection's bookkeeping, whichever its flavour: which hub serves which
+database URL (``Registry``), which link is current, whether it came through a crowded
+door, whether it may prepare its statements, and the server timeline the locks were
+taken on.
 
 Both flavours' ``Hub`` extend ``HubState``: what they add opens, sends on, watches
 and retires the link.  Nothing here waits or touches a socket; the link's current
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from psycopg import ConnectionInfo
 
@@ -21,6 +22,16 @@ from dislock.core.failover import timeline_change
 from dislock.core.preparing import Preparation, prepare_threshold
 
 logger = logging.getLogger("dislock")
+
+
+class Registry:
+    """The hubs by URL, of a process (of an event loop, with asyncio: the flavour's
+    ``local_registry``), and the lock that guards taking and giving one back (held
+    only for dictionary work, never across I/O)."""
+
+    def __init__(self) -> None:
+        self.hubs: dict[str, Any] = {}
+        self.lock = threading.Lock()
 
 
 class Connection(Protocol):
@@ -45,8 +56,7 @@ LinkT = TypeVar("LinkT", bound=Linked)
 
 
 class HubState(Generic[LinkT]):
-    """The shared connection to one database, between statements (see the flavour's
-    ``Hub``)."""
+    """The shared connection to one database, between statements (the flavour's ``Hub``)."""
 
     def __init__(self, url: str, connect_timeout: float) -> None:
         self.url = url

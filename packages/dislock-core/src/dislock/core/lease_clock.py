@@ -45,23 +45,14 @@ class LeaseSettings(NamedTuple):
 
     @classmethod
     def from_context(cls, context: LockContext) -> LeaseSettings:
-        missing = [
-            name
-            for name in ("run_ttl_seconds", "lease_interval_seconds")
-            if getattr(context, name) is None
-        ]
+        names = ("run_ttl_seconds", "lease_interval_seconds")
+        missing = " and ".join(name for name in names if getattr(context, name) is None)
         if missing:
-            raise ConfigurationError(
-                f"a lease lock needs {' and '.join(missing)} in its LockContext"
-            )
+            raise ConfigurationError(f"a lease lock needs {missing} in its LockContext")
+        ttl, interval = context.run_ttl_seconds, context.lease_interval_seconds
         # LockContext has already checked the interval against the TTL.
-        assert context.run_ttl_seconds is not None
-        assert context.lease_interval_seconds is not None
-        return cls(
-            ttl=context.run_ttl_seconds,
-            interval=context.lease_interval_seconds,
-            policy=context.lease_loss_policy,
-        )
+        assert ttl is not None and interval is not None
+        return cls(ttl, interval, context.lease_loss_policy)
 
 
 class LeaseClock:
@@ -115,25 +106,15 @@ class LeaseClock:
         return True
 
     def failed(self, error: BaseException | str, *, now: float) -> bool:
-        """Record a renewal attempt that raised; returns whether the lease is still held.
-
-        ``error`` is the exception, or the line describing it already scrubbed of
-        the URL's secrets (``dislock.core.dsn.error_line``): ``last_error`` and the
-        loss's reason quote it.
-
-        A failed attempt is not a lost lease: the row stays ours on the server until
-        the deadline, so the attempt is retried (on a new connection if need be)
-        until then.  Only a passed deadline or a row that is no longer ours loses it.
-        """
+        """Record a renewal attempt that raised (``error``, or its line already scrubbed
+        of the URL's secrets, ``dislock.core.dsn.error_line``, which ``last_error``
+        and the loss's reason quote); returns whether the lease is still held: the
+        row stays ours until the deadline, so the attempt is retried until then."""
         self.last_error = (
             error if isinstance(error, str) else f"{type(error).__name__}: {one_line(str(error))}"
         )
-        if self.lost:
+        if self.check_deadline(now):
             return False
-        if now >= self.deadline:
-            return self._lose(
-                f"no renewal succeeded before the local deadline (last error: {self.last_error})"
-            )
         self.next_renewal = now + self.retry_delay(now)
         return True
 
@@ -154,10 +135,9 @@ class LeaseClock:
         return self.replaced_by is not None or (self.row_gone and not self.explained)
 
     def attempt_timeout(self, now: float) -> float:
-        """How long one renewal statement may take before it is cancelled: a
-        heartbeat (but never under a second, which a loaded server can need), or
-        what is left before the deadline if that is less: a row locked by another
-        transaction must not hold the renewer past it."""
+        """How long one renewal statement may take before it is cancelled: a heartbeat
+        (never under a second, which a loaded server can need), or less if the deadline
+        comes first: a row locked by another transaction must not hold the renewer past it."""
         remaining = self.deadline - now
         return max(RETRY_FLOOR, min(remaining, max(self.cadence, ATTEMPT_FLOOR)))
 
@@ -185,9 +165,6 @@ class LeaseClock:
 
 
 def raises_on_exit(policy: LeaseLossPolicy, *, lost: bool, block_failed: bool) -> bool:
-    """Whether leaving a lease lock must raise ``LeaseLostError``.
-
-    An exception already leaving the block is never masked, and ``CONTINUE``
-    only logs.
-    """
+    """Whether leaving a lease lock must raise ``LeaseLostError``: never over an
+    exception already leaving the block, and ``CONTINUE`` only logs."""
     return lost and not block_failed and policy is LeaseLossPolicy.TERMINATE

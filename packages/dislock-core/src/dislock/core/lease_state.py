@@ -1,15 +1,13 @@
-"""What a ``LeaseLock`` knows and says, whichever its flavour.
-
-Both flavours' ``LeaseLock`` (``dislock.aio``'s, and the sync one generated from it)
-extend ``LeaseState``: the latest acquisition's bookkeeping, the questions asked of
-it (its deadline, whether it is lost, why), and the words of a refusal are plain
-attributes and functions, written once here.  The flavour adds what sends statements:
-entering, replacing and leaving.
+"""What a ``LeaseLock`` knows and says, whichever its flavour: the latest
+acquisition's bookkeeping, the questions asked of it (its deadline, whether it is
+lost, why) and the words of a refusal.  Both flavours' ``LeaseLock`` extend
+``LeaseState`` with what sends statements: entering, replacing and leaving.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Generic, Protocol, TypeVar
 
@@ -30,9 +28,7 @@ class Renewing(Protocol):
 
 
 class LossEvent(Protocol):
-    """The flavour's event that a lease is lost (only its flag is read here)."""
-
-    def set(self) -> None: ...
+    """The flavour's event that a lease is lost (set by the renewer, not here)."""
 
     def clear(self) -> None: ...
 
@@ -43,14 +39,12 @@ HubT = TypeVar("HubT", bound=Renewing)
 EventT = TypeVar("EventT", bound=LossEvent)
 
 
+@dataclass(eq=False, slots=True)
 class Held(Generic[HubT]):
     """One acquisition of a lease: its renewer's bookkeeping, and the hub renewing it."""
 
-    __slots__ = ("hub", "renewal")
-
-    def __init__(self, hub: HubT, renewal: Renewal) -> None:
-        self.hub = hub
-        self.renewal = renewal
+    hub: HubT
+    renewal: Renewal
 
     @property
     def clock(self) -> LeaseClock:
@@ -68,9 +62,8 @@ class LeaseState(Generic[HubT, EventT]):
         self.key = self._slot_keys[0]
         """The row held: the lease's, or with ``LockContext.slots`` the slot's taken."""
         self.lease_lost = lease_lost
-        """Set once the lease is lost.  One event for the lock's whole life
-        (fetching it before entering is fine), cleared as each acquisition
-        starts; after leaving, it still tells whether the lease was lost."""
+        """Set once the lease is lost; one event for the lock's whole life, cleared as each
+        acquisition starts (fetch it before entering; after leaving it still tells)."""
         self.fence: int | None = None
         """The fencing token of the latest acquisition (with ``LockContext.fencing``)."""
         self._held: Held[HubT] | None = None

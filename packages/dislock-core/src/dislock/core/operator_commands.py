@@ -16,8 +16,8 @@ from typing import NamedTuple
 
 from psycopg import sql
 
+from dislock.core.after import HELD_BACK
 from dislock.core.exchange import Exchange, select_list
-from dislock.core.held_back import HELD_BACK
 
 RERUN = "rerun"
 PAUSED = "paused"

@@ -59,11 +59,9 @@ def parent_death_signal() -> Callable[[], None] | None:
 def _guard_argv() -> list[str] | None:
     """How to start a guard: this interpreter, isolated and without ``site``, on the
     guard's module file; None where either is not a file (a frozen application)."""
-    program = guard_program.__file__
-    python = sys.executable
-    if not (python and os.path.isabs(python) and program and os.path.isfile(program)):
-        return None
-    if not os.access(python, os.X_OK):
+    program, python = guard_program.__file__, sys.executable
+    runnable = python and os.path.isabs(python) and os.access(python, os.X_OK)
+    if not (runnable and program and os.path.isfile(program)):
         return None
     return [python, "-I", "-S", program, "dislock-guard"]
 

@@ -142,10 +142,6 @@ class RenewalPlan:
         return lost
 
 
-def _leases(renewals: Sequence[Renewal]) -> str:
-    return f"lease {renewals[0].key}" if len(renewals) == 1 else f"{len(renewals)} leases"
-
-
 def count_failure(batch: Batch, now: float) -> bool:
     """Count a failed attempt for each lease of ``batch`` (not one lost meanwhile,
     whose failures were summed up with its loss); whether it is the first failure of
@@ -171,15 +167,14 @@ def recovery_summary(batch: Batch, now: float) -> str | None:
     seconds = now - min(r.failing_since for r in failed)
     for r in failed:
         r.failures = 0
+    leases = f"lease {failed[0].key}" if len(failed) == 1 else f"{len(failed)} leases"
     return (
-        f"renewal of {_leases(failed)} succeeded again after {count} failed attempt(s)"
-        f" over {seconds:.1f} s"
+        f"renewal of {leases} succeeded again after {count} failed attempt(s) over {seconds:.1f} s"
     )
 
 
 def failure_summary(renewal: Renewal, now: float) -> str | None:
-    """When ``renewal`` is lost: how many attempts failed before (None for one or
-    none)."""
+    """When ``renewal`` is lost: how many attempts failed before (None for one or none)."""
     count, renewal.failures = renewal.failures, 0
     if count < 2:
         return None

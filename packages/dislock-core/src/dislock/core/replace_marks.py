@@ -1,29 +1,21 @@
 """Replacing a lease's running holder (``LockContext.replace``, ``LOCK_REPLACE=1``):
 the marks in the lease row, the statements that write and read them, and their
-answers.
+answers (docs/cli.md, "Replacing the running copy").
 
 The newest run wins, and never overlaps the one it replaces.  The hand-over goes
-through the lease row's ``value`` alone, in three steps:
+through the lease row's ``value`` alone:
 
-1. The replacer, refused by a live row, *marks* it: ``holder (replaced by S)``,
-   where ``S`` is the replacer's successor text (``successor``).  ``expire_at``
-   is left alone: the row stays live for everyone else, and it expires when the
-   holder's last renewal said it would.
-2. The holder's next renewal finds its ``value`` gone (renewals are guarded by
-   it), so the lease is lost, as it is on any other loss: its command's group is
-   stopped (the guard does it at the lease's deadline if the wrapper cannot).
-   The renewer reads the row once to say why (``replaced_by``).  Once the group
-   is gone, the holder *hands over*: the row's ``value`` becomes ``S``, still
-   live until the same ``expire_at``.
-3. The replacer, polling, *takes over* the row whose ``value`` is its ``S``
-   (``dislock.core.lock_queries``' ``take_over``: pause, TTL cap and fencing as
-   any acquisition), or, once it expired, takes it as any expired row.
+1. The replacer, refused by a live row, *marks* it (``holder (replaced by S)``, ``S``
+   its ``successor`` text), leaving ``expire_at`` alone: the row stays live for all.
+2. The holder's next renewal, guarded by ``value``, finds the row gone: the lease is
+   lost, its command's group stopped (by the guard at the deadline if need be), and
+   the holder reads why (``replaced_by``).  Once the group is gone it *hands over*:
+   ``value`` becomes ``S``, live until the same ``expire_at``.
+3. The replacer, polling, *takes over* the row that is its ``S`` (``take_over`` in
+   ``dislock.core.lock_queries``), or once it expired takes it as any expired row.
 
-A holder that is dead or frozen never hands over; its row expires no later than
-its last renewal said, and its command was stopped by then (the guard).  A
-third wrapper waiting for the lease is not woken by the hand-over (the row stays
-live throughout) and so does not slip in between.  Marking needs the right to
-update the key's row, as running it does: a role's grant decides.
+A dead or frozen holder never hands over; its row expires when its last renewal
+said, its command stopped by then (the guard).
 """
 
 from __future__ import annotations
@@ -131,12 +123,10 @@ def hand_over(table_parts: tuple[str, ...], key: str, owner: str) -> Exchange[st
     """Hand ``owner``'s marked lease row ``key`` to the replacer that marked it: the
     successor's text, or None (not marked for a successor, or expired)."""
     params = {"key": key, "prefix": f"{owner}{REPLACED_MARK}", "handed": HANDED_MARK}
-    plain = Exchange(hand_over_query(table_parts), params, _read_successor)
+    plain = Exchange(
+        hand_over_query(table_parts), params, lambda rows: str(rows[0][0]) if rows else None
+    )
     return _via(table_parts, "hand_over", plain)
-
-
-def _read_successor(rows: Rows) -> str | None:
-    return str(rows[0][0]) if rows else None
 
 
 def handed(successor: str) -> str:

@@ -8,8 +8,7 @@ import signal
 from collections.abc import Iterable, Mapping, Sequence
 
 from dislock.core.errors import ConfigurationError
-from dislock.core.guard import GUARD_TOKEN_VARIABLE as GUARD_TOKEN_VARIABLE
-from dislock.core.guard import RUN_TOKEN_VARIABLE as RUN_TOKEN_VARIABLE
+from dislock.core.guard import GUARD_TOKEN_VARIABLE, RUN_TOKEN_VARIABLE
 from dislock.core.lease_clock import safety_margin
 
 KILL_GRACE = 10.0
@@ -59,13 +58,10 @@ class SignalAction(enum.Enum):
 
 
 class SignalRoute:
-    """Where a forwarded signal goes, for the whole of a wrapped run.
-
-    One handler stays installed from before the locks are taken until they are
-    released: changed between phases, a signal arriving in between would end the
-    wrapper by its default action while it held a lock.  What the signal does
-    follows the run's phase (``SignalAction``).
-    """
+    """Where a forwarded signal goes, for the whole of a wrapped run: what it does
+    follows the run's phase (``SignalAction``), under one handler installed from
+    before the locks are taken until they are released (changed between phases, a
+    signal arriving in between would end the wrapper while it held a lock)."""
 
     __slots__ = ("_held", "_phase", "fired", "group")
 

@@ -1,12 +1,10 @@
 """An acquisition whose answer was lost: whether it took a row, and how to find out.
 
-When the connection breaks while an acquiring statement is in flight, it may have
-committed or not.  The lock reconnects within its patience and reads its owner's
-live rows among the keys it was taking (``LockStatements.mine``): a row found is
-the acquisition's, if no other acquisition can have written it (an owner this
-process made, a row it does not hold, the slot end it sent); none found, the
-statement may be sent again (docs/guarantees.md, "An acquiring statement whose
-answer was lost").
+The lock reconnects within its patience and reads its owner's live rows among the
+keys it was taking (``LockStatements.mine``): a row found is the acquisition's if no
+other acquisition can have written it (an owner this process made, a row it does
+not hold, the slot end it sent); none found, the statement may be sent again
+(docs/guarantees.md, "An acquiring statement whose answer was lost").
 """
 
 from __future__ import annotations
@@ -69,10 +67,9 @@ acquisition's."""
 
 
 class HeldRows:
-    """The rows this process holds or let go of, by table, key and owner; shared by
-    every thread and event loop.  A lease let go is remembered while a read sent
-    meanwhile may still see it live, a slot until ``SLOT_MEMORY`` after its end.
-    Instants are on ``time.monotonic()``'s clock."""
+    """The rows this process holds or let go of, by table, key and owner, for every
+    thread and event loop: a lease let go while a read sent meanwhile may still see it
+    live, a slot until ``SLOT_MEMORY`` after its end (instants on ``time.monotonic()``)."""
 
     def __init__(self, prune_interval: float = PRUNE_INTERVAL) -> None:
         self._guard = threading.Lock()
@@ -91,8 +88,7 @@ class HeldRows:
         *,
         slot_end: datetime | None = None,
     ) -> None:
-        """Remember a row taken: a lease (no ``slot_end``) until ``let_go``, a slot by
-        its end."""
+        """Remember a row taken: a lease (no ``slot_end``) until ``let_go``, a slot by its end."""
         with self._guard:
             self._add((table_parts, key, owner), slot_end)
 
@@ -164,8 +160,7 @@ class HeldRows:
             return len(self._leases) + len(self._left) + len(self._slots)
 
 
-HELD = HeldRows()
-"""The process's rows (see the module's docstring)."""
+HELD = HeldRows()  # the process's rows
 
 
 class Mine(NamedTuple):

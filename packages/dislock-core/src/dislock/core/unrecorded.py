@@ -1,18 +1,14 @@
 """Run ends the database could not take: kept on the host, recorded by a later run.
 
-A wrapper whose run ended while its database was away (the usual reason a lease
-is lost) tries to record the end within its connect patience
-(``dislock.core.history.retry_end``).  Past that, the end would be lost and the
-run read as ``abandoned``, as if its machine had died.  So it is written to a
-small file of this user's (``spool_dir``), and the next run with history on this
-host, for the same database, role and table, records it once its own start is
-in (``late_end``: the time the run really ended, and only if no end was
-recorded meanwhile), then deletes the file.
+An end not recorded within the connect patience (``dislock.core.history.retry_end``)
+would leave the run read as ``abandoned``, as if its machine had died; so it is
+written to a small file of this user's (``spool_dir``), and the next run with
+history on this host, for the same database, role and table, records it
+(``late_end``: at the time the run really ended, unless an end was recorded
+meanwhile), then deletes the file (docs/cli.md).
 
-Flavourless: both lock flavours read and write these files with plain file
-calls, which take microseconds; nothing here connects.  ``json`` and ``hashlib``
-are imported only once there is a file to read or write: a run with history on
-a host that kept nothing pays one failed ``scandir``.
+Nothing here connects.  ``json`` and ``hashlib`` are imported only once there is a
+file to read or write: a run on a host that kept nothing pays one failed ``scandir``.
 """
 
 from __future__ import annotations
@@ -86,9 +82,8 @@ def kept_ends(
 ) -> Iterator[tuple[Path, KeptEnd]]:
     """The ends kept for ``url``'s database, role and ``table``, oldest first, at most
     ``MAX_FLUSHED``; a file that cannot be read is skipped (and left alone)."""
-    folder = spool_dir(environ)
     try:
-        entries = list(os.scandir(folder))
+        entries = list(os.scandir(spool_dir(environ)))
     except OSError:  # no folder yet: nothing kept
         return
     prefix = f"{database_id(url, table)}-"

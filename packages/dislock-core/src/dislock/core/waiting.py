@@ -49,21 +49,21 @@ tries the lease, as it did before it read first."""
 
 def jitter_delay(max_seconds: float, rng: random.Random | None = None) -> float:
     """The start-up jitter: a uniform delay in ``[0, max_seconds]``; zero when jitter is off."""
-    if max_seconds <= 0:
-        return 0.0
-    return (rng or random).uniform(0.0, max_seconds)
+    return (rng or random).uniform(0.0, max_seconds) if max_seconds > 0 else 0.0
 
 
 _WAKE_KEY = sql.Placeholder("wake_key")
 
 
-def wake_payload(table_oid: sql.Composable, lock_row: sql.Composable = _WAKE_KEY) -> sql.Composed:
+def wake_payload(
+    table_oid: sql.Composable, lock_row: sql.Composable = _WAKE_KEY, tag: str = ":"
+) -> sql.Composed:
     """The ``NOTIFY`` payload that wakes the waiters of a lease, computed by the
-    server: the lock table's oid (the same however the table was named) and a digest
-    of the lease's row key ``lock_row`` (a fixed length: payloads are limited to 8000
-    bytes, lock keys are not)."""
-    return sql.SQL("{}::text || ':' || encode(sha256(convert_to({}, 'UTF8')), 'hex')").format(
-        table_oid, lock_row
+    server: the lock table's oid (the same however it was named), ``tag`` (``:after:``
+    for a success's, ``dislock.core.after``) and a digest of the lease's row key
+    ``lock_row`` (payloads are limited to 8000 bytes, lock keys are not)."""
+    return sql.SQL("{}::text || {} || encode(sha256(convert_to({}, 'UTF8')), 'hex')").format(
+        table_oid, sql.Literal(tag), lock_row
     )
 
 
@@ -77,8 +77,7 @@ class ListenRow(NamedTuple):
     """What a waiter's listening connection reads before it listens (``listen``)."""
 
     backend_pid: int
-    """The server's process id of the connection: another than the startup's tells
-    a pooler in between."""
+    """The server's process id of the connection: not the startup's behind a pooler."""
     wake: str
     """The payload a release of the lease sends (``wake_payload``)."""
 
@@ -88,13 +87,18 @@ def listen(
 ) -> Exchange[ListenRow]:
     """For a waiter's listening connection: its backend pid and the payload a
     release of ``lock_key``'s lease sends, computed by the server."""
+    return listening(table_parts, wake_key(lock_key, mode))
+
+
+def listening(table_parts: Sequence[str], digested: str, tag: str = ":") -> Exchange[ListenRow]:
+    """A listening connection's backend pid, and the ``wake_payload`` of the table
+    ``table_parts``, ``tag`` and ``digested``."""
     name = sql.Literal(sql.Identifier(*table_parts).as_string(None))
     oid = sql.SQL("{}::regclass::oid").format(name)
     columns = select_list(
-        ListenRow._fields, backend_pid=sql.SQL("pg_backend_pid()"), wake=wake_payload(oid)
+        ListenRow._fields, backend_pid=sql.SQL("pg_backend_pid()"), wake=wake_payload(oid, tag=tag)
     )
-    query = sql.SQL("SELECT {}").format(columns)
-    return Exchange(query, {"wake_key": wake_key(lock_key, mode)}, read_listen)
+    return Exchange(sql.SQL("SELECT {}").format(columns), {"wake_key": digested}, read_listen)
 
 
 def read_listen(rows: Rows) -> ListenRow:
@@ -194,14 +198,12 @@ class WaitPlan:
         self.poll_seconds = poll_seconds
         self._random = rand
 
-    def cadence(self, *, listening: bool) -> float:
-        return max(self.poll_seconds, SAFETY_POLL_SECONDS) if listening else self.poll_seconds
-
     def next_delay(self, now: float, *, listening: bool) -> float | None:
         """Seconds to wait (for a wake-up, or at most) before the next try; None when
         the wait is over and the lock is to be skipped."""
         left = self.deadline - now
         if left <= 0:
             return None
+        cadence = max(self.poll_seconds, SAFETY_POLL_SECONDS) if listening else self.poll_seconds
         factor = 1.0 + POLL_JITTER * (2.0 * self._random() - 1.0)
-        return min(self.cadence(listening=listening) * factor, left)
+        return min(cadence * factor, left)

@@ -1,13 +1,10 @@
 """The rarer lock statements as functions beside the table: each plain statement
 (a lease's slots, a retrying slot, a replacer's steps, a hand-back), wrapped
 unchanged in a function that runs as the table's owner once the caller passed
-``<table>_dislock_caller`` (``sql/protocol.sql``).
-
-So a team of ``dislockctl grant`` needs no right to write the lock table at all: what
-it may do, it does through a function, and the function checks its scope.  These
-statements are not hot (the hot ones are written out in ``sql/protocol.sql``), so
-each keeps its one statement, and the same text serves a table without the
-functions (``dislock.core.protocol``'s fallback): both answer the same rows.
+``<table>_dislock_caller`` (``sql/protocol.sql``), so that a team of ``dislockctl
+grant`` needs no right to write the lock table.  The same text serves a table
+without the functions (``dislock.core.protocol``'s fallback): they cannot drift
+(docs/design.md, "The protocol lives in the database").
 """
 
 from __future__ import annotations
@@ -21,31 +18,16 @@ from dislock.core.bounds import MAX_STORED_BYTES
 from dislock.core.failover import TTL_KEY_PREFIX
 
 TYPES = {
-    "key": "text",
-    "keys": "text[]",
-    "owners": "text[]",
+    **dict.fromkeys(("keys", "owners"), "text[]"),
     "ttls": "float8[]",
-    "covered_from": "timestamptz",
-    "ends": "timestamptz[]",
-    "latest": "timestamptz[]",
-    "pause": "text",
-    "owner": "text",
-    "ttl": "float8",
-    "expire_at": "timestamptz",
-    "channel": "text",
-    "wake_key": "text",
-    "successor": "text",
-    "lease": "text",
-    "reopened": "text",
+    **dict.fromkeys(("ends", "latest"), "timestamptz[]"),
+    **dict.fromkeys(("covered_from", "expire_at"), "timestamptz"),
+    **dict.fromkeys(("ttl", "delay"), "float8"),
     "attempts": "int8",
-    "delay": "float8",
-    "value": "text",
-    "mark": "text",
-    "marked": "text",
-    "handed": "text",
-    "prefix": "text",
-    "released": "text",
     "fencing": "boolean",
+    **dict.fromkeys(("key", "pause", "owner", "value", "lease", "reopened"), "text"),
+    **dict.fromkeys(("channel", "wake_key"), "text"),
+    **dict.fromkeys(("successor", "mark", "marked", "handed", "prefix", "released"), "text"),
 }
 """Each parameter's type, by its name in the statements."""
 
@@ -107,42 +89,22 @@ WRAPPED = (
         "p_pause",
         fenced=True,
     ),
-    Wrapped(
-        "hand_back",
-        ("keys", "owner", "channel", "wake_key"),
-        "SETOF boolean",
-        "p_keys",
-    ),
+    Wrapped("hand_back", ("keys", "owner", "channel", "wake_key"), "SETOF boolean", "p_keys"),
     Wrapped(
         "reopen",
         ("key", "value", "expire_at", "reopened", "delay"),
         "TABLE (expire_at timestamptz)",
         "ARRAY[p_key]",
     ),
-    Wrapped(
-        "done",
-        ("key", "value", "expire_at"),
-        "SETOF boolean",
-        "ARRAY[p_key]",
-    ),
+    Wrapped("done", ("key", "value", "expire_at"), "SETOF boolean", "ARRAY[p_key]"),
     Wrapped(
         "mark",
         ("key", "mark", "marked", "handed"),
         "TABLE (holder text, remaining float8)",
         "ARRAY[p_key]",
     ),
-    Wrapped(
-        "hand_over",
-        ("key", "prefix", "handed"),
-        "TABLE (successor text)",
-        "ARRAY[p_key]",
-    ),
-    Wrapped(
-        "withdraw",
-        ("key", "mark", "handed", "released"),
-        "SETOF boolean",
-        "ARRAY[p_key]",
-    ),
+    Wrapped("hand_over", ("key", "prefix", "handed"), "TABLE (successor text)", "ARRAY[p_key]"),
+    Wrapped("withdraw", ("key", "mark", "handed", "released"), "SETOF boolean", "ARRAY[p_key]"),
 )
 
 HOT = {

@@ -24,7 +24,7 @@ from psycopg.sql import SQL, Composed
 from dislock.core.errors import Interrupted, NotSent, StatementTimeout
 from dislock.core.exchange import Rendered
 from dislock.core.failover import unconfirmed, unreplicated_notice
-from dislock.core.sharing import Registry
+from dislock.core.hub_state import Registry
 from dislock.core.supervision import SignalRoute
 from dislock.core.timeouts import CANCEL_GRACE, STATEMENT_FLOOR, STUCK_AFTER
 

@@ -219,9 +219,9 @@ def record_late(context: LockContext, slot_end: datetime) -> None:
 
 def record_held_back(context: LockContext, pending: DependencyPending) -> None:
     """Record the slot ``pending`` refused as held back by the key it names, unless
-    the slot has such a row already (``dislock.core.held_back``); a failure is
+    the slot has such a row already (``dislock.core.after``); a failure is
     logged, never raised."""
-    from dislock.core import held_back
+    from dislock.core import after as held_back
 
     if pending.slot_start is None or pending.slot_end is None:
         return

@@ -3,7 +3,7 @@
 """``ScheduleLock``: one start per schedule slot.
 
 Which slot, and the statements that claim it in which order, are
-``dislock.core.schedule_claiming``'s.
+``dislock.core.schedule_state``'s.
 """
 
 from __future__ import annotations
@@ -16,8 +16,7 @@ from dislock.core.context import LockContext
 from dislock.core.exit_arguments import Exc, ExcType, Tb
 from dislock.core.kinds import SCHEDULE
 from dislock.core.patience import ConnectPatience
-from dislock.core.schedule_claiming import claiming_schedule_slot, schedule_refusal
-from dislock.core.schedule_state import ScheduleState
+from dislock.core.schedule_state import ScheduleState, claiming_schedule_slot, schedule_refusal
 
 from ._hub import GIVEN, drive_briefly, enter_hub
 from ._recording import Alone, Run, RunRecording, record_held_back, record_late, run_end
@@ -50,7 +49,7 @@ class ScheduleLock(ScheduleState):
             answer, expires_at = self._claim()
         except DependencyPending as pending:
             # Held back by a key it comes after: recorded once per slot, so that the
-            # slot does not read as one nobody started (``dislock.core.held_back``).
+            # slot does not read as one nobody started (``dislock.core.after``).
             if context.history:
                 record_held_back(context, pending)
             raise

@@ -74,9 +74,9 @@ def run(call: Call) -> int:
 
 
 def held_back_slots(rows: Iterable[StartRow]) -> dict[datetime, str]:
-    """The ends of the slots recorded held back (``dislock.core.held_back``), each with
+    """The ends of the slots recorded held back (``dislock.core.after``), each with
     the key it waited for (the first such row's, should a slot have two)."""
-    from dislock.core.held_back import HELD_BACK, waited_for
+    from dislock.core.after import HELD_BACK, waited_for
 
     found: dict[datetime, str] = {}
     for row in rows:
@@ -186,10 +186,10 @@ def _judge(
     from dislock.cli.runs.envelope import NOT_RUNS
     from dislock.cli.runs.slot_states import Attempt, slot_states
     from dislock.cli.sending import send
+    from dislock.core.after import HELD_BACK
     from dislock.core.errors import ConfigurationError
-    from dislock.core.held_back import HELD_BACK
     from dislock.core.operator_commands import pause_spans, pauses, reruns
-    from dislock.core.rerun import waiting
+    from dislock.core.retries import waiting
 
     rows = send(conn, missed_slots.starts(history, table, key, since))
     # A slot marked late (past its start deadline, nobody started it) has a row but no

@@ -1,5 +1,5 @@
 """``dislockctl rerun``: open LOCK_KEY's current schedule slot for one more run, taken by
-the next wrapper that starts on any machine (``dislock.core.rerun``); recorded in the
+the next wrapper that starts on any machine (``dislock.core.retries``); recorded in the
 run history, when there is one, with the operator's role and reason."""
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ def _rerun(conn: Connection, call: Call, history: tuple[str, ...]) -> int:
     from dislock.cli.commands._recorded import record_event
     from dislock.cli.runs.history_report import format_time
     from dislock.cli.sending import send
-    from dislock.core import operator_commands, rerun
+    from dislock.core import operator_commands
+    from dislock.core import retries as rerun
     from dislock.core.bounds import clip
 
     lock_key = call.args.lock_key

@@ -12,9 +12,9 @@ from psycopg import sql
 
 from dislock.cli.runs.run_history import still_held
 from dislock.cli.shown import read, rows_of
+from dislock.core.after import HELD_BACK
 from dislock.core.errors import ConfigurationError
 from dislock.core.exchange import Exchange, Rows, select_list
-from dislock.core.held_back import HELD_BACK
 
 MAX_SLOTS = 100_000
 """Slots ``missed`` examines at most (a per-second schedule over a day is 86,400)."""
@@ -37,7 +37,7 @@ class StartRow(NamedTuple):
     running: bool | None
     """Without an end: whether it still holds its lock (running, else abandoned)."""
     waiting_for: str | None = None
-    """A ``held_back`` event's key waited for (``dislock.core.held_back``)."""
+    """A ``held_back`` event's key waited for (``dislock.core.after``)."""
 
 
 def starts(

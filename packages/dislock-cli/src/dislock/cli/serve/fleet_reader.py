@@ -23,9 +23,9 @@ from dislock.cli.serve.fleet_status import MISSED_WINDOW, FleetSnapshot, LatestR
 from dislock.cli.serve.kept_runs import RunCounts, WindowStarts
 from dislock.cli.serve.scrape import ScrapeStatements, lock_delay_end_of
 from dislock.cli.serve.slot_windows import ScheduleWindows
+from dislock.core.after import HELD_BACK
 from dislock.core.dsn import connection_kwargs, scrub
 from dislock.core.grant_catalog import audit
-from dislock.core.held_back import HELD_BACK
 
 logger = logging.getLogger("dislock.serve")
 

@@ -12,7 +12,7 @@ from typing import Any
 from dislock.cli.runs.missed_slots import Span
 from dislock.cli.runs.slot_states import Attempt
 from dislock.cli.serve.scrape import CensusRow, ScrapedRun, span_of_row
-from dislock.core.held_back import HELD_BACK
+from dislock.core.after import HELD_BACK
 from dislock.core.operator_commands import PAUSED, RERUN, RESUMED, Event, Pause, pause_spans, reruns
 
 

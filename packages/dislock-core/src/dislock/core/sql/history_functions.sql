@@ -107,7 +107,7 @@ BEGIN
 END
 $end$;
 
--- A slot held back for the keys it comes after (dislock.core.held_back): its event's
+-- A slot held back for the keys it comes after (dislock.core.after): its event's
 -- row, unless the slot has one; its id, none if it had.
 CREATE OR REPLACE FUNCTION {held_back}(
     p_lock_key text, p_slot_start timestamptz, p_slot_end timestamptz, p_owner text,

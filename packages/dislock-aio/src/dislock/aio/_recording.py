@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from time import monotonic
 from typing import Any, Protocol
 
-from dislock.core import history
+from dislock.core import after, history
 from dislock.core.after import DependencyPending
 from dislock.core.context import LEASE_LOST_EXIT_CODE, LeaseLossPolicy, LockContext
 from dislock.core.dsn import message_line, one_line, scrub
@@ -221,12 +221,10 @@ async def record_held_back(context: LockContext, pending: DependencyPending) -> 
     """Record the slot ``pending`` refused as held back by the key it names, unless
     the slot has such a row already (``dislock.core.after``); a failure is
     logged, never raised."""
-    from dislock.core import after as held_back
-
     if pending.slot_start is None or pending.slot_end is None:
         return
     table = history.history_table(context.table_parts, context.history_table)
-    start = held_back.record_start(
+    start = after.record_start(
         table,
         lock_key=context.lock_key,
         key=pending.key,
@@ -243,16 +241,16 @@ async def record_held_back(context: LockContext, pending: DependencyPending) -> 
         if run_id is None:
             return  # recorded by an earlier refusal in the slot
         try:
-            await hub.ask(held_back.record_end(table, run_id), history.HISTORY_TIMEOUT)
+            await hub.ask(after.record_end(table, run_id), history.HISTORY_TIMEOUT)
         except Exception as exc:
-            if not held_back.refused(exc):
+            if not after.refused(exc):
                 raise
             logger.warning(
                 "this role may not record a slot held back (granted before it: grant it"
                 " again); marking the slot of %r late instead",
                 context.lock_key,
             )
-            ending = held_back.record_end(table, run_id, held_back.LATE_FALLBACK)
+            ending = after.record_end(table, run_id, after.LATE_FALLBACK)
             await hub.ask(ending, history.HISTORY_TIMEOUT)
     except Exception as exc:
         logger.warning(

@@ -35,12 +35,11 @@ def _rerun(conn: Connection, call: Call, history: tuple[str, ...]) -> int:
     from dislock.cli.commands._recorded import record_event
     from dislock.cli.runs.history_report import format_time
     from dislock.cli.sending import send
-    from dislock.core import operator_commands
-    from dislock.core import retries as rerun
+    from dislock.core import operator_commands, retries
     from dislock.core.bounds import clip
 
     lock_key = call.args.lock_key
-    done = send(conn, rerun.rerun(call.table, lock_key))
+    done = send(conn, retries.rerun(call.table, lock_key))
     if done.leased_by is not None:
         return error(
             f"a run of {lock_key!r} is still going (its lease is held by {clip(done.leased_by)}):"
@@ -55,7 +54,7 @@ def _rerun(conn: Connection, call: Call, history: tuple[str, ...]) -> int:
         )
         return EXIT_OK
     assert done.value is not None and done.expire_at is not None
-    slot_end = rerun.slot_end_of(done.value, done.expire_at)
+    slot_end = retries.slot_end_of(done.value, done.expire_at)
     # With the slot it reopened, which is judged from the attempts after it.
     recorded = record_event(conn, call, history, operator_commands.RERUN, until=slot_end)
     print(

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
-from dislock.cli import EXIT_OK, EXIT_USAGE, __version__
+from dislock.cli import EXIT_OK, EXIT_USAGE, __version__, exit_now
 from dislock.cli.commands import COMMANDS, canonical, load
 
 
@@ -123,11 +123,8 @@ def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> int:
 
 
 def console_main() -> NoReturn:
-    """The ``dislockctl`` console script: :func:`main`, then ``process_exit.exit_now``."""
-    status = main()
-    from dislock.cli.process_exit import exit_now
-
-    exit_now(status)
+    """The ``dislockctl`` console script: :func:`main`, then ``dislock.cli.exit_now``."""
+    exit_now(main())
 
 
 if __name__ == "__main__":

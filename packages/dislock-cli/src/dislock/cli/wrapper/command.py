@@ -13,7 +13,7 @@ import sys
 from collections.abc import Iterator, Mapping, Sequence
 from typing import NoReturn
 
-from dislock.cli import EXIT_OK, EXIT_USAGE, __version__
+from dislock.cli import EXIT_OK, EXIT_USAGE, __version__, exit_now
 
 USAGE = "usage: dislock URL_VARIABLE command [args...]   (dislock --help for details)"
 
@@ -127,11 +127,8 @@ def _configure_logging(level: int) -> None:
 
 
 def console_main() -> NoReturn:
-    """The ``dislock`` console script: :func:`main`, then ``process_exit.exit_now``."""
-    status = main()
-    from dislock.cli.process_exit import exit_now
-
-    exit_now(status)
+    """The ``dislock`` console script: :func:`main`, then ``dislock.cli.exit_now``."""
+    exit_now(main())
 
 
 def _open_standard_streams() -> None:

@@ -12,12 +12,13 @@ import psycopg
 from dislock.cli.diagnosis import (
     LOCK_TABLE,
     Need,
+    RowSecurity,
     describe_denial,
     grant_line,
     needs_of,
     privilege_probe,
+    row_security,
 )
-from dislock.cli.row_security import RowSecurity, row_security
 from dislock.cli.sending import send
 from dislock.core.dsn import connection_kwargs, one_line, parse_dsn, scrub
 

@@ -1,10 +1,7 @@
-"""``dislockctl``: look at, create and repair what the ``dislock`` wrapper relies on.
-
-This module parses the command line (``--help`` lists the commands, as docs/cli.md
-does), reads what every command shares (the URL variable, ``LOCK_TABLE`` or
-``--table``, ``LOCK_HISTORY_TABLE`` or ``--history-table``) and hands the rest to the
-command's module (``dislock.cli.commands``).
-"""
+"""``dislockctl``: look at, create and repair what the ``dislock`` wrapper relies on.  Here its
+command line and what every command shares (the URL variable, ``LOCK_TABLE`` or ``--table``,
+``LOCK_HISTORY_TABLE`` or ``--history-table``); the rest is the command's module's
+(``dislock.cli.commands``)."""
 
 from __future__ import annotations
 
@@ -103,14 +100,10 @@ def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> int:
     try:
         url = read_database_url(args.url_variable, env)
         table = read_table(env)
-        for name, value in (
-            (variables.KEY.name, getattr(args, "lock_key", None)),
-            ("PREFIX", getattr(args, "prefix", None)),
-            ("--owner", getattr(args, "owner", None)),
-            ("--reason", getattr(args, "reason", None)),
-        ):
-            if value is not None:
-                check_utf8(name, value)
+        shown = {"lock_key": variables.KEY.name, "prefix": "PREFIX"}
+        for name in ("lock_key", "prefix", "owner", "reason"):
+            if (value := getattr(args, name, None)) is not None:
+                check_utf8(shown.get(name, f"--{name}"), value)
         if getattr(args, "lock_key", None) is not None:
             # No wrapper takes a longer key: pausing or rerunning one would act on nothing.
             # Control characters stay allowed, for rows another version (or a hand) wrote.

@@ -99,28 +99,21 @@ def render_table(rows: Sequence[LockRow]) -> str:
     lines: list[tuple[str, ...]] = []
     for group in _grouped(rows):
         first = group[0]
-        if len(group) > 1 or first.slot > 1:
+        alone = len(group) == 1 and first.slot == 1
+        if not alone:
             held = sum(row.held for row in group)
-            lines.append(
-                (clip(first.lock_key), first.mode, "", "", "", f"{held}/{len(group)} held")
-            )
+            lines.append((clip(first.lock_key), first.mode, "", "", "", f"{held}/{len(group)} held"))
         for row in group:
-            lines.append(
-                (
-                    clip(row.lock_key)
-                    if len(group) == 1 and row.slot == 1
-                    else f"  slot {row.slot}",
-                    row.mode,
-                    "-"
-                    if row.mode == PAUSE
-                    else shown_owner(row.owner, row.expire_at, row.expires_in_seconds),
-                    describe_until(row.expire_at)
-                    if row.mode == PAUSE
-                    else describe_expiry(row.expires_in_seconds),
-                    "-" if row.fence is None else str(row.fence),
-                    _describe_state(row),
-                )
+            left, paused = row.expires_in_seconds, row.mode == PAUSE
+            cells = (
+                clip(row.lock_key) if alone else f"  slot {row.slot}",
+                row.mode,
+                "-" if paused else shown_owner(row.owner, row.expire_at, left),
+                describe_until(row.expire_at) if paused else describe_expiry(left),
+                "-" if row.fence is None else str(row.fence),
+                _describe_state(row),
             )
+            lines.append(cells)
     return aligned([headers, *lines])
 
 

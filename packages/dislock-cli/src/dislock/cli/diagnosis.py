@@ -42,37 +42,35 @@ def describe_database_error(error: BaseException, *, table_parts: tuple[str, ...
     if isinstance(error, DatabaseUnreachableError):
         return _unreachable(error, url)
     if sqlstate in (_UNDEFINED_TABLE, _UNDEFINED_SCHEMA):
-        message = (
+        return (
             f"lock table {table} does not exist; create it with `dislockctl URL_VARIABLE init`"
             f" or: {create_table_sql(table_parts)}"
         )
-    elif sqlstate == _UNDEFINED_COLUMN and "fence" in detail:
-        message = (
+    if sqlstate == _UNDEFINED_COLUMN and "fence" in detail:
+        return (
             f"lock table {table} has no fence column, which fencing tokens need; add it with "
             "`dislockctl URL_VARIABLE init --fencing`"
         )
-    elif sqlstate == _UNDEFINED_COLUMN:
-        message = (
+    if sqlstate == _UNDEFINED_COLUMN:
+        return (
             f"lock table {table} lacks a column dislock needs ({detail}); it must have "
             "key text PRIMARY KEY, value text NOT NULL, expire_at timestamptz NOT NULL"
         )
-    elif sqlstate == _INSUFFICIENT_PRIVILEGE:
+    if sqlstate == _INSUFFICIENT_PRIVILEGE:
         # Only serve gets here (the commands and the wrapper ask what the role lacks:
         # ``describe_denial``), and it reads.
-        message = (
+        return (
             f"permission denied on lock table {table} ({detail}); reading it needs SELECT on"
             " it (where the table has grants: dislockctl URL_VARIABLE grant ROLE --reader,"
             " see docs/security.md)"
         )
-    elif passing_answer(error):  # read-only, and still so once the patience was spent
-        message = (
+    if passing_answer(error):  # read-only, and still so once the patience was spent
+        return (
             f"the database is read-only ({detail}); point the URL at the primary, not a replica"
         )
-    elif sqlstate is None and type(error).__name__ in ("OperationalError", "ConnectionTimeout"):
-        message = f"cannot connect to the database ({redact_dsn(url)}): {detail}"
-    else:
-        message = f"{type(error).__name__}: {detail}"
-    return message
+    if sqlstate is None and type(error).__name__ in ("OperationalError", "ConnectionTimeout"):
+        return f"cannot connect to the database ({redact_dsn(url)}): {detail}"
+    return f"{type(error).__name__}: {detail}"
 
 
 LOCK_TABLE = "lock"

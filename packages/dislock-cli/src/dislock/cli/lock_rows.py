@@ -63,11 +63,7 @@ def columns(table_parts: tuple[str, ...]) -> Exchange[list[str]]:
         " ORDER BY attnum"
     )
     table = sql.Identifier(*table_parts).as_string(None)
-    return Exchange(query, {"table": table}, _read_names)
-
-
-def _read_names(rows: Rows) -> list[str]:
-    return [str(name) for (name,) in rows]
+    return Exchange(query, {"table": table}, lambda rows: [str(name) for (name,) in rows])
 
 
 _SECONDS_LEFT = sql.SQL("EXTRACT(EPOCH FROM (expire_at - NOW()))::float8")
@@ -259,10 +255,8 @@ class LockRow:
         mode = "?" if found is None else found.name
         if found is None and key.startswith(pause_key("")):
             mode, lock_key = PAUSE, key.removeprefix(pause_key(""))
-        owner = value
-        if row.expires_in_seconds <= 0:
-            owner = value.removesuffix(RELEASED_MARK).removesuffix(FORCED_MARK)
         left = float(row.expires_in_seconds)
+        owner = value if left > 0 else value.removesuffix(RELEASED_MARK).removesuffix(FORCED_MARK)
         return cls(
             key, mode, lock_key, owner, row.expire_at, left, row.fence, slot, value, truncated
         )

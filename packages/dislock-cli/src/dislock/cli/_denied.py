@@ -60,12 +60,10 @@ def explain_denial(
 
 
 def _probe(conn: Connection, needs: list[Need]) -> tuple[str, list[Need]]:
-    from psycopg.rows import dict_row
-
     query, params = privilege_probe(needs)
-    row = conn.cursor(row_factory=dict_row).execute(query, params).fetchone()
+    row = conn.execute(query, params).fetchone()
     if row is None:
         raise RuntimeError("the privilege probe answered no row")
-    role, granted = str(row["role"]), list(row["granted"] or [])
+    role, granted = str(row[0]), list(row[1] or [])
     # NULL: a table not looked up, its schema's USAGE lacking (listed itself).
     return role, [need for need, has in zip(needs, granted, strict=True) if has is False]

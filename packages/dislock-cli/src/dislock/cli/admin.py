@@ -158,8 +158,7 @@ class Writability(NamedTuple):
 
 
 def _read_writable(rows: Rows) -> str | None:
-    (row,) = rows
-    found = Writability._make(row)
+    (found,) = map(Writability._make, rows)
     return read_only_reason(in_recovery=bool(found.in_recovery), read_only=bool(found.read_only))
 
 
@@ -170,8 +169,7 @@ def refusing_writes() -> Exchange[str | None]:
         in_recovery=sql.SQL("pg_is_in_recovery()"),
         read_only=sql.SQL("current_setting('transaction_read_only') = 'on'"),
     )
-    query = sql.SQL("SELECT {}").format(columns)
-    return Exchange(query, {}, _read_writable)
+    return Exchange(sql.SQL("SELECT {}").format(columns), {}, _read_writable)
 
 
 DATABASE_NOW: Exchange[datetime] = Exchange(sql.SQL("SELECT NOW() AS now"), {}, read_clock)

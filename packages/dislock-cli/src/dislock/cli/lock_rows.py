@@ -272,11 +272,8 @@ class LockRow:
 
     def as_json(self) -> dict[str, Any]:
         data = asdict(self)
-        data["expire_at"] = self.expire_at.isoformat()
-        data["held"] = self.held
-        data["state"] = self.state
-        data["forced"] = self.forced
-        data["holder_gone_pid"] = self.holder_gone
+        data.update(expire_at=self.expire_at.isoformat(), held=self.held, state=self.state)
+        data.update(forced=self.forced, holder_gone_pid=self.holder_gone)
         if self.mode == PAUSE:
             data["reason"] = data.pop("owner")
         return data

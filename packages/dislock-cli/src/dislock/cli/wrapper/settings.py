@@ -75,8 +75,7 @@ def read_database_url(url_variable: str, environ: Mapping[str, str]) -> str:
 
 def read_table(environ: Mapping[str, str]) -> tuple[str, ...]:
     """``LOCK_TABLE``, or the default table."""
-    parts: tuple[str, ...] | None = variables.TABLE.read(environ)
-    return DEFAULT_TABLE if parts is None else parts
+    return variables.TABLE.read(environ) or DEFAULT_TABLE
 
 
 _READ_BY_STRATEGY = (variables.KEY, variables.SCHEDULE, variables.TTL, variables.HEARTBEAT)

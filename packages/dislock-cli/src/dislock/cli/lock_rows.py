@@ -21,9 +21,6 @@ from dislock.core.waiting import WAKE_CHANNEL, wake_key, wake_payload
 PAUSE = "pause"
 """The mode ``ls`` gives a pause row (``dislockctl pause``)."""
 
-STATES = ("held", "released", "expired", "ended", "paused")
-"""What ``ls`` says of a row (docs/operator.md lists them)."""
-
 
 class RowState(NamedTuple):
     """A lock row's owner (a pause's reason) and its seconds left (<= 0: not live): the
@@ -238,7 +235,7 @@ class LockRow:
 
     @property
     def state(self) -> str:
-        """One of ``STATES``."""
+        """What ``ls`` says of the row: held, released, expired, ended or paused."""
         if self.mode == PAUSE:
             return "paused"
         if self.expires_in_seconds > 0:

@@ -66,14 +66,6 @@ def build_parser(chosen: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def parse(argv: Sequence[str] | None) -> tuple[str, argparse.Namespace]:
-    """The command asked for (``ls`` for ``status``) and ``argv`` parsed; ``--help``
-    and mistakes end the process (exit 0 and 2)."""
-    asked, _ = build_parser().parse_known_args(argv)
-    command = canonical(asked.command)
-    return command, build_parser(command).parse_args(argv)
-
-
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
     try:
         return _main(argv, environ)
@@ -84,7 +76,10 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
 
 
 def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> int:
-    command, args = parse(argv)
+    # The command asked for (``ls`` for ``status``), then its own arguments; ``--help``
+    # and mistakes end the process (exit 0 and 2).
+    command = canonical(build_parser().parse_known_args(argv)[0].command)
+    args = build_parser(command).parse_args(argv)
     env = os.environ if environ is None else environ
 
     from dislock.cli.commands._call import Call, error

@@ -31,10 +31,8 @@ def build_parser(chosen: str | None = None) -> argparse.ArgumentParser:
     parser = _Parser(
         prog="dislockctl",
         description="Operator commands for dislock's lock table.",
-        epilog=(
-            "Exit status: 0 done, 1 database failure (also: release/resume of a key with "
-            "nothing to act on, missed slots found by missed), 2 bad usage or configuration."
-        ),
+        epilog="Exit status: 0 done, 1 database failure (also: release/resume of a key with "
+        "nothing to act on, missed slots found by missed), 2 bad usage or configuration.",
     )
     parser.add_argument("--version", action="version", version=f"dislockctl {__version__}")
     parser.add_argument(

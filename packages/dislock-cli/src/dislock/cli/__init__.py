@@ -21,10 +21,9 @@ EXIT_USAGE = 2
 
 
 def exit_now(status: int) -> NoReturn:
-    """End a console script with ``status`` once its work is done: flush what is written, run
-    the ``atexit`` handlers, and skip the interpreter's teardown, which would cost about 18 ms
-    more (docs/design.md, "Packages").  Every lock is released and every connection closed by
-    then; only the console scripts and ``python -m`` end this way."""
+    """End a console script with ``status``, its work done (every lock released, every
+    connection closed): flush what is written, run the ``atexit`` handlers, and skip the
+    interpreter's teardown (about 18 ms more; docs/design.md, "Packages")."""
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):  # a reader that left, a closed stream
             stream.flush()

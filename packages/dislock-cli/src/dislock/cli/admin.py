@@ -102,7 +102,9 @@ def render_table(rows: Sequence[LockRow]) -> str:
         alone = len(group) == 1 and first.slot == 1
         if not alone:
             held = sum(row.held for row in group)
-            lines.append((clip(first.lock_key), first.mode, "", "", "", f"{held}/{len(group)} held"))
+            lines.append(
+                (clip(first.lock_key), first.mode, "", "", "", f"{held}/{len(group)} held")
+            )
         for row in group:
             left, paused = row.expires_in_seconds, row.mode == PAUSE
             cells = (

@@ -65,9 +65,7 @@ def describe_database_error(error: BaseException, *, table_parts: tuple[str, ...
             " see docs/security.md)"
         )
     if passing_answer(error):  # read-only, and still so once the patience was spent
-        return (
-            f"the database is read-only ({detail}); point the URL at the primary, not a replica"
-        )
+        return f"the database is read-only ({detail}); point the URL at the primary, not a replica"
     if sqlstate is None and type(error).__name__ in ("OperationalError", "ConnectionTimeout"):
         return f"cannot connect to the database ({redact_dsn(url)}): {detail}"
     return f"{type(error).__name__}: {detail}"

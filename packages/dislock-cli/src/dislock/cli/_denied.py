@@ -44,11 +44,9 @@ def explain_denial(
     missing: list[Need] = []
     security: RowSecurity | None = None
     try:
-        kwargs = connection_kwargs(url, PROBE_CONNECT_TIMEOUT)
-        with psycopg.connect(url, **kwargs) as conn:
+        with psycopg.connect(url, **connection_kwargs(url, PROBE_CONNECT_TIMEOUT)) as conn:
             role, missing = _probe(conn, needs)
-            lock_table = tables.get(LOCK_TABLE)
-            if lock_table is not None:
+            if (lock_table := tables.get(LOCK_TABLE)) is not None:
                 security = send(conn, row_security(lock_table))
     except psycopg.Error:
         if role is None:

@@ -134,8 +134,7 @@ def _describe_state(row: LockRow) -> str:
         return f"paused: {clip(row.owner, MAX_REASON_BYTES)}" if row.owner else "paused"
     if row.forced:
         return "released (by dislockctl)"
-    gone = row.holder_gone
-    if gone is not None:
+    if (gone := row.holder_gone) is not None:
         return f"held (its process {gone} is not running on this host: expires with its TTL)"
     return row.state
 

@@ -30,7 +30,7 @@ READING = """## Reading the results
   (a process outside the command's process group that kills the whole group if the wrapper dies
   or lets the lease's deadline pass) are started with `vfork`; once the locks are released and
   the connection closed, the process ends without the interpreter's teardown
-  (`dislock.cli.process_exit`), which costs any process that imported psycopg about 18 ms;
+  (`dislock.cli.exit_now`), which costs any process that imported psycopg about 18 ms;
   and dislock's processes import psycopg without `importlib.metadata`
   (`dislock.cli.quick_psycopg`: 12 to 17 ms of every run here). The floor and 0.1.0 pay both.
   dislock's own imports add about 2 ms beyond psycopg; a schedule run also imports croniter

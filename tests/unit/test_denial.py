@@ -12,13 +12,13 @@ from dislock.cli.diagnosis import (
     HISTORY_TABLE,
     LOCK_TABLE,
     PRIVILEGES,
+    RowSecurity,
     describe_database_error,
     describe_denial,
     grant_line,
     needs_of,
     privilege_probe,
 )
-from dislock.cli.row_security import RowSecurity
 from dislock.core.grants import OPERATOR, READER, WRAPPER, Grant
 from dislock.core.refusal import refused
 

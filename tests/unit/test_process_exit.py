@@ -1,4 +1,4 @@
-"""The console scripts' exit (``dislock.cli.process_exit``): it skips the interpreter's
+"""The console scripts' exit (``dislock.cli.exit_now``): it skips the interpreter's
 teardown but nothing a user or a test harness can see."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import atexit, sys
 atexit.register(lambda: print("exit handler ran", file=sys.stderr))
 print("written, not yet flushed", end="")
 {before}
-from dislock.cli.process_exit import exit_now
+from dislock.cli import exit_now
 exit_now(7)
 """
 

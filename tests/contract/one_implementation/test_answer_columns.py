@@ -104,7 +104,7 @@ def test_cores_other_statements_answer_their_row_types_columns(
 def test_dislockctls_statements_answer_their_row_types_columns(
     db: psycopg.Connection[Any], lock_table: tuple[str, str], history: tuple[str, ...]
 ) -> None:
-    from dislock.cli import admin, lock_rows, row_security
+    from dislock.cli import admin, diagnosis, lock_rows
     from dislock.cli.runs import missed_slots, run_history
     from dislock.cli.serve import scrape
     from dislock.core import operator_commands
@@ -119,7 +119,7 @@ def test_dislockctls_statements_answer_their_row_types_columns(
             lock_rows.forced_release(lock_table, "a", ["lease"]),
             lock_rows.ReleasedRow._fields,
         ),
-        "row_security": (row_security.row_security(lock_table), row_security.SecurityRow._fields),
+        "row_security": (diagnosis.row_security(lock_table), diagnosis.SecurityRow._fields),
         "runs": (run_history.runs(history, lock_table, None, day, 5), run_history.Run._fields),
         "runs of a key": (
             run_history.runs(history, lock_table, "a", day, 5),

@@ -12,12 +12,13 @@ import psycopg
 from dislock.cli.diagnosis import (
     LOCK_TABLE,
     Need,
+    RowSecurity,
     describe_denial,
     grant_line,
     needs_of,
     privilege_probe,
+    row_security,
 )
-from dislock.cli.row_security import RowSecurity, row_security
 from dislock.cli.sending import send
 from dislock.core.dsn import connection_kwargs, one_line, parse_dsn, scrub
 
@@ -43,11 +44,9 @@ def explain_denial(
     missing: list[Need] = []
     security: RowSecurity | None = None
     try:
-        kwargs = connection_kwargs(url, PROBE_CONNECT_TIMEOUT)
-        with psycopg.connect(url, **kwargs) as conn:
+        with psycopg.connect(url, **connection_kwargs(url, PROBE_CONNECT_TIMEOUT)) as conn:
             role, missing = _probe(conn, needs)
-            lock_table = tables.get(LOCK_TABLE)
-            if lock_table is not None:
+            if (lock_table := tables.get(LOCK_TABLE)) is not None:
                 security = send(conn, row_security(lock_table))
     except psycopg.Error:
         if role is None:
@@ -59,12 +58,10 @@ def explain_denial(
 
 
 def _probe(conn: Connection, needs: list[Need]) -> tuple[str, list[Need]]:
-    from psycopg.rows import dict_row
-
     query, params = privilege_probe(needs)
-    row = conn.cursor(row_factory=dict_row).execute(query, params).fetchone()
+    row = conn.execute(query, params).fetchone()
     if row is None:
         raise RuntimeError("the privilege probe answered no row")
-    role, granted = str(row["role"]), list(row["granted"] or [])
+    role, granted = str(row[0]), list(row[1] or [])
     # NULL: a table not looked up, its schema's USAGE lacking (listed itself).
     return role, [need for need, has in zip(needs, granted, strict=True) if has is False]

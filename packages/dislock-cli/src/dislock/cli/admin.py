@@ -99,28 +99,23 @@ def render_table(rows: Sequence[LockRow]) -> str:
     lines: list[tuple[str, ...]] = []
     for group in _grouped(rows):
         first = group[0]
-        if len(group) > 1 or first.slot > 1:
+        alone = len(group) == 1 and first.slot == 1
+        if not alone:
             held = sum(row.held for row in group)
             lines.append(
                 (clip(first.lock_key), first.mode, "", "", "", f"{held}/{len(group)} held")
             )
         for row in group:
-            lines.append(
-                (
-                    clip(row.lock_key)
-                    if len(group) == 1 and row.slot == 1
-                    else f"  slot {row.slot}",
-                    row.mode,
-                    "-"
-                    if row.mode == PAUSE
-                    else shown_owner(row.owner, row.expire_at, row.expires_in_seconds),
-                    describe_until(row.expire_at)
-                    if row.mode == PAUSE
-                    else describe_expiry(row.expires_in_seconds),
-                    "-" if row.fence is None else str(row.fence),
-                    _describe_state(row),
-                )
+            left, paused = row.expires_in_seconds, row.mode == PAUSE
+            cells = (
+                clip(row.lock_key) if alone else f"  slot {row.slot}",
+                row.mode,
+                "-" if paused else shown_owner(row.owner, row.expire_at, left),
+                describe_until(row.expire_at) if paused else describe_expiry(left),
+                "-" if row.fence is None else str(row.fence),
+                _describe_state(row),
             )
+            lines.append(cells)
     return aligned([headers, *lines])
 
 
@@ -139,8 +134,7 @@ def _describe_state(row: LockRow) -> str:
         return f"paused: {clip(row.owner, MAX_REASON_BYTES)}" if row.owner else "paused"
     if row.forced:
         return "released (by dislockctl)"
-    gone = row.holder_gone
-    if gone is not None:
+    if (gone := row.holder_gone) is not None:
         return f"held (its process {gone} is not running on this host: expires with its TTL)"
     return row.state
 
@@ -165,8 +159,7 @@ class Writability(NamedTuple):
 
 
 def _read_writable(rows: Rows) -> str | None:
-    (row,) = rows
-    found = Writability._make(row)
+    (found,) = map(Writability._make, rows)
     return read_only_reason(in_recovery=bool(found.in_recovery), read_only=bool(found.read_only))
 
 
@@ -177,8 +170,7 @@ def refusing_writes() -> Exchange[str | None]:
         in_recovery=sql.SQL("pg_is_in_recovery()"),
         read_only=sql.SQL("current_setting('transaction_read_only') = 'on'"),
     )
-    query = sql.SQL("SELECT {}").format(columns)
-    return Exchange(query, {}, _read_writable)
+    return Exchange(sql.SQL("SELECT {}").format(columns), {}, _read_writable)
 
 
 DATABASE_NOW: Exchange[datetime] = Exchange(sql.SQL("SELECT NOW() AS now"), {}, read_clock)

@@ -1,10 +1,7 @@
-"""``dislockctl``: look at, create and repair what the ``dislock`` wrapper relies on.
-
-This module parses the command line (``--help`` lists the commands, as docs/cli.md
-does), reads what every command shares (the URL variable, ``LOCK_TABLE`` or
-``--table``, ``LOCK_HISTORY_TABLE`` or ``--history-table``) and hands the rest to the
-command's module (``dislock.cli.commands``).
-"""
+"""``dislockctl``: look at, create and repair what the ``dislock`` wrapper relies on.  Here its
+command line and what every command shares (the URL variable, ``LOCK_TABLE`` or ``--table``,
+``LOCK_HISTORY_TABLE`` or ``--history-table``); the rest is the command's module's
+(``dislock.cli.commands``)."""
 
 from __future__ import annotations
 
@@ -14,7 +11,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
-from dislock.cli import EXIT_OK, EXIT_USAGE, __version__
+from dislock.cli import EXIT_OK, EXIT_USAGE, __version__, exit_now
 from dislock.cli.commands import COMMANDS, canonical, load
 
 
@@ -34,10 +31,8 @@ def build_parser(chosen: str | None = None) -> argparse.ArgumentParser:
     parser = _Parser(
         prog="dislockctl",
         description="Operator commands for dislock's lock table.",
-        epilog=(
-            "Exit status: 0 done, 1 database failure (also: release/resume of a key with "
-            "nothing to act on, missed slots found by missed), 2 bad usage or configuration."
-        ),
+        epilog="Exit status: 0 done, 1 database failure (also: release/resume of a key with "
+        "nothing to act on, missed slots found by missed), 2 bad usage or configuration.",
     )
     parser.add_argument("--version", action="version", version=f"dislockctl {__version__}")
     parser.add_argument(
@@ -69,14 +64,6 @@ def build_parser(chosen: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def parse(argv: Sequence[str] | None) -> tuple[str, argparse.Namespace]:
-    """The command asked for (``ls`` for ``status``) and ``argv`` parsed; ``--help``
-    and mistakes end the process (exit 0 and 2)."""
-    asked, _ = build_parser().parse_known_args(argv)
-    command = canonical(asked.command)
-    return command, build_parser(command).parse_args(argv)
-
-
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
     try:
         return _main(argv, environ)
@@ -87,7 +74,10 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
 
 
 def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> int:
-    command, args = parse(argv)
+    # The command asked for (``ls`` for ``status``), then its own arguments; ``--help``
+    # and mistakes end the process (exit 0 and 2).
+    command = canonical(build_parser().parse_known_args(argv)[0].command)
+    args = build_parser(command).parse_args(argv)
     env = os.environ if environ is None else environ
 
     from dislock.cli.commands._call import Call, error
@@ -103,14 +93,10 @@ def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> int:
     try:
         url = read_database_url(args.url_variable, env)
         table = read_table(env)
-        for name, value in (
-            (variables.KEY.name, getattr(args, "lock_key", None)),
-            ("PREFIX", getattr(args, "prefix", None)),
-            ("--owner", getattr(args, "owner", None)),
-            ("--reason", getattr(args, "reason", None)),
-        ):
-            if value is not None:
-                check_utf8(name, value)
+        shown = {"lock_key": variables.KEY.name, "prefix": "PREFIX"}
+        for name in ("lock_key", "prefix", "owner", "reason"):
+            if (value := getattr(args, name, None)) is not None:
+                check_utf8(shown.get(name, f"--{name}"), value)
         if getattr(args, "lock_key", None) is not None:
             # No wrapper takes a longer key: pausing or rerunning one would act on nothing.
             # Control characters stay allowed, for rows another version (or a hand) wrote.
@@ -123,11 +109,8 @@ def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> int:
 
 
 def console_main() -> NoReturn:
-    """The ``dislockctl`` console script: :func:`main`, then ``process_exit.exit_now``."""
-    status = main()
-    from dislock.cli.process_exit import exit_now
-
-    exit_now(status)
+    """The ``dislockctl`` console script: :func:`main`, then ``dislock.cli.exit_now``."""
+    exit_now(main())
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@ Errors are classified by SQLSTATE, not by the driver's exception classes; every
 message is scrubbed of the URL's secrets.  A refused statement (SQLSTATE 42501) is
 explained by what the command needs (``PRIVILEGES``) and what the role was found to
 lack (``privilege_probe``), not by the server's message, which is translated and
-names no privilege; where row-level security limits the role, the fix is a
+names no privilege; where row-level security limits the role (``row_security``, asked of
+the server, which also tells a row not found from one the role may not see), the fix is a
 ``dislockctl grant`` (``grant_line``), not a ``GRANT``.
 """
 
@@ -12,14 +13,16 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping, Sequence
+from functools import lru_cache
 from typing import NamedTuple
 
 from psycopg import sql
 
-from dislock.cli.row_security import RowSecurity, matches
 from dislock.core.dsn import one_line, redact_dsn, scrub
 from dislock.core.errors import DatabaseUnreachableError
-from dislock.core.grants import OPERATOR, READER, WRAPPER
+from dislock.core.exchange import Exchange, Rows, select_list
+from dislock.core.grant_catalog import parse_grant
+from dislock.core.grants import OPERATOR, POLICY_PREFIX, READER, WRAPPER, Grant
 from dislock.core.patience import passing_answer
 from dislock.core.table import create_table_sql
 
@@ -39,37 +42,33 @@ def describe_database_error(error: BaseException, *, table_parts: tuple[str, ...
     if isinstance(error, DatabaseUnreachableError):
         return _unreachable(error, url)
     if sqlstate in (_UNDEFINED_TABLE, _UNDEFINED_SCHEMA):
-        message = (
+        return (
             f"lock table {table} does not exist; create it with `dislockctl URL_VARIABLE init`"
             f" or: {create_table_sql(table_parts)}"
         )
-    elif sqlstate == _UNDEFINED_COLUMN and "fence" in detail:
-        message = (
+    if sqlstate == _UNDEFINED_COLUMN and "fence" in detail:
+        return (
             f"lock table {table} has no fence column, which fencing tokens need; add it with "
             "`dislockctl URL_VARIABLE init --fencing`"
         )
-    elif sqlstate == _UNDEFINED_COLUMN:
-        message = (
+    if sqlstate == _UNDEFINED_COLUMN:
+        return (
             f"lock table {table} lacks a column dislock needs ({detail}); it must have "
             "key text PRIMARY KEY, value text NOT NULL, expire_at timestamptz NOT NULL"
         )
-    elif sqlstate == _INSUFFICIENT_PRIVILEGE:
+    if sqlstate == _INSUFFICIENT_PRIVILEGE:
         # Only serve gets here (the commands and the wrapper ask what the role lacks:
         # ``describe_denial``), and it reads.
-        message = (
+        return (
             f"permission denied on lock table {table} ({detail}); reading it needs SELECT on"
             " it (where the table has grants: dislockctl URL_VARIABLE grant ROLE --reader,"
             " see docs/security.md)"
         )
-    elif passing_answer(error):  # read-only, and still so once the patience was spent
-        message = (
-            f"the database is read-only ({detail}); point the URL at the primary, not a replica"
-        )
-    elif sqlstate is None and type(error).__name__ in ("OperationalError", "ConnectionTimeout"):
-        message = f"cannot connect to the database ({redact_dsn(url)}): {detail}"
-    else:
-        message = f"{type(error).__name__}: {detail}"
-    return message
+    if passing_answer(error):  # read-only, and still so once the patience was spent
+        return f"the database is read-only ({detail}); point the URL at the primary, not a replica"
+    if sqlstate is None and type(error).__name__ in ("OperationalError", "ConnectionTimeout"):
+        return f"cannot connect to the database ({redact_dsn(url)}): {detail}"
+    return f"{type(error).__name__}: {detail}"
 
 
 LOCK_TABLE = "lock"
@@ -100,6 +99,88 @@ OPERATOR_COMMANDS = frozenset({"pause", "resume", "release", "history --prune-ol
 """What a grant gives with ``--operator`` only."""
 READ_COMMANDS = frozenset({"ls", "check", "history", "missed"})
 """What a reader's grant (``--reader``) is enough for, as every other grant is."""
+
+
+class SecurityRow(NamedTuple):
+    """The row ``row_security`` answers."""
+
+    role: str
+    limited: bool
+    comment: str | None
+    """The description of the role's read policy: its grant (``parse_grant``)."""
+
+
+class RowSecurity(NamedTuple):
+    """How row-level security limits the connected role on the lock table: whether
+    dislock's grants do (on for the table, the role neither owner, superuser nor
+    bypassing it, and the policies ``dislockctl grant``'s or none), and its grant there."""
+
+    role: str
+    limited: bool
+    grant: Grant | None
+
+    def hides(self, lock_key: str) -> bool:
+        """Whether ``lock_key``'s rows may exist without the role seeing them."""
+        if not self.limited:
+            return False
+        if self.grant is None:
+            return True
+        return self.grant.access != READER and not matches(self.grant.keys, lock_key)
+
+
+def matches(patterns: Sequence[str], lock_key: str) -> bool:
+    """Whether a grant's key patterns (an exact key, or a prefix ending in ``*``)
+    cover ``lock_key``."""
+    return any(lock_key == p or (p.endswith("*") and lock_key.startswith(p[:-1])) for p in patterns)
+
+
+@lru_cache(maxsize=16)
+def _security_query(table_parts: tuple[str, ...]) -> sql.Composed:
+    # From the catalog, which every role may read: no privilege on the table, nor
+    # USAGE on its schema, is needed to ask (to_regclass would need USAGE).
+    if len(table_parts) == 2:
+        table = sql.SQL(
+            "(SELECT t.oid FROM pg_class t JOIN pg_namespace n ON n.oid = t.relnamespace"
+            " WHERE n.nspname = {} AND t.relname = {})"
+        ).format(*map(sql.Literal, table_parts))
+    else:
+        table = sql.SQL("to_regclass({})").format(
+            sql.Literal(sql.Identifier(*table_parts).as_string(None))
+        )
+    columns = select_list(
+        SecurityRow._fields,
+        role=sql.SQL("current_user::text"),
+        limited=sql.SQL(
+            "c.relrowsecurity AND NOT (r.rolsuper OR r.rolbypassrls"
+            " OR pg_has_role(c.relowner, 'USAGE'))"
+            # Policies of the DBA's own, and none of dislock's: not dislockctl grant's table.
+            " AND (EXISTS (SELECT FROM pg_policy q WHERE q.polrelid = c.oid"
+            " AND starts_with(q.polname, %(prefix)s::text))"
+            " OR NOT EXISTS (SELECT FROM pg_policy q WHERE q.polrelid = c.oid))"
+        ),
+        comment=sql.SQL(
+            "(SELECT d.description FROM pg_policy p JOIN pg_description d"
+            " ON d.classoid = 'pg_policy'::regclass AND d.objoid = p.oid"
+            " WHERE p.polrelid = c.oid AND p.polname = %(prefix)s::text || current_user || ':read')"
+        ),
+    )
+    return sql.SQL(
+        "SELECT {columns}"
+        " FROM pg_class c JOIN pg_roles r ON r.rolname = current_user WHERE c.oid = {table}"
+    ).format(columns=columns, table=table)
+
+
+def row_security(table_parts: tuple[str, ...]) -> Exchange[RowSecurity | None]:
+    """How row-level security limits the connected role on the lock table (None: no such table)."""
+    return Exchange(_security_query(table_parts), {"prefix": POLICY_PREFIX}, _read_security)
+
+
+def _read_security(rows: Rows) -> RowSecurity | None:
+    for found in map(SecurityRow._make, rows):
+        policy = f"{POLICY_PREFIX}{found.role}:read"
+        grant = None if found.comment is None else parse_grant(policy, str(found.comment))
+        return RowSecurity(str(found.role), bool(found.limited), grant)
+    return None
 
 
 def grant_line(command: str, security: RowSecurity, key: str | None) -> str | None:

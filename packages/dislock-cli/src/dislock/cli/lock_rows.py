@@ -21,9 +21,6 @@ from dislock.core.waiting import WAKE_CHANNEL, wake_key, wake_payload
 PAUSE = "pause"
 """The mode ``ls`` gives a pause row (``dislockctl pause``)."""
 
-STATES = ("held", "released", "expired", "ended", "paused")
-"""What ``ls`` says of a row (docs/operator.md lists them)."""
-
 
 class RowState(NamedTuple):
     """A lock row's owner (a pause's reason) and its seconds left (<= 0: not live): the
@@ -63,11 +60,7 @@ def columns(table_parts: tuple[str, ...]) -> Exchange[list[str]]:
         " ORDER BY attnum"
     )
     table = sql.Identifier(*table_parts).as_string(None)
-    return Exchange(query, {"table": table}, _read_names)
-
-
-def _read_names(rows: Rows) -> list[str]:
-    return [str(name) for (name,) in rows]
+    return Exchange(query, {"table": table}, lambda rows: [str(name) for (name,) in rows])
 
 
 _SECONDS_LEFT = sql.SQL("EXTRACT(EPOCH FROM (expire_at - NOW()))::float8")
@@ -242,7 +235,7 @@ class LockRow:
 
     @property
     def state(self) -> str:
-        """One of ``STATES``."""
+        """What ``ls`` says of the row: held, released, expired, ended or paused."""
         if self.mode == PAUSE:
             return "paused"
         if self.expires_in_seconds > 0:
@@ -259,10 +252,8 @@ class LockRow:
         mode = "?" if found is None else found.name
         if found is None and key.startswith(pause_key("")):
             mode, lock_key = PAUSE, key.removeprefix(pause_key(""))
-        owner = value
-        if row.expires_in_seconds <= 0:
-            owner = value.removesuffix(RELEASED_MARK).removesuffix(FORCED_MARK)
         left = float(row.expires_in_seconds)
+        owner = value if left > 0 else value.removesuffix(RELEASED_MARK).removesuffix(FORCED_MARK)
         return cls(
             key, mode, lock_key, owner, row.expire_at, left, row.fence, slot, value, truncated
         )
@@ -278,11 +269,8 @@ class LockRow:
 
     def as_json(self) -> dict[str, Any]:
         data = asdict(self)
-        data["expire_at"] = self.expire_at.isoformat()
-        data["held"] = self.held
-        data["state"] = self.state
-        data["forced"] = self.forced
-        data["holder_gone_pid"] = self.holder_gone
+        data.update(expire_at=self.expire_at.isoformat(), held=self.held, state=self.state)
+        data.update(forced=self.forced, holder_gone_pid=self.holder_gone)
         if self.mode == PAUSE:
             data["reason"] = data.pop("owner")
         return data

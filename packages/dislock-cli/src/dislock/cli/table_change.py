@@ -29,7 +29,6 @@ def add_wait_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--wait",
         metavar="DURATION",
-        default=None,
         help="how long to keep trying while other sessions hold the table, each try"
         f" holding others up for at most {table_locks.LOCK_WAIT_MS} ms"
         f" (default: {table_locks.DEFAULT_PATIENCE:g}s)",
@@ -52,21 +51,19 @@ def change(
     body: Callable[[Any], Result],
     *,
     patience: float,
-    clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], None] = time.sleep,
 ) -> Result:
     """``body(conn)``'s result, in a transaction whose table locks wait at most
     ``table_locks.LOCK_WAIT_MS`` each, tried again while ``patience`` lasts; else
     ``TableBusy`` naming who holds ``tables[0]``."""
-    tries = table_locks.Tries(patience, clock())
+    tries = table_locks.Tries(patience, time.monotonic())
     while True:
         try:
             with conn.transaction():
                 conn.execute(table_locks.SET_LOCK_TIMEOUT)
                 return body(conn)
         except psycopg.errors.LockNotAvailable:
-            delay = tries.next_delay(clock())
+            delay = tries.next_delay(time.monotonic())
             if delay is None:
                 found = send(conn, table_locks.holders(tables))
                 raise TableBusy(table_locks.busy(what, tables[0], found, patience)) from None
-        sleep(delay)
+        time.sleep(delay)

@@ -9,8 +9,6 @@ from datetime import datetime, timedelta, timezone
 from dislock.core.errors import ConfigurationError
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
-
-
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 

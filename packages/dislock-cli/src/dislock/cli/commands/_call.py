@@ -103,7 +103,7 @@ def no_row(conn: Connection, table: tuple[str, ...], lock_key: str, modes: Seque
     """Exit 1 for a key without the rows asked for: a typo is not a success; but
     row-level security may be hiding them (``dislock.cli.admin.no_row_text``)."""
     from dislock.cli.admin import no_row_text
-    from dislock.cli.row_security import row_security
+    from dislock.cli.diagnosis import row_security
     from dislock.cli.sending import send
 
     security = send(conn, row_security(table))

@@ -76,7 +76,7 @@ def _outside_scope(conn: Connection, table: tuple[str, ...], lock_key: str) -> s
     """Why this role may not fence by ``lock_key``: a role with a grant on the lock
     table (its own, or a team role's it is a member of) guards its tables by the keys
     of that grant only; the table's owner and superusers by any."""
-    from dislock.cli.row_security import matches
+    from dislock.cli.diagnosis import matches
     from dislock.cli.sending import send
     from dislock.core.fencing import scoped_roles
     from dislock.core.grant_catalog import grants_on

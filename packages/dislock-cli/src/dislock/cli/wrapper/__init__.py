@@ -1,3 +1,2 @@
-"""The ``dislock`` wrapper: ``command`` reads its command line, ``settings`` its
-environment, ``run`` takes the locks and supervises the command, ``textfile``
-writes the run's metrics for node_exporter."""
+"""The ``dislock`` wrapper: its command line (``command``), environment (``settings``), the run
+(``run``: the locks, the command, exit codes) and the run's node_exporter ``textfile``."""

@@ -1,9 +1,5 @@
-"""The ``dislock`` command: run a command under a PostgreSQL lock, from a crontab.
-
-This module reads the command line and the environment (``dislock --help`` says
-what it takes and exits with); ``dislock.cli.wrapper.run`` takes the locks and
-supervises the command.
-"""
+"""The ``dislock`` command: run a command under a PostgreSQL lock, from a crontab.  Here its
+command line and ``--help``; ``dislock.cli.wrapper.run`` takes the locks."""
 
 from __future__ import annotations
 
@@ -13,7 +9,7 @@ import sys
 from collections.abc import Iterator, Mapping, Sequence
 from typing import NoReturn
 
-from dislock.cli import EXIT_OK, EXIT_USAGE, __version__
+from dislock.cli import EXIT_OK, EXIT_USAGE, __version__, exit_now
 
 USAGE = "usage: dislock URL_VARIABLE command [args...]   (dislock --help for details)"
 
@@ -116,22 +112,9 @@ def configure_logging(named: logging.Logger, prefix: str, level: int) -> logging
     return handler
 
 
-def _configure_logging(level: int) -> None:
-    handler = configure_logging(logger, "dislock", level)
-    if level > logging.DEBUG:
-        # The wrapper reports a lost lease in one line of its own; the locks' notes
-        # on it (worded for Python callers) only when debugging.
-        from dislock.core.supervision import LOSS_LOGGER
-
-        handler.addFilter(lambda record: record.name != LOSS_LOGGER)
-
-
 def console_main() -> NoReturn:
-    """The ``dislock`` console script: :func:`main`, then ``process_exit.exit_now``."""
-    status = main()
-    from dislock.cli.process_exit import exit_now
-
-    exit_now(status)
+    """The ``dislock`` console script: :func:`main`, then ``dislock.cli.exit_now``."""
+    exit_now(main())
 
 
 def _open_standard_streams() -> None:
@@ -163,7 +146,13 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     from dislock.core.errors import ConfigurationError
 
     level, level_warning = parse_log_level(env)
-    _configure_logging(level)
+    handler = configure_logging(logger, "dislock", level)
+    if level > logging.DEBUG:
+        # The wrapper reports a lost lease in one line of its own; the locks' notes
+        # on it (worded for Python callers) only when debugging.
+        from dislock.core.supervision import LOSS_LOGGER
+
+        handler.addFilter(lambda record: record.name != LOSS_LOGGER)
     if level_warning:
         logger.warning("%s", level_warning)
 

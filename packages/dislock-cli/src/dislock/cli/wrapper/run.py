@@ -37,38 +37,30 @@ def run(settings: WrapperSettings, *, debug: bool, metrics_textfile: str | None 
             forward_signals=FORWARDED_SIGNALS,
             withheld_variables=() if settings.pass_url else (settings.url_variable,),
         )
-    except LockDelayedError as exc:
-        # Every key of the table is held up, not just this one: an operator must hear
-        # of it, or a fleet stopped by a long delay would be silent.
-        logger.warning("not running %s: %s", settings.command[0], exc)
-        return settings.conflict_exit_code
     except LockNotAcquiredError as exc:
-        # The expected outcome on every machine but one: quiet unless asked.
-        logger.info("not running %s: %s", settings.command[0], exc)
+        # The expected outcome on every machine but one: quiet unless asked.  But a delay
+        # holds up every key of the table, not just this one: an operator must hear of it,
+        # or a fleet stopped by a long delay would be silent.
+        level = logging.WARNING if isinstance(exc, LockDelayedError) else logging.INFO
+        logger.log(level, "not running %s: %s", program, exc)
         return settings.conflict_exit_code
-    except ConfigurationError as exc:
-        print(f"dislock: error: {scrub(str(exc), context.url)}", file=sys.stderr)
-        return EXIT_USAGE
-    except KeyNotGrantedError as exc:
-        print(f"dislock: error: {scrub(str(exc), context.url)}", file=sys.stderr)
-        return EXIT_FAILURE
+    except (ConfigurationError, KeyNotGrantedError) as exc:
+        print(f"dislock: error: {scrub(str(exc), url)}", file=sys.stderr)
+        return EXIT_USAGE if isinstance(exc, ConfigurationError) else EXIT_FAILURE
     except psycopg.errors.InsufficientPrivilege as exc:
         from dislock.cli._denied import explain_denial
         from dislock.cli.diagnosis import LOCK_TABLE
 
         tables = {LOCK_TABLE: tuple(context.table_parts)}
-        message = explain_denial(
-            "", "dislock", exc, tables=tables, url=context.url, key=context.lock_key
-        )
-        return _fail(message, exc, context.url, debug)
+        message = explain_denial("", "dislock", exc, tables=tables, url=url, key=context.lock_key)
+        return _fail(message, exc, url, debug)
     except psycopg.Error as exc:
-        table_parts = tuple(context.table_parts)
         # Imported on failure only: a run that goes well never pays for the
         # diagnosis (and the grant catalogue and row views it reads).
         from dislock.cli.diagnosis import describe_database_error
 
-        message = describe_database_error(exc, table_parts=table_parts, url=context.url)
-        return _fail(message, exc, context.url, debug)
+        message = describe_database_error(exc, table_parts=tuple(context.table_parts), url=url)
+        return _fail(message, exc, url, debug)
     except FileNotFoundError as exc:
         return _fail(f"cannot run {program!r}: command not found", exc, url, debug, 127)
     except PermissionError as exc:

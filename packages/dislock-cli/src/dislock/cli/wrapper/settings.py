@@ -1,10 +1,7 @@
-"""The command-line wrapper's configuration, read from environment variables.
-
-Every variable is checked before anything runs, through its entry of
-``dislock.core.variables``; a bad one raises ``ConfigurationError`` naming it (and
-its value, the database URL excepted).  Texts go to ``LockContext`` as they are: it
-checks them, and the rules joining several settings.  Here: which variables a run
-reads (by its strategies).
+"""The command-line wrapper's configuration, read from environment variables: which
+variables a run reads (by its strategies).  Each is checked before anything runs, by its
+entry of ``dislock.core.variables`` and then ``LockContext`` (the rules joining several);
+a bad one raises ``ConfigurationError`` naming it (and its value, the URL excepted).
 """
 
 from __future__ import annotations
@@ -24,7 +21,6 @@ from dislock.core.variables import LOG_LEVEL
 if TYPE_CHECKING:
     from dislock.core.cron_zone import CronZone
 
-DEFAULT_STRATEGY = config.SCHEDULE
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
@@ -79,8 +75,7 @@ def read_database_url(url_variable: str, environ: Mapping[str, str]) -> str:
 
 def read_table(environ: Mapping[str, str]) -> tuple[str, ...]:
     """``LOCK_TABLE``, or the default table."""
-    parts: tuple[str, ...] | None = variables.TABLE.read(environ)
-    return DEFAULT_TABLE if parts is None else parts
+    return variables.TABLE.read(environ) or DEFAULT_TABLE
 
 
 _READ_BY_STRATEGY = (variables.KEY, variables.SCHEDULE, variables.TTL, variables.HEARTBEAT)
@@ -100,10 +95,16 @@ def read_wrapper_settings(
         raise ConfigurationError(
             f"{key.name} is unset or empty: name the lock, e.g. {key.name}=nightly"
         )
-    strategies: tuple[str, ...] = variables.STRATEGY.read(environ) or (DEFAULT_STRATEGY,)
+    strategies: tuple[str, ...] = variables.STRATEGY.read(environ) or (config.SCHEDULE,)
     fields: dict[str, Any] = {"url": url, "lock_key": lock_key, "owner": default_owner()}
     if config.SCHEDULE in strategies:
-        fields["schedule"] = _required_schedule(environ)
+        schedule = variables.SCHEDULE
+        fields["schedule"] = schedule.given(environ)
+        if fields["schedule"] is None:
+            raise ConfigurationError(
+                f"{schedule.name} is unset or empty, but the schedule strategy needs it "
+                f"(e.g. {schedule.name}='0 3 * * *')"
+            )
     if config.LEASE in strategies:
         # The wrapper's lease has a TTL by default; LockContext's None means no lease.
         fields["run_ttl_seconds"] = variables.TTL.text(environ) or variables.TTL.default
@@ -137,14 +138,3 @@ def _read(fields: dict[str, Any], setting: Setting, environ: Mapping[str, str]) 
     value = setting.given(environ)
     if value is not None and setting.field is not None:
         fields[setting.field] = value
-
-
-def _required_schedule(environ: Mapping[str, str]) -> str:
-    schedule: str | None = variables.SCHEDULE.given(environ)
-    if schedule is None:
-        name = variables.SCHEDULE.name
-        raise ConfigurationError(
-            f"{name} is unset or empty, but the schedule strategy needs it "
-            f"(e.g. {name}='0 3 * * *')"
-        )
-    return schedule

@@ -8,8 +8,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from dislock.cli.runs.missed_slots import Span
-from dislock.cli.runs.slot_states import Attempt
+from dislock.cli.runs.missed_slots import Attempt, Span
 from dislock.cli.serve.scrape import CensusRow, EarlierRun, KeyEvent, ScrapedRun, span_of_row
 from dislock.core.held_back import HELD_BACK
 from dislock.core.operator_commands import (

@@ -141,7 +141,7 @@ def explain(conn: psycopg.Connection[Any], exchange: Exchange[Any]) -> list[Any]
 
 
 def history_rows(url: str, cycles: int, rows: int) -> list[Row]:
-    from dislock.cli.runs import missed_slots, run_history, slot_states
+    from dislock.cli.runs import missed_slots, run_history
     from dislock.core import operator_commands
     from dislock.core.history import create_history
 
@@ -174,10 +174,10 @@ def history_rows(url: str, cycles: int, rows: int) -> list[Row]:
             starts = send(conn, missed_slots.starts(history, locks, "job-7", since))
             pauses = send(conn, operator_commands.pauses(history, "job-7", since))
             slots = list(missed_slots.schedule_slots("0 * * * *", since, now))
-            return slot_states.slot_states(
+            return missed_slots.slot_states(
                 slots,
                 [
-                    slot_states.Attempt(
+                    missed_slots.Attempt(
                         row.started_at, row.slot_end, row.outcome, bool(row.running)
                     )
                     for row in starts

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from dislock.cli.runs.missed_slots import Slot
-from dislock.cli.runs.slot_states import HELD_BACK, TO_LOOK_AT, Attempt, slot_states
-from dislock.core.after import owner_of, waited_for
+from dislock.cli.runs.missed_slots import TO_LOOK_AT, Attempt, Slot, slot_states
+from dislock.core.after import HELD_BACK, owner_of, waited_for
 from dislock.core.operator_commands import Pause
 
 T0 = datetime(2026, 1, 5, 3, 0, tzinfo=timezone.utc)

@@ -1,12 +1,11 @@
-"""What became of each slot (``dislock.cli.runs.slot_states``) and a key's pauses
+"""What became of each slot (``dislock.cli.runs.missed_slots.slot_states``) and a key's pauses
 (``dislock.core.operator_commands.pause_spans``), without a database."""
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from dislock.cli.runs.missed_slots import Slot, Span, schedule_slots
-from dislock.cli.runs.slot_states import Attempt, count, slot_states
+from dislock.cli.runs.missed_slots import Attempt, Slot, Span, count, schedule_slots, slot_states
 from dislock.core.operator_commands import PAUSED, RERUN, RESUMED, Event, Pause, pause_spans, reruns
 from dislock.core.pause import UNTIL_RESUMED
 

@@ -1,20 +1,28 @@
 """One ``dislockctl`` invocation as its command sees it, and the connection every
-command but ``serve`` runs on, with the one-line errors of a failed statement."""
+command but ``serve`` runs on, with the one-line errors of a failed statement; and what
+the commands share about the run history: whether a key is known at all and the keys
+whose runs read their schedule differently (``history``, ``missed``), and the recording
+of an operator's command as an event (``rerun``, ``pause``, ``resume``)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dislock.cli import EXIT_FAILURE, EXIT_OK
+from dislock.cli.sending import send
 
 if TYPE_CHECKING:
     from psycopg.sql import Composable
 
     from dislock.cli.sending import Connection
     from dislock.core.exchange import Exchange
+
+
+PRINT_SQL_HELP = "print the statements instead of running them"
 
 
 class Call(NamedTuple):
@@ -52,7 +60,7 @@ class Call(NamedTuple):
         import psycopg
         import psycopg.errors
 
-        from dislock.cli.diagnosis import describe_database_error
+        from dislock.cli.diagnosis import HISTORY_TABLE, LOCK_TABLE, describe_database_error
         from dislock.core.context import DEFAULT_CONNECT_TIMEOUT
         from dislock.core.dsn import connection_kwargs, one_line, scrub
 
@@ -62,35 +70,31 @@ class Call(NamedTuple):
                 return body(conn)
         except psycopg.errors.InsufficientPrivilege as exc:
             if on_denied is not None:
-                message = on_denied(scrub(one_line(str(exc)), url))
-            else:
-                message = self._denied(exc, history, denied_as or self.command)
+                return error(on_denied(scrub(one_line(str(exc)), url)))
+            from dislock.cli._denied import explain_denial
+
+            asked, key = denied_as or self.command, getattr(self.args, "lock_key", None)
+            tables = {LOCK_TABLE: self.table, HISTORY_TABLE: history or None}
+            message = explain_denial(self.args.command, asked, exc, tables=tables, url=url, key=key)
             return error(message)
         except psycopg.Error as exc:
-            return error(describe_database_error(exc, table_parts=self.table, url=self.url))
+            return error(describe_database_error(exc, table_parts=self.table, url=url))
 
     def on_history(
-        self,
-        history: tuple[str, ...],
-        body: Callable[[Any], int],
-        *,
-        denied_as: str | None = None,
+        self, history: tuple[str, ...], body: Callable[[Any], int], *, denied_as: str | None = None
     ) -> int:
         """``connected``, for a command that reads the run history table: exit 1 with
         one line saying how to create it when it does not exist."""
 
         def checked(conn: Connection) -> int:
-            return body(conn) if history_exists(conn, history) else EXIT_FAILURE
+            if columns(conn, history):
+                return body(conn)
+            return error(
+                f"history table {'.'.join(history)} does not exist: create it with "
+                "`dislockctl URL_VARIABLE init --history` and set LOCK_HISTORY=1 on the wrappers"
+            )
 
         return self.connected(checked, history=history, denied_as=denied_as)
-
-    def _denied(self, exc: BaseException, history: tuple[str, ...] | None, command: str) -> str:
-        from dislock.cli._denied import explain_denial
-        from dislock.cli.diagnosis import HISTORY_TABLE, LOCK_TABLE
-
-        tables = {LOCK_TABLE: self.table, HISTORY_TABLE: history or None}
-        key = getattr(self.args, "lock_key", None)
-        return explain_denial(self.args.command, command, exc, tables=tables, url=self.url, key=key)
 
 
 def error(message: str, status: int = EXIT_FAILURE) -> int:
@@ -104,7 +108,6 @@ def no_row(conn: Connection, table: tuple[str, ...], lock_key: str, modes: Seque
     row-level security may be hiding them (``dislock.cli.admin.no_row_text``)."""
     from dislock.cli.admin import no_row_text
     from dislock.cli.diagnosis import row_security
-    from dislock.cli.sending import send
 
     security = send(conn, row_security(table))
     hidden_from = security.role if security and security.hides(lock_key) else None
@@ -116,11 +119,15 @@ def beside(
 ) -> bool:
     """Whether what ``installed`` asks about (functions of this version) is beside the
     (existing) table, named with its schema."""
-    from dislock.cli.sending import send
     from dislock.core.grant_catalog import qualified
 
     found = send(conn, qualified(table))
     return found is not None and send(conn, installed(found))
+
+
+def in_schema(table: tuple[str, ...]) -> tuple[str, str]:
+    """``table`` with its schema, as ``--print-sql`` names it: without one, public's."""
+    return table if len(table) == 2 else ("public", table[0])
 
 
 def print_sql(statements: Iterable[Composable], *, transaction: bool = False) -> int:
@@ -133,20 +140,8 @@ def print_sql(statements: Iterable[Composable], *, transaction: bool = False) ->
 def columns(conn: Connection, table: tuple[str, ...]) -> list[str]:
     """The columns of ``table`` (none: it does not exist)."""
     from dislock.cli.lock_rows import columns as columns_of
-    from dislock.cli.sending import send
 
     return send(conn, columns_of(table))
-
-
-def history_exists(conn: Connection, history: tuple[str, ...]) -> bool:
-    """Whether the history table exists; if not, says how to create it."""
-    if columns(conn, history):
-        return True
-    error(
-        f"history table {'.'.join(history)} does not exist: create it with "
-        "`dislockctl URL_VARIABLE init --history` and set LOCK_HISTORY=1 on the wrappers"
-    )
-    return False
 
 
 def positive_int(text: str) -> int:
@@ -158,3 +153,101 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a positive whole number, got {text!r}")
     return value
+
+
+def unknown_key(
+    conn: Connection, table: tuple[str, ...], history: tuple[str, ...], key: str
+) -> bool:
+    """Whether ``key`` has neither a recorded run nor a lock row; if so, says so."""
+    from dislock.cli.runs.run_history import known_key
+
+    if send(conn, known_key(history, table, key)):
+        return False
+    error(f"no run of {key!r} is recorded in {'.'.join(history)} and it has no lock row")
+    return True
+
+
+def warn_disagreements(
+    conn: Connection, history: tuple[str, ...], since: timedelta, key: str | None
+) -> list[Any]:
+    """Warn (on stderr, so that --json output stays clean) about keys whose runs
+    read their schedule in different zones or expressions; returns the readings of
+    ``key`` (all of them, for --json)."""
+    from dislock.cli.admin import DATABASE_NOW
+    from dislock.cli.runs.run_history import describe_disagreement, disagreements, readings_of
+    from dislock.core.bounds import escape
+
+    now = send(conn, DATABASE_NOW)
+    readings = send(conn, readings_of(history, now - since, key))
+    for found_key, found in disagreements(readings).items():
+        print(f"dislockctl: {escape(describe_disagreement(found_key, found))}", file=sys.stderr)
+    return readings
+
+
+def check_key_and_reason(call: Call) -> argparse.Namespace:
+    """The arguments of ``pause`` and ``rerun``, their key and ``--reason`` checked."""
+    from dislock.core.bounds import check_reason, check_text
+
+    check_text("LOCK_KEY", call.args.lock_key)
+    check_reason("--reason", call.args.reason)
+    return call.args
+
+
+def recorded_history(call: Call) -> tuple[str, ...] | None:
+    """The history table an operator's command is recorded in; None, with a warning,
+    when its name is wrong: a pause must not wait for a fixed variable."""
+    from dislock.core.errors import ConfigurationError
+
+    try:
+        return call.history_table()
+    except ConfigurationError as exc:
+        print(f"dislockctl: warning: {exc}; not recording this in the run history", file=sys.stderr)
+        return None
+
+
+def record_event(
+    conn: Connection,
+    call: Call,
+    history: tuple[str, ...] | None,
+    outcome: str,
+    *,
+    until: datetime | None = None,
+) -> str:
+    """Record the operator's command (its key and ``--reason``) in the run history,
+    if there is one, both statements in one transaction (a refused end must leave no
+    row that reads as a run still going): what the command's summary line adds.  The
+    command has done its work whatever happens here; a refusal is a warning."""
+    import os
+    import socket
+
+    import psycopg
+
+    from dislock.core import operator_commands
+    from dislock.core.dsn import one_line, scrub
+
+    if history is None:
+        return ""
+    where = ".".join(history)
+    try:
+        if not columns(conn, history):
+            return ""
+        with conn.transaction():
+            start = operator_commands.record_start(
+                history,
+                call.args.lock_key,
+                outcome,
+                reason=getattr(call.args, "reason", ""),
+                host=socket.gethostname(),
+                pid=os.getpid(),
+                until=until,
+            )
+            send(conn, operator_commands.record_end(history, send(conn, start), outcome))
+    except psycopg.Error as exc:
+        detail = scrub(one_line(str(exc)), call.url)
+        print(
+            f"dislockctl: warning: the {operator_commands.OUTCOME_VERBS[outcome]} is not"
+            f" recorded in {where}: {detail}",
+            file=sys.stderr,
+        )
+        return f"; not recorded in {where}"
+    return f"; recorded in {where}"

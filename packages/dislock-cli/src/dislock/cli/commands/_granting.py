@@ -14,15 +14,13 @@ from typing import TYPE_CHECKING
 from psycopg import sql
 
 from dislock.cli import EXIT_OK
-from dislock.cli.commands._call import error
+from dislock.cli.commands._call import columns, error
 from dislock.cli.commands._call import print_sql as print_statements
-from dislock.cli.lock_rows import columns as columns_query
 from dislock.cli.sending import send
 from dislock.cli.table_change import TableBusy, change
 from dislock.core import grant_catalog, grant_policies, grants
 from dislock.core.bounds import escape
-from dislock.core.limits import max_ttl, set_max_ttl
-from dislock.core.policy_functions import policy_functions
+from dislock.core.limits import max_ttl
 
 if TYPE_CHECKING:
     from dislock.cli.sending import Connection
@@ -51,7 +49,7 @@ def grant(
 ) -> int:
     """Give ``role`` ``access`` to the keys ``patterns`` match (replacing its earlier
     grant), at most ``max_keys`` of them (0: no limit; None: ``grants.quota_of``)."""
-    found = send(conn, columns_query(table))
+    found = columns(conn, table)
     if not found:
         return error(f"lock table {'.'.join(table)} does not exist: dislockctl init first")
     if conn.execute("SELECT FROM pg_roles WHERE rolname = %s", (role,)).fetchone() is None:
@@ -60,7 +58,7 @@ def grant(
             f" (CREATE ROLE {sql.Identifier(role).as_string(None)} LOGIN PASSWORD …)"
         )
     qualified = _qualified(conn, table)
-    history_parts = _qualified(conn, history) if send(conn, columns_query(history)) else None
+    history_parts = _qualified(conn, history) if columns(conn, history) else None
 
     def statements(conn: Connection) -> list[sql.Composed]:
         # Read in the transaction that runs them: the maximum TTL they bound leases by.
@@ -98,7 +96,12 @@ def grant(
     keys = ", ".join(escape(p) for p in patterns) if patterns else "every key"
     bound = key_bound(access, grants.quota_of(access, max_keys))
     print(f"role {escape(role)!r} {what} {keys} in {'.'.join(table)}{bound}")
-    _warn_if_exempt(conn, table, role)
+    if send(conn, grant_catalog.exempt(role, table)):
+        print(
+            f"warning: role {escape(role)!r} owns the table, is a superuser or bypasses"
+            " row-level security: the grant does not limit it",
+            file=sys.stderr,
+        )
     return EXIT_OK
 
 
@@ -125,23 +128,3 @@ class _Refused(Exception):
 def _qualified(conn: Connection, table: tuple[str, ...]) -> tuple[str, ...]:
     found = send(conn, grant_catalog.qualified(table))
     return table if found is None else found
-
-
-def _warn_if_exempt(conn: Connection, table: tuple[str, ...], role: str) -> None:
-    if send(conn, grant_catalog.exempt(role, table)):
-        print(
-            f"warning: role {escape(role)!r} owns the table, is a superuser or bypasses"
-            " row-level security: the grant does not limit it",
-            file=sys.stderr,
-        )
-
-
-def set_table_max_ttl(
-    conn: Connection, table: tuple[str, ...], seconds: float
-) -> list[sql.Composed]:
-    """The statements that make ``seconds`` the table's maximum TTL: its metadata row,
-    and the bound every granted role is held to, where row-level security is on."""
-    statements = [set_max_ttl(table, seconds)]
-    if send(conn, grant_catalog.secured(table)):
-        statements += policy_functions(_qualified(conn, table), seconds)
-    return statements

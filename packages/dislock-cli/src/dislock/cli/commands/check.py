@@ -33,6 +33,7 @@ def run(call: Call) -> int:
 
 def _check(conn: Connection, settings: WrapperSettings) -> int:
     from dislock.cli.admin import DATABASE_NOW, refusing_writes
+    from dislock.core.protocol import installed
 
     table_parts = tuple(settings.context.table_parts)
     refusal = send(conn, refusing_writes())  # a standby, a read-only session
@@ -47,7 +48,13 @@ def _check(conn: Connection, settings: WrapperSettings) -> int:
     print(f"  database now    {now.isoformat(timespec='seconds')}")
     if _print_max_ttl(conn, table_parts, settings):
         return EXIT_USAGE
-    _print_functions(conn, table_parts)
+    if beside(conn, table_parts, installed):
+        print("  lock functions  installed (one call per lock step)")
+    else:
+        print(
+            "  lock functions  not installed: plain statements are sent (dislockctl URL_VARIABLE"
+            " init adds the functions: one call per lock step, plans kept by the server)"
+        )
     _print_lock_delay(conn, table_parts)
     _print_replication(conn)
     _print_lock_state(conn, settings, now)
@@ -75,7 +82,6 @@ def _explain_a_missing_table(conn: Connection, context: LockContext) -> None:
 
 
 def _print_timing(settings: WrapperSettings, now: datetime) -> None:
-    """The key, the schedule's slot and next fires, the lease's timing."""
     from dislock.core.bounds import escape
     from dislock.core.cron import next_fires, slot_end
     from dislock.core.lease_clock import LeaseClock, LeaseSettings
@@ -107,7 +113,6 @@ def _print_timing(settings: WrapperSettings, now: datetime) -> None:
 
 
 def _print_run_rules(settings: WrapperSettings) -> None:
-    """What a run does besides its timing: jitter, limits, retries, waiting, slots."""
     context = settings.context
     print(f"  startup jitter  up to {context.jitter_max_seconds:g} s")
     if context.max_runtime_seconds is not None:
@@ -128,14 +133,12 @@ def _print_run_rules(settings: WrapperSettings) -> None:
             " (later, the slot is marked late and not started)"
         )
     if context.wait_seconds > 0:
-        how = {
-            None: "LISTEN on a direct connection, else polling",
-            True: "LISTEN",
-            False: "polling",
-        }
+        how = "LISTEN on a direct connection, else polling"
+        if context.wait_listen is not None:
+            how = "LISTEN" if context.wait_listen else "polling"
         print(
             f"  wait            up to {context.wait_seconds:g} s"
-            f" ({how[context.wait_listen]}; polls every {context.wait_poll_seconds:g} s)"
+            f" ({how}; polls every {context.wait_poll_seconds:g} s)"
         )
     if context.slots > 1:
         print(f"  slots           {context.slots} holders at once")
@@ -150,7 +153,6 @@ def _print_run_rules(settings: WrapperSettings) -> None:
 
 
 def _print_history(conn: Connection, context: LockContext) -> None:
-    """The history table, whether it exists, the key's runtime envelope, the output tail."""
     if not context.history:
         print("  history         off")
         return
@@ -175,7 +177,6 @@ def _print_history(conn: Connection, context: LockContext) -> None:
 
 
 def _print_lock_state(conn: Connection, settings: WrapperSettings, now: datetime) -> None:
-    """Whether the key is paused, and what a run now would do with each of its rows."""
     from dislock.cli.admin import describe_expiry, format_duration
     from dislock.cli.lock_rows import states
     from dislock.core.bounds import MAX_REASON_BYTES, clip
@@ -218,20 +219,6 @@ def _print_lock_state(conn: Connection, settings: WrapperSettings, now: datetime
             expires = describe_expiry(remaining)
             state = f"held by {clip(owner)}, expires {expires}: a run now would {busy}"
         print(f"  {strategy:<14}  {state}")
-
-
-def _print_functions(conn: Connection, table: tuple[str, ...]) -> None:
-    """Whether the lock functions of this version are beside the table, and if not,
-    what ``init`` would add."""
-    from dislock.core.protocol import installed
-
-    if beside(conn, table, installed):
-        print("  lock functions  installed (one call per lock step)")
-        return
-    print(
-        "  lock functions  not installed: plain statements are sent (dislockctl URL_VARIABLE"
-        " init adds the functions: one call per lock step, plans kept by the server)"
-    )
 
 
 def _print_max_ttl(conn: Connection, table: tuple[str, ...], settings: WrapperSettings) -> bool:

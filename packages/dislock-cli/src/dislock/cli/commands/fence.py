@@ -8,7 +8,8 @@ import argparse
 from typing import TYPE_CHECKING
 
 from dislock.cli import EXIT_OK, EXIT_USAGE
-from dislock.cli.commands._call import Call, error, print_sql
+from dislock.cli.commands._call import PRINT_SQL_HELP, Call, error, in_schema, print_sql
+from dislock.cli.sending import send
 
 if TYPE_CHECKING:
     from dislock.cli.sending import Connection
@@ -19,9 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--key", dest="lock_key", metavar="LOCK_KEY", required=True, help="the lease's lock key"
     )
-    parser.add_argument(
-        "--print-sql", action="store_true", help="print the statements instead of running them"
-    )
+    parser.add_argument("--print-sql", action="store_true", help=PRINT_SQL_HELP)
 
 
 def run(call: Call) -> int:
@@ -33,15 +32,14 @@ def run(call: Call) -> int:
     if call.args.print_sql:
         from dislock.core.fencing import fence_statements
 
-        lock_table = call.table if len(call.table) == 2 else ("public", call.table[0])
-        return print_sql(fence_statements(lock_table, user_table, lock_key), transaction=True)
+        statements = fence_statements(in_schema(call.table), user_table, lock_key)
+        return print_sql(statements, transaction=True)
     return call.connected(lambda conn: _fence(conn, call.table, user_table, lock_key))
 
 
 def _fence(
     conn: Connection, table: tuple[str, ...], user_table: tuple[str, ...], lock_key: str
 ) -> int:
-    from dislock.cli.sending import send
     from dislock.core.fencing import fence_statements, guard_installed, table_state
     from dislock.core.grant_catalog import qualified
 
@@ -77,7 +75,6 @@ def _outside_scope(conn: Connection, table: tuple[str, ...], lock_key: str) -> s
     table (its own, or a team role's it is a member of) guards its tables by the keys
     of that grant only; the table's owner and superusers by any."""
     from dislock.cli.diagnosis import matches
-    from dislock.cli.sending import send
     from dislock.core.fencing import scoped_roles
     from dislock.core.grant_catalog import grants_on
     from dislock.core.grants import READER

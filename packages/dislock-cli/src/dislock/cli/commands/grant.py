@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from dislock.cli.commands._call import Call
+from dislock.cli.commands._call import PRINT_SQL_HELP, Call
 from dislock.cli.table_change import add_wait_argument, patience_of
 from dislock.core.history_functions import DEFAULT_MAX_HISTORY_MIB
 from dislock.core.key_quota import DEFAULT_MAX_KEYS
@@ -50,9 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="also let the role write the lock table itself, held to its keys by row-level"
         " security, as machines still on dislock 0.1.0 need (docs/migrating.md)",
     )
-    parser.add_argument(
-        "--print-sql", action="store_true", help="print the statements instead of running them"
-    )
+    parser.add_argument("--print-sql", action="store_true", help=PRINT_SQL_HELP)
     add_wait_argument(parser)
 
 

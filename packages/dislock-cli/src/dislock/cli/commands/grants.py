@@ -8,7 +8,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from dislock.cli import EXIT_FAILURE, EXIT_OK
-from dislock.cli.commands._call import Call, error
+from dislock.cli.commands._call import Call, columns, error
 
 if TYPE_CHECKING:
     from dislock.cli.sending import Connection
@@ -26,7 +26,6 @@ def run(call: Call) -> int:
 def _list_grants(conn: Connection, call: Call, history: tuple[str, ...]) -> int:
     import json
 
-    from dislock.cli.commands._call import columns
     from dislock.cli.commands._granting import key_bound
     from dislock.cli.sending import send
     from dislock.core import grant_catalog
@@ -44,24 +43,20 @@ def _list_grants(conn: Connection, call: Call, history: tuple[str, ...]) -> int:
     holes += [(history, h) for h in send(conn, grant_catalog.audit(history, history=True))]
     status = EXIT_FAILURE if holes else EXIT_OK
     if call.args.json:
-        print(
-            json.dumps(
-                {
-                    "table": ".".join(table),
-                    "row_level_security": bool(secured),
-                    "max_ttl_seconds": most,
-                    "grants": [
-                        g._asdict() | {"keys": list(g.keys), "members": members.get(g.role, [])}
-                        for g in listed
-                    ],
-                    "loopholes": [
-                        {"role": h.role, "privileges": list(h.privileges), "table": ".".join(t)}
-                        for t, h in holes
-                    ],
-                },
-                indent=2,
-            )
-        )
+        report = {
+            "table": ".".join(table),
+            "row_level_security": bool(secured),
+            "max_ttl_seconds": most,
+            "grants": [
+                g._asdict() | {"keys": list(g.keys), "members": members.get(g.role, [])}
+                for g in listed
+            ],
+            "loopholes": [
+                {"role": h.role, "privileges": list(h.privileges), "table": ".".join(t)}
+                for t, h in holes
+            ],
+        }
+        print(json.dumps(report, indent=2))
         return status
     origin = "" if recorded else " (the default)"
     print(f"table {'.'.join(table)}: maximum lease TTL {most:g} s{origin}")

@@ -8,8 +8,8 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from dislock.cli import EXIT_FAILURE, EXIT_OK
-from dislock.cli.commands._call import Call, positive_int
-from dislock.cli.commands._recorded import unknown_key, warn_disagreements
+from dislock.cli.commands._call import Call, positive_int, unknown_key, warn_disagreements
+from dislock.cli.sending import send
 
 if TYPE_CHECKING:
     from dislock.cli.sending import Connection
@@ -55,7 +55,6 @@ def run(call: Call) -> int:
 def _prune(conn: Connection, history: tuple[str, ...], older: timedelta) -> int:
     from dislock.cli.admin import format_duration
     from dislock.cli.runs.run_history import prune
-    from dislock.cli.sending import send
 
     count = send(conn, prune(history, older))
     print(
@@ -66,11 +65,12 @@ def _prune(conn: Connection, history: tuple[str, ...], older: timedelta) -> int:
 
 
 def _history(conn: Connection, call: Call, history: tuple[str, ...], since: timedelta) -> int:
+    import json
+
     from dislock.cli.admin import format_duration
     from dislock.cli.runs.envelope import marks, successes_before
-    from dislock.cli.runs.history_report import attempts, dump, render_runs, render_tails
+    from dislock.cli.runs.history_report import attempts, render_runs, render_tails
     from dislock.cli.runs.run_history import runs as runs_of
-    from dislock.cli.sending import send
 
     key, table = call.args.lock_key, call.table
     if key is not None and unknown_key(conn, table, history, key):
@@ -80,14 +80,11 @@ def _history(conn: Connection, call: Call, history: tuple[str, ...], since: time
     marked = marks(runs, envelopes)
     if call.args.json:
         numbers = attempts(runs)
-        print(
-            dump(
-                [
-                    {**run.as_json(), "attempt": numbers.get(run.id), "envelope": marked[run.id]}
-                    for run in runs
-                ]
-            )
-        )
+        rows = [
+            {**run.as_json(), "attempt": numbers.get(run.id), "envelope": marked[run.id]}
+            for run in runs
+        ]
+        print(json.dumps(rows, indent=2))
     elif runs:
         print(render_runs(runs, marked))
         tails = render_tails(runs)

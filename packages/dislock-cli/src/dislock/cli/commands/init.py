@@ -5,13 +5,17 @@ statements for a migration (``--print-sql``)."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from dislock.cli import EXIT_OK
-from dislock.cli.commands._call import Call, beside, columns, error
+from dislock.cli.commands._call import Call, beside, columns, error, in_schema
+from dislock.cli.sending import send
 from dislock.cli.table_change import add_wait_argument, patience_of
 
 if TYPE_CHECKING:
+    from psycopg import sql
+
     from dislock.cli.sending import Connection
 
 
@@ -40,13 +44,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(call: Call) -> int:
+    from dislock.cli.time_args import parse_seconds
+
     args, table = call.args, call.table
     history = call.history_table() if args.history else None
-    max_ttl = _max_ttl(args.max_ttl)
+    max_ttl = None if args.max_ttl is None else parse_seconds(args.max_ttl, name="--max-ttl")
     patience = patience_of(args)
     if args.print_sql:
-        for statement in _statements(table, args.fencing, history, max_ttl):
-            print(statement)
+        from dislock.core.limits import set_max_ttl
+
+        statements = list(_creating(table, args.fencing, history, in_schema))
+        if max_ttl is not None:
+            # On a table with grants, also: dislockctl grant ... --print-sql (the bound).
+            statements.append(set_max_ttl(table, max_ttl))
+        for statement in statements:
+            print(f"{statement.as_string(None).rstrip().removesuffix(';')};")
         return EXIT_OK
     grants_history = call.history_table()
     return call.connected(
@@ -61,44 +73,30 @@ def run(call: Call) -> int:
     )
 
 
-def _max_ttl(text: str | None) -> float | None:
-    """``--max-ttl``: a duration, or plain seconds."""
-    if text is None:
-        return None
-    from dislock.cli.time_args import parse_seconds
-
-    return parse_seconds(text, name="--max-ttl")
-
-
-def _statements(
+def _creating(
     table: tuple[str, ...],
     fencing: bool,
     history: tuple[str, ...] | None,
-    max_ttl: float | None,
-) -> list[str]:
+    schema_of: Callable[[tuple[str, ...]], tuple[str, str]],
+) -> Iterator[sql.Composed]:
+    """What ``init`` runs, in order.  The functions name the tables with their schemas
+    (``schema_of``), asked for once the tables exist: this is a generator."""
     from dislock.cli.admin import init_statements
     from dislock.core.history import create_history
-    from dislock.core.limits import set_max_ttl
     from dislock.core.protocol import protocol_sql
 
-    statements = init_statements(table, fencing=fencing)
-    # The functions name the table with its schema; without one, public's is meant.
-    schema_table = table if len(table) == 2 else ("public", table[0])
-    statements.append(protocol_sql(schema_table))
+    yield from init_statements(table, fencing=fencing)
+    schema_table = schema_of(table)
+    yield protocol_sql(schema_table)
     if fencing:
         from dislock.core.fencing import guard_sql
 
-        statements.append(guard_sql(schema_table))
+        yield guard_sql(schema_table)
     if history is not None:
         from dislock.core.history_functions import history_functions_sql
 
-        statements += create_history(history)
-        schema_history = history if len(history) == 2 else ("public", history[0])
-        statements.append(history_functions_sql(schema_history, schema_table))
-    if max_ttl is not None:
-        # On a table with grants, also: dislockctl grant ... --print-sql (the bound).
-        statements.append(set_max_ttl(table, max_ttl))
-    return [f"{s.as_string(None).rstrip().removesuffix(';')};" for s in statements]
+        yield from create_history(history)
+        yield history_functions_sql(schema_of(history), schema_table)
 
 
 def _init(
@@ -109,11 +107,11 @@ def _init(
     max_ttl: float | None,
     patience: float,
 ) -> int:
-    from dislock.cli.admin import init_statements
-    from dislock.cli.sending import send
+    from dislock.cli.table_change import TableBusy, change
     from dislock.core import fencing as guard
     from dislock.core import history_functions, protocol
-    from dislock.core.history import create_history, up_to_date
+    from dislock.core.grant_catalog import qualified
+    from dislock.core.history import up_to_date
 
     found = columns(conn, table)
     history_ready = history is None or (
@@ -134,27 +132,13 @@ def _init(
         if history is not None:
             print(f"history table {'.'.join(history)} already exists")
         return _record_max_ttl(conn, table, max_ttl)
-    from dislock.cli.table_change import TableBusy, change
 
     def create(conn: Connection) -> None:
-        for statement in init_statements(table, fencing=fencing):
+        def schema_of(created: tuple[str, ...]) -> tuple[str, str]:
+            return send(conn, qualified(created)) or ("public", created[-1])
+
+        for statement in _creating(table, fencing, history, schema_of):
             conn.execute(statement)
-        for statement in create_history(history) if history is not None else []:
-            conn.execute(statement)
-        from dislock.core.grant_catalog import qualified
-        from dislock.core.protocol import protocol_sql
-
-        schema_table = send(conn, qualified(table)) or ("public", table[-1])
-        conn.execute(protocol_sql(schema_table))
-        if history is not None:
-            from dislock.core.history_functions import history_functions_sql
-
-            schema_history = send(conn, qualified(history)) or ("public", history[-1])
-            conn.execute(history_functions_sql(schema_history, schema_table))
-        if fencing:
-            from dislock.core.fencing import guard_sql
-
-            conn.execute(guard_sql(schema_table))
 
     # A table in use may get its fencing column here: in short tries, as grant does.
     try:
@@ -174,7 +158,6 @@ def _upgrade_grants(
     """Write each grant made before the lock functions again, as it was (its role then
     writes through them): a second ``init`` finds none to write."""
     from dislock.cli.commands import _granting
-    from dislock.cli.sending import send
     from dislock.core.grant_catalog import grants_on
 
     for old in [g for g in send(conn, grants_on(table)) if not g.current]:
@@ -205,13 +188,20 @@ def _owns(conn: Connection, table: tuple[str, ...]) -> bool:
 
 
 def _record_max_ttl(conn: Connection, table: tuple[str, ...], max_ttl: float | None) -> int:
+    """Make ``max_ttl`` the table's maximum TTL: its metadata row, and the bound every
+    granted role is held to, where row-level security is on."""
     if max_ttl is None:
         return EXIT_OK
-    from dislock.cli.commands._granting import set_table_max_ttl
+    from dislock.core.grant_catalog import qualified, secured
+    from dislock.core.limits import set_max_ttl
+    from dislock.core.policy_functions import policy_functions
 
     with conn.transaction():
-        for statement in set_table_max_ttl(conn, table, max_ttl):
-            conn.execute(statement)
+        conn.execute(set_max_ttl(table, max_ttl))
+        if send(conn, secured(table)):
+            found = send(conn, qualified(table))
+            for statement in policy_functions(found or table, max_ttl):
+                conn.execute(statement)
     print(
         f"maximum lease TTL of {'.'.join(table)}: {max_ttl:g} s"
         " (longer leases are refused; no lock delay after a failover lasts longer)"

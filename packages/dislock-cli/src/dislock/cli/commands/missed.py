@@ -1,5 +1,5 @@
 """``dislockctl missed``: what became of each slot of LOCK_KEY's schedule, judged
-from the recorded runs and an operator's events (``dislock.cli.runs.slot_states``): the
+from the recorded runs and an operator's events (``dislock.cli.runs.missed_slots``): the
 slots missed, late or failed are listed (exit 1 if any), ``--all`` lists every one."""
 
 from __future__ import annotations
@@ -9,20 +9,15 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dislock.cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
-from dislock.cli.commands._call import Call, error
-from dislock.cli.commands._recorded import unknown_key, warn_disagreements
+from dislock.cli.commands._call import Call, error, unknown_key, warn_disagreements
+from dislock.cli.sending import send
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
     from datetime import datetime, tzinfo
 
-    from dislock.cli.runs.missed_slots import StartRow
-    from dislock.cli.runs.slot_states import SlotState
+    from dislock.cli.runs.missed_slots import SlotState
     from dislock.cli.sending import Connection
     from dislock.core.cron_zone import CronZone
-
-LATE = "late"
-"""The outcome of a slot that an acquisition past its start deadline marked late."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -53,8 +48,6 @@ class _Asked(NamedTuple):
     schedule: str | None
     zone: Any
     """The CronZone of ``--tz`` (None: the one recorded with the runs, else CRON_TZ/local)."""
-    every: bool
-    """``--all``."""
 
 
 def run(call: Call) -> int:
@@ -67,35 +60,19 @@ def run(call: Call) -> int:
     history = call.history_table()
     schedule = None if args.schedule is None else check_cron(args.schedule, name="--schedule")
     zone = None if args.tz is None else load_zone(args.tz, name="--tz")
-    asked = _Asked(
-        parse_duration(args.since, name="--since"), _grace(args.grace), schedule, zone, args.all
-    )
+    since = parse_duration(args.since, name="--since")
+    no_grace = args.grace.strip() in ("0", "0s")
+    grace = timedelta(0) if no_grace else parse_duration(args.grace, name="--grace")
+    asked = _Asked(since, grace, schedule, zone)
     return call.on_history(history, lambda conn: _missed(conn, call, history, asked))
 
 
-def held_back_slots(rows: Iterable[StartRow]) -> dict[datetime, str]:
-    """The ends of the slots recorded held back (``dislock.core.after``), each with
-    the key it waited for (the first such row's, should a slot have two)."""
-    from dislock.core.after import HELD_BACK, waited_for
-
-    found: dict[datetime, str] = {}
-    for row in rows:
-        if row.outcome == HELD_BACK and row.slot_end is not None:
-            found.setdefault(row.slot_end, waited_for(row.waiting_for) or "?")
-    return found
-
-
-def _grace(text: str) -> timedelta:
-    from dislock.cli.time_args import parse_duration
-
-    return timedelta(0) if text.strip() in ("0", "0s") else parse_duration(text, name="--grace")
-
-
 def _missed(conn: Connection, call: Call, history: tuple[str, ...], asked: _Asked) -> int:
+    import json
+
     from dislock.cli.admin import DATABASE_NOW
-    from dislock.cli.runs.history_report import describe_missed, dump, render_slots
-    from dislock.cli.runs.slot_states import COVERED, TO_LOOK_AT, count
-    from dislock.cli.sending import send
+    from dislock.cli.runs.history_report import describe_missed, render_slots
+    from dislock.cli.runs.missed_slots import COVERED, TO_LOOK_AT, count
 
     table, key = call.table, call.args.lock_key
     found = _schedule_and_zone(conn, table, history, asked, key)
@@ -112,26 +89,23 @@ def _missed(conn: Connection, call: Call, history: tuple[str, ...], asked: _Aske
     readings = warn_disagreements(conn, history, asked.since, key)
     counts = count(states)
     if call.args.json:
-        print(
-            dump(
-                {
-                    "key": key,
-                    "schedule": schedule,
-                    "tz": zone.name,
-                    "since": since.isoformat(),
-                    "until": now.isoformat(),
-                    "slots": slots,
-                    "runs": runs,
-                    "missed": [found.as_json() for found in to_look_at],
-                    "covered": [found.slot.as_json() for found in states if found.state == COVERED],
-                    "counts": counts,
-                    "states": [found.as_json() for found in states],
-                    "readings": [reading.as_json() for reading in readings],
-                }
-            )
-        )
+        report = {
+            "key": key,
+            "schedule": schedule,
+            "tz": zone.name,
+            "since": since.isoformat(),
+            "until": now.isoformat(),
+            "slots": slots,
+            "runs": runs,
+            "missed": [found.as_json() for found in to_look_at],
+            "covered": [found.slot.as_json() for found in states if found.state == COVERED],
+            "counts": counts,
+            "states": [found.as_json() for found in states],
+            "readings": [reading._asdict() for reading in readings],
+        }
+        print(json.dumps(report, indent=2))
     else:
-        listed = states if asked.every else to_look_at
+        listed = states if call.args.all else to_look_at
         if listed:
             print(render_slots(listed))
         print(describe_missed(key, schedule, zone.name, since, counts))
@@ -144,7 +118,6 @@ def _schedule_and_zone(
     """The schedule and zone to judge in: as asked, else as recorded with the runs,
     else the zone the wrapper on this machine would read; or the exit status."""
     from dislock.cli.runs.run_history import recorded_schedule
-    from dislock.cli.sending import send
     from dislock.core.cron_zone import cron_zone, load_zone, recorded_zone
     from dislock.core.errors import ConfigurationError
 
@@ -184,9 +157,8 @@ def _judge(
     """How many slots and runs, and each slot's state; or the exit status."""
     from dislock.cli.runs import missed_slots
     from dislock.cli.runs.envelope import NOT_RUNS
-    from dislock.cli.runs.slot_states import Attempt, slot_states
-    from dislock.cli.sending import send
-    from dislock.core.after import HELD_BACK
+    from dislock.cli.runs.missed_slots import LATE, Attempt, slot_states
+    from dislock.core.after import HELD_BACK, waited_for
     from dislock.core.errors import ConfigurationError
     from dislock.core.operator_commands import pause_spans, pauses, reruns
     from dislock.core.retries import waiting
@@ -213,6 +185,10 @@ def _judge(
         # A job new within the window did not miss the slots before it existed.
         starts = [(attempt.started_at, attempt.slot_end) for attempt in attempts]
         slots = missed_slots.from_first_run(slots, starts + marks)
+    held_back: dict[datetime, str] = {}
+    for row in rows:  # the key each slot held back waited for (the first row's, if two)
+        if row.outcome == HELD_BACK and row.slot_end is not None:
+            held_back.setdefault(row.slot_end, waited_for(row.waiting_for) or "?")
     events = send(conn, pauses(history, key, since))
     spans = send(conn, missed_slots.spans(history, table, key, since))
     states = slot_states(
@@ -224,6 +200,6 @@ def _judge(
         spans=spans,
         retrying=send(conn, waiting(table, key)),
         reruns=reruns(events),
-        held_back=held_back_slots(rows),
+        held_back=held_back,
     )
     return len(slots), len(attempts), states

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from dislock.cli import EXIT_OK, EXIT_USAGE
-from dislock.cli.commands._call import Call, error
-from dislock.cli.commands._recorded import recorded_history
+from dislock.cli.commands._call import check_key_and_reason, error, record_event, recorded_history
 
 if TYPE_CHECKING:
+    from dislock.cli.commands._call import Call
     from dislock.cli.sending import Connection
 
 
@@ -30,26 +30,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(call: Call) -> int:
-    from dislock.cli.commands._recorded import check_key_and_reason
     from dislock.cli.time_args import parse_duration, parse_time
 
     args = check_key_and_reason(call)
-    pause_for = None if args.for_ is None else parse_duration(args.for_, name="--for")
+    seconds = None if args.for_ is None else parse_duration(args.for_, name="--for").total_seconds()
     until = None if args.until is None else parse_time(args.until, name="--until")
     history = recorded_history(call)
-    return call.connected(
-        lambda conn: _pause(conn, call, history, pause_for, until), history=history
-    )
+    return call.connected(lambda conn: _pause(conn, call, history, seconds, until), history=history)
 
 
 def _pause(
     conn: Connection,
     call: Call,
     history: tuple[str, ...] | None,
-    pause_for: timedelta | None,
+    seconds: float | None,
     until: datetime | None,
 ) -> int:
-    from dislock.cli.commands._recorded import record_event
     from dislock.cli.lock_rows import states
     from dislock.cli.sending import send
     from dislock.core.operator_commands import PAUSED
@@ -57,7 +53,6 @@ def _pause(
     from dislock.core.rows import lease_key, schedule_key
 
     table, lock_key, reason = call.table, call.args.lock_key, call.args.reason
-    seconds = None if pause_for is None else pause_for.total_seconds()
     ends = send(conn, pausing(table, lock_key, reason, seconds=seconds, until=until))
     if ends is None:
         return error(f"--until {until} is not in the future (database clock)", EXIT_USAGE)

@@ -8,7 +8,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from dislock.cli import EXIT_OK
-from dislock.cli.commands._call import Call, error, no_row
+from dislock.cli.commands._call import Call, check_key_and_reason, error, no_row, record_event
 
 if TYPE_CHECKING:
     from dislock.cli.sending import Connection
@@ -24,15 +24,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(call: Call) -> int:
-    from dislock.cli.commands._recorded import check_key_and_reason
-
     check_key_and_reason(call)
     history = call.history_table()
     return call.connected(lambda conn: _rerun(conn, call, history), history=history)
 
 
 def _rerun(conn: Connection, call: Call, history: tuple[str, ...]) -> int:
-    from dislock.cli.commands._recorded import record_event
     from dislock.cli.runs.history_report import format_time
     from dislock.cli.sending import send
     from dislock.core import operator_commands, retries

@@ -7,8 +7,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from dislock.cli import EXIT_OK
-from dislock.cli.commands._call import Call, error
-from dislock.cli.commands._recorded import recorded_history
+from dislock.cli.commands._call import Call, error, record_event, recorded_history
 
 if TYPE_CHECKING:
     from dislock.cli.sending import Connection
@@ -24,7 +23,6 @@ def run(call: Call) -> int:
 
 
 def _resume(conn: Connection, call: Call, history: tuple[str, ...] | None) -> int:
-    from dislock.cli.commands._recorded import record_event
     from dislock.cli.sending import send
     from dislock.core.operator_commands import RESUMED
     from dislock.core.pause import resuming

@@ -6,7 +6,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from dislock.cli import EXIT_OK
-from dislock.cli.commands._call import Call, error, print_sql
+from dislock.cli.commands._call import PRINT_SQL_HELP, Call, columns, error, print_sql
 from dislock.cli.table_change import add_wait_argument, patience_of
 
 if TYPE_CHECKING:
@@ -15,9 +15,7 @@ if TYPE_CHECKING:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("role", metavar="ROLE")
-    parser.add_argument(
-        "--print-sql", action="store_true", help="print the statements instead of running them"
-    )
+    parser.add_argument("--print-sql", action="store_true", help=PRINT_SQL_HELP)
     add_wait_argument(parser)
 
 
@@ -30,7 +28,6 @@ def run(call: Call) -> int:
 def _revoke(conn: Connection, call: Call, history: tuple[str, ...], patience: float) -> int:
     """In short tries: the role itself may be holding the tables, and every other
     role's statements would queue behind a revoke that waited."""
-    from dislock.cli.commands._call import columns
     from dislock.cli.table_change import TableBusy, change
     from dislock.core import grant_policies, grants
     from dislock.core.bounds import escape

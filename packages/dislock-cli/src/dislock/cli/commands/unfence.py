@@ -7,7 +7,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from dislock.cli import EXIT_OK, EXIT_USAGE
-from dislock.cli.commands._call import Call, error, print_sql
+from dislock.cli.commands._call import PRINT_SQL_HELP, Call, error, print_sql
 
 if TYPE_CHECKING:
     from dislock.cli.sending import Connection
@@ -15,9 +15,7 @@ if TYPE_CHECKING:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("user_table", metavar="TABLE", help="'table' or 'schema.table'")
-    parser.add_argument(
-        "--print-sql", action="store_true", help="print the statements instead of running them"
-    )
+    parser.add_argument("--print-sql", action="store_true", help=PRINT_SQL_HELP)
 
 
 def run(call: Call) -> int:

@@ -1,3 +1,3 @@
 """The run history as operators read it (``dislockctl history``, ``missed``, and
-``serve``'s counts): ``run_history`` reads the rows, ``missed_slots`` and
-``slot_states`` judge each slot of a schedule, ``history_report`` words them."""
+``serve``'s counts): ``run_history`` reads the rows, ``missed_slots`` judges each slot
+of a schedule, ``history_report`` words them."""

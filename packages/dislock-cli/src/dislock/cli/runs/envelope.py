@@ -16,8 +16,9 @@ from typing import NamedTuple
 
 from psycopg import sql
 
+from dislock.cli.admin import format_duration
 from dislock.cli.runs.run_history import Run
-from dislock.core.exchange import Exchange, Rows
+from dislock.core.exchange import Exchange
 from dislock.core.operator_commands import OUTCOMES as EVENTS
 
 WINDOW = 20
@@ -80,11 +81,7 @@ def successes_before(
         " AS r(key, before, n) ORDER BY r.n"
     ).format(history=sql.Identifier(*history), window=sql.Literal(WINDOW))
     params = {"keys": [key for key, _ in runs], "befores": [before for _, before in runs]}
-    return Exchange(query, params, _read_envelopes)
-
-
-def _read_envelopes(rows: Rows) -> list[Envelope | None]:
-    return [envelope_of(durations) for (durations,) in rows]
+    return Exchange(query, params, lambda rows: [envelope_of(durations) for (durations,) in rows])
 
 
 def mark(envelope: Envelope | None, outcome: str, seconds: float | None) -> str | None:
@@ -105,8 +102,6 @@ def marks(runs: Sequence[Run], envelopes: Sequence[Envelope | None]) -> dict[int
 
 def describe(envelope: Envelope) -> str:
     """An envelope in words, for ``check`` and under ``history``'s table."""
-    from dislock.cli.admin import format_duration
-
     return (
         f"median {format_duration(envelope.median)}, longest {format_duration(envelope.longest)}"
         f" of the last {envelope.runs} successful runs: slow past"

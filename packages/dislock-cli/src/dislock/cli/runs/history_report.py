@@ -1,17 +1,20 @@
 """How ``dislockctl history`` and ``missed`` show what they read: tables of runs and
-slots, outcomes in words, the summary line, and JSON."""
+slots, outcomes in words, the summary line."""
 
 from __future__ import annotations
 
-import json
+import signal
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
-from typing import Any
 
-from dislock.cli.runs.envelope import NOT_RUNS
+from dislock.cli.admin import aligned, format_duration
+from dislock.cli.runs.envelope import FACTOR, NOT_RUNS, WINDOW
+from dislock.cli.runs.missed_slots import COVERED, PAUSED, STATES, TO_LOOK_AT, SlotState
 from dislock.cli.runs.run_history import Run
-from dislock.cli.runs.slot_states import SlotState
+from dislock.core.after import HELD_BACK
+from dislock.core.bounds import clip, escape
 from dislock.core.operator_commands import OUTCOMES as EVENTS
+from dislock.core.pause import describe_until
 
 
 def format_time(value: datetime | None) -> str:
@@ -22,12 +25,8 @@ def format_time(value: datetime | None) -> str:
 
 def describe_outcome(run: Run) -> str:
     if run.outcome == "paused":
-        from dislock.core.pause import describe_until
-
         return f"paused {describe_until(run.slot_end)}"
     if run.outcome == "killed" and run.signal is not None:
-        import signal
-
         try:
             name = signal.Signals(run.signal).name
         except ValueError:
@@ -57,12 +56,7 @@ def attempts(runs: Sequence[Run]) -> dict[int, int]:
 def render_runs(runs: Sequence[Run], marks: Mapping[int, str | None] | None = None) -> str:
     """The runs as a table; ``marks``: each run's against its key's envelope
     (``dislock.cli.runs.envelope``), explained under the table when any is marked."""
-    from dislock.cli.admin import aligned, format_duration
-    from dislock.cli.runs.envelope import FACTOR, WINDOW
-    from dislock.core.bounds import clip
-
     numbers = attempts(runs)
-
     headers = ("STARTED (UTC)", "LOCK KEY", "HOST", "PID", "DURATION", "OUTCOME")
     lines = [
         (
@@ -105,8 +99,6 @@ def shown_tail(text: str) -> tuple[list[str], bool]:
     """A kept stream's last ``TAIL_LINES`` lines as shown, each with every control
     character escaped and at most ``TAIL_LINE_CHARS`` long, and whether earlier lines
     were left out."""
-    from dislock.core.bounds import escape
-
     lines = text.splitlines()
     shown = [
         line if len(line) <= TAIL_LINE_CHARS else f"…{line[-(TAIL_LINE_CHARS - 1) :]}"
@@ -119,8 +111,6 @@ def render_tails(runs: Sequence[Run]) -> str:
     """The end of each listed run's output that was kept (a failed run's, with
     ``LOCK_OUTPUT_TAIL_BYTES``), its last ``TAIL_LINES`` lines per stream, every
     control character but the line breaks escaped; empty when none was kept."""
-    from dislock.core.bounds import clip
-
     blocks = []
     for run in runs:
         streams = [
@@ -141,16 +131,10 @@ def render_tails(runs: Sequence[Run]) -> str:
 
 
 def describe_missed(
-    key: str,
-    schedule: str,
-    zone: str,
-    since: datetime,
-    counts: Mapping[str, int],
+    key: str, schedule: str, zone: str, since: datetime, counts: Mapping[str, int]
 ) -> str:
     """The summary line of ``dislockctl missed``: how many slots are to look at
-    (``dislock.cli.runs.slot_states.TO_LOOK_AT``), then how many are in each other state."""
-    from dislock.cli.runs.slot_states import COVERED, HELD_BACK, PAUSED, STATES, TO_LOOK_AT
-
+    (``dislock.cli.runs.missed_slots.TO_LOOK_AT``), then how many are in each other state."""
     judged = sum(counts.values())
     wrong = sum(counts.get(state, 0) for state in TO_LOOK_AT)
     line = (
@@ -178,21 +162,10 @@ def _counted(counts: Mapping[str, int], states: Sequence[str]) -> str:
 
 
 def render_slots(states: Sequence[SlotState]) -> str:
-    """Slots and what became of them (``dislock.cli.runs.slot_states``), with the
+    """Slots and what became of them (``dislock.cli.runs.missed_slots``), with the
     number of attempts each had."""
-    from dislock.cli.admin import aligned
-
-    headers = ("SLOT START (UTC)", "SLOT END (UTC)", "STATE", "ATTEMPTS")
-    return aligned(
-        [
-            headers,
-            *(
-                (format_time(s.slot.start), format_time(s.slot.end), s.described(), str(s.attempts))
-                for s in states
-            ),
-        ]
-    )
-
-
-def dump(data: Any) -> str:
-    return json.dumps(data, indent=2)
+    lines = [
+        (format_time(s.slot.start), format_time(s.slot.end), s.described(), str(s.attempts))
+        for s in states
+    ]
+    return aligned([("SLOT START (UTC)", "SLOT END (UTC)", "STATE", "ATTEMPTS"), *lines])

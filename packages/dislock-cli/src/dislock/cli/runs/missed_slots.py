@@ -1,10 +1,19 @@
-"""The slots of a schedule, the slot each run began in (``slot_indexes``), and the
-slots a run still going covered (``split_covered``: a lease job that outlasts its
-interval)."""
+"""What became of each slot of a key's schedule, from its recorded runs and events: the
+slots of a schedule, the slot each run began in (``slot_indexes``), the slots a run still
+going covered (``split_covered``: a lease job that outlasts its interval), and each slot's
+state (``slot_states``).
+
+``dislockctl missed`` lists the states and ``serve`` counts them; docs/operator.md
+("missed") says what each state means.  ``TO_LOOK_AT`` are the ones someone should
+look at; the others are the lock working, an operator's choice, or not known yet.  A
+slot a ``dislockctl rerun`` reopened is judged by the attempts after the rerun only.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from bisect import bisect_left, bisect_right
+from collections import Counter
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta, timezone, tzinfo
 from typing import NamedTuple
 
@@ -13,8 +22,10 @@ from psycopg import sql
 from dislock.cli.runs.run_history import still_held
 from dislock.cli.shown import read, rows_of
 from dislock.core.after import HELD_BACK
+from dislock.core.cron import EARLY_FIRE_TOLERANCE, next_boundary
 from dislock.core.errors import ConfigurationError
 from dislock.core.exchange import Exchange, Rows, select_list
+from dislock.core.operator_commands import Pause
 
 MAX_SLOTS = 100_000
 """Slots ``missed`` examines at most (a per-second schedule over a day is 86,400)."""
@@ -83,8 +94,6 @@ def schedule_slots(
 ) -> Iterator[Slot]:
     """The slots of ``expression`` (on the wall clock of ``tz``) that began at or after
     ``since`` and at least ``grace`` before ``now``."""
-    from dislock.core.cron import next_boundary
-
     start = next_boundary(expression, since - timedelta(microseconds=1), tz)
     for _ in range(MAX_SLOTS):
         if start + grace > now:
@@ -105,10 +114,6 @@ def slot_indexes(
     end it claimed, or else the one it started in, a start up to
     ``EARLY_FIRE_TOLERANCE`` early counting for the next slot (a host clock a little
     ahead of the database's), as the schedule lock counts it."""
-    from bisect import bisect_right
-
-    from dislock.core.cron import EARLY_FIRE_TOLERANCE
-
     early = timedelta(seconds=EARLY_FIRE_TOLERANCE)
     by_end = {slot.end: index for index, slot in enumerate(slots)}
     beginnings = [slot.start for slot in slots]
@@ -199,8 +204,6 @@ def split_covered(slots: Sequence[Slot], spans: Sequence[Span]) -> tuple[list[Sl
     """``slots`` in which no run started, split into those missed and those *covered*: a
     run begun before the slot still held its lease when it began.  The spans are merged
     first, so that each slot is one bisection."""
-    from bisect import bisect_left
-
     merged: list[Span] = []
     for span in sorted(spans, key=lambda span: span.start):
         last = merged[-1] if merged else None
@@ -226,8 +229,6 @@ def from_first_run(
     """``slots`` from the one the first of ``starts`` belongs to on (all of them without
     starts): a job new within a window has not missed the slots before it existed.  A
     run's slot is read as ``slot_indexes`` reads it."""
-    from dislock.core.cron import EARLY_FIRE_TOLERANCE
-
     if not starts:
         return list(slots)
     tick = timedelta(microseconds=1)
@@ -237,3 +238,114 @@ def from_first_run(
         slot_end - tick if slot_end is not None else started + early for started, slot_end in starts
     )
     return [slot for slot in slots if slot.end > belongs_before]
+
+
+DONE = "done"
+RUNNING = "running"
+RETRYING = "retrying"
+FAILED = "failed"
+ABANDONED = "abandoned"
+LATE = "late"
+PAUSED = "paused"
+COVERED = "covered"
+MISSED = "missed"
+STATES = (DONE, RUNNING, RETRYING, FAILED, ABANDONED, HELD_BACK, LATE, PAUSED, COVERED, MISSED)
+TO_LOOK_AT = (MISSED, HELD_BACK, LATE, FAILED)
+"""The states ``dislockctl missed`` lists by default and exits 1 for (a slot held back is
+in the state its outcome names, ``dislock.core.after.HELD_BACK``)."""
+
+
+class Attempt(NamedTuple):
+    """A run of the job as the history recorded it."""
+
+    started_at: datetime
+    slot_end: datetime | None
+    """The end of the slot it claimed (a schedule lock); None for a lease alone."""
+    outcome: str | None
+    running: bool = False
+    """No end recorded and it still holds its lock (otherwise it was abandoned)."""
+
+
+class SlotState(NamedTuple):
+    slot: Slot
+    state: str
+    attempts: int
+    waiting_for: str | None = None
+    """``held_back``: the key the slot waited for."""
+
+    def as_json(self) -> dict[str, object]:
+        waiting = {} if self.waiting_for is None else {"waiting_for": self.waiting_for}
+        return {**self.slot.as_json(), "state": self.state, "attempts": self.attempts, **waiting}
+
+    def described(self) -> str:
+        """The state as ``missed`` prints it: a held-back slot names its key."""
+        if self.state == HELD_BACK and self.waiting_for is not None:
+            return f"held back (waiting for {self.waiting_for!r})"
+        return self.state.replace("_", " ")
+
+
+def slot_states(
+    slots: Sequence[Slot],
+    attempts: Sequence[Attempt],
+    *,
+    now: datetime,
+    late: Collection[datetime] = (),
+    pauses: Sequence[Pause] = (),
+    spans: Sequence[Span] = (),
+    retrying: datetime | None = None,
+    reruns: Mapping[datetime, datetime] | None = None,
+    held_back: Mapping[datetime, str | None] | None = None,
+) -> list[SlotState]:
+    """The state of each of ``slots`` (in order).  ``late`` and ``held_back`` (with the
+    key waited for): the ends of slots so marked; ``spans``: the lease runs'
+    (``split_covered``); ``retrying``: the end of the slot whose row waits for another
+    attempt; ``reruns``: when each slot (by its end) was last reopened."""
+    by_slot: list[list[Attempt]] = [[] for _ in slots]
+    starts = [(attempt.started_at, attempt.slot_end) for attempt in attempts]
+    for attempt, index in zip(attempts, slot_indexes(slots, starts), strict=True):
+        if index >= 0:
+            by_slot[index].append(attempt)
+    states: dict[int, SlotState] = {}
+    unstarted: list[Slot] = []
+    for index, (slot, tried) in enumerate(zip(slots, by_slot, strict=True)):
+        rerun = (reruns or {}).get(slot.end)
+        if rerun is not None:
+            # What the operator asked for is the run after the rerun.
+            tried = [attempt for attempt in tried if attempt.started_at > rerun]
+        if tried:
+            states[index] = SlotState(slot, _tried(slot, tried, now, retrying), len(tried))
+        elif retrying == slot.end and slot.end > now:
+            states[index] = SlotState(slot, RETRYING, 0)  # a rerun not taken yet
+        elif any(pause.covers(slot.start) for pause in pauses):
+            # Paused wins over a late mark: the first wrapper after a resume marks a
+            # slot paused past its deadline late, which was the pause's doing.
+            states[index] = SlotState(slot, PAUSED, 0)
+        elif held_back and slot.end in held_back:
+            # Before a late mark: waiting for the key is why it was not started in time.
+            states[index] = SlotState(slot, HELD_BACK, 0, held_back[slot.end])
+        elif slot.end in late:
+            states[index] = SlotState(slot, LATE, 0)
+        else:
+            unstarted.append(slot)
+    _, covered = split_covered(unstarted, spans)
+    covered_ends = {slot.end for slot in covered}
+    return [
+        states.get(index) or SlotState(slot, COVERED if slot.end in covered_ends else MISSED, 0)
+        for index, slot in enumerate(slots)
+    ]
+
+
+def _tried(slot: Slot, tried: Sequence[Attempt], now: datetime, retrying: datetime | None) -> str:
+    if any(attempt.outcome == "ok" for attempt in tried):
+        return DONE
+    if any(attempt.outcome is None and attempt.running for attempt in tried):
+        return RUNNING
+    if retrying == slot.end and slot.end > now:
+        return RETRYING
+    last = max(tried, key=lambda attempt: attempt.started_at)
+    return ABANDONED if last.outcome is None else FAILED
+
+
+def count(states: Sequence[SlotState]) -> dict[str, int]:
+    """How many slots are in each state (every state, zeros included)."""
+    return dict.fromkeys(STATES, 0) | Counter(found.state for found in states)

@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 
 from psycopg import sql
 
-from dislock.cli.shown import READ, cut, read, rows_of, was_cut
+from dislock.cli.shown import READ, read, rows_of, was_cut
 from dislock.core import operator_commands
 from dislock.core.bounds import SHOWN_CHARS, clip, printable
 from dislock.core.exchange import Exchange, Rows, read_flag, read_value, select_list
@@ -76,41 +76,18 @@ def still_held(run: str, locks: tuple[str, ...]) -> sql.Composed:
     )
 
 
-def runs(
-    history: tuple[str, ...],
-    locks: tuple[str, ...],
-    key: str | None,
-    since: timedelta,
-    limit: int,
-) -> Exchange[list[Run]]:
-    """Runs started within ``since`` (of ``key``, or of every key), newest first, at most
-    ``limit``; a run without an end is ``running`` while ``still_held``, else
-    ``abandoned``."""
-    params = {"key": key, "since": since.total_seconds(), "limit": limit}
-    return Exchange(_runs_query(history, locks, by_key=key is not None), params, _read_runs)
-
-
 _COLUMNS = ("modes", "owner", "host", "cron", "cron_tz")
 """The history's text columns a ``Run`` reads under their own names."""
 _TEXTS = ("key", "outcome", *_COLUMNS)
 """The text fields of a ``Run``, each read as ``dislock.cli.shown`` reads texts."""
 
 
-def _read_runs(rows: Rows) -> list[Run]:
-    runs = []
-    for row in rows:
-        data: dict[str, Any] = Run._make(row)._asdict()
-        for name in _TEXTS:
-            if was_cut(data[name]):
-                data[name] = cut(data[name])
-                data["truncated"] = True
-        runs.append(Run(**data))
-    return runs
-
-
-def _runs_query(history: tuple[str, ...], locks: tuple[str, ...], *, by_key: bool) -> sql.Composed:
-    held = still_held("h", locks)
-    key_filter = sql.SQL(" AND h.lock_key = %(key)s") if by_key else sql.SQL("")
+def runs(
+    history: tuple[str, ...], locks: tuple[str, ...], key: str | None, since: timedelta, limit: int
+) -> Exchange[list[Run]]:
+    """Runs started within ``since`` (of ``key``, or of every key), newest first, at most
+    ``limit``; a run without an end is ``running`` while ``still_held``, else
+    ``abandoned``."""
     columns = select_list(
         Run._fields,
         id=sql.SQL("h.id"),
@@ -130,7 +107,7 @@ def _runs_query(history: tuple[str, ...], locks: tuple[str, ...], *, by_key: boo
         **{name: read(sql.Identifier("h", name)) for name in _COLUMNS},
         **{name: tail_column("h", name) for name in TAILS},
     )
-    return sql.SQL(
+    query = sql.SQL(
         "SELECT {columns}"
         " FROM {history} AS h,"
         " LATERAL (SELECT CASE WHEN h.ended_at IS NOT NULL THEN h.outcome"
@@ -140,9 +117,19 @@ def _runs_query(history: tuple[str, ...], locks: tuple[str, ...], *, by_key: boo
     ).format(
         columns=columns,
         history=sql.Identifier(*history),
-        held=held,
-        key_filter=key_filter,
+        held=still_held("h", locks),
+        key_filter=sql.SQL("" if key is None else " AND h.lock_key = %(key)s"),
     )
+    params = {"key": key, "since": since.total_seconds(), "limit": limit}
+    return Exchange(query, params, _read_runs)
+
+
+def _read_runs(rows: Rows) -> list[Run]:
+    """The runs, their texts ``cut`` (``rows_of``), ``truncated`` where one was."""
+    return [
+        run._replace(truncated=any(was_cut(getattr(whole, name)) for name in _TEXTS))
+        for whole, run in zip(map(Run._make, rows), rows_of(Run, *_TEXTS)(rows), strict=True)
+    ]
 
 
 def tail_column(run: str, column: str) -> sql.Composed:
@@ -236,15 +223,8 @@ def recorded_schedule(history: tuple[str, ...], key: str) -> Exchange[Recorded |
         "SELECT {} FROM {} WHERE lock_key = %(key)s AND cron IS NOT NULL"
         " ORDER BY started_at DESC LIMIT 1"
     ).format(columns, sql.Identifier(*history))
-    return Exchange(query, {"key": key}, _read_recorded)
-
-
-def _read_recorded(rows: Rows) -> Recorded | None:
-    if not rows:
-        return None
-    (row,) = rows
-    found = Recorded._make(row)
-    return Recorded(cut(found.cron), None if found.cron_tz is None else cut(found.cron_tz))
+    read_rows = rows_of(Recorded, "cron", "cron_tz")
+    return Exchange(query, {"key": key}, lambda rows: next(iter(read_rows(rows)), None))
 
 
 def readings_of(
@@ -284,9 +264,6 @@ class Reading(NamedTuple):
     cron_tz: str
     runs: int
     hosts: str
-
-    def as_json(self) -> dict[str, Any]:
-        return self._asdict()
 
 
 def disagreements(readings: Sequence[Reading]) -> dict[str, list[Reading]]:

@@ -15,9 +15,8 @@ from dislock.cli.admin import DATABASE_NOW
 from dislock.cli.diagnosis import describe_database_error
 from dislock.cli.lock_rows import columns, listing
 from dislock.cli.runs.envelope import successes_before
-from dislock.cli.runs.missed_slots import from_first_run
+from dislock.cli.runs.missed_slots import FAILED, count, from_first_run, slot_states
 from dislock.cli.runs.run_history import latest as latest_runs
-from dislock.cli.runs.slot_states import FAILED, count, slot_states
 from dislock.cli.sending import send
 from dislock.cli.serve.fleet_status import MISSED_WINDOW, FleetSnapshot, LatestRow, build_snapshot
 from dislock.cli.serve.kept_runs import RunCounts, WindowStarts

@@ -18,7 +18,7 @@ from dislock.core.kinds import GROUP
 MISSED_WINDOW = timedelta(hours=24)
 """The slot counts are of the slots of the key's schedule that began in the last 24
 hours (and at least a minute ago), judged as ``dislockctl missed KEY --since 24h``
-judges them (``dislock.cli.runs.slot_states``); each metric's help says which."""
+judges them (``dislock.cli.runs.missed_slots``); each metric's help says which."""
 
 FAILED_OUTCOMES = ("failed", "lease_lost", "killed", "timed_out", "abandoned")
 """Outcomes a person must look at; the status page lists these first."""

@@ -9,8 +9,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from dislock.cli.runs.missed_slots import Span
-from dislock.cli.runs.slot_states import Attempt
+from dislock.cli.runs.missed_slots import Attempt, Span
 from dislock.cli.serve.scrape import CensusRow, ScrapedRun, span_of_row
 from dislock.core.after import HELD_BACK
 from dislock.core.operator_commands import PAUSED, RERUN, RESUMED, Event, Pause, pause_spans, reruns

@@ -73,6 +73,17 @@ def test_lease_clock_loses_on_a_renewal_returning_after_the_deadline() -> None:
     assert clock.deadline == 109.0  # a late success does not extend anything
 
 
+def test_lease_clock_counts_the_deadline_itself_as_past() -> None:
+    # One instant, one answer: what is_lost() says at the deadline, a renewal that
+    # returns at it and the guard's check of it agree.
+    clock = LeaseClock(SETTINGS, acquired_at=100.0)
+    assert not clock.past_deadline(109.0 - 1e-6)
+    assert clock.past_deadline(109.0)
+    assert clock.lost_reason is None  # asking records nothing
+    assert not clock.renewed(sent_at=103.0, now=109.0, rows=1)
+    assert "0.000 s after the local deadline" in (clock.lost_reason or "")
+
+
 def test_lease_clock_retries_a_failed_renewal_until_the_deadline() -> None:
     clock = LeaseClock(SETTINGS, acquired_at=100.0)
     assert clock.failed(OSError("connection reset"), now=103.0)  # still held

@@ -96,7 +96,7 @@ class LeaseClock:
             return self._lose(
                 "the lock row is no longer ours (expired, released or taken by another owner)"
             )
-        if now > self.deadline:
+        if now >= self.deadline:  # as past_deadline judges it: the deadline itself is too late
             return self._lose(
                 f"a renewal returned {now - self.deadline:.3f} s after the local deadline"
             )

@@ -15,6 +15,7 @@ from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta, timezone, tzinfo
+from operator import attrgetter
 from typing import NamedTuple
 
 from psycopg import sql
@@ -106,6 +107,11 @@ def schedule_slots(
     )
 
 
+slot_start_of = attrgetter("start")
+slot_end_of = attrgetter("end")
+"""Keys to bisect slots by (a schedule's slots are in order, back to back)."""
+
+
 def slot_indexes(
     slots: Sequence[Slot], starts: Sequence[tuple[datetime, datetime | None]]
 ) -> list[int]:
@@ -115,14 +121,13 @@ def slot_indexes(
     ``EARLY_FIRE_TOLERANCE`` early counting for the next slot (a host clock a little
     ahead of the database's), as the schedule lock counts it."""
     early = timedelta(seconds=EARLY_FIRE_TOLERANCE)
-    by_end = {slot.end: index for index, slot in enumerate(slots)}
-    beginnings = [slot.start for slot in slots]
     found = []
     for started, slot_end in starts:
-        index = bisect_right(beginnings, started + early) - 1
         if slot_end is not None:
-            found.append(by_end.get(slot_end, -1))
+            index = bisect_left(slots, slot_end, key=slot_end_of)
+            found.append(index if index < len(slots) and slots[index].end == slot_end else -1)
         else:
+            index = bisect_right(slots, started + early, key=slot_start_of) - 1
             found.append(index if index >= 0 and started < slots[index].end else -1)
     return found
 
@@ -200,10 +205,9 @@ def span_of(row: SpanRow) -> Span | None:
     return Span(row.started_at, None) if row.running else None
 
 
-def split_covered(slots: Sequence[Slot], spans: Sequence[Span]) -> tuple[list[Slot], list[Slot]]:
-    """``slots`` in which no run started, split into those missed and those *covered*: a
-    run begun before the slot still held its lease when it began.  The spans are merged
-    first, so that each slot is one bisection."""
+def merged_spans(spans: Sequence[Span]) -> list[Span]:
+    """``spans`` in order of their starts, those that overlap merged: each begins at or
+    after the end of the one before."""
     merged: list[Span] = []
     for span in sorted(spans, key=lambda span: span.start):
         last = merged[-1] if merged else None
@@ -212,6 +216,14 @@ def split_covered(slots: Sequence[Slot], spans: Sequence[Span]) -> tuple[list[Sl
             merged[-1] = Span(last.start, end)
         else:
             merged.append(span)
+    return merged
+
+
+def split_covered(slots: Sequence[Slot], spans: Sequence[Span]) -> tuple[list[Slot], list[Slot]]:
+    """``slots`` in which no run started, split into those missed and those *covered*: a
+    run begun before the slot still held its lease when it began.  The spans are merged
+    first, so that each slot is one bisection."""
+    merged = merged_spans(spans)
     beginnings = [span.start for span in merged]
     missed: list[Slot] = []
     covered: list[Slot] = []
@@ -237,7 +249,7 @@ def from_first_run(
     belongs_before = min(
         slot_end - tick if slot_end is not None else started + early for started, slot_end in starts
     )
-    return [slot for slot in slots if slot.end > belongs_before]
+    return list(slots[bisect_right(slots, belongs_before, key=slot_end_of) :])
 
 
 DONE = "done"
@@ -305,34 +317,56 @@ def slot_states(
     for attempt, index in zip(attempts, slot_indexes(slots, starts), strict=True):
         if index >= 0:
             by_slot[index].append(attempt)
+    marks = SlotMarks(late, pauses, retrying, reruns or {}, held_back or {})
     states: dict[int, SlotState] = {}
     unstarted: list[Slot] = []
     for index, (slot, tried) in enumerate(zip(slots, by_slot, strict=True)):
-        rerun = (reruns or {}).get(slot.end)
-        if rerun is not None:
-            # What the operator asked for is the run after the rerun.
-            tried = [attempt for attempt in tried if attempt.started_at > rerun]
-        if tried:
-            states[index] = SlotState(slot, _tried(slot, tried, now, retrying), len(tried))
-        elif retrying == slot.end and slot.end > now:
-            states[index] = SlotState(slot, RETRYING, 0)  # a rerun not taken yet
-        elif any(pause.covers(slot.start) for pause in pauses):
-            # Paused wins over a late mark: the first wrapper after a resume marks a
-            # slot paused past its deadline late, which was the pause's doing.
-            states[index] = SlotState(slot, PAUSED, 0)
-        elif held_back and slot.end in held_back:
-            # Before a late mark: waiting for the key is why it was not started in time.
-            states[index] = SlotState(slot, HELD_BACK, 0, held_back[slot.end])
-        elif slot.end in late:
-            states[index] = SlotState(slot, LATE, 0)
-        else:
+        found = judged(slot, tried, now, marks)
+        if found is None:
             unstarted.append(slot)
+        else:
+            states[index] = found
     _, covered = split_covered(unstarted, spans)
     covered_ends = {slot.end for slot in covered}
     return [
         states.get(index) or SlotState(slot, COVERED if slot.end in covered_ends else MISSED, 0)
         for index, slot in enumerate(slots)
     ]
+
+
+class SlotMarks(NamedTuple):
+    """What marks slots besides the runs begun in them (``slot_states``' arguments)."""
+
+    late: Collection[datetime]
+    pauses: Sequence[Pause]
+    retrying: datetime | None
+    reruns: Mapping[datetime, datetime]
+    held_back: Mapping[datetime, str | None]
+
+
+def judged(
+    slot: Slot, tried: Sequence[Attempt], now: datetime, marks: SlotMarks
+) -> SlotState | None:
+    """The state of ``slot``, given the attempts begun in it; None for a slot nothing
+    marks, missed unless a run still going covers it (``split_covered``)."""
+    rerun = marks.reruns.get(slot.end)
+    if rerun is not None:
+        # What the operator asked for is the run after the rerun.
+        tried = [attempt for attempt in tried if attempt.started_at > rerun]
+    if tried:
+        return SlotState(slot, _tried(slot, tried, now, marks.retrying), len(tried))
+    if marks.retrying == slot.end and slot.end > now:
+        return SlotState(slot, RETRYING, 0)  # a rerun not taken yet
+    if any(pause.covers(slot.start) for pause in marks.pauses):
+        # Paused wins over a late mark: the first wrapper after a resume marks a
+        # slot paused past its deadline late, which was the pause's doing.
+        return SlotState(slot, PAUSED, 0)
+    if slot.end in marks.held_back:
+        # Before a late mark: waiting for the key is why it was not started in time.
+        return SlotState(slot, HELD_BACK, 0, marks.held_back[slot.end])
+    if slot.end in marks.late:
+        return SlotState(slot, LATE, 0)
+    return None
 
 
 def _tried(slot: Slot, tried: Sequence[Attempt], now: datetime, retrying: datetime | None) -> str:

@@ -15,12 +15,13 @@ from dislock.cli.admin import DATABASE_NOW
 from dislock.cli.diagnosis import describe_database_error
 from dislock.cli.lock_rows import columns, listing
 from dislock.cli.runs.envelope import successes_before
-from dislock.cli.runs.missed_slots import FAILED, count, from_first_run, slot_states
+from dislock.cli.runs.missed_slots import from_first_run
 from dislock.cli.runs.run_history import latest as latest_runs
 from dislock.cli.sending import send
 from dislock.cli.serve.fleet_status import MISSED_WINDOW, FleetSnapshot, LatestRow, build_snapshot
 from dislock.cli.serve.kept_runs import RunCounts, WindowStarts
 from dislock.cli.serve.scrape import ScrapeStatements, lock_delay_end_of
+from dislock.cli.serve.slot_counts import state_counts
 from dislock.cli.serve.slot_windows import ScheduleWindows
 from dislock.core.after import HELD_BACK
 from dislock.core.dsn import connection_kwargs, scrub
@@ -228,7 +229,7 @@ class FleetReader:
                     first = starts.of(key) + starts.marks_of(key)
                     assert row.run.started_at is not None  # it ran
                     slots = from_first_run(slots, first or [(row.run.started_at, None)])
-                states = slot_states(
+                counts = state_counts(
                     slots,
                     starts.attempts_of(key),
                     now=now,
@@ -238,8 +239,7 @@ class FleetReader:
                     spans=starts.spans_of(key),
                     reruns=starts.reruns_of(key),
                 )
-                over = [state for state in states if state.state != FAILED or state.slot.end <= now]
-                cached = self._missed[key] = (inputs, count(over))
+                cached = self._missed[key] = (inputs, counts)
             counted[key] = cached[1]
         return counted, next_slots
 

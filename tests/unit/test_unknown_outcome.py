@@ -155,7 +155,7 @@ def test_finding_out_stays_within_the_patience() -> None:
     delay = patience.answer_lost("lease 'k'", 102.0, attempt_started=101.5)
     assert delay is not None and 0 < delay <= 0.05
     assert patience.answer_lost("lease 'k'", 110.0, attempt_started=109.0) is None
-    error = patience.lost_answer_error("OperationalError: server closed the connection", 110.0)
+    error = patience.gave_up("OperationalError: server closed the connection", 110.0)
     assert error.lost_answer_of == "lease 'k'" and error.attempts == 3
     assert error.unreachable_for == pytest.approx(9.5)
     assert "the connection was lost during the acquisition of lease 'k'" in str(error)

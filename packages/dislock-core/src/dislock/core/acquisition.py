@@ -151,7 +151,7 @@ def _finding_out(
         now = given.clock()
         delay = patience.answer_lost(what, now, attempt_started=sent_at)
         if delay is None:
-            raise patience.lost_answer_error(detail, now) from error
+            raise patience.gave_up(detail, now) from error
         logger.info(
             "lost the connection during the acquisition of %s (%s); reading whether it took"
             " its row",

@@ -227,16 +227,12 @@ class ConnectPatience:
         """The read after a lost answer succeeded: the outcome is known again."""
         self.lost_answer_of = None
 
-    def lost_answer_error(self, detail: str, now: float) -> DatabaseUnreachableError:
-        """The error once ``answer_lost`` gave up."""
-        return self._gave_up(detail, now)
-
     def unreachable(
         self, error: BaseException, detail: str, now: float
     ) -> DatabaseUnreachableError | None:
         """The error to report once ``next_delay`` gave up on ``error``, saying for how
         long the database was unreachable; None to report ``error`` itself."""
-        return self._gave_up(detail, now) if is_transient(error) else None
+        return self.gave_up(detail, now) if is_transient(error) else None
 
     def _tried(self, now: float) -> tuple[float, str]:
         """For how long the tries failed, and how many there were, in words."""
@@ -259,7 +255,8 @@ class ConnectPatience:
             f"{one_line(str(error))} (answered so for {seconds:.1f} s, {tries}, {within})"
         )
 
-    def _gave_up(self, detail: str, now: float) -> DatabaseUnreachableError:
+    def gave_up(self, detail: str, now: float) -> DatabaseUnreachableError:
+        """The error once the tries gave up (``answer_lost``, ``next_delay``)."""
         unreachable_for, tries = self._tried(now)
         slot, lost = self._slot_end, self.lost_answer_of
         after = (

@@ -1,12 +1,10 @@
-"""How many of a key's slots are in each state, as a scrape counts them: the answer of
-``missed_slots.slot_states``, without a state built for every slot.
+"""How many of a key's slots are in each state, as a scrape counts them:
+``missed_slots.slot_states`` counted, without a state built for every slot.
 
-``dislockctl missed`` prints every slot's state, one key at a time.  A scrape counts the
-states of every key at once, and a day's window of every-minute jobs is 1,440 slots a
-key (28.8 million for 20,000 keys), nearly all of them alike: missed, or covered by a
-lease run still going.  Here only the slots that a run began in, or that a mark, a
-pause or a rerun names, are judged one by one (``missed_slots.judged``); the others are
-counted by bisection.  ``tests/unit/test_slot_counts.py`` holds both to one answer.
+A day of an every-minute job is 1,440 slots, nearly all alike (missed, or covered by a
+lease run still going): only the slots that a run began in, or that a mark, a pause or
+a rerun names, are judged one by one (``missed_slots.judged``); the others are counted
+by bisection.  ``tests/unit/test_slot_counts.py`` holds both to one answer.
 """
 
 from __future__ import annotations

@@ -63,14 +63,20 @@ def _read_all(sock: socket.socket) -> bytes:
 
 
 def _request(
-    served: Served, path: str, *hosts: str, source: str | None = None
+    served: Served,
+    path: str,
+    *hosts: str,
+    source: str | None = None,
+    sent: threading.Event | None = None,
 ) -> tuple[int, bytes]:
     """Status and body of GET ``path`` sent with these Host headers (default: the
-    address it listens on), from ``source`` if given."""
+    address it listens on), from ``source`` if given; ``sent`` is set once it is sent."""
     host, port = _address(served)
     lines = [f"GET {path} HTTP/1.1", *(f"Host: {name}" for name in hosts or (f"{host}:{port}",))]
     with _connect(served, source) as sock:
         sock.sendall(("\r\n".join([*lines, "Connection: close", "", ""])).encode())
+        if sent is not None:
+            sent.set()
         answer = _read_all(sock)
     head, _, body = answer.partition(b"\r\n\r\n")
     return int(head.split(b" ", 2)[1]), body
@@ -99,6 +105,23 @@ def _threads(pid: int) -> int:
         if line.startswith("Threads:"):
             return int(line.split()[1])
     raise AssertionError("no Threads line")
+
+
+def _parked(pid: int) -> bool:
+    """No thread of ``pid`` runs or waits to run, three looks 50 ms apart: each request it
+    has read is blocked where it waits (a thread that is still reading a request, or
+    waiting for the interpreter lock behind one that is, would be runnable)."""
+    for _ in range(3):
+        try:
+            tasks = [
+                task.joinpath("stat").read_text() for task in Path(f"/proc/{pid}/task").iterdir()
+            ]
+        except FileNotFoundError:  # a thread ended as it was looked at
+            return False
+        if any(stat.rsplit(")", 1)[1].split()[0] == "R" for stat in tasks):
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def _wait(condition: Any, what: str) -> None:
@@ -278,8 +301,8 @@ def test_scrapes_are_read_before_page_views_waiting(
     not make Prometheus time out."""
     answered: list[str] = []
 
-    def ask(path: str, source: str | None = None) -> None:
-        status, _ = _request(served, path, source=source)
+    def ask(path: str, source: str | None, sent: threading.Event) -> None:
+        status, _ = _request(served, path, source=source, sent=sent)
         answered.append(f"{path} {status}")
 
     with serving(history_env) as served:
@@ -288,11 +311,13 @@ def test_scrapes_are_read_before_page_views_waiting(
         asking: list[threading.Thread] = []
 
         def start(path: str, source: str | None = None) -> None:
-            asking.append(threading.Thread(target=ask, args=(path, source)))
+            sent = threading.Event()
+            asking.append(threading.Thread(target=ask, args=(path, source, sent)))
             asking[-1].start()
-            # Its request read and waiting for the connection before the next one.
+            # Its request sent, read and waiting for the connection before the next one.
+            _wait(sent.is_set, "not sent")
             _wait(lambda: _threads(pid) >= threads_before + len(asking), "not taken")
-            time.sleep(0.2)
+            _wait(lambda: _parked(pid), "still reading a request")
 
         with psycopg.connect(history_env["DATABASE_URL"]) as locker:
             # The first page view's reading waits behind this lock, holding the connection.

@@ -266,7 +266,10 @@ context = LockContext(url=url, table_parts=[schema, "key_value"], lock_key="nigh
                       fencing=True)
 try:
     with LeaseLock(context) as lock:
-        (work / "started").write_text(str(lock.fence))
+        # Written whole, then renamed: the test reads the token once the file appears,
+        # and may freeze this process between a write's open and its data.
+        (work / "started.part").write_text(str(lock.fence))
+        (work / "started.part").rename(work / "started")
         while not (work / "go").exists():
             time.sleep(0.01)
         with psycopg.connect(url, autocommit=True, prepare_threshold=None) as conn:

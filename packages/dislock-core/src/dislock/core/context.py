@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from dislock.core import bounds, config, setting
 from dislock.core import variables as v
+from dislock.core.after import check_after
 from dislock.core.dsn import parse_dsn, redact_dsn
 from dislock.core.errors import ConfigurationError
 
@@ -268,8 +269,6 @@ class LockContext:
 
     def _check_slot(self) -> None:
         """A slot's retries, the keys it comes after, and its start deadline."""
-        from dislock.core.after import check_after
-
         names = _after_names()
         after = check_after(self.after, history=self.history, schedule=self.schedule, names=names)
         _set(self, "after", after)
@@ -331,8 +330,6 @@ def check_strategies(context: LockContext, strategies: Sequence[str]) -> None:
     names = (setting.name(v.RETRIES), setting.name(v.START_DEADLINE))
     check_retries(strategies, context.retries, context.start_deadline_seconds, names=names)
     if context.after and config.SCHEDULE not in strategies:
-        from dislock.core.after import check_after
-
         check_after(context.after, history=context.history, schedule=None, names=_after_names())
     try:
         check_waiting(

@@ -107,9 +107,9 @@ def schedule_slots(
     )
 
 
-slot_start_of = attrgetter("start")
-slot_end_of = attrgetter("end")
-"""Keys to bisect slots by (a schedule's slots are in order, back to back)."""
+start_of = attrgetter("start")
+end_of = attrgetter("end")
+"""Keys to bisect slots (in order, back to back) and merged spans by."""
 
 
 def slot_indexes(
@@ -124,10 +124,10 @@ def slot_indexes(
     found = []
     for started, slot_end in starts:
         if slot_end is not None:
-            index = bisect_left(slots, slot_end, key=slot_end_of)
+            index = bisect_left(slots, slot_end, key=end_of)
             found.append(index if index < len(slots) and slots[index].end == slot_end else -1)
         else:
-            index = bisect_right(slots, started + early, key=slot_start_of) - 1
+            index = bisect_right(slots, started + early, key=start_of) - 1
             found.append(index if index >= 0 and started < slots[index].end else -1)
     return found
 
@@ -249,7 +249,7 @@ def from_first_run(
     belongs_before = min(
         slot_end - tick if slot_end is not None else started + early for started, slot_end in starts
     )
-    return list(slots[bisect_right(slots, belongs_before, key=slot_end_of) :])
+    return list(slots[bisect_right(slots, belongs_before, key=end_of) :])
 
 
 DONE = "done"

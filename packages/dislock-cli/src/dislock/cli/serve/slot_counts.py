@@ -12,7 +12,6 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
-from operator import attrgetter
 
 from dislock.cli.runs.missed_slots import (
     COVERED,
@@ -23,15 +22,13 @@ from dislock.cli.runs.missed_slots import (
     Slot,
     SlotMarks,
     Span,
+    end_of,
     judged,
     merged_spans,
-    slot_end_of,
     slot_indexes,
-    slot_start_of,
+    start_of,
 )
 from dislock.core.operator_commands import Pause
-
-_span_start = attrgetter("start")
 
 
 def state_counts(
@@ -75,7 +72,7 @@ def state_counts(
 def _ending_at(slots: Sequence[Slot], ends: Sequence[datetime]) -> set[int]:
     found = set()
     for end in ends:
-        index = bisect_left(slots, end, key=slot_end_of)
+        index = bisect_left(slots, end, key=end_of)
         if index < len(slots) and slots[index].end == end:
             found.add(index)
     return found
@@ -85,21 +82,21 @@ def _paused(slots: Sequence[Slot], pauses: Sequence[Pause]) -> set[int]:
     """The slots whose start a pause covers (``Pause.covers``)."""
     found: set[int] = set()
     for pause in pauses:
-        low = bisect_left(slots, pause.start, key=slot_start_of)
-        found.update(range(low, bisect_left(slots, pause.end, key=slot_start_of)))
+        low = bisect_left(slots, pause.start, key=start_of)
+        found.update(range(low, bisect_left(slots, pause.end, key=start_of)))
     return found
 
 
 def _covered(start: datetime, merged: Sequence[Span]) -> bool:
     """Whether the last merged span begun before ``start`` still went on at it (as
     ``split_covered`` judges a slot)."""
-    index = bisect_left(merged, start, key=_span_start) - 1
+    index = bisect_left(merged, start, key=start_of) - 1
     end = merged[index].end if index >= 0 else start
     return index >= 0 and (end is None or end > start)
 
 
 def _starting_inside(slots: Sequence[Slot], span: Span) -> int:
     """How many slots start after ``span`` began and before it ended."""
-    low = bisect_right(slots, span.start, key=slot_start_of)
-    high = len(slots) if span.end is None else bisect_left(slots, span.end, key=slot_start_of)
+    low = bisect_right(slots, span.start, key=start_of)
+    high = len(slots) if span.end is None else bisect_left(slots, span.end, key=start_of)
     return max(0, high - low)

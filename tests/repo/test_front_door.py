@@ -1,8 +1,8 @@
-"""README.md is a front door, not a manual: at most ``README_MAX_LINES`` lines, and every
-link it has into this repository (a heading of a docs page included) leads somewhere. What
-left the README lives in docs/, so every docs page is in the site's nav and linked from
-docs/index.md; the docs' own links are held to the same check (``mkdocs build --strict``
-checks pages, not headings)."""
+"""README.md is a front door, not a manual: at most ``README_MAX_LINES`` lines, every link it
+has into this repository (a heading of a docs page included) leads somewhere, and it shows
+every hatch command CI (``.ci/run``) runs, as CI runs it. What left the README lives in docs/,
+so every docs page is in the site's nav and linked from docs/index.md; the docs' own links are
+held to the same check (``mkdocs build --strict`` checks pages, not headings)."""
 
 from __future__ import annotations
 
@@ -84,3 +84,42 @@ def test_every_docs_page_is_in_the_nav_and_linked_from_the_index() -> None:
     assert pages - nav == set(), "in docs/ but not in mkdocs.yml's nav"
     linked = {target.partition("#")[0] for target in LINK.findall((DOCS / "index.md").read_text())}
     assert pages - linked - {"index.md"} == set(), "not linked from docs/index.md"
+
+
+def ci_commands(script: str) -> list[str]:
+    """The hatch commands a shell script runs (continued lines joined), without the variables
+    set for them; the Python version of CI's loop reads as 3.13, the README's example."""
+    commands = []
+    for line in script.replace("\\\n", " ").splitlines():
+        first = line.split(maxsplit=1)[0] if line.strip() else ""
+        found = re.search(r"(?:^|\s)(hatch (?:run|test)\b.*)", line)
+        if found and (first == "hatch" or "=" in first):  # not a comment, nor an echo
+            commands.append(re.sub(r"\s+", " ", found.group(1).replace('"$version"', "3.13")))
+    return commands
+
+
+def undocumented(commands: list[str], readme: str) -> list[str]:
+    """The commands that no line of ``readme`` runs (after a ``TEST_DATABASE_URL=`` of its own)."""
+    lines = {
+        re.sub(r"^TEST_DATABASE_URL=\S+ ", "", line.split("  #")[0].strip())
+        for line in readme.splitlines()
+    }
+    return [command for command in commands if command not in lines]
+
+
+def test_the_readme_documents_every_hatch_command_ci_runs() -> None:
+    commands = ci_commands((ROOT / ".ci" / "run").read_text())
+    assert len(commands) >= 10 and "hatch test -p" in commands, commands
+    assert undocumented(commands, (ROOT / "README.md").read_text()) == []
+
+
+def test_the_ci_reader_sees_a_continued_line_and_a_missing_command() -> None:
+    script = (
+        'A="$(dirname "$b"):x" \\\n  hatch test -- -m "not slow"\n  B=1 hatch run nothing\n'
+        '# hatch run commented\nsection "hatch run echoed"\nhatch --version\n'
+    )
+    assert ci_commands(script) == ['hatch test -- -m "not slow"', "hatch run nothing"]
+    readme = 'X=1\nTEST_DATABASE_URL=postgresql://h/db hatch test -- -m "not slow"   # ok\n'
+    assert undocumented(['hatch test -- -m "not slow"', "hatch run nothing"], readme) == [
+        "hatch run nothing"
+    ]

@@ -1,13 +1,13 @@
-"""The README's crontabs, as pasted, under Debian's real cron daemon, for two minutes.
+"""The README's crontab, as pasted, under Debian's real cron daemon, for two minutes.
 
-Three unprivileged users stand for three machines. Each gets the README's crontab blocks (the
-first example's and the retries-and-deadlines one) and environment file, read from README.md so
-they cannot drift; only the file's path, the URL, the directory on the ``PATH`` line, the jobs'
-commands, the schedules (so that two minutes see two slots, and the nightly slot began an hour
-ago) and the retry delay (a second, not ten minutes) are put in. ``dislock`` comes from wheels
-built from this checkout, installed into a venv of their own with the system Python, as a
-user's pipx would. Asserted: exactly one
-report per minute across the three, the lease job never twice at once, the export that fails
+Three unprivileged users stand for three machines. Each gets the README's crontab block and
+environment file, and the retries-and-deadlines crontab of docs/getting-started.md, read from
+the pages so they cannot drift; only the file's path, the URL, the directory on the ``PATH``
+line, the jobs' commands, the schedules (so that two minutes see two slots, and the nightly
+slot began an hour ago) and the retry delay (a second, not ten minutes) are put in.
+``dislock`` comes from wheels built from this checkout, installed into a venv of their own
+with the system Python, as a user's pipx would. Asserted: exactly one report per minute
+across the three, the lease job never twice at once, the export that fails
 its first attempt retried once and only once, and cron's mail (exim4,
 delivered to ``/var/mail/USER``) arrives but never holds the password. A fourth user with a
 ``DATABASE_URL=`` line in its crontab shows that the mail check can fail.
@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[2]
 MACHINES = ("dislock-cron-1", "dislock-cron-2", "dislock-cron-3")
 CONTROL = "dislock-cron-leaky"
 SYSTEM_PYTHON = Path("/usr/bin/python3")
-# What README.md's block says, replaced here; a README edit that drops one fails loudly.
+# What the pages' blocks say, replaced here; an edit that drops one fails loudly.
 README_ENV_FILE = "/etc/dislock/jobs.env"
 README_URL = "postgresql://jobs:secret@db.internal:5432/app"
 README_BIN = "/home/jobs/.local/bin"
@@ -79,7 +79,7 @@ def fenced_block(text: str, language: str, after: str) -> str:
 
 
 def replaced(text: str, old: str, new: str, count: int) -> str:
-    assert text.count(old) == count, f"README.md's block has {old!r} {text.count(old)} times"
+    assert text.count(old) == count, f"the block has {old!r} {text.count(old)} times"
     return text.replace(old, new)
 
 
@@ -194,9 +194,10 @@ def test_the_readme_crontab_runs_once_a_minute_and_keeps_the_password_out_of_mai
 ) -> None:
     url, secret = job_database
     readme = (ROOT / "README.md").read_text()
-    block = fenced_block(readme, "crontab", "## Wrapping a command (the CLI)")
-    env_block = fenced_block(readme, "sh", "## Wrapping a command (the CLI)")
-    retried_block = fenced_block(readme, "crontab", "## Retries and deadlines")
+    block = fenced_block(readme, "crontab", "## Wrapping a command")
+    env_block = fenced_block(readme, "sh", "## Wrapping a command")
+    guide = (ROOT / "docs" / "getting-started.md").read_text()
+    retried_block = fenced_block(guide, "crontab", "## 5. Retries and a deadline")
     # The nightly slot, moved to have begun an hour ago (local time, as cron and the
     # wrapper read it): within its six-hour deadline, and not ending during the test.
     began = datetime.now().astimezone() - timedelta(hours=1)

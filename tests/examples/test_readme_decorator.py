@@ -1,8 +1,8 @@
-"""The README's one-line decorator, extracted from README.md and run as pasted on two
-replicas: two processes call it in the same schedule slot against the real database. One
-runs the function; the other exits 0 quietly: no traceback, one INFO line saying it skipped
-the call. The README says ``dislock.aio.with_locks`` is the same for a
-coroutine, so the block is run that way too."""
+"""The one-line decorator the README points to, extracted from docs/api-sync.md and run as
+pasted on two replicas: two processes call it in the same schedule slot against the real
+database. One runs the function; the other exits 0 quietly: no traceback, one INFO line saying
+it skipped the call. The page says ``dislock.aio.with_locks`` is the same for a coroutine, so
+the block is run that way too."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "api-sync.md"
 
 # One replica: a service that configured logging at INFO, as a scheduler's usually is, and
 # calls the function once, as its scheduler would at 06:00. The block runs as written;
@@ -36,7 +36,7 @@ REPLICA = textwrap.dedent(
 
 
     namespace = {"send_digest": send_digest}
-    exec(compile(block.read_text(), "README.md", "exec"), namespace)
+    exec(compile(block.read_text(), "api-sync.md", "exec"), namespace)
     called = namespace["daily_digest"]()
     if asyncio.iscoroutine(called):
         asyncio.run(called)
@@ -45,19 +45,19 @@ REPLICA = textwrap.dedent(
 SKIPPED = re.compile(r"INFO dislock: skipped daily_digest: .*")
 
 
-def readme_block(marker: str) -> str:
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+def page_block(marker: str) -> str:
+    blocks = re.findall(r"```python\n(.*?)```", PAGE.read_text(), flags=re.S)
     (block,) = [block for block in blocks if marker in block]
     return str(block)
 
 
 def as_coroutine(block: str) -> str:
-    """The block with ``dislock.aio.with_locks`` on a coroutine, as the README says to."""
+    """The block with ``dislock.aio.with_locks`` on a coroutine, as the page says to."""
     for old, new in [
         ("from dislock import with_locks\n", "from dislock.aio import with_locks\n"),
         ("def daily_digest(", "async def daily_digest("),
     ]:
-        assert block.count(old) == 1, f"README.md's decorator block has {old!r} not once"
+        assert block.count(old) == 1, f"the decorator block has {old!r} not once"
         block = block.replace(old, new)
     return block
 
@@ -67,11 +67,18 @@ def zone_away_from_six() -> str:
     return "Etc/GMT-12" if datetime.now(UTC).hour in (5, 6) else "UTC"
 
 
+def test_the_readme_quotes_the_decorator_line_of_the_block() -> None:
+    (line,) = [
+        line for line in page_block("def daily_digest(").splitlines() if "@with_locks(" in line
+    ]
+    assert f"`{line}`" in (PAGE.parents[1] / "README.md").read_text()
+
+
 @pytest.mark.parametrize("flavour", ["sync", "aio"])
 def test_the_readme_decorator_on_two_replicas_runs_once_and_skips_quietly(
     database_url: str, lock_table: tuple[str, str], tmp_path: Path, flavour: str
 ) -> None:
-    block = readme_block("@with_locks(")
+    block = page_block("def daily_digest(")
     code = tmp_path / "block.py"
     code.write_text(block if flavour == "sync" else as_coroutine(block))
     replica = tmp_path / "replica.py"

@@ -1,6 +1,7 @@
-"""Every Python block of README.md, run as printed: each one alone, as a program of its own
-(``python block.py``), against the real database. ``$DATABASE_URL``, which the blocks read,
-names this test's table; nothing else is given to them."""
+"""Every Python block of README.md, and the decorator block it points to (docs/api-sync.md),
+run as printed: each one alone, as a program of its own (``python block.py``), against the real
+database. ``$DATABASE_URL``, which the blocks read, names this test's table; nothing else is
+given to them."""
 
 from __future__ import annotations
 
@@ -16,9 +17,18 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
 RunBlock = Callable[[str], str]
-BLOCKS = re.findall(r"^```python\n(.*?)^```$", README.read_text(), flags=re.M | re.S)
+
+
+def python_blocks(page: Path) -> list[str]:
+    return re.findall(r"^```python\n(.*?)^```$", page.read_text(), flags=re.M | re.S)
+
+
+BLOCKS = python_blocks(ROOT / "README.md")
+DIGEST = [
+    block for block in python_blocks(ROOT / "docs" / "api-sync.md") if "daily_digest" in block
+]
 
 
 @pytest.fixture
@@ -30,7 +40,7 @@ def run_block(database_url: str, lock_table: tuple[str, str], tmp_path: Path) ->
     env = {**os.environ, "DATABASE_URL": make_conninfo("", **params), "TZ": zone}
 
     def run(marker: str) -> str:
-        (block,) = [block for block in BLOCKS if marker in block]
+        (block,) = [block for block in BLOCKS + DIGEST if marker in block]
         program = tmp_path / "block.py"
         program.write_text(block)
         done = subprocess.run(
@@ -52,7 +62,8 @@ def held(url: str) -> dict[str, bool]:
 
 
 def test_the_readme_has_the_python_blocks_this_test_runs() -> None:
-    assert len(BLOCKS) == 3, "a new Python block in README.md: run it here too"
+    assert len(BLOCKS) == 2, "a new Python block in README.md: run it here too"
+    assert len(DIGEST) == 1, "docs/api-sync.md's daily_digest block is not there once"
 
 
 def test_the_sync_example_builds_the_report_once_per_slot_and_loads_under_the_lease(

@@ -1,5 +1,5 @@
 """A block that two pages show is the same on both: the retries-and-deadlines crontab is
-the README's and docs/operator.md's, and only the README's runs under the real cron
+docs/getting-started.md's and docs/operator.md's, and only the guide's runs under the real cron
 (``tests/cli/test_readme_crontab.py``), so the other must not drift from it."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ def crontab_after(page: Path, heading: str) -> str:
     return found.group(1)
 
 
-def test_the_operator_guide_shows_the_readmes_retries_crontab() -> None:
-    readme = crontab_after(ROOT / "README.md", "## Retries and deadlines")
-    assert "LOCK_RETRIES=" in readme and "LOCK_START_DEADLINE_SECONDS=" in readme
-    assert crontab_after(ROOT / "docs" / "operator.md", "## Retries and deadlines") == readme
+def test_the_operator_guide_shows_getting_starteds_retries_crontab() -> None:
+    guide = crontab_after(ROOT / "docs" / "getting-started.md", "## 5. Retries and a deadline")
+    assert "LOCK_RETRIES=" in guide and "LOCK_START_DEADLINE_SECONDS=" in guide
+    assert crontab_after(ROOT / "docs" / "operator.md", "## Retries and deadlines") == guide

@@ -10,7 +10,7 @@ import pytest
 
 import dislock
 import dislock.cli.wrapper.command
-from tests.cli.conftest import UNREACHABLE, RunCli, assert_refused_in_one_line
+from tests.cli.conftest import DISLOCK, UNREACHABLE, RunCli, assert_refused_in_one_line
 
 
 @pytest.mark.parametrize(
@@ -130,7 +130,7 @@ def test_the_url_variable_and_what_dislock_sets_for_its_command_are_no_settings(
     ``DISLOCK_LOCK_KEY``, ``DISLOCK_RUN_TOKEN`` and ``DISLOCK_ATTEMPT``: no word."""
     env = {**cli_env, "LOCK_KEYS": cli_env["DATABASE_URL"]}
     marker = tmp_path / "inner-ran"
-    inner = f'LOCK_KEY="$DISLOCK_LOCK_KEY-inner" {sys.executable} -m dislock.cli LOCK_KEYS touch "{marker}"'
+    inner = f'LOCK_KEY="$DISLOCK_LOCK_KEY-in" {" ".join(DISLOCK)} LOCK_KEYS touch "{marker}"'
     result = run_cli(
         ["LOCK_KEYS", "sh", "-c", f"env | grep -q ^DISLOCK_RUN_TOKEN= && {inner}"], env
     )

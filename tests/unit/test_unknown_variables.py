@@ -3,6 +3,8 @@ configuration error), which are only warned of, and which are never counted."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from dislock.core.supervision import child_environment, guard_environment
@@ -117,3 +119,15 @@ def test_the_typos_come_first_and_make_one_line() -> None:
 )
 def test_the_distance_counts_edits_and_swaps(a: str, b: str, distance: int) -> None:
     assert distance_of(a, b) == distance == distance_of(b, a)
+
+
+def test_the_docs_examples_are_judged_as_the_docs_say() -> None:
+    page = (Path(__file__).parents[2] / "docs" / "cli.md").read_text()
+    section = " ".join(page.split("### Misspelled settings", 1)[1].split("###", 1)[0].split())
+    typos, warnings = section.rsplit("close): ", 1)[1].split(" are typos; ", 1)
+    warnings = warnings.split(", another tool's names, are warnings", 1)[0]
+    typo_names = [word.strip("`,") for word in typos.split()]
+    warning_names = [word.strip("`,") for word in warnings.split()]
+    assert (len(typo_names), len(warning_names)) == (6, 3), (typo_names, warning_names)
+    assert all(unknown_variables([name])[0].resembles for name in typo_names)
+    assert all(unknown_variables([name])[0].resembles is None for name in warning_names)

@@ -1,9 +1,8 @@
 """``dislockctl check``: validate the wrapper's environment (every variable it
 reads, as the wrapper does: ``dislock.cli.wrapper.settings``; a variable named like one
-that none is fails it) and show what a run would
-do now, on the database's clock, acquiring nothing: the schedule's next fires,
-the lease's timing, the table's limits, a running lock delay and the state of
-the run's lock rows."""
+that none is fails it) and show what a run would do now, on the database's clock,
+acquiring nothing: the schedule's next fires, the lease's timing, the table's limits, a
+running lock delay and the state of the run's lock rows."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ from dislock.core.protocol import protocol_sql
 from tests.support.postgres import postgres_url
 from tests.support.rows import Rows
 
-BARE_TABLES = os.environ.get("DISLOCK_TEST_BARE_TABLES") == "1"
+BARE_TABLES = os.environ.get("TEST_BARE_TABLES") == "1"
 
 
 def as_sent(exchange: Exchange[Answer]) -> Exchange[Answer]:
@@ -56,7 +56,7 @@ def db(database_url: str) -> Iterator[psycopg.Connection[Any]]:
 def lock_table(db: psycopg.Connection[Any]) -> Iterator[tuple[str, str]]:
     """A fresh ``schema.key_value`` table of the spec's shape, dropped afterwards, with
     the lock functions ``dislockctl init`` installs beside it; without them when
-    ``DISLOCK_TEST_BARE_TABLES=1`` (a table made by hand or by dislock 0.1.0: CI runs
+    ``TEST_BARE_TABLES=1`` (a table made by hand or by dislock 0.1.0: CI runs
     one leg so)."""
     schema = f"t_{uuid.uuid4().hex[:12]}"
     db.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))

@@ -10,7 +10,7 @@ import pytest
 
 import dislock
 import dislock.cli.wrapper.command
-from tests.cli.conftest import UNREACHABLE, RunCli, assert_refused_in_one_line
+from tests.cli.conftest import DISLOCK, UNREACHABLE, RunCli, assert_refused_in_one_line
 
 
 @pytest.mark.parametrize(
@@ -69,7 +69,18 @@ from tests.cli.conftest import UNREACHABLE, RunCli, assert_refused_in_one_line
             {"LOCK_CONNECT_PATIENCE_SECONDS": "soon"},
             "LOCK_CONNECT_PATIENCE_SECONDS must be a number",
         ),
-        ({"DATABASE_URL": None}, "DATABASE_URL is unset or empty"),
+        (
+            {"DATABASE_URL": None},
+            "DATABASE_URL is unset or empty (or set but not exported: a file read with `.`"
+            " needs `set -a` before its lines)",
+        ),
+        # A misspelled setting: LOCK_RETRYS would run without retries (#62).
+        ({"LOCK_RETRYS": "2"}, "LOCK_RETRYS is not a dislock setting: did you mean LOCK_RETRIES?"),
+        (
+            {"LOCK_MAX_RUNTIME_SECOND": "60", "LOCK_FILE": "/tmp/x"},
+            "LOCK_MAX_RUNTIME_SECOND is not a dislock setting: did you mean"
+            " LOCK_MAX_RUNTIME_SECONDS?",
+        ),
         ({"DATABASE_URL": ""}, "DATABASE_URL is unset or empty"),
         ({"DATABASE_URL": "postgresql//app:hunter2-secret@x"}, "DATABASE_URL: database URL"),
         (
@@ -98,6 +109,78 @@ def test_bad_variable_exits_2_without_running_the_command(
     marker = tmp_path / "ran"
     result = run_cli(["DATABASE_URL", "touch", str(marker)], env)
     assert_refused_in_one_line(result, expected, marker)
+
+
+def test_a_name_like_a_setting_but_far_from_each_is_a_warning_and_the_command_runs(
+    run_cli: RunCli, cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    marker = tmp_path / "ran"
+    env = {**cli_env, "LOCK_FILE": "/var/run/other-tool.lock"}
+    result = run_cli(["DATABASE_URL", "touch", str(marker)], env)
+    assert result.returncode == 0, result.stderr
+    assert marker.exists()
+    assert result.stderr == "dislock: LOCK_FILE is not a dislock setting: ignored\n"
+
+
+def test_the_url_variable_and_what_dislock_sets_for_its_command_are_no_settings(
+    run_cli: RunCli, cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    """A URL variable named like a setting (``LOCK_KEYS``, a typo of LOCK_KEY's
+    otherwise), and a wrapper run by a wrapper, whose environment holds
+    ``DISLOCK_LOCK_KEY``, ``DISLOCK_RUN_TOKEN`` and ``DISLOCK_ATTEMPT``: no word."""
+    env = {**cli_env, "LOCK_KEYS": cli_env["DATABASE_URL"]}
+    marker = tmp_path / "inner-ran"
+    inner = f'LOCK_KEY="$DISLOCK_LOCK_KEY-in" {" ".join(DISLOCK)} LOCK_KEYS touch "{marker}"'
+    result = run_cli(
+        ["LOCK_KEYS", "sh", "-c", f"env | grep -q ^DISLOCK_RUN_TOKEN= && {inner}"], env
+    )
+    assert result.returncode == 0, result.stderr
+    assert marker.exists()
+    assert result.stderr == ""
+
+
+def test_a_url_in_a_file_read_without_set_a_is_told_so(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    """The hint of an unset URL variable, followed: the same file with ``set -a``."""
+    env = {name: value for name, value in cli_env.items() if name != "DATABASE_URL"}
+    jobs = tmp_path / "jobs.env"
+    jobs.write_text(f"DATABASE_URL={cli_env['DATABASE_URL']}\n")
+    line = f'. "{jobs}" && {sys.executable} -m dislock.cli DATABASE_URL true'
+    unexported = subprocess.run(["sh", "-c", line], env=env, capture_output=True, text=True)
+    assert unexported.returncode == 2
+    assert "or set but not exported: a file read with `.` needs `set -a`" in unexported.stderr
+    jobs.write_text(f"set -a\n{jobs.read_text()}")
+    exported = subprocess.run(["sh", "-c", line], env=env, capture_output=True, text=True)
+    assert exported.returncode == 0, exported.stderr
+
+
+def test_check_lists_the_unknown_variables_and_fails(
+    cli_env: dict[str, str],
+) -> None:
+    from tests.cli.conftest import CTL
+
+    def check(**extra: str) -> subprocess.CompletedProcess[str]:
+        env = {**cli_env, **extra}
+        return subprocess.run(
+            [*CTL, "DATABASE_URL", "check"], env=env, capture_output=True, text=True, timeout=60
+        )
+
+    typo_and_other = check(LOCK_RETRYS="2", CRON_MAILTO="ops@example.com")
+    assert typo_and_other.returncode == 2
+    assert typo_and_other.stderr == (
+        "dislockctl: warning: CRON_MAILTO is not a dislock setting: ignored\n"
+        "dislockctl: error: LOCK_RETRYS is not a dislock setting: did you mean LOCK_RETRIES?\n"
+    )
+    other = check(CRON_MAILTO="ops@example.com")
+    assert other.returncode == 2
+    assert other.stderr == "dislockctl: warning: CRON_MAILTO is not a dislock setting: ignored\n"
+    assert other.stdout.startswith(
+        "configuration is valid but for the variables named above, which no run reads\n"
+    )
+    clean = check()
+    assert clean.returncode == 0, clean.stderr
+    assert clean.stdout.startswith("configuration is valid\n")
 
 
 def test_url_given_instead_of_its_variable_is_refused_without_echoing_it(

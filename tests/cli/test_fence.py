@@ -61,7 +61,10 @@ def test_a_write_without_the_token_is_refused_until_unfence(
 
     fenced = ctl("fence", report, "--key", "nightly")
     assert fenced.returncode == 0, fenced.stderr
-    assert f"fenced {report}" in fenced.stdout
+    assert fenced.stdout == (
+        f"fenced {report}: a write commits only with the fencing token of the live lease of"
+        " 'nightly' in dislock.fencing_token\n"
+    )
 
     refused = _write(url, report)
     assert refused is not None
@@ -70,6 +73,9 @@ def test_a_write_without_the_token_is_refused_until_unfence(
 
     unfenced = ctl("unfence", report)
     assert unfenced.returncode == 0, unfenced.stderr
+    assert unfenced.stdout == (
+        f"unfenced {report}: writes no longer need the fencing token of 'nightly'\n"
+    )
     assert _write(url, report) is None
     again = ctl("unfence", report)
     assert (again.returncode, again.stderr.strip()) == (

@@ -46,8 +46,8 @@ BUDGET = {"wrapper": 150, "context": 300, "ctl": 120}
 MARK = "sEcret-7f3"  # in every generated password, and in no other generated text
 
 
-EXPLORE = int(os.environ.get("DISLOCK_FUZZ_EXPLORE", "0") or 0)
-"""``DISLOCK_FUZZ_EXPLORE=10``: ten times the budget, new random examples each run
+EXPLORE = int(os.environ.get("TEST_FUZZ_EXPLORE", "0") or 0)
+"""``TEST_FUZZ_EXPLORE=10``: ten times the budget, new random examples each run
 (for looking for new failures by hand; CI runs the fixed budget)."""
 
 

@@ -2,8 +2,8 @@
 
 The browser loads the page over HTTP, the test reads the rows back from the DOM
 it built, and takes the screenshot ``docs/operator.md`` shows (written to
-``$DISLOCK_SCREENSHOT`` when set:
-``DISLOCK_SCREENSHOT=docs/status-page.png hatch test tests/cli/test_status_page.py``).
+``$TEST_SCREENSHOT`` when set:
+``TEST_SCREENSHOT=docs/status-page.png hatch test tests/cli/test_status_page.py``).
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def test_the_page_in_a_browser(
     )
     assert told_run.returncode == 5, told_run.stderr
 
-    screenshot = Path(os.environ.get("DISLOCK_SCREENSHOT") or tmp_path / "status-page.png")
+    screenshot = Path(os.environ.get("TEST_SCREENSHOT") or tmp_path / "status-page.png")
     with serving(history_env) as served:
         dom = browse(served.base, tmp_path / "profile", "--dump-dom").stdout
         rendered_by = db.execute("SELECT NOW()").fetchone()

@@ -13,6 +13,7 @@ from dislock.cli.diagnosis import (
     LOCK_TABLE,
     PRIVILEGES,
     RowSecurity,
+    denial_hint,
     describe_database_error,
     describe_denial,
     grant_line,
@@ -92,7 +93,8 @@ def test_a_key_refused_by_the_grant_is_named_as_the_docs_name_it(
     assert refusal is not None
     assert str(refusal) == (
         f"role 'billing' may not lock 'reports-daily' (strategy {strategy}) in ops.locks:"
-        " no grant covers that key (dislockctl grants lists them; dislockctl grant adds one)"
+        " no grant covers that key (dislockctl grants says whose key it is; a key of this"
+        " team's, the table's owner adds to its grant with dislockctl grant)"
     )
 
 
@@ -171,19 +173,75 @@ def test_the_grant_that_gives_a_command_its_key(
     assert grant_line(command, security, key) == line
 
 
+REPORTS = Grant("reports", WRAPPER, ("reports-*",))
+OPS = Grant("ops", OPERATOR, ("billing-*",))
+WATCH = Grant("watch", READER, ())
+
+
+@pytest.mark.parametrize(
+    ("command", "security", "key", "hint"),
+    [
+        # Another team's key: whose it is, never a grant of it to this team (#62).
+        (
+            "release",
+            _limited(BILLING),
+            "reports-export",
+            "'reports-export' is a key of role reports: ask that team, or the table's owner,"
+            " to run it",
+        ),
+        (
+            "dislock",
+            _limited(None, "payroll"),
+            "billing-export",
+            "'billing-export' is a key of roles billing, ops: ask that team, or the table's"
+            " owner, to run it",
+        ),
+        # The role's own key (an operator's grant covers it too), a key nobody's grant
+        # covers, and a reader's grant, which claims no key: the grant, as before.
+        (
+            "pause",
+            _limited(BILLING),
+            "billing-export",
+            "as the table's owner, dislockctl URL_VARIABLE grant billing --operator"
+            " --keys 'billing-*' --keys 'reports-nightly'",
+        ),
+        (
+            "release",
+            _limited(OPS, "ops"),
+            "payroll-run",
+            "as the table's owner, dislockctl URL_VARIABLE grant ops --operator"
+            " --keys 'billing-*' --keys 'payroll-run'",
+        ),
+        (
+            "ls",
+            _limited(None, "monitoring"),
+            None,
+            "as the table's owner, dislockctl URL_VARIABLE grant monitoring --reader",
+        ),
+        ("pause", RowSecurity("billing", limited=False, grant=None), "reports-x", None),
+    ],
+)
+def test_a_key_of_another_teams_grant_is_theirs_to_act_on(
+    command: str, security: RowSecurity, key: str | None, hint: str | None
+) -> None:
+    grants = [BILLING, REPORTS, OPS, WATCH]
+    assert denial_hint(command, security, key, grants) == hint
+
+
 def test_under_row_level_security_the_line_names_the_grant_not_a_privilege() -> None:
     needs = needs_of("pause", {LOCK_TABLE: ("ops", "locks")})
     update = [need for need in needs if need.privilege == "UPDATE"]
     fix = "dislockctl URL_VARIABLE grant billing --operator --keys 'billing-*'"
+    hint = f"as the table's owner, {fix}"
     line = describe_denial(
-        "pause", missing=update, role="billing", table="ops.locks", detail="x", fix=fix
+        "pause", missing=update, role="billing", table="ops.locks", detail="x", fix=hint
     )
     assert line == (
         "pause: permission denied: UPDATE on table ops.locks for role billing (row-level security"
         f" is on: as the table's owner, {fix}, see docs/security.md)"
     )
     line = describe_denial(
-        "", missing=[], role="billing", table="ops.locks", detail="new row violates", fix=fix
+        "", missing=[], role="billing", table="ops.locks", detail="new row violates", fix=hint
     )
     assert line == (
         "permission denied on table ops.locks for role billing: new row violates (row-level"

@@ -1,6 +1,7 @@
 """A refused statement (SQLSTATE 42501) in one line: which of the command's privileges
 the role lacks, and, where row-level security limits it, the ``dislockctl grant`` that
-gives them, asked of the server (the wording is ``dislock.cli.diagnosis``'s)."""
+gives them, or whose the key is when another role's grant covers it, asked of the server
+(the wording is ``dislock.cli.diagnosis``'s)."""
 
 from __future__ import annotations
 
@@ -13,17 +14,19 @@ from dislock.cli.diagnosis import (
     LOCK_TABLE,
     Need,
     RowSecurity,
+    denial_hint,
     describe_denial,
-    grant_line,
     needs_of,
     privilege_probe,
     row_security,
 )
 from dislock.cli.sending import send
 from dislock.core.dsn import connection_kwargs, one_line, parse_dsn, scrub
+from dislock.core.grant_catalog import grants_on
 
 if TYPE_CHECKING:
     from dislock.cli.sending import Connection
+    from dislock.core.grants import Grant
 
 PROBE_CONNECT_TIMEOUT = 5.0
 """The command's connection is closed by now: one more, briefly, to ask."""
@@ -43,17 +46,20 @@ def explain_denial(
     role: str | None = None
     missing: list[Need] = []
     security: RowSecurity | None = None
+    grants: list[Grant] = []
     try:
         with psycopg.connect(url, **connection_kwargs(url, PROBE_CONNECT_TIMEOUT)) as conn:
             role, missing = _probe(conn, needs)
             if (lock_table := tables.get(LOCK_TABLE)) is not None:
                 security = send(conn, row_security(lock_table))
+                if security is not None and security.limited and key is not None:
+                    grants = send(conn, grants_on(lock_table))  # whose the key is
     except psycopg.Error:
         if role is None:
             role = parse_dsn(url).get("user")  # libpq's default otherwise: not guessed here
     detail = scrub(one_line(str(error)), url)
     table = next((need.name for need in needs if need.kind == "table"), "?")
-    fix = None if security is None else grant_line(command, security, key)
+    fix = None if security is None else denial_hint(command, security, key, grants)
     return describe_denial(label, missing=missing, role=role, table=table, detail=detail, fix=fix)
 
 

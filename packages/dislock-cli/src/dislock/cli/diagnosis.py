@@ -6,7 +6,8 @@ explained by what the command needs (``PRIVILEGES``) and what the role was found
 lack (``privilege_probe``), not by the server's message, which is translated and
 names no privilege; where row-level security limits the role (``row_security``, asked of
 the server, which also tells a row not found from one the role may not see), the fix is a
-``dislockctl grant`` (``grant_line``), not a ``GRANT``.
+``dislockctl grant`` (``grant_line``), not a ``GRANT``, and never one giving a team a key
+another role's grant covers (``denial_hint``).
 """
 
 from __future__ import annotations
@@ -212,6 +213,26 @@ def grant_line(command: str, security: RowSecurity, key: str | None) -> str | No
     return f"dislockctl URL_VARIABLE grant {shlex.quote(security.role)}{flag}{patterns}"
 
 
+def denial_hint(
+    command: str, security: RowSecurity, key: str | None, grants: Sequence[Grant]
+) -> str | None:
+    """What a refusal where row-level security limits the role advises (None: no grant
+    would help): for a key another role's grant covers (among ``grants``, the table's)
+    and the role's own does not, whose key it is; else the grant the table's owner gives."""
+    own = security.grant
+    if security.limited and key is not None and (own is None or not matches(own.keys, key)):
+        owners = sorted(
+            grant.role
+            for grant in grants
+            if grant.role != security.role and grant.access != READER and matches(grant.keys, key)
+        )
+        if owners:
+            who = f"role {owners[0]}" if len(owners) == 1 else f"roles {', '.join(owners)}"
+            return f"{key!r} is a key of {who}: ask that team, or the table's owner, to run it"
+    line = grant_line(command, security, key)
+    return None if line is None else f"as the table's owner, {line}"
+
+
 def _single_quoted(word: str) -> str:
     """Quoted for the shell, as the docs show patterns (``'billing-*'``)."""
     return "'" + word.replace("'", "'\"'\"'") + "'"
@@ -282,12 +303,12 @@ def describe_denial(
 ) -> str:
     """The one line for a refused statement: the privileges the role lacks, by object, or,
     when it lacks none the command needs (a policy, a column privilege), what the
-    server said about ``table``; ``fix`` (``grant_line``) instead of a ``GRANT``."""
+    server said about ``table``; ``fix`` (``denial_hint``) instead of a ``GRANT``."""
     who = f"role {role}" if role else "this role"
     prefix = f"{program}: " if program else ""
     see = None
     if fix is not None:
-        see = f"row-level security is on: as the table's owner, {fix}, see docs/security.md"
+        see = f"row-level security is on: {fix}, see docs/security.md"
     if not missing:
         see = see or "see docs/security.md"
         return f"{prefix}permission denied on table {table} for {who}: {detail} ({see})"

@@ -44,7 +44,9 @@ def refused(
     what = repr(lock_key) if kind is None else f"{lock_key!r} (strategy {kind.name})"
     return KeyNotGrantedError(
         f"role {role_of(url)!r} may not lock {what} in {'.'.join(table_parts)}: {NO_GRANT}"
-        " (dislockctl grants lists them; dislockctl grant adds one)"
+        # Not "dislockctl grant adds one": the key may be another team's (#62).
+        " (dislockctl grants says whose key it is; a key of this team's, the table's owner"
+        " adds to its grant with dislockctl grant)"
     )
 
 

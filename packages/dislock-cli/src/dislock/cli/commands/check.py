@@ -1,12 +1,13 @@
 """``dislockctl check``: validate the wrapper's environment (every variable it
-reads, as the wrapper does: ``dislock.cli.wrapper.settings``) and show what a run would
-do now, on the database's clock, acquiring nothing: the schedule's next fires,
-the lease's timing, the table's limits, a running lock delay and the state of
-the run's lock rows."""
+reads, as the wrapper does: ``dislock.cli.wrapper.settings``; a variable named like one
+that none is fails it) and show what a run would do now, on the database's clock,
+acquiring nothing: the schedule's next fires, the lease's timing, the table's limits, a
+running lock delay and the state of the run's lock rows."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -26,9 +27,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(call: Call) -> int:
     from dislock.cli.wrapper.settings import read_wrapper_settings
+    from dislock.core.unknown_variables import unknown_variables
 
+    # Said before the likely typos among them stop the reading (an error, exit 2).
+    for found in unknown_variables(call.env, call.args.url_variable):
+        if found.resembles is None:
+            print(f"dislockctl: warning: {found.describe()}", file=sys.stderr)
     settings = read_wrapper_settings(call.args.url_variable, ["true"], call.env)
-    return call.connected(lambda conn: _check(conn, settings))
+    status = call.connected(lambda conn: _check(conn, settings))
+    return status or (EXIT_USAGE if settings.unknown else EXIT_OK)
 
 
 def _check(conn: Connection, settings: WrapperSettings) -> int:
@@ -41,7 +48,8 @@ def _check(conn: Connection, settings: WrapperSettings) -> int:
         return error(refusal)
     _explain_a_missing_table(conn, settings.context)
     now = send(conn, DATABASE_NOW)
-    print("configuration is valid")
+    unread = " but for the variables named above, which no run reads" if settings.unknown else ""
+    print(f"configuration is valid{unread}")
     _print_timing(settings, now)
     _print_run_rules(settings)
     _print_history(conn, settings.context)

@@ -64,8 +64,8 @@ def _fence(
             conn.execute(statement)
     was = "" if state.key in (None, lock_key) else f" (it was guarded by {state.key!r})"
     print(
-        f"fenced {shown}: a write commits only with the fencing token of {lock_key!r}'s"
-        f" live lease in dislock.fencing_token{was}"
+        f"fenced {shown}: a write commits only with the fencing token of the live lease"
+        f" of {lock_key!r} in dislock.fencing_token{was}"
     )
     return EXIT_OK
 

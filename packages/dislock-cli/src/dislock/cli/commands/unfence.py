@@ -41,5 +41,5 @@ def _unfence(conn: Connection, user_table: tuple[str, ...]) -> int:
     with conn.transaction():
         for statement in unfence_statements(user_table):
             conn.execute(statement)
-    print(f"unfenced {shown}: writes no longer need {state.key!r}'s fencing token")
+    print(f"unfenced {shown}: writes no longer need the fencing token of {state.key!r}")
     return EXIT_OK

@@ -164,6 +164,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     except ConfigurationError as exc:
         print(f"dislock: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    for unknown in settings.unknown:
+        logger.warning("%s", unknown.describe())
 
     if settings.context.output_tail_bytes:
         # Its output is copied to our descriptors 1 and 2: those must be the streams

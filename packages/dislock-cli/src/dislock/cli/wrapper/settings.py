@@ -1,7 +1,8 @@
 """The command-line wrapper's configuration, read from environment variables: which
 variables a run reads (by its strategies).  Each is checked before anything runs, by its
 entry of ``dislock.core.variables`` and then ``LockContext`` (the rules joining several);
-a bad one raises ``ConfigurationError`` naming it (and its value, the URL excepted).
+a bad one raises ``ConfigurationError`` naming it (and its value, the URL excepted), as
+does a variable named like a setting but misspelled (``dislock.core.unknown_variables``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dislock.core.dsn import parse_dsn
 from dislock.core.errors import ConfigurationError
 from dislock.core.setting import Setting
 from dislock.core.supervision import check_command
+from dislock.core.unknown_variables import Unknown, typo_error, unknown_variables
 from dislock.core.variables import LOG_LEVEL
 
 if TYPE_CHECKING:
@@ -37,6 +39,8 @@ class WrapperSettings(NamedTuple):
     """The zone the schedule is read in and where that came from."""
     pass_url: bool = True
     """``LOCK_PASS_URL``: whether the command inherits the URL variable (as in 0.1.0)."""
+    unknown: tuple[Unknown, ...] = ()
+    """Variables named like dislock's that no setting is (none a likely typo): warned of."""
 
     def __repr__(self) -> str:
         return f"WrapperSettings(command={self.command!r}, context={self.context!r}, ...)"
@@ -65,7 +69,10 @@ def read_database_url(url_variable: str, environ: Mapping[str, str]) -> str:
         raise ConfigurationError("the first argument (the database URL variable) is empty")
     url = environ.get(url_variable)
     if url is None or not url.strip():
-        raise ConfigurationError(f"environment variable {url_variable} is unset or empty")
+        raise ConfigurationError(
+            f"environment variable {url_variable} is unset or empty (or set but not exported:"
+            " a file read with `.` needs `set -a` before its lines)"
+        )
     try:
         parse_dsn(url)
     except ConfigurationError as exc:
@@ -86,7 +93,11 @@ def read_wrapper_settings(
     url_variable: str, command: Sequence[str], environ: Mapping[str, str]
 ) -> WrapperSettings:
     """Validate the wrapper's arguments and environment, in the order users fix them:
-    the URL, the command, the key, then the context and what its strategies allow."""
+    the misspelled variables, the URL, the command, the key, then the context and what
+    its strategies allow."""
+    unknown = unknown_variables(environ, url_variable)
+    if (typo := typo_error(unknown)) is not None:
+        raise typo
     url = read_database_url(url_variable, environ)
     argv = tuple(check_command(command))
     key = variables.KEY
@@ -128,7 +139,7 @@ def read_wrapper_settings(
     # URL from 0.1.0, so only a fleet with a lock role of its own keeps it from them.
     pass_url: bool | None = variables.PASS_URL.read(environ)
     return WrapperSettings(
-        url_variable, argv, strategies, context, code or 0, zone, pass_url is not False
+        url_variable, argv, strategies, context, code or 0, zone, pass_url is not False, unknown
     )
 
 

@@ -21,7 +21,7 @@ def test_history_writes_commit_asynchronously_and_leave_the_session_as_it_was(
     start = statements.start(
         history, lock_key="k", modes=["lease"], slot_end=None, owner="o", host="h", pid=1, cron=None
     )
-    run_id = send(db, start)
+    run_id = send(db, start).run_id
     assert db.execute("SHOW synchronous_commit").fetchone() == ("on",)
     send(db, statements.end(history, run_id, statements.RunEnd("ok", 0)))
     assert db.execute("SHOW synchronous_commit").fetchone() == ("on",)

@@ -9,7 +9,7 @@ import re
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 import pytest
@@ -75,9 +75,12 @@ def this_slot(db: psycopg.Connection[Any], history: tuple[str, ...], key: str) -
     return row[0]  # type: ignore[no-any-return]
 
 
-def latest(history: tuple[str, ...]) -> sql.Composed:
+def newest_start(db: psycopg.Connection[Any], history: tuple[str, ...]) -> datetime:
     """When the newest run of the history started."""
-    return sql.SQL("SELECT max(started_at) FROM {}").format(sql.Identifier(*history))
+    query = sql.SQL("SELECT max(started_at) FROM {}").format(sql.Identifier(*history))
+    row = db.execute(query).fetchone()
+    assert row is not None and row[0] is not None
+    return row[0]  # type: ignore[no-any-return]
 
 
 def test_a_schedule_run_is_told_its_slot_and_its_last_successful_slot(
@@ -137,7 +140,7 @@ def test_a_lease_run_is_told_when_the_last_success_started_and_no_slot(
         "2026-03-04T05:06:07.890000+00:00",
     ]
     # The run just recorded is the last success of the next.
-    (now,) = db.execute(latest(history)).fetchone() or ()
+    now = newest_start(db, history)
     assert told(driver, context, ["lease"], tmp_path / "again")[2] == utc_text(now)
 
 
@@ -172,7 +175,7 @@ def test_the_session_and_the_lock_say_the_same(
         holding = driver.hold(context, ["schedule"])
     else:
         holding = driver.hold_lock("schedule", context)
-    held: Any = holding.entered
+    held = cast(Any, holding).entered
     holding.release()
     slot_end = this_slot(db, history, context.lock_key)
     assert held.slot_end == slot_end and held.slot_end.tzinfo is not None
@@ -186,9 +189,9 @@ def test_a_lease_lock_on_its_own_is_told_its_last_success(
 ) -> None:
     context = make_context(history=True, **LEASE)
     holding = driver.hold_lock("lease", context)
-    assert holding.entered.last_success is None  # type: ignore[attr-defined]
+    assert cast(Any, holding).entered.last_success is None
     holding.release()
-    (began,) = db.execute(latest(history)).fetchone() or ()
+    began = newest_start(db, history)
     holding = driver.hold_lock("lease", context)
-    assert holding.entered.last_success == began  # type: ignore[attr-defined]
+    assert cast(Any, holding).entered.last_success == began
     holding.release()

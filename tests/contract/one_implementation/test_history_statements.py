@@ -48,21 +48,21 @@ def test_the_last_success_is_read_from_the_index_of_a_keys_runs(
     )
     db.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(*history)))
     lookup = last_success_query(history, sql.Literal("key-7"))
-    (plan,) = db.execute(sql.SQL("EXPLAIN (FORMAT JSON) {}").format(lookup)).fetchone() or ()
+    explained = db.execute(sql.SQL("EXPLAIN (FORMAT JSON) {}").format(lookup)).fetchone()
+    assert explained is not None
     nodes = []
-    stack = [plan[0]["Plan"]]
+    stack = [explained[0][0]["Plan"]]
     while stack:
         node = stack.pop()
         nodes.append((node["Node Type"], node.get("Index Name")))
         stack += node.get("Plans", [])
     assert ("Index Scan", f"{history[-1]}_key_started") in nodes, nodes
     assert not {"Seq Scan", "Sort", "Bitmap Heap Scan"} & {kind for kind, _ in nodes}, nodes
-    found = db.execute(lookup).fetchone()
-    assert found is not None and found[0] == db.execute(
-        sql.SQL("SELECT max(started_at) FROM {} WHERE lock_key = 'key-7' AND outcome = 'ok'").format(
-            sql.Identifier(*history)
-        )
-    ).fetchone()[0]  # type: ignore[index]
+    newest = sql.SQL("SELECT max(started_at) FROM {} WHERE lock_key = 'key-7' AND outcome = 'ok'")
+    found, expected = (
+        db.execute(q).fetchone() for q in (lookup, newest.format(sql.Identifier(*history)))
+    )
+    assert found is not None and expected is not None and found[0] == expected[0]
 
 
 OLD_START = """DROP FUNCTION {start}(text, text, timestamptz, text, text, int4, text, text);

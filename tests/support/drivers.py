@@ -116,12 +116,19 @@ class _PythonHolding(Holding):
     """Locks entered through the Python API; ``exit_block`` is their ``__exit__``."""
 
     def __init__(
-        self, exit_block: ExitBlock, event: Any, token: int | None, lease: Any = None
+        self,
+        exit_block: ExitBlock,
+        event: Any,
+        token: int | None,
+        lease: Any = None,
+        entered: Any = None,
     ) -> None:
         self._exit_block = exit_block
         self._event = event
         self._token = token
         self.lease = lease
+        self.entered = entered
+        """What the ``with`` gave: the session, or the lock entered on its own."""
 
     def fencing_token(self) -> int | None:
         return self._token
@@ -144,14 +151,16 @@ class SyncDriver(Driver):
         manager = dislock.acquire_locks(context, strategies)
         session = manager.__enter__()
         return _PythonHolding(
-            manager.__exit__, session.lease_lost, session.fencing_token, session.lease
+            manager.__exit__, session.lease_lost, session.fencing_token, session.lease, session
         )
 
     def hold_lock(self, kind: str, context: LockContext) -> Holding:
         lock: dislock.ScheduleLock | dislock.LeaseLock
         lock = dislock.LeaseLock(context) if kind == "lease" else dislock.ScheduleLock(context)
         lock.__enter__()
-        return _PythonHolding(lock.__exit__, getattr(lock, "lease_lost", None), lock.fence)
+        return _PythonHolding(
+            lock.__exit__, getattr(lock, "lease_lost", None), lock.fence, entered=lock
+        )
 
     def run_with_locks(
         self, argv: Sequence[str], context: LockContext, strategies: Sequence[str]
@@ -180,7 +189,11 @@ class AioDriver(Driver):
         manager = dislock.aio.acquire_locks(context, strategies)
         session = self.call(manager.__aenter__())
         return _PythonHolding(
-            self._exit_block(manager), session.lease_lost, session.fencing_token, session.lease
+            self._exit_block(manager),
+            session.lease_lost,
+            session.fencing_token,
+            session.lease,
+            session,
         )
 
     def hold_lock(self, kind: str, context: LockContext) -> Holding:
@@ -197,7 +210,8 @@ class AioDriver(Driver):
 
         lock = self.call(build())
         self.call(enter())
-        return _PythonHolding(self._exit_block(lock), getattr(lock, "lease_lost", None), lock.fence)
+        lost = getattr(lock, "lease_lost", None)
+        return _PythonHolding(self._exit_block(lock), lost, lock.fence, entered=lock)
 
     def _exit_block(self, manager: AbstractAsyncContextManager[Any]) -> ExitBlock:
         def exit_block(

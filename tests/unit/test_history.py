@@ -68,7 +68,7 @@ def test_history_table_name_and_quoting() -> None:
     )
     assert start.fallback is not None and "NOW()" in start.fallback.query.as_string(None)
     assert start.params["modes"] == "schedule,lease"
-    assert start.read([(42,)]) == 42 == read_run_id([(42,)])
+    assert start.read([(42,)]) == (42, None) and read_run_id([(42,)]) == 42
     ending = end_exchange(("h",), 42, RunEnd("ok", 0))
     assert ending.fallback is not None
     assert "ended_at = NOW()" in ending.fallback.query.as_string(None)

@@ -104,6 +104,7 @@ class LeaseLock(LeaseState[Hub, Event]):
             try:
                 recording = RunRecording(self.context, Alone(self), (LEASE,), None)
                 self._recording = await recording.__aenter__()
+                self.last_success = recording.last_success
             except BaseException as error:  # interrupted: give the lease back too
                 await self.__aexit__(type(error), error, error.__traceback__)
                 raise

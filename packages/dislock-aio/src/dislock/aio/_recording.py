@@ -21,6 +21,7 @@ from dislock.core.dsn import message_line, one_line, scrub
 from dislock.core.exit_arguments import Exc, ExcType, Tb
 from dislock.core.lease_state import LeaseState
 from dislock.core.patience import ConnectPatience
+from dislock.core.slot_context import last_success
 
 from ._hub import Hub, enter_hub, leave_hub
 
@@ -77,6 +78,8 @@ class RunRecording:
         self.slot_end = slot_end
         self.table = history.history_table(context.table_parts, context.history_table)
         self.run_id: int | None = None
+        self.last_success: datetime | None = None
+        """The start of the key's last successful run before this one (None: none)."""
         self.hub: Hub | None = None
 
     async def __aenter__(self) -> RunRecording:
@@ -94,7 +97,9 @@ class RunRecording:
             cron_tz=None if context.cron_zone is None else context.cron_zone.name,
         )
         try:
-            self.run_id = await self.hub.ask(start, history.HISTORY_TIMEOUT)
+            started = await self.hub.ask(start, history.HISTORY_TIMEOUT)
+            self.run_id = started.run_id
+            self.last_success = last_success(context, started)
             await self._record_kept_ends(self.hub)
         except Exception as exc:
             logger.warning(

@@ -60,6 +60,7 @@ class ScheduleLock(ScheduleState):
         if self.records_history:
             recording = RunRecording(context, Alone(None), (SCHEDULE,), expires_at)
             self._recording = await recording.__aenter__()
+            self.last_success = recording.last_success
         return self
 
     async def _claim(self) -> tuple[Acquired, datetime]:

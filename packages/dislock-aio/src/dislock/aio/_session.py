@@ -11,6 +11,7 @@ import logging
 from collections.abc import Iterable
 from contextlib import AsyncExitStack
 from dataclasses import replace
+from datetime import datetime
 from functools import wraps
 from time import monotonic
 from typing import ParamSpec, Protocol, TypeVar
@@ -53,7 +54,7 @@ class LockSession:
 
     # A plain class rather than a dataclass: building one of those costs the
     # wrapper half a millisecond of start-up on every cron run.
-    __slots__ = ("lease_lost", "locks", "run_end", "stop_at")
+    __slots__ = ("last_success", "lease_lost", "locks", "run_end", "stop_at")
 
     def __init__(self, locks: tuple[Lock, ...], lease_lost: Event | None = None) -> None:
         self.locks = locks
@@ -67,6 +68,9 @@ class LockSession:
         self.stop_at: float | None = None
         """When (``time.monotonic()``) the block's maximum runtime is over; None:
         no bound."""
+        self.last_success: datetime | None = None
+        """With ``LockContext.history``: the start of the key's last successful run
+        before this one (for a schedule, its slot's start); None when there is none."""
 
     def time_left(self) -> float | None:
         """Seconds left of the block's ``max_runtime_seconds`` (0 once it is over),
@@ -90,6 +94,18 @@ class LockSession:
         1 for the slot's first run, 2 for its first retry, …; 1 without a schedule."""
         schedule = self.schedule
         return 1 if schedule is None else schedule.attempt
+
+    @property
+    def slot_start(self) -> datetime | None:
+        """The schedule slot's start (None without a schedule lock, or a cron)."""
+        schedule = self.schedule
+        return None if schedule is None else schedule.slot_start
+
+    @property
+    def slot_end(self) -> datetime | None:
+        """The schedule slot's end, the database clock's pick; None without one."""
+        schedule = self.schedule
+        return None if schedule is None else schedule.slot_end
 
     @property
     def fencing_token(self) -> int | None:
@@ -236,6 +252,7 @@ class Acquisition:
                     slot = None if schedule is None else schedule.expires_at
                     recording = RunRecording(context, session, _modes(locks), slot)
                     await enter_exit_first(stack, recording)
+                    session.last_success = recording.last_success
         except BaseException as exc:
             self._stack = None
             await stack.__aexit__(type(exc), exc, exc.__traceback__)

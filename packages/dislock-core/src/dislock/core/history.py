@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 
 from psycopg import sql
 
-from dislock.core.after import success_notice
+from dislock.core.after import SUCCEEDED, success_notice
 from dislock.core.config import MAX_IDENTIFIER_BYTES, check_table_parts
 from dislock.core.errors import MaxRuntimeExceeded
 from dislock.core.exchange import Exchange, Rows, read_flag
@@ -140,13 +140,26 @@ def add_tail_columns(history: tuple[str, ...]) -> sql.Composed:
 ASYNC_COMMIT = sql.SQL("(SELECT set_config('synchronous_commit', 'off', true)) AS async_commit")
 
 
+def last_success_query(history: tuple[str, ...], lock_key: sql.Composable) -> sql.Composed:
+    """The newest successful run of ``lock_key`` (its start, slot end, cron and zone):
+    the index of a key's runs newest first, read until its first ``ok``."""
+    return sql.SQL(
+        "SELECT done.started_at, done.slot_end, done.cron, done.cron_tz FROM {} AS done"
+        " WHERE done.lock_key = {} AND done.outcome = {} ORDER BY done.started_at DESC LIMIT 1"
+    ).format(sql.Identifier(*history), lock_key, sql.Literal(SUCCEEDED))
+
+
 @lru_cache(maxsize=64)
 def _start_query(history: tuple[str, ...]) -> sql.Composed:
     values = [sql.SQL("NOW()") if c == "started_at" else sql.Placeholder(c) for c in STARTED]
-    return sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {async_commit} RETURNING id").format(
+    return sql.SQL(
+        "WITH succeeded AS ({last}), run AS (INSERT INTO {} ({}) SELECT {} FROM {async_commit}"
+        " RETURNING id) SELECT run.id, succeeded.* FROM run LEFT JOIN succeeded ON true"
+    ).format(
         sql.Identifier(*history),
         sql.SQL(", ").join(map(sql.Identifier, STARTED)),
         sql.SQL(", ").join(values),
+        last=last_success_query(history, sql.Placeholder("lock_key")),
         async_commit=ASYNC_COMMIT,
     )
 
@@ -177,6 +190,22 @@ def read_run_id(rows: Rows) -> int:
     return int(row[0])
 
 
+class RunStart(NamedTuple):
+    """The answer of ``start``: the new run's id, and the key's last successful run
+    before it (``last_success_query``'s row; None: none, or history functions older
+    than this answer, which return the id alone)."""
+
+    run_id: int
+    last: tuple[datetime, datetime | None, str | None, str | None] | None = None
+
+
+def read_run_start(rows: Rows) -> RunStart:
+    (row,) = rows
+    if len(row) < 5 or row[1] is None:
+        return RunStart(int(row[0]))
+    return RunStart(int(row[0]), (row[1], row[2], row[3], row[4]))
+
+
 def read_nothing(rows: Rows) -> None:
     """The answer of ``end``: nothing to read (the wake-up it returns is for others)."""
 
@@ -192,8 +221,9 @@ def start(
     pid: int,
     cron: str | None,
     cron_tz: str | None = None,
-) -> Exchange[int]:
-    """Insert a run's row as it starts, on the database clock; answers the run's id."""
+) -> Exchange[RunStart]:
+    """Insert a run's row as it starts, on the database clock; answers the run's id and
+    the key's last success before it."""
     params = {
         "lock_key": lock_key,
         "modes": ",".join(modes),
@@ -206,7 +236,7 @@ def start(
     }
     from dislock.core import history_functions
 
-    plain = Exchange(_start_query(history), params, read_run_id)
+    plain = Exchange(_start_query(history), params, read_run_start)
     return history_functions.via(history, "start", plain)
 
 

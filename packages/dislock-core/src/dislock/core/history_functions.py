@@ -24,7 +24,7 @@ from dislock.core.policy_functions import template
 from dislock.core.protocol import call, function, installed_beside, owned_by_the_table, via_function
 from dislock.core.variables import OUTPUT_TAIL
 
-VERSION = "dislock history functions 1"
+VERSION = "dislock history functions 2"
 
 BUDGET_PREFIX = "dislock:history-budget:"
 """Metadata rows ``<prefix><role>`` of the lock table: the most bytes the role's
@@ -77,7 +77,7 @@ def history_functions_sql(history: tuple[str, str], lock_table: tuple[str, str])
     """The statements that (re)install the functions of ``history``, whose runs are of
     the locks of ``lock_table`` (both with their schemas)."""
     from dislock.core.after import HELD_BACK, LATE_FALLBACK, MODES
-    from dislock.core.history import OUTCOMES
+    from dislock.core.history import OUTCOMES, last_success_query
 
     table = sql.Identifier(*history)
     written = sql.SQL(template("history_functions.sql")).format(
@@ -96,6 +96,8 @@ def history_functions_sql(history: tuple[str, str], lock_table: tuple[str, str])
         held_modes=sql.Literal(MODES),
         notice=success_notice(),
         version=sql.Literal(VERSION),
+        start_signature=sql.Literal(signature(history, "start")),
+        last_success=last_success_query(history, sql.SQL("p_lock_key")),
     )
     owned = owned_by_the_table(table, [signature(history, what) for what in ARGUMENTS])
     return sql.SQL("{}\n{};").format(written, owned)

@@ -70,6 +70,9 @@ class LeaseState(Generic[HubT, EventT]):
         self._clock: LeaseClock | None = None  # the latest acquisition's, kept after leaving
         self._delayed_until: datetime | None = None  # a lock delay that refused the last try
         self.records_history = context.history
+        self.last_success: datetime | None = None
+        """With the history: the start of the key's last successful run before this
+        one (``dislock.core.slot_context.last_success``); None when there is none."""
         """Whether entering and leaving record the run (``LockContext.history``);
         ``acquire_locks`` turns it off for its locks and records the run itself."""
         self._replacing: str | None = None  # the holder a replacer asked for the lease

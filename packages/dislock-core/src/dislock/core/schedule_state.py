@@ -26,6 +26,7 @@ from dislock.core.patience import ConnectPatience, SlotEnd
 from dislock.core.pause import paused_error
 from dislock.core.retries import LATE_MARK, attempt_ended, attempt_suffix, backoff
 from dislock.core.rows import schedule_key
+from dislock.core.slot_context import slot_start_of
 from dislock.core.timeouts import RELEASE_TIMEOUT
 
 logger = logging.getLogger("dislock")
@@ -65,6 +66,16 @@ class ScheduleState:
         """With retries: the lease row whose unreleased expiry proves that a holder of
         this slot vanished (``acquire_locks`` sets it for ``schedule,lease``)."""
         self._taken_as: str | None = None  # with retries: the row's value, to reopen it
+        self.slot_end: datetime | None = None
+        """The end of the slot taken (the database clock picked it); None before."""
+        self.last_success: datetime | None = None
+        """With the history: the start of the key's last successful run before this
+        one (``dislock.core.slot_context.last_success``); None when there is none."""
+
+    @property
+    def slot_start(self) -> datetime | None:
+        """When the slot taken began (None before, or without a cron ``schedule``)."""
+        return slot_start_of(self.context, self.slot_end)
 
     def _slot_of_now(self) -> Callable[[], SlotEnd | None]:
         """The end of the slot of this instant, for the claim's patience (computed
@@ -74,7 +85,7 @@ class ScheduleState:
     def _took(self, answer: Acquired, expires_at: datetime) -> None:
         """Note the slot just taken (until ``expires_at``), and say so."""
         context = self.context
-        self.expires_at = expires_at
+        self.expires_at = self.slot_end = expires_at
         self.fence = answer.token
         self.given.held.add(
             tuple(context.table_parts), self.key, context.owner, slot_end=expires_at

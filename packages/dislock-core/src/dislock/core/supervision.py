@@ -125,10 +125,17 @@ def child_environment(
     run_token: str,
     *,
     attempt: int = 1,
+    slot: Mapping[str, str | None] | None = None,
 ) -> dict[str, str]:
     """The wrapped command's environment: ours, plus the lock it runs under, the
-    run's token, its attempt in the slot and, with fencing, the token."""
+    run's token, its attempt in the slot, ``slot``'s variables
+    (``dislock.core.slot_context``; None: unset) and, with fencing, the token."""
     env = dict(base)
+    for name, value in (slot or {}).items():
+        if value is None:
+            env.pop(name, None)  # never an outer run's
+        else:
+            env[name] = value
     env[LOCK_KEY_VARIABLE] = lock_key
     env[RUN_TOKEN_VARIABLE] = run_token
     env[ATTEMPT_VARIABLE] = str(attempt)

@@ -106,6 +106,7 @@ class LeaseLock(LeaseState[Hub, Event]):
             try:
                 recording = RunRecording(self.context, Alone(self), (LEASE,), None)
                 self._recording = recording.__enter__()
+                self.last_success = recording.last_success
             except BaseException as error:  # interrupted: give the lease back too
                 self.__exit__(type(error), error, error.__traceback__)
                 raise

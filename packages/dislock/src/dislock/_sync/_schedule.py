@@ -62,6 +62,7 @@ class ScheduleLock(ScheduleState):
         if self.records_history:
             recording = RunRecording(context, Alone(None), (SCHEDULE,), expires_at)
             self._recording = recording.__enter__()
+            self.last_success = recording.last_success
         return self
 
     def _claim(self) -> tuple[Acquired, datetime]:

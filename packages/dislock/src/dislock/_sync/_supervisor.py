@@ -26,6 +26,7 @@ from dislock.core.errors import Interrupted, LeaseLostError
 from dislock.core.history import RunEnd, end_of_command
 from dislock.core.output_tail import OutputTails
 from dislock.core.processes import Guard, ensure_runnable, parent_death_signal, signal_group
+from dislock.core.slot_context import slot_variables
 from dislock.core.supervision import (
     GUARD_LAG_MAX,
     KILL_GRACE,
@@ -63,8 +64,14 @@ def supervise(
     run_token = new_run_token()
     context = session.locks[0].context
     base = inherited_environment(os.environ, withheld_variables)
+    slot = slot_variables(session.slot_start, session.slot_end, session.last_success)
     env = child_environment(
-        base, context.lock_key, session.fencing_token, run_token, attempt=session.attempt
+        base,
+        context.lock_key,
+        session.fencing_token,
+        run_token,
+        attempt=session.attempt,
+        slot=slot,
     )
     lease = session.lease
     try:
@@ -216,7 +223,9 @@ def run_with_locks(
 
     The command's environment also holds ``DISLOCK_LOCK_KEY``, ``DISLOCK_RUN_TOKEN``
     (random, the run's own), ``DISLOCK_ATTEMPT`` (which attempt of its schedule
-    slot it is: 1, or more with ``LockContext.retries``) and, with
+    slot it is: 1, or more with ``LockContext.retries``), ``DISLOCK_SLOT_START``,
+    ``DISLOCK_SLOT_END`` and ``DISLOCK_LAST_SUCCESS`` (``dislock.core.slot_context``;
+    unset when not known) and, with
     ``LockContext.fencing``, ``DISLOCK_FENCING_TOKEN``;
     it inherits ours except ``withheld_variables`` (e.g. the one holding the
     database URL, so that the command cannot use the lock credential).

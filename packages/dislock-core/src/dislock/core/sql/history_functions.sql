@@ -37,11 +37,23 @@ BEGIN
 END
 $budget$;
 
--- A run starts: its row, on the server's clock; its id.
+-- A run starts: its row, on the server's clock; its id, and the key's last successful
+-- run before it (dislock.core.history.last_success_query).  Its answer grew those
+-- columns: a function of an older version is dropped first (a caller of this
+-- version reads the id alone from an older one).
+DO $drop$ BEGIN
+    IF obj_description(to_regprocedure({start_signature}), 'pg_proc') IS DISTINCT FROM {version}
+    THEN
+        EXECUTE 'DROP FUNCTION IF EXISTS ' || {start_signature};
+    END IF;
+END
+$drop$;
+
 CREATE OR REPLACE FUNCTION {start}(
     p_lock_key text, p_modes text, p_slot_end timestamptz, p_owner text, p_host text,
     p_pid int4, p_cron text, p_cron_tz text
-) RETURNS TABLE (id int8)
+) RETURNS TABLE (id int8, last_started_at timestamptz, last_slot_end timestamptz,
+    last_cron text, last_cron_tz text)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $start$
 #variable_conflict use_column
 DECLARE
@@ -59,9 +71,12 @@ BEGIN
         + coalesce(octet_length(p_cron_tz), 0));
     PERFORM set_config('synchronous_commit', 'off', true);
     RETURN QUERY
-    INSERT INTO {history} (lock_key, modes, slot_end, owner, host, pid, started_at, cron, cron_tz)
-    VALUES (p_lock_key, p_modes, p_slot_end, p_owner, p_host, p_pid, now(), p_cron, p_cron_tz)
-    RETURNING {history}.id;
+    WITH succeeded AS ({last_success}), run AS (
+        INSERT INTO {history} (lock_key, modes, slot_end, owner, host, pid, started_at, cron,
+            cron_tz)
+        VALUES (p_lock_key, p_modes, p_slot_end, p_owner, p_host, p_pid, now(), p_cron, p_cron_tz)
+        RETURNING {history}.id)
+    SELECT run.id, succeeded.* FROM run LEFT JOIN succeeded ON true;
 END
 $start$;
 

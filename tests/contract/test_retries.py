@@ -22,7 +22,7 @@ import pytest
 from psycopg import sql
 
 from dislock import LockContext, LockNotAcquiredError
-from dislock.core.retries import GRACE_CAP, grace, reopened_slot
+from dislock.core.retries import GRACE_CAP, grace, slot_end_of
 from dislock.core.rows import lease_key, schedule_key
 from tests.support.drivers import Driver
 from tests.support.eventually import eventually
@@ -183,10 +183,12 @@ def test_the_machine_whose_attempt_failed_leaves_the_retry_to_another_for_its_gr
     key = schedule_key(failed.lock_key)
     assert driver.run_with_locks(_attempt(marker, 3), failed, strategies) == 3
     retry_at = _move_retry_time(rows, key, 0)  # the delay has passed
-    slot = reopened_slot(rows.get(key).value)  # type: ignore[union-attr]
-    assert slot is not None
+    row = rows.get(key)
+    assert row is not None and "(failed; retry in slot " in row.value, row
+    slot = slot_end_of(row.value, row.expire_at)
+    again = make_context(owner=_on("machine-a"), **settings)
     with pytest.raises(LockNotAcquiredError, match="leaves attempt 2 to another until") as told:
-        driver.run_with_locks(_attempt(marker, 0), make_context(owner=_on("machine-a"), **settings), strategies)
+        driver.run_with_locks(_attempt(marker, 0), again, strategies)
     assert _attempts(marker) == ["1"]
     found = re.search(r"to another until (\S+)", str(told.value))
     assert found is not None, told.value

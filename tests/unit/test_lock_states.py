@@ -250,7 +250,7 @@ def test_a_slots_patience_ends_with_the_slot(fields: dict[str, Any], ends_at: da
             [SLOT_END - timedelta(minutes=3)],
             ["reopen"],
             # This machine's grace: a quarter of the three minutes left (under the delay).
-            f"attempt 2 may start on another machine from {(SLOT_END - timedelta(minutes=3)).isoformat()},"
+            f"another machine from {(SLOT_END - timedelta(minutes=3)).isoformat()},"
             f" on this one from {(SLOT_END - timedelta(seconds=135)).isoformat()}",
         ),
         (2, [None], ["reopen"], "the slot ends before another attempt could start"),

@@ -120,9 +120,7 @@ def _failed_here(value: sql.Composable) -> sql.Composed:
     """Whether the slot row ``value`` was left by an attempt of the claimant's machine:
     its owner token starts with the host name that starts ``%(owner)s`` (the default
     ``hostname:pid:nonce`` token; a token without a colon names no machine)."""
-    return sql.SQL("starts_with({value}, split_part(%(owner)s, ':', 1) || ':')").format(
-        value=value
-    )
+    return sql.SQL("starts_with({value}, split_part(%(owner)s, ':', 1) || ':')").format(value=value)
 
 
 def next_attempt(table: sql.Identifier) -> sql.Composed:

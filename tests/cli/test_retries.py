@@ -15,15 +15,20 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import psycopg
+from psycopg import sql
 
+from dislock.core.retries import grace, slot_end_of
 from dislock.core.rows import lease_key, schedule_key
 from tests.cli.conftest import DISLOCK, Ctl, RunCli, dislock_on_path, run_pasted
 from tests.cli.serving import sample, serving
 from tests.support.eventually import eventually
+from tests.support.hosts import on_host
 from tests.support.processes import alive
 from tests.support.rows import Rows
 
 RACERS = 20
+WHEN = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d"
+"""A moment as the wrapper says it, to the second."""
 
 
 def test_the_docs_block_runs_as_pasted(cli_env: dict[str, str], tmp_path: Path) -> None:
@@ -39,7 +44,7 @@ def test_the_docs_block_runs_as_pasted(cli_env: dict[str, str], tmp_path: Path) 
     (line,) = result.stderr.splitlines()
     assert re.fullmatch(
         r"dislock: lock 'flaky-export': attempt 1 of 3 in this slot failed; attempt 2 may start"
-        r" on any machine from \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d",
+        rf" on another machine from {WHEN}, on this one from {WHEN}",
         line,
     ), line
 
@@ -120,18 +125,18 @@ def test_machines_racing_for_a_reopened_slot_start_one_attempt(
     }
     failed = run_cli(["DATABASE_URL", "sh", "-c", _attempt_script(attempts, 3)], env)
     assert failed.returncode == 3, failed.stderr
-    assert "attempt 2 may start on any machine from" in failed.stderr
+    assert "attempt 2 may start on another machine from" in failed.stderr
     rows = Rows(db, lock_table)
     key = schedule_key(env["LOCK_KEY"])
     eventually(lambda: (row := rows.get(key)) is not None and row.expired, timeout=30)
     racers = [
         subprocess.Popen(
             [*DISLOCK, "DATABASE_URL", "sh", "-c", _attempt_script(attempts, 0)],
-            env=env,
+            env=on_host(env, f"racer-{n}"),  # other machines: none leaves the retry to others
             stderr=subprocess.PIPE,
             text=True,
         )
-        for _ in range(RACERS)
+        for n in range(RACERS)
     ]
     said = [racer.communicate(timeout=120)[1] for racer in racers]
     assert [racer.returncode for racer in racers] == [0] * RACERS, said
@@ -214,7 +219,7 @@ def test_a_later_attempt_still_going_reads_as_running_in_history(
             "-c",
             f'touch "{started}"; while [ ! -e "{release}" ]; do sleep 0.05; done',
         ],
-        env=env,
+        env=on_host(env, "another-machine"),  # it takes the retry as soon as it is due
         stderr=subprocess.DEVNULL,
     )
     try:
@@ -252,3 +257,64 @@ def test_a_reopened_slot_tells_its_retry_time_in_ls_and_on_the_page(
     with serving(env) as served:
         _, _, page = served.get("/")
     assert re.search(told, page) and "retry in slot" not in page, page
+
+
+def _said_retry_times(stderr: str) -> tuple[datetime, datetime]:
+    """When the failed wrapper said another machine, then this one, may retry."""
+    found = re.search(rf"another machine from ({WHEN}), on this one from ({WHEN})", stderr)
+    assert found is not None, stderr
+    return datetime.fromisoformat(found.group(1)), datetime.fromisoformat(found.group(2))
+
+
+def test_a_retry_goes_to_another_machine_first_and_history_says_which_ran_each(
+    history_env: dict[str, str], run_cli: RunCli, ctl: Ctl, rows: Rows, tmp_path: Path
+) -> None:
+    attempts = tmp_path / "attempts"
+    env = {
+        **history_env,
+        "LOCK_RETRIES": "2",
+        "LOCK_RETRY_DELAY_SECONDS": "120",
+        "CRONJOB_LOCK_LOG_LEVEL": "INFO",
+    }
+    machine_a, machine_b = on_host(env, "machine-a"), on_host(env, "machine-b")
+    failed = run_cli(["DATABASE_URL", "sh", "-c", _attempt_script(attempts, 3)], machine_a)
+    assert failed.returncode == 3, failed.stderr
+    elsewhere, here = _said_retry_times(failed.stderr)
+    assert here - elsewhere == timedelta(seconds=120), failed.stderr  # its grace: the delay
+    key = schedule_key(env["LOCK_KEY"])
+    # The delay has passed (as waiting would): another machine may retry, this one for
+    # the two minutes of its grace.
+    rows.db.execute(
+        sql.SQL("UPDATE {} SET expire_at = NOW() WHERE key = %s").format(rows.table), (key,)
+    )
+    left = run_cli(["DATABASE_URL", "sh", "-c", _attempt_script(attempts, 0)], machine_a)
+    assert left.returncode == 0 and attempts.read_text().split() == ["1"], left.stderr
+    assert re.search(rf"leaves attempt 2 to another until {WHEN}$", left.stderr.strip()), left
+    taken = run_cli(["DATABASE_URL", "sh", "-c", _attempt_script(attempts, 0)], machine_b)
+    assert taken.returncode == 0 and attempts.read_text().split() == ["1", "2"], taken.stderr
+
+    shown = ctl("history", env["LOCK_KEY"], "--json", env=env)
+    assert shown.returncode == 0, shown.stderr
+    runs = [(run["host"], run["attempt"], run["outcome"]) for run in json.loads(shown.stdout)]
+    assert runs == [("machine-b", 2, "ok"), ("machine-a", 1, "failed")], runs
+    table = ctl("history", env["LOCK_KEY"], env=env).stdout.splitlines()
+    assert re.search(r"machine-b .* ok, attempt 2$", table[1]), table
+    assert re.search(r"machine-a .* failed \(3\), attempt 1$", table[2]), table
+
+
+def test_without_another_machine_the_failed_one_retries_once_its_grace_is_over(
+    cli_env: dict[str, str], run_cli: RunCli, rows: Rows, tmp_path: Path
+) -> None:
+    attempts = tmp_path / "attempts"
+    env = {**cli_env, "LOCK_RETRIES": "1", "LOCK_RETRY_DELAY_SECONDS": "1"}
+    failed = run_cli(["DATABASE_URL", "sh", "-c", _attempt_script(attempts, 3)], env)
+    assert failed.returncode == 3, failed.stderr
+    row = rows.get(schedule_key(env["LOCK_KEY"]))
+    assert row is not None and "(failed; retry in slot " in row.value, row
+    slot = slot_end_of(row.value, row.expire_at)
+    over = row.expire_at + timedelta(seconds=grace(1, row.expire_at, slot))
+    assert over - row.expire_at == timedelta(seconds=1)
+    assert _said_retry_times(failed.stderr)[1] == over.replace(microsecond=0)
+    eventually(lambda: rows.now() >= over, timeout=30)  # by the database clock
+    again = run_cli(["DATABASE_URL", "sh", "-c", _attempt_script(attempts, 0)], env)
+    assert again.returncode == 0 and attempts.read_text().split() == ["1", "2"], again.stderr

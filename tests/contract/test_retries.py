@@ -10,7 +10,10 @@ waiting would.
 
 from __future__ import annotations
 
+import re
+import uuid
 from collections.abc import Callable
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +22,7 @@ import pytest
 from psycopg import sql
 
 from dislock import LockContext, LockNotAcquiredError
+from dislock.core.retries import GRACE_CAP, grace, slot_end_of
 from dislock.core.rows import lease_key, schedule_key
 from tests.support.drivers import Driver
 from tests.support.eventually import eventually
@@ -139,6 +143,77 @@ def test_a_lease_left_unreleased_after_a_success_is_not_taken_for_a_vanished_hol
     with pytest.raises(LockNotAcquiredError):
         driver.run_with_locks(_attempt(marker, 0), make_context(**settings), ["schedule", "lease"])
     assert _attempts(marker) == ["1"]
+
+
+# -- a retry goes to another machine first ---------------------------------------
+
+YEARLY_SLOT = "0 0 1 1 *"
+"""A slot that ends on January 1st: a quarter of what is left of it is longer than the
+grace's cap, unless the test runs in the last twenty minutes of the year."""
+
+
+def _on(host: str) -> str:
+    """An owner token of a run on ``host``, as the default token starts."""
+    return f"{host}:{uuid.uuid4().int % 100000}:{uuid.uuid4().hex[:8]}"
+
+
+def _move_retry_time(rows: Rows, key: str, seconds_ago: float) -> datetime:
+    """Make the reopened row's retry time ``seconds_ago`` (as waiting would): the new one."""
+    row = rows.db.execute(
+        sql.SQL(
+            "UPDATE {} SET expire_at = NOW() - make_interval(secs => %s) WHERE key = %s"
+            " RETURNING expire_at"
+        ).format(rows.table),
+        (seconds_ago, key),
+    ).fetchone()
+    assert row is not None
+    moved: datetime = row[0]
+    return moved
+
+
+@pytest.mark.parametrize("strategies", [["schedule"], ["schedule", "lease"]])
+def test_the_machine_whose_attempt_failed_leaves_the_retry_to_another_for_its_grace(
+    driver: Driver, make_context: MakeContext, rows: Rows, tmp_path: Path, strategies: list[str]
+) -> None:
+    marker = tmp_path / "attempts"
+    settings = {"schedule": YEARLY_SLOT, "retries": 2, "retry_delay_seconds": 600}
+    if "lease" in strategies:
+        settings |= {"run_ttl_seconds": 5.0, "lease_interval_seconds": 0.5}
+    failed = make_context(owner=_on("machine-a"), **settings)
+    key = schedule_key(failed.lock_key)
+    assert driver.run_with_locks(_attempt(marker, 3), failed, strategies) == 3
+    retry_at = _move_retry_time(rows, key, 0)  # the delay has passed
+    row = rows.get(key)
+    assert row is not None and "(failed; retry in slot " in row.value, row
+    slot = slot_end_of(row.value, row.expire_at)
+    again = make_context(owner=_on("machine-a"), **settings)
+    with pytest.raises(LockNotAcquiredError, match="leaves attempt 2 to another until") as told:
+        driver.run_with_locks(_attempt(marker, 0), again, strategies)
+    assert _attempts(marker) == ["1"]
+    found = re.search(r"to another until (\S+)", str(told.value))
+    assert found is not None, told.value
+    # The grace the wrapper told of as the attempt failed is the one the claim keeps.
+    until = datetime.fromisoformat(found.group(1))
+    kept = retry_at + timedelta(seconds=grace(600, retry_at, slot))
+    assert abs(until - kept) < timedelta(seconds=1) and kept > retry_at, (until, kept)
+
+    other = make_context(owner=_on("machine-b"), **settings)
+    assert driver.run_with_locks(_attempt(marker, 0), other, strategies) == 0
+    assert _attempts(marker) == ["1", "2"]
+
+
+def test_the_machine_whose_attempt_failed_takes_the_retry_after_its_grace(
+    driver: Driver, make_context: MakeContext, rows: Rows, tmp_path: Path
+) -> None:
+    marker = tmp_path / "attempts"
+    settings = {"schedule": YEARLY_SLOT, "retries": 2, "retry_delay_seconds": 600}
+    failed = make_context(owner=_on("machine-a"), **settings)
+    key = schedule_key(failed.lock_key)
+    assert driver.run_with_locks(_attempt(marker, 3), failed, ["schedule"]) == 3
+    _move_retry_time(rows, key, GRACE_CAP + 1)  # no other machine came for longer than any grace
+    again = make_context(owner=_on("machine-a"), **settings)
+    assert driver.run_with_locks(_attempt(marker, 0), again, ["schedule"]) == 0
+    assert _attempts(marker) == ["1", "2"]
 
 
 # -- the start deadline ----------------------------------------------------------

@@ -37,6 +37,7 @@ from dislock import (
     LockNotAcquiredError,
 )
 from dislock.core import variables
+from tests.support.hosts import on_host
 
 T = TypeVar("T")
 
@@ -334,13 +335,18 @@ class CliDriver(Driver):
     def environment(cls, context: LockContext, strategies: Sequence[str]) -> dict[str, str]:
         if context.next_run_time is not None:
             raise NotImplementedError("the CLI computes slots from CRON_SCHEDULE only")
-        return {
+        env = {
             **os.environ,
             cls.url_variable: context.url,
             **wrapper_variables(context),
             variables.STRATEGY.name: ",".join(strategies),
             variables.LOG_LEVEL.name: "INFO",
         }
+        # A retry is left to another machine first, which the slot row tells by the
+        # host that starts an owner token: with retries, the wrapper runs on the
+        # machine its context's owner names, as the Python drivers' owners are
+        # machines of their own.
+        return on_host(env, context.owner.split(":")[0]) if context.retries else env
 
     def hold(self, context: LockContext, strategies: Sequence[str]) -> Holding:
         run = self._tmp / uuid.uuid4().hex
@@ -377,10 +383,9 @@ class CliDriver(Driver):
         shutil.rmtree(self._tmp, ignore_errors=True)
 
     def is_owner_token(self, value: str, context: LockContext) -> bool:
-        # The wrapper makes its own token: hostname:pid:nonce.
-        return (
-            re.fullmatch(rf"{re.escape(socket.gethostname())}:\d+:[0-9a-f]{{8}}", value) is not None
-        )
+        # The wrapper makes its own token: hostname:pid:nonce (the host of ``environment``).
+        host = context.owner.split(":")[0] if context.retries else socket.gethostname()
+        return re.fullmatch(rf"{re.escape(host)}:\d+:[0-9a-f]{{8}}", value) is not None
 
     def start(
         self,

@@ -245,7 +245,14 @@ def test_a_slots_patience_ends_with_the_slot(fields: dict[str, Any], ends_at: da
 @pytest.mark.parametrize(
     ("attempt", "replies", "steps", "said"),
     [
-        (1, [SLOT_END - timedelta(minutes=3)], ["reopen"], "attempt 2 may start on any machine"),
+        (
+            1,
+            [SLOT_END - timedelta(minutes=3)],
+            ["reopen"],
+            # This machine's grace: a quarter of the three minutes left (under the delay).
+            f"another machine from {(SLOT_END - timedelta(minutes=3)).isoformat()},"
+            f" on this one from {(SLOT_END - timedelta(seconds=135)).isoformat()}",
+        ),
         (2, [None], ["reopen"], "the slot ends before another attempt could start"),
         (2, [LOST], ["reopen"], "could not be left to the next attempt"),
         (3, [], [], "no attempt is left in this slot"),

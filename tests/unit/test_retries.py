@@ -4,14 +4,21 @@ that reads the marks runs against PostgreSQL in ``contract/test_retries.py``."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
 
 from dislock import LockContext
 from dislock.core.errors import ConfigurationError
-from dislock.core.retries import attempt_suffix, backoff, check_retries, reopened_suffix
+from dislock.core.retries import (
+    GRACE_CAP,
+    attempt_suffix,
+    backoff,
+    check_retries,
+    grace,
+    reopened_suffix,
+)
 
 URL = "postgresql://jobs@db.internal/app"
 
@@ -29,6 +36,22 @@ def test_a_reopened_slot_is_named_by_its_end() -> None:
 def test_the_delay_doubles_after_each_failed_attempt_up_to_a_cap() -> None:
     assert [backoff(60, attempt) for attempt in (1, 2, 3, 4)] == [60, 120, 240, 480]
     assert backoff(1, 100) == 1024
+
+
+@pytest.mark.parametrize(
+    ("delay", "left", "expected"),
+    [
+        (60, timedelta(hours=1), 60),  # the delay: another machine's tick, if it ticks as often
+        (60, timedelta(minutes=2), 30),  # a quarter of the slot left: most stays for a retry here
+        (3600, timedelta(days=1), GRACE_CAP),
+        (60, -timedelta(seconds=1), 0),  # (a slot already over leaves nothing to wait for)
+    ],
+)
+def test_the_failed_machine_leaves_the_retry_to_others_for_a_bounded_grace(
+    delay: float, left: timedelta, expected: float
+) -> None:
+    retry_at = datetime(2026, 12, 4, 3, 0, tzinfo=timezone.utc)
+    assert grace(delay, retry_at, retry_at + left) == expected
 
 
 @pytest.mark.parametrize("strategies", [("schedule",), ("schedule", "lease")])

@@ -39,7 +39,8 @@ class Acquired(NamedTuple):
     """The server's timeline the statement ran on (None when it is not known)."""
     attempt: int | None = None
     """With retries (``acquire_retrying``): the attempt of the slot it took, or would
-    have taken; None when none may start now (or without retries)."""
+    have taken, or leaves to another machine (with ``retry_at``, the end of its grace);
+    None when none may start now (or without retries)."""
     retry_at: datetime | None = None
     """With retries: when a failed attempt reopened the slot for a later one, the
     moment that one may start (the row is not taken before)."""

@@ -231,7 +231,7 @@ class Claims:
             self._upsert(row, claimable=retries.claimable(self.table)),
             _claim_columns(
                 RetryingClaimRow._fields,
-                attempt=sql.SQL("attempt.n"),
+                attempt=sql.SQL("COALESCE(attempt.n, attempt.deferred)"),
                 retry_at=sql.SQL("attempt.retry_at"),
             ),
             more=sql.SQL(", {}").format(retries.next_attempt(self.table)),

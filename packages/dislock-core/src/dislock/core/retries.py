@@ -99,24 +99,67 @@ def vanished(row: str, table: sql.Identifier) -> sql.Composed:
     )
 
 
+GRACE_SHARE = 4
+"""The machine whose attempt failed leaves the retry to the others for at most
+1/GRACE_SHARE of what is left of the slot after the retry time (``grace``)."""
+
+GRACE_CAP = 300.0
+"""…and for at most this many seconds: five ticks of a crontab line run every minute."""
+
+
+def grace(delay: float, retry_at: datetime, slot_end: datetime) -> float:
+    """Seconds after ``retry_at`` during which the machine whose attempt failed
+    (``delay``: that attempt's backoff) leaves the retry to another: the backoff, so
+    that a delay of a tick gives the others one; at most a share of the slot left, so
+    that the failed machine's own retry keeps most of it; at most ``GRACE_CAP``."""
+    left = max((slot_end - retry_at).total_seconds(), 0.0)
+    return min(delay, left / GRACE_SHARE, GRACE_CAP)
+
+
+def _failed_here(value: sql.Composable) -> sql.Composed:
+    """Whether the slot row ``value`` was left by an attempt of the claimant's machine:
+    its owner token starts with the host name that starts ``%(owner)s`` (the default
+    ``hostname:pid:nonce`` token; a token without a colon names no machine)."""
+    return sql.SQL("starts_with({value}, split_part(%(owner)s, ':', 1) || ':')").format(value=value)
+
+
 def next_attempt(table: sql.Identifier) -> sql.Composed:
     """The ``prior`` and ``attempt`` CTEs of a retrying claim: the slot row as found,
-    and the attempt a claim would be (NULL: none may start now)."""
+    the attempt a claim would be (``n``, NULL: none may start now), and when a reopened
+    slot's next attempt may start (``retry_at``).  The machine whose attempt failed is
+    ``deferred`` (the attempt it leaves to another) until the row's expiry plus its
+    ``grace``."""
     reopened_here = sql.SQL("right(prior.value, length(%(reopened)s)) = %(reopened)s")
+    grace_end = sql.SQL(
+        "prior.expire_at + least({delay},"
+        " (%(expire_at)s::timestamptz - prior.expire_at) / {share},"
+        " make_interval(secs => {cap}))"
+    ).format(
+        delay=_delay_of(_attempt_of(sql.SQL("prior.value"))),
+        share=sql.Literal(GRACE_SHARE),
+        cap=sql.Literal(GRACE_CAP),
+    )
     return sql.SQL(
-        "prior AS (SELECT value, expire_at FROM {table} WHERE key = %(key)s),"
+        "prior AS (SELECT value, expire_at, {reopened_here} AND {failed_here}"
+        " AND NOW() < {grace_end} AS deferred, {grace_end} AS grace_end"
+        " FROM {table} AS prior WHERE key = %(key)s),"
         " attempt AS (SELECT CASE"
         " WHEN NOT EXISTS (SELECT FROM prior) THEN 1"
         " ELSE (SELECT CASE"
+        " WHEN prior.deferred THEN NULL"
         " WHEN prior.expire_at <= NOW() AND {reopened_here} THEN {attempt} + 1"
         " WHEN prior.expire_at <= NOW() THEN 1"
         " WHEN {vanished} THEN {attempt} + 1"
         " END FROM prior) END AS n,"
-        " (SELECT CASE WHEN prior.expire_at > NOW() AND {reopened_here}"
+        " (SELECT CASE WHEN prior.deferred THEN {attempt} + 1 END FROM prior) AS deferred,"
+        " (SELECT CASE WHEN prior.deferred THEN prior.grace_end"
+        " WHEN prior.expire_at > NOW() AND {reopened_here}"
         " THEN prior.expire_at END FROM prior) AS retry_at)"
     ).format(
         table=table,
         reopened_here=reopened_here,
+        failed_here=_failed_here(sql.SQL("prior.value")),
+        grace_end=grace_end,
         attempt=_attempt_of(sql.SQL("prior.value")),
         vanished=vanished("prior", table),
     )

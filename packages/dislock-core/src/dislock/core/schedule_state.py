@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from datetime import datetime, tzinfo
+from datetime import datetime, timedelta, tzinfo
 from functools import partial
 from typing import TypeAlias
 
@@ -24,7 +24,7 @@ from dislock.core.history import history_table
 from dislock.core.lock_statements import statements_for
 from dislock.core.patience import ConnectPatience, SlotEnd
 from dislock.core.pause import paused_error
-from dislock.core.retries import LATE_MARK, attempt_ended, attempt_suffix, backoff
+from dislock.core.retries import LATE_MARK, attempt_ended, attempt_suffix, backoff, grace
 from dislock.core.rows import schedule_key
 from dislock.core.slot_context import slot_start_of
 from dislock.core.timeouts import RELEASE_TIMEOUT
@@ -121,7 +121,8 @@ class ScheduleState:
 
     def _reopening(self, taken_as: str, outcome: str) -> Steps[None]:
         """Leave the slot to its next attempt, if one is left: the row expires after
-        the backoff, for the first wrapper on any machine to take.  Best effort: a
+        the backoff, for the first wrapper on another machine to take (on this one,
+        after a grace: ``dislock.core.retries.grace``).  Best effort: a
         slot not reopened stays taken (never two attempts, at worst one too few)."""
         context = self.context
         ended = attempt_ended(context.lock_key, self.attempt, context.retries, outcome)
@@ -143,13 +144,15 @@ class ScheduleState:
             return
         if retry_at is None:
             logger.warning("%s; the slot ends before another attempt could start", ended)
-        else:
-            logger.warning(
-                "%s; attempt %d may start on any machine from %s",
-                ended,
-                self.attempt + 1,
-                retry_at.isoformat(timespec="seconds"),
-            )
+            return
+        here = retry_at + timedelta(seconds=grace(delay, retry_at, self.expires_at))
+        logger.warning(
+            "%s; attempt %d may start on another machine from %s, on this one from %s",
+            ended,
+            self.attempt + 1,
+            retry_at.isoformat(timespec="seconds"),
+            here.isoformat(timespec="seconds"),
+        )
 
 
 def claiming_schedule_slot(
@@ -299,6 +302,11 @@ def schedule_refusal(
         return errors.LockDelayedError(delayed(slot, answer.delayed_until), answer.delayed_until)
     if late is not None:
         return errors.LockNotAcquiredError(f"{late}, and was started or marked late already")
+    if answer.retry_at is not None and answer.attempt is not None:
+        return errors.LockNotAcquiredError(
+            f"{slot}: an attempt failed on this machine, which leaves attempt"
+            f" {answer.attempt} to another until {answer.retry_at.isoformat(timespec='seconds')}"
+        )
     if answer.retry_at is not None:
         return errors.LockNotAcquiredError(
             f"{slot}: an attempt failed; the next may start at"

@@ -57,6 +57,8 @@ def render_runs(runs: Sequence[Run], marks: Mapping[int, str | None] | None = No
     """The runs as a table; ``marks``: each run's against its key's envelope
     (``dislock.cli.runs.envelope``), explained under the table when any is marked."""
     numbers = attempts(runs)
+    # Every attempt of a slot that had more than one is numbered, its first too.
+    retried = {(run.key, run.slot_end) for run in runs if numbers.get(run.id, 1) > 1}
     headers = ("STARTED (UTC)", "LOCK KEY", "HOST", "PID", "DURATION", "OUTCOME")
     lines = [
         (
@@ -72,7 +74,11 @@ def render_runs(runs: Sequence[Run], marks: Mapping[int, str | None] | None = No
             if run.duration_seconds is None or run.outcome in EVENTS
             else format_duration(run.duration_seconds),
             clip(describe_outcome(run))
-            + (f", attempt {numbers[run.id]}" if numbers.get(run.id, 1) > 1 else "")
+            + (
+                f", attempt {numbers[run.id]}"
+                if run.id in numbers and (run.key, run.slot_end) in retried
+                else ""
+            )
             + (f", {marks[run.id]}" if marks and marks.get(run.id) else ""),
         )
         for run in runs

@@ -151,7 +151,8 @@ RETRIES = Setting(
     "retries",
     "0",
     "with a schedule, a failed run leaves its slot to up to this many more attempts, "
-    "each by the first wrapper on any machine to start after the delay: {range}",
+    "each by the first wrapper to start after the delay (another machine than the one that "
+    "failed, for a short grace): {range}",
     bound=Bound(
         0, 100, "", "more attempts than this in one slot is a loop, not a retry", integer=True
     ),

@@ -295,6 +295,24 @@ def test_a_dead_collector_costs_one_line_and_never_the_status(
             assert "hunter2" not in result.stderr
 
 
+def test_an_exporter_that_cannot_load_costs_one_line(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    # An installed exporter (by its entry point) whose module is not there.
+    found = tmp_path / "broken_exporter-1.0.dist-info"
+    found.mkdir()
+    (found / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-exporter\nVersion: 1.0\n")
+    (found / "entry_points.txt").write_text(
+        "[opentelemetry_traces_exporter]\nbroken = no_such_module:Exporter\n"
+    )
+    env = {**cli_env, "PYTHONPATH": str(tmp_path), "LOCK_STRATEGY": "lease"}
+    result = run({**env, "OTEL_TRACES_EXPORTER": "broken"}, "exit 7")
+    assert result.returncode == 7, result.stderr
+    assert result.stderr == (
+        "dislock: no trace span for this run (ModuleNotFoundError): check the OTEL_* settings\n"
+    )
+
+
 def test_the_docs_example_runs_as_printed(cli_env: dict[str, str], tmp_path: Path) -> None:
     env = {name: value for name, value in cli_env.items() if not name.startswith("OTEL_")}
     env = {**env, "PATH": dislock_on_path(tmp_path)}

@@ -136,7 +136,14 @@ def run_span(settings: WrapperSettings, environ: Mapping[str, str]) -> RunSpan |
     except ImportError:
         logger.info("OTEL_* settings ask for traces, but dislock-cli[otel] is not installed")
         return None
-    exporters = _exporters(environ)
+    try:
+        exporters = _exporters(environ)
+    except Exception as exc:  # a certificate file that is not there, ...: the job still runs
+        # Its class only: its text may quote the endpoint, and the credentials in it.
+        logger.warning(
+            "no trace span for this run (%s): check the OTEL_* settings", type(exc).__name__
+        )
+        return None
     if not exporters:
         return None
     provider = TracerProvider(resource=Resource.create(), shutdown_on_exit=False)
@@ -168,8 +175,8 @@ def _exporters(environ: Mapping[str, str]) -> list[SpanExporter]:
 
     found = {point.name: point for point in entry_points(group="opentelemetry_traces_exporter")}
     exporters = []
-    for name in (environ.get("OTEL_TRACES_EXPORTER") or "otlp").split(","):
-        name = "otlp_proto_http" if name.strip() in ("otlp", "") else name.strip()
+    for given in (environ.get("OTEL_TRACES_EXPORTER") or "otlp").split(","):
+        name = {"otlp": "otlp_proto_http"}.get(given.strip(), given.strip())
         if name not in found:
             logger.warning("OTEL_TRACES_EXPORTER: no span exporter %r is installed", name)
             continue

@@ -18,7 +18,9 @@ Then checks, each against freshly built wheels in a fresh virtualenv:
 * ``pip install dislock-aio``: the async API takes a real lock and
   ``from dislock import LockContext`` works; the sync distribution is absent and
   its names fail with an ImportError naming ``pip install dislock``;
-* ``pipx install dislock-cli``: ``dislock --help`` and a real locked run work.
+* ``pipx install dislock-cli``: ``dislock --help`` and a real locked run work;
+* ``pip install 'dislock-cli[otel]'``: a run is a span, child of ``TRACEPARENT``
+  (printed by the console exporter).  Only this story installs OpenTelemetry.
 
 The real locks run against ``TEST_DATABASE_URL`` or an embedded PostgreSQL.
 """
@@ -190,6 +192,7 @@ SYNC_STORY = """
     assert importlib.util.find_spec("dislock.aio") is None, "aio code installed"
     assert importlib.util.find_spec("dislock.cli") is None, "CLI code installed"
     assert importlib.util.find_spec("prometheus_client") is None, "a CLI-only dependency installed"
+    assert importlib.util.find_spec("opentelemetry") is None, "an OpenTelemetry package installed"
     ctx = LockContext(url=os.environ["DATABASE_URL"], table_parts=["release_check_locks"],
                       lock_key="sync-story", owner="sync:1", schedule="0 0 1 1 *",
                       run_ttl_seconds=5, lease_interval_seconds=1)
@@ -204,6 +207,7 @@ AIO_STORY = """
     from dislock.aio import LeaseLock
     assert importlib.util.find_spec("dislock._sync") is None, "sync distribution installed"
     assert importlib.util.find_spec("prometheus_client") is None, "a CLI-only dependency installed"
+    assert importlib.util.find_spec("opentelemetry") is None, "an OpenTelemetry package installed"
     try:
         from dislock import ScheduleLock
     except ImportError as exc:
@@ -268,9 +272,36 @@ def check_cli(tmp: Path, url: str) -> None:
     second = run([str(dislock), "DATABASE_URL", "sh", "-c", "echo ran twice"], env=env)
     if second.stdout:
         fail("the pipx-installed dislock ran the command twice in one slot")
+    check_python(tmp / "pipx-home" / "venvs" / "dislock-cli" / "bin" / "python", NO_OTEL, url)
     say(
         "pipx install dislock-cli: dislock and dislockctl installed; a locked run works once a slot"
     )
+
+
+NO_OTEL = """
+    import importlib.util
+    assert importlib.util.find_spec("opentelemetry") is None, "an OpenTelemetry package installed"
+"""
+
+
+def check_otel(tmp: Path, url: str) -> None:
+    python = venv(tmp / "otel", f"{wheel_of('dislock-cli')}[otel]")
+    trace_id, parent = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
+    env = {
+        **os.environ,
+        "DATABASE_URL": url,
+        "LOCK_TABLE": "release_check_locks",
+        "LOCK_KEY": "otel-story",
+        "LOCK_STRATEGY": "lease",
+        "OTEL_TRACES_EXPORTER": "console",
+        "TRACEPARENT": f"00-{trace_id}-{parent}-01",
+    }
+    dislock = python.parent / "dislock"
+    ran = run([str(dislock), "DATABASE_URL", "sh", "-c", 'echo "$TRACEPARENT"'], env=env).stdout
+    child, _, span = ran.partition("\n")
+    if not child.startswith(f"00-{trace_id}-") or f'"parent_id": "0x{parent}"' not in span:
+        fail(f"dislock-cli[otel] made no span under TRACEPARENT: {ran!r}")
+    say("pip install 'dislock-cli[otel]': a run is a span, child of TRACEPARENT")
 
 
 def main() -> int:
@@ -292,6 +323,7 @@ def main() -> int:
         check_python(venv(tmp / "aio", str(wheel_of("dislock-aio"))), AIO_STORY, url)
         say("pip install dislock-aio: async API locks; sync names ask for pip install dislock")
         check_cli(tmp, url)
+        check_otel(tmp, url)
     say("all install stories passed")
     return 0
 

@@ -24,6 +24,7 @@ from dislock.core.errors import LeaseLostError, LockNotAcquiredError, MaxRuntime
 from dislock.core.exit_arguments import Exc, ExcType, Tb
 from dislock.core.groups import group_context
 from dislock.core.kinds import LEASE
+from dislock.core.observing import note
 from dislock.core.rows import lease_key
 from dislock.core.waiting import jitter_delay
 
@@ -220,6 +221,7 @@ class Acquisition:
         delay = jitter_delay(context.jitter_max_seconds)
         if delay:
             logger.debug("sleeping %.3f s of startup jitter", delay)
+            note("wait", reason="startup jitter", seconds=delay)
             await sleep(delay)
         # Set before the first lock is entered: from here on, an exit (even one
         # registered before this method returns) releases what is held.

@@ -22,6 +22,7 @@ from dislock.core.config import SCHEDULE
 from dislock.core.context import LEASE_LOST_EXIT_CODE, LeaseLossPolicy, LockContext
 from dislock.core.errors import Interrupted, LeaseLostError
 from dislock.core.history import RunEnd, end_of_command
+from dislock.core.observing import note
 from dislock.core.output_tail import OutputTails
 from dislock.core.processes import Guard, ensure_runnable, parent_death_signal, signal_group
 from dislock.core.slot_context import slot_variables
@@ -85,6 +86,7 @@ async def supervise(
             outputs = OutputTails(context.output_tail_bytes, context.url)
         try:
             child = await _start(argv, env, guard, outputs)
+            note("started", attempt=session.attempt, fencing_token=session.fencing_token)
             if route is not None:
                 for signum in route.started(child.group):
                     _forward(child.group, signum)
@@ -256,6 +258,7 @@ async def run_with_locks(
             logger.debug("%s", exc)  # supervise has said so, in one line
         else:  # lost after the command had exited
             line = lease_loss_line(context.lock_key, exc.reason, f"exit {LEASE_LOST_EXIT_CODE}")
+            note("lease_lost", reason=exc.reason)
             logger.error("%s", line)
         return LEASE_LOST_EXIT_CODE
     except Interrupted as exc:

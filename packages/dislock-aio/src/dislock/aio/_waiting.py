@@ -24,6 +24,7 @@ from dislock.core.context import LockContext
 from dislock.core.dsn import connection_kwargs, scrub
 from dislock.core.exchange import Exchange
 from dislock.core.history import history_table
+from dislock.core.observing import note
 from dislock.core.patience import ConnectPatience
 from dislock.core.waiting import (
     WAKE_CHANNEL,
@@ -146,6 +147,7 @@ async def wait_for_release(
     logger.info(
         "lease %r is held; waiting up to %g s (%s)", context.lock_key, context.wait_seconds, how
     )
+    note("wait", reason="lease held", seconds=context.wait_seconds)
     waited_from: float | None = None
     reads = WakeReads()
     async with enter_hub(context.url, context.connect_timeout_seconds) as hub:
@@ -242,6 +244,7 @@ async def wait_after(
                     # the LISTEN comes first, then the check again.
                     if waited_from is None:
                         logger.info("%s; waiting up to %g s", pending, context.wait_seconds)
+                        note("wait", reason=str(pending), seconds=context.wait_seconds)
                     if listener is not None:
                         await listener.close()
                     listen_to = listen_after(table, pending.key)

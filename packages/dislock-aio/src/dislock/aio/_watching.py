@@ -14,6 +14,7 @@ from time import monotonic
 from typing import NamedTuple
 
 from dislock.core.context import LEASE_LOST_EXIT_CODE, MAX_RUNTIME_EXIT_CODE, LeaseLossPolicy
+from dislock.core.observing import note
 from dislock.core.processes import Guard, group_alive, signal_group
 from dislock.core.supervision import (
     GUARD_FIRED,
@@ -119,6 +120,7 @@ async def watch(
                 )
                 consequence = _terminating(argv, child, LEASE_LOST_EXIT_CODE, grace)
                 line = lease_loss_line(lease.context.lock_key, lease.lost_reason, consequence)
+                note("lease_lost", reason=lease.lost_reason)
                 await terminate(child, guard, lag, line, grace)
                 return LEASE_LOST_EXIT_CODE, False
             report_loss(lease, f"{argv[0]} keeps running (lease loss policy: continue)")
@@ -133,6 +135,7 @@ def report_loss(lease: LeaseLock, consequence: str, reason: str | None = None) -
     """The one line that says a lease was lost (for ``reason``, by default its own)
     and what happens to the command."""
     why = lease.lost_reason if reason is None else reason
+    note("lease_lost", reason=why)
     logger.error("%s", lease_loss_line(lease.context.lock_key, why, consequence))
 
 

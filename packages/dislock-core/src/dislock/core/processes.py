@@ -24,6 +24,7 @@ from typing import Protocol
 
 from dislock.core import guard as guard_program
 from dislock.core.guard import DEADLINE_EXIT, DONE, group_line, until_line
+from dislock.core.observing import note
 from dislock.core.supervision import guard_environment, runs_in_group
 
 
@@ -198,6 +199,7 @@ def signal_group(pgid: int, signum: int) -> None:
     """Signal a process group that may already be gone."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signum)
+        note("kill", signal=signal.Signals(signum).name, process_group=pgid)
 
 
 def group_alive(pgid: int) -> bool:

@@ -22,6 +22,7 @@ from dislock.core.dsn import one_line, scrub
 from dislock.core.failover import delayed
 from dislock.core.history import history_table
 from dislock.core.lock_statements import statements_for
+from dislock.core.observing import note
 from dislock.core.patience import ConnectPatience, SlotEnd
 from dislock.core.pause import paused_error
 from dislock.core.retries import LATE_MARK, attempt_ended, attempt_suffix, backoff, grace
@@ -87,6 +88,7 @@ class ScheduleState:
         context = self.context
         self.expires_at = self.slot_end = expires_at
         self.fence = answer.token
+        note("acquired", slot=expires_at.isoformat())
         self.given.held.add(
             tuple(context.table_parts), self.key, context.owner, slot_end=expires_at
         )

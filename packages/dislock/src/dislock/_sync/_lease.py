@@ -20,6 +20,7 @@ from dislock.core.kinds import LEASE
 from dislock.core.lease_acquisition import handing_over, releasing, trying_lease
 from dislock.core.lease_clock import LeaseClock, raises_on_exit
 from dislock.core.lease_state import Held, LeaseState
+from dislock.core.observing import note
 from dislock.core.patience import ConnectPatience
 from dislock.core.supervision import LOSS_LOGGER
 
@@ -102,6 +103,7 @@ class LeaseLock(LeaseState[Hub, Event]):
             leave_hub(hub)
             raise
         logger.info("acquired lease %s for %g s", self.key, self.settings.ttl)
+        note("acquired", lease=self.key)
         if self.records_history:
             try:
                 recording = RunRecording(self.context, Alone(self), (LEASE,), None)

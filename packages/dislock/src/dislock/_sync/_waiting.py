@@ -26,6 +26,7 @@ from dislock.core.context import LockContext
 from dislock.core.dsn import connection_kwargs, scrub
 from dislock.core.exchange import Exchange
 from dislock.core.history import history_table
+from dislock.core.observing import note
 from dislock.core.patience import ConnectPatience
 from dislock.core.waiting import (
     WAKE_CHANNEL,
@@ -145,6 +146,7 @@ def wait_for_release(
     logger.info(
         "lease %r is held; waiting up to %g s (%s)", context.lock_key, context.wait_seconds, how
     )
+    note("wait", reason="lease held", seconds=context.wait_seconds)
     waited_from: float | None = None
     reads = WakeReads()
     with enter_hub(context.url, context.connect_timeout_seconds) as hub:
@@ -239,6 +241,7 @@ def wait_after(context: LockContext, claim: Takes[[], Taken], patience: ConnectP
                     # the LISTEN comes first, then the check again.
                     if waited_from is None:
                         logger.info("%s; waiting up to %g s", pending, context.wait_seconds)
+                        note("wait", reason=str(pending), seconds=context.wait_seconds)
                     if listener is not None:
                         listener.close()
                     listen_to = listen_after(table, pending.key)

@@ -174,9 +174,15 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     from dislock.cli.wrapper.run import run
     from dislock.core.variables import METRICS_TEXTFILE
 
+    span = None
+    if any(name.startswith("OTEL_") for name in env):  # else not even the module is read
+        from dislock.cli.wrapper.tracing import run_span
+
+        span = run_span(settings, env)
     try:
         textfile: str | None = METRICS_TEXTFILE.read(env)
-        return run(settings, debug=level <= logging.DEBUG, metrics_textfile=textfile)
+        debug = level <= logging.DEBUG
+        return run(settings, debug=debug, metrics_textfile=textfile, observer=span)
     except KeyboardInterrupt:  # Ctrl-C while sleeping the jitter or taking the lock
         print("dislock: interrupted", file=sys.stderr)
         return 128 + 2

@@ -7,6 +7,7 @@ import logging
 import sys
 import time
 import traceback
+from typing import Protocol
 
 import psycopg
 import psycopg.errors
@@ -21,12 +22,39 @@ from dislock.core.errors import (
     LockDelayedError,
     LockNotAcquiredError,
 )
+from dislock.core.observing import Observer, note, observed
 from dislock.core.supervision import FORWARDED_SIGNALS
 
 logger = logging.getLogger("dislock")
 
 
-def run(settings: WrapperSettings, *, debug: bool, metrics_textfile: str | None = None) -> int:
+class RunObserver(Observer, Protocol):
+    """Told a run's notes (``dislock.core.observing``), then its exit status: the
+    run's trace span (``dislock.cli.wrapper.tracing``)."""
+
+    def ended(self, status: int) -> None: ...
+
+
+def run(
+    settings: WrapperSettings,
+    *,
+    debug: bool,
+    metrics_textfile: str | None = None,
+    observer: RunObserver | None = None,
+) -> int:
+    """The wrapped run; its exit status."""
+    if observer is None:
+        return _run(settings, debug, metrics_textfile)
+    status = 128 + 2  # unless it returns: Ctrl-C, as the wrapper exits on it
+    try:
+        with observed(observer):
+            status = _run(settings, debug, metrics_textfile)
+    finally:
+        observer.ended(status)
+    return status
+
+
+def _run(settings: WrapperSettings, debug: bool, metrics_textfile: str | None) -> int:
     context, program, url = settings.context, settings.command[0], settings.context.url
     try:
         started = time.time()
@@ -43,8 +71,10 @@ def run(settings: WrapperSettings, *, debug: bool, metrics_textfile: str | None 
         # or a fleet stopped by a long delay would be silent.
         level = logging.WARNING if isinstance(exc, LockDelayedError) else logging.INFO
         logger.log(level, "not running %s: %s", program, exc)
+        note("not_acquired", reason=scrub(str(exc), url))
         return settings.conflict_exit_code
     except (ConfigurationError, KeyNotGrantedError) as exc:
+        note("error", type=type(exc).__name__)
         print(f"dislock: error: {scrub(str(exc), url)}", file=sys.stderr)
         return EXIT_USAGE if isinstance(exc, ConfigurationError) else EXIT_FAILURE
     except psycopg.errors.InsufficientPrivilege as exc:
@@ -82,6 +112,7 @@ def run(settings: WrapperSettings, *, debug: bool, metrics_textfile: str | None 
 def _fail(
     message: str, exc: BaseException, url: str, debug: bool, status: int = EXIT_FAILURE
 ) -> int:
+    note("error", type=type(exc).__name__)
     print(f"dislock: error: {scrub(message, url)}", file=sys.stderr)
     if debug:
         trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))

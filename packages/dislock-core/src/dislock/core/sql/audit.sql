@@ -72,3 +72,6 @@ END
 $audit$;
 
 COMMENT ON FUNCTION {audit}(text, text, text, text, text) IS {version};
+-- Every role's commands call it (PUBLIC has EXECUTE by default, unless a hardened
+-- server revoked it); it checks who may record what itself.
+GRANT EXECUTE ON FUNCTION {audit}(text, text, text, text, text) TO PUBLIC;

@@ -100,7 +100,7 @@ def test_every_owner_action_is_audited_with_its_reason(
     for step in steps:
         if step[0] == "release":
             db.execute(
-                f'INSERT INTO "{schema}".key_value VALUES (%s, %s, now() + interval \'1 hour\')',
+                f"INSERT INTO \"{schema}\".key_value VALUES (%s, %s, now() + interval '1 hour')",
                 (f"cronjob-lock:lease:{key}", "web-1:1:token"),
             )
         result = ctl(*step, "--reason", f"why {step[0]}")

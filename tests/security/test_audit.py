@@ -6,6 +6,7 @@ count toward the role's history budget and are never refused for it."""
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from typing import Any
 
@@ -57,9 +58,7 @@ def _call(fleet: Fleet, *arguments: Any, acted_as: str | None = None) -> None:
     extra = sql.SQL("") if acted_as is None else sql.SQL(", p_acted_as => {}").format(acted_as)
     with fleet.connect(fleet.ops) as ops:
         ops.execute(
-            sql.SQL("SELECT {}(%s, %s, %s, %s{})").format(
-                function(fleet.table, "audit"), extra
-            ),
+            sql.SQL("SELECT {}(%s, %s, %s, %s{})").format(function(fleet.table, "audit"), extra),
             arguments,
         )
 
@@ -113,7 +112,8 @@ def test_an_operator_cannot_rewrite_the_trail(fleet: Fleet) -> None:
     # The same call with its own arguments is taken: one more row, named as the operator.
     _call(fleet, "pause", mine, None, "its own", acted_as=OPS_ROLE)
     after = _rows(fleet, trail)
-    assert after[:-1] == before and after[-1][2:] == (OPS_ROLE, OPS_ROLE, "pause", mine, None, "its own")
+    assert after[:-1] == before
+    assert after[-1][2:] == (OPS_ROLE, OPS_ROLE, "pause", mine, None, "its own")
 
 
 def _every_function_called_by_hand(fleet: Fleet) -> None:
@@ -133,10 +133,8 @@ def _every_function_called_by_hand(fleet: Fleet) -> None:
         for value in (None, "retire"):
             with fleet.connect(fleet.ops) as ops:
                 arguments = sql.SQL(", ").join([sql.Literal(value)] * count)
-                try:
+                with contextlib.suppress(psycopg.Error):
                     ops.execute(sql.SQL("SELECT {}({})").format(sql.SQL(name), arguments))
-                except psycopg.Error:
-                    pass
 
 
 def test_only_an_operator_retires_a_key(fleet: Fleet, db: psycopg.Connection[Any]) -> None:
@@ -207,9 +205,7 @@ def test_a_write_privilege_on_the_trail_is_a_loophole(fleet: Fleet) -> None:
 
 def test_the_trail_counts_in_the_budget_and_is_never_refused(fleet: Fleet) -> None:
     trail = _init(fleet)
-    used = sql.SQL("SELECT value::int8 FROM {} WHERE key = %s").format(
-        sql.Identifier(*fleet.table)
-    )
+    used = sql.SQL("SELECT value::int8 FROM {} WHERE key = %s").format(sql.Identifier(*fleet.table))
     with fleet.connect(fleet.admin_url) as admin:
         assert admin.execute(used, (USED_PREFIX + OPS_ROLE,)).fetchone() is None
     mine = _unique("billing-")

@@ -261,3 +261,40 @@ def test_a_recount_past_the_budget_counts_the_trail(
     (counted,) = db.execute(used, (USED_PREFIX + OPS_ROLE,)).fetchone() or (0,)
     # The recount (before the run's start is written) plus the start's own bytes.
     assert in_runs + in_trail < counted < in_runs + in_trail + 1000
+
+
+def test_a_wrapper_reruns_its_own_key_audited_and_pauses_nothing(fleet: Fleet) -> None:
+    """A wrapper role that writes its rows by hand (``--plain-writes``) may rerun its
+    keys, as without the trail, and is audited; it may not pause them, nor audit a pause."""
+    trail = _init(fleet)
+    status, _, err = ctl(
+        fleet.admin_url,
+        "grant",
+        BILLING_ROLE,
+        "--keys",
+        "billing-*",
+        "--plain-writes",
+        table=fleet.table,
+    )
+    assert status == 0, err
+    mine = _unique("billing-")
+    with fleet.connect(fleet.admin_url) as admin:
+        admin.execute(
+            sql.SQL(
+                "INSERT INTO {} VALUES (%s, 'web-1:41:9f2c', NOW() + interval '1 hour')"
+            ).format(sql.Identifier(*fleet.table)),
+            (f"cronjob-lock:schedule:{mine}",),
+        )
+    status, _, err = ctl(fleet.billing, "rerun", mine, "--reason", "fixed", table=fleet.table)
+    assert status == 0, err
+    assert _rows(fleet, trail)[-1][2:6] == (BILLING_ROLE, BILLING_ROLE, "rerun", mine)
+    before = _rows(fleet, trail)
+    assert ctl(fleet.billing, "pause", mine, table=fleet.table)[0] == 1
+    with fleet.connect(fleet.billing) as billing, pytest.raises(psycopg.Error):
+        billing.execute(
+            sql.SQL("SELECT {}('pause', %s, NULL, NULL)").format(
+                sql.Identifier(*fleet.table[:-1], f"{fleet.table[-1]}_dislock_audit")
+            ),
+            (mine,),
+        )
+    assert _rows(fleet, trail) == before

@@ -14,9 +14,10 @@ REVOKE ALL ON {trail} FROM PUBLIC;
 -- acted as: the caller's current_user, which p_acted_as defaults to, evaluated where
 -- the call is, and which must be a role the login role may be), what and why from
 -- the caller.  A table-wide action (a NULL key) only by the table's owner; a pause,
--- resume, release, rerun or retire, on a table with grants, only by a role whose grant
--- covers the key and lets it delete rows (an operator); without grants, by a role that
--- may update or delete the table's rows (as the commands need); a fence or
+-- resume, release or retire, on a table with grants, only by a role whose grant covers
+-- the key and lets it delete rows (an operator), a rerun by one that may also update
+-- them (a wrapper's `--plain-writes` grant); without grants, by a role that may update
+-- or delete the table's rows (as the commands need); a fence or
 -- unfence by any role (`fence` checks whose table and which key), named as itself.
 -- Counted in the role's history budget, and never refused for it.
 CREATE OR REPLACE FUNCTION {audit}(
@@ -50,8 +51,9 @@ BEGIN
         IF v_secured THEN
             v_role := (SELECT c.role FROM {caller}(NULL, p_lock_key) AS c);
         END IF;
-        IF NOT pg_catalog.has_table_privilege(session_user, {table_oid},
-            CASE WHEN v_secured THEN 'DELETE' ELSE 'UPDATE, DELETE' END)
+        IF NOT (pg_catalog.has_table_privilege(session_user, {table_oid}, 'DELETE')
+            OR ((NOT v_secured OR p_action = 'rerun')
+                AND pg_catalog.has_any_column_privilege(session_user, {table_oid}, 'UPDATE')))
         THEN
             RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
                 MESSAGE = pg_catalog.format('permission denied for table %s', {shown});

@@ -83,7 +83,7 @@ def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> int:
     from dislock.cli.commands._call import Call, error
     from dislock.cli.wrapper.settings import read_database_url, read_table
     from dislock.core import variables
-    from dislock.core.bounds import MAX_KEY_BYTES, check_size, check_utf8
+    from dislock.core.bounds import MAX_KEY_BYTES, check_reason, check_size, check_utf8
     from dislock.core.errors import ConfigurationError
 
     if args.table is not None:
@@ -97,6 +97,8 @@ def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> int:
         for name in ("lock_key", "prefix", "owner", "reason"):
             if (value := getattr(args, name, None)) is not None:
                 check_utf8(shown.get(name, f"--{name}"), value)
+        if getattr(args, "reason", None) is not None:  # recorded in the audit trail
+            check_reason("--reason", args.reason)
         if getattr(args, "lock_key", None) is not None:
             # No wrapper takes a longer key: pausing or rerunning one would act on nothing.
             # Control characters stay allowed, for rows another version (or a hand) wrote.

@@ -274,3 +274,35 @@ class LockRow:
         if self.mode == PAUSE:
             data["reason"] = data.pop("owner")
         return data
+
+
+class Retired(NamedTuple):
+    """What ``retiring`` answers: the rows it deleted, or the live row that stopped it."""
+
+    deleted: int
+    live: str | None
+
+
+def retiring(table_parts: tuple[str, ...], lock_key: str) -> Exchange[Retired]:
+    """Delete every row of ``lock_key`` (every kind's, every slot's, its pause), unless
+    one of its leases is live: a running job's lease is not taken from under it (nor
+    one taken meanwhile: the delete checks each row again).  A live schedule row is a
+    slot claimed, which says nothing of a run still going."""
+    modes = tuple(kinds.BY_MODE)
+    query = sql.SQL(
+        "WITH mine AS (SELECT key, expire_at > NOW() AND NOT key LIKE ANY (%(open)s) AS live"
+        " FROM {table} WHERE key = ANY(%(keys)s) OR (key ~ %(slot_pattern)s"
+        " AND regexp_replace(key, %(slot_pattern)s, '') = %(lock_key)s)),"
+        " gone AS (DELETE FROM {table} AS t USING mine WHERE t.key = mine.key"
+        " AND (t.expire_at <= NOW() OR t.key LIKE ANY (%(open)s))"
+        " AND NOT EXISTS (SELECT FROM mine AS m WHERE m.live) RETURNING t.key)"
+        " SELECT (SELECT count(*) FROM gone) AS deleted,"
+        " (SELECT {live} FROM mine WHERE mine.live LIMIT 1) AS live"
+    ).format(table=sql.Identifier(*table_parts), live=read("key"))
+    params = {
+        "keys": [*(kinds.BY_MODE[mode].row_key(lock_key) for mode in modes), pause_key(lock_key)],
+        "slot_pattern": _slot_pattern(modes),
+        "lock_key": lock_key,
+        "open": [pause_key("") + "%", kinds.kind(kinds.SCHEDULE).row_key("") + "%"],
+    }
+    return Exchange(query, params, lambda rows: Retired(int(rows[0][0]), rows[0][1]))

@@ -165,10 +165,12 @@ def grant_statements(
     max_keys: int | None = None,
     plain_writes: bool = False,
     max_history_mib: int | None = None,
+    trail: tuple[str, ...] | None = None,
 ) -> list[sql.Composed]:
     """Everything ``dislockctl grant`` runs, in one transaction: row-level security
     on, the role's earlier grant replaced, its privileges and policies on the lock
-    table (and on the run history, when ``history`` names an existing table)."""
+    table (and on the run history, when ``history`` names an existing table; on the
+    audit trail ``trail``, which only a reader reads)."""
     role = check_role(role)
     patterns = check_patterns(patterns, access)
     budget = 0 if access == READER else history_budget(max_history_mib)
@@ -225,9 +227,18 @@ def grant_statements(
             text=sql.Literal(json.dumps(described)),
         )
     )
+    if trail is not None:
+        statements += trail_statements(trail, role, access)
     if history is not None:
         statements += _history_grant(table_parts, history, role, access, patterns, plain_writes)
     return statements
+
+
+def trail_statements(trail: tuple[str, ...], role: str, access: Access) -> list[sql.Composed]:
+    """A role's privileges on the audit trail (``dislock.core.audit_trail``): a reader
+    reads it; no granted role writes it."""
+    table = sql.Identifier(*trail)
+    return [*_replace(table, role), *(_reader(table, role) if access == READER else [])]
 
 
 def _key_policies(
@@ -342,13 +353,18 @@ def _history_grant(
 
 
 def revoke_statements(
-    table_parts: tuple[str, ...], role: str, *, history: tuple[str, ...] | None
+    table_parts: tuple[str, ...],
+    role: str,
+    *,
+    history: tuple[str, ...] | None,
+    trail: tuple[str, ...] | None = None,
 ) -> list[sql.Composed]:
     """What ``dislockctl revoke`` runs: the role's policies and privileges on the lock
-    table (and history) go; row-level security stays on, so the role sees nothing."""
+    table (and history, and audit trail) go; row-level security stays on, so the role
+    sees nothing."""
     statements = [
         statement
-        for parts in (table_parts, history)
+        for parts in (table_parts, history, trail)
         if parts is not None
         for statement in _replace(sql.Identifier(*parts), role)
     ]

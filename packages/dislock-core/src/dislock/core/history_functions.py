@@ -77,6 +77,7 @@ def history_functions_sql(history: tuple[str, str], lock_table: tuple[str, str])
     """The statements that (re)install the functions of ``history``, whose runs are of
     the locks of ``lock_table`` (both with their schemas)."""
     from dislock.core.after import HELD_BACK, LATE_FALLBACK, MODES
+    from dislock.core.audit_trail import audit_table
     from dislock.core.history import OUTCOMES, last_success_query
 
     table = sql.Identifier(*history)
@@ -84,6 +85,7 @@ def history_functions_sql(history: tuple[str, str], lock_table: tuple[str, str])
         **{what: function(history, what) for what in ARGUMENTS},
         caller=function(lock_table, "caller"),
         table=sql.Identifier(*lock_table),
+        trail=sql.Literal(sql.Identifier(*audit_table(lock_table)).as_string(None)),
         history=table,
         budget_prefix=sql.Literal(BUDGET_PREFIX),
         used_prefix=sql.Literal(USED_PREFIX),

@@ -43,6 +43,11 @@ COMMANDS: dict[str, Command] = {
         "open LOCK_KEY's current schedule slot for one more run, by the next wrapper to start",
         history_table=True,
     ),
+    "retire": Command(
+        "take LOCK_KEY off ls, missed and serve: delete its rows and run history (audited)",
+        history_table=True,
+    ),
+    "audit": Command("who did which operator action, when and why (oldest first)"),
     "history": Command(
         "recorded runs, newest first: where, how long, outcome (init --history)",
         history_table=True,

@@ -2,7 +2,8 @@
 command but ``serve`` runs on, with the one-line errors of a failed statement; and what
 the commands share about the run history: whether a key is known at all and the keys
 whose runs read their schedule differently (``history``, ``missed``), and the recording
-of an operator's command as an event (``rerun``, ``pause``, ``resume``)."""
+of an operator's command as an event (``rerun``, ``pause``, ``resume``) and in the
+audit trail (every operator action)."""
 
 from __future__ import annotations
 
@@ -51,12 +52,14 @@ class Call(NamedTuple):
         history: tuple[str, ...] | None = None,
         denied_as: str | None = None,
         on_denied: Callable[[str], str] | None = None,
+        audited: bool = False,
     ) -> int:
         """``body(conn)``'s status on a connection to the database; a failed
         statement is one line and exit 1.  A refused one names the privileges the
         role lacks for ``denied_as`` (by default the command) on the lock table and
         ``history`` (``dislock.cli._denied``), unless ``on_denied`` words it from the
-        server's scrubbed message."""
+        server's scrubbed message.  ``audited``: ``body`` runs in one transaction, so
+        that its action and its row of the audit trail (``audit``) commit together."""
         import psycopg
         import psycopg.errors
 
@@ -67,7 +70,10 @@ class Call(NamedTuple):
         url = self.url
         try:
             with psycopg.connect(url, **connection_kwargs(url, DEFAULT_CONNECT_TIMEOUT)) as conn:
-                return body(conn)
+                if not audited:
+                    return body(conn)
+                with conn.transaction():
+                    return body(conn)
         except psycopg.errors.InsufficientPrivilege as exc:
             if on_denied is not None:
                 return error(on_denied(scrub(one_line(str(exc)), url)))
@@ -101,6 +107,27 @@ def error(message: str, status: int = EXIT_FAILURE) -> int:
     """A command's one line on stderr; ``status``, for the command to exit with."""
     print(f"dislockctl: error: {message}", file=sys.stderr)
     return status
+
+
+def add_reason_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--reason",
+        default="",
+        help="recorded with it in the audit trail (at most 1000 bytes, one line)",
+    )
+
+
+def audit(
+    conn: Connection, call: Call, action: str, lock_key: str | None, detail: str = ""
+) -> None:
+    """Record ``action`` (with ``--reason``) in the lock table's audit trail
+    (``dislock.core.audit_trail``), in the transaction that did it: refused, the
+    action is undone.  A table without a trail (``init`` makes it) is not audited."""
+    from dislock.core import audit_trail
+
+    if beside(conn, call.table, audit_trail.installed):
+        reason = getattr(call.args, "reason", "") or ""
+        send(conn, audit_trail.record(call.table, action, lock_key, detail, reason))
 
 
 def no_row(conn: Connection, table: tuple[str, ...], lock_key: str, modes: Sequence[str]) -> int:

@@ -19,6 +19,7 @@ from dislock.cli.commands._call import print_sql as print_statements
 from dislock.cli.sending import send
 from dislock.cli.table_change import TableBusy, change
 from dislock.core import grant_catalog, grant_policies, grants
+from dislock.core.audit_trail import audit_table
 from dislock.core.bounds import escape
 from dislock.core.limits import max_ttl
 
@@ -46,6 +47,7 @@ def grant(
     max_keys: int | None = None,
     plain_writes: bool = False,
     max_history_mib: int | None = None,
+    reason: str = "",
 ) -> int:
     """Give ``role`` ``access`` to the keys ``patterns`` match (replacing its earlier
     grant), at most ``max_keys`` of them (0: no limit; None: ``grants.quota_of``)."""
@@ -59,6 +61,7 @@ def grant(
         )
     qualified = _qualified(conn, table)
     history_parts = _qualified(conn, history) if columns(conn, history) else None
+    trail = audit_table(qualified)
 
     def statements(conn: Connection) -> list[sql.Composed]:
         # Read in the transaction that runs them: the maximum TTL they bound leases by.
@@ -74,16 +77,18 @@ def grant(
             max_keys=max_keys,
             plain_writes=plain_writes,
             max_history_mib=max_history_mib,
+            trail=trail if columns(conn, trail) else None,
         )
 
     if print_sql:
         return print_statements(statements(conn), transaction=True)
+    detail = " ".join([role, access, *patterns])
     try:
         change(
             conn,
             "grant",
             [qualified, *([history_parts] if history_parts else [])],
-            lambda conn: _grant(conn, statements(conn), qualified, role),
+            lambda conn: _grant(conn, statements(conn), qualified, role, detail, reason),
             patience=patience,
         )
     except (_Refused, TableBusy) as refusal:
@@ -106,12 +111,19 @@ def grant(
 
 
 def _grant(
-    conn: Connection, statements: list[sql.Composed], qualified: tuple[str, ...], role: str
+    conn: Connection,
+    statements: list[sql.Composed],
+    qualified: tuple[str, ...],
+    role: str,
+    detail: str,
+    reason: str,
 ) -> None:
-    """Run the grant's ``statements`` in the transaction ``change`` opened.  A grant
-    that a privilege held elsewhere would undo raises ``_Refused``, and is rolled back."""
+    """Run the grant's ``statements`` in the transaction ``change`` opened, and audit
+    it.  A grant that a privilege held elsewhere would undo raises ``_Refused``, and
+    is rolled back."""
     for statement in statements:
         conn.execute(statement)
+    audit_grant(conn, qualified, "grant", detail, reason)
     holes = send(conn, grant_catalog.loopholes(role, qualified))
     if holes:
         raise _Refused(
@@ -119,6 +131,17 @@ def _grant(
             f" {'.'.join(qualified)} (through PUBLIC or a role it belongs to), which no policy"
             " can limit: revoke that first; nothing was granted"
         )
+
+
+def audit_grant(
+    conn: Connection, table: tuple[str, ...], action: str, detail: str, reason: str
+) -> None:
+    """Record a grant or revoke in the table's audit trail, if it has one, in the
+    transaction that made it."""
+    from dislock.core import audit_trail
+
+    if send(conn, audit_trail.installed(table)):
+        send(conn, audit_trail.record(table, action, None, detail, reason))
 
 
 class _Refused(Exception):

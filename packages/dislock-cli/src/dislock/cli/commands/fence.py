@@ -8,7 +8,15 @@ import argparse
 from typing import TYPE_CHECKING
 
 from dislock.cli import EXIT_OK, EXIT_USAGE
-from dislock.cli.commands._call import PRINT_SQL_HELP, Call, error, in_schema, print_sql
+from dislock.cli.commands._call import (
+    PRINT_SQL_HELP,
+    Call,
+    add_reason_argument,
+    audit,
+    error,
+    in_schema,
+    print_sql,
+)
 from dislock.cli.sending import send
 
 if TYPE_CHECKING:
@@ -21,6 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--key", dest="lock_key", metavar="LOCK_KEY", required=True, help="the lease's lock key"
     )
     parser.add_argument("--print-sql", action="store_true", help=PRINT_SQL_HELP)
+    add_reason_argument(parser)
 
 
 def run(call: Call) -> int:
@@ -34,15 +43,14 @@ def run(call: Call) -> int:
 
         statements = fence_statements(in_schema(call.table), user_table, lock_key)
         return print_sql(statements, transaction=True)
-    return call.connected(lambda conn: _fence(conn, call.table, user_table, lock_key))
+    return call.connected(lambda conn: _fence(conn, call, user_table, lock_key))
 
 
-def _fence(
-    conn: Connection, table: tuple[str, ...], user_table: tuple[str, ...], lock_key: str
-) -> int:
+def _fence(conn: Connection, call: Call, user_table: tuple[str, ...], lock_key: str) -> int:
     from dislock.core.fencing import fence_statements, guard_installed, table_state
     from dislock.core.grant_catalog import qualified
 
+    table = call.table
     lock_table = send(conn, qualified(table))
     shown, where = ".".join(user_table), ".".join(table)
     if lock_table is None or not send(conn, guard_installed(lock_table)):
@@ -62,6 +70,7 @@ def _fence(
     with conn.transaction():
         for statement in fence_statements(lock_table, user_table, lock_key):
             conn.execute(statement)
+        audit(conn, call, "fence", lock_key, shown)
     was = "" if state.key in (None, lock_key) else f" (it was guarded by {state.key!r})"
     print(
         f"fenced {shown}: a write commits only with the fencing token of the live lease"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from dislock.cli.commands._call import PRINT_SQL_HELP, Call
+from dislock.cli.commands._call import PRINT_SQL_HELP, Call, add_reason_argument
 from dislock.cli.table_change import add_wait_argument, patience_of
 from dislock.core.history_functions import DEFAULT_MAX_HISTORY_MIB
 from dislock.core.key_quota import DEFAULT_MAX_KEYS
@@ -51,6 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         " security, as machines still on dislock 0.1.0 need (docs/migrating.md)",
     )
     parser.add_argument("--print-sql", action="store_true", help=PRINT_SQL_HELP)
+    add_reason_argument(parser)
     add_wait_argument(parser)
 
 
@@ -87,5 +88,6 @@ def run(call: Call) -> int:
             max_keys=args.max_keys,
             plain_writes=args.plain_writes,
             max_history_mib=args.max_history_mib,
+            reason=args.reason,
         )
     )

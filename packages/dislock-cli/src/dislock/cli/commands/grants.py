@@ -1,6 +1,6 @@
 """``dislockctl grants``: which role may lock which keys, the table's maximum lease
 TTL, and any privilege given by hand that lets a role around the policies of the lock
-table or its run history (exit 1)."""
+table, its run history or its audit trail (exit 1)."""
 
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ def _list_grants(conn: Connection, call: Call, history: tuple[str, ...]) -> int:
     from dislock.cli.commands._granting import key_bound
     from dislock.cli.sending import send
     from dislock.core import grant_catalog
+    from dislock.core.audit_trail import audit_table
     from dislock.core.bounds import escape
     from dislock.core.limits import max_ttl
 
@@ -41,6 +42,9 @@ def _list_grants(conn: Connection, call: Call, history: tuple[str, ...]) -> int:
     members = _members(conn, [g.role for g in listed])
     holes = [(table, hole) for hole in send(conn, grant_catalog.audit(table))]
     holes += [(history, h) for h in send(conn, grant_catalog.audit(history, history=True))]
+    # The audit trail: no policy lets a role write it, so any write privilege is one.
+    trail = audit_table(table)
+    holes += [(trail, h) for h in send(conn, grant_catalog.audit(trail))]
     status = EXIT_FAILURE if holes else EXIT_OK
     if call.args.json:
         report = {

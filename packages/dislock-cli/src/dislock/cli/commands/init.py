@@ -9,7 +9,14 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from dislock.cli import EXIT_OK
-from dislock.cli.commands._call import Call, beside, columns, error, in_schema
+from dislock.cli.commands._call import (
+    Call,
+    add_reason_argument,
+    beside,
+    columns,
+    error,
+    in_schema,
+)
 from dislock.cli.sending import send
 from dislock.cli.table_change import add_wait_argument, patience_of
 
@@ -41,6 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--print-sql", action="store_true", help="print the DDL instead of running it"
     )
     add_wait_argument(parser)
+    add_reason_argument(parser)
 
 
 def run(call: Call) -> int:
@@ -63,7 +71,7 @@ def run(call: Call) -> int:
     grants_history = call.history_table()
     return call.connected(
         lambda conn: (
-            _init(conn, table, args.fencing, history, max_ttl, patience)
+            _init(conn, call, history, max_ttl, patience)
             or _upgrade_grants(conn, table, grants_history, patience)
         ),
         on_denied=lambda detail: (
@@ -82,12 +90,14 @@ def _creating(
     """What ``init`` runs, in order.  The functions name the tables with their schemas
     (``schema_of``), asked for once the tables exist: this is a generator."""
     from dislock.cli.admin import init_statements
+    from dislock.core.audit_trail import create_audit
     from dislock.core.history import create_history
     from dislock.core.protocol import protocol_sql
 
     yield from init_statements(table, fencing=fencing)
     schema_table = schema_of(table)
     yield protocol_sql(schema_table)
+    yield create_audit(schema_table)
     if fencing:
         from dislock.core.fencing import guard_sql
 
@@ -101,18 +111,18 @@ def _creating(
 
 def _init(
     conn: Connection,
-    table: tuple[str, ...],
-    fencing: bool,
+    call: Call,
     history: tuple[str, ...] | None,
     max_ttl: float | None,
     patience: float,
 ) -> int:
     from dislock.cli.table_change import TableBusy, change
+    from dislock.core import audit_trail, history_functions, protocol
     from dislock.core import fencing as guard
-    from dislock.core import history_functions, protocol
     from dislock.core.grant_catalog import qualified
     from dislock.core.history import up_to_date
 
+    table, fencing = call.table, call.args.fencing
     found = columns(conn, table)
     history_ready = history is None or (
         bool(columns(conn, history))
@@ -120,7 +130,9 @@ def _init(
         and beside(conn, history, history_functions.installed)
     )
     guarded = not fencing or ("fence" in found and beside(conn, table, guard.guard_installed))
-    functions = beside(conn, table, protocol.installed)
+    functions = beside(conn, table, protocol.installed) and beside(
+        conn, table, audit_trail.installed
+    )
     if found and guarded and history_ready and (functions or not _owns(conn, table)):
         # Nothing to create: an application role without DDL rights gets here too.
         print(f"lock table {'.'.join(table)} already exists" + (" with fencing" if fencing else ""))
@@ -139,6 +151,7 @@ def _init(
 
         for statement in _creating(table, fencing, history, schema_of):
             conn.execute(statement)
+        _audit_init(conn, call, schema_of(table))
 
     # A table in use may get its fencing column here: in short tries, as grant does.
     try:
@@ -150,6 +163,20 @@ def _init(
     if history is not None:
         print(f"history table {'.'.join(history)} is ready: set LOCK_HISTORY=1 to record runs")
     return _record_max_ttl(conn, table, max_ttl)
+
+
+def _audit_init(conn: Connection, call: Call, table: tuple[str, str]) -> None:
+    """The trail's readers (grants made before it) read it, and the init is its row."""
+    from dislock.core import audit_trail
+    from dislock.core.grant_catalog import grants_on
+    from dislock.core.grant_policies import trail_statements
+    from dislock.core.grants import READER
+
+    for reader in [g for g in send(conn, grants_on(table)) if g.access == READER]:
+        for statement in trail_statements(audit_trail.audit_table(table), reader.role, READER):
+            conn.execute(statement)
+    detail = " ".join(f"--{flag}" for flag in ("fencing", "history") if getattr(call.args, flag))
+    send(conn, audit_trail.record(table, "init", None, detail, call.args.reason))
 
 
 def _upgrade_grants(

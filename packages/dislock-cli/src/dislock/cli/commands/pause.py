@@ -10,7 +10,13 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from dislock.cli import EXIT_OK, EXIT_USAGE
-from dislock.cli.commands._call import check_key_and_reason, error, record_event, recorded_history
+from dislock.cli.commands._call import (
+    audit,
+    check_key_and_reason,
+    error,
+    record_event,
+    recorded_history,
+)
 
 if TYPE_CHECKING:
     from dislock.cli.commands._call import Call
@@ -36,7 +42,9 @@ def run(call: Call) -> int:
     seconds = None if args.for_ is None else parse_duration(args.for_, name="--for").total_seconds()
     until = None if args.until is None else parse_time(args.until, name="--until")
     history = recorded_history(call)
-    return call.connected(lambda conn: _pause(conn, call, history, seconds, until), history=history)
+    return call.connected(
+        lambda conn: _pause(conn, call, history, seconds, until), history=history, audited=True
+    )
 
 
 def _pause(
@@ -56,6 +64,7 @@ def _pause(
     ends = send(conn, pausing(table, lock_key, reason, seconds=seconds, until=until))
     if ends is None:
         return error(f"--until {until} is not in the future (database clock)", EXIT_USAGE)
+    audit(conn, call, "pause", lock_key, describe_until(ends))
     why = f" ({reason})" if reason else ""
     # Recorded, so that the slots it covers read as paused rather than missed.
     recorded = record_event(conn, call, history, PAUSED, until=ends)

@@ -8,7 +8,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from dislock.cli import EXIT_OK
-from dislock.cli.commands._call import Call, no_row
+from dislock.cli.commands._call import Call, add_reason_argument, audit, no_row
 from dislock.core.kinds import NAMES as MODES
 
 if TYPE_CHECKING:
@@ -26,6 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=_slot_number,
         help="release only this slot of an N-holder lease (default: every slot)",
     )
+    add_reason_argument(parser)
 
 
 def _slot_number(text: str) -> int:
@@ -35,7 +36,7 @@ def _slot_number(text: str) -> int:
 
 
 def run(call: Call) -> int:
-    return call.connected(lambda conn: _release(conn, call))
+    return call.connected(lambda conn: _release(conn, call), audited=True)
 
 
 def _release(conn: Connection, call: Call) -> int:
@@ -58,6 +59,7 @@ def _release(conn: Connection, call: Call) -> int:
         which = f"slot {slot} of the lease" if slot is not None else " or ".join(modes)
         print(f"nothing to release: no {which} lock on {lock_key!r} is held{held_by}")
         return EXIT_OK
+    audit(conn, call, "release", lock_key, f"{len(released)} row(s)")
     for row in released:
         found, _, number = parse_row_key(row.key)
         what = "?" if found is None else found.name

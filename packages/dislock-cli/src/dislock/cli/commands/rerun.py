@@ -8,7 +8,14 @@ import argparse
 from typing import TYPE_CHECKING
 
 from dislock.cli import EXIT_OK
-from dislock.cli.commands._call import Call, check_key_and_reason, error, no_row, record_event
+from dislock.cli.commands._call import (
+    Call,
+    audit,
+    check_key_and_reason,
+    error,
+    no_row,
+    record_event,
+)
 
 if TYPE_CHECKING:
     from dislock.cli.sending import Connection
@@ -26,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(call: Call) -> int:
     check_key_and_reason(call)
     history = call.history_table()
-    return call.connected(lambda conn: _rerun(conn, call, history), history=history)
+    return call.connected(lambda conn: _rerun(conn, call, history), history=history, audited=True)
 
 
 def _rerun(conn: Connection, call: Call, history: tuple[str, ...]) -> int:
@@ -52,6 +59,7 @@ def _rerun(conn: Connection, call: Call, history: tuple[str, ...]) -> int:
         return EXIT_OK
     assert done.value is not None and done.expire_at is not None
     slot_end = retries.slot_end_of(done.value, done.expire_at)
+    audit(conn, call, "rerun", lock_key, f"slot ending {slot_end.isoformat()}")
     # With the slot it reopened, which is judged from the attempts after it.
     recorded = record_event(conn, call, history, operator_commands.RERUN, until=slot_end)
     print(

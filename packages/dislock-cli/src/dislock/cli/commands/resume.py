@@ -7,7 +7,14 @@ import argparse
 from typing import TYPE_CHECKING
 
 from dislock.cli import EXIT_OK
-from dislock.cli.commands._call import Call, error, record_event, recorded_history
+from dislock.cli.commands._call import (
+    Call,
+    add_reason_argument,
+    audit,
+    error,
+    record_event,
+    recorded_history,
+)
 
 if TYPE_CHECKING:
     from dislock.cli.sending import Connection
@@ -15,11 +22,12 @@ if TYPE_CHECKING:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("lock_key", metavar="LOCK_KEY")
+    add_reason_argument(parser)
 
 
 def run(call: Call) -> int:
     history = recorded_history(call)
-    return call.connected(lambda conn: _resume(conn, call, history), history=history)
+    return call.connected(lambda conn: _resume(conn, call, history), history=history, audited=True)
 
 
 def _resume(conn: Connection, call: Call, history: tuple[str, ...] | None) -> int:
@@ -30,6 +38,7 @@ def _resume(conn: Connection, call: Call, history: tuple[str, ...] | None) -> in
     lock_key = call.args.lock_key
     if not send(conn, resuming(call.table, lock_key)):
         return error(f"{lock_key!r} is not paused")
+    audit(conn, call, "resume", lock_key)
     recorded = record_event(conn, call, history, RESUMED)
     print(f"resumed {lock_key!r}: its next start runs{recorded}")
     return EXIT_OK

@@ -6,7 +6,14 @@ import argparse
 from typing import TYPE_CHECKING
 
 from dislock.cli import EXIT_OK
-from dislock.cli.commands._call import PRINT_SQL_HELP, Call, columns, error, print_sql
+from dislock.cli.commands._call import (
+    PRINT_SQL_HELP,
+    Call,
+    add_reason_argument,
+    columns,
+    error,
+    print_sql,
+)
 from dislock.cli.table_change import add_wait_argument, patience_of
 
 if TYPE_CHECKING:
@@ -16,6 +23,7 @@ if TYPE_CHECKING:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("role", metavar="ROLE")
     parser.add_argument("--print-sql", action="store_true", help=PRINT_SQL_HELP)
+    add_reason_argument(parser)
     add_wait_argument(parser)
 
 
@@ -28,14 +36,20 @@ def run(call: Call) -> int:
 def _revoke(conn: Connection, call: Call, history: tuple[str, ...], patience: float) -> int:
     """In short tries: the role itself may be holding the tables, and every other
     role's statements would queue behind a revoke that waited."""
+    from dislock.cli.commands._granting import audit_grant
     from dislock.cli.table_change import TableBusy, change
     from dislock.core import grant_policies, grants
+    from dislock.core.audit_trail import audit_table
     from dislock.core.bounds import escape
 
     table, role = call.table, call.args.role
     history_parts = history if columns(conn, history) else None
+    trail = audit_table(table)
     statements = grant_policies.revoke_statements(
-        table, grants.check_role(role), history=history_parts
+        table,
+        grants.check_role(role),
+        history=history_parts,
+        trail=trail if columns(conn, trail) else None,
     )
     if call.args.print_sql:
         return print_sql(statements)
@@ -45,6 +59,7 @@ def _revoke(conn: Connection, call: Call, history: tuple[str, ...], patience: fl
     def run(conn: Connection) -> None:
         for statement in statements:
             conn.execute(statement)
+        audit_grant(conn, table, "revoke", role, call.args.reason)
 
     try:
         change(

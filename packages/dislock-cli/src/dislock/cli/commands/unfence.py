@@ -7,7 +7,14 @@ import argparse
 from typing import TYPE_CHECKING
 
 from dislock.cli import EXIT_OK, EXIT_USAGE
-from dislock.cli.commands._call import PRINT_SQL_HELP, Call, error, print_sql
+from dislock.cli.commands._call import (
+    PRINT_SQL_HELP,
+    Call,
+    add_reason_argument,
+    audit,
+    error,
+    print_sql,
+)
 
 if TYPE_CHECKING:
     from dislock.cli.sending import Connection
@@ -16,6 +23,7 @@ if TYPE_CHECKING:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("user_table", metavar="TABLE", help="'table' or 'schema.table'")
     parser.add_argument("--print-sql", action="store_true", help=PRINT_SQL_HELP)
+    add_reason_argument(parser)
 
 
 def run(call: Call) -> int:
@@ -25,10 +33,10 @@ def run(call: Call) -> int:
     user_table = parse_table(call.args.user_table)
     if call.args.print_sql:
         return print_sql(unfence_statements(user_table))
-    return call.connected(lambda conn: _unfence(conn, user_table))
+    return call.connected(lambda conn: _unfence(conn, call, user_table))
 
 
-def _unfence(conn: Connection, user_table: tuple[str, ...]) -> int:
+def _unfence(conn: Connection, call: Call, user_table: tuple[str, ...]) -> int:
     from dislock.cli.sending import send
     from dislock.core.fencing import table_state, unfence_statements
 
@@ -41,5 +49,6 @@ def _unfence(conn: Connection, user_table: tuple[str, ...]) -> int:
     with conn.transaction():
         for statement in unfence_statements(user_table):
             conn.execute(statement)
+        audit(conn, call, "unfence", state.key, shown)
     print(f"unfenced {shown}: writes no longer need the fencing token of {state.key!r}")
     return EXIT_OK

@@ -6,7 +6,8 @@
 -- key the caller may lock), bound what they write, take the start and end times
 -- from the server's clock, and keep each role within its history budget.
 
--- A role's history budget: its runs' rows, tails included, counted in a metadata
+-- A role's history budget: its runs' rows, tails included, and its rows of the audit
+-- trail (which the trail's writer counts, and is never refused for), counted in a metadata
 -- row of the lock table ({used_prefix}<role>, bytes) as they are written.  A prune
 -- frees room the count does not see: past the budget the rows are counted again,
 -- and only a count that is still over drops the run's tails.  True: within budget.
@@ -32,6 +33,13 @@ BEGIN
     SELECT s.value INTO v_scope FROM {table} AS s WHERE s.key = {scope_prefix} || p_role;
     SELECT coalesce(sum(pg_column_size(h.*)), 0) + p_bytes INTO v_used
         FROM {history} AS h WHERE h.lock_key ~ coalesce(v_scope, '^(?!)');
+    -- The role's rows of the audit trail count too (dislock.core.audit_trail), where
+    -- the table has one (named, not planned, since an older table has none).
+    IF pg_catalog.to_regclass({trail}) IS NOT NULL THEN
+        EXECUTE 'SELECT $2 + coalesce(sum(pg_catalog.pg_column_size(a.*)), 0) FROM '
+            || {trail} || ' AS a WHERE a.lock_key ~ $1'
+            INTO v_used USING coalesce(v_scope, '^(?!)'), v_used;
+    END IF;
     UPDATE {table} SET value = v_used::text WHERE key = {used_prefix} || p_role;
     RETURN v_used <= v_most;
 END

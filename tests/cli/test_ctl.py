@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import subprocess
 import uuid
 from collections.abc import Iterator, Sequence
@@ -206,6 +207,20 @@ def test_release_lease_makes_its_holder_stop_with_75(
         assert released.returncode == 0, released.stderr
         assert f"released lease {key!r} held by {owner.value}" in released.stdout
         assert holder.wait(timeout=20) == 75
+        assert holder.stderr is not None
+        stderr = holder.stderr.read()
+    # The holder says it was released, by whom (the database role and dislockctl's host),
+    # and so does ls.
+    role = rows.db.execute("SELECT current_user").fetchone()
+    assert role is not None
+    by = f"{role[0]} on {socket.gethostname()}"
+    assert f"lock row is no longer ours: released by dislockctl as {by}; terminating" in stderr
+    assert "expired, released or taken" not in stderr
+    listed = ctl("ls", key)
+    assert f"released (by dislockctl as {by})" in listed.stdout, listed.stdout
+    (lease,) = [r for r in json.loads(ctl("ls", key, "--json").stdout) if r["mode"] == "lease"]
+    assert (lease["state"], lease["forced"], lease["owner"]) == ("released", True, owner.value)
+    assert lease["released_by"] == by
 
     slot = rows.get(schedule_key(key))
     assert slot is not None and not slot.expired  # --mode lease left the slot alone

@@ -132,8 +132,8 @@ def _describe_state(row: LockRow) -> str:
     if row.mode == PAUSE:
         # The last column: a reason as long as pause accepts is shown whole.
         return f"paused: {clip(row.owner, MAX_REASON_BYTES)}" if row.owner else "paused"
-    if row.forced:
-        return "released (by dislockctl)"
+    if row.released_by is not None:
+        return f"released (by dislockctl{released_as(row.released_by)})"
     if (gone := row.holder_gone) is not None:
         return f"held (its process {gone} is not running on this host: expires with its TTL)"
     return row.state
@@ -145,6 +145,11 @@ def _grouped(rows: Sequence[LockRow]) -> list[list[LockRow]]:
     for row in rows:
         groups.setdefault((row.lock_key, row.mode), []).append(row)
     return [sorted(group, key=lambda row: row.slot) for group in groups.values()]
+
+
+def released_as(by: str) -> str:
+    """`` as ROLE on HOST``, clipped and escaped, of a forced release that named them."""
+    return f" as {clip(by)}" if by else ""
 
 
 def render_json(rows: Sequence[LockRow]) -> str:

@@ -36,6 +36,8 @@ class HeldLock(NamedTuple):
     seconds_left: float
     """Until it expires (negative: since it did)."""
     forced: bool = False
+    released_by: str = ""
+    """Who ``dislockctl release`` released it as (``ROLE on HOST``), when it said."""
 
 
 class LastRun(NamedTuple):
@@ -189,7 +191,7 @@ def build_snapshot(
             continue  # a kind of row this version does not know: not ours to judge
         left = lock.expires_in_seconds
         owner = shown_owner(lock.owner, lock.expire_at, left)
-        held = HeldLock(lock.mode, owner, lock.state, left, lock.forced)
+        held = HeldLock(lock.mode, owner, lock.state, left, lock.forced, lock.released_by or "")
         locks.setdefault(lock.lock_key, []).append(held)
     runs = {row.run.key: row for row in latest}
     statuses = []

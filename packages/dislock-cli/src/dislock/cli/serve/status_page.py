@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from datetime import datetime, timezone
 from html import escape
 
-from dislock.cli.admin import format_duration
+from dislock.cli.admin import format_duration, released_as
 from dislock.cli.serve.fleet_status import FAILED_OUTCOMES, MISSED_WINDOW, FleetSnapshot, KeyStatus
 from dislock.core import bounds
 from dislock.core.bounds import MAX_REASON_BYTES, SHOWN_CHARS
@@ -99,7 +99,7 @@ def _state_cell(key: KeyStatus) -> str:
         elif lock.state == "ended":
             detail = f"{lock.mode} slot of {owner} ended"
         elif lock.forced:
-            detail = f"{lock.mode} of {owner} released by dislockctl"
+            detail = f"{lock.mode} of {owner} released by dislockctl{released_as(lock.released_by)}"
         else:
             detail = f"{lock.mode} released by {owner}"
         parts.append(f"<small>{escape(detail)}</small>")

@@ -16,7 +16,7 @@ from psycopg import sql
 from dislock.cli.shown import cut, read, was_cut
 from dislock.core import kinds
 from dislock.core.exchange import Exchange, Rows, select_list
-from dislock.core.rows import FORCED_BY, RELEASED_MARK, forced_release as forced_mark, pause_key
+from dislock.core.rows import FORCED_BY, RELEASED_MARK, forced_mark_of, pause_key
 from dislock.core.waiting import WAKE_CHANNEL, wake_key, wake_payload
 
 PAUSE = "pause"
@@ -241,7 +241,7 @@ class LockRow:
     def released_by(self) -> str | None:
         """Who ``dislockctl release`` released it as (``ROLE on HOST``; empty when the
         mark names no one); None unless it did."""
-        found = None if self.held else forced_mark(self.value)
+        found = None if self.held else forced_mark_of(self.value)
         return None if found is None else found[1]
 
     @property
@@ -264,7 +264,7 @@ class LockRow:
         if found is None and key.startswith(pause_key("")):
             mode, lock_key = PAUSE, key.removeprefix(pause_key(""))
         left = float(row.expires_in_seconds)
-        forced = None if left > 0 else forced_mark(value)
+        forced = None if left > 0 else forced_mark_of(value)
         owner = value if left > 0 else forced[0] if forced else value.removesuffix(RELEASED_MARK)
         return cls(
             key, mode, lock_key, owner, row.expire_at, left, row.fence, slot, value, truncated

@@ -17,7 +17,7 @@ from typing import Any
 from dislock.core.bounds import clip
 from dislock.core.lease_clock import LeaseClock
 from dislock.core.replace_marks import replaced_by
-from dislock.core.rows import forced_release
+from dislock.core.rows import forced_mark_of
 
 BATCH_WINDOW_RATIO = 0.5
 """A lease due within half a heartbeat joins a batch that is being sent anyway.
@@ -199,7 +199,7 @@ def explain(renewals: Iterable[Renewal], values: dict[str, str]) -> None:
     the reason that says so, and by whom."""
     for r in renewals:
         value = values.get(r.key)
-        forced = None if value is None else forced_release(value)
+        forced = None if value is None else forced_mark_of(value)
         released = None
         if forced is not None and forced[0] == r.owner:
             released = "released by dislockctl" + (f" as {clip(forced[1])}" if forced[1] else "")

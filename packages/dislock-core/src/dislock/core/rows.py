@@ -57,7 +57,7 @@ FORCED_BY = " (released by dislockctl as "
 HOST)``, the database role that released it and the host it ran on."""
 
 
-def forced_release(value: str) -> tuple[str, str] | None:
+def forced_mark_of(value: str) -> tuple[str, str] | None:
     """The owner and who released it (``ROLE on HOST``; empty for a ``FORCED_MARK``) of
     a row ``value`` that ``dislockctl release`` marked; None for any other value."""
     if value.endswith(FORCED_MARK):

@@ -73,6 +73,7 @@ def _rerun(conn: Connection, call: Call, history: tuple[str, ...]) -> int:
             " row expired); the next wrapper to start runs it"
         )
         return EXIT_OK
+    assert done.value is not None
     ends = f"ends {format_time(slot_end)} UTC, in {format_duration(max(0.0, left))}"
     if left < needed and not call.args.force:
         return error(

@@ -5,7 +5,7 @@ shown is ``dislock.cli.admin``'s."""
 from __future__ import annotations
 
 import socket
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from functools import lru_cache
@@ -21,6 +21,11 @@ from dislock.core.waiting import WAKE_CHANNEL, wake_key, wake_payload
 
 PAUSE = "pause"
 """The mode ``ls`` gives a pause row (``dislockctl pause``)."""
+
+RUNNING, SLOT_TAKEN, WAITING = "running", "slot taken", "waiting for group"
+"""What a held row says of its run (``LockRow.activity``): a lease's run runs, or waits
+for a slot of its group; a schedule row only that its slot is taken, until the slot
+ends, whether or not a run still goes on in it."""
 
 
 class RowState(NamedTuple):
@@ -255,6 +260,15 @@ class LockRow:
             return "released"
         return "ended" if self.mode == kinds.SCHEDULE else "expired"
 
+    def activity(self, waiting: Collection[str] = ()) -> str | None:
+        """``RUNNING``, ``SLOT_TAKEN`` or ``WAITING`` (a lease row among ``waiting``, by
+        key: ``waiting_for_group``) for a held schedule or lease row; None otherwise."""
+        if not self.held or self.mode not in (kinds.SCHEDULE, kinds.LEASE):
+            return None
+        if self.mode == kinds.SCHEDULE:
+            return SLOT_TAKEN
+        return WAITING if self.key in waiting else RUNNING
+
     @classmethod
     def from_row(cls, row: ListedRow) -> LockRow:
         truncated = was_cut(row.key) or was_cut(row.value)
@@ -287,3 +301,17 @@ class LockRow:
         if self.mode == PAUSE:
             data["reason"] = data.pop("owner")
         return data
+
+
+def waiting_for_group(rows: Iterable[LockRow], unstarted: Callable[[LockRow], bool]) -> set[str]:
+    """The keys of the held lease rows among ``rows`` whose run waits for a slot of its
+    group: taken after the lease, before the run starts and is recorded
+    (``dislock.core.groups``), so one whose owner holds no group slot listed and whose
+    start its key's history does not show (``unstarted``: False when unknown)."""
+    rows = list(rows)
+    grouped = {row.owner for row in rows if row.mode == kinds.GROUP.name and row.held}
+    return {
+        row.key
+        for row in rows
+        if row.mode == kinds.LEASE and row.held and row.owner not in grouped and unstarted(row)
+    }

@@ -92,14 +92,19 @@ def _rerun(conn: Connection, call: Call, history: tuple[str, ...]) -> int:
 def _needed(conn: Connection, history: tuple[str, ...], lock_key: str) -> tuple[float, str]:
     """The least of a slot a rerun needs left, and what it is in words: a minute, or
     the median of the key's envelope when its history knows one and it is longer."""
+    import psycopg.errors
+
     from dislock.cli.admin import format_duration
     from dislock.cli.commands._call import columns
     from dislock.cli.runs.envelope import successes_before
     from dislock.cli.sending import send
 
     envelope = None
-    if columns(conn, history):
-        (envelope,) = send(conn, successes_before(history, [(lock_key, None)]))
+    try:
+        if columns(conn, history):
+            (envelope,) = send(conn, successes_before(history, [(lock_key, None)]))
+    except psycopg.errors.InsufficientPrivilege:
+        pass  # a role that may rerun but not read the runs: their runtime is not known
     if envelope is None or envelope.median <= SHORTEST_SECONDS:
         return SHORTEST_SECONDS, "a minute"
     return envelope.median, f"its usual runtime ({format_duration(envelope.median)}, the median)"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import subprocess
 import uuid
 from collections.abc import Iterator, Sequence
@@ -125,7 +126,8 @@ def test_ls_shows_owners_expiry_and_state(
         assert lines[0].split() == ["LOCK", "KEY", "MODE", "OWNER", "EXPIRES", "FENCE", "STATE"]
         key = cli_env["LOCK_KEY"]
         held = [line for line in lines if line.startswith(key)]
-        assert len(held) == 2 and all(line.endswith("held") for line in held)
+        # The schedule row only says its slot is taken; the lease that its run runs.
+        assert len(held) == 2 and held[0].endswith("slot taken") and held[1].endswith("running")
         expired = [line for line in lines if line.startswith("other-job")]
         # Expired 5 minutes before the insert, plus however long `ls` took to start.
         assert len(expired) == 1 and expired[0].endswith("expired")
@@ -206,6 +208,20 @@ def test_release_lease_makes_its_holder_stop_with_75(
         assert released.returncode == 0, released.stderr
         assert f"released lease {key!r} held by {owner.value}" in released.stdout
         assert holder.wait(timeout=20) == 75
+        assert holder.stderr is not None
+        stderr = holder.stderr.read()
+    # The holder says it was released, by whom (the database role and dislockctl's host),
+    # and so does ls.
+    role = rows.db.execute("SELECT current_user").fetchone()
+    assert role is not None
+    by = f"{role[0]} on {socket.gethostname()}"
+    assert f"lock row is no longer ours: released by dislockctl as {by}; terminating" in stderr
+    assert "expired, released or taken" not in stderr
+    listed = ctl("ls", key)
+    assert f"released (by dislockctl as {by})" in listed.stdout, listed.stdout
+    (lease,) = [r for r in json.loads(ctl("ls", key, "--json").stdout) if r["mode"] == "lease"]
+    assert (lease["state"], lease["forced"], lease["owner"]) == ("released", True, owner.value)
+    assert lease["released_by"] == by
 
     slot = rows.get(schedule_key(key))
     assert slot is not None and not slot.expired  # --mode lease left the slot alone

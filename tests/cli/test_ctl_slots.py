@@ -48,9 +48,9 @@ def test_ls_shows_the_slots_of_a_key_together(
     assert [(cells[1], cells[3], cells[-1]) for cells in slots] == [
         ("1", "holder-1", "released"),  # let go by their holders
         ("2", "holder-2", "released"),
-        ("3", "holder-3", "held"),
-        ("4", "holder-4", "held"),
-        ("5", "holder-5", "held"),
+        ("3", "holder-3", "running"),
+        ("4", "holder-4", "running"),
+        ("5", "holder-5", "running"),
     ]
     listed = json.loads(ctl("ls", key, "--json").stdout)
     assert sorted((entry["slot"], entry["held"]) for entry in listed) == [

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from dislock.core.bounds import clip
+from dislock.core.rows import lease_key
 from tests.cli.conftest import (
     DISLOCK,
     UNREACHABLE,
@@ -25,6 +26,8 @@ from tests.cli.conftest import (
     run_pasted,
 )
 from tests.cli.serving import sample, serving
+from tests.support.eventually import eventually
+from tests.support.rows import Rows
 
 STRATEGIES = ["schedule", "lease", "schedule,lease", "lease"]
 
@@ -136,10 +139,47 @@ def test_the_status_page_shows_a_group_held_by_its_holder_escaped(
     assert 'data-held="1"' in row and ">1 held<" in row, row
     assert f"&lt;script&gt;alert(1)&lt;/script&gt;-{name[-6:]}" in row
     assert html.escape(clip(owner)) in row  # clipped like every owner on the page
-    # The key's own row is still there, its lease held; the group is no key of it.
-    assert f'data-key="{env["LOCK_KEY"]}" data-state="held"' in page
+    # The key's own row is still there, its run running; the group is no key of it.
+    assert f'data-key="{env["LOCK_KEY"]}" data-state="running"' in page
     assert f'data-key="{html.escape(name)}"' not in page
     assert sample(metrics, "dislock_group_held", group=name) == 1.0
+
+
+def test_ls_and_the_page_tell_a_run_waiting_for_its_group_from_one_running(
+    history_env: dict[str, str], ctl: Ctl, run_cli: RunCli, rows: Rows, tmp_path: Path
+) -> None:
+    group = f"heavy-{uuid.uuid4().hex[:6]}:1"
+    runner = group_env(history_env, group, "lease")
+    waiter = {**group_env(history_env, group, "lease"), "LOCK_WAIT_SECONDS": "600"}
+    # The waiter's key has run before: its history records its runs.
+    assert run_cli(["DATABASE_URL", "true"], waiter).returncode == 0
+    with holding(runner, tmp_path):
+        waiting = subprocess.Popen(
+            [*DISLOCK, "DATABASE_URL", "true"], env=waiter, stderr=subprocess.DEVNULL
+        )
+        try:
+            # Its lease taken, it waits for the group's one slot.
+            eventually(lambda: _held(rows, lease_key(waiter["LOCK_KEY"])), timeout=60)
+            listed = ctl("ls", env=history_env).stdout
+            states = json.loads(ctl("ls", "--json", env=history_env).stdout)
+            with serving(history_env) as served:
+                page = served.get("/")[2]
+        finally:
+            waiting.kill()
+            waiting.wait(timeout=30)
+    line = {row.split()[0]: row for row in listed.splitlines()[1:]}
+    assert line[waiter["LOCK_KEY"]].endswith("  waiting for group"), listed
+    assert line[runner["LOCK_KEY"]].endswith("  running"), listed
+    activity = {row["lock_key"]: (row["state"], row["activity"]) for row in states}
+    assert activity[waiter["LOCK_KEY"]] == ("held", "waiting for group")  # state as before
+    assert activity[runner["LOCK_KEY"]] == ("held", "running")
+    assert f'data-key="{waiter["LOCK_KEY"]}" data-state="waiting for group"' in page
+    assert f'data-key="{runner["LOCK_KEY"]}" data-state="running"' in page
+
+
+def _held(rows: Rows, key: str) -> bool:
+    found = rows.get(key)
+    return found is not None and not found.expired
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,7 @@ taken once by the next wrapper that starts; refused while a run holds the lease.
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,9 @@ def test_a_failed_slot_is_run_once_more_after_a_rerun_and_only_once(
     result = ctl("rerun", env["LOCK_KEY"], "--reason", "fixed the export bucket", env=env)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith(f"reopened the slot of {env['LOCK_KEY']!r} that ends ")
-    assert "the next wrapper to start, on any machine, runs it; recorded in" in result.stdout
+    assert "the next wrapper to start before then, on any machine, runs it; recorded in" in (
+        result.stdout
+    )
 
     assert run_cli(_job(marker, 0), env).returncode == 0
     assert run_cli(_job(marker, 0), env).returncode == 0
@@ -142,3 +145,38 @@ def test_a_rerun_the_history_refuses_is_still_a_rerun_and_leaves_no_half_row(
     assert [run["outcome"] for run in history_runs(db, history, history_env["LOCK_KEY"])] == ["ok"]
     assert run_cli(_job(marker, 0), history_env).returncode == 0
     assert _runs(marker) == ["1", "1"]
+
+
+def test_a_rerun_says_how_long_the_slot_has_left_and_refuses_too_little_of_it(
+    history_env: dict[str, str], ctl: Ctl, db: psycopg.Connection[Any], lock_table: tuple[str, str]
+) -> None:
+    """A slot that ends in 58 s has less than a minute left; one that ends in half an hour
+    less than the two hours its key's runs take; one that ends in a day enough.  --force
+    reopens the first two."""
+    rows, key = Rows(db, lock_table), history_env["LOCK_KEY"]
+    # Ten runs of two hours: the key's envelope (dislock.cli.runs.envelope), from 10 on.
+    runs = sql.SQL(
+        "INSERT INTO {} (lock_key, modes, owner, host, pid, started_at, ended_at, outcome)"
+        " SELECT %s, 'schedule', 'o', 'h', 1, now() - n * interval '3 hours',"
+        " now() - n * interval '3 hours' + interval '2 hours', 'ok'"
+        " FROM generate_series(1, %s) AS n"
+    ).format(sql.Identifier(*history_table(lock_table)))
+    rows.plant(schedule_key(key), "web-1:1:aa", 1)
+    for seconds, recorded, why in ((58, 9, "a minute"), (1800, 10, "its usual runtime (2h00m")):
+        db.execute(runs, (key, recorded))
+        rows.steal(schedule_key(key), "web-1:1:aa", seconds)  # a slot taken, ending so
+        before = rows.get(schedule_key(key))
+        refused = ctl("rerun", key, env=history_env)
+        assert refused.returncode == 1, refused
+        (line,) = refused.stderr.splitlines()
+        assert line.startswith(f"dislockctl: error: not reopened: the slot of {key!r} ends ")
+        assert f", in {'5' if seconds == 58 else '29m'}" in line and f"less than {why}" in line
+        assert line.endswith("--force reopens it anyway"), line
+        assert rows.get(schedule_key(key)) == before, "a refused rerun leaves the slot alone"
+        forced = ctl("rerun", key, "--force", env=history_env)
+        assert forced.returncode == 0 and forced.stdout.startswith("reopened"), forced
+    rows.steal(schedule_key(key), "web-1:1:aa", 86400)
+    result = ctl("rerun", key, env=history_env)
+    assert result.returncode == 0, result.stderr
+    ends = rf"reopened the slot of {re.escape(repr(key))} that ends \S+ \S+ UTC, in 23h5\dm"
+    assert re.match(ends, result.stdout), result.stdout

@@ -31,7 +31,8 @@ def test_lock_rows_become_metrics_and_page_rows(history_env: dict[str, str]) -> 
 
         status, kind, page = served.get("/")
         assert status == 200 and kind == "text/html; charset=utf-8"
-        assert f'data-key="{key}" data-state="held"' in page
+        # Its run is over: its schedule slot is only taken, until the slot ends.
+        assert f'data-key="{key}" data-state="slot taken"' in page
         assert f'data-key="{lease_key}"' in page
         assert '<meta http-equiv="refresh"' in page
         # The next slot is read in the zone the run recorded: new year in India is

@@ -17,6 +17,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from dislock.core.cron import next_boundary
 from dislock.core.rows import schedule_key
 from tests.cli.conftest import Ctl, RunCli
 from tests.cli.serving import sample, serving
@@ -26,6 +27,7 @@ from tests.support.rows import Rows
 
 EVERY_MINUTE = "* * * * *"
 EVERY_SECOND = "* * * * * *"
+HOURLY = "0 * * * *"
 
 
 def history(env: dict[str, str]) -> sql.Identifier:
@@ -212,7 +214,8 @@ def test_a_rerun_slot_is_judged_by_the_run_after_the_rerun(
     assert run_cli(["DATABASE_URL", "true"], env).returncode == 0
     done = json.loads(ctl("missed", key, "--since", "2m", "--grace", "0", "--json", env=env).stdout)
     assert [state[1:] for state in states(done)] == [("done", 1)]
-    rerun = ctl("rerun", key, "--reason", "bucket fixed", env=env)
+    # Less than a minute is left of an every-minute slot: --force.
+    rerun = ctl("rerun", key, "--reason", "bucket fixed", "--force", env=env)
     assert rerun.returncode == 0, rerun.stderr
     waiting = json.loads(
         ctl("missed", key, "--since", "2m", "--grace", "0", "--json", env=env).stdout
@@ -223,6 +226,48 @@ def test_a_rerun_slot_is_judged_by_the_run_after_the_rerun(
     # The success before the rerun does not hide the failure after it.
     assert found.returncode == 1, found.stdout
     assert [state[1:] for state in states(json.loads(found.stdout))] == [("failed", 1)]
+
+
+def test_missed_and_serve_agree_about_a_slot_reopened_and_not_run_again_yet(
+    ctl: Ctl, history_env: dict[str, str], db: psycopg.Connection[Any], rows: Rows
+) -> None:
+    """An hourly slot done, then reopened by a rerun, with no run after it yet: as
+    ``dislockctl rerun`` and the wrapper leave the rows.  Both say retrying, not missed
+    (serve reads the rerun's event, missed the row it reopened)."""
+    env = {**history_env, "LOCK_STRATEGY": "schedule", "CRON_SCHEDULE": HOURLY}
+    key = env["LOCK_KEY"]
+    while True:  # a slot that began over a minute ago (serve judges it) and is not over
+        now = rows.now()
+        began, ends = now.replace(minute=0, second=0, microsecond=0), next_boundary(HOURLY, now)
+        if (now - began).total_seconds() >= 70 and (ends - now).total_seconds() >= 60:
+            break
+        time.sleep(5)
+    rows.plant(schedule_key(key), "w:1:ab", 1)
+    db.execute(
+        sql.SQL(
+            "INSERT INTO {t} (lock_key, modes, slot_end, owner, host, pid, started_at, ended_at,"
+            " outcome, cron) VALUES (%(key)s, 'schedule', %(end)s, 'w:1:ab', 'here', 1,"
+            " %(began)s + interval '1 second', %(began)s + interval '2 seconds', 'ok', %(cron)s),"
+            " (%(key)s, 'rerun', %(end)s, 'rerun by test', 'here', 1, NOW(), NOW(), 'rerun', NULL)"
+        ).format(t=history(env)),
+        {"key": key, "cron": HOURLY, "began": began, "end": ends},
+    )
+    db.execute(
+        sql.SQL("UPDATE {t} SET value = %s, expire_at = NOW() WHERE key = %s").format(
+            t=sql.Identifier(*env["LOCK_TABLE"].split("."))
+        ),
+        (
+            f"rerun by test (attempt 0) (failed; retry in slot {int(ends.timestamp())})",
+            schedule_key(key),
+        ),
+    )
+    found = ctl("missed", key, "--since", "2h", "--json", env=env)
+    assert found.returncode == 0, found.stdout
+    report = json.loads(found.stdout)
+    assert [state[1:] for state in states(report)] == [("retrying", 0)]
+    with serving(env) as served:
+        metrics = served.metrics()
+    assert sample(metrics, "dislock_missed_slots", key=key) == report["counts"]["missed"] == 0
 
 
 def test_pruning_keeps_a_pause_still_in_force(

@@ -84,6 +84,11 @@ def test_the_page_in_a_browser(
     )
     assert told_run.returncode == 5, told_run.stderr
 
+    # A yearly slot whose run is over: its slot is taken until the new year, nothing runs.
+    taken = f"{fleet.ok}-yearly"
+    yearly = {"LOCK_STRATEGY": "schedule", "CRON_SCHEDULE": "0 0 1 1 *"}
+    assert run_job(history_env, "true", LOCK_KEY=taken, **yearly).returncode == 0
+
     screenshot = Path(os.environ.get("TEST_SCREENSHOT") or tmp_path / "status-page.png")
     with serving(history_env) as served:
         dom = browse(served.base, tmp_path / "profile", "--dump-dom").stdout
@@ -112,7 +117,9 @@ def test_the_page_in_a_browser(
         fleet.paused,
         fleet.missed,
         hostile,
+        taken,
     }
+    assert rows[taken]["data-state"] == "slot taken" and "slot taken by " in dom
 
     assert rows[fleet.ok]["data-state"] == "released"
     assert rows[fleet.ok]["data-outcome"] == "ok"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import NamedTuple
 
@@ -89,10 +89,11 @@ def shown_owner(owner: str, expire_at: datetime, seconds_left: float) -> str:
     return f"{clip(owner[: mark.start()])} (failed; retry from {when}, {off})"
 
 
-def render_table(rows: Sequence[LockRow]) -> str:
-    """Rows as aligned columns, each with its state; an N-holder lease's slots together
-    under one line saying how many are held.  Keys and owners are escaped and clipped:
-    rows written by other versions or by hand may hold control characters, or megabytes."""
+def render_table(rows: Sequence[LockRow], waiting: Collection[str] = ()) -> str:
+    """Rows as aligned columns, each with its state (a held one's ``LockRow.activity``, of
+    ``waiting``); an N-holder lease's slots together under one line saying how many are
+    held.  Keys and owners are escaped and clipped: rows written by other versions or by
+    hand may hold control characters, or megabytes."""
     from dislock.core.pause import describe_until
 
     headers = ("LOCK KEY", "MODE", "OWNER", "EXPIRES", "FENCE", "STATE")
@@ -113,7 +114,7 @@ def render_table(rows: Sequence[LockRow]) -> str:
                 "-" if paused else shown_owner(row.owner, row.expire_at, left),
                 describe_until(row.expire_at) if paused else describe_expiry(left),
                 "-" if row.fence is None else str(row.fence),
-                _describe_state(row),
+                _describe_state(row, waiting),
             )
             lines.append(cells)
     return aligned([headers, *lines])
@@ -128,15 +129,15 @@ def aligned(rows: Sequence[Sequence[str]]) -> str:
     )
 
 
-def _describe_state(row: LockRow) -> str:
+def _describe_state(row: LockRow, waiting: Collection[str]) -> str:
     if row.mode == PAUSE:
         # The last column: a reason as long as pause accepts is shown whole.
         return f"paused: {clip(row.owner, MAX_REASON_BYTES)}" if row.owner else "paused"
-    if row.forced:
-        return "released (by dislockctl)"
+    if row.released_by is not None:
+        return f"released (by dislockctl{released_as(row.released_by)})"
     if (gone := row.holder_gone) is not None:
         return f"held (its process {gone} is not running on this host: expires with its TTL)"
-    return row.state
+    return row.activity(waiting) or row.state
 
 
 def _grouped(rows: Sequence[LockRow]) -> list[list[LockRow]]:
@@ -147,8 +148,14 @@ def _grouped(rows: Sequence[LockRow]) -> list[list[LockRow]]:
     return [sorted(group, key=lambda row: row.slot) for group in groups.values()]
 
 
-def render_json(rows: Sequence[LockRow]) -> str:
-    return json.dumps([row.as_json() for row in rows], indent=2)
+def released_as(by: str) -> str:
+    """`` as ROLE on HOST``, clipped and escaped, of a forced release that named them."""
+    return f" as {clip(by)}" if by else ""
+
+
+def render_json(rows: Sequence[LockRow], waiting: Collection[str] = ()) -> str:
+    listed = [{**row.as_json(), "activity": row.activity(waiting)} for row in rows]
+    return json.dumps(listed, indent=2)
 
 
 class Writability(NamedTuple):

@@ -4,7 +4,8 @@ shown is ``dislock.cli.admin``'s."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import socket
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from functools import lru_cache
@@ -15,11 +16,16 @@ from psycopg import sql
 from dislock.cli.shown import cut, read, was_cut
 from dislock.core import kinds
 from dislock.core.exchange import Exchange, Rows, select_list
-from dislock.core.rows import FORCED_MARK, RELEASED_MARK, pause_key
+from dislock.core.rows import FORCED_BY, RELEASED_MARK, forced_mark_of, pause_key
 from dislock.core.waiting import WAKE_CHANNEL, wake_key, wake_payload
 
 PAUSE = "pause"
 """The mode ``ls`` gives a pause row (``dislockctl pause``)."""
+
+RUNNING, SLOT_TAKEN, WAITING = "running", "slot taken", "waiting for group"
+"""What a held row says of its run (``LockRow.activity``): a lease's run runs, or waits
+for a slot of its group; a schedule row only that its slot is taken, until the slot
+ends, whether or not a run still goes on in it."""
 
 
 class RowState(NamedTuple):
@@ -157,13 +163,15 @@ def _release_query(table_parts: tuple[str, ...]) -> sql.Composed:
         " AND regexp_replace(key, %(slot_pattern)s, '') = %(lock_key)s))"
         " AND expire_at > NOW() AND (%(owner)s::text IS NULL OR value = %(owner)s::text)"
         " FOR UPDATE)"
-        # Marked, so that ls tells a forced release from an abandoned lease.
-        " UPDATE {table} AS held SET expire_at = NOW(), value = held.value || {mark} FROM target"
+        # Marked, so that ls and the holder tell a forced release from an abandoned
+        # lease, and say who released it.
+        " UPDATE {table} AS held SET expire_at = NOW(),"
+        " value = held.value || {mark} || current_user || ' on ' || %(host)s || ')' FROM target"
         " WHERE held.key = target.key"
         " RETURNING {columns}"
     ).format(
         table=sql.Identifier(*table_parts),
-        mark=sql.Literal(FORCED_MARK),
+        mark=sql.Literal(FORCED_BY),
         columns=select_list(
             ReleasedRow._fields,
             key=read(sql.SQL("held.key")),
@@ -199,6 +207,7 @@ def forced_release(
         "owner": owner,
         "channel": WAKE_CHANNEL,
         "wake_key": wake_key(lock_key),
+        "host": socket.gethostname(),
     }
     return Exchange(_release_query(table_parts), params, _read_states)
 
@@ -231,7 +240,14 @@ class LockRow:
     @property
     def forced(self) -> bool:
         """Released by ``dislockctl release`` rather than by its holder."""
-        return not self.held and self.value.endswith(FORCED_MARK)
+        return self.released_by is not None
+
+    @property
+    def released_by(self) -> str | None:
+        """Who ``dislockctl release`` released it as (``ROLE on HOST``; empty when the
+        mark names no one); None unless it did."""
+        found = None if self.held else forced_mark_of(self.value)
+        return None if found is None else found[1]
 
     @property
     def state(self) -> str:
@@ -240,9 +256,18 @@ class LockRow:
             return "paused"
         if self.expires_in_seconds > 0:
             return "held"
-        if self.value.endswith((RELEASED_MARK, FORCED_MARK)):
+        if self.value.endswith(RELEASED_MARK) or self.forced:
             return "released"
         return "ended" if self.mode == kinds.SCHEDULE else "expired"
+
+    def activity(self, waiting: Collection[str] = ()) -> str | None:
+        """``RUNNING``, ``SLOT_TAKEN`` or ``WAITING`` (a lease row among ``waiting``, by
+        key: ``waiting_for_group``) for a held schedule or lease row; None otherwise."""
+        if not self.held or self.mode not in (kinds.SCHEDULE, kinds.LEASE):
+            return None
+        if self.mode == kinds.SCHEDULE:
+            return SLOT_TAKEN
+        return WAITING if self.key in waiting else RUNNING
 
     @classmethod
     def from_row(cls, row: ListedRow) -> LockRow:
@@ -253,7 +278,8 @@ class LockRow:
         if found is None and key.startswith(pause_key("")):
             mode, lock_key = PAUSE, key.removeprefix(pause_key(""))
         left = float(row.expires_in_seconds)
-        owner = value if left > 0 else value.removesuffix(RELEASED_MARK).removesuffix(FORCED_MARK)
+        forced = None if left > 0 else forced_mark_of(value)
+        owner = value if left > 0 else forced[0] if forced else value.removesuffix(RELEASED_MARK)
         return cls(
             key, mode, lock_key, owner, row.expire_at, left, row.fence, slot, value, truncated
         )
@@ -271,6 +297,7 @@ class LockRow:
         data = asdict(self)
         data.update(expire_at=self.expire_at.isoformat(), held=self.held, state=self.state)
         data.update(forced=self.forced, holder_gone_pid=self.holder_gone)
+        data.update(released_by=self.released_by)
         if self.mode == PAUSE:
             data["reason"] = data.pop("owner")
         return data
@@ -306,3 +333,17 @@ def retiring(table_parts: tuple[str, ...], lock_key: str) -> Exchange[Retired]:
         "open": [pause_key("") + "%", kinds.kind(kinds.SCHEDULE).row_key("") + "%"],
     }
     return Exchange(query, params, lambda rows: Retired(int(rows[0][0]), rows[0][1]))
+
+
+def waiting_for_group(rows: Iterable[LockRow], unstarted: Callable[[LockRow], bool]) -> set[str]:
+    """The keys of the held lease rows among ``rows`` whose run waits for a slot of its
+    group: taken after the lease, before the run starts and is recorded
+    (``dislock.core.groups``), so one whose owner holds no group slot listed and whose
+    start its key's history does not show (``unstarted``: False when unknown)."""
+    rows = list(rows)
+    grouped = {row.owner for row in rows if row.mode == kinds.GROUP.name and row.held}
+    return {
+        row.key
+        for row in rows
+        if row.mode == kinds.LEASE and row.held and row.owner not in grouped and unstarted(row)
+    }

@@ -118,14 +118,17 @@ class LeaseClock:
         self.next_renewal = now + self.retry_delay(now)
         return True
 
-    def replaced(self, successor: str | None) -> None:
+    def replaced(self, successor: str | None, released: str | None = None) -> None:
         """Record what the row a renewal found gone showed when read: marked for
-        ``successor`` (the loss is a replacement, and says by whom), or not (None)."""
+        ``successor`` (the loss is a replacement, and says by whom), or not (None);
+        ``released``: the reason, when an operator released it (``dislockctl release``)."""
         if self.row_gone:
             self.explained = True
             if successor is not None:
                 self.replaced_by = successor
                 self.lost_reason = f"replaced by {successor}"
+            elif released is not None:
+                self.lost_reason = f"the lock row is no longer ours: {released}"
 
     @property
     def replacing(self) -> bool:

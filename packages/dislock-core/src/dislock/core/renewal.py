@@ -14,8 +14,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from dislock.core.bounds import clip
 from dislock.core.lease_clock import LeaseClock
 from dislock.core.replace_marks import replaced_by
+from dislock.core.rows import forced_mark_of
 
 BATCH_WINDOW_RATIO = 0.5
 """A lease due within half a heartbeat joins a batch that is being sent anyway.
@@ -193,9 +195,15 @@ def gone(lost: Iterable[Renewal]) -> list[Renewal]:
 
 def explain(renewals: Iterable[Renewal], values: dict[str, str]) -> None:
     """Give each of ``renewals`` whose row (``values``, by key) was marked by a
-    replacer the reason that names it (``dislock.core.replace_marks``)."""
+    replacer (``dislock.core.replace_marks``), or released by ``dislockctl release``,
+    the reason that says so, and by whom."""
     for r in renewals:
-        r.clock.replaced(replaced_by(r.owner, values.get(r.key)))
+        value = values.get(r.key)
+        forced = None if value is None else forced_mark_of(value)
+        released = None
+        if forced is not None and forced[0] == r.owner:
+            released = "released by dislockctl" + (f" as {clip(forced[1])}" if forced[1] else "")
+        r.clock.replaced(replaced_by(r.owner, value), released)
 
 
 def new_deadlines(batch: Batch) -> list[tuple[Callable[[float], None], float]]:

@@ -49,4 +49,18 @@ and only this tells them apart.  The three columns stay as 0.1.0 made them, and
 but psycopg, 0.1.0's tools included, cannot load it into a datetime)."""
 
 FORCED_MARK = " (released by dislockctl)"
-"""Appended by ``dislockctl release`` instead of ``RELEASED_MARK``."""
+"""Appended by ``dislockctl release`` instead of ``RELEASED_MARK`` before it named who
+released (``FORCED_BY``); still read."""
+
+FORCED_BY = " (released by dislockctl as "
+"""Starts the mark ``dislockctl release`` appends: `` (released by dislockctl as ROLE on
+HOST)``, the database role that released it and the host it ran on."""
+
+
+def forced_mark_of(value: str) -> tuple[str, str] | None:
+    """The owner and who released it (``ROLE on HOST``; empty for a ``FORCED_MARK``) of
+    a row ``value`` that ``dislockctl release`` marked; None for any other value."""
+    if value.endswith(FORCED_MARK):
+        return value.removesuffix(FORCED_MARK), ""
+    owner, found, by = value.rpartition(FORCED_BY)
+    return (owner, by[:-1]) if found and by.endswith(")") else None

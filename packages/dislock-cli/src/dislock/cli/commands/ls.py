@@ -28,25 +28,53 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(call: Call) -> int:
     args = call.args
-    return call.connected(lambda conn: _list(conn, call.table, args.prefix, args.json))
+    return call.connected(lambda conn: _list(conn, call, args.prefix, args.json))
 
 
-def _list(conn: Connection, table: tuple[str, ...], prefix: str, as_json: bool) -> int:
+def _list(conn: Connection, call: Call, prefix: str, as_json: bool) -> int:
     from dislock.cli.admin import render_json, render_table
     from dislock.cli.lock_rows import listing
 
+    table = call.table
     rows = send(conn, listing(table, prefix))
+    waiting = _waiting(conn, call, rows)
     if as_json:
-        print(render_json(rows))
+        print(render_json(rows, waiting))
         return EXIT_OK
     if rows:
-        print(render_table(rows))
+        print(render_table(rows, waiting))
         for line in _groups(rows):
             print(line)
     else:
         print(f"no locks in {'.'.join(table)}" + (f" starting with {prefix!r}" if prefix else ""))
     print(_table_limits(conn, table))
     return EXIT_OK
+
+
+def _waiting(conn: Connection, call: Call, rows: list[LockRow]) -> set[str]:
+    """The held lease rows whose run waits for its group, as the run history tells
+    (``lock_rows.waiting_for_group``); none without a history table."""
+    import psycopg.errors
+
+    from dislock.cli.commands._call import columns
+    from dislock.cli.lock_rows import waiting_for_group
+    from dislock.cli.runs.run_history import unstarted
+    from dislock.core.errors import ConfigurationError
+    from dislock.core.kinds import LEASE
+
+    leases = [row for row in rows if row.mode == LEASE and row.held]
+    try:
+        history = call.history_table()
+    except ConfigurationError:
+        return set()  # ls reads the lock table alone: a wrong history name is not its error
+    if not leases or not columns(conn, history):
+        return set()
+    try:
+        found = send(conn, unstarted(history, [(row.lock_key, row.owner) for row in leases]))
+    except psycopg.errors.InsufficientPrivilege:
+        return set()  # a role that may not read the history: told apart by nothing
+    keys = {row.key for row, flag in zip(leases, found, strict=True) if flag}
+    return waiting_for_group(rows, lambda row: row.key in keys)
 
 
 def _groups(rows: list[LockRow]) -> list[str]:

@@ -355,8 +355,10 @@ def judged(
         tried = [attempt for attempt in tried if attempt.started_at > rerun]
     if tried:
         return SlotState(slot, _tried(slot, tried, now, marks.retrying), len(tried))
-    if marks.retrying == slot.end and slot.end > now:
-        return SlotState(slot, RETRYING, 0)  # a rerun not taken yet
+    if (rerun is not None or marks.retrying == slot.end) and slot.end > now:
+        # A rerun not taken yet, told by its event as by the row it reopened: serve,
+        # which reads no row, judges it as missed does.
+        return SlotState(slot, RETRYING, 0)
     if any(pause.covers(slot.start) for pause in marks.pauses):
         # Paused wins over a late mark: the first wrapper after a resume marks a
         # slot paused past its deadline late, which was the pause's doing.

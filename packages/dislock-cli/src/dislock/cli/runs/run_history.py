@@ -209,6 +209,22 @@ def known_key(history: tuple[str, ...], locks: tuple[str, ...], key: str) -> Exc
     return Exchange(query, params, read_flag)
 
 
+def unstarted(history: tuple[str, ...], leases: Sequence[tuple[str, str]]) -> Exchange[list[bool]]:
+    """For each ``(lock key, owner)`` of a held lease: whether its key's runs are recorded
+    but none of its newest 100 history rows is a run of that owner still going (its run
+    has not started: ``dislock.cli.lock_rows.waiting_for_group``).  An index scan each."""
+    query = sql.SQL(
+        "SELECT count(h.owner) > 0"
+        " AND NOT COALESCE(bool_or(h.owner = l.owner AND h.ended_at IS NULL), false)"
+        " FROM unnest(%(keys)s::text[], %(owners)s::text[]) WITH ORDINALITY"
+        " AS l(lock_key, owner, n) LEFT JOIN LATERAL (SELECT owner, ended_at FROM {history} AS h"
+        " WHERE h.lock_key = l.lock_key ORDER BY h.started_at DESC LIMIT 100) AS h ON true"
+        " GROUP BY l.n ORDER BY l.n"
+    ).format(history=sql.Identifier(*history))
+    params = {"keys": [key for key, _ in leases], "owners": [owner for _, owner in leases]}
+    return Exchange(query, params, lambda rows: [bool(flag) for (flag,) in rows])
+
+
 class Recorded(NamedTuple):
     """The schedule a key's newest run recorded, and its zone."""
 

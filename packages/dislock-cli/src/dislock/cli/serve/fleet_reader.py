@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+from bisect import bisect_right
 from datetime import datetime, timezone
 from typing import Any
 
@@ -15,7 +16,7 @@ from dislock.cli.admin import DATABASE_NOW
 from dislock.cli.diagnosis import describe_database_error
 from dislock.cli.lock_rows import columns, listing
 from dislock.cli.runs.envelope import successes_before
-from dislock.cli.runs.missed_slots import from_first_run
+from dislock.cli.runs.missed_slots import end_of, from_first_run
 from dislock.cli.runs.run_history import latest as latest_runs
 from dislock.cli.sending import send
 from dislock.cli.serve.fleet_status import MISSED_WINDOW, FleetSnapshot, LatestRow, build_snapshot
@@ -216,11 +217,12 @@ class FleetReader:
                 next_slots[key] = window.next_slot
             if window.slots is None:
                 continue  # unreadable, too dense, or not computed yet: no count, not a wrong one
-            # Recounted only when the key's runs or its schedule's slots changed.  A slot
-            # whose attempts all failed counts once it is over (a retry may still come
-            # before): at the latest when the next slot is judged, which changes the slots.
+            # Recounted only when the key's runs or its schedule's slots changed, or a slot
+            # ended: one whose attempts all failed counts once it is over (a retry may still
+            # come before), one reopened and not run again is retrying until then, missed after.
             schedule = (more.cron, more.cron_tz or "UTC")
-            inputs = (schedule, window.version, starts.version(key), more.ran_before_window)
+            ended = bisect_right(window.slots, now, key=end_of)
+            inputs = (schedule, window.version, starts.version(key), more.ran_before_window, ended)
             cached = self._missed.get(key)
             if cached is None or cached[0] != inputs:
                 slots = window.slots

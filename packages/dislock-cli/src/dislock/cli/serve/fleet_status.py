@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from typing import NamedTuple
 
 from dislock.cli.admin import MODES, shown_owner
-from dislock.cli.lock_rows import LockRow
+from dislock.cli.lock_rows import RUNNING, SLOT_TAKEN, WAITING, LockRow, waiting_for_group
 from dislock.cli.runs.envelope import Envelope, mark
 from dislock.cli.runs.run_history import Latest
 from dislock.cli.serve.scrape import RunDetails
@@ -36,6 +36,10 @@ class HeldLock(NamedTuple):
     seconds_left: float
     """Until it expires (negative: since it did)."""
     forced: bool = False
+    released_by: str = ""
+    """Who ``dislockctl release`` released it as (``ROLE on HOST``), when it said."""
+    activity: str | None = None
+    """A held row's ``LockRow.activity``: running, slot taken or waiting for group."""
 
 
 class LastRun(NamedTuple):
@@ -80,11 +84,16 @@ class KeyStatus(NamedTuple):
 
     @property
     def state(self) -> str:
-        """One word for the page: paused wins, then held, then how it was let go."""
+        """A word or two for the page: paused wins, then running (a lease's run, or the
+        history's), waiting for group, slot taken (nothing runs in it), then how it was
+        let go."""
         if self.paused_until is not None:
             return "paused"
-        states = {lock.state for lock in self.locks}
-        return next((s for s in ("held", "expired", "released", "ended") if s in states), "free")
+        if self.last_run is not None and self.last_run.outcome == RUNNING:
+            return RUNNING
+        states = {lock.activity or lock.state for lock in self.locks}
+        order = (RUNNING, WAITING, SLOT_TAKEN, "held", "expired", "released", "ended")
+        return next((s for s in order if s in states), "free")
 
     @property
     def failing(self) -> bool:
@@ -178,6 +187,8 @@ def build_snapshot(
     """One ``KeyStatus`` per key found in the lock table or the history; ``slot_counts``:
     per key with a schedule, its slots in the window by state."""
     lock_rows = sorted(lock_rows, key=lambda lock: lock.mode != "schedule")  # schedule first
+    runs = {row.run.key: row for row in latest}
+    waiting = waiting_for_group(lock_rows, lambda lock: _unstarted(runs.get(lock.lock_key), lock))
     locks: dict[str, list[HeldLock]] = {}
     pauses: dict[str, tuple[str, datetime]] = {}
     for lock in lock_rows:
@@ -189,9 +200,9 @@ def build_snapshot(
             continue  # a kind of row this version does not know: not ours to judge
         left = lock.expires_in_seconds
         owner = shown_owner(lock.owner, lock.expire_at, left)
-        held = HeldLock(lock.mode, owner, lock.state, left, lock.forced)
+        by = lock.released_by or ""
+        held = HeldLock(lock.mode, owner, lock.state, left, lock.forced, by, lock.activity(waiting))
         locks.setdefault(lock.lock_key, []).append(held)
-    runs = {row.run.key: row for row in latest}
     statuses = []
     for lock_key in sorted(set(locks) | set(runs) | set(pauses)):
         row = runs.get(lock_key)
@@ -213,6 +224,14 @@ def build_snapshot(
     delay_end = lock_delay_end(timeline_expire_at, now)
     groups = group_statuses(lock_rows)
     return FleetSnapshot(now, True, tuple(statuses), delay_end, grant_loopholes, groups)
+
+
+def _unstarted(row: LatestRow | None, lock: LockRow) -> bool:
+    """Whether the key of ``lock`` records its runs, and the newest is not its owner's
+    still going (``dislock.cli.lock_rows.waiting_for_group``)."""
+    if row is None or row.run.run_id is None:
+        return False
+    return not (row.run.outcome == RUNNING and row.more.owner == lock.owner)
 
 
 def _slot_counts(counts: Mapping[str, int] | None) -> dict[str, int]:

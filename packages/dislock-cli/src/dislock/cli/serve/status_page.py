@@ -11,7 +11,8 @@ from collections.abc import Iterable
 from datetime import datetime, timezone
 from html import escape
 
-from dislock.cli.admin import format_duration
+from dislock.cli.admin import format_duration, released_as
+from dislock.cli.lock_rows import RUNNING, SLOT_TAKEN, WAITING
 from dislock.cli.serve.fleet_status import FAILED_OUTCOMES, MISSED_WINDOW, FleetSnapshot, KeyStatus
 from dislock.core import bounds
 from dislock.core.bounds import MAX_REASON_BYTES, SHOWN_CHARS
@@ -34,7 +35,8 @@ th{background:#eef1f5;font-weight:600;font-size:.9em;color:#3a4456}
 td.num{text-align:right;font-variant-numeric:tabular-nums}
 small{color:#6b7585}
 .badge{display:inline-block;padding:.05em .5em;border-radius:.8em;font-size:.85em;font-weight:600}
-.held{background:#dbeafe;color:#1e40af}.released,.ended,.free,.other{background:#e5e7eb;color:#374151}
+.held{background:#dbeafe;color:#1e40af}.slot-taken{background:#e0f2fe;color:#075985}
+.waiting-for-group{background:#ede9fe;color:#5b21b6}.released,.ended,.free,.other{background:#e5e7eb;color:#374151}
 .expired{background:#fde68a;color:#7c4a03}.paused{background:#ede9fe;color:#5b21b6}
 .ok{background:#dcfce7;color:#166534}.running{background:#dbeafe;color:#1e40af}
 .late{background:#ffedd5;color:#9a3412}
@@ -67,7 +69,7 @@ def _when(moment: datetime | None, now: datetime) -> str:
 
 _BADGES = frozenset(
     ("held", "released", "ended", "free", "expired", "paused", "running", "abandoned", *OUTCOMES)
-)
+) | {SLOT_TAKEN, WAITING}
 """The words the style sheet colours."""
 
 
@@ -78,7 +80,7 @@ def _clip(text: str, limit: int = SHOWN_CHARS) -> str:
 
 
 def _badge(word: str) -> str:
-    kind = word if word in _BADGES else "other"
+    kind = word.replace(" ", "-") if word in _BADGES else "other"
     return f'<span class="badge {kind}">{_clip(word.replace("_", " "))}</span>'
 
 
@@ -92,14 +94,19 @@ def _state_cell(key: KeyStatus) -> str:
         parts.append(f"<small>{escape(until)}{escape(reason)}</small>")
     for lock in key.locks:
         owner = lock.owner  # clipped already
-        if lock.state == "held":
-            detail = f"{lock.mode} held by {owner}, {format_duration(lock.seconds_left)} left"
+        left = format_duration(lock.seconds_left)
+        if lock.activity == SLOT_TAKEN:
+            detail = f"slot taken by {owner} until it ends, {left} left"
+        elif lock.activity == WAITING:
+            detail = f"{lock.mode} held by {owner}, waiting for a slot of its group"
+        elif lock.state == "held":
+            detail = f"{lock.mode} held by {owner}, {left} left"
         elif lock.state == "expired":
             detail = f"{lock.mode} abandoned by {owner} {format_duration(-lock.seconds_left)} ago"
         elif lock.state == "ended":
             detail = f"{lock.mode} slot of {owner} ended"
         elif lock.forced:
-            detail = f"{lock.mode} of {owner} released by dislockctl"
+            detail = f"{lock.mode} of {owner} released by dislockctl{released_as(lock.released_by)}"
         else:
             detail = f"{lock.mode} released by {owner}"
         parts.append(f"<small>{escape(detail)}</small>")
@@ -257,12 +264,12 @@ def render_page(snapshot: FleetSnapshot, *, title: str = "dislock fleet") -> str
     failing = sum(1 for key in keys if key.failing)
     missing = sum(1 for key in keys if key.missed_slots or key.failed_slots)
     paused = sum(1 for key in keys if key.paused_until is not None)
-    held = sum(1 for key in keys if key.state == "held")
+    running = sum(1 for key in keys if key.state == RUNNING)
     stamp = now.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
     window = int(MISSED_WINDOW.total_seconds() // 3600)
     if snapshot.up:
         summary = (
-            f"{len(keys)} keys: {held} held, {failing} failing,"
+            f"{len(keys)} keys: {running} running, {failing} failing,"
             f" {missing} with missed or failed slots in the last {window} h, {paused} paused."
             f" Database clock {stamp}; reloads every {REFRESH_SECONDS} s."
         )

@@ -16,15 +16,15 @@ from urllib.parse import unquote
 from dislock.cli.admin import format_duration
 from dislock.cli.runs.envelope import mark
 from dislock.cli.serve.status_page import (
+    _STYLE,
     REFRESH_SECONDS,
-    STYLE,
     _badge,
     _clip,
     _row,
     _when,
     keys_head,
 )
-from dislock.cli.serve.strip_html import key_strip, legend
+from dislock.cli.serve.strip_html import key_strip, legend, strip_style
 from dislock.core.bounds import MAX_STORED_BYTES
 
 if TYPE_CHECKING:
@@ -101,7 +101,8 @@ def render_key_page(
 ) -> str:
     """The page of ``key``: its row, its newest ``runs`` and the ``audit`` lines."""
     name = _clip(key.lock_key, 2 * 64)
-    row = _row(key, snapshot.now, key_strip(snapshot, key.lock_key), pages="")
+    strip, states = key_strip(snapshot, key.lock_key)
+    row = _row(key, snapshot.now, strip, pages="")
     trail = ""
     if audit:
         lines = "".join(f"<li>{_clip(line, 512)}</li>" for line in audit)
@@ -110,8 +111,8 @@ def render_key_page(
 <html lang="en"><head><meta charset="utf-8">
 <meta http-equiv="refresh" content="{REFRESH_SECONDS}">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{name}: dislock</title><style>{STYLE}</style></head>
-<body><p class="meta"><a href="../">all keys</a></p><h1>{name}</h1>{legend()}
+<title>{name}: dislock</title><style>{_STYLE}{strip_style(states)}</style></head>
+<body><p class="meta"><a href="../">all keys</a></p><h1>{name}</h1>{legend(states)}
 <table id="keys">{keys_head()}
 <tbody>
 {row}

@@ -14,8 +14,7 @@ from urllib.parse import quote
 
 from dislock.cli.admin import format_duration
 from dislock.cli.serve.fleet_status import FAILED_OUTCOMES, MISSED_WINDOW, FleetSnapshot, KeyStatus
-from dislock.cli.serve.strip_html import STYLE as STRIP_STYLE
-from dislock.cli.serve.strip_html import key_strip, legend
+from dislock.cli.serve.strip_html import key_strip, legend, strip_style
 from dislock.cli.shown import was_cut
 from dislock.core import bounds
 from dislock.core.bounds import MAX_REASON_BYTES, SHOWN_CHARS
@@ -217,9 +216,6 @@ def _row(key: KeyStatus, now: datetime, strip: str = "", pages: str = KEY_PAGES)
     )
 
 
-STYLE = _STYLE + STRIP_STYLE
-
-
 def keys_head() -> str:
     """The head of the keys' table (the main page's, and a key's own page's)."""
     window = int(MISSED_WINDOW.total_seconds() // 3600)
@@ -247,6 +243,10 @@ def page_order(keys: Iterable[KeyStatus]) -> list[KeyStatus]:
 
 PAGE_ROWS = 500
 """Keys the page shows at most, in ``page_order`` (failures first)."""
+
+STRIP_ROWS = 50
+"""Keys the page shows the slot strip of, the first in ``page_order`` (every key's own
+page shows its strip): 30 cells are as many bytes as the rest of a row."""
 
 PAGE_GROUPS = 100
 """Groups the page shows at most, by name."""
@@ -317,7 +317,13 @@ def render_page(snapshot: FleetSnapshot, *, title: str = "dislock fleet") -> str
             f" of any key is taken before {escape(ends)}.</div>"
         )
     # Bounded: a team that may write 20,000 keys must not make the page megabytes long.
-    rows = "\n".join(_row(key, now, key_strip(snapshot, key.lock_key)) for key in keys[:PAGE_ROWS])
+    strips = [
+        key_strip(snapshot, key.lock_key) if index < STRIP_ROWS else ("", set())
+        for index, key in enumerate(keys[:PAGE_ROWS])
+    ]
+    rows = "\n".join(_row(key, now, strip) for key, (strip, _) in zip(keys, strips, strict=False))
+    states = set().union(*(found for _, found in strips))
+    style, shown = (_STYLE + strip_style(states), legend(states)) if states else (_STYLE, "")
     empty = '<tr><td colspan="8">no lock keys yet</td></tr>' if snapshot.up and not keys else ""
     if len(keys) > PAGE_ROWS:
         empty = (
@@ -328,8 +334,8 @@ def render_page(snapshot: FleetSnapshot, *, title: str = "dislock fleet") -> str
 <html lang="en"><head><meta charset="utf-8">
 <meta http-equiv="refresh" content="{REFRESH_SECONDS}">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{escape(title)}</title><style>{STYLE}</style></head>
-<body><h1>{escape(title)}</h1><p class="meta">{escape(summary)}</p>{banner}{legend()}
+<title>{escape(title)}</title><style>{style}</style></head>
+<body><h1>{escape(title)}</h1><p class="meta">{escape(summary)}</p>{banner}{shown}
 <table id="keys">{keys_head()}
 <tbody>
 {rows}{empty}

@@ -6,13 +6,14 @@ against the key's runtime envelope.  Small: a page of 500 keys shows 15,000 cell
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime, timezone
 from html import escape
 from typing import TYPE_CHECKING
 
 from dislock.cli.admin import format_duration
 from dislock.cli.runs.envelope import Envelope
+from dislock.cli.runs.missed_slots import FAILED
 from dislock.cli.serve.slot_strip import STRIP_SLOTS, StripCell, strip_cells
 
 if TYPE_CHECKING:
@@ -31,31 +32,34 @@ GLYPHS = {
     "late": ("!", "#ea580c", "late"),
     "paused": ("\u2016", "#7c3aed", "paused"),
     "covered": ("\u2212", "#93c5fd", "covered"),
-    "missed": ("\u25cb", "#9ca3af", "missed"),
+    "missed": ("\u25cb", "#fff", "missed"),
 }
 """Each state's glyph, colour and words (``slot_strip.StripCell.state``)."""
 
-STYLE = (
+_STYLE = (
     ".strip{display:inline-flex;gap:1px;align-items:flex-end;position:relative;"
-    "padding-bottom:1px;border-bottom:1px solid #d1d5db}"
-    "tr.with-strip>td{border-bottom:0}tr.with-strip>td.key{border-bottom:1px solid #e3e6eb}"
-    "tr.strip-row>td{padding-top:0}"
-    ".strip i{display:inline-block;width:15px;font:bold 10px/15px system-ui,sans-serif;"
-    "font-style:normal;text-align:center;color:#fff;position:relative;padding-bottom:16px}"
-    ".strip i::before{display:block;height:15px;border-radius:2px;background:var(--c)}"
-    ".strip i::after{content:'';position:absolute;left:2px;right:2px;bottom:0;"
+    "border-bottom:1px solid #ccc}tr.with-strip>td{border-bottom:0}"
+    "tr.with-strip>td.key{border-bottom:1px solid #e3e6eb}tr.strip-row>td{padding-top:0}"
+    ".strip i,.legend i{display:inline-block;width:15px;font:normal bold 10px/15px sans-serif;"
+    "text-align:center;color:#fff;position:relative}.strip i{padding-bottom:16px}"
+    "i[class^=s-]:before{display:block;height:15px;border-radius:2px;background:var(--c)}"
+    ".strip i:after{content:'';position:absolute;left:2px;right:2px;bottom:0;"
     "height:calc(var(--h,0)*15px);background:#64748b}"
-    ".strip i.slow::after{background:#d97706}.strip i.short::after{background:#0891b2}"
-    ".strip .env{position:absolute;left:0;right:0;border-top:1px dashed #d97706;"
-    "pointer-events:none}"
-    ".strip i.s-missed::before{background:#fff;color:#6b7280;box-shadow:inset 0 0 0 1px #9ca3af}"
-    ".strip i.s-covered::before{color:#1e3a8a}"
-    "p.legend i{font-style:normal;font-weight:bold;margin:0 .2em 0 .6em}"
-    + "".join(
-        f".strip i.s-{state}{{--c:{colour}}}.strip i.s-{state}::before{{content:'{glyph}'}}"
-        for state, (glyph, colour, _) in GLYPHS.items()
-    )
+    ".strip i.slow:after{background:#d97706}.strip i.short:after{background:#0891b2}"
+    ".env{position:absolute;left:0;right:0;border-top:1px dashed #d97706}"
+    "i.s-missed{color:#6b7280}i.s-missed:before{box-shadow:inset 0 0 0 1px #9ca3af}"
+    "i.s-covered{color:#1e3a8a}.legend i{margin:0 .2em 0 .5em;vertical-align:middle}"
 )
+
+
+def strip_style(states: Collection[str]) -> str:
+    """The strip's style sheet, with the glyph and colour of each of ``states`` (those
+    on the page): a page of a few keys stays small."""
+    return _STYLE + "".join(
+        f".s-{state}{{--c:{colour}}}.s-{state}:before{{content:'{glyph}'}}"
+        for state, (glyph, colour, _) in GLYPHS.items()
+        if state in states
+    )
 
 
 def _slot_time(slot_start: datetime, now: datetime) -> str:
@@ -75,8 +79,8 @@ def strip_html(cells: Sequence[StripCell], envelope: Envelope | None, now: datet
     scale = envelope.slow_after if envelope is not None else max(known, default=0.0)
     parts = []
     for cell in cells:
-        _, _, words = GLYPHS.get(cell.state, GLYPHS["failed"])
-        state = cell.state if cell.state in GLYPHS else "failed"
+        state = cell.state if cell.state in GLYPHS else FAILED
+        words = GLYPHS[state][2]
         title = f"{_slot_time(cell.slot.start, now)} {words}"
         classes = f"s-{state}"
         height = ""
@@ -97,21 +101,27 @@ def strip_html(cells: Sequence[StripCell], envelope: Envelope | None, now: datet
     return f'<div class="strip" role="group" aria-label="{label}">{"".join(parts)}{line}</div>'
 
 
-def legend() -> str:
-    """One line naming each glyph, above the table."""
-    shown = " ".join(
-        f'<i style="color:{colour}">{glyph}</i>{escape(words)}'
-        for glyph, colour, words in GLYPHS.values()
+def legend(states: Collection[str]) -> str:
+    """One line naming the glyph of each of ``states``, above the table (none: nothing)."""
+    if not states:
+        return ""
+    shown = "".join(
+        f'<i class="s-{state}"></i>{words}'
+        for state, (_, _, words) in GLYPHS.items()
+        if state in states
     )
     return (
-        f'<p class="legend meta">last {STRIP_SLOTS} slots: {shown}; the bar beneath a slot is'
-        " its run's duration (full height: slow; the dashed line: the usual one)</p>"
+        f'<p class="legend meta">last {STRIP_SLOTS} slots: {shown}. Beneath a slot, its run\'s'
+        " duration (full height: slow; dashed: the usual)</p>"
     )
 
 
-def key_strip(snapshot: FleetSnapshot, lock_key: str) -> str:
-    """The strip of ``lock_key``'s row: empty without a schedule whose slots are counted."""
+def key_strip(snapshot: FleetSnapshot, lock_key: str) -> tuple[str, set[str]]:
+    """The strip of ``lock_key``'s row and the states in it: none without a schedule
+    whose slots are counted."""
     source = snapshot.strips.get(lock_key)
     if source is None:
-        return ""
-    return strip_html(strip_cells(source, snapshot.now), source.envelope, snapshot.now)
+        return "", set()
+    cells = strip_cells(source, snapshot.now)
+    shown = strip_html(cells, source.envelope, snapshot.now)
+    return shown, {cell.state if cell.state in GLYPHS else FAILED for cell in cells}

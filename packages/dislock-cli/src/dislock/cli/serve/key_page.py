@@ -25,7 +25,7 @@ from dislock.cli.serve.status_page import (
     keys_head,
 )
 from dislock.cli.serve.strip_html import key_strip, legend, strip_style
-from dislock.core.bounds import MAX_STORED_BYTES
+from dislock.core.bounds import MAX_STORED_BYTES, SHOWN_CHARS
 
 if TYPE_CHECKING:
     from dislock.cli.runs.run_history import Run
@@ -100,7 +100,7 @@ def render_key_page(
     snapshot: FleetSnapshot, key: KeyStatus, runs: Sequence[Run], audit: Sequence[str]
 ) -> str:
     """The page of ``key``: its row, its newest ``runs`` and the ``audit`` lines."""
-    name = _clip(key.lock_key, 2 * 64)
+    name = _clip(key.lock_key, 2 * SHOWN_CHARS)
     strip, states = key_strip(snapshot, key.lock_key)
     row = _row(key, snapshot.now, strip, pages="")
     trail = ""

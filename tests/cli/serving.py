@@ -12,7 +12,7 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +20,9 @@ import psycopg
 from prometheus_client.parser import text_string_to_metric_families
 from psycopg import sql
 
+from dislock.core.operator_commands import PAUSE_MODES
 from dislock.core.pause import pausing
-from dislock.core.rows import lease_key
+from dislock.core.rows import lease_key, schedule_key
 from tests.cli.conftest import DISLOCK
 from tests.support.eventually import eventually, wait_for
 
@@ -224,3 +225,122 @@ def make_fleet(env: dict[str, str], db: psycopg.Connection[Any], tmp: Path) -> F
         message="the abandoned lease did not run out",
     )
     return fleet
+
+
+EVERY_MINUTE = {"LOCK_STRATEGY": "schedule", "CRON_SCHEDULE": "* * * * *", "CRON_TZ": "UTC"}
+
+STRIP_PLAN = {
+    30: ("ok", "done"),
+    28: ("fail", "failed"),
+    27: ("ok", "done"),
+    26: ("overrun", "timed_out"),
+    24: ("ok", "done"),
+    23: ("held back", "held_back"),
+    19: ("ok", "done"),
+    18: ("ok", "done"),
+    16: ("fail", "failed"),
+    14: ("ok", "done"),
+    13: ("ok", "done"),
+    11: ("overrun", "timed_out"),
+    9: ("ok", "done"),
+    8: ("ok", "done"),
+    7: ("fail", "failed"),
+    5: ("ok", "done"),
+}
+"""The strip key's runs: minutes back (from the setup's minute) of the start of their
+slot, what ran, the slot's state.  Besides them: paused from 22 to 20, running from 3
+(the slots after it covered by its lease), the others missed."""
+
+COMMANDS = {
+    "ok": (["sh", "-c", "sleep 0.2"], {}, 0),
+    "fail": (["false"], {}, 1),
+    "overrun": (["sleep", "30"], {"LOCK_MAX_RUNTIME_SECONDS": "1"}, 124),
+    "held back": (["true"], {"LOCK_AFTER": "a-key-that-never-ran"}, 0),
+}
+
+
+@dataclass
+class StripKey:
+    """A key every minute whose last half hour of slots went through every state."""
+
+    key: str
+    minute: datetime
+    """The minute (database clock) the plan counts back from."""
+    running: subprocess.Popen[str]
+
+    def expected(self, slot_start: datetime) -> str:
+        back = round((self.minute - slot_start).total_seconds() / 60)
+        if back in STRIP_PLAN:
+            return STRIP_PLAN[back][1]
+        if back == 3:
+            return "running"
+        return "paused" if 20 <= back <= 22 else "covered" if back < 3 else "missed"
+
+
+def make_strip_key(env: dict[str, str], db: psycopg.Connection[Any], tmp: Path) -> StripKey:
+    """Real wrappers and ``dislockctl pause``/``resume``, each run then moved back into its
+    slot of ``STRIP_PLAN`` as the clock would have moved on (its slot's row let go, as the
+    next minute would have); last, a wrapper left running (stop it: ``running``)."""
+    key = f"{env['LOCK_KEY']}-strip"
+    schema, table = env["LOCK_TABLE"].split(".")
+    history = sql.Identifier(schema, f"{table}_history")
+    found = db.execute("SELECT date_trunc('minute', NOW())").fetchone()
+    assert found is not None
+    minute: datetime = found[0]
+    job = {**env, **EVERY_MINUTE, "LOCK_KEY": key}
+
+    def into_slot(back: int, *, let_go: bool = True) -> None:
+        # The rows not moved yet (their slot ends after the setup's minute) keep their
+        # place within their slot.
+        db.execute(
+            sql.SQL(
+                "UPDATE {} SET started_at = started_at - (slot_end - %(end)s),"
+                " ended_at = ended_at - (slot_end - %(end)s), slot_end = %(end)s"
+                " WHERE lock_key = %(key)s AND slot_end > %(minute)s AND modes <> %(pause)s"
+            ).format(history),
+            {
+                "key": key,
+                "end": minute - timedelta(minutes=back - 1),
+                "minute": minute,
+                "pause": PAUSE_MODES,
+            },
+        )
+        if let_go:
+            db.execute(
+                sql.SQL("DELETE FROM {} WHERE key = %s").format(sql.Identifier(schema, table)),
+                (schedule_key(key),),
+            )
+
+    for back in range(40, 30, -1):  # ten successes before: the key's runtime envelope
+        assert run_job(job, "sh", "-c", "sleep 0.2").returncode == 0
+        into_slot(back)
+    for back, (what, _) in sorted(STRIP_PLAN.items(), reverse=True):
+        command, more, code = COMMANDS[what]
+        ran = run_job(job, *command, **more)
+        assert ran.returncode == code, ran.stderr
+        into_slot(back)
+    for verb, back in (("pause", 22), ("resume", 19)):
+        assert ctl(job, verb, key).returncode == 0
+        # Just before the slot's start, so that it covers the slot 22 back to the one 20 back.
+        db.execute(
+            sql.SQL(
+                "UPDATE {} SET started_at = %(at)s, ended_at = %(at)s"
+                " WHERE lock_key = %(key)s AND outcome = %(outcome)s"
+            ).format(history),
+            {
+                "key": key,
+                "at": minute - timedelta(minutes=back, seconds=1),
+                "outcome": f"{verb}d",
+            },
+        )
+    started = tmp / "strip-running"
+    running = subprocess.Popen(
+        [*DISLOCK, "DATABASE_URL", "sh", "-c", f"touch {started}; exec sleep 300"],
+        env={**job, "LOCK_STRATEGY": "schedule,lease", "RUN_LOCK_TTL_SECONDS": "30"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    wait_for(started)
+    into_slot(3, let_go=False)
+    return StripKey(key, minute, running)

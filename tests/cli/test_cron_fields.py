@@ -51,3 +51,18 @@ def test_check_prints_the_next_three_fires(ctl: Ctl, cli_env: dict[str, str]) ->
     assert [(b.date() - a.date()).days for a, b in pairwise(fires)] == [1, 1]
     slot_line = next(line for line in lines if line.startswith("  slot ends"))
     assert datetime.fromisoformat(slot_line.split()[2]) in fires[:2]  # the next fire, in UTC
+
+
+def test_check_fires_odd_dated_mondays_only(ctl: Ctl, cli_env: dict[str, str]) -> None:
+    """Day-of-month starts with ``*``: cron fires on days matching both day fields
+    (issue #62), and so do the fires ``check`` lists, whatever today is."""
+    env = {**cli_env, "CRON_SCHEDULE": "0 0 */2 * MON", "CRON_TZ": "Europe/Berlin"}
+    result = ctl("check", env=env)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("  next fires"))
+    fires = [datetime.fromisoformat(line.split()[-1]) for line in lines[first : first + 3]]
+    assert [(fire.strftime("%a"), fire.day % 2, fire.hour) for fire in fires] == [("Mon", 1, 0)] * 3
+    assert all(1 <= (later - earlier).days <= 28 for earlier, later in pairwise(fires))
+    slot_line = next(line for line in lines if line.startswith("  slot ends"))
+    assert datetime.fromisoformat(slot_line.split()[2]) in fires[:2]

@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from dislock import ConfigurationError, LockContext
-from dislock.core.cron import check_cron, next_fires
+from dislock.core.cron import check_cron, next_fires, slot_end, slot_start
 
 
 @pytest.mark.parametrize(
@@ -67,6 +67,36 @@ def test_next_fires_are_the_next_boundaries_in_the_zone() -> None:
         "2026-03-10T03:00:00-04:00",
     ]
     assert [f.second for f in next_fires("* * * * * */20", now, timezone.utc)] == [40, 0, 20]
+
+
+MONDAY_7_DECEMBER = datetime(2026, 12, 7, 12, 0, tzinfo=timezone.utc)
+
+
+@pytest.mark.parametrize(
+    ("expression", "days"),
+    [
+        # Day-of-month starts with "*": a day matches both fields, as cron fires it
+        # (odd-dated Mondays: 21 December, 11 and 25 January), not "odd dates or Mondays".
+        ("0 0 */2 * MON", ["Mon 2026-12-21", "Mon 2027-01-11", "Mon 2027-01-25"]),
+        ("0 0 */2 * MON,TUE", ["Tue 2026-12-15", "Mon 2026-12-21", "Tue 2026-12-29"]),
+        # Day-of-week starts with "*" (Sundays, Wednesdays, Saturdays): the same.
+        ("0 0 1,15 * */3", ["Sat 2027-05-01", "Sat 2027-05-15", "Sun 2027-08-01"]),
+        # Neither starts with "*": either field matching is enough.
+        ("0 0 1,15 * MON", ["Mon 2026-12-14", "Tue 2026-12-15", "Mon 2026-12-21"]),
+        ("0 0 1-31/2 * MON", ["Wed 2026-12-09", "Fri 2026-12-11", "Sun 2026-12-13"]),
+        ("0 0 * * MON", ["Mon 2026-12-14", "Mon 2026-12-21", "Mon 2026-12-28"]),
+    ],
+)
+def test_the_day_fields_combine_as_cron_combines_them(expression: str, days: list[str]) -> None:
+    fires = next_fires(expression, MONDAY_7_DECEMBER)
+    assert [fire.strftime("%a %Y-%m-%d") for fire in fires] == days
+
+
+def test_a_slot_of_odd_dated_mondays_spans_the_mondays_between() -> None:
+    end = slot_end("0 0 */2 * MON", MONDAY_7_DECEMBER)
+    assert end == datetime(2026, 12, 21, tzinfo=timezone.utc)
+    # It began with the last fire, Monday 7 December (odd), not on Sunday the 13th.
+    assert slot_start("0 0 */2 * MON", end) == datetime(2026, 12, 7, tzinfo=timezone.utc)
 
 
 @pytest.mark.parametrize(

@@ -150,3 +150,13 @@ def test_pauses_end_as_planned_or_at_the_next_event_of_the_key() -> None:
     assert reruns(
         [Event(t, t + hour, RERUN), Event(t + hour, t + hour, RERUN), Event(t, None, PAUSED)]
     ) == {t + hour: t + hour}
+
+
+def test_the_slots_are_the_fires_cron_makes() -> None:
+    """``missed`` and ``serve`` judge the slots of odd-dated Mondays only, as cron
+    fires ``0 0 */2 * MON`` (both day fields must match, issue #62)."""
+    since = datetime(2026, 12, 1, tzinfo=timezone.utc)
+    slots = schedule_slots("0 0 */2 * MON", since, datetime(2027, 2, 1, tzinfo=timezone.utc))
+    assert [f"{slot.start:%Y-%m-%d}" for slot in slots] == [
+        "2026-12-07", "2026-12-21", "2027-01-11", "2027-01-25"
+    ]  # fmt: skip

@@ -13,9 +13,12 @@ import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone, tzinfo
 from itertools import pairwise
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from dislock.core.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from croniter import croniter
 
 EARLY_FIRE_TOLERANCE = 1.0
 """A start this close before a boundary (at most a quarter of a slot) belongs to the
@@ -33,15 +36,26 @@ UTC = timezone.utc
 
 def check_cron(expression: object, *, name: str = "schedule") -> str:
     """A cron expression croniter accepts (5 fields, or 6 with seconds) that fires."""
-    from croniter import CroniterBadDateError, croniter  # only schedule users pay for it
+    from croniter import CroniterBadDateError  # only schedule users pay for it
 
     text = _valid(expression, name)
     try:
         # 30 February, or a year field in the past: croniter gives up searching.
-        croniter(text, datetime.now(UTC)).get_next(datetime)
+        _fires(text, datetime.now(UTC)).get_next(datetime)
     except (CroniterBadDateError, ValueError, OverflowError):
         raise ConfigurationError(f"{name} never fires: {expression!r}") from None
     return text
+
+
+def _fires(text: str, start: datetime) -> croniter:
+    """The fires of ``text`` from ``start``, with cron's day rule: a day whose
+    day-of-month or day-of-week field starts with ``*`` must match both fields, only
+    two restricted fields match either (``cron(8)`` of vixie/ISC cron and cronie:
+    ``0 0 */2 * MON`` fires on odd-dated Mondays); croniter's default is either
+    whenever both fields are restricted.  Every slot dislock computes comes from here."""
+    from croniter import croniter
+
+    return croniter(text, start, implement_cron_bug=True)
 
 
 def _valid(expression: object, name: str) -> str:
@@ -183,8 +197,6 @@ def _instants(wall: datetime, tz: tzinfo) -> list[datetime]:
 def next_boundary(expression: str, now: datetime, tz: tzinfo = UTC) -> datetime:
     """The first cron boundary strictly after ``now`` (an aware datetime), in UTC,
     reading ``expression`` on the wall clock of ``tz``."""
-    from croniter import croniter
-
     if now.tzinfo is None:
         raise ValueError("now must be timezone-aware")
     start = now.astimezone(UTC)
@@ -195,7 +207,7 @@ def next_boundary(expression: str, now: datetime, tz: tzinfo = UTC) -> datetime:
     # no later wall reading can come sooner.
     quiet = len({(start + shift).astimezone(tz).utcoffset() for shift in shifts}) == 1
     wall = _wall(start, tz) - (timedelta(0) if quiet else MAX_CLOCK_SHIFT)
-    candidates = croniter(_valid(expression, "schedule"), wall)
+    candidates = _fires(_valid(expression, "schedule"), wall)
     best: datetime | None = None
     while True:
         candidate = candidates.get_next(datetime)
@@ -212,9 +224,7 @@ def next_boundary(expression: str, now: datetime, tz: tzinfo = UTC) -> datetime:
 
 def slot_start(expression: str, end: datetime, tz: tzinfo = UTC) -> datetime:
     """When the slot that ends at ``end`` began: the last cron boundary before it."""
-    from croniter import croniter
-
-    fires = croniter(_valid(expression, "schedule"), _wall(end, tz) + MAX_CLOCK_SHIFT)
+    fires = _fires(_valid(expression, "schedule"), _wall(end, tz) + MAX_CLOCK_SHIFT)
     while True:
         candidate = fires.get_prev(datetime)
         if not isinstance(candidate, datetime):  # croniter's return type is loose
@@ -249,10 +259,8 @@ JITTER_SAMPLE = 32
 def shortest_interval(expression: str, now: datetime | None = None) -> float:
     """The shortest time between ``expression``'s next few fires, in seconds (on the
     wall clock: DST only shortens one interval)."""
-    from croniter import croniter
-
     start = (now or datetime.now(UTC)).astimezone(UTC)
-    fires = croniter(_valid(expression, "schedule"), start)
+    fires = _fires(_valid(expression, "schedule"), start)
     times = [fires.get_next(float) for _ in range(JITTER_SAMPLE + 1)]
     return min(later - earlier for earlier, later in pairwise(times))
 

@@ -276,6 +276,8 @@ class Attempt(NamedTuple):
     outcome: str | None
     running: bool = False
     """No end recorded and it still holds its lock (otherwise it was abandoned)."""
+    ended_at: datetime | None = None
+    """When it ended, where the reader knows (``serve``'s slot strip shows durations)."""
 
 
 class SlotState(NamedTuple):

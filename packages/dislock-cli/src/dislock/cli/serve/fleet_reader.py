@@ -7,7 +7,7 @@ import contextlib
 import logging
 import threading
 from bisect import bisect_right
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import psycopg
@@ -17,12 +17,14 @@ from dislock.cli.diagnosis import describe_database_error
 from dislock.cli.lock_rows import columns, listing
 from dislock.cli.runs.envelope import successes_before
 from dislock.cli.runs.missed_slots import end_of, from_first_run
+from dislock.cli.runs.run_history import Run, runs
 from dislock.cli.runs.run_history import latest as latest_runs
 from dislock.cli.sending import send
 from dislock.cli.serve.fleet_status import MISSED_WINDOW, FleetSnapshot, LatestRow, build_snapshot
 from dislock.cli.serve.kept_runs import RunCounts, WindowStarts
 from dislock.cli.serve.scrape import ScrapeStatements, lock_delay_end_of
 from dislock.cli.serve.slot_counts import state_counts
+from dislock.cli.serve.slot_strip import STRIP_SLOTS, StripSource
 from dislock.cli.serve.slot_windows import ScheduleWindows
 from dislock.core.after import HELD_BACK
 from dislock.core.dsn import connection_kwargs, scrub
@@ -39,6 +41,9 @@ SCRAPE_CONNECT_TIMEOUT = 3.0
 SCRAPE_STATEMENT_TIMEOUT_MS = 5000
 """A scrape's statements give up after this long: a slow database reads as down,
 not as a scrape that hangs until Prometheus gives up on it."""
+
+KEY_RUNS_SINCE = timedelta(days=36500)
+"""A key's page lists its newest runs however old (an index scan of its key, newest first)."""
 
 RECENT_SECONDS = 60
 """A history row is read again while its run started less than this long ago: a
@@ -140,7 +145,7 @@ class FleetReader:
         with self._windows_turn:
             self._windows_turn.wait_for(lambda: self._computed == turn - 1)
             try:
-                slot_counts, next_slots = self._schedules(latest, starts, since, now)
+                slot_counts, next_slots, strips = self._schedules(latest, starts, since, now)
             finally:
                 self._computed = turn
                 self._windows_turn.notify_all()
@@ -153,7 +158,25 @@ class FleetReader:
             next_slots=next_slots,
             timeline_expire_at=delay_ends,
             grant_loopholes=len(loopholes),
-        )
+        )._replace(strips=strips)
+
+    def runs_of(self, key: str, limit: int) -> list[Run] | None:
+        """``key``'s newest ``limit`` runs (a key's page), read only; None: not read."""
+        if not self._turns.take(scrape=False, timeout=CONNECTION_WAIT_SECONDS):
+            return None
+        try:
+            conn = self._connect()
+            with conn.transaction():
+                conn.execute(
+                    "SET TRANSACTION READ ONLY;"
+                    f" SET LOCAL statement_timeout = {int(SCRAPE_STATEMENT_TIMEOUT_MS)}"
+                )
+                return send(conn, runs(self._history, self._table, key, KEY_RUNS_SINCE, limit))
+        except psycopg.Error as exc:
+            self._lost(exc)
+            return None
+        finally:
+            self._turns.give_back()
 
     def _latest(self, conn: psycopg.Connection[Any], since: datetime) -> list[LatestRow]:
         """Each key's latest run, with the details the page and the missed-slot count need."""
@@ -196,11 +219,12 @@ class FleetReader:
 
     def _schedules(
         self, latest: list[LatestRow], starts: WindowStarts, since: datetime, now: datetime
-    ) -> tuple[dict[str, dict[str, int]], dict[str, datetime]]:
-        """How many slots of each state and the next slot of every key whose latest run had a
-        schedule."""
+    ) -> tuple[dict[str, dict[str, int]], dict[str, datetime], dict[str, StripSource]]:
+        """How many slots of each state, the next slot and what the slot strip is computed
+        from, of every key whose latest run had a schedule."""
         counted: dict[str, dict[str, int]] = {}
         next_slots: dict[str, datetime] = {}
+        strips: dict[str, StripSource] = {}
         found = self._windows.scrape(
             ((row.run.key, row.more.cron, row.more.cron_tz) for row in latest if row.more.cron),
             since,
@@ -217,6 +241,12 @@ class FleetReader:
                 next_slots[key] = window.next_slot
             if window.slots is None:
                 continue  # unreadable, too dense, or not computed yet: no count, not a wrong one
+            assert row.run.started_at is not None  # it ran
+            # The last slots as they are now: a later scrape appends to the window's list.
+            last = window.slots[-STRIP_SLOTS:]
+            strips[key] = StripSource(
+                last, starts, key, more.ran_before_window, row.run.started_at, row.envelope
+            )
             # Recounted only when the key's runs or its schedule's slots changed, or a slot
             # ended: one whose attempts all failed counts once it is over (a retry may still
             # come before), one reopened and not run again is retrying until then, missed after.
@@ -229,7 +259,6 @@ class FleetReader:
                 if not more.ran_before_window:
                     # A job new within the window: the slots before its first run are not missed.
                     first = starts.of(key) + starts.marks_of(key)
-                    assert row.run.started_at is not None  # it ran
                     slots = from_first_run(slots, first or [(row.run.started_at, None)])
                 counts = state_counts(
                     slots,
@@ -243,7 +272,7 @@ class FleetReader:
                 )
                 cached = self._missed[key] = (inputs, counts)
             counted[key] = cached[1]
-        return counted, next_slots
+        return counted, next_slots, strips
 
     def check_tables(self) -> str | None:
         """At start-up: what is missing, or None.  A database that does not answer is not an

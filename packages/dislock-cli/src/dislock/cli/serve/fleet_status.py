@@ -13,6 +13,7 @@ from dislock.cli.lock_rows import RUNNING, SLOT_TAKEN, WAITING, LockRow, waiting
 from dislock.cli.runs.envelope import Envelope, mark
 from dislock.cli.runs.run_history import Latest
 from dislock.cli.serve.scrape import RunDetails
+from dislock.cli.serve.slot_strip import StripSource
 from dislock.core.kinds import GROUP
 
 MISSED_WINDOW = timedelta(hours=24)
@@ -136,6 +137,8 @@ class FleetSnapshot(NamedTuple):
     """While a lock delay after a database failover runs, when it ends."""
     grant_loopholes: int = 0
     groups: tuple[GroupStatus, ...] = ()
+    strips: Mapping[str, StripSource] = {}
+    """What each key's slot strip is computed from, for the rows a page shows."""
 
 
 class LatestRow(NamedTuple):

@@ -112,7 +112,7 @@ class WindowStarts:
             self._by_key.get(run.lock_key, {}).pop(run.id, None)
             return
         runs = self._by_key.setdefault(run.lock_key, {})
-        attempt = Attempt(run.started_at, run.slot_end, run.outcome, run.running)
+        attempt = Attempt(run.started_at, run.slot_end, run.outcome, run.running, run.ended_at)
         if runs.get(run.id) != attempt:
             runs[run.id] = attempt
             self._changed(run.lock_key)

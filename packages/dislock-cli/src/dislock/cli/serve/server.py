@@ -28,6 +28,7 @@ from dislock.cli.commands._call import error
 from dislock.cli.run_metrics import Exposition
 from dislock.cli.serve.fleet_reader import FleetReader
 from dislock.cli.serve.http_policy import Admission, HostPolicy, Limits, client_of, parse_listen
+from dislock.cli.serve.key_page import KEY_PATH, key_page
 from dislock.cli.serve.metrics import metric_families
 from dislock.cli.serve.status_page import render_page
 from dislock.cli.wrapper.command import configure_logging
@@ -127,6 +128,8 @@ class _Handler(BaseHTTPRequestHandler):
             elif path == "/":
                 page = render_page(self.server.reader.snapshot())
                 status, kind, payload = 200, "text/html; charset=utf-8", page.encode()
+            elif path.startswith(KEY_PATH):
+                status, kind, payload = key_page(self.server.reader, path)
             elif path == "/healthz":
                 status, kind, payload = 200, "text/plain; charset=utf-8", b"ok\n"
             else:

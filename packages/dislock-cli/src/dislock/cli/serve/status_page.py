@@ -10,10 +10,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime, timezone
 from html import escape
+from urllib.parse import quote
 
 from dislock.cli.admin import format_duration, released_as
 from dislock.cli.lock_rows import RUNNING, SLOT_TAKEN, WAITING
 from dislock.cli.serve.fleet_status import FAILED_OUTCOMES, MISSED_WINDOW, FleetSnapshot, KeyStatus
+from dislock.cli.serve.strip_html import key_strip, legend, strip_style
+from dislock.cli.shown import was_cut
 from dislock.core import bounds
 from dislock.core.bounds import MAX_REASON_BYTES, SHOWN_CHARS
 from dislock.core.history import OUTCOMES
@@ -180,10 +183,26 @@ def _slots_cell(key: KeyStatus) -> str:
     return cell
 
 
-def _row(key: KeyStatus, now: datetime) -> str:
+KEY_PAGES = "key/"
+"""Where a key's own page is, relative to the main page (``key_page``)."""
+
+
+def key_link(lock_key: str, shown: str, pages: str = KEY_PAGES) -> str:
+    """``shown`` (HTML) linked to the key's page, its name URL-encoded whole (a ``/`` too)."""
+    if was_cut(lock_key):
+        return shown  # more than any key holds: no page would find it
+    return f'<a href="{escape(pages + quote(lock_key, safe=""))}">{shown}</a>'
+
+
+def _row(key: KeyStatus, now: datetime, strip: str = "", pages: str = KEY_PAGES) -> str:
     outcome = key.last_run.outcome if key.last_run else ""
     envelope = (key.last_run.mark if key.last_run else None) or ""
     classes = "failing" if key.failing else ""
+    # The slot strip, when the key has one, in a row of its own beneath: the key's cell spans both.
+    span, beneath = "", ""
+    if strip:
+        classes = f"{classes} with-strip".strip()
+        span, beneath = ' rowspan="2"', f'\n<tr class="strip-row"><td colspan="7">{strip}</td></tr>'
     counts = {"missed": key.missed_slots, "covered": key.covered_slots, "failed": key.failed_slots}
     data = "".join(f' data-{name}="{"-" if n is None else n}"' for name, n in counts.items())
     return (
@@ -193,13 +212,24 @@ def _row(key: KeyStatus, now: datetime) -> str:
         f' data-state="{escape(key.state)}"'
         f' data-outcome="{_clip(outcome)}" data-envelope="{envelope}"{data}>'
         # Wrapped within its column, whole on hover: a long key widened the table off-screen.
-        f'<td class="key" title="{escape(bounds.escape(key.lock_key))}">'
-        f"<strong>{_clip(key.lock_key, 2 * SHOWN_CHARS)}</strong></td>"
+        f'<td class="key"{span} title="{escape(bounds.escape(key.lock_key))}">'
+        f"<strong>{key_link(key.lock_key, _clip(key.lock_key, 2 * SHOWN_CHARS), pages)}"
+        "</strong></td>"
         f"<td>{_state_cell(key)}</td>"
         f"{_run_cells(key, now)}"
         f"<td>{_next_cell(key, now)}</td>"
         f'<td class="num">{_slots_cell(key)}</td>'
-        "</tr>"
+        f"</tr>{beneath}"
+    )
+
+
+def keys_head() -> str:
+    """The head of the keys' table (the main page's, and a key's own page's)."""
+    window = int(MISSED_WINDOW.total_seconds() // 3600)
+    return (
+        "<thead><tr><th>lock key</th><th>state</th><th>last start</th><th>where</th>"
+        f"<th>outcome</th><th>duration</th><th>next slot</th><th>missed ({window} h)</th>"
+        "</tr></thead>"
     )
 
 
@@ -220,6 +250,10 @@ def page_order(keys: Iterable[KeyStatus]) -> list[KeyStatus]:
 
 PAGE_ROWS = 500
 """Keys the page shows at most, in ``page_order`` (failures first)."""
+
+STRIP_ROWS = 50
+"""Keys the page shows the slot strip of, the first in ``page_order`` (every key's own
+page shows its strip): 30 cells are as many bytes as the rest of a row."""
 
 PAGE_GROUPS = 100
 """Groups the page shows at most, by name."""
@@ -290,7 +324,13 @@ def render_page(snapshot: FleetSnapshot, *, title: str = "dislock fleet") -> str
             f" of any key is taken before {escape(ends)}.</div>"
         )
     # Bounded: a team that may write 20,000 keys must not make the page megabytes long.
-    rows = "\n".join(_row(key, now) for key in keys[:PAGE_ROWS])
+    strips = [
+        key_strip(snapshot, key.lock_key) if index < STRIP_ROWS else ("", set())
+        for index, key in enumerate(keys[:PAGE_ROWS])
+    ]
+    rows = "\n".join(_row(key, now, strip) for key, (strip, _) in zip(keys, strips, strict=False))
+    states = set().union(*(found for _, found in strips))
+    style, shown = (_STYLE + strip_style(states), legend(states)) if states else (_STYLE, "")
     empty = '<tr><td colspan="8">no lock keys yet</td></tr>' if snapshot.up and not keys else ""
     if len(keys) > PAGE_ROWS:
         empty = (
@@ -301,10 +341,9 @@ def render_page(snapshot: FleetSnapshot, *, title: str = "dislock fleet") -> str
 <html lang="en"><head><meta charset="utf-8">
 <meta http-equiv="refresh" content="{REFRESH_SECONDS}">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{escape(title)}</title><style>{_STYLE}</style></head>
-<body><h1>{escape(title)}</h1><p class="meta">{escape(summary)}</p>{banner}
-<table id="keys"><thead><tr><th>lock key</th><th>state</th><th>last start</th><th>where</th>
-<th>outcome</th><th>duration</th><th>next slot</th><th>missed ({window} h)</th></tr></thead>
+<title>{escape(title)}</title><style>{style}</style></head>
+<body><h1>{escape(title)}</h1><p class="meta">{escape(summary)}</p>{banner}{shown}
+<table id="keys">{keys_head()}
 <tbody>
 {rows}{empty}
 </tbody></table>{_groups(snapshot)}</body></html>

@@ -42,9 +42,10 @@ class StripSource(NamedTuple):
     """What one key's strip is computed from, kept by reference until a page asks."""
 
     slots: Sequence[Slot]
-    """The window's last ``STRIP_SLOTS`` slots of the key's schedule."""
+    """The window's last ``STRIP_SLOTS`` slots of the key's schedule (once a page read
+    its strip, its last ``STRIP_SLOTS`` however far back: ``strip_reads``)."""
     starts: WindowStarts
-    """The scrape's copy, which later scrapes leave alone."""
+    """The scrape's copy, which later scrapes leave alone (or the page's read)."""
     key: str
     ran_before_window: bool
     first_start: datetime

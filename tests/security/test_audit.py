@@ -189,6 +189,33 @@ def test_readers_read_the_trail_and_others_do_not(fleet: Fleet) -> None:
         assert status == 1 and err.count("\n") == 1 and "Traceback" not in err, err
 
 
+def test_serves_key_page_reads_the_trail_as_a_reader_only(fleet: Fleet) -> None:
+    """``serve`` as the reader lists a key's audited actions, newest first; as a role
+    that may not read the trail, it says so in a line, and no line of it."""
+    from dislock.cli.serve.fleet_reader import FleetReader
+    from dislock.core.history import history_table
+
+    _init(fleet)
+    mine = _unique("billing-")
+    for verb in ("pause", "resume"):
+        assert ctl(fleet.ops, verb, mine, "--reason", f"{verb} <now>", table=fleet.table)[0] == 0
+    for url, expected in ((fleet.reader, ["resume", "pause"]), (fleet.billing, None)):
+        reader = FleetReader(url, fleet.table, history_table(fleet.table))
+        try:
+            found = reader.audit_of(mine, 50)
+        finally:
+            reader.close()
+        if expected is None:
+            assert (
+                found == "the audit trail is not readable by this role (a reader's grant reads it)"
+            )
+        else:
+            assert not isinstance(found, str), found
+            assert [(entry.action, entry.reason) for entry in found] == [
+                (verb, f"{verb} <now>") for verb in expected
+            ]
+
+
 def test_a_write_privilege_on_the_trail_is_a_loophole(fleet: Fleet) -> None:
     trail = _init(fleet)
     assert ctl(fleet.admin_url, "grants", table=fleet.table)[0] == 0

@@ -8,15 +8,16 @@ from datetime import datetime, timedelta, timezone
 from html import escape
 
 from dislock.cli.runs.envelope import envelope_of
-from dislock.cli.runs.missed_slots import schedule_slots
+from dislock.cli.runs.missed_slots import Slot, schedule_slots
 from dislock.cli.runs.run_history import Run
 from dislock.cli.serve.fleet_status import FleetSnapshot, KeyStatus
 from dislock.cli.serve.kept_runs import WindowStarts
 from dislock.cli.serve.key_page import render_key_page
 from dislock.cli.serve.scrape import ScrapedRun
-from dislock.cli.serve.slot_strip import STRIP_SLOTS, StripSource, strip_cells
+from dislock.cli.serve.slot_strip import STRIP_SLOTS, EarlierSlots, StripSource, strip_cells
 from dislock.cli.serve.status_page import render_page
 from dislock.cli.serve.strip_html import GLYPHS, strip_html
+from dislock.core.cron import next_boundary
 
 NOW = datetime(2026, 12, 7, 12, 0, 30, tzinfo=timezone.utc)
 MINUTE = timedelta(minutes=1)
@@ -88,6 +89,27 @@ def test_a_keys_page_escapes_its_name_and_lists_its_runs() -> None:
     page = render_key_page(snapshot, snapshot.keys[0], [run], [])
     assert "<img" not in page and escape(hostile) in page
     assert 'data-run="7" data-outcome="failed"' in page and "exit 3" in page
-    assert "&lt;h&gt;" in page and "<h2>audit</h2>" not in page  # no audit trail yet
+    assert "&lt;h&gt;" in page and "no audited action" in page
     # The main page links the key's page, its name URL-encoded whole.
     assert 'href="key/%3Cimg%20src%3Dx%20onerror%3D%22alert%281%29%22%3E"' in render_page(snapshot)
+
+
+def test_a_strip_walks_back_past_the_window_within_bounds() -> None:
+    """A daily job's 30 slots are a month's; a monthly job's stop at 400 days; a page's
+    budget cut short shows fewer, and the walk is done again (not kept) next time."""
+    since = NOW - timedelta(hours=24)
+
+    def walked(cron: str, budget: int) -> list[Slot]:
+        window = list(schedule_slots(cron, since, NOW))
+        after = next_boundary(cron, NOW)
+        found = source()._replace(slots=window, cron=cron, next_slot=after)
+        return earlier.slots(found, NOW, [budget])
+
+    earlier = EarlierSlots()
+    daily = walked("0 3 * * *", 1000)
+    assert [slot.start for slot in daily] == [
+        NOW.replace(hour=3, minute=0, second=0) - timedelta(days=back) for back in range(29, -1, -1)
+    ]
+    assert len(walked("0 0 1 * *", 1000)) == 13  # a monthly job's slots of 400 days
+    assert len(walked("0 3 * * 1", 5)) == 1 + 5  # a weekly one (today's in the window), cut short
+    assert len(walked("0 3 * * 1", 1000)) == 30  # and not kept short

@@ -16,7 +16,7 @@ from typing import NamedTuple
 from psycopg import sql
 
 from dislock.core import bounds
-from dislock.core.exchange import Exchange, select_list
+from dislock.core.exchange import Exchange, read_value, select_list
 from dislock.core.history_functions import BUDGET_PREFIX, USED_PREFIX
 from dislock.core.limits import NEVER_EXPIRES
 from dislock.core.policy_functions import beside_parts, template
@@ -102,15 +102,26 @@ class Entry(NamedTuple):
 
 
 def entries(
-    trail: tuple[str, ...], lock_key: str | None, since: datetime | None
+    trail: tuple[str, ...], lock_key: str | None, since: datetime | None, newest: int = 0
 ) -> Exchange[list[Entry]]:
-    """The trail's rows (of ``lock_key``, since ``since``, if given), oldest first."""
+    """The trail's rows (of ``lock_key``, since ``since``, if given), oldest first; or,
+    with ``newest``, that many of the newest, newest first."""
+    order = "ORDER BY at, id" if not newest else f"ORDER BY at DESC, id DESC LIMIT {int(newest)}"
     query = sql.SQL(
         "SELECT {} FROM {} WHERE (%(key)s::text IS NULL OR lock_key = %(key)s::text)"
-        " AND (%(since)s::timestamptz IS NULL OR at >= %(since)s::timestamptz) ORDER BY at, id"
+        " AND (%(since)s::timestamptz IS NULL OR at >= %(since)s::timestamptz) {}"
     ).format(
         select_list(Entry._fields, **{field: sql.Identifier(field) for field in Entry._fields}),
         sql.Identifier(*trail),
+        sql.SQL(order),
     )
     params = {"key": lock_key, "since": since}
     return Exchange(query, params, lambda rows: [Entry._make(row) for row in rows])
+
+
+def trail_readable(trail: tuple[str, ...]) -> Exchange[bool | None]:
+    """Whether this role may read the trail ``trail``; None: there is none."""
+    query = sql.SQL("SELECT has_table_privilege(t, 'SELECT') FROM to_regclass({}) AS t").format(
+        sql.Literal(sql.Identifier(*trail).as_string(None))
+    )
+    return Exchange(query, {}, read_value)

@@ -50,11 +50,12 @@ def _audit(conn: Connection, call: Call, since: timedelta | None) -> int:
         rows = [entry._asdict() | {"at": entry.at.isoformat()} for entry in found]
         print(json.dumps(rows, indent=2))
     else:
-        print("\n".join(map(_line, found)) if found else "no audited actions")
+        print("\n".join(map(entry_line, found)) if found else "no audited actions")
     return EXIT_OK
 
 
-def _line(entry: Entry) -> str:
+def entry_line(entry: Entry) -> str:
+    """One row of the trail, as `audit` prints it (and a key's page in serve shows it)."""
     from dislock.cli.runs.history_report import format_time
     from dislock.core.bounds import escape
 

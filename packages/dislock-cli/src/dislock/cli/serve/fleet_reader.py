@@ -7,8 +7,9 @@ import contextlib
 import logging
 import threading
 from bisect import bisect_right
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 
@@ -22,13 +23,22 @@ from dislock.cli.runs.run_history import latest as latest_runs
 from dislock.cli.sending import send
 from dislock.cli.serve.fleet_status import MISSED_WINDOW, FleetSnapshot, LatestRow, build_snapshot
 from dislock.cli.serve.kept_runs import RunCounts, WindowStarts
-from dislock.cli.serve.scrape import ScrapeStatements, lock_delay_end_of
+from dislock.cli.serve.scrape import ScrapedRun, ScrapeStatements, lock_delay_end_of
 from dislock.cli.serve.slot_counts import state_counts
-from dislock.cli.serve.slot_strip import STRIP_SLOTS, StripSource
+from dislock.cli.serve.slot_strip import (
+    STRIP_BOUNDARY_BUDGET,
+    STRIP_SLOTS,
+    EarlierSlots,
+    StripSource,
+)
 from dislock.cli.serve.slot_windows import ScheduleWindows
+from dislock.cli.serve.strip_reads import read_source, since_of, strip_rows
 from dislock.core.after import HELD_BACK
+from dislock.core.audit_trail import Entry, audit_table, entries, trail_readable
 from dislock.core.dsn import connection_kwargs, scrub
 from dislock.core.grant_catalog import audit
+
+T = TypeVar("T")
 
 logger = logging.getLogger("dislock.serve")
 
@@ -98,6 +108,7 @@ class FleetReader:
         self._starts = WindowStarts()
         self._missed: dict[str, tuple[tuple[Any, ...], dict[str, int]]] = {}
         self._windows = ScheduleWindows()
+        self._earlier = EarlierSlots()
         # Reads are numbered, and their slots computed in that order, so that the
         # windows never step back in time when two requests overlap.
         self._windows_turn = threading.Condition()
@@ -160,8 +171,9 @@ class FleetReader:
             grant_loopholes=len(loopholes),
         )._replace(strips=strips)
 
-    def runs_of(self, key: str, limit: int) -> list[Run] | None:
-        """``key``'s newest ``limit`` runs (a key's page), read only; None: not read."""
+    def _read_only(self, reading: Callable[[psycopg.Connection[Any]], T]) -> T | None:
+        """What ``reading`` reads in a read-only transaction of its own, on a page view's
+        turn; None: not read."""
         if not self._turns.take(scrape=False, timeout=CONNECTION_WAIT_SECONDS):
             return None
         try:
@@ -171,12 +183,58 @@ class FleetReader:
                     "SET TRANSACTION READ ONLY;"
                     f" SET LOCAL statement_timeout = {int(SCRAPE_STATEMENT_TIMEOUT_MS)}"
                 )
-                return send(conn, runs(self._history, self._table, key, KEY_RUNS_SINCE, limit))
+                return reading(conn)
         except psycopg.Error as exc:
             self._lost(exc)
             return None
         finally:
             self._turns.give_back()
+
+    def runs_of(self, key: str, limit: int) -> list[Run] | None:
+        """``key``'s newest ``limit`` runs (a key's page), read only; None: not read."""
+        found = runs(self._history, self._table, key, KEY_RUNS_SINCE, limit)
+        return self._read_only(lambda conn: send(conn, found))
+
+    def audit_of(self, key: str, limit: int) -> list[Entry] | str:
+        """``key``'s newest ``limit`` rows of the audit trail, or why there are none."""
+        trail = audit_table(self._table)
+
+        def read(conn: psycopg.Connection[Any]) -> list[Entry] | str:
+            readable = send(conn, trail_readable(trail))
+            if readable is None:
+                return f"no audit trail: {'.'.join(trail)} does not exist (init creates it)"
+            if not readable:
+                return "the audit trail is not readable by this role (a reader's grant reads it)"
+            return send(conn, entries(trail, key, None, newest=limit))
+
+        found = self._read_only(read)
+        if found is None:
+            return "the audit trail was not read: the database did not answer"
+        return found
+
+    def with_strips(self, snapshot: FleetSnapshot, keys: Iterable[str]) -> FleetSnapshot:
+        """``snapshot`` with the strips of ``keys`` over their last ``STRIP_SLOTS`` slots,
+        before the window too; as it was when their rows could not be read."""
+        budget = [STRIP_BOUNDARY_BUDGET]
+        slots = {}
+        for key in keys:
+            source = snapshot.strips.get(key)
+            if source is not None:
+                found = self._earlier.slots(source, snapshot.now, budget)
+                if found:
+                    slots[key] = found
+        sinces = {key: since_of(found) for key, found in slots.items()}
+        statement = strip_rows(self._history, self._table, sinces)
+        rows = self._read_only(lambda conn: send(conn, statement)) if sinces else []
+        if rows is None:
+            return snapshot
+        by_key: dict[str, list[tuple[ScrapedRun, bool]]] = {key: [] for key in slots}
+        for key, run, before in rows:
+            by_key[key].append((run, before))
+        strips = dict(snapshot.strips)
+        for key, found in slots.items():
+            strips[key] = read_source(strips[key], found, by_key[key])
+        return snapshot._replace(strips=strips)
 
     def _latest(self, conn: psycopg.Connection[Any], since: datetime) -> list[LatestRow]:
         """Each key's latest run, with the details the page and the missed-slot count need."""
@@ -245,7 +303,15 @@ class FleetReader:
             # The last slots as they are now: a later scrape appends to the window's list.
             last = window.slots[-STRIP_SLOTS:]
             strips[key] = StripSource(
-                last, starts, key, more.ran_before_window, row.run.started_at, row.envelope
+                last,
+                starts,
+                key,
+                more.ran_before_window,
+                row.run.started_at,
+                row.envelope,
+                more.cron,
+                more.cron_tz,
+                window.next_slot,
             )
             # Recounted only when the key's runs or its schedule's slots changed, or a slot
             # ended: one whose attempts all failed counts once it is over (a retry may still

@@ -1,8 +1,9 @@
 """A lock key's own page, at ``/key/<its name, URL-encoded>``: its row of the status
-page (with its slot strip) and its newest runs; a name no key has is 404.
+page (with its slot strip), its newest runs and its audit trail's lines; a name no key
+has is 404.
 
-The runs are read in a read-only transaction of their own, at most ``KEY_RUNS``,
-every text clipped and escaped as on the main page.
+The runs and the trail are read in read-only transactions of their own, at most
+``KEY_RUNS`` of each, every text clipped and escaped as on the main page.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
 from dislock.cli.admin import format_duration
+from dislock.cli.commands.audit import entry_line
 from dislock.cli.runs.envelope import mark
 from dislock.cli.serve.status_page import (
     _STYLE,
@@ -55,14 +57,15 @@ def key_page(reader: FleetReader, path: str) -> tuple[int, str, bytes]:
     runs = reader.runs_of(lock_key, KEY_RUNS)
     if runs is None:
         return 503, _TEXT, b"the database did not answer; dislockctl serve logged why\n"
+    snapshot = reader.with_strips(snapshot, [lock_key])
     return 200, _HTML, render_key_page(snapshot, key, runs, audit_lines(reader, lock_key)).encode()
 
 
-def audit_lines(reader: FleetReader, lock_key: str) -> list[str]:
-    """The audit trail's lines about ``lock_key`` (who paused, released or reran it, and
-    when), newest first, as plain text for the key's page.  None yet: the audit trail
-    table, once it exists, is read here (through ``reader``, bounded like ``runs_of``)."""
-    return []
+def audit_lines(reader: FleetReader, lock_key: str) -> list[str] | str:
+    """The audit trail's newest ``KEY_RUNS`` lines about ``lock_key`` (when, who, as
+    whom, what and why), newest first, as plain text; or why there are none."""
+    found = reader.audit_of(lock_key, KEY_RUNS)
+    return found if isinstance(found, str) else [entry_line(entry) for entry in found]
 
 
 def _runs_table(key: KeyStatus, runs: Sequence[Run], snapshot: FleetSnapshot) -> str:
@@ -97,16 +100,20 @@ def _runs_table(key: KeyStatus, runs: Sequence[Run], snapshot: FleetSnapshot) ->
 
 
 def render_key_page(
-    snapshot: FleetSnapshot, key: KeyStatus, runs: Sequence[Run], audit: Sequence[str]
+    snapshot: FleetSnapshot, key: KeyStatus, runs: Sequence[Run], audit: Sequence[str] | str
 ) -> str:
-    """The page of ``key``: its row, its newest ``runs`` and the ``audit`` lines."""
+    """The page of ``key``: its row, its newest ``runs`` and the ``audit`` lines (or why
+    there are none)."""
     name = _clip(key.lock_key, 2 * SHOWN_CHARS)
     strip, states = key_strip(snapshot, key.lock_key)
     row = _row(key, snapshot.now, strip, pages="")
-    trail = ""
-    if audit:
-        lines = "".join(f"<li>{_clip(line, 512)}</li>" for line in audit)
-        trail = f'<h2>audit</h2><ul id="audit">{lines}</ul>'
+    if isinstance(audit, str) or not audit:
+        why = audit if isinstance(audit, str) else "no audited action"
+        trail = f'<p id="audit"><small>{escape(why)}</small></p>'
+    else:
+        trail = '<ul id="audit">' + "".join(f"<li>{_clip(line, 512)}</li>" for line in audit)
+        trail += "</ul>"
+    trail = f"<h2>audit trail (the newest {KEY_RUNS})</h2>{trail}"
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta http-equiv="refresh" content="{REFRESH_SECONDS}">

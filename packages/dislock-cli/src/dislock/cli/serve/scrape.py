@@ -99,19 +99,7 @@ class ScrapeStatements:
                 unfinished=sql.SQL("array_agg(id) FILTER (WHERE outcome IS NULL)"),
             ),
         )
-        scraped = select_list(
-            ScrapedRun._fields,
-            id=sql.SQL("h.id"),
-            # Texts as dislockctl reads them (``dislock.cli.shown``): anyone may have
-            # written them, and outcomes become label values.
-            lock_key=read(sql.Identifier("h", "lock_key")),
-            outcome=known_outcome(sql.Identifier("h", "outcome")),
-            started_at=sql.SQL("h.started_at"),
-            slot_end=sql.SQL("h.slot_end"),
-            scheduled=sql.SQL("h.cron IS NOT NULL"),
-            leased=sql.SQL("position('lease' IN h.modes) > 0"),  # it has a span
-            **span_columns("h", locks),
-        )
+        scraped = scraped_columns(locks)
         self._window_starts = sql.SQL(
             "SELECT {columns} FROM {table} AS h"
             " WHERE h.started_at >= %(since)s AND h.cron IS NOT NULL"
@@ -175,6 +163,23 @@ class ScrapeStatements:
         still have been going then (``missed_slots.spans``' rule)."""
         params = {"since": since, "keys": list(keys)}
         return Exchange(self._spans_before, params, rows_of(ScrapedRun))
+
+
+def scraped_columns(locks: tuple[str, ...]) -> sql.Composed:
+    """A ``ScrapedRun``'s columns of the history row ``h``."""
+    return select_list(
+        ScrapedRun._fields,
+        id=sql.SQL("h.id"),
+        # Texts as dislockctl reads them (``dislock.cli.shown``): anyone may have
+        # written them, and outcomes become label values.
+        lock_key=read(sql.Identifier("h", "lock_key")),
+        outcome=known_outcome(sql.Identifier("h", "outcome")),
+        started_at=sql.SQL("h.started_at"),
+        slot_end=sql.SQL("h.slot_end"),
+        scheduled=sql.SQL("h.cron IS NOT NULL"),
+        leased=sql.SQL("position('lease' IN h.modes) > 0"),  # it has a span
+        **span_columns("h", locks),
+    )
 
 
 def _run_details(table: sql.Identifier) -> sql.Composed:

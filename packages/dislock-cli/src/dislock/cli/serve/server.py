@@ -30,7 +30,7 @@ from dislock.cli.serve.fleet_reader import FleetReader
 from dislock.cli.serve.http_policy import Admission, HostPolicy, Limits, client_of, parse_listen
 from dislock.cli.serve.key_page import KEY_PATH, key_page
 from dislock.cli.serve.metrics import metric_families
-from dislock.cli.serve.status_page import render_page
+from dislock.cli.serve.status_page import STRIP_ROWS, page_order, render_page
 from dislock.cli.wrapper.command import configure_logging
 from dislock.core.dsn import scrub
 from dislock.core.errors import ConfigurationError
@@ -126,7 +126,11 @@ class _Handler(BaseHTTPRequestHandler):
                 families = metric_families(self.server.reader.snapshot(scrape=True))
                 status, kind, payload = 200, CONTENT_TYPE_LATEST, self.server.exposition(families)
             elif path == "/":
-                page = render_page(self.server.reader.snapshot())
+                reader = self.server.reader
+                snapshot = reader.snapshot()
+                # Only the page's strips read back past the window, and only its first rows'.
+                shown = [key.lock_key for key in page_order(snapshot.keys)[:STRIP_ROWS]]
+                page = render_page(reader.with_strips(snapshot, shown))
                 status, kind, payload = 200, "text/html; charset=utf-8", page.encode()
             elif path.startswith(KEY_PATH):
                 status, kind, payload = key_page(self.server.reader, path)

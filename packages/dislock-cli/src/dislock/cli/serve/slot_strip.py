@@ -2,20 +2,21 @@
 ``missed_slots.slot_states`` judges it (the judgement ``missed`` and the counts use),
 and the duration of the run in it, against the key's runtime envelope.
 
-Computed only for the rows a page shows, from what the scrape read anyway (the window's
-slots and ``WindowStarts``): ``STRIP_SLOTS`` slots and the attempts in them, never a
-read of the database nor a walk of the whole window.
+Computed only for the rows a page shows: ``STRIP_SLOTS`` slots, the window's last and,
+for a schedule with fewer in the window, those before it (``EarlierSlots``: a daily
+job's month), judged from a read of just those slots' rows (``strip_reads``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import NamedTuple
 
 from dislock.cli.runs.envelope import Envelope, mark
 from dislock.cli.runs.missed_slots import (
     ABANDONED,
+    DEFAULT_GRACE,
     FAILED,
     Attempt,
     Slot,
@@ -25,7 +26,9 @@ from dislock.cli.runs.missed_slots import (
 )
 from dislock.cli.serve.kept_runs import WindowStarts
 from dislock.core.after import HELD_BACK
-from dislock.core.cron import EARLY_FIRE_TOLERANCE
+from dislock.core.cron import EARLY_FIRE_TOLERANCE, slot_start
+from dislock.core.cron_zone import recorded_zone
+from dislock.core.errors import ConfigurationError
 
 STRIP_SLOTS = 30
 """Slots a strip shows at most: the newest judged (begun a minute ago or more) in the window."""
@@ -39,14 +42,19 @@ class StripSource(NamedTuple):
     """What one key's strip is computed from, kept by reference until a page asks."""
 
     slots: Sequence[Slot]
-    """The window's last ``STRIP_SLOTS`` slots of the key's schedule."""
+    """The window's last ``STRIP_SLOTS`` slots of the key's schedule (once a page read
+    its strip, its last ``STRIP_SLOTS`` however far back: ``strip_reads``)."""
     starts: WindowStarts
-    """The scrape's copy, which later scrapes leave alone."""
+    """The scrape's copy, which later scrapes leave alone (or the page's read)."""
     key: str
     ran_before_window: bool
     first_start: datetime
     """The key's latest run's start: where its slots begin when nothing else tells."""
     envelope: Envelope | None
+    cron: str | None = None
+    """The schedule read, and its zone: a page reads its slots before the window too."""
+    cron_tz: str | None = None
+    next_slot: datetime | None = None
 
 
 class StripCell(NamedTuple):
@@ -99,3 +107,61 @@ def strip_cells(source: StripSource, now: datetime) -> list[StripCell]:
             marked = mark(source.envelope, attempt.outcome or "running", seconds)
         cells.append(StripCell(judged.slot, state, seconds, marked))
     return cells
+
+
+MAX_STRIP_SPAN = timedelta(days=400)
+"""How far back a strip reaches at most: a monthly job shows the slots of 13 months."""
+
+STRIP_BOUNDARY_BUDGET = 1000
+"""Cron boundaries one page computes at most for the slots before the window (each
+reading's are kept): a key beyond it shows fewer slots until a later view."""
+
+
+class EarlierSlots:
+    """The slots of a schedule before its window's first, back to back, kept by
+    (schedule, zone, the window's first slot start): one walk back per reading a day."""
+
+    def __init__(self) -> None:
+        self._kept: dict[tuple[str, str | None, datetime], list[Slot]] = {}
+
+    def slots(self, source: StripSource, now: datetime, budget: list[int]) -> list[Slot]:
+        """``source``'s last ``STRIP_SLOTS`` slots judged (begun a grace ago or more),
+        computing at most ``budget[0]`` boundaries (it is decremented)."""
+        slots = list(source.slots)
+        end = slots[0].start if slots else source.next_slot
+        wanted = STRIP_SLOTS - len(slots)
+        if wanted <= 0 or end is None or source.cron is None:
+            return slots[-STRIP_SLOTS:]
+        name = (source.cron, source.cron_tz, end)
+        earlier = self._kept.get(name)
+        if earlier is None:
+            earlier, done = _walk_back(source, end, wanted, now, budget)
+            if done:
+                if len(self._kept) >= 4 * STRIP_SLOTS:
+                    self._kept.clear()  # a schedule's anchor moves on: forget the old ones
+                self._kept[name] = earlier
+        return earlier + slots
+
+
+def _walk_back(
+    source: StripSource, end: datetime, wanted: int, now: datetime, budget: list[int]
+) -> tuple[list[Slot], bool]:
+    """Up to ``wanted`` slots ending at ``end`` and before, oldest first; and whether
+    the walk is complete (not cut short by the budget)."""
+    assert source.cron is not None
+    found: list[Slot] = []
+    try:
+        tz = timezone.utc if source.cron_tz is None else recorded_zone(source.cron_tz)
+        while len(found) < wanted:
+            if budget[0] <= 0:
+                return found[::-1], False
+            budget[0] -= 1
+            start = slot_start(source.cron, end, tz)
+            if start < now - MAX_STRIP_SPAN:
+                break
+            if start + DEFAULT_GRACE <= now:  # the slot going on now, begun just now: not yet
+                found.append(Slot(start, end))
+            end = start
+    except (ConfigurationError, ValueError):
+        pass  # as many as could be read; the window's counts tell of the expression
+    return found[::-1], True

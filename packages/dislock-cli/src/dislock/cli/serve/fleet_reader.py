@@ -33,7 +33,6 @@ from dislock.cli.serve.slot_strip import (
 )
 from dislock.cli.serve.slot_windows import ScheduleWindows
 from dislock.cli.serve.strip_reads import read_source, since_of, strip_rows
-from dislock.core.after import HELD_BACK
 from dislock.core.audit_trail import Entry, audit_table, entries, trail_readable
 from dislock.core.dsn import connection_kwargs, scrub
 from dislock.core.grant_catalog import audit
@@ -330,11 +329,7 @@ class FleetReader:
                     slots,
                     starts.attempts_of(key),
                     now=now,
-                    late=starts.late_of(key),
-                    held_back=dict.fromkeys(starts.late_of(key, HELD_BACK)),
-                    pauses=starts.pauses_of(key),
-                    spans=starts.spans_of(key),
-                    reruns=starts.reruns_of(key),
+                    **starts.judged_by(key),
                 )
                 cached = self._missed[key] = (inputs, counts)
             counted[key] = cached[1]

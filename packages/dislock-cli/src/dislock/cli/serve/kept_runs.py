@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict
 
 from dislock.cli.runs.missed_slots import Attempt, Span
 from dislock.cli.serve.scrape import CensusRow, ScrapedRun, span_of_row
@@ -65,6 +65,16 @@ class RunCounts:
         for (lock_key, outcome), count in self.totals.items():
             found.setdefault(lock_key, {})[outcome] = count
         return found
+
+
+class Marks(TypedDict):
+    """What ``slot_states`` and ``state_counts`` judge a key's slots by, beside its attempts."""
+
+    late: set[datetime]
+    held_back: dict[datetime, str | None]
+    pauses: list[Pause]
+    spans: list[Span]
+    reruns: dict[datetime, datetime]
 
 
 class WindowStarts:
@@ -182,6 +192,16 @@ class WindowStarts:
 
     def reruns_of(self, lock_key: str) -> dict[datetime, datetime]:
         return reruns(self._events.get(lock_key, {}).values())
+
+    def judged_by(self, lock_key: str) -> Marks:
+        """The key's marks, events and spans, as the slot judgements take them."""
+        return Marks(
+            late=self.late_of(lock_key),
+            held_back=dict.fromkeys(self.late_of(lock_key, HELD_BACK)),
+            pauses=self.pauses_of(lock_key),
+            spans=self.spans_of(lock_key),
+            reruns=self.reruns_of(lock_key),
+        )
 
     def copy(self) -> WindowStarts:
         """A copy that the original's later changes leave alone (the values are immutable)."""

@@ -25,7 +25,6 @@ from dislock.cli.runs.missed_slots import (
     slot_states,
 )
 from dislock.cli.serve.kept_runs import WindowStarts
-from dislock.core.after import HELD_BACK
 from dislock.core.cron import EARLY_FIRE_TOLERANCE, slot_start
 from dislock.core.cron_zone import recorded_zone
 from dislock.core.errors import ConfigurationError
@@ -85,11 +84,7 @@ def strip_cells(source: StripSource, now: datetime) -> list[StripCell]:
         slots,
         attempts,
         now=now,
-        late=starts.late_of(key),
-        held_back=dict.fromkeys(starts.late_of(key, HELD_BACK)),
-        pauses=starts.pauses_of(key),
-        spans=starts.spans_of(key),
-        reruns=starts.reruns_of(key),
+        **starts.judged_by(key),
     )
     last: dict[int, Attempt] = {}
     found = slot_indexes(slots, [(attempt.started_at, attempt.slot_end) for attempt in attempts])

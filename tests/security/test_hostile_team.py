@@ -139,7 +139,7 @@ def test_no_setting_skips_the_guard(
 
 
 def acquire(conn: psycopg.Connection[Any], fleet: Fleet, row: str, lock_key: str) -> bool:
-    params = {"key": row, "pause": pause_key(lock_key), "owner": "a-machine"}
+    params: dict[str, Any] = {"key": row, "pause": pause_key(lock_key), "owner": "a-machine"}
     params |= {"expire_at": None, "ttl": 30.0, "fencing": False}
     found = conn.execute(call(fleet.table, "acquire", tuple(params)), params).fetchone()
     assert found is not None

@@ -1,13 +1,13 @@
 """What fencing enforced by the database costs a writer: a table ``dislockctl fence``
 guards against the same table unguarded.
 
-The guard is a deferred constraint trigger whose ``WHEN`` queues one check per
-transaction and lock key, and the check (as the transaction commits) reads the key's
-live lease row ``FOR SHARE``.  Both tables get the very same transactions, each
-carrying the token with ``set_fencing_token`` (``set_config(..., true)``), so that the
-ratio is the guard's alone: a one-row ``INSERT`` in its own transaction (``BEGIN``,
-the token, the insert, ``COMMIT``: four round trips and a durable commit), and a
-10,000-row ``COPY`` in one.  The tables take turns one transaction at a time; medians.
+The guard is a deferred constraint trigger: a check per changed row, as the
+transaction commits, that reads the key's live lease row.  Both tables get the very
+same transactions, each carrying the token with ``set_fencing_token``
+(``set_config(..., true)``), so that the ratio is the guard's alone: a one-row
+``INSERT`` in its own transaction (``BEGIN``, the token, the insert, ``COMMIT``: four
+round trips and a durable commit), and a 10,000-row ``COPY`` in one.  The tables take
+turns one transaction at a time; medians.
 """
 
 from __future__ import annotations

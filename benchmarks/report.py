@@ -86,13 +86,11 @@ READING = """## Reading the results
   the check, sent by hand.
 - **Fencing enforced by the database.** Two tables alike but for `dislockctl fence`'s guard get
   the same transactions in turns, each carrying the token (`set_config(..., true)`), so the
-  ratio is the guard's: its check, run once per transaction at commit, reads the key's lease
-  row `FOR SHARE`. A one-row write pays that check and little else. A `COPY` pays it once too,
-  but the trigger's `WHEN` (the function that queues only the transaction's first check) is
-  still evaluated for every row, 10,000 times here: that expression, not the check, is what
-  the `COPY`'s ratio measures (with `WHEN (false)` instead, the `COPY` takes the unguarded
-  time). The function is written to be inlined into the `WHEN` (no `SET search_path`, every
-  name qualified instead): pinned, it cost the `COPY` 3.2 x; inlined, about 1.6 x.
+  ratio is the guard's: its check, run at commit for each changed row, reads the key's lease
+  row (no row lock). A one-row write pays that check and little else; a `COPY` pays it for
+  each of its 10,000 rows. (The guard once queued only a transaction's first check, marked in
+  a session setting that a writer could set itself to skip the check, #61: the figures
+  above predate the change.)
 - **Scale.** Every lease of a process is renewed by one `UPDATE … FROM unnest(…)` per tick, over
   one connection; the renewal statement's latency is what a thousand leases cost per second.
 """

@@ -17,6 +17,7 @@ from psycopg import sql
 from dislock.core import bounds
 from dislock.core.errors import ConfigurationError
 from dislock.core.exchange import Exchange, Rows
+from dislock.core.failover import SCOPE_KEY_PREFIX
 from dislock.core.kinds import LEASE, kind
 from dislock.core.policy_functions import beside, template
 from dislock.core.replace_marks import HANDED_MARK, REPLACED_MARK
@@ -33,7 +34,7 @@ TRIGGER = "dislock_fence"
 
 TRUNCATE_TRIGGER = "dislock_fence_truncate"
 
-VERSION = "dislock fence guard 2"
+VERSION = "dislock fence guard 3"
 """The guard functions' comment: ``init --fencing`` rewrites functions of another one."""
 
 HINT = (
@@ -49,7 +50,7 @@ def guard_function(lock_table: tuple[str, str]) -> sql.Identifier:
 
 
 def due_function(lock_table: tuple[str, str]) -> sql.Identifier:
-    """Whether a changed row is its transaction's first for a lock key (the trigger's WHEN)."""
+    """What the WHEN of a trigger of an earlier ``fence`` calls (now always true)."""
     return beside(lock_table, "_dislock_fence_due")
 
 
@@ -61,6 +62,11 @@ def guard_sql(lock_table: tuple[str, str]) -> sql.Composed:
         due=due_function(lock_table),
         guard=guard_function(lock_table),
         table=sql.Identifier(*lock_table),
+        table_oid=sql.SQL("{}::regclass").format(
+            sql.Literal(sql.Identifier(*lock_table).as_string(None))
+        ),
+        triggers=sql.SQL(", ").join(map(sql.Literal, (TRIGGER, TRUNCATE_TRIGGER))),
+        scope_prefix=sql.Literal(SCOPE_KEY_PREFIX),
         lease_row=sql.Literal(lease.row_key("")),
         slot_row=sql.Literal(lease.row_key("", 2).removesuffix("2:")),
         max_slots=sql.Literal(int(SLOTS.high)),
@@ -94,15 +100,8 @@ def fence_statements(
     statements += [
         sql.SQL(
             "CREATE CONSTRAINT TRIGGER {trigger} AFTER INSERT OR UPDATE OR DELETE ON {table}"
-            " DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN ({due}({key}))"
-            " EXECUTE FUNCTION {guard}({key})"
-        ).format(
-            trigger=sql.Identifier(TRIGGER),
-            table=table,
-            due=due_function(lock_table),
-            key=key,
-            guard=guard,
-        ),
+            " DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION {guard}({key})"
+        ).format(trigger=sql.Identifier(TRIGGER), table=table, key=key, guard=guard),
         sql.SQL(
             "CREATE TRIGGER {trigger} BEFORE TRUNCATE ON {table}"
             " FOR EACH STATEMENT EXECUTE FUNCTION {guard}({key})"

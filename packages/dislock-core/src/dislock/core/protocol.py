@@ -28,7 +28,7 @@ from dislock.core.failover import (
     TTL_KEY_PREFIX,
 )
 from dislock.core.key_quota import OVER_QUOTA, QUOTA_KEY_PREFIX
-from dislock.core.kinds import KEY_PREFIX, SLOT_NUMBER
+from dislock.core.kinds import GROUP, KEY_PREFIX, SLOT_NUMBER
 from dislock.core.limits import DEFAULT_MAX_TTL, MAX_TTL_KEY, NEVER_EXPIRES, max_ttl_of
 from dislock.core.policy_functions import beside, template
 from dislock.core.refusal import NO_GRANT
@@ -36,7 +36,7 @@ from dislock.core.rows import PAUSE_PREFIX, RELEASED_MARK
 from dislock.core.waiting import wake_payload
 from dislock.core.wrapped import CALLED, argument_types, wrapped_sql
 
-VERSION = "dislock protocol 4"
+VERSION = "dislock protocol 5"
 """The comment on the acquiring function: ``init`` rewrites functions of another one."""
 
 ARGUMENTS = {
@@ -85,7 +85,7 @@ def protocol_sql(table_parts: tuple[str, str]) -> sql.Composed:
         table_oid=sql.SQL("{}::regclass").format(sql.Literal(table.as_string(None))),
         shown=sql.Literal(".".join(table_parts)),
         quota_prefix=sql.Literal(QUOTA_KEY_PREFIX),
-        quota_lock=sql.Literal("dislock quota "),
+        group_row=sql.Literal(f"{KEY_PREFIX}:{GROUP.mode}"),
         over=sql.Literal(OVER_QUOTA),
         lock_key_of_key=sql.SQL("substring(t.key FROM {})").format(sql.Literal(row_key)),
         row_key=sql.Literal(LOCK_ROW),

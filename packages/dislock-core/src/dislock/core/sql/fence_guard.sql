@@ -6,32 +6,22 @@
 -- owner), so that a writer needs no right on the lock table; neither resolves a name
 -- through the caller's search_path.
 
--- Called when a row of a guarded table changes, as its constraint trigger's WHEN:
--- true once per transaction and lock key, so that a 10,000-row COPY queues one check
--- for its commit, not 10,000.  The mark names the transaction, so that no setting of
--- the session's can stand for it; a rolled-back savepoint takes its mark back with
--- the check it queued.  Runs for every row: written to be inlined into the WHEN (no
--- SET clause, which would stop that), so every name in it, operators too, is
--- qualified instead of pinning search_path.
+-- What the WHEN of a trigger made by an earlier `fence` calls: it marked the first row
+-- of a transaction in a session setting, which a writer could set itself to skip the
+-- check (#61, N4).  Now true for every row: each queues its check.  (Inlined into the
+-- WHEN, so every name in it is qualified.)
 CREATE OR REPLACE FUNCTION {due}(lock_key text) RETURNS boolean
-LANGUAGE sql VOLATILE AS $due$
-    SELECT CASE
-        WHEN pg_catalog.current_setting('dislock.fence_due', true) OPERATOR(pg_catalog.=)
-            (pg_catalog.pg_current_xact_id()::pg_catalog.text
-             OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) lock_key) THEN false
-        ELSE pg_catalog.set_config(
-            'dislock.fence_due',
-            pg_catalog.pg_current_xact_id()::pg_catalog.text
-                OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) lock_key,
-            true
-        ) IS NOT NULL
-    END
-$due$;
+LANGUAGE sql IMMUTABLE AS $due$ SELECT true $due$;
 
--- The check, at commit (a deferred constraint trigger) and before a TRUNCATE.  It
--- locks the live lease row it finds FOR SHARE: a takeover, a release or a renewal of
--- that row waits until this transaction has committed, which is a moment away, since
--- the check runs as the commit begins.  A lease that ended before the check
+-- The check, at commit (a deferred constraint trigger, once per changed row) and
+-- before a TRUNCATE.  It runs only where `fence` put it: a trigger of its name on a
+-- table whose owner may lock the key (the lock table's owner or a member, a superuser,
+-- a role whose grant covers the key; any role while the lock table has no grants),
+-- so that no role can make it read another team's lease rows from a table of its
+-- own.  It takes no row lock: a lock held until the writer's transaction ends
+-- would let any transaction left open hold up the renewal and the takeover of the
+-- lease (#61, N1).  So a takeover between the check and the commit's end is not seen
+-- (docs/fencing.md, "What it guarantees").  A lease that ended before the check
 -- (expired, released, marked for a replacer or handed over to one, or taken over
 -- with a newer token) refuses the commit.
 CREATE OR REPLACE FUNCTION {guard}() RETURNS trigger
@@ -41,7 +31,23 @@ DECLARE
     given text := pg_catalog.btrim(pg_catalog.current_setting('dislock.fencing_token', true));
     token bigint;
     what text := pg_catalog.format('%s on %I.%I', TG_OP, TG_TABLE_SCHEMA, TG_TABLE_NAME);
+    v_owner oid := (SELECT c.relowner FROM pg_class AS c WHERE c.oid = TG_RELID);
+    v_table pg_class%ROWTYPE;
 BEGIN
+    SELECT * INTO v_table FROM pg_class AS c WHERE c.oid = {table_oid};
+    IF TG_NAME NOT IN ({triggers}) OR TG_NARGS <> 1 OR NOT (
+        NOT v_table.relrowsecurity OR pg_has_role(v_owner, v_table.relowner, 'MEMBER')
+        OR EXISTS (SELECT FROM pg_roles AS r
+                   WHERE r.oid = v_owner AND (r.rolsuper OR r.rolbypassrls))
+        OR EXISTS (SELECT FROM pg_roles AS r
+                   JOIN {table} AS s ON s.key = {scope_prefix} || r.rolname::text COLLATE "default"
+                   WHERE pg_has_role(v_owner, r.oid, 'MEMBER') AND lock_key ~ s.value))
+    THEN
+        RAISE EXCEPTION USING ERRCODE = {sqlstate},
+            MESSAGE = pg_catalog.format(
+                'dislock fencing refused this %s: its guard by lock %L was not attached by'
+                ' dislockctl fence (the table''s owner may not lock that key)', what, lock_key);
+    END IF;
     IF given IS NULL OR given = '' THEN
         RAISE EXCEPTION USING ERRCODE = {sqlstate},
             MESSAGE = pg_catalog.format(
@@ -61,8 +67,7 @@ BEGIN
      WHERE held.key = {lease_row} || lock_key
        AND held.fence = token AND held.expire_at > pg_catalog.clock_timestamp()
        AND pg_catalog.strpos(held.value, {replaced}) = 0
-       AND pg_catalog.right(held.value, {handed_length}) <> {handed}
-       FOR SHARE;
+       AND pg_catalog.right(held.value, {handed_length}) <> {handed};
     IF NOT FOUND THEN
         -- The further slots of an N-holder lease (LOCK_SLOTS), only when the first
         -- is not this token's: one probe of the key's index each.
@@ -72,8 +77,7 @@ BEGIN
                   FROM pg_catalog.generate_series(2, {max_slots}) AS slot))
            AND held.fence = token AND held.expire_at > pg_catalog.clock_timestamp()
            AND pg_catalog.strpos(held.value, {replaced}) = 0
-           AND pg_catalog.right(held.value, {handed_length}) <> {handed}
-           FOR SHARE;
+           AND pg_catalog.right(held.value, {handed_length}) <> {handed};
     END IF;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = {sqlstate},
@@ -90,4 +94,5 @@ $guard$;
 
 COMMENT ON FUNCTION {guard}() IS {version};
 GRANT EXECUTE ON FUNCTION {due}(text) TO PUBLIC;
+-- (Any role may attach it: it runs only where `fence` could have attached it.)
 GRANT EXECUTE ON FUNCTION {guard}() TO PUBLIC;

@@ -30,8 +30,12 @@
 --     `dislockctl grant` writes): role is the first of the caller's roles whose scope
 --     matches the key (its longest-TTL record counts for its keys only), and a new
 --     key (p_key has no row) counts against the smallest quota of the caller's
---     roles, under a per-role transaction-level advisory lock, so that concurrent
---     transactions cannot both pass the last place.
+--     roles, with the quota rows of the caller's roles locked FOR UPDATE (rows only
+--     the owner can lock: no role can hold them to stall another's new key, as it
+--     could an advisory lock), so that concurrent transactions cannot both pass the
+--     last place.
+--   * A group row (LOCK_GROUP) is no grant's: its name is every fleet's
+--     (docs/security.md, "Groups").
 -- p_lock_key NULL: no key to check; scope is then every key the caller may lock (a
 -- regular expression; NULL: any key).
 -- Called only by the lock and history functions, which run as their table's owner
@@ -70,6 +74,11 @@ BEGIN
         END IF;
         RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
             MESSAGE = pg_catalog.format('permission denied for table %s', {shown});
+    END IF;
+    IF starts_with(p_key, {group_row}) THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = pg_catalog.format('role %L may not lock %L in %s: ' || {no_grant},
+                session_user, p_key, {shown});
     END IF;
     -- The common case first, in two primary-key reads: the login role's own grant
     -- covers the key, and the key has its row (no quota to count).  (Names are of
@@ -124,8 +133,10 @@ BEGIN
     IF v_most IS NULL THEN
         RETURN;
     END IF;
-    PERFORM pg_catalog.pg_advisory_xact_lock(
-        pg_catalog.hashtextextended({quota_lock} || role, {table_oid}::int8));
+    PERFORM FROM {table} AS q
+        WHERE q.key IN (SELECT {quota_prefix} || granted.name
+                        FROM pg_catalog.unnest(v_roles) AS granted (name))
+        ORDER BY q.key FOR UPDATE;
     -- A key that has a row already (its other strategy, another slot, its pause) is
     -- not one more key.  (A scan: only an acquisition of a new key gets here.)
     SELECT count(DISTINCT {lock_key_of_key}) INTO v_held FROM {table} AS t

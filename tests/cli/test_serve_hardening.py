@@ -346,7 +346,8 @@ def test_churning_half_sent_requests_keep_the_threads_bounded(
             flood.join(0.01)
         assert not failures, failures
         assert served.process.poll() is None, "".join(served.log)
-        assert peak <= threads_before + 32, peak  # --max-connections, by default
+        # --max-connections (default 32); one more, joined but not yet gone from /proc.
+        assert peak <= threads_before + 32 + 1, peak
 
         def scraped() -> bool:
             with suppress(OSError):

@@ -187,6 +187,7 @@ class _Server(ThreadingHTTPServer):
         self.exposition = Exposition()
         self._admission: Admission[socket.socket] = Admission(limits)
         self._active_lock = threading.Condition()  # notified as a connection's thread ends
+        self._ended: list[threading.Thread] = []
         self._told: dict[str, float] = {}
         self._hosts_told: set[str] = set()
         super().__init__(address, _Handler)
@@ -197,6 +198,11 @@ class _Server(ThreadingHTTPServer):
         deadline = time.monotonic() + CLOSING_WAIT
         with self._active_lock:
             while True:
+                # Threads whose connections ended close a socket and return: joined, so
+                # that they and the ones serving never outnumber --max-connections.
+                for ended in self._ended:
+                    ended.join(CLOSING_WAIT)
+                self._ended.clear()
                 refused, closed = self._admission.admit(client, request)
                 for idle in closed:
                     # Under the lock: its thread closes it only once it is no longer counted.
@@ -230,16 +236,18 @@ class _Server(ThreadingHTTPServer):
         except Exception:
             self.handle_error(request, client_address)
         finally:
-            self._done(request)
+            self._done(request, threading.current_thread())
             self.shutdown_request(request)
 
     def started(self, request: socket.socket) -> bool:
         with self._active_lock:
             return self._admission.started(request)
 
-    def _done(self, request: socket.socket) -> None:
+    def _done(self, request: socket.socket, thread: threading.Thread | None = None) -> None:
         with self._active_lock:
             self._admission.done(request)
+            if thread is not None:
+                self._ended.append(thread)
             self._active_lock.notify()
 
     def _refuse(self, request: socket.socket, client: str, refused: str) -> None:

@@ -12,6 +12,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from dislock.cli.runs.missed_slots import schedule_slots
+from dislock.cli.serve.fleet_reader import _Turns
 from dislock.cli.serve.fleet_status import FAILED_OUTCOMES, FleetSnapshot, lock_delay_end
 from dislock.cli.serve.http_policy import (
     Admission,
@@ -128,6 +129,43 @@ def test_the_oldest_idle_connection_makes_room_for_a_new_one() -> None:
     admission.done(0)  # its thread ends after it was closed: nothing counted twice
     assert len(admission.clients) == 5
     assert admission.admit("10.0.0.3", 7) == ("client", [])  # its own limit first
+
+
+def test_idle_connections_closed_count_until_their_threads_end() -> None:
+    """Connections closed for being idle, no longer counted, let a flood of half-sent
+    requests start a thread for each (security review #61): they count against
+    ``max_connections`` until their threads end, and none of them is answered."""
+    admission: Admission[int] = Admission(Limits(max_connections=4, max_per_client=4, max_idle=2))
+    assert [admission.admit("a", n) for n in range(2)] == [(None, [])] * 2
+    assert admission.admit("b", 2) == (None, [0])
+    assert admission.admit("c", 3) == (None, [1])
+    assert admission.closing == {0, 1}
+    assert admission.admit("d", 4) == ("all", [2])  # 2 threads closing, 2 idle
+    assert admission.started(0) is False  # its request read after it was closed: not answered
+    assert admission.started(3) is True
+    for conn in (0, 1):
+        admission.done(conn)
+    assert admission.admit("d", 4) == (None, [])  # 2 and 3 served, 4 idle
+    for conn in (2, 3, 4):
+        admission.done(conn)
+    assert (admission.clients, admission.by_client, admission.idle, admission.closing) == (
+        {},
+        {},
+        {},
+        set(),
+    )
+
+
+def test_a_request_that_gives_up_leaves_the_connection_to_its_holder() -> None:
+    """One that gave up waiting set the connection free while another read over it:
+    two threads on one psycopg connection, one closing it under the other's read,
+    crashed serve (security review #61)."""
+    turns = _Turns()
+    assert turns.take(scrape=False, timeout=0)
+    assert not turns.take(scrape=True, timeout=0)  # gives up
+    assert not turns.take(scrape=False, timeout=0)  # still the first one's
+    turns.give_back()
+    assert turns.take(scrape=True, timeout=0)
 
 
 @pytest.mark.parametrize(

@@ -77,7 +77,10 @@ class _Turns:
                 free = self._changed.wait_for(
                     lambda: not self._busy and (scrape or not self._scrapes), timeout
                 )
-                self._busy = free
+                # One that gave up leaves the connection to whoever has it: two requests
+                # on one connection, one closing it as the other reads, crashed the
+                # process (libpq freed under a read: security review #61).
+                self._busy = self._busy or free
                 return free
             finally:
                 self._scrapes -= scrape

@@ -47,8 +47,10 @@ Conn = TypeVar("Conn", bound=Hashable)
 
 
 class Admission(Generic[Conn]):
-    """The connections being served, in all and per client (``client_of``), and which of
-    them are idle (their request not read yet).  Not thread-safe: the server holds its
+    """The connections being served, in all and per client (``client_of``), which of them
+    are idle (their request not read yet), and those closed for being idle whose threads
+    have not ended yet (``closing``): they count against ``max_connections`` until then,
+    so that the threads alive never outnumber it.  Not thread-safe: the server holds its
     lock around each call."""
 
     def __init__(self, limits: Limits) -> None:
@@ -56,31 +58,39 @@ class Admission(Generic[Conn]):
         self.clients: dict[Conn, str] = {}
         self.by_client: dict[str, int] = {}
         self.idle: dict[Conn, None] = {}  # oldest first
+        self.closing: set[Conn] = set()
 
     def admit(self, client: str, conn: Conn) -> tuple[str | None, list[Conn]]:
         """Count ``conn`` from ``client`` in, idle, and None; or refuse it: ``"all"`` when
-        ``max_connections`` are served, ``"client"`` when ``max_per_client`` are
-        ``client``'s.  Also the oldest idle connections to close first, while ``max_idle``
-        are idle."""
+        ``max_connections`` are served or closing, ``"client"`` when ``max_per_client``
+        are ``client``'s.  Also the oldest idle connections to close first, while
+        ``max_idle`` are idle."""
         if self.by_client.get(client, 0) >= self.limits.max_per_client:
             return "client", []
         evicted = []
         while self.idle and len(self.idle) >= self.limits.max_idle:
             evicted.append(next(iter(self.idle)))
-            self.done(evicted[-1])
-        if len(self.clients) >= self.limits.max_connections:
+            self._forget(evicted[-1])
+            self.closing.add(evicted[-1])
+        if len(self.clients) + len(self.closing) >= self.limits.max_connections:
             return "all", evicted
         self.clients[conn] = client
         self.by_client[client] = self.by_client.get(client, 0) + 1
         self.idle[conn] = None
         return None, evicted
 
-    def started(self, conn: Conn) -> None:
-        """``conn``'s request was read: it is no longer idle."""
+    def started(self, conn: Conn) -> bool:
+        """``conn``'s request was read: it is no longer idle.  Whether it is still to be
+        answered (False: it was closed for being idle meanwhile)."""
         self.idle.pop(conn, None)
+        return conn in self.clients
 
     def done(self, conn: Conn) -> None:
-        """An admitted connection ended (or was closed for being idle)."""
+        """An admitted connection's thread ended."""
+        self.closing.discard(conn)
+        self._forget(conn)
+
+    def _forget(self, conn: Conn) -> None:
         client = self.clients.pop(conn, None)
         if client is None:
             return  # closed for being idle, already not counted

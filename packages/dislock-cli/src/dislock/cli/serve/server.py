@@ -43,6 +43,10 @@ logger = logging.getLogger("dislock.serve")
 BUSY_LOG_INTERVAL = 60.0
 """Seconds between two log lines about connections refused for being too many."""
 
+CLOSING_WAIT = 1.0
+"""Seconds a new connection may wait for the threads of idle connections closed to make
+room to end (they have nothing left to wait for) before it is refused."""
+
 
 class _Deadline(io.RawIOBase):
     """A client's socket read or written against one deadline for its whole request, or
@@ -52,6 +56,7 @@ class _Deadline(io.RawIOBase):
     def __init__(self, sock: socket.socket, deadline: float) -> None:
         self._sock = sock
         self._deadline = deadline
+        self.ended = False  # the client closed its side (or was shut down)
 
     def readable(self) -> bool:
         return True
@@ -67,7 +72,9 @@ class _Deadline(io.RawIOBase):
 
     def readinto(self, buffer: WriteableBuffer, /) -> int:
         self._left()
-        return self._sock.recv_into(buffer)
+        got = self._sock.recv_into(buffer)
+        self.ended = self.ended or not got
+        return got
 
     def write(self, data: ReadableBuffer, /) -> int:
         # sendall's timeout bounds all of it (Python >= 3.5), not each send.
@@ -101,11 +108,18 @@ class _Handler(BaseHTTPRequestHandler):
         # The whole request within the timeout, not each read of it.
         self.rfile.close()
         deadline = time.monotonic() + self.server.limits.request_timeout
-        self.rfile = io.BufferedReader(_Deadline(self.connection, deadline))
+        self._raw = _Deadline(self.connection, deadline)
+        self.rfile = io.BufferedReader(self._raw)
 
     def parse_request(self) -> bool:
         parsed = super().parse_request()
-        self.server.started(self.connection)  # read (or refused): no longer idle
+        admitted = self.server.started(self.connection)  # read (or refused): no longer idle
+        # http.client reads the end of the connection as the blank line ending the
+        # headers: a request cut short would be answered, a database read for each
+        # half-sent request closed (security review #61: thousands of threads waiting).
+        if parsed and (self._raw.ended or not admitted):
+            self.close_connection = True
+            return False
         return parsed
 
     def do_GET(self) -> None:
@@ -179,19 +193,34 @@ class _Server(ThreadingHTTPServer):
         self.limits = limits
         self.exposition = Exposition()
         self._admission: Admission[socket.socket] = Admission(limits)
-        self._active_lock = threading.Lock()
+        self._active_lock = threading.Condition()  # notified as a connection's thread ends
+        self._ended: list[threading.Thread] = []
         self._told: dict[str, float] = {}
         self._hosts_told: set[str] = set()
         super().__init__(address, _Handler)
 
     def process_request(self, request: Any, client_address: Any) -> None:
         client = client_of(str(client_address[0]))
+        evicted: list[socket.socket] = []
+        deadline = time.monotonic() + CLOSING_WAIT
         with self._active_lock:
-            refused, evicted = self._admission.admit(client, request)
-            for idle in evicted:
-                # Under the lock: its thread closes it only once it is no longer counted.
-                with contextlib.suppress(OSError):
-                    idle.shutdown(socket.SHUT_RDWR)  # its thread reads the end, and ends
+            while True:
+                # Threads whose connections ended close a socket and return: joined, so
+                # that they and the ones serving never outnumber --max-connections.
+                for ended in self._ended:
+                    ended.join(CLOSING_WAIT)
+                self._ended.clear()
+                refused, closed = self._admission.admit(client, request)
+                for idle in closed:
+                    # Under the lock: its thread closes it only once it is no longer counted.
+                    with contextlib.suppress(OSError):
+                        idle.shutdown(socket.SHUT_RDWR)  # its thread reads the end, and ends
+                evicted += closed
+                # Full with threads of closed idle connections: room in a moment.
+                left = deadline - time.monotonic()
+                if refused != "all" or not self._admission.closing or left <= 0:
+                    break
+                self._active_lock.wait(left)
         if evicted:
             self._tell(
                 "idle",
@@ -214,16 +243,19 @@ class _Server(ThreadingHTTPServer):
         except Exception:
             self.handle_error(request, client_address)
         finally:
-            self._done(request)
+            self._done(request, threading.current_thread())
             self.shutdown_request(request)
 
-    def started(self, request: socket.socket) -> None:
+    def started(self, request: socket.socket) -> bool:
         with self._active_lock:
-            self._admission.started(request)
+            return self._admission.started(request)
 
-    def _done(self, request: socket.socket) -> None:
+    def _done(self, request: socket.socket, thread: threading.Thread | None = None) -> None:
         with self._active_lock:
             self._admission.done(request)
+            if thread is not None:
+                self._ended.append(thread)
+            self._active_lock.notify()
 
     def _refuse(self, request: socket.socket, client: str, refused: str) -> None:
         """503 and close, never waiting: this is the thread that accepts connections."""

@@ -4,7 +4,8 @@
 They run as the table's owner and check the caller with the lock table's functions
 (``dislock.core.protocol``), so that a team writes no row of the history by hand;
 each granted role's rows are held to its history budget (``dislockctl grant
---max-history-mib``): past it, runs are still recorded, without their output's tail.
+--max-history-mib``): past it, runs are still recorded, without their output's tail,
+and each makes room from its key's oldest runs.
 A history table without them (made before them, or by hand) gets the plain
 statements of ``dislock.core.history``, as the lock table does.
 """
@@ -18,26 +19,25 @@ from psycopg import sql
 from dislock.core import bounds
 from dislock.core.after import success_notice
 from dislock.core.exchange import Exchange
-from dislock.core.failover import SCOPE_KEY_PREFIX
 from dislock.core.limits import NEVER_EXPIRES, metadata_row
 from dislock.core.policy_functions import template
 from dislock.core.protocol import call, function, installed_beside, owned_by_the_table, via_function
 from dislock.core.variables import OUTPUT_TAIL
 
-VERSION = "dislock history functions 2"
+VERSION = "dislock history functions 3"
 
 BUDGET_PREFIX = "dislock:history-budget:"
 """Metadata rows ``<prefix><role>`` of the lock table: the most bytes the role's
 history rows may hold (``dislockctl grant --max-history-mib``)."""
 
 USED_PREFIX = "dislock:history-used:"
-"""Metadata rows ``<prefix><role>``: the bytes counted so far (recounted past the budget)."""
+"""Metadata rows ``<prefix><role>``: the bytes counted so far, as they are written."""
 
 DEFAULT_MAX_HISTORY_MIB = 256
 """A granted role's history budget unless ``--max-history-mib`` says otherwise."""
 
 ARGUMENTS = {
-    "within_budget": "role text, bytes int8",
+    "within_budget": "role text, bytes int8, always boolean",
     "start": "lock_key text, modes text, slot_end timestamptz, owner text, host text,"
     " pid int4, cron text, cron_tz text",
     "end": "id int8, outcome text, exit_code int4, signal int4, ended_at timestamptz,"
@@ -77,7 +77,6 @@ def history_functions_sql(history: tuple[str, str], lock_table: tuple[str, str])
     """The statements that (re)install the functions of ``history``, whose runs are of
     the locks of ``lock_table`` (both with their schemas)."""
     from dislock.core.after import HELD_BACK, LATE_FALLBACK, MODES
-    from dislock.core.audit_trail import audit_table
     from dislock.core.history import OUTCOMES, last_success_query
 
     table = sql.Identifier(*history)
@@ -85,11 +84,9 @@ def history_functions_sql(history: tuple[str, str], lock_table: tuple[str, str])
         **{what: function(history, what) for what in ARGUMENTS},
         caller=function(lock_table, "caller"),
         table=sql.Identifier(*lock_table),
-        trail=sql.Literal(sql.Identifier(*audit_table(lock_table)).as_string(None)),
         history=table,
         budget_prefix=sql.Literal(BUDGET_PREFIX),
         used_prefix=sql.Literal(USED_PREFIX),
-        scope_prefix=sql.Literal(SCOPE_KEY_PREFIX),
         never=sql.Literal(NEVER_EXPIRES),
         max_bytes=sql.Literal(bounds.MAX_STORED_BYTES),
         max_tail=sql.Literal(4 * int(OUTPUT_TAIL.high)),

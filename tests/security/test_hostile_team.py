@@ -14,7 +14,7 @@ import pytest
 from psycopg import sql
 
 from dislock.core.bounds import MAX_STORED_BYTES
-from dislock.core.history_functions import BUDGET_PREFIX, USED_PREFIX
+from dislock.core.history_functions import BUDGET_PREFIX, ROW_BYTES, USED_PREFIX
 from dislock.core.protocol import call
 from tests.security.conftest import BILLING, REPORTS_ROLE, Fleet, ctl, with_history
 from tests.security.test_lock_functions import acquire
@@ -23,14 +23,6 @@ REPORTS = (REPORTS_ROLE, "--keys", "reports-*")
 
 START = ("lock_key", "modes", "slot_end", "owner", "host", "pid", "cron", "cron_tz")
 END = ("id", "outcome", "exit_code", "signal", "ended_at", "stdout_tail", "stderr_tail")
-
-BYTES = (
-    "64 + octet_length(lock_key) + octet_length(modes) + octet_length(owner)"
-    " + octet_length(host) + coalesce(octet_length(cron), 0) + coalesce(octet_length(cron_tz), 0)"
-    " + coalesce(octet_length(stdout_tail), 0) + coalesce(octet_length(stderr_tail), 0)"
-)
-"""A run row's bytes, as the history functions count them."""
-
 
 def start(conn: psycopg.Connection[Any], history: tuple[str, ...], key: str, **args: Any) -> int:
     params = {"modes": "lease", "slot_end": None, "owner": "o", "host": "h", "pid": 1}
@@ -149,10 +141,11 @@ def test_the_key_quota_holds_in_repeatable_read_transactions(fleet: Fleet) -> No
     assert len(refused) == 4 and all("READ COMMITTED" in str(exc) for exc in refused), refused
 
 
-def _seq_scans(db: psycopg.Connection[Any], history: tuple[str, ...]) -> int:
-    db.execute("SELECT pg_stat_clear_snapshot()")
-    (scans,) = db.execute(
-        "SELECT seq_scan FROM pg_stat_user_tables WHERE relid = %s::regclass",
+def _seq_scans(conn: psycopg.Connection[Any], history: tuple[str, ...]) -> int:
+    """The scans of the whole ``history`` in the transaction of ``conn`` (its own
+    counts, so that no other session's late report can change them)."""
+    (scans,) = conn.execute(
+        "SELECT seq_scan FROM pg_stat_xact_user_tables WHERE relid = %s::regclass",
         (sql.Identifier(*history).as_string(None),),
     ).fetchone() or (None,)
     return int(scans)
@@ -187,17 +180,17 @@ def test_the_history_budget_holds_without_a_rescan(
         succeeded = start(b, history, "reports-big", owner=big)
         assert end(b, history, succeeded, stdout_tail="done")
         for n in range(40):
-            if n == 10:
-                b.execute("SELECT pg_stat_force_next_flush()")
-                before = _seq_scans(db, history)
+            if n == 10:  # (past the budget: the next 30 in one transaction, counted)
+                b.execute("BEGIN")
+                before = _seq_scans(b, history)
             run = start(b, history, "reports-big", owner=big)
             assert end(b, history, run, outcome="failed", exit_code=1, stdout_tail=tail)
-            assert run_row(db, history, run)[1] == "failed"
-        b.execute("SELECT pg_stat_force_next_flush()")
-    assert _seq_scans(db, history) == before
+        assert _seq_scans(b, history) == before
+        b.execute("COMMIT")
+        assert run_row(db, history, run)[1] == "failed"
     stored, largest = db.execute(
-        sql.SQL("SELECT sum({0}), max({0}) FROM {1} WHERE lock_key = 'reports-big'").format(
-            sql.SQL(BYTES), runs
+        sql.SQL("SELECT sum({0}), max({0}) FROM {1} AS h WHERE lock_key = 'reports-big'").format(
+            sql.SQL(ROW_BYTES.format(h="h")), runs
         )
     ).fetchone() or (None, None)
     (counted,) = db.execute(
@@ -207,3 +200,21 @@ def test_the_history_budget_holds_without_a_rescan(
     assert counted == stored
     assert stored <= budget + largest
     assert run_row(db, history, succeeded)[1] == "ok"
+    # A prune by hand takes the room it made off the count (of its older half).
+    db.execute(
+        sql.SQL("UPDATE {} SET started_at = started_at - interval '1 day' WHERE id < %s").format(
+            runs
+        ),
+        (run - 10,),
+    )
+    assert ctl(fleet.admin_url, "history", "--prune-older-than", "1s", table=fleet.table)[0] == 0
+    (counted,) = db.execute(
+        sql.SQL("SELECT value::int8 FROM {} WHERE key = %s").format(table),
+        (USED_PREFIX + REPORTS_ROLE,),
+    ).fetchone() or (None,)
+    (left,) = db.execute(
+        sql.SQL("SELECT coalesce(sum({}), 0) FROM {} AS h WHERE lock_key = 'reports-big'").format(
+            sql.SQL(ROW_BYTES.format(h="h")), runs
+        )
+    ).fetchone() or (None,)
+    assert counted == left and 0 < left < stored

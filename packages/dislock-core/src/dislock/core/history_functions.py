@@ -19,6 +19,7 @@ from psycopg import sql
 from dislock.core import bounds
 from dislock.core.after import success_notice
 from dislock.core.exchange import Exchange
+from dislock.core.failover import SCOPE_KEY_PREFIX
 from dislock.core.limits import NEVER_EXPIRES, metadata_row
 from dislock.core.policy_functions import template
 from dislock.core.protocol import call, function, installed_beside, owned_by_the_table, via_function
@@ -32,6 +33,34 @@ history rows may hold (``dislockctl grant --max-history-mib``)."""
 
 USED_PREFIX = "dislock:history-used:"
 """Metadata rows ``<prefix><role>``: the bytes counted so far, as they are written."""
+
+ROW_BYTES = (
+    "64 + octet_length({h}.lock_key) + octet_length({h}.modes) + octet_length({h}.owner)"
+    " + octet_length({h}.host) + coalesce(octet_length({h}.cron), 0)"
+    " + coalesce(octet_length({h}.cron_tz), 0) + coalesce(octet_length({h}.stdout_tail), 0)"
+    " + coalesce(octet_length({h}.stderr_tail), 0)"
+)
+"""A run row's bytes as its role's budget counts them (``{h}``: the row's alias)."""
+
+
+def refund(lock_table: tuple[str, ...], gone: str) -> sql.Composed:
+    """The statement (of a ``WITH``) that takes the bytes of the runs ``gone`` (a
+    ``DELETE … RETURNING lock_key, bytes``) off the counts of the roles whose scope
+    holds their keys: a prune by hand makes room as the functions' own prune does."""
+    table = sql.Identifier(*lock_table)
+    return sql.SQL(
+        "UPDATE {table} AS used SET value = greatest(0, used.value::int8 - (SELECT"
+        " coalesce(sum(g.bytes), 0) FROM {gone} AS g WHERE g.lock_key ~ scope.value))::text"
+        " FROM {table} AS scope WHERE starts_with(used.key, {used})"
+        " AND scope.key = {scope} || substr(used.key, {after})"
+    ).format(
+        table=table,
+        gone=sql.Identifier(gone),
+        used=sql.Literal(USED_PREFIX),
+        scope=sql.Literal(SCOPE_KEY_PREFIX),
+        after=sql.Literal(len(USED_PREFIX) + 1),
+    )
+
 
 DEFAULT_MAX_HISTORY_MIB = 256
 """A granted role's history budget unless ``--max-history-mib`` says otherwise."""
@@ -94,6 +123,7 @@ def history_functions_sql(history: tuple[str, str], lock_table: tuple[str, str])
         held_outcomes=sql.SQL(", ").join(map(sql.Literal, (HELD_BACK, LATE_FALLBACK))),
         held_modes=sql.Literal(MODES),
         notice=success_notice(),
+        row_bytes=sql.SQL(ROW_BYTES.format(h="h")),
         version=sql.Literal(VERSION),
         start_signature=sql.Literal(signature(history, "start")),
         last_success=last_success_query(history, sql.SQL("p_lock_key")),

@@ -80,11 +80,7 @@ BEGIN
                 AND o.ended_at IS NOT NULL
                 AND o.started_at IS DISTINCT FROM (SELECT s.started_at FROM ({last_success}) AS s)
                 ORDER BY o.started_at LIMIT 2)
-            RETURNING 64 + octet_length(h.lock_key) + octet_length(h.modes)
-                + octet_length(h.owner) + octet_length(h.host)
-                + coalesce(octet_length(h.cron), 0) + coalesce(octet_length(h.cron_tz), 0)
-                + coalesce(octet_length(h.stdout_tail), 0)
-                + coalesce(octet_length(h.stderr_tail), 0) AS bytes)
+            RETURNING {row_bytes} AS bytes)
         SELECT {within_budget}(v_role, -coalesce(sum(pruned.bytes), 0), true) INTO v_pruned
             FROM pruned;
     END IF;

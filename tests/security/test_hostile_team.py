@@ -24,6 +24,7 @@ REPORTS = (REPORTS_ROLE, "--keys", "reports-*")
 START = ("lock_key", "modes", "slot_end", "owner", "host", "pid", "cron", "cron_tz")
 END = ("id", "outcome", "exit_code", "signal", "ended_at", "stdout_tail", "stderr_tail")
 
+
 def start(conn: psycopg.Connection[Any], history: tuple[str, ...], key: str, **args: Any) -> int:
     params = {"modes": "lease", "slot_end": None, "owner": "o", "host": "h", "pid": 1}
     params |= {"cron": None, "cron_tz": None, "lock_key": key, **args}
@@ -62,9 +63,7 @@ def test_a_team_ends_none_of_another_teams_runs(fleet: Fleet, db: psycopg.Connec
             mine = start(holding, history, "reports-b")
             ended: list[bool] = []
             ender = threading.Thread(
-                target=lambda: ended.append(
-                    end(b, history, mine + 1, stdout_tail="B was here")
-                ),
+                target=lambda: ended.append(end(b, history, mine + 1, stdout_tail="B was here")),
             )
             ender.start()
             pid = b.info.backend_pid
@@ -133,9 +132,10 @@ def test_the_key_quota_holds_in_repeatable_read_transactions(fleet: Fleet) -> No
         thread.join()
     with fleet.connect(fleet.admin_url) as admin:
         (held,) = admin.execute(
-            sql.SQL("SELECT count(*) FROM {} WHERE key LIKE 'cronjob-lock:lease:reports-rr%%'").format(
+            sql.SQL("SELECT count(*) FROM {} WHERE key LIKE %s").format(
                 sql.Identifier(*fleet.table)
-            )
+            ),
+            ("cronjob-lock:lease:reports-rr%",),
         ).fetchone() or (None,)
     assert held is not None and held <= quota
     assert len(refused) == 4 and all("READ COMMITTED" in str(exc) for exc in refused), refused
@@ -147,7 +147,7 @@ def _seq_scans(conn: psycopg.Connection[Any], history: tuple[str, ...]) -> int:
     (scans,) = conn.execute(
         "SELECT seq_scan FROM pg_stat_xact_user_tables WHERE relid = %s::regclass",
         (sql.Identifier(*history).as_string(None),),
-    ).fetchone() or (None,)
+    ).fetchone() or (0,)
     return int(scans)
 
 
@@ -188,16 +188,13 @@ def test_the_history_budget_holds_without_a_rescan(
         assert _seq_scans(b, history) == before
         b.execute("COMMIT")
         assert run_row(db, history, run)[1] == "failed"
-    stored, largest = db.execute(
-        sql.SQL("SELECT sum({0}), max({0}) FROM {1} AS h WHERE lock_key = 'reports-big'").format(
-            sql.SQL(ROW_BYTES.format(h="h")), runs
-        )
-    ).fetchone() or (None, None)
-    (counted,) = db.execute(
-        sql.SQL("SELECT value::int8 FROM {} WHERE key = %s").format(table),
-        (USED_PREFIX + REPORTS_ROLE,),
-    ).fetchone() or (None,)
-    assert counted == stored
+    mine = sql.SQL("SELECT sum({}), max({}) FROM {} AS h WHERE lock_key = 'reports-big'").format(
+        sql.SQL(ROW_BYTES.format(h="h")), sql.SQL(ROW_BYTES.format(h="h")), runs
+    )
+    count = sql.SQL("SELECT value::int8 FROM {} WHERE key = %s").format(table)
+    used: Any = (USED_PREFIX + REPORTS_ROLE,)
+    stored, largest = db.execute(mine).fetchone() or (0, 0)
+    assert db.execute(count, used).fetchone() == (stored,)
     assert stored <= budget + largest
     assert run_row(db, history, succeeded)[1] == "ok"
     # A prune by hand takes the room it made off the count (of its older half).
@@ -208,13 +205,6 @@ def test_the_history_budget_holds_without_a_rescan(
         (run - 10,),
     )
     assert ctl(fleet.admin_url, "history", "--prune-older-than", "1s", table=fleet.table)[0] == 0
-    (counted,) = db.execute(
-        sql.SQL("SELECT value::int8 FROM {} WHERE key = %s").format(table),
-        (USED_PREFIX + REPORTS_ROLE,),
-    ).fetchone() or (None,)
-    (left,) = db.execute(
-        sql.SQL("SELECT coalesce(sum({}), 0) FROM {} AS h WHERE lock_key = 'reports-big'").format(
-            sql.SQL(ROW_BYTES.format(h="h")), runs
-        )
-    ).fetchone() or (None,)
-    assert counted == left and 0 < left < stored
+    left, _ = db.execute(mine).fetchone() or (0, 0)
+    assert db.execute(count, used).fetchone() == (left,)
+    assert 0 < left < stored

@@ -304,9 +304,7 @@ def describe_disagreement(key: str, readings: Sequence[Reading]) -> str:
     )
 
 
-def prune(
-    history: tuple[str, ...], older: timedelta, lock_table: tuple[str, ...]
-) -> Exchange[int]:
+def prune(history: tuple[str, ...], older: timedelta, lock_table: tuple[str, ...]) -> Exchange[int]:
     """Delete the runs that started longer than ``older`` ago; answers how many.  A pause
     still in force is kept however old: its slots would read as missed without it.  The
     roles' history budgets count the room it made (``lock_table``'s counts)."""

@@ -56,9 +56,9 @@ def _prune(
     conn: Connection, history: tuple[str, ...], older: timedelta, table: tuple[str, ...]
 ) -> int:
     from dislock.cli.admin import format_duration
-    from dislock.cli.runs.run_history import prune
+    from dislock.cli.runs.run_history import counts_budgets, prune
 
-    count = send(conn, prune(history, older, table))
+    count = send(conn, prune(history, older, table if send(conn, counts_budgets(table)) else None))
     print(
         f"deleted {count} run(s) started more than {format_duration(older.total_seconds())}"
         f" ago from {'.'.join(history)}"

@@ -251,28 +251,21 @@ def test_the_trail_counts_in_the_budget_and_is_never_refused(fleet: Fleet) -> No
     assert [row[4] for row in _rows(fleet, trail)][-2:] == ["pause", "resume"]
 
 
-def test_a_recount_past_the_budget_counts_the_trail(
+def test_past_the_budget_a_run_is_counted_and_nothing_recounted(
     fleet: Fleet, db: psycopg.Connection[Any]
 ) -> None:
-    """Past its budget, a role's bytes are counted again from its rows: its trail's
-    rows with its runs (a long reason: more than a run's start adds; another key's
-    pause, so that this one runs)."""
+    """Past its budget, a role's runs are counted on top of its count as written, the
+    trail's rows with them, never recounted from the rows (a read of the whole history
+    at every run: security review #61, N11)."""
     from dislock import LockContext, run_with_locks
 
-    history = with_history(fleet, db, (OPS_ROLE, "--keys", "billing-*", "--operator"))
-    trail = _init(fleet)
-    mine, paused = _unique("billing-"), _unique("billing-")
-    status, _, err = ctl(fleet.ops, "pause", paused, "--reason", "r" * 1000, table=fleet.table)
-    assert status == 0, err
-    size = sql.SQL(
-        "SELECT coalesce(sum(pg_column_size(t.*)), 0) FROM {} AS t WHERE lock_key LIKE 'billing-%%'"
-    )
-    (in_trail,) = db.execute(size.format(sql.Identifier(*trail))).fetchone() or (0,)
-    (in_runs,) = db.execute(size.format(sql.Identifier(*history))).fetchone() or (0,)
-    assert in_trail > 1000
-    over = sql.SQL("UPDATE {} SET value = '999999999999' WHERE key = %s").format(
-        sql.Identifier(*fleet.table)
-    )
+    with_history(fleet, db, (OPS_ROLE, "--keys", "billing-*", "--operator"))
+    _init(fleet)
+    mine = _unique("billing-")
+    over = sql.SQL(
+        "INSERT INTO {} (key, value, expire_at) VALUES (%s, '999999999999', 'infinity')"
+        " ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value"
+    ).format(sql.Identifier(*fleet.table))
     db.execute(over, (USED_PREFIX + OPS_ROLE,))
     ran = LockContext(
         url=fleet.ops,
@@ -286,8 +279,11 @@ def test_a_recount_past_the_budget_counts_the_trail(
     assert run_with_locks(["true"], context=ran, strategies=("lease",)) == 0
     used = sql.SQL("SELECT value::int8 FROM {} WHERE key = %s").format(sql.Identifier(*fleet.table))
     (counted,) = db.execute(used, (USED_PREFIX + OPS_ROLE,)).fetchone() or (0,)
-    # The recount (before the run's start is written) plus the start's own bytes.
-    assert in_runs + in_trail < counted < in_runs + in_trail + 1000
+    assert 999999999999 < counted < 999999999999 + 1000
+    status, _, err = ctl(fleet.ops, "pause", mine, "--reason", "r" * 1000, table=fleet.table)
+    assert status == 0, err
+    (paused,) = db.execute(used, (USED_PREFIX + OPS_ROLE,)).fetchone() or (0,)
+    assert paused > counted + 1000
 
 
 def test_a_wrapper_reruns_its_own_key_audited_and_pauses_nothing(fleet: Fleet) -> None:

@@ -4,7 +4,8 @@
 They run as the table's owner and check the caller with the lock table's functions
 (``dislock.core.protocol``), so that a team writes no row of the history by hand;
 each granted role's rows are held to its history budget (``dislockctl grant
---max-history-mib``): past it, runs are still recorded, without their output's tail.
+--max-history-mib``): past it, runs are still recorded, without their output's tail,
+and each makes room from its key's oldest runs.
 A history table without them (made before them, or by hand) gets the plain
 statements of ``dislock.core.history``, as the lock table does.
 """
@@ -24,20 +25,48 @@ from dislock.core.policy_functions import template
 from dislock.core.protocol import call, function, installed_beside, owned_by_the_table, via_function
 from dislock.core.variables import OUTPUT_TAIL
 
-VERSION = "dislock history functions 2"
+VERSION = "dislock history functions 3"
 
 BUDGET_PREFIX = "dislock:history-budget:"
 """Metadata rows ``<prefix><role>`` of the lock table: the most bytes the role's
 history rows may hold (``dislockctl grant --max-history-mib``)."""
 
 USED_PREFIX = "dislock:history-used:"
-"""Metadata rows ``<prefix><role>``: the bytes counted so far (recounted past the budget)."""
+"""Metadata rows ``<prefix><role>``: the bytes counted so far, as they are written."""
+
+ROW_BYTES = (
+    "64 + octet_length({h}.lock_key) + octet_length({h}.modes) + octet_length({h}.owner)"
+    " + octet_length({h}.host) + coalesce(octet_length({h}.cron), 0)"
+    " + coalesce(octet_length({h}.cron_tz), 0) + coalesce(octet_length({h}.stdout_tail), 0)"
+    " + coalesce(octet_length({h}.stderr_tail), 0)"
+)
+"""A run row's bytes as its role's budget counts them (``{h}``: the row's alias)."""
+
+
+def refund(lock_table: tuple[str, ...], gone: str) -> sql.Composed:
+    """The statement (of a ``WITH``) that takes the bytes of the runs ``gone`` (a
+    ``DELETE … RETURNING lock_key, bytes``) off the counts of the roles whose scope
+    holds their keys: a prune by hand makes room as the functions' own prune does."""
+    table = sql.Identifier(*lock_table)
+    return sql.SQL(
+        "UPDATE {table} AS used SET value = greatest(0, used.value::int8 - (SELECT"
+        " coalesce(sum(g.bytes), 0) FROM {gone} AS g WHERE g.lock_key ~ scope.value))::text"
+        " FROM {table} AS scope WHERE starts_with(used.key, {used})"
+        " AND scope.key = {scope} || substr(used.key, {after})"
+    ).format(
+        table=table,
+        gone=sql.Identifier(gone),
+        used=sql.Literal(USED_PREFIX),
+        scope=sql.Literal(SCOPE_KEY_PREFIX),
+        after=sql.Literal(len(USED_PREFIX) + 1),
+    )
+
 
 DEFAULT_MAX_HISTORY_MIB = 256
 """A granted role's history budget unless ``--max-history-mib`` says otherwise."""
 
 ARGUMENTS = {
-    "within_budget": "role text, bytes int8",
+    "within_budget": "role text, bytes int8, always boolean",
     "start": "lock_key text, modes text, slot_end timestamptz, owner text, host text,"
     " pid int4, cron text, cron_tz text",
     "end": "id int8, outcome text, exit_code int4, signal int4, ended_at timestamptz,"
@@ -77,7 +106,6 @@ def history_functions_sql(history: tuple[str, str], lock_table: tuple[str, str])
     """The statements that (re)install the functions of ``history``, whose runs are of
     the locks of ``lock_table`` (both with their schemas)."""
     from dislock.core.after import HELD_BACK, LATE_FALLBACK, MODES
-    from dislock.core.audit_trail import audit_table
     from dislock.core.history import OUTCOMES, last_success_query
 
     table = sql.Identifier(*history)
@@ -85,11 +113,9 @@ def history_functions_sql(history: tuple[str, str], lock_table: tuple[str, str])
         **{what: function(history, what) for what in ARGUMENTS},
         caller=function(lock_table, "caller"),
         table=sql.Identifier(*lock_table),
-        trail=sql.Literal(sql.Identifier(*audit_table(lock_table)).as_string(None)),
         history=table,
         budget_prefix=sql.Literal(BUDGET_PREFIX),
         used_prefix=sql.Literal(USED_PREFIX),
-        scope_prefix=sql.Literal(SCOPE_KEY_PREFIX),
         never=sql.Literal(NEVER_EXPIRES),
         max_bytes=sql.Literal(bounds.MAX_STORED_BYTES),
         max_tail=sql.Literal(4 * int(OUTPUT_TAIL.high)),
@@ -97,6 +123,7 @@ def history_functions_sql(history: tuple[str, str], lock_table: tuple[str, str])
         held_outcomes=sql.SQL(", ").join(map(sql.Literal, (HELD_BACK, LATE_FALLBACK))),
         held_modes=sql.Literal(MODES),
         notice=success_notice(),
+        row_bytes=sql.SQL(ROW_BYTES.format(h="h")),
         version=sql.Literal(VERSION),
         start_signature=sql.Literal(signature(history, "start")),
         last_success=last_success_query(history, sql.SQL("p_lock_key")),

@@ -36,7 +36,7 @@ from dislock.core.rows import PAUSE_PREFIX, RELEASED_MARK
 from dislock.core.waiting import wake_payload
 from dislock.core.wrapped import CALLED, argument_types, wrapped_sql
 
-VERSION = "dislock protocol 5"
+VERSION = "dislock protocol 6"
 """The comment on the acquiring function: ``init`` rewrites functions of another one."""
 
 ARGUMENTS = {

@@ -159,6 +159,23 @@ def _bounded(params: tuple[str, ...], most: int) -> str:
     )
 
 
+APPENDING = ("mark", "hand_over", "reopen", "done", "withdraw")
+"""The statements that append to a row's value: their functions refuse a value past
+the grants' bound, however often a team calls them (security review #61, N9)."""
+
+
+def _still_bounded(table_parts: tuple[str, str], wrapped: Wrapped, most: int) -> str:
+    if wrapped.name not in APPENDING:
+        return ""
+    table = sql.Identifier(*table_parts).as_string(None)
+    return (
+        f"\nIF EXISTS (SELECT FROM {table} AS t WHERE t.key = ANY({wrapped.keys})"
+        f" AND octet_length(t.value) > {most}) THEN RAISE EXCEPTION USING"
+        f" ERRCODE = 'insufficient_privilege', MESSAGE = 'a lock row''s value would be"
+        f" longer than {most} bytes'; END IF;"
+    )
+
+
 def wrapped_sql(table_parts: tuple[str, str], names: dict[str, sql.Identifier]) -> sql.Composed:
     """The ``CREATE OR REPLACE FUNCTION`` of each wrapped statement; ``names``: the
     functions beside the table (``dislock.core.protocol.function``), ``caller``'s too."""
@@ -187,7 +204,8 @@ def wrapped_sql(table_parts: tuple[str, str], names: dict[str, sql.Identifier]) 
                     f"{_bounded(wrapped.params, MAX_STORED_BYTES)}"
                     f"SELECT c.role INTO v_role FROM {names['caller'].as_string(None)}"
                     f"({wrapped.new_key}, {names['lock_of'].as_string(None)}"
-                    f"({wrapped.keys}, {wrapped.pause})) AS c;\n{body}\nEND"
+                    f"({wrapped.keys}, {wrapped.pause})) AS c;\n{body}"
+                    f"{_still_bounded(table_parts, wrapped, MAX_STORED_BYTES)}\nEND"
                 ),
             )
         )

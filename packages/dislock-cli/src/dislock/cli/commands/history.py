@@ -45,18 +45,20 @@ def run(call: Call) -> int:
         older = parse_duration(args.prune_older_than, name="--prune-older-than")
         return call.on_history(
             history,
-            lambda conn: _prune(conn, history, older),
+            lambda conn: _prune(conn, history, older, call.table),
             denied_as="history --prune-older-than",
         )
     since = parse_duration(args.since, name="--since")
     return call.on_history(history, lambda conn: _history(conn, call, history, since))
 
 
-def _prune(conn: Connection, history: tuple[str, ...], older: timedelta) -> int:
+def _prune(
+    conn: Connection, history: tuple[str, ...], older: timedelta, table: tuple[str, ...]
+) -> int:
     from dislock.cli.admin import format_duration
-    from dislock.cli.runs.run_history import prune
+    from dislock.cli.runs.run_history import counts_budgets, prune
 
-    count = send(conn, prune(history, older))
+    count = send(conn, prune(history, older, table if send(conn, counts_budgets(table)) else None))
     print(
         f"deleted {count} run(s) started more than {format_duration(older.total_seconds())}"
         f" ago from {'.'.join(history)}"

@@ -304,18 +304,36 @@ def describe_disagreement(key: str, readings: Sequence[Reading]) -> str:
     )
 
 
-def prune(history: tuple[str, ...], older: timedelta) -> Exchange[int]:
+def counts_budgets(lock_table: tuple[str, ...]) -> Exchange[bool]:
+    """Whether this role may take a prune's room off the history budgets' counts in
+    ``lock_table`` (a role granted only ``DELETE`` on the history may not)."""
+    query = sql.SQL(
+        "SELECT coalesce(has_table_privilege(to_regclass({}), 'UPDATE'), false)"
+    ).format(sql.Literal(sql.Identifier(*lock_table).as_string(None)))
+    return Exchange(query, {}, read_flag)
+
+
+def prune(
+    history: tuple[str, ...], older: timedelta, lock_table: tuple[str, ...] | None
+) -> Exchange[int]:
     """Delete the runs that started longer than ``older`` ago; answers how many.  A pause
-    still in force is kept however old: its slots would read as missed without it."""
+    still in force is kept however old: its slots would read as missed without it.  The
+    roles' history budgets count the room it made (``lock_table``'s counts, unless None)."""
+    from dislock.core.history_functions import ROW_BYTES, refund
+
     query = sql.SQL(
         "WITH gone AS (DELETE FROM {table} AS h"
         " WHERE h.started_at < NOW() - make_interval(secs => %(older)s)"
         " AND NOT (h.modes = {pause} AND h.outcome = {paused} AND h.slot_end > NOW()"
         " AND NOT EXISTS (SELECT FROM {table} AS later WHERE later.lock_key = h.lock_key"
         " AND later.modes = {pause} AND later.started_at > h.started_at))"
-        " RETURNING 1) SELECT count(*) FROM gone"
+        " RETURNING h.lock_key, {bytes} AS bytes){refund} SELECT count(*) FROM gone"
     ).format(
         table=sql.Identifier(*history),
+        bytes=sql.SQL(ROW_BYTES.format(h="h")),
+        refund=sql.SQL(", refunded AS ({})").format(refund(lock_table, "gone"))
+        if lock_table
+        else sql.SQL(""),
         pause=sql.Literal(operator_commands.PAUSE_MODES),
         paused=sql.Literal(operator_commands.PAUSED),
     )

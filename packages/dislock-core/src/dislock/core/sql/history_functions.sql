@@ -8,42 +8,33 @@
 
 -- A role's history budget: its runs' rows, tails included, and its rows of the audit
 -- trail (which the trail's writer counts, and is never refused for), counted in a metadata
--- row of the lock table ({used_prefix}<role>, bytes) as they are written.  A prune
--- frees room the count does not see: past the budget the rows are counted again,
--- and only a count that is still over drops the run's tails.  True: within budget.
-CREATE OR REPLACE FUNCTION {within_budget}(p_role text, p_bytes int8)
+-- row of the lock table ({used_prefix}<role>, bytes) as they are written, and never
+-- recounted (a count from the rows would read the whole history at every write past
+-- it).  p_bytes are counted if they fit, or p_always (a row written all the same, or
+-- a negative count of rows pruned).  True: within the budget.
+CREATE OR REPLACE FUNCTION {within_budget}(p_role text, p_bytes int8, p_always boolean)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $budget$
 DECLARE
     v_most int8;
     v_used int8;
-    v_scope text;
 BEGIN
     SELECT b.value::int8 INTO v_most FROM {table} AS b WHERE b.key = {budget_prefix} || p_role;
     IF v_most IS NULL THEN
         RETURN true;
     END IF;
     INSERT INTO {table} AS used (key, value, expire_at)
-    VALUES ({used_prefix} || p_role, p_bytes::text, {never})
+    VALUES ({used_prefix} || p_role,
+        (CASE WHEN p_always OR p_bytes <= v_most THEN p_bytes ELSE 0 END)::text, {never})
     ON CONFLICT (key) DO UPDATE SET value = (used.value::int8 + EXCLUDED.value::int8)::text
+    WHERE p_always OR used.value::int8 + p_bytes <= v_most
     RETURNING used.value::int8 INTO v_used;
-    IF v_used <= v_most THEN
-        RETURN true;
-    END IF;
-    SELECT s.value INTO v_scope FROM {table} AS s WHERE s.key = {scope_prefix} || p_role;
-    SELECT coalesce(sum(pg_column_size(h.*)), 0) + p_bytes INTO v_used
-        FROM {history} AS h WHERE h.lock_key ~ coalesce(v_scope, '^(?!)');
-    -- The role's rows of the audit trail count too (dislock.core.audit_trail), where
-    -- the table has one (named, not planned, since an older table has none).
-    IF pg_catalog.to_regclass({trail}) IS NOT NULL THEN
-        EXECUTE 'SELECT $2 + coalesce(sum(pg_catalog.pg_column_size(a.*)), 0) FROM '
-            || {trail} || ' AS a WHERE a.lock_key ~ $1'
-            INTO v_used USING coalesce(v_scope, '^(?!)'), v_used;
-    END IF;
-    UPDATE {table} SET value = v_used::text WHERE key = {used_prefix} || p_role;
-    RETURN v_used <= v_most;
+    RETURN coalesce(v_used <= v_most AND (p_always OR p_bytes <= v_most), false);
 END
 $budget$;
+
+-- Of an older version, which took no p_always and counted the rows again past the budget.
+DROP FUNCTION IF EXISTS {within_budget}(text, int8);
 
 -- A run starts: its row, on the server's clock; its id, and the key's last successful
 -- run before it (dislock.core.history.last_success_query).  Its answer grew those
@@ -66,6 +57,7 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 #variable_conflict use_column
 DECLARE
     v_role text;
+    v_pruned boolean;
 BEGIN
     IF greatest(octet_length(p_lock_key), octet_length(p_modes), octet_length(p_owner),
         octet_length(p_host), octet_length(p_cron), octet_length(p_cron_tz)) > {max_bytes}
@@ -74,9 +66,24 @@ BEGIN
             MESSAGE = 'a text is longer than ' || {max_bytes} || ' bytes';
     END IF;
     SELECT c.role INTO v_role FROM {caller}(NULL, p_lock_key) AS c;
-    PERFORM {within_budget}(v_role, 64 + octet_length(p_lock_key) + octet_length(p_modes)
+    IF NOT {within_budget}(v_role, 64 + octet_length(p_lock_key) + octet_length(p_modes)
         + octet_length(p_owner) + octet_length(p_host) + coalesce(octet_length(p_cron), 0)
-        + coalesce(octet_length(p_cron_tz), 0));
+        + coalesce(octet_length(p_cron_tz), 0), true)
+    THEN
+        -- Past the budget, the run is recorded all the same, and its key's two oldest
+        -- ended runs make room (read by the key's index, not the whole history; never
+        -- its newest success, which a LOCK_AFTER dependant reads): a role's rows stay
+        -- within its budget and a row of each of its keys.
+        WITH pruned AS (
+            DELETE FROM {history} AS h WHERE h.id IN (
+                SELECT o.id FROM {history} AS o WHERE o.lock_key = p_lock_key
+                AND o.ended_at IS NOT NULL
+                AND o.started_at IS DISTINCT FROM (SELECT s.started_at FROM ({last_success}) AS s)
+                ORDER BY o.started_at LIMIT 2)
+            RETURNING {row_bytes} AS bytes)
+        SELECT {within_budget}(v_role, -coalesce(sum(pruned.bytes), 0), true) INTO v_pruned
+            FROM pruned;
+    END IF;
     PERFORM set_config('synchronous_commit', 'off', true);
     RETURN QUERY
     WITH succeeded AS ({last_success}), run AS (
@@ -99,6 +106,7 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 #variable_conflict use_column
 DECLARE
     v_role text;
+    v_key text;
     v_tails int8 := coalesce(octet_length(p_stdout_tail), 0)
         + coalesce(octet_length(p_stderr_tail), 0);
     v_row record;
@@ -109,9 +117,15 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
             MESSAGE = 'not an end dislock records';
     END IF;
-    SELECT c.role INTO v_role FROM {caller}(NULL,
-        (SELECT h.lock_key FROM {history} AS h WHERE h.id = p_id AND h.ended_at IS NULL)) AS c;
-    IF v_tails > 0 AND NOT {within_budget}(v_role, v_tails) THEN
+    -- The run's key (a run's key never changes): no open run, nothing to end.  The
+    -- caller is checked on that key, and the one UPDATE writes that key's row alone, so
+    -- no row inserted or ended meanwhile is ended by a role that may not lock its key.
+    SELECT h.lock_key INTO v_key FROM {history} AS h WHERE h.id = p_id AND h.ended_at IS NULL;
+    IF v_key IS NULL THEN
+        RETURN;
+    END IF;
+    SELECT c.role INTO v_role FROM {caller}(NULL, v_key) AS c;
+    IF v_tails > 0 AND NOT {within_budget}(v_role, v_tails, false) THEN
         p_stdout_tail := NULL;
         p_stderr_tail := NULL;
     END IF;
@@ -122,7 +136,7 @@ BEGIN
             now()), outcome = p_outcome,
             exit_code = p_exit_code, signal = p_signal,
             stdout_tail = p_stdout_tail, stderr_tail = p_stderr_tail
-        WHERE id = p_id AND ended_at IS NULL
+        WHERE id = p_id AND lock_key = v_key AND ended_at IS NULL
         RETURNING {notice}
     LOOP
         RETURN NEXT true;
@@ -160,4 +174,4 @@ END
 $held$;
 
 COMMENT ON FUNCTION {start}(text, text, timestamptz, text, text, int4, text, text) IS {version};
-REVOKE ALL ON FUNCTION {within_budget}(text, int8) FROM PUBLIC;
+REVOKE ALL ON FUNCTION {within_budget}(text, int8, boolean) FROM PUBLIC;

@@ -132,6 +132,12 @@ BEGIN
         JOIN {table} AS q ON q.key = {quota_prefix} || granted.name;
     IF v_most IS NULL THEN
         RETURN;
+    ELSIF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+        -- A snapshot older than this statement would count the keys that others have
+        -- committed since as not there, whatever the lock below serialised.
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = pg_catalog.format('role %L takes a new key of %s under its quota'
+                || ' only in a READ COMMITTED transaction', role, {shown});
     END IF;
     PERFORM FROM {table} AS q
         WHERE q.key IN (SELECT {quota_prefix} || granted.name

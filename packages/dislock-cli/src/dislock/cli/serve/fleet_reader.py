@@ -24,6 +24,7 @@ from dislock.cli.serve.scrape import ScrapeStatements, lock_delay_end_of
 from dislock.cli.serve.slot_counts import state_counts
 from dislock.cli.serve.slot_windows import ScheduleWindows
 from dislock.core.after import HELD_BACK
+from dislock.cli.far_times import load_far_times
 from dislock.core.dsn import connection_kwargs, scrub
 from dislock.core.grant_catalog import audit
 
@@ -101,7 +102,7 @@ class FleetReader:
         if self._conn is None or self._conn.closed:
             kwargs = connection_kwargs(self._url, SCRAPE_CONNECT_TIMEOUT)
             kwargs["application_name"] = "dislockctl-serve"
-            self._conn = psycopg.connect(self._url, **kwargs)
+            self._conn = load_far_times(psycopg.connect(self._url, **kwargs))
         return self._conn
 
     def snapshot(self, *, scrape: bool = False) -> FleetSnapshot:

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from datetime import datetime, timezone
 from html import escape
 
+from dislock.cli.far_times import far
 from dislock.cli.admin import format_duration
 from dislock.cli.serve.fleet_status import FAILED_OUTCOMES, MISSED_WINDOW, FleetSnapshot, KeyStatus
 from dislock.core import bounds
@@ -58,7 +59,7 @@ def _when(moment: datetime | None, now: datetime) -> str:
         return "-"
     delta = (now - moment).total_seconds()
     relative = f"{format_duration(delta)} ago" if delta >= 0 else f"in {format_duration(-delta)}"
-    stamp = moment.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    stamp = far(moment) or moment.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
     return (
         f'<span class="when" title="{escape(stamp)}">{escape(relative)}<br>'
         f"<small>{escape(stamp)}</small></span>"

@@ -206,6 +206,15 @@ BEGIN
             MESSAGE = format('%L is no lock row of dislock''s (with its pause row, an owner'
                 || ' token of at most ' || {max_bytes} || ' bytes)', left(p_key, 200));
     END IF;
+    -- A lease for a finite TTL, a slot until a finite end: a call by hand stores no row
+    -- that never ends (a NaN is above 'Infinity').
+    IF NOT coalesce(CASE WHEN p_ttl IS NULL THEN isfinite(p_expire_at) AND p_expire_at < {never}
+                    ELSE p_expire_at IS NULL AND p_ttl > 0 AND p_ttl < 'Infinity' END, false)
+    THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = 'a lock is taken for a TTL of more than 0 seconds or until a slot''s end'
+                || ' before 9999-12-31 (p_ttl or p_expire_at, not both, not infinite)';
+    END IF;
     IF pg_catalog.pg_has_role(session_user, current_user, 'MEMBER') THEN
         v_record := {ttl_prefix} || session_user::text;
     ELSE

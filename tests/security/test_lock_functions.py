@@ -152,9 +152,11 @@ def test_a_call_by_hand_stores_no_expiry_without_an_end(
     mode = "schedule" if ttl is None else "lease"
     key, pause = f"cronjob-lock:{mode}:billing-x", "cronjob-lock:pause:billing-x"
     before = snapshot(fleet)
-    with fleet.connect(fleet.billing) as billing:
-        with pytest.raises(psycopg.errors.InvalidParameterValue, match="TTL of more than 0"):
-            acquire(billing, fleet, key, pause, expire_at=expire_at, ttl=ttl)
+    with (
+        fleet.connect(fleet.billing) as billing,
+        pytest.raises(psycopg.errors.InvalidParameterValue, match="TTL of more than 0"),
+    ):
+        acquire(billing, fleet, key, pause, expire_at=expire_at, ttl=ttl)
     assert snapshot(fleet) == before
     # The same calls with an end take the row: only the endless one is refused.
     with fleet.connect(fleet.billing) as billing:

@@ -7,8 +7,8 @@ import signal
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 
-from dislock.cli.far_times import far
 from dislock.cli.admin import aligned, format_duration
+from dislock.cli.far_times import far
 from dislock.cli.runs.envelope import FACTOR, NOT_RUNS, WINDOW
 from dislock.cli.runs.missed_slots import COVERED, PAUSED, STATES, TO_LOOK_AT, SlotState
 from dislock.cli.runs.run_history import Run

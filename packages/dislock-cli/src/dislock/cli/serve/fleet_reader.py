@@ -13,6 +13,7 @@ import psycopg
 
 from dislock.cli.admin import DATABASE_NOW
 from dislock.cli.diagnosis import describe_database_error
+from dislock.cli.far_times import load_far_times
 from dislock.cli.lock_rows import columns, listing
 from dislock.cli.runs.envelope import successes_before
 from dislock.cli.runs.missed_slots import from_first_run
@@ -24,7 +25,6 @@ from dislock.cli.serve.scrape import ScrapeStatements, lock_delay_end_of
 from dislock.cli.serve.slot_counts import state_counts
 from dislock.cli.serve.slot_windows import ScheduleWindows
 from dislock.core.after import HELD_BACK
-from dislock.cli.far_times import load_far_times
 from dislock.core.dsn import connection_kwargs, scrub
 from dislock.core.grant_catalog import audit
 

@@ -11,8 +11,8 @@ from collections.abc import Iterable
 from datetime import datetime, timezone
 from html import escape
 
-from dislock.cli.far_times import far
 from dislock.cli.admin import format_duration
+from dislock.cli.far_times import far
 from dislock.cli.serve.fleet_status import FAILED_OUTCOMES, MISSED_WINDOW, FleetSnapshot, KeyStatus
 from dislock.core import bounds
 from dislock.core.bounds import MAX_REASON_BYTES, SHOWN_CHARS

@@ -96,4 +96,3 @@ def test_every_view_shows_odd_timestamps_and_goes_on(
         status, _, page = served.get("/")
         assert status == 200 and "did not answer" not in page and key in page
     assert "did not answer" not in "".join(served.log), served.log
-

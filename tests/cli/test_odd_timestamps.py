@@ -11,9 +11,10 @@ import json
 from typing import Any
 
 import psycopg
+import pytest
 from psycopg import sql
 
-from tests.cli.conftest import Ctl
+from tests.cli.conftest import Ctl, RunCli
 from tests.cli.serving import serving
 
 ODD = ["infinity", "-infinity", "294276-01-01 00:00:00+00", "9999-12-30 00:00:00+00"]
@@ -96,3 +97,24 @@ def test_every_view_shows_odd_timestamps_and_goes_on(
         status, _, page = served.get("/")
         assert status == 200 and "did not answer" not in page and key in page
     assert "did not answer" not in "".join(served.log), served.log
+
+
+@pytest.mark.parametrize("strategy", ["schedule", "lease"])
+def test_a_pause_written_infinity_is_one_until_resumed(
+    cli_env: dict[str, str], db: psycopg.Connection[Any], run_cli: RunCli, strategy: str
+) -> None:
+    """The lock functions (and the plain statements) answer a pause's end: one written
+    ``'infinity'`` by hand had made every run of its key fail on loading it."""
+    schema, name = cli_env["LOCK_TABLE"].split(".")
+    db.execute(
+        sql.SQL("INSERT INTO {} VALUES (%s, 'by hand', 'infinity')").format(
+            sql.Identifier(schema, name)
+        ),
+        (f"cronjob-lock:pause:{cli_env['LOCK_KEY']}",),
+    )
+    result = run_cli(
+        ["DATABASE_URL", "echo", "ran"],
+        {**cli_env, "LOCK_STRATEGY": strategy, "CRONJOB_LOCK_LOG_LEVEL": "INFO"},
+    )
+    assert result.returncode == 0 and "ran" not in result.stdout, result
+    assert "paused until resumed: by hand" in result.stderr, result.stderr

@@ -223,13 +223,14 @@ BEGIN
     timeline := {timeline};
     -- Every row the acquisition decides by, in one read by primary key: the failover
     -- timeline, the table's maximum TTL, the role's longest-TTL record, a live pause,
-    -- a live row.  (Casts after the filter: a lock row's value is no number.)
+    -- a live row.  (Casts after the filter: a lock row's value is no number.  A pause
+    -- written 'infinity' by hand is one until resumed: psycopg loads no infinity.)
     SELECT max(t.value) FILTER (WHERE t.key = {timeline_key})::int8,
            max(t.expire_at) FILTER (WHERE t.key = {timeline_key}),
            coalesce(max(t.value) FILTER (WHERE t.key = {max_ttl_key})::float8, {default_max_ttl}),
            max(t.value) FILTER (WHERE t.key = v_record)::float8,
            max(t.value) FILTER (WHERE t.key = p_pause AND t.expire_at > now()),
-           max(t.expire_at) FILTER (WHERE t.key = p_pause AND t.expire_at > now()),
+           least(max(t.expire_at) FILTER (WHERE t.key = p_pause AND t.expire_at > now()), {never}),
            coalesce(bool_or(t.key = p_key AND t.expire_at > now()), false)
         INTO v_seen, v_noticed, v_cap, v_recorded, paused_for, paused_until, v_live
         FROM {table} AS t

@@ -31,8 +31,11 @@ TTL_REFUSED = sql.SQL("CASE WHEN NOT {} THEN (SELECT max_ttl FROM dislock_cap) E
 )
 
 LEASE_EXPIRY = sql.SQL("NOW() + make_interval(secs => %(ttl)s)")
-PAUSED_UNTIL = sql.SQL("least(pause.expire_at, {})").format(sql.Literal(NEVER_EXPIRES))
-"""A pause written ``'infinity'`` by hand is one until resumed: psycopg loads no infinity."""
+PAUSED_UNTIL = sql.SQL(
+    "CASE WHEN pause.expire_at > {never} THEN {never} ELSE pause.expire_at END"
+).format(never=sql.Literal(NEVER_EXPIRES))
+"""A pause written ``'infinity'`` by hand is one until resumed: psycopg loads no infinity
+(``least`` would answer a missing pause, NULL, as one)."""
 
 _NOTHING = sql.SQL("")
 _EXPIRED = sql.SQL("held.expire_at <= NOW()")

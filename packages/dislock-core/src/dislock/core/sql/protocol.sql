@@ -230,7 +230,7 @@ BEGIN
            coalesce(max(t.value) FILTER (WHERE t.key = {max_ttl_key})::float8, {default_max_ttl}),
            max(t.value) FILTER (WHERE t.key = v_record)::float8,
            max(t.value) FILTER (WHERE t.key = p_pause AND t.expire_at > now()),
-           least(max(t.expire_at) FILTER (WHERE t.key = p_pause AND t.expire_at > now()), {never}),
+           max(least(t.expire_at, {never})) FILTER (WHERE t.key = p_pause AND t.expire_at > now()),
            coalesce(bool_or(t.key = p_key AND t.expire_at > now()), false)
         INTO v_seen, v_noticed, v_cap, v_recorded, paused_for, paused_until, v_live
         FROM {table} AS t

@@ -2,7 +2,8 @@
 after the last day of 9999 or before February of year 1 becomes ``LATEST`` or ``EARLIEST``
 (shown ``infinity``, ``-infinity``) instead of a ``DataError`` or an overflow that
 would fail the whole view (security review #61, N6).  Registered on the
-connections of ``dislockctl`` and ``serve`` only: the lock path never loads them."""
+connections of ``dislockctl`` and ``serve`` only (``for_reading``): the lock path
+never loads them."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from psycopg import DataError
 from psycopg.types.datetime import TimestamptzLoader
 
+from dislock.core.dsn import learn_password
 from dislock.core.pause import UNTIL_RESUMED
 
 if TYPE_CHECKING:
@@ -34,9 +36,11 @@ class _FarLoader(TimestamptzLoader):
         return min(max(value, EARLIEST), LATEST)
 
 
-def load_far_times(conn: Connection[Any]) -> Connection[Any]:
-    """``conn``, loading far timestamps as ``LATEST``/``EARLIEST``."""
+def for_reading(conn: Connection[Any]) -> Connection[Any]:
+    """``conn``, loading far timestamps as ``LATEST``/``EARLIEST``; the password it used
+    is scrubbed from error text (``dsn.learn_password``)."""
     conn.adapters.register_loader("timestamptz", _FarLoader)
+    learn_password(conn.info.password)
     return conn
 
 

@@ -130,40 +130,6 @@ def test_no_call_by_hand_writes_past_the_grant(
     assert snapshot(fleet) == before, what
 
 
-ENDLESS = [
-    # (expire_at, ttl): a row without an end, or no end at all; each refused (#61, N5)
-    (None, None),
-    ("infinity", None),
-    ("-infinity", None),
-    ("294276-01-01 00:00:00+00", None),
-    ("9999-12-31 00:00:00+00", None),
-    (None, float("nan")),
-    (None, float("inf")),
-    (None, 0.0),
-    (None, -5.0),
-    ("2100-01-01 00:00:00+00", 30.0),
-]
-
-
-@pytest.mark.parametrize(("expire_at", "ttl"), ENDLESS)
-def test_a_call_by_hand_stores_no_expiry_without_an_end(
-    fleet: Fleet, expire_at: str | None, ttl: float | None
-) -> None:
-    mode = "schedule" if ttl is None else "lease"
-    key, pause = f"cronjob-lock:{mode}:billing-x", "cronjob-lock:pause:billing-x"
-    before = snapshot(fleet)
-    with (
-        fleet.connect(fleet.billing) as billing,
-        pytest.raises(psycopg.errors.InvalidParameterValue, match="TTL of more than 0"),
-    ):
-        acquire(billing, fleet, key, pause, expire_at=expire_at, ttl=ttl)
-    assert snapshot(fleet) == before
-    # The same calls with an end take the row: only the endless one is refused.
-    with fleet.connect(fleet.billing) as billing:
-        ends = {"expire_at": "2100-01-01 00:00:00+00", "ttl": None} if ttl is None else {}
-        assert acquire(billing, fleet, key, pause, **ends)[0] is True
-
-
 def test_a_5_mb_owner_token_is_refused_through_every_acquisition(fleet: Fleet) -> None:
     before = snapshot(fleet)
     big = "o" * 5_000_000

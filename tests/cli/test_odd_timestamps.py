@@ -3,7 +3,7 @@
 table's owner, had made ``ls``, ``history`` and ``missed`` exit 1 and ``serve`` report
 ``dislock_up 0`` (psycopg refuses to load a timestamp past year 9999).  Such a row is
 shown (``infinity``, a date) and the views go on.  That the lock functions store no
-such expiry: ``security/test_lock_functions.py``."""
+such expiry: ``security/test_endless_rows.py``."""
 
 from __future__ import annotations
 

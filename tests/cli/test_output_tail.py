@@ -10,9 +10,12 @@ import subprocess
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import psycopg
+import pytest
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
 
 from tests.cli.conftest import DISLOCK, Ctl, RunCli, dislock_on_path, run_pasted
 from tests.cli.test_generated_input import with_password
@@ -100,6 +103,37 @@ def test_the_password_is_scrubbed_percent_encoded_and_glued_to_other_text(
     assert last_run(ctl, env)["output"] == {"stdout": "*** ***\n", "stderr": "x=***;\nxx***yy\n"}
     shown = ctl("history", env["LOCK_KEY"], env=env).stdout
     assert "w0rd" not in shown and "    xx***yy" in shown, shown
+
+
+@pytest.mark.parametrize("source", ["PGPASSWORD", "passfile", "service file"])
+def test_a_password_beside_the_url_is_scrubbed(
+    ctl: Ctl, history_env: dict[str, str], run_cli: RunCli, tmp_path: Path, source: str
+) -> None:
+    # The URL has no password; libpq takes one from beside it (the embedded server trusts
+    # the test's role, so only the wrapper's scrubbing tells whether it knew the password).
+    password = "S3cr/t@pw!"
+    url = history_env["DATABASE_URL"]
+    assert not conninfo_to_dict(url).get("password")
+    env = tail_env(history_env)
+    if source == "PGPASSWORD":
+        env["PGPASSWORD"] = password
+    elif source == "passfile":
+        # The line libpq picks for the connection's user, not the one before it.
+        with psycopg.connect(url) as conn:
+            user = conn.info.user
+        passfile = tmp_path / "pgpass"
+        passfile.write_text(f"*:*:*:someone-else:other-pw\n*:*:*:{user}:{password}\n")
+        passfile.chmod(0o600)
+        env["PGPASSFILE"] = str(passfile)
+    else:
+        services = tmp_path / "services.conf"
+        services.write_text(f"[locks]\npassword={password}\n")
+        env.update(PGSERVICEFILE=str(services), PGSERVICE="locks")
+    encoded = quote(password, safe="")
+    script = f"echo 'pw {password}'; echo 'url :{encoded}@' >&2; exit 1"
+    result = run_cli(["DATABASE_URL", "sh", "-c", script], env)
+    assert result.returncode == 1 and result.stdout == f"pw {password}\n"  # passed through
+    assert last_run(ctl, env)["output"] == {"stdout": "pw ***\n", "stderr": "url :***@\n"}
 
 
 def test_a_tail_needs_the_history_and_a_table_without_its_columns_still_records(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from dislock.core import dsn
 from dislock.core.dsn import (
     connection_kwargs,
     host_count,
@@ -40,6 +41,25 @@ def test_every_written_form_of_the_password_is_scrubbed() -> None:
     assert scrub(text, url) == "*** *** *** *** x***y"
     # The same in a key=value DSN's password, where no URL encodes it.
     assert scrub(f"[{text}]", "host=db password=p@ss/wérd") == "[*** *** *** *** x***y]"
+
+
+def test_passwords_beside_the_url_are_scrubbed_in_every_form(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # PGPASSWORD, PGSSLPASSWORD and a password a connection used (a passfile's or a
+    # service file's, ``conn.info.password``) beside a URL that has none.
+    monkeypatch.setattr(dsn, "_USED", set())
+    monkeypatch.setenv("PGPASSWORD", "env/p@ss")
+    monkeypatch.setenv("PGSSLPASSWORD", "key-phrase")
+    dsn.learn_password("file:pw!")
+    dsn.learn_password(None)  # a connection without a password: nothing learned
+    url = "postgresql://app@db/app"
+    text = "env/p@ss env%2Fp%40ss xenv%2fp%40ssy key-phrase file:pw! file%3Apw%21 app@db"
+    assert scrub(text, url) == "*** *** x***y *** *** *** app@db"
+    assert scrub("env/p@ss", "") == "***"  # the default connection (libpq's variables)
+    assert scrub("env/p@ss", "unparseable ' url") == "***"
+    monkeypatch.delenv("PGPASSWORD")
+    assert scrub("env/p@ss file:pw!", url) == "env/p@ss ***"
 
 
 def test_a_short_password_is_scrubbed_as_a_whole_word_only() -> None:

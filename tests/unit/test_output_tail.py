@@ -3,6 +3,9 @@ bounded, inert, and no part of the lock URL's password, wherever the cut falls."
 
 from __future__ import annotations
 
+import pytest
+
+from dislock.core import dsn
 from dislock.core.output_tail import Tail
 
 URL = "postgresql://jobs:Passw0rdXYZ@db.example:5432/locks"
@@ -42,6 +45,19 @@ def test_no_fragment_of_a_percent_encoded_secret_survives_the_cut() -> None:
     for shift in range(len(encoded) + 1):
         text = fed(Tail(40, url), ("x" * shift + f"pw {encoded}\n" * 10).encode())
         assert text is not None and "%2f%2f" not in text, (shift, text)
+
+
+def test_a_password_beside_the_url_is_scrubbed_however_the_cut_falls(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # PGPASSWORD with a URL that has no password, or no URL at all (libpq's defaults).
+    monkeypatch.setattr(dsn, "_USED", set())
+    monkeypatch.setenv("PGPASSWORD", PASSWORD)
+    for url in ("postgresql://jobs@db.example/locks", ""):
+        for shift in range(len(PASSWORD) + 1):
+            text = fed(Tail(40, url), ("x" * shift + f"pw {PASSWORD}\n" * 10).encode())
+            assert text is not None and no_part_of_the_password(text), (url, shift, text)
+        assert fed(Tail(100, url), f"pw={PASSWORD}\n".encode()) == "pw=***\n"
 
 
 def test_bytes_that_are_not_text_are_kept_as_escapes() -> None:

@@ -26,7 +26,7 @@ from psycopg.sql import SQL, Composed
 
 from dislock.core.acquisition import Ask, Connect, Crowded, Given, Outcome, Pause, Steps
 from dislock.core.context import DEFAULT_CONNECT_TIMEOUT, LockContext
-from dislock.core.dsn import connection_kwargs, one_line, parse_dsn, scrub
+from dislock.core.dsn import connection_kwargs, learn_password, one_line, parse_dsn, scrub
 from dislock.core.errors import NotSent, StatementTimeout
 from dislock.core.exchange import Answer, Exchange
 from dislock.core.exit_arguments import Exc, ExcType, Tb
@@ -188,6 +188,7 @@ class Hub(HubState[Link]):
                     self.url, self.connect_timeout, attempt_timeout=attempt_timeout
                 )
                 link = Link(await AsyncConnection.connect(self.url, **kwargs))
+                learn_password(link.conn.info.password)
                 self._adopt(link)
                 if self.timeline is not None and self.renewer.holds_leases():
                     # A holder reconnecting: say so if the server's history changed

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Collection, Sequence
 from datetime import datetime
@@ -57,12 +58,16 @@ def no_row_text(
 
 
 def describe_expiry(seconds: float) -> str:
+    if math.isinf(seconds):  # written by hand: the lock functions never store one
+        return "never (infinity)" if seconds > 0 else "expired (-infinity)"
     if seconds > 0:
         return f"in {format_duration(seconds)}"
     return f"expired {format_duration(-seconds)} ago"
 
 
 def format_duration(seconds: float) -> str:
+    if not math.isfinite(seconds):  # between hand-written infinite times
+        return "unknown" if math.isnan(seconds) else "infinity"
     if seconds < 60:
         return f"{seconds:.1f}s"
     minutes, secs = divmod(int(seconds), 60)

@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 
 from psycopg import sql
 
+from dislock.cli.far_times import iso
 from dislock.cli.shown import cut, read, was_cut
 from dislock.core import kinds
 from dislock.core.exchange import Exchange, Rows, select_list
@@ -69,7 +70,7 @@ def columns(table_parts: tuple[str, ...]) -> Exchange[list[str]]:
     return Exchange(query, {"table": table}, lambda rows: [str(name) for (name,) in rows])
 
 
-_SECONDS_LEFT = sql.SQL("EXTRACT(EPOCH FROM (expire_at - NOW()))::float8")
+_SECONDS_LEFT = sql.SQL("(EXTRACT(EPOCH FROM expire_at) - EXTRACT(EPOCH FROM NOW()))::float8")
 """A lock row's seconds left on the database clock (<= 0: not live)."""
 
 
@@ -176,7 +177,9 @@ def _release_query(table_parts: tuple[str, ...]) -> sql.Composed:
             ReleasedRow._fields,
             key=read(sql.SQL("held.key")),
             owner=read(sql.SQL("target.value")),
-            seconds_left=sql.SQL("EXTRACT(EPOCH FROM (target.expire_at - NOW()))::float8"),
+            seconds_left=sql.SQL(
+                "(EXTRACT(EPOCH FROM target.expire_at) - EXTRACT(EPOCH FROM NOW()))::float8"
+            ),
             woken=sql.SQL("pg_notify(%(channel)s, {})").format(
                 wake_payload(sql.SQL("held.tableoid"))
             ),
@@ -295,7 +298,7 @@ class LockRow:
 
     def as_json(self) -> dict[str, Any]:
         data = asdict(self)
-        data.update(expire_at=self.expire_at.isoformat(), held=self.held, state=self.state)
+        data.update(expire_at=iso(self.expire_at), held=self.held, state=self.state)
         data.update(forced=self.forced, holder_gone_pid=self.holder_gone)
         data.update(released_by=self.released_by)
         if self.mode == PAUSE:

@@ -15,6 +15,7 @@ from dislock.core import retries
 from dislock.core.answers import ClaimRow, ClockClaimRow, RetryingClaimRow, SlotClaimRow
 from dislock.core.exchange import select_list
 from dislock.core.failover import delay_end_returned, lock_delay, timeline_returned
+from dislock.core.limits import NEVER_EXPIRES
 from dislock.core.rows import lock_key_of_pause
 
 NO_CAP = sql.SQL("NULL::float8")
@@ -30,6 +31,11 @@ TTL_REFUSED = sql.SQL("CASE WHEN NOT {} THEN (SELECT max_ttl FROM dislock_cap) E
 )
 
 LEASE_EXPIRY = sql.SQL("NOW() + make_interval(secs => %(ttl)s)")
+PAUSED_UNTIL = sql.SQL(
+    "CASE WHEN pause.expire_at > {never} THEN {never} ELSE pause.expire_at END"
+).format(never=sql.Literal(NEVER_EXPIRES))
+"""A pause written ``'infinity'`` by hand is one until resumed: psycopg loads no infinity
+(``least`` would answer a missing pause, NULL, as one)."""
 
 _NOTHING = sql.SQL("")
 _EXPIRED = sql.SQL("held.expire_at <= NOW()")
@@ -203,7 +209,7 @@ class Claims:
             token=sql.SQL("taken.token"),
             free=sql.SQL("(SELECT count(*) FROM free)"),
             paused_for=sql.SQL("pause.value"),
-            paused_until=sql.SQL("pause.expire_at"),
+            paused_until=PAUSED_UNTIL,
             delayed_until=delay_end_returned(),
             ttl_cap=TTL_REFUSED,
         )
@@ -266,7 +272,7 @@ def _claim_columns(fields: tuple[str, ...], **last: sql.Composable) -> sql.Compo
         acquired=sql.SQL("EXISTS (SELECT FROM taken)"),
         token=sql.SQL("(SELECT token FROM taken)"),
         paused_for=sql.SQL("pause.value"),
-        paused_until=sql.SQL("pause.expire_at"),
+        paused_until=PAUSED_UNTIL,
         timeline=timeline_returned(),
         delayed_until=delay_end_returned(),
         **last,

@@ -8,6 +8,7 @@ too, because libpq's parse errors quote the offending string verbatim.
 from __future__ import annotations
 
 import math
+import os
 import re
 from typing import Any
 
@@ -54,14 +55,29 @@ def redact_dsn(url: str) -> str:
     return " ".join(shown) if shown else "<default libpq connection>"
 
 
+_USED: set[str] = set()
+"""The passwords this process's connections used (``learn_password``)."""
+
+
+def learn_password(password: str | None) -> None:
+    """Remember the password a connection used, ``conn.info.password``: libpq's own
+    pick from the URL, ``PGPASSWORD``, the passfile line for the connection's host,
+    port, database and user, or the service file, so that it is scrubbed too."""
+    if password:
+        _USED.add(password)
+
+
 def secrets_in(url: str) -> list[str]:
-    """The secret strings ``url`` carries, for scrubbing them out of error text."""
+    """The secret strings ``url`` carries, and those libpq may send beside it
+    (``PGPASSWORD``, ``PGSSLPASSWORD``, ``learn_password``'s), for scrubbing them out."""
     try:
         params = parse_dsn(url)
+        found = [str(params[key]) for key in ("password", "sslpassword") if params.get(key)]
     except ConfigurationError:
         # Unparseable: the whole string may be a secret.
-        return [url] if url else []
-    return [str(params[key]) for key in ("password", "sslpassword") if params.get(key)]
+        found = [url] if url else []
+    found += [os.environ.get(name, "") for name in ("PGPASSWORD", "PGSSLPASSWORD")]
+    return sorted({secret for secret in (*found, *_USED) if secret})
 
 
 GLUED_LENGTH = 6

@@ -290,7 +290,7 @@ def delay_state(table_parts: tuple[str, ...]) -> Exchange[DelayState | None]:
             DelayState._fields,
             recorded=sql.SQL("recorded"),
             ends=sql.SQL("ends"),
-            seconds_left=sql.SQL("EXTRACT(EPOCH FROM (ends - NOW()))::float8"),
+            seconds_left=sql.SQL("(EXTRACT(EPOCH FROM ends) - EXTRACT(EPOCH FROM NOW()))::float8"),
             server=TIMELINE,
         ),
         ends=longest_delay(table, sql.SQL("expire_at")),

@@ -4,8 +4,8 @@
 The command's stdout and stderr are pipes of the wrapper's: a thread per stream
 (no flavour: written once for both wrappers) copies what arrives to descriptor 1
 or 2, as inherited streams would have shown it, and keeps the last bytes in a
-``Tail``.  The lock URL and its password are replaced before the tail is cut, so
-that a cut never leaves a secret's end (docs/cli.md).
+``Tail``.  The lock URL and every password the wrapper knows (``secrets_in``) are
+replaced before the tail is cut, so that a cut never leaves a secret's end (docs/cli.md).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ class Tail:
         self._url = url
         # A secret may be written percent-encoded: three bytes for each of its bytes.
         secrets = [secret for secret in (url, *secrets_in(url)) if secret]
+        self._scrubbed = bool(secrets)
         self._longest = max((3 * len(secret.encode()) for secret in secrets), default=0)
         # Kept: enough bytes for `limit` characters of four bytes each, once the text of
         # the first `_longest` is dropped (it may hold the end of a secret whose start
@@ -57,9 +58,9 @@ class Tail:
         if not data:
             return None
         text = data.decode("utf-8", "backslashreplace").replace("\x00", "\\x00")
-        if self._url:
+        if self._scrubbed:
             # Scrubbed whole, before the cut: no part of a secret is left to cut into.
-            text = scrub(text.replace(self._url, "***"), self._url)
+            text = scrub(text.replace(self._url, "***") if self._url else text, self._url)
         if cut:
             # Only the front can still hold part of a secret (its start was dropped),
             # and scrubbing may have shortened what follows: drop the front's text.

@@ -64,12 +64,14 @@ class Call(NamedTuple):
         import psycopg.errors
 
         from dislock.cli.diagnosis import HISTORY_TABLE, LOCK_TABLE, describe_database_error
+        from dislock.cli.far_times import for_reading
         from dislock.core.context import DEFAULT_CONNECT_TIMEOUT
         from dislock.core.dsn import connection_kwargs, one_line, scrub
 
         url = self.url
         try:
             with psycopg.connect(url, **connection_kwargs(url, DEFAULT_CONNECT_TIMEOUT)) as conn:
+                for_reading(conn)
                 if not audited:
                     return body(conn)
                 with conn.transaction():

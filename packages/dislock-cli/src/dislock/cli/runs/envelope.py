@@ -73,7 +73,8 @@ def successes_before(
     ``WINDOW`` successful runs before ``before``: one index scan each, so the cost grows
     with the runs asked about, not with the history's length."""
     query = sql.SQL(
-        "SELECT ARRAY(SELECT EXTRACT(EPOCH FROM (h.ended_at - h.started_at))::float8"
+        "SELECT ARRAY(SELECT (EXTRACT(EPOCH FROM h.ended_at)"
+        " - EXTRACT(EPOCH FROM h.started_at))::float8"
         " FROM {history} AS h WHERE h.lock_key = r.key AND h.outcome = 'ok'"
         " AND h.started_at < COALESCE(r.before, 'infinity')"
         " ORDER BY h.started_at DESC LIMIT {window})"

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 
 from dislock.cli.admin import aligned, format_duration
+from dislock.cli.far_times import far
 from dislock.cli.runs.envelope import FACTOR, NOT_RUNS, WINDOW
 from dislock.cli.runs.missed_slots import COVERED, PAUSED, STATES, TO_LOOK_AT, SlotState
 from dislock.cli.runs.run_history import Run
@@ -20,7 +21,7 @@ from dislock.core.pause import describe_until
 def format_time(value: datetime | None) -> str:
     if value is None:
         return "-"
-    return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    return far(value) or value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def describe_outcome(run: Run) -> str:

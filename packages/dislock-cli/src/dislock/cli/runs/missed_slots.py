@@ -20,6 +20,7 @@ from typing import NamedTuple
 
 from psycopg import sql
 
+from dislock.cli.far_times import iso
 from dislock.cli.runs.run_history import still_held
 from dislock.cli.shown import read, rows_of
 from dislock.core.after import HELD_BACK
@@ -83,7 +84,7 @@ class Slot(NamedTuple):
     end: datetime
 
     def as_json(self) -> dict[str, str]:
-        return {"slot_start": self.start.isoformat(), "slot_end": self.end.isoformat()}
+        return {"slot_start": iso(self.start), "slot_end": iso(self.end)}
 
 
 def schedule_slots(

@@ -11,6 +11,7 @@ from typing import Any, NamedTuple
 
 from psycopg import sql
 
+from dislock.cli.far_times import iso
 from dislock.cli.shown import READ, read, rows_of, was_cut
 from dislock.core import operator_commands
 from dislock.core.bounds import SHOWN_CHARS, clip, printable
@@ -50,7 +51,7 @@ class Run(NamedTuple):
         data = self._asdict()
         for name in ("slot_end", "started_at", "ended_at"):
             value = data[name]
-            data[name] = None if value is None else value.isoformat()
+            data[name] = None if value is None else iso(value)
         out, err = data.pop("stdout_tail"), data.pop("stderr_tail")
         data["output"] = None if out is None and err is None else {"stdout": out, "stderr": err}
         return data
@@ -101,7 +102,9 @@ def runs(
         signal=sql.SQL("h.signal"),
         duration_seconds=sql.SQL(
             "CASE WHEN state.outcome = 'abandoned' THEN NULL"
-            " ELSE EXTRACT(EPOCH FROM (COALESCE(h.ended_at, NOW()) - h.started_at))::float8 END"
+            # Epochs, not an interval: no overflow between far-off (hand-written) times.
+            " ELSE (EXTRACT(EPOCH FROM COALESCE(h.ended_at, NOW()))"
+            " - EXTRACT(EPOCH FROM h.started_at))::float8 END"
         ),
         truncated=sql.SQL("false"),
         **{name: read(sql.Identifier("h", name)) for name in _COLUMNS},
@@ -156,7 +159,9 @@ def latest(history: tuple[str, ...], locks: tuple[str, ...]) -> Exchange[list[La
             "CASE WHEN last.id IS NULL THEN NULL WHEN last.ended_at IS NOT NULL THEN {outcome}"
             " WHEN {held} THEN 'running' ELSE 'abandoned' END"
         ).format(outcome=read(sql.SQL("last.outcome")), held=held),
-        duration_seconds=sql.SQL("EXTRACT(EPOCH FROM (last.ended_at - last.started_at))::float8"),
+        duration_seconds=sql.SQL(
+            "(EXTRACT(EPOCH FROM last.ended_at) - EXTRACT(EPOCH FROM last.started_at))::float8"
+        ),
         host=read(sql.SQL("last.host")),
         last_success_started_at=sql.SQL("ok.started_at"),
         last_success_ended_at=sql.SQL("ok.ended_at"),

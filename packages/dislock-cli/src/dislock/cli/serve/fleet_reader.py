@@ -15,6 +15,7 @@ import psycopg
 
 from dislock.cli.admin import DATABASE_NOW
 from dislock.cli.diagnosis import describe_database_error
+from dislock.cli.far_times import for_reading
 from dislock.cli.lock_rows import columns, listing
 from dislock.cli.runs.envelope import successes_before
 from dislock.cli.runs.missed_slots import end_of, from_first_run
@@ -120,7 +121,7 @@ class FleetReader:
         if self._conn is None or self._conn.closed:
             kwargs = connection_kwargs(self._url, SCRAPE_CONNECT_TIMEOUT)
             kwargs["application_name"] = "dislockctl-serve"
-            self._conn = psycopg.connect(self._url, **kwargs)
+            self._conn = for_reading(psycopg.connect(self._url, **kwargs))
         return self._conn
 
     def snapshot(self, *, scrape: bool = False) -> FleetSnapshot:

@@ -13,6 +13,7 @@ from html import escape
 from urllib.parse import quote
 
 from dislock.cli.admin import format_duration, released_as
+from dislock.cli.far_times import far
 from dislock.cli.lock_rows import RUNNING, SLOT_TAKEN, WAITING
 from dislock.cli.serve.fleet_status import FAILED_OUTCOMES, MISSED_WINDOW, FleetSnapshot, KeyStatus
 from dislock.cli.serve.strip_html import key_strip, legend, strip_style
@@ -63,7 +64,7 @@ def _when(moment: datetime | None, now: datetime) -> str:
         return "-"
     delta = (now - moment).total_seconds()
     relative = f"{format_duration(delta)} ago" if delta >= 0 else f"in {format_duration(-delta)}"
-    stamp = moment.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    stamp = far(moment) or moment.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
     return (
         f'<span class="when" title="{escape(stamp)}">{escape(relative)}<br>'
         f"<small>{escape(stamp)}</small></span>"

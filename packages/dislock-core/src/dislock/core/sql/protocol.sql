@@ -223,6 +223,15 @@ BEGIN
             MESSAGE = format('%L is no lock row of dislock''s (with its pause row, an owner'
                 || ' token of at most ' || {max_bytes} || ' bytes)', left(p_key, 200));
     END IF;
+    -- A lease for a finite TTL, a slot until a finite end: a call by hand stores no row
+    -- that never ends (a NaN is above 'Infinity').
+    IF NOT coalesce(CASE WHEN p_ttl IS NULL THEN isfinite(p_expire_at) AND p_expire_at < {never}
+                    ELSE p_expire_at IS NULL AND p_ttl > 0 AND p_ttl < 'Infinity' END, false)
+    THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = 'a lock is taken for a TTL of more than 0 seconds or until a slot''s end'
+                || ' before 9999-12-31 (p_ttl or p_expire_at, not both, not infinite)';
+    END IF;
     IF pg_catalog.pg_has_role(session_user, current_user, 'MEMBER') THEN
         v_record := {ttl_prefix} || session_user::text;
     ELSE
@@ -231,13 +240,14 @@ BEGIN
     timeline := {timeline};
     -- Every row the acquisition decides by, in one read by primary key: the failover
     -- timeline, the table's maximum TTL, the role's longest-TTL record, a live pause,
-    -- a live row.  (Casts after the filter: a lock row's value is no number.)
+    -- a live row.  (Casts after the filter: a lock row's value is no number.  A pause
+    -- written 'infinity' by hand is one until resumed: psycopg loads no infinity.)
     SELECT max(t.value) FILTER (WHERE t.key = {timeline_key})::int8,
            max(t.expire_at) FILTER (WHERE t.key = {timeline_key}),
            coalesce(max(t.value) FILTER (WHERE t.key = {max_ttl_key})::float8, {default_max_ttl}),
            max(t.value) FILTER (WHERE t.key = v_record)::float8,
            max(t.value) FILTER (WHERE t.key = p_pause AND t.expire_at > now()),
-           max(t.expire_at) FILTER (WHERE t.key = p_pause AND t.expire_at > now()),
+           max(least(t.expire_at, {never})) FILTER (WHERE t.key = p_pause AND t.expire_at > now()),
            coalesce(bool_or(t.key = p_key AND t.expire_at > now()), false)
         INTO v_seen, v_noticed, v_cap, v_recorded, paused_for, paused_until, v_live
         FROM {table} AS t
